@@ -1,0 +1,70 @@
+import { readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { z } from 'zod';
+
+/** Repository root (the folder holding `pnpm-workspace.yaml`). */
+export const repoRoot: string = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
+
+const UserSchema = z.object({
+  id: z.string(),
+  tenant: z.string(),
+  role: z.enum(['rep', 'lead', 'operator', 'policy_owner', 'engineer', 'change_owner']),
+  region: z.string().optional(),
+  scopes: z.array(z.string()).optional(),
+  /** Largest single refund the user may delegate, integer cents. */
+  refundCeiling: z.number().int().nonnegative().optional(),
+  /** Largest refund a lead may approve, integer cents. */
+  approveLimit: z.number().int().nonnegative().optional(),
+});
+
+const OrderSchema = z.object({
+  id: z.string(),
+  tenant: z.string(),
+  region: z.string(),
+  customer: z.string(),
+  /** Amount paid for the order, integer cents. */
+  paid: z.number().int().nonnegative(),
+  status: z.string(),
+});
+
+/** Shape of `shared/fixtures/world.json`: the synthetic tenants, people, orders and changes. */
+export const WorldSchema = z.object({
+  agent: z.object({ id: z.string(), grantedTools: z.array(z.string()) }),
+  tenants: z.array(z.object({ id: z.string(), name: z.string(), regions: z.array(z.string()) })),
+  users: z.array(UserSchema),
+  orders: z.array(OrderSchema),
+  customers: z.array(z.object({ id: z.string(), email: z.string() })),
+  changes: z.array(
+    z.object({
+      id: z.string(),
+      tenant: z.string(),
+      environment: z.string(),
+      service: z.string(),
+      summary: z.string(),
+      risk: z.string(),
+    }),
+  ),
+  sampleTickets: z.array(
+    z.object({ ticketId: z.string(), user: z.string(), text: z.string() }),
+  ),
+});
+
+export type World = z.infer<typeof WorldSchema>;
+export type WorldUser = z.infer<typeof UserSchema>;
+export type WorldOrder = z.infer<typeof OrderSchema>;
+
+let cached: World | undefined;
+
+/**
+ * Loads and validates the synthetic world. Path: `GATEHOUSE_WORLD`, else
+ * `<repo>/../shared/fixtures/world.json` (the specification folder beside the repository).
+ * @throws Error when the file is missing or does not match {@link WorldSchema}.
+ */
+export function loadWorld(path = process.env.GATEHOUSE_WORLD): World {
+  if (cached && !path) return cached;
+  const file = path ?? resolve(repoRoot, '../shared/fixtures/world.json');
+  const world = WorldSchema.parse(JSON.parse(readFileSync(file, 'utf8')));
+  if (!path) cached = world;
+  return world;
+}

@@ -1,0 +1,2 @@
+export * from './user-token.ts';
+export * from './delegated-token.ts';

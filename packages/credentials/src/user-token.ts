@@ -1,0 +1,72 @@
+import { SignJWT, jwtVerify, createRemoteJWKSet, errors, type JWTVerifyGetKey } from 'jose';
+import { z } from 'zod';
+
+/** Issuer of local user tokens. */
+export const USER_TOKEN_ISSUER = 'gatehouse-local';
+
+/** Claims Gatehouse reads from a user's bearer JWT. Identity and tenant come only from here. */
+export const UserClaimsSchema = z.object({
+  sub: z.string().min(1),
+  tenant: z.string().min(1),
+  roles: z.array(z.string()).default([]),
+});
+export type UserClaims = z.infer<typeof UserClaimsSchema>;
+
+/** Thrown when a bearer token is missing, malformed, expired or signed by someone else. */
+export class InvalidTokenError extends Error {
+  override name = 'InvalidTokenError';
+}
+
+/**
+ * Signs a user bearer token (HS256 with the local secret). For local use and tests only;
+ * production verifies tokens from the identity provider's JWKS.
+ * @param ttlSeconds lifetime in seconds (default 3600).
+ */
+export async function signUserToken(
+  claims: UserClaims,
+  secret: string,
+  ttlSeconds = 3600,
+): Promise<string> {
+  return new SignJWT({ tenant: claims.tenant, roles: claims.roles })
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    .setSubject(claims.sub)
+    .setIssuer(USER_TOKEN_ISSUER)
+    .setIssuedAt()
+    .setExpirationTime(`${ttlSeconds}s`)
+    .sign(new TextEncoder().encode(secret));
+}
+
+/** Verification source: the local HS256 secret, or a JWKS URL (production). */
+export type UserTokenVerifier = { secret: string } | { jwksUrl: string; issuer?: string };
+
+const jwksCache = new Map<string, JWTVerifyGetKey>();
+
+/**
+ * Verifies a bearer token and returns its claims.
+ * @throws InvalidTokenError for any signature, expiry, issuer or claim problem.
+ */
+export async function verifyUserToken(token: string, verifier: UserTokenVerifier): Promise<UserClaims> {
+  try {
+    let payload: unknown;
+    if ('secret' in verifier) {
+      ({ payload } = await jwtVerify(token, new TextEncoder().encode(verifier.secret), {
+        algorithms: ['HS256'],
+        issuer: USER_TOKEN_ISSUER,
+      }));
+    } else {
+      let jwks = jwksCache.get(verifier.jwksUrl);
+      if (!jwks) {
+        jwks = createRemoteJWKSet(new URL(verifier.jwksUrl));
+        jwksCache.set(verifier.jwksUrl, jwks);
+      }
+      ({ payload } = await jwtVerify(token, jwks, verifier.issuer ? { issuer: verifier.issuer } : {}));
+    }
+    const parsed = UserClaimsSchema.safeParse(payload);
+    if (!parsed.success) throw new InvalidTokenError('token lacks sub or tenant');
+    return parsed.data;
+  } catch (err) {
+    if (err instanceof InvalidTokenError) throw err;
+    if (err instanceof errors.JOSEError) throw new InvalidTokenError(err.code);
+    throw new InvalidTokenError('malformed token');
+  }
+}

@@ -1,0 +1,49 @@
+import { z, type ZodObject, type ZodRawShape } from 'zod';
+
+/**
+ * Settings every Gatehouse process shares. Defaults are the local development values; in
+ * production every secret must be set explicitly (see `GATEHOUSE_ENV`).
+ */
+export const baseEnvShape = {
+  GATEHOUSE_ENV: z.enum(['local', 'test', 'production']).default('local'),
+  DATABASE_URL: z.string().default('postgres://postgres@127.0.0.1:5432/gatehouse'),
+  REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
+  /** BullMQ key prefix; tests give each file its own. */
+  QUEUE_PREFIX: z.string().default('gh'),
+  /** Release id of this process: workers consume only this release's queues. */
+  GATEHOUSE_RELEASE: z.string().regex(/^[a-z0-9][a-z0-9.-]{0,40}$/).default('rel-1'),
+  /** HS256 secret for user bearer tokens in local mode. */
+  GATEHOUSE_AUTH_SECRET: z.string().min(16).default('local-auth-secret-change-me'),
+  /** JWKS URL for user tokens in production (replaces the local secret when set). */
+  GATEHOUSE_AUTH_JWKS_URL: z.string().url().optional(),
+  /** HS256 secret shared by the executor (minting) and the staging systems (verifying). */
+  GATEHOUSE_DELEGATION_SECRET: z.string().min(16).default('local-delegation-secret-change-me'),
+  /** Key for the HMAC that hashes actor ids in audit events. */
+  GATEHOUSE_AUDIT_HMAC_KEY: z.string().min(16).default('local-audit-hmac-key-change-me'),
+  STAGING_URL: z.string().url().default('http://127.0.0.1:7104'),
+  MODEL_BASE_URL: z.string().url().default('http://127.0.0.1:7103/v1'),
+  LOG_LEVEL: z.string().default('info'),
+};
+
+/**
+ * Parses `process.env` (or `source`) against the base shape extended by `extra`, once.
+ * @throws Error listing every invalid variable (the process should exit at boot).
+ */
+export function parseEnv<S extends ZodRawShape>(
+  extra: S,
+  source: Record<string, string | undefined> = process.env,
+): z.infer<ZodObject<typeof baseEnvShape & S>> {
+  const schema = z.object({ ...baseEnvShape, ...extra });
+  const r = schema.safeParse(source);
+  if (!r.success) {
+    const lines = r.error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`).join('\n');
+    throw new Error(`invalid environment:\n${lines}`);
+  }
+  const env = r.data as Record<string, unknown>;
+  if (env.GATEHOUSE_ENV === 'production') {
+    for (const k of ['GATEHOUSE_AUTH_SECRET', 'GATEHOUSE_DELEGATION_SECRET', 'GATEHOUSE_AUDIT_HMAC_KEY']) {
+      if (String(env[k]).includes('change-me')) throw new Error(`invalid environment:\n  ${k}: must be set in production`);
+    }
+  }
+  return r.data as z.infer<ZodObject<typeof baseEnvShape & S>>;
+}

@@ -1,0 +1,96 @@
+import express, { type Express, type NextFunction, type Request, type Response } from 'express';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { ZodType } from 'zod';
+import { httpStatusOf, GatehouseError, UserError, type UserError as UE } from './errors.ts';
+import type { Logger } from './logger.ts';
+
+/** A readiness probe: resolves when a dependency answers, rejects otherwise. */
+export type ReadyCheck = () => Promise<void>;
+
+/**
+ * Creates an express app with JSON parsing (1 MiB), `GET /healthz` (process alive) and
+ * `GET /readyz` (every check passes: 200 `{ready:true}`, else 503 with the failing checks).
+ * Call {@link finishApp} after adding routes to install the 404 and error handlers.
+ */
+export function createHttpApp(service: string, checks: Record<string, ReadyCheck> = {}): Express {
+  const app = express();
+  app.disable('x-powered-by');
+  app.use(express.json({ limit: '1mb' }));
+  app.get('/healthz', (_req, res) => {
+    res.json({ ok: true, service });
+  });
+  app.get('/readyz', async (_req, res) => {
+    const failing: Record<string, string> = {};
+    await Promise.all(
+      Object.entries(checks).map(async ([name, check]) => {
+        try {
+          await check();
+        } catch (err) {
+          failing[name] = err instanceof Error ? err.message : String(err);
+        }
+      }),
+    );
+    if (Object.keys(failing).length) res.status(503).json({ ready: false, service, failing });
+    else res.json({ ready: true, service });
+  });
+  return app;
+}
+
+/**
+ * Installs the 404 handler and the error middleware: errors of the {@link GatehouseError} tree
+ * become `{error: {reason, message}}` with their status; body-parser errors become 400; anything
+ * else is logged and answered 500 without internals.
+ */
+export function finishApp(app: Express, log: Logger): Express {
+  app.use((req, res) => {
+    res.status(404).json({ error: { reason: 'not_found', message: `no route ${req.method} ${req.path}` } });
+  });
+  app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+    const bodyParserStatus = (err as { status?: number; type?: string }).type ? (err as { status: number }).status : undefined;
+    if (bodyParserStatus && bodyParserStatus >= 400 && bodyParserStatus < 500) {
+      res.status(bodyParserStatus).json({ error: { reason: 'invalid_body', message: (err as Error).message } });
+      return;
+    }
+    const status = httpStatusOf(err);
+    if (err instanceof GatehouseError) {
+      const body: Record<string, unknown> = { reason: err.reason, message: err.message };
+      if (err instanceof UserError && err.details !== undefined) body.details = err.details;
+      res.status(status).json({ error: body });
+      return;
+    }
+    log.error({ err }, 'unhandled error');
+    res.status(500).json({ error: { reason: 'internal', message: 'internal error' } });
+  });
+  return app;
+}
+
+/**
+ * Parses a request part with a zod schema.
+ * @throws UserError(`invalid_body`, 400) listing every issue.
+ */
+export function parseBody<T>(schema: ZodType<T>, value: unknown): T {
+  const r = schema.safeParse(value);
+  if (!r.success) {
+    throw new UserError('invalid_body', 'request body failed validation', {
+      details: r.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message })),
+    }) as UE;
+  }
+  return r.data;
+}
+
+/** Listens on `port` (0 = ephemeral) at `host`; resolves with the server and its bound port. */
+export async function listen(app: Express, port: number, host = '127.0.0.1'): Promise<{ server: Server; port: number }> {
+  return new Promise((resolve, reject) => {
+    const server = app.listen(port, host, (err?: Error) => {
+      if (err) reject(err);
+      else resolve({ server, port: (server.address() as AddressInfo).port });
+    });
+  });
+}
+
+/** Closes a server, waiting for in-flight requests (keep-alive sockets are closed). */
+export async function closeServer(server: Server): Promise<void> {
+  server.closeIdleConnections();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+}

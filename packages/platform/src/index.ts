@@ -1,0 +1,5 @@
+export * from './logger.ts';
+export * from './env.ts';
+export * from './errors.ts';
+export * from './http.ts';
+export * from './shutdown.ts';
