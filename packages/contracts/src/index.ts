@@ -1,1 +1,5 @@
 export * from './world.ts';
+export * from './canonical-json.ts';
+export * from './queues/index.ts';
+export * from './audit-event.ts';
+export * from './api.ts';

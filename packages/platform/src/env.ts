@@ -25,6 +25,9 @@ export const baseEnvShape = {
   LOG_LEVEL: z.string().default('info'),
 };
 
+/** The parsed base settings. */
+export type BaseEnv = z.output<ZodObject<typeof baseEnvShape>>;
+
 /**
  * Parses `process.env` (or `source`) against the base shape extended by `extra`, once.
  * @throws Error listing every invalid variable (the process should exit at boot).
@@ -32,7 +35,7 @@ export const baseEnvShape = {
 export function parseEnv<S extends ZodRawShape>(
   extra: S,
   source: Record<string, string | undefined> = process.env,
-): z.infer<ZodObject<typeof baseEnvShape & S>> {
+): BaseEnv & z.output<ZodObject<S>> {
   const schema = z.object({ ...baseEnvShape, ...extra });
   const r = schema.safeParse(source);
   if (!r.success) {
@@ -45,5 +48,5 @@ export function parseEnv<S extends ZodRawShape>(
       if (String(env[k]).includes('change-me')) throw new Error(`invalid environment:\n  ${k}: must be set in production`);
     }
   }
-  return r.data as z.infer<ZodObject<typeof baseEnvShape & S>>;
+  return r.data as BaseEnv & z.output<ZodObject<S>>;
 }

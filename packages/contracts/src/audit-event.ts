@@ -1,0 +1,61 @@
+import { z } from 'zod';
+
+/** Lifecycle event types written to the audit chain (SPEC §4 invariant 8). */
+export const AuditEventType = z.enum([
+  'run.started',
+  'run.stopped',
+  'run.completed',
+  'model.response',
+  'proposal.received',
+  'proposal.invalid',
+  'policy.decision',
+  'approval.requested',
+  'approval.decided',
+  'approval.consumed',
+  'approval.voided',
+  'operation.claimed',
+  'operation.succeeded',
+  'operation.failed',
+  'operation.unknown',
+  'operation.replayed',
+  'result.returned',
+  'switch.changed',
+  'epoch.bumped',
+]);
+
+/**
+ * What an audit event may contain — and nothing else (`strict`): no raw prompt, ticket text,
+ * token, secret or full tool result has a field here. Actor ids are keyed HMACs; operation keys
+ * are hashed.
+ */
+export const AuditEventSchema = z.strictObject({
+  type: AuditEventType,
+  /** Epoch milliseconds at the producing service. */
+  atMs: z.number().int(),
+  service: z.string(),
+  runId: z.string().nullable(),
+  step: z.number().int().nullable().default(null),
+  actorHash: z.string().nullable().default(null),
+  tool: z.string().nullable().default(null),
+  actionDigest: z.string().nullable().default(null),
+  actionVersion: z.number().int().nullable().default(null),
+  approvalId: z.string().nullable().default(null),
+  operationKeyHash: z.string().nullable().default(null),
+  callId: z.string().nullable().default(null),
+  ruleId: z.string().nullable().default(null),
+  decision: z.string().nullable().default(null),
+  outcome: z.string().nullable().default(null),
+  attempts: z.number().int().nullable().default(null),
+  latencyMs: z.number().nullable().default(null),
+  revisions: z
+    .strictObject({
+      model: z.string().nullable().default(null),
+      promptHash: z.string().nullable().default(null),
+      toolCatalog: z.string().nullable().default(null),
+      policy: z.string().nullable().default(null),
+      release: z.string().nullable().default(null),
+    })
+    .default({ model: null, promptHash: null, toolCatalog: null, policy: null, release: null }),
+});
+export type AuditEvent = z.infer<typeof AuditEventSchema>;
+export type AuditEventInput = z.input<typeof AuditEventSchema>;

@@ -1,0 +1,31 @@
+import { z } from 'zod';
+
+/** Fields every job carries: its release (workers refuse other releases) and trace context. */
+export const jobEnvelope = {
+  release: z.string().min(1),
+  /** W3C trace context of the producing span (`traceparent` header value), when traced. */
+  traceparent: z.string().optional(),
+};
+
+/** BullMQ queue name for a base queue in one release, e.g. `executions.rel-1`. */
+export function queueName(base: string, release: string): string {
+  return `${base}.${release}`;
+}
+
+/** Default BullMQ job options: retried with backoff on thrown errors, kept briefly after end. */
+export const defaultJobOptions = {
+  attempts: 5,
+  backoff: { type: 'exponential', delay: 200 },
+  removeOnComplete: { age: 3600, count: 10_000 },
+  removeOnFail: { age: 24 * 3600 },
+} as const;
+
+/** A queue contract: base name, job name, payload schema, job id rule and options. */
+export interface QueueContract<T> {
+  base: string;
+  jobName: string;
+  schema: z.ZodType<T>;
+  /** Deterministic job id (no `:`, which BullMQ reserves), so a re-enqueue is a no-op while the job exists. */
+  jobId: (payload: T) => string;
+  options: typeof defaultJobOptions;
+}

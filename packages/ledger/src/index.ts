@@ -1,0 +1,5 @@
+export * from './schema.ts';
+export * from './db.ts';
+export * from './outbox.ts';
+export * from './audit.ts';
+export * from './audit-chain.ts';

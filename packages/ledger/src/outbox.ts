@@ -1,0 +1,37 @@
+import { queueName, type QueueContract } from '@gatehouse/contracts';
+import type { Trx } from './db.ts';
+
+/** An outbox row ready to publish: BullMQ queue, job name, deterministic job id, payload. */
+export interface OutboxRow {
+  id: string;
+  queue: string;
+  job_name: string;
+  job_id: string;
+  payload: Record<string, unknown>;
+}
+
+/**
+ * Writes the next job as an outbox row inside the caller's transaction (ARCHITECTURE
+ * correctness rule 2). The payload is validated against the queue's contract first; the queue
+ * is the release-specific one named by `payload.release`.
+ * @throws ZodError when the payload breaks the contract (the transaction should roll back).
+ */
+export async function enqueueInTransaction<T extends { release: string }>(
+  trx: Trx,
+  contract: QueueContract<T>,
+  payload: T,
+): Promise<OutboxRow> {
+  const parsed = contract.schema.parse(payload);
+  const row = await trx
+    .insertInto('outbox')
+    .values({
+      queue: queueName(contract.base, parsed.release),
+      job_name: contract.jobName,
+      job_id: contract.jobId(parsed),
+      payload: JSON.stringify(parsed),
+      release_id: parsed.release,
+    })
+    .returning(['id', 'queue', 'job_name', 'job_id', 'payload'])
+    .executeTakeFirstOrThrow();
+  return row as OutboxRow;
+}

@@ -1,0 +1,263 @@
+import type { ColumnType, Generated, JSONColumnType } from 'kysely';
+
+type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
+type Json<T extends object | null = Record<string, unknown> | unknown[]> = JSONColumnType<T, string, string>;
+
+/** Workflow states (SPEC §5). */
+export type WorkflowState =
+  | 'received'
+  | 'investigating'
+  | 'awaiting_approval'
+  | 'executing'
+  | 'completed'
+  | 'stopped'
+  | 'paused'
+  | 'needs_reconciliation';
+
+/** Action states (SPEC §5). */
+export type ActionStatus =
+  | 'proposed'
+  | 'normalized'
+  | 'pending_approval'
+  | 'approved'
+  | 'running'
+  | 'succeeded'
+  | 'failed'
+  | 'failed_unknown'
+  | 'denied'
+  | 'suppressed'
+  | 'superseded'
+  | 'compensated';
+
+/** Approval states. */
+export type ApprovalStatus = 'pending' | 'approved' | 'denied' | 'expired' | 'void' | 'used';
+
+/** Operation (idempotency ledger row) states. */
+export type OperationStatus = 'pending' | 'running' | 'succeeded' | 'failed' | 'failed_unknown';
+
+export interface WorkflowsTable {
+  id: string;
+  tenant: string;
+  ticket_id: string;
+  user_id: string;
+  pack: 'support' | 'change';
+  mode: 'investigate' | 'act';
+  text_sha256: string;
+  state: WorkflowState;
+  stop_reason: string | null;
+  next_step: string | null;
+  release_id: string;
+  policy_revision: string;
+  catalog_digest: string;
+  round: Generated<number>;
+  created_at: Timestamp;
+  updated_at: Timestamp;
+}
+
+export interface BudgetsTable {
+  workflow_id: string;
+  max_rounds: number;
+  max_tool_calls: number;
+  deadline_at: Timestamp;
+  max_spend_tokens: number;
+  rounds_used: Generated<number>;
+  tool_calls_used: Generated<number>;
+  tokens_used: Generated<number>;
+}
+
+export interface ConversationItemsTable {
+  id: Generated<string>;
+  workflow_id: string;
+  round: number;
+  kind: 'user_message' | 'assistant_message' | 'function_call' | 'function_call_output';
+  call_id: string | null;
+  item: Json<Record<string, unknown>>;
+  created_at: Timestamp;
+}
+
+export interface ModelTurnsTable {
+  workflow_id: string;
+  round: number;
+  response_id: string;
+  model: string;
+  input_sha256: string;
+  input_tokens: number;
+  output_tokens: number;
+  function_calls: number;
+  release_id: string;
+  created_at: Timestamp;
+}
+
+export interface ProposalsTable {
+  id: string;
+  workflow_id: string;
+  round: number;
+  call_id: string;
+  tool: string;
+  arguments_sha256: string;
+  status: 'received' | 'valid' | 'invalid';
+  validation_error: Json | null;
+  created_at: Timestamp;
+}
+
+export interface ActionsTable {
+  id: string;
+  workflow_id: string;
+  proposal_id: string;
+  call_id: string;
+  version: number;
+  supersedes_version: number | null;
+  tool: string;
+  target: string;
+  arguments: Json<Record<string, unknown>>;
+  digest: string;
+  decision: 'ALLOW' | 'DENY' | 'REQUIRE_APPROVAL';
+  rule_id: string;
+  policy_revision: string;
+  status: ActionStatus;
+  operation_key: string;
+  release_id: string;
+  facts: Json<Record<string, unknown>>;
+  created_at: Timestamp;
+  updated_at: Timestamp;
+}
+
+export interface ApprovalsTable {
+  id: string;
+  workflow_id: string;
+  action_id: string;
+  action_version: number;
+  action_digest: string;
+  policy_revision: string;
+  tool: string;
+  tenant: string;
+  region: string | null;
+  amount_cents: number | null;
+  requester: string;
+  rule_id: string;
+  status: ApprovalStatus;
+  approver: string | null;
+  reason: string | null;
+  release_id: string;
+  created_at: Timestamp;
+  expires_at: Timestamp;
+  decided_at: Timestamp | null;
+  used_at: Timestamp | null;
+}
+
+export interface OperationsTable {
+  key: string;
+  workflow_id: string;
+  action_id: string;
+  action_digest: string;
+  tool: string;
+  status: OperationStatus;
+  fencing_token: ColumnType<string, string | number | undefined, string | number>;
+  lease_owner: string | null;
+  lease_expires_at: Timestamp | null;
+  baseline: Json | null;
+  attempts: Generated<number>;
+  result: Json | null;
+  evidence_ref: string | null;
+  error: string | null;
+  release_id: string;
+  created_at: Timestamp;
+  updated_at: Timestamp;
+}
+
+export interface ToolSwitchesTable {
+  tool: string;
+  enabled: boolean;
+  changed_by: string;
+  changed_at: Timestamp;
+}
+
+export interface CredentialEpochsTable {
+  id: number;
+  epoch: number;
+  changed_by: string;
+  changed_at: Timestamp;
+}
+
+export interface OutboxTable {
+  id: Generated<string>;
+  queue: string;
+  job_name: string;
+  job_id: string;
+  payload: Json<Record<string, unknown>>;
+  release_id: string;
+  created_at: Timestamp;
+  published_at: Timestamp | null;
+}
+
+export interface DecisionLogTable {
+  id: Generated<string>;
+  workflow_id: string;
+  proposal_id: string | null;
+  action_id: string | null;
+  tool: string;
+  decision: string;
+  rule_id: string;
+  policy_revision: string;
+  detail: Json<Record<string, unknown>>;
+  created_at: Timestamp;
+}
+
+export interface ReleasesTable {
+  id: string;
+  manifest: Json<Record<string, unknown>>;
+  status: 'candidate' | 'active' | 'retired';
+  writes_enabled: Generated<boolean>;
+  created_at: Timestamp;
+  activated_at: Timestamp | null;
+}
+
+export interface AuditOutboxTable {
+  id: Generated<string>;
+  event: Json<Record<string, unknown>>;
+  created_at: Timestamp;
+}
+
+export interface AuditLogTable {
+  seq: string;
+  outbox_id: string;
+  event: Json<Record<string, unknown>>;
+  prev_hash: string;
+  hash: string;
+  chained_at: Timestamp;
+}
+
+export interface AuditAnchorsTable {
+  id: Generated<string>;
+  seq: string;
+  hash: string;
+  signature: string;
+  public_key: string;
+  created_at: Timestamp;
+}
+
+export interface AuditHeartbeatTable {
+  id: number;
+  beat_at: Timestamp;
+}
+
+/** The ledger's tables as Kysely sees them. */
+export interface DB {
+  workflows: WorkflowsTable;
+  budgets: BudgetsTable;
+  conversation_items: ConversationItemsTable;
+  model_turns: ModelTurnsTable;
+  proposals: ProposalsTable;
+  actions: ActionsTable;
+  approvals: ApprovalsTable;
+  operations: OperationsTable;
+  tool_switches: ToolSwitchesTable;
+  credential_epochs: CredentialEpochsTable;
+  outbox: OutboxTable;
+  decision_log: DecisionLogTable;
+  releases: ReleasesTable;
+  audit_outbox: AuditOutboxTable;
+  audit_log: AuditLogTable;
+  audit_anchors: AuditAnchorsTable;
+  audit_heartbeat: AuditHeartbeatTable;
+}

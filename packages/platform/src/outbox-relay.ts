@@ -1,0 +1,93 @@
+import { sql } from 'kysely';
+import { defaultJobOptions } from '@gatehouse/contracts';
+import type { Db, OutboxRow } from '@gatehouse/ledger';
+import type { QueueRegistry } from './queues.ts';
+import type { Logger } from './logger.ts';
+
+/**
+ * Publishes outbox rows to BullMQ (ARCHITECTURE correctness rule 2). The fast path is
+ * {@link OutboxRelay.publish}, called right after the transaction that wrote the rows commits,
+ * so no polling interval sits on the critical path. The sweep ({@link OutboxRelay.start}) is the
+ * recovery path for rows a crash left unpublished: it takes rows older than `graceMs` with
+ * `FOR UPDATE SKIP LOCKED`, so several relays never publish the same row at once (a double
+ * publish is harmless anyway: job ids are deterministic and consumers idempotent).
+ */
+export class OutboxRelay {
+  readonly #db: Db;
+  readonly #queues: QueueRegistry;
+  readonly #log: Logger;
+  #timer: NodeJS.Timeout | undefined;
+  #sweeping: Promise<void> | undefined;
+
+  constructor(db: Db, queues: QueueRegistry, log: Logger) {
+    this.#db = db;
+    this.#queues = queues;
+    this.#log = log;
+  }
+
+  /** Publishes committed rows and marks them published. Errors are logged; the sweep retries. */
+  async publish(rows: OutboxRow[]): Promise<void> {
+    if (!rows.length) return;
+    try {
+      await this.#add(rows);
+      await this.#db
+        .updateTable('outbox')
+        .set({ published_at: new Date() })
+        .where('id', 'in', rows.map((r) => r.id))
+        .execute();
+    } catch (err) {
+      this.#log.warn({ err: (err as Error).message, rows: rows.length }, 'outbox publish failed; sweep will retry');
+    }
+  }
+
+  async #add(rows: OutboxRow[]): Promise<void> {
+    for (const r of rows) {
+      await this.#queues.get(r.queue).add(r.job_name, r.payload, { ...defaultJobOptions, jobId: r.job_id });
+    }
+  }
+
+  /** One recovery pass; returns how many rows it published. */
+  async sweep(graceMs = 2000, limit = 200): Promise<number> {
+    return this.#db.transaction().execute(async (trx) => {
+      const rows = await trx
+        .selectFrom('outbox')
+        .select(['id', 'queue', 'job_name', 'job_id', 'payload'])
+        .where('published_at', 'is', null)
+        .where(sql<boolean>`created_at < now() - make_interval(secs => ${graceMs / 1000})`)
+        .orderBy('id')
+        .limit(limit)
+        .forUpdate()
+        .skipLocked()
+        .execute();
+      if (!rows.length) return 0;
+      await this.#add(rows as OutboxRow[]);
+      await trx
+        .updateTable('outbox')
+        .set({ published_at: new Date() })
+        .where('id', 'in', rows.map((r) => r.id))
+        .execute();
+      return rows.length;
+    });
+  }
+
+  /** Starts the periodic sweep every `intervalMs` (default 1000 ms). */
+  start(intervalMs = 1000): void {
+    this.#timer = setInterval(() => {
+      if (this.#sweeping) return;
+      this.#sweeping = this.sweep()
+        .then((n) => {
+          if (n) this.#log.info({ published: n }, 'outbox sweep published rows');
+        })
+        .catch((err: unknown) => this.#log.warn({ err: (err as Error).message }, 'outbox sweep failed'))
+        .finally(() => {
+          this.#sweeping = undefined;
+        });
+    }, intervalMs);
+    this.#timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.#timer);
+    await this.#sweeping;
+  }
+}

@@ -1,0 +1,64 @@
+import type { Worker } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { z, ZodObject, ZodRawShape } from 'zod';
+import { createDb, type Db } from '@gatehouse/ledger';
+import { parseEnv, type BaseEnv } from './env.ts';
+import { createLogger, type Logger } from './logger.ts';
+import { createRedis, QueueRegistry } from './queues.ts';
+import { OutboxRelay } from './outbox-relay.ts';
+
+/** What every service process holds: its env, logger, ledger pool, queues and outbox relay. */
+export interface ServiceContext<E> {
+  name: string;
+  env: E;
+  log: Logger;
+  db: Db;
+  redis: Redis;
+  queues: QueueRegistry;
+  relay: OutboxRelay;
+  /** Readiness checks for `/readyz`: Postgres and Redis answer. */
+  readyChecks: Record<string, () => Promise<void>>;
+  /** Closes workers, relay, queues, Redis and the pool (in that order). */
+  close: (workers?: Worker[]) => Promise<void>;
+}
+
+/**
+ * Builds the context of one service from the environment (base settings plus `extra`).
+ * @throws Error listing every invalid environment variable.
+ */
+export function createServiceContext<S extends ZodRawShape>(
+  name: string,
+  extra: S,
+  source: Record<string, string | undefined> = process.env,
+): ServiceContext<BaseEnv & z.output<ZodObject<S>>> {
+  const env = parseEnv(extra, source);
+  const log = createLogger(name);
+  const db = createDb(env.DATABASE_URL);
+  const redis = createRedis(env.REDIS_URL);
+  const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
+  const relay = new OutboxRelay(db, queues, log);
+  return {
+    name,
+    env,
+    log,
+    db,
+    redis,
+    queues,
+    relay,
+    readyChecks: {
+      postgres: async () => {
+        await db.selectNoFrom((eb) => eb.val(1).as('one')).execute();
+      },
+      redis: async () => {
+        if ((await redis.ping()) !== 'PONG') throw new Error('redis did not answer PONG');
+      },
+    },
+    close: async (workers = []) => {
+      await Promise.all(workers.map((w) => w.close()));
+      await relay.stop();
+      await queues.close();
+      redis.disconnect();
+      await db.destroy();
+    },
+  };
+}

@@ -1,0 +1,3 @@
+export * from './bundle.ts';
+export * from './support.rules.ts';
+export * from './eligibility.ts';

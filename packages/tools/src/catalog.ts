@@ -1,0 +1,105 @@
+import { z } from 'zod';
+import { canonicalOrderId, toCents } from './normalize.ts';
+
+/** How a tool touches the world (SPEC §2). */
+export type EffectClass = 'sensitive_read' | 'remote_write_money' | 'remote_write' | 'external_send';
+
+/** How failures may be retried (SPEC §2 "retry class"). */
+export type RetryClass = 'bounded_read' | 'idempotent_write' | 'at_most_once_readback' | 'at_most_once';
+
+/** Downstream system a tool's adapter calls, and the delegated-token audience for it. */
+export type Downstream = 'orders' | 'payments' | 'mail';
+
+/** Normalized arguments: JSON values only, nullable fields are `null`, amounts in cents. */
+export type NormalizedArgs = Record<string, string | number | null>;
+
+/**
+ * A fixed tool of a pack. `args` is the single source of the contract: it yields the strict JSON
+ * Schema sent to the Responses API and validates at run time (the runtime validator is the
+ * authority; `maxLength` is unreliable in strict mode).
+ */
+export interface ToolDefinition {
+  name: string;
+  description: string;
+  effectClass: EffectClass;
+  retryClass: RetryClass;
+  downstream: Downstream;
+  /** Delegated scope a user must hold for this tool (SPEC §3 R1) and the token's `scope`. */
+  scope: string;
+  /** Whether the tool changes the world (offered only in `act` mode). */
+  consequential: boolean;
+  args: z.ZodObject;
+  /** Turns validated arguments into the normalized action arguments. */
+  normalize: (args: Record<string, unknown>) => NormalizedArgs;
+  /** The object the action targets (the order id): one logical action per tool + target. */
+  target: (args: NormalizedArgs) => string;
+}
+
+const orderId = z.string().describe('Order id, e.g. O-1002');
+
+/** The support pack (SPEC §2). */
+export const supportTools: readonly ToolDefinition[] = [
+  {
+    name: 'lookup_order',
+    description: 'Look up an order: status, region, amount paid, refunds and shipments.',
+    effectClass: 'sensitive_read',
+    retryClass: 'bounded_read',
+    downstream: 'orders',
+    scope: 'orders:read',
+    consequential: false,
+    args: z.strictObject({ orderId }),
+    normalize: (a) => ({ orderId: canonicalOrderId(a.orderId as string) }),
+    target: (a) => String(a.orderId),
+  },
+  {
+    name: 'issue_refund',
+    description: 'Refund part or all of an order to the customer. Amount in currency units, e.g. "30.00".',
+    effectClass: 'remote_write_money',
+    retryClass: 'idempotent_write',
+    downstream: 'payments',
+    scope: 'refund:create',
+    consequential: true,
+    args: z.strictObject({
+      orderId,
+      amount: z.union([z.string(), z.number()]).describe('Amount in currency units, at most two decimals'),
+      reason: z.string().max(240).describe('Short reason for the refund'),
+    }),
+    normalize: (a) => ({
+      orderId: canonicalOrderId(a.orderId as string),
+      amountCents: toCents(a.amount as string | number),
+      reason: (a.reason as string).trim(),
+    }),
+    target: (a) => String(a.orderId),
+  },
+  {
+    name: 'reship_order',
+    description: 'Ship a replacement for an order that was shipped.',
+    effectClass: 'remote_write',
+    retryClass: 'at_most_once_readback',
+    downstream: 'orders',
+    scope: 'reship:create',
+    consequential: true,
+    args: z.strictObject({ orderId }),
+    normalize: (a) => ({ orderId: canonicalOrderId(a.orderId as string) }),
+    target: (a) => String(a.orderId),
+  },
+  {
+    name: 'notify_customer',
+    description: "Email the order's customer one of the fixed templates.",
+    effectClass: 'external_send',
+    retryClass: 'at_most_once',
+    downstream: 'mail',
+    scope: 'mail:send',
+    consequential: true,
+    args: z.strictObject({ orderId, template: z.enum(['refund_issued', 'reship_created', 'apology']) }),
+    normalize: (a) => ({ orderId: canonicalOrderId(a.orderId as string), template: a.template as string }),
+    target: (a) => String(a.orderId),
+  },
+];
+
+const byName = new Map(supportTools.map((t) => [t.name, t]));
+
+/** The tool called `name`, or `undefined` for an unknown tool. */
+export function findTool(name: string): ToolDefinition | undefined {
+  return byName.get(name);
+}

@@ -1,0 +1,5 @@
+export * from './normalize.ts';
+export * from './catalog.ts';
+export * from './strict-schema.ts';
+export * from './parse.ts';
+export * from './output-boundary.ts';

@@ -1,0 +1,55 @@
+/**
+ * Normalization happens once, here; the normalized object feeds policy, the approval display,
+ * the action digest, the idempotency key and the adapter alike (SPEC §3: "30.00", 30 and 30.0
+ * are the same amount).
+ */
+
+/** Thrown for a value that cannot be normalized; `field` names the argument. */
+export class NormalizationError extends Error {
+  override name = 'NormalizationError';
+  readonly field: string;
+  constructor(field: string, message: string) {
+    super(message);
+    this.field = field;
+  }
+}
+
+const DECIMAL = /^-?\d{1,9}(\.\d{1,2})?$/;
+
+/**
+ * Converts a decimal amount in currency units (string `"30.00"`, `"30"` or number `30`, `30.0`)
+ * to integer cents. Accepts at most two decimals and at most 9 integer digits.
+ * @throws NormalizationError for more than two decimals, exponents, `NaN`/`Infinity`,
+ *   negative zero, or non-numeric strings.
+ */
+export function toCents(value: string | number, field = 'amount'): number {
+  let text: string;
+  if (typeof value === 'number') {
+    if (!Number.isFinite(value)) throw new NormalizationError(field, 'amount must be a finite number');
+    if (Object.is(value, -0)) throw new NormalizationError(field, 'negative zero is not an amount');
+    text = String(value);
+  } else {
+    text = value.trim();
+  }
+  if (!DECIMAL.test(text)) {
+    throw new NormalizationError(field, 'amount must be a decimal with at most two decimals, e.g. "30.00"');
+  }
+  const negative = text.startsWith('-');
+  const [whole = '0', frac = ''] = text.replace('-', '').split('.');
+  const cents = Number(whole) * 100 + Number(frac.padEnd(2, '0'));
+  if (negative && cents === 0) throw new NormalizationError(field, 'negative zero is not an amount');
+  return negative ? -cents : cents;
+}
+
+/** Order ids are canonical upper case: `o-1002` means `O-1002` (docs/decisions/0004). */
+export const ORDER_ID = /^[A-Z]-\d{4}$/;
+
+/**
+ * Canonicalizes an order id (trim, upper case).
+ * @throws NormalizationError when the result is not `<letter>-<4 digits>`.
+ */
+export function canonicalOrderId(value: string, field = 'orderId'): string {
+  const id = value.trim().toUpperCase();
+  if (!ORDER_ID.test(id)) throw new NormalizationError(field, 'orderId must look like O-1002');
+  return id;
+}

@@ -1,0 +1,73 @@
+/**
+ * The untrusted-output boundary (SPEC §4 invariant 7): every tool result is reduced to the
+ * fields the next decision needs, redacted, bounded and labelled before it can reach the model,
+ * logs or audit.
+ */
+
+/** Largest serialized output handed to the model, bytes (8 KiB). */
+export const MAX_OUTPUT_BYTES = 8 * 1024;
+/** Longest string kept, characters. */
+export const MAX_STRING_CHARS = 1000;
+/** Marker appended where something was cut. */
+export const TRUNCATION_MARKER = '…[truncated]';
+
+/** Secret shapes that never leave the boundary: API keys, bearer tokens, JWTs, canaries. */
+const SECRET_PATTERNS: RegExp[] = [
+  /CANARY_SECRET_[A-Za-z0-9_-]*/g,
+  /sk-[A-Za-z0-9_-]{6,}/g,
+  /Bearer\s+[A-Za-z0-9._~+/=-]{8,}/gi,
+  /eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}/g,
+];
+
+/** Replaces every secret shape in `text` with `[redacted]`. */
+export function redactSecrets(text: string): string {
+  return SECRET_PATTERNS.reduce((t, re) => t.replace(re, '[redacted]'), text);
+}
+
+function boundValue(value: unknown, depth: number): unknown {
+  if (typeof value === 'string') {
+    const clean = redactSecrets(value);
+    return clean.length > MAX_STRING_CHARS ? clean.slice(0, MAX_STRING_CHARS) + TRUNCATION_MARKER : clean;
+  }
+  if (value === null || typeof value === 'number' || typeof value === 'boolean') return value;
+  if (depth > 6) return TRUNCATION_MARKER;
+  if (Array.isArray(value)) return value.slice(0, 50).map((v) => boundValue(v, depth + 1));
+  if (typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value as Record<string, unknown>).slice(0, 50)) {
+      out[redactSecrets(k).slice(0, 100)] = boundValue(v, depth + 1);
+    }
+    return out;
+  }
+  return null;
+}
+
+/** A model-safe tool output: provenance label plus the bounded data. */
+export interface SafeOutput extends Record<string, unknown> {
+  source: string;
+  trust: 'untrusted-tool-output' | 'gatehouse';
+  truncated?: true;
+}
+
+/**
+ * Redacts and bounds `data` (strings ≤ {@link MAX_STRING_CHARS}, whole output ≤
+ * {@link MAX_OUTPUT_BYTES} bytes, with {@link TRUNCATION_MARKER} where cut) and labels it
+ * `{source: tool, trust}`. Outcomes Gatehouse itself produced (denials, validation results) are
+ * labelled `trust: "gatehouse"`.
+ */
+export function toSafeOutput(
+  source: string,
+  data: Record<string, unknown>,
+  trust: SafeOutput['trust'] = 'untrusted-tool-output',
+): SafeOutput {
+  const bounded = boundValue(data, 0) as Record<string, unknown>;
+  const out: SafeOutput = { source, trust, ...bounded };
+  let text = JSON.stringify(out);
+  if (Buffer.byteLength(text) <= MAX_OUTPUT_BYTES) return out;
+  // Too large: keep the label and a cut, still-valid JSON preview of the data.
+  const room = MAX_OUTPUT_BYTES - 200;
+  text = redactSecrets(JSON.stringify(bounded));
+  let preview = text.slice(0, room);
+  while (Buffer.byteLength(preview) > room) preview = preview.slice(0, -64);
+  return { source, trust, truncated: true, preview: preview + TRUNCATION_MARKER };
+}

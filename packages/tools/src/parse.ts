@@ -1,0 +1,55 @@
+import { findTool, type NormalizedArgs, type ToolDefinition } from './catalog.ts';
+import { NormalizationError } from './normalize.ts';
+
+/** A bounded validation result returned to the model as the call's function_call_output. */
+export interface ValidationFailure {
+  ok: false;
+  error: 'unknown_tool' | 'malformed_arguments' | 'invalid_arguments';
+  /** At most 5 issues, each at most 200 characters. */
+  issues: string[];
+}
+
+export interface ParsedProposal {
+  ok: true;
+  tool: ToolDefinition;
+  args: NormalizedArgs;
+  target: string;
+}
+
+const bound = (s: string): string => (s.length > 200 ? `${s.slice(0, 197)}...` : s);
+
+/**
+ * Closed parsing of a function_call: known tool, `arguments` a JSON object text (one value, no
+ * trailing data), exactly the contract's fields with the right types, then normalization.
+ * Never throws; any failure is a {@link ValidationFailure}.
+ */
+export function parseProposal(name: string, rawArguments: string): ParsedProposal | ValidationFailure {
+  const tool = findTool(name);
+  if (!tool) return { ok: false, error: 'unknown_tool', issues: [bound(`no tool named ${name}`)] };
+  let value: unknown;
+  try {
+    value = JSON.parse(rawArguments);
+  } catch {
+    return { ok: false, error: 'malformed_arguments', issues: ['arguments are not one JSON object'] };
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    return { ok: false, error: 'malformed_arguments', issues: ['arguments must be a JSON object'] };
+  }
+  const checked = tool.args.safeParse(value);
+  if (!checked.success) {
+    return {
+      ok: false,
+      error: 'invalid_arguments',
+      issues: checked.error.issues.slice(0, 5).map((i) => bound(`${i.path.join('.') || '(root)'}: ${i.message}`)),
+    };
+  }
+  try {
+    const args = tool.normalize(checked.data);
+    return { ok: true, tool, args, target: tool.target(args) };
+  } catch (err) {
+    if (err instanceof NormalizationError) {
+      return { ok: false, error: 'invalid_arguments', issues: [bound(`${err.field}: ${err.message}`)] };
+    }
+    throw err;
+  }
+}

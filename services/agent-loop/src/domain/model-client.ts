@@ -1,0 +1,11 @@
+import OpenAI from 'openai';
+
+/**
+ * The official `openai` client pointed at `baseURL` (the model-stub locally). Retries 429/5xx
+ * and timeouts itself (`maxRetries`, honouring `retry-after-ms`); a 400 surfaces as
+ * `OpenAI.BadRequestError`. With `OPENAI_API_KEY` set and `baseURL` unset, the same code talks
+ * to the real API.
+ */
+export function createModelClient(opts: { apiKey: string; baseURL: string | undefined; timeoutMs: number }): OpenAI {
+  return new OpenAI({ apiKey: opts.apiKey, baseURL: opts.baseURL, timeout: opts.timeoutMs, maxRetries: 2 });
+}

@@ -1,0 +1,43 @@
+import { recordAudit, type Trx, type WorkflowState } from '@gatehouse/ledger';
+
+/** Reasons a workflow stops (SPEC §5). */
+export type StopReason =
+  | 'validation_failed'
+  | 'denied'
+  | 'approval_expired'
+  | 'budget_exhausted'
+  | 'audit_unavailable'
+  | 'tool_disabled'
+  | 'quarantined'
+  | 'model_error';
+
+/** Human-readable next step for the rep, per stop reason. */
+export const NEXT_STEP: Record<StopReason, string> = {
+  validation_failed: 'The agent kept proposing invalid actions; handle the ticket by hand or resubmit it with clearer text.',
+  denied: 'Policy denied the request; see the denied actions and their rules.',
+  approval_expired: 'The approval expired before anyone decided; send a follow-up message to ask again.',
+  budget_exhausted: 'The run used its whole budget; review what it did and resubmit the remaining work as a new ticket.',
+  audit_unavailable: 'Audit storage was unavailable, so nothing consequential ran; retry once on-call reports audit healthy.',
+  tool_disabled: 'A tool was switched off by on-call; the workflow resumes when it is switched back on.',
+  quarantined: 'The job belonged to a release under rollback; on-call must requeue or discard it.',
+  model_error: 'The model rejected the request; on-call should check the model service, then resubmit.',
+};
+
+/** States from which nothing more happens without a person. */
+export const TERMINAL_STATES: ReadonlySet<WorkflowState> = new Set(['completed', 'stopped', 'needs_reconciliation']);
+
+/** Moves a workflow to `stopped(reason)` with its next step, and audits it. */
+export async function stopWorkflow(trx: Trx, wf: { id: string; release_id: string }, reason: StopReason): Promise<void> {
+  await trx
+    .updateTable('workflows')
+    .set({ state: 'stopped', stop_reason: reason, next_step: NEXT_STEP[reason], updated_at: new Date() })
+    .where('id', '=', wf.id)
+    .execute();
+  await recordAudit(trx, {
+    type: 'run.stopped',
+    service: 'agent-loop',
+    runId: wf.id,
+    outcome: reason,
+    revisions: { release: wf.release_id },
+  });
+}

@@ -1,0 +1,15 @@
+import { z } from 'zod';
+
+/** agent-loop settings beyond the base ones. Budgets are per workflow. */
+export const agentLoopEnv = {
+  AGENT_LOOP_PORT: z.coerce.number().int().min(0).max(65535).default(7101),
+  MODEL_NAME: z.string().default('gatehouse-stub-1'),
+  /** Key for the model API; the stub accepts any non-empty key. */
+  OPENAI_API_KEY: z.string().min(1).default('stub-key'),
+  MAX_ROUNDS: z.coerce.number().int().positive().default(12),
+  MAX_TOOL_CALLS: z.coerce.number().int().positive().default(12),
+  WALL_TIME_SECONDS: z.coerce.number().int().positive().default(900),
+  MAX_SPEND_TOKENS: z.coerce.number().int().positive().default(200_000),
+  /** Per-request timeout for the model, ms. */
+  MODEL_TIMEOUT_MS: z.coerce.number().int().positive().default(30_000),
+};

@@ -1,0 +1,135 @@
+import { Router } from 'express';
+import { z } from 'zod';
+import { turnsQueue } from '@gatehouse/contracts';
+import { enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
+import { ConflictError, parseBody, UserError, type OutboxRelay } from '@gatehouse/platform';
+import type { AuthedRequest } from './auth.ts';
+import { unansweredCalls } from '../domain/transcript.ts';
+
+const MessageSchema = z.strictObject({ text: z.string().min(1).max(8000) });
+const Id = z.uuid();
+
+/** Loads a workflow of the caller's tenant; another tenant's id is indistinguishable from none. */
+async function ownWorkflow(db: Db, id: string, tenant: string) {
+  if (!Id.safeParse(id).success) throw new UserError('not_found', 'no such workflow', { status: 404 });
+  const wf = await db.selectFrom('workflows').selectAll().where('id', '=', id).where('tenant', '=', tenant).executeTakeFirst();
+  if (!wf) throw new UserError('not_found', 'no such workflow', { status: 404 });
+  return wf;
+}
+
+/**
+ * `GET /v1/workflows/:id` (state, actions, pending approvals, terminal reason and next step)
+ * and `POST /v1/workflows/:id/messages` (a rep's follow-up; unclaimed actions are superseded
+ * first, SPEC §9). The rep may read only their tenant's workflows (404 otherwise).
+ */
+export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
+  const router = Router();
+  router.get('/v1/workflows/:id', async (req, res) => {
+    const { user } = req as unknown as AuthedRequest;
+    const wf = await ownWorkflow(cfg.db, String(req.params.id), user.tenant);
+    const actions = await cfg.db
+      .selectFrom('actions')
+      .selectAll()
+      .where('workflow_id', '=', wf.id)
+      .orderBy('version')
+      .execute();
+    const approvals = await cfg.db
+      .selectFrom('approvals')
+      .select(['id', 'action_id', 'action_version', 'action_digest', 'status', 'expires_at', 'rule_id'])
+      .where('workflow_id', '=', wf.id)
+      .where('status', 'in', ['pending', 'approved'])
+      .execute();
+    res.json({
+      workflowId: wf.id,
+      ticketId: wf.ticket_id,
+      mode: wf.mode,
+      pack: wf.pack,
+      state: wf.state,
+      stopReason: wf.stop_reason,
+      nextStep: wf.next_step,
+      release: wf.release_id,
+      policyRevision: wf.policy_revision,
+      round: wf.round,
+      actions: actions.map((a) => ({
+        actionId: a.id,
+        callId: a.call_id,
+        tool: a.tool,
+        target: a.target,
+        arguments: a.arguments,
+        version: a.version,
+        supersedesVersion: a.supersedes_version,
+        digest: a.digest,
+        decision: a.decision,
+        ruleId: a.rule_id,
+        policyRevision: a.policy_revision,
+        status: a.status,
+        operationKey: a.operation_key,
+      })),
+      pendingApprovals: approvals.map((p) => ({
+        approvalId: p.id,
+        actionId: p.action_id,
+        actionVersion: p.action_version,
+        actionDigest: p.action_digest,
+        status: p.status,
+        ruleId: p.rule_id,
+        expiresAt: new Date(p.expires_at).toISOString(),
+      })),
+    });
+  });
+
+  router.post('/v1/workflows/:id/messages', async (req, res) => {
+    const { user } = req as unknown as AuthedRequest;
+    const body = parseBody(MessageSchema, req.body);
+    const wf0 = await ownWorkflow(cfg.db, String(req.params.id), user.tenant);
+    const rows = await inTransaction(cfg.db, async (trx) => {
+      const wf = await trx.selectFrom('workflows').selectAll().where('id', '=', wf0.id).forUpdate().executeTakeFirstOrThrow();
+      if (wf.state === 'stopped' || wf.state === 'needs_reconciliation') {
+        throw new ConflictError('workflow_not_running', `workflow is ${wf.state}; submit a new ticket`);
+      }
+      // Supersede every action not yet claimed for execution: void its approval and answer its
+      // call, so the pairing rule holds and no stale approval can be consumed.
+      const unclaimed = await trx
+        .selectFrom('actions')
+        .select(['id', 'call_id', 'version', 'tool'])
+        .where('workflow_id', '=', wf.id)
+        .where('status', 'in', ['pending_approval', 'approved'])
+        .forUpdate()
+        .execute();
+      for (const a of unclaimed) {
+        await trx.updateTable('actions').set({ status: 'superseded', updated_at: new Date() }).where('id', '=', a.id).execute();
+        const voided = await trx
+          .updateTable('approvals')
+          .set({ status: 'void', decided_at: new Date() })
+          .where('action_id', '=', a.id)
+          .where('status', 'in', ['pending', 'approved'])
+          .returning('id')
+          .execute();
+        for (const v of voided) {
+          await recordAudit(trx, { type: 'approval.voided', service: 'agent-loop', runId: wf.id, tool: a.tool, approvalId: v.id, actionVersion: a.version, callId: a.call_id, outcome: 'superseded', revisions: { release: wf.release_id } });
+        }
+        await trx
+          .insertInto('conversation_items')
+          .values({
+            workflow_id: wf.id,
+            round: wf.round,
+            kind: 'function_call_output',
+            call_id: a.call_id,
+            item: JSON.stringify({ type: 'function_call_output', call_id: a.call_id, output: JSON.stringify({ source: a.tool, trust: 'gatehouse', executed: false, reason: 'superseded' }) }),
+          })
+          .onConflict((oc) => oc.columns(['workflow_id', 'kind', 'call_id']).where('call_id', 'is not', null).doNothing())
+          .execute();
+      }
+      await trx
+        .insertInto('conversation_items')
+        .values({ workflow_id: wf.id, round: wf.round, kind: 'user_message', call_id: null, item: JSON.stringify({ role: 'user', content: body.text }) })
+        .execute();
+      // The next round starts now if no call is still in flight; otherwise the last result starts it.
+      if ((await unansweredCalls(trx, wf.id)).length) return [] as OutboxRow[];
+      await trx.updateTable('workflows').set({ state: 'investigating', next_step: null, updated_at: new Date() }).where('id', '=', wf.id).execute();
+      return [await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 })];
+    });
+    await cfg.relay.publish(rows);
+    res.status(202).json({ workflowId: wf0.id });
+  });
+  return router;
+}

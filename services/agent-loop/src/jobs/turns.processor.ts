@@ -1,0 +1,166 @@
+import OpenAI from 'openai';
+import type { TurnJob } from '@gatehouse/contracts';
+import { proposalsQueue } from '@gatehouse/contracts';
+import { enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
+import type { Logger, OutboxRelay } from '@gatehouse/platform';
+import { eligibleTools } from '@gatehouse/policy';
+import { supportTools, toFunctionTool } from '@gatehouse/tools';
+import { loadWorld, sha256Hex, canonicalJson } from '@gatehouse/contracts';
+import { randomUUID } from 'node:crypto';
+import { PROMPT_HASH, SUPPORT_INSTRUCTIONS } from '../domain/instructions.ts';
+import { loadTranscript } from '../domain/transcript.ts';
+import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
+
+/** Dependencies of {@link processTurn}. */
+export interface TurnDeps {
+  db: Db;
+  relay: OutboxRelay;
+  log: Logger;
+  model: OpenAI;
+  modelName: string;
+}
+
+type FunctionCallItem = { type: 'function_call'; call_id: string; name: string; arguments: string };
+
+/**
+ * Runs one model round of a workflow (queue `turns`). Budgets are checked before the request
+ * is sent; the response's function calls are recorded as proposals and handed to the policy
+ * gateway through the outbox, in the same transaction. A redelivered job for a round already
+ * recorded is a no-op.
+ */
+export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
+  const { db, log } = deps;
+  const wf = await db.selectFrom('workflows').selectAll().where('id', '=', job.workflowId).executeTakeFirst();
+  if (!wf) return 'unknown_workflow';
+  if (TERMINAL_STATES.has(wf.state) || wf.round >= job.round) return 'already_done';
+  const budget = await db.selectFrom('budgets').selectAll().where('workflow_id', '=', wf.id).executeTakeFirstOrThrow();
+
+  // Bounds are checked before dispatch (SPEC §4 invariant 6).
+  const overBudget =
+    budget.rounds_used + 1 > budget.max_rounds ||
+    Date.now() > new Date(budget.deadline_at).getTime() ||
+    budget.tokens_used >= budget.max_spend_tokens;
+  if (overBudget) {
+    await inTransaction(db, (trx) => stopWorkflow(trx, wf, 'budget_exhausted'));
+    return 'budget_exhausted';
+  }
+
+  const tools = eligibleTools(supportTools, wf, loadWorld().agent.grantedTools).map(toFunctionTool);
+  const input = await loadTranscript(db, wf.id);
+  let response: OpenAI.Responses.Response;
+  const started = Date.now();
+  try {
+    response = await deps.model.responses.create({
+      model: deps.modelName,
+      instructions: SUPPORT_INSTRUCTIONS,
+      input: input as unknown as OpenAI.Responses.ResponseInput,
+      tools,
+      tool_choice: tools.length ? 'auto' : 'none',
+      parallel_tool_calls: true,
+      store: false,
+      metadata: { workflow_id: wf.id, ticket_id: wf.ticket_id, release: wf.release_id },
+    });
+  } catch (err) {
+    if (err instanceof OpenAI.APIError && err.status !== undefined && err.status >= 400 && err.status < 500 && err.status !== 408 && err.status !== 429) {
+      log.error({ workflowId: wf.id, status: err.status }, 'model rejected the request');
+      await inTransaction(db, (trx) => stopWorkflow(trx, wf, 'model_error'));
+      return 'model_error';
+    }
+    throw err; // transient: the queue retries the round (no call was recorded)
+  }
+
+  const calls = response.output.filter((o): o is OpenAI.Responses.ResponseFunctionToolCall => o.type === 'function_call');
+  const rows = await inTransaction(db, async (trx) => {
+    const locked = await trx.selectFrom('workflows').selectAll().where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
+    if (TERMINAL_STATES.has(locked.state) || locked.round >= job.round) return [] as OutboxRow[];
+    const b = await trx.selectFrom('budgets').selectAll().where('workflow_id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
+    const usage = response.usage;
+    await trx
+      .insertInto('model_turns')
+      .values({
+        workflow_id: wf.id,
+        round: job.round,
+        response_id: response.id,
+        model: response.model,
+        input_sha256: sha256Hex(canonicalJson(input)),
+        input_tokens: usage?.input_tokens ?? 0,
+        output_tokens: usage?.output_tokens ?? 0,
+        function_calls: calls.length,
+        release_id: wf.release_id,
+      })
+      .execute();
+    await trx
+      .updateTable('budgets')
+      .set({ rounds_used: b.rounds_used + 1, tokens_used: b.tokens_used + (usage?.total_tokens ?? 0) })
+      .where('workflow_id', '=', wf.id)
+      .execute();
+    await recordAudit(trx, {
+      type: 'model.response',
+      service: 'agent-loop',
+      runId: wf.id,
+      step: job.round,
+      outcome: calls.length ? `function_calls:${calls.length}` : 'message',
+      latencyMs: Date.now() - started,
+      revisions: { model: response.model, promptHash: PROMPT_HASH, toolCatalog: wf.catalog_digest, policy: wf.policy_revision, release: wf.release_id },
+    });
+
+    if (!calls.length) {
+      const text = response.output_text.slice(0, 4000);
+      await trx
+        .insertInto('conversation_items')
+        .values({ workflow_id: wf.id, round: job.round, kind: 'assistant_message', call_id: null, item: JSON.stringify({ role: 'assistant', content: text }) })
+        .execute();
+      await trx
+        .updateTable('workflows')
+        .set({ state: 'completed', round: job.round, next_step: 'Nothing left to do: read the agent’s final message.', updated_at: new Date() })
+        .where('id', '=', wf.id)
+        .execute();
+      await recordAudit(trx, { type: 'run.completed', service: 'agent-loop', runId: wf.id, step: job.round, outcome: 'completed', revisions: { release: wf.release_id } });
+      return [] as OutboxRow[];
+    }
+
+    if (b.tool_calls_used + calls.length > b.max_tool_calls) {
+      // The calls are never dispatched nor added to the transcript, so no call is left unanswered.
+      await stopWorkflow(trx, wf, 'budget_exhausted');
+      return [] as OutboxRow[];
+    }
+    await trx.updateTable('budgets').set({ tool_calls_used: b.tool_calls_used + calls.length }).where('workflow_id', '=', wf.id).execute();
+    await trx.updateTable('workflows').set({ state: 'investigating', round: job.round, updated_at: new Date() }).where('id', '=', wf.id).execute();
+
+    const out: OutboxRow[] = [];
+    for (const call of calls) {
+      const item: FunctionCallItem = { type: 'function_call', call_id: call.call_id, name: call.name, arguments: call.arguments };
+      await trx
+        .insertInto('conversation_items')
+        .values({ workflow_id: wf.id, round: job.round, kind: 'function_call', call_id: call.call_id, item: JSON.stringify(item) })
+        .execute();
+      const proposalId = randomUUID();
+      await trx
+        .insertInto('proposals')
+        .values({
+          id: proposalId,
+          workflow_id: wf.id,
+          round: job.round,
+          call_id: call.call_id,
+          tool: call.name.slice(0, 200),
+          arguments_sha256: sha256Hex(call.arguments),
+          status: 'received',
+          validation_error: null,
+        })
+        .execute();
+      await recordAudit(trx, {
+        type: 'proposal.received',
+        service: 'agent-loop',
+        runId: wf.id,
+        step: job.round,
+        tool: call.name.slice(0, 200),
+        callId: call.call_id,
+        revisions: { toolCatalog: wf.catalog_digest, release: wf.release_id },
+      });
+      out.push(await enqueueInTransaction(trx, proposalsQueue, { release: wf.release_id, workflowId: wf.id, proposalId, callId: call.call_id }));
+    }
+    return out;
+  });
+  await deps.relay.publish(rows);
+  return rows.length ? `proposed:${rows.length}` : 'recorded';
+}

@@ -1,0 +1,46 @@
+import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, startWorkers } from '@gatehouse/platform';
+import { turnsQueue, resultsQueue, type TurnJob, type ResultJob } from '@gatehouse/contracts';
+import { supportTools, catalogDigest } from '@gatehouse/tools';
+import { loadSupportBundle } from '@gatehouse/policy';
+import { agentLoopEnv } from './env.ts';
+import { requireUser } from './http/auth.ts';
+import { ticketsRouter } from './http/tickets.router.ts';
+import { workflowsRouter } from './http/workflows.router.ts';
+import { createModelClient } from './domain/model-client.ts';
+import { processTurn } from './jobs/turns.processor.ts';
+import { processResult } from './jobs/results.processor.ts';
+
+const ctx = createServiceContext('agent-loop', { ...agentLoopEnv, POLICY_REVISION: (await import('zod')).z.string().default('support-p1') });
+const { env, log, db, relay } = ctx;
+const bundle = loadSupportBundle(env.POLICY_REVISION);
+const digest = catalogDigest(supportTools); // fails at boot if a tool schema is not strict-mode valid
+const model = createModelClient({ apiKey: env.OPENAI_API_KEY, baseURL: env.MODEL_BASE_URL, timeoutMs: env.MODEL_TIMEOUT_MS });
+
+const verifier = env.GATEHOUSE_AUTH_JWKS_URL ? { jwksUrl: env.GATEHOUSE_AUTH_JWKS_URL } : { secret: env.GATEHOUSE_AUTH_SECRET };
+const app = createHttpApp('agent-loop', ctx.readyChecks);
+app.use('/v1', requireUser(verifier));
+app.use(
+  ticketsRouter({
+    db,
+    relay,
+    release: env.GATEHOUSE_RELEASE,
+    policyRevision: bundle.revision,
+    catalogDigest: digest,
+    auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+    budgets: { maxRounds: env.MAX_ROUNDS, maxToolCalls: env.MAX_TOOL_CALLS, wallTimeSeconds: env.WALL_TIME_SECONDS, maxSpendTokens: env.MAX_SPEND_TOKENS },
+  }),
+);
+app.use(workflowsRouter({ db, relay }));
+finishApp(app, log);
+
+const workers = startWorkers(
+  [
+    { contract: turnsQueue, handler: (p: TurnJob) => processTurn(p, { db, relay, log, model, modelName: env.MODEL_NAME }) },
+    { contract: resultsQueue, handler: (p: ResultJob) => processResult(p, { db, relay }) },
+  ] as never,
+  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log },
+);
+relay.start();
+const { server, port } = await listen(app, env.AGENT_LOOP_PORT);
+log.info({ port, release: env.GATEHOUSE_RELEASE }, 'agent-loop ready');
+installShutdown(log, [() => ctx.close(workers), () => closeServer(server)]);
