@@ -6,3 +6,4 @@ export * from './shutdown.ts';
 export * from './queues.ts';
 export * from './outbox-relay.ts';
 export * from './service-context.ts';
+export * from './auth.ts';

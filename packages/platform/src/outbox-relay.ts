@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { defaultJobOptions } from '@gatehouse/contracts';
+import { jobOptionsFor } from '@gatehouse/contracts';
 import type { Db, OutboxRow } from '@gatehouse/ledger';
 import type { QueueRegistry } from './queues.ts';
 import type { Logger } from './logger.ts';
@@ -42,7 +42,7 @@ export class OutboxRelay {
 
   async #add(rows: OutboxRow[]): Promise<void> {
     for (const r of rows) {
-      await this.#queues.get(r.queue).add(r.job_name, r.payload, { ...defaultJobOptions, jobId: r.job_id });
+      await this.#queues.get(r.queue).add(r.job_name, r.payload, { ...jobOptionsFor(r.queue), jobId: r.job_id });
     }
   }
 

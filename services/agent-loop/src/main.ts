@@ -1,9 +1,9 @@
-import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, startWorkers } from '@gatehouse/platform';
+import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, startWorkers, requireUser } from '@gatehouse/platform';
 import { turnsQueue, resultsQueue, type TurnJob, type ResultJob } from '@gatehouse/contracts';
 import { supportTools, catalogDigest } from '@gatehouse/tools';
 import { loadSupportBundle } from '@gatehouse/policy';
 import { agentLoopEnv } from './env.ts';
-import { requireUser } from './http/auth.ts';
+
 import { ticketsRouter } from './http/tickets.router.ts';
 import { workflowsRouter } from './http/workflows.router.ts';
 import { createModelClient } from './domain/model-client.ts';

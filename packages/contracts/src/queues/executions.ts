@@ -17,5 +17,6 @@ export const executionsQueue: QueueContract<ExecutionJob> = {
   jobName: 'execution',
   schema: ExecutionJobSchema,
   jobId: (p) => `exec_${p.actionId}_v${p.actionVersion}`,
-  options: defaultJobOptions,
+  // A busy lease is retried with backoff until the holder finishes or its lease expires.
+  options: { ...defaultJobOptions, attempts: 12, backoff: { type: 'exponential', delay: 500 } },
 };

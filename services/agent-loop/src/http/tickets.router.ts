@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { TicketRequestSchema, turnsQueue, sha256Hex } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, recordAudit, actorHash, type Db } from '@gatehouse/ledger';
 import { ConflictError, parseBody, UserError, type OutboxRelay } from '@gatehouse/platform';
-import type { AuthedRequest } from './auth.ts';
+import type { AuthedRequest } from '@gatehouse/platform';
 
 /** Settings the intake needs. */
 export interface IntakeConfig {

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { turnsQueue } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
 import { ConflictError, parseBody, UserError, type OutboxRelay } from '@gatehouse/platform';
-import type { AuthedRequest } from './auth.ts';
+import type { AuthedRequest } from '@gatehouse/platform';
 import { unansweredCalls } from '../domain/transcript.ts';
 
 const MessageSchema = z.strictObject({ text: z.string().min(1).max(8000) });

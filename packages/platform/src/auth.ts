@@ -1,6 +1,6 @@
 import type { NextFunction, Request, Response } from 'express';
 import { verifyUserToken, InvalidTokenError, type UserClaims, type UserTokenVerifier } from '@gatehouse/credentials';
-import { UserError } from '@gatehouse/platform';
+import { UserError } from './errors.ts';
 
 /** Request with the verified caller; identity and tenant come only from the bearer token. */
 export type AuthedRequest = Request & { user: UserClaims };

@@ -1,0 +1,98 @@
+import { executionsQueue, resultsQueue, type DecisionRequest } from '@gatehouse/contracts';
+import { actorHash, enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
+import { ConflictError, GoneError, UserError } from '@gatehouse/platform';
+import { toSafeOutput } from '@gatehouse/tools';
+import { assertAuthority } from './authority.ts';
+
+/** Result of a decision: the approval's new status and the jobs to publish after commit. */
+export interface DecisionOutcome {
+  approvalId: string;
+  status: 'approved' | 'denied';
+  rows: OutboxRow[];
+}
+
+/**
+ * Decides one approval (SPEC §9 `POST /v1/approvals/:id/decision`).
+ * Order of checks: existence in the caller's tenant (404), authority (403), state (410 when
+ * decided, used, void or expired), binding to the current action version and digest (409), then
+ * one conditional UPDATE `pending → approved|denied`, so two concurrent deciders record exactly
+ * one decision. Approve enqueues the execution; deny answers the call `{executed: false,
+ * reason: "rejected"}`.
+ * @throws UserError(404) | ForbiddenError(403) | GoneError(410) | ConflictError(409)
+ */
+export async function decideApproval(
+  db: Db,
+  caller: { sub: string; tenant: string },
+  approvalId: string,
+  body: DecisionRequest,
+  auditHmacKey: string,
+): Promise<DecisionOutcome> {
+  return inTransaction(db, async (trx) => {
+    const approval = await trx.selectFrom('approvals').selectAll().where('id', '=', approvalId).where('tenant', '=', caller.tenant).executeTakeFirst();
+    if (!approval) throw new UserError('not_found', 'no such approval', { status: 404 });
+    assertAuthority(caller.sub, caller.tenant, {
+      tenant: approval.tenant,
+      region: approval.region,
+      requester: approval.requester,
+      amountCents: approval.amount_cents,
+    });
+    if (approval.status !== 'pending') throw new GoneError(`already_${approval.status}`, `approval is ${approval.status}`);
+    if (new Date(approval.expires_at).getTime() <= Date.now()) throw new GoneError('expired', 'approval expired');
+    const current = await trx
+      .selectFrom('actions')
+      .select(['version'])
+      .where('workflow_id', '=', approval.workflow_id)
+      .where('tool', '=', approval.tool)
+      .where('target', '=', (eb) => eb.selectFrom('actions').select('target').where('id', '=', approval.action_id))
+      .orderBy('version', 'desc')
+      .executeTakeFirstOrThrow();
+    if (body.actionVersion !== approval.action_version || current.version !== approval.action_version) {
+      throw new ConflictError('stale_version', `version ${body.actionVersion} is not the current version ${current.version}`);
+    }
+    if (body.actionDigest !== approval.action_digest) throw new ConflictError('digest_mismatch', 'action digest does not match');
+
+    const status = body.decision === 'approve' ? 'approved' : 'denied';
+    const decided = await trx
+      .updateTable('approvals')
+      .set({ status, approver: caller.sub, reason: body.reason ?? null, decided_at: new Date() })
+      .where('id', '=', approval.id)
+      .where('status', '=', 'pending')
+      .where('expires_at', '>', new Date())
+      .returning('id')
+      .executeTakeFirst();
+    if (!decided) throw new GoneError('already_decided', 'approval was decided concurrently');
+    await recordAudit(trx, {
+      type: 'approval.decided',
+      service: 'approval',
+      runId: approval.workflow_id,
+      actorHash: actorHash(auditHmacKey, caller.sub),
+      tool: approval.tool,
+      actionDigest: approval.action_digest,
+      actionVersion: approval.action_version,
+      approvalId: approval.id,
+      decision: status,
+      revisions: { policy: approval.policy_revision, release: approval.release_id },
+    });
+    let row: OutboxRow;
+    if (status === 'approved') {
+      await trx.updateTable('actions').set({ status: 'approved', updated_at: new Date() }).where('id', '=', approval.action_id).where('status', '=', 'pending_approval').execute();
+      row = await enqueueInTransaction(trx, executionsQueue, {
+        release: approval.release_id,
+        workflowId: approval.workflow_id,
+        actionId: approval.action_id,
+        actionVersion: approval.action_version,
+        approvalId: approval.id,
+      });
+    } else {
+      const action = await trx
+        .updateTable('actions')
+        .set({ status: 'denied', updated_at: new Date() })
+        .where('id', '=', approval.action_id)
+        .returning(['call_id'])
+        .executeTakeFirstOrThrow();
+      const output = toSafeOutput(approval.tool, { executed: false, reason: 'rejected' }, 'gatehouse');
+      row = await enqueueInTransaction(trx, resultsQueue, { release: approval.release_id, workflowId: approval.workflow_id, callId: action.call_id, output });
+    }
+    return { approvalId: approval.id, status, rows: [row] };
+  });
+}

@@ -1,0 +1,61 @@
+import { randomUUID } from 'node:crypto';
+import type { ApprovalRequestJob } from '@gatehouse/contracts';
+import { inTransaction, recordAudit, type Db } from '@gatehouse/ledger';
+import type { SupportBundle } from '@gatehouse/policy';
+
+/**
+ * Opens the approval record for an action version that policy sent to approval (queue
+ * `approval-requests`). One approval per action (unique `action_id`), so redelivery is a no-op.
+ * The amount an approver's limit must cover is the refund amount, or for a reship the order's
+ * paid amount (docs/decisions). Lifetime from the policy bundle (15 minutes in support-p1).
+ */
+export async function processApprovalRequest(job: ApprovalRequestJob, deps: { db: Db; bundle: SupportBundle }): Promise<string> {
+  return inTransaction(deps.db, async (trx) => {
+    const action = await trx.selectFrom('actions').selectAll().where('id', '=', job.actionId).executeTakeFirstOrThrow();
+    if (action.status !== 'pending_approval') return `skipped:${action.status}`;
+    const wf = await trx.selectFrom('workflows').selectAll().where('id', '=', action.workflow_id).executeTakeFirstOrThrow();
+    const facts = action.facts as { orderPaidCents?: number | null; requesterRegion?: string | null };
+    const amountCents = typeof action.arguments.amountCents === 'number' ? action.arguments.amountCents : (facts.orderPaidCents ?? null);
+    const id = randomUUID();
+    const inserted = await trx
+      .insertInto('approvals')
+      .values({
+        id,
+        workflow_id: wf.id,
+        action_id: action.id,
+        action_version: action.version,
+        action_digest: action.digest,
+        policy_revision: action.policy_revision,
+        tool: action.tool,
+        tenant: wf.tenant,
+        region: facts.requesterRegion ?? null,
+        amount_cents: amountCents,
+        requester: wf.user_id,
+        rule_id: action.rule_id,
+        status: 'pending',
+        approver: null,
+        reason: null,
+        release_id: action.release_id,
+        expires_at: new Date(Date.now() + deps.bundle.approval.ttlSeconds * 1000),
+        decided_at: null,
+        used_at: null,
+      })
+      .onConflict((oc) => oc.column('action_id').doNothing())
+      .returning('id')
+      .executeTakeFirst();
+    if (!inserted) return 'already_open';
+    await recordAudit(trx, {
+      type: 'approval.requested',
+      service: 'approval',
+      runId: wf.id,
+      tool: action.tool,
+      actionDigest: action.digest,
+      actionVersion: action.version,
+      approvalId: id,
+      callId: action.call_id,
+      ruleId: action.rule_id,
+      revisions: { policy: action.policy_revision, release: action.release_id },
+    });
+    return 'opened';
+  });
+}

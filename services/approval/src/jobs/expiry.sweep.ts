@@ -1,0 +1,38 @@
+import { resultsQueue } from '@gatehouse/contracts';
+import { enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
+import type { OutboxRelay } from '@gatehouse/platform';
+import { toSafeOutput } from '@gatehouse/tools';
+
+/**
+ * Expires pending approvals past `expires_at` (single conditional UPDATE), denies their actions
+ * and answers their calls `{executed: false, reason: "approval_expired"}`, stopping the workflow
+ * with `stopped(approval_expired)`. Returns how many expired.
+ */
+export async function sweepExpiredApprovals(deps: { db: Db; relay: OutboxRelay }): Promise<number> {
+  const rows = await inTransaction(deps.db, async (trx) => {
+    const expired = await trx
+      .updateTable('approvals')
+      .set({ status: 'expired', decided_at: new Date() })
+      .where('status', '=', 'pending')
+      .where('expires_at', '<', new Date())
+      .returning(['id', 'action_id', 'workflow_id', 'tool', 'action_digest', 'action_version', 'release_id'])
+      .execute();
+    const out: OutboxRow[] = [];
+    for (const a of expired) {
+      const action = await trx
+        .updateTable('actions')
+        .set({ status: 'denied', updated_at: new Date() })
+        .where('id', '=', a.action_id)
+        .where('status', '=', 'pending_approval')
+        .returning(['call_id'])
+        .executeTakeFirst();
+      await recordAudit(trx, { type: 'approval.decided', service: 'approval', runId: a.workflow_id, tool: a.tool, actionDigest: a.action_digest, actionVersion: a.action_version, approvalId: a.id, outcome: 'expired', revisions: { release: a.release_id } });
+      if (!action) continue;
+      const output = toSafeOutput(a.tool, { executed: false, reason: 'approval_expired' }, 'gatehouse');
+      out.push(await enqueueInTransaction(trx, resultsQueue, { release: a.release_id, workflowId: a.workflow_id, callId: action.call_id, output, stop: 'approval_expired' }));
+    }
+    return out;
+  });
+  await deps.relay.publish(rows);
+  return rows.length;
+}

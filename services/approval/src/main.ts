@@ -1,0 +1,34 @@
+import { z } from 'zod';
+import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, startWorkers, requireUser } from '@gatehouse/platform';
+import { approvalRequestsQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
+import { loadSupportBundle } from '@gatehouse/policy';
+import { approvalsRouter } from './http/approvals.router.ts';
+import { processApprovalRequest } from './jobs/approval-requests.processor.ts';
+import { sweepExpiredApprovals } from './jobs/expiry.sweep.ts';
+
+const ctx = createServiceContext('approval', {
+  APPROVAL_PORT: z.coerce.number().int().min(0).max(65535).default(7102),
+  POLICY_REVISION: z.string().default('support-p1'),
+  /** How often pending approvals are checked for expiry, ms. */
+  EXPIRY_SWEEP_MS: z.coerce.number().int().positive().default(5000),
+});
+const { env, log, db, relay } = ctx;
+const bundle = loadSupportBundle(env.POLICY_REVISION);
+const verifier = env.GATEHOUSE_AUTH_JWKS_URL ? { jwksUrl: env.GATEHOUSE_AUTH_JWKS_URL } : { secret: env.GATEHOUSE_AUTH_SECRET };
+
+const app = createHttpApp('approval', ctx.readyChecks);
+app.use('/v1', requireUser(verifier));
+app.use(approvalsRouter({ db, relay, auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY }));
+finishApp(app, log);
+
+const workers = startWorkers(
+  [{ contract: approvalRequestsQueue, handler: (p: ApprovalRequestJob) => processApprovalRequest(p, { db, bundle }) }] as never,
+  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log },
+);
+relay.start();
+const sweep = setInterval(() => {
+  sweepExpiredApprovals({ db, relay }).catch((err: unknown) => log.warn({ err: (err as Error).message }, 'expiry sweep failed'));
+}, env.EXPIRY_SWEEP_MS);
+const { server, port } = await listen(app, env.APPROVAL_PORT);
+log.info({ port }, 'approval ready');
+installShutdown(log, [() => ctx.close(workers), () => clearInterval(sweep), () => closeServer(server)]);

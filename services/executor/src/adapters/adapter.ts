@@ -1,0 +1,24 @@
+/**
+ * What an adapter reports. `succeeded`: the effect exists (evidence = downstream id).
+ * `failed`: the downstream refused or the effect certainly did not happen (safe to report).
+ * `unknown`: the write may have happened and read-back could not tell (failed_unknown).
+ */
+export type AdapterResult =
+  | { status: 'succeeded'; data: Record<string, unknown>; evidenceRef: string | null; attempts: number }
+  | { status: 'failed'; reason: string; retryable: boolean; attempts: number }
+  | { status: 'unknown'; reason: string; attempts: number };
+
+/** Inputs every adapter call gets: validated arguments, key, fence, token and deadline. */
+export interface AdapterCall {
+  stagingUrl: string;
+  args: Record<string, string | number | null>;
+  /** Idempotency key `<workflowId>:action:<version>`, stable across every attempt. */
+  operationKey: string;
+  fencingToken: number;
+  /** Mints a fresh delegated token (60 s) for each attempt. */
+  token: () => Promise<string>;
+  /** Absolute deadline, epoch ms. */
+  deadlineMs: number;
+  /** Read-back baseline captured (and committed) before dispatch, for tools without keys. */
+  baseline: Record<string, unknown> | null;
+}

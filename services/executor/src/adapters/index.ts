@@ -1,0 +1,15 @@
+import type { AdapterCall, AdapterResult } from './adapter.ts';
+import { issueRefund } from './payments.adapter.ts';
+import { lookupOrder, reshipOrder } from './orders.adapter.ts';
+import { notifyCustomer } from './mail.adapter.ts';
+
+export * from './adapter.ts';
+export { shipmentCount } from './orders.adapter.ts';
+
+/** The fixed adapters, by tool name. No adapter runs model-written code, SQL, URLs or paths. */
+export const adapters: Record<string, (call: AdapterCall) => Promise<AdapterResult>> = {
+  lookup_order: lookupOrder,
+  issue_refund: issueRefund,
+  reship_order: reshipOrder,
+  notify_customer: notifyCustomer,
+};

@@ -1,0 +1,22 @@
+import { attempt, reasonOf } from './http-call.ts';
+import type { AdapterCall, AdapterResult } from './adapter.ts';
+
+/**
+ * `notify_customer` (mail service, no dedupe): at most one attempt; the recipient is derived by
+ * the mail service from the order, never from arguments. A lost response is `unknown`.
+ */
+export async function notifyCustomer(call: AdapterCall): Promise<AdapterResult> {
+  const res = await attempt(
+    `${call.stagingUrl}/mail/messages`,
+    {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${await call.token()}` },
+      body: JSON.stringify({ orderId: call.args.orderId, template: call.args.template }),
+    },
+    Math.max(1, Math.min(call.deadlineMs - Date.now(), 5000)),
+  );
+  if (res.kind === 'no_response') return { status: 'unknown', reason: `no_response:${res.error}`, attempts: 1 };
+  if (res.status === 201) return { status: 'succeeded', data: { messageId: res.body.messageId, template: res.body.template }, evidenceRef: String(res.body.messageId ?? ''), attempts: 1 };
+  if (res.status >= 500) return { status: 'unknown', reason: `${res.status}:${reasonOf(res.body)}`, attempts: 1 };
+  return { status: 'failed', reason: `${res.status}:${reasonOf(res.body)}`, retryable: false, attempts: 1 };
+}

@@ -1,0 +1,70 @@
+import { attempt, reasonOf } from './http-call.ts';
+import type { AdapterCall, AdapterResult } from './adapter.ts';
+
+/**
+ * Reads an order and its shipments and refunds for `lookup_order` (bounded read: 3 attempts).
+ * Returns only the fields the next decision needs.
+ */
+export async function lookupOrder(call: AdapterCall): Promise<AdapterResult> {
+  const id = encodeURIComponent(String(call.args.orderId));
+  for (let n = 1; n <= 3; n++) {
+    const timeout = Math.max(1, Math.min(call.deadlineMs - Date.now(), 5000));
+    const [order, shipments, refunds] = await Promise.all([
+      attempt(`${call.stagingUrl}/orders/${id}`, {}, timeout),
+      attempt(`${call.stagingUrl}/orders/${id}/shipments`, {}, timeout),
+      attempt(`${call.stagingUrl}/ledger/refunds?orderId=${id}`, {}, timeout),
+    ]);
+    if (order.kind === 'response' && order.status === 404) return { status: 'failed', reason: 'order_not_found', retryable: false, attempts: n };
+    if (order.kind === 'response' && order.status === 200 && shipments.kind === 'response' && refunds.kind === 'response') {
+      const o = order.body;
+      const refundList = (refunds.body.refunds ?? []) as Array<{ amountCents: number }>;
+      return {
+        status: 'succeeded',
+        attempts: n,
+        evidenceRef: null,
+        data: {
+          orderId: o.id,
+          status: o.status,
+          region: o.region,
+          paid: (Number(o.paid) / 100).toFixed(2),
+          refunded: (refundList.reduce((s, r) => s + r.amountCents, 0) / 100).toFixed(2),
+          shipments: ((shipments.body.shipments ?? []) as unknown[]).length,
+        },
+      };
+    }
+    await new Promise((r) => setTimeout(r, 100 * n));
+  }
+  return { status: 'failed', reason: 'order_system_unavailable', retryable: true, attempts: 3 };
+}
+
+/** Shipment count of an order, or null when read-back cannot tell. */
+export async function shipmentCount(stagingUrl: string, orderId: string): Promise<number | null> {
+  const res = await attempt(`${stagingUrl}/orders/${encodeURIComponent(orderId)}/shipments`, {}, 5000);
+  if (res.kind !== 'response' || res.status !== 200) return null;
+  return ((res.body.shipments ?? []) as unknown[]).length;
+}
+
+/**
+ * `reship_order` (order system, no idempotency key): exactly one attempt. A lost response is
+ * resolved by read-back against the baseline shipment count committed before dispatch: one
+ * more shipment → succeeded; none → failed (not executed, safe to repeat by a person); read-back
+ * unavailable → unknown (failed_unknown, reconciliation).
+ */
+export async function reshipOrder(call: AdapterCall): Promise<AdapterResult> {
+  const orderId = String(call.args.orderId);
+  const res = await attempt(
+    `${call.stagingUrl}/orders/${encodeURIComponent(orderId)}/shipments`,
+    { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${await call.token()}` }, body: '{}' },
+    Math.max(1, Math.min(call.deadlineMs - Date.now(), 5000)),
+  );
+  if (res.kind === 'response') {
+    if (res.status === 201) return { status: 'succeeded', data: res.body, evidenceRef: String(res.body.shipmentId ?? ''), attempts: 1 };
+    if (res.status < 500) return { status: 'failed', reason: `${res.status}:${reasonOf(res.body)}`, retryable: false, attempts: 1 };
+  }
+  const baseline = Number(call.baseline?.shipments ?? NaN);
+  const now = await shipmentCount(call.stagingUrl, orderId);
+  if (now === null || !Number.isFinite(baseline)) return { status: 'unknown', reason: 'read_back_unavailable', attempts: 1 };
+  if (now === baseline + 1) return { status: 'succeeded', data: { orderId, shipments: now, resolvedBy: 'read_back' }, evidenceRef: 'read_back', attempts: 1 };
+  if (now === baseline) return { status: 'failed', reason: 'not_executed', retryable: true, attempts: 1 };
+  return { status: 'unknown', reason: `read_back_ambiguous:${baseline}->${now}`, attempts: 1 };
+}

@@ -1,0 +1,97 @@
+import { sql } from 'kysely';
+import type { ExecutionJob } from '@gatehouse/contracts';
+import { actorHash, operationKeyHash, recordAudit, type Trx, type ActionsTable, type OperationsTable } from '@gatehouse/ledger';
+import type { Selectable } from 'kysely';
+
+type Action = Selectable<ActionsTable>;
+type Operation = Selectable<OperationsTable>;
+
+/** What a claim attempt found. Only `claimed` may call the adapter. */
+export type ClaimOutcome =
+  | { kind: 'claimed'; action: Action; fencingToken: number; reclaimed: boolean }
+  | { kind: 'replay'; action: Action; operation: Operation }
+  | { kind: 'busy' }
+  | { kind: 'skip'; reason: string }
+  | { kind: 'approval_unusable'; action: Action; reason: string }
+  | { kind: 'conflict'; action: Action };
+
+/**
+ * The fenced claim (ARCHITECTURE correctness rules 1, 3, 4, 5), in the caller's transaction:
+ * reserve the operation key (insert-if-absent), refuse a key seen with another digest
+ * (`idempotency_conflict`), consume the approval — only when tool, digest, version and policy
+ * revision still match and it is unexpired — and grant the lease with one conditional UPDATE that
+ * increments the fencing token and writes the `running` mark and baseline. The caller commits
+ * this before calling the adapter (write-ahead).
+ */
+export async function claimOperation(
+  trx: Trx,
+  job: ExecutionJob,
+  opts: { owner: string; leaseMs: number; baseline: Record<string, unknown> | null; auditHmacKey: string; userId: string },
+): Promise<ClaimOutcome> {
+  const action = await trx.selectFrom('actions').selectAll().where('id', '=', job.actionId).forUpdate().executeTakeFirst();
+  if (!action || action.version !== job.actionVersion) return { kind: 'skip', reason: 'unknown_action_version' };
+  if (!['approved', 'running', 'succeeded', 'failed', 'failed_unknown'].includes(action.status)) {
+    return { kind: 'skip', reason: `action_${action.status}` };
+  }
+  await trx
+    .insertInto('operations')
+    .values({
+      key: action.operation_key,
+      workflow_id: action.workflow_id,
+      action_id: action.id,
+      action_digest: action.digest,
+      tool: action.tool,
+      status: 'pending',
+      release_id: action.release_id,
+    })
+    .onConflict((oc) => oc.column('key').doNothing())
+    .execute();
+  const op = await trx.selectFrom('operations').selectAll().where('key', '=', action.operation_key).forUpdate().executeTakeFirstOrThrow();
+  if (op.action_digest !== action.digest) return { kind: 'conflict', action };
+  if (op.status === 'succeeded' || op.status === 'failed' || op.status === 'failed_unknown') return { kind: 'replay', action, operation: op };
+  const leaseLive = op.status === 'running' && op.lease_expires_at && new Date(op.lease_expires_at).getTime() > Date.now();
+  if (leaseLive) return { kind: 'busy' };
+
+  const audit = { service: 'executor', runId: action.workflow_id, tool: action.tool, actionDigest: action.digest, actionVersion: action.version, callId: action.call_id, operationKeyHash: operationKeyHash(op.key), actorHash: actorHash(opts.auditHmacKey, opts.userId), revisions: { policy: action.policy_revision, release: action.release_id } };
+  if (op.status === 'pending' && action.decision === 'REQUIRE_APPROVAL') {
+    if (!job.approvalId) return { kind: 'approval_unusable', action, reason: 'approval_missing' };
+    const consumed = await trx
+      .updateTable('approvals')
+      .set({ status: 'used', used_at: new Date() })
+      .where('id', '=', job.approvalId)
+      .where('action_id', '=', action.id)
+      .where('status', '=', 'approved')
+      .where('tool', '=', action.tool)
+      .where('action_digest', '=', action.digest)
+      .where('action_version', '=', action.version)
+      .where('policy_revision', '=', action.policy_revision)
+      .where('expires_at', '>', new Date())
+      .returning('id')
+      .executeTakeFirst();
+    if (!consumed) {
+      const a = await trx.selectFrom('approvals').select(['status', 'expires_at']).where('id', '=', job.approvalId).executeTakeFirst();
+      const reason = !a ? 'approval_missing' : a.status === 'approved' && new Date(a.expires_at).getTime() <= Date.now() ? 'approval_expired' : `approval_${a.status}`;
+      return { kind: 'approval_unusable', action, reason };
+    }
+    await recordAudit(trx, { ...audit, type: 'approval.consumed', approvalId: job.approvalId });
+  }
+  const granted = await trx
+    .updateTable('operations')
+    .set({
+      status: 'running',
+      fencing_token: sql`fencing_token + 1`,
+      lease_owner: opts.owner,
+      lease_expires_at: new Date(Date.now() + opts.leaseMs),
+      attempts: sql`attempts + 1`,
+      baseline: op.baseline === null ? JSON.stringify(opts.baseline) : JSON.stringify(op.baseline),
+      updated_at: new Date(),
+    })
+    .where('key', '=', op.key)
+    .where('fencing_token', '=', op.fencing_token)
+    .returning(['fencing_token'])
+    .executeTakeFirstOrThrow();
+  await trx.updateTable('actions').set({ status: 'running', updated_at: new Date() }).where('id', '=', action.id).execute();
+  await trx.updateTable('workflows').set({ state: 'executing', updated_at: new Date() }).where('id', '=', action.workflow_id).where('state', 'in', ['investigating', 'awaiting_approval', 'executing', 'paused']).execute();
+  await recordAudit(trx, { ...audit, type: 'operation.claimed', attempts: op.attempts + 1, approvalId: job.approvalId });
+  return { kind: 'claimed', action: { ...action, status: 'running' }, fencingToken: Number(granted.fencing_token), reclaimed: op.status === 'running' };
+}

@@ -1,0 +1,151 @@
+import { hostname } from 'node:os';
+import { resultsQueue, type ExecutionJob } from '@gatehouse/contracts';
+import { mintDelegatedToken } from '@gatehouse/credentials';
+import { actorHash, enqueueInTransaction, inTransaction, operationKeyHash, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
+import type { Logger, OutboxRelay } from '@gatehouse/platform';
+import { findTool, toSafeOutput, type SafeOutput } from '@gatehouse/tools';
+import { loadWorld } from '@gatehouse/contracts';
+import { adapters, shipmentCount, type AdapterResult } from '../adapters/index.ts';
+import { claimOperation } from '../domain/claim.ts';
+
+/** Dependencies of {@link processExecution}. */
+export interface ExecutionDeps {
+  db: Db;
+  relay: OutboxRelay;
+  log: Logger;
+  stagingUrl: string;
+  delegationSecret: string;
+  auditHmacKey: string;
+  /** Lease length, ms; longer than the adapter deadline. */
+  leaseMs: number;
+  /** Adapter deadline per execution, ms. */
+  deadlineMs: number;
+  agentId: string;
+}
+
+/** Thrown when another worker holds a live lease: the queue retries after backoff. */
+export class LeaseBusy extends Error {
+  override name = 'LeaseBusy';
+}
+
+const owner = `${hostname()}:${process.pid}`;
+
+async function publishResult(deps: ExecutionDeps, job: ExecutionJob, callId: string, output: SafeOutput, extra: { park?: 'needs_reconciliation'; stop?: 'approval_expired' | 'tool_disabled' } = {}): Promise<void> {
+  const rows = await inTransaction(deps.db, async (trx) => [
+    await enqueueInTransaction(trx, resultsQueue, { release: job.release, workflowId: job.workflowId, callId, output, ...extra }),
+  ]);
+  await deps.relay.publish(rows);
+}
+
+/**
+ * Executes one action version exactly once (queue `executions`): switch check at the moment of
+ * execution, fenced claim with approval consumption and write-ahead mark, a freshly minted
+ * delegated token per attempt, the fixed adapter with its deadline and effect-aware retries,
+ * then the result recorded under the fencing token before the `results` job is written. A
+ * redelivery of a finished operation replays its stored outcome.
+ */
+export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): Promise<string> {
+  const { db } = deps;
+  const wf = await db.selectFrom('workflows').selectAll().where('id', '=', job.workflowId).executeTakeFirstOrThrow();
+  const preview = await db.selectFrom('actions').selectAll().where('id', '=', job.actionId).executeTakeFirstOrThrow();
+  const tool = findTool(preview.tool);
+  const adapter = adapters[preview.tool];
+  if (!tool || !adapter) throw new Error(`no adapter for ${preview.tool}`);
+
+  // Containment at the moment of effect: a switched-off tool holds the step (SPEC §6).
+  const sw = await db.selectFrom('tool_switches').select('enabled').where('tool', '=', preview.tool).executeTakeFirst();
+  if (sw && !sw.enabled) {
+    await db.updateTable('workflows').set({ state: 'paused', next_step: `Tool ${preview.tool} is switched off; the workflow resumes when on-call switches it on.`, updated_at: new Date() }).where('id', '=', wf.id).where('state', 'not in', ['completed', 'stopped', 'needs_reconciliation']).execute();
+    return 'held:tool_disabled';
+  }
+
+  // Baseline for tools without downstream keys, read before the claim and committed with it.
+  const baseline = tool.retryClass === 'at_most_once_readback' ? { shipments: await shipmentCount(deps.stagingUrl, String(preview.arguments.orderId)) } : null;
+  const claim = await inTransaction(db, (trx) => claimOperation(trx, job, { owner, leaseMs: deps.leaseMs, baseline, auditHmacKey: deps.auditHmacKey, userId: wf.user_id }));
+
+  switch (claim.kind) {
+    case 'skip':
+      return `skip:${claim.reason}`;
+    case 'busy':
+      throw new LeaseBusy(`operation of action ${job.actionId} is leased by another worker`);
+    case 'replay': {
+      const stored = claim.operation.result as SafeOutput | null;
+      const output = stored ?? toSafeOutput(claim.action.tool, { executed: false, status: claim.operation.status }, 'gatehouse');
+      await publishResult(deps, job, claim.action.call_id, output, claim.operation.status === 'failed_unknown' ? { park: 'needs_reconciliation' } : {});
+      await inTransaction(db, (trx) => recordAudit(trx, { type: 'operation.replayed', service: 'executor', runId: wf.id, tool: claim.action.tool, actionDigest: claim.action.digest, operationKeyHash: operationKeyHash(claim.operation.key), callId: claim.action.call_id, outcome: claim.operation.status, revisions: { release: wf.release_id } }));
+      return `replay:${claim.operation.status}`;
+    }
+    case 'conflict':
+      await inTransaction(db, async (trx) => {
+        await trx.updateTable('actions').set({ status: 'failed', updated_at: new Date() }).where('id', '=', claim.action.id).execute();
+        await recordAudit(trx, { type: 'operation.failed', service: 'executor', runId: wf.id, tool: claim.action.tool, actionDigest: claim.action.digest, operationKeyHash: operationKeyHash(claim.action.operation_key), outcome: 'idempotency_conflict', revisions: { release: wf.release_id } });
+      });
+      deps.log.error({ actionId: claim.action.id }, 'idempotency_conflict: key seen with another digest');
+      await publishResult(deps, job, claim.action.call_id, toSafeOutput(claim.action.tool, { executed: false, reason: 'idempotency_conflict' }, 'gatehouse'));
+      return 'conflict';
+    case 'approval_unusable': {
+      const expired = claim.reason === 'approval_expired';
+      await publishResult(deps, job, claim.action.call_id, toSafeOutput(claim.action.tool, { executed: false, reason: claim.reason }, 'gatehouse'), expired ? { stop: 'approval_expired' } : {});
+      return `refused:${claim.reason}`;
+    }
+    case 'claimed':
+      break;
+  }
+
+  const { action, fencingToken } = claim;
+  const user = loadWorld().users.find((u) => u.id === wf.user_id && u.tenant === wf.tenant);
+  const epochRow = await db.selectFrom('credential_epochs').select('epoch').where('id', '=', 1).executeTakeFirstOrThrow();
+  const started = Date.now();
+  const result: AdapterResult = await adapter({
+    stagingUrl: deps.stagingUrl,
+    args: action.arguments as Record<string, string | number | null>,
+    operationKey: action.operation_key,
+    fencingToken,
+    deadlineMs: started + deps.deadlineMs,
+    baseline,
+    token: () =>
+      mintDelegatedToken(
+        { sub: wf.user_id, act: { sub: deps.agentId }, aud: tool.downstream, scope: tool.scope, tenant: wf.tenant, ceiling: user?.refundCeiling ?? 0, epoch: epochRow.epoch, op: action.operation_key, fence: fencingToken },
+        deps.delegationSecret,
+      ),
+  });
+
+  const opStatus = result.status === 'succeeded' ? 'succeeded' : result.status === 'failed' ? 'failed' : 'failed_unknown';
+  const data = result.status === 'succeeded' ? result.data : { reason: result.reason };
+  const output = toSafeOutput(action.tool, { executed: result.status === 'succeeded', status: opStatus, ...data });
+  const rows = await inTransaction(db, async (trx) => {
+    const recorded = await trx
+      .updateTable('operations')
+      .set({ status: opStatus, result: JSON.stringify(output), evidence_ref: result.status === 'succeeded' ? result.evidenceRef : null, error: result.status === 'succeeded' ? null : result.reason, lease_owner: null, lease_expires_at: null, updated_at: new Date() })
+      .where('key', '=', action.operation_key)
+      .where('fencing_token', '=', String(fencingToken))
+      .where('status', '=', 'running')
+      .returning('key')
+      .executeTakeFirst();
+    if (!recorded) return null; // fenced out: a newer lease holder owns the outcome
+    await trx.updateTable('actions').set({ status: opStatus, updated_at: new Date() }).where('id', '=', action.id).execute();
+    await recordAudit(trx, {
+      type: opStatus === 'succeeded' ? 'operation.succeeded' : opStatus === 'failed' ? 'operation.failed' : 'operation.unknown',
+      service: 'executor',
+      runId: wf.id,
+      actorHash: actorHash(deps.auditHmacKey, wf.user_id),
+      tool: action.tool,
+      actionDigest: action.digest,
+      actionVersion: action.version,
+      operationKeyHash: operationKeyHash(action.operation_key),
+      callId: action.call_id,
+      outcome: result.status === 'succeeded' ? 'succeeded' : result.reason.slice(0, 120),
+      attempts: result.attempts,
+      latencyMs: Date.now() - started,
+      revisions: { policy: action.policy_revision, release: action.release_id },
+    });
+    const park = opStatus === 'failed_unknown' ? ({ park: 'needs_reconciliation' } as const) : {};
+    return [await enqueueInTransaction(trx, resultsQueue, { release: job.release, workflowId: wf.id, callId: action.call_id, output, ...park })] as OutboxRow[];
+  });
+  if (!rows) {
+    deps.log.warn({ actionId: action.id, fencingToken }, 'result refused: stale fencing token');
+    return 'fenced_out';
+  }
+  await deps.relay.publish(rows);
+  return opStatus;
+}

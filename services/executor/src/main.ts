@@ -1,0 +1,37 @@
+import { z } from 'zod';
+import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, createWorker } from '@gatehouse/platform';
+import { executionsQueue, loadWorld, type ExecutionJob } from '@gatehouse/contracts';
+import { processExecution } from './jobs/executions.processor.ts';
+
+const ctx = createServiceContext('executor', {
+  EXECUTOR_PORT: z.coerce.number().int().min(0).max(65535).default(7112),
+  EXECUTOR_CONCURRENCY: z.coerce.number().int().positive().default(8),
+  /** Lease on an operation, ms (longer than the adapter deadline). */
+  LEASE_MS: z.coerce.number().int().positive().default(30_000),
+  /** Deadline for one execution's adapter calls, ms. */
+  EXECUTION_DEADLINE_MS: z.coerce.number().int().positive().default(15_000),
+});
+const { env, log, db, relay } = ctx;
+const agentId = loadWorld().agent.id;
+
+const worker = createWorker(
+  executionsQueue,
+  (p: ExecutionJob) =>
+    processExecution(p, {
+      db,
+      relay,
+      log,
+      stagingUrl: env.STAGING_URL,
+      delegationSecret: env.GATEHOUSE_DELEGATION_SECRET,
+      auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+      leaseMs: env.LEASE_MS,
+      deadlineMs: env.EXECUTION_DEADLINE_MS,
+      agentId,
+    }),
+  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log, concurrency: env.EXECUTOR_CONCURRENCY },
+);
+relay.start();
+const app = finishApp(createHttpApp('executor', ctx.readyChecks), log);
+const { server, port } = await listen(app, env.EXECUTOR_PORT);
+log.info({ port }, 'executor ready');
+installShutdown(log, [() => ctx.close([worker]), () => closeServer(server)]);

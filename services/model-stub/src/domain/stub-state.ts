@@ -1,0 +1,10 @@
+import { FixtureStore } from './fixture-store.ts';
+import { RequestLog } from './request-log.ts';
+
+/** The stub's whole in-memory state: scripted fixtures and the log of received requests. */
+export type ModelStubState = { fixtures: FixtureStore; requests: RequestLog };
+
+/** Creates empty state; `maxRequests` bounds the request log (default 5000, oldest dropped). */
+export function createModelStubState(opts: { maxRequests?: number } = {}): ModelStubState {
+  return { fixtures: new FixtureStore(), requests: new RequestLog(opts.maxRequests ?? 5000) };
+}

@@ -1,0 +1,30 @@
+import { z } from 'zod';
+import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, startWorkers } from '@gatehouse/platform';
+import { proposalsQueue, type ProposalJob } from '@gatehouse/contracts';
+import { loadSupportBundle } from '@gatehouse/policy';
+import { supportTools, catalogDigest } from '@gatehouse/tools';
+import { processProposal } from './jobs/proposals.processor.ts';
+
+const ctx = createServiceContext('policy-gateway', {
+  POLICY_GATEWAY_PORT: z.coerce.number().int().min(0).max(65535).default(7111),
+  POLICY_REVISION: z.string().default('support-p1'),
+});
+const { env, log, db, relay } = ctx;
+const bundle = loadSupportBundle(env.POLICY_REVISION);
+catalogDigest(supportTools); // a tool schema the API would reject in strict mode fails here, at boot
+
+const workers = startWorkers(
+  [
+    {
+      contract: proposalsQueue,
+      handler: (p: ProposalJob) =>
+        processProposal(p, { db, relay, log, bundle, stagingUrl: env.STAGING_URL, auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY }),
+    },
+  ] as never,
+  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log },
+);
+relay.start();
+const app = finishApp(createHttpApp('policy-gateway', ctx.readyChecks), log);
+const { server, port } = await listen(app, env.POLICY_GATEWAY_PORT);
+log.info({ port, policy: bundle.revision }, 'policy-gateway ready');
+installShutdown(log, [() => ctx.close(workers), () => closeServer(server)]);

@@ -1,0 +1,146 @@
+import { Kysely, PostgresDialect, type ColumnType, type Generated } from 'kysely';
+import pg from 'pg';
+
+/**
+ * `timestamptz` column: read as `Date` (node-postgres parses it), written as `Date` or ISO text,
+ * filled by the database default on insert.
+ */
+type CreatedAt = ColumnType<Date, Date | string | undefined, never>;
+
+/**
+ * `bigint` column: node-postgres reads int8 as a decimal string (no precision loss); callers
+ * convert with `Number()` after checking the value is a safe integer.
+ */
+type Int8 = ColumnType<string, number | string, number | string>;
+
+/** `staging.orders`: the order system's records, seeded from world.json. */
+export interface OrdersTable {
+  id: string;
+  tenant: string;
+  region: string;
+  customer: string;
+  /** Amount paid, integer cents. */
+  paid_cents: number;
+  status: string;
+}
+
+/** `staging.customers`: recipients for mail, seeded from world.json. */
+export interface CustomersTable {
+  id: string;
+  email: string;
+}
+
+/** `staging.changes`: change records, seeded from world.json. */
+export interface ChangesTable {
+  id: string;
+  tenant: string;
+  environment: string;
+  service: string;
+  summary: string;
+  risk: string;
+}
+
+/** `staging.refunds`: the payments ledger. `idempotency_key` is unique (the replay basis). */
+export interface RefundsTable {
+  refund_id: string;
+  idempotency_key: string;
+  order_id: string;
+  tenant: string;
+  /** Integer cents, > 0. */
+  amount_cents: number;
+  reason: string;
+  requester: string;
+  actor: string;
+  fencing_token: Int8 | null;
+  created_at: CreatedAt;
+}
+
+/** `staging.fencing_tokens`: highest fencing token seen per (target, key). */
+export interface FencingTokensTable {
+  target: string;
+  idempotency_key: string;
+  highest: Int8;
+}
+
+/** `staging.shipments`: one row per reship call (the order system has no idempotency key). */
+export interface ShipmentsTable {
+  shipment_id: string;
+  order_id: string;
+  tenant: string;
+  requester: string;
+  actor: string;
+  created_at: CreatedAt;
+}
+
+/** `staging.messages`: mail sent (no dedupe). */
+export interface MessagesTable {
+  message_id: string;
+  order_id: string;
+  tenant: string;
+  template: string;
+  recipient: string;
+  requester: string;
+  actor: string;
+  created_at: CreatedAt;
+}
+
+/** `staging.change_operations`: scheduled changes; `operation_key` is the primary key. */
+export interface ChangeOperationsTable {
+  operation_key: string;
+  plan_id: string;
+  change_id: string;
+  tenant: string;
+  window: string;
+  note: string | null;
+  status: string;
+  requester: string;
+  actor: string;
+  created_at: CreatedAt;
+}
+
+/** `staging.request_log`: every effect request, accepted or rejected. */
+export interface RequestLogTable {
+  id: Generated<Int8>;
+  at: CreatedAt;
+  target: string;
+  method: string;
+  path: string;
+  order_id: string | null;
+  idempotency_key: string | null;
+  fencing_token: Int8 | null;
+  /** HTTP status answered; null when no answer was sent (hang). */
+  status: number | null;
+  reason: string | null;
+}
+
+/** Kysely database type of the staging systems (schema-qualified table names). */
+export interface StagingDatabase {
+  'staging.orders': OrdersTable;
+  'staging.customers': CustomersTable;
+  'staging.changes': ChangesTable;
+  'staging.refunds': RefundsTable;
+  'staging.fencing_tokens': FencingTokensTable;
+  'staging.shipments': ShipmentsTable;
+  'staging.messages': MessagesTable;
+  'staging.change_operations': ChangeOperationsTable;
+  'staging.request_log': RequestLogTable;
+}
+
+/** A Kysely instance over the staging schema. */
+export type StagingDb = Kysely<StagingDatabase>;
+
+/**
+ * Opens a `pg` pool on `connectionString` (at most `maxConnections`) and a Kysely instance over
+ * it. The caller owns both: `await db.destroy()` ends the pool. An idle client that dies (Postgres
+ * restart, a terminated backend) is reported to `onIdleError` instead of crashing the process;
+ * the pool replaces it on the next checkout.
+ */
+export function openStagingDatabase(
+  connectionString: string,
+  opts: { maxConnections?: number; onIdleError?: (err: Error) => void } = {},
+): { db: StagingDb; pool: pg.Pool } {
+  const pool = new pg.Pool({ connectionString, max: opts.maxConnections ?? 10 });
+  pool.on('error', (err) => opts.onIdleError?.(err));
+  const db = new Kysely<StagingDatabase>({ dialect: new PostgresDialect({ pool }) });
+  return { db, pool };
+}

@@ -1,0 +1,14 @@
+import { z } from 'zod';
+import { parseEnv } from '@gatehouse/platform';
+
+/**
+ * Environment of the staging process: the shared base (`DATABASE_URL`,
+ * `GATEHOUSE_DELEGATION_SECRET`, `LOG_LEVEL`, …) plus `STAGING_PORT` (default 7104, SPEC §9).
+ * @throws Error listing every invalid variable.
+ */
+export function loadStagingEnv(source: Record<string, string | undefined> = process.env) {
+  return parseEnv({ STAGING_PORT: z.coerce.number().int().min(0).max(65_535).default(7104) }, source);
+}
+
+/** Parsed staging environment. */
+export type StagingEnv = ReturnType<typeof loadStagingEnv>;

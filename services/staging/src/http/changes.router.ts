@@ -1,0 +1,81 @@
+import { Router } from 'express';
+import { z } from 'zod';
+import { UserError, parseBody } from '@gatehouse/platform';
+import type { StagingDb } from '../db/staging.database.ts';
+import type { ChangesRepository } from '../repositories/changes.repository.ts';
+import { assertSameTenant, readFencingToken, requireDelegation, requireIdempotencyKey } from './delegation.guard.ts';
+import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
+
+/** Delegation audience of the change service (SPEC §3). */
+export const CHANGES_AUDIENCE = 'changes';
+/** Scope a delegated token needs to schedule a change. */
+export const CHANGE_SCOPE = 'change:schedule';
+
+/** Body of `POST /changes/operations` (SPEC §2 change pack: plan id pattern, window enum, note ≤ 240 or null). */
+export const ScheduleBodySchema = z
+  .object({
+    planId: z.string().regex(/^plan_[a-z0-9]{16}$/),
+    changeId: z.string().min(1).max(64),
+    window: z.enum(['next-maintenance-window', 'manual-window']),
+    note: z.string().max(240).nullable(),
+  })
+  .strict();
+
+/**
+ * The change service:
+ * - `GET /changes/:id` → the change record `{id, tenant, environment, service, summary, risk}`; 404.
+ * - `POST /changes/operations` (Bearer token, `Idempotency-Key` = operation key, optional
+ *   `X-Fencing-Token`) → 201 `{operationKey, status: "scheduled", planId, changeId, window, note,
+ *   tenant, requester, createdAt}`; 200 + `Idempotent-Replayed: true` for a replay; 400; 401;
+ *   403 (delegation, `tenant_mismatch`); 404 `change_not_found`; 409 `idempotency_key_reuse`,
+ *   `stale_fencing_token`.
+ * - `GET /changes/operations/:operationKey` → the operation; 404 `operation_not_found`.
+ */
+export function changesRouter(deps: EffectRouteDeps & {
+  db: StagingDb;
+  delegationSecret: string;
+  changes: ChangesRepository;
+}): Router {
+  const router = Router();
+
+  router.post(
+    '/changes/operations',
+    effectRoute(deps, 'changes', async (req) => {
+      const claims = await requireDelegation(req, deps.db, { secret: deps.delegationSecret, audience: CHANGES_AUDIENCE, scope: CHANGE_SCOPE });
+      const operationKey = requireIdempotencyKey(req);
+      const fencingToken = readFencingToken(req);
+      const body = parseBody(ScheduleBodySchema, req.body);
+      const change = await deps.changes.findChange(body.changeId);
+      if (!change) throw new UserError('change_not_found', `no change ${body.changeId}`, { status: 404 });
+      assertSameTenant(claims, change.tenant);
+      const { operation, replayed } = await deps.changes.schedule({
+        operationKey,
+        planId: body.planId,
+        changeId: change.id,
+        window: body.window,
+        note: body.note,
+        tenant: change.tenant,
+        requester: claims.sub,
+        actor: claims.act.sub,
+        fencingToken,
+      });
+      return replayed
+        ? { status: 200, body: operation, headers: { 'Idempotent-Replayed': 'true' }, reason: 'idempotent_replay' }
+        : { status: 201, body: operation };
+    }),
+  );
+
+  router.get('/changes/operations/:operationKey', async (req, res) => {
+    const operation = await deps.changes.findOperation(req.params.operationKey);
+    if (!operation) throw new UserError('operation_not_found', 'no operation with this key', { status: 404 });
+    res.json(operation);
+  });
+
+  router.get('/changes/:id', async (req, res) => {
+    const change = await deps.changes.findChange(req.params.id);
+    if (!change) throw new UserError('change_not_found', `no change ${req.params.id}`, { status: 404 });
+    res.json(change);
+  });
+
+  return router;
+}

@@ -1,0 +1,79 @@
+import type { Request } from 'express';
+import { sql } from 'kysely';
+import { ForbiddenError, SystemError, UserError } from '@gatehouse/platform';
+import { verifyDelegatedToken, type DelegatedClaims } from '@gatehouse/credentials';
+import type { StagingDb } from '../db/staging.database.ts';
+
+/** Postgres `undefined_table`: the ledger has not created `credential_epochs` yet. */
+const UNDEFINED_TABLE = '42P01';
+
+/**
+ * Current revocation epoch, read on every request from `public.credential_epochs` (row id 1),
+ * which the Gatehouse ledger owns (SPEC §3: raising the epoch invalidates every outstanding
+ * token at once). 0 when the table or row does not exist.
+ * @throws SystemError(`epoch_unavailable`, 503) on any other database error: fail closed.
+ */
+export async function readRevocationEpoch(db: StagingDb): Promise<number> {
+  try {
+    const r = await sql<{ epoch: number }>`SELECT epoch FROM public.credential_epochs WHERE id = 1`.execute(db);
+    return Number(r.rows[0]?.epoch ?? 0);
+  } catch (err) {
+    if ((err as { code?: string }).code === UNDEFINED_TABLE) return 0;
+    throw new SystemError('epoch_unavailable', 'cannot read the revocation epoch');
+  }
+}
+
+/**
+ * Verifies the request's `Authorization: Bearer <delegated token>` for one downstream
+ * (`audience`) and one operation (`scope`) against the current epoch (SPEC §3 "Delegated
+ * credentials": downstream services verify the delegation themselves).
+ * @returns the token's claims (sub = user, act.sub = agent, tenant, ceiling in cents, …).
+ * @throws UserError(`missing_token`, 401) when there is no bearer token.
+ * @throws DelegationRejected (`invalid_token…` → 401; `wrong_audience`, `wrong_scope`,
+ *   `revoked_epoch` → 403; mapped by the effect route).
+ */
+export async function requireDelegation(
+  req: Request,
+  db: StagingDb,
+  opts: { secret: string; audience: string; scope: string },
+): Promise<DelegatedClaims> {
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(req.get('authorization') ?? '');
+  if (!match) throw new UserError('missing_token', 'a delegated bearer token is required', { status: 401 });
+  const minEpoch = await readRevocationEpoch(db);
+  return verifyDelegatedToken(match[1]!, { secret: opts.secret, audience: opts.audience, scope: opts.scope, minEpoch });
+}
+
+/**
+ * The token was delegated within one tenant; the record it acts on must be in that tenant.
+ * @throws ForbiddenError(`tenant_mismatch`, 403).
+ */
+export function assertSameTenant(claims: DelegatedClaims, recordTenant: string): void {
+  if (claims.tenant !== recordTenant) {
+    throw new ForbiddenError('tenant_mismatch', 'the record is outside the tenant of the delegation');
+  }
+}
+
+/**
+ * `Idempotency-Key` header (1–255 printable characters).
+ * @throws UserError(`missing_idempotency_key` | `invalid_idempotency_key`, 400).
+ */
+export function requireIdempotencyKey(req: Request): string {
+  const key = req.get('idempotency-key');
+  if (key === undefined || key === '') throw new UserError('missing_idempotency_key', 'the Idempotency-Key header is required');
+  if (key.length > 255 || !/^[\x21-\x7e]+$/.test(key)) {
+    throw new UserError('invalid_idempotency_key', 'Idempotency-Key must be 1–255 printable ASCII characters');
+  }
+  return key;
+}
+
+/**
+ * Optional `X-Fencing-Token` header: a non-negative safe integer, or null when absent.
+ * @throws UserError(`invalid_fencing_token`, 400) when present but not such an integer.
+ */
+export function readFencingToken(req: Request): number | null {
+  const raw = req.get('x-fencing-token');
+  if (raw === undefined || raw === '') return null;
+  const n = /^\d{1,16}$/.test(raw.trim()) ? Number(raw.trim()) : NaN;
+  if (!Number.isSafeInteger(n)) throw new UserError('invalid_fencing_token', 'X-Fencing-Token must be a non-negative integer');
+  return n;
+}

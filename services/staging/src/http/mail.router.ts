@@ -1,0 +1,68 @@
+import { Router } from 'express';
+import { z } from 'zod';
+import { SystemError, UserError, parseBody } from '@gatehouse/platform';
+import type { StagingDb } from '../db/staging.database.ts';
+import { MAIL_TEMPLATES, type MessagesRepository } from '../repositories/messages.repository.ts';
+import type { OrdersRepository } from '../repositories/orders.repository.ts';
+import { assertSameTenant, requireDelegation } from './delegation.guard.ts';
+import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
+import { parseQuery } from './query.parser.ts';
+
+/** Delegation audience of the mail service (SPEC §3). */
+export const MAIL_AUDIENCE = 'mail';
+/** Scope a delegated token needs to send mail. */
+export const MAIL_SCOPE = 'mail:send';
+
+/**
+ * Body of `POST /mail/messages`. Strict: a recipient in the body is refused, because the
+ * recipient is derived from the order, never from arguments (SPEC §2 `notify_customer`).
+ */
+export const MailBodySchema = z.object({ orderId: z.string().min(1).max(64), template: z.enum(MAIL_TEMPLATES) }).strict();
+
+const ListQuerySchema = z.object({ orderId: z.string().min(1).max(64) });
+
+/**
+ * The mail service (no dedupe):
+ * - `POST /mail/messages` (Bearer token) body `{orderId, template}` → 201
+ *   `{messageId, orderId, template, to, createdAt}`, `to` = the order's customer email;
+ *   400 invalid body; 401 no or invalid token; 403 wrong audience/scope/epoch or
+ *   `tenant_mismatch`; 404 `order_not_found`; 503 `recipient_unknown`.
+ * - `GET /mail/messages?orderId=…` → `{messages: [...]}` (read-back).
+ */
+export function mailRouter(deps: EffectRouteDeps & {
+  db: StagingDb;
+  delegationSecret: string;
+  orders: OrdersRepository;
+  messages: MessagesRepository;
+}): Router {
+  const router = Router();
+
+  router.post(
+    '/mail/messages',
+    effectRoute(deps, 'mail', async (req) => {
+      const claims = await requireDelegation(req, deps.db, { secret: deps.delegationSecret, audience: MAIL_AUDIENCE, scope: MAIL_SCOPE });
+      const body = parseBody(MailBodySchema, req.body);
+      const order = await deps.orders.find(body.orderId);
+      if (!order) throw new UserError('order_not_found', `no order ${body.orderId}`, { status: 404 });
+      assertSameTenant(claims, order.tenant);
+      const recipient = await deps.orders.customerEmail(order.customer);
+      if (!recipient) throw new SystemError('recipient_unknown', `order ${order.id} has no customer address on record`);
+      const message = await deps.messages.create({
+        orderId: order.id,
+        tenant: order.tenant,
+        template: body.template,
+        recipient,
+        requester: claims.sub,
+        actor: claims.act.sub,
+      });
+      return { status: 201, body: message };
+    }),
+  );
+
+  router.get('/mail/messages', async (req, res) => {
+    const { orderId } = parseQuery(ListQuerySchema, req.query);
+    res.json({ messages: await deps.messages.listByOrder(orderId) });
+  });
+
+  return router;
+}

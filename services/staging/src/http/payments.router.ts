@@ -1,0 +1,85 @@
+import { Router } from 'express';
+import { z } from 'zod';
+import { ForbiddenError, UserError, parseBody } from '@gatehouse/platform';
+import { parseQuery } from './query.parser.ts';
+import type { StagingDb } from '../db/staging.database.ts';
+import type { OrdersRepository } from '../repositories/orders.repository.ts';
+import type { RefundsRepository } from '../repositories/refunds.repository.ts';
+import { assertSameTenant, readFencingToken, requireDelegation, requireIdempotencyKey } from './delegation.guard.ts';
+import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
+
+/** Delegation audience of the payments ledger (SPEC §3). */
+export const PAYMENTS_AUDIENCE = 'payments';
+/** Scope a delegated token needs to create a refund. */
+export const REFUND_SCOPE = 'refund:create';
+
+/** Largest amount a refund row can hold (Postgres `integer`), cents. */
+const MAX_AMOUNT_CENTS = 2_147_483_647;
+
+/** Body of `POST /ledger/refunds`: amount in integer cents (> 0), reason ≤ 240 chars (SPEC §2). */
+export const RefundBodySchema = z
+  .object({
+    orderId: z.string().min(1).max(64),
+    amountCents: z.number().int().positive().max(MAX_AMOUNT_CENTS),
+    reason: z.string().max(240),
+  })
+  .strict();
+
+const ListQuerySchema = z.object({ orderId: z.string().min(1).max(64) });
+
+/**
+ * The payments ledger:
+ * - `POST /ledger/refunds` (headers `Authorization: Bearer`, `Idempotency-Key`, optional
+ *   `X-Fencing-Token`) → 201 `{refundId, orderId, amountCents, idempotencyKey, createdAt}`;
+ *   200 with `Idempotent-Replayed: true` for a replay; 400 invalid body / missing key; 401 no or
+ *   invalid token; 403 wrong audience/scope/epoch, `tenant_mismatch`, `ceiling_exceeded`;
+ *   404 `order_not_found`; 409 `idempotency_key_reuse`, `stale_fencing_token`.
+ * - `GET /ledger/refunds?orderId=…` → `{refunds: [...]}` (read-back, no token).
+ */
+export function paymentsRouter(deps: EffectRouteDeps & {
+  db: StagingDb;
+  delegationSecret: string;
+  orders: OrdersRepository;
+  refunds: RefundsRepository;
+}): Router {
+  const router = Router();
+
+  router.post(
+    '/ledger/refunds',
+    effectRoute(deps, 'payments', async (req) => {
+      const claims = await requireDelegation(req, deps.db, { secret: deps.delegationSecret, audience: PAYMENTS_AUDIENCE, scope: REFUND_SCOPE });
+      const idempotencyKey = requireIdempotencyKey(req);
+      const fencingToken = readFencingToken(req);
+      const body = parseBody(RefundBodySchema, req.body);
+      const order = await deps.orders.find(body.orderId);
+      if (!order) throw new UserError('order_not_found', `no order ${body.orderId}`, { status: 404 });
+      assertSameTenant(claims, order.tenant);
+      // The ledger bounds the refund by the user's delegation itself, so a wrong policy upstream
+      // is still bounded (SPEC §3 "Delegated credentials", invariant 1).
+      if (body.amountCents > claims.ceiling) {
+        throw new ForbiddenError('ceiling_exceeded', `amount ${body.amountCents} exceeds the delegated ceiling ${claims.ceiling} (cents)`);
+      }
+      const { refund, replayed } = await deps.refunds.create({
+        idempotencyKey,
+        orderId: order.id,
+        tenant: order.tenant,
+        amountCents: body.amountCents,
+        reason: body.reason,
+        requester: claims.sub,
+        actor: claims.act.sub,
+        fencingToken,
+      });
+      const result = { refundId: refund.refundId, orderId: refund.orderId, amountCents: refund.amountCents, idempotencyKey: refund.idempotencyKey, createdAt: refund.createdAt };
+      return replayed
+        ? { status: 200, body: result, headers: { 'Idempotent-Replayed': 'true' }, reason: 'idempotent_replay' }
+        : { status: 201, body: result };
+    }),
+  );
+
+  router.get('/ledger/refunds', async (req, res) => {
+    const { orderId } = parseQuery(ListQuerySchema, req.query);
+    res.json({ refunds: await deps.refunds.listByOrder(orderId) });
+  });
+
+  return router;
+}
