@@ -3,3 +3,4 @@ export * from './db.ts';
 export * from './outbox.ts';
 export * from './audit.ts';
 export * from './audit-chain.ts';
+export * from './audit-verify.ts';

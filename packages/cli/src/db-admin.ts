@@ -1,0 +1,35 @@
+import pg from 'pg';
+import { Kysely, PostgresDialect } from 'kysely';
+import { migrate } from '@gatehouse/ledger';
+
+/** Splits a Postgres URL into the admin URL (database `postgres`) and the database name. */
+export function splitDatabaseUrl(url: string): { adminUrl: string; name: string } {
+  const u = new URL(url);
+  const name = decodeURIComponent(u.pathname.replace(/^\//, ''));
+  if (!/^[a-z0-9_]+$/.test(name)) throw new Error(`database name ${name} must be lower-case letters, digits and _`);
+  u.pathname = '/postgres';
+  return { adminUrl: u.toString(), name };
+}
+
+/**
+ * Creates the database named in `url` when it does not exist (or drops and recreates it with
+ * `fresh`), then applies every migration.
+ */
+export async function prepareDatabase(url: string, opts: { fresh?: boolean } = {}): Promise<void> {
+  const { adminUrl, name } = splitDatabaseUrl(url);
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  try {
+    if (opts.fresh) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    const exists = await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
+    if (!exists.rowCount) await admin.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 1 }) }) });
+  try {
+    await migrate(db);
+  } finally {
+    await db.destroy();
+  }
+}

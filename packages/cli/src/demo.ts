@@ -1,0 +1,140 @@
+import { Queue, QueueEvents } from 'bullmq';
+import { Redis } from 'ioredis';
+import { executionsQueue, loadWorld, queueName } from '@gatehouse/contracts';
+import { createDb, verifyAuditChain, type ChainVerification } from '@gatehouse/ledger';
+import { approveAsLead, call, pollWorkflow, tokenFor, type WorkflowView } from './api-client.ts';
+
+/** Where the demo finds the running stack, and its settings. */
+export interface DemoTarget {
+  intakeUrl: string;
+  approvalUrl: string;
+  stagingUrl: string;
+  databaseUrl: string;
+  redisUrl: string;
+  queuePrefix: string;
+  release: string;
+  authSecret: string;
+}
+
+/** Everything the demo observed; `ok` only when every check held. */
+export interface DemoReport {
+  ok: boolean;
+  failures: string[];
+  workflow: WorkflowView;
+  timeline: string[];
+  refunds: Array<{ idempotencyKey: string; amountCents: number }>;
+  shipments: number;
+  redelivery: string;
+  audit: ChainVerification;
+}
+
+const fmtCents = (c: unknown): string => (typeof c === 'number' ? (c / 100).toFixed(2) : '-');
+
+/**
+ * The demo flow of SPEC/issue 2: ticket T-1 as rep-ana in `act` mode through every service;
+ * each pending approval is approved as lead-eli through the approval API with the version and
+ * digest read from it; then the refund's execution job is delivered a second time and the
+ * payments ledger must still hold one refund for its key. Reads the audit chain and verifies it.
+ */
+export async function runDemo(t: DemoTarget, log: (line: string) => void = () => {}): Promise<DemoReport> {
+  const world = loadWorld();
+  const ticket = world.sampleTickets.find((s) => s.ticketId === 'T-1');
+  if (!ticket) throw new Error('world.json has no ticket T-1');
+  const rep = await tokenFor(ticket.user, t.authSecret);
+  const lead = await tokenFor('lead-eli', t.authSecret);
+  const failures: string[] = [];
+
+  const submitted = await call('POST', `${t.intakeUrl}/v1/tickets`, rep, { ticketId: ticket.ticketId, text: ticket.text, mode: 'act' });
+  if (submitted.status !== 202) throw new Error(`intake answered ${submitted.status}: ${JSON.stringify(submitted.body)}`);
+  const workflowId = String(submitted.body.workflowId);
+  log(`submitted ${ticket.ticketId} as ${ticket.user} (act mode) → workflow ${workflowId}`);
+
+  const approved = new Set<string>();
+  const workflow = await pollWorkflow(
+    t.intakeUrl,
+    rep,
+    workflowId,
+    (v) => ['completed', 'stopped', 'needs_reconciliation'].includes(v.state),
+    async (v) => {
+      for (const p of v.pendingApprovals.filter((x) => x.status === 'pending' && !approved.has(x.approvalId))) {
+        approved.add(p.approvalId);
+        const r = await approveAsLead(t.approvalUrl, lead, p.approvalId);
+        log(`lead-eli approved ${String(r.approval.tool)} ${JSON.stringify(r.approval.arguments)} v${p.actionVersion} digest ${p.actionDigest.slice(0, 12)}… → ${r.status}`);
+        if (r.status !== 200) failures.push(`approval ${p.approvalId} answered ${r.status}`);
+      }
+    },
+  );
+  if (workflow.state !== 'completed') failures.push(`workflow ended ${workflow.state} (${workflow.stopReason ?? ''})`);
+
+  // Deliver the refund's execution job a second time, as a queue redelivery would.
+  const refund = workflow.actions.find((a) => a.tool === 'issue_refund');
+  let redelivery = 'not attempted';
+  if (refund) {
+    const db = createDb(t.databaseUrl, 2);
+    const approval = await db.selectFrom('approvals').select('id').where('action_id', '=', refund.actionId).executeTakeFirst();
+    await db.destroy();
+    const connection = new Redis(t.redisUrl, { maxRetriesPerRequest: null });
+    const name = queueName(executionsQueue.base, t.release);
+    const queue = new Queue(name, { connection, prefix: t.queuePrefix });
+    const events = new QueueEvents(name, { connection: new Redis(t.redisUrl, { maxRetriesPerRequest: null }), prefix: t.queuePrefix });
+    await events.waitUntilReady();
+    const job = await queue.add(executionsQueue.jobName, { release: t.release, workflowId, actionId: refund.actionId, actionVersion: refund.version, approvalId: approval?.id ?? null }, { jobId: `${executionsQueue.jobId({ release: t.release, workflowId, actionId: refund.actionId, actionVersion: refund.version, approvalId: null })}_redelivery` });
+    redelivery = String(await job.waitUntilFinished(events, 30_000));
+    log(`redelivered the refund execution job → executor answered "${redelivery}"`);
+    await queue.close();
+    await events.close();
+    connection.disconnect();
+  } else failures.push('no refund action was proposed');
+
+  const refunds = ((await call('GET', `${t.stagingUrl}/ledger/refunds?orderId=O-1002`, null)).body.refunds ?? []) as DemoReport['refunds'];
+  const shipments = (((await call('GET', `${t.stagingUrl}/orders/O-1002/shipments`, null)).body.shipments ?? []) as unknown[]).length;
+  if (refunds.length !== 1) failures.push(`payments ledger holds ${refunds.length} refunds for O-1002, expected 1`);
+  if (refund && refunds[0]?.idempotencyKey !== refund.operationKey) failures.push('refund idempotency key differs from the operation key');
+  if (shipments !== 1) failures.push(`order system holds ${shipments} shipments for O-1002, expected 1`);
+
+  const db = createDb(t.databaseUrl, 2);
+  try {
+    // Wait for the audit service to chain everything this run wrote.
+    for (let i = 0; i < 100; i++) {
+      const left = await db.selectFrom('audit_outbox').select((eb) => eb.fn.countAll<string>().as('n')).executeTakeFirstOrThrow();
+      if (Number(left.n) === 0) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const audit = await verifyAuditChain(db);
+    if (!audit.intact) failures.push(`audit chain broken at ${audit.firstBadSeq}: ${audit.reason}`);
+    const events = await db.selectFrom('audit_log').select(['seq', 'event']).orderBy('seq').execute();
+    const timeline = events
+      .filter((e) => e.event.runId === workflowId || e.event.runId === null)
+      .map((e) => {
+        const ev = e.event as Record<string, unknown>;
+        const parts = [String(ev.type).padEnd(20), String(ev.tool ?? '').padEnd(16)];
+        if (ev.decision) parts.push(`decision=${String(ev.decision)}`);
+        if (ev.ruleId) parts.push(`rule=${String(ev.ruleId)}`);
+        if (ev.actionVersion) parts.push(`v${String(ev.actionVersion)}`);
+        if (ev.approvalId) parts.push(`approval=${String(ev.approvalId).slice(0, 8)}`);
+        if (ev.operationKeyHash) parts.push(`opkey#=${String(ev.operationKeyHash).slice(0, 10)}`);
+        if (ev.outcome) parts.push(`outcome=${String(ev.outcome)}`);
+        return `#${String(e.seq).padStart(3)} ${parts.join(' ')}`;
+      });
+    const report: DemoReport = { ok: failures.length === 0, failures, workflow, timeline, refunds, shipments, redelivery, audit };
+    return report;
+  } finally {
+    await db.destroy();
+  }
+}
+
+/** Prints a demo report for a person. */
+export function printReport(r: DemoReport, out: (line: string) => void): void {
+  out('\nTimeline (audit chain, this workflow):');
+  for (const line of r.timeline) out(`  ${line}`);
+  out('\nActions:');
+  for (const a of r.workflow.actions) {
+    out(`  v${a.version} ${a.tool.padEnd(15)} ${JSON.stringify(a.arguments)} decision=${a.decision} rule=${a.ruleId} status=${a.status} key=${a.operationKey}`);
+  }
+  out(`\nWorkflow ${r.workflow.workflowId}: ${r.workflow.state}`);
+  out(`Payments ledger, O-1002: ${r.refunds.length} refund(s) ${r.refunds.map((x) => `${fmtCents(x.amountCents)} key=${x.idempotencyKey}`).join(', ')}`);
+  out(`Order system, O-1002: ${r.shipments} shipment(s)`);
+  out(`Second delivery of the refund job: ${r.redelivery}`);
+  out(`Audit chain: ${r.audit.intact ? 'intact' : 'BROKEN'}, ${r.audit.events} events, head ${r.audit.headHash}${r.audit.firstBadSeq ? `, first bad seq ${r.audit.firstBadSeq}` : ''}`);
+  out(r.ok ? '\nDEMO OK' : `\nDEMO FAILED:\n  ${r.failures.join('\n  ')}`);
+}

@@ -1,0 +1,150 @@
+#!/usr/bin/env node
+import { parseArgs } from 'node:util';
+import { Redis } from 'ioredis';
+import { parseEnv, QueueRegistry, OutboxRelay, createLogger } from '@gatehouse/platform';
+import { createDb, migrate, verifyAuditChain } from '@gatehouse/ledger';
+import { tokenFor } from './api-client.ts';
+import { prepareDatabase } from './db-admin.ts';
+import { runDemo, printReport } from './demo.ts';
+import { bumpEpoch, requireOperator, setSwitch } from './ops.ts';
+import { portOf, SERVICES, startStack, stateDir, stopDetachedStack } from './stack.ts';
+
+const USAGE = `gatehouse — operate a Gatehouse stack
+
+  gatehouse demo [--keep-running]       run ticket T-1 through every service (fresh demo database)
+  gatehouse stack up [--fresh]          start every service in the background and wait until ready
+  gatehouse stack down                  stop them
+  gatehouse token --user <id>           print a bearer token for a user of world.json (local secret)
+  gatehouse audit verify                walk the audit chain and its anchors
+  gatehouse switch on|off <tool> [--as <operator>]
+  gatehouse epoch bump [--as <operator>]
+  gatehouse migrate [up|down]`;
+
+const out = (line: string): void => {
+  process.stdout.write(`${line}\n`);
+};
+
+async function main(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: { user: { type: 'string' }, as: { type: 'string', default: 'ops-gus' }, fresh: { type: 'boolean' }, 'keep-running': { type: 'boolean' }, help: { type: 'boolean' } },
+  });
+  const env = parseEnv({});
+  const [cmd, sub, arg] = positionals;
+  if (values.help || !cmd) {
+    out(USAGE);
+    return cmd ? 0 : 2;
+  }
+  switch (`${cmd} ${sub ?? ''}`.trim()) {
+    case 'token': {
+      if (!values.user) throw new Error('token needs --user <id>');
+      out(await tokenFor(values.user, env.GATEHOUSE_AUTH_SECRET));
+      return 0;
+    }
+    case 'stack up': {
+      await prepareDatabase(env.DATABASE_URL, { fresh: values.fresh });
+      const dir = stateDir('stack');
+      await stopDetachedStack(dir, 5000);
+      const stack = await startStack({ env: process.env, dir, detached: true });
+      for (const [name, port] of Object.entries(stack.ports)) out(`  ${name.padEnd(15)} http://127.0.0.1:${port}`);
+      out(`stack up; logs in ${dir}`);
+      return 0;
+    }
+    case 'stack down': {
+      const stopped = await stopDetachedStack(stateDir('stack'));
+      out(stopped.length ? `stopped ${stopped.join(', ')}` : 'nothing was running');
+      return 0;
+    }
+    case 'demo':
+      return demo(Boolean(values['keep-running']));
+    case 'audit verify': {
+      const db = createDb(env.DATABASE_URL, 2);
+      try {
+        const r = await verifyAuditChain(db);
+        out(r.intact ? `intact ${r.events} events, head ${r.headHash}, ${r.anchorsChecked} anchors` : `BROKEN at seq ${r.firstBadSeq}: ${r.reason}`);
+        return r.intact ? 0 : 1;
+      } finally {
+        await db.destroy();
+      }
+    }
+    case 'switch on':
+    case 'switch off': {
+      if (!arg) throw new Error('switch needs a tool name');
+      const op = requireOperator(values.as ?? '');
+      const db = createDb(env.DATABASE_URL, 2);
+      const redis = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
+      const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
+      try {
+        const rows = await setSwitch(db, arg, sub === 'on', op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
+        await new OutboxRelay(db, queues, createLogger('cli')).publish(rows);
+        out(`${arg} switched ${sub}${rows.length ? `; ${rows.length} held action(s) re-enqueued` : ''}`);
+        return 0;
+      } finally {
+        await queues.close();
+        redis.disconnect();
+        await db.destroy();
+      }
+    }
+    case 'epoch bump': {
+      const op = requireOperator(values.as ?? '');
+      const db = createDb(env.DATABASE_URL, 2);
+      try {
+        out(`revocation epoch is now ${await bumpEpoch(db, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY)}`);
+        return 0;
+      } finally {
+        await db.destroy();
+      }
+    }
+    case 'migrate':
+    case 'migrate up':
+    case 'migrate down': {
+      if (sub === 'down') {
+        const db = createDb(env.DATABASE_URL, 1);
+        await migrate(db as never, 'down');
+        await db.destroy();
+      } else await prepareDatabase(env.DATABASE_URL);
+      out(`migrated ${sub ?? 'up'}`);
+      return 0;
+    }
+    default:
+      process.stderr.write(`unknown command: ${positionals.join(' ')}\n${USAGE}\n`);
+      return 2;
+  }
+}
+
+/** `gatehouse demo`: a fresh demo database and queue prefix, the whole stack, ticket T-1. */
+async function demo(keepRunning: boolean): Promise<number> {
+  const base = parseEnv({});
+  const databaseUrl = base.DATABASE_URL.replace(/\/[^/]+$/, '/gatehouse_demo');
+  const prefix = 'gh-demo';
+  const redis = new Redis(base.REDIS_URL, { maxRetriesPerRequest: null });
+  for (const key of await redis.keys(`${prefix}:*`)) await redis.del(key);
+  redis.disconnect();
+  out('preparing a fresh demo database and starting every service…');
+  await prepareDatabase(databaseUrl, { fresh: true });
+  const env = { ...process.env, DATABASE_URL: databaseUrl, QUEUE_PREFIX: prefix, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn' };
+  const dir = keepRunning ? stateDir('stack') : stateDir('demo');
+  await stopDetachedStack(stateDir('stack'), 5000);
+  const stack = await startStack({ env, dir, detached: keepRunning });
+  const url = (name: string): string => `http://127.0.0.1:${portOf(SERVICES.find((s) => s.name === name)!, env)}`;
+  try {
+    const report = await runDemo(
+      { intakeUrl: url('agent-loop'), approvalUrl: url('approval'), stagingUrl: url('staging'), databaseUrl, redisUrl: base.REDIS_URL, queuePrefix: prefix, release: base.GATEHOUSE_RELEASE, authSecret: base.GATEHOUSE_AUTH_SECRET },
+      out,
+    );
+    printReport(report, out);
+    return report.ok ? 0 : 1;
+  } finally {
+    if (!keepRunning) await stack.stop();
+    else out(`stack left running (logs in ${dir}); stop it with: ./run stack down`);
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    process.stderr.write(`gatehouse: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,51 @@
+import { resolve } from 'node:path';
+import { z } from 'zod';
+import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown } from '@gatehouse/platform';
+import { repoRoot } from '@gatehouse/contracts';
+import { chainPending } from './jobs/chain.writer.ts';
+import { anchorHead, loadSigningKey } from './domain/anchor.ts';
+
+const ctx = createServiceContext('audit', {
+  AUDIT_PORT: z.coerce.number().int().min(0).max(65535).default(7113),
+  /** How often the outbox is drained into the chain, ms. */
+  AUDIT_CHAIN_INTERVAL_MS: z.coerce.number().int().positive().default(200),
+  /** How often the chain head is anchored, ms. */
+  AUDIT_ANCHOR_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
+  AUDIT_SIGNING_KEY_PATH: z.string().default(resolve(repoRoot, '.gatehouse/audit-ed25519.pem')),
+});
+const { env, log, db } = ctx;
+const key = loadSigningKey(env.AUDIT_SIGNING_KEY_PATH);
+
+let running: Promise<unknown> | undefined;
+const tick = (): void => {
+  if (running) return;
+  running = (async () => {
+    let n: number;
+    do n = await chainPending(db);
+    while (n > 0);
+  })()
+    .catch((err: unknown) => log.error({ err: (err as Error).message }, 'chaining failed'))
+    .finally(() => {
+      running = undefined;
+    });
+};
+const chainTimer = setInterval(tick, env.AUDIT_CHAIN_INTERVAL_MS);
+const anchorTimer = setInterval(() => {
+  anchorHead(db, key).catch((err: unknown) => log.error({ err: (err as Error).message }, 'anchoring failed'));
+}, env.AUDIT_ANCHOR_INTERVAL_MS);
+
+const app = finishApp(createHttpApp('audit', ctx.readyChecks), log);
+const { server, port } = await listen(app, env.AUDIT_PORT);
+log.info({ port }, 'audit ready');
+installShutdown(log, [
+  () => ctx.close(),
+  async () => {
+    await running;
+    await anchorHead(db, key); // leave the head anchored on a clean stop
+  },
+  () => {
+    clearInterval(chainTimer);
+    clearInterval(anchorTimer);
+  },
+  () => closeServer(server),
+]);
