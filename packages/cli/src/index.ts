@@ -1,0 +1,5 @@
+export * from './stack.ts';
+export * from './demo.ts';
+export * from './api-client.ts';
+export * from './db-admin.ts';
+export * from './ops.ts';

@@ -1,0 +1,79 @@
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { Kysely, PostgresDialect } from 'kysely';
+import { createDb, migrate, type Db } from '@gatehouse/ledger';
+
+/** Base URL of the Postgres server tests use (`TEST_DATABASE_URL`'s server, default local). */
+const SERVER = process.env.TEST_PG_SERVER ?? 'postgres://postgres@127.0.0.1:5432';
+/** Redis URL tests use. */
+export const TEST_REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+/** A database of one test file: migrated, dropped by `drop()`. */
+export interface TestDatabase {
+  url: string;
+  name: string;
+  db: Db;
+  drop: () => Promise<void>;
+}
+
+async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: `${SERVER}/postgres` });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end();
+  }
+}
+
+/**
+ * Creates a fresh database `gh_test_<random>` and applies every migration (`migrate: false`
+ * skips them). Never assumes a clean server: names are random and `drop()` removes it with
+ * `WITH (FORCE)`.
+ */
+export async function createTestDatabase(opts: { migrate?: boolean } = {}): Promise<TestDatabase> {
+  const name = `gh_test_${randomBytes(6).toString('hex')}`;
+  await admin((c) => c.query(`CREATE DATABASE ${name}`));
+  const url = `${SERVER}/${name}`;
+  if (opts.migrate !== false) {
+    const k = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 1 }) }) });
+    await migrate(k);
+    await k.destroy();
+  }
+  const db = createDb(url, 5);
+  return {
+    url,
+    name,
+    db,
+    drop: async () => {
+      await db.destroy();
+      await admin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`));
+    },
+  };
+}
+
+/** A BullMQ key prefix unique to one test file. */
+export function testQueuePrefix(): string {
+  return `ghtest-${randomBytes(5).toString('hex')}`;
+}
+
+/** A free-looking base port in 20000–59999 for a test's stack (ports base+0 … base+9). */
+export function testPortBase(): number {
+  return 20_000 + Math.floor(Math.random() * 4000) * 10;
+}
+
+/** Removes every Redis key under `prefix` (end of a test file). */
+export async function dropQueuePrefix(redisUrl: string, prefix: string): Promise<void> {
+  const { Redis } = await import('ioredis');
+  const r = new Redis(redisUrl);
+  try {
+    let cursor = '0';
+    do {
+      const [next, keys] = await r.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 500);
+      cursor = next;
+      if (keys.length) await r.del(...keys);
+    } while (cursor !== '0');
+  } finally {
+    r.disconnect();
+  }
+}

@@ -1,0 +1,50 @@
+import { resolve } from 'node:path';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { SERVICES, startStack, type RunningStack } from '@gatehouse/cli';
+import { createTestDatabase, dropQueuePrefix, testPortBase, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
+
+/** A whole Gatehouse stack as real processes over a test database and queue prefix. */
+export interface E2EStack {
+  db: TestDatabase;
+  prefix: string;
+  stack: RunningStack;
+  url: (service: string) => string;
+  env: Record<string, string>;
+  close: () => Promise<void>;
+}
+
+/** Starts every service as its own process on free ports with its own database and prefix. */
+export async function startE2EStack(): Promise<E2EStack> {
+  const db = await createTestDatabase();
+  const prefix = testQueuePrefix();
+  const base = testPortBase();
+  const env: Record<string, string> = {
+    DATABASE_URL: db.url,
+    REDIS_URL: TEST_REDIS_URL,
+    QUEUE_PREFIX: prefix,
+    LOG_LEVEL: 'warn',
+    GATEHOUSE_ENV: 'test',
+    AUDIT_SIGNING_KEY_PATH: resolve(mkdtempSync(resolve(tmpdir(), 'gh-audit-')), 'key.pem'),
+  };
+  SERVICES.forEach((s, i) => {
+    env[s.portVar] = String(base + i);
+  });
+  env.STAGING_URL = `http://127.0.0.1:${env.STAGING_PORT}`;
+  env.MODEL_BASE_URL = `http://127.0.0.1:${env.MODEL_STUB_PORT}/v1`;
+  const dir = mkdtempSync(resolve(tmpdir(), 'gh-e2e-'));
+  const stack = await startStack({ env, dir });
+  const url = (service: string): string => `http://127.0.0.1:${stack.ports[service]}`;
+  return {
+    db,
+    prefix,
+    stack,
+    url,
+    env,
+    close: async () => {
+      await stack.stop();
+      await dropQueuePrefix(TEST_REDIS_URL, prefix);
+      await db.drop();
+    },
+  };
+}

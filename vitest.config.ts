@@ -1,0 +1,15 @@
+import { defineConfig } from 'vitest/config';
+
+// Integration tests talk to real Postgres and Redis and spawn real service processes: each
+// file makes its own database and queue prefix, so files may run in parallel (2 at a time on
+// the 2-core machines this project targets).
+export default defineConfig({
+  test: {
+    include: ['packages/*/test/**/*.test.ts', 'services/*/test/**/*.test.ts', 'migrations/test/**/*.test.ts', 'test/**/*.test.ts'],
+    pool: 'forks',
+    maxWorkers: 2,
+    testTimeout: 60_000,
+    hookTimeout: 120_000,
+    reporters: ['default'],
+  },
+});
