@@ -1,4 +1,5 @@
 import { queueName, type QueueContract } from '@gatehouse/contracts';
+import { currentTraceparent } from '@gatehouse/telemetry';
 import type { Trx } from './db.ts';
 
 /** An outbox row ready to publish: BullMQ queue, job name, deterministic job id, payload. */
@@ -13,15 +14,17 @@ export interface OutboxRow {
 /**
  * Writes the next job as an outbox row inside the caller's transaction (ARCHITECTURE
  * correctness rule 2). The payload is validated against the queue's contract first; the queue
- * is the release-specific one named by `payload.release`.
+ * is the release-specific one named by `payload.release`. The active trace context is stored
+ * with the job (`traceparent`) so the consumer's span continues the trace.
  * @throws ZodError when the payload breaks the contract (the transaction should roll back).
  */
-export async function enqueueInTransaction<T extends { release: string }>(
+export async function enqueueInTransaction<T extends { release: string; traceparent?: string }>(
   trx: Trx,
   contract: QueueContract<T>,
   payload: T,
 ): Promise<OutboxRow> {
-  const parsed = contract.schema.parse(payload);
+  const traceparent = payload.traceparent ?? currentTraceparent();
+  const parsed = contract.schema.parse(traceparent ? { ...payload, traceparent } : payload);
   const row = await trx
     .insertInto('outbox')
     .values({

@@ -1,6 +1,7 @@
 import { Queue, Worker, UnrecoverableError, type Job, type ConnectionOptions } from 'bullmq';
 import { Redis } from 'ioredis';
 import { queueName, type QueueContract } from '@gatehouse/contracts';
+import { withSpan } from '@gatehouse/telemetry';
 import type { Logger } from './logger.ts';
 
 /** Opens an ioredis connection suitable for BullMQ workers (`maxRetriesPerRequest: null`). */
@@ -58,7 +59,7 @@ export interface WorkerOptions {
  * `safeParse`d: an invalid payload or one carrying another release fails with
  * `UnrecoverableError` (never retried; it stays in the failed set as quarantined).
  */
-export function createWorker<T extends { release: string }>(
+export function createWorker<T extends { release: string; traceparent?: string }>(
   contract: QueueContract<T>,
   handler: JobHandler<T>,
   opts: WorkerOptions,
@@ -76,7 +77,8 @@ export function createWorker<T extends { release: string }>(
         opts.log.warn({ queue: name, jobId: job.id, jobRelease: parsed.data.release }, 'job of another release quarantined');
         throw new UnrecoverableError(`quarantined: job of release ${parsed.data.release} on ${opts.release} worker`);
       }
-      return handler(parsed.data, job);
+      const data = parsed.data;
+      return withSpan(`${contract.base} process`, { 'messaging.destination.name': name, 'messaging.message.id': job.id ?? '' }, () => handler(data, job), data.traceparent);
     },
     {
       connection: createRedis(opts.redisUrl),

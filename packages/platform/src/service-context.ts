@@ -6,6 +6,7 @@ import { parseEnv, type BaseEnv } from './env.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { createRedis, QueueRegistry } from './queues.ts';
 import { OutboxRelay } from './outbox-relay.ts';
+import { startTelemetry } from '@gatehouse/telemetry';
 
 /** What every service process holds: its env, logger, ledger pool, queues and outbox relay. */
 export interface ServiceContext<E> {
@@ -23,7 +24,8 @@ export interface ServiceContext<E> {
 }
 
 /**
- * Builds the context of one service from the environment (base settings plus `extra`).
+ * Builds the context of one service from the environment (base settings plus `extra`) and
+ * starts its telemetry.
  * @throws Error listing every invalid environment variable.
  */
 export function createServiceContext<S extends ZodRawShape>(
@@ -32,6 +34,7 @@ export function createServiceContext<S extends ZodRawShape>(
   source: Record<string, string | undefined> = process.env,
 ): ServiceContext<BaseEnv & z.output<ZodObject<S>>> {
   const env = parseEnv(extra, source);
+  const telemetry = startTelemetry(name, env.GATEHOUSE_RELEASE);
   const log = createLogger(name);
   const db = createDb(env.DATABASE_URL);
   const redis = createRedis(env.REDIS_URL);
@@ -59,6 +62,7 @@ export function createServiceContext<S extends ZodRawShape>(
       await queues.close();
       redis.disconnect();
       await db.destroy();
+      await telemetry.shutdown();
     },
   };
 }

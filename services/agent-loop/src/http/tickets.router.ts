@@ -4,6 +4,7 @@ import { TicketRequestSchema, turnsQueue, sha256Hex } from '@gatehouse/contracts
 import { enqueueInTransaction, inTransaction, recordAudit, actorHash, type Db } from '@gatehouse/ledger';
 import { ConflictError, parseBody, UserError, type OutboxRelay } from '@gatehouse/platform';
 import type { AuthedRequest } from '@gatehouse/platform';
+import { withSpan } from '@gatehouse/telemetry';
 
 /** Settings the intake needs. */
 export interface IntakeConfig {
@@ -30,7 +31,7 @@ export function ticketsRouter(cfg: IntakeConfig): Router {
       throw new UserError('pack_unavailable', 'the change pack is not available in this release');
     }
     const textHash = sha256Hex(body.text);
-    const result = await inTransaction(cfg.db, async (trx) => {
+    const result = await withSpan('intake ticket', { 'gatehouse.tenant': user.tenant }, () => inTransaction(cfg.db, async (trx) => {
       const id = randomUUID();
       const inserted = await trx
         .insertInto('workflows')
@@ -89,7 +90,7 @@ export function ticketsRouter(cfg: IntakeConfig): Router {
       });
       const row = await enqueueInTransaction(trx, turnsQueue, { release: cfg.release, workflowId: id, round: 1 });
       return { workflowId: id, rows: [row] };
-    });
+    }));
     await cfg.relay.publish(result.rows);
     res.status(202).json({ workflowId: result.workflowId });
   });

@@ -6,6 +6,7 @@ import type { Db } from '@gatehouse/ledger';
 import { parseBody, UserError, type OutboxRelay } from '@gatehouse/platform';
 import { authorityRefusal } from '../domain/authority.ts';
 import { decideApproval } from '../domain/decide.ts';
+import { withSpan } from '@gatehouse/telemetry';
 
 const caller = (req: Request): UserClaims => (req as unknown as { user: UserClaims }).user;
 const ListQuery = z.object({ status: z.enum(['pending', 'approved', 'denied', 'expired', 'void', 'used']).default('pending') });
@@ -72,7 +73,7 @@ export function approvalsRouter(cfg: { db: Db; relay: OutboxRelay; auditHmacKey:
     const id = String(req.params.id);
     if (!Id.safeParse(id).success) throw new UserError('not_found', 'no such approval', { status: 404 });
     const body = parseBody(DecisionRequestSchema, req.body);
-    const outcome = await decideApproval(cfg.db, user, id, body, cfg.auditHmacKey);
+    const outcome = await withSpan('approval decision', { 'gatehouse.decision': body.decision }, () => decideApproval(cfg.db, user, id, body, cfg.auditHmacKey));
     await cfg.relay.publish(outcome.rows);
     res.json({ approvalId: outcome.approvalId, status: outcome.status });
   });

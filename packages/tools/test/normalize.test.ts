@@ -1,0 +1,68 @@
+import { describe, expect, it } from 'vitest';
+import { canonicalOrderId, NormalizationError, toCents } from '../src/index.ts';
+
+describe('toCents', () => {
+  it.each<[string | number]>([['30.00'], [30], [30.0], ['30'], ['30.0'], [' 30.00 ']])('%j is 3000 cents', (v) => {
+    expect(toCents(v)).toBe(3000);
+  });
+
+  it.each<[string | number, number]>([
+    ['0.01', 1],
+    ['0.1', 10],
+    [0.1, 10],
+    [120, 12000],
+    ['49.00', 4900],
+    ['-5', -500],
+    ['999999999.99', 99999999999],
+  ])('%j is %i cents', (v, cents) => {
+    expect(toCents(v)).toBe(cents);
+  });
+
+  it.each<[string | number]>([
+    ['30.001'],
+    [30.001],
+    ['1e3'],
+    [1e21],
+    [1e-7],
+    [Number.NaN],
+    [Number.POSITIVE_INFINITY],
+    [Number.NEGATIVE_INFINITY],
+    [-0],
+    ['-0.00'],
+    ['-0'],
+    ['abc'],
+    [''],
+    ['   '],
+    ['+5'],
+    ['30.'],
+    ['.5'],
+    ['1,000'],
+    ['0x10'],
+    ['1234567890'],
+    ['30.00 USD'],
+  ])('%j is a NormalizationError', (v) => {
+    let thrown: unknown;
+    try {
+      toCents(v);
+    } catch (err) {
+      thrown = err;
+    }
+    expect(thrown).toBeInstanceOf(NormalizationError);
+    expect((thrown as NormalizationError).field).toBe('amount');
+  });
+
+  it('names the field it was given', () => {
+    expect(() => toCents('x', 'total')).toThrowError(expect.objectContaining({ field: 'total', name: 'NormalizationError' }));
+  });
+});
+
+describe('canonicalOrderId', () => {
+  it('upper-cases and trims', () => {
+    expect(canonicalOrderId('o-1002')).toBe('O-1002');
+    expect(canonicalOrderId('  O-1002 ')).toBe('O-1002');
+  });
+
+  it.each([['O1002'], ['O-100'], ['O-10022'], [''], ['OO-1002'], ['O-1002; DROP']])('%j is rejected', (v) => {
+    expect(() => canonicalOrderId(v)).toThrow(NormalizationError);
+  });
+});
