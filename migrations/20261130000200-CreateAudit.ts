@@ -41,6 +41,9 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       created_at timestamptz NOT NULL DEFAULT now()
     );
 
+    CREATE TRIGGER audit_anchors_no_update BEFORE UPDATE OR DELETE ON audit_anchors
+      FOR EACH ROW EXECUTE FUNCTION audit_log_append_only();
+
     CREATE TABLE audit_heartbeat (
       id integer PRIMARY KEY CHECK (id = 1),
       beat_at timestamptz NOT NULL
@@ -50,7 +53,9 @@ export async function up(db: Kysely<unknown>): Promise<void> {
 
 export async function down(db: Kysely<unknown>): Promise<void> {
   await sql`
-    DROP TABLE audit_heartbeat, audit_anchors;
+    DROP TABLE audit_heartbeat;
+    DROP TRIGGER audit_anchors_no_update ON audit_anchors;
+    DROP TABLE audit_anchors;
     DROP TRIGGER audit_log_no_truncate ON audit_log;
     DROP TRIGGER audit_log_no_update ON audit_log;
     DROP TABLE audit_log;

@@ -25,6 +25,7 @@ export async function startE2EStack(): Promise<E2EStack> {
     QUEUE_PREFIX: prefix,
     LOG_LEVEL: 'warn',
     GATEHOUSE_ENV: 'test',
+    AUDIT_ANCHOR_INTERVAL_MS: '500',
     AUDIT_SIGNING_KEY_PATH: resolve(mkdtempSync(resolve(tmpdir(), 'gh-audit-')), 'key.pem'),
   };
   SERVICES.forEach((s, i) => {

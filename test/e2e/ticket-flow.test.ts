@@ -25,6 +25,7 @@ describe('a real ticket through every service (processes, Postgres, Redis)', () 
       queuePrefix: s.prefix,
       release: 'rel-1',
       authSecret: SECRET,
+      auditKeyPath: s.env.AUDIT_SIGNING_KEY_PATH,
     });
     expect(report.failures).toEqual([]);
     expect(report.workflow.state).toBe('completed');
@@ -44,7 +45,8 @@ describe('a real ticket through every service (processes, Postgres, Redis)', () 
     const approvals = await s.db.db.selectFrom('approvals').select(['status', 'approver']).where('workflow_id', '=', report.workflow.workflowId).execute();
     expect(approvals).toHaveLength(2);
     expect(approvals.every((a) => a.status === 'used' && a.approver === 'lead-eli')).toBe(true);
-    expect(report.audit).toMatchObject({ intact: true });
+    expect(report.audit).toMatchObject({ intact: true, anchorsTrusted: true });
+    expect(report.audit.anchorsChecked).toBeGreaterThanOrEqual(1);
     expect(report.audit.events).toBeGreaterThanOrEqual(25);
 
     // The model was never sent an unanswered call (Responses API pairing rule).

@@ -2,6 +2,7 @@ import { Queue, QueueEvents } from 'bullmq';
 import { Redis } from 'ioredis';
 import { executionsQueue, loadWorld, queueName } from '@gatehouse/contracts';
 import { createDb, verifyAuditChain, type ChainVerification } from '@gatehouse/ledger';
+import { auditPublicKey } from './audit-key.ts';
 import { approveAsLead, call, pollWorkflow, tokenFor, type WorkflowView } from './api-client.ts';
 
 /** Where the demo finds the running stack, and its settings. */
@@ -14,6 +15,8 @@ export interface DemoTarget {
   queuePrefix: string;
   release: string;
   authSecret: string;
+  /** Path of the audit service's Ed25519 key (its public half verifies the anchors). */
+  auditKeyPath?: string;
 }
 
 /** Everything the demo observed; `ok` only when every check held. */
@@ -100,8 +103,16 @@ export async function runDemo(t: DemoTarget, log: (line: string) => void = () =>
       if (Number(left.n) === 0) break;
       await new Promise((r) => setTimeout(r, 100));
     }
-    const audit = await verifyAuditChain(db);
+    // …and to anchor the head it reached, so verification covers an anchor too.
+    for (let i = 0; i < 100; i++) {
+      const head = await db.selectFrom('audit_log').select('seq').orderBy('seq', 'desc').limit(1).executeTakeFirst();
+      const anchored = await db.selectFrom('audit_anchors').select('seq').orderBy('id', 'desc').limit(1).executeTakeFirst();
+      if (head && anchored?.seq === head.seq) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const audit = await verifyAuditChain(db, { trustedPublicKey: auditPublicKey(t.auditKeyPath) });
     if (!audit.intact) failures.push(`audit chain broken at ${audit.firstBadSeq}: ${audit.reason}`);
+    if (!audit.anchorsChecked || !audit.anchorsTrusted) failures.push('the chain head was not anchored and verified against the pinned key');
     const events = await db.selectFrom('audit_log').select(['seq', 'event']).orderBy('seq').execute();
     const timeline = events
       .filter((e) => e.event.runId === workflowId || e.event.runId === null)
@@ -135,6 +146,6 @@ export function printReport(r: DemoReport, out: (line: string) => void): void {
   out(`Payments ledger, O-1002: ${r.refunds.length} refund(s) ${r.refunds.map((x) => `${fmtCents(x.amountCents)} key=${x.idempotencyKey}`).join(', ')}`);
   out(`Order system, O-1002: ${r.shipments} shipment(s)`);
   out(`Second delivery of the refund job: ${r.redelivery}`);
-  out(`Audit chain: ${r.audit.intact ? 'intact' : 'BROKEN'}, ${r.audit.events} events, head ${r.audit.headHash}${r.audit.firstBadSeq ? `, first bad seq ${r.audit.firstBadSeq}` : ''}`);
+  out(`Audit chain: ${r.audit.intact ? 'intact' : 'BROKEN'}, ${r.audit.events} events, head ${r.audit.headHash}, ${r.audit.anchorsChecked} anchor(s) checked against the ${r.audit.anchorsTrusted ? 'pinned' : 'stored'} key${r.audit.firstBadSeq ? `, first bad seq ${r.audit.firstBadSeq}` : ''}`);
   out(r.ok ? '\nDEMO OK' : `\nDEMO FAILED:\n  ${r.failures.join('\n  ')}`);
 }

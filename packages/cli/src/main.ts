@@ -4,6 +4,7 @@ import { Redis } from 'ioredis';
 import { parseEnv, QueueRegistry, OutboxRelay, createLogger } from '@gatehouse/platform';
 import { createDb, migrate, verifyAuditChain } from '@gatehouse/ledger';
 import { tokenFor } from './api-client.ts';
+import { auditPublicKey } from './audit-key.ts';
 import { prepareDatabase } from './db-admin.ts';
 import { runDemo, printReport } from './demo.ts';
 import { bumpEpoch, requireOperator, setSwitch } from './ops.ts';
@@ -61,8 +62,8 @@ async function main(argv: string[]): Promise<number> {
     case 'audit verify': {
       const db = createDb(env.DATABASE_URL, 2);
       try {
-        const r = await verifyAuditChain(db);
-        out(r.intact ? `intact ${r.events} events, head ${r.headHash}, ${r.anchorsChecked} anchors` : `BROKEN at seq ${r.firstBadSeq}: ${r.reason}`);
+        const r = await verifyAuditChain(db, { trustedPublicKey: auditPublicKey() });
+        out(r.intact ? `intact ${r.events} events, head ${r.headHash}, ${r.anchorsChecked} anchors (pinned key)` : `BROKEN at seq ${r.firstBadSeq}: ${r.reason}`);
         return r.intact ? 0 : 1;
       } finally {
         await db.destroy();
@@ -123,7 +124,7 @@ async function demo(keepRunning: boolean): Promise<number> {
   redis.disconnect();
   out('preparing a fresh demo database and starting every service…');
   await prepareDatabase(databaseUrl, { fresh: true });
-  const env = { ...process.env, DATABASE_URL: databaseUrl, QUEUE_PREFIX: prefix, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn' };
+  const env = { ...process.env, DATABASE_URL: databaseUrl, QUEUE_PREFIX: prefix, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn', AUDIT_ANCHOR_INTERVAL_MS: '500' };
   const dir = keepRunning ? stateDir('stack') : stateDir('demo');
   await stopDetachedStack(stateDir('stack'), 5000);
   const stack = await startStack({ env, dir, detached: keepRunning });

@@ -61,13 +61,18 @@ export function toSafeOutput(
   trust: SafeOutput['trust'] = 'untrusted-tool-output',
 ): SafeOutput {
   const bounded = boundValue(data, 0) as Record<string, unknown>;
-  const out: SafeOutput = { source, trust, ...bounded };
+  // Labels last: a tool's own data can never relabel itself as trusted.
+  const out: SafeOutput = { ...bounded, source, trust };
   let text = JSON.stringify(out);
   if (Buffer.byteLength(text) <= MAX_OUTPUT_BYTES) return out;
   // Too large: keep the label and a cut, still-valid JSON preview of the data.
-  const room = MAX_OUTPUT_BYTES - 200;
+  // The limit is checked on the final serialization, since JSON escaping can grow the preview.
   text = redactSecrets(JSON.stringify(bounded));
-  let preview = text.slice(0, room);
-  while (Buffer.byteLength(preview) > room) preview = preview.slice(0, -64);
-  return { source, trust, truncated: true, preview: preview + TRUNCATION_MARKER };
+  let preview = text.slice(0, MAX_OUTPUT_BYTES);
+  let cut: SafeOutput = { source, trust, truncated: true, preview: preview + TRUNCATION_MARKER };
+  while (Buffer.byteLength(JSON.stringify(cut)) > MAX_OUTPUT_BYTES) {
+    preview = preview.slice(0, Math.floor(preview.length * 0.9));
+    cut = { source, trust, truncated: true, preview: preview + TRUNCATION_MARKER };
+  }
+  return cut;
 }

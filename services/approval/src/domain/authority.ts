@@ -20,7 +20,7 @@ export function authorityRefusal(approverId: string, tenant: string, approval: A
   if (approver.id === approval.requester) return 'requester_cannot_approve';
   if (approver.role !== 'lead') return 'not_a_lead';
   if (approver.tenant !== approval.tenant) return 'wrong_tenant';
-  if (approval.region && approver.region !== approval.region) return 'wrong_region';
+  if (!approval.region || approver.region !== approval.region) return 'wrong_region';
   if (approval.amountCents !== null && (approver.approveLimit ?? 0) < approval.amountCents) return 'approve_limit_too_low';
   return null;
 }

@@ -1,0 +1,116 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Migrator, sql, type Kysely } from 'kysely';
+import { migrations } from '@gatehouse/migrations';
+import { migrate, type Db } from '../src/index.ts';
+// @gatehouse/testing is not a dependency of this package (no node_modules link), so it is
+// imported by path; it is the same module.
+import { createTestDatabase, type TestDatabase } from '../../testing/src/index.ts';
+
+const LEDGER_TABLES = [
+  'actions', 'approvals', 'budgets', 'conversation_items', 'credential_epochs', 'decision_log', 'model_turns',
+  'operations', 'outbox', 'proposals', 'releases', 'tool_switches', 'workflows',
+];
+const AUDIT_TABLES = ['audit_anchors', 'audit_heartbeat', 'audit_log', 'audit_outbox'];
+const ALL_TABLES = [...LEDGER_TABLES, ...AUDIT_TABLES].sort();
+
+let t: TestDatabase;
+let k: Kysely<unknown>;
+
+async function appTables(): Promise<string[]> {
+  const r = await sql<{ table_name: string }>`
+    SELECT table_name FROM information_schema.tables
+    WHERE table_schema = 'public' AND table_name NOT LIKE 'kysely_%' ORDER BY table_name`.execute(k);
+  return r.rows.map((x) => x.table_name);
+}
+
+async function appFunctions(): Promise<string[]> {
+  const r = await sql<{ proname: string }>`
+    SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'`.execute(k);
+  return r.rows.map((x) => x.proname);
+}
+
+beforeAll(async () => {
+  t = await createTestDatabase({ migrate: false });
+  k = t.db as unknown as Kysely<unknown>;
+});
+afterAll(async () => {
+  await t?.drop();
+});
+
+describe('migrations on an empty database', () => {
+  it('starts empty', async () => {
+    expect(await appTables()).toEqual([]);
+  });
+
+  it('up creates every table and the append-only trigger', async () => {
+    const result = await migrate(k);
+    expect(result.results?.map((r) => [r.migrationName, r.direction, r.status])).toEqual(
+      Object.keys(migrations).sort().map((name) => [name, 'Up', 'Success']),
+    );
+    expect(await appTables()).toEqual(ALL_TABLES);
+    expect(await appFunctions()).toContain('audit_log_append_only');
+    const epoch = await sql<{ epoch: number }>`SELECT epoch FROM credential_epochs WHERE id = 1`.execute(k);
+    expect(epoch.rows).toEqual([{ epoch: 1 }]);
+  });
+
+  it('up again is a no-op', async () => {
+    const result = await migrate(k);
+    expect(result.results).toEqual([]);
+    expect(await appTables()).toEqual(ALL_TABLES);
+  });
+
+  it('down removes every table and function', async () => {
+    await migrate(k, 'down');
+    expect(await appTables()).toEqual([]);
+    expect(await appFunctions()).not.toContain('audit_log_append_only');
+  });
+
+  it('each migration goes up and down on its own', async () => {
+    const migrator = new Migrator({ db: k, provider: { getMigrations: async () => migrations } });
+    const names = Object.keys(migrations).sort();
+    for (const name of names) {
+      const r = await migrator.migrateUp();
+      expect(r.error).toBeUndefined();
+      expect(r.results?.map((x) => x.migrationName)).toEqual([name]);
+    }
+    expect(await appTables()).toEqual(ALL_TABLES);
+    const down = await migrator.migrateDown();
+    expect(down.error).toBeUndefined();
+    expect(await appTables()).toEqual([...LEDGER_TABLES].sort());
+    const down2 = await migrator.migrateDown();
+    expect(down2.error).toBeUndefined();
+    expect(await appTables()).toEqual([]);
+  });
+
+  it('up once more leaves the full schema', async () => {
+    await migrate(k);
+    expect(await appTables()).toEqual(ALL_TABLES);
+  });
+});
+
+describe('audit_log is append-only', () => {
+  beforeAll(async () => {
+    const db: Db = t.db;
+    await sql`INSERT INTO audit_log (seq, outbox_id, event, prev_hash, hash)
+      VALUES (1, 1, '{"type":"run.started"}'::jsonb, ${'0'.repeat(64)}, ${'a'.repeat(64)})`.execute(db);
+  });
+
+  it('UPDATE is refused', async () => {
+    await expect(sql`UPDATE audit_log SET event = '{"type":"run.stopped"}'::jsonb WHERE seq = 1`.execute(t.db)).rejects.toThrow(
+      /append-only: UPDATE refused/,
+    );
+  });
+
+  it('DELETE is refused', async () => {
+    await expect(sql`DELETE FROM audit_log WHERE seq = 1`.execute(t.db)).rejects.toThrow(/append-only: DELETE refused/);
+  });
+
+  it('TRUNCATE is refused', async () => {
+    await expect(sql`TRUNCATE audit_log`.execute(t.db)).rejects.toThrow(/append-only: TRUNCATE refused/);
+  });
+
+  it('the row is unchanged', async () => {
+    const r = await sql<{ seq: string; event: unknown }>`SELECT seq, event FROM audit_log`.execute(t.db);
+    expect(r.rows).toEqual([{ seq: '1', event: { type: 'run.started' } }]);
+  });
+});
