@@ -13,8 +13,9 @@ export interface DecisionOutcome {
 
 /**
  * Decides one approval (SPEC §9 `POST /v1/approvals/:id/decision`).
- * Order of checks: existence in the caller's tenant (404), authority (403), state (410 when
- * decided, used, void or expired), binding to the current action version and digest (409), then
+ * Order of checks: existence in the caller's tenant (404), authority (403), binding to the
+ * current action version and digest (409: a decision on version 2 while version 3 exists is
+ * stale), state (410 when decided, used, void or expired), then
  * one conditional UPDATE `pending → approved|denied`, so two concurrent deciders record exactly
  * one decision. Approve enqueues the execution; deny answers the call `{executed: false,
  * reason: "rejected"}`.
@@ -36,8 +37,6 @@ export async function decideApproval(
       requester: approval.requester,
       amountCents: approval.amount_cents,
     });
-    if (approval.status !== 'pending') throw new GoneError(`already_${approval.status}`, `approval is ${approval.status}`);
-    if (new Date(approval.expires_at).getTime() <= Date.now()) throw new GoneError('expired', 'approval expired');
     const current = await trx
       .selectFrom('actions')
       .select(['version'])
@@ -50,6 +49,8 @@ export async function decideApproval(
       throw new ConflictError('stale_version', `version ${body.actionVersion} is not the current version ${current.version}`);
     }
     if (body.actionDigest !== approval.action_digest) throw new ConflictError('digest_mismatch', 'action digest does not match');
+    if (approval.status !== 'pending') throw new GoneError(`already_${approval.status}`, `approval is ${approval.status}`);
+    if (new Date(approval.expires_at).getTime() <= Date.now()) throw new GoneError('expired', 'approval expired');
 
     const status = body.decision === 'approve' ? 'approved' : 'denied';
     const decided = await trx

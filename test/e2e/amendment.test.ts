@@ -1,0 +1,56 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import request from 'supertest';
+import { approveAsLead, call, pollWorkflow, tokenFor } from '@gatehouse/cli';
+import { startE2EStack, type E2EStack } from './stack-fixture.ts';
+
+const SECRET = 'local-auth-secret-change-me';
+let s: E2EStack;
+
+beforeAll(async () => {
+  s = await startE2EStack();
+});
+afterAll(async () => {
+  await s?.close();
+});
+
+describe('a follow-up message amends a pending refund (SPEC §9 messages, §6 amendment)', () => {
+  it('voids the old approval, needs a new one for the new version, and refunds once with the new amount', async () => {
+    const rep = await tokenFor('rep-ana', SECRET);
+    const lead = await tokenFor('lead-eli', SECRET);
+    const intake = s.url('agent-loop');
+    const submitted = await call('POST', `${intake}/v1/tickets`, rep, { ticketId: 'T-amend', text: 'Refund $120 on order O-1004, the item arrived damaged.', mode: 'act' });
+    expect(submitted.status).toBe(202);
+    const id = String(submitted.body.workflowId);
+    const first = await pollWorkflow(intake, rep, id, (v) => v.pendingApprovals.some((p) => p.status === 'pending'));
+    const v1 = first.actions.find((a) => a.tool === 'issue_refund')!;
+    expect(v1).toMatchObject({ status: 'pending_approval', ruleId: 'R7', arguments: { amountCents: 12000 } });
+    const oldApproval = first.pendingApprovals[0]!;
+
+    const followUp = await call('POST', `${intake}/v1/workflows/${id}/messages`, rep, { text: 'Sorry, make the refund $450 on order O-1004 instead.' });
+    expect(followUp.status).toBe(202);
+    const amended = await pollWorkflow(intake, rep, id, (v) => v.actions.some((a) => a.tool === 'issue_refund' && a.version > v1.version && a.status === 'pending_approval') && v.pendingApprovals.some((p) => p.actionVersion > v1.version));
+    const v2 = amended.actions.find((a) => a.tool === 'issue_refund' && a.version > v1.version)!;
+    expect(v2).toMatchObject({ arguments: { amountCents: 45000 }, decision: 'REQUIRE_APPROVAL' });
+    expect(amended.actions.find((a) => a.version === v1.version)!.status).toBe('superseded');
+    const old = await s.db.db.selectFrom('approvals').select('status').where('id', '=', oldApproval.approvalId).executeTakeFirstOrThrow();
+    expect(old.status).toBe('void');
+    expect((await request(s.url('staging')).get('/ledger/refunds?orderId=O-1004')).body.refunds).toEqual([]);
+
+    // Deciding the old version is stale (409), not an approval of the new amount.
+    const stale = await call('POST', `${s.url('approval')}/v1/approvals/${oldApproval.approvalId}/decision`, lead, { decision: 'approve', actionVersion: oldApproval.actionVersion, actionDigest: oldApproval.actionDigest });
+    expect(stale.status).toBe(409);
+    expect((stale.body.error as { reason: string }).reason).toBe('stale_version');
+
+    const pending = amended.pendingApprovals.find((p) => p.actionVersion === v2.version)!;
+    expect((await approveAsLead(s.url('approval'), lead, pending.approvalId)).status).toBe(200);
+    const done = await pollWorkflow(intake, rep, id, (v) => ['completed', 'stopped', 'needs_reconciliation'].includes(v.state));
+    expect(done.state).toBe('completed');
+    const refunds = (await request(s.url('staging')).get('/ledger/refunds?orderId=O-1004')).body.refunds;
+    expect(refunds).toHaveLength(1);
+    expect(refunds[0]).toMatchObject({ amountCents: 45000, idempotencyKey: v2.operationKey });
+    // The model saw the superseded call answered, never left unanswered.
+    const seen = await request(s.url('model-stub')).get('/requests?ticketId=T-amend');
+    expect(seen.body.pairingErrors).toBe(0);
+    expect(JSON.stringify(seen.body.requests.at(-1).input)).toContain('superseded');
+  });
+});
