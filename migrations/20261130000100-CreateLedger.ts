@@ -152,6 +152,9 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       lease_owner text,
       lease_expires_at timestamptz,
       baseline jsonb,
+      -- Write-ahead intent: set (fenced) right before the adapter is called, so a new lease
+      -- holder knows whether a non-idempotent effect may already have been sent.
+      dispatched_at timestamptz,
       attempts integer NOT NULL DEFAULT 0,
       result jsonb,
       evidence_ref text,

@@ -156,6 +156,7 @@ export interface OperationsTable {
   lease_owner: string | null;
   lease_expires_at: Timestamp | null;
   baseline: Json | null;
+  dispatched_at: Timestamp | null;
   attempts: Generated<number>;
   result: Json | null;
   evidence_ref: string | null;

@@ -52,6 +52,8 @@ export interface WorkerOptions {
   concurrency?: number;
   /** BullMQ lock duration in ms (default 30 000); not a lease — see the executor's fencing. */
   lockDurationMs?: number;
+  /** How often BullMQ looks for stalled jobs (a dead worker's), ms (default 30 000). */
+  stalledIntervalMs?: number;
 }
 
 /**
@@ -85,6 +87,7 @@ export function createWorker<T extends { release: string; traceparent?: string }
       prefix: opts.prefix,
       concurrency: opts.concurrency ?? 8,
       lockDuration: opts.lockDurationMs ?? 30_000,
+      stalledInterval: opts.stalledIntervalMs ?? 30_000,
       autorun: true,
     },
   );

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, createWorker } from '@gatehouse/platform';
 import { executionsQueue, loadWorld, type ExecutionJob } from '@gatehouse/contracts';
 import { processExecution } from './jobs/executions.processor.ts';
+import { readTestHooks } from './domain/test-hooks.ts';
 
 const ctx = createServiceContext('executor', {
   EXECUTOR_PORT: z.coerce.number().int().min(0).max(65535).default(7112),
@@ -10,7 +11,11 @@ const ctx = createServiceContext('executor', {
   LEASE_MS: z.coerce.number().int().positive().default(30_000),
   /** Deadline for one execution's adapter calls, ms. */
   EXECUTION_DEADLINE_MS: z.coerce.number().int().positive().default(15_000),
+  /** BullMQ job lock and stalled-job check, ms: how soon a dead worker's job is redelivered. */
+  EXECUTOR_LOCK_MS: z.coerce.number().int().positive().default(30_000),
+  EXECUTOR_STALLED_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
 });
+const hooks = readTestHooks(process.env);
 const { env, log, db, relay } = ctx;
 const agentId = loadWorld().agent.id;
 
@@ -27,8 +32,9 @@ const worker = createWorker(
       leaseMs: env.LEASE_MS,
       deadlineMs: env.EXECUTION_DEADLINE_MS,
       agentId,
+      hooks,
     }),
-  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log, concurrency: env.EXECUTOR_CONCURRENCY },
+  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log, concurrency: env.EXECUTOR_CONCURRENCY, lockDurationMs: env.EXECUTOR_LOCK_MS, stalledIntervalMs: env.EXECUTOR_STALLED_INTERVAL_MS },
 );
 relay.start();
 const app = finishApp(createHttpApp('executor', ctx.readyChecks), log);

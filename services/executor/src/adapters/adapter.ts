@@ -2,11 +2,14 @@
  * What an adapter reports. `succeeded`: the effect exists (evidence = downstream id).
  * `failed`: the downstream refused or the effect certainly did not happen (safe to report).
  * `unknown`: the write may have happened and read-back could not tell (failed_unknown).
+ * `retry_safe`: read-back proves nothing happened; the operation returns to `pending` and the
+ * queue may repeat it (only adapters of non-idempotent downstreams report this).
  */
 export type AdapterResult =
   | { status: 'succeeded'; data: Record<string, unknown>; evidenceRef: string | null; attempts: number }
   | { status: 'failed'; reason: string; retryable: boolean; attempts: number }
-  | { status: 'unknown'; reason: string; attempts: number };
+  | { status: 'unknown'; reason: string; attempts: number }
+  | { status: 'retry_safe'; reason: string; attempts: number };
 
 /** Inputs every adapter call gets: validated arguments, key, fence, token and deadline. */
 export interface AdapterCall {

@@ -4,7 +4,7 @@ import { lookupOrder, reshipOrder } from './orders.adapter.ts';
 import { notifyCustomer } from './mail.adapter.ts';
 
 export * from './adapter.ts';
-export { shipmentCount } from './orders.adapter.ts';
+export { shipmentCount, resolveByReadBack } from './orders.adapter.ts';
 
 /** The fixed adapters, by tool name. No adapter runs model-written code, SQL, URLs or paths. */
 export const adapters: Record<string, (call: AdapterCall) => Promise<AdapterResult>> = {

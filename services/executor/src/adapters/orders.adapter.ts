@@ -45,10 +45,13 @@ export async function shipmentCount(stagingUrl: string, orderId: string): Promis
 }
 
 /**
- * `reship_order` (order system, no idempotency key): exactly one attempt. A lost response is
- * resolved by read-back against the baseline shipment count committed before dispatch: one
- * more shipment → succeeded; none → failed (not executed, safe to repeat by a person); read-back
- * unavailable → unknown (failed_unknown, reconciliation).
+ * `reship_order` (order system, no idempotency key): exactly one attempt per dispatch.
+ * - 201 → succeeded; another 4xx → failed (refused, nothing happened).
+ * - connection refused → nothing was sent: `retry_safe`.
+ * - response lost after the request was sent (reset) → read-back against the baseline committed
+ *   before dispatch: one more shipment → succeeded; none → `retry_safe` (safe to repeat).
+ * - timeout (the request may still be in flight) or read-back unavailable → unknown
+ *   (failed_unknown, reconciliation; never retried automatically).
  */
 export async function reshipOrder(call: AdapterCall): Promise<AdapterResult> {
   const orderId = String(call.args.orderId);
@@ -61,10 +64,22 @@ export async function reshipOrder(call: AdapterCall): Promise<AdapterResult> {
     if (res.status === 201) return { status: 'succeeded', data: res.body, evidenceRef: String(res.body.shipmentId ?? ''), attempts: 1 };
     if (res.status < 500) return { status: 'failed', reason: `${res.status}:${reasonOf(res.body)}`, retryable: false, attempts: 1 };
   }
+  if (res.kind === 'no_response' && res.error === 'ECONNREFUSED') return { status: 'retry_safe', reason: 'connection_refused', attempts: 1 };
+  if (res.kind === 'no_response' && (res.error === 'TimeoutError' || res.error === 'AbortError')) {
+    return { status: 'unknown', reason: 'timeout_outcome_unknown', attempts: 1 };
+  }
+  return resolveByReadBack(call, orderId, res.kind === 'response' ? `http_${res.status}` : res.error);
+}
+
+/**
+ * Decides a shipment whose response was lost by reading the order's shipments back and comparing
+ * with the baseline count committed before dispatch. Never re-dispatches.
+ */
+export async function resolveByReadBack(call: Pick<AdapterCall, 'stagingUrl' | 'baseline'>, orderId: string, cause: string): Promise<AdapterResult> {
   const baseline = Number(call.baseline?.shipments ?? NaN);
   const now = await shipmentCount(call.stagingUrl, orderId);
-  if (now === null || !Number.isFinite(baseline)) return { status: 'unknown', reason: 'read_back_unavailable', attempts: 1 };
+  if (now === null || !Number.isFinite(baseline)) return { status: 'unknown', reason: `read_back_unavailable:${cause}`, attempts: 1 };
   if (now === baseline + 1) return { status: 'succeeded', data: { orderId, shipments: now, resolvedBy: 'read_back' }, evidenceRef: 'read_back', attempts: 1 };
-  if (now === baseline) return { status: 'failed', reason: 'not_executed', retryable: true, attempts: 1 };
+  if (now === baseline) return { status: 'retry_safe', reason: `not_executed:${cause}`, attempts: 1 };
   return { status: 'unknown', reason: `read_back_ambiguous:${baseline}->${now}`, attempts: 1 };
 }

@@ -1,56 +1,59 @@
+import { BrokenCircuitError } from 'cockatiel';
 import { attempt, reasonOf } from './http-call.ts';
 import type { AdapterCall, AdapterResult } from './adapter.ts';
+import { idempotentWritePolicy, RetryableDownstreamError } from './resilience.ts';
 
-/** Attempts at most, and backoff cap, for the idempotent payments write. */
+/** Attempts at most for the idempotent payments write. */
 export const PAYMENTS_MAX_ATTEMPTS = 4;
-const BACKOFF_CAP_MS = 2000;
 
 /**
- * `issue_refund` through the payments ledger (idempotent write): every attempt carries the same
- * `Idempotency-Key`, so a retry after a lost response replays the stored refund instead of
- * paying twice. Retries 429 (honouring Retry-After within the deadline), 5xx and lost
- * responses with capped exponential backoff and full jitter; any other 4xx is final.
+ * `issue_refund` through the payments ledger (idempotent write). Every attempt carries the same
+ * `Idempotency-Key` and fencing token, so a retry after a lost response replays the stored
+ * refund instead of paying twice. 429 (Retry-After honoured within the deadline), 5xx and lost
+ * responses are retried (cockatiel: capped exponential backoff, full jitter, per-downstream
+ * circuit breaker); any other 4xx is final — the payments ledger refused (e.g. its own ceiling).
+ * When attempts run out after an unanswered attempt, the outcome is `unknown`.
  */
 export async function issueRefund(call: AdapterCall): Promise<AdapterResult> {
-  let lastReason = 'no_attempt';
-  for (let n = 1; n <= PAYMENTS_MAX_ATTEMPTS; n++) {
-    const remaining = call.deadlineMs - Date.now();
-    if (remaining <= 0) break;
-    const res = await attempt(
-      `${call.stagingUrl}/ledger/refunds`,
-      {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          authorization: `Bearer ${await call.token()}`,
-          'idempotency-key': call.operationKey,
-          'x-fencing-token': String(call.fencingToken),
+  let attempts = 0;
+  let sawNoAnswer = false;
+  const policy = idempotentWritePolicy('payments', PAYMENTS_MAX_ATTEMPTS, call.deadlineMs);
+  try {
+    return await policy.execute(async (): Promise<AdapterResult> => {
+      const remaining = call.deadlineMs - Date.now();
+      if (remaining <= 0) throw new Error('deadline');
+      attempts++;
+      const res = await attempt(
+        `${call.stagingUrl}/ledger/refunds`,
+        {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            authorization: `Bearer ${await call.token()}`,
+            'idempotency-key': call.operationKey,
+            'x-fencing-token': String(call.fencingToken),
+          },
+          body: JSON.stringify({ orderId: call.args.orderId, amountCents: call.args.amountCents, reason: call.args.reason }),
         },
-        body: JSON.stringify({ orderId: call.args.orderId, amountCents: call.args.amountCents, reason: call.args.reason }),
-      },
-      Math.min(remaining, 5000),
-    );
-    let waitMs = Math.random() * Math.min(BACKOFF_CAP_MS, 100 * 2 ** n);
-    if (res.kind === 'response') {
-      if (res.status === 200 || res.status === 201) {
-        return { status: 'succeeded', data: res.body, evidenceRef: String(res.body.refundId ?? ''), attempts: n };
+        Math.min(remaining, 5000),
+      );
+      if (res.kind === 'no_response') {
+        sawNoAnswer = true;
+        throw new RetryableDownstreamError(`no_response:${res.error}`, { ambiguous: true });
       }
-      lastReason = res.status === 429 ? 'rate_limited' : `${res.status}:${reasonOf(res.body)}`;
+      if (res.status === 200 || res.status === 201) {
+        return { status: 'succeeded', data: res.body, evidenceRef: String(res.body.refundId ?? ''), attempts };
+      }
       if (res.status === 429) {
         const ms = Number(res.headers.get('retry-after-ms') ?? Number(res.headers.get('retry-after') ?? 1) * 1000);
-        waitMs = Number.isFinite(ms) ? ms : waitMs;
-      } else if (res.status < 500) {
-        return { status: 'failed', reason: lastReason, retryable: false, attempts: n };
+        throw new RetryableDownstreamError('rate_limited', { retryAfterMs: Number.isFinite(ms) ? ms : undefined });
       }
-    } else {
-      lastReason = `no_response:${res.error}`;
-    }
-    if (Date.now() + waitMs >= call.deadlineMs) break;
-    await new Promise((r) => setTimeout(r, waitMs));
+      if (res.status >= 500) throw new RetryableDownstreamError(`${res.status}:${reasonOf(res.body)}`);
+      return { status: 'failed', reason: `${res.status}:${reasonOf(res.body)}`, retryable: false, attempts };
+    });
+  } catch (err) {
+    const reason = err instanceof RetryableDownstreamError ? err.reason : err instanceof BrokenCircuitError ? 'circuit_open' : (err as Error).message;
+    // With one key for every attempt, an unanswered attempt may have landed: unknown, not failed.
+    return sawNoAnswer ? { status: 'unknown', reason, attempts } : { status: 'failed', reason, retryable: true, attempts };
   }
-  // Retries were all with one key: if any attempt landed, the next one with the key replays it.
-  // Out of attempts with an unanswered attempt in between, the outcome is unknown.
-  return lastReason.startsWith('no_response')
-    ? { status: 'unknown', reason: lastReason, attempts: PAYMENTS_MAX_ATTEMPTS }
-    : { status: 'failed', reason: lastReason, retryable: true, attempts: PAYMENTS_MAX_ATTEMPTS };
 }

@@ -8,7 +8,7 @@ type Operation = Selectable<OperationsTable>;
 
 /** What a claim attempt found. Only `claimed` may call the adapter. */
 export type ClaimOutcome =
-  | { kind: 'claimed'; action: Action; fencingToken: number; reclaimed: boolean }
+  | { kind: 'claimed'; action: Action; fencingToken: number; reclaimed: boolean; previouslyDispatched: boolean; baseline: Record<string, unknown> | null }
   | { kind: 'replay'; action: Action; operation: Operation }
   | { kind: 'busy' }
   | { kind: 'skip'; reason: string }
@@ -68,12 +68,15 @@ export async function claimOperation(
       .where('expires_at', '>', new Date())
       .returning('id')
       .executeTakeFirst();
-    if (!consumed) {
-      const a = await trx.selectFrom('approvals').select(['status', 'expires_at']).where('id', '=', job.approvalId).executeTakeFirst();
+    const a = consumed ? undefined : await trx.selectFrom('approvals').select(['status', 'expires_at', 'action_id']).where('id', '=', job.approvalId).executeTakeFirst();
+    // One approval per action, so `used` for this action means an earlier claim of this same
+    // operation consumed it (the operation went back to pending after a proven non-effect).
+    const consumedBefore = a?.status === 'used' && a.action_id === action.id;
+    if (!consumed && !consumedBefore) {
       const reason = !a ? 'approval_missing' : a.status === 'approved' && new Date(a.expires_at).getTime() <= Date.now() ? 'approval_expired' : `approval_${a.status}`;
       return { kind: 'approval_unusable', action, reason };
     }
-    await recordAudit(trx, { ...audit, type: 'approval.consumed', approvalId: job.approvalId });
+    if (consumed) await recordAudit(trx, { ...audit, type: 'approval.consumed', approvalId: job.approvalId });
   }
   const granted = await trx
     .updateTable('operations')
@@ -88,10 +91,10 @@ export async function claimOperation(
     })
     .where('key', '=', op.key)
     .where('fencing_token', '=', op.fencing_token)
-    .returning(['fencing_token'])
+    .returning(['fencing_token', 'baseline'])
     .executeTakeFirstOrThrow();
   await trx.updateTable('actions').set({ status: 'running', updated_at: new Date() }).where('id', '=', action.id).execute();
   await trx.updateTable('workflows').set({ state: 'executing', updated_at: new Date() }).where('id', '=', action.workflow_id).where('state', 'in', ['investigating', 'awaiting_approval', 'executing', 'paused']).execute();
   await recordAudit(trx, { ...audit, type: 'operation.claimed', attempts: op.attempts + 1, approvalId: job.approvalId });
-  return { kind: 'claimed', action: { ...action, status: 'running' }, fencingToken: Number(granted.fencing_token), reclaimed: op.status === 'running' };
+  return { kind: 'claimed', action: { ...action, status: 'running' }, fencingToken: Number(granted.fencing_token), reclaimed: op.status === 'running', previouslyDispatched: op.dispatched_at !== null, baseline: (granted.baseline as Record<string, unknown> | null) ?? null };
 }

@@ -5,7 +5,8 @@ import { actorHash, enqueueInTransaction, inTransaction, operationKeyHash, recor
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
 import { findTool, toSafeOutput, type SafeOutput } from '@gatehouse/tools';
 import { loadWorld } from '@gatehouse/contracts';
-import { adapters, shipmentCount, type AdapterResult } from '../adapters/index.ts';
+import { adapters, resolveByReadBack, shipmentCount, type AdapterResult } from '../adapters/index.ts';
+import { blockEventLoop, crashIfAt, type TestHooks } from '../domain/test-hooks.ts';
 import { claimOperation } from '../domain/claim.ts';
 
 /** Dependencies of {@link processExecution}. */
@@ -21,12 +22,22 @@ export interface ExecutionDeps {
   /** Adapter deadline per execution, ms. */
   deadlineMs: number;
   agentId: string;
+  /** Fault hooks set only by tests (crash points, blocking, write-ahead removal). */
+  hooks: TestHooks;
 }
 
 /** Thrown when another worker holds a live lease: the queue retries after backoff. */
 export class LeaseBusy extends Error {
   override name = 'LeaseBusy';
 }
+
+/** Thrown when read-back proved a non-idempotent effect did not happen: the queue repeats it. */
+export class SafeToRepeat extends Error {
+  override name = 'SafeToRepeat';
+}
+
+/** Retry classes whose effect may be sent again by a new lease holder (same key, or a read). */
+const RE_DISPATCHABLE = new Set(['idempotent_write', 'bounded_read']);
 
 const owner = `${hostname()}:${process.pid}`;
 
@@ -93,26 +104,69 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
   }
 
   const { action, fencingToken } = claim;
-  const user = loadWorld().users.find((u) => u.id === wf.user_id && u.tenant === wf.tenant);
-  const epochRow = await db.selectFrom('credential_epochs').select('epoch').where('id', '=', 1).executeTakeFirstOrThrow();
+  const hooks = deps.hooks;
   const started = Date.now();
-  const result: AdapterResult = await adapter({
-    stagingUrl: deps.stagingUrl,
-    args: action.arguments as Record<string, string | number | null>,
-    operationKey: action.operation_key,
-    fencingToken,
-    deadlineMs: started + deps.deadlineMs,
-    baseline,
-    token: () =>
-      mintDelegatedToken(
-        { sub: wf.user_id, act: { sub: deps.agentId }, aud: tool.downstream, scope: tool.scope, tenant: wf.tenant, ceiling: user?.refundCeiling ?? 0, epoch: epochRow.epoch, op: action.operation_key, fence: fencingToken },
-        deps.delegationSecret,
-      ),
-  });
+  let result: AdapterResult;
+  if (claim.reclaimed && claim.previouslyDispatched && !hooks.disableWriteAhead && !RE_DISPATCHABLE.has(tool.retryClass)) {
+    // A former lease holder may have sent a non-idempotent effect: resolve by read-back, never
+    // by re-dispatch. Nothing visible yet is not proof (its request may still be in flight).
+    const read = tool.retryClass === 'at_most_once_readback' ? await resolveByReadBack({ stagingUrl: deps.stagingUrl, baseline: claim.baseline }, String(action.arguments.orderId), 'lease_expired') : null;
+    result = read && read.status === 'succeeded' ? read : { status: 'unknown', reason: 'lease_expired_after_dispatch', attempts: 0 };
+  } else {
+    if (hooks.blockBeforeDispatchMs) blockEventLoop(hooks.blockBeforeDispatchMs);
+    crashIfAt(hooks, 'before_dispatch', action.tool);
+    if (!hooks.disableWriteAhead) {
+      const marked = await db
+        .updateTable('operations')
+        .set({ dispatched_at: new Date(), updated_at: new Date() })
+        .where('key', '=', action.operation_key)
+        .where('fencing_token', '=', String(fencingToken))
+        .where('status', '=', 'running')
+        .returning('key')
+        .executeTakeFirst();
+      if (!marked) return 'fenced_out';
+    }
+    const user = loadWorld().users.find((u) => u.id === wf.user_id && u.tenant === wf.tenant);
+    const epochRow = await db.selectFrom('credential_epochs').select('epoch').where('id', '=', 1).executeTakeFirstOrThrow();
+    result = await adapter({
+      stagingUrl: deps.stagingUrl,
+      args: action.arguments as Record<string, string | number | null>,
+      operationKey: action.operation_key,
+      fencingToken,
+      deadlineMs: started + deps.deadlineMs,
+      baseline: claim.baseline,
+      token: () =>
+        mintDelegatedToken(
+          { sub: wf.user_id, act: { sub: deps.agentId }, aud: tool.downstream, scope: tool.scope, tenant: wf.tenant, ceiling: user?.refundCeiling ?? 0, epoch: epochRow.epoch, op: action.operation_key, fence: fencingToken },
+          deps.delegationSecret,
+        ),
+    });
+    crashIfAt(hooks, 'after_dispatch', action.tool);
+  }
+
+  if (result.status === 'retry_safe') {
+    // Read-back proved nothing happened: back to pending (fenced) and let the queue repeat it.
+    const reset = await inTransaction(db, async (trx) => {
+      const r = await trx
+        .updateTable('operations')
+        .set({ status: 'pending', lease_owner: null, lease_expires_at: null, dispatched_at: null, error: result.reason, updated_at: new Date() })
+        .where('key', '=', action.operation_key)
+        .where('fencing_token', '=', String(fencingToken))
+        .where('status', '=', 'running')
+        .returning('key')
+        .executeTakeFirst();
+      if (r) await trx.updateTable('actions').set({ status: 'approved', updated_at: new Date() }).where('id', '=', action.id).execute();
+      return r;
+    });
+    if (!reset) return 'fenced_out';
+    throw new SafeToRepeat(`${action.tool} not executed (${result.reason}); safe to repeat`);
+  }
 
   const opStatus = result.status === 'succeeded' ? 'succeeded' : result.status === 'failed' ? 'failed' : 'failed_unknown';
+  // A downstream that refuses on its own authority (e.g. the payments ledger's ceiling) denies the step.
+  const actionStatus = result.status === 'failed' && /^40[13]:/.test(result.reason) ? 'denied' : opStatus;
   const data = result.status === 'succeeded' ? result.data : { reason: result.reason };
-  const output = toSafeOutput(action.tool, { executed: result.status === 'succeeded', status: opStatus, ...data });
+  const output = toSafeOutput(action.tool, { executed: result.status === 'succeeded', status: actionStatus === 'denied' ? 'denied' : opStatus, ...data });
   const rows = await inTransaction(db, async (trx) => {
     const recorded = await trx
       .updateTable('operations')
@@ -123,7 +177,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       .returning('key')
       .executeTakeFirst();
     if (!recorded) return null; // fenced out: a newer lease holder owns the outcome
-    await trx.updateTable('actions').set({ status: opStatus, updated_at: new Date() }).where('id', '=', action.id).execute();
+    await trx.updateTable('actions').set({ status: actionStatus, updated_at: new Date() }).where('id', '=', action.id).execute();
     await recordAudit(trx, {
       type: opStatus === 'succeeded' ? 'operation.succeeded' : opStatus === 'failed' ? 'operation.failed' : 'operation.unknown',
       service: 'executor',
@@ -146,6 +200,8 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
     deps.log.warn({ actionId: action.id, fencingToken }, 'result refused: stale fencing token');
     return 'fenced_out';
   }
+  if (opStatus === 'failed_unknown') deps.log.error({ alert: 'failed_unknown', tool: action.tool, workflowId: wf.id, reason: result.status === 'unknown' ? result.reason : '' }, 'effect outcome unknown: reconciliation required');
+  crashIfAt(hooks, 'after_record', action.tool);
   await deps.relay.publish(rows);
   return opStatus;
 }

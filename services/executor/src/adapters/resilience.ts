@@ -1,0 +1,51 @@
+import { circuitBreaker, ConsecutiveBreaker, DelegateBackoff, handleWhen, retry, wrap, type IRetryBackoffContext } from 'cockatiel';
+
+/** A failure the downstream contract says may be retried with the same idempotency key. */
+export class RetryableDownstreamError extends Error {
+  override name = 'RetryableDownstreamError';
+  readonly reason: string;
+  /** Server-requested delay (Retry-After), ms. */
+  readonly retryAfterMs: number | undefined;
+  /** True when no answer came back: the write may have happened. */
+  readonly ambiguous: boolean;
+  constructor(reason: string, opts: { retryAfterMs?: number; ambiguous?: boolean } = {}) {
+    super(reason);
+    this.reason = reason;
+    this.retryAfterMs = opts.retryAfterMs;
+    this.ambiguous = opts.ambiguous ?? false;
+  }
+}
+
+/** Cap of the exponential backoff between attempts, ms. */
+export const BACKOFF_CAP_MS = 2000;
+const BACKOFF_BASE_MS = 100;
+
+const breakers = new Map<string, ReturnType<typeof circuitBreaker>>();
+
+/**
+ * The per-downstream circuit breaker (cockatiel): opens after 5 consecutive retryable failures,
+ * half-opens after 10 s. Shared by every execution in the process.
+ */
+export function breakerFor(downstream: string): ReturnType<typeof circuitBreaker> {
+  let b = breakers.get(downstream);
+  if (!b) {
+    b = circuitBreaker(handleWhen((e) => e instanceof RetryableDownstreamError), { halfOpenAfter: 10_000, breaker: new ConsecutiveBreaker(5) });
+    breakers.set(downstream, b);
+  }
+  return b;
+}
+
+/**
+ * Retry policy for an idempotent write (cockatiel): at most `maxAttempts` attempts, waiting the
+ * server's Retry-After when given, else full-jitter exponential backoff capped at
+ * {@link BACKOFF_CAP_MS}; every wait is clamped to the time left before `deadlineMs` (epoch ms).
+ * Only {@link RetryableDownstreamError}s are retried, through the downstream's circuit breaker.
+ */
+export function idempotentWritePolicy(downstream: string, maxAttempts: number, deadlineMs: number) {
+  const backoff = new DelegateBackoff<IRetryBackoffContext<unknown>>((ctx) => {
+    const err = 'error' in ctx.result ? ctx.result.error : undefined;
+    const wanted = err instanceof RetryableDownstreamError && err.retryAfterMs !== undefined ? err.retryAfterMs : Math.random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** ctx.attempt);
+    return Math.max(0, Math.min(wanted, deadlineMs - Date.now()));
+  });
+  return wrap(retry(handleWhen((e) => e instanceof RetryableDownstreamError), { maxAttempts: maxAttempts - 1, backoff }), breakerFor(downstream));
+}

@@ -1,0 +1,48 @@
+/** Points at which a test may make the executor process die (SPEC §6 crash matrix). */
+export type CrashPoint = 'before_dispatch' | 'after_dispatch' | 'after_record';
+
+/**
+ * Fault hooks that only tests set (through the environment, honoured only when
+ * `GATEHOUSE_ENV=test`): kill the process at a crash point, block the event loop before
+ * dispatch (a lost queue lock), or remove the write-ahead dispatch mark (control-removed test).
+ */
+export interface TestHooks {
+  crashAt: CrashPoint | null;
+  /** Only crash for this tool (all tools when null). */
+  crashTool: string | null;
+  blockBeforeDispatchMs: number;
+  disableWriteAhead: boolean;
+}
+
+const NONE: TestHooks = { crashAt: null, crashTool: null, blockBeforeDispatchMs: 0, disableWriteAhead: false };
+
+/**
+ * Reads the hooks from `env`.
+ * @throws Error when a hook is set outside `GATEHOUSE_ENV=test` (never in production).
+ */
+export function readTestHooks(env: Record<string, string | undefined>): TestHooks {
+  const set = ['GATEHOUSE_TEST_CRASH_AT', 'GATEHOUSE_TEST_BLOCK_BEFORE_DISPATCH_MS', 'GATEHOUSE_TEST_DISABLE_WRITE_AHEAD'].filter((k) => env[k]);
+  if (!set.length) return NONE;
+  if (env.GATEHOUSE_ENV !== 'test') throw new Error(`${set.join(', ')} may only be set with GATEHOUSE_ENV=test`);
+  const crashAt = env.GATEHOUSE_TEST_CRASH_AT ?? null;
+  if (crashAt && !['before_dispatch', 'after_dispatch', 'after_record'].includes(crashAt)) throw new Error(`unknown crash point ${crashAt}`);
+  return {
+    crashAt: crashAt as CrashPoint | null,
+    crashTool: env.GATEHOUSE_TEST_CRASH_TOOL ?? null,
+    blockBeforeDispatchMs: Number(env.GATEHOUSE_TEST_BLOCK_BEFORE_DISPATCH_MS ?? 0),
+    disableWriteAhead: env.GATEHOUSE_TEST_DISABLE_WRITE_AHEAD === '1',
+  };
+}
+
+/** Kills the process with SIGKILL (no graceful shutdown) when `point` is the configured one. */
+export function crashIfAt(hooks: TestHooks, point: CrashPoint, tool: string): void {
+  if (hooks.crashAt === point && (!hooks.crashTool || hooks.crashTool === tool)) process.kill(process.pid, 'SIGKILL');
+}
+
+/** Blocks the event loop synchronously (the queue lock cannot be renewed meanwhile). */
+export function blockEventLoop(ms: number): void {
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    // busy wait on purpose
+  }
+}
