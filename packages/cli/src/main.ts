@@ -8,6 +8,7 @@ import { auditPublicKey } from './audit-key.ts';
 import { prepareDatabase } from './db-admin.ts';
 import { runDemo, printReport } from './demo.ts';
 import { bumpEpoch, requireOperator, setSwitch } from './ops.ts';
+import { reconcileUnknown } from './reconcile.ts';
 import { portOf, SERVICES, startStack, stateDir, stopDetachedStack } from './stack.ts';
 
 const USAGE = `gatehouse — operate a Gatehouse stack
@@ -19,6 +20,7 @@ const USAGE = `gatehouse — operate a Gatehouse stack
   gatehouse audit verify                walk the audit chain and its anchors
   gatehouse switch on|off <tool> [--as <operator>]
   gatehouse epoch bump [--as <operator>]
+  gatehouse reconcile [--as <operator>]  resolve failed_unknown operations against the systems of record
   gatehouse migrate [up|down]`;
 
 const out = (line: string): void => {
@@ -92,6 +94,18 @@ async function main(argv: string[]): Promise<number> {
       const db = createDb(env.DATABASE_URL, 2);
       try {
         out(`revocation epoch is now ${await bumpEpoch(db, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY)}`);
+        return 0;
+      } finally {
+        await db.destroy();
+      }
+    }
+    case 'reconcile': {
+      const op = requireOperator(values.as ?? '');
+      const db = createDb(env.DATABASE_URL, 2);
+      try {
+        const rows = await reconcileUnknown(db, env.STAGING_URL, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
+        for (const r of rows) out(`  ${r.outcome.padEnd(10)} ${r.tool.padEnd(15)} ${r.key}  ${r.evidence}`);
+        out(`${rows.length} unknown outcome(s) examined, ${rows.filter((r) => r.outcome === 'unresolved').length} left for a person`);
         return 0;
       } finally {
         await db.destroy();

@@ -18,6 +18,7 @@ export const AuditEventType = z.enum([
   'operation.failed',
   'operation.unknown',
   'operation.replayed',
+  'operation.reconciled',
   'result.returned',
   'switch.changed',
   'epoch.bumped',
