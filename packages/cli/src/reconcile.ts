@@ -59,16 +59,17 @@ export async function reconcileUnknown(db: Db, stagingUrl: string, operator: str
     const d = await decide(stagingUrl, { key: op.key, tool: op.tool, baseline: op.baseline, orderId: op.target });
     out.push({ key: op.key, tool: op.tool, ...d });
     if (d.outcome === 'unresolved') continue;
+    const outcome = d.outcome;
     await inTransaction(db, async (trx) => {
       const upd = await trx
         .updateTable('operations')
-        .set({ status: d.outcome, evidence_ref: d.evidence, updated_at: new Date() })
+        .set({ status: outcome, evidence_ref: d.evidence, updated_at: new Date() })
         .where('key', '=', op.key)
         .where('status', '=', 'failed_unknown')
         .returning('key')
         .executeTakeFirst();
       if (!upd) return;
-      await trx.updateTable('actions').set({ status: d.outcome, updated_at: new Date() }).where('id', '=', op.action_id).execute();
+      await trx.updateTable('actions').set({ status: outcome, updated_at: new Date() }).where('id', '=', op.action_id).execute();
       await recordAudit(trx, { type: 'operation.reconciled', service: 'cli', runId: op.workflow_id, actorHash: actorHash(hmacKey, operator), tool: op.tool, operationKeyHash: operationKeyHash(op.key), outcome: d.outcome, revisions: { release: op.release_id } });
       const left = await trx.selectFrom('operations').select('key').where('workflow_id', '=', op.workflow_id).where('status', '=', 'failed_unknown').execute();
       if (!left.length) {
