@@ -9,6 +9,7 @@ import { prepareDatabase } from './db-admin.ts';
 import { runDemo, printReport } from './demo.ts';
 import { bumpEpoch, requireOperator, setSwitch } from './ops.ts';
 import { reconcileUnknown } from './reconcile.ts';
+import { loadSupportBundle, loadSupportBundleFile, runBoundaryGate, loadBoundaryCases } from '@gatehouse/policy';
 import { portOf, SERVICES, startStack, stateDir, stopDetachedStack } from './stack.ts';
 
 const USAGE = `gatehouse — operate a Gatehouse stack
@@ -21,6 +22,7 @@ const USAGE = `gatehouse — operate a Gatehouse stack
   gatehouse switch on|off <tool> [--as <operator>]
   gatehouse epoch bump [--as <operator>]
   gatehouse reconcile [--as <operator>]  resolve failed_unknown operations against the systems of record
+  gatehouse policy check <bundle.json|revision>   run the boundary-case gate
   gatehouse migrate [up|down]`;
 
 const out = (line: string): void => {
@@ -98,6 +100,15 @@ async function main(argv: string[]): Promise<number> {
       } finally {
         await db.destroy();
       }
+    }
+    case 'policy check': {
+      if (!arg) throw new Error('policy check needs a bundle file or revision');
+      const bundle = arg.endsWith('.json') ? loadSupportBundleFile(arg) : loadSupportBundle(arg);
+      const cases = loadBoundaryCases(bundle.pack);
+      const failures = runBoundaryGate(bundle, cases);
+      for (const f of failures) out(`  FAIL ${f.name}: expected ${f.expected.decision} ${f.expected.ruleId}, got ${f.got.decision} ${f.got.ruleId}`);
+      out(`${bundle.revision}: ${cases.length - failures.length} of ${cases.length} boundary cases pass${failures.length ? ' — bundle REFUSED' : ''}`);
+      return failures.length ? 1 : 0;
     }
     case 'reconcile': {
       const op = requireOperator(values.as ?? '');

@@ -34,7 +34,15 @@ export type SupportBundle = z.infer<typeof SupportBundleSchema>;
  * @throws Error when the file is missing or fails {@link SupportBundleSchema}.
  */
 export function loadSupportBundle(revision: string, dir = resolve(repoRoot, 'policy')): SupportBundle {
-  const bundle = SupportBundleSchema.parse(JSON.parse(readFileSync(resolve(dir, `${revision}.json`), 'utf8')));
+  const bundle = loadSupportBundleFile(resolve(dir, `${revision}.json`));
   if (bundle.revision !== revision) throw new Error(`bundle file ${revision}.json names revision ${bundle.revision}`);
   return bundle;
+}
+
+/**
+ * Loads a support bundle from a file path.
+ * @throws Error when the file is missing or fails {@link SupportBundleSchema}.
+ */
+export function loadSupportBundleFile(path: string): SupportBundle {
+  return SupportBundleSchema.parse(JSON.parse(readFileSync(path, 'utf8')));
 }

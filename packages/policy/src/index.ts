@@ -1,3 +1,4 @@
 export * from './bundle.ts';
 export * from './support.rules.ts';
 export * from './eligibility.ts';
+export * from './gate.ts';

@@ -12,4 +12,7 @@ export const agentLoopEnv = {
   MAX_SPEND_TOKENS: z.coerce.number().int().positive().default(200_000),
   /** Per-request timeout for the model, ms. */
   MODEL_TIMEOUT_MS: z.coerce.number().int().positive().default(30_000),
+  POLICY_REVISION: z.string().default('support-p1'),
+  /** Folder of policy bundles (default: the repository's `policy/`). */
+  POLICY_DIR: z.string().optional(),
 };

@@ -1,7 +1,7 @@
 import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, startWorkers, requireUser } from '@gatehouse/platform';
 import { turnsQueue, resultsQueue, type TurnJob, type ResultJob } from '@gatehouse/contracts';
 import { supportTools, catalogDigest } from '@gatehouse/tools';
-import { loadSupportBundle } from '@gatehouse/policy';
+import { loadActiveSupportBundle } from '@gatehouse/policy';
 import { agentLoopEnv } from './env.ts';
 
 import { ticketsRouter } from './http/tickets.router.ts';
@@ -10,9 +10,9 @@ import { createModelClient } from './domain/model-client.ts';
 import { processTurn } from './jobs/turns.processor.ts';
 import { processResult } from './jobs/results.processor.ts';
 
-const ctx = createServiceContext('agent-loop', { ...agentLoopEnv, POLICY_REVISION: (await import('zod')).z.string().default('support-p1') });
+const ctx = createServiceContext('agent-loop', agentLoopEnv);
 const { env, log, db, relay } = ctx;
-const bundle = loadSupportBundle(env.POLICY_REVISION);
+const bundle = loadActiveSupportBundle(env.POLICY_REVISION, env.POLICY_DIR);
 const digest = catalogDigest(supportTools); // fails at boot if a tool schema is not strict-mode valid
 const model = createModelClient({ apiKey: env.OPENAI_API_KEY, baseURL: env.MODEL_BASE_URL, timeoutMs: env.MODEL_TIMEOUT_MS });
 

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, startWorkers, requireUser } from '@gatehouse/platform';
 import { approvalRequestsQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
-import { loadSupportBundle } from '@gatehouse/policy';
+import { loadActiveSupportBundle } from '@gatehouse/policy';
 import { approvalsRouter } from './http/approvals.router.ts';
 import { processApprovalRequest } from './jobs/approval-requests.processor.ts';
 import { sweepExpiredApprovals } from './jobs/expiry.sweep.ts';
@@ -9,11 +9,13 @@ import { sweepExpiredApprovals } from './jobs/expiry.sweep.ts';
 const ctx = createServiceContext('approval', {
   APPROVAL_PORT: z.coerce.number().int().min(0).max(65535).default(7102),
   POLICY_REVISION: z.string().default('support-p1'),
+  /** Folder of policy bundles (default: the repository's `policy/`). */
+  POLICY_DIR: z.string().optional(),
   /** How often pending approvals are checked for expiry, ms. */
   EXPIRY_SWEEP_MS: z.coerce.number().int().positive().default(5000),
 });
 const { env, log, db, relay } = ctx;
-const bundle = loadSupportBundle(env.POLICY_REVISION);
+const bundle = loadActiveSupportBundle(env.POLICY_REVISION, env.POLICY_DIR);
 const verifier = env.GATEHOUSE_AUTH_JWKS_URL ? { jwksUrl: env.GATEHOUSE_AUTH_JWKS_URL } : { secret: env.GATEHOUSE_AUTH_SECRET };
 
 const app = createHttpApp('approval', ctx.readyChecks);

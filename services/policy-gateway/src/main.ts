@@ -1,16 +1,18 @@
 import { z } from 'zod';
 import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, startWorkers } from '@gatehouse/platform';
 import { proposalsQueue, type ProposalJob } from '@gatehouse/contracts';
-import { loadSupportBundle } from '@gatehouse/policy';
+import { loadActiveSupportBundle } from '@gatehouse/policy';
 import { supportTools, catalogDigest } from '@gatehouse/tools';
 import { processProposal } from './jobs/proposals.processor.ts';
 
 const ctx = createServiceContext('policy-gateway', {
   POLICY_GATEWAY_PORT: z.coerce.number().int().min(0).max(65535).default(7111),
   POLICY_REVISION: z.string().default('support-p1'),
+  /** Folder of policy bundles (default: the repository's `policy/`). */
+  POLICY_DIR: z.string().optional(),
 });
 const { env, log, db, relay } = ctx;
-const bundle = loadSupportBundle(env.POLICY_REVISION);
+const bundle = loadActiveSupportBundle(env.POLICY_REVISION, env.POLICY_DIR);
 catalogDigest(supportTools); // a tool schema the API would reject in strict mode fails here, at boot
 
 const workers = startWorkers(

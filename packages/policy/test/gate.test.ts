@@ -1,0 +1,54 @@
+import { spawnSync } from 'node:child_process';
+import { readdirSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { repoRoot } from '@gatehouse/contracts';
+import { assertGatePasses, loadBoundaryCases, loadSupportBundle, loadSupportBundleFile, runBoundaryGate } from '../src/index.ts';
+
+const fixtures = resolve(import.meta.dirname, 'fixtures');
+const broken = resolve(fixtures, 'support-units-mistake.json');
+
+describe('boundary-case gate', () => {
+  it('covers every limit at, just below and just above its boundary', () => {
+    const names = loadBoundaryCases('support').map((c) => c.name);
+    for (const rule of ['R0', 'R1', 'R2', 'R3', 'R4', 'R5', 'R6', 'R7', 'R8', 'R9']) expect(names.some((n) => n.startsWith(rule))).toBe(true);
+    for (const edge of ['just below maximum', 'at maximum', 'just above maximum', 'at auto limit', 'just above auto limit']) {
+      expect(names.some((n) => n.includes(edge))).toBe(true);
+    }
+  });
+
+  it('passes for every bundle in policy/', () => {
+    const bundles = readdirSync(resolve(repoRoot, 'policy')).filter((f) => f.endsWith('.json'));
+    expect(bundles.length).toBeGreaterThan(0);
+    for (const file of bundles) expect(runBoundaryGate(loadSupportBundle(file.replace(/\.json$/, '')))).toEqual([]);
+  });
+
+  it('rejects the units-mistake bundle (dollars written where cents are read) and names the boundaries', () => {
+    const failures = runBoundaryGate(loadSupportBundleFile(broken));
+    const names = failures.map((f) => f.name);
+    expect(names).toContain('R7 just above auto limit');
+    expect(names).toContain('R3 just above maximum');
+    expect(names).toContain('R7 cumulative: second 4900');
+    expect(() => assertGatePasses(loadSupportBundleFile(broken))).toThrow(/boundary-case gate/);
+  });
+
+  it('`gatehouse policy check` exits 1 for the broken bundle and 0 for support-p1', () => {
+    const run = (arg: string) => spawnSync(process.execPath, [resolve(repoRoot, 'packages/cli/src/main.ts'), 'policy', 'check', arg], { encoding: 'utf8' });
+    const bad = run(broken);
+    expect(bad.status).toBe(1);
+    expect(bad.stdout).toContain('FAIL R7 just above auto limit');
+    expect(bad.stdout).toContain('REFUSED');
+    const good = run('support-p1');
+    expect(good.status).toBe(0);
+  });
+
+  it('a service refuses to boot with a bundle that fails the gate (activation refused)', () => {
+    const boot = spawnSync(process.execPath, [resolve(repoRoot, 'services/policy-gateway/src/main.ts')], {
+      encoding: 'utf8',
+      timeout: 20_000,
+      env: { ...process.env, POLICY_DIR: fixtures, POLICY_REVISION: 'support-units-mistake', POLICY_GATEWAY_PORT: '0', QUEUE_PREFIX: 'gh-gate-test', LOG_LEVEL: 'error' },
+    });
+    expect(boot.status).not.toBe(0);
+    expect(boot.stderr).toContain('fails its boundary-case gate');
+  });
+});
