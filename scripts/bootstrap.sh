@@ -7,6 +7,15 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="$ROOT/.tools"
 mkdir -p "$TOOLS"
 
+# `npm install --prefix` reads the global npmrc of the prefix, not the machine's: carry over the
+# machine's CA file (a proxy with its own certificate) so the installs below trust the registry.
+if command -v npm >/dev/null 2>&1 && [ -z "${npm_config_cafile:-}" ]; then
+  cafile="$(npm config get cafile 2>/dev/null || true)"
+  if [ -n "$cafile" ] && [ "$cafile" != "null" ] && [ "$cafile" != "undefined" ] && [ -f "$cafile" ]; then
+    export npm_config_cafile="$cafile"
+  fi
+fi
+
 node_ok() {
   command -v node >/dev/null 2>&1 || return 1
   node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>22||(a===22&&b>=15)?0:1)'

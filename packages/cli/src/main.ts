@@ -39,7 +39,7 @@ async function main(argv: string[]): Promise<number> {
   const [cmd, sub, arg] = positionals;
   if (values.help || !cmd) {
     out(USAGE);
-    return cmd ? 0 : 2;
+    return values.help ? 0 : 2;
   }
   switch (`${cmd} ${sub ?? ''}`.trim()) {
     case 'token': {
@@ -50,14 +50,15 @@ async function main(argv: string[]): Promise<number> {
     case 'stack up': {
       await prepareDatabase(env.DATABASE_URL, { fresh: values.fresh });
       const dir = stateDir('stack');
-      await stopDetachedStack(dir, 5000);
+      const restarted = await stopDetachedStack(dir, 5000);
+      if (restarted.length) out(`restarting the running stack (${restarted.join(', ')})`);
       const stack = await startStack({ env: process.env, dir, detached: true });
       for (const [name, port] of Object.entries(stack.ports)) out(`  ${name.padEnd(15)} http://127.0.0.1:${port}`);
       out(`stack up; logs in ${dir}`);
       return 0;
     }
     case 'stack down': {
-      const stopped = await stopDetachedStack(stateDir('stack'));
+      const stopped = [...(await stopDetachedStack(stateDir('stack'))), ...(await stopDetachedStack(stateDir('demo')))];
       out(stopped.length ? `stopped ${stopped.join(', ')}` : 'nothing was running');
       return 0;
     }
@@ -67,7 +68,7 @@ async function main(argv: string[]): Promise<number> {
       const db = createDb(env.DATABASE_URL, 2);
       try {
         const r = await verifyAuditChain(db, { trustedPublicKey: auditPublicKey() });
-        out(r.intact ? `intact ${r.events} events, head ${r.headHash}, ${r.anchorsChecked} anchors (pinned key)` : `BROKEN at seq ${r.firstBadSeq}: ${r.reason}`);
+        out(r.intact ? `intact ${r.events} events, head ${r.headHash}, ${r.anchorsChecked} anchor(s) (pinned key)` : `BROKEN at seq ${r.firstBadSeq}: ${r.reason}`);
         return r.intact ? 0 : 1;
       } finally {
         await db.destroy();
@@ -151,8 +152,9 @@ async function demo(keepRunning: boolean): Promise<number> {
   await prepareDatabase(databaseUrl, { fresh: true });
   const env = { ...process.env, DATABASE_URL: databaseUrl, QUEUE_PREFIX: prefix, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn', AUDIT_ANCHOR_INTERVAL_MS: '500' };
   const dir = keepRunning ? stateDir('stack') : stateDir('demo');
-  await stopDetachedStack(stateDir('stack'), 5000);
-  const stack = await startStack({ env, dir, detached: keepRunning });
+  const stopped = [...(await stopDetachedStack(stateDir('stack'), 5000)), ...(await stopDetachedStack(stateDir('demo'), 5000))];
+  if (stopped.length) out(`stopped the running stack first (the demo needs its ports): ${stopped.join(', ')}`);
+  const stack = await startStack({ env, dir, detached: keepRunning, stopOnSignals: !keepRunning });
   const url = (name: string): string => `http://127.0.0.1:${portOf(SERVICES.find((s) => s.name === name)!, env)}`;
   try {
     const report = await runDemo(

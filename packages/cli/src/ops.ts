@@ -40,7 +40,7 @@ export async function setSwitch(db: Db, tool: string, enabled: boolean, operator
     const rows: OutboxRow[] = [];
     for (const a of held) {
       await trx.updateTable('workflows').set({ state: 'executing', next_step: null, updated_at: new Date() }).where('id', '=', a.workflow_id).execute();
-      rows.push(await enqueueInTransaction(trx, executionsQueue, { release: a.release_id, workflowId: a.workflow_id, actionId: a.id, actionVersion: a.version, approvalId: a.approval_id }));
+      rows.push(await enqueueInTransaction(trx, executionsQueue, { release: a.release_id, workflowId: a.workflow_id, actionId: a.id, actionVersion: a.version, approvalId: a.approval_id, resumeSeq: Date.now() }));
     }
     return rows;
   });

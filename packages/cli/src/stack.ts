@@ -40,16 +40,27 @@ export interface RunningStack {
   stop: (graceMs?: number) => Promise<void>;
 }
 
-async function waitReady(url: string, deadlineMs: number, child: ChildProcess, name: string): Promise<void> {
+async function answers(port: number): Promise<string | null> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}/healthz`, { signal: AbortSignal.timeout(500) });
+    const body = (await res.json().catch(() => ({}))) as { service?: string };
+    return body.service ?? 'something';
+  } catch {
+    return null;
+  }
+}
+
+async function waitReady(port: number, deadlineMs: number, child: ChildProcess, name: string): Promise<void> {
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`${name} exited with code ${child.exitCode} before it was ready`);
+    if (child.exitCode !== null) throw new Error(`${name} exited with code ${child.exitCode} before it was ready (see its log)`);
     try {
-      const res = await fetch(url, { signal: AbortSignal.timeout(1000) });
-      if (res.ok) return;
+      const res = await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(1000) });
+      const body = (await res.json().catch(() => ({}))) as { service?: string };
+      if (res.ok && body.service === name) return;
     } catch {
       // not listening yet
     }
-    if (Date.now() > deadlineMs) throw new Error(`${name} not ready at ${url} in time`);
+    if (Date.now() > deadlineMs) throw new Error(`${name} not ready on port ${port} in time`);
     await new Promise((r) => setTimeout(r, 150));
   }
 }
@@ -57,10 +68,12 @@ async function waitReady(url: string, deadlineMs: number, child: ChildProcess, n
 /**
  * Starts every service as a separate Node process with `env`, logs to `<dir>/<service>.log`,
  * and waits until each answers `GET /readyz` (timeout `readyTimeoutMs`, default 60 000 ms).
- * `detached` processes outlive this one (for `gatehouse stack up`); their pids go to `<dir>`.
+ * `detached` processes outlive this one (for `gatehouse stack up`); pids go to `<dir>` either
+ * way. A foreground stack's processes are stopped when this process exits, or on SIGINT/SIGTERM
+ * with `stopOnSignals`. Refuses to start when a port already answers (a leftover stack).
  * @throws Error naming the service that exited or did not become ready (all are stopped first).
  */
-export async function startStack(opts: { env: Record<string, string | undefined>; dir: string; detached?: boolean; readyTimeoutMs?: number; only?: string[] }): Promise<RunningStack> {
+export async function startStack(opts: { env: Record<string, string | undefined>; dir: string; detached?: boolean; readyTimeoutMs?: number; only?: string[]; stopOnSignals?: boolean }): Promise<RunningStack> {
   mkdirSync(opts.dir, { recursive: true });
   const processes = new Map<string, ChildProcess>();
   const ports: Record<string, number> = {};
@@ -80,8 +93,28 @@ export async function startStack(opts: { env: Record<string, string | undefined>
     await Promise.all(exits);
   };
   const deadline = Date.now() + (opts.readyTimeoutMs ?? 60_000);
+  const selected = SERVICES.filter((s) => !opts.only || opts.only.includes(s.name));
+  // Refuse to start over a port something else holds (a leftover stack would answer for us).
+  for (const spec of selected) {
+    const holder = await answers(portOf(spec, opts.env));
+    if (holder) throw new Error(`port ${portOf(spec, opts.env)} for ${spec.name} is already in use (by ${holder}); stop the other stack first: ./run stack down`);
+  }
+  if (!opts.detached) {
+    // Children of a foreground stack die with it, whatever ends this process.
+    const killAll = (): void => {
+      for (const child of processes.values()) if (child.exitCode === null) child.kill('SIGTERM');
+    };
+    process.once('exit', killAll);
+    if (opts.stopOnSignals) {
+      for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+        process.once(sig, () => {
+          void stop(5000).finally(() => process.exit(130));
+        });
+      }
+    }
+  }
   try {
-    for (const spec of SERVICES.filter((s) => !opts.only || opts.only.includes(s.name))) {
+    for (const spec of selected) {
       const port = portOf(spec, opts.env);
       ports[spec.name] = port;
       const log = openSync(resolve(opts.dir, `${spec.name}.log`), 'a');
@@ -93,11 +126,9 @@ export async function startStack(opts: { env: Record<string, string | undefined>
       });
       closeSync(log);
       processes.set(spec.name, child);
-      if (opts.detached) {
-        writeFileSync(resolve(opts.dir, `${spec.name}.pid`), String(child.pid));
-        child.unref();
-      }
-      await waitReady(`http://127.0.0.1:${port}/readyz`, deadline, child, spec.name);
+      writeFileSync(resolve(opts.dir, `${spec.name}.pid`), String(child.pid));
+      if (opts.detached) child.unref();
+      await waitReady(port, deadline, child, spec.name);
     }
   } catch (err) {
     await stop(2000);
