@@ -41,6 +41,16 @@ export type UserTokenVerifier = { secret: string } | { jwksUrl: string; issuer?:
 
 const jwksCache = new Map<string, JWTVerifyGetKey>();
 
+/** Plain words for jose's error codes (shown to API clients). */
+const JOSE_REASONS: Record<string, string> = {
+  ERR_JWS_INVALID: 'malformed token',
+  ERR_JWT_INVALID: 'malformed token',
+  ERR_JWS_SIGNATURE_VERIFICATION_FAILED: 'token signature does not verify',
+  ERR_JWT_EXPIRED: 'token expired',
+  ERR_JWT_CLAIM_VALIDATION_FAILED: 'token claims are not acceptable (issuer, audience or time)',
+  ERR_JOSE_ALG_NOT_ALLOWED: 'token algorithm not allowed',
+};
+
 /**
  * Verifies a bearer token and returns its claims.
  * @throws InvalidTokenError for any signature, expiry, issuer or claim problem.
@@ -66,7 +76,7 @@ export async function verifyUserToken(token: string, verifier: UserTokenVerifier
     return parsed.data;
   } catch (err) {
     if (err instanceof InvalidTokenError) throw err;
-    if (err instanceof errors.JOSEError) throw new InvalidTokenError(err.code);
+    if (err instanceof errors.JOSEError) throw new InvalidTokenError(JOSE_REASONS[err.code] ?? 'invalid token');
     throw new InvalidTokenError('malformed token');
   }
 }

@@ -49,7 +49,10 @@ export function finishApp(app: Express, log: Logger): Express {
   app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
     const bodyParserStatus = (err as { status?: number; type?: string }).type ? (err as { status: number }).status : undefined;
     if (bodyParserStatus && bodyParserStatus >= 400 && bodyParserStatus < 500) {
-      res.status(bodyParserStatus).json({ error: { reason: 'invalid_body', message: (err as Error).message } });
+      const type = (err as { type?: string }).type;
+      const message =
+        type === 'entity.parse.failed' ? 'body must be one JSON object' : type === 'entity.too.large' ? 'body is too large' : (err as Error).message;
+      res.status(bodyParserStatus).json({ error: { reason: type === 'entity.too.large' ? 'body_too_large' : 'invalid_body', message } });
       return;
     }
     const status = httpStatusOf(err);
@@ -70,6 +73,7 @@ export function finishApp(app: Express, log: Logger): Express {
  * @throws UserError(`invalid_body`, 400) listing every issue.
  */
 export function parseBody<T>(schema: ZodType<T>, value: unknown): T {
+  if (value === undefined) throw new UserError('invalid_body', 'a JSON body is required (content-type: application/json)');
   const r = schema.safeParse(value);
   if (!r.success) {
     throw new UserError('invalid_body', 'request body failed validation', {

@@ -3,6 +3,8 @@ import { createServiceContext, createHttpApp, finishApp, listen, closeServer, in
 import { approvalRequestsQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
 import { loadActiveSupportBundle } from '@gatehouse/policy';
 import { approvalsRouter } from './http/approvals.router.ts';
+import { inboxRouter } from './http/inbox.router.ts';
+import { approvalOpenApi } from './http/openapi.ts';
 import { processApprovalRequest } from './jobs/approval-requests.processor.ts';
 import { sweepExpiredApprovals } from './jobs/expiry.sweep.ts';
 
@@ -19,6 +21,12 @@ const bundle = loadActiveSupportBundle(env.POLICY_REVISION, env.POLICY_DIR);
 const verifier = env.GATEHOUSE_AUTH_JWKS_URL ? { jwksUrl: env.GATEHOUSE_AUTH_JWKS_URL } : { secret: env.GATEHOUSE_AUTH_SECRET };
 
 const app = createHttpApp('approval', ctx.readyChecks);
+const openApi = approvalOpenApi();
+app.get('/openapi.json', (_req, res) => {
+  res.json(openApi);
+});
+app.get('/', (_req, res) => res.redirect(303, '/inbox'));
+app.use(inboxRouter({ db, relay, auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY, verifier, localSecret: env.GATEHOUSE_AUTH_JWKS_URL || env.GATEHOUSE_ENV === 'production' ? null : env.GATEHOUSE_AUTH_SECRET }));
 app.use('/v1', requireUser(verifier));
 app.use(approvalsRouter({ db, relay, auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY }));
 finishApp(app, log);

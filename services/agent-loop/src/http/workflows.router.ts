@@ -39,6 +39,14 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
       .where('workflow_id', '=', wf.id)
       .where('status', 'in', ['pending', 'approved'])
       .execute();
+    const last = await cfg.db
+      .selectFrom('conversation_items')
+      .select('item')
+      .where('workflow_id', '=', wf.id)
+      .where('kind', '=', 'assistant_message')
+      .orderBy('id', 'desc')
+      .limit(1)
+      .executeTakeFirst();
     res.json({
       workflowId: wf.id,
       ticketId: wf.ticket_id,
@@ -47,6 +55,8 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
       state: wf.state,
       stopReason: wf.stop_reason,
       nextStep: wf.next_step,
+      /** The agent's last message to the rep (model text: display as text). */
+      finalMessage: typeof last?.item.content === 'string' ? last.item.content : null,
       release: wf.release_id,
       policyRevision: wf.policy_revision,
       round: wf.round,
@@ -83,7 +93,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
     const wf0 = await ownWorkflow(cfg.db, String(req.params.id), user.tenant);
     const rows = await inTransaction(cfg.db, async (trx) => {
       const wf = await trx.selectFrom('workflows').selectAll().where('id', '=', wf0.id).forUpdate().executeTakeFirstOrThrow();
-      if (wf.state === 'stopped' || wf.state === 'needs_reconciliation') {
+      if (!['received', 'investigating', 'awaiting_approval', 'executing', 'paused'].includes(wf.state)) {
         throw new ConflictError('workflow_not_running', `workflow is ${wf.state}; submit a new ticket`);
       }
       // Supersede every action not yet claimed for execution: void its approval and answer its

@@ -112,7 +112,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
         .execute();
       await trx
         .updateTable('workflows')
-        .set({ state: 'completed', round: job.round, next_step: 'Nothing left to do: read the agent’s final message.', updated_at: new Date() })
+        .set({ state: 'completed', round: job.round, next_step: 'Done: read the agent’s final message (finalMessage).', updated_at: new Date() })
         .where('id', '=', wf.id)
         .execute();
       await recordAudit(trx, { type: 'run.completed', service: 'agent-loop', runId: wf.id, step: job.round, outcome: 'completed', revisions: { release: wf.release_id } });
