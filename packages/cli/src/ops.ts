@@ -15,8 +15,8 @@ export function requireOperator(userId: string): { id: string; tenant: string } 
 
 /**
  * `gatehouse switch on|off TOOL`: read by the executor at the moment of execution (SPEC §6).
- * Switching on re-enqueues, through the outbox, the approved actions of that tool whose
- * workflows were paused. Returns the outbox rows to publish.
+ * Switching on re-enqueues, through the outbox, every approved action of that tool not yet
+ * claimed in a live workflow (the held ones), with a fresh job id. Returns the rows to publish.
  */
 export async function setSwitch(db: Db, tool: string, enabled: boolean, operator: string, hmacKey: string): Promise<OutboxRow[]> {
   if (!findTool(tool)) throw new Error(`unknown tool ${tool}`);
@@ -33,13 +33,15 @@ export async function setSwitch(db: Db, tool: string, enabled: boolean, operator
       .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
       .leftJoin('approvals as p', (j) => j.onRef('p.action_id', '=', 'a.id').on('p.status', '=', 'approved'))
       .select(['a.id', 'a.version', 'a.workflow_id', 'a.release_id', 'p.id as approval_id'])
+      .leftJoin('operations as o', 'o.action_id', 'a.id')
       .where('a.tool', '=', tool)
       .where('a.status', '=', 'approved')
-      .where('w.state', '=', 'paused')
+      .where('w.state', 'not in', ['completed', 'stopped', 'needs_reconciliation'])
+      .where((eb) => eb.or([eb('o.key', 'is', null), eb('o.status', '=', 'pending')]))
       .execute();
     const rows: OutboxRow[] = [];
     for (const a of held) {
-      await trx.updateTable('workflows').set({ state: 'executing', next_step: null, updated_at: new Date() }).where('id', '=', a.workflow_id).execute();
+      await trx.updateTable('workflows').set({ state: 'executing', next_step: null, updated_at: new Date() }).where('id', '=', a.workflow_id).where('state', '=', 'paused').execute();
       rows.push(await enqueueInTransaction(trx, executionsQueue, { release: a.release_id, workflowId: a.workflow_id, actionId: a.id, actionVersion: a.version, approvalId: a.approval_id, resumeSeq: Date.now() }));
     }
     return rows;

@@ -1,5 +1,6 @@
 import { findTool, type NormalizedArgs, type ToolDefinition } from './catalog.ts';
 import { NormalizationError } from './normalize.ts';
+import { redactSecrets } from './output-boundary.ts';
 
 /** A bounded validation result returned to the model as the call's function_call_output. */
 export interface ValidationFailure {
@@ -25,7 +26,7 @@ const bound = (s: string): string => (s.length > 200 ? `${s.slice(0, 197)}...` :
  */
 export function parseProposal(name: string, rawArguments: string): ParsedProposal | ValidationFailure {
   const tool = findTool(name);
-  if (!tool) return { ok: false, error: 'unknown_tool', issues: [bound(`no tool named ${name}`)] };
+  if (!tool) return { ok: false, error: 'unknown_tool', issues: [`no tool named ${redactSecrets(name).slice(0, 64)}`] };
   let value: unknown;
   try {
     value = JSON.parse(rawArguments);

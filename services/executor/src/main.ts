@@ -3,6 +3,7 @@ import { createServiceContext, createHttpApp, finishApp, listen, closeServer, in
 import { executionsQueue, loadWorld, type ExecutionJob } from '@gatehouse/contracts';
 import { processExecution } from './jobs/executions.processor.ts';
 import { readTestHooks } from './domain/test-hooks.ts';
+import { loadActiveSupportBundle } from '@gatehouse/policy';
 
 const ctx = createServiceContext('executor', {
   EXECUTOR_PORT: z.coerce.number().int().min(0).max(65535).default(7112),
@@ -14,9 +15,13 @@ const ctx = createServiceContext('executor', {
   /** BullMQ job lock and stalled-job check, ms: how soon a dead worker's job is redelivered. */
   EXECUTOR_LOCK_MS: z.coerce.number().int().positive().default(30_000),
   EXECUTOR_STALLED_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
+  POLICY_REVISION: z.string().default('support-p1'),
+  /** Folder of policy bundles (default: the repository's `policy/`). */
+  POLICY_DIR: z.string().optional(),
 });
 const hooks = readTestHooks(process.env);
 const { env, log, db, relay } = ctx;
+const bundle = loadActiveSupportBundle(env.POLICY_REVISION, env.POLICY_DIR);
 const agentId = loadWorld().agent.id;
 
 const worker = createWorker(
@@ -33,6 +38,7 @@ const worker = createWorker(
       deadlineMs: env.EXECUTION_DEADLINE_MS,
       agentId,
       hooks,
+      bundle,
     }),
   { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log, concurrency: env.EXECUTOR_CONCURRENCY, lockDurationMs: env.EXECUTOR_LOCK_MS, stalledIntervalMs: env.EXECUTOR_STALLED_INTERVAL_MS },
 );

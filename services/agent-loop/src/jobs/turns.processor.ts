@@ -4,7 +4,7 @@ import { proposalsQueue } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
 import { eligibleTools } from '@gatehouse/policy';
-import { supportTools, toFunctionTool } from '@gatehouse/tools';
+import { findTool, supportTools, toFunctionTool } from '@gatehouse/tools';
 import { loadWorld, sha256Hex, canonicalJson } from '@gatehouse/contracts';
 import { randomUUID } from 'node:crypto';
 import { PROMPT_HASH, SUPPORT_INSTRUCTIONS } from '../domain/instructions.ts';
@@ -135,6 +135,8 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
         .values({ workflow_id: wf.id, round: job.round, kind: 'function_call', call_id: call.call_id, item: JSON.stringify(item) })
         .execute();
       const proposalId = randomUUID();
+      // Only catalog names go to the ledger and audit: a model-invented name may carry anything.
+      const toolLabel = findTool(call.name) ? call.name : 'unknown_tool';
       await trx
         .insertInto('proposals')
         .values({
@@ -142,7 +144,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
           workflow_id: wf.id,
           round: job.round,
           call_id: call.call_id,
-          tool: call.name.slice(0, 200),
+          tool: toolLabel,
           arguments_sha256: sha256Hex(call.arguments),
           status: 'received',
           validation_error: null,
@@ -153,7 +155,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
         service: 'agent-loop',
         runId: wf.id,
         step: job.round,
-        tool: call.name.slice(0, 200),
+        tool: toolLabel,
         callId: call.call_id,
         revisions: { toolCatalog: wf.catalog_digest, release: wf.release_id },
       });

@@ -50,6 +50,8 @@ export async function decideApproval(
     }
     if (body.actionDigest !== approval.action_digest) throw new ConflictError('digest_mismatch', 'action digest does not match');
     if (approval.status !== 'pending') throw new GoneError(`already_${approval.status}`, `approval is ${approval.status}`);
+    const wf = await trx.selectFrom('workflows').select('state').where('id', '=', approval.workflow_id).executeTakeFirstOrThrow();
+    if (['completed', 'stopped', 'needs_reconciliation'].includes(wf.state)) throw new GoneError(`workflow_${wf.state}`, `the workflow is ${wf.state}; nothing more will run`);
     if (new Date(approval.expires_at).getTime() <= Date.now()) throw new GoneError('expired', 'approval expired');
 
     const status = body.decision === 'approve' ? 'approved' : 'denied';

@@ -1,7 +1,9 @@
 import { sql } from 'kysely';
 import type { ExecutionJob } from '@gatehouse/contracts';
-import { actorHash, operationKeyHash, recordAudit, type Trx, type ActionsTable, type OperationsTable } from '@gatehouse/ledger';
+import { actorHash, operationKeyHash, recordAudit, type Trx, type ActionsTable, type OperationsTable, type OutboxRow, type WorkflowsTable } from '@gatehouse/ledger';
 import type { Selectable } from 'kysely';
+import { decideAndRecord, evaluateSupport, loadSupportFacts, type SupportBundle, type SupportFacts } from '@gatehouse/policy';
+import { findTool } from '@gatehouse/tools';
 
 type Action = Selectable<ActionsTable>;
 type Operation = Selectable<OperationsTable>;
@@ -13,7 +15,22 @@ export type ClaimOutcome =
   | { kind: 'busy' }
   | { kind: 'skip'; reason: string }
   | { kind: 'approval_unusable'; action: Action; reason: string }
-  | { kind: 'conflict'; action: Action };
+  | { kind: 'conflict'; action: Action }
+  /** Facts changed since the decision: a new action version was recorded instead of executing. */
+  | { kind: 'reevaluated'; outcome: string; rows: OutboxRow[] }
+  /** The run's wall-time deadline passed before dispatch (SPEC §4 invariant 6). */
+  | { kind: 'deadline'; action: Action };
+
+/** Policy inputs for the re-evaluation at execution. */
+export interface Reevaluation {
+  wf: Selectable<WorkflowsTable>;
+  bundle: SupportBundle;
+  /** The order as the order system returned it just before the claim. */
+  order: SupportFacts['order'];
+  auditHmacKey: string;
+  /** Test-only switch (control-removed test). */
+  disabled: boolean;
+}
 
 /**
  * The fenced claim (ARCHITECTURE correctness rules 1, 3, 4, 5), in the caller's transaction:
@@ -26,7 +43,7 @@ export type ClaimOutcome =
 export async function claimOperation(
   trx: Trx,
   job: ExecutionJob,
-  opts: { owner: string; leaseMs: number; baseline: Record<string, unknown> | null; auditHmacKey: string; userId: string },
+  opts: { owner: string; leaseMs: number; baseline: Record<string, unknown> | null; auditHmacKey: string; userId: string; reevaluation: Reevaluation },
 ): Promise<ClaimOutcome> {
   const action = await trx.selectFrom('actions').selectAll().where('id', '=', job.actionId).forUpdate().executeTakeFirst();
   if (!action || action.version !== job.actionVersion) return { kind: 'skip', reason: 'unknown_action_version' };
@@ -51,6 +68,34 @@ export async function claimOperation(
   if (op.status === 'succeeded' || op.status === 'failed' || op.status === 'failed_unknown') return { kind: 'replay', action, operation: op };
   const leaseLive = op.status === 'running' && op.lease_expires_at && new Date(op.lease_expires_at).getTime() > Date.now();
   if (leaseLive) return { kind: 'busy' };
+
+  if (op.status === 'pending') {
+    // First claim: nothing was sent yet, so the run's state, deadline and facts may still stop it.
+    const wf = await trx.selectFrom('workflows').select(['state']).where('id', '=', action.workflow_id).forShare().executeTakeFirstOrThrow();
+    // The reservation made above stays only if this claim goes ahead (no orphan pending rows).
+    const unreserve = () => trx.deleteFrom('operations').where('key', '=', op.key).where('status', '=', 'pending').where('fencing_token', '=', '0').execute();
+    if (['completed', 'stopped', 'needs_reconciliation'].includes(wf.state)) {
+      await unreserve();
+      return { kind: 'skip', reason: `workflow_${wf.state}` };
+    }
+    const budget = await trx.selectFrom('budgets').select('deadline_at').where('workflow_id', '=', action.workflow_id).executeTakeFirst();
+    if (budget && new Date(budget.deadline_at).getTime() <= Date.now()) {
+      await unreserve();
+      return { kind: 'deadline', action };
+    }
+    const r = opts.reevaluation;
+    const tool = findTool(action.tool);
+    if (!r.disabled && tool) {
+      const parsed = { tool, args: action.arguments as Record<string, string | number | null>, target: action.target };
+      const facts = await loadSupportFacts(trx, r.wf, parsed, r.order, { excludeActionId: action.id });
+      const now = evaluateSupport(facts, r.bundle);
+      if (now.decision !== action.decision || now.ruleId !== action.rule_id || now.policyRevision !== action.policy_revision) {
+        await unreserve();
+        const out = await decideAndRecord(trx, { wf: r.wf, proposalId: action.proposal_id, round: r.wf.round, callId: action.call_id, parsed, order: r.order, bundle: r.bundle, auditHmacKey: r.auditHmacKey, service: 'executor', reevaluates: action });
+        return { kind: 'reevaluated', outcome: out.outcome, rows: out.rows };
+      }
+    }
+  }
 
   const audit = { service: 'executor', runId: action.workflow_id, tool: action.tool, actionDigest: action.digest, actionVersion: action.version, callId: action.call_id, operationKeyHash: operationKeyHash(op.key), actorHash: actorHash(opts.auditHmacKey, opts.userId), revisions: { policy: action.policy_revision, release: action.release_id } };
   if (op.status === 'pending' && action.decision === 'REQUIRE_APPROVAL') {
@@ -94,7 +139,7 @@ export async function claimOperation(
     .returning(['fencing_token', 'baseline'])
     .executeTakeFirstOrThrow();
   await trx.updateTable('actions').set({ status: 'running', updated_at: new Date() }).where('id', '=', action.id).execute();
-  await trx.updateTable('workflows').set({ state: 'executing', updated_at: new Date() }).where('id', '=', action.workflow_id).where('state', 'in', ['investigating', 'awaiting_approval', 'executing', 'paused']).execute();
+  await trx.updateTable('workflows').set({ state: 'executing', updated_at: new Date() }).where('id', '=', action.workflow_id).where('state', 'in', ['investigating', 'awaiting_approval', 'executing']).execute();
   await recordAudit(trx, { ...audit, type: 'operation.claimed', attempts: op.attempts + 1, approvalId: job.approvalId });
   return { kind: 'claimed', action: { ...action, status: 'running' }, fencingToken: Number(granted.fencing_token), reclaimed: op.status === 'running', previouslyDispatched: op.dispatched_at !== null, baseline: (granted.baseline as Record<string, unknown> | null) ?? null };
 }

@@ -12,16 +12,18 @@ export interface TestHooks {
   crashTool: string | null;
   blockBeforeDispatchMs: number;
   disableWriteAhead: boolean;
+  /** Skip the policy re-evaluation at execution (control-removed test). */
+  disableReevaluation: boolean;
 }
 
-const NONE: TestHooks = { crashAt: null, crashTool: null, blockBeforeDispatchMs: 0, disableWriteAhead: false };
+const NONE: TestHooks = { crashAt: null, crashTool: null, blockBeforeDispatchMs: 0, disableWriteAhead: false, disableReevaluation: false };
 
 /**
  * Reads the hooks from `env`.
  * @throws Error when a hook is set outside `GATEHOUSE_ENV=test` (never in production).
  */
 export function readTestHooks(env: Record<string, string | undefined>): TestHooks {
-  const set = ['GATEHOUSE_TEST_CRASH_AT', 'GATEHOUSE_TEST_BLOCK_BEFORE_DISPATCH_MS', 'GATEHOUSE_TEST_DISABLE_WRITE_AHEAD'].filter((k) => env[k]);
+  const set = ['GATEHOUSE_TEST_CRASH_AT', 'GATEHOUSE_TEST_BLOCK_BEFORE_DISPATCH_MS', 'GATEHOUSE_TEST_DISABLE_WRITE_AHEAD', 'GATEHOUSE_TEST_DISABLE_REEVALUATION'].filter((k) => env[k]);
   if (!set.length) return NONE;
   if (env.GATEHOUSE_ENV !== 'test') throw new Error(`${set.join(', ')} may only be set with GATEHOUSE_ENV=test`);
   const crashAt = env.GATEHOUSE_TEST_CRASH_AT ?? null;
@@ -31,6 +33,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     crashTool: env.GATEHOUSE_TEST_CRASH_TOOL ?? null,
     blockBeforeDispatchMs: Number(env.GATEHOUSE_TEST_BLOCK_BEFORE_DISPATCH_MS ?? 0),
     disableWriteAhead: env.GATEHOUSE_TEST_DISABLE_WRITE_AHEAD === '1',
+    disableReevaluation: env.GATEHOUSE_TEST_DISABLE_REEVALUATION === '1',
   };
 }
 

@@ -7,6 +7,7 @@ import { findTool, toSafeOutput, type SafeOutput } from '@gatehouse/tools';
 import { loadWorld } from '@gatehouse/contracts';
 import { adapters, resolveByReadBack, shipmentCount, type AdapterResult } from '../adapters/index.ts';
 import { blockEventLoop, crashIfAt, type TestHooks } from '../domain/test-hooks.ts';
+import { fetchOrder, type SupportBundle } from '@gatehouse/policy';
 import { claimOperation } from '../domain/claim.ts';
 
 /** Dependencies of {@link processExecution}. */
@@ -24,6 +25,8 @@ export interface ExecutionDeps {
   agentId: string;
   /** Fault hooks set only by tests (crash points, blocking, write-ahead removal). */
   hooks: TestHooks;
+  /** Active policy bundle, for the re-evaluation at execution. */
+  bundle: SupportBundle;
 }
 
 /** Thrown when another worker holds a live lease: the queue retries after backoff. */
@@ -41,7 +44,7 @@ const RE_DISPATCHABLE = new Set(['idempotent_write', 'bounded_read']);
 
 const owner = `${hostname()}:${process.pid}`;
 
-async function publishResult(deps: ExecutionDeps, job: ExecutionJob, callId: string, output: SafeOutput, extra: { park?: 'needs_reconciliation'; stop?: 'approval_expired' | 'tool_disabled' } = {}): Promise<void> {
+async function publishResult(deps: ExecutionDeps, job: ExecutionJob, callId: string, output: SafeOutput, extra: { park?: 'needs_reconciliation'; stop?: 'approval_expired' | 'tool_disabled' | 'budget_exhausted' } = {}): Promise<void> {
   const rows = await inTransaction(deps.db, async (trx) => [
     await enqueueInTransaction(trx, resultsQueue, { release: job.release, workflowId: job.workflowId, callId, output, ...extra }),
   ]);
@@ -72,7 +75,10 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
 
   // Baseline for tools without downstream keys, read before the claim and committed with it.
   const baseline = tool.retryClass === 'at_most_once_readback' ? { shipments: await shipmentCount(deps.stagingUrl, String(preview.arguments.orderId)) } : null;
-  const claim = await inTransaction(db, (trx) => claimOperation(trx, job, { owner, leaseMs: deps.leaseMs, baseline, auditHmacKey: deps.auditHmacKey, userId: wf.user_id }));
+  // Authoritative order facts for the re-evaluation at execution (a read, no credential).
+  const order = preview.status === 'approved' ? await fetchOrder(deps.stagingUrl, String(preview.arguments.orderId)) : null;
+  const reevaluation = { wf, bundle: deps.bundle, order, auditHmacKey: deps.auditHmacKey, disabled: deps.hooks.disableReevaluation };
+  const claim = await inTransaction(db, (trx) => claimOperation(trx, job, { owner, leaseMs: deps.leaseMs, baseline, auditHmacKey: deps.auditHmacKey, userId: wf.user_id, reevaluation }));
 
   switch (claim.kind) {
     case 'skip':
@@ -99,6 +105,12 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       await publishResult(deps, job, claim.action.call_id, toSafeOutput(claim.action.tool, { executed: false, reason: claim.reason }, 'gatehouse'), expired ? { stop: 'approval_expired' } : {});
       return `refused:${claim.reason}`;
     }
+    case 'reevaluated':
+      await deps.relay.publish(claim.rows);
+      return `reevaluated:${claim.outcome}`;
+    case 'deadline':
+      await publishResult(deps, job, claim.action.call_id, toSafeOutput(claim.action.tool, { executed: false, reason: 'budget_exhausted' }, 'gatehouse'), { stop: 'budget_exhausted' });
+      return 'refused:deadline';
     case 'claimed':
       break;
   }

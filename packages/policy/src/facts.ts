@@ -1,0 +1,97 @@
+import { sql } from 'kysely';
+import type { Db, Trx } from '@gatehouse/ledger';
+import { loadWorld } from '@gatehouse/contracts';
+import { eligibleTools } from './eligibility.ts';
+import { supportTools, type ParsedProposal } from '@gatehouse/tools';
+import type { SupportFacts } from './support.rules.ts';
+
+/**
+ * Action states whose refund counts toward the cumulative basis (R4, R7) and the rolling caps
+ * (R5, R6): done (`succeeded`), started (`approved` — allowed and queued —, `running`), unknown
+ * (`failed_unknown`), and awaiting a decision (`pending_approval`), so neither parallel calls in
+ * one response nor a queued execution can hide a refund from the next decision.
+ */
+export const COUNTED_REFUND_STATES = ['pending_approval', 'approved', 'running', 'succeeded', 'failed_unknown'] as const;
+
+/** Advisory lock key serializing refund decisions (rolling caps span orders and users). */
+const REFUND_DECISIONS_LOCK = 0x72_65_66_64; // "refd"
+
+/** The user as the identity directory (world.json) knows them, or null (SPEC §3 R0). */
+export function lookupUser(userId: string, tenant: string): SupportFacts['user'] {
+  const u = loadWorld().users.find((x) => x.id === userId && x.tenant === tenant);
+  return u ? { id: u.id, tenant: u.tenant, region: u.region ?? null, scopes: u.scopes ?? [] } : null;
+}
+
+/**
+ * Reads an order from the order system (`GET /orders/:id` of the staging systems): the
+ * authoritative read for policy, not a tool effect — no delegated credential is minted and the
+ * caller checks tenant and region (R2) before anything else sees the order.
+ * @throws Error when the order system does not answer (the job is retried).
+ */
+export async function fetchOrder(stagingUrl: string, orderId: string): Promise<SupportFacts['order']> {
+  const res = await fetch(`${stagingUrl}/orders/${encodeURIComponent(orderId)}`, { signal: AbortSignal.timeout(5000) });
+  if (res.status === 404) return null;
+  if (!res.ok) throw new Error(`order system answered ${res.status}`);
+  const o = (await res.json()) as { id: string; tenant: string; region: string; paid: number; status: string };
+  return { id: o.id, tenant: o.tenant, region: o.region, paid: o.paid, status: o.status };
+}
+
+/**
+ * Sum of refunds recorded in the ledger's actions ({@link COUNTED_REFUND_STATES}), integer
+ * cents, optionally restricted to a tenant, an order, a user and a window (ms), excluding one
+ * action (the one being re-evaluated).
+ */
+export async function recordedRefundsCents(
+  db: Db | Trx,
+  opts: { tenant?: string; orderId?: string; userId?: string; sinceMs?: number; excludeActionId?: string },
+): Promise<number> {
+  let q = db
+    .selectFrom('actions as a')
+    .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
+    .select(sql<string>`coalesce(sum((a.arguments->>'amountCents')::bigint), 0)`.as('total'))
+    .where('a.tool', '=', 'issue_refund')
+    .where('a.status', 'in', [...COUNTED_REFUND_STATES]);
+  if (opts.tenant) q = q.where('w.tenant', '=', opts.tenant);
+  if (opts.orderId) q = q.where('a.target', '=', opts.orderId);
+  if (opts.userId) q = q.where('w.user_id', '=', opts.userId);
+  if (opts.sinceMs !== undefined) q = q.where('a.created_at', '>=', new Date(Date.now() - opts.sinceMs));
+  if (opts.excludeActionId) q = q.where('a.id', '!=', opts.excludeActionId);
+  const row = await q.executeTakeFirstOrThrow();
+  return Number(row.total);
+}
+
+const HOUR_MS = 3_600_000;
+
+/**
+ * Loads every fact R0–R9 need for one parsed proposal, tenant-scoped, inside `trx`. For refunds
+ * it first takes a transaction-scoped advisory lock, so decisions that read and then add to the
+ * cumulative basis are serialized (two refunds in one model response cannot both see zero).
+ * `order` is read beforehand from the order system (outside the transaction).
+ */
+export async function loadSupportFacts(
+  trx: Trx,
+  wf: { tenant: string; user_id: string; mode: 'investigate' | 'act'; state: string },
+  parsed: Pick<ParsedProposal, 'tool' | 'args'>,
+  order: SupportFacts['order'],
+  opts: { excludeActionId?: string } = {},
+): Promise<SupportFacts> {
+  const world = loadWorld();
+  const user = lookupUser(wf.user_id, wf.tenant);
+  const orderId = String(parsed.args.orderId);
+  const inTenant = Boolean(order && user && order.tenant === user.tenant);
+  const refund = parsed.tool.name === 'issue_refund';
+  if (refund) await sql`SELECT pg_advisory_xact_lock(${REFUND_DECISIONS_LOCK})`.execute(trx);
+  const sum = (o: Parameters<typeof recordedRefundsCents>[1]) => (inTenant ? recordedRefundsCents(trx, { ...o, excludeActionId: opts.excludeActionId }) : Promise.resolve(0));
+  return {
+    user,
+    agentGrantedTools: world.agent.grantedTools,
+    eligibleTools: eligibleTools(supportTools, wf, world.agent.grantedTools).map((t) => t.name),
+    tool: { name: parsed.tool.name, scope: parsed.tool.scope },
+    args: parsed.args,
+    // Facts about other tenants never feed the rules: R2 denies on the tenant check first.
+    order,
+    priorRefundsOnOrderCents: await sum({ tenant: wf.tenant, orderId }),
+    userRefunds24hCents: await sum({ tenant: wf.tenant, userId: wf.user_id, sinceMs: 24 * HOUR_MS }),
+    agentRefunds1hCents: inTenant ? await recordedRefundsCents(trx, { sinceMs: HOUR_MS, excludeActionId: opts.excludeActionId }) : 0,
+  };
+}

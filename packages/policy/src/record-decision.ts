@@ -1,0 +1,130 @@
+import { randomUUID } from 'node:crypto';
+import type { Selectable } from 'kysely';
+import { approvalRequestsQueue, canonicalJson, executionsQueue, resultsQueue } from '@gatehouse/contracts';
+import { actorHash, enqueueInTransaction, operationKeyHash, recordAudit, type ActionsTable, type OutboxRow, type Trx, type WorkflowsTable, type WorkflowState } from '@gatehouse/ledger';
+import { digestOf, toSafeOutput, type ParsedProposal } from '@gatehouse/tools';
+import type { SupportBundle } from './bundle.ts';
+import { loadSupportFacts } from './facts.ts';
+import { evaluateSupport, type PolicyDecision, type SupportFacts } from './support.rules.ts';
+
+type Workflow = Selectable<WorkflowsTable>;
+type Action = Selectable<ActionsTable>;
+
+/** Statuses of an action that a duplicate proposal is suppressed against. */
+const LIVE = ['pending_approval', 'approved', 'running', 'succeeded', 'failed_unknown'];
+
+/** Input of {@link decideAndRecord}. */
+export interface DecideInput {
+  wf: Workflow;
+  proposalId: string;
+  round: number;
+  callId: string;
+  parsed: Pick<ParsedProposal, 'tool' | 'args' | 'target'>;
+  /** The order as the order system returned it (read before the transaction). */
+  order: SupportFacts['order'];
+  bundle: SupportBundle;
+  auditHmacKey: string;
+  service: string;
+  /** Set by the executor: the approved action whose facts changed before it could run. */
+  reevaluates?: Action;
+}
+
+/** What was decided and the jobs to publish after commit. */
+export interface DecideOutcome {
+  outcome: string;
+  actionId: string;
+  version: number;
+  decision: PolicyDecision | null;
+  rows: OutboxRow[];
+}
+
+async function supersede(trx: Trx, wf: Workflow, a: Action, answerCall: boolean, service: string): Promise<OutboxRow[]> {
+  await trx.updateTable('actions').set({ status: 'superseded', updated_at: new Date() }).where('id', '=', a.id).execute();
+  const voided = await trx.updateTable('approvals').set({ status: 'void', decided_at: new Date() }).where('action_id', '=', a.id).where('status', 'in', ['pending', 'approved']).returning('id').execute();
+  for (const v of voided) {
+    await recordAudit(trx, { type: 'approval.voided', service, runId: wf.id, tool: a.tool, approvalId: v.id, actionVersion: a.version, actionDigest: a.digest, callId: a.call_id, outcome: 'superseded', revisions: { release: wf.release_id } });
+  }
+  if (!answerCall) return [];
+  const output = toSafeOutput(a.tool, { executed: false, reason: 'superseded' }, 'gatehouse');
+  return [await enqueueInTransaction(trx, resultsQueue, { release: wf.release_id, workflowId: wf.id, callId: a.call_id, output })];
+}
+
+/**
+ * Decides one normalized proposal and records it, in the caller's transaction (SPEC §3–§5):
+ * - the same normalized call again in the run is `suppressed` and answered with the original's
+ *   outcome (no new effect);
+ * - a new proposal for the same tool and target supersedes a not-yet-claimed earlier version
+ *   (its approvals become `void`, its call is answered `superseded`);
+ * - facts are loaded under the refund-decision lock, policy decides, and the action version is
+ *   written with its digest (RFC 8785 JCS over tool, target, arguments, actor, tenant, policy
+ *   revision, version), the decision log, the audit event and the next job: execution (ALLOW),
+ *   approval request (REQUIRE_APPROVAL) or the bounded denial for the model (DENY).
+ * With `reevaluates`, the executor found the facts changed: that action is superseded and its
+ * call is answered by the new version's outcome.
+ */
+export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<DecideOutcome> {
+  const { wf, parsed, bundle } = input;
+  await trx.selectFrom('workflows').select('id').where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
+  const actor = actorHash(input.auditHmacKey, wf.user_id);
+  const rows: OutboxRow[] = [];
+  const previous = await trx.selectFrom('actions').selectAll().where('workflow_id', '=', wf.id).where('tool', '=', parsed.tool.name).where('target', '=', parsed.target).orderBy('version', 'desc').executeTakeFirst();
+  const last = await trx.selectFrom('actions').select(({ fn }) => fn.max('version').as('v')).where('workflow_id', '=', wf.id).executeTakeFirst();
+  const version = Number(last?.v ?? 0) + 1;
+  const actionId = randomUUID();
+  const operationKey = `${wf.id}:action:${version}`;
+  const base = { id: actionId, workflow_id: wf.id, proposal_id: input.proposalId, call_id: input.callId, version, supersedes_version: previous?.version ?? null, tool: parsed.tool.name, target: parsed.target, arguments: JSON.stringify(parsed.args), operation_key: operationKey, release_id: wf.release_id };
+
+  if (!input.reevaluates && previous && LIVE.includes(previous.status) && canonicalJson(previous.arguments) === canonicalJson(parsed.args)) {
+    const op = await trx.selectFrom('operations').select(['status', 'result']).where('action_id', '=', previous.id).executeTakeFirst();
+    await trx.insertInto('actions').values({ ...base, digest: previous.digest, decision: previous.decision, rule_id: previous.rule_id, policy_revision: previous.policy_revision, status: 'suppressed', facts: JSON.stringify({ duplicateOf: previous.version }) }).execute();
+    await recordAudit(trx, { type: 'policy.decision', service: input.service, runId: wf.id, step: input.round, actorHash: actor, tool: parsed.tool.name, actionVersion: version, callId: input.callId, decision: 'SUPPRESSED', outcome: `duplicate_of_v${previous.version}`, revisions: { policy: previous.policy_revision, release: wf.release_id } });
+    const output =
+      op?.status === 'succeeded' && op.result
+        ? { ...(op.result as Record<string, unknown>), duplicateOf: previous.version }
+        : toSafeOutput(parsed.tool.name, { executed: false, status: 'suppressed', duplicateOf: previous.version, originalStatus: previous.status }, 'gatehouse');
+    rows.push(await enqueueInTransaction(trx, resultsQueue, { release: wf.release_id, workflowId: wf.id, callId: input.callId, output }));
+    return { outcome: `suppressed:v${previous.version}`, actionId, version, decision: null, rows };
+  }
+
+  const stale = input.reevaluates ?? (previous && ['pending_approval', 'approved'].includes(previous.status) ? previous : undefined);
+  if (stale) {
+    const claimed = await trx.selectFrom('operations').select('status').where('action_id', '=', stale.id).where('status', '!=', 'pending').executeTakeFirst();
+    if (!claimed) rows.push(...(await supersede(trx, wf, stale, stale.call_id !== input.callId, input.service)));
+  }
+
+  const facts = await loadSupportFacts(trx, wf, parsed, input.order);
+  const decision = evaluateSupport(facts, bundle);
+  const digest = digestOf({ tool: parsed.tool.name, target: parsed.target, arguments: parsed.args, actor: wf.user_id, tenant: wf.tenant, policyRevision: decision.policyRevision, actionVersion: version });
+  const status = decision.decision === 'DENY' ? 'denied' : decision.decision === 'ALLOW' ? 'approved' : 'pending_approval';
+  const inTenant = facts.order && facts.user && facts.order.tenant === facts.user.tenant ? facts.order : null;
+  await trx
+    .insertInto('actions')
+    .values({
+      ...base,
+      digest,
+      decision: decision.decision,
+      rule_id: decision.ruleId,
+      policy_revision: decision.policyRevision,
+      status,
+      facts: JSON.stringify({ orderPaidCents: inTenant?.paid ?? null, orderStatus: inTenant?.status ?? null, orderRegion: inTenant?.region ?? null, priorRefundsOnOrderCents: facts.priorRefundsOnOrderCents, requesterRegion: facts.user?.region ?? null, ...(input.reevaluates ? { reevaluatedFromVersion: input.reevaluates.version } : {}) }),
+    })
+    .execute();
+  await trx
+    .insertInto('decision_log')
+    .values({ workflow_id: wf.id, proposal_id: input.proposalId, action_id: actionId, tool: parsed.tool.name, decision: decision.decision, rule_id: decision.ruleId, policy_revision: decision.policyRevision, detail: JSON.stringify({ reason: decision.reason, version, digest, reevaluated: Boolean(input.reevaluates) }) })
+    .execute();
+  await recordAudit(trx, { type: 'policy.decision', service: input.service, runId: wf.id, step: input.round, actorHash: actor, tool: parsed.tool.name, actionDigest: digest, actionVersion: version, operationKeyHash: operationKeyHash(operationKey), callId: input.callId, ruleId: decision.ruleId, decision: decision.decision, outcome: input.reevaluates ? `reevaluated_v${input.reevaluates.version}` : null, revisions: { toolCatalog: wf.catalog_digest, policy: decision.policyRevision, release: wf.release_id } });
+  const live: WorkflowState[] = ['received', 'investigating', 'awaiting_approval', 'executing'];
+  if (decision.decision === 'ALLOW') {
+    await trx.updateTable('workflows').set({ state: 'executing', updated_at: new Date() }).where('id', '=', wf.id).where('state', 'in', live).execute();
+    rows.push(await enqueueInTransaction(trx, executionsQueue, { release: wf.release_id, workflowId: wf.id, actionId, actionVersion: version, approvalId: null }));
+  } else if (decision.decision === 'REQUIRE_APPROVAL') {
+    await trx.updateTable('workflows').set({ state: 'awaiting_approval', updated_at: new Date() }).where('id', '=', wf.id).where('state', 'in', live).execute();
+    rows.push(await enqueueInTransaction(trx, approvalRequestsQueue, { release: wf.release_id, workflowId: wf.id, actionId, actionVersion: version }));
+  } else {
+    // Bounded denial: the rule id, never other tenants' data or the full reason.
+    const output = toSafeOutput(parsed.tool.name, { executed: false, status: 'denied', ruleId: decision.ruleId, policyRevision: decision.policyRevision }, 'gatehouse');
+    rows.push(await enqueueInTransaction(trx, resultsQueue, { release: wf.release_id, workflowId: wf.id, callId: input.callId, output }));
+  }
+  return { outcome: `${decision.decision}:${decision.ruleId}`, actionId, version, decision, rows };
+}
