@@ -61,6 +61,7 @@ export async function reconcileUnknown(db: Db, stagingUrl: string, operator: str
     if (d.outcome === 'unresolved') continue;
     const outcome = d.outcome;
     await inTransaction(db, async (trx) => {
+      await trx.selectFrom('actions').select('id').where('id', '=', op.action_id).forUpdate().execute(); // lock order: actions → operations
       const upd = await trx
         .updateTable('operations')
         .set({ status: outcome, evidence_ref: d.evidence, updated_at: new Date() })

@@ -7,11 +7,18 @@ import type { SupportFacts } from './support.rules.ts';
 
 /**
  * Action states whose refund counts toward the cumulative basis (R4, R7) and the rolling caps
- * (R5, R6): done (`succeeded`), started (`approved` — allowed and queued —, `running`), unknown
- * (`failed_unknown`), and awaiting a decision (`pending_approval`), so neither parallel calls in
- * one response nor a queued execution can hide a refund from the next decision.
+ * (R5, R6): done (`succeeded`), started (`running`) or unknown (`failed_unknown`) — SPEC §3.
  */
-export const COUNTED_REFUND_STATES = ['pending_approval', 'approved', 'running', 'succeeded', 'failed_unknown'] as const;
+export const COUNTED_REFUND_STATES = ['running', 'succeeded', 'failed_unknown'] as const;
+
+/**
+ * At proposal time refunds already decided to run but not yet started (`approved`: allowed, or
+ * approved by a lead, and queued) count too, so parallel calls in one response cannot each see
+ * an empty basis. At execution the re-evaluation counts only {@link COUNTED_REFUND_STATES}: a
+ * queued refund that has not run is not money out, and counting it would let a later proposal
+ * flip an earlier, already allowed one.
+ */
+export const QUEUED_REFUND_STATES = ['approved'] as const;
 
 /** Advisory lock key serializing refund decisions (rolling caps span orders and users). */
 const REFUND_DECISIONS_LOCK = 0x72_65_66_64; // "refd"
@@ -37,20 +44,20 @@ export async function fetchOrder(stagingUrl: string, orderId: string): Promise<S
 }
 
 /**
- * Sum of refunds recorded in the ledger's actions ({@link COUNTED_REFUND_STATES}), integer
- * cents, optionally restricted to a tenant, an order, a user and a window (ms), excluding one
- * action (the one being re-evaluated).
+ * Sum of refunds recorded in the ledger's actions ({@link COUNTED_REFUND_STATES}, plus
+ * {@link QUEUED_REFUND_STATES} with `includeQueued`), integer cents, optionally restricted to a
+ * tenant, an order, a user and a window (ms), excluding one action (the one re-evaluated).
  */
 export async function recordedRefundsCents(
   db: Db | Trx,
-  opts: { tenant?: string; orderId?: string; userId?: string; sinceMs?: number; excludeActionId?: string },
+  opts: { tenant?: string; orderId?: string; userId?: string; sinceMs?: number; excludeActionId?: string; includeQueued?: boolean },
 ): Promise<number> {
   let q = db
     .selectFrom('actions as a')
     .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
     .select(sql<string>`coalesce(sum((a.arguments->>'amountCents')::bigint), 0)`.as('total'))
     .where('a.tool', '=', 'issue_refund')
-    .where('a.status', 'in', [...COUNTED_REFUND_STATES]);
+    .where('a.status', 'in', opts.includeQueued ? [...COUNTED_REFUND_STATES, ...QUEUED_REFUND_STATES] : [...COUNTED_REFUND_STATES]);
   if (opts.tenant) q = q.where('w.tenant', '=', opts.tenant);
   if (opts.orderId) q = q.where('a.target', '=', opts.orderId);
   if (opts.userId) q = q.where('w.user_id', '=', opts.userId);
@@ -73,7 +80,7 @@ export async function loadSupportFacts(
   wf: { tenant: string; user_id: string; mode: 'investigate' | 'act'; state: string },
   parsed: Pick<ParsedProposal, 'tool' | 'args'>,
   order: SupportFacts['order'],
-  opts: { excludeActionId?: string } = {},
+  opts: { excludeActionId?: string; atExecution?: boolean } = {},
 ): Promise<SupportFacts> {
   const world = loadWorld();
   const user = lookupUser(wf.user_id, wf.tenant);
@@ -81,7 +88,8 @@ export async function loadSupportFacts(
   const inTenant = Boolean(order && user && order.tenant === user.tenant);
   const refund = parsed.tool.name === 'issue_refund';
   if (refund) await sql`SELECT pg_advisory_xact_lock(${REFUND_DECISIONS_LOCK})`.execute(trx);
-  const sum = (o: Parameters<typeof recordedRefundsCents>[1]) => (inTenant ? recordedRefundsCents(trx, { ...o, excludeActionId: opts.excludeActionId }) : Promise.resolve(0));
+  const basis = { excludeActionId: opts.excludeActionId, includeQueued: !opts.atExecution };
+  const sum = (o: Parameters<typeof recordedRefundsCents>[1]) => (inTenant ? recordedRefundsCents(trx, { ...o, ...basis }) : Promise.resolve(0));
   return {
     user,
     agentGrantedTools: world.agent.grantedTools,
@@ -92,6 +100,6 @@ export async function loadSupportFacts(
     order,
     priorRefundsOnOrderCents: await sum({ tenant: wf.tenant, orderId }),
     userRefunds24hCents: await sum({ tenant: wf.tenant, userId: wf.user_id, sinceMs: 24 * HOUR_MS }),
-    agentRefunds1hCents: inTenant ? await recordedRefundsCents(trx, { sinceMs: HOUR_MS, excludeActionId: opts.excludeActionId }) : 0,
+    agentRefunds1hCents: inTenant ? await recordedRefundsCents(trx, { sinceMs: HOUR_MS, ...basis }) : 0,
   };
 }

@@ -51,10 +51,11 @@ async function supersede(trx: Trx, wf: Workflow, a: Action, answerCall: boolean,
 
 /**
  * Decides one normalized proposal and records it, in the caller's transaction (SPEC §3–§5):
- * - the same normalized call again in the run is `suppressed` and answered with the original's
- *   outcome (no new effect);
- * - a new proposal for the same tool and target supersedes a not-yet-claimed earlier version
- *   (its approvals become `void`, its call is answered `superseded`);
+ * - the same normalized call again in the run (same tool, target and normalized arguments as a
+ *   live action) is `suppressed` and answered with the original's outcome (no new effect);
+ * - another proposal for the same tool and target is a separate action (four refunds of one
+ *   order are four refunds); after a follow-up message superseded an earlier one, it records
+ *   that version in `supersedes_version` (the amendment);
  * - facts are loaded under the refund-decision lock, policy decides, and the action version is
  *   written with its digest (RFC 8785 JCS over tool, target, arguments, actor, tenant, policy
  *   revision, version), the decision log, the audit event and the next job: execution (ALLOW),
@@ -67,14 +68,24 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
   await trx.selectFrom('workflows').select('id').where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
   const actor = actorHash(input.auditHmacKey, wf.user_id);
   const rows: OutboxRow[] = [];
-  const previous = await trx.selectFrom('actions').selectAll().where('workflow_id', '=', wf.id).where('tool', '=', parsed.tool.name).where('target', '=', parsed.target).orderBy('version', 'desc').executeTakeFirst();
+  const sameTarget = await trx
+    .selectFrom('actions')
+    .selectAll()
+    .where('workflow_id', '=', wf.id)
+    .where('tool', '=', parsed.tool.name)
+    .where('target', '=', parsed.target)
+    .orderBy('version', 'desc')
+    .execute();
+  const amended = input.reevaluates ?? sameTarget.find((a) => a.status === 'superseded' && !sameTarget.some((b) => b.supersedes_version === a.version));
   const last = await trx.selectFrom('actions').select(({ fn }) => fn.max('version').as('v')).where('workflow_id', '=', wf.id).executeTakeFirst();
   const version = Number(last?.v ?? 0) + 1;
   const actionId = randomUUID();
   const operationKey = `${wf.id}:action:${version}`;
-  const base = { id: actionId, workflow_id: wf.id, proposal_id: input.proposalId, call_id: input.callId, version, supersedes_version: previous?.version ?? null, tool: parsed.tool.name, target: parsed.target, arguments: JSON.stringify(parsed.args), operation_key: operationKey, release_id: wf.release_id };
+  const base = { id: actionId, workflow_id: wf.id, proposal_id: input.proposalId, call_id: input.callId, version, supersedes_version: amended?.version ?? null, tool: parsed.tool.name, target: parsed.target, arguments: JSON.stringify(parsed.args), operation_key: operationKey, release_id: wf.release_id };
 
-  if (!input.reevaluates && previous && LIVE.includes(previous.status) && canonicalJson(previous.arguments) === canonicalJson(parsed.args)) {
+  const args = canonicalJson(parsed.args);
+  const previous = input.reevaluates ? undefined : sameTarget.find((a) => LIVE.includes(a.status) && canonicalJson(a.arguments) === args);
+  if (previous) {
     const op = await trx.selectFrom('operations').select(['status', 'result']).where('action_id', '=', previous.id).executeTakeFirst();
     await trx.insertInto('actions').values({ ...base, digest: previous.digest, decision: previous.decision, rule_id: previous.rule_id, policy_revision: previous.policy_revision, status: 'suppressed', facts: JSON.stringify({ duplicateOf: previous.version }) }).execute();
     await recordAudit(trx, { type: 'policy.decision', service: input.service, runId: wf.id, step: input.round, actorHash: actor, tool: parsed.tool.name, actionVersion: version, callId: input.callId, decision: 'SUPPRESSED', outcome: `duplicate_of_v${previous.version}`, revisions: { policy: previous.policy_revision, release: wf.release_id } });
@@ -86,13 +97,12 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
     return { outcome: `suppressed:v${previous.version}`, actionId, version, decision: null, rows };
   }
 
-  const stale = input.reevaluates ?? (previous && ['pending_approval', 'approved'].includes(previous.status) ? previous : undefined);
-  if (stale) {
-    const claimed = await trx.selectFrom('operations').select('status').where('action_id', '=', stale.id).where('status', '!=', 'pending').executeTakeFirst();
-    if (!claimed) rows.push(...(await supersede(trx, wf, stale, stale.call_id !== input.callId, input.service)));
+  if (input.reevaluates) {
+    const claimed = await trx.selectFrom('operations').select('status').where('action_id', '=', input.reevaluates.id).where('status', '!=', 'pending').executeTakeFirst();
+    if (!claimed) rows.push(...(await supersede(trx, wf, input.reevaluates, input.reevaluates.call_id !== input.callId, input.service)));
   }
 
-  const facts = await loadSupportFacts(trx, wf, parsed, input.order);
+  const facts = await loadSupportFacts(trx, wf, parsed, input.order, input.reevaluates ? { excludeActionId: input.reevaluates.id, atExecution: true } : {});
   const decision = evaluateSupport(facts, bundle);
   const digest = digestOf({ tool: parsed.tool.name, target: parsed.target, arguments: parsed.args, actor: wf.user_id, tenant: wf.tenant, policyRevision: decision.policyRevision, actionVersion: version });
   const status = decision.decision === 'DENY' ? 'denied' : decision.decision === 'ALLOW' ? 'approved' : 'pending_approval';

@@ -77,3 +77,4 @@ export async function dropQueuePrefix(redisUrl: string, prefix: string): Promise
     r.disconnect();
   }
 }
+export * from './factories.ts';

@@ -17,7 +17,11 @@ export interface ParsedProposal {
   target: string;
 }
 
-const bound = (s: string): string => (s.length > 200 ? `${s.slice(0, 197)}...` : s);
+/** Issues are model-influenced text: redacted, then bounded to 200 characters. */
+const bound = (raw: string): string => {
+  const s = redactSecrets(raw);
+  return s.length > 200 ? `${s.slice(0, 197)}...` : s;
+};
 
 /**
  * Closed parsing of a function_call: known tool, `arguments` a JSON object text (one value, no

@@ -54,6 +54,7 @@ export async function decideApproval(
     if (['completed', 'stopped', 'needs_reconciliation'].includes(wf.state)) throw new GoneError(`workflow_${wf.state}`, `the workflow is ${wf.state}; nothing more will run`);
     if (new Date(approval.expires_at).getTime() <= Date.now()) throw new GoneError('expired', 'approval expired');
 
+    await trx.selectFrom('actions').select('id').where('id', '=', approval.action_id).forUpdate().execute(); // lock order: actions → approvals
     const status = body.decision === 'approve' ? 'approved' : 'denied';
     const decided = await trx
       .updateTable('approvals')

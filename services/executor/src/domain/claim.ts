@@ -45,6 +45,8 @@ export async function claimOperation(
   job: ExecutionJob,
   opts: { owner: string; leaseMs: number; baseline: Record<string, unknown> | null; auditHmacKey: string; userId: string; reevaluation: Reevaluation },
 ): Promise<ClaimOutcome> {
+  // Lock order everywhere: workflows → actions → operations → approvals (no deadlock cycles).
+  await trx.selectFrom('workflows').select('id').where('id', '=', job.workflowId).forUpdate().executeTakeFirst();
   const action = await trx.selectFrom('actions').selectAll().where('id', '=', job.actionId).forUpdate().executeTakeFirst();
   if (!action || action.version !== job.actionVersion) return { kind: 'skip', reason: 'unknown_action_version' };
   if (!['approved', 'running', 'succeeded', 'failed', 'failed_unknown'].includes(action.status)) {
@@ -71,7 +73,7 @@ export async function claimOperation(
 
   if (op.status === 'pending') {
     // First claim: nothing was sent yet, so the run's state, deadline and facts may still stop it.
-    const wf = await trx.selectFrom('workflows').select(['state']).where('id', '=', action.workflow_id).forShare().executeTakeFirstOrThrow();
+    const wf = await trx.selectFrom('workflows').select(['state']).where('id', '=', action.workflow_id).executeTakeFirstOrThrow();
     // The reservation made above stays only if this claim goes ahead (no orphan pending rows).
     const unreserve = () => trx.deleteFrom('operations').where('key', '=', op.key).where('status', '=', 'pending').where('fencing_token', '=', '0').execute();
     if (['completed', 'stopped', 'needs_reconciliation'].includes(wf.state)) {
@@ -87,7 +89,7 @@ export async function claimOperation(
     const tool = findTool(action.tool);
     if (!r.disabled && tool) {
       const parsed = { tool, args: action.arguments as Record<string, string | number | null>, target: action.target };
-      const facts = await loadSupportFacts(trx, r.wf, parsed, r.order, { excludeActionId: action.id });
+      const facts = await loadSupportFacts(trx, r.wf, parsed, r.order, { excludeActionId: action.id, atExecution: true });
       const now = evaluateSupport(facts, r.bundle);
       if (now.decision !== action.decision || now.ruleId !== action.rule_id || now.policyRevision !== action.policy_revision) {
         await unreserve();

@@ -159,6 +159,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
   if (result.status === 'retry_safe') {
     // Read-back proved nothing happened: back to pending (fenced) and let the queue repeat it.
     const reset = await inTransaction(db, async (trx) => {
+      await trx.selectFrom('actions').select('id').where('id', '=', action.id).forUpdate().execute();
       const r = await trx
         .updateTable('operations')
         .set({ status: 'pending', lease_owner: null, lease_expires_at: null, dispatched_at: null, error: result.reason, updated_at: new Date() })
@@ -180,6 +181,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
   const data = result.status === 'succeeded' ? result.data : { reason: result.reason };
   const output = toSafeOutput(action.tool, { executed: result.status === 'succeeded', status: actionStatus === 'denied' ? 'denied' : opStatus, ...data });
   const rows = await inTransaction(db, async (trx) => {
+    await trx.selectFrom('actions').select('id').where('id', '=', action.id).forUpdate().execute(); // lock order: actions → operations
     const recorded = await trx
       .updateTable('operations')
       .set({ status: opStatus, result: JSON.stringify(output), evidence_ref: result.status === 'succeeded' ? result.evidenceRef : null, error: result.status === 'succeeded' ? null : result.reason, lease_owner: null, lease_expires_at: null, updated_at: new Date() })

@@ -1,0 +1,160 @@
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { sql } from 'kysely';
+import type { ExecutionJob } from '@gatehouse/contracts';
+import { inTransaction, type Db } from '@gatehouse/ledger';
+
+/** What {@link createAction} inserted: ids, key and the execution job payload for it. */
+export interface SeededAction {
+  workflowId: string;
+  actionId: string;
+  version: number;
+  callId: string;
+  digest: string;
+  operationKey: string;
+  approvalId: string | null;
+  /** Payload of the `executions` job (queue contract `executions`). */
+  job: ExecutionJob;
+  /** Deterministic BullMQ job id of that payload (`exec_<actionId>_v<version>`). */
+  jobId: string;
+}
+
+/** Options of {@link createAction}. */
+export interface ActionSeed {
+  tool?: 'issue_refund' | 'reship_order';
+  orderId: string;
+  /** issue_refund only; integer cents (default 3000). */
+  amountCents?: number;
+  reason?: string;
+  /**
+   * Default: what policy support-p1 decides on a fresh order paid 50000 — a refund above the
+   * auto limit (5000) or any reship needs approval (R7, R9), a smaller refund is allowed.
+   */
+  decision?: 'ALLOW' | 'REQUIRE_APPROVAL';
+  /** Default: R7 / R9 for REQUIRE_APPROVAL, `ALL` for ALLOW. */
+  ruleId?: string;
+  /** An approved approval row is written when true (default: decision is REQUIRE_APPROVAL). */
+  approved?: boolean;
+  /** A user of world.json (default rep-ana of quillfeather). */
+  userId?: string;
+  tenant?: string;
+  release?: string;
+  policyRevision?: string;
+  /** The run's wall-time budget from now, ms (default 90 s, SPEC §2 budgets). */
+  budgetMs?: number;
+}
+
+/**
+ * Writes a workflow (state `executing`, mode `act`), its budget, one valid proposal and one action
+ * version in status `approved` (operation key `<workflowId>:action:1`, a random 64-hex digest),
+ * plus — when the action requires approval — an approval row `approved` by lead-eli that names
+ * exactly that action (tool, version, digest, policy revision) and expires in 15 minutes. One
+ * transaction. Decision and rule default to what the policy re-evaluation at execution finds.
+ */
+export async function createAction(db: Db, seed: ActionSeed): Promise<SeededAction> {
+  const tool = seed.tool ?? 'issue_refund';
+  const decision = seed.decision ?? (tool === 'reship_order' || (seed.amountCents ?? 3000) > 5000 ? 'REQUIRE_APPROVAL' : 'ALLOW');
+  const ruleId = seed.ruleId ?? (decision === 'ALLOW' ? 'ALL' : tool === 'issue_refund' ? 'R7' : 'R9');
+  const approved = seed.approved ?? decision === 'REQUIRE_APPROVAL';
+  const userId = seed.userId ?? 'rep-ana';
+  const tenant = seed.tenant ?? 'quillfeather';
+  const release = seed.release ?? 'rel-1';
+  const policy = seed.policyRevision ?? 'support-p1';
+  const workflowId = randomUUID();
+  const actionId = randomUUID();
+  const proposalId = randomUUID();
+  const approvalId = approved ? randomUUID() : null;
+  const version = 1;
+  const callId = `call_${randomBytes(8).toString('hex')}`;
+  const digest = randomBytes(32).toString('hex');
+  const operationKey = `${workflowId}:action:${version}`;
+  const args: Record<string, unknown> =
+    tool === 'issue_refund' ? { orderId: seed.orderId, amountCents: seed.amountCents ?? 3000, reason: seed.reason ?? 'damaged item' } : { orderId: seed.orderId };
+  const now = new Date();
+  await inTransaction(db, async (trx) => {
+    await trx
+      .insertInto('workflows')
+      .values({
+        id: workflowId,
+        tenant,
+        ticket_id: `T-${randomBytes(6).toString('hex')}`,
+        user_id: userId,
+        pack: 'support',
+        mode: 'act',
+        text_sha256: createHash('sha256').update(workflowId).digest('hex'),
+        state: 'executing',
+        release_id: release,
+        policy_revision: policy,
+        catalog_digest: 'f'.repeat(64),
+      })
+      .execute();
+    await trx
+      .insertInto('budgets')
+      .values({ workflow_id: workflowId, max_rounds: 8, max_tool_calls: 6, deadline_at: new Date(now.getTime() + (seed.budgetMs ?? 90_000)), max_spend_tokens: 100_000 })
+      .execute();
+    await trx
+      .insertInto('proposals')
+      .values({ id: proposalId, workflow_id: workflowId, round: 1, call_id: callId, tool, arguments_sha256: createHash('sha256').update(JSON.stringify(args)).digest('hex'), status: 'valid' })
+      .execute();
+    await trx
+      .insertInto('actions')
+      .values({
+        id: actionId,
+        workflow_id: workflowId,
+        proposal_id: proposalId,
+        call_id: callId,
+        version,
+        tool,
+        target: seed.orderId,
+        arguments: JSON.stringify(args),
+        digest,
+        decision,
+        rule_id: ruleId,
+        policy_revision: policy,
+        status: 'approved',
+        operation_key: operationKey,
+        release_id: release,
+        facts: JSON.stringify({}),
+      })
+      .execute();
+    if (approvalId) {
+      await trx
+        .insertInto('approvals')
+        .values({
+          id: approvalId,
+          workflow_id: workflowId,
+          action_id: actionId,
+          action_version: version,
+          action_digest: digest,
+          policy_revision: policy,
+          tool,
+          tenant,
+          region: 'US',
+          amount_cents: tool === 'issue_refund' ? (seed.amountCents ?? 3000) : null,
+          requester: userId,
+          rule_id: ruleId,
+          status: 'approved',
+          approver: 'lead-eli',
+          release_id: release,
+          expires_at: new Date(now.getTime() + 15 * 60_000),
+          decided_at: now,
+        })
+        .execute();
+    }
+  });
+  const job: ExecutionJob = { release, workflowId, actionId, actionVersion: version, approvalId };
+  return { workflowId, actionId, version, callId, digest, operationKey, approvalId, job, jobId: `exec_${actionId}_v${version}` };
+}
+
+/**
+ * Sets `deadlock_timeout` for new sessions of `database` (superuser). Deadlocks are still
+ * detected and counted; a short timeout only keeps a test that provokes them fast.
+ */
+export async function setDeadlockTimeout(db: Db, database: string, ms: number): Promise<void> {
+  await sql`ALTER DATABASE ${sql.id(database)} SET deadlock_timeout = ${sql.lit(`${Math.max(1, Math.trunc(ms))}ms`)}`.execute(db);
+}
+
+/** Deadlocks Postgres has detected in `database` so far (`pg_stat_database`, flushed stats). */
+export async function deadlockCount(db: Db, database: string): Promise<number> {
+  const r = await sql<{ deadlocks: string | number }>`SELECT deadlocks FROM pg_stat_database WHERE datname = ${database}`.execute(db);
+  return Number(r.rows[0]?.deadlocks ?? 0);
+}

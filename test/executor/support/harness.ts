@@ -1,0 +1,136 @@
+import { randomInt } from 'node:crypto';
+import type { Server } from 'node:http';
+import { createDb, type Db } from '@gatehouse/ledger';
+import { createTestDatabase, dropQueuePrefix, setDeadlockTimeout, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
+import { closeServer, createLogger, createRedis, listen, OutboxRelay, QueueRegistry, type Logger } from '../../../packages/platform/src/index.ts';
+import { createStagingApp, ensureStagingSchema, openStagingDatabase, type FaultSpec, type RecordedRequest, type StagingDb } from '../../../services/staging/src/index.ts';
+import type { ExecutionDeps } from '../../../services/executor/src/jobs/executions.processor.ts';
+import { loadActiveSupportBundle, type SupportBundle } from '../../../packages/policy/src/index.ts';
+
+export const DELEGATION_SECRET = 'local-delegation-secret-change-me';
+export const AUDIT_HMAC_KEY = 'local-audit-hmac-key-change-me';
+export const RELEASE = 'rel-1';
+export const EXECUTIONS_QUEUE = `executions.${RELEASE}`;
+export const RESULTS_QUEUE = `results.${RELEASE}`;
+
+/** The active support policy (support-p1), as the executor loads it at boot. */
+export const SUPPORT_BUNDLE: SupportBundle = loadActiveSupportBundle('support-p1');
+
+/** One test file's world: its database, queue prefix, an in-process staging app and the executor's deps. */
+export interface Harness {
+  tdb: TestDatabase;
+  /** Ledger handle with a pool large enough for 8 concurrent executions. */
+  db: Db;
+  staging: StagingDb;
+  stagingUrl: string;
+  prefix: string;
+  queues: QueueRegistry;
+  relay: OutboxRelay;
+  log: Logger;
+  deps: (overrides?: Partial<ExecutionDeps>) => ExecutionDeps;
+  /** A fresh shipped order of quillfeather/US (a clone of world.json's O-1002 under a new id). */
+  newOrder: (paidCents?: number) => Promise<string>;
+  arm: (spec: FaultSpec) => Promise<void>;
+  requests: (orderId: string) => Promise<RecordedRequest[]>;
+  refunds: (orderId: string) => Promise<Array<{ refundId: string; idempotencyKey: string; amountCents: number }>>;
+  shipments: (orderId: string) => Promise<unknown[]>;
+  /** Highest fencing token stored with the refund of `key` in the payments ledger (null: none). */
+  refundFence: (key: string) => Promise<number | null>;
+  close: () => Promise<void>;
+}
+
+async function getJson<T>(url: string): Promise<T> {
+  const res = await fetch(url);
+  if (!res.ok) throw new Error(`GET ${url} → ${res.status}`);
+  return (await res.json()) as T;
+}
+
+/** Starts the harness: migrated test database, staging schema and app on an ephemeral port, Redis queues. */
+export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?: number } = {}): Promise<Harness> {
+  const tdb = await createTestDatabase();
+  if (opts.deadlockTimeoutMs !== undefined) await setDeadlockTimeout(tdb.db, tdb.name, opts.deadlockTimeoutMs);
+  const db = createDb(tdb.url, opts.poolSize ?? 12);
+  const { db: staging } = openStagingDatabase(tdb.url, { maxConnections: 8 });
+  await ensureStagingSchema(staging);
+  const log = createLogger('executor-test');
+  log.level = process.env.TEST_LOG_LEVEL ?? 'silent';
+  const { app } = createStagingApp({ db: staging, delegationSecret: DELEGATION_SECRET, log });
+  const { server, port } = await listen(app, 0);
+  const stagingUrl = `http://127.0.0.1:${port}`;
+  const prefix = testQueuePrefix();
+  const redis = createRedis(TEST_REDIS_URL);
+  const queues = new QueueRegistry(redis, prefix);
+  const relay = new OutboxRelay(db, queues, log);
+  const base: ExecutionDeps = {
+    db,
+    relay,
+    log,
+    stagingUrl,
+    delegationSecret: DELEGATION_SECRET,
+    auditHmacKey: AUDIT_HMAC_KEY,
+    leaseMs: 5000,
+    deadlineMs: 10_000,
+    agentId: 'support-agent',
+    hooks: { crashAt: null, crashTool: null, blockBeforeDispatchMs: 0, disableWriteAhead: false, disableReevaluation: false },
+    bundle: SUPPORT_BUNDLE,
+  };
+  return {
+    tdb,
+    db,
+    staging,
+    stagingUrl,
+    prefix,
+    queues,
+    relay,
+    log,
+    deps: (overrides = {}) => ({ ...base, ...overrides }),
+    newOrder: async (paidCents = 50_000) => {
+      const id = `O-${randomInt(100_000, 999_999)}${randomInt(0, 9)}`;
+      await staging.insertInto('staging.orders').values({ id, tenant: 'quillfeather', region: 'US', customer: 'cust-2', paid_cents: paidCents, status: 'shipped' }).execute();
+      return id;
+    },
+    arm: async (spec) => {
+      const res = await fetch(`${stagingUrl}/faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(spec) });
+      if (res.status !== 201) throw new Error(`POST /faults → ${res.status}`);
+    },
+    requests: async (orderId) => (await getJson<{ requests: RecordedRequest[] }>(`${stagingUrl}/requests?orderId=${encodeURIComponent(orderId)}`)).requests,
+    refunds: async (orderId) => (await getJson<{ refunds: Array<{ refundId: string; idempotencyKey: string; amountCents: number }> }>(`${stagingUrl}/ledger/refunds?orderId=${encodeURIComponent(orderId)}`)).refunds,
+    shipments: async (orderId) => (await getJson<{ shipments: unknown[] }>(`${stagingUrl}/orders/${encodeURIComponent(orderId)}/shipments`)).shipments,
+    refundFence: async (key) => {
+      const r = await staging.selectFrom('staging.refunds').select('fencing_token').where('idempotency_key', '=', key).executeTakeFirst();
+      return r?.fencing_token == null ? null : Number(r.fencing_token);
+    },
+    close: async () => {
+      await relay.stop();
+      await queues.close();
+      redis.disconnect();
+      await stopServer(server);
+      await staging.destroy();
+      await db.destroy();
+      await dropQueuePrefix(TEST_REDIS_URL, prefix);
+      await tdb.drop();
+    },
+  };
+}
+
+async function stopServer(server: Server): Promise<void> {
+  server.closeAllConnections();
+  await closeServer(server);
+}
+
+/** Audit events of one type written for a workflow, or for all when `runId` is null (`audit_outbox`, before chaining). */
+export async function auditEvents(db: Db, type: string, runId: string | null): Promise<Array<Record<string, unknown>>> {
+  const rows = await db.selectFrom('audit_outbox').select('event').orderBy('id').execute();
+  return rows.map((r) => r.event as Record<string, unknown>).filter((e) => e.type === type && (runId === null || e.runId === runId));
+}
+
+/** Polls `fn` every `everyMs` until it returns a truthy value or `timeoutMs` passes (then throws with `what`). */
+export async function waitFor<T>(what: string, fn: () => Promise<T | null | undefined | false>, timeoutMs = 20_000, everyMs = 100): Promise<T> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}

@@ -1,0 +1,61 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startHuntStack, fixtures, fc, msg, submit, waitFor, settled, refunds, summary, approve, cli, sleep, type HuntStack } from './helpers.ts';
+
+let s: HuntStack;
+beforeAll(async () => {
+  s = await startHuntStack({ WALL_TIME_SECONDS: '8' });
+});
+afterAll(async () => {
+  await s?.close();
+});
+
+describe('hunt: bounds and eligibility', () => {
+  it('wall time is checked before dispatch: an approval granted after the run deadline does not execute', async () => {
+    await fixtures(s, 'H-wall', [fc(['issue_refund', { orderId: 'O-1002', amount: '120.00', reason: 'cracked' }]), msg()]);
+    const { token, workflowId } = await submit(s, 'rep-ana', 'H-wall', 'refund 120 O-1002');
+    const v = await waitFor(s, token, workflowId, (x) => x.pendingApprovals.length === 1);
+    await sleep(9000);
+    const r = await approve(s, 'lead-eli', v.pendingApprovals[0]!.approvalId);
+    console.log('approve after deadline', r.status, JSON.stringify(r.body));
+    const end = await waitFor(s, token, workflowId, settled, 20_000);
+    console.log('wall', JSON.stringify(summary(end)));
+    expect(await refunds(s, 'O-1002')).toHaveLength(0);
+    expect(end.state).toBe('stopped');
+    expect(end.stopReason).toBe('budget_exhausted');
+  });
+
+  it('investigate mode: a write tool proposed anyway is denied (R1), zero effects', async () => {
+    await fixtures(s, 'H-inv-write', [fc(['issue_refund', { orderId: 'O-1001', amount: '10.00', reason: 'x' }], ['reship_order', { orderId: 'O-1001' }]), msg()]);
+    const { token, workflowId } = await submit(s, 'rep-ana', 'H-inv-write', 'what happened to order O-1001?', 'investigate');
+    const end = await waitFor(s, token, workflowId, settled);
+    console.log('inv', JSON.stringify(summary(end)));
+    expect(end.actions.every((a) => a.decision === 'DENY' && a.ruleId === 'R1')).toBe(true);
+    expect(await refunds(s, 'O-1001')).toHaveLength(0);
+  });
+
+  it('a switched-off tool holds only its own step: parallel reads proceed, the workflow is paused and resumes on switch on', async () => {
+    await cli(s, ['switch', 'off', 'issue_refund']);
+    try {
+      await fixtures(s, 'H-paused-reads', [
+        fc(['issue_refund', { orderId: 'O-1006', amount: '10.00', reason: 'x' }], ['lookup_order', { orderId: 'O-1006' }], ['lookup_order', { orderId: 'O-1007' }], ['lookup_order', { orderId: 'O-1008' }]),
+        msg(),
+      ]);
+      const { token, workflowId } = await submit(s, 'rep-ana', 'H-paused-reads', 'refund 10 on O-1006');
+      const v = await waitFor(s, token, workflowId, (x) => x.actions.length === 4 && x.actions.filter((a) => a.tool === 'lookup_order').every((a) => a.status === 'succeeded'));
+      await sleep(1500);
+      const v2 = await waitFor(s, token, workflowId, () => true);
+      console.log('paused reads', JSON.stringify(summary(v2)));
+      expect(v.actions.filter((a) => a.tool === 'lookup_order').map((a) => a.decision)).toEqual(['ALLOW', 'ALLOW', 'ALLOW']);
+      expect.soft(v2.state, 'state while the refund is held').toBe('paused');
+      await cli(s, ['switch', 'on', 'issue_refund']);
+      const end = await waitFor(s, token, workflowId, (x) => x.state === 'completed', 20_000).catch((e: Error) => {
+        console.log('not resumed', e.message);
+        return null;
+      });
+      expect(end?.state).toBe('completed');
+      expect(await refunds(s, 'O-1006')).toHaveLength(1);
+    } finally {
+      await cli(s, ['switch', 'on', 'issue_refund']).catch(() => '');
+    }
+  });
+});
