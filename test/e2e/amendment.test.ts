@@ -18,7 +18,11 @@ describe('a follow-up message amends a pending refund (SPEC §9 messages, §6 am
     const rep = await tokenFor('rep-ana', SECRET);
     const lead = await tokenFor('lead-eli', SECRET);
     const intake = s.url('agent-loop');
-    const submitted = await call('POST', `${intake}/v1/tickets`, rep, { ticketId: 'T-amend', text: 'Refund $120 on order O-1004, the item arrived damaged.', mode: 'act' });
+    const submitted = await call('POST', `${intake}/v1/tickets`, rep, {
+      ticketId: 'T-amend',
+      text: 'Refund $120 on order O-1004, the item arrived damaged.',
+      mode: 'act',
+    });
     expect(submitted.status).toBe(202);
     const id = String(submitted.body.workflowId);
     const first = await pollWorkflow(intake, rep, id, (v) => v.pendingApprovals.some((p) => p.status === 'pending'));
@@ -26,9 +30,18 @@ describe('a follow-up message amends a pending refund (SPEC §9 messages, §6 am
     expect(v1).toMatchObject({ status: 'pending_approval', ruleId: 'R7', arguments: { amountCents: 12000 } });
     const oldApproval = first.pendingApprovals[0]!;
 
-    const followUp = await call('POST', `${intake}/v1/workflows/${id}/messages`, rep, { text: 'Sorry, make the refund $450 on order O-1004 instead.' });
+    const followUp = await call('POST', `${intake}/v1/workflows/${id}/messages`, rep, {
+      text: 'Sorry, make the refund $450 on order O-1004 instead.',
+    });
     expect(followUp.status).toBe(202);
-    const amended = await pollWorkflow(intake, rep, id, (v) => v.actions.some((a) => a.tool === 'issue_refund' && a.version > v1.version && a.status === 'pending_approval') && v.pendingApprovals.some((p) => p.actionVersion > v1.version));
+    const amended = await pollWorkflow(
+      intake,
+      rep,
+      id,
+      (v) =>
+        v.actions.some((a) => a.tool === 'issue_refund' && a.version > v1.version && a.status === 'pending_approval') &&
+        v.pendingApprovals.some((p) => p.actionVersion > v1.version),
+    );
     const v2 = amended.actions.find((a) => a.tool === 'issue_refund' && a.version > v1.version)!;
     expect(v2).toMatchObject({ arguments: { amountCents: 45000 }, decision: 'REQUIRE_APPROVAL' });
     expect(amended.actions.find((a) => a.version === v1.version)!.status).toBe('superseded');
@@ -37,7 +50,11 @@ describe('a follow-up message amends a pending refund (SPEC §9 messages, §6 am
     expect((await request(s.url('staging')).get('/ledger/refunds?orderId=O-1004')).body.refunds).toEqual([]);
 
     // Deciding the old version is stale (409), not an approval of the new amount.
-    const stale = await call('POST', `${s.url('approval')}/v1/approvals/${oldApproval.approvalId}/decision`, lead, { decision: 'approve', actionVersion: oldApproval.actionVersion, actionDigest: oldApproval.actionDigest });
+    const stale = await call('POST', `${s.url('approval')}/v1/approvals/${oldApproval.approvalId}/decision`, lead, {
+      decision: 'approve',
+      actionVersion: oldApproval.actionVersion,
+      actionDigest: oldApproval.actionDigest,
+    });
     expect(stale.status).toBe(409);
     expect((stale.body.error as { reason: string }).reason).toBe('stale_version');
 

@@ -24,11 +24,21 @@ async function signIn(user: string): Promise<Page> {
 }
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) throw new Error(`Chromium not found at ${CHROMIUM}: apt-get install chromium (./run test does it as root) or set CHROMIUM_PATH`);
+  if (!existsSync(CHROMIUM))
+    throw new Error(`Chromium not found at ${CHROMIUM}: apt-get install chromium (./run test does it as root) or set CHROMIUM_PATH`);
   s = await startE2EStack();
   browser = await chromium.launch({
     executablePath: CHROMIUM,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
   });
   mkdirSync(OUT, { recursive: true });
   // Script the model: look up O-1002, then propose a 120.00 refund whose reason carries markup.
@@ -36,12 +46,19 @@ beforeAll(async () => {
     ticketId: 'T-inbox',
     responses: [
       { type: 'function_calls', calls: [{ name: 'lookup_order', arguments: JSON.stringify({ orderId: 'O-1002' }) }] },
-      { type: 'function_calls', calls: [{ name: 'issue_refund', arguments: JSON.stringify({ orderId: 'O-1002', amount: '120.00', reason: HOSTILE }) }] },
+      {
+        type: 'function_calls',
+        calls: [{ name: 'issue_refund', arguments: JSON.stringify({ orderId: 'O-1002', amount: '120.00', reason: HOSTILE }) }],
+      },
       { type: 'message', text: 'Refund handled.' },
     ],
   });
   const rep = await tokenFor('rep-ana', SECRET);
-  const res = await call('POST', `${s.url('agent-loop')}/v1/tickets`, rep, { ticketId: 'T-inbox', text: 'Customer on order O-1002 wants a refund of $120.', mode: 'act' });
+  const res = await call('POST', `${s.url('agent-loop')}/v1/tickets`, rep, {
+    ticketId: 'T-inbox',
+    text: 'Customer on order O-1002 wants a refund of $120.',
+    mode: 'act',
+  });
   workflowId = String(res.body.workflowId);
   await pollWorkflow(s.url('agent-loop'), rep, workflowId, (v) => v.pendingApprovals.some((p) => p.status === 'pending'));
 });
@@ -67,7 +84,9 @@ describe('approver inbox in a real browser (Debian Chromium, headless)', () => {
     const action = await form.getAttribute('action');
     const version = await form.locator('input[name=actionVersion]').inputValue();
     const digest = await form.locator('input[name=actionDigest]').inputValue();
-    const res = await page.request.post(`${s.url('approval')}${action}`, { form: { decision: 'approve', actionVersion: version, actionDigest: digest, csrf: 'forged' } });
+    const res = await page.request.post(`${s.url('approval')}${action}`, {
+      form: { decision: 'approve', actionVersion: version, actionDigest: digest, csrf: 'forged' },
+    });
     expect(res.status()).toBe(403);
     const row = await s.db.db.selectFrom('approvals').select('status').where('workflow_id', '=', workflowId).executeTakeFirstOrThrow();
     expect(row.status).toBe('pending');
@@ -98,6 +117,8 @@ describe('approver inbox in a real browser (Debian Chromium, headless)', () => {
     expect(doc.status).toBe(200);
     expect(doc.body.openapi).toBe('3.1.0');
     const paths = doc.body.paths as Record<string, Record<string, { responses: Record<string, unknown> }>>;
-    expect(Object.keys(paths['/v1/approvals/{id}/decision']!.post!.responses)).toEqual(expect.arrayContaining(['200', '403', '409', '410']));
+    expect(Object.keys(paths['/v1/approvals/{id}/decision']!.post!.responses)).toEqual(
+      expect.arrayContaining(['200', '403', '409', '410']),
+    );
   });
 });

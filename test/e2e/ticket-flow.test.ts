@@ -31,7 +31,12 @@ describe('a real ticket through every service (processes, Postgres, Redis)', () 
     expect(report.workflow.state).toBe('completed');
     const byTool = Object.fromEntries(report.workflow.actions.map((a) => [a.tool, a]));
     expect(byTool.lookup_order).toMatchObject({ decision: 'ALLOW', status: 'succeeded' });
-    expect(byTool.issue_refund).toMatchObject({ decision: 'REQUIRE_APPROVAL', ruleId: 'R7', status: 'succeeded', arguments: { amountCents: 12000, orderId: 'O-1002' } });
+    expect(byTool.issue_refund).toMatchObject({
+      decision: 'REQUIRE_APPROVAL',
+      ruleId: 'R7',
+      status: 'succeeded',
+      arguments: { amountCents: 12000, orderId: 'O-1002' },
+    });
     expect(byTool.reship_order).toMatchObject({ decision: 'REQUIRE_APPROVAL', ruleId: 'R9', status: 'succeeded' });
     expect(byTool.issue_refund!.operationKey).toBe(`${report.workflow.workflowId}:action:${byTool.issue_refund!.version}`);
 
@@ -42,7 +47,11 @@ describe('a real ticket through every service (processes, Postgres, Redis)', () 
     expect((await request(s.url('staging')).get('/orders/O-1002/shipments')).body.shipments).toHaveLength(1);
     expect(report.redelivery).toBe('replay:succeeded');
 
-    const approvals = await s.db.db.selectFrom('approvals').select(['status', 'approver']).where('workflow_id', '=', report.workflow.workflowId).execute();
+    const approvals = await s.db.db
+      .selectFrom('approvals')
+      .select(['status', 'approver'])
+      .where('workflow_id', '=', report.workflow.workflowId)
+      .execute();
     expect(approvals).toHaveLength(2);
     expect(approvals.every((a) => a.status === 'used' && a.approver === 'lead-eli')).toBe(true);
     expect(report.audit).toMatchObject({ intact: true, anchorsTrusted: true });
@@ -62,7 +71,10 @@ describe('a real ticket through every service (processes, Postgres, Redis)', () 
     expect(a.status).toBe(202);
     expect(b.status).toBe(202);
     expect(b.body.workflowId).toBe(a.body.workflowId);
-    const c = await request(s.url('agent-loop')).post('/v1/tickets').set('authorization', `Bearer ${rep}`).send({ ...body, text: 'Refund O-1001' });
+    const c = await request(s.url('agent-loop'))
+      .post('/v1/tickets')
+      .set('authorization', `Bearer ${rep}`)
+      .send({ ...body, text: 'Refund O-1001' });
     expect(c.status).toBe(409);
     expect(c.body.error.reason).toBe('ticket_conflict');
     // Another tenant may use the same ticket id independently.
@@ -71,7 +83,9 @@ describe('a real ticket through every service (processes, Postgres, Redis)', () 
     expect(d.status).toBe(202);
     expect(d.body.workflowId).not.toBe(a.body.workflowId);
     // A rep may read only their tenant's workflows.
-    expect((await request(s.url('agent-loop')).get(`/v1/workflows/${a.body.workflowId}`).set('authorization', `Bearer ${ivy}`)).status).toBe(404);
+    expect(
+      (await request(s.url('agent-loop')).get(`/v1/workflows/${a.body.workflowId}`).set('authorization', `Bearer ${ivy}`)).status,
+    ).toBe(404);
     // Investigate mode: the read-only ticket completes and no write tool was ever offered.
     const done = await pollWorkflow(s.url('agent-loop'), rep, a.body.workflowId, (v) => v.state === 'completed');
     expect(done.actions.map((x) => x.tool)).toEqual(['lookup_order']);
@@ -87,7 +101,10 @@ describe('a real ticket through every service (processes, Postgres, Redis)', () 
     const cases = [
       await intake.post('/v1/tickets').send({ ticketId: 'x', text: 'y' }),
       await intake.post('/v1/tickets').set('authorization', 'Bearer not-a-jwt').send({ ticketId: 'x', text: 'y' }),
-      await intake.post('/v1/tickets').set('authorization', `Bearer ${await tokenFor('rep-ana', 'some-other-secret-value')}`).send({ ticketId: 'x', text: 'y' }),
+      await intake
+        .post('/v1/tickets')
+        .set('authorization', `Bearer ${await tokenFor('rep-ana', 'some-other-secret-value')}`)
+        .send({ ticketId: 'x', text: 'y' }),
       await approval.get('/v1/approvals?status=pending'),
     ];
     expect(cases.map((r) => r.status)).toEqual([401, 401, 401, 401]);
@@ -96,7 +113,10 @@ describe('a real ticket through every service (processes, Postgres, Redis)', () 
       await intake.post('/v1/tickets').set('authorization', `Bearer ${rep}`).send({ ticketId: 'x', text: 'y', tenant: 'northwind' }),
       await intake.post('/v1/tickets').set('authorization', `Bearer ${rep}`).send({ ticketId: 'x', text: 'y', mode: 'root' }),
       await intake.post('/v1/tickets').set('authorization', `Bearer ${rep}`).set('content-type', 'application/json').send('{"ticketId":'),
-      await approval.post('/v1/approvals/00000000-0000-4000-8000-000000000000/decision').set('authorization', `Bearer ${rep}`).send({ decision: 'maybe' }),
+      await approval
+        .post('/v1/approvals/00000000-0000-4000-8000-000000000000/decision')
+        .set('authorization', `Bearer ${rep}`)
+        .send({ decision: 'maybe' }),
       await approval.get('/v1/approvals?status=bogus').set('authorization', `Bearer ${rep}`),
     ];
     expect(bad.map((r) => r.status)).toEqual([400, 400, 400, 400, 400, 400]);

@@ -25,7 +25,11 @@ afterAll(async () => {
 async function seed(n: number): Promise<SeededAction[]> {
   const out: SeededAction[] = [];
   for (let i = 0; i < n; i += 20) {
-    out.push(...(await Promise.all(Array.from({ length: Math.min(20, n - i) }, () => createAction(h.db, { orderId, amountCents: 6000, budgetMs: 600_000 })))));
+    out.push(
+      ...(await Promise.all(
+        Array.from({ length: Math.min(20, n - i) }, () => createAction(h.db, { orderId, amountCents: 6000, budgetMs: 600_000 })),
+      )),
+    );
   }
   return out;
 }
@@ -37,49 +41,79 @@ function countBy<T>(xs: T[], key: (x: T) => string): Map<string, number> {
 }
 
 describe('executor: barrier race (SPEC §6, invariant 3)', () => {
-  it.each([2, 4, 8])(`%i concurrent executions of one approved action, ${TRIALS} trials: one lease, one refund, fence 1, approval used once`, async (n) => {
-    const actions = await seed(TRIALS);
-    // The policy re-evaluation at execution is switched off (test hook): 600 approved refunds of
-    // one user would, correctly, hit the rolling caps (R4/R5) long before the last trial, and the
-    // race under test is the claim's, not the policy's.
-    const deps = h.deps({ hooks: { ...h.deps().hooks, disableReevaluation: true } });
-    const anomalies: string[] = [];
-    for (const [i, a] of actions.entries()) {
-      const settled = await Promise.allSettled(Array.from({ length: n }, () => processExecution(a.job, deps)));
-      const won = settled.filter((s) => s.status === 'fulfilled' && s.value === 'succeeded').length;
-      const other = settled.filter((s) => !(s.status === 'fulfilled' && (s.value === 'succeeded' || s.value === 'replay:succeeded')) && !(s.status === 'rejected' && s.reason instanceof LeaseBusy));
-      if (won !== 1 || other.length) anomalies.push(`trial ${i}: ${won} winners, unexpected ${JSON.stringify(other.map((s) => (s.status === 'fulfilled' ? s.value : String(s.reason))))}`);
-      // a redelivery after the race collects the stored outcome
-      const after = await processExecution(a.job, deps);
-      if (after !== 'replay:succeeded') anomalies.push(`trial ${i}: redelivery got ${after}`);
-    }
-    expect(anomalies).toEqual([]);
+  it.each([2, 4, 8])(
+    `%i concurrent executions of one approved action, ${TRIALS} trials: one lease, one refund, fence 1, approval used once`,
+    async (n) => {
+      const actions = await seed(TRIALS);
+      // The policy re-evaluation at execution is switched off (test hook): 600 approved refunds of
+      // one user would, correctly, hit the rolling caps (R4/R5) long before the last trial, and the
+      // race under test is the claim's, not the policy's.
+      const deps = h.deps({ hooks: { ...h.deps().hooks, disableReevaluation: true } });
+      const anomalies: string[] = [];
+      for (const [i, a] of actions.entries()) {
+        const settled = await Promise.allSettled(Array.from({ length: n }, () => processExecution(a.job, deps)));
+        const won = settled.filter((s) => s.status === 'fulfilled' && s.value === 'succeeded').length;
+        const other = settled.filter(
+          (s) =>
+            !(s.status === 'fulfilled' && (s.value === 'succeeded' || s.value === 'replay:succeeded')) &&
+            !(s.status === 'rejected' && s.reason instanceof LeaseBusy),
+        );
+        if (won !== 1 || other.length)
+          anomalies.push(
+            `trial ${i}: ${won} winners, unexpected ${JSON.stringify(other.map((s) => (s.status === 'fulfilled' ? s.value : String(s.reason))))}`,
+          );
+        // a redelivery after the race collects the stored outcome
+        const after = await processExecution(a.job, deps);
+        if (after !== 'replay:succeeded') anomalies.push(`trial ${i}: redelivery got ${after}`);
+      }
+      expect(anomalies).toEqual([]);
 
-    const keys = actions.map((a) => a.operationKey);
-    // systems of record: one refund per key, written under fencing token 1, one request per key
-    const refunds = await h.staging.selectFrom('staging.refunds').select(['idempotency_key', 'fencing_token']).where('idempotency_key', 'in', keys).execute();
-    expect(refunds).toHaveLength(TRIALS);
-    expect(new Set(refunds.map((r) => r.idempotency_key)).size).toBe(TRIALS);
-    expect(refunds.filter((r) => Number(r.fencing_token) !== 1)).toEqual([]);
-    const calls = await h.staging.selectFrom('staging.request_log').select(['idempotency_key', 'status']).where('idempotency_key', 'in', keys).execute();
-    const perKey = countBy(calls, (c) => c.idempotency_key ?? '');
-    expect([...perKey.values()].filter((c) => c !== 1)).toEqual([]);
-    expect(perKey.size).toBe(TRIALS);
-    expect(calls.every((c) => c.status === 201)).toBe(true);
+      const keys = actions.map((a) => a.operationKey);
+      // systems of record: one refund per key, written under fencing token 1, one request per key
+      const refunds = await h.staging
+        .selectFrom('staging.refunds')
+        .select(['idempotency_key', 'fencing_token'])
+        .where('idempotency_key', 'in', keys)
+        .execute();
+      expect(refunds).toHaveLength(TRIALS);
+      expect(new Set(refunds.map((r) => r.idempotency_key)).size).toBe(TRIALS);
+      expect(refunds.filter((r) => Number(r.fencing_token) !== 1)).toEqual([]);
+      const calls = await h.staging
+        .selectFrom('staging.request_log')
+        .select(['idempotency_key', 'status'])
+        .where('idempotency_key', 'in', keys)
+        .execute();
+      const perKey = countBy(calls, (c) => c.idempotency_key ?? '');
+      expect([...perKey.values()].filter((c) => c !== 1)).toEqual([]);
+      expect(perKey.size).toBe(TRIALS);
+      expect(calls.every((c) => c.status === 201)).toBe(true);
 
-    // ledger: one lease granted per operation, approval consumed exactly once
-    const ops = await h.db.selectFrom('operations').select(['key', 'status', 'fencing_token', 'attempts']).where('key', 'in', keys).execute();
-    expect(ops.filter((o) => o.status !== 'succeeded' || o.fencing_token !== '1' || o.attempts !== 1)).toEqual([]);
-    const approvals = await h.db.selectFrom('approvals').select(['id', 'status']).where('action_id', 'in', actions.map((a) => a.actionId)).execute();
-    expect(approvals.filter((p) => p.status !== 'used')).toEqual([]);
-    const ids = new Set(actions.map((a) => a.approvalId));
-    const consumed = (await auditEvents(h.db, 'approval.consumed', null)).filter((e) => ids.has(e.approvalId as string));
-    const consumedPer = countBy(consumed, (e) => String(e.approvalId));
-    expect(consumedPer.size).toBe(TRIALS);
-    expect([...consumedPer.values()].filter((c) => c !== 1)).toEqual([]);
-    const claimed = (await auditEvents(h.db, 'operation.claimed', null)).filter((e) => ids.has(e.approvalId as string));
-    expect(claimed).toHaveLength(TRIALS);
-  });
+      // ledger: one lease granted per operation, approval consumed exactly once
+      const ops = await h.db
+        .selectFrom('operations')
+        .select(['key', 'status', 'fencing_token', 'attempts'])
+        .where('key', 'in', keys)
+        .execute();
+      expect(ops.filter((o) => o.status !== 'succeeded' || o.fencing_token !== '1' || o.attempts !== 1)).toEqual([]);
+      const approvals = await h.db
+        .selectFrom('approvals')
+        .select(['id', 'status'])
+        .where(
+          'action_id',
+          'in',
+          actions.map((a) => a.actionId),
+        )
+        .execute();
+      expect(approvals.filter((p) => p.status !== 'used')).toEqual([]);
+      const ids = new Set(actions.map((a) => a.approvalId));
+      const consumed = (await auditEvents(h.db, 'approval.consumed', null)).filter((e) => ids.has(e.approvalId as string));
+      const consumedPer = countBy(consumed, (e) => String(e.approvalId));
+      expect(consumedPer.size).toBe(TRIALS);
+      expect([...consumedPer.values()].filter((c) => c !== 1)).toEqual([]);
+      const claimed = (await auditEvents(h.db, 'operation.claimed', null)).filter((e) => ids.has(e.approvalId as string));
+      expect(claimed).toHaveLength(TRIALS);
+    },
+  );
 
   // Regression: every transaction takes row locks in one order (workflows → actions →
   // operations → approvals), so a redelivery claiming while the winner records cannot deadlock.

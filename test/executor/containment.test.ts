@@ -6,7 +6,17 @@ import { mintDelegatedToken } from '../../packages/credentials/src/index.ts';
 import { createWorker } from '../../packages/platform/src/index.ts';
 import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
 import type { SupportBundle } from '../../packages/policy/src/index.ts';
-import { AUDIT_HMAC_KEY, auditEvents, EXECUTIONS_QUEUE, RELEASE, RESULTS_QUEUE, startHarness, SUPPORT_BUNDLE, waitFor, type Harness } from './support/harness.ts';
+import {
+  AUDIT_HMAC_KEY,
+  auditEvents,
+  EXECUTIONS_QUEUE,
+  RELEASE,
+  RESULTS_QUEUE,
+  startHarness,
+  SUPPORT_BUNDLE,
+  waitFor,
+  type Harness,
+} from './support/harness.ts';
 
 // SPEC §4 invariants 1, 3, 5 and §6: ambiguous timeouts end in failed_unknown (never retried,
 // reconciled by read-back), the payments ledger bounds a wrong policy by the delegation's
@@ -24,7 +34,12 @@ afterAll(async () => {
 const op = (key: string) => h.db.selectFrom('operations').selectAll().where('key', '=', key).executeTakeFirstOrThrow();
 const action = (id: string) => h.db.selectFrom('actions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
 const workflow = (id: string) => h.db.selectFrom('workflows').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
-const approval = (id: string | null) => h.db.selectFrom('approvals').selectAll().where('id', '=', id ?? '').executeTakeFirstOrThrow();
+const approval = (id: string | null) =>
+  h.db
+    .selectFrom('approvals')
+    .selectAll()
+    .where('id', '=', id ?? '')
+    .executeTakeFirstOrThrow();
 
 describe('executor: ambiguous outcomes and authority (SPEC §6)', () => {
   it('a hung order system: failed_unknown, parked for reconciliation, alert, no further POST; reconcile resolves it (no shipment → failed)', async () => {
@@ -37,7 +52,10 @@ describe('executor: ambiguous outcomes and authority (SPEC §6)', () => {
     const started = Date.now();
     expect(await processExecution(a.job, deps)).toBe('failed_unknown');
     expect(Date.now() - started).toBeLessThan(4000);
-    expect(alert).toHaveBeenCalledWith(expect.objectContaining({ alert: 'failed_unknown', tool: 'reship_order', workflowId: a.workflowId }), expect.any(String));
+    expect(alert).toHaveBeenCalledWith(
+      expect.objectContaining({ alert: 'failed_unknown', tool: 'reship_order', workflowId: a.workflowId }),
+      expect.any(String),
+    );
     alert.mockRestore();
     expect(await op(a.operationKey)).toMatchObject({ status: 'failed_unknown', error: 'timeout_outcome_unknown' });
     expect((await action(a.actionId)).status).toBe('failed_unknown');
@@ -66,7 +84,11 @@ describe('executor: ambiguous outcomes and authority (SPEC §6)', () => {
   it('a refund of 70000 allowed by a wrong policy is refused by the payments ledger (403 ceiling_exceeded): denied, not retried', async () => {
     // the wrong policy is active at execution too (its re-evaluation agrees): only the
     // delegation's ceiling, enforced by the payments ledger itself, stands in the way
-    const wrong: SupportBundle = { ...SUPPORT_BUNDLE, revision: 'support-wrong', limits: { ...SUPPORT_BUNDLE.limits, maxRefundCents: 100_000, autoApproveLimitCents: 100_000 } };
+    const wrong: SupportBundle = {
+      ...SUPPORT_BUNDLE,
+      revision: 'support-wrong',
+      limits: { ...SUPPORT_BUNDLE.limits, maxRefundCents: 100_000, autoApproveLimitCents: 100_000 },
+    };
     const orderId = await h.newOrder(90_000);
     const a = await createAction(h.db, { orderId, amountCents: 70_000, decision: 'ALLOW', ruleId: 'ALL', policyRevision: wrong.revision });
     expect(a.approvalId).toBeNull();
@@ -98,7 +120,15 @@ describe('executor: ambiguous outcomes and authority (SPEC §6)', () => {
     const a = await createAction(h.db, { orderId, amountCents: 6000 });
     await h.db
       .insertInto('operations')
-      .values({ key: a.operationKey, workflow_id: a.workflowId, action_id: a.actionId, action_digest: 'e'.repeat(64), tool: 'issue_refund', status: 'pending', release_id: RELEASE })
+      .values({
+        key: a.operationKey,
+        workflow_id: a.workflowId,
+        action_id: a.actionId,
+        action_digest: 'e'.repeat(64),
+        tool: 'issue_refund',
+        status: 'pending',
+        release_id: RELEASE,
+      })
       .execute();
     const deps = h.deps();
     const alert = vi.spyOn(deps.log, 'error');
@@ -112,7 +142,9 @@ describe('executor: ambiguous outcomes and authority (SPEC §6)', () => {
     expect((await action(a.actionId)).status).toBe('failed');
     expect((await approval(a.approvalId)).status).toBe('approved'); // never consumed
     expect(await op(a.operationKey)).toMatchObject({ status: 'pending', fencing_token: '0' });
-    expect(await auditEvents(h.db, 'operation.failed', a.workflowId)).toEqual([expect.objectContaining({ outcome: 'idempotency_conflict' })]);
+    expect(await auditEvents(h.db, 'operation.failed', a.workflowId)).toEqual([
+      expect.objectContaining({ outcome: 'idempotency_conflict' }),
+    ]);
   });
 
   it('after an epoch bump a token minted with the old epoch is refused by the payments ledger (403 revoked_epoch); the executor mints with the new one', async () => {
@@ -121,7 +153,17 @@ describe('executor: ambiguous outcomes and authority (SPEC §6)', () => {
     const epoch = await bumpEpoch(h.db, 'ops-gus', AUDIT_HMAC_KEY);
     expect(epoch).toBeGreaterThanOrEqual(2);
     const stale = await mintDelegatedToken(
-      { sub: 'rep-ana', act: { sub: 'support-agent' }, aud: 'payments', scope: 'refund:create', tenant: 'quillfeather', ceiling: 50_000, epoch: epoch - 1, op: key, fence: 1 },
+      {
+        sub: 'rep-ana',
+        act: { sub: 'support-agent' },
+        aud: 'payments',
+        scope: 'refund:create',
+        tenant: 'quillfeather',
+        ceiling: 50_000,
+        epoch: epoch - 1,
+        op: key,
+        fence: 1,
+      },
       'local-delegation-secret-change-me',
     );
     const res = await fetch(`${h.stagingUrl}/ledger/refunds`, {
@@ -172,7 +214,13 @@ describe('executor: tool switched off at the moment of execution (SPEC §6, inva
     const orderId = await h.newOrder();
     const a = await createAction(h.db, { orderId, amountCents: 6300 });
     const deps = h.deps();
-    const worker = createWorker(executionsQueue, (p) => processExecution(p, deps), { release: RELEASE, prefix: h.prefix, redisUrl: TEST_REDIS_URL, log: h.log, concurrency: 2 });
+    const worker = createWorker(executionsQueue, (p) => processExecution(p, deps), {
+      release: RELEASE,
+      prefix: h.prefix,
+      redisUrl: TEST_REDIS_URL,
+      log: h.log,
+      concurrency: 2,
+    });
     try {
       await setSwitch(h.db, 'issue_refund', false, 'ops-gus', AUDIT_HMAC_KEY);
       const queue = h.queues.get(EXECUTIONS_QUEUE);
@@ -181,10 +229,14 @@ describe('executor: tool switched off at the moment of execution (SPEC §6, inva
       expect((await workflow(a.workflowId)).state).toBe('paused');
 
       await h.relay.publish(await setSwitch(h.db, 'issue_refund', true, 'ops-gus', AUDIT_HMAC_KEY));
-      const refunds = await waitFor('refund after switch-on', async () => {
-        const r = await h.refunds(orderId);
-        return r.length ? r : null;
-      }, 4000).catch(() => []);
+      const refunds = await waitFor(
+        'refund after switch-on',
+        async () => {
+          const r = await h.refunds(orderId);
+          return r.length ? r : null;
+        },
+        4000,
+      ).catch(() => []);
       expect(refunds).toHaveLength(1);
       expect((await workflow(a.workflowId)).state).not.toBe('paused');
     } finally {

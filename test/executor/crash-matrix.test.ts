@@ -35,7 +35,10 @@ async function crashThenRecover(tool: Tool, crashAt: CrashPoint, opts: { disable
   const orderId = await h.newOrder();
   const a = await createAction(h.db, { tool, orderId, amountCents: 6000 });
   const noMark: Record<string, string> = opts.disableWriteAhead ? { GATEHOUSE_TEST_DISABLE_WRITE_AHEAD: '1' } : {};
-  const env = executorEnv({ databaseUrl: h.tdb.url, prefix, stagingUrl: h.stagingUrl }, { LEASE_MS: '2000', EXECUTOR_LOCK_MS: '1000', EXECUTION_DEADLINE_MS: '1500', ...noMark });
+  const env = executorEnv(
+    { databaseUrl: h.tdb.url, prefix, stagingUrl: h.stagingUrl },
+    { LEASE_MS: '2000', EXECUTOR_LOCK_MS: '1000', EXECUTION_DEADLINE_MS: '1500', ...noMark },
+  );
   try {
     await queues.get(EXECUTIONS_QUEUE).add(executionsQueue.jobName, a.job, { ...jobOptionsFor(EXECUTIONS_QUEUE), jobId: a.jobId });
     const doomed = startExecutor({ ...env, GATEHOUSE_TEST_CRASH_AT: crashAt, GATEHOUSE_TEST_CRASH_TOOL: tool });
@@ -76,45 +79,56 @@ async function crashThenRecover(tool: Tool, crashAt: CrashPoint, opts: { disable
   }
 }
 
-describe.concurrent('executor crash matrix (real processes, SIGKILL at each crash point, fresh executor over the same DB and Redis)', () => {
-  for (const crashAt of ['before_dispatch', 'after_dispatch', 'after_record'] as const) {
-    it(`issue_refund killed ${crashAt} → exactly one refund, result recorded`, { timeout: 100_000 }, async ({ expect }) => {
-      const r = await crashThenRecover('issue_refund', crashAt);
-      expect(r.atCrash.death, r.atCrash.log).toMatchObject({ signal: 'SIGKILL' });
-      if (crashAt === 'before_dispatch') expect(r.atCrash).toMatchObject({ posts: 0, op: { status: 'running', dispatched_at: null } });
-      if (crashAt === 'after_dispatch') expect(r.atCrash).toMatchObject({ posts: 1, op: { status: 'running' } });
-      if (crashAt === 'after_record') expect(r.atCrash).toMatchObject({ posts: 1, op: { status: 'succeeded' } });
-      expect(r.refunds).toEqual([expect.objectContaining({ idempotencyKey: r.a.operationKey, amountCents: 6000 })]);
-      // a re-dispatch after the crash reuses the key and is replayed by the ledger
-      expect(new Set(r.posts.map((p) => p.idempotencyKey))).toEqual(new Set([r.a.operationKey]));
-      expect(r.posts.filter((p) => p.status === 201)).toHaveLength(1);
-      expect(r.op.status).toBe('succeeded');
-      expect(r.action.status).toBe('succeeded');
-      expect(r.result.output).toMatchObject({});
-      expect(JSON.stringify(r.result.output)).toContain('succeeded');
-      expect(r.result.park).toBeUndefined();
-    });
+describe.concurrent(
+  'executor crash matrix (real processes, SIGKILL at each crash point, fresh executor over the same DB and Redis)',
+  () => {
+    for (const crashAt of ['before_dispatch', 'after_dispatch', 'after_record'] as const) {
+      it(`issue_refund killed ${crashAt} → exactly one refund, result recorded`, { timeout: 100_000 }, async ({ expect }) => {
+        const r = await crashThenRecover('issue_refund', crashAt);
+        expect(r.atCrash.death, r.atCrash.log).toMatchObject({ signal: 'SIGKILL' });
+        if (crashAt === 'before_dispatch') expect(r.atCrash).toMatchObject({ posts: 0, op: { status: 'running', dispatched_at: null } });
+        if (crashAt === 'after_dispatch') expect(r.atCrash).toMatchObject({ posts: 1, op: { status: 'running' } });
+        if (crashAt === 'after_record') expect(r.atCrash).toMatchObject({ posts: 1, op: { status: 'succeeded' } });
+        expect(r.refunds).toEqual([expect.objectContaining({ idempotencyKey: r.a.operationKey, amountCents: 6000 })]);
+        // a re-dispatch after the crash reuses the key and is replayed by the ledger
+        expect(new Set(r.posts.map((p) => p.idempotencyKey))).toEqual(new Set([r.a.operationKey]));
+        expect(r.posts.filter((p) => p.status === 201)).toHaveLength(1);
+        expect(r.op.status).toBe('succeeded');
+        expect(r.action.status).toBe('succeeded');
+        expect(r.result.output).toMatchObject({});
+        expect(JSON.stringify(r.result.output)).toContain('succeeded');
+        expect(r.result.park).toBeUndefined();
+      });
 
-    it(`reship_order killed ${crashAt} → exactly one shipment (read-back, never a blind re-send), result recorded`, { timeout: 100_000 }, async ({ expect }) => {
-      const r = await crashThenRecover('reship_order', crashAt);
-      expect(r.atCrash.death, r.atCrash.log).toMatchObject({ signal: 'SIGKILL' });
-      if (crashAt === 'before_dispatch') expect(r.atCrash).toMatchObject({ posts: 0, op: { status: 'running', dispatched_at: null } });
-      if (crashAt === 'after_dispatch') expect(r.atCrash.op?.dispatched_at).not.toBeNull();
-      expect(r.shipments).toHaveLength(1);
-      expect(r.posts).toHaveLength(1);
-      expect(r.op.baseline).toEqual({ shipments: 0 });
-      expect(r.op.status).toBe('succeeded');
-      expect(r.action.status).toBe('succeeded');
-      expect(JSON.stringify(r.result.output)).toContain('succeeded');
-    });
-  }
+      it(
+        `reship_order killed ${crashAt} → exactly one shipment (read-back, never a blind re-send), result recorded`,
+        { timeout: 100_000 },
+        async ({ expect }) => {
+          const r = await crashThenRecover('reship_order', crashAt);
+          expect(r.atCrash.death, r.atCrash.log).toMatchObject({ signal: 'SIGKILL' });
+          if (crashAt === 'before_dispatch') expect(r.atCrash).toMatchObject({ posts: 0, op: { status: 'running', dispatched_at: null } });
+          if (crashAt === 'after_dispatch') expect(r.atCrash.op?.dispatched_at).not.toBeNull();
+          expect(r.shipments).toHaveLength(1);
+          expect(r.posts).toHaveLength(1);
+          expect(r.op.baseline).toEqual({ shipments: 0 });
+          expect(r.op.status).toBe('succeeded');
+          expect(r.action.status).toBe('succeeded');
+          expect(JSON.stringify(r.result.output)).toContain('succeeded');
+        },
+      );
+    }
 
-  it('control removed: reship killed after dispatch with the write-ahead mark disabled on both executors → two shipments', { timeout: 100_000 }, async ({ expect }) => {
-    const r = await crashThenRecover('reship_order', 'after_dispatch', { disableWriteAhead: true });
-    expect(r.atCrash.death, r.atCrash.log).toMatchObject({ signal: 'SIGKILL' });
-    expect(r.atCrash.op).toMatchObject({ status: 'running', dispatched_at: null });
-    // the fresh executor cannot tell the shipment was sent and sends it again
-    expect(r.shipments).toHaveLength(2);
-    expect(r.posts).toHaveLength(2);
-  });
-});
+    it(
+      'control removed: reship killed after dispatch with the write-ahead mark disabled on both executors → two shipments',
+      { timeout: 100_000 },
+      async ({ expect }) => {
+        const r = await crashThenRecover('reship_order', 'after_dispatch', { disableWriteAhead: true });
+        expect(r.atCrash.death, r.atCrash.log).toMatchObject({ signal: 'SIGKILL' });
+        expect(r.atCrash.op).toMatchObject({ status: 'running', dispatched_at: null });
+        // the fresh executor cannot tell the shipment was sent and sends it again
+        expect(r.shipments).toHaveLength(2);
+        expect(r.posts).toHaveLength(2);
+      },
+    );
+  },
+);

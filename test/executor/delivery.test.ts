@@ -41,7 +41,13 @@ describe('executor: duplicate delivery and client retries (SPEC §6)', () => {
     const a = await createAction(h.db, { orderId, amountCents: 7200 });
     expect(a.approvalId).not.toBeNull();
     const deps = h.deps();
-    const worker = createWorker(executionsQueue, (p) => processExecution(p, deps), { release: RELEASE, prefix: h.prefix, redisUrl: TEST_REDIS_URL, log: h.log, concurrency: 1 });
+    const worker = createWorker(executionsQueue, (p) => processExecution(p, deps), {
+      release: RELEASE,
+      prefix: h.prefix,
+      redisUrl: TEST_REDIS_URL,
+      log: h.log,
+      concurrency: 1,
+    });
     try {
       const queue = h.queues.get(EXECUTIONS_QUEUE);
       const opts = { ...jobOptionsFor(EXECUTIONS_QUEUE), jobId: a.jobId, removeOnComplete: true };
@@ -62,7 +68,9 @@ describe('executor: duplicate delivery and client retries (SPEC §6)', () => {
     expect(requests).toHaveLength(1);
     expect(requests[0]).toMatchObject({ method: 'POST', status: 201, idempotencyKey: a.operationKey, fencingToken: 1 });
     expect(await h.refunds(orderId)).toEqual([expect.objectContaining({ idempotencyKey: a.operationKey, amountCents: 7200 })]);
-    expect((await h.db.selectFrom('approvals').select('status').where('id', '=', a.approvalId!).executeTakeFirstOrThrow()).status).toBe('used');
+    expect((await h.db.selectFrom('approvals').select('status').where('id', '=', a.approvalId!).executeTakeFirstOrThrow()).status).toBe(
+      'used',
+    );
     const op = await h.db.selectFrom('operations').selectAll().where('key', '=', a.operationKey).executeTakeFirstOrThrow();
     expect(op).toMatchObject({ status: 'succeeded', fencing_token: '1', attempts: 1 });
     // both deliveries answered the call with the original outcome (one results job id)
@@ -85,7 +93,11 @@ describe('executor: duplicate delivery and client retries (SPEC §6)', () => {
     expect(new Set(requests.map((r) => r.idempotencyKey))).toEqual(new Set([a.operationKey]));
     expect(new Set(requests.map((r) => r.fencingToken))).toEqual(new Set([1]));
     expect(await h.refunds(orderId)).toHaveLength(1);
-    const op = await h.db.selectFrom('operations').select(['status', 'evidence_ref']).where('key', '=', a.operationKey).executeTakeFirstOrThrow();
+    const op = await h.db
+      .selectFrom('operations')
+      .select(['status', 'evidence_ref'])
+      .where('key', '=', a.operationKey)
+      .executeTakeFirstOrThrow();
     expect(op.status).toBe('succeeded');
     expect(op.evidence_ref).toBe((await h.refunds(orderId))[0]?.refundId);
   });

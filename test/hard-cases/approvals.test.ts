@@ -1,6 +1,24 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
-import { startHuntStack, fixtures, fc, msg, submit, waitFor, settled, refunds, shipments, summary, getApproval, decide, approve, cli, call, sleep, type HuntStack } from './helpers.ts';
+import {
+  startHuntStack,
+  fixtures,
+  fc,
+  msg,
+  submit,
+  waitFor,
+  settled,
+  refunds,
+  shipments,
+  summary,
+  getApproval,
+  decide,
+  approve,
+  cli,
+  call,
+  sleep,
+  type HuntStack,
+} from './helpers.ts';
 
 let s: HuntStack;
 beforeAll(async () => {
@@ -50,7 +68,11 @@ describe('hunt: approvals, amendments, switches', () => {
     const v2 = await waitFor(s, t2.token, t2.workflowId, (x) => x.pendingApprovals.length === 1);
     const p2 = v2.pendingApprovals[0]!;
     await sql`update approvals set expires_at = now() - interval '1 second' where id = ${p2.approvalId}`.execute(s.db.db);
-    const e = await decide(s, 'lead-eli', p2.approvalId, { decision: 'approve', actionVersion: p2.actionVersion, actionDigest: p2.actionDigest });
+    const e = await decide(s, 'lead-eli', p2.approvalId, {
+      decision: 'approve',
+      actionVersion: p2.actionVersion,
+      actionDigest: p2.actionDigest,
+    });
     console.log('expired', e.status, JSON.stringify(e.body));
     expect(e.status).toBe(410);
     const end = await waitFor(s, t2.token, t2.workflowId, settled);
@@ -97,9 +119,13 @@ describe('hunt: approvals, amendments, switches', () => {
       expect((await approve(s, 'lead-eli', old.approvalId)).status).toBe(200);
       await waitFor(s, token, workflowId, (x) => x.state === 'paused');
       await fixtures(s, 'H-amend', [fc(['issue_refund', { orderId: 'O-1004', amount: '450.00', reason: 'two items cracked' }]), msg()]);
-      const m = await call('POST', `${s.url('agent-loop')}/v1/workflows/${workflowId}/messages`, token, { text: 'Actually both items were cracked: refund 450.00 on O-1004 instead.' });
+      const m = await call('POST', `${s.url('agent-loop')}/v1/workflows/${workflowId}/messages`, token, {
+        text: 'Actually both items were cracked: refund 450.00 on O-1004 instead.',
+      });
       expect(m.status).toBe(202);
-      const v2 = await waitFor(s, token, workflowId, (x) => x.pendingApprovals.some((p) => p.status === 'pending' && p.approvalId !== old.approvalId));
+      const v2 = await waitFor(s, token, workflowId, (x) =>
+        x.pendingApprovals.some((p) => p.status === 'pending' && p.approvalId !== old.approvalId),
+      );
       console.log('amend', JSON.stringify(summary(v2)));
       const oldAction = v2.actions.find((a) => a.version === old.actionVersion)!;
       expect(oldAction.status).toBe('superseded');
@@ -107,7 +133,11 @@ describe('hunt: approvals, amendments, switches', () => {
       const fresh = v2.pendingApprovals.find((p) => p.approvalId !== old.approvalId)!;
       expect(fresh.actionVersion).toBeGreaterThan(old.actionVersion);
       // SPEC §6: approving the old version while a newer exists is refused as stale (§9: 409).
-      const stale = await decide(s, 'lead-eli', old.approvalId, { decision: 'approve', actionVersion: old.actionVersion, actionDigest: old.actionDigest });
+      const stale = await decide(s, 'lead-eli', old.approvalId, {
+        decision: 'approve',
+        actionVersion: old.actionVersion,
+        actionDigest: old.actionDigest,
+      });
       console.log('stale approve of old version', stale.status, JSON.stringify(stale.body));
       expect.soft(stale.status, 'approving superseded version').toBe(409);
       expect(stale.status).not.toBe(200);
@@ -136,10 +166,18 @@ describe('hunt: approvals, amendments, switches', () => {
     console.log('reeval b', JSON.stringify(summary(vb)));
     const ap = await approve(s, 'lead-eli', va.pendingApprovals[0]!.approvalId);
     console.log('approve a', ap.status, JSON.stringify(ap.body));
-    const end = await waitFor(s, a.token, a.workflowId, (x) => settled(x) || x.pendingApprovals.some((p) => p.status === 'pending' && p.approvalId !== va.pendingApprovals[0]!.approvalId));
+    const end = await waitFor(
+      s,
+      a.token,
+      a.workflowId,
+      (x) => settled(x) || x.pendingApprovals.some((p) => p.status === 'pending' && p.approvalId !== va.pendingApprovals[0]!.approvalId),
+    );
     console.log('reeval a', JSON.stringify(summary(end)));
     const led = await refunds(s, 'O-1001');
-    console.log('ledger O-1001', led.map((r) => r.amountCents));
+    console.log(
+      'ledger O-1001',
+      led.map((r) => r.amountCents),
+    );
     // R4: refunds on the order + amount must never exceed the amount paid (12000)
     expect(led.reduce((n, r) => n + r.amountCents, 0)).toBeLessThanOrEqual(12000);
   });
@@ -148,7 +186,10 @@ describe('hunt: approvals, amendments, switches', () => {
 describe('hunt: terminal states', () => {
   it('a workflow stopped by an expired approval never executes its other pending approval', async () => {
     await fixtures(s, 'H-stop-other', [
-      fc(['issue_refund', { orderId: 'O-1007', amount: '60.00', reason: 'dup' }], ['issue_refund', { orderId: 'O-1008', amount: '60.00', reason: 'dup' }]),
+      fc(
+        ['issue_refund', { orderId: 'O-1007', amount: '60.00', reason: 'dup' }],
+        ['issue_refund', { orderId: 'O-1008', amount: '60.00', reason: 'dup' }],
+      ),
       msg(),
     ]);
     const { token, workflowId } = await submit(s, 'rep-ben', 'H-stop-other', 'refund 60 on O-1007 and O-1008');

@@ -1,5 +1,19 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startHuntStack, fixtures, fc, msg, submit, waitFor, settled, refunds, summary, approve, cli, sleep, type HuntStack } from './helpers.ts';
+import {
+  startHuntStack,
+  fixtures,
+  fc,
+  msg,
+  submit,
+  waitFor,
+  settled,
+  refunds,
+  summary,
+  approve,
+  cli,
+  sleep,
+  type HuntStack,
+} from './helpers.ts';
 
 let s: HuntStack;
 beforeAll(async () => {
@@ -25,7 +39,10 @@ describe('hunt: bounds and eligibility', () => {
   });
 
   it('investigate mode: a write tool proposed anyway is denied (R1), zero effects', async () => {
-    await fixtures(s, 'H-inv-write', [fc(['issue_refund', { orderId: 'O-1001', amount: '10.00', reason: 'x' }], ['reship_order', { orderId: 'O-1001' }]), msg()]);
+    await fixtures(s, 'H-inv-write', [
+      fc(['issue_refund', { orderId: 'O-1001', amount: '10.00', reason: 'x' }], ['reship_order', { orderId: 'O-1001' }]),
+      msg(),
+    ]);
     const { token, workflowId } = await submit(s, 'rep-ana', 'H-inv-write', 'what happened to order O-1001?', 'investigate');
     const end = await waitFor(s, token, workflowId, settled);
     console.log('inv', JSON.stringify(summary(end)));
@@ -37,11 +54,21 @@ describe('hunt: bounds and eligibility', () => {
     await cli(s, ['switch', 'off', 'issue_refund']);
     try {
       await fixtures(s, 'H-paused-reads', [
-        fc(['issue_refund', { orderId: 'O-1006', amount: '10.00', reason: 'x' }], ['lookup_order', { orderId: 'O-1006' }], ['lookup_order', { orderId: 'O-1007' }], ['lookup_order', { orderId: 'O-1008' }]),
+        fc(
+          ['issue_refund', { orderId: 'O-1006', amount: '10.00', reason: 'x' }],
+          ['lookup_order', { orderId: 'O-1006' }],
+          ['lookup_order', { orderId: 'O-1007' }],
+          ['lookup_order', { orderId: 'O-1008' }],
+        ),
         msg(),
       ]);
       const { token, workflowId } = await submit(s, 'rep-ana', 'H-paused-reads', 'refund 10 on O-1006');
-      const v = await waitFor(s, token, workflowId, (x) => x.actions.length === 4 && x.actions.filter((a) => a.tool === 'lookup_order').every((a) => a.status === 'succeeded'));
+      const v = await waitFor(
+        s,
+        token,
+        workflowId,
+        (x) => x.actions.length === 4 && x.actions.filter((a) => a.tool === 'lookup_order').every((a) => a.status === 'succeeded'),
+      );
       await sleep(1500);
       const v2 = await waitFor(s, token, workflowId, () => true);
       console.log('paused reads', JSON.stringify(summary(v2)));

@@ -2,7 +2,24 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { Queue, QueueEvents } from 'bullmq';
 import { startStack, type RunningStack } from '@gatehouse/cli';
-import { startHuntStack, fixtures, fc, msg, submit, waitFor, settled, refunds, shipments, stagingRequests, fault, summary, approve, cli, sleep, type HuntStack } from './helpers.ts';
+import {
+  startHuntStack,
+  fixtures,
+  fc,
+  msg,
+  submit,
+  waitFor,
+  settled,
+  refunds,
+  shipments,
+  stagingRequests,
+  fault,
+  summary,
+  approve,
+  cli,
+  sleep,
+  type HuntStack,
+} from './helpers.ts';
 
 let s: HuntStack;
 const extras: RunningStack[] = [];
@@ -38,7 +55,10 @@ describe('hunt: duplicate delivery and crashes', () => {
     const { q, ev } = queue();
     await ev.waitUntilReady();
     const payload = { release: 'rel-1', workflowId, actionId: a.actionId, actionVersion: a.version, approvalId: null };
-    const [j1, j2] = await Promise.all([q.add('execution', payload, { jobId: 'dupA', attempts: 12, backoff: { type: 'exponential', delay: 500 } }), q.add('execution', payload, { jobId: 'dupB', attempts: 12, backoff: { type: 'exponential', delay: 500 } })]);
+    const [j1, j2] = await Promise.all([
+      q.add('execution', payload, { jobId: 'dupA', attempts: 12, backoff: { type: 'exponential', delay: 500 } }),
+      q.add('execution', payload, { jobId: 'dupB', attempts: 12, backoff: { type: 'exponential', delay: 500 } }),
+    ]);
     const outcomes = await Promise.all([j1.waitUntilFinished(ev, 60_000), j2.waitUntilFinished(ev, 60_000)]);
     console.log('concurrent outcomes', outcomes);
     await q.close();

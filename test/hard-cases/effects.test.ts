@@ -1,6 +1,19 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
-import { startHuntStack, fixtures, fc, msg, submit, waitFor, settled, refunds, stagingRequests, modelRequests, summary, type HuntStack } from './helpers.ts';
+import {
+  startHuntStack,
+  fixtures,
+  fc,
+  msg,
+  submit,
+  waitFor,
+  settled,
+  refunds,
+  stagingRequests,
+  modelRequests,
+  summary,
+  type HuntStack,
+} from './helpers.ts';
 
 let s: HuntStack;
 beforeAll(async () => {
@@ -32,26 +45,48 @@ describe('hunt: effects, duplicates, cumulative basis', () => {
 
   it('same refund twice in ONE response ("30.00" and 30): one effect', async () => {
     await fixtures(s, 'H-dup-par', [
-      fc(['issue_refund', { orderId: 'O-1006', amount: '30.00', reason: 'damaged' }], ['issue_refund', { orderId: 'O-1006', amount: 30, reason: 'damaged' }]),
+      fc(
+        ['issue_refund', { orderId: 'O-1006', amount: '30.00', reason: 'damaged' }],
+        ['issue_refund', { orderId: 'O-1006', amount: 30, reason: 'damaged' }],
+      ),
       msg(),
     ]);
     const { token, workflowId } = await submit(s, 'rep-ana', 'H-dup-par', 'refund 30 on O-1006');
-    const v = await waitFor(s, token, workflowId, (x) => notBusy(x) && x.actions.length === 2 && x.actions.every((a) => a.status !== 'approved' && a.status !== 'running'));
+    const v = await waitFor(
+      s,
+      token,
+      workflowId,
+      (x) => notBusy(x) && x.actions.length === 2 && x.actions.every((a) => a.status !== 'approved' && a.status !== 'running'),
+    );
     console.log('dup-par', JSON.stringify(summary(v)), JSON.stringify(await refunds(s, 'O-1006')));
     expect((await refunds(s, 'O-1006')).length).toBe(1);
   });
 
   it('four refunds of 4900 on one order in one response: approval required from the second on (cumulative R7)', async () => {
-    const c = (n: number) => ['issue_refund', { orderId: 'O-1002', amount: '49.00', reason: `partial ${n}` }] as [string, Record<string, unknown>];
+    const c = (n: number) =>
+      ['issue_refund', { orderId: 'O-1002', amount: '49.00', reason: `partial ${n}` }] as [string, Record<string, unknown>];
     await fixtures(s, 'H-4x49-par', [fc(c(1), c(2), c(3), c(4)), msg()]);
     const { token, workflowId } = await submit(s, 'rep-ben', 'H-4x49-par', 'four partial refunds on O-1002');
-    const v = await waitFor(s, token, workflowId, (x) => x.actions.length === 4 && x.actions.every((a) => a.status !== 'approved' && a.status !== 'running') && x.pendingApprovals.length === 3);
+    const v = await waitFor(
+      s,
+      token,
+      workflowId,
+      (x) =>
+        x.actions.length === 4 &&
+        x.actions.every((a) => a.status !== 'approved' && a.status !== 'running') &&
+        x.pendingApprovals.length === 3,
+    );
     const byReason = v.actions.map((a) => `${String(a.arguments.reason)}:${a.decision}:${a.ruleId}:${a.status}`).sort();
     // Decisions are serialized, so whichever is decided first is the only one under the auto limit.
     expect(v.actions.filter((a) => a.decision === 'ALLOW')).toHaveLength(1);
-    expect(v.actions.filter((a) => a.decision === 'REQUIRE_APPROVAL' && a.ruleId === 'R7' && a.status === 'pending_approval')).toHaveLength(3);
+    expect(v.actions.filter((a) => a.decision === 'REQUIRE_APPROVAL' && a.ruleId === 'R7' && a.status === 'pending_approval')).toHaveLength(
+      3,
+    );
     const led = await refunds(s, 'O-1002');
-    expect(led.map((r) => r.amountCents), byReason.join(' ')).toEqual([4900]);
+    expect(
+      led.map((r) => r.amountCents),
+      byReason.join(' '),
+    ).toEqual([4900]);
   });
 
   it('the same refund four times in one response is one action; the repeats are suppressed', async () => {
@@ -98,7 +133,10 @@ describe('hunt: effects, duplicates, cumulative basis', () => {
     }
     // Invariant 7/8: model output with a canary secret never reaches the audit chain.
     for (let i = 0; i < 50; i++) {
-      const left = await s.db.db.selectFrom('audit_outbox').select((eb) => eb.fn.countAll<string>().as('n')).executeTakeFirstOrThrow();
+      const left = await s.db.db
+        .selectFrom('audit_outbox')
+        .select((eb) => eb.fn.countAll<string>().as('n'))
+        .executeTakeFirstOrThrow();
       if (Number(left.n) === 0) break;
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -106,7 +144,9 @@ describe('hunt: effects, duplicates, cumulative basis', () => {
     const auditOutbox = await sql<{ n: string }>`select count(*) as n from audit_outbox where event::text like '%CANARY%'`.execute(s.db.db);
     console.log('audit rows with CANARY', audit.rows[0]!.n, 'outbox', auditOutbox.rows[0]!.n);
     expect.soft(Number(audit.rows[0]!.n) + Number(auditOutbox.rows[0]!.n), 'audit rows carrying the canary').toBe(0);
-    const props = await sql<{ n: string }>`select count(*) as n from proposals where validation_error::text like '%CANARY%' or tool like '%CANARY%'`.execute(s.db.db);
+    const props = await sql<{
+      n: string;
+    }>`select count(*) as n from proposals where validation_error::text like '%CANARY%' or tool like '%CANARY%'`.execute(s.db.db);
     console.log('proposal rows with CANARY', props.rows[0]!.n);
     const { readdirSync, readFileSync } = await import('node:fs');
     const logHits = readdirSync(s.dir).filter((f) => readFileSync(`${s.dir}/${f}`, 'utf8').includes('CANARY'));

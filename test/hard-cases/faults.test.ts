@@ -1,5 +1,20 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startHuntStack, fixtures, fc, msg, submit, waitFor, settled, refunds, shipments, mails, stagingRequests, fault, summary, type HuntStack } from './helpers.ts';
+import {
+  startHuntStack,
+  fixtures,
+  fc,
+  msg,
+  submit,
+  waitFor,
+  settled,
+  refunds,
+  shipments,
+  mails,
+  stagingRequests,
+  fault,
+  summary,
+  type HuntStack,
+} from './helpers.ts';
 
 let s: HuntStack;
 beforeAll(async () => {
@@ -16,7 +31,11 @@ describe('hunt: downstream faults', () => {
     const { token, workflowId } = await submit(s, 'rep-ana', 'H-429', 'refund');
     const v = await waitFor(s, token, workflowId, settled);
     const reqs = (await stagingRequests(s, '?orderId=O-1001&target=payments')).filter((r) => r.method === 'POST');
-    console.log('429', JSON.stringify(summary(v)), reqs.map((r) => `${String(r.status)} ${String(r.reason)} ${String(r.idempotencyKey)} ${String(r.at)}`));
+    console.log(
+      '429',
+      JSON.stringify(summary(v)),
+      reqs.map((r) => `${String(r.status)} ${String(r.reason)} ${String(r.idempotencyKey)} ${String(r.at)}`),
+    );
     expect(v.state).toBe('completed');
     expect(reqs).toHaveLength(2);
     expect(new Set(reqs.map((r) => r.idempotencyKey)).size).toBe(1);

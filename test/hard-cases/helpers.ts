@@ -70,7 +70,13 @@ export async function fixtures(s: HuntStack, ticketId: string, responses: Entry[
   if (r.status !== 201) throw new Error(`fixtures: ${r.status} ${JSON.stringify(r.body)}`);
 }
 
-export async function submit(s: HuntStack, user: string, ticketId: string, text: string, mode: 'act' | 'investigate' = 'act'): Promise<{ token: string; workflowId: string }> {
+export async function submit(
+  s: HuntStack,
+  user: string,
+  ticketId: string,
+  text: string,
+  mode: 'act' | 'investigate' = 'act',
+): Promise<{ token: string; workflowId: string }> {
   const token = await tokenFor(user, SECRET);
   const r = await call('POST', `${s.url('agent-loop')}/v1/tickets`, token, { ticketId, text, mode });
   if (r.status !== 202) throw new Error(`intake: ${r.status} ${JSON.stringify(r.body)}`);
@@ -83,7 +89,13 @@ export async function view(s: HuntStack, token: string, id: string): Promise<Wor
   return r.body as never;
 }
 
-export async function waitFor(s: HuntStack, token: string, id: string, pred: (v: WorkflowView & Record<string, unknown>) => boolean, timeoutMs = 45_000): Promise<WorkflowView & Record<string, unknown>> {
+export async function waitFor(
+  s: HuntStack,
+  token: string,
+  id: string,
+  pred: (v: WorkflowView & Record<string, unknown>) => boolean,
+  timeoutMs = 45_000,
+): Promise<WorkflowView & Record<string, unknown>> {
   const until = Date.now() + timeoutMs;
   let last: (WorkflowView & Record<string, unknown>) | undefined;
   while (Date.now() < until) {
@@ -123,14 +135,22 @@ export async function fault(s: HuntStack, spec: Record<string, unknown>): Promis
   const r = await call('POST', `${s.url('staging')}/faults`, null, spec);
   if (r.status !== 201) throw new Error(`fault: ${r.status} ${JSON.stringify(r.body)}`);
 }
-export async function modelRequests(s: HuntStack, ticketId: string): Promise<{ requests: Array<{ tools: string[]; input: unknown }>; pairingErrors: number }> {
+export async function modelRequests(
+  s: HuntStack,
+  ticketId: string,
+): Promise<{ requests: Array<{ tools: string[]; input: unknown }>; pairingErrors: number }> {
   return (await call('GET', `${s.url('model-stub')}/requests?ticketId=${ticketId}`, null)).body as never;
 }
 
 export async function getApproval(s: HuntStack, as: string, id: string): Promise<{ status: number; body: Record<string, unknown> }> {
   return call('GET', `${s.url('approval')}/v1/approvals/${id}`, await tokenFor(as, SECRET));
 }
-export async function decide(s: HuntStack, as: string, id: string, body: Record<string, unknown>): Promise<{ status: number; body: Record<string, unknown> }> {
+export async function decide(
+  s: HuntStack,
+  as: string,
+  id: string,
+  body: Record<string, unknown>,
+): Promise<{ status: number; body: Record<string, unknown> }> {
   return call('POST', `${s.url('approval')}/v1/approvals/${id}/decision`, await tokenFor(as, SECRET), body);
 }
 /** Reads the approval as `as` and approves with the version and digest shown. */
@@ -148,9 +168,14 @@ import { repoRoot } from '@gatehouse/contracts';
 /** Runs the real `gatehouse` CLI against this stack. */
 export function cli(s: HuntStack, args: string[]): Promise<string> {
   return new Promise((done, fail) => {
-    execFile(process.execPath, [resolvePath(repoRoot, 'packages/cli/src/main.ts'), ...args], { cwd: repoRoot, env: { ...process.env, ...s.env, LOG_LEVEL: 'warn' }, timeout: 30_000 }, (err, stdout, stderr) => {
-      if (err) fail(new Error(`cli ${args.join(' ')}: ${err.message} ${stderr}`));
-      else done(stdout + stderr);
-    });
+    execFile(
+      process.execPath,
+      [resolvePath(repoRoot, 'packages/cli/src/main.ts'), ...args],
+      { cwd: repoRoot, env: { ...process.env, ...s.env, LOG_LEVEL: 'warn' }, timeout: 30_000 },
+      (err, stdout, stderr) => {
+        if (err) fail(new Error(`cli ${args.join(' ')}: ${err.message} ${stderr}`));
+        else done(stdout + stderr);
+      },
+    );
   });
 }

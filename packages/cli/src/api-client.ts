@@ -9,7 +9,12 @@ export async function tokenFor(userId: string, secret: string, ttlSeconds = 3600
 }
 
 /** JSON over HTTP with a bearer token; returns status and parsed body. */
-export async function call(method: string, url: string, token: string | null, body?: unknown): Promise<{ status: number; body: Record<string, unknown> }> {
+export async function call(
+  method: string,
+  url: string,
+  token: string | null,
+  body?: unknown,
+): Promise<{ status: number; body: Record<string, unknown> }> {
   const res = await fetch(url, {
     method,
     headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
@@ -26,7 +31,19 @@ export interface WorkflowView {
   state: string;
   stopReason: string | null;
   nextStep: string | null;
-  actions: Array<{ actionId: string; callId: string; tool: string; target: string; version: number; digest: string; decision: string; ruleId: string; status: string; operationKey: string; arguments: Record<string, unknown> }>;
+  actions: Array<{
+    actionId: string;
+    callId: string;
+    tool: string;
+    target: string;
+    version: number;
+    digest: string;
+    decision: string;
+    ruleId: string;
+    status: string;
+    operationKey: string;
+    arguments: Record<string, unknown>;
+  }>;
   pendingApprovals: Array<{ approvalId: string; actionVersion: number; actionDigest: string; status: string }>;
 }
 
@@ -34,7 +51,14 @@ export interface WorkflowView {
  * Polls a workflow until `done(view)` holds, calling `onView` on each poll (every 150 ms).
  * @throws Error with the last view when `timeoutMs` passes.
  */
-export async function pollWorkflow(intakeUrl: string, token: string, workflowId: string, done: (v: WorkflowView) => boolean, onView: (v: WorkflowView) => Promise<void> = async () => {}, timeoutMs = 60_000): Promise<WorkflowView> {
+export async function pollWorkflow(
+  intakeUrl: string,
+  token: string,
+  workflowId: string,
+  done: (v: WorkflowView) => boolean,
+  onView: (v: WorkflowView) => Promise<void> = async () => {},
+  timeoutMs = 60_000,
+): Promise<WorkflowView> {
   const until = Date.now() + timeoutMs;
   let last: WorkflowView | undefined;
   while (Date.now() < until) {
@@ -52,7 +76,11 @@ export async function pollWorkflow(intakeUrl: string, token: string, workflowId:
  * Approves one pending approval as an approver, the way the inbox does: reads it from the API
  * and sends back the version and digest it read (SPEC §9 decision body).
  */
-export async function approveAsLead(approvalUrl: string, leadToken: string, approvalId: string): Promise<{ status: number; body: Record<string, unknown>; approval: Record<string, unknown> }> {
+export async function approveAsLead(
+  approvalUrl: string,
+  leadToken: string,
+  approvalId: string,
+): Promise<{ status: number; body: Record<string, unknown>; approval: Record<string, unknown> }> {
   const shown = await call('GET', `${approvalUrl}/v1/approvals/${approvalId}`, leadToken);
   if (shown.status !== 200) throw new Error(`GET approval answered ${shown.status}`);
   const decided = await call('POST', `${approvalUrl}/v1/approvals/${approvalId}/decision`, leadToken, {

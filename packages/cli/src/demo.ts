@@ -62,7 +62,9 @@ export async function runDemo(t: DemoTarget, log: (line: string) => void = () =>
       for (const p of v.pendingApprovals.filter((x) => x.status === 'pending' && !approved.has(x.approvalId))) {
         approved.add(p.approvalId);
         const r = await approveAsLead(t.approvalUrl, lead, p.approvalId);
-        log(`lead-eli approved ${String(r.approval.tool)} ${JSON.stringify(r.approval.arguments)} v${p.actionVersion} digest ${p.actionDigest.slice(0, 12)}… → ${r.status}`);
+        log(
+          `lead-eli approved ${String(r.approval.tool)} ${JSON.stringify(r.approval.arguments)} v${p.actionVersion} digest ${p.actionDigest.slice(0, 12)}… → ${r.status}`,
+        );
         if (r.status !== 200) failures.push(`approval ${p.approvalId} answered ${r.status}`);
       }
     },
@@ -81,7 +83,13 @@ export async function runDemo(t: DemoTarget, log: (line: string) => void = () =>
     const queue = new Queue(name, { connection, prefix: t.queuePrefix });
     const events = new QueueEvents(name, { connection: new Redis(t.redisUrl, { maxRetriesPerRequest: null }), prefix: t.queuePrefix });
     await events.waitUntilReady();
-    const job = await queue.add(executionsQueue.jobName, { release: t.release, workflowId, actionId: refund.actionId, actionVersion: refund.version, approvalId: approval?.id ?? null }, { jobId: `${executionsQueue.jobId({ release: t.release, workflowId, actionId: refund.actionId, actionVersion: refund.version, approvalId: null })}_redelivery` });
+    const job = await queue.add(
+      executionsQueue.jobName,
+      { release: t.release, workflowId, actionId: refund.actionId, actionVersion: refund.version, approvalId: approval?.id ?? null },
+      {
+        jobId: `${executionsQueue.jobId({ release: t.release, workflowId, actionId: refund.actionId, actionVersion: refund.version, approvalId: null })}_redelivery`,
+      },
+    );
     redelivery = String(await job.waitUntilFinished(events, 30_000));
     log(`redelivered the refund execution job → executor answered "${redelivery}"`);
     await queue.close();
@@ -99,7 +107,10 @@ export async function runDemo(t: DemoTarget, log: (line: string) => void = () =>
   try {
     // Wait for the audit service to chain everything this run wrote.
     for (let i = 0; i < 100; i++) {
-      const left = await db.selectFrom('audit_outbox').select((eb) => eb.fn.countAll<string>().as('n')).executeTakeFirstOrThrow();
+      const left = await db
+        .selectFrom('audit_outbox')
+        .select((eb) => eb.fn.countAll<string>().as('n'))
+        .executeTakeFirstOrThrow();
       if (Number(left.n) === 0) break;
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -112,7 +123,8 @@ export async function runDemo(t: DemoTarget, log: (line: string) => void = () =>
     }
     const audit = await verifyAuditChain(db, { trustedPublicKey: auditPublicKey(t.auditKeyPath) });
     if (!audit.intact) failures.push(`audit chain broken at ${audit.firstBadSeq}: ${audit.reason}`);
-    if (!audit.anchorsChecked || !audit.anchorsTrusted) failures.push('the chain head was not anchored and verified against the pinned key');
+    if (!audit.anchorsChecked || !audit.anchorsTrusted)
+      failures.push('the chain head was not anchored and verified against the pinned key');
     const events = await db.selectFrom('audit_log').select(['seq', 'event']).orderBy('seq').execute();
     const timeline = events
       .filter((e) => e.event.runId === workflowId || e.event.runId === null)
@@ -140,12 +152,18 @@ export function printReport(r: DemoReport, out: (line: string) => void): void {
   for (const line of r.timeline) out(`  ${line}`);
   out('\nActions:');
   for (const a of r.workflow.actions) {
-    out(`  v${a.version} ${a.tool.padEnd(15)} ${JSON.stringify(a.arguments)} decision=${a.decision} rule=${a.ruleId} status=${a.status} key=${a.operationKey}`);
+    out(
+      `  v${a.version} ${a.tool.padEnd(15)} ${JSON.stringify(a.arguments)} decision=${a.decision} rule=${a.ruleId} status=${a.status} key=${a.operationKey}`,
+    );
   }
   out(`\nWorkflow ${r.workflow.workflowId}: ${r.workflow.state}`);
-  out(`Payments ledger, O-1002: ${r.refunds.length} refund(s) ${r.refunds.map((x) => `${fmtCents(x.amountCents)} key=${x.idempotencyKey}`).join(', ')}`);
+  out(
+    `Payments ledger, O-1002: ${r.refunds.length} refund(s) ${r.refunds.map((x) => `${fmtCents(x.amountCents)} key=${x.idempotencyKey}`).join(', ')}`,
+  );
   out(`Order system, O-1002: ${r.shipments} shipment(s)`);
   out(`Second delivery of the refund job: ${r.redelivery}`);
-  out(`Audit chain: ${r.audit.intact ? 'intact' : 'BROKEN'}, ${r.audit.events} events, head ${r.audit.headHash}, ${r.audit.anchorsChecked} anchor(s) checked against the ${r.audit.anchorsTrusted ? 'pinned' : 'stored'} key${r.audit.firstBadSeq ? `, first bad seq ${r.audit.firstBadSeq}` : ''}`);
+  out(
+    `Audit chain: ${r.audit.intact ? 'intact' : 'BROKEN'}, ${r.audit.events} events, head ${r.audit.headHash}, ${r.audit.anchorsChecked} anchor(s) checked against the ${r.audit.anchorsTrusted ? 'pinned' : 'stored'} key${r.audit.firstBadSeq ? `, first bad seq ${r.audit.firstBadSeq}` : ''}`,
+  );
   out(r.ok ? '\nDEMO OK' : `\nDEMO FAILED:\n  ${r.failures.join('\n  ')}`);
 }

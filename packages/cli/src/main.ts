@@ -33,7 +33,13 @@ async function main(argv: string[]): Promise<number> {
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
-    options: { user: { type: 'string' }, as: { type: 'string', default: 'ops-gus' }, fresh: { type: 'boolean' }, 'keep-running': { type: 'boolean' }, help: { type: 'boolean' } },
+    options: {
+      user: { type: 'string' },
+      as: { type: 'string', default: 'ops-gus' },
+      fresh: { type: 'boolean' },
+      'keep-running': { type: 'boolean' },
+      help: { type: 'boolean' },
+    },
   });
   const env = parseEnv({});
   const [cmd, sub, arg] = positionals;
@@ -68,7 +74,11 @@ async function main(argv: string[]): Promise<number> {
       const db = createDb(env.DATABASE_URL, 2);
       try {
         const r = await verifyAuditChain(db, { trustedPublicKey: auditPublicKey() });
-        out(r.intact ? `intact ${r.events} events, head ${r.headHash}, ${r.anchorsChecked} anchor(s) (pinned key)` : `BROKEN at seq ${r.firstBadSeq}: ${r.reason}`);
+        out(
+          r.intact
+            ? `intact ${r.events} events, head ${r.headHash}, ${r.anchorsChecked} anchor(s) (pinned key)`
+            : `BROKEN at seq ${r.firstBadSeq}: ${r.reason}`,
+        );
         return r.intact ? 0 : 1;
       } finally {
         await db.destroy();
@@ -107,8 +117,11 @@ async function main(argv: string[]): Promise<number> {
       const bundle = arg.endsWith('.json') ? loadSupportBundleFile(arg) : loadSupportBundle(arg);
       const cases = loadBoundaryCases(bundle.pack);
       const failures = runBoundaryGate(bundle, cases);
-      for (const f of failures) out(`  FAIL ${f.name}: expected ${f.expected.decision} ${f.expected.ruleId}, got ${f.got.decision} ${f.got.ruleId}`);
-      out(`${bundle.revision}: ${cases.length - failures.length} of ${cases.length} boundary cases pass${failures.length ? ' — bundle REFUSED' : ''}`);
+      for (const f of failures)
+        out(`  FAIL ${f.name}: expected ${f.expected.decision} ${f.expected.ruleId}, got ${f.got.decision} ${f.got.ruleId}`);
+      out(
+        `${bundle.revision}: ${cases.length - failures.length} of ${cases.length} boundary cases pass${failures.length ? ' — bundle REFUSED' : ''}`,
+      );
       return failures.length ? 1 : 0;
     }
     case 'reconcile': {
@@ -150,15 +163,34 @@ async function demo(keepRunning: boolean): Promise<number> {
   redis.disconnect();
   out('preparing a fresh demo database and starting every service…');
   await prepareDatabase(databaseUrl, { fresh: true });
-  const env = { ...process.env, DATABASE_URL: databaseUrl, QUEUE_PREFIX: prefix, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn', AUDIT_ANCHOR_INTERVAL_MS: '500' };
+  const env = {
+    ...process.env,
+    DATABASE_URL: databaseUrl,
+    QUEUE_PREFIX: prefix,
+    LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
+    AUDIT_ANCHOR_INTERVAL_MS: '500',
+  };
   const dir = keepRunning ? stateDir('stack') : stateDir('demo');
   const stopped = [...(await stopDetachedStack(stateDir('stack'), 5000)), ...(await stopDetachedStack(stateDir('demo'), 5000))];
   if (stopped.length) out(`stopped the running stack first (the demo needs its ports): ${stopped.join(', ')}`);
   const stack = await startStack({ env, dir, detached: keepRunning, stopOnSignals: !keepRunning });
-  const url = (name: string): string => `http://127.0.0.1:${portOf(SERVICES.find((s) => s.name === name)!, env)}`;
+  const url = (name: string): string =>
+    `http://127.0.0.1:${portOf(
+      SERVICES.find((s) => s.name === name)!,
+      env,
+    )}`;
   try {
     const report = await runDemo(
-      { intakeUrl: url('agent-loop'), approvalUrl: url('approval'), stagingUrl: url('staging'), databaseUrl, redisUrl: base.REDIS_URL, queuePrefix: prefix, release: base.GATEHOUSE_RELEASE, authSecret: base.GATEHOUSE_AUTH_SECRET },
+      {
+        intakeUrl: url('agent-loop'),
+        approvalUrl: url('approval'),
+        stagingUrl: url('staging'),
+        databaseUrl,
+        redisUrl: base.REDIS_URL,
+        queuePrefix: prefix,
+        release: base.GATEHOUSE_RELEASE,
+        authSecret: base.GATEHOUSE_AUTH_SECRET,
+      },
       out,
     );
     printReport(report, out);

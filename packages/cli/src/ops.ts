@@ -26,7 +26,14 @@ export async function setSwitch(db: Db, tool: string, enabled: boolean, operator
       .values({ tool, enabled, changed_by: operator })
       .onConflict((oc) => oc.column('tool').doUpdateSet({ enabled, changed_by: operator, changed_at: new Date() }))
       .execute();
-    await recordAudit(trx, { type: 'switch.changed', service: 'cli', runId: null, actorHash: actorHash(hmacKey, operator), tool, outcome: enabled ? 'on' : 'off' });
+    await recordAudit(trx, {
+      type: 'switch.changed',
+      service: 'cli',
+      runId: null,
+      actorHash: actorHash(hmacKey, operator),
+      tool,
+      outcome: enabled ? 'on' : 'off',
+    });
     if (!enabled) return [];
     const held = await trx
       .selectFrom('actions as a')
@@ -41,8 +48,22 @@ export async function setSwitch(db: Db, tool: string, enabled: boolean, operator
       .execute();
     const rows: OutboxRow[] = [];
     for (const a of held) {
-      await trx.updateTable('workflows').set({ state: 'executing', next_step: null, updated_at: new Date() }).where('id', '=', a.workflow_id).where('state', '=', 'paused').execute();
-      rows.push(await enqueueInTransaction(trx, executionsQueue, { release: a.release_id, workflowId: a.workflow_id, actionId: a.id, actionVersion: a.version, approvalId: a.approval_id, resumeSeq: Date.now() }));
+      await trx
+        .updateTable('workflows')
+        .set({ state: 'executing', next_step: null, updated_at: new Date() })
+        .where('id', '=', a.workflow_id)
+        .where('state', '=', 'paused')
+        .execute();
+      rows.push(
+        await enqueueInTransaction(trx, executionsQueue, {
+          release: a.release_id,
+          workflowId: a.workflow_id,
+          actionId: a.id,
+          actionVersion: a.version,
+          approvalId: a.approval_id,
+          resumeSeq: Date.now(),
+        }),
+      );
     }
     return rows;
   });
@@ -57,7 +78,13 @@ export async function bumpEpoch(db: Db, operator: string, hmacKey: string): Prom
       .where('id', '=', 1)
       .returning('epoch')
       .executeTakeFirstOrThrow();
-    await recordAudit(trx, { type: 'epoch.bumped', service: 'cli', runId: null, actorHash: actorHash(hmacKey, operator), outcome: String(row.epoch) });
+    await recordAudit(trx, {
+      type: 'epoch.bumped',
+      service: 'cli',
+      runId: null,
+      actorHash: actorHash(hmacKey, operator),
+      outcome: String(row.epoch),
+    });
     return row.epoch;
   });
 }

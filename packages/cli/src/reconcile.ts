@@ -22,7 +22,10 @@ async function readJson(url: string): Promise<Record<string, unknown> | null> {
  * refunds by idempotency key in the payments ledger; shipments by count against the baseline
  * committed before dispatch. Mail has no key and stays unresolved for a person.
  */
-async function decide(stagingUrl: string, op: { key: string; tool: string; baseline: unknown; orderId: string }): Promise<Omit<Reconciled, 'key' | 'tool'>> {
+async function decide(
+  stagingUrl: string,
+  op: { key: string; tool: string; baseline: unknown; orderId: string },
+): Promise<Omit<Reconciled, 'key' | 'tool'>> {
   const order = encodeURIComponent(op.orderId);
   if (op.tool === 'issue_refund') {
     const body = await readJson(`${stagingUrl}/ledger/refunds?orderId=${order}`);
@@ -71,8 +74,22 @@ export async function reconcileUnknown(db: Db, stagingUrl: string, operator: str
         .executeTakeFirst();
       if (!upd) return;
       await trx.updateTable('actions').set({ status: outcome, updated_at: new Date() }).where('id', '=', op.action_id).execute();
-      await recordAudit(trx, { type: 'operation.reconciled', service: 'cli', runId: op.workflow_id, actorHash: actorHash(hmacKey, operator), tool: op.tool, operationKeyHash: operationKeyHash(op.key), outcome: d.outcome, revisions: { release: op.release_id } });
-      const left = await trx.selectFrom('operations').select('key').where('workflow_id', '=', op.workflow_id).where('status', '=', 'failed_unknown').execute();
+      await recordAudit(trx, {
+        type: 'operation.reconciled',
+        service: 'cli',
+        runId: op.workflow_id,
+        actorHash: actorHash(hmacKey, operator),
+        tool: op.tool,
+        operationKeyHash: operationKeyHash(op.key),
+        outcome: d.outcome,
+        revisions: { release: op.release_id },
+      });
+      const left = await trx
+        .selectFrom('operations')
+        .select('key')
+        .where('workflow_id', '=', op.workflow_id)
+        .where('status', '=', 'failed_unknown')
+        .execute();
       if (!left.length) {
         await trx
           .updateTable('workflows')

@@ -73,7 +73,14 @@ async function waitReady(port: number, deadlineMs: number, child: ChildProcess, 
  * with `stopOnSignals`. Refuses to start when a port already answers (a leftover stack).
  * @throws Error naming the service that exited or did not become ready (all are stopped first).
  */
-export async function startStack(opts: { env: Record<string, string | undefined>; dir: string; detached?: boolean; readyTimeoutMs?: number; only?: string[]; stopOnSignals?: boolean }): Promise<RunningStack> {
+export async function startStack(opts: {
+  env: Record<string, string | undefined>;
+  dir: string;
+  detached?: boolean;
+  readyTimeoutMs?: number;
+  only?: string[];
+  stopOnSignals?: boolean;
+}): Promise<RunningStack> {
   mkdirSync(opts.dir, { recursive: true });
   const processes = new Map<string, ChildProcess>();
   const ports: Record<string, number> = {};
@@ -97,7 +104,10 @@ export async function startStack(opts: { env: Record<string, string | undefined>
   // Refuse to start over a port something else holds (a leftover stack would answer for us).
   for (const spec of selected) {
     const holder = await answers(portOf(spec, opts.env));
-    if (holder) throw new Error(`port ${portOf(spec, opts.env)} for ${spec.name} is already in use (by ${holder}); stop the other stack first: ./run stack down`);
+    if (holder)
+      throw new Error(
+        `port ${portOf(spec, opts.env)} for ${spec.name} is already in use (by ${holder}); stop the other stack first: ./run stack down`,
+      );
   }
   if (!opts.detached) {
     // Children of a foreground stack die with it, whatever ends this process.

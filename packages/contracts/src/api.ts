@@ -2,7 +2,11 @@ import { z } from 'zod';
 
 /** `POST /v1/tickets` body (SPEC §9). Tenant and user come from the bearer token only. */
 export const TicketRequestSchema = z.strictObject({
-  ticketId: z.string().min(1).max(128).regex(/^[A-Za-z0-9._:-]+$/),
+  ticketId: z
+    .string()
+    .min(1)
+    .max(128)
+    .regex(/^[A-Za-z0-9._:-]+$/),
   text: z.string().min(1).max(8000),
   mode: z.enum(['investigate', 'act']).default('investigate'),
   pack: z.enum(['support', 'change']).default('support'),

@@ -45,9 +45,7 @@ export const WorldSchema = z.object({
       risk: z.string(),
     }),
   ),
-  sampleTickets: z.array(
-    z.object({ ticketId: z.string(), user: z.string(), text: z.string() }),
-  ),
+  sampleTickets: z.array(z.object({ ticketId: z.string(), user: z.string(), text: z.string() })),
 });
 
 export type World = z.infer<typeof WorldSchema>;

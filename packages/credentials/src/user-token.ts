@@ -22,11 +22,7 @@ export class InvalidTokenError extends Error {
  * production verifies tokens from the identity provider's JWKS.
  * @param ttlSeconds lifetime in seconds (default 3600).
  */
-export async function signUserToken(
-  claims: UserClaims,
-  secret: string,
-  ttlSeconds = 3600,
-): Promise<string> {
+export async function signUserToken(claims: UserClaims, secret: string, ttlSeconds = 3600): Promise<string> {
   return new SignJWT({ tenant: claims.tenant, roles: claims.roles })
     .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
     .setSubject(claims.sub)

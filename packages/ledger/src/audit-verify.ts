@@ -31,7 +31,15 @@ export async function verifyAuditChain(db: Db, opts: { trustedPublicKey?: KeyObj
   const hashAt = new Map<number, string>();
   const anchors = await db.selectFrom('audit_anchors').selectAll().orderBy('id').execute();
   const anchorSeqs = new Set(anchors.map((a) => Number(a.seq)));
-  const fail = (seq: number, reason: string): ChainVerification => ({ intact: false, events, headHash: prev, firstBadSeq: seq, reason, anchorsChecked: 0, anchorsTrusted: trusted !== null });
+  const fail = (seq: number, reason: string): ChainVerification => ({
+    intact: false,
+    events,
+    headHash: prev,
+    firstBadSeq: seq,
+    reason,
+    anchorsChecked: 0,
+    anchorsTrusted: trusted !== null,
+  });
   for (;;) {
     const page = await db.selectFrom('audit_log').selectAll().where('seq', '>=', String(expected)).orderBy('seq').limit(1000).execute();
     if (!page.length) break;
@@ -52,5 +60,13 @@ export async function verifyAuditChain(db: Db, opts: { trustedPublicKey?: KeyObj
     if (!ok) return { ...fail(seq, `anchor ${a.id} signature invalid`), events, headHash: prev };
     if (hashAt.get(seq) !== a.hash) return { ...fail(seq, `chain differs from anchor ${a.id}`), events, headHash: prev };
   }
-  return { intact: true, events, headHash: prev, firstBadSeq: null, reason: null, anchorsChecked: anchors.length, anchorsTrusted: trusted !== null };
+  return {
+    intact: true,
+    events,
+    headHash: prev,
+    firstBadSeq: null,
+    reason: null,
+    anchorsChecked: anchors.length,
+    anchorsTrusted: trusted !== null,
+  };
 }

@@ -9,7 +9,10 @@ import type { Trx } from './db.ts';
  */
 export async function recordAudit(trx: Trx, event: Omit<AuditEventInput, 'atMs'> & { atMs?: number }): Promise<void> {
   const parsed = AuditEventSchema.parse({ atMs: Date.now(), ...event });
-  await trx.insertInto('audit_outbox').values({ event: JSON.stringify(parsed) }).execute();
+  await trx
+    .insertInto('audit_outbox')
+    .values({ event: JSON.stringify(parsed) })
+    .execute();
 }
 
 /** Keyed HMAC-SHA256 of an actor id (audit never stores raw actor ids). Hex. */

@@ -5,14 +5,7 @@ type Json<T extends object | null = Record<string, unknown> | unknown[]> = JSONC
 
 /** Workflow states (SPEC §5). */
 export type WorkflowState =
-  | 'received'
-  | 'investigating'
-  | 'awaiting_approval'
-  | 'executing'
-  | 'completed'
-  | 'stopped'
-  | 'paused'
-  | 'needs_reconciliation';
+  'received' | 'investigating' | 'awaiting_approval' | 'executing' | 'completed' | 'stopped' | 'paused' | 'needs_reconciliation';
 
 /** Action states (SPEC §5). */
 export type ActionStatus =

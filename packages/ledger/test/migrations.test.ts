@@ -7,8 +7,19 @@ import { migrate, type Db } from '../src/index.ts';
 import { createTestDatabase, type TestDatabase } from '../../testing/src/index.ts';
 
 const LEDGER_TABLES = [
-  'actions', 'approvals', 'budgets', 'conversation_items', 'credential_epochs', 'decision_log', 'model_turns',
-  'operations', 'outbox', 'proposals', 'releases', 'tool_switches', 'workflows',
+  'actions',
+  'approvals',
+  'budgets',
+  'conversation_items',
+  'credential_epochs',
+  'decision_log',
+  'model_turns',
+  'operations',
+  'outbox',
+  'proposals',
+  'releases',
+  'tool_switches',
+  'workflows',
 ];
 const AUDIT_TABLES = ['audit_anchors', 'audit_heartbeat', 'audit_log', 'audit_outbox'];
 const ALL_TABLES = [...LEDGER_TABLES, ...AUDIT_TABLES].sort();
@@ -45,7 +56,9 @@ describe('migrations on an empty database', () => {
   it('up creates every table and the append-only trigger', async () => {
     const result = await migrate(k);
     expect(result.results?.map((r) => [r.migrationName, r.direction, r.status])).toEqual(
-      Object.keys(migrations).sort().map((name) => [name, 'Up', 'Success']),
+      Object.keys(migrations)
+        .sort()
+        .map((name) => [name, 'Up', 'Success']),
     );
     expect(await appTables()).toEqual(ALL_TABLES);
     expect(await appFunctions()).toContain('audit_log_append_only');

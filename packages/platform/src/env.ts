@@ -11,7 +11,10 @@ export const baseEnvShape = {
   /** BullMQ key prefix; tests give each file its own. */
   QUEUE_PREFIX: z.string().default('gh'),
   /** Release id of this process: workers consume only this release's queues. */
-  GATEHOUSE_RELEASE: z.string().regex(/^[a-z0-9][a-z0-9.-]{0,40}$/).default('rel-1'),
+  GATEHOUSE_RELEASE: z
+    .string()
+    .regex(/^[a-z0-9][a-z0-9.-]{0,40}$/)
+    .default('rel-1'),
   /** HS256 secret for user bearer tokens in local mode. */
   GATEHOUSE_AUTH_SECRET: z.string().min(16).default('local-auth-secret-change-me'),
   /** JWKS URL for user tokens in production (replaces the local secret when set). */

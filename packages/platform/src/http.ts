@@ -51,7 +51,11 @@ export function finishApp(app: Express, log: Logger): Express {
     if (bodyParserStatus && bodyParserStatus >= 400 && bodyParserStatus < 500) {
       const type = (err as { type?: string }).type;
       const message =
-        type === 'entity.parse.failed' ? 'body must be one JSON object' : type === 'entity.too.large' ? 'body is too large' : (err as Error).message;
+        type === 'entity.parse.failed'
+          ? 'body must be one JSON object'
+          : type === 'entity.too.large'
+            ? 'body is too large'
+            : (err as Error).message;
       res.status(bodyParserStatus).json({ error: { reason: type === 'entity.too.large' ? 'body_too_large' : 'invalid_body', message } });
       return;
     }

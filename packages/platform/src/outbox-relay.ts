@@ -33,7 +33,11 @@ export class OutboxRelay {
       await this.#db
         .updateTable('outbox')
         .set({ published_at: new Date() })
-        .where('id', 'in', rows.map((r) => r.id))
+        .where(
+          'id',
+          'in',
+          rows.map((r) => r.id),
+        )
         .execute();
     } catch (err) {
       this.#log.warn({ err: (err as Error).message, rows: rows.length }, 'outbox publish failed; sweep will retry');
@@ -64,7 +68,11 @@ export class OutboxRelay {
       await trx
         .updateTable('outbox')
         .set({ published_at: new Date() })
-        .where('id', 'in', rows.map((r) => r.id))
+        .where(
+          'id',
+          'in',
+          rows.map((r) => r.id),
+        )
         .execute();
       return rows.length;
     });

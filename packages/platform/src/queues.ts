@@ -80,7 +80,12 @@ export function createWorker<T extends { release: string; traceparent?: string }
         throw new UnrecoverableError(`quarantined: job of release ${parsed.data.release} on ${opts.release} worker`);
       }
       const data = parsed.data;
-      return withSpan(`${contract.base} process`, { 'messaging.destination.name': name, 'messaging.message.id': job.id ?? '' }, () => handler(data, job), data.traceparent);
+      return withSpan(
+        `${contract.base} process`,
+        { 'messaging.destination.name': name, 'messaging.message.id': job.id ?? '' },
+        () => handler(data, job),
+        data.traceparent,
+      );
     },
     {
       connection: createRedis(opts.redisUrl),

@@ -89,7 +89,8 @@ export async function loadSupportFacts(
   const refund = parsed.tool.name === 'issue_refund';
   if (refund) await sql`SELECT pg_advisory_xact_lock(${REFUND_DECISIONS_LOCK})`.execute(trx);
   const basis = { excludeActionId: opts.excludeActionId, includeQueued: !opts.atExecution };
-  const sum = (o: Parameters<typeof recordedRefundsCents>[1]) => (inTenant ? recordedRefundsCents(trx, { ...o, ...basis }) : Promise.resolve(0));
+  const sum = (o: Parameters<typeof recordedRefundsCents>[1]) =>
+    inTenant ? recordedRefundsCents(trx, { ...o, ...basis }) : Promise.resolve(0);
   return {
     user,
     agentGrantedTools: world.agent.grantedTools,

@@ -49,7 +49,9 @@ export function caseFacts(c: BoundaryCase, world: World = loadWorld()): SupportF
     eligibleTools: eligibleTools(supportTools, { mode: c.mode, state: 'investigating' }, world.agent.grantedTools).map((t) => t.name),
     tool: { name: tool.name, scope: tool.scope },
     args: { orderId: c.order, ...(c.amountCents !== undefined ? { amountCents: c.amountCents } : {}) },
-    order: o ? { id: o.id, tenant: o.tenant, region: o.region, paid: c.orderOverride?.paid ?? o.paid, status: c.orderOverride?.status ?? o.status } : null,
+    order: o
+      ? { id: o.id, tenant: o.tenant, region: o.region, paid: c.orderOverride?.paid ?? o.paid, status: c.orderOverride?.status ?? o.status }
+      : null,
     priorRefundsOnOrderCents: c.priorRefundsOnOrderCents,
     userRefunds24hCents: c.userRefunds24hCents,
     agentRefunds1hCents: c.agentRefunds1hCents,
@@ -79,7 +81,9 @@ export function runBoundaryGate(bundle: SupportBundle, cases: BoundaryCase[] = l
 export function assertGatePasses(bundle: SupportBundle): SupportBundle {
   const failures = runBoundaryGate(bundle);
   if (failures.length) {
-    throw new Error(`policy bundle ${bundle.revision} fails its boundary-case gate:\n${failures.map((f) => `  ${f.name}: expected ${f.expected.decision} ${f.expected.ruleId}, got ${f.got.decision} ${f.got.ruleId}`).join('\n')}`);
+    throw new Error(
+      `policy bundle ${bundle.revision} fails its boundary-case gate:\n${failures.map((f) => `  ${f.name}: expected ${f.expected.decision} ${f.expected.ruleId}, got ${f.got.decision} ${f.got.ruleId}`).join('\n')}`,
+    );
   }
   return bundle;
 }

@@ -1,7 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import type { Selectable } from 'kysely';
 import { approvalRequestsQueue, canonicalJson, executionsQueue, resultsQueue } from '@gatehouse/contracts';
-import { actorHash, enqueueInTransaction, operationKeyHash, recordAudit, type ActionsTable, type OutboxRow, type Trx, type WorkflowsTable, type WorkflowState } from '@gatehouse/ledger';
+import {
+  actorHash,
+  enqueueInTransaction,
+  operationKeyHash,
+  recordAudit,
+  type ActionsTable,
+  type OutboxRow,
+  type Trx,
+  type WorkflowsTable,
+  type WorkflowState,
+} from '@gatehouse/ledger';
 import { digestOf, toSafeOutput, type ParsedProposal } from '@gatehouse/tools';
 import type { SupportBundle } from './bundle.ts';
 import { loadSupportFacts } from './facts.ts';
@@ -40,9 +50,26 @@ export interface DecideOutcome {
 
 async function supersede(trx: Trx, wf: Workflow, a: Action, answerCall: boolean, service: string): Promise<OutboxRow[]> {
   await trx.updateTable('actions').set({ status: 'superseded', updated_at: new Date() }).where('id', '=', a.id).execute();
-  const voided = await trx.updateTable('approvals').set({ status: 'void', decided_at: new Date() }).where('action_id', '=', a.id).where('status', 'in', ['pending', 'approved']).returning('id').execute();
+  const voided = await trx
+    .updateTable('approvals')
+    .set({ status: 'void', decided_at: new Date() })
+    .where('action_id', '=', a.id)
+    .where('status', 'in', ['pending', 'approved'])
+    .returning('id')
+    .execute();
   for (const v of voided) {
-    await recordAudit(trx, { type: 'approval.voided', service, runId: wf.id, tool: a.tool, approvalId: v.id, actionVersion: a.version, actionDigest: a.digest, callId: a.call_id, outcome: 'superseded', revisions: { release: wf.release_id } });
+    await recordAudit(trx, {
+      type: 'approval.voided',
+      service,
+      runId: wf.id,
+      tool: a.tool,
+      approvalId: v.id,
+      actionVersion: a.version,
+      actionDigest: a.digest,
+      callId: a.call_id,
+      outcome: 'superseded',
+      revisions: { release: wf.release_id },
+    });
   }
   if (!answerCall) return [];
   const output = toSafeOutput(a.tool, { executed: false, reason: 'superseded' }, 'gatehouse');
@@ -76,35 +103,98 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
     .where('target', '=', parsed.target)
     .orderBy('version', 'desc')
     .execute();
-  const amended = input.reevaluates ?? sameTarget.find((a) => a.status === 'superseded' && !sameTarget.some((b) => b.supersedes_version === a.version));
-  const last = await trx.selectFrom('actions').select(({ fn }) => fn.max('version').as('v')).where('workflow_id', '=', wf.id).executeTakeFirst();
+  const amended =
+    input.reevaluates ?? sameTarget.find((a) => a.status === 'superseded' && !sameTarget.some((b) => b.supersedes_version === a.version));
+  const last = await trx
+    .selectFrom('actions')
+    .select(({ fn }) => fn.max('version').as('v'))
+    .where('workflow_id', '=', wf.id)
+    .executeTakeFirst();
   const version = Number(last?.v ?? 0) + 1;
   const actionId = randomUUID();
   const operationKey = `${wf.id}:action:${version}`;
-  const base = { id: actionId, workflow_id: wf.id, proposal_id: input.proposalId, call_id: input.callId, version, supersedes_version: amended?.version ?? null, tool: parsed.tool.name, target: parsed.target, arguments: JSON.stringify(parsed.args), operation_key: operationKey, release_id: wf.release_id };
+  const base = {
+    id: actionId,
+    workflow_id: wf.id,
+    proposal_id: input.proposalId,
+    call_id: input.callId,
+    version,
+    supersedes_version: amended?.version ?? null,
+    tool: parsed.tool.name,
+    target: parsed.target,
+    arguments: JSON.stringify(parsed.args),
+    operation_key: operationKey,
+    release_id: wf.release_id,
+  };
 
   const args = canonicalJson(parsed.args);
   const previous = input.reevaluates ? undefined : sameTarget.find((a) => LIVE.includes(a.status) && canonicalJson(a.arguments) === args);
   if (previous) {
     const op = await trx.selectFrom('operations').select(['status', 'result']).where('action_id', '=', previous.id).executeTakeFirst();
-    await trx.insertInto('actions').values({ ...base, digest: previous.digest, decision: previous.decision, rule_id: previous.rule_id, policy_revision: previous.policy_revision, status: 'suppressed', facts: JSON.stringify({ duplicateOf: previous.version }) }).execute();
-    await recordAudit(trx, { type: 'policy.decision', service: input.service, runId: wf.id, step: input.round, actorHash: actor, tool: parsed.tool.name, actionVersion: version, callId: input.callId, decision: 'SUPPRESSED', outcome: `duplicate_of_v${previous.version}`, revisions: { policy: previous.policy_revision, release: wf.release_id } });
+    await trx
+      .insertInto('actions')
+      .values({
+        ...base,
+        digest: previous.digest,
+        decision: previous.decision,
+        rule_id: previous.rule_id,
+        policy_revision: previous.policy_revision,
+        status: 'suppressed',
+        facts: JSON.stringify({ duplicateOf: previous.version }),
+      })
+      .execute();
+    await recordAudit(trx, {
+      type: 'policy.decision',
+      service: input.service,
+      runId: wf.id,
+      step: input.round,
+      actorHash: actor,
+      tool: parsed.tool.name,
+      actionVersion: version,
+      callId: input.callId,
+      decision: 'SUPPRESSED',
+      outcome: `duplicate_of_v${previous.version}`,
+      revisions: { policy: previous.policy_revision, release: wf.release_id },
+    });
     const output =
       op?.status === 'succeeded' && op.result
         ? { ...(op.result as Record<string, unknown>), duplicateOf: previous.version }
-        : toSafeOutput(parsed.tool.name, { executed: false, status: 'suppressed', duplicateOf: previous.version, originalStatus: previous.status }, 'gatehouse');
+        : toSafeOutput(
+            parsed.tool.name,
+            { executed: false, status: 'suppressed', duplicateOf: previous.version, originalStatus: previous.status },
+            'gatehouse',
+          );
     rows.push(await enqueueInTransaction(trx, resultsQueue, { release: wf.release_id, workflowId: wf.id, callId: input.callId, output }));
     return { outcome: `suppressed:v${previous.version}`, actionId, version, decision: null, rows };
   }
 
   if (input.reevaluates) {
-    const claimed = await trx.selectFrom('operations').select('status').where('action_id', '=', input.reevaluates.id).where('status', '!=', 'pending').executeTakeFirst();
+    const claimed = await trx
+      .selectFrom('operations')
+      .select('status')
+      .where('action_id', '=', input.reevaluates.id)
+      .where('status', '!=', 'pending')
+      .executeTakeFirst();
     if (!claimed) rows.push(...(await supersede(trx, wf, input.reevaluates, input.reevaluates.call_id !== input.callId, input.service)));
   }
 
-  const facts = await loadSupportFacts(trx, wf, parsed, input.order, input.reevaluates ? { excludeActionId: input.reevaluates.id, atExecution: true } : {});
+  const facts = await loadSupportFacts(
+    trx,
+    wf,
+    parsed,
+    input.order,
+    input.reevaluates ? { excludeActionId: input.reevaluates.id, atExecution: true } : {},
+  );
   const decision = evaluateSupport(facts, bundle);
-  const digest = digestOf({ tool: parsed.tool.name, target: parsed.target, arguments: parsed.args, actor: wf.user_id, tenant: wf.tenant, policyRevision: decision.policyRevision, actionVersion: version });
+  const digest = digestOf({
+    tool: parsed.tool.name,
+    target: parsed.target,
+    arguments: parsed.args,
+    actor: wf.user_id,
+    tenant: wf.tenant,
+    policyRevision: decision.policyRevision,
+    actionVersion: version,
+  });
   const status = decision.decision === 'DENY' ? 'denied' : decision.decision === 'ALLOW' ? 'approved' : 'pending_approval';
   const inTenant = facts.order && facts.user && facts.order.tenant === facts.user.tenant ? facts.order : null;
   await trx
@@ -116,24 +206,84 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
       rule_id: decision.ruleId,
       policy_revision: decision.policyRevision,
       status,
-      facts: JSON.stringify({ orderPaidCents: inTenant?.paid ?? null, orderStatus: inTenant?.status ?? null, orderRegion: inTenant?.region ?? null, priorRefundsOnOrderCents: facts.priorRefundsOnOrderCents, requesterRegion: facts.user?.region ?? null, ...(input.reevaluates ? { reevaluatedFromVersion: input.reevaluates.version } : {}) }),
+      facts: JSON.stringify({
+        orderPaidCents: inTenant?.paid ?? null,
+        orderStatus: inTenant?.status ?? null,
+        orderRegion: inTenant?.region ?? null,
+        priorRefundsOnOrderCents: facts.priorRefundsOnOrderCents,
+        requesterRegion: facts.user?.region ?? null,
+        ...(input.reevaluates ? { reevaluatedFromVersion: input.reevaluates.version } : {}),
+      }),
     })
     .execute();
   await trx
     .insertInto('decision_log')
-    .values({ workflow_id: wf.id, proposal_id: input.proposalId, action_id: actionId, tool: parsed.tool.name, decision: decision.decision, rule_id: decision.ruleId, policy_revision: decision.policyRevision, detail: JSON.stringify({ reason: decision.reason, version, digest, reevaluated: Boolean(input.reevaluates) }) })
+    .values({
+      workflow_id: wf.id,
+      proposal_id: input.proposalId,
+      action_id: actionId,
+      tool: parsed.tool.name,
+      decision: decision.decision,
+      rule_id: decision.ruleId,
+      policy_revision: decision.policyRevision,
+      detail: JSON.stringify({ reason: decision.reason, version, digest, reevaluated: Boolean(input.reevaluates) }),
+    })
     .execute();
-  await recordAudit(trx, { type: 'policy.decision', service: input.service, runId: wf.id, step: input.round, actorHash: actor, tool: parsed.tool.name, actionDigest: digest, actionVersion: version, operationKeyHash: operationKeyHash(operationKey), callId: input.callId, ruleId: decision.ruleId, decision: decision.decision, outcome: input.reevaluates ? `reevaluated_v${input.reevaluates.version}` : null, revisions: { toolCatalog: wf.catalog_digest, policy: decision.policyRevision, release: wf.release_id } });
+  await recordAudit(trx, {
+    type: 'policy.decision',
+    service: input.service,
+    runId: wf.id,
+    step: input.round,
+    actorHash: actor,
+    tool: parsed.tool.name,
+    actionDigest: digest,
+    actionVersion: version,
+    operationKeyHash: operationKeyHash(operationKey),
+    callId: input.callId,
+    ruleId: decision.ruleId,
+    decision: decision.decision,
+    outcome: input.reevaluates ? `reevaluated_v${input.reevaluates.version}` : null,
+    revisions: { toolCatalog: wf.catalog_digest, policy: decision.policyRevision, release: wf.release_id },
+  });
   const live: WorkflowState[] = ['received', 'investigating', 'awaiting_approval', 'executing'];
   if (decision.decision === 'ALLOW') {
-    await trx.updateTable('workflows').set({ state: 'executing', updated_at: new Date() }).where('id', '=', wf.id).where('state', 'in', live).execute();
-    rows.push(await enqueueInTransaction(trx, executionsQueue, { release: wf.release_id, workflowId: wf.id, actionId, actionVersion: version, approvalId: null }));
+    await trx
+      .updateTable('workflows')
+      .set({ state: 'executing', updated_at: new Date() })
+      .where('id', '=', wf.id)
+      .where('state', 'in', live)
+      .execute();
+    rows.push(
+      await enqueueInTransaction(trx, executionsQueue, {
+        release: wf.release_id,
+        workflowId: wf.id,
+        actionId,
+        actionVersion: version,
+        approvalId: null,
+      }),
+    );
   } else if (decision.decision === 'REQUIRE_APPROVAL') {
-    await trx.updateTable('workflows').set({ state: 'awaiting_approval', updated_at: new Date() }).where('id', '=', wf.id).where('state', 'in', live).execute();
-    rows.push(await enqueueInTransaction(trx, approvalRequestsQueue, { release: wf.release_id, workflowId: wf.id, actionId, actionVersion: version }));
+    await trx
+      .updateTable('workflows')
+      .set({ state: 'awaiting_approval', updated_at: new Date() })
+      .where('id', '=', wf.id)
+      .where('state', 'in', live)
+      .execute();
+    rows.push(
+      await enqueueInTransaction(trx, approvalRequestsQueue, {
+        release: wf.release_id,
+        workflowId: wf.id,
+        actionId,
+        actionVersion: version,
+      }),
+    );
   } else {
     // Bounded denial: the rule id, never other tenants' data or the full reason.
-    const output = toSafeOutput(parsed.tool.name, { executed: false, status: 'denied', ruleId: decision.ruleId, policyRevision: decision.policyRevision }, 'gatehouse');
+    const output = toSafeOutput(
+      parsed.tool.name,
+      { executed: false, status: 'denied', ruleId: decision.ruleId, policyRevision: decision.policyRevision },
+      'gatehouse',
+    );
     rows.push(await enqueueInTransaction(trx, resultsQueue, { release: wf.release_id, workflowId: wf.id, callId: input.callId, output }));
   }
   return { outcome: `${decision.decision}:${decision.ruleId}`, actionId, version, decision, rows };

@@ -75,8 +75,7 @@ export const supportRules: Record<SupportRuleId, Check> = {
     isRefund(f) && f.priorRefundsOnOrderCents + amountOf(f) > b.limits.autoApproveLimitCents
       ? approve(`cumulative refunds ${f.priorRefundsOnOrderCents} + ${amountOf(f)} exceed auto limit ${b.limits.autoApproveLimitCents}`)
       : null,
-  R8: (f) =>
-    f.tool.name === 'reship_order' && f.order?.status !== 'shipped' ? deny('order is not shipped') : null,
+  R8: (f) => (f.tool.name === 'reship_order' && f.order?.status !== 'shipped' ? deny('order is not shipped') : null),
   R9: (f, b) =>
     f.tool.name === 'reship_order' && (f.order?.paid ?? 0) > b.limits.reshipApprovalPaidAboveCents
       ? approve(`order paid ${f.order?.paid} above ${b.limits.reshipApprovalPaidAboveCents}`)

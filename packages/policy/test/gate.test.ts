@@ -11,7 +11,8 @@ const broken = resolve(fixtures, 'support-units-mistake.json');
 describe('boundary-case gate', () => {
   it('covers every limit at, just below and just above its boundary', () => {
     const names = loadBoundaryCases('support').map((c) => c.name);
-    for (const rule of ['R0', 'R1', 'R2', 'R3', 'R4', 'R5', 'R6', 'R7', 'R8', 'R9']) expect(names.some((n) => n.startsWith(rule))).toBe(true);
+    for (const rule of ['R0', 'R1', 'R2', 'R3', 'R4', 'R5', 'R6', 'R7', 'R8', 'R9'])
+      expect(names.some((n) => n.startsWith(rule))).toBe(true);
     for (const edge of ['just below maximum', 'at maximum', 'just above maximum', 'at auto limit', 'just above auto limit']) {
       expect(names.some((n) => n.includes(edge))).toBe(true);
     }
@@ -33,7 +34,8 @@ describe('boundary-case gate', () => {
   });
 
   it('`gatehouse policy check` exits 1 for the broken bundle and 0 for support-p1', () => {
-    const run = (arg: string) => spawnSync(process.execPath, [resolve(repoRoot, 'packages/cli/src/main.ts'), 'policy', 'check', arg], { encoding: 'utf8' });
+    const run = (arg: string) =>
+      spawnSync(process.execPath, [resolve(repoRoot, 'packages/cli/src/main.ts'), 'policy', 'check', arg], { encoding: 'utf8' });
     const bad = run(broken);
     expect(bad.status).toBe(1);
     expect(bad.stdout).toContain('FAIL R7 just above auto limit');
@@ -46,7 +48,14 @@ describe('boundary-case gate', () => {
     const boot = spawnSync(process.execPath, [resolve(repoRoot, 'services/policy-gateway/src/main.ts')], {
       encoding: 'utf8',
       timeout: 20_000,
-      env: { ...process.env, POLICY_DIR: fixtures, POLICY_REVISION: 'support-units-mistake', POLICY_GATEWAY_PORT: '0', QUEUE_PREFIX: 'gh-gate-test', LOG_LEVEL: 'error' },
+      env: {
+        ...process.env,
+        POLICY_DIR: fixtures,
+        POLICY_REVISION: 'support-units-mistake',
+        POLICY_GATEWAY_PORT: '0',
+        QUEUE_PREFIX: 'gh-gate-test',
+        LOG_LEVEL: 'error',
+      },
     });
     expect(boot.status).not.toBe(0);
     expect(boot.stderr).toContain('fails its boundary-case gate');

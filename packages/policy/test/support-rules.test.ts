@@ -50,9 +50,10 @@ function facts(c: Case): SupportFacts {
     agentGrantedTools: agentTools,
     eligibleTools: eligible,
     tool: tool(toolName),
-    args: toolName === 'issue_refund'
-      ? { orderId: base?.id ?? 'O-9999', amountCents: c.amountCents ?? 1000, reason: 'damaged' }
-      : { orderId: base?.id ?? 'O-9999' },
+    args:
+      toolName === 'issue_refund'
+        ? { orderId: base?.id ?? 'O-9999', amountCents: c.amountCents ?? 1000, reason: 'damaged' }
+        : { orderId: base?.id ?? 'O-9999' },
     order: base ? { ...base, ...c.orderOverride } : null,
     priorRefundsOnOrderCents: c.prior ?? 0,
     userRefunds24hCents: c.user24h ?? 0,
@@ -109,9 +110,17 @@ const boundaries: Array<[string, Case, Expect]> = [
   ['1h: at', { agent1h: L.agentRolling1hCents - 1000, amountCents: 1000 }, ['ALLOW', 'ALL']],
   ['1h: just above', { agent1h: L.agentRolling1hCents - 999, amountCents: 1000 }, ['DENY', 'R6']],
   // R9 reship paid 30000 (O-1008 is paid exactly 30000; neighbours derived from it)
-  ['reship paid: just below', { toolName: 'reship_order', orderId: 'O-1008', orderOverride: { paid: L.reshipApprovalPaidAboveCents - 1 } }, ['ALLOW', 'ALL']],
+  [
+    'reship paid: just below',
+    { toolName: 'reship_order', orderId: 'O-1008', orderOverride: { paid: L.reshipApprovalPaidAboveCents - 1 } },
+    ['ALLOW', 'ALL'],
+  ],
   ['reship paid: at (O-1008)', { toolName: 'reship_order', orderId: 'O-1008' }, ['ALLOW', 'ALL']],
-  ['reship paid: just above', { toolName: 'reship_order', orderId: 'O-1008', orderOverride: { paid: L.reshipApprovalPaidAboveCents + 1 } }, ['REQUIRE_APPROVAL', 'R9']],
+  [
+    'reship paid: just above',
+    { toolName: 'reship_order', orderId: 'O-1008', orderOverride: { paid: L.reshipApprovalPaidAboveCents + 1 } },
+    ['REQUIRE_APPROVAL', 'R9'],
+  ],
 ];
 
 describe('evaluateSupport (support-p1)', () => {
@@ -130,13 +139,21 @@ describe('evaluateSupport (support-p1)', () => {
 
   it.each(perRule)('%s', (_name, c, [decision, ruleId]) => {
     const d = evaluateSupport(facts(c), bundle);
-    expect({ decision: d.decision, ruleId: d.ruleId, policyRevision: d.policyRevision }).toEqual({ decision, ruleId, policyRevision: 'support-p1' });
+    expect({ decision: d.decision, ruleId: d.ruleId, policyRevision: d.policyRevision }).toEqual({
+      decision,
+      ruleId,
+      policyRevision: 'support-p1',
+    });
     expect(d.reason.length).toBeGreaterThan(0);
   });
 
   it.each(boundaries)('boundary %s', (_name, c, [decision, ruleId]) => {
     const d = evaluateSupport(facts(c), bundle);
-    expect({ decision: d.decision, ruleId: d.ruleId, policyRevision: d.policyRevision }).toEqual({ decision, ruleId, policyRevision: 'support-p1' });
+    expect({ decision: d.decision, ruleId: d.ruleId, policyRevision: d.policyRevision }).toEqual({
+      decision,
+      ruleId,
+      policyRevision: 'support-p1',
+    });
   });
 });
 

@@ -38,7 +38,12 @@ export function currentTraceparent(): string | undefined {
  * Runs `fn` in a span named `name`, parented from `traceparent` when given (the context stored
  * with a job), else from the active context. Errors mark the span and are rethrown.
  */
-export async function withSpan<T>(name: string, attributes: Record<string, string | number>, fn: (span: Span) => Promise<T>, traceparent?: string): Promise<T> {
+export async function withSpan<T>(
+  name: string,
+  attributes: Record<string, string | number>,
+  fn: (span: Span) => Promise<T>,
+  traceparent?: string,
+): Promise<T> {
   const parent = traceparent ? propagation.extract(context.active(), { traceparent }) : context.active();
   return tracer().startActiveSpan(name, { attributes }, parent, async (span) => {
     try {

@@ -68,7 +68,9 @@ export async function createAction(db: Db, seed: ActionSeed): Promise<SeededActi
   const digest = randomBytes(32).toString('hex');
   const operationKey = `${workflowId}:action:${version}`;
   const args: Record<string, unknown> =
-    tool === 'issue_refund' ? { orderId: seed.orderId, amountCents: seed.amountCents ?? 3000, reason: seed.reason ?? 'damaged item' } : { orderId: seed.orderId };
+    tool === 'issue_refund'
+      ? { orderId: seed.orderId, amountCents: seed.amountCents ?? 3000, reason: seed.reason ?? 'damaged item' }
+      : { orderId: seed.orderId };
   const now = new Date();
   await inTransaction(db, async (trx) => {
     await trx
@@ -89,11 +91,25 @@ export async function createAction(db: Db, seed: ActionSeed): Promise<SeededActi
       .execute();
     await trx
       .insertInto('budgets')
-      .values({ workflow_id: workflowId, max_rounds: 8, max_tool_calls: 6, deadline_at: new Date(now.getTime() + (seed.budgetMs ?? 90_000)), max_spend_tokens: 100_000 })
+      .values({
+        workflow_id: workflowId,
+        max_rounds: 8,
+        max_tool_calls: 6,
+        deadline_at: new Date(now.getTime() + (seed.budgetMs ?? 90_000)),
+        max_spend_tokens: 100_000,
+      })
       .execute();
     await trx
       .insertInto('proposals')
-      .values({ id: proposalId, workflow_id: workflowId, round: 1, call_id: callId, tool, arguments_sha256: createHash('sha256').update(JSON.stringify(args)).digest('hex'), status: 'valid' })
+      .values({
+        id: proposalId,
+        workflow_id: workflowId,
+        round: 1,
+        call_id: callId,
+        tool,
+        arguments_sha256: createHash('sha256').update(JSON.stringify(args)).digest('hex'),
+        status: 'valid',
+      })
       .execute();
     await trx
       .insertInto('actions')

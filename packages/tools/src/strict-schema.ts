@@ -13,9 +13,23 @@ export interface FunctionToolParam {
 }
 
 const UNSUPPORTED = [
-  'allOf', 'not', 'oneOf', 'if', 'then', 'else', 'dependentRequired', 'dependentSchemas',
-  'patternProperties', 'propertyNames', 'minProperties', 'maxProperties', 'uniqueItems',
-  'prefixItems', 'contains', 'unevaluatedProperties', 'unevaluatedItems',
+  'allOf',
+  'not',
+  'oneOf',
+  'if',
+  'then',
+  'else',
+  'dependentRequired',
+  'dependentSchemas',
+  'patternProperties',
+  'propertyNames',
+  'minProperties',
+  'maxProperties',
+  'uniqueItems',
+  'prefixItems',
+  'contains',
+  'unevaluatedProperties',
+  'unevaluatedItems',
 ];
 
 /**

@@ -94,7 +94,9 @@ function checkAccepted(raw: string, r: Extract<Result, { ok: true }>): void {
 }
 
 const orderIdArb = fc.oneof(
-  fc.tuple(fc.constantFrom('O', 'o', 'N', 'n', 'x'), fc.integer({ min: 0, max: 9999 })).map(([l, n]) => `${l}-${String(n).padStart(4, '0')}`),
+  fc
+    .tuple(fc.constantFrom('O', 'o', 'N', 'n', 'x'), fc.integer({ min: 0, max: 9999 }))
+    .map(([l, n]) => `${l}-${String(n).padStart(4, '0')}`),
   fc.string(),
   fc.integer(),
 );
@@ -118,7 +120,14 @@ const refundCore = fc
     fc.option(fc.record({ approved_by: fc.string(), tenant: fc.string() }, { requiredKeys: [] }), { freq: 3 }),
   )
   .map(([core, extra]) => JSON.stringify({ ...core, ...extra }));
-const rawArb = fc.oneof(fc.string(), fc.json(), fc.jsonValue().map((v) => JSON.stringify(v)), refundLike, refundCore, refundCore);
+const rawArb = fc.oneof(
+  fc.string(),
+  fc.json(),
+  fc.jsonValue().map((v) => JSON.stringify(v)),
+  refundLike,
+  refundCore,
+  refundCore,
+);
 
 describe('parseProposal property (fast-check)', () => {
   it('never throws and returns ok only for a valid issue_refund object (2000 runs)', () => {
@@ -156,7 +165,11 @@ describe('parseProposal property (fast-check)', () => {
   });
 
   it('unknown or random tool names never throw', () => {
-    const names = fc.oneof(fc.constantFrom(...supportTools.map((t) => t.name)), fc.string(), fc.constantFrom('__proto__', 'constructor', 'toString'));
+    const names = fc.oneof(
+      fc.constantFrom(...supportTools.map((t) => t.name)),
+      fc.string(),
+      fc.constantFrom('__proto__', 'constructor', 'toString'),
+    );
     fc.assert(
       fc.property(names, rawArb, (name, raw) => {
         const r = parseProposal(name, raw);
@@ -191,6 +204,8 @@ describe('digestOf and strict schemas', () => {
 
   it('a non-strict object and an unsupported keyword are reported', () => {
     expect(strictModeViolations({ type: 'object', properties: {}, required: [] })).toContain('$: additionalProperties must be false');
-    expect(strictModeViolations({ type: 'object', properties: {}, additionalProperties: false, oneOf: [] })).toContain('$: unsupported keyword oneOf');
+    expect(strictModeViolations({ type: 'object', properties: {}, additionalProperties: false, oneOf: [] })).toContain(
+      '$: unsupported keyword oneOf',
+    );
   });
 });

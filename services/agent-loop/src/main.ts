@@ -1,4 +1,13 @@
-import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, startWorkers, requireUser } from '@gatehouse/platform';
+import {
+  createServiceContext,
+  createHttpApp,
+  finishApp,
+  listen,
+  closeServer,
+  installShutdown,
+  startWorkers,
+  requireUser,
+} from '@gatehouse/platform';
 import { turnsQueue, resultsQueue, type TurnJob, type ResultJob } from '@gatehouse/contracts';
 import { supportTools, catalogDigest } from '@gatehouse/tools';
 import { loadActiveSupportBundle } from '@gatehouse/policy';
@@ -27,7 +36,12 @@ app.use(
     policyRevision: bundle.revision,
     catalogDigest: digest,
     auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
-    budgets: { maxRounds: env.MAX_ROUNDS, maxToolCalls: env.MAX_TOOL_CALLS, wallTimeSeconds: env.WALL_TIME_SECONDS, maxSpendTokens: env.MAX_SPEND_TOKENS },
+    budgets: {
+      maxRounds: env.MAX_ROUNDS,
+      maxToolCalls: env.MAX_TOOL_CALLS,
+      wallTimeSeconds: env.WALL_TIME_SECONDS,
+      maxSpendTokens: env.MAX_SPEND_TOKENS,
+    },
   }),
 );
 app.use(workflowsRouter({ db, relay }));

@@ -1,5 +1,14 @@
 import { z } from 'zod';
-import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, startWorkers, requireUser } from '@gatehouse/platform';
+import {
+  createServiceContext,
+  createHttpApp,
+  finishApp,
+  listen,
+  closeServer,
+  installShutdown,
+  startWorkers,
+  requireUser,
+} from '@gatehouse/platform';
 import { approvalRequestsQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
 import { loadActiveSupportBundle } from '@gatehouse/policy';
 import { approvalsRouter } from './http/approvals.router.ts';
@@ -26,7 +35,15 @@ app.get('/openapi.json', (_req, res) => {
   res.json(openApi);
 });
 app.get('/', (_req, res) => res.redirect(303, '/inbox'));
-app.use(inboxRouter({ db, relay, auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY, verifier, localSecret: env.GATEHOUSE_AUTH_JWKS_URL || env.GATEHOUSE_ENV === 'production' ? null : env.GATEHOUSE_AUTH_SECRET }));
+app.use(
+  inboxRouter({
+    db,
+    relay,
+    auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+    verifier,
+    localSecret: env.GATEHOUSE_AUTH_JWKS_URL || env.GATEHOUSE_ENV === 'production' ? null : env.GATEHOUSE_AUTH_SECRET,
+  }),
+);
 app.use('/v1', requireUser(verifier));
 app.use(approvalsRouter({ db, relay, auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY }));
 finishApp(app, log);

@@ -40,7 +40,15 @@ const worker = createWorker(
       hooks,
       bundle,
     }),
-  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log, concurrency: env.EXECUTOR_CONCURRENCY, lockDurationMs: env.EXECUTOR_LOCK_MS, stalledIntervalMs: env.EXECUTOR_STALLED_INTERVAL_MS },
+  {
+    release: env.GATEHOUSE_RELEASE,
+    prefix: env.QUEUE_PREFIX,
+    redisUrl: env.REDIS_URL,
+    log,
+    concurrency: env.EXECUTOR_CONCURRENCY,
+    lockDurationMs: env.EXECUTOR_LOCK_MS,
+    stalledIntervalMs: env.EXECUTOR_STALLED_INTERVAL_MS,
+  },
 );
 relay.start();
 const app = finishApp(createHttpApp('executor', ctx.readyChecks), log);

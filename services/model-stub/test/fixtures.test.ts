@@ -19,7 +19,8 @@ beforeEach(async () => {
 const meta = (ticketId: string) => ({ workflow_id: `wf-${ticketId}`, ticket_id: ticketId, release: 'rel-1' });
 const ask = (ticketId: string, input: string | ResponseInputItem[] = 'Refund $10 on O-1001') =>
   h.client.responses.create({ model: 'm', input, tools: SUPPORT_TOOLS, metadata: meta(ticketId) });
-const fnCalls = (r: { output: Array<{ type: string }> }) => r.output.filter((o): o is ResponseFunctionToolCall => o.type === 'function_call');
+const fnCalls = (r: { output: Array<{ type: string }> }) =>
+  r.output.filter((o): o is ResponseFunctionToolCall => o.type === 'function_call');
 
 async function script(body: object): Promise<void> {
   await request(h.server).post('/fixtures').send(body).expect(201);
@@ -27,7 +28,10 @@ async function script(body: object): Promise<void> {
 
 describe('fixture mode', () => {
   it('sends malformed arguments verbatim, then the planner takes over', async () => {
-    await script({ ticketId: 'F-1', responses: [{ type: 'function_calls', calls: [{ name: 'issue_refund', arguments: '{"orderId": "O-1001", amount: 12' }] }] });
+    await script({
+      ticketId: 'F-1',
+      responses: [{ type: 'function_calls', calls: [{ name: 'issue_refund', arguments: '{"orderId": "O-1001", amount: 12' }] }],
+    });
     const r1 = await ask('F-1');
     expect(fnCalls(r1).map((c) => [c.name, c.arguments])).toEqual([['issue_refund', '{"orderId": "O-1001", amount: 12']]);
     const r2 = await ask('F-1');
@@ -35,8 +39,25 @@ describe('fixture mode', () => {
   });
 
   it('two parallel calls in one response, distinct call ids; appends across POSTs', async () => {
-    await script({ ticketId: 'F-2', responses: [{ type: 'function_calls', calls: [{ name: 'lookup_order', arguments: '{"orderId":"O-1001"}' }, { name: 'unknown_tool', arguments: '{}' }] }] });
-    await script({ ticketId: 'F-2', responses: [{ type: 'message', text: 'done' }, { type: 'refusal', text: 'I will not.' }] });
+    await script({
+      ticketId: 'F-2',
+      responses: [
+        {
+          type: 'function_calls',
+          calls: [
+            { name: 'lookup_order', arguments: '{"orderId":"O-1001"}' },
+            { name: 'unknown_tool', arguments: '{}' },
+          ],
+        },
+      ],
+    });
+    await script({
+      ticketId: 'F-2',
+      responses: [
+        { type: 'message', text: 'done' },
+        { type: 'refusal', text: 'I will not.' },
+      ],
+    });
     const r1 = await ask('F-2');
     const calls = fnCalls(r1);
     expect(calls.map((c) => c.name)).toEqual(['lookup_order', 'unknown_tool']);
@@ -56,13 +77,21 @@ describe('fixture mode', () => {
 
   it('the pairing check runs before a fixture is consumed', async () => {
     await script({ ticketId: 'F-3', responses: [{ type: 'message', text: 'scripted' }] });
-    const err = await ask('F-3', [{ type: 'function_call', call_id: 'call_1', name: 'lookup_order', arguments: '{}' }]).catch((e: unknown) => e);
+    const err = await ask('F-3', [{ type: 'function_call', call_id: 'call_1', name: 'lookup_order', arguments: '{}' }]).catch(
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(OpenAI.BadRequestError);
     expect((await ask('F-3')).output_text).toBe('scripted');
   });
 
   it('429 with retry-after-ms: 0 then success: the client retries transparently', async () => {
-    await script({ ticketId: 'F-4', responses: [{ type: 'error', status: 429, headers: { 'retry-after-ms': '0' } }, { type: 'message', text: 'after retry' }] });
+    await script({
+      ticketId: 'F-4',
+      responses: [
+        { type: 'error', status: 429, headers: { 'retry-after-ms': '0' } },
+        { type: 'message', text: 'after retry' },
+      ],
+    });
     const r = await ask('F-4');
     expect(r.output_text).toBe('after retry');
     const log = (await request(h.server).get('/requests?ticketId=F-4').expect(200)).body;
@@ -79,14 +108,28 @@ describe('fixture mode', () => {
     expect((err as InstanceType<typeof OpenAI.APIError>).error).toMatchObject({ type: 'server_error' });
     expect((await request(h.server).get('/requests?ticketId=F-5')).body.requests).toHaveLength(1);
 
-    await script({ ticketId: 'F-5', responses: [{ type: 'error', status: 503, body: { error: { message: 'overloaded', type: 'server_error', param: null, code: 'x' } }, headers: { 'x-should-retry': 'false' } }] });
+    await script({
+      ticketId: 'F-5',
+      responses: [
+        {
+          type: 'error',
+          status: 503,
+          body: { error: { message: 'overloaded', type: 'server_error', param: null, code: 'x' } },
+          headers: { 'x-should-retry': 'false' },
+        },
+      ],
+    });
     const err2 = (await ask('F-5').catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
     expect(err2.status).toBe(503);
     expect(err2.message).toBe('503 overloaded');
   });
 
   it('repeat mode returns the same call forever, each with a fresh call_id', async () => {
-    await script({ ticketId: 'F-6', repeat: true, responses: [{ type: 'function_calls', calls: [{ name: 'lookup_order', arguments: '{"orderId":"O-1001"}' }] }] });
+    await script({
+      ticketId: 'F-6',
+      repeat: true,
+      responses: [{ type: 'function_calls', calls: [{ name: 'lookup_order', arguments: '{"orderId":"O-1001"}' }] }],
+    });
     const input: ResponseInputItem[] = [{ role: 'user', content: 'loop' }];
     const ids = new Set<string>();
     for (let i = 0; i < 5; i++) {
@@ -100,7 +143,10 @@ describe('fixture mode', () => {
   });
 
   it('rejects a bad fixture body with a reason; DELETE ?ticketId= clears one ticket', async () => {
-    const bad = await request(h.server).post('/fixtures').send({ ticketId: 'F-7', responses: [{ type: 'nope' }] }).expect(400);
+    const bad = await request(h.server)
+      .post('/fixtures')
+      .send({ ticketId: 'F-7', responses: [{ type: 'nope' }] })
+      .expect(400);
     expect(bad.body.error.reason).toBe('invalid_body');
     await request(h.server).post('/fixtures').send({ ticketId: 'F-7', repeat: true, responses: [] }).expect(400);
     await script({ ticketId: 'F-7', responses: [{ type: 'message', text: 'a' }] });
@@ -122,12 +168,32 @@ describe('HTTP edges', () => {
   it('400 in the API error shape for a missing model, bad JSON and previous_response_id', async () => {
     const auth = { authorization: 'Bearer t' };
     const missing = await request(h.server).post('/v1/responses').set(auth).send({ input: 'hi' }).expect(400);
-    expect(missing.body).toEqual({ error: { message: "Missing required parameter: 'model'.", type: 'invalid_request_error', param: 'model', code: 'missing_required_parameter' } });
-    const badItem = await request(h.server).post('/v1/responses').set(auth).send({ model: 'm', input: [{ type: 'function_call_output', output: 'x' }] }).expect(400);
+    expect(missing.body).toEqual({
+      error: {
+        message: "Missing required parameter: 'model'.",
+        type: 'invalid_request_error',
+        param: 'model',
+        code: 'missing_required_parameter',
+      },
+    });
+    const badItem = await request(h.server)
+      .post('/v1/responses')
+      .set(auth)
+      .send({ model: 'm', input: [{ type: 'function_call_output', output: 'x' }] })
+      .expect(400);
     expect(badItem.body.error.param).toBe('input[0].call_id');
-    const json = await request(h.server).post('/v1/responses').set(auth).set('content-type', 'application/json').send('{"model":').expect(400);
+    const json = await request(h.server)
+      .post('/v1/responses')
+      .set(auth)
+      .set('content-type', 'application/json')
+      .send('{"model":')
+      .expect(400);
     expect(json.body.error.type).toBe('invalid_request_error');
-    const prev = await request(h.server).post('/v1/responses').set(auth).send({ model: 'm', input: 'hi', previous_response_id: 'resp_1' }).expect(400);
+    const prev = await request(h.server)
+      .post('/v1/responses')
+      .set(auth)
+      .send({ model: 'm', input: 'hi', previous_response_id: 'resp_1' })
+      .expect(400);
     expect(prev.body.error).toMatchObject({ param: 'previous_response_id', code: 'previous_response_not_found' });
   });
 

@@ -7,7 +7,11 @@ import { analyzeRequest } from '../src/domain/request-analysis.ts';
 const ALL = ['lookup_order', 'issue_refund', 'reship_order', 'notify_customer', 'lookup_change', 'prepare_change', 'schedule_change'];
 
 /** Runs the planner to completion, answering every call with `outputFor` (default `{}`). */
-function run(userTexts: string[], tools: string[] = ALL, outputFor: (name: string) => string = () => '{}'): { steps: PlannedStep[]; items: HistoryItem[] } {
+function run(
+  userTexts: string[],
+  tools: string[] = ALL,
+  outputFor: (name: string) => string = () => '{}',
+): { steps: PlannedStep[]; items: HistoryItem[] } {
   const items: HistoryItem[] = [];
   for (const text of userTexts) items.push({ kind: 'message', index: items.length, role: 'user', text });
   const steps: PlannedStep[] = [];
@@ -22,7 +26,8 @@ function run(userTexts: string[], tools: string[] = ALL, outputFor: (name: strin
   throw new Error('planner did not finish');
 }
 
-const names = (steps: PlannedStep[]) => steps.map((s) => (s.type === 'function_call' ? `${s.name}(${Object.values(s.arguments).join(',')})` : 'message'));
+const names = (steps: PlannedStep[]) =>
+  steps.map((s) => (s.type === 'function_call' ? `${s.name}(${Object.values(s.arguments).join(',')})` : 'message'));
 
 describe('request analysis', () => {
   it('reads amounts in every documented format as two-decimal strings', () => {
@@ -67,29 +72,52 @@ describe('planNextStep', () => {
 
   it('a follow-up message asking again re-proposes (next version) with the new amount; lookups are not repeated', () => {
     const first = run(['Refund $120 on O-1002.'], ALL, (n) => (n === 'issue_refund' ? '{"executed":false,"reason":"superseded"}' : '{}'));
-    const items: HistoryItem[] = [...first.items, { kind: 'message', index: first.items.length, role: 'user', text: 'Actually make the refund $450.' }];
+    const items: HistoryItem[] = [
+      ...first.items,
+      { kind: 'message', index: first.items.length, role: 'user', text: 'Actually make the refund $450.' },
+    ];
     const step = planNextStep({ items, tools: ALL });
-    expect(step).toEqual({ type: 'function_call', name: 'issue_refund', arguments: { orderId: 'O-1002', amount: '450.00', reason: 'Actually make the refund $450.' } });
+    expect(step).toEqual({
+      type: 'function_call',
+      name: 'issue_refund',
+      arguments: { orderId: 'O-1002', amount: '450.00', reason: 'Actually make the refund $450.' },
+    });
   });
 
   it('summarises outcomes, including not-executed outputs', () => {
-    const { steps } = run(['Refund $120 on O-1002.'], ALL, (n) => (n === 'issue_refund' ? '{"executed":false,"reason":"denied"}' : '{"status":"shipped"}'));
-    expect(steps.at(-1)).toEqual({ type: 'message', text: 'Looked up O-1002 (shipped); refund of 120.00 on O-1002 proposed (not executed: denied).' });
+    const { steps } = run(['Refund $120 on O-1002.'], ALL, (n) =>
+      n === 'issue_refund' ? '{"executed":false,"reason":"denied"}' : '{"status":"shipped"}',
+    );
+    expect(steps.at(-1)).toEqual({
+      type: 'message',
+      text: 'Looked up O-1002 (shipped); refund of 120.00 on O-1002 proposed (not executed: denied).',
+    });
   });
 
   it('change pack: manual window; schedule waits for a plan id', () => {
-    const { steps } = run(['Prepare and schedule CHG-102 in a manual window.'], ALL, (n) => (n === 'prepare_change' ? 'created plan_0123456789abcdef' : '{}'));
-    expect(names(steps)).toEqual(['lookup_change(CHG-102)', 'prepare_change(CHG-102,manual-window,)', 'schedule_change(plan_0123456789abcdef,manual-window,)', 'message']);
+    const { steps } = run(['Prepare and schedule CHG-102 in a manual window.'], ALL, (n) =>
+      n === 'prepare_change' ? 'created plan_0123456789abcdef' : '{}',
+    );
+    expect(names(steps)).toEqual([
+      'lookup_change(CHG-102)',
+      'prepare_change(CHG-102,manual-window,)',
+      'schedule_change(plan_0123456789abcdef,manual-window,)',
+      'message',
+    ]);
     const noPlan = run(['Schedule CHG-101.'], ALL, () => '{"error":"boom"}');
     expect(noPlan.steps.at(-1)).toMatchObject({ type: 'message', text: expect.stringContaining('no plan id is known') });
   });
 
   it('no tools → a message; tool_choice narrows the eligible tools', () => {
-    expect(planNextStep({ items: [{ kind: 'message', index: 0, role: 'user', text: 'Refund $1 on O-1001' }], tools: [] })).toMatchObject({ type: 'message' });
+    expect(planNextStep({ items: [{ kind: 'message', index: 0, role: 'user', text: 'Refund $1 on O-1001' }], tools: [] })).toMatchObject({
+      type: 'message',
+    });
     const tools = ALL.map((name) => ({ type: 'function', name }));
     expect(eligibleTools(tools, 'none')).toEqual([]);
     expect(eligibleTools(tools, { type: 'function', name: 'reship_order' })).toEqual(['reship_order']);
-    expect(eligibleTools(tools, { type: 'allowed_tools', mode: 'auto', tools: [{ type: 'function', name: 'lookup_order' }] })).toEqual(['lookup_order']);
+    expect(eligibleTools(tools, { type: 'allowed_tools', mode: 'auto', tools: [{ type: 'function', name: 'lookup_order' }] })).toEqual([
+      'lookup_order',
+    ]);
     expect(eligibleTools([...tools, { type: 'web_search' }], 'auto')).toEqual(ALL);
   });
 });
@@ -100,6 +128,10 @@ describe('checkPairing', () => {
     const out = (index: number, callId: string): HistoryItem => ({ kind: 'function_call_output', index, callId, output: '{}' });
     expect(checkPairing([call(0, 'a'), call(1, 'b'), out(2, 'b'), out(3, 'a')])).toBeNull();
     expect(checkPairing([out(0, 'a'), call(1, 'a')])).toMatchObject({ reason: 'unknown_call', callId: 'a' });
-    expect(checkPairing([call(0, 'a'), out(1, 'a'), call(2, 'b')])).toEqual({ reason: 'missing_output', callId: 'b', message: 'No tool output found for function call b.' });
+    expect(checkPairing([call(0, 'a'), out(1, 'a'), call(2, 'b')])).toEqual({
+      reason: 'missing_output',
+      callId: 'b',
+      message: 'No tool output found for function call b.',
+    });
   });
 });

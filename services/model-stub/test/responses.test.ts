@@ -141,7 +141,12 @@ describe('call_id pairing rule', () => {
     expect(err).toBeInstanceOf(OpenAI.BadRequestError);
     const e = err as InstanceType<typeof OpenAI.BadRequestError>;
     expect(e.status).toBe(400);
-    expect(e.error).toEqual({ message: 'No tool output found for function call call_x1.', type: 'invalid_request_error', param: 'input', code: null });
+    expect(e.error).toEqual({
+      message: 'No tool output found for function call call_x1.',
+      type: 'invalid_request_error',
+      param: 'input',
+      code: null,
+    });
     expect(e.requestID).toMatch(/^req_/);
   });
 

@@ -34,7 +34,10 @@ export const SUPPORT_TOOLS: FunctionTool[] = [
   tool('lookup_order', { orderId: { type: 'string' } }),
   tool('issue_refund', { orderId: { type: 'string' }, amount: { type: 'string' }, reason: { type: 'string' } }),
   tool('reship_order', { orderId: { type: 'string' } }),
-  tool('notify_customer', { orderId: { type: 'string' }, template: { type: 'string', enum: ['refund_issued', 'reship_created', 'apology'] } }),
+  tool('notify_customer', {
+    orderId: { type: 'string' },
+    template: { type: 'string', enum: ['refund_issued', 'reship_created', 'apology'] },
+  }),
 ];
 
 /** The change pack as strict function tools (SPEC §2). */

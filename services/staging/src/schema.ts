@@ -108,7 +108,16 @@ export async function ensureStagingSchema(db: StagingDb, world: World = loadWorl
     if (world.orders.length) {
       await trx
         .insertInto('staging.orders')
-        .values(world.orders.map((o) => ({ id: o.id, tenant: o.tenant, region: o.region, customer: o.customer, paid_cents: o.paid, status: o.status })))
+        .values(
+          world.orders.map((o) => ({
+            id: o.id,
+            tenant: o.tenant,
+            region: o.region,
+            customer: o.customer,
+            paid_cents: o.paid,
+            status: o.status,
+          })),
+        )
         .onConflict((oc) => oc.column('id').doNothing())
         .execute();
     }
@@ -122,7 +131,16 @@ export async function ensureStagingSchema(db: StagingDb, world: World = loadWorl
     if (world.changes.length) {
       await trx
         .insertInto('staging.changes')
-        .values(world.changes.map((c) => ({ id: c.id, tenant: c.tenant, environment: c.environment, service: c.service, summary: c.summary, risk: c.risk })))
+        .values(
+          world.changes.map((c) => ({
+            id: c.id,
+            tenant: c.tenant,
+            environment: c.environment,
+            service: c.service,
+            summary: c.summary,
+            risk: c.risk,
+          })),
+        )
         .onConflict((oc) => oc.column('id').doNothing())
         .execute();
     }

@@ -25,7 +25,14 @@ describe('change service', () => {
     const auth = `Bearer ${await changeToken()}`;
     const first = await request(h.baseUrl).post('/changes/operations').set('Authorization', auth).set('Idempotency-Key', key).send(body);
     expect(first.status).toBe(201);
-    expect(first.body).toMatchObject({ operationKey: key, status: 'scheduled', planId: body.planId, changeId: 'CHG-101', note: null, requester: 'eng-lou' });
+    expect(first.body).toMatchObject({
+      operationKey: key,
+      status: 'scheduled',
+      planId: body.planId,
+      changeId: 'CHG-101',
+      note: null,
+      requester: 'eng-lou',
+    });
 
     const replay = await request(h.baseUrl).post('/changes/operations').set('Authorization', auth).set('Idempotency-Key', key).send(body);
     expect(replay.status).toBe(200);
@@ -40,20 +47,30 @@ describe('change service', () => {
     expect(other.status).toBe(409);
     expect(other.body.error.reason).toBe('idempotency_key_reuse');
 
-    const read = await request(h.baseUrl).get(`/changes/operations/${encodeURIComponent(key)}`).expect(200);
+    const read = await request(h.baseUrl)
+      .get(`/changes/operations/${encodeURIComponent(key)}`)
+      .expect(200);
     expect(read.body).toEqual(first.body);
     await request(h.baseUrl).get('/changes/operations/nope').expect(404);
   });
 
   it('refuses another tenant, a missing key and a malformed plan id', async () => {
     const auth = `Bearer ${await changeToken('northwind')}`;
-    const other = await request(h.baseUrl).post('/changes/operations').set('Authorization', auth).set('Idempotency-Key', newKey()).send(body);
+    const other = await request(h.baseUrl)
+      .post('/changes/operations')
+      .set('Authorization', auth)
+      .set('Idempotency-Key', newKey())
+      .send(body);
     expect(other.status).toBe(403);
     expect(other.body.error.reason).toBe('tenant_mismatch');
     const own = `Bearer ${await changeToken()}`;
     const noKey = await request(h.baseUrl).post('/changes/operations').set('Authorization', own).send(body);
     expect(noKey.status).toBe(400);
-    const badPlan = await request(h.baseUrl).post('/changes/operations').set('Authorization', own).set('Idempotency-Key', newKey()).send({ ...body, planId: 'plan_X' });
+    const badPlan = await request(h.baseUrl)
+      .post('/changes/operations')
+      .set('Authorization', own)
+      .set('Idempotency-Key', newKey())
+      .send({ ...body, planId: 'plan_X' });
     expect(badPlan.status).toBe(400);
   });
 });

@@ -96,7 +96,10 @@ describe('fault switches', () => {
     expect(outcome).toBe('TimeoutError');
     expect(await refundsWithKey(key)).toHaveLength(0);
     const log = await request(h.baseUrl).get('/requests').query({ target: 'payments' }).expect(200);
-    expect(log.body.requests.find((r: { idempotencyKey: string }) => r.idempotencyKey === key)).toMatchObject({ status: null, reason: 'fault:hang' });
+    expect(log.body.requests.find((r: { idempotencyKey: string }) => r.idempotencyKey === key)).toMatchObject({
+      status: null,
+      reason: 'fault:hang',
+    });
   });
 
   it('applies only to POSTs of its own target and is listed until it disarms', async () => {

@@ -32,17 +32,26 @@ describe('order system', () => {
   });
 
   it('refuses a reship of an order that is not shipped (409 order_not_shipped)', async () => {
-    const res = await request(h.baseUrl).post('/orders/O-1005/shipments').set('Authorization', `Bearer ${await reshipToken()}`).send({});
+    const res = await request(h.baseUrl)
+      .post('/orders/O-1005/shipments')
+      .set('Authorization', `Bearer ${await reshipToken()}`)
+      .send({});
     expect(res.status).toBe(409);
     expect(res.body.error.reason).toBe('order_not_shipped');
     expect((await request(h.baseUrl).get('/orders/O-1005/shipments')).body.shipments).toHaveLength(0);
   });
 
   it('refuses another tenant, a payments token, and no token', async () => {
-    const other = await request(h.baseUrl).post('/orders/N-2001/shipments').set('Authorization', `Bearer ${await reshipToken()}`).send({});
+    const other = await request(h.baseUrl)
+      .post('/orders/N-2001/shipments')
+      .set('Authorization', `Bearer ${await reshipToken()}`)
+      .send({});
     expect(other.status).toBe(403);
     expect(other.body.error.reason).toBe('tenant_mismatch');
-    const wrong = await request(h.baseUrl).post('/orders/O-1007/shipments').set('Authorization', `Bearer ${await token()}`).send({});
+    const wrong = await request(h.baseUrl)
+      .post('/orders/O-1007/shipments')
+      .set('Authorization', `Bearer ${await token()}`)
+      .send({});
     expect(wrong.status).toBe(403);
     expect(wrong.body.error.reason).toBe('wrong_audience');
     const none = await request(h.baseUrl).post('/orders/O-1007/shipments').send({});
@@ -72,9 +81,17 @@ describe('mail', () => {
   it('sends again on a repeat (no dedupe) and refuses unknown templates', async () => {
     const auth = `Bearer ${await mailToken()}`;
     for (let i = 0; i < 2; i++) {
-      await request(h.baseUrl).post('/mail/messages').set('Authorization', auth).send({ orderId: 'O-1008', template: 'refund_issued' }).expect(201);
+      await request(h.baseUrl)
+        .post('/mail/messages')
+        .set('Authorization', auth)
+        .send({ orderId: 'O-1008', template: 'refund_issued' })
+        .expect(201);
     }
-    await request(h.baseUrl).post('/mail/messages').set('Authorization', auth).send({ orderId: 'O-1008', template: 'free_text' }).expect(400);
+    await request(h.baseUrl)
+      .post('/mail/messages')
+      .set('Authorization', auth)
+      .send({ orderId: 'O-1008', template: 'free_text' })
+      .expect(400);
     const list = await request(h.baseUrl).get('/mail/messages').query({ orderId: 'O-1008' }).expect(200);
     expect(list.body.messages).toHaveLength(2);
   });

@@ -56,7 +56,9 @@ describe('payments ledger', () => {
     expect(noKey.status).toBe(400);
     expect(noKey.body.error.reason).toBe('missing_idempotency_key');
 
-    const noToken = await request(h.baseUrl).post('/ledger/refunds').set('Idempotency-Key', newKey())
+    const noToken = await request(h.baseUrl)
+      .post('/ledger/refunds')
+      .set('Idempotency-Key', newKey())
       .send({ orderId: 'O-1001', amountCents: 100, reason: 'x' });
     expect(noToken.status).toBe(401);
     expect(noToken.body.error.reason).toBe('missing_token');

@@ -32,7 +32,15 @@ describe('request log', () => {
 
     const all = await request(h.baseUrl).get('/requests').query({ orderId: 'O-1002' }).expect(200);
     expect(all.body.requests).toEqual([
-      expect.objectContaining({ target: 'payments', method: 'POST', path: '/ledger/refunds', idempotencyKey: key, fencingToken: 7, status: 403, reason: 'ceiling_exceeded' }),
+      expect.objectContaining({
+        target: 'payments',
+        method: 'POST',
+        path: '/ledger/refunds',
+        idempotencyKey: key,
+        fencingToken: 7,
+        status: 403,
+        reason: 'ceiling_exceeded',
+      }),
       expect.objectContaining({ target: 'payments', status: 201, reason: null }),
       expect.objectContaining({ target: 'orders', path: '/orders/O-1002/shipments', status: 401, reason: 'missing_token' }),
     ]);

@@ -1,9 +1,31 @@
 import { randomInt } from 'node:crypto';
 import type { Server } from 'node:http';
 import { createDb, type Db } from '@gatehouse/ledger';
-import { createTestDatabase, dropQueuePrefix, setDeadlockTimeout, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
-import { closeServer, createLogger, createRedis, listen, OutboxRelay, QueueRegistry, type Logger } from '../../../packages/platform/src/index.ts';
-import { createStagingApp, ensureStagingSchema, openStagingDatabase, type FaultSpec, type RecordedRequest, type StagingDb } from '../../../services/staging/src/index.ts';
+import {
+  createTestDatabase,
+  dropQueuePrefix,
+  setDeadlockTimeout,
+  testQueuePrefix,
+  TEST_REDIS_URL,
+  type TestDatabase,
+} from '@gatehouse/testing';
+import {
+  closeServer,
+  createLogger,
+  createRedis,
+  listen,
+  OutboxRelay,
+  QueueRegistry,
+  type Logger,
+} from '../../../packages/platform/src/index.ts';
+import {
+  createStagingApp,
+  ensureStagingSchema,
+  openStagingDatabase,
+  type FaultSpec,
+  type RecordedRequest,
+  type StagingDb,
+} from '../../../services/staging/src/index.ts';
 import type { ExecutionDeps } from '../../../services/executor/src/jobs/executions.processor.ts';
 import { loadActiveSupportBundle, type SupportBundle } from '../../../packages/policy/src/index.ts';
 
@@ -86,16 +108,30 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
     deps: (overrides = {}) => ({ ...base, ...overrides }),
     newOrder: async (paidCents = 50_000) => {
       const id = `O-${randomInt(100_000, 999_999)}${randomInt(0, 9)}`;
-      await staging.insertInto('staging.orders').values({ id, tenant: 'quillfeather', region: 'US', customer: 'cust-2', paid_cents: paidCents, status: 'shipped' }).execute();
+      await staging
+        .insertInto('staging.orders')
+        .values({ id, tenant: 'quillfeather', region: 'US', customer: 'cust-2', paid_cents: paidCents, status: 'shipped' })
+        .execute();
       return id;
     },
     arm: async (spec) => {
-      const res = await fetch(`${stagingUrl}/faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(spec) });
+      const res = await fetch(`${stagingUrl}/faults`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(spec),
+      });
       if (res.status !== 201) throw new Error(`POST /faults → ${res.status}`);
     },
-    requests: async (orderId) => (await getJson<{ requests: RecordedRequest[] }>(`${stagingUrl}/requests?orderId=${encodeURIComponent(orderId)}`)).requests,
-    refunds: async (orderId) => (await getJson<{ refunds: Array<{ refundId: string; idempotencyKey: string; amountCents: number }> }>(`${stagingUrl}/ledger/refunds?orderId=${encodeURIComponent(orderId)}`)).refunds,
-    shipments: async (orderId) => (await getJson<{ shipments: unknown[] }>(`${stagingUrl}/orders/${encodeURIComponent(orderId)}/shipments`)).shipments,
+    requests: async (orderId) =>
+      (await getJson<{ requests: RecordedRequest[] }>(`${stagingUrl}/requests?orderId=${encodeURIComponent(orderId)}`)).requests,
+    refunds: async (orderId) =>
+      (
+        await getJson<{ refunds: Array<{ refundId: string; idempotencyKey: string; amountCents: number }> }>(
+          `${stagingUrl}/ledger/refunds?orderId=${encodeURIComponent(orderId)}`,
+        )
+      ).refunds,
+    shipments: async (orderId) =>
+      (await getJson<{ shipments: unknown[] }>(`${stagingUrl}/orders/${encodeURIComponent(orderId)}/shipments`)).shipments,
     refundFence: async (key) => {
       const r = await staging.selectFrom('staging.refunds').select('fencing_token').where('idempotency_key', '=', key).executeTakeFirst();
       return r?.fencing_token == null ? null : Number(r.fencing_token);
@@ -125,7 +161,12 @@ export async function auditEvents(db: Db, type: string, runId: string | null): P
 }
 
 /** Polls `fn` every `everyMs` until it returns a truthy value or `timeoutMs` passes (then throws with `what`). */
-export async function waitFor<T>(what: string, fn: () => Promise<T | null | undefined | false>, timeoutMs = 20_000, everyMs = 100): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  fn: () => Promise<T | null | undefined | false>,
+  timeoutMs = 20_000,
+  everyMs = 100,
+): Promise<T> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     const v = await fn();

@@ -16,7 +16,10 @@ export interface ExecutorProcess {
 }
 
 /** Environment of an executor over the test's database, queue prefix and staging URL. */
-export function executorEnv(opts: { databaseUrl: string; prefix: string; stagingUrl: string }, extra: Record<string, string> = {}): Record<string, string> {
+export function executorEnv(
+  opts: { databaseUrl: string; prefix: string; stagingUrl: string },
+  extra: Record<string, string> = {},
+): Record<string, string> {
   return {
     PATH: process.env.PATH ?? '',
     HOME: process.env.HOME ?? '/tmp',

@@ -27,5 +27,10 @@ export interface QueueContract<T> {
   schema: z.ZodType<T>;
   /** Deterministic job id (no `:`, which BullMQ reserves), so a re-enqueue is a no-op while the job exists. */
   jobId: (payload: T) => string;
-  options: { attempts: number; backoff: { type: 'exponential'; delay: number }; removeOnComplete: { age: number; count: number }; removeOnFail: { age: number } };
+  options: {
+    attempts: number;
+    backoff: { type: 'exponential'; delay: number };
+    removeOnComplete: { age: number; count: number };
+    removeOnFail: { age: number };
+  };
 }

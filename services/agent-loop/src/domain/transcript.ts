@@ -8,12 +8,7 @@ export type InputItem = Record<string, unknown>;
  * the history is resent each round; `function_call` items carry no server item id).
  */
 export async function loadTranscript(db: Db | Trx, workflowId: string): Promise<InputItem[]> {
-  const rows = await db
-    .selectFrom('conversation_items')
-    .select(['item'])
-    .where('workflow_id', '=', workflowId)
-    .orderBy('id')
-    .execute();
+  const rows = await db.selectFrom('conversation_items').select(['item']).where('workflow_id', '=', workflowId).orderBy('id').execute();
   return rows.map((r) => r.item);
 }
 

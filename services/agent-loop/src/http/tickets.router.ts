@@ -31,66 +31,74 @@ export function ticketsRouter(cfg: IntakeConfig): Router {
       throw new UserError('pack_unavailable', 'the change pack is not available in this release');
     }
     const textHash = sha256Hex(body.text);
-    const result = await withSpan('intake ticket', { 'gatehouse.tenant': user.tenant }, () => inTransaction(cfg.db, async (trx) => {
-      const id = randomUUID();
-      const inserted = await trx
-        .insertInto('workflows')
-        .values({
-          id,
-          tenant: user.tenant,
-          ticket_id: body.ticketId,
-          user_id: user.sub,
-          pack: body.pack,
-          mode: body.mode,
-          text_sha256: textHash,
-          state: 'received',
-          stop_reason: null,
-          next_step: null,
-          release_id: cfg.release,
-          policy_revision: cfg.policyRevision,
-          catalog_digest: cfg.catalogDigest,
-        })
-        .onConflict((oc) => oc.columns(['tenant', 'ticket_id']).doNothing())
-        .returning('id')
-        .executeTakeFirst();
-      if (!inserted) {
-        const existing = await trx
-          .selectFrom('workflows')
-          .select(['id', 'text_sha256', 'mode', 'pack'])
-          .where('tenant', '=', user.tenant)
-          .where('ticket_id', '=', body.ticketId)
-          .executeTakeFirstOrThrow();
-        if (existing.text_sha256 !== textHash || existing.mode !== body.mode || existing.pack !== body.pack) {
-          throw new ConflictError('ticket_conflict', `ticket ${body.ticketId} was already submitted with other content`);
+    const result = await withSpan('intake ticket', { 'gatehouse.tenant': user.tenant }, () =>
+      inTransaction(cfg.db, async (trx) => {
+        const id = randomUUID();
+        const inserted = await trx
+          .insertInto('workflows')
+          .values({
+            id,
+            tenant: user.tenant,
+            ticket_id: body.ticketId,
+            user_id: user.sub,
+            pack: body.pack,
+            mode: body.mode,
+            text_sha256: textHash,
+            state: 'received',
+            stop_reason: null,
+            next_step: null,
+            release_id: cfg.release,
+            policy_revision: cfg.policyRevision,
+            catalog_digest: cfg.catalogDigest,
+          })
+          .onConflict((oc) => oc.columns(['tenant', 'ticket_id']).doNothing())
+          .returning('id')
+          .executeTakeFirst();
+        if (!inserted) {
+          const existing = await trx
+            .selectFrom('workflows')
+            .select(['id', 'text_sha256', 'mode', 'pack'])
+            .where('tenant', '=', user.tenant)
+            .where('ticket_id', '=', body.ticketId)
+            .executeTakeFirstOrThrow();
+          if (existing.text_sha256 !== textHash || existing.mode !== body.mode || existing.pack !== body.pack) {
+            throw new ConflictError('ticket_conflict', `ticket ${body.ticketId} was already submitted with other content`);
+          }
+          return { workflowId: existing.id, rows: [] };
         }
-        return { workflowId: existing.id, rows: [] };
-      }
-      await trx
-        .insertInto('budgets')
-        .values({
-          workflow_id: id,
-          max_rounds: cfg.budgets.maxRounds,
-          max_tool_calls: cfg.budgets.maxToolCalls,
-          deadline_at: new Date(Date.now() + cfg.budgets.wallTimeSeconds * 1000),
-          max_spend_tokens: cfg.budgets.maxSpendTokens,
-        })
-        .execute();
-      await trx
-        .insertInto('conversation_items')
-        .values({ workflow_id: id, round: 0, kind: 'user_message', call_id: null, item: JSON.stringify({ role: 'user', content: body.text }) })
-        .execute();
-      await recordAudit(trx, {
-        type: 'run.started',
-        service: 'agent-loop',
-        runId: id,
-        step: 0,
-        actorHash: actorHash(cfg.auditHmacKey, user.sub),
-        outcome: body.mode,
-        revisions: { toolCatalog: cfg.catalogDigest, policy: cfg.policyRevision, release: cfg.release },
-      });
-      const row = await enqueueInTransaction(trx, turnsQueue, { release: cfg.release, workflowId: id, round: 1 });
-      return { workflowId: id, rows: [row] };
-    }));
+        await trx
+          .insertInto('budgets')
+          .values({
+            workflow_id: id,
+            max_rounds: cfg.budgets.maxRounds,
+            max_tool_calls: cfg.budgets.maxToolCalls,
+            deadline_at: new Date(Date.now() + cfg.budgets.wallTimeSeconds * 1000),
+            max_spend_tokens: cfg.budgets.maxSpendTokens,
+          })
+          .execute();
+        await trx
+          .insertInto('conversation_items')
+          .values({
+            workflow_id: id,
+            round: 0,
+            kind: 'user_message',
+            call_id: null,
+            item: JSON.stringify({ role: 'user', content: body.text }),
+          })
+          .execute();
+        await recordAudit(trx, {
+          type: 'run.started',
+          service: 'agent-loop',
+          runId: id,
+          step: 0,
+          actorHash: actorHash(cfg.auditHmacKey, user.sub),
+          outcome: body.mode,
+          revisions: { toolCatalog: cfg.catalogDigest, policy: cfg.policyRevision, release: cfg.release },
+        });
+        const row = await enqueueInTransaction(trx, turnsQueue, { release: cfg.release, workflowId: id, round: 1 });
+        return { workflowId: id, rows: [row] };
+      }),
+    );
     await cfg.relay.publish(result.rows);
     res.status(202).json({ workflowId: result.workflowId });
   });

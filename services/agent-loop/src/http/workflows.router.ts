@@ -27,12 +27,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
   router.get('/v1/workflows/:id', async (req, res) => {
     const { user } = req as unknown as AuthedRequest;
     const wf = await ownWorkflow(cfg.db, String(req.params.id), user.tenant);
-    const actions = await cfg.db
-      .selectFrom('actions')
-      .selectAll()
-      .where('workflow_id', '=', wf.id)
-      .orderBy('version')
-      .execute();
+    const actions = await cfg.db.selectFrom('actions').selectAll().where('workflow_id', '=', wf.id).orderBy('version').execute();
     const approvals = await cfg.db
       .selectFrom('approvals')
       .select(['id', 'action_id', 'action_version', 'action_digest', 'status', 'expires_at', 'rule_id'])
@@ -115,7 +110,17 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
           .returning('id')
           .execute();
         for (const v of voided) {
-          await recordAudit(trx, { type: 'approval.voided', service: 'agent-loop', runId: wf.id, tool: a.tool, approvalId: v.id, actionVersion: a.version, callId: a.call_id, outcome: 'superseded', revisions: { release: wf.release_id } });
+          await recordAudit(trx, {
+            type: 'approval.voided',
+            service: 'agent-loop',
+            runId: wf.id,
+            tool: a.tool,
+            approvalId: v.id,
+            actionVersion: a.version,
+            callId: a.call_id,
+            outcome: 'superseded',
+            revisions: { release: wf.release_id },
+          });
         }
         await trx
           .insertInto('conversation_items')
@@ -124,18 +129,32 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
             round: wf.round,
             kind: 'function_call_output',
             call_id: a.call_id,
-            item: JSON.stringify({ type: 'function_call_output', call_id: a.call_id, output: JSON.stringify({ source: a.tool, trust: 'gatehouse', executed: false, reason: 'superseded' }) }),
+            item: JSON.stringify({
+              type: 'function_call_output',
+              call_id: a.call_id,
+              output: JSON.stringify({ source: a.tool, trust: 'gatehouse', executed: false, reason: 'superseded' }),
+            }),
           })
           .onConflict((oc) => oc.columns(['workflow_id', 'kind', 'call_id']).where('call_id', 'is not', null).doNothing())
           .execute();
       }
       await trx
         .insertInto('conversation_items')
-        .values({ workflow_id: wf.id, round: wf.round, kind: 'user_message', call_id: null, item: JSON.stringify({ role: 'user', content: body.text }) })
+        .values({
+          workflow_id: wf.id,
+          round: wf.round,
+          kind: 'user_message',
+          call_id: null,
+          item: JSON.stringify({ role: 'user', content: body.text }),
+        })
         .execute();
       // The next round starts now if no call is still in flight; otherwise the last result starts it.
       if ((await unansweredCalls(trx, wf.id)).length) return [] as OutboxRow[];
-      await trx.updateTable('workflows').set({ state: 'investigating', next_step: null, updated_at: new Date() }).where('id', '=', wf.id).execute();
+      await trx
+        .updateTable('workflows')
+        .set({ state: 'investigating', next_step: null, updated_at: new Date() })
+        .where('id', '=', wf.id)
+        .execute();
       return [await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 })];
     });
     await cfg.relay.publish(rows);

@@ -40,7 +40,11 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
     if (job.park === 'needs_reconciliation') {
       await trx
         .updateTable('workflows')
-        .set({ state: 'needs_reconciliation', next_step: 'An effect has an unknown outcome; on-call must run `gatehouse reconcile` before anything is retried.', updated_at: new Date() })
+        .set({
+          state: 'needs_reconciliation',
+          next_step: 'An effect has an unknown outcome; on-call must run `gatehouse reconcile` before anything is retried.',
+          updated_at: new Date(),
+        })
         .where('id', '=', wf.id)
         .execute();
       return { outcome: 'parked', rows: [] as OutboxRow[] };
@@ -51,7 +55,13 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
         .set({ state: 'stopped', stop_reason: job.stop, next_step: NEXT_STEP[job.stop], updated_at: new Date() })
         .where('id', '=', wf.id)
         .execute();
-      await recordAudit(trx, { type: 'run.stopped', service: 'agent-loop', runId: wf.id, outcome: job.stop, revisions: { release: wf.release_id } });
+      await recordAudit(trx, {
+        type: 'run.stopped',
+        service: 'agent-loop',
+        runId: wf.id,
+        outcome: job.stop,
+        revisions: { release: wf.release_id },
+      });
       return { outcome: `stopped:${job.stop}`, rows: [] as OutboxRow[] };
     }
     if (TERMINAL_STATES.has(wf.state)) return { outcome: 'answered_terminal', rows: [] as OutboxRow[] };

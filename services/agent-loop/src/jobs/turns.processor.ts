@@ -61,7 +61,14 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
       metadata: { workflow_id: wf.id, ticket_id: wf.ticket_id, release: wf.release_id },
     });
   } catch (err) {
-    if (err instanceof OpenAI.APIError && err.status !== undefined && err.status >= 400 && err.status < 500 && err.status !== 408 && err.status !== 429) {
+    if (
+      err instanceof OpenAI.APIError &&
+      err.status !== undefined &&
+      err.status >= 400 &&
+      err.status < 500 &&
+      err.status !== 408 &&
+      err.status !== 429
+    ) {
       log.error({ workflowId: wf.id, status: err.status }, 'model rejected the request');
       await inTransaction(db, (trx) => stopWorkflow(trx, wf, 'model_error'));
       return 'model_error';
@@ -101,21 +108,45 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
       step: job.round,
       outcome: calls.length ? `function_calls:${calls.length}` : 'message',
       latencyMs: Date.now() - started,
-      revisions: { model: response.model, promptHash: PROMPT_HASH, toolCatalog: wf.catalog_digest, policy: wf.policy_revision, release: wf.release_id },
+      revisions: {
+        model: response.model,
+        promptHash: PROMPT_HASH,
+        toolCatalog: wf.catalog_digest,
+        policy: wf.policy_revision,
+        release: wf.release_id,
+      },
     });
 
     if (!calls.length) {
       const text = response.output_text.slice(0, 4000);
       await trx
         .insertInto('conversation_items')
-        .values({ workflow_id: wf.id, round: job.round, kind: 'assistant_message', call_id: null, item: JSON.stringify({ role: 'assistant', content: text }) })
+        .values({
+          workflow_id: wf.id,
+          round: job.round,
+          kind: 'assistant_message',
+          call_id: null,
+          item: JSON.stringify({ role: 'assistant', content: text }),
+        })
         .execute();
       await trx
         .updateTable('workflows')
-        .set({ state: 'completed', round: job.round, next_step: 'Done: read the agent’s final message (finalMessage).', updated_at: new Date() })
+        .set({
+          state: 'completed',
+          round: job.round,
+          next_step: 'Done: read the agent’s final message (finalMessage).',
+          updated_at: new Date(),
+        })
         .where('id', '=', wf.id)
         .execute();
-      await recordAudit(trx, { type: 'run.completed', service: 'agent-loop', runId: wf.id, step: job.round, outcome: 'completed', revisions: { release: wf.release_id } });
+      await recordAudit(trx, {
+        type: 'run.completed',
+        service: 'agent-loop',
+        runId: wf.id,
+        step: job.round,
+        outcome: 'completed',
+        revisions: { release: wf.release_id },
+      });
       return [] as OutboxRow[];
     }
 
@@ -124,8 +155,16 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
       await stopWorkflow(trx, wf, 'budget_exhausted');
       return [] as OutboxRow[];
     }
-    await trx.updateTable('budgets').set({ tool_calls_used: b.tool_calls_used + calls.length }).where('workflow_id', '=', wf.id).execute();
-    await trx.updateTable('workflows').set({ state: 'investigating', round: job.round, updated_at: new Date() }).where('id', '=', wf.id).execute();
+    await trx
+      .updateTable('budgets')
+      .set({ tool_calls_used: b.tool_calls_used + calls.length })
+      .where('workflow_id', '=', wf.id)
+      .execute();
+    await trx
+      .updateTable('workflows')
+      .set({ state: 'investigating', round: job.round, updated_at: new Date() })
+      .where('id', '=', wf.id)
+      .execute();
 
     const out: OutboxRow[] = [];
     for (const call of calls) {
@@ -159,7 +198,9 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
         callId: call.call_id,
         revisions: { toolCatalog: wf.catalog_digest, release: wf.release_id },
       });
-      out.push(await enqueueInTransaction(trx, proposalsQueue, { release: wf.release_id, workflowId: wf.id, proposalId, callId: call.call_id }));
+      out.push(
+        await enqueueInTransaction(trx, proposalsQueue, { release: wf.release_id, workflowId: wf.id, proposalId, callId: call.call_id }),
+      );
     }
     return out;
   });

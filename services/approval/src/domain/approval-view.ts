@@ -33,7 +33,24 @@ export function selectApprovals(db: Db, tenant: string) {
   return db
     .selectFrom('approvals as p')
     .innerJoin('actions as a', 'a.id', 'p.action_id')
-    .select(['p.id', 'p.workflow_id', 'p.tool', 'a.target', 'a.arguments', 'a.facts', 'p.requester', 'p.rule_id', 'p.action_version', 'p.action_digest', 'p.policy_revision', 'p.amount_cents', 'p.status', 'p.expires_at', 'p.tenant', 'p.region'])
+    .select([
+      'p.id',
+      'p.workflow_id',
+      'p.tool',
+      'a.target',
+      'a.arguments',
+      'a.facts',
+      'p.requester',
+      'p.rule_id',
+      'p.action_version',
+      'p.action_digest',
+      'p.policy_revision',
+      'p.amount_cents',
+      'p.status',
+      'p.expires_at',
+      'p.tenant',
+      'p.region',
+    ])
     .where('p.tenant', '=', tenant);
 }
 
@@ -43,7 +60,12 @@ type Row = Awaited<ReturnType<ReturnType<typeof selectApprovals>['execute']>>[nu
 export function toView(r: Row, viewerId: string): ApprovalView {
   const args: Record<string, unknown> = { ...r.arguments };
   if (typeof args.amountCents === 'number') args.amount = (args.amountCents / 100).toFixed(2);
-  const refusal = authorityRefusal(viewerId, r.tenant, { tenant: r.tenant, region: r.region, requester: r.requester, amountCents: r.amount_cents });
+  const refusal = authorityRefusal(viewerId, r.tenant, {
+    tenant: r.tenant,
+    region: r.region,
+    requester: r.requester,
+    amountCents: r.amount_cents,
+  });
   return {
     approvalId: r.id,
     workflowId: r.workflow_id,

@@ -29,7 +29,12 @@ export async function decideApproval(
   auditHmacKey: string,
 ): Promise<DecisionOutcome> {
   return inTransaction(db, async (trx) => {
-    const approval = await trx.selectFrom('approvals').selectAll().where('id', '=', approvalId).where('tenant', '=', caller.tenant).executeTakeFirst();
+    const approval = await trx
+      .selectFrom('approvals')
+      .selectAll()
+      .where('id', '=', approvalId)
+      .where('tenant', '=', caller.tenant)
+      .executeTakeFirst();
     if (!approval) throw new UserError('not_found', 'no such approval', { status: 404 });
     assertAuthority(caller.sub, caller.tenant, {
       tenant: approval.tenant,
@@ -51,7 +56,8 @@ export async function decideApproval(
     if (body.actionDigest !== approval.action_digest) throw new ConflictError('digest_mismatch', 'action digest does not match');
     if (approval.status !== 'pending') throw new GoneError(`already_${approval.status}`, `approval is ${approval.status}`);
     const wf = await trx.selectFrom('workflows').select('state').where('id', '=', approval.workflow_id).executeTakeFirstOrThrow();
-    if (['completed', 'stopped', 'needs_reconciliation'].includes(wf.state)) throw new GoneError(`workflow_${wf.state}`, `the workflow is ${wf.state}; nothing more will run`);
+    if (['completed', 'stopped', 'needs_reconciliation'].includes(wf.state))
+      throw new GoneError(`workflow_${wf.state}`, `the workflow is ${wf.state}; nothing more will run`);
     if (new Date(approval.expires_at).getTime() <= Date.now()) throw new GoneError('expired', 'approval expired');
 
     await trx.selectFrom('actions').select('id').where('id', '=', approval.action_id).forUpdate().execute(); // lock order: actions → approvals
@@ -79,7 +85,12 @@ export async function decideApproval(
     });
     let row: OutboxRow;
     if (status === 'approved') {
-      await trx.updateTable('actions').set({ status: 'approved', updated_at: new Date() }).where('id', '=', approval.action_id).where('status', '=', 'pending_approval').execute();
+      await trx
+        .updateTable('actions')
+        .set({ status: 'approved', updated_at: new Date() })
+        .where('id', '=', approval.action_id)
+        .where('status', '=', 'pending_approval')
+        .execute();
       row = await enqueueInTransaction(trx, executionsQueue, {
         release: approval.release_id,
         workflowId: approval.workflow_id,
@@ -95,7 +106,12 @@ export async function decideApproval(
         .returning(['call_id'])
         .executeTakeFirstOrThrow();
       const output = toSafeOutput(approval.tool, { executed: false, reason: 'rejected' }, 'gatehouse');
-      row = await enqueueInTransaction(trx, resultsQueue, { release: approval.release_id, workflowId: approval.workflow_id, callId: action.call_id, output });
+      row = await enqueueInTransaction(trx, resultsQueue, {
+        release: approval.release_id,
+        workflowId: approval.workflow_id,
+        callId: action.call_id,
+        output,
+      });
     }
     return { approvalId: approval.id, status, rows: [row] };
   });

@@ -10,7 +10,9 @@ import { selectApprovals, toView } from '../domain/approval-view.ts';
 
 const caller = (req: Request): UserClaims => (req as unknown as { user: UserClaims }).user;
 /** Query of `GET /v1/approvals`. */
-export const ListQuerySchema = z.object({ status: z.enum(['pending', 'approved', 'denied', 'expired', 'void', 'used']).default('pending') });
+export const ListQuerySchema = z.object({
+  status: z.enum(['pending', 'approved', 'denied', 'expired', 'void', 'used']).default('pending'),
+});
 const Id = z.uuid();
 
 /**
@@ -43,7 +45,9 @@ export function approvalsRouter(cfg: { db: Db; relay: OutboxRelay; auditHmacKey:
     const id = String(req.params.id);
     if (!Id.safeParse(id).success) throw new UserError('not_found', 'no such approval', { status: 404 });
     const body = parseBody(DecisionRequestSchema, req.body);
-    const outcome = await withSpan('approval decision', { 'gatehouse.decision': body.decision }, () => decideApproval(cfg.db, user, id, body, cfg.auditHmacKey));
+    const outcome = await withSpan('approval decision', { 'gatehouse.decision': body.decision }, () =>
+      decideApproval(cfg.db, user, id, body, cfg.auditHmacKey),
+    );
     await cfg.relay.publish(outcome.rows);
     res.json({ approvalId: outcome.approvalId, status: outcome.status });
   });

@@ -21,16 +21,24 @@ export function signInPage(users: Array<{ id: string; role: string; region?: str
   const chooser = users
     ? `<label>User <select name="userId">${users.map((u) => `<option value="${escapeHtml(u.id)}">${escapeHtml(`${u.id} (${u.role}${u.region ? `, ${u.region}` : ''})`)}</option>`).join('')}</select></label>`
     : `<label>Bearer token <input name="token" type="password" size="60"></label>`;
-  return page('Sign in — Gatehouse approvals', `<h1>Gatehouse approvals</h1>${error ? `<p class="note">${escapeHtml(error)}</p>` : ''}<form method="post" action="/inbox/session">${chooser} <button type="submit">Sign in</button></form>`);
+  return page(
+    'Sign in — Gatehouse approvals',
+    `<h1>Gatehouse approvals</h1>${error ? `<p class="note">${escapeHtml(error)}</p>` : ''}<form method="post" action="/inbox/session">${chooser} <button type="submit">Sign in</button></form>`,
+  );
 }
 
 function fields(v: ApprovalView): string {
   const rows: Array<[string, unknown]> = [
     ['Tool', v.tool],
     ['Order', v.target],
-    ...Object.entries(v.arguments).filter(([k]) => k !== 'amountCents' && k !== 'orderId').map(([k, val]) => [k === 'amount' ? 'Amount' : k === 'reason' ? 'Reason (model text)' : k, val] as [string, unknown]),
+    ...Object.entries(v.arguments)
+      .filter(([k]) => k !== 'amountCents' && k !== 'orderId')
+      .map(([k, val]) => [k === 'amount' ? 'Amount' : k === 'reason' ? 'Reason (model text)' : k, val] as [string, unknown]),
     ['Order paid', typeof v.orderFacts.orderPaidCents === 'number' ? (v.orderFacts.orderPaidCents / 100).toFixed(2) : '—'],
-    ['Refunds already recorded', typeof v.orderFacts.priorRefundsOnOrderCents === 'number' ? (v.orderFacts.priorRefundsOnOrderCents / 100).toFixed(2) : '—'],
+    [
+      'Refunds already recorded',
+      typeof v.orderFacts.priorRefundsOnOrderCents === 'number' ? (v.orderFacts.priorRefundsOnOrderCents / 100).toFixed(2) : '—',
+    ],
     ['Requested by', v.requester],
     ['Rule', v.ruleId],
     ['Policy revision', v.policyRevision],

@@ -55,7 +55,17 @@ export function inboxRouter(cfg: InboxConfig): Router {
     }
   };
   const setSession = (res: Response, token: string | null) =>
-    res.setHeader('set-cookie', stringifySetCookie({ name: COOKIE, value: token ?? '', httpOnly: true, sameSite: 'strict', path: '/inbox', maxAge: token ? 3600 : 0 }));
+    res.setHeader(
+      'set-cookie',
+      stringifySetCookie({
+        name: COOKIE,
+        value: token ?? '',
+        httpOnly: true,
+        sameSite: 'strict',
+        path: '/inbox',
+        maxAge: token ? 3600 : 0,
+      }),
+    );
 
   router.get('/inbox', async (req, res) => {
     secure(res);
@@ -79,7 +89,10 @@ export function inboxRouter(cfg: InboxConfig): Router {
       if (!token) throw new InvalidTokenError('no user chosen');
       await verifyUserToken(token, cfg.verifier);
     } catch {
-      res.status(401).type('html').send(signInPage(cfg.localSecret ? loadWorld().users : null, 'Sign-in failed: unknown user or invalid token.'));
+      res
+        .status(401)
+        .type('html')
+        .send(signInPage(cfg.localSecret ? loadWorld().users : null, 'Sign-in failed: unknown user or invalid token.'));
       return;
     }
     setSession(res, token);
@@ -100,7 +113,14 @@ export function inboxRouter(cfg: InboxConfig): Router {
     }
     const rows = await selectApprovals(cfg.db, s.user.tenant).where('p.status', '=', 'pending').orderBy('p.created_at').execute();
     const flash = typeof req.query.done === 'string' ? req.query.done.slice(0, 200) : undefined;
-    res.type('html').send(inboxPage(s.user.sub, rows.map((r) => toView(r, s.user.sub)), csrfOf(s.token), flash));
+    res.type('html').send(
+      inboxPage(
+        s.user.sub,
+        rows.map((r) => toView(r, s.user.sub)),
+        csrfOf(s.token),
+        flash,
+      ),
+    );
   });
 
   router.post('/inbox/approvals/:id/decision', form, async (req, res) => {
@@ -124,7 +144,15 @@ export function inboxRouter(cfg: InboxConfig): Router {
       res.redirect(303, `/inbox/approvals?done=${encodeURIComponent(`Version ${decision.actionVersion} ${outcome.status}.`)}`);
     } catch (err) {
       if (!(err instanceof GatehouseError)) throw err;
-      res.status(httpStatusOf(err)).type('html').send(page('Not recorded', `<p>The decision was not recorded: ${escapeHtml(err.reason)}.</p><p><a href="/inbox/approvals">Back to the inbox</a></p>`));
+      res
+        .status(httpStatusOf(err))
+        .type('html')
+        .send(
+          page(
+            'Not recorded',
+            `<p>The decision was not recorded: ${escapeHtml(err.reason)}.</p><p><a href="/inbox/approvals">Back to the inbox</a></p>`,
+          ),
+        );
     }
   });
   return router;

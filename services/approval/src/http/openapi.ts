@@ -21,15 +21,36 @@ export function approvalOpenApi(): Record<string, unknown> {
       '/v1/approvals': {
         get: {
           summary: "List approvals of the caller's tenant (pending: only those the caller may decide)",
-          parameters: [{ name: 'status', in: 'query', schema: { type: 'string', enum: ['pending', 'approved', 'denied', 'expired', 'void', 'used'], default: 'pending' } }],
-          responses: { '200': { description: 'approvals', content: { 'application/json': { schema: { type: 'object', properties: { approvals: { type: 'array', items: view } }, required: ['approvals'] } } } }, '400': err('invalid query'), '401': err('missing or invalid token') },
+          parameters: [
+            {
+              name: 'status',
+              in: 'query',
+              schema: { type: 'string', enum: ['pending', 'approved', 'denied', 'expired', 'void', 'used'], default: 'pending' },
+            },
+          ],
+          responses: {
+            '200': {
+              description: 'approvals',
+              content: {
+                'application/json': {
+                  schema: { type: 'object', properties: { approvals: { type: 'array', items: view } }, required: ['approvals'] },
+                },
+              },
+            },
+            '400': err('invalid query'),
+            '401': err('missing or invalid token'),
+          },
         },
       },
       '/v1/approvals/{id}': {
         get: {
           summary: 'One approval, trusted fields only',
           parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string', format: 'uuid' } }],
-          responses: { '200': { description: 'the approval', content: { 'application/json': { schema: view } } }, '401': err('missing or invalid token'), '404': err('no such approval in your tenant') },
+          responses: {
+            '200': { description: 'the approval', content: { 'application/json': { schema: view } } },
+            '401': err('missing or invalid token'),
+            '404': err('no such approval in your tenant'),
+          },
         },
       },
       '/v1/approvals/{id}/decision': {
@@ -38,7 +59,17 @@ export function approvalOpenApi(): Record<string, unknown> {
           parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string', format: 'uuid' } }],
           requestBody: { required: true, content: { 'application/json': { schema: schema(DecisionRequestSchema) } } },
           responses: {
-            '200': { description: 'decision recorded', content: { 'application/json': { schema: { type: 'object', properties: { approvalId: { type: 'string' }, status: { type: 'string', enum: ['approved', 'denied'] } } } } } },
+            '200': {
+              description: 'decision recorded',
+              content: {
+                'application/json': {
+                  schema: {
+                    type: 'object',
+                    properties: { approvalId: { type: 'string' }, status: { type: 'string', enum: ['approved', 'denied'] } },
+                  },
+                },
+              },
+            },
             '400': err('body failed its schema'),
             '401': err('missing or invalid token'),
             '403': err('not authorized: requester, not a lead, other region, limit too low'),

@@ -26,10 +26,28 @@ export async function sweepExpiredApprovals(deps: { db: Db; relay: OutboxRelay }
         .where('status', '=', 'pending_approval')
         .returning(['call_id'])
         .executeTakeFirst();
-      await recordAudit(trx, { type: 'approval.decided', service: 'approval', runId: a.workflow_id, tool: a.tool, actionDigest: a.action_digest, actionVersion: a.action_version, approvalId: a.id, outcome: 'expired', revisions: { release: a.release_id } });
+      await recordAudit(trx, {
+        type: 'approval.decided',
+        service: 'approval',
+        runId: a.workflow_id,
+        tool: a.tool,
+        actionDigest: a.action_digest,
+        actionVersion: a.action_version,
+        approvalId: a.id,
+        outcome: 'expired',
+        revisions: { release: a.release_id },
+      });
       if (!action) continue;
       const output = toSafeOutput(a.tool, { executed: false, reason: 'approval_expired' }, 'gatehouse');
-      out.push(await enqueueInTransaction(trx, resultsQueue, { release: a.release_id, workflowId: a.workflow_id, callId: action.call_id, output, stop: 'approval_expired' }));
+      out.push(
+        await enqueueInTransaction(trx, resultsQueue, {
+          release: a.release_id,
+          workflowId: a.workflow_id,
+          callId: action.call_id,
+          output,
+          stop: 'approval_expired',
+        }),
+      );
     }
     return out;
   });

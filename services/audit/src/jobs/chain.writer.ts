@@ -31,7 +31,14 @@ export async function chainPending(db: Db, batch = 500): Promise<number> {
       return link;
     });
     await trx.insertInto('audit_log').values(links).execute();
-    await trx.deleteFrom('audit_outbox').where('id', 'in', rows.map((r) => r.id)).execute();
+    await trx
+      .deleteFrom('audit_outbox')
+      .where(
+        'id',
+        'in',
+        rows.map((r) => r.id),
+      )
+      .execute();
     return rows.length;
   });
 }

@@ -16,7 +16,13 @@ export async function notifyCustomer(call: AdapterCall): Promise<AdapterResult> 
     Math.max(1, Math.min(call.deadlineMs - Date.now(), 5000)),
   );
   if (res.kind === 'no_response') return { status: 'unknown', reason: `no_response:${res.error}`, attempts: 1 };
-  if (res.status === 201) return { status: 'succeeded', data: { messageId: res.body.messageId, template: res.body.template }, evidenceRef: String(res.body.messageId ?? ''), attempts: 1 };
+  if (res.status === 201)
+    return {
+      status: 'succeeded',
+      data: { messageId: res.body.messageId, template: res.body.template },
+      evidenceRef: String(res.body.messageId ?? ''),
+      attempts: 1,
+    };
   if (res.status >= 500) return { status: 'unknown', reason: `${res.status}:${reasonOf(res.body)}`, attempts: 1 };
   return { status: 'failed', reason: `${res.status}:${reasonOf(res.body)}`, retryable: false, attempts: 1 };
 }

@@ -14,7 +14,8 @@ export async function lookupOrder(call: AdapterCall): Promise<AdapterResult> {
       attempt(`${call.stagingUrl}/orders/${id}/shipments`, {}, timeout),
       attempt(`${call.stagingUrl}/ledger/refunds?orderId=${id}`, {}, timeout),
     ]);
-    if (order.kind === 'response' && order.status === 404) return { status: 'failed', reason: 'order_not_found', retryable: false, attempts: n };
+    if (order.kind === 'response' && order.status === 404)
+      return { status: 'failed', reason: 'order_not_found', retryable: false, attempts: n };
     if (order.kind === 'response' && order.status === 200 && shipments.kind === 'response' && refunds.kind === 'response') {
       const o = order.body;
       const refundList = (refunds.body.refunds ?? []) as Array<{ amountCents: number }>;
@@ -64,7 +65,8 @@ export async function reshipOrder(call: AdapterCall): Promise<AdapterResult> {
     if (res.status === 201) return { status: 'succeeded', data: res.body, evidenceRef: String(res.body.shipmentId ?? ''), attempts: 1 };
     if (res.status < 500) return { status: 'failed', reason: `${res.status}:${reasonOf(res.body)}`, retryable: false, attempts: 1 };
   }
-  if (res.kind === 'no_response' && res.error === 'ECONNREFUSED') return { status: 'retry_safe', reason: 'connection_refused', attempts: 1 };
+  if (res.kind === 'no_response' && res.error === 'ECONNREFUSED')
+    return { status: 'retry_safe', reason: 'connection_refused', attempts: 1 };
   if (res.kind === 'no_response' && (res.error === 'TimeoutError' || res.error === 'AbortError')) {
     return { status: 'unknown', reason: 'timeout_outcome_unknown', attempts: 1 };
   }
@@ -75,11 +77,16 @@ export async function reshipOrder(call: AdapterCall): Promise<AdapterResult> {
  * Decides a shipment whose response was lost by reading the order's shipments back and comparing
  * with the baseline count committed before dispatch. Never re-dispatches.
  */
-export async function resolveByReadBack(call: Pick<AdapterCall, 'stagingUrl' | 'baseline'>, orderId: string, cause: string): Promise<AdapterResult> {
+export async function resolveByReadBack(
+  call: Pick<AdapterCall, 'stagingUrl' | 'baseline'>,
+  orderId: string,
+  cause: string,
+): Promise<AdapterResult> {
   const baseline = Number(call.baseline?.shipments ?? NaN);
   const now = await shipmentCount(call.stagingUrl, orderId);
   if (now === null || !Number.isFinite(baseline)) return { status: 'unknown', reason: `read_back_unavailable:${cause}`, attempts: 1 };
-  if (now === baseline + 1) return { status: 'succeeded', data: { orderId, shipments: now, resolvedBy: 'read_back' }, evidenceRef: 'read_back', attempts: 1 };
+  if (now === baseline + 1)
+    return { status: 'succeeded', data: { orderId, shipments: now, resolvedBy: 'read_back' }, evidenceRef: 'read_back', attempts: 1 };
   if (now === baseline) return { status: 'retry_safe', reason: `not_executed:${cause}`, attempts: 1 };
   return { status: 'unknown', reason: `read_back_ambiguous:${baseline}->${now}`, attempts: 1 };
 }

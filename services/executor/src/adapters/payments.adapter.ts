@@ -52,7 +52,8 @@ export async function issueRefund(call: AdapterCall): Promise<AdapterResult> {
       return { status: 'failed', reason: `${res.status}:${reasonOf(res.body)}`, retryable: false, attempts };
     });
   } catch (err) {
-    const reason = err instanceof RetryableDownstreamError ? err.reason : err instanceof BrokenCircuitError ? 'circuit_open' : (err as Error).message;
+    const reason =
+      err instanceof RetryableDownstreamError ? err.reason : err instanceof BrokenCircuitError ? 'circuit_open' : (err as Error).message;
     // With one key for every attempt, an unanswered attempt may have landed: unknown, not failed.
     return sawNoAnswer ? { status: 'unknown', reason, attempts } : { status: 'failed', reason, retryable: true, attempts };
   }

@@ -29,7 +29,10 @@ const breakers = new Map<string, ReturnType<typeof circuitBreaker>>();
 export function breakerFor(downstream: string): ReturnType<typeof circuitBreaker> {
   let b = breakers.get(downstream);
   if (!b) {
-    b = circuitBreaker(handleWhen((e) => e instanceof RetryableDownstreamError), { halfOpenAfter: 10_000, breaker: new ConsecutiveBreaker(5) });
+    b = circuitBreaker(
+      handleWhen((e) => e instanceof RetryableDownstreamError),
+      { halfOpenAfter: 10_000, breaker: new ConsecutiveBreaker(5) },
+    );
     breakers.set(downstream, b);
   }
   return b;
@@ -44,8 +47,17 @@ export function breakerFor(downstream: string): ReturnType<typeof circuitBreaker
 export function idempotentWritePolicy(downstream: string, maxAttempts: number, deadlineMs: number) {
   const backoff = new DelegateBackoff<IRetryBackoffContext<unknown>>((ctx) => {
     const err = 'error' in ctx.result ? ctx.result.error : undefined;
-    const wanted = err instanceof RetryableDownstreamError && err.retryAfterMs !== undefined ? err.retryAfterMs : Math.random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** ctx.attempt);
+    const wanted =
+      err instanceof RetryableDownstreamError && err.retryAfterMs !== undefined
+        ? err.retryAfterMs
+        : Math.random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** ctx.attempt);
     return Math.max(0, Math.min(wanted, deadlineMs - Date.now()));
   });
-  return wrap(retry(handleWhen((e) => e instanceof RetryableDownstreamError), { maxAttempts: maxAttempts - 1, backoff }), breakerFor(downstream));
+  return wrap(
+    retry(
+      handleWhen((e) => e instanceof RetryableDownstreamError),
+      { maxAttempts: maxAttempts - 1, backoff },
+    ),
+    breakerFor(downstream),
+  );
 }

@@ -1,6 +1,15 @@
 import { sql } from 'kysely';
 import type { ExecutionJob } from '@gatehouse/contracts';
-import { actorHash, operationKeyHash, recordAudit, type Trx, type ActionsTable, type OperationsTable, type OutboxRow, type WorkflowsTable } from '@gatehouse/ledger';
+import {
+  actorHash,
+  operationKeyHash,
+  recordAudit,
+  type Trx,
+  type ActionsTable,
+  type OperationsTable,
+  type OutboxRow,
+  type WorkflowsTable,
+} from '@gatehouse/ledger';
 import type { Selectable } from 'kysely';
 import { decideAndRecord, evaluateSupport, loadSupportFacts, type SupportBundle, type SupportFacts } from '@gatehouse/policy';
 import { findTool } from '@gatehouse/tools';
@@ -10,7 +19,14 @@ type Operation = Selectable<OperationsTable>;
 
 /** What a claim attempt found. Only `claimed` may call the adapter. */
 export type ClaimOutcome =
-  | { kind: 'claimed'; action: Action; fencingToken: number; reclaimed: boolean; previouslyDispatched: boolean; baseline: Record<string, unknown> | null }
+  | {
+      kind: 'claimed';
+      action: Action;
+      fencingToken: number;
+      reclaimed: boolean;
+      previouslyDispatched: boolean;
+      baseline: Record<string, unknown> | null;
+    }
   | { kind: 'replay'; action: Action; operation: Operation }
   | { kind: 'busy' }
   | { kind: 'skip'; reason: string }
@@ -43,7 +59,14 @@ export interface Reevaluation {
 export async function claimOperation(
   trx: Trx,
   job: ExecutionJob,
-  opts: { owner: string; leaseMs: number; baseline: Record<string, unknown> | null; auditHmacKey: string; userId: string; reevaluation: Reevaluation },
+  opts: {
+    owner: string;
+    leaseMs: number;
+    baseline: Record<string, unknown> | null;
+    auditHmacKey: string;
+    userId: string;
+    reevaluation: Reevaluation;
+  },
 ): Promise<ClaimOutcome> {
   // Lock order everywhere: workflows → actions → operations → approvals (no deadlock cycles).
   await trx.selectFrom('workflows').select('id').where('id', '=', job.workflowId).forUpdate().executeTakeFirst();
@@ -67,7 +90,8 @@ export async function claimOperation(
     .execute();
   const op = await trx.selectFrom('operations').selectAll().where('key', '=', action.operation_key).forUpdate().executeTakeFirstOrThrow();
   if (op.action_digest !== action.digest) return { kind: 'conflict', action };
-  if (op.status === 'succeeded' || op.status === 'failed' || op.status === 'failed_unknown') return { kind: 'replay', action, operation: op };
+  if (op.status === 'succeeded' || op.status === 'failed' || op.status === 'failed_unknown')
+    return { kind: 'replay', action, operation: op };
   const leaseLive = op.status === 'running' && op.lease_expires_at && new Date(op.lease_expires_at).getTime() > Date.now();
   if (leaseLive) return { kind: 'busy' };
 
@@ -75,7 +99,8 @@ export async function claimOperation(
     // First claim: nothing was sent yet, so the run's state, deadline and facts may still stop it.
     const wf = await trx.selectFrom('workflows').select(['state']).where('id', '=', action.workflow_id).executeTakeFirstOrThrow();
     // The reservation made above stays only if this claim goes ahead (no orphan pending rows).
-    const unreserve = () => trx.deleteFrom('operations').where('key', '=', op.key).where('status', '=', 'pending').where('fencing_token', '=', '0').execute();
+    const unreserve = () =>
+      trx.deleteFrom('operations').where('key', '=', op.key).where('status', '=', 'pending').where('fencing_token', '=', '0').execute();
     if (['completed', 'stopped', 'needs_reconciliation'].includes(wf.state)) {
       await unreserve();
       return { kind: 'skip', reason: `workflow_${wf.state}` };
@@ -93,13 +118,34 @@ export async function claimOperation(
       const now = evaluateSupport(facts, r.bundle);
       if (now.decision !== action.decision || now.ruleId !== action.rule_id || now.policyRevision !== action.policy_revision) {
         await unreserve();
-        const out = await decideAndRecord(trx, { wf: r.wf, proposalId: action.proposal_id, round: r.wf.round, callId: action.call_id, parsed, order: r.order, bundle: r.bundle, auditHmacKey: r.auditHmacKey, service: 'executor', reevaluates: action });
+        const out = await decideAndRecord(trx, {
+          wf: r.wf,
+          proposalId: action.proposal_id,
+          round: r.wf.round,
+          callId: action.call_id,
+          parsed,
+          order: r.order,
+          bundle: r.bundle,
+          auditHmacKey: r.auditHmacKey,
+          service: 'executor',
+          reevaluates: action,
+        });
         return { kind: 'reevaluated', outcome: out.outcome, rows: out.rows };
       }
     }
   }
 
-  const audit = { service: 'executor', runId: action.workflow_id, tool: action.tool, actionDigest: action.digest, actionVersion: action.version, callId: action.call_id, operationKeyHash: operationKeyHash(op.key), actorHash: actorHash(opts.auditHmacKey, opts.userId), revisions: { policy: action.policy_revision, release: action.release_id } };
+  const audit = {
+    service: 'executor',
+    runId: action.workflow_id,
+    tool: action.tool,
+    actionDigest: action.digest,
+    actionVersion: action.version,
+    callId: action.call_id,
+    operationKeyHash: operationKeyHash(op.key),
+    actorHash: actorHash(opts.auditHmacKey, opts.userId),
+    revisions: { policy: action.policy_revision, release: action.release_id },
+  };
   if (op.status === 'pending' && action.decision === 'REQUIRE_APPROVAL') {
     if (!job.approvalId) return { kind: 'approval_unusable', action, reason: 'approval_missing' };
     const consumed = await trx
@@ -115,12 +161,18 @@ export async function claimOperation(
       .where('expires_at', '>', new Date())
       .returning('id')
       .executeTakeFirst();
-    const a = consumed ? undefined : await trx.selectFrom('approvals').select(['status', 'expires_at', 'action_id']).where('id', '=', job.approvalId).executeTakeFirst();
+    const a = consumed
+      ? undefined
+      : await trx.selectFrom('approvals').select(['status', 'expires_at', 'action_id']).where('id', '=', job.approvalId).executeTakeFirst();
     // One approval per action, so `used` for this action means an earlier claim of this same
     // operation consumed it (the operation went back to pending after a proven non-effect).
     const consumedBefore = a?.status === 'used' && a.action_id === action.id;
     if (!consumed && !consumedBefore) {
-      const reason = !a ? 'approval_missing' : a.status === 'approved' && new Date(a.expires_at).getTime() <= Date.now() ? 'approval_expired' : `approval_${a.status}`;
+      const reason = !a
+        ? 'approval_missing'
+        : a.status === 'approved' && new Date(a.expires_at).getTime() <= Date.now()
+          ? 'approval_expired'
+          : `approval_${a.status}`;
       return { kind: 'approval_unusable', action, reason };
     }
     if (consumed) await recordAudit(trx, { ...audit, type: 'approval.consumed', approvalId: job.approvalId });
@@ -141,7 +193,19 @@ export async function claimOperation(
     .returning(['fencing_token', 'baseline'])
     .executeTakeFirstOrThrow();
   await trx.updateTable('actions').set({ status: 'running', updated_at: new Date() }).where('id', '=', action.id).execute();
-  await trx.updateTable('workflows').set({ state: 'executing', updated_at: new Date() }).where('id', '=', action.workflow_id).where('state', 'in', ['investigating', 'awaiting_approval', 'executing']).execute();
+  await trx
+    .updateTable('workflows')
+    .set({ state: 'executing', updated_at: new Date() })
+    .where('id', '=', action.workflow_id)
+    .where('state', 'in', ['investigating', 'awaiting_approval', 'executing'])
+    .execute();
   await recordAudit(trx, { ...audit, type: 'operation.claimed', attempts: op.attempts + 1, approvalId: job.approvalId });
-  return { kind: 'claimed', action: { ...action, status: 'running' }, fencingToken: Number(granted.fencing_token), reclaimed: op.status === 'running', previouslyDispatched: op.dispatched_at !== null, baseline: (granted.baseline as Record<string, unknown> | null) ?? null };
+  return {
+    kind: 'claimed',
+    action: { ...action, status: 'running' },
+    fencingToken: Number(granted.fencing_token),
+    reclaimed: op.status === 'running',
+    previouslyDispatched: op.dispatched_at !== null,
+    baseline: (granted.baseline as Record<string, unknown> | null) ?? null,
+  };
 }

@@ -23,11 +23,17 @@ const NONE: TestHooks = { crashAt: null, crashTool: null, blockBeforeDispatchMs:
  * @throws Error when a hook is set outside `GATEHOUSE_ENV=test` (never in production).
  */
 export function readTestHooks(env: Record<string, string | undefined>): TestHooks {
-  const set = ['GATEHOUSE_TEST_CRASH_AT', 'GATEHOUSE_TEST_BLOCK_BEFORE_DISPATCH_MS', 'GATEHOUSE_TEST_DISABLE_WRITE_AHEAD', 'GATEHOUSE_TEST_DISABLE_REEVALUATION'].filter((k) => env[k]);
+  const set = [
+    'GATEHOUSE_TEST_CRASH_AT',
+    'GATEHOUSE_TEST_BLOCK_BEFORE_DISPATCH_MS',
+    'GATEHOUSE_TEST_DISABLE_WRITE_AHEAD',
+    'GATEHOUSE_TEST_DISABLE_REEVALUATION',
+  ].filter((k) => env[k]);
   if (!set.length) return NONE;
   if (env.GATEHOUSE_ENV !== 'test') throw new Error(`${set.join(', ')} may only be set with GATEHOUSE_ENV=test`);
   const crashAt = env.GATEHOUSE_TEST_CRASH_AT ?? null;
-  if (crashAt && !['before_dispatch', 'after_dispatch', 'after_record'].includes(crashAt)) throw new Error(`unknown crash point ${crashAt}`);
+  if (crashAt && !['before_dispatch', 'after_dispatch', 'after_record'].includes(crashAt))
+    throw new Error(`unknown crash point ${crashAt}`);
   return {
     crashAt: crashAt as CrashPoint | null,
     crashTool: env.GATEHOUSE_TEST_CRASH_TOOL ?? null,

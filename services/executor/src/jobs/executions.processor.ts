@@ -44,7 +44,13 @@ const RE_DISPATCHABLE = new Set(['idempotent_write', 'bounded_read']);
 
 const owner = `${hostname()}:${process.pid}`;
 
-async function publishResult(deps: ExecutionDeps, job: ExecutionJob, callId: string, output: SafeOutput, extra: { park?: 'needs_reconciliation'; stop?: 'approval_expired' | 'tool_disabled' | 'budget_exhausted' } = {}): Promise<void> {
+async function publishResult(
+  deps: ExecutionDeps,
+  job: ExecutionJob,
+  callId: string,
+  output: SafeOutput,
+  extra: { park?: 'needs_reconciliation'; stop?: 'approval_expired' | 'tool_disabled' | 'budget_exhausted' } = {},
+): Promise<void> {
   const rows = await inTransaction(deps.db, async (trx) => [
     await enqueueInTransaction(trx, resultsQueue, { release: job.release, workflowId: job.workflowId, callId, output, ...extra }),
   ]);
@@ -69,16 +75,30 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
   // Containment at the moment of effect: a switched-off tool holds the step (SPEC §6).
   const sw = await db.selectFrom('tool_switches').select('enabled').where('tool', '=', preview.tool).executeTakeFirst();
   if (sw && !sw.enabled) {
-    await db.updateTable('workflows').set({ state: 'paused', next_step: `Tool ${preview.tool} is switched off; the workflow resumes when on-call switches it on.`, updated_at: new Date() }).where('id', '=', wf.id).where('state', 'not in', ['completed', 'stopped', 'needs_reconciliation']).execute();
+    await db
+      .updateTable('workflows')
+      .set({
+        state: 'paused',
+        next_step: `Tool ${preview.tool} is switched off; the workflow resumes when on-call switches it on.`,
+        updated_at: new Date(),
+      })
+      .where('id', '=', wf.id)
+      .where('state', 'not in', ['completed', 'stopped', 'needs_reconciliation'])
+      .execute();
     return 'held:tool_disabled';
   }
 
   // Baseline for tools without downstream keys, read before the claim and committed with it.
-  const baseline = tool.retryClass === 'at_most_once_readback' ? { shipments: await shipmentCount(deps.stagingUrl, String(preview.arguments.orderId)) } : null;
+  const baseline =
+    tool.retryClass === 'at_most_once_readback'
+      ? { shipments: await shipmentCount(deps.stagingUrl, String(preview.arguments.orderId)) }
+      : null;
   // Authoritative order facts for the re-evaluation at execution (a read, no credential).
   const order = preview.status === 'approved' ? await fetchOrder(deps.stagingUrl, String(preview.arguments.orderId)) : null;
   const reevaluation = { wf, bundle: deps.bundle, order, auditHmacKey: deps.auditHmacKey, disabled: deps.hooks.disableReevaluation };
-  const claim = await inTransaction(db, (trx) => claimOperation(trx, job, { owner, leaseMs: deps.leaseMs, baseline, auditHmacKey: deps.auditHmacKey, userId: wf.user_id, reevaluation }));
+  const claim = await inTransaction(db, (trx) =>
+    claimOperation(trx, job, { owner, leaseMs: deps.leaseMs, baseline, auditHmacKey: deps.auditHmacKey, userId: wf.user_id, reevaluation }),
+  );
 
   switch (claim.kind) {
     case 'skip':
@@ -88,28 +108,72 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
     case 'replay': {
       const stored = claim.operation.result as SafeOutput | null;
       const output = stored ?? toSafeOutput(claim.action.tool, { executed: false, status: claim.operation.status }, 'gatehouse');
-      await publishResult(deps, job, claim.action.call_id, output, claim.operation.status === 'failed_unknown' ? { park: 'needs_reconciliation' } : {});
-      await inTransaction(db, (trx) => recordAudit(trx, { type: 'operation.replayed', service: 'executor', runId: wf.id, tool: claim.action.tool, actionDigest: claim.action.digest, operationKeyHash: operationKeyHash(claim.operation.key), callId: claim.action.call_id, outcome: claim.operation.status, revisions: { release: wf.release_id } }));
+      await publishResult(
+        deps,
+        job,
+        claim.action.call_id,
+        output,
+        claim.operation.status === 'failed_unknown' ? { park: 'needs_reconciliation' } : {},
+      );
+      await inTransaction(db, (trx) =>
+        recordAudit(trx, {
+          type: 'operation.replayed',
+          service: 'executor',
+          runId: wf.id,
+          tool: claim.action.tool,
+          actionDigest: claim.action.digest,
+          operationKeyHash: operationKeyHash(claim.operation.key),
+          callId: claim.action.call_id,
+          outcome: claim.operation.status,
+          revisions: { release: wf.release_id },
+        }),
+      );
       return `replay:${claim.operation.status}`;
     }
     case 'conflict':
       await inTransaction(db, async (trx) => {
         await trx.updateTable('actions').set({ status: 'failed', updated_at: new Date() }).where('id', '=', claim.action.id).execute();
-        await recordAudit(trx, { type: 'operation.failed', service: 'executor', runId: wf.id, tool: claim.action.tool, actionDigest: claim.action.digest, operationKeyHash: operationKeyHash(claim.action.operation_key), outcome: 'idempotency_conflict', revisions: { release: wf.release_id } });
+        await recordAudit(trx, {
+          type: 'operation.failed',
+          service: 'executor',
+          runId: wf.id,
+          tool: claim.action.tool,
+          actionDigest: claim.action.digest,
+          operationKeyHash: operationKeyHash(claim.action.operation_key),
+          outcome: 'idempotency_conflict',
+          revisions: { release: wf.release_id },
+        });
       });
       deps.log.error({ actionId: claim.action.id }, 'idempotency_conflict: key seen with another digest');
-      await publishResult(deps, job, claim.action.call_id, toSafeOutput(claim.action.tool, { executed: false, reason: 'idempotency_conflict' }, 'gatehouse'));
+      await publishResult(
+        deps,
+        job,
+        claim.action.call_id,
+        toSafeOutput(claim.action.tool, { executed: false, reason: 'idempotency_conflict' }, 'gatehouse'),
+      );
       return 'conflict';
     case 'approval_unusable': {
       const expired = claim.reason === 'approval_expired';
-      await publishResult(deps, job, claim.action.call_id, toSafeOutput(claim.action.tool, { executed: false, reason: claim.reason }, 'gatehouse'), expired ? { stop: 'approval_expired' } : {});
+      await publishResult(
+        deps,
+        job,
+        claim.action.call_id,
+        toSafeOutput(claim.action.tool, { executed: false, reason: claim.reason }, 'gatehouse'),
+        expired ? { stop: 'approval_expired' } : {},
+      );
       return `refused:${claim.reason}`;
     }
     case 'reevaluated':
       await deps.relay.publish(claim.rows);
       return `reevaluated:${claim.outcome}`;
     case 'deadline':
-      await publishResult(deps, job, claim.action.call_id, toSafeOutput(claim.action.tool, { executed: false, reason: 'budget_exhausted' }, 'gatehouse'), { stop: 'budget_exhausted' });
+      await publishResult(
+        deps,
+        job,
+        claim.action.call_id,
+        toSafeOutput(claim.action.tool, { executed: false, reason: 'budget_exhausted' }, 'gatehouse'),
+        { stop: 'budget_exhausted' },
+      );
       return 'refused:deadline';
     case 'claimed':
       break;
@@ -122,7 +186,14 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
   if (claim.reclaimed && claim.previouslyDispatched && !hooks.disableWriteAhead && !RE_DISPATCHABLE.has(tool.retryClass)) {
     // A former lease holder may have sent a non-idempotent effect: resolve by read-back, never
     // by re-dispatch. Nothing visible yet is not proof (its request may still be in flight).
-    const read = tool.retryClass === 'at_most_once_readback' ? await resolveByReadBack({ stagingUrl: deps.stagingUrl, baseline: claim.baseline }, String(action.arguments.orderId), 'lease_expired') : null;
+    const read =
+      tool.retryClass === 'at_most_once_readback'
+        ? await resolveByReadBack(
+            { stagingUrl: deps.stagingUrl, baseline: claim.baseline },
+            String(action.arguments.orderId),
+            'lease_expired',
+          )
+        : null;
     result = read && read.status === 'succeeded' ? read : { status: 'unknown', reason: 'lease_expired_after_dispatch', attempts: 0 };
   } else {
     if (hooks.blockBeforeDispatchMs) blockEventLoop(hooks.blockBeforeDispatchMs);
@@ -149,7 +220,17 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       baseline: claim.baseline,
       token: () =>
         mintDelegatedToken(
-          { sub: wf.user_id, act: { sub: deps.agentId }, aud: tool.downstream, scope: tool.scope, tenant: wf.tenant, ceiling: user?.refundCeiling ?? 0, epoch: epochRow.epoch, op: action.operation_key, fence: fencingToken },
+          {
+            sub: wf.user_id,
+            act: { sub: deps.agentId },
+            aud: tool.downstream,
+            scope: tool.scope,
+            tenant: wf.tenant,
+            ceiling: user?.refundCeiling ?? 0,
+            epoch: epochRow.epoch,
+            op: action.operation_key,
+            fence: fencingToken,
+          },
           deps.delegationSecret,
         ),
     });
@@ -162,7 +243,14 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       await trx.selectFrom('actions').select('id').where('id', '=', action.id).forUpdate().execute();
       const r = await trx
         .updateTable('operations')
-        .set({ status: 'pending', lease_owner: null, lease_expires_at: null, dispatched_at: null, error: result.reason, updated_at: new Date() })
+        .set({
+          status: 'pending',
+          lease_owner: null,
+          lease_expires_at: null,
+          dispatched_at: null,
+          error: result.reason,
+          updated_at: new Date(),
+        })
         .where('key', '=', action.operation_key)
         .where('fencing_token', '=', String(fencingToken))
         .where('status', '=', 'running')
@@ -179,12 +267,24 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
   // A downstream that refuses on its own authority (e.g. the payments ledger's ceiling) denies the step.
   const actionStatus = result.status === 'failed' && /^40[13]:/.test(result.reason) ? 'denied' : opStatus;
   const data = result.status === 'succeeded' ? result.data : { reason: result.reason };
-  const output = toSafeOutput(action.tool, { executed: result.status === 'succeeded', status: actionStatus === 'denied' ? 'denied' : opStatus, ...data });
+  const output = toSafeOutput(action.tool, {
+    executed: result.status === 'succeeded',
+    status: actionStatus === 'denied' ? 'denied' : opStatus,
+    ...data,
+  });
   const rows = await inTransaction(db, async (trx) => {
     await trx.selectFrom('actions').select('id').where('id', '=', action.id).forUpdate().execute(); // lock order: actions → operations
     const recorded = await trx
       .updateTable('operations')
-      .set({ status: opStatus, result: JSON.stringify(output), evidence_ref: result.status === 'succeeded' ? result.evidenceRef : null, error: result.status === 'succeeded' ? null : result.reason, lease_owner: null, lease_expires_at: null, updated_at: new Date() })
+      .set({
+        status: opStatus,
+        result: JSON.stringify(output),
+        evidence_ref: result.status === 'succeeded' ? result.evidenceRef : null,
+        error: result.status === 'succeeded' ? null : result.reason,
+        lease_owner: null,
+        lease_expires_at: null,
+        updated_at: new Date(),
+      })
       .where('key', '=', action.operation_key)
       .where('fencing_token', '=', String(fencingToken))
       .where('status', '=', 'running')
@@ -208,13 +308,19 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       revisions: { policy: action.policy_revision, release: action.release_id },
     });
     const park = opStatus === 'failed_unknown' ? ({ park: 'needs_reconciliation' } as const) : {};
-    return [await enqueueInTransaction(trx, resultsQueue, { release: job.release, workflowId: wf.id, callId: action.call_id, output, ...park })] as OutboxRow[];
+    return [
+      await enqueueInTransaction(trx, resultsQueue, { release: job.release, workflowId: wf.id, callId: action.call_id, output, ...park }),
+    ] as OutboxRow[];
   });
   if (!rows) {
     deps.log.warn({ actionId: action.id, fencingToken }, 'result refused: stale fencing token');
     return 'fenced_out';
   }
-  if (opStatus === 'failed_unknown') deps.log.error({ alert: 'failed_unknown', tool: action.tool, workflowId: wf.id, reason: result.status === 'unknown' ? result.reason : '' }, 'effect outcome unknown: reconciliation required');
+  if (opStatus === 'failed_unknown')
+    deps.log.error(
+      { alert: 'failed_unknown', tool: action.tool, workflowId: wf.id, reason: result.status === 'unknown' ? result.reason : '' },
+      'effect outcome unknown: reconciliation required',
+    );
   crashIfAt(hooks, 'after_record', action.tool);
   await deps.relay.publish(rows);
   return opStatus;

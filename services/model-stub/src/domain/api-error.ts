@@ -11,10 +11,7 @@ export type ApiErrorBody = {
  * Builds an API error body; `type` defaults to `invalid_request_error`, `param` and `code` to
  * null.
  */
-export function apiError(
-  message: string,
-  opts: { type?: string; param?: string | null; code?: string | null } = {},
-): ApiErrorBody {
+export function apiError(message: string, opts: { type?: string; param?: string | null; code?: string | null } = {}): ApiErrorBody {
   return {
     error: {
       message,

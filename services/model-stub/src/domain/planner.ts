@@ -14,9 +14,7 @@ export type PlannerContext = {
  * One planned model turn: a single function call (arguments as a JSON object, serialized by
  * the response factory) or a final assistant message.
  */
-export type PlannedStep =
-  | { type: 'function_call'; name: string; arguments: Record<string, unknown> }
-  | { type: 'message'; text: string };
+export type PlannedStep = { type: 'function_call'; name: string; arguments: Record<string, unknown> } | { type: 'message'; text: string };
 
 /**
  * The function tool names a response may call, from the request's `tools` and `tool_choice`:
@@ -109,9 +107,7 @@ function changeStep(t: Target, calls: readonly HistoryCall[], tools: ReadonlySet
  * with a summary of the history. It obeys injected instructions — the worst-case model. Pure.
  */
 export function planNextStep(ctx: PlannerContext): PlannedStep {
-  const userMessages = ctx.items.flatMap((i) =>
-    i.kind === 'message' && i.role === 'user' ? [{ index: i.index, text: i.text }] : [],
-  );
+  const userMessages = ctx.items.flatMap((i) => (i.kind === 'message' && i.role === 'user' ? [{ index: i.index, text: i.text }] : []));
   const targets = analyzeRequest(userMessages);
   const calls = collectCalls(ctx.items);
   const tools = new Set(ctx.tools);

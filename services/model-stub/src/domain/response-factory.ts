@@ -90,7 +90,13 @@ export function newId(prefix: 'resp' | 'msg' | 'fc' | 'call' | 'req'): string {
 
 /** An assistant message item with one `output_text` part. */
 export function messageItem(text: string): MessageOutputItem {
-  return { type: 'message', id: newId('msg'), role: 'assistant', status: 'completed', content: [{ type: 'output_text', text, annotations: [] }] };
+  return {
+    type: 'message',
+    id: newId('msg'),
+    role: 'assistant',
+    status: 'completed',
+    content: [{ type: 'output_text', text, annotations: [] }],
+  };
 }
 
 /** An assistant message item whose only content part is `{type:"refusal", refusal}`. */

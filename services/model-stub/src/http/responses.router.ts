@@ -92,7 +92,10 @@ export function createResponsesRouter(state: ModelStubState, log: Logger): Route
       return;
     }
     if (body.stream) {
-      reply(400, apiError('Streaming is not supported by the model-stub; send stream: false.', { param: 'stream', code: 'unsupported_value' }));
+      reply(
+        400,
+        apiError('Streaming is not supported by the model-stub; send stream: false.', { param: 'stream', code: 'unsupported_value' }),
+      );
       return;
     }
     const input = normalizeInput(body.input);
@@ -116,7 +119,8 @@ export function createResponsesRouter(state: ModelStubState, log: Logger): Route
     const fixture = state.fixtures.next(ticketId);
     if (fixture?.type === 'error') {
       const payload = fixture.body ?? apiErrorForStatus(fixture.status);
-      if (fixture.body === undefined && fixture.message !== undefined) (payload as { error: { message: string } }).error.message = fixture.message;
+      if (fixture.body === undefined && fixture.message !== undefined)
+        (payload as { error: { message: string } }).error.message = fixture.message;
       return reply(fixture.status, payload, fixture.headers);
     } else if (fixture) {
       output = fixtureOutput(fixture);

@@ -45,8 +45,22 @@ export async function processProposal(job: ProposalJob, deps: ProposalDeps): Pro
         .returning('id')
         .executeTakeFirst();
       if (!upd) return [] as OutboxRow[];
-      await recordAudit(trx, { type: 'proposal.invalid', service: 'policy-gateway', runId: wf.id, step: proposal.round, actorHash: actorHash(deps.auditHmacKey, wf.user_id), tool: proposal.tool, callId: job.callId, outcome: parsed.error, revisions: { toolCatalog: wf.catalog_digest, policy: bundle.revision, release: wf.release_id } });
-      const output = toSafeOutput(proposal.tool, { executed: false, status: 'validation_failed', error: parsed.error, issues: parsed.issues }, 'gatehouse');
+      await recordAudit(trx, {
+        type: 'proposal.invalid',
+        service: 'policy-gateway',
+        runId: wf.id,
+        step: proposal.round,
+        actorHash: actorHash(deps.auditHmacKey, wf.user_id),
+        tool: proposal.tool,
+        callId: job.callId,
+        outcome: parsed.error,
+        revisions: { toolCatalog: wf.catalog_digest, policy: bundle.revision, release: wf.release_id },
+      });
+      const output = toSafeOutput(
+        proposal.tool,
+        { executed: false, status: 'validation_failed', error: parsed.error, issues: parsed.issues },
+        'gatehouse',
+      );
       return [await enqueueInTransaction(trx, resultsQueue, { release: wf.release_id, workflowId: wf.id, callId: job.callId, output })];
     });
     await deps.relay.publish(rows);
@@ -56,9 +70,25 @@ export async function processProposal(job: ProposalJob, deps: ProposalDeps): Pro
   // The order is read only for a known user; R2 checks its tenant and region before any rule uses it.
   const order = lookupUser(wf.user_id, wf.tenant) ? await fetchOrder(deps.stagingUrl, String(parsed.args.orderId)) : null;
   const result = await inTransaction(db, async (trx) => {
-    const claimed = await trx.updateTable('proposals').set({ status: 'valid' }).where('id', '=', proposal.id).where('status', '=', 'received').returning('id').executeTakeFirst();
+    const claimed = await trx
+      .updateTable('proposals')
+      .set({ status: 'valid' })
+      .where('id', '=', proposal.id)
+      .where('status', '=', 'received')
+      .returning('id')
+      .executeTakeFirst();
     if (!claimed) return { outcome: 'already_decided', rows: [] as OutboxRow[] };
-    return decideAndRecord(trx, { wf, proposalId: proposal.id, round: proposal.round, callId: job.callId, parsed, order, bundle, auditHmacKey: deps.auditHmacKey, service: 'policy-gateway' });
+    return decideAndRecord(trx, {
+      wf,
+      proposalId: proposal.id,
+      round: proposal.round,
+      callId: job.callId,
+      parsed,
+      order,
+      bundle,
+      auditHmacKey: deps.auditHmacKey,
+      service: 'policy-gateway',
+    });
   });
   await deps.relay.publish(result.rows);
   return result.outcome;

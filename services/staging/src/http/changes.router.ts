@@ -31,17 +31,23 @@ export const ScheduleBodySchema = z
  *   `stale_fencing_token`.
  * - `GET /changes/operations/:operationKey` → the operation; 404 `operation_not_found`.
  */
-export function changesRouter(deps: EffectRouteDeps & {
-  db: StagingDb;
-  delegationSecret: string;
-  changes: ChangesRepository;
-}): Router {
+export function changesRouter(
+  deps: EffectRouteDeps & {
+    db: StagingDb;
+    delegationSecret: string;
+    changes: ChangesRepository;
+  },
+): Router {
   const router = Router();
 
   router.post(
     '/changes/operations',
     effectRoute(deps, 'changes', async (req) => {
-      const claims = await requireDelegation(req, deps.db, { secret: deps.delegationSecret, audience: CHANGES_AUDIENCE, scope: CHANGE_SCOPE });
+      const claims = await requireDelegation(req, deps.db, {
+        secret: deps.delegationSecret,
+        audience: CHANGES_AUDIENCE,
+        scope: CHANGE_SCOPE,
+      });
       const operationKey = requireIdempotencyKey(req);
       const fencingToken = readFencingToken(req);
       const body = parseBody(ScheduleBodySchema, req.body);

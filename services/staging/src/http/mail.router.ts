@@ -29,12 +29,14 @@ const ListQuerySchema = z.object({ orderId: z.string().min(1).max(64) });
  *   `tenant_mismatch`; 404 `order_not_found`; 503 `recipient_unknown`.
  * - `GET /mail/messages?orderId=…` → `{messages: [...]}` (read-back).
  */
-export function mailRouter(deps: EffectRouteDeps & {
-  db: StagingDb;
-  delegationSecret: string;
-  orders: OrdersRepository;
-  messages: MessagesRepository;
-}): Router {
+export function mailRouter(
+  deps: EffectRouteDeps & {
+    db: StagingDb;
+    delegationSecret: string;
+    orders: OrdersRepository;
+    messages: MessagesRepository;
+  },
+): Router {
   const router = Router();
 
   router.post(

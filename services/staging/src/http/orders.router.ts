@@ -19,12 +19,14 @@ export const RESHIP_SCOPE = 'reship:create';
  *   shipment on every call; 401 no or invalid token; 403 wrong audience/scope/epoch or
  *   `tenant_mismatch`; 404 `order_not_found`; 409 `order_not_shipped`.
  */
-export function ordersRouter(deps: EffectRouteDeps & {
-  db: StagingDb;
-  delegationSecret: string;
-  orders: OrdersRepository;
-  shipments: ShipmentsRepository;
-}): Router {
+export function ordersRouter(
+  deps: EffectRouteDeps & {
+    db: StagingDb;
+    delegationSecret: string;
+    orders: OrdersRepository;
+    shipments: ShipmentsRepository;
+  },
+): Router {
   const router = Router();
 
   router.get('/orders/:id', async (req, res) => {
@@ -40,7 +42,11 @@ export function ordersRouter(deps: EffectRouteDeps & {
   router.post(
     '/orders/:id/shipments',
     effectRoute(deps, 'orders', async (req) => {
-      const claims = await requireDelegation(req, deps.db, { secret: deps.delegationSecret, audience: ORDERS_AUDIENCE, scope: RESHIP_SCOPE });
+      const claims = await requireDelegation(req, deps.db, {
+        secret: deps.delegationSecret,
+        audience: ORDERS_AUDIENCE,
+        scope: RESHIP_SCOPE,
+      });
       const id = String(req.params.id);
       const order = await deps.orders.find(id);
       if (!order) throw new UserError('order_not_found', `no order ${id}`, { status: 404 });
@@ -48,7 +54,12 @@ export function ordersRouter(deps: EffectRouteDeps & {
       if (order.status !== 'shipped') {
         throw new ConflictError('order_not_shipped', `order ${order.id} is ${order.status}, not shipped`);
       }
-      const shipment = await deps.shipments.create({ orderId: order.id, tenant: order.tenant, requester: claims.sub, actor: claims.act.sub });
+      const shipment = await deps.shipments.create({
+        orderId: order.id,
+        tenant: order.tenant,
+        requester: claims.sub,
+        actor: claims.act.sub,
+      });
       return { status: 201, body: shipment };
     }),
   );

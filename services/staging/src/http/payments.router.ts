@@ -36,18 +36,24 @@ const ListQuerySchema = z.object({ orderId: z.string().min(1).max(64) });
  *   404 `order_not_found`; 409 `idempotency_key_reuse`, `stale_fencing_token`.
  * - `GET /ledger/refunds?orderId=…` → `{refunds: [...]}` (read-back, no token).
  */
-export function paymentsRouter(deps: EffectRouteDeps & {
-  db: StagingDb;
-  delegationSecret: string;
-  orders: OrdersRepository;
-  refunds: RefundsRepository;
-}): Router {
+export function paymentsRouter(
+  deps: EffectRouteDeps & {
+    db: StagingDb;
+    delegationSecret: string;
+    orders: OrdersRepository;
+    refunds: RefundsRepository;
+  },
+): Router {
   const router = Router();
 
   router.post(
     '/ledger/refunds',
     effectRoute(deps, 'payments', async (req) => {
-      const claims = await requireDelegation(req, deps.db, { secret: deps.delegationSecret, audience: PAYMENTS_AUDIENCE, scope: REFUND_SCOPE });
+      const claims = await requireDelegation(req, deps.db, {
+        secret: deps.delegationSecret,
+        audience: PAYMENTS_AUDIENCE,
+        scope: REFUND_SCOPE,
+      });
       const idempotencyKey = requireIdempotencyKey(req);
       const fencingToken = readFencingToken(req);
       const body = parseBody(RefundBodySchema, req.body);
@@ -69,7 +75,13 @@ export function paymentsRouter(deps: EffectRouteDeps & {
         actor: claims.act.sub,
         fencingToken,
       });
-      const result = { refundId: refund.refundId, orderId: refund.orderId, amountCents: refund.amountCents, idempotencyKey: refund.idempotencyKey, createdAt: refund.createdAt };
+      const result = {
+        refundId: refund.refundId,
+        orderId: refund.orderId,
+        amountCents: refund.amountCents,
+        idempotencyKey: refund.idempotencyKey,
+        createdAt: refund.createdAt,
+      };
       return replayed
         ? { status: 200, body: result, headers: { 'Idempotent-Replayed': 'true' }, reason: 'idempotent_replay' }
         : { status: 201, body: result };

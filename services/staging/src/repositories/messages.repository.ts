@@ -44,7 +44,13 @@ export class MessagesRepository {
       })
       .returning(['message_id', 'order_id', 'template', 'recipient', 'created_at'])
       .executeTakeFirstOrThrow();
-    return { messageId: row.message_id, orderId: row.order_id, template: row.template, to: row.recipient, createdAt: row.created_at.toISOString() };
+    return {
+      messageId: row.message_id,
+      orderId: row.order_id,
+      template: row.template,
+      to: row.recipient,
+      createdAt: row.created_at.toISOString(),
+    };
   }
 
   /** Messages sent about an order, oldest first. */
@@ -56,6 +62,12 @@ export class MessagesRepository {
       .orderBy('created_at', 'asc')
       .orderBy('message_id', 'asc')
       .execute();
-    return rows.map((r) => ({ messageId: r.message_id, orderId: r.order_id, template: r.template, to: r.recipient, createdAt: r.created_at.toISOString() }));
+    return rows.map((r) => ({
+      messageId: r.message_id,
+      orderId: r.order_id,
+      template: r.template,
+      to: r.recipient,
+      createdAt: r.created_at.toISOString(),
+    }));
   }
 }
