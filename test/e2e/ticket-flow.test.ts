@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { loadWorld } from '@gatehouse/contracts';
 import { runDemo, pollWorkflow, tokenFor } from '@gatehouse/cli';
-import { startE2EStack, type E2EStack } from './stack-fixture.ts';
+import { startE2EStack, type E2EStack } from '../support/stack.ts';
 
 const SECRET = 'local-auth-secret-change-me';
 let s: E2EStack;

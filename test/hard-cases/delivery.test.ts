@@ -24,7 +24,12 @@ import {
 let s: HuntStack;
 const extras: RunningStack[] = [];
 beforeAll(async () => {
-  s = await startHuntStack({ LEASE_MS: '6000', EXECUTION_DEADLINE_MS: '5000' });
+  s = await startHuntStack({
+    LEASE_MS: '6000',
+    EXECUTION_DEADLINE_MS: '5000',
+    EXECUTOR_LOCK_MS: '4000',
+    EXECUTOR_STALLED_INTERVAL_MS: '1000',
+  });
 });
 afterAll(async () => {
   for (const e of extras) await e.stop(3000);

@@ -1,58 +1,13 @@
-import { resolve } from 'node:path';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { SERVICES, startStack, tokenFor, call, type RunningStack, type WorkflowView } from '@gatehouse/cli';
-import { createTestDatabase, dropQueuePrefix, testPortBase, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
+import { tokenFor, call, type WorkflowView } from '@gatehouse/cli';
+import { startE2EStack, type E2EStack } from '../support/stack.ts';
 
 export const SECRET = 'local-auth-secret-change-me';
 
-export interface HuntStack {
-  db: TestDatabase;
-  prefix: string;
-  stack: RunningStack;
-  url: (service: string) => string;
-  env: Record<string, string>;
-  dir: string;
-  close: () => Promise<void>;
-}
+/** A stack of every service as processes (see test/support/stack.ts). */
+export type HuntStack = E2EStack;
 
-/** Like test/e2e/stack-fixture.ts, with env overrides. */
-export async function startHuntStack(extra: Record<string, string> = {}): Promise<HuntStack> {
-  const db = await createTestDatabase();
-  const prefix = testQueuePrefix();
-  const base = testPortBase();
-  const env: Record<string, string> = {
-    DATABASE_URL: db.url,
-    REDIS_URL: TEST_REDIS_URL,
-    QUEUE_PREFIX: prefix,
-    LOG_LEVEL: 'warn',
-    GATEHOUSE_ENV: 'test',
-    AUDIT_ANCHOR_INTERVAL_MS: '500',
-    AUDIT_SIGNING_KEY_PATH: resolve(mkdtempSync(resolve(tmpdir(), 'gh-audit-')), 'key.pem'),
-  };
-  SERVICES.forEach((s, i) => {
-    env[s.portVar] = String(base + i);
-  });
-  env.STAGING_URL = `http://127.0.0.1:${env.STAGING_PORT}`;
-  env.MODEL_BASE_URL = `http://127.0.0.1:${env.MODEL_STUB_PORT}/v1`;
-  Object.assign(env, extra);
-  const dir = mkdtempSync(resolve(tmpdir(), 'gh-hunt-'));
-  const stack = await startStack({ env, dir });
-  const url = (service: string): string => `http://127.0.0.1:${stack.ports[service]}`;
-  return {
-    db,
-    prefix,
-    stack,
-    url,
-    env,
-    dir,
-    close: async () => {
-      await stack.stop();
-      await dropQueuePrefix(TEST_REDIS_URL, prefix);
-      await db.drop();
-    },
-  };
-}
+/** The shared process stack (test/support/stack.ts) with env overrides. */
+export const startHuntStack = startE2EStack;
 
 export type Entry =
   | { type: 'function_calls'; calls: Array<{ name: string; arguments: string | Record<string, unknown> }> }

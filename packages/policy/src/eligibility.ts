@@ -10,6 +10,7 @@ export function eligibleTools(
   workflow: { mode: 'investigate' | 'act'; state: string },
   grantedTools: readonly string[],
 ): ToolDefinition[] {
-  if (!['received', 'investigating', 'awaiting_approval', 'executing'].includes(workflow.state)) return [];
+  // A paused workflow is live: its held step resumes when the tool is switched back on.
+  if (!['received', 'investigating', 'awaiting_approval', 'executing', 'paused'].includes(workflow.state)) return [];
   return tools.filter((t) => grantedTools.includes(t.name) && (workflow.mode === 'act' || !t.consequential));
 }

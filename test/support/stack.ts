@@ -11,11 +11,16 @@ export interface E2EStack {
   stack: RunningStack;
   url: (service: string) => string;
   env: Record<string, string>;
+  /** Folder holding the services' logs. */
+  dir: string;
   close: () => Promise<void>;
 }
 
-/** Starts every service as its own process on free ports with its own database and prefix. */
-export async function startE2EStack(): Promise<E2EStack> {
+/**
+ * Starts every service as its own process on free ports with its own database and prefix;
+ * `extra` overrides the environment (e.g. short leases for crash tests).
+ */
+export async function startE2EStack(extra: Record<string, string> = {}): Promise<E2EStack> {
   const db = await createTestDatabase();
   const prefix = testQueuePrefix();
   const base = testPortBase();
@@ -33,6 +38,7 @@ export async function startE2EStack(): Promise<E2EStack> {
   });
   env.STAGING_URL = `http://127.0.0.1:${env.STAGING_PORT}`;
   env.MODEL_BASE_URL = `http://127.0.0.1:${env.MODEL_STUB_PORT}/v1`;
+  Object.assign(env, extra);
   const dir = mkdtempSync(resolve(tmpdir(), 'gh-e2e-'));
   const stack = await startStack({ env, dir });
   const url = (service: string): string => `http://127.0.0.1:${stack.ports[service]}`;
@@ -42,6 +48,7 @@ export async function startE2EStack(): Promise<E2EStack> {
     stack,
     url,
     env,
+    dir,
     close: async () => {
       await stack.stop();
       await dropQueuePrefix(TEST_REDIS_URL, prefix);
