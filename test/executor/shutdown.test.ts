@@ -35,7 +35,11 @@ describe('executor: graceful shutdown (real process)', () => {
     const exit = await ex.exited;
     expect(exit.code).toBe(0);
 
-    const op = await h.db.selectFrom('operations').select(['status', 'error', 'lease_owner']).where('key', '=', a.operationKey).executeTakeFirstOrThrow();
+    const op = await h.db
+      .selectFrom('operations')
+      .select(['status', 'error', 'lease_owner'])
+      .where('key', '=', a.operationKey)
+      .executeTakeFirstOrThrow();
     expect(op.status).not.toBe('running');
     expect(['failed', 'succeeded']).toContain(op.status);
     expect(op.lease_owner).toBeNull();

@@ -66,6 +66,8 @@ export async function claimOperation(
     auditHmacKey: string;
     userId: string;
     reevaluation: Reevaluation;
+    /** Require the approval to name exactly this action (false only in control-removed tests). */
+    bindDigest: boolean;
   },
 ): Promise<ClaimOutcome> {
   // Lock order everywhere: workflows → actions → operations → approvals (no deadlock cycles).
@@ -148,19 +150,24 @@ export async function claimOperation(
   };
   if (op.status === 'pending' && action.decision === 'REQUIRE_APPROVAL') {
     if (!job.approvalId) return { kind: 'approval_unusable', action, reason: 'approval_missing' };
-    const consumed = await trx
+    let consume = trx
       .updateTable('approvals')
       .set({ status: 'used', used_at: new Date() })
       .where('id', '=', job.approvalId)
-      .where('action_id', '=', action.id)
       .where('status', '=', 'approved')
-      .where('tool', '=', action.tool)
-      .where('action_digest', '=', action.digest)
-      .where('action_version', '=', action.version)
-      .where('policy_revision', '=', action.policy_revision)
-      .where('expires_at', '>', new Date())
-      .returning('id')
-      .executeTakeFirst();
+      .where('expires_at', '>', new Date());
+    if (!opts.bindDigest) {
+      // Control removed (tests only): any approved approval would do.
+    } else {
+      // Binding (SPEC §4 invariant 2): the approval must name exactly this action version.
+      consume = consume
+        .where('action_id', '=', action.id)
+        .where('tool', '=', action.tool)
+        .where('action_digest', '=', action.digest)
+        .where('action_version', '=', action.version)
+        .where('policy_revision', '=', action.policy_revision);
+    }
+    const consumed = await consume.returning('id').executeTakeFirst();
     const a = consumed
       ? undefined
       : await trx.selectFrom('approvals').select(['status', 'expires_at', 'action_id']).where('id', '=', job.approvalId).executeTakeFirst();
@@ -170,9 +177,11 @@ export async function claimOperation(
     if (!consumed && !consumedBefore) {
       const reason = !a
         ? 'approval_missing'
-        : a.status === 'approved' && new Date(a.expires_at).getTime() <= Date.now()
-          ? 'approval_expired'
-          : `approval_${a.status}`;
+        : a.action_id !== action.id
+          ? 'approval_names_another_action'
+          : a.status === 'approved' && new Date(a.expires_at).getTime() <= Date.now()
+            ? 'approval_expired'
+            : `approval_${a.status}`;
       return { kind: 'approval_unusable', action, reason };
     }
     if (consumed) await recordAudit(trx, { ...audit, type: 'approval.consumed', approvalId: job.approvalId });

@@ -14,9 +14,18 @@ export interface TestHooks {
   disableWriteAhead: boolean;
   /** Skip the policy re-evaluation at execution (control-removed test). */
   disableReevaluation: boolean;
+  /** Consume an approval without checking it names this action (control-removed test). */
+  disableDigestBinding: boolean;
 }
 
-const NONE: TestHooks = { crashAt: null, crashTool: null, blockBeforeDispatchMs: 0, disableWriteAhead: false, disableReevaluation: false };
+const NONE: TestHooks = {
+  crashAt: null,
+  crashTool: null,
+  blockBeforeDispatchMs: 0,
+  disableWriteAhead: false,
+  disableReevaluation: false,
+  disableDigestBinding: false,
+};
 
 /**
  * Reads the hooks from `env`.
@@ -40,6 +49,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     blockBeforeDispatchMs: Number(env.GATEHOUSE_TEST_BLOCK_BEFORE_DISPATCH_MS ?? 0),
     disableWriteAhead: env.GATEHOUSE_TEST_DISABLE_WRITE_AHEAD === '1',
     disableReevaluation: env.GATEHOUSE_TEST_DISABLE_REEVALUATION === '1',
+    disableDigestBinding: env.GATEHOUSE_TEST_DISABLE_DIGEST_BINDING === '1',
   };
 }
 

@@ -1,0 +1,81 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createAction } from '@gatehouse/testing';
+import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
+import { decideApproval } from '../../services/approval/src/domain/decide.ts';
+import { AUDIT_HMAC_KEY, startHarness, type Harness } from './support/harness.ts';
+
+// SPEC §4 invariant 2: an approval is consumed only by the exact action it names, and is decided
+// exactly once however many deciders race.
+
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness({ poolSize: 6 });
+});
+afterAll(async () => {
+  await h?.close();
+});
+
+/** A refund of 12000 approved by lead-eli, and one of 45000 that was never approved. */
+async function approvedAndUnapproved(orderId: string) {
+  const approved = await createAction(h.db, { orderId, amountCents: 12000 });
+  const unapproved = await createAction(h.db, { orderId, amountCents: 45000, approved: false });
+  // The 45000 job carries the 12000 approval (a forged, misrouted or replayed job).
+  return { approved, forgedJob: { ...unapproved.job, approvalId: approved.approvalId } };
+}
+
+describe('approval binding at consumption', () => {
+  it('an approval for one action cannot be consumed by another: zero refunds, approval still unused', async () => {
+    const orderId = await h.newOrder();
+    const { approved, forgedJob } = await approvedAndUnapproved(orderId);
+    const outcome = await processExecution(forgedJob, h.deps());
+    expect(outcome).toBe('refused:approval_names_another_action');
+    expect(await h.refunds(orderId)).toEqual([]);
+    expect((await h.requests(orderId)).filter((r) => r.method === 'POST')).toEqual([]);
+    const row = await h.db.selectFrom('approvals').select('status').where('id', '=', approved.approvalId!).executeTakeFirstOrThrow();
+    expect(row.status).toBe('approved');
+  });
+
+  it('control removed (no digest binding): the 45000 refund executes on the 12000 approval', async () => {
+    const orderId = await h.newOrder();
+    const { forgedJob } = await approvedAndUnapproved(orderId);
+    const deps = h.deps();
+    const outcome = await processExecution(forgedJob, { ...deps, hooks: { ...deps.hooks, disableDigestBinding: true } });
+    expect(outcome).toBe('succeeded');
+    expect((await h.refunds(orderId)).map((r) => r.amountCents)).toEqual([45000]);
+  });
+});
+
+describe('approval decisions under concurrency', () => {
+  it('50 trials of two deciders at once (barrier): exactly one decision recorded, the other refused', { timeout: 60_000 }, async () => {
+    const orderId = await h.newOrder();
+    for (let i = 0; i < 50; i++) {
+      const a = await createAction(h.db, { orderId, amountCents: 12000 });
+      // Back to pending, as the approval service opened it.
+      await h.db
+        .updateTable('approvals')
+        .set({ status: 'pending', approver: null, decided_at: null })
+        .where('id', '=', a.approvalId!)
+        .execute();
+      await h.db.updateTable('actions').set({ status: 'pending_approval' }).where('id', '=', a.actionId).execute();
+      const caller = { sub: 'lead-eli', tenant: 'quillfeather' };
+      const body = (decision: 'approve' | 'deny') => ({ decision, actionVersion: a.version, actionDigest: a.digest });
+      const results = await Promise.allSettled([
+        decideApproval(h.db, caller, a.approvalId!, body('approve'), AUDIT_HMAC_KEY),
+        decideApproval(h.db, caller, a.approvalId!, body('deny'), AUDIT_HMAC_KEY),
+      ]);
+      const ok = results.filter((r) => r.status === 'fulfilled');
+      const refused = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
+      expect(ok).toHaveLength(1);
+      expect(refused).toHaveLength(1);
+      expect(String((refused[0]!.reason as { reason?: string }).reason)).toMatch(/^already_|already_decided/);
+      const row = await h.db.selectFrom('approvals').select(['status']).where('id', '=', a.approvalId!).executeTakeFirstOrThrow();
+      expect(['approved', 'denied']).toContain(row.status);
+    }
+    const events = await h.db
+      .selectFrom('audit_outbox')
+      .select('event')
+      .execute()
+      .then((rows) => rows.map((r) => r.event).filter((e) => e.type === 'approval.decided' && e.actorHash !== null));
+    expect(events).toHaveLength(50);
+  });
+});
