@@ -93,7 +93,14 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
     leaseMs: 5000,
     deadlineMs: 10_000,
     agentId: 'support-agent',
-    hooks: { crashAt: null, crashTool: null, blockBeforeDispatchMs: 0, disableWriteAhead: false, disableReevaluation: false, disableDigestBinding: false },
+    hooks: {
+      crashAt: null,
+      crashTool: null,
+      blockBeforeDispatchMs: 0,
+      disableWriteAhead: false,
+      disableReevaluation: false,
+      disableDigestBinding: false,
+    },
     bundle: SUPPORT_BUNDLE,
   };
   return {

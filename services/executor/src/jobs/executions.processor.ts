@@ -97,7 +97,15 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
   const order = preview.status === 'approved' ? await fetchOrder(deps.stagingUrl, String(preview.arguments.orderId)) : null;
   const reevaluation = { wf, bundle: deps.bundle, order, auditHmacKey: deps.auditHmacKey, disabled: deps.hooks.disableReevaluation };
   const claim = await inTransaction(db, (trx) =>
-    claimOperation(trx, job, { owner, leaseMs: deps.leaseMs, baseline, auditHmacKey: deps.auditHmacKey, userId: wf.user_id, reevaluation, bindDigest: !deps.hooks.disableDigestBinding }),
+    claimOperation(trx, job, {
+      owner,
+      leaseMs: deps.leaseMs,
+      baseline,
+      auditHmacKey: deps.auditHmacKey,
+      userId: wf.user_id,
+      reevaluation,
+      bindDigest: !deps.hooks.disableDigestBinding,
+    }),
   );
 
   switch (claim.kind) {
