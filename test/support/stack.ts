@@ -2,7 +2,7 @@ import { resolve } from 'node:path';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { SERVICES, startStack, type RunningStack } from '@gatehouse/cli';
-import { createTestDatabase, dropQueuePrefix, testPortBase, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
+import { createTestDatabase, dropQueuePrefix, freePort, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
 
 /** A whole Gatehouse stack as real processes over a test database and queue prefix. */
 export interface E2EStack {
@@ -23,7 +23,6 @@ export interface E2EStack {
 export async function startE2EStack(extra: Record<string, string> = {}): Promise<E2EStack> {
   const db = await createTestDatabase();
   const prefix = testQueuePrefix();
-  const base = testPortBase();
   const env: Record<string, string> = {
     DATABASE_URL: db.url,
     REDIS_URL: TEST_REDIS_URL,
@@ -33,9 +32,7 @@ export async function startE2EStack(extra: Record<string, string> = {}): Promise
     AUDIT_ANCHOR_INTERVAL_MS: '500',
     AUDIT_SIGNING_KEY_PATH: resolve(mkdtempSync(resolve(tmpdir(), 'gh-audit-')), 'key.pem'),
   };
-  SERVICES.forEach((s, i) => {
-    env[s.portVar] = String(base + i);
-  });
+  for (const svc of SERVICES) env[svc.portVar] = String(await freePort());
   env.STAGING_URL = `http://127.0.0.1:${env.STAGING_PORT}`;
   env.MODEL_BASE_URL = `http://127.0.0.1:${env.MODEL_STUB_PORT}/v1`;
   Object.assign(env, extra);

@@ -57,9 +57,20 @@ export function testQueuePrefix(): string {
   return `ghtest-${randomBytes(5).toString('hex')}`;
 }
 
-/** A free-looking base port in 20000–59999 for a test's stack (ports base+0 … base+9). */
-export function testPortBase(): number {
-  return 20_000 + Math.floor(Math.random() * 4000) * 10;
+/**
+ * A port that is free right now: the kernel picks it (bind to port 0), we release it and hand it
+ * to a service. Guessing from a range is not safe: outgoing connections take ephemeral ports too.
+ */
+export async function freePort(): Promise<number> {
+  const { createServer } = await import('node:net');
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
 }
 
 /** Removes every Redis key under `prefix` (end of a test file). */
