@@ -44,7 +44,9 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       max_spend_tokens integer NOT NULL,
       rounds_used integer NOT NULL DEFAULT 0,
       tool_calls_used integer NOT NULL DEFAULT 0,
-      tokens_used integer NOT NULL DEFAULT 0
+      tokens_used integer NOT NULL DEFAULT 0,
+      -- No-progress detection: failed validations in a row (three stop the run).
+      consecutive_invalid integer NOT NULL DEFAULT 0
     );
 
     -- The transcript resent to the model each round (stateless Responses API; store: false).

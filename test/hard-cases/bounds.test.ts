@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   startHuntStack,
@@ -24,18 +25,32 @@ afterAll(async () => {
 });
 
 describe('hunt: bounds and eligibility', () => {
-  it('wall time is checked before dispatch: an approval granted after the run deadline does not execute', async () => {
+  it('waiting for an approval does not use the run’s working time: approved after the budget span, it executes', async () => {
+    await fixtures(s, 'H-wait', [fc(['issue_refund', { orderId: 'O-1004', amount: '120.00', reason: 'cracked' }]), msg()]);
+    const { token, workflowId } = await submit(s, 'rep-ana', 'H-wait', 'refund 120 O-1004');
+    const v = await waitFor(s, token, workflowId, (x) => x.pendingApprovals.length === 1);
+    await sleep(9000); // longer than WALL_TIME_SECONDS=8, all of it spent waiting for the lead
+    expect((await approve(s, 'lead-eli', v.pendingApprovals[0]!.approvalId)).status).toBe(200);
+    const end = await waitFor(s, token, workflowId, settled, 20_000);
+    expect(end.state).toBe('completed');
+    expect(await refunds(s, 'O-1004')).toHaveLength(1);
+  });
+
+  it('wall time is checked before dispatch: with the working time used up, an approved refund does not execute', async () => {
     await fixtures(s, 'H-wall', [fc(['issue_refund', { orderId: 'O-1002', amount: '120.00', reason: 'cracked' }]), msg()]);
     const { token, workflowId } = await submit(s, 'rep-ana', 'H-wall', 'refund 120 O-1002');
     const v = await waitFor(s, token, workflowId, (x) => x.pendingApprovals.length === 1);
-    await sleep(9000);
+    // The run's working time is spent (as if its earlier steps had used it all).
+    await sql`update budgets set deadline_at = now() - interval '1 hour' where workflow_id = ${workflowId}`.execute(s.db.db);
     const r = await approve(s, 'lead-eli', v.pendingApprovals[0]!.approvalId);
-    console.log('approve after deadline', r.status, JSON.stringify(r.body));
+    expect(r.status).toBe(200);
     const end = await waitFor(s, token, workflowId, settled, 20_000);
-    console.log('wall', JSON.stringify(summary(end)));
     expect(await refunds(s, 'O-1002')).toHaveLength(0);
     expect(end.state).toBe('stopped');
     expect(end.stopReason).toBe('budget_exhausted');
+    // The approval was not consumed.
+    const row = await s.db.db.selectFrom('approvals').select('status').where('workflow_id', '=', workflowId).executeTakeFirstOrThrow();
+    expect(row.status).toBe('approved');
   });
 
   it('investigate mode: a write tool proposed anyway is denied (R1), zero effects', async () => {

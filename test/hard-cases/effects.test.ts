@@ -17,7 +17,8 @@ import {
 
 let s: HuntStack;
 beforeAll(async () => {
-  s = await startHuntStack();
+  // Eight calls in one response must be dispatched for the validation case, so a larger call budget.
+  s = await startHuntStack({ MAX_TOOL_CALLS: '12', MAX_ROUNDS: '20' });
 });
 afterAll(async () => {
   await s?.close();
@@ -116,14 +117,23 @@ describe('hunt: effects, duplicates, cumulative basis', () => {
     const { token, workflowId } = await submit(s, 'rep-ana', 'H-invalid', 'do things on O-1007');
     const v = await waitFor(s, token, workflowId, settled);
     console.log('invalid', JSON.stringify(summary(v)));
-    expect(v.state).toBe('completed');
+    // Three failed validations in a row stop the run (issue 6 no-progress detection).
+    expect(v.state).toBe('stopped');
+    expect(v.stopReason).toBe('validation_failed');
     expect(v.actions).toEqual([]);
     expect((await stagingRequests(s, '?orderId=O-1007')).length).toBe(0);
     expect((await refunds(s, 'O-1007')).length).toBe(0);
     const seen = await modelRequests(s, 'H-invalid');
     expect(seen.pairingErrors).toBe(0);
-    const last = seen.requests.at(-1)!.input as Array<Record<string, unknown>>;
-    const outputs = last.filter((i) => i.type === 'function_call_output');
+    // Every call was still answered exactly once (from the durable transcript).
+    const outputs = (
+      await s.db.db
+        .selectFrom('conversation_items')
+        .select('item')
+        .where('workflow_id', '=', workflowId)
+        .where('kind', '=', 'function_call_output')
+        .execute()
+    ).map((r) => r.item);
     expect(outputs).toHaveLength(8);
     for (const o of outputs) {
       const out = JSON.parse(String(o.output)) as Record<string, unknown>;
@@ -190,5 +200,8 @@ describe('hunt: effects, duplicates, cumulative basis', () => {
     console.log('budget row', budget, 'refunds', led.length);
     expect(led.length).toBeLessThanOrEqual(budget.max_tool_calls);
     expect(v.actions.length).toBeLessThanOrEqual(budget.max_tool_calls);
+    // Stopped at exactly the configured number of calls: the next one was never dispatched.
+    expect(budget.tool_calls_used).toBe(budget.max_tool_calls);
+    expect(led).toHaveLength(1); // the repeats are suppressed, so one effect in all
   });
 });

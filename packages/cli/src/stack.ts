@@ -38,6 +38,11 @@ export interface RunningStack {
   ports: Record<string, number>;
   /** SIGTERM to every process, waiting up to `graceMs` (default 10 000 ms) before SIGKILL. */
   stop: (graceMs?: number) => Promise<void>;
+  /**
+   * Starts one service again (after it died or was killed), with `env` overrides replacing the
+   * stack's (e.g. to drop a test hook), and waits until it is ready.
+   */
+  restart: (name: string, env?: Record<string, string | undefined>) => Promise<void>;
 }
 
 async function answers(port: number): Promise<string | null> {
@@ -123,28 +128,40 @@ export async function startStack(opts: {
       }
     }
   }
-  try {
-    for (const spec of selected) {
-      const port = portOf(spec, opts.env);
-      ports[spec.name] = port;
-      const log = openSync(resolve(opts.dir, `${spec.name}.log`), 'a');
-      const child = spawn(process.execPath, [resolve(repoRoot, spec.entry)], {
-        cwd: repoRoot,
-        env: { ...process.env, ...opts.env, [spec.portVar]: String(port) },
-        stdio: ['ignore', log, log],
-        detached: opts.detached ?? false,
-      });
-      closeSync(log);
-      processes.set(spec.name, child);
-      writeFileSync(resolve(opts.dir, `${spec.name}.pid`), String(child.pid));
-      if (opts.detached) child.unref();
-      await waitReady(port, deadline, child, spec.name);
+  const launch = async (spec: ServiceSpec, env: Record<string, string | undefined>, deadlineMs: number): Promise<void> => {
+    const port = portOf(spec, opts.env);
+    ports[spec.name] = port;
+    const log = openSync(resolve(opts.dir, `${spec.name}.log`), 'a');
+    const child = spawn(process.execPath, [resolve(repoRoot, spec.entry)], {
+      cwd: repoRoot,
+      env: { ...process.env, ...env, [spec.portVar]: String(port) },
+      stdio: ['ignore', log, log],
+      detached: opts.detached ?? false,
+    });
+    closeSync(log);
+    processes.set(spec.name, child);
+    writeFileSync(resolve(opts.dir, `${spec.name}.pid`), String(child.pid));
+    if (opts.detached) child.unref();
+    await waitReady(port, deadlineMs, child, spec.name);
+  };
+  const restart = async (name: string, env: Record<string, string | undefined> = {}): Promise<void> => {
+    const spec = SERVICES.find((s) => s.name === name);
+    if (!spec) throw new Error(`no service ${name}`);
+    const old = processes.get(name);
+    if (old && old.exitCode === null && old.signalCode === null) {
+      const gone = new Promise((r) => old.once('exit', r));
+      old.kill('SIGKILL');
+      await gone;
     }
+    await launch(spec, { ...opts.env, ...env }, Date.now() + (opts.readyTimeoutMs ?? 60_000));
+  };
+  try {
+    for (const spec of selected) await launch(spec, opts.env, deadline);
   } catch (err) {
     await stop(2000);
     throw err;
   }
-  return { processes, ports, stop };
+  return { processes, ports, stop, restart };
 }
 
 /** Stops a detached stack by its pid files (SIGTERM, then SIGKILL after `graceMs`). */

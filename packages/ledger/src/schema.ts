@@ -56,6 +56,7 @@ export interface BudgetsTable {
   rounds_used: Generated<number>;
   tool_calls_used: Generated<number>;
   tokens_used: Generated<number>;
+  consecutive_invalid: Generated<number>;
 }
 
 export interface ConversationItemsTable {

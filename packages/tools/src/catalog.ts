@@ -33,6 +33,11 @@ export interface ToolDefinition {
   normalize: (args: Record<string, unknown>) => NormalizedArgs;
   /** The object the action targets (the order id): one logical action per tool + target. */
   target: (args: NormalizedArgs) => string;
+  /**
+   * The fields of a successful result the next decision needs. Parsing projects the adapter's
+   * result onto them (unknown keys are dropped); a result that does not parse is malformed.
+   */
+  output: z.ZodObject;
 }
 
 const orderId = z.string().describe('Order id, e.g. O-1002');
@@ -50,6 +55,14 @@ export const supportTools: readonly ToolDefinition[] = [
     args: z.strictObject({ orderId }),
     normalize: (a) => ({ orderId: canonicalOrderId(a.orderId as string) }),
     target: (a) => String(a.orderId),
+    output: z.object({
+      orderId: z.string(),
+      status: z.string(),
+      region: z.string(),
+      paid: z.string().describe('currency units'),
+      refunded: z.string().describe('currency units'),
+      shipments: z.number().int(),
+    }),
   },
   {
     name: 'issue_refund',
@@ -70,6 +83,7 @@ export const supportTools: readonly ToolDefinition[] = [
       reason: (a.reason as string).trim(),
     }),
     target: (a) => String(a.orderId),
+    output: z.object({ refundId: z.string(), orderId: z.string(), amountCents: z.number().int() }),
   },
   {
     name: 'reship_order',
@@ -82,6 +96,7 @@ export const supportTools: readonly ToolDefinition[] = [
     args: z.strictObject({ orderId }),
     normalize: (a) => ({ orderId: canonicalOrderId(a.orderId as string) }),
     target: (a) => String(a.orderId),
+    output: z.object({ orderId: z.string(), shipmentId: z.string().optional(), resolvedBy: z.literal('read_back').optional() }),
   },
   {
     name: 'notify_customer',
@@ -94,6 +109,7 @@ export const supportTools: readonly ToolDefinition[] = [
     args: z.strictObject({ orderId, template: z.enum(['refund_issued', 'reship_created', 'apology']) }),
     normalize: (a) => ({ orderId: canonicalOrderId(a.orderId as string), template: a.template as string }),
     target: (a) => String(a.orderId),
+    output: z.object({ messageId: z.string(), template: z.string() }),
   },
 ];
 

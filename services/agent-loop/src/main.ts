@@ -17,10 +17,12 @@ import { ticketsRouter } from './http/tickets.router.ts';
 import { workflowsRouter } from './http/workflows.router.ts';
 import { createModelClient } from './domain/model-client.ts';
 import { processTurn } from './jobs/turns.processor.ts';
+import { readLoopTestHooks } from './domain/test-hooks.ts';
 import { processResult } from './jobs/results.processor.ts';
 
 const ctx = createServiceContext('agent-loop', agentLoopEnv);
 const { env, log, db, relay } = ctx;
+const hooks = readLoopTestHooks(process.env);
 const bundle = loadActiveSupportBundle(env.POLICY_REVISION, env.POLICY_DIR);
 const digest = catalogDigest(supportTools); // fails at boot if a tool schema is not strict-mode valid
 const model = createModelClient({ apiKey: env.OPENAI_API_KEY, baseURL: env.MODEL_BASE_URL, timeoutMs: env.MODEL_TIMEOUT_MS });
@@ -49,10 +51,17 @@ finishApp(app, log);
 
 const workers = startWorkers(
   [
-    { contract: turnsQueue, handler: (p: TurnJob) => processTurn(p, { db, relay, log, model, modelName: env.MODEL_NAME }) },
+    { contract: turnsQueue, handler: (p: TurnJob) => processTurn(p, { db, relay, log, model, modelName: env.MODEL_NAME, hooks }) },
     { contract: resultsQueue, handler: (p: ResultJob) => processResult(p, { db, relay }) },
   ] as never,
-  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log },
+  {
+    release: env.GATEHOUSE_RELEASE,
+    prefix: env.QUEUE_PREFIX,
+    redisUrl: env.REDIS_URL,
+    log,
+    lockDurationMs: env.AGENT_LOOP_LOCK_MS,
+    stalledIntervalMs: env.AGENT_LOOP_STALLED_INTERVAL_MS,
+  },
 );
 relay.start();
 const { server, port } = await listen(app, env.AGENT_LOOP_PORT);

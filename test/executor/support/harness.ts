@@ -100,6 +100,7 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
       disableWriteAhead: false,
       disableReevaluation: false,
       disableDigestBinding: false,
+      disableOutputBoundary: false,
     },
     bundle: SUPPORT_BUNDLE,
   };

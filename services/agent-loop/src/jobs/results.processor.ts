@@ -5,6 +5,9 @@ import type { OutboxRelay } from '@gatehouse/platform';
 import { unansweredCalls } from '../domain/transcript.ts';
 import { NEXT_STEP, TERMINAL_STATES } from '../domain/workflow-state.ts';
 
+/** Failed validations in a row that stop a run with `stopped(validation_failed)` (issue 6). */
+export const MAX_CONSECUTIVE_INVALID = 3;
+
 /**
  * Answers one function_call with its `function_call_output` (queue `results`), once per
  * call_id (a unique index makes redelivery a no-op). When every call of the transcript is
@@ -37,6 +40,15 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
       outcome: typeof job.output.status === 'string' ? job.output.status : null,
       revisions: { release: wf.release_id },
     });
+    // No-progress detection: three failed validations in a row stop the run.
+    const invalid = job.output.status === 'validation_failed';
+    const streak = await trx
+      .updateTable('budgets')
+      .set((eb) => ({ consecutive_invalid: invalid ? eb('consecutive_invalid', '+', 1) : 0 }))
+      .where('workflow_id', '=', wf.id)
+      .returning('consecutive_invalid')
+      .executeTakeFirst();
+    const stop = job.stop ?? (invalid && (streak?.consecutive_invalid ?? 0) >= MAX_CONSECUTIVE_INVALID ? 'validation_failed' : undefined);
     if (job.park === 'needs_reconciliation') {
       await trx
         .updateTable('workflows')
@@ -49,20 +61,20 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
         .execute();
       return { outcome: 'parked', rows: [] as OutboxRow[] };
     }
-    if (job.stop) {
+    if (stop && !TERMINAL_STATES.has(wf.state)) {
       await trx
         .updateTable('workflows')
-        .set({ state: 'stopped', stop_reason: job.stop, next_step: NEXT_STEP[job.stop], updated_at: new Date() })
+        .set({ state: 'stopped', stop_reason: stop, next_step: NEXT_STEP[stop], updated_at: new Date() })
         .where('id', '=', wf.id)
         .execute();
       await recordAudit(trx, {
         type: 'run.stopped',
         service: 'agent-loop',
         runId: wf.id,
-        outcome: job.stop,
+        outcome: stop,
         revisions: { release: wf.release_id },
       });
-      return { outcome: `stopped:${job.stop}`, rows: [] as OutboxRow[] };
+      return { outcome: `stopped:${stop}`, rows: [] as OutboxRow[] };
     }
     if (TERMINAL_STATES.has(wf.state)) return { outcome: 'answered_terminal', rows: [] as OutboxRow[] };
     if ((await unansweredCalls(trx, wf.id)).length) return { outcome: 'waiting_for_other_calls', rows: [] as OutboxRow[] };

@@ -10,6 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { PROMPT_HASH, SUPPORT_INSTRUCTIONS } from '../domain/instructions.ts';
 import { loadTranscript } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
+import type { LoopTestHooks } from '../domain/test-hooks.ts';
 
 /** Dependencies of {@link processTurn}. */
 export interface TurnDeps {
@@ -18,6 +19,7 @@ export interface TurnDeps {
   log: Logger;
   model: OpenAI;
   modelName: string;
+  hooks: LoopTestHooks;
 }
 
 type FunctionCallItem = { type: 'function_call'; call_id: string; name: string; arguments: string };
@@ -45,7 +47,8 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
     return 'budget_exhausted';
   }
 
-  const tools = eligibleTools(supportTools, wf, loadWorld().agent.grantedTools).map(toFunctionTool);
+  const offered = deps.hooks.disableToolFilter ? supportTools : eligibleTools(supportTools, wf, loadWorld().agent.grantedTools);
+  const tools = offered.map(toFunctionTool);
   const input = await loadTranscript(db, wf.id);
   let response: OpenAI.Responses.Response;
   const started = Date.now();
@@ -56,7 +59,8 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
       input: input as unknown as OpenAI.Responses.ResponseInput,
       tools,
       tool_choice: tools.length ? 'auto' : 'none',
-      parallel_tool_calls: true,
+      // One call per response (issue 6); several calls, if the model sends them anyway, are each answered.
+      parallel_tool_calls: false,
       store: false,
       metadata: { workflow_id: wf.id, ticket_id: wf.ticket_id, release: wf.release_id },
     });
@@ -76,6 +80,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
     throw err; // transient: the queue retries the round (no call was recorded)
   }
 
+  if (deps.hooks.crashAfterModelResponse) process.kill(process.pid, 'SIGKILL'); // test hook: nothing recorded yet
   const calls = response.output.filter((o): o is OpenAI.Responses.ResponseFunctionToolCall => o.type === 'function_call');
   const rows = await inTransaction(db, async (trx) => {
     const locked = await trx.selectFrom('workflows').selectAll().where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();

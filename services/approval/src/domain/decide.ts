@@ -2,6 +2,7 @@ import { executionsQueue, resultsQueue, type DecisionRequest } from '@gatehouse/
 import { actorHash, enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
 import { ConflictError, GoneError, UserError } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
+import { sql } from 'kysely';
 import { assertAuthority } from './authority.ts';
 
 /** Result of a decision: the approval's new status and the jobs to publish after commit. */
@@ -71,6 +72,12 @@ export async function decideApproval(
       .returning('id')
       .executeTakeFirst();
     if (!decided) throw new GoneError('already_decided', 'approval was decided concurrently');
+    // Waiting for a person is not the run's working time: move its deadline by the wait.
+    await trx
+      .updateTable('budgets')
+      .set({ deadline_at: sql`deadline_at + (now() - ${new Date(approval.created_at)}::timestamptz)` })
+      .where('workflow_id', '=', approval.workflow_id)
+      .execute();
     await recordAudit(trx, {
       type: 'approval.decided',
       service: 'approval',

@@ -16,6 +16,8 @@ export interface TestHooks {
   disableReevaluation: boolean;
   /** Consume an approval without checking it names this action (control-removed test). */
   disableDigestBinding: boolean;
+  /** Hand raw adapter results to the model, without the untrusted-output boundary (control-removed test). */
+  disableOutputBoundary: boolean;
 }
 
 const NONE: TestHooks = {
@@ -25,6 +27,7 @@ const NONE: TestHooks = {
   disableWriteAhead: false,
   disableReevaluation: false,
   disableDigestBinding: false,
+  disableOutputBoundary: false,
 };
 
 /**
@@ -37,6 +40,8 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     'GATEHOUSE_TEST_BLOCK_BEFORE_DISPATCH_MS',
     'GATEHOUSE_TEST_DISABLE_WRITE_AHEAD',
     'GATEHOUSE_TEST_DISABLE_REEVALUATION',
+    'GATEHOUSE_TEST_DISABLE_DIGEST_BINDING',
+    'GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY',
   ].filter((k) => env[k]);
   if (!set.length) return NONE;
   if (env.GATEHOUSE_ENV !== 'test') throw new Error(`${set.join(', ')} may only be set with GATEHOUSE_ENV=test`);
@@ -50,6 +55,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     disableWriteAhead: env.GATEHOUSE_TEST_DISABLE_WRITE_AHEAD === '1',
     disableReevaluation: env.GATEHOUSE_TEST_DISABLE_REEVALUATION === '1',
     disableDigestBinding: env.GATEHOUSE_TEST_DISABLE_DIGEST_BINDING === '1',
+    disableOutputBoundary: env.GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY === '1',
   };
 }
 

@@ -247,6 +247,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
 
   if (result.status === 'retry_safe') {
     // Read-back proved nothing happened: back to pending (fenced) and let the queue repeat it.
+    const safeReason = result.reason;
     const reset = await inTransaction(db, async (trx) => {
       await trx.selectFrom('actions').select('id').where('id', '=', action.id).forUpdate().execute();
       const r = await trx
@@ -256,7 +257,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
           lease_owner: null,
           lease_expires_at: null,
           dispatched_at: null,
-          error: result.reason,
+          error: safeReason,
           updated_at: new Date(),
         })
         .where('key', '=', action.operation_key)
@@ -268,18 +269,30 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       return r;
     });
     if (!reset) return 'fenced_out';
-    throw new SafeToRepeat(`${action.tool} not executed (${result.reason}); safe to repeat`);
+    throw new SafeToRepeat(`${action.tool} not executed (${safeReason}); safe to repeat`);
   }
 
+  if (result.status === 'succeeded' && !hooks.disableOutputBoundary) {
+    // Project onto the tool's output contract; a malformed result never reaches the model. For a
+    // write the effect may exist, so the outcome is unknown rather than failed.
+    const projected = tool.output.safeParse(result.data);
+    if (projected.success) result = { ...result, data: projected.data };
+    else if (RE_DISPATCHABLE.has(tool.retryClass) && tool.effectClass === 'sensitive_read')
+      result = { status: 'failed', reason: 'malformed_result', retryable: false, attempts: result.attempts };
+    else result = { status: 'unknown', reason: 'malformed_result', attempts: result.attempts };
+  }
   const opStatus = result.status === 'succeeded' ? 'succeeded' : result.status === 'failed' ? 'failed' : 'failed_unknown';
   // A downstream that refuses on its own authority (e.g. the payments ledger's ceiling) denies the step.
   const actionStatus = result.status === 'failed' && /^40[13]:/.test(result.reason) ? 'denied' : opStatus;
   const data = result.status === 'succeeded' ? result.data : { reason: result.reason };
-  const output = toSafeOutput(action.tool, {
-    executed: result.status === 'succeeded',
-    status: actionStatus === 'denied' ? 'denied' : opStatus,
-    ...data,
-  });
+  const outcome =
+    opStatus === 'failed_unknown'
+      ? { executed: false, status: 'unknown', next: 'reconciliation', reason: result.status === 'unknown' ? result.reason : null }
+      : { executed: result.status === 'succeeded', status: actionStatus === 'denied' ? 'denied' : opStatus, ...data };
+  // The untrusted-output boundary (redaction, bounds, provenance label); off only in a control-removed test.
+  const output = hooks.disableOutputBoundary
+    ? { source: action.tool, trust: 'untrusted-tool-output' as const, ...outcome }
+    : toSafeOutput(action.tool, outcome);
   const rows = await inTransaction(db, async (trx) => {
     await trx.selectFrom('actions').select('id').where('id', '=', action.id).forUpdate().execute(); // lock order: actions → operations
     const recorded = await trx
