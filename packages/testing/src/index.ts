@@ -57,20 +57,33 @@ export function testQueuePrefix(): string {
   return `ghtest-${randomBytes(5).toString('hex')}`;
 }
 
+/** Lowest and highest port handed to test services: below Linux's ephemeral range (32768+). */
+const PORT_MIN = 15_000;
+const PORT_MAX = 32_000;
+const handedOut = new Set<number>();
+
+async function canBind(port: number): Promise<boolean> {
+  const { createServer } = await import('node:net');
+  return new Promise((resolve) => {
+    const srv = createServer();
+    srv.once('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
+  });
+}
+
 /**
- * A port that is free right now: the kernel picks it (bind to port 0), we release it and hand it
- * to a service. Guessing from a range is not safe: outgoing connections take ephemeral ports too.
+ * A port for a test service: random below the kernel's ephemeral range (so no outgoing
+ * connection can take it between now and the service's bind), checked free by binding it, and
+ * never handed out twice by this process.
  */
 export async function freePort(): Promise<number> {
-  const { createServer } = await import('node:net');
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
+  for (let i = 0; i < 200; i++) {
+    const port = PORT_MIN + Math.floor(Math.random() * (PORT_MAX - PORT_MIN));
+    if (handedOut.has(port) || !(await canBind(port))) continue;
+    handedOut.add(port);
+    return port;
+  }
+  throw new Error('no free port found for a test service');
 }
 
 /** Removes every Redis key under `prefix` (end of a test file). */
