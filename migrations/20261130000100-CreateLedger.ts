@@ -41,10 +41,11 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       max_rounds integer NOT NULL,
       max_tool_calls integer NOT NULL,
       deadline_at timestamptz NOT NULL,
-      max_spend_tokens integer NOT NULL,
+      max_spend_micro_usd integer NOT NULL,
       rounds_used integer NOT NULL DEFAULT 0,
       tool_calls_used integer NOT NULL DEFAULT 0,
       tokens_used integer NOT NULL DEFAULT 0,
+      spend_micro_usd integer NOT NULL DEFAULT 0,
       -- No-progress detection: failed validations in a row (three stop the run).
       consecutive_invalid integer NOT NULL DEFAULT 0
     );

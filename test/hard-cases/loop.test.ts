@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadReleaseManifest, modelSpendMicroUsd } from '@gatehouse/contracts';
 import {
   decide,
   fc,
@@ -21,15 +22,17 @@ import {
 const CANARY = 'sk-test-CANARYloop77';
 let s: HuntStack;
 let off: HuntStack;
+let poor: HuntStack;
 
 beforeAll(async () => {
-  [s, off] = await Promise.all([
+  [s, off, poor] = await Promise.all([
     startHuntStack({ AGENT_LOOP_LOCK_MS: '1500', AGENT_LOOP_STALLED_INTERVAL_MS: '500' }),
     startHuntStack({ GATEHOUSE_TEST_DISABLE_TOOL_FILTER: '1', GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY: '1' }),
+    startHuntStack({ MAX_SPEND_MICRO_USD: '1' }),
   ]);
 });
 afterAll(async () => {
-  await Promise.all([s?.close(), off?.close()]);
+  await Promise.all([s?.close(), off?.close(), poor?.close()]);
 });
 
 async function injectCanary(stack: HuntStack, orderId: string): Promise<void> {
@@ -89,6 +92,36 @@ describe('agent loop', () => {
     expect(seen.length).toBe(2);
     expect(seen[1]!.tools).toEqual(['lookup_order']);
     expect(JSON.stringify(seen[1]!.input)).not.toContain('CANARY');
+    // …nor the audit chain, nor any service's log.
+    const audit = await sql<{
+      n: string;
+    }>`select (select count(*) from audit_log where event::text like '%CANARY%') + (select count(*) from audit_outbox where event::text like '%CANARY%') as n`.execute(
+      s.db.db,
+    );
+    expect(Number(audit.rows[0]!.n)).toBe(0);
+    const { readdirSync, readFileSync } = await import('node:fs');
+    expect(readdirSync(s.dir).filter((f) => f.endsWith('.log') && readFileSync(`${s.dir}/${f}`, 'utf8').includes('CANARY'))).toEqual([]);
+  });
+
+  it('model spend is priced by the release model entry and bounded before the next request', async () => {
+    const { token, workflowId } = await submit(poor, 'rep-ana', 'L-spend', 'What is the status of order O-1001?', 'investigate');
+    const v = await waitFor(poor, token, workflowId, settled);
+    expect(v.state).toBe('stopped');
+    expect(v.stopReason).toBe('budget_exhausted');
+    const turns = await poor.db.db
+      .selectFrom('model_turns')
+      .select(['input_tokens', 'output_tokens'])
+      .where('workflow_id', '=', workflowId)
+      .execute();
+    expect(turns).toHaveLength(1); // the second request was never sent
+    const b = await poor.db.db
+      .selectFrom('budgets')
+      .select(['spend_micro_usd', 'max_spend_micro_usd'])
+      .where('workflow_id', '=', workflowId)
+      .executeTakeFirstOrThrow();
+    const manifest = loadReleaseManifest('rel-1');
+    expect(b.spend_micro_usd).toBe(modelSpendMicroUsd(manifest.model, turns[0]!));
+    expect(b.spend_micro_usd).toBeGreaterThanOrEqual(b.max_spend_micro_usd);
   });
 });
 

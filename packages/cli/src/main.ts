@@ -58,7 +58,11 @@ async function main(argv: string[]): Promise<number> {
       const dir = stateDir('stack');
       const restarted = await stopDetachedStack(dir, 5000);
       if (restarted.length) out(`restarting the running stack (${restarted.join(', ')})`);
-      const stack = await startStack({ env: process.env, dir, detached: true });
+      const stack = await startStack({
+        env: { ...process.env, MODEL_BASE_URL: process.env.MODEL_BASE_URL ?? stubUrl(process.env) },
+        dir,
+        detached: true,
+      });
       for (const [name, port] of Object.entries(stack.ports)) out(`  ${name.padEnd(15)} http://127.0.0.1:${port}`);
       out(`stack up; logs in ${dir}`);
       return 0;
@@ -153,6 +157,14 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
+/** The model-stub's Responses API URL on its configured port. */
+function stubUrl(env: Record<string, string | undefined>): string {
+  return `http://127.0.0.1:${portOf(
+    SERVICES.find((s) => s.name === 'model-stub')!,
+    env,
+  )}/v1`;
+}
+
 /** `gatehouse demo`: a fresh demo database and queue prefix, the whole stack, ticket T-1. */
 async function demo(keepRunning: boolean): Promise<number> {
   const base = parseEnv({});
@@ -169,6 +181,8 @@ async function demo(keepRunning: boolean): Promise<number> {
     QUEUE_PREFIX: prefix,
     LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
     AUDIT_ANCHOR_INTERVAL_MS: '500',
+    // The demo always runs on the model-stub, whatever OPENAI_API_KEY the shell holds.
+    MODEL_BASE_URL: stubUrl(process.env),
   };
   const dir = keepRunning ? stateDir('stack') : stateDir('demo');
   const stopped = [...(await stopDetachedStack(stateDir('stack'), 5000)), ...(await stopDetachedStack(stateDir('demo'), 5000))];

@@ -3,3 +3,4 @@ export * from './canonical-json.ts';
 export * from './queues/index.ts';
 export * from './audit-event.ts';
 export * from './api.ts';
+export * from './release-manifest.ts';

@@ -52,10 +52,12 @@ export interface BudgetsTable {
   max_rounds: number;
   max_tool_calls: number;
   deadline_at: Timestamp;
-  max_spend_tokens: number;
+  /** Model spend cap, micro-USD. */
+  max_spend_micro_usd: number;
   rounds_used: Generated<number>;
   tool_calls_used: Generated<number>;
   tokens_used: Generated<number>;
+  spend_micro_usd: Generated<number>;
   consecutive_invalid: Generated<number>;
 }
 

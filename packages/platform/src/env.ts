@@ -24,7 +24,11 @@ export const baseEnvShape = {
   /** Key for the HMAC that hashes actor ids in audit events. */
   GATEHOUSE_AUDIT_HMAC_KEY: z.string().min(16).default('local-audit-hmac-key-change-me'),
   STAGING_URL: z.string().url().default('http://127.0.0.1:7104'),
-  MODEL_BASE_URL: z.string().url().default('http://127.0.0.1:7103/v1'),
+  /**
+   * Responses API base URL. Unset: the local model-stub, unless `OPENAI_API_KEY` is set, in which
+   * case the `openai` client's default (the real API).
+   */
+  MODEL_BASE_URL: z.string().url().optional(),
   LOG_LEVEL: z.string().default('info'),
 };
 

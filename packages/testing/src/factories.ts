@@ -96,7 +96,7 @@ export async function createAction(db: Db, seed: ActionSeed): Promise<SeededActi
         max_rounds: 8,
         max_tool_calls: 6,
         deadline_at: new Date(now.getTime() + (seed.budgetMs ?? 90_000)),
-        max_spend_tokens: 100_000,
+        max_spend_micro_usd: 100_000,
       })
       .execute();
     await trx

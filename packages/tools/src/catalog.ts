@@ -38,6 +38,8 @@ export interface ToolDefinition {
    * result onto them (unknown keys are dropped); a result that does not parse is malformed.
    */
   output: z.ZodObject;
+  /** Result fields the boundary always redacts, wherever they appear (personal data, secrets). */
+  sensitive?: readonly string[];
 }
 
 const orderId = z.string().describe('Order id, e.g. O-1002');
@@ -110,6 +112,7 @@ export const supportTools: readonly ToolDefinition[] = [
     normalize: (a) => ({ orderId: canonicalOrderId(a.orderId as string), template: a.template as string }),
     target: (a) => String(a.orderId),
     output: z.object({ messageId: z.string(), template: z.string() }),
+    sensitive: ['to', 'email', 'recipient'],
   },
 ];
 

@@ -24,18 +24,18 @@ export function redactSecrets(text: string): string {
   return SECRET_PATTERNS.reduce((t, re) => t.replace(re, '[redacted]'), text);
 }
 
-function boundValue(value: unknown, depth: number): unknown {
+function boundValue(value: unknown, depth: number, sensitive: ReadonlySet<string>): unknown {
   if (typeof value === 'string') {
     const clean = redactSecrets(value);
     return clean.length > MAX_STRING_CHARS ? clean.slice(0, MAX_STRING_CHARS) + TRUNCATION_MARKER : clean;
   }
   if (value === null || typeof value === 'number' || typeof value === 'boolean') return value;
   if (depth > 6) return TRUNCATION_MARKER;
-  if (Array.isArray(value)) return value.slice(0, 50).map((v) => boundValue(v, depth + 1));
+  if (Array.isArray(value)) return value.slice(0, 50).map((v) => boundValue(v, depth + 1, sensitive));
   if (typeof value === 'object') {
     const out: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(value as Record<string, unknown>).slice(0, 50)) {
-      out[redactSecrets(k).slice(0, 100)] = boundValue(v, depth + 1);
+      out[redactSecrets(k).slice(0, 100)] = sensitive.has(k) ? '[redacted]' : boundValue(v, depth + 1, sensitive);
     }
     return out;
   }
@@ -53,14 +53,16 @@ export interface SafeOutput extends Record<string, unknown> {
  * Redacts and bounds `data` (strings ≤ {@link MAX_STRING_CHARS}, whole output ≤
  * {@link MAX_OUTPUT_BYTES} bytes, with {@link TRUNCATION_MARKER} where cut) and labels it
  * `{source: tool, trust}`. Outcomes Gatehouse itself produced (denials, validation results) are
- * labelled `trust: "gatehouse"`.
+ * labelled `trust: "gatehouse"`. Values under a `sensitive` key (the tool contract's list) are
+ * always replaced by `[redacted]`.
  */
 export function toSafeOutput(
   source: string,
   data: Record<string, unknown>,
   trust: SafeOutput['trust'] = 'untrusted-tool-output',
+  sensitive: readonly string[] = [],
 ): SafeOutput {
-  const bounded = boundValue(data, 0) as Record<string, unknown>;
+  const bounded = boundValue(data, 0, new Set(sensitive)) as Record<string, unknown>;
   // Labels last: a tool's own data can never relabel itself as trusted.
   const out: SafeOutput = { ...bounded, source, trust };
   let text = JSON.stringify(out);

@@ -85,3 +85,16 @@ describe('toSafeOutput bounds and labels', () => {
     expect(bytes(toSafeOutput('lookup_order', data))).toBeLessThanOrEqual(MAX_OUTPUT_BYTES);
   });
 });
+
+describe('fields the tool contract marks sensitive', () => {
+  it('are redacted wherever they appear, whatever their content', () => {
+    const out = toSafeOutput(
+      'notify_customer',
+      { messageId: 'm1', to: 'cust-2@customers.example', nested: { email: 'x@y.z' } },
+      'untrusted-tool-output',
+      ['to', 'email'],
+    );
+    expect(out).toMatchObject({ messageId: 'm1', to: '[redacted]', nested: { email: '[redacted]' } });
+    expect(JSON.stringify(out)).not.toContain('customers.example');
+  });
+});

@@ -3,16 +3,20 @@ import { z } from 'zod';
 /** agent-loop settings beyond the base ones. Budgets are per workflow. */
 export const agentLoopEnv = {
   AGENT_LOOP_PORT: z.coerce.number().int().min(0).max(65535).default(7101),
-  MODEL_NAME: z.string().default('gatehouse-stub-1'),
+  /** Overrides the release manifest's model name. */
+  MODEL_NAME: z.string().optional(),
   /** Key for the model API; the stub accepts any non-empty key. */
   OPENAI_API_KEY: z.string().min(1).default('stub-key'),
-  /** Support-pack budgets per run (issue 6): model rounds, tool calls (failed validations count), */
-  MAX_ROUNDS: z.coerce.number().int().positive().default(8),
-  MAX_TOOL_CALLS: z.coerce.number().int().positive().default(6),
+  /**
+   * Overrides of the release manifest's support-pack budgets (unset: the manifest's): model
+   * rounds, tool calls (failed validations count), …
+   */
+  MAX_ROUNDS: z.coerce.number().int().positive().optional(),
+  MAX_TOOL_CALLS: z.coerce.number().int().positive().optional(),
   /** …working wall time in seconds (time waiting for a human decision does not count), … */
-  WALL_TIME_SECONDS: z.coerce.number().int().positive().default(90),
-  /** …and spend in model tokens. */
-  MAX_SPEND_TOKENS: z.coerce.number().int().positive().default(200_000),
+  WALL_TIME_SECONDS: z.coerce.number().int().positive().optional(),
+  /** …and model spend in micro-USD, priced by the release's model entry. */
+  MAX_SPEND_MICRO_USD: z.coerce.number().int().positive().optional(),
   /** Per-request timeout for the model, ms. */
   MODEL_TIMEOUT_MS: z.coerce.number().int().positive().default(30_000),
   /** BullMQ job lock and stalled-job check, ms: how soon a dead loop's turn is redelivered. */

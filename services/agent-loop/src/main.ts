@@ -8,14 +8,14 @@ import {
   startWorkers,
   requireUser,
 } from '@gatehouse/platform';
-import { turnsQueue, resultsQueue, type TurnJob, type ResultJob } from '@gatehouse/contracts';
+import { turnsQueue, resultsQueue, loadReleaseManifest, type TurnJob, type ResultJob } from '@gatehouse/contracts';
 import { supportTools, catalogDigest } from '@gatehouse/tools';
 import { loadActiveSupportBundle } from '@gatehouse/policy';
 import { agentLoopEnv } from './env.ts';
 
 import { ticketsRouter } from './http/tickets.router.ts';
 import { workflowsRouter } from './http/workflows.router.ts';
-import { createModelClient } from './domain/model-client.ts';
+import { createModelClient, LOCAL_MODEL_STUB_URL } from './domain/model-client.ts';
 import { processTurn } from './jobs/turns.processor.ts';
 import { readLoopTestHooks } from './domain/test-hooks.ts';
 import { processResult } from './jobs/results.processor.ts';
@@ -23,9 +23,11 @@ import { processResult } from './jobs/results.processor.ts';
 const ctx = createServiceContext('agent-loop', agentLoopEnv);
 const { env, log, db, relay } = ctx;
 const hooks = readLoopTestHooks(process.env);
+const release = loadReleaseManifest(env.GATEHOUSE_RELEASE);
 const bundle = loadActiveSupportBundle(env.POLICY_REVISION, env.POLICY_DIR);
 const digest = catalogDigest(supportTools); // fails at boot if a tool schema is not strict-mode valid
-const model = createModelClient({ apiKey: env.OPENAI_API_KEY, baseURL: env.MODEL_BASE_URL, timeoutMs: env.MODEL_TIMEOUT_MS });
+const baseURL = env.MODEL_BASE_URL ?? (process.env.OPENAI_API_KEY ? undefined : LOCAL_MODEL_STUB_URL);
+const model = createModelClient({ apiKey: env.OPENAI_API_KEY, baseURL, timeoutMs: env.MODEL_TIMEOUT_MS });
 
 const verifier = env.GATEHOUSE_AUTH_JWKS_URL ? { jwksUrl: env.GATEHOUSE_AUTH_JWKS_URL } : { secret: env.GATEHOUSE_AUTH_SECRET };
 const app = createHttpApp('agent-loop', ctx.readyChecks);
@@ -39,10 +41,10 @@ app.use(
     catalogDigest: digest,
     auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
     budgets: {
-      maxRounds: env.MAX_ROUNDS,
-      maxToolCalls: env.MAX_TOOL_CALLS,
-      wallTimeSeconds: env.WALL_TIME_SECONDS,
-      maxSpendTokens: env.MAX_SPEND_TOKENS,
+      maxRounds: env.MAX_ROUNDS ?? release.budgets.support.maxRounds,
+      maxToolCalls: env.MAX_TOOL_CALLS ?? release.budgets.support.maxToolCalls,
+      wallTimeSeconds: env.WALL_TIME_SECONDS ?? release.budgets.support.wallTimeSeconds,
+      maxSpendMicroUsd: env.MAX_SPEND_MICRO_USD ?? release.budgets.support.maxSpendMicroUsd,
     },
   }),
 );
@@ -51,7 +53,11 @@ finishApp(app, log);
 
 const workers = startWorkers(
   [
-    { contract: turnsQueue, handler: (p: TurnJob) => processTurn(p, { db, relay, log, model, modelName: env.MODEL_NAME, hooks }) },
+    {
+      contract: turnsQueue,
+      handler: (p: TurnJob) =>
+        processTurn(p, { db, relay, log, model, modelName: env.MODEL_NAME ?? release.model.name, modelPrice: release.model, hooks }),
+    },
     { contract: resultsQueue, handler: (p: ResultJob) => processResult(p, { db, relay }) },
   ] as never,
   {

@@ -1,5 +1,8 @@
 import OpenAI from 'openai';
 
+/** The model-stub's Responses API on its default port (SPEC §9). */
+export const LOCAL_MODEL_STUB_URL = 'http://127.0.0.1:7103/v1';
+
 /**
  * The official `openai` client pointed at `baseURL` (the model-stub locally). Retries 429/5xx
  * and timeouts itself (`maxRetries`, honouring `retry-after-ms`); a 400 surfaces as

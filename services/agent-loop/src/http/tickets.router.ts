@@ -1,6 +1,6 @@
 import { Router } from 'express';
 import { randomUUID } from 'node:crypto';
-import { TicketRequestSchema, turnsQueue, sha256Hex } from '@gatehouse/contracts';
+import { TicketRequestSchema, turnsQueue, sha256Hex, type PackBudgets } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, recordAudit, actorHash, type Db } from '@gatehouse/ledger';
 import { ConflictError, parseBody, UserError, type OutboxRelay } from '@gatehouse/platform';
 import type { AuthedRequest } from '@gatehouse/platform';
@@ -14,7 +14,8 @@ export interface IntakeConfig {
   policyRevision: string;
   catalogDigest: string;
   auditHmacKey: string;
-  budgets: { maxRounds: number; maxToolCalls: number; wallTimeSeconds: number; maxSpendTokens: number };
+  /** Budgets of the support pack (release manifest, env overrides applied). */
+  budgets: PackBudgets;
 }
 
 /**
@@ -73,7 +74,7 @@ export function ticketsRouter(cfg: IntakeConfig): Router {
             max_rounds: cfg.budgets.maxRounds,
             max_tool_calls: cfg.budgets.maxToolCalls,
             deadline_at: new Date(Date.now() + cfg.budgets.wallTimeSeconds * 1000),
-            max_spend_tokens: cfg.budgets.maxSpendTokens,
+            max_spend_micro_usd: cfg.budgets.maxSpendMicroUsd,
           })
           .execute();
         await trx

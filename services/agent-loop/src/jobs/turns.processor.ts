@@ -5,7 +5,7 @@ import { enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxR
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
 import { eligibleTools } from '@gatehouse/policy';
 import { findTool, supportTools, toFunctionTool } from '@gatehouse/tools';
-import { loadWorld, sha256Hex, canonicalJson } from '@gatehouse/contracts';
+import { loadWorld, sha256Hex, canonicalJson, modelSpendMicroUsd, type ReleaseManifest } from '@gatehouse/contracts';
 import { randomUUID } from 'node:crypto';
 import { PROMPT_HASH, SUPPORT_INSTRUCTIONS } from '../domain/instructions.ts';
 import { loadTranscript } from '../domain/transcript.ts';
@@ -19,6 +19,8 @@ export interface TurnDeps {
   log: Logger;
   model: OpenAI;
   modelName: string;
+  /** The release's model entry: prices the spend budget. */
+  modelPrice: ReleaseManifest['model'];
   hooks: LoopTestHooks;
 }
 
@@ -41,7 +43,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
   const overBudget =
     budget.rounds_used + 1 > budget.max_rounds ||
     Date.now() > new Date(budget.deadline_at).getTime() ||
-    budget.tokens_used >= budget.max_spend_tokens;
+    budget.spend_micro_usd >= budget.max_spend_micro_usd;
   if (overBudget) {
     await inTransaction(db, (trx) => stopWorkflow(trx, wf, 'budget_exhausted'));
     return 'budget_exhausted';
@@ -103,7 +105,13 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
       .execute();
     await trx
       .updateTable('budgets')
-      .set({ rounds_used: b.rounds_used + 1, tokens_used: b.tokens_used + (usage?.total_tokens ?? 0) })
+      .set({
+        rounds_used: b.rounds_used + 1,
+        tokens_used: b.tokens_used + (usage?.total_tokens ?? 0),
+        spend_micro_usd:
+          b.spend_micro_usd +
+          modelSpendMicroUsd(deps.modelPrice, { input_tokens: usage?.input_tokens ?? 0, output_tokens: usage?.output_tokens ?? 0 }),
+      })
       .where('workflow_id', '=', wf.id)
       .execute();
     await recordAudit(trx, {

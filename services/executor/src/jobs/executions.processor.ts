@@ -292,7 +292,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
   // The untrusted-output boundary (redaction, bounds, provenance label); off only in a control-removed test.
   const output = hooks.disableOutputBoundary
     ? { source: action.tool, trust: 'untrusted-tool-output' as const, ...outcome }
-    : toSafeOutput(action.tool, outcome);
+    : toSafeOutput(action.tool, outcome, 'untrusted-tool-output', tool.sensitive);
   const rows = await inTransaction(db, async (trx) => {
     await trx.selectFrom('actions').select('id').where('id', '=', action.id).forUpdate().execute(); // lock order: actions → operations
     const recorded = await trx
