@@ -103,6 +103,23 @@ describe('agent loop', () => {
     expect(readdirSync(s.dir).filter((f) => f.endsWith('.log') && readFileSync(`${s.dir}/${f}`, 'utf8').includes('CANARY'))).toEqual([]);
   });
 
+  it('model errors: a 429 is retried by the client with the same request; a 400 stops the run with a reason', async () => {
+    await fixtures(s, 'L-429', [{ type: 'error', status: 429, headers: { 'retry-after-ms': '0' } } as never, msg('All good.')]);
+    const a = await submit(s, 'rep-ana', 'L-429', 'hello', 'investigate');
+    expect((await waitFor(s, a.token, a.workflowId, settled)).state).toBe('completed');
+    const seen = (await modelRequests(s, 'L-429')).requests as unknown as Array<{ status: number; retryCount: number }>;
+    expect(seen.map((r) => [r.status, r.retryCount])).toEqual([
+      [429, 0],
+      [200, 1],
+    ]);
+
+    await fixtures(s, 'L-400', [{ type: 'error', status: 400 } as never]);
+    const b = await submit(s, 'rep-ana', 'L-400', 'hello', 'investigate');
+    const end = await waitFor(s, b.token, b.workflowId, settled);
+    expect(end).toMatchObject({ state: 'stopped', stopReason: 'model_error' });
+    expect(String(end.nextStep)).toMatch(/model/);
+  });
+
   it('model spend is priced by the release model entry and bounded before the next request', async () => {
     const { token, workflowId } = await submit(poor, 'rep-ana', 'L-spend', 'What is the status of order O-1001?', 'investigate');
     const v = await waitFor(poor, token, workflowId, settled);

@@ -55,17 +55,21 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
   let response: OpenAI.Responses.Response;
   const started = Date.now();
   try {
-    response = await deps.model.responses.create({
-      model: deps.modelName,
-      instructions: SUPPORT_INSTRUCTIONS,
-      input: input as unknown as OpenAI.Responses.ResponseInput,
-      tools,
-      tool_choice: tools.length ? 'auto' : 'none',
-      // One call per response (issue 6); several calls, if the model sends them anyway, are each answered.
-      parallel_tool_calls: false,
-      store: false,
-      metadata: { workflow_id: wf.id, ticket_id: wf.ticket_id, release: wf.release_id },
-    });
+    response = await deps.model.responses.create(
+      {
+        model: deps.modelName,
+        instructions: SUPPORT_INSTRUCTIONS,
+        input: input as unknown as OpenAI.Responses.ResponseInput,
+        tools,
+        tool_choice: tools.length ? 'auto' : 'none',
+        // One call per response (issue 6); several calls, if the model sends them anyway, are each answered.
+        parallel_tool_calls: false,
+        store: false,
+        metadata: { workflow_id: wf.id, ticket_id: wf.ticket_id, release: wf.release_id },
+      },
+      // The client's own retries (429/5xx) stay inside the run's remaining working time.
+      { timeout: Math.max(1000, new Date(budget.deadline_at).getTime() - Date.now()) },
+    );
   } catch (err) {
     if (
       err instanceof OpenAI.APIError &&
