@@ -15,6 +15,9 @@ const ctx = createServiceContext('executor', {
   /** BullMQ job lock and stalled-job check, ms: how soon a dead worker's job is redelivered. */
   EXECUTOR_LOCK_MS: z.coerce.number().int().positive().default(30_000),
   EXECUTOR_STALLED_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
+  /** Audit-health gate: the newest heartbeat and the oldest unchained event may be this old, ms. */
+  AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: z.coerce.number().int().positive().default(10_000),
+  AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: z.coerce.number().int().positive().default(30_000),
   POLICY_REVISION: z.string().default('support-p1'),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),
@@ -39,6 +42,7 @@ const worker = createWorker(
       agentId,
       hooks,
       bundle,
+      auditGate: { maxHeartbeatAgeMs: env.AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS, maxBacklogAgeMs: env.AUDIT_HEALTH_MAX_BACKLOG_AGE_MS },
     }),
   {
     release: env.GATEHOUSE_RELEASE,

@@ -72,6 +72,7 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
   const tdb = await createTestDatabase();
   if (opts.deadlockTimeoutMs !== undefined) await setDeadlockTimeout(tdb.db, tdb.name, opts.deadlockTimeoutMs);
   const db = createDb(tdb.url, opts.poolSize ?? 12);
+  await db.insertInto('audit_heartbeat').values({ id: 1, beat_at: new Date() }).execute();
   const { db: staging } = openStagingDatabase(tdb.url, { maxConnections: 8 });
   await ensureStagingSchema(staging);
   const log = createLogger('executor-test');
@@ -103,6 +104,8 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
       disableOutputBoundary: false,
     },
     bundle: SUPPORT_BUNDLE,
+    // No audit service runs here: a heartbeat is written at start and the gate is wide.
+    auditGate: { maxHeartbeatAgeMs: 3_600_000, maxBacklogAgeMs: 3_600_000 },
   };
   return {
     tdb,

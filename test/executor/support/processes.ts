@@ -33,6 +33,9 @@ export function executorEnv(
     EXECUTOR_CONCURRENCY: '4',
     EXECUTOR_STALLED_INTERVAL_MS: '1000',
     LOG_LEVEL: 'info',
+    // No audit service runs beside these executors: the harness wrote one heartbeat; a wide gate.
+    AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: '3600000',
+    AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: '3600000',
     ...extra,
   };
 }

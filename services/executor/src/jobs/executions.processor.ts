@@ -7,6 +7,7 @@ import { findTool, toSafeOutput, type SafeOutput } from '@gatehouse/tools';
 import { loadWorld } from '@gatehouse/contracts';
 import { adapters, resolveByReadBack, shipmentCount, type AdapterResult } from '../adapters/index.ts';
 import { blockEventLoop, crashIfAt, type TestHooks } from '../domain/test-hooks.ts';
+import { auditUnhealthyReason, AuditUnavailable, type AuditGate } from '../domain/audit-health.ts';
 import { fetchOrder, type SupportBundle } from '@gatehouse/policy';
 import { claimOperation } from '../domain/claim.ts';
 
@@ -27,6 +28,8 @@ export interface ExecutionDeps {
   hooks: TestHooks;
   /** Active policy bundle, for the re-evaluation at execution. */
   bundle: SupportBundle;
+  /** Audit-health thresholds checked before any consequential step. */
+  auditGate: AuditGate;
 }
 
 /** Thrown when another worker holds a live lease: the queue retries after backoff. */
@@ -86,6 +89,23 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       .where('state', 'not in', ['completed', 'stopped', 'needs_reconciliation'])
       .execute();
     return 'held:tool_disabled';
+  }
+
+  // Evidence gates effects: with audit storage unhealthy a consequential step waits (the queue
+  // retries it) before anything is consumed or claimed; reads go on.
+  if (tool.consequential) {
+    const unhealthy = await auditUnhealthyReason(db, deps.auditGate);
+    if (unhealthy) {
+      await db
+        .updateTable('workflows')
+        .set({
+          next_step: `Waiting: audit storage is unavailable (${unhealthy}); consequential steps resume when it is healthy.`,
+          updated_at: new Date(),
+        })
+        .where('id', '=', wf.id)
+        .execute();
+      throw new AuditUnavailable(unhealthy);
+    }
   }
 
   // Baseline for tools without downstream keys, read before the claim and committed with it.

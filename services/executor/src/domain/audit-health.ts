@@ -1,0 +1,34 @@
+import { sql } from 'kysely';
+import type { Db } from '@gatehouse/ledger';
+
+/** Thresholds of the audit-health gate, ms. */
+export interface AuditGate {
+  /** Oldest acceptable audit-service heartbeat. */
+  maxHeartbeatAgeMs: number;
+  /** Oldest acceptable event still waiting in `audit_outbox`. */
+  maxBacklogAgeMs: number;
+}
+
+/** Thrown when audit storage is unhealthy: the queue retries the step later (SPEC §4 invariant 8). */
+export class AuditUnavailable extends Error {
+  override name = 'AuditUnavailable';
+}
+
+/**
+ * Why consequential execution must not start now, or null when audit is healthy: the audit
+ * service's heartbeat is missing or older than the gate, or events wait in the outbox longer
+ * than it allows (the chain is not being written).
+ */
+export async function auditUnhealthyReason(db: Db, gate: AuditGate): Promise<string | null> {
+  const row = await db
+    .selectNoFrom([
+      sql<number | null>`(select extract(epoch from now() - beat_at) * 1000 from audit_heartbeat where id = 1)`.as('beatAgeMs'),
+      sql<number | null>`(select extract(epoch from now() - min(created_at)) * 1000 from audit_outbox)`.as('backlogAgeMs'),
+    ])
+    .executeTakeFirstOrThrow();
+  if (row.beatAgeMs === null) return 'no audit heartbeat';
+  if (Number(row.beatAgeMs) > gate.maxHeartbeatAgeMs) return `audit heartbeat ${Math.round(Number(row.beatAgeMs))} ms old`;
+  if (row.backlogAgeMs !== null && Number(row.backlogAgeMs) > gate.maxBacklogAgeMs)
+    return `audit backlog ${Math.round(Number(row.backlogAgeMs))} ms old`;
+  return null;
+}
