@@ -70,4 +70,44 @@ describe('a follow-up message amends a pending refund (SPEC §9 messages, §6 am
     expect(seen.body.pairingErrors).toBe(0);
     expect(JSON.stringify(seen.body.requests.at(-1).input)).toContain('superseded');
   });
+
+  it('a follow-up about another order voids the pending refund, and the model proposes it again as a new version', async () => {
+    const rep = await tokenFor('rep-ana', SECRET);
+    const intake = s.url('agent-loop');
+    const submitted = await call('POST', `${intake}/v1/tickets`, rep, {
+      ticketId: 'T-also',
+      text: 'Refund $80 on order O-1007, it arrived broken.',
+      mode: 'act',
+    });
+    const id = String(submitted.body.workflowId);
+    const first = await pollWorkflow(intake, rep, id, (v) => v.pendingApprovals.some((p) => p.status === 'pending'));
+    expect(first.nextStep).toMatch(/Waiting for a lead to approve issue_refund on O-1007/);
+    const v1 = first.actions.find((a) => a.tool === 'issue_refund')!;
+
+    const followUp = await call('POST', `${intake}/v1/workflows/${id}/messages`, rep, {
+      text: 'Also O-1008 arrived broken, refund $60 there too.',
+    });
+    expect(followUp.status).toBe(202);
+    expect(followUp.body.superseded).toEqual([
+      { version: v1.version, tool: 'issue_refund', voidedApprovals: [first.pendingApprovals[0]!.approvalId] },
+    ]);
+
+    // One call per response and no model call while an approval is pending: O-1008 first…
+    const o1008 = await pollWorkflow(intake, rep, id, (v) =>
+      v.actions.some((a) => a.target === 'O-1008' && a.tool === 'issue_refund' && a.status === 'pending_approval'),
+    );
+    const lead = await tokenFor('lead-eli', SECRET);
+    const pending = o1008.pendingApprovals.find((p) => p.status === 'pending')!;
+    expect((await approveAsLead(s.url('approval'), lead, pending.approvalId)).status).toBe(200);
+    // …then the voided O-1007 refund is proposed again, as a new version that needs its own approval.
+    const again = await pollWorkflow(intake, rep, id, (v) =>
+      v.actions.some(
+        (a) => a.target === 'O-1007' && a.tool === 'issue_refund' && a.version > v1.version && a.status === 'pending_approval',
+      ),
+    );
+    const v2 = again.actions.find((a) => a.target === 'O-1007' && a.tool === 'issue_refund' && a.version > v1.version)!;
+    expect(v2).toMatchObject({ arguments: { amountCents: 8000 }, ruleId: 'R7', supersedesVersion: v1.version });
+    expect(((await request(s.url('staging')).get('/ledger/refunds?orderId=O-1008')).body.refunds as unknown[]).length).toBe(1);
+    expect(((await request(s.url('staging')).get('/ledger/refunds?orderId=O-1007')).body.refunds as unknown[]).length).toBe(0);
+  });
 });

@@ -37,6 +37,7 @@ export interface WorkflowView {
     tool: string;
     target: string;
     version: number;
+    supersedesVersion: number | null;
     digest: string;
     decision: string;
     ruleId: string;

@@ -1,5 +1,8 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
+import { existsSync } from 'node:fs';
+import { resolve as resolvePath } from 'node:path';
+import { repoRoot } from '@gatehouse/contracts';
 import { Redis } from 'ioredis';
 import { parseEnv, QueueRegistry, OutboxRelay, createLogger } from '@gatehouse/platform';
 import { createDb, migrate, verifyAuditChain } from '@gatehouse/ledger';
@@ -118,7 +121,9 @@ async function main(argv: string[]): Promise<number> {
     }
     case 'policy check': {
       if (!arg) throw new Error('policy check needs a bundle file or revision');
-      const bundle = arg.endsWith('.json') ? loadSupportBundleFile(arg) : loadSupportBundle(arg);
+      const file = arg.endsWith('.json') ? resolvePath(arg) : resolvePath(repoRoot, 'policy', `${arg}.json`);
+      if (!existsSync(file)) throw new Error(`no policy bundle ${arg} (looked for ${file})`);
+      const bundle = arg.endsWith('.json') ? loadSupportBundleFile(file) : loadSupportBundle(arg);
       const cases = loadBoundaryCases(bundle.pack);
       const failures = runBoundaryGate(bundle, cases);
       for (const f of failures)

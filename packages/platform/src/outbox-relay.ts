@@ -1,8 +1,21 @@
 import { sql } from 'kysely';
 import { jobOptionsFor } from '@gatehouse/contracts';
-import type { Db, OutboxRow } from '@gatehouse/ledger';
+import type { Db, OutboxRow, Trx } from '@gatehouse/ledger';
 import type { QueueRegistry } from './queues.ts';
 import type { Logger } from './logger.ts';
+
+/** Marks rows published (in `db`, or the sweep's transaction). */
+async function markPublished(db: Db | Trx, rows: OutboxRow[]): Promise<void> {
+  await db
+    .updateTable('outbox')
+    .set({ published_at: new Date() })
+    .where(
+      'id',
+      'in',
+      rows.map((r) => r.id),
+    )
+    .execute();
+}
 
 /**
  * Publishes outbox rows to BullMQ (ARCHITECTURE correctness rule 2). The fast path is
@@ -30,15 +43,7 @@ export class OutboxRelay {
     if (!rows.length) return;
     try {
       await this.#add(rows);
-      await this.#db
-        .updateTable('outbox')
-        .set({ published_at: new Date() })
-        .where(
-          'id',
-          'in',
-          rows.map((r) => r.id),
-        )
-        .execute();
+      await markPublished(this.#db, rows);
     } catch (err) {
       this.#log.warn({ err: (err as Error).message, rows: rows.length }, 'outbox publish failed; sweep will retry');
     }
@@ -65,15 +70,7 @@ export class OutboxRelay {
         .execute();
       if (!rows.length) return 0;
       await this.#add(rows as OutboxRow[]);
-      await trx
-        .updateTable('outbox')
-        .set({ published_at: new Date() })
-        .where(
-          'id',
-          'in',
-          rows.map((r) => r.id),
-        )
-        .execute();
+      await markPublished(trx, rows as OutboxRow[]);
       return rows.length;
     });
   }

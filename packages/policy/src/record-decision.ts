@@ -48,7 +48,18 @@ export interface DecideOutcome {
   rows: OutboxRow[];
 }
 
-async function supersede(trx: Trx, wf: Workflow, a: Action, answerCall: boolean, service: string): Promise<OutboxRow[]> {
+/**
+ * Supersedes one not-yet-claimed action version (SPEC §5): status `superseded`, its pending or
+ * approved approvals `void` (audited), so no stale approval can ever be consumed. The caller
+ * answers the action's call (`{executed: false, reason: "superseded"}`) its own way.
+ * Returns the voided approval ids.
+ */
+export async function supersedeAction(
+  trx: Trx,
+  wf: Pick<Workflow, 'id' | 'release_id'>,
+  a: Pick<Action, 'id' | 'tool' | 'version' | 'digest' | 'call_id'>,
+  service: string,
+): Promise<string[]> {
   await trx.updateTable('actions').set({ status: 'superseded', updated_at: new Date() }).where('id', '=', a.id).execute();
   const voided = await trx
     .updateTable('approvals')
@@ -71,6 +82,11 @@ async function supersede(trx: Trx, wf: Workflow, a: Action, answerCall: boolean,
       revisions: { release: wf.release_id },
     });
   }
+  return voided.map((v) => v.id);
+}
+
+async function supersede(trx: Trx, wf: Workflow, a: Action, answerCall: boolean, service: string): Promise<OutboxRow[]> {
+  await supersedeAction(trx, wf, a, service);
   if (!answerCall) return [];
   const output = toSafeOutput(a.tool, { executed: false, reason: 'superseded' }, 'gatehouse');
   return [await enqueueInTransaction(trx, resultsQueue, { release: wf.release_id, workflowId: wf.id, callId: a.call_id, output })];
@@ -249,7 +265,7 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
   if (decision.decision === 'ALLOW') {
     await trx
       .updateTable('workflows')
-      .set({ state: 'executing', updated_at: new Date() })
+      .set({ state: 'executing', next_step: null, updated_at: new Date() })
       .where('id', '=', wf.id)
       .where('state', 'in', live)
       .execute();
@@ -265,7 +281,11 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
   } else if (decision.decision === 'REQUIRE_APPROVAL') {
     await trx
       .updateTable('workflows')
-      .set({ state: 'awaiting_approval', updated_at: new Date() })
+      .set({
+        state: 'awaiting_approval',
+        next_step: `Waiting for a lead to approve ${parsed.tool.name} on ${parsed.target} (version ${version}).`,
+        updated_at: new Date(),
+      })
       .where('id', '=', wf.id)
       .where('state', 'in', live)
       .execute();

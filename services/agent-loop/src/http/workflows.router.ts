@@ -1,8 +1,9 @@
 import { Router } from 'express';
 import { z } from 'zod';
 import { turnsQueue } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
+import { enqueueInTransaction, inTransaction, type Db, type OutboxRow } from '@gatehouse/ledger';
 import { ConflictError, parseBody, UserError, type OutboxRelay } from '@gatehouse/platform';
+import { supersedeAction } from '@gatehouse/policy';
 import type { AuthedRequest } from '@gatehouse/platform';
 import { unansweredCalls } from '../domain/transcript.ts';
 
@@ -86,7 +87,9 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
     const { user } = req as unknown as AuthedRequest;
     const body = parseBody(MessageSchema, req.body);
     const wf0 = await ownWorkflow(cfg.db, String(req.params.id), user.tenant);
+    const superseded: Array<{ version: number; tool: string; voidedApprovals: string[] }> = [];
     const rows = await inTransaction(cfg.db, async (trx) => {
+      superseded.length = 0; // a retried transaction starts over
       const wf = await trx.selectFrom('workflows').selectAll().where('id', '=', wf0.id).forUpdate().executeTakeFirstOrThrow();
       if (!['received', 'investigating', 'awaiting_approval', 'executing', 'paused'].includes(wf.state)) {
         throw new ConflictError('workflow_not_running', `workflow is ${wf.state}; submit a new ticket`);
@@ -95,33 +98,15 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
       // call, so the pairing rule holds and no stale approval can be consumed.
       const unclaimed = await trx
         .selectFrom('actions')
-        .select(['id', 'call_id', 'version', 'tool'])
+        .select(['id', 'call_id', 'version', 'tool', 'digest'])
         .where('workflow_id', '=', wf.id)
         .where('status', 'in', ['pending_approval', 'approved'])
         .forUpdate()
         .execute();
       for (const a of unclaimed) {
-        await trx.updateTable('actions').set({ status: 'superseded', updated_at: new Date() }).where('id', '=', a.id).execute();
-        const voided = await trx
-          .updateTable('approvals')
-          .set({ status: 'void', decided_at: new Date() })
-          .where('action_id', '=', a.id)
-          .where('status', 'in', ['pending', 'approved'])
-          .returning('id')
-          .execute();
-        for (const v of voided) {
-          await recordAudit(trx, {
-            type: 'approval.voided',
-            service: 'agent-loop',
-            runId: wf.id,
-            tool: a.tool,
-            approvalId: v.id,
-            actionVersion: a.version,
-            callId: a.call_id,
-            outcome: 'superseded',
-            revisions: { release: wf.release_id },
-          });
-        }
+        const voided = await supersedeAction(trx, wf, a, 'agent-loop');
+        superseded.push({ version: a.version, tool: a.tool, voidedApprovals: voided });
+        // Answered here, before the user message, so the transcript keeps call → output order.
         await trx
           .insertInto('conversation_items')
           .values({
@@ -158,7 +143,8 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
       return [await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 })];
     });
     await cfg.relay.publish(rows);
-    res.status(202).json({ workflowId: wf0.id });
+    // The rep sees what the follow-up voided: each needs a new proposal and a new approval.
+    res.status(202).json({ workflowId: wf0.id, superseded });
   });
   return router;
 }

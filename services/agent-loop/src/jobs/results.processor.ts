@@ -3,7 +3,7 @@ import { turnsQueue } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
 import type { OutboxRelay } from '@gatehouse/platform';
 import { unansweredCalls } from '../domain/transcript.ts';
-import { NEXT_STEP, TERMINAL_STATES } from '../domain/workflow-state.ts';
+import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
 
 /** Failed validations in a row that stop a run with `stopped(validation_failed)` (issue 6). */
 export const MAX_CONSECUTIVE_INVALID = 3;
@@ -62,18 +62,7 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
       return { outcome: 'parked', rows: [] as OutboxRow[] };
     }
     if (stop && !TERMINAL_STATES.has(wf.state)) {
-      await trx
-        .updateTable('workflows')
-        .set({ state: 'stopped', stop_reason: stop, next_step: NEXT_STEP[stop], updated_at: new Date() })
-        .where('id', '=', wf.id)
-        .execute();
-      await recordAudit(trx, {
-        type: 'run.stopped',
-        service: 'agent-loop',
-        runId: wf.id,
-        outcome: stop,
-        revisions: { release: wf.release_id },
-      });
+      await stopWorkflow(trx, wf, stop);
       return { outcome: `stopped:${stop}`, rows: [] as OutboxRow[] };
     }
     if (TERMINAL_STATES.has(wf.state)) return { outcome: 'answered_terminal', rows: [] as OutboxRow[] };
@@ -85,7 +74,11 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
       .where('status', 'in', ['pending', 'approved'])
       .execute();
     if (pendingApprovals.length) return { outcome: 'waiting_for_approval', rows: [] as OutboxRow[] };
-    await trx.updateTable('workflows').set({ state: 'investigating', updated_at: new Date() }).where('id', '=', wf.id).execute();
+    await trx
+      .updateTable('workflows')
+      .set({ state: 'investigating', next_step: null, updated_at: new Date() })
+      .where('id', '=', wf.id)
+      .execute();
     const row = await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 });
     return { outcome: 'next_turn', rows: [row] };
   });

@@ -204,7 +204,7 @@ export async function claimOperation(
   await trx.updateTable('actions').set({ status: 'running', updated_at: new Date() }).where('id', '=', action.id).execute();
   await trx
     .updateTable('workflows')
-    .set({ state: 'executing', updated_at: new Date() })
+    .set({ state: 'executing', next_step: null, updated_at: new Date() })
     .where('id', '=', action.workflow_id)
     .where('state', 'in', ['investigating', 'awaiting_approval', 'executing'])
     .execute();

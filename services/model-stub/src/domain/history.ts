@@ -42,13 +42,19 @@ export function argId(call: HistoryCall, key: string): string | null {
   return typeof v === 'string' || typeof v === 'number' ? String(v).toUpperCase() : null;
 }
 
+/** True when the runtime answered the call as superseded (voided by a follow-up, never run). */
+function superseded(call: HistoryCall): boolean {
+  return parseJsonObject(call.output ?? '')?.reason === 'superseded';
+}
+
 /**
  * True when a call named `name` whose argument `key` equals `id` (case-insensitive) appears in
- * the history after input index `since`, regardless of its output.
+ * the history after input index `since`, whatever its output — except a call answered
+ * `superseded`, which a model proposes again if the request still stands.
  */
 export function calledSince(calls: readonly HistoryCall[], name: string, key: string, id: string, since: number): boolean {
   const want = id.toUpperCase();
-  return calls.some((c) => c.index > since && c.name === name && argId(c, key) === want);
+  return calls.some((c) => c.index > since && c.name === name && argId(c, key) === want && !superseded(c));
 }
 
 const PLAN_ID_RE = /plan_[a-z0-9]{16}/;
