@@ -38,18 +38,19 @@ export async function startE2EStack(extra: Record<string, string> = {}): Promise
   Object.assign(env, extra);
   const dir = mkdtempSync(resolve(tmpdir(), 'gh-e2e-'));
   const stack = await startStack({ env, dir });
-  const url = (service: string): string => `http://127.0.0.1:${stack.ports[service]}`;
-  return {
+  const e2e: E2EStack = {
     db,
     prefix,
     stack,
-    url,
+    // A test may replace `stack` (a full restart): both read the current one.
+    url: (service: string): string => `http://127.0.0.1:${e2e.stack.ports[service]}`,
     env,
     dir,
     close: async () => {
-      await stack.stop();
+      await e2e.stack.stop();
       await dropQueuePrefix(TEST_REDIS_URL, prefix);
       await db.drop();
     },
   };
+  return e2e;
 }
