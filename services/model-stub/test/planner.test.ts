@@ -71,7 +71,7 @@ describe('planNextStep', () => {
   });
 
   it('a follow-up message asking again re-proposes (next version) with the new amount; lookups are not repeated', () => {
-    const first = run(['Refund $120 on O-1002.'], ALL, (n) => (n === 'issue_refund' ? '{"executed":false,"reason":"superseded"}' : '{}'));
+    const first = run(['Refund $120 on O-1002.'], ALL);
     const items: HistoryItem[] = [
       ...first.items,
       { kind: 'message', index: first.items.length, role: 'user', text: 'Actually make the refund $450.' },
@@ -82,6 +82,25 @@ describe('planNextStep', () => {
       name: 'issue_refund',
       arguments: { orderId: 'O-1002', amount: '450.00', reason: 'Actually make the refund $450.' },
     });
+  });
+
+  it('a call answered superseded (voided by a follow-up) is proposed again while its request stands', () => {
+    const items: HistoryItem[] = [
+      { kind: 'message', index: 0, role: 'user', text: 'Refund $80 on O-1007.' },
+      { kind: 'function_call', index: 1, callId: 'c1', name: 'lookup_order', arguments: '{"orderId":"O-1007"}' },
+      { kind: 'function_call_output', index: 2, callId: 'c1', output: '{}' },
+      {
+        kind: 'function_call',
+        index: 3,
+        callId: 'c2',
+        name: 'issue_refund',
+        arguments: '{"orderId":"O-1007","amount":"80.00","reason":"x"}',
+      },
+      { kind: 'function_call_output', index: 4, callId: 'c2', output: '{"executed":false,"reason":"superseded"}' },
+      { kind: 'message', index: 5, role: 'user', text: 'Also email them.' },
+    ];
+    const step = planNextStep({ items, tools: ALL });
+    expect(step).toMatchObject({ type: 'function_call', name: 'issue_refund', arguments: { orderId: 'O-1007', amount: '80.00' } });
   });
 
   it('summarises outcomes, including not-executed outputs', () => {
