@@ -8,6 +8,7 @@ import {
   getApproval,
   modelRequests,
   msg,
+  refunds,
   settled,
   startHuntStack,
   submit,
@@ -27,7 +28,11 @@ let poor: HuntStack;
 beforeAll(async () => {
   [s, off, poor] = await Promise.all([
     startHuntStack({ AGENT_LOOP_LOCK_MS: '1500', AGENT_LOOP_STALLED_INTERVAL_MS: '500' }),
-    startHuntStack({ GATEHOUSE_TEST_DISABLE_TOOL_FILTER: '1', GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY: '1' }),
+    startHuntStack({
+      GATEHOUSE_TEST_DISABLE_TOOL_FILTER: '1',
+      GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY: '1',
+      GATEHOUSE_TEST_DISABLE_CUMULATIVE_BASIS: '1',
+    }),
     startHuntStack({ MAX_SPEND_MICRO_USD: '1' }),
   ]);
 });
@@ -156,5 +161,15 @@ describe('controls removed (a stack with the test-only switches on)', () => {
     await waitFor(off, token, workflowId, settled);
     const seen = (await modelRequests(off, 'C-boundary')).requests;
     expect(JSON.stringify(seen.at(-1)!.input)).toContain(CANARY);
+  });
+
+  it('without the cumulative basis, four refunds of 4900 on one order all run without approval', async () => {
+    const c = (n: number) =>
+      ['issue_refund', { orderId: 'O-1002', amount: '49.00', reason: `partial ${n}` }] as [string, Record<string, unknown>];
+    await fixtures(off, 'C-basis', [fc(c(1), c(2), c(3), c(4)), msg()]);
+    const { token, workflowId } = await submit(off, 'rep-ben', 'C-basis', 'four partial refunds on O-1002');
+    const v = await waitFor(off, token, workflowId, settled);
+    expect(v.actions.filter((a) => a.decision === 'ALLOW')).toHaveLength(4);
+    expect((await refunds(off, 'O-1002')).map((r) => r.amountCents)).toEqual([4900, 4900, 4900, 4900]);
   });
 });

@@ -70,6 +70,18 @@ export async function recordedRefundsCents(
 const HOUR_MS = 3_600_000;
 
 /**
+ * `GATEHOUSE_TEST_DISABLE_CUMULATIVE_BASIS=1` removes the cumulative basis (a control-removed
+ * test shows four 4900 refunds then run without approval).
+ * @throws Error when set outside `GATEHOUSE_ENV=test`.
+ */
+function cumulativeBasisDisabled(): boolean {
+  if (process.env.GATEHOUSE_TEST_DISABLE_CUMULATIVE_BASIS !== '1') return false;
+  if (process.env.GATEHOUSE_ENV !== 'test')
+    throw new Error('GATEHOUSE_TEST_DISABLE_CUMULATIVE_BASIS may only be set with GATEHOUSE_ENV=test');
+  return true;
+}
+
+/**
  * Loads every fact R0–R9 need for one parsed proposal, tenant-scoped, inside `trx`. For refunds
  * it first takes a transaction-scoped advisory lock, so decisions that read and then add to the
  * cumulative basis are serialized (two refunds in one model response cannot both see zero).
@@ -89,8 +101,10 @@ export async function loadSupportFacts(
   const refund = parsed.tool.name === 'issue_refund';
   if (refund) await sql`SELECT pg_advisory_xact_lock(${REFUND_DECISIONS_LOCK})`.execute(trx);
   const basis = { excludeActionId: opts.excludeActionId, includeQueued: !opts.atExecution };
+  // Control-removed test only (refused outside GATEHOUSE_ENV=test): judge each refund alone.
+  const noBasis = cumulativeBasisDisabled();
   const sum = (o: Parameters<typeof recordedRefundsCents>[1]) =>
-    inTenant ? recordedRefundsCents(trx, { ...o, ...basis }) : Promise.resolve(0);
+    inTenant && !noBasis ? recordedRefundsCents(trx, { ...o, ...basis }) : Promise.resolve(0);
   return {
     user,
     agentGrantedTools: world.agent.grantedTools,

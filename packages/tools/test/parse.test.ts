@@ -120,6 +120,20 @@ const refundCore = fc
     fc.option(fc.record({ approved_by: fc.string(), tenant: fc.string() }, { requiredKeys: [] }), { freq: 3 }),
   )
   .map(([core, extra]) => JSON.stringify({ ...core, ...extra }));
+/** Hostile shapes: prototype-pollution keys, glued objects, huge and unicode strings. */
+const hostile = fc.oneof(
+  fc.constantFrom(
+    '{"__proto__":{"approved":true},"orderId":"O-1002","amount":"1.00","reason":"x"}',
+    '{"constructor":{"prototype":{"ok":true}},"orderId":"O-1002","amount":1,"reason":"x"}',
+    '{"orderId":"O-1"}{"orderId":"O-2"}',
+    '{"orderId":"O-1002","amount":"1.00","reason":"x"',
+    '"42"',
+    '[]',
+  ),
+  fc.string({ unit: 'grapheme', maxLength: 200 }).map((r) => JSON.stringify({ orderId: 'O-1002', amount: '1.00', reason: r })),
+  fc.integer({ min: 10_000, max: 200_000 }).map((n) => JSON.stringify({ orderId: 'O-1002', amount: '1.00', reason: 'x'.repeat(n) })),
+  fc.string({ unit: 'grapheme' }),
+);
 const rawArb = fc.oneof(
   fc.string(),
   fc.json(),
@@ -127,10 +141,11 @@ const rawArb = fc.oneof(
   refundLike,
   refundCore,
   refundCore,
+  hostile,
 );
 
 describe('parseProposal property (fast-check)', () => {
-  it('never throws and returns ok only for a valid issue_refund object (2000 runs)', () => {
+  it('never throws and returns ok only for a valid issue_refund object (10,000 runs)', () => {
     let accepted = 0;
     fc.assert(
       fc.property(rawArb, (raw) => {
@@ -140,7 +155,7 @@ describe('parseProposal property (fast-check)', () => {
           checkAccepted(raw, r);
         } else expectBoundedFailure(r);
       }),
-      { numRuns: 2000 },
+      { numRuns: 10_000 },
     );
     // the generator reaches the accepting path, so the oracle is exercised
     expect(accepted).toBeGreaterThan(0);
