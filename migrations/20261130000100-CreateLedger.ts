@@ -136,6 +136,8 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       approver text,
       reason text,
       release_id text NOT NULL,
+      -- Trace context of the request that opened it: the decision continues the workflow's trace.
+      traceparent text,
       created_at timestamptz NOT NULL DEFAULT now(),
       expires_at timestamptz NOT NULL,
       decided_at timestamptz,

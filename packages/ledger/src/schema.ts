@@ -135,6 +135,7 @@ export interface ApprovalsTable {
   approver: string | null;
   reason: string | null;
   release_id: string;
+  traceparent: string | null;
   created_at: Timestamp;
   expires_at: Timestamp;
   decided_at: Timestamp | null;

@@ -100,6 +100,7 @@ export async function decideApproval(
         .execute();
       row = await enqueueInTransaction(trx, executionsQueue, {
         release: approval.release_id,
+        traceparent: approval.traceparent ?? undefined,
         workflowId: approval.workflow_id,
         actionId: approval.action_id,
         actionVersion: approval.action_version,
@@ -115,6 +116,7 @@ export async function decideApproval(
       const output = toSafeOutput(approval.tool, { executed: false, reason: 'rejected' }, 'gatehouse');
       row = await enqueueInTransaction(trx, resultsQueue, {
         release: approval.release_id,
+        traceparent: approval.traceparent ?? undefined,
         workflowId: approval.workflow_id,
         callId: action.call_id,
         output,

@@ -36,6 +36,7 @@ export async function processApprovalRequest(job: ApprovalRequestJob, deps: { db
         approver: null,
         reason: null,
         release_id: action.release_id,
+        traceparent: job.traceparent ?? null,
         expires_at: new Date(Date.now() + deps.bundle.approval.ttlSeconds * 1000),
         decided_at: null,
         used_at: null,
