@@ -4,6 +4,7 @@ import { createServiceContext, createHttpApp, finishApp, listen, closeServer, in
 import { repoRoot } from '@gatehouse/contracts';
 import { chainPending } from './jobs/chain.writer.ts';
 import { anchorHead, loadSigningKey } from './domain/anchor.ts';
+import { evaluateMonitors, raiseAlerts } from './domain/monitors.ts';
 
 const ctx = createServiceContext('audit', {
   AUDIT_PORT: z.coerce.number().int().min(0).max(65535).default(7113),
@@ -12,6 +13,12 @@ const ctx = createServiceContext('audit', {
   /** How often the chain head is anchored, ms. */
   AUDIT_ANCHOR_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
   AUDIT_SIGNING_KEY_PATH: z.string().default(resolve(repoRoot, '.gatehouse/audit-ed25519.pem')),
+  /** How often the invariant monitors run, ms. */
+  MONITOR_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
+  /** Optional webhook receiving fired alerts as JSON. */
+  ALERT_WEBHOOK_URL: z.string().url().optional(),
+  MONITOR_AUTO_APPROVE_LIMIT_CENTS: z.coerce.number().int().nonnegative().default(5000),
+  MONITOR_MAX_FAILED_UNKNOWN_PER_HOUR: z.coerce.number().int().nonnegative().default(3),
 });
 const { env, log, db } = ctx;
 const key = loadSigningKey(env.AUDIT_SIGNING_KEY_PATH);
@@ -34,6 +41,21 @@ const anchorTimer = setInterval(() => {
   anchorHead(db, key).catch((err: unknown) => log.error({ err: (err as Error).message }, 'anchoring failed'));
 }, env.AUDIT_ANCHOR_INTERVAL_MS);
 
+let monitoring = false;
+const monitorTimer = setInterval(() => {
+  if (monitoring) return;
+  monitoring = true;
+  evaluateMonitors(db, {
+    autoApproveLimitCents: env.MONITOR_AUTO_APPROVE_LIMIT_CENTS,
+    maxFailedUnknownPerHour: env.MONITOR_MAX_FAILED_UNKNOWN_PER_HOUR,
+  })
+    .then((alerts) => raiseAlerts(alerts, log, env.ALERT_WEBHOOK_URL))
+    .catch((err: unknown) => log.error({ err: (err as Error).message }, 'monitors failed'))
+    .finally(() => {
+      monitoring = false;
+    });
+}, env.MONITOR_INTERVAL_MS);
+
 const app = finishApp(createHttpApp('audit', ctx.readyChecks), log);
 const { server, port } = await listen(app, env.AUDIT_PORT);
 log.info({ port }, 'audit ready');
@@ -46,6 +68,7 @@ installShutdown(log, [
   () => {
     clearInterval(chainTimer);
     clearInterval(anchorTimer);
+    clearInterval(monitorTimer);
   },
   () => closeServer(server),
 ]);

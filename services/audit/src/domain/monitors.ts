@@ -1,0 +1,101 @@
+import { sql } from 'kysely';
+import type { Db } from '@gatehouse/ledger';
+import type { Logger } from '@gatehouse/platform';
+
+/** One invariant violation found by a standing query over the records. */
+export interface Alert {
+  /** Monitor id, stable (a metric label). */
+  monitor: string;
+  /** How many records violate it now. */
+  count: number;
+  /** Up to 10 example record ids (operation keys, action ids) for on-call. */
+  examples: string[];
+}
+
+/** Thresholds of the monitors. Money in integer cents. */
+export interface MonitorConfig {
+  /** The auto-approve limit of the policy revision in force (support-p1: 5000). */
+  autoApproveLimitCents: number;
+  /** failed_unknown operations in the last hour above which an alert fires. */
+  maxFailedUnknownPerHour: number;
+}
+
+type Row = { id: string };
+const ids = (rows: Row[]) => rows.slice(0, 10).map((r) => r.id);
+
+/**
+ * Evaluates the invariant monitors (SPEC §4, issue 7) — written on outcomes, not on code paths,
+ * so a bad release that every unit test passed still trips them:
+ * - `effect_without_required_approval`: an action whose policy required approval has an effect
+ *   (operation succeeded or running) without a `used` approval;
+ * - `refund_over_auto_limit_without_approval`: a refund whose order's cumulative executed refunds
+ *   exceed the auto limit ran without a `used` approval;
+ * - `approvals_stopped_while_refunds_continue`: refunds above the auto limit executed in the last
+ *   hour while no approval was requested in that hour;
+ * - `failed_unknown_rising`: more unknown outcomes in the last hour than configured;
+ * - `idempotency_conflict`: any key reused with another digest (audited by the executor).
+ * Returns the alerts that fire (empty when all hold).
+ */
+export async function evaluateMonitors(db: Db, cfg: MonitorConfig): Promise<Alert[]> {
+  const alerts: Alert[] = [];
+  const fire = (monitor: string, rows: Row[]) => {
+    if (rows.length) alerts.push({ monitor, count: rows.length, examples: ids(rows) });
+  };
+  const noUsedApproval = sql<boolean>`not exists (select 1 from approvals p where p.action_id = a.id and p.status = 'used')`;
+
+  fire(
+    'effect_without_required_approval',
+    (
+      await sql<Row>`select o.key as id from operations o join actions a on a.id = o.action_id
+        where a.decision = 'REQUIRE_APPROVAL' and o.status in ('succeeded', 'running', 'failed_unknown') and ${noUsedApproval}`.execute(db)
+    ).rows,
+  );
+  fire(
+    'refund_over_auto_limit_without_approval',
+    (
+      await sql<Row>`select o.key as id from operations o join actions a on a.id = o.action_id
+        where a.tool = 'issue_refund' and o.status in ('succeeded', 'running', 'failed_unknown') and ${noUsedApproval}
+          and (select coalesce(sum((a2.arguments->>'amountCents')::bigint), 0) from operations o2 join actions a2 on a2.id = o2.action_id
+               where a2.tool = 'issue_refund' and a2.target = a.target and o2.status in ('succeeded', 'running', 'failed_unknown')
+                 and o2.created_at <= o.created_at) > ${cfg.autoApproveLimitCents}`.execute(db)
+    ).rows,
+  );
+  const recent = sql`o.created_at > now() - interval '1 hour'`;
+  const bigRefunds = (
+    await sql<Row>`select o.key as id from operations o join actions a on a.id = o.action_id
+      where a.tool = 'issue_refund' and o.status = 'succeeded' and ${recent} and (a.arguments->>'amountCents')::bigint > ${cfg.autoApproveLimitCents}`.execute(
+      db,
+    )
+  ).rows;
+  const requested = await sql<{ n: string }>`select count(*) as n from approvals where created_at > now() - interval '1 hour'`.execute(db);
+  if (bigRefunds.length && Number(requested.rows[0]?.n ?? 0) === 0) fire('approvals_stopped_while_refunds_continue', bigRefunds);
+  const unknown = (await sql<Row>`select o.key as id from operations o where o.status = 'failed_unknown' and ${recent}`.execute(db)).rows;
+  if (unknown.length > cfg.maxFailedUnknownPerHour) fire('failed_unknown_rising', unknown);
+  fire(
+    'idempotency_conflict',
+    (
+      await sql<Row>`select event->>'operationKeyHash' as id from audit_log where event->>'outcome' = 'idempotency_conflict'
+        union all select event->>'operationKeyHash' from audit_outbox where event->>'outcome' = 'idempotency_conflict'`.execute(db)
+    ).rows,
+  );
+  return alerts;
+}
+
+/**
+ * Raises alerts: one structured error log line per alert (`alert: <monitor>`), and a POST of
+ * all of them to `webhookUrl` when configured (errors logged, never thrown).
+ */
+export async function raiseAlerts(alerts: Alert[], log: Logger, webhookUrl?: string): Promise<void> {
+  for (const a of alerts) log.error({ alert: a.monitor, count: a.count, examples: a.examples }, `invariant monitor fired: ${a.monitor}`);
+  if (!alerts.length || !webhookUrl) return;
+  try {
+    await fetch(webhookUrl, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ alerts }),
+      signal: AbortSignal.timeout(5000),
+    });
+  } catch (err) {
+    log.warn({ err: (err as Error).message }, 'alert webhook failed');
+  }
+}
