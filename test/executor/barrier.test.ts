@@ -113,6 +113,7 @@ describe('executor: barrier race (SPEC §6, invariant 3)', () => {
       const claimed = (await auditEvents(h.db, 'operation.claimed', null)).filter((e) => ids.has(e.approvalId as string));
       expect(claimed).toHaveLength(TRIALS);
     },
+    180_000, // headroom on a loaded 2-core machine (about 35 s here)
   );
 
   // Regression: every transaction takes row locks in one order (workflows → actions →
