@@ -1,3 +1,4 @@
+import { createPublicKey } from 'node:crypto';
 import { resolve } from 'node:path';
 import { z } from 'zod';
 import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown } from '@gatehouse/platform';
@@ -48,6 +49,7 @@ const monitorTimer = setInterval(() => {
   evaluateMonitors(db, {
     autoApproveLimitCents: env.MONITOR_AUTO_APPROVE_LIMIT_CENTS,
     maxFailedUnknownPerHour: env.MONITOR_MAX_FAILED_UNKNOWN_PER_HOUR,
+    trustedPublicKey: createPublicKey(key),
   })
     .then((alerts) => raiseAlerts(alerts, log, env.ALERT_WEBHOOK_URL))
     .catch((err: unknown) => log.error({ err: (err as Error).message }, 'monitors failed'))

@@ -95,4 +95,13 @@ describe('invariant monitors', () => {
       .execute();
     expect(await fired()).toEqual(expect.arrayContaining(['failed_unknown_rising', 'idempotency_conflict']));
   });
+
+  it('an edited audit event is an audit gap', async () => {
+    await t.db
+      .insertInto('audit_log')
+      .values({ seq: '1', outbox_id: '1', event: JSON.stringify({ type: 'run.started' }), prev_hash: '0'.repeat(64), hash: 'f'.repeat(64) })
+      .execute();
+    const gap = (await evaluateMonitors(t.db, cfg)).find((a) => a.monitor === 'audit_gap');
+    expect(gap?.examples[0]).toMatch(/^seq 1/);
+  });
 });

@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
-import type { Db } from '@gatehouse/ledger';
+import type { KeyObject } from 'node:crypto';
+import { verifyAuditChain, type Db } from '@gatehouse/ledger';
 import type { Logger } from '@gatehouse/platform';
 
 /** One invariant violation found by a standing query over the records. */
@@ -18,6 +19,8 @@ export interface MonitorConfig {
   autoApproveLimitCents: number;
   /** failed_unknown operations in the last hour above which an alert fires. */
   maxFailedUnknownPerHour: number;
+  /** The audit service's public key: anchors are checked against it (none: the stored keys). */
+  trustedPublicKey?: KeyObject;
 }
 
 type Row = { id: string };
@@ -33,7 +36,8 @@ const ids = (rows: Row[]) => rows.slice(0, 10).map((r) => r.id);
  * - `approvals_stopped_while_refunds_continue`: refunds above the auto limit executed in the last
  *   hour while no approval was requested in that hour;
  * - `failed_unknown_rising`: more unknown outcomes in the last hour than configured;
- * - `idempotency_conflict`: any key reused with another digest (audited by the executor).
+ * - `idempotency_conflict`: any key reused with another digest (audited by the executor);
+ * - `audit_gap`: the chain no longer verifies (an edited, deleted or reordered event).
  * Returns the alerts that fire (empty when all hold).
  */
 export async function evaluateMonitors(db: Db, cfg: MonitorConfig): Promise<Alert[]> {
@@ -78,6 +82,8 @@ export async function evaluateMonitors(db: Db, cfg: MonitorConfig): Promise<Aler
         union all select event->>'operationKeyHash' from audit_outbox where event->>'outcome' = 'idempotency_conflict'`.execute(db)
     ).rows,
   );
+  const chain = await verifyAuditChain(db, cfg.trustedPublicKey ? { trustedPublicKey: cfg.trustedPublicKey } : {});
+  if (!chain.intact) alerts.push({ monitor: 'audit_gap', count: 1, examples: [`seq ${chain.firstBadSeq}: ${chain.reason}`] });
   return alerts;
 }
 
