@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { loadWorld } from '@gatehouse/contracts';
 import { runDemo, pollWorkflow, tokenFor } from '@gatehouse/cli';
-import { startE2EStack, type E2EStack } from '../support/stack.ts';
+import { demoTarget, startE2EStack, type E2EStack } from '../support/stack.ts';
 
 const SECRET = 'local-auth-secret-change-me';
 let s: E2EStack;
@@ -16,17 +16,7 @@ afterAll(async () => {
 
 describe('a real ticket through every service (processes, Postgres, Redis)', () => {
   it('T-1: lookup, approved refund and reship, one effect each, redelivery replays, audit intact', async () => {
-    const report = await runDemo({
-      intakeUrl: s.url('agent-loop'),
-      approvalUrl: s.url('approval'),
-      stagingUrl: s.url('staging'),
-      databaseUrl: s.db.url,
-      redisUrl: s.env.REDIS_URL!,
-      queuePrefix: s.prefix,
-      release: 'rel-1',
-      authSecret: SECRET,
-      auditKeyPath: s.env.AUDIT_SIGNING_KEY_PATH,
-    });
+    const report = await runDemo(demoTarget(s));
     expect(report.failures).toEqual([]);
     expect(report.workflow.state).toBe('completed');
     const byTool = Object.fromEntries(report.workflow.actions.map((a) => [a.tool, a]));

@@ -2,7 +2,7 @@ import express from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listen, closeServer } from '@gatehouse/platform';
 import { runDemo } from '@gatehouse/cli';
-import { startE2EStack, type E2EStack } from '../support/stack.ts';
+import { demoTarget, startE2EStack, type E2EStack } from '../support/stack.ts';
 import type { Server } from 'node:http';
 
 // Issue 7 (OpenTelemetry): one trace per workflow crosses the services through the queues — the
@@ -49,17 +49,7 @@ afterAll(async () => {
 
 describe('OpenTelemetry across the queues', () => {
   it('the T-1 workflow is one trace from intake through gateway, approval and executor back to the loop', async () => {
-    const report = await runDemo({
-      intakeUrl: s.url('agent-loop'),
-      approvalUrl: s.url('approval'),
-      stagingUrl: s.url('staging'),
-      databaseUrl: s.db.url,
-      redisUrl: s.env.REDIS_URL!,
-      queuePrefix: s.prefix,
-      release: 'rel-1',
-      authSecret: 'local-auth-secret-change-me',
-      auditKeyPath: s.env.AUDIT_SIGNING_KEY_PATH,
-    });
+    const report = await runDemo(demoTarget(s));
     expect(report.workflow.state).toBe('completed');
     const intake = await waitForSpan('intake ticket');
     const until = Date.now() + 10_000;

@@ -1,7 +1,7 @@
 import { resolve } from 'node:path';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { SERVICES, startStack, type RunningStack } from '@gatehouse/cli';
+import { SERVICES, startStack, type DemoTarget, type RunningStack } from '@gatehouse/cli';
 import { createTestDatabase, dropQueuePrefix, freePort, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
 
 /** A whole Gatehouse stack as real processes over a test database and queue prefix. */
@@ -53,4 +53,19 @@ export async function startE2EStack(extra: Record<string, string> = {}): Promise
     },
   };
   return e2e;
+}
+
+/** Where `runDemo` finds a test stack (its URLs, database, queue prefix and local secrets). */
+export function demoTarget(s: E2EStack): DemoTarget {
+  return {
+    intakeUrl: s.url('agent-loop'),
+    approvalUrl: s.url('approval'),
+    stagingUrl: s.url('staging'),
+    databaseUrl: s.db.url,
+    redisUrl: s.env.REDIS_URL!,
+    queuePrefix: s.prefix,
+    release: 'rel-1',
+    authSecret: 'local-auth-secret-change-me',
+    auditKeyPath: s.env.AUDIT_SIGNING_KEY_PATH,
+  };
 }
