@@ -1,4 +1,4 @@
-import { Kysely, Migrator, PostgresDialect, type Transaction, type MigrationResultSet } from 'kysely';
+import { Kysely, Migrator, NO_MIGRATIONS, PostgresDialect, type Transaction, type MigrationResultSet } from 'kysely';
 import pg from 'pg';
 import { migrations } from '@gatehouse/migrations';
 import type { DB } from './schema.ts';
@@ -42,7 +42,6 @@ export async function migrate(db: Kysely<unknown>, direction: 'up' | 'down' = 'u
 }
 
 async function migrateAllDown(migrator: Migrator): Promise<MigrationResultSet> {
-  const { NO_MIGRATIONS } = await import('kysely');
   return migrator.migrateTo(NO_MIGRATIONS);
 }
 

@@ -1,5 +1,11 @@
 import type { NextFunction, Request, Response } from 'express';
 import { verifyUserToken, InvalidTokenError, type UserClaims, type UserTokenVerifier } from '@gatehouse/credentials';
+import type { BaseEnv } from './env.ts';
+
+/** How bearer tokens are verified: the JWKS URL when configured (production), else the local HS256 secret. */
+export function userTokenVerifier(env: Pick<BaseEnv, 'GATEHOUSE_AUTH_JWKS_URL' | 'GATEHOUSE_AUTH_SECRET'>): UserTokenVerifier {
+  return env.GATEHOUSE_AUTH_JWKS_URL ? { jwksUrl: env.GATEHOUSE_AUTH_JWKS_URL } : { secret: env.GATEHOUSE_AUTH_SECRET };
+}
 import { UserError } from './errors.ts';
 
 /** Request with the verified caller; identity and tenant come only from the bearer token. */

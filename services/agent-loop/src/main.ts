@@ -7,6 +7,7 @@ import {
   installShutdown,
   startWorkers,
   requireUser,
+  userTokenVerifier,
 } from '@gatehouse/platform';
 import { turnsQueue, resultsQueue, loadReleaseManifest, type TurnJob, type ResultJob } from '@gatehouse/contracts';
 import { supportTools, catalogDigest } from '@gatehouse/tools';
@@ -29,7 +30,7 @@ const digest = catalogDigest(supportTools); // fails at boot if a tool schema is
 const baseURL = env.MODEL_BASE_URL ?? (process.env.OPENAI_API_KEY ? undefined : LOCAL_MODEL_STUB_URL);
 const model = createModelClient({ apiKey: env.OPENAI_API_KEY, baseURL, timeoutMs: env.MODEL_TIMEOUT_MS });
 
-const verifier = env.GATEHOUSE_AUTH_JWKS_URL ? { jwksUrl: env.GATEHOUSE_AUTH_JWKS_URL } : { secret: env.GATEHOUSE_AUTH_SECRET };
+const verifier = userTokenVerifier(env);
 const app = createHttpApp('agent-loop', ctx.readyChecks);
 app.use('/v1', requireUser(verifier));
 app.use(

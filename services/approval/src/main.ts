@@ -8,6 +8,7 @@ import {
   installShutdown,
   startWorkers,
   requireUser,
+  userTokenVerifier,
 } from '@gatehouse/platform';
 import { approvalRequestsQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
 import { loadActiveSupportBundle } from '@gatehouse/policy';
@@ -27,7 +28,7 @@ const ctx = createServiceContext('approval', {
 });
 const { env, log, db, relay } = ctx;
 const bundle = loadActiveSupportBundle(env.POLICY_REVISION, env.POLICY_DIR);
-const verifier = env.GATEHOUSE_AUTH_JWKS_URL ? { jwksUrl: env.GATEHOUSE_AUTH_JWKS_URL } : { secret: env.GATEHOUSE_AUTH_SECRET };
+const verifier = userTokenVerifier(env);
 
 const app = createHttpApp('approval', ctx.readyChecks);
 const openApi = approvalOpenApi();

@@ -297,7 +297,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
     // write the effect may exist, so the outcome is unknown rather than failed.
     const projected = tool.output.safeParse(result.data);
     if (projected.success) result = { ...result, data: projected.data };
-    else if (RE_DISPATCHABLE.has(tool.retryClass) && tool.effectClass === 'sensitive_read')
+    else if (tool.effectClass === 'sensitive_read')
       result = { status: 'failed', reason: 'malformed_result', retryable: false, attempts: result.attempts };
     else result = { status: 'unknown', reason: 'malformed_result', attempts: result.attempts };
   }
