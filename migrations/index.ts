@@ -1,9 +1,11 @@
 import type { Migration } from 'kysely';
 import * as createLedger from './20261130000100-CreateLedger.ts';
 import * as createAudit from './20261130000200-CreateAudit.ts';
+import * as changePack from './20261130000300-ChangePack.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
 export const migrations: Record<string, Migration> = {
   '20261130000100-CreateLedger': createLedger,
   '20261130000200-CreateAudit': createAudit,
+  '20261130000300-ChangePack': changePack,
 };

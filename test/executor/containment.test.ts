@@ -14,6 +14,7 @@ import {
   RESULTS_QUEUE,
   startHarness,
   SUPPORT_BUNDLE,
+  BUNDLES,
   waitFor,
   type Harness,
 } from './support/harness.ts';
@@ -93,7 +94,7 @@ describe('executor: ambiguous outcomes and authority (SPEC §6)', () => {
     const a = await createAction(h.db, { orderId, amountCents: 70_000, decision: 'ALLOW', ruleId: 'ALL', policyRevision: wrong.revision });
     expect(a.approvalId).toBeNull();
 
-    expect(await processExecution(a.job, h.deps({ bundle: wrong }))).toBe('failed');
+    expect(await processExecution(a.job, h.deps({ bundles: { ...BUNDLES, support: wrong } }))).toBe('failed');
 
     const requests = await h.requests(orderId);
     expect(requests).toHaveLength(1);
@@ -102,7 +103,9 @@ describe('executor: ambiguous outcomes and authority (SPEC §6)', () => {
     expect((await action(a.actionId)).status).toBe('denied');
     expect(await op(a.operationKey)).toMatchObject({ status: 'failed', error: '403:ceiling_exceeded' });
     // a redelivery never retries the refused write
-    expect(['replay:failed', 'skip:action_denied']).toContain(await processExecution(a.job, h.deps({ bundle: wrong })));
+    expect(['replay:failed', 'skip:action_denied']).toContain(
+      await processExecution(a.job, h.deps({ bundles: { ...BUNDLES, support: wrong } })),
+    );
     expect(await h.requests(orderId)).toHaveLength(1);
   });
 

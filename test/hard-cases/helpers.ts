@@ -31,9 +31,10 @@ export async function submit(
   ticketId: string,
   text: string,
   mode: 'act' | 'investigate' = 'act',
+  pack: 'support' | 'change' = 'support',
 ): Promise<{ token: string; workflowId: string }> {
   const token = await tokenFor(user, SECRET);
-  const r = await call('POST', `${s.url('agent-loop')}/v1/tickets`, token, { ticketId, text, mode });
+  const r = await call('POST', `${s.url('agent-loop')}/v1/tickets`, token, { ticketId, text, mode, pack });
   if (r.status !== 202) throw new Error(`intake: ${r.status} ${JSON.stringify(r.body)}`);
   return { token, workflowId: String(r.body.workflowId) };
 }

@@ -41,6 +41,7 @@ export interface WorkflowView {
     digest: string;
     decision: string;
     ruleId: string;
+    policyRevision: string;
     status: string;
     operationKey: string;
     arguments: Record<string, unknown>;

@@ -12,7 +12,7 @@ import { prepareDatabase } from './db-admin.ts';
 import { runDemo, printReport } from './demo.ts';
 import { bumpEpoch, requireOperator, setSwitch } from './ops.ts';
 import { reconcileUnknown } from './reconcile.ts';
-import { loadSupportBundle, loadSupportBundleFile, runBoundaryGate, loadBoundaryCases } from '@gatehouse/policy';
+import { loadBundle, loadBundleFile, runBoundaryGate, loadBoundaryCases } from '@gatehouse/policy';
 import { portOf, SERVICES, startStack, stateDir, stopDetachedStack } from './stack.ts';
 
 const USAGE = `gatehouse — operate a Gatehouse stack
@@ -123,7 +123,7 @@ async function main(argv: string[]): Promise<number> {
       if (!arg) throw new Error('policy check needs a bundle file or revision');
       const file = arg.endsWith('.json') ? resolvePath(arg) : resolvePath(repoRoot, 'policy', `${arg}.json`);
       if (!existsSync(file)) throw new Error(`no policy bundle ${arg} (looked for ${file})`);
-      const bundle = arg.endsWith('.json') ? loadSupportBundleFile(file) : loadSupportBundle(arg);
+      const bundle = arg.endsWith('.json') ? loadBundleFile(file) : loadBundle(arg);
       const cases = loadBoundaryCases(bundle.pack);
       const failures = runBoundaryGate(bundle, cases);
       for (const f of failures)

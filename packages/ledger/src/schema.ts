@@ -93,6 +93,8 @@ export interface ProposalsTable {
   arguments_sha256: string;
   status: 'received' | 'valid' | 'invalid';
   validation_error: Json | null;
+  /** Workflow state when the model was offered the tools of this call (null: rows of older releases). */
+  offered_in_state: string | null;
   created_at: Timestamp;
 }
 
@@ -132,6 +134,10 @@ export interface ApprovalsTable {
   requester: string;
   rule_id: string;
   status: ApprovalStatus;
+  /** Role an approver must hold (`lead`, `change_owner`), from the bundle of the action's pack. */
+  approver_role: Generated<string>;
+  /** Whether the approver must share the requester's region. */
+  same_region: Generated<boolean>;
   approver: string | null;
   reason: string | null;
   release_id: string;
@@ -234,6 +240,19 @@ export interface AuditAnchorsTable {
   created_at: Timestamp;
 }
 
+/** A draft plan written by `prepare_change` (SPEC §2 change pack): local, no external state. */
+export interface ChangePlansTable {
+  /** `plan_` + 16 lowercase alphanumerics, derived from the operation key. */
+  id: string;
+  workflow_id: string;
+  operation_key: string;
+  tenant: string;
+  change_id: string;
+  window: 'next-maintenance-window' | 'manual-window';
+  note: string | null;
+  created_at: Timestamp;
+}
+
 export interface AuditHeartbeatTable {
   id: number;
   beat_at: Timestamp;
@@ -258,4 +277,5 @@ export interface DB {
   audit_log: AuditLogTable;
   audit_anchors: AuditAnchorsTable;
   audit_heartbeat: AuditHeartbeatTable;
+  change_plans: ChangePlansTable;
 }

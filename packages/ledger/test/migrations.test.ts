@@ -22,7 +22,8 @@ const LEDGER_TABLES = [
   'workflows',
 ];
 const AUDIT_TABLES = ['audit_anchors', 'audit_heartbeat', 'audit_log', 'audit_outbox'];
-const ALL_TABLES = [...LEDGER_TABLES, ...AUDIT_TABLES].sort();
+const CHANGE_PACK_TABLES = ['change_plans'];
+const ALL_TABLES = [...LEDGER_TABLES, ...AUDIT_TABLES, ...CHANGE_PACK_TABLES].sort();
 
 let t: TestDatabase;
 let k: Kysely<unknown>;
@@ -87,6 +88,9 @@ describe('migrations on an empty database', () => {
       expect(r.results?.map((x) => x.migrationName)).toEqual([name]);
     }
     expect(await appTables()).toEqual(ALL_TABLES);
+    const down0 = await migrator.migrateDown();
+    expect(down0.error).toBeUndefined();
+    expect(await appTables()).toEqual([...LEDGER_TABLES, ...AUDIT_TABLES].sort());
     const down = await migrator.migrateDown();
     expect(down.error).toBeUndefined();
     expect(await appTables()).toEqual([...LEDGER_TABLES].sort());

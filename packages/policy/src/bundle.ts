@@ -46,3 +46,59 @@ export function loadSupportBundle(revision: string, dir = resolve(repoRoot, 'pol
 export function loadSupportBundleFile(path: string): SupportBundle {
   return SupportBundleSchema.parse(JSON.parse(readFileSync(path, 'utf8')));
 }
+
+/** The rule ids of the change pack (change-c1), in evaluation order. */
+export const CHANGE_RULE_IDS = ['C0', 'C1', 'C2', 'C3', 'C4', 'C5'] as const;
+export type ChangeRuleId = (typeof CHANGE_RULE_IDS)[number];
+
+/**
+ * A change policy bundle (`policy/change-<n>.json`, SPEC §2 change pack): the environments the
+ * pack may touch, and the approval of `schedule_change` — exact, single use, at most 600 s old,
+ * granted by a `change_owner` of the tenant.
+ */
+export const ChangeBundleSchema = z.strictObject({
+  revision: z.string().regex(/^[a-z0-9-]+$/),
+  pack: z.literal('change'),
+  description: z.string(),
+  limits: z.strictObject({
+    /** Environments a change may be scheduled in (SPEC §2: `staging`). */
+    environments: z.array(z.string()).min(1),
+  }),
+  approval: z.strictObject({
+    /** Approval lifetime, seconds (SPEC §2: max age 600 s). */
+    ttlSeconds: z.number().int().positive().max(600),
+    approverRole: z.literal('change_owner'),
+    sameRegion: z.boolean(),
+  }),
+  ruleOrder: z.array(z.enum(CHANGE_RULE_IDS)).length(CHANGE_RULE_IDS.length),
+});
+export type ChangeBundle = z.infer<typeof ChangeBundleSchema>;
+
+/** A bundle of either pack. */
+export type PolicyBundle = SupportBundle | ChangeBundle;
+
+/** The active bundle of each pack, as a service holds them. */
+export interface PolicyBundles {
+  support: SupportBundle;
+  change: ChangeBundle;
+}
+
+const AnyBundleSchema = z.discriminatedUnion('pack', [SupportBundleSchema, ChangeBundleSchema]);
+
+/**
+ * Loads a bundle of either pack from a file path (the `pack` field decides the schema).
+ * @throws Error when the file is missing or fails its pack's schema.
+ */
+export function loadBundleFile(path: string): PolicyBundle {
+  return AnyBundleSchema.parse(JSON.parse(readFileSync(path, 'utf8')));
+}
+
+/**
+ * Loads `policy/<revision>.json` (or from `dir`) of either pack.
+ * @throws Error when the file is missing, fails its schema or names another revision.
+ */
+export function loadBundle(revision: string, dir = resolve(repoRoot, 'policy')): PolicyBundle {
+  const bundle = loadBundleFile(resolve(dir, `${revision}.json`));
+  if (bundle.revision !== revision) throw new Error(`bundle file ${revision}.json names revision ${bundle.revision}`);
+  return bundle;
+}

@@ -1,16 +1,24 @@
 import type { ToolDefinition } from '@gatehouse/tools';
 
+/** Workflow states in which a workflow may be offered tools (a paused one resumes its held step). */
+const LIVE_STATES = ['received', 'investigating', 'awaiting_approval', 'executing', 'paused'];
+
 /**
- * Tools the model may be offered — and the gateway may accept — for a workflow (SPEC §9):
- * `investigate` mode offers only non-consequential tools; `act` mode (an explicit choice of the
- * user) also offers consequential ones. Terminal or parked workflows offer nothing.
+ * Tools the model may be offered — and the gateway may accept — for a workflow (SPEC §2, §9):
+ * granted to the agent; `investigate` mode offers only read tools, `act` mode (an explicit choice
+ * of the user) also the writes; a tool with `states` only in those states (change pack).
+ * Terminal or parked workflows offer nothing. `tools` is the workflow's pack catalog.
  */
 export function eligibleTools(
   tools: readonly ToolDefinition[],
   workflow: { mode: 'investigate' | 'act'; state: string },
   grantedTools: readonly string[],
 ): ToolDefinition[] {
-  // A paused workflow is live: its held step resumes when the tool is switched back on.
-  if (!['received', 'investigating', 'awaiting_approval', 'executing', 'paused'].includes(workflow.state)) return [];
-  return tools.filter((t) => grantedTools.includes(t.name) && (workflow.mode === 'act' || !t.consequential));
+  if (!LIVE_STATES.includes(workflow.state)) return [];
+  return tools.filter(
+    (t) =>
+      grantedTools.includes(t.name) &&
+      (workflow.mode === 'act' || t.effectClass === 'sensitive_read') &&
+      (!t.states || t.states.includes(workflow.state)),
+  );
 }

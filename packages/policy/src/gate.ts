@@ -2,8 +2,9 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { z } from 'zod';
 import { loadWorld, repoRoot, type World } from '@gatehouse/contracts';
-import { findTool, supportTools } from '@gatehouse/tools';
-import { loadSupportBundle, type SupportBundle } from './bundle.ts';
+import { changeTools, findTool, supportTools } from '@gatehouse/tools';
+import { loadBundle, type ChangeBundle, type PolicyBundle, type PolicyBundles, type SupportBundle } from './bundle.ts';
+import { evaluateChange, type ChangeFacts } from './change.rules.ts';
 import { eligibleTools } from './eligibility.ts';
 import { evaluateSupport, type PolicyDecision, type SupportFacts } from './support.rules.ts';
 
@@ -23,11 +24,38 @@ export const BoundaryCaseSchema = z.strictObject({
 });
 export type BoundaryCase = z.infer<typeof BoundaryCaseSchema>;
 
-const CaseFileSchema = z.strictObject({ pack: z.string(), description: z.string(), cases: z.array(BoundaryCaseSchema).min(1) });
+/**
+ * One change-pack boundary case: who proposes which tool in which workflow state, the change
+ * (world.json id), and for `schedule_change` the plan this workflow prepared (null: none).
+ */
+export const ChangeBoundaryCaseSchema = z.strictObject({
+  name: z.string(),
+  tool: z.string(),
+  user: z.string(),
+  change: z.string(),
+  state: z.enum(['received', 'investigating', 'awaiting_approval', 'executing']),
+  mode: z.enum(['investigate', 'act']).default('act'),
+  window: z.enum(['next-maintenance-window', 'manual-window']).default('next-maintenance-window'),
+  note: z.string().nullable().default(null),
+  plan: z.strictObject({ window: z.string(), note: z.string().nullable() }).nullable().default(null),
+  environmentOverride: z.string().optional(),
+  expect: z.strictObject({ decision: z.enum(['ALLOW', 'DENY', 'REQUIRE_APPROVAL']), ruleId: z.string() }),
+});
+export type ChangeBoundaryCase = z.infer<typeof ChangeBoundaryCaseSchema>;
+
+const CaseFileSchema = z.discriminatedUnion('pack', [
+  z.strictObject({ pack: z.literal('support'), description: z.string(), cases: z.array(BoundaryCaseSchema).min(1) }),
+  z.strictObject({ pack: z.literal('change'), description: z.string(), cases: z.array(ChangeBoundaryCaseSchema).min(1) }),
+]);
 
 /** Loads the boundary-case table every bundle of `pack` must pass (`policy/cases/<pack>.cases.json`). */
-export function loadBoundaryCases(pack: string, dir = resolve(repoRoot, 'policy/cases')): BoundaryCase[] {
-  return CaseFileSchema.parse(JSON.parse(readFileSync(resolve(dir, `${pack}.cases.json`), 'utf8'))).cases;
+export function loadBoundaryCases(pack: 'support', dir?: string): BoundaryCase[];
+export function loadBoundaryCases(pack: 'change', dir?: string): ChangeBoundaryCase[];
+export function loadBoundaryCases(pack: string, dir?: string): BoundaryCase[] | ChangeBoundaryCase[];
+export function loadBoundaryCases(pack: string, dir = resolve(repoRoot, 'policy/cases')): BoundaryCase[] | ChangeBoundaryCase[] {
+  const file = CaseFileSchema.parse(JSON.parse(readFileSync(resolve(dir, `${pack}.cases.json`), 'utf8')));
+  if (file.pack !== pack) throw new Error(`${pack}.cases.json holds cases of pack ${file.pack}`);
+  return file.cases;
 }
 
 /** A case whose decision differs from the table. */
@@ -35,6 +63,27 @@ export interface GateFailure {
   name: string;
   expected: BoundaryCase['expect'];
   got: Pick<PolicyDecision, 'decision' | 'ruleId'>;
+}
+
+/** Builds the facts of one change-pack case from world.json (the shape the gateway loads). */
+export function changeCaseFacts(c: ChangeBoundaryCase, world: World = loadWorld()): ChangeFacts {
+  const tool = findTool(c.tool);
+  if (!tool) throw new Error(`case "${c.name}": unknown tool ${c.tool}`);
+  const u = world.users.find((x) => x.id === c.user);
+  const ch = world.changes.find((x) => x.id === c.change);
+  const schedule = tool.name === 'schedule_change';
+  const planId = 'plan_0000000000000001';
+  return {
+    user: u ? { id: u.id, tenant: u.tenant, region: u.region ?? null, scopes: u.scopes ?? [] } : null,
+    agentGrantedTools: world.agent.grantedTools,
+    eligibleTools: eligibleTools(changeTools, { mode: c.mode, state: c.state }, world.agent.grantedTools).map((t) => t.name),
+    tool: { name: tool.name, scope: tool.scope },
+    args: schedule ? { planId, window: c.window, note: c.note } : { changeId: c.change, window: c.window, note: c.note },
+    change: ch
+      ? { id: ch.id, tenant: ch.tenant, environment: c.environmentOverride ?? ch.environment, service: ch.service, risk: ch.risk }
+      : null,
+    plan: schedule && c.plan ? { id: planId, changeId: c.change, window: c.plan.window, note: c.plan.note } : null,
+  };
 }
 
 /** Builds the facts of one case from world.json (the same shape the gateway loads). */
@@ -59,16 +108,25 @@ export function caseFacts(c: BoundaryCase, world: World = loadWorld()): SupportF
 }
 
 /**
- * The boundary-case gate: evaluates every case against `bundle` and returns the ones whose
- * decision or rule differs. An empty list means the bundle may be activated.
+ * The boundary-case gate: evaluates every case of the bundle's pack against `bundle` and
+ * returns the ones whose decision or rule differs. An empty list means the bundle may be
+ * activated.
  */
-export function runBoundaryGate(bundle: SupportBundle, cases: BoundaryCase[] = loadBoundaryCases(bundle.pack)): GateFailure[] {
+export function runBoundaryGate(bundle: PolicyBundle, cases?: BoundaryCase[] | ChangeBoundaryCase[]): GateFailure[] {
   const world = loadWorld();
   const failures: GateFailure[] = [];
-  for (const c of cases) {
-    const got = evaluateSupport(caseFacts(c, world), bundle);
-    if (got.decision !== c.expect.decision || got.ruleId !== c.expect.ruleId) {
-      failures.push({ name: c.name, expected: c.expect, got: { decision: got.decision, ruleId: got.ruleId } });
+  const check = (name: string, expected: BoundaryCase['expect'], got: PolicyDecision) => {
+    if (got.decision !== expected.decision || got.ruleId !== expected.ruleId) {
+      failures.push({ name, expected, got: { decision: got.decision, ruleId: got.ruleId } });
+    }
+  };
+  if (bundle.pack === 'support') {
+    for (const c of (cases as BoundaryCase[] | undefined) ?? loadBoundaryCases('support')) {
+      check(c.name, c.expect, evaluateSupport(caseFacts(c, world), bundle));
+    }
+  } else {
+    for (const c of (cases as ChangeBoundaryCase[] | undefined) ?? loadBoundaryCases('change')) {
+      check(c.name, c.expect, evaluateChange(changeCaseFacts(c, world), bundle));
     }
   }
   return failures;
@@ -78,7 +136,7 @@ export function runBoundaryGate(bundle: SupportBundle, cases: BoundaryCase[] = l
  * Loads a bundle only if it passes its pack's gate (what a service does at boot).
  * @throws Error listing the failing cases.
  */
-export function assertGatePasses(bundle: SupportBundle): SupportBundle {
+export function assertGatePasses<B extends PolicyBundle>(bundle: B): B {
   const failures = runBoundaryGate(bundle);
   if (failures.length) {
     throw new Error(
@@ -89,10 +147,30 @@ export function assertGatePasses(bundle: SupportBundle): SupportBundle {
 }
 
 /**
- * The bundle a service runs with: `policy/<revision>.json` (or `dir`), refused at boot unless it
- * passes its boundary-case gate — a bundle with a units mistake can never become active.
- * @throws Error naming the failing cases.
+ * The support bundle a service runs with: `policy/<revision>.json` (or `dir`), refused at boot
+ * unless it passes its boundary-case gate — a bundle with a units mistake can never become active.
+ * @throws Error naming the failing cases, or when the revision is not a support bundle.
  */
 export function loadActiveSupportBundle(revision: string, dir?: string): SupportBundle {
-  return assertGatePasses(loadSupportBundle(revision, dir));
+  const b = assertGatePasses(loadBundle(revision, dir));
+  if (b.pack !== 'support') throw new Error(`policy ${revision} is a ${b.pack} bundle, not a support bundle`);
+  return b;
+}
+
+/**
+ * The change bundle a service runs with (default revision `change-c1`), gated like the support one.
+ * @throws Error naming the failing cases, or when the revision is not a change bundle.
+ */
+export function loadActiveChangeBundle(revision: string, dir?: string): ChangeBundle {
+  const b = assertGatePasses(loadBundle(revision, dir));
+  if (b.pack !== 'change') throw new Error(`policy ${revision} is a ${b.pack} bundle, not a change bundle`);
+  return b;
+}
+
+/**
+ * The active bundle of each pack, both through the gate: what every deciding service holds.
+ * @throws Error when either fails to load or fails its gate (the service does not boot).
+ */
+export function loadActiveBundles(revisions: { support: string; change: string }, dir?: string): PolicyBundles {
+  return { support: loadActiveSupportBundle(revisions.support, dir), change: loadActiveChangeBundle(revisions.change, dir) };
 }

@@ -4,3 +4,5 @@ export * from './eligibility.ts';
 export * from './gate.ts';
 export * from './facts.ts';
 export * from './record-decision.ts';
+export * from './change.rules.ts';
+export * from './evaluate.ts';

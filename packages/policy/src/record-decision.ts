@@ -13,9 +13,9 @@ import {
   type WorkflowState,
 } from '@gatehouse/ledger';
 import { digestOf, toSafeOutput, type ParsedProposal } from '@gatehouse/tools';
-import type { SupportBundle } from './bundle.ts';
-import { loadSupportFacts } from './facts.ts';
-import { evaluateSupport, type PolicyDecision, type SupportFacts } from './support.rules.ts';
+import type { PolicyBundles } from './bundle.ts';
+import { evaluateAction, type AuthoritativeRecord } from './evaluate.ts';
+import type { PolicyDecision } from './support.rules.ts';
 
 type Workflow = Selectable<WorkflowsTable>;
 type Action = Selectable<ActionsTable>;
@@ -30,9 +30,10 @@ export interface DecideInput {
   round: number;
   callId: string;
   parsed: Pick<ParsedProposal, 'tool' | 'args' | 'target'>;
-  /** The order as the order system returned it (read before the transaction). */
-  order: SupportFacts['order'];
-  bundle: SupportBundle;
+  /** The authoritative record (order, or change and plan), read before the transaction. */
+  record: AuthoritativeRecord;
+  /** The active bundle of each pack; the workflow's pack picks one. */
+  bundles: PolicyBundles;
   auditHmacKey: string;
   service: string;
   /** Set by the executor: the approved action whose facts changed before it could run. */
@@ -107,7 +108,7 @@ async function supersede(trx: Trx, wf: Workflow, a: Action, answerCall: boolean,
  * call is answered by the new version's outcome.
  */
 export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<DecideOutcome> {
-  const { wf, parsed, bundle } = input;
+  const { wf, parsed } = input;
   await trx.selectFrom('workflows').select('id').where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
   const actor = actorHash(input.auditHmacKey, wf.user_id);
   const rows: OutboxRow[] = [];
@@ -194,14 +195,14 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
     if (!claimed) rows.push(...(await supersede(trx, wf, input.reevaluates, input.reevaluates.call_id !== input.callId, input.service)));
   }
 
-  const facts = await loadSupportFacts(
-    trx,
+  const { decision, snapshot } = await evaluateAction(trx, {
     wf,
+    proposalId: input.proposalId,
     parsed,
-    input.order,
-    input.reevaluates ? { excludeActionId: input.reevaluates.id, atExecution: true } : {},
-  );
-  const decision = evaluateSupport(facts, bundle);
+    record: input.record,
+    bundles: input.bundles,
+    ...(input.reevaluates ? { excludeActionId: input.reevaluates.id, atExecution: true } : {}),
+  });
   const digest = digestOf({
     tool: parsed.tool.name,
     target: parsed.target,
@@ -212,7 +213,6 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
     actionVersion: version,
   });
   const status = decision.decision === 'DENY' ? 'denied' : decision.decision === 'ALLOW' ? 'approved' : 'pending_approval';
-  const inTenant = facts.order && facts.user && facts.order.tenant === facts.user.tenant ? facts.order : null;
   await trx
     .insertInto('actions')
     .values({
@@ -223,11 +223,7 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
       policy_revision: decision.policyRevision,
       status,
       facts: JSON.stringify({
-        orderPaidCents: inTenant?.paid ?? null,
-        orderStatus: inTenant?.status ?? null,
-        orderRegion: inTenant?.region ?? null,
-        priorRefundsOnOrderCents: facts.priorRefundsOnOrderCents,
-        requesterRegion: facts.user?.region ?? null,
+        ...snapshot,
         ...(input.reevaluates ? { reevaluatedFromVersion: input.reevaluates.version } : {}),
       }),
     })
@@ -283,7 +279,7 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
       .updateTable('workflows')
       .set({
         state: 'awaiting_approval',
-        next_step: `Waiting for a lead to approve ${parsed.tool.name} on ${parsed.target} (version ${version}).`,
+        next_step: `Waiting for ${wf.pack === 'change' ? 'a change owner' : 'a lead'} to approve ${parsed.tool.name} on ${parsed.target} (version ${version}).`,
         updated_at: new Date(),
       })
       .where('id', '=', wf.id)

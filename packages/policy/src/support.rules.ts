@@ -1,10 +1,10 @@
-import type { SupportBundle, SupportRuleId } from './bundle.ts';
+import type { ChangeRuleId, SupportBundle, SupportRuleId } from './bundle.ts';
 
 /** Outcome of a policy evaluation. The default is deny; every decision names its rule. */
 export interface PolicyDecision {
   decision: 'ALLOW' | 'DENY' | 'REQUIRE_APPROVAL';
   /** Rule that decided (`ALL` when every check passed). */
-  ruleId: SupportRuleId | 'ALL';
+  ruleId: SupportRuleId | ChangeRuleId | 'ALL';
   policyRevision: string;
   /** Full reason for the decision log (not for the model). */
   reason: string;

@@ -1,9 +1,10 @@
 import { spawnSync } from 'node:child_process';
-import { readdirSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { repoRoot } from '@gatehouse/contracts';
-import { assertGatePasses, loadBoundaryCases, loadSupportBundle, loadSupportBundleFile, runBoundaryGate } from '../src/index.ts';
+import { assertGatePasses, loadBoundaryCases, loadBundle, loadBundleFile, loadSupportBundleFile, runBoundaryGate } from '../src/index.ts';
 
 const fixtures = resolve(import.meta.dirname, 'fixtures');
 const broken = resolve(fixtures, 'support-units-mistake.json');
@@ -20,8 +21,8 @@ describe('boundary-case gate', () => {
 
   it('passes for every bundle in policy/', () => {
     const bundles = readdirSync(resolve(repoRoot, 'policy')).filter((f) => f.endsWith('.json'));
-    expect(bundles.length).toBeGreaterThan(0);
-    for (const file of bundles) expect(runBoundaryGate(loadSupportBundle(file.replace(/\.json$/, '')))).toEqual([]);
+    expect(bundles.sort()).toEqual(['change-c1.json', 'support-p1.json']);
+    for (const file of bundles) expect(runBoundaryGate(loadBundle(file.replace(/\.json$/, '')))).toEqual([]);
   });
 
   it('rejects the units-mistake bundle (dollars written where cents are read) and names the boundaries', () => {
@@ -42,6 +43,9 @@ describe('boundary-case gate', () => {
     expect(bad.stdout).toContain('REFUSED');
     const good = run('support-p1');
     expect(good.status).toBe(0);
+    const change = run('change-c1');
+    expect(change.status, change.stdout + change.stderr).toBe(0);
+    expect(change.stdout).toMatch(/change-c1: (\d+) of \1 boundary cases pass/);
   });
 
   it('a service refuses to boot with a bundle that fails the gate (activation refused)', () => {
@@ -59,5 +63,30 @@ describe('boundary-case gate', () => {
     });
     expect(boot.status).not.toBe(0);
     expect(boot.stderr).toContain('fails its boundary-case gate');
+  });
+
+  it('the change pack: every tool gated at, before and after its allowed states; change-c1 passes', () => {
+    const cases = loadBoundaryCases('change');
+    for (const rule of ['C0', 'C1', 'C2', 'C3', 'C4', 'C5']) expect(cases.some((c) => c.name.startsWith(rule))).toBe(true);
+    for (const tool of ['lookup_change', 'prepare_change', 'schedule_change']) {
+      const states = new Set(cases.filter((c) => c.tool === tool).map((c) => c.state));
+      expect(states.size, tool).toBeGreaterThanOrEqual(3);
+    }
+    expect(runBoundaryGate(loadBundle('change-c1'))).toEqual([]);
+  });
+
+  it('rejects a change bundle whose approval rule runs before the state and scope checks', () => {
+    const failures = runBoundaryGate(loadBundleFile(resolve(fixtures, 'change-order-mistake.json')));
+    const names = failures.map((f) => f.name);
+    expect(names).toContain('C1 schedule not allowed while investigating');
+    expect(names).toContain('C1 engineer without the schedule scope');
+    expect(failures.every((f) => f.got.ruleId === 'C5')).toBe(true);
+  });
+
+  it('a change bundle with an approval lifetime above 600 s does not load', () => {
+    const b = JSON.parse(readFileSync(resolve(repoRoot, 'policy/change-c1.json'), 'utf8')) as Record<string, unknown>;
+    const file = resolve(mkdtempSync(resolve(tmpdir(), 'gh-policy-')), 'change-long.json');
+    writeFileSync(file, JSON.stringify({ ...b, approval: { ttlSeconds: 900, approverRole: 'change_owner', sameRegion: false } }));
+    expect(() => loadBundleFile(file)).toThrow(/600/);
   });
 });

@@ -1,14 +1,20 @@
 import { z } from 'zod';
-import { canonicalOrderId, toCents } from './normalize.ts';
+import { canonicalChangeId, canonicalOrderId, noteOrNull, PLAN_ID, toCents } from './normalize.ts';
 
 /** How a tool touches the world (SPEC §2). */
-export type EffectClass = 'sensitive_read' | 'remote_write_money' | 'remote_write' | 'external_send';
+export type EffectClass = 'sensitive_read' | 'remote_write_money' | 'remote_write' | 'external_send' | 'local_draft';
 
 /** How failures may be retried (SPEC §2 "retry class"). */
 export type RetryClass = 'bounded_read' | 'idempotent_write' | 'at_most_once_readback' | 'at_most_once';
 
-/** Downstream system a tool's adapter calls, and the delegated-token audience for it. */
-export type Downstream = 'orders' | 'payments' | 'mail';
+/**
+ * Downstream system a tool's adapter calls, and the delegated-token audience for it. `drafts`
+ * is Gatehouse's own ledger (`change_plans`): no external state, no credential.
+ */
+export type Downstream = 'orders' | 'payments' | 'mail' | 'changes' | 'drafts';
+
+/** Tool packs (SPEC §2): a workflow's pack fixes its catalog, policy bundle and budgets. */
+export type Pack = 'support' | 'change';
 
 /** Normalized arguments: JSON values only, nullable fields are `null`, amounts in cents. */
 export type NormalizedArgs = Record<string, string | number | null>;
@@ -20,13 +26,19 @@ export type NormalizedArgs = Record<string, string | number | null>;
  */
 export interface ToolDefinition {
   name: string;
+  pack: Pack;
+  /**
+   * Workflow states in which the tool may be offered and accepted (SPEC §2 change pack:
+   * "allowed in state"); absent means every live state.
+   */
+  states?: readonly string[];
   description: string;
   effectClass: EffectClass;
   retryClass: RetryClass;
   downstream: Downstream;
   /** Delegated scope a user must hold for this tool (SPEC §3 R1) and the token's `scope`. */
   scope: string;
-  /** Whether the tool changes the world (offered only in `act` mode). */
+  /** Whether the tool changes the world outside Gatehouse (audit-health gated at execution). */
   consequential: boolean;
   args: z.ZodObject;
   /** Turns validated arguments into the normalized action arguments. */
@@ -48,6 +60,7 @@ const orderId = z.string().describe('Order id, e.g. O-1002');
 export const supportTools: readonly ToolDefinition[] = [
   {
     name: 'lookup_order',
+    pack: 'support',
     description: 'Look up an order: status, region, amount paid, refunds and shipments.',
     effectClass: 'sensitive_read',
     retryClass: 'bounded_read',
@@ -68,6 +81,7 @@ export const supportTools: readonly ToolDefinition[] = [
   },
   {
     name: 'issue_refund',
+    pack: 'support',
     description: 'Refund part or all of an order to the customer. Amount in currency units, e.g. "30.00".',
     effectClass: 'remote_write_money',
     retryClass: 'idempotent_write',
@@ -89,6 +103,7 @@ export const supportTools: readonly ToolDefinition[] = [
   },
   {
     name: 'reship_order',
+    pack: 'support',
     description: 'Ship a replacement for an order that was shipped.',
     effectClass: 'remote_write',
     retryClass: 'at_most_once_readback',
@@ -102,6 +117,7 @@ export const supportTools: readonly ToolDefinition[] = [
   },
   {
     name: 'notify_customer',
+    pack: 'support',
     description: "Email the order's customer one of the fixed templates.",
     effectClass: 'external_send',
     retryClass: 'at_most_once',
@@ -116,9 +132,78 @@ export const supportTools: readonly ToolDefinition[] = [
   },
 ];
 
-const byName = new Map(supportTools.map((t) => [t.name, t]));
+const changeId = z.string().describe('Change id, e.g. CHG-101');
+const changeWindow = z.enum(['next-maintenance-window', 'manual-window']).describe('When the change may run');
+const changeNote = z.string().max(240).nullable().describe('Short note for the change owner, or null');
 
-/** The tool called `name`, or `undefined` for an unknown tool. */
+/**
+ * The change pack (SPEC §2): look a change up, prepare a local draft plan, then schedule the plan
+ * on the staging change service — the last only in `awaiting_approval` and only with a change
+ * owner's approval of that exact plan.
+ */
+export const changeTools: readonly ToolDefinition[] = [
+  {
+    name: 'lookup_change',
+    pack: 'change',
+    states: ['received', 'investigating'],
+    description: 'Look up a change request: service, environment, summary and risk.',
+    effectClass: 'sensitive_read',
+    retryClass: 'bounded_read',
+    downstream: 'changes',
+    scope: 'change:read',
+    consequential: false,
+    args: z.strictObject({ changeId }),
+    normalize: (a) => ({ changeId: canonicalChangeId(a.changeId as string) }),
+    target: (a) => String(a.changeId),
+    output: z.object({ changeId: z.string(), environment: z.string(), service: z.string(), summary: z.string(), risk: z.string() }),
+  },
+  {
+    name: 'prepare_change',
+    pack: 'change',
+    states: ['investigating'],
+    description: 'Prepare a draft plan for a change (creates no external state). Returns the plan id to schedule.',
+    effectClass: 'local_draft',
+    retryClass: 'idempotent_write',
+    downstream: 'drafts',
+    scope: 'change:prepare',
+    consequential: false,
+    args: z.strictObject({ changeId, window: changeWindow, note: changeNote }),
+    normalize: (a) => ({ changeId: canonicalChangeId(a.changeId as string), window: a.window as string, note: noteOrNull(a.note) }),
+    target: (a) => String(a.changeId),
+    output: z.object({ planId: z.string().regex(PLAN_ID), changeId: z.string(), window: z.string(), note: z.string().nullable() }),
+  },
+  {
+    name: 'schedule_change',
+    pack: 'change',
+    states: ['awaiting_approval'],
+    description: 'Schedule a prepared plan on the staging change service. Needs a change owner approval.',
+    effectClass: 'remote_write',
+    retryClass: 'idempotent_write',
+    downstream: 'changes',
+    scope: 'change:schedule',
+    consequential: true,
+    args: z.strictObject({
+      planId: z.string().regex(PLAN_ID).describe('Plan id from prepare_change'),
+      window: changeWindow,
+      note: changeNote,
+    }),
+    normalize: (a) => ({ planId: (a.planId as string).trim(), window: a.window as string, note: noteOrNull(a.note) }),
+    target: (a) => String(a.planId),
+    output: z.object({ operationKey: z.string(), status: z.string(), planId: z.string(), changeId: z.string(), window: z.string() }),
+  },
+];
+
+/** Every tool of every pack. Tool names are unique across packs. */
+export const allTools: readonly ToolDefinition[] = [...supportTools, ...changeTools];
+
+const byName = new Map(allTools.map((t) => [t.name, t]));
+
+/** The tool called `name` (any pack), or `undefined` for an unknown tool. */
 export function findTool(name: string): ToolDefinition | undefined {
   return byName.get(name);
+}
+
+/** The catalog of one pack (SPEC §2). */
+export function toolsOfPack(pack: Pack): readonly ToolDefinition[] {
+  return pack === 'change' ? changeTools : supportTools;
 }

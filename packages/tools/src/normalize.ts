@@ -53,3 +53,30 @@ export function canonicalOrderId(value: string, field = 'orderId'): string {
   if (!ORDER_ID.test(id)) throw new NormalizationError(field, 'orderId must look like O-1002');
   return id;
 }
+
+/** Change ids are canonical upper case: `chg-101` means `CHG-101` (docs/decisions/0004). */
+export const CHANGE_ID = /^CHG-\d{1,6}$/;
+
+/**
+ * Canonicalizes a change id (trim, upper case).
+ * @throws NormalizationError when the result is not `CHG-<digits>`.
+ */
+export function canonicalChangeId(value: string, field = 'changeId'): string {
+  const id = value.trim().toUpperCase();
+  if (!CHANGE_ID.test(id)) throw new NormalizationError(field, 'changeId must look like CHG-101');
+  return id;
+}
+
+/** Plan ids of `prepare_change` (SPEC §2): `plan_` + 16 lowercase alphanumerics. */
+export const PLAN_ID = /^plan_[a-z0-9]{16}$/;
+
+/**
+ * A free-text note (≤ 240 chars) or `null`; blank becomes `null`, so "no note" has one form.
+ * @throws NormalizationError for anything else.
+ */
+export function noteOrNull(value: unknown, field = 'note'): string | null {
+  if (value === null || value === undefined) return null;
+  if (typeof value !== 'string') throw new NormalizationError(field, 'note must be a string or null');
+  const t = value.trim();
+  return t === '' ? null : t;
+}

@@ -1,7 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { z } from 'zod';
-import { digestOf, parseProposal, strictModeViolations, supportTools, toFunctionTool, type ToolDefinition } from '../src/index.ts';
+import {
+  allTools,
+  digestOf,
+  parseProposal,
+  strictModeViolations,
+  supportTools,
+  toFunctionTool,
+  type ToolDefinition,
+} from '../src/index.ts';
 
 type Result = ReturnType<typeof parseProposal>;
 
@@ -181,14 +189,14 @@ describe('parseProposal property (fast-check)', () => {
 
   it('unknown or random tool names never throw', () => {
     const names = fc.oneof(
-      fc.constantFrom(...supportTools.map((t) => t.name)),
+      fc.constantFrom(...allTools.map((t) => t.name)),
       fc.string(),
       fc.constantFrom('__proto__', 'constructor', 'toString'),
     );
     fc.assert(
       fc.property(names, rawArb, (name, raw) => {
         const r = parseProposal(name, raw);
-        if (r.ok) expect(supportTools.map((t) => t.name)).toContain(name);
+        if (r.ok) expect(allTools.map((t) => t.name)).toContain(name);
         else expectBoundedFailure(r);
       }),
       { numRuns: 500 },
@@ -205,8 +213,9 @@ describe('digestOf and strict schemas', () => {
     expect(digestOf({ ...a, args: { ...a.args, amountCents: 12001 } })).not.toBe(digestOf(a));
   });
 
-  it('every support tool is strict-mode valid', () => {
-    for (const t of supportTools) expect(strictModeViolations(toFunctionTool(t).parameters)).toEqual([]);
+  it('every tool of both packs is strict-mode valid', () => {
+    expect(allTools.map((t) => t.name)).toHaveLength(7);
+    for (const t of allTools) expect(strictModeViolations(toFunctionTool(t).parameters)).toEqual([]);
   });
 
   it('a schema with an optional property is reported (and refused at boot)', () => {
@@ -222,5 +231,32 @@ describe('digestOf and strict schemas', () => {
     expect(strictModeViolations({ type: 'object', properties: {}, additionalProperties: false, oneOf: [] })).toContain(
       '$: unsupported keyword oneOf',
     );
+  });
+});
+
+describe('change pack contracts (SPEC §2)', () => {
+  it('lookup and prepare canonicalize the change id; a blank note is null; null stays null', () => {
+    const l = parseProposal('lookup_change', '{"changeId":" chg-101 "}');
+    expect(l.ok && l.args).toEqual({ changeId: 'CHG-101' });
+    const p = parseProposal('prepare_change', '{"changeId":"CHG-101","window":"next-maintenance-window","note":"  "}');
+    expect(p.ok && p.args).toEqual({ changeId: 'CHG-101', window: 'next-maintenance-window', note: null });
+    const q = parseProposal('prepare_change', '{"changeId":"CHG-101","window":"manual-window","note":null}');
+    expect(q.ok && q.target).toBe('CHG-101');
+  });
+
+  it('closed: missing note, unknown window, a bad plan id, a long note, an extra tenant field are validation failures', () => {
+    for (const [name, raw] of [
+      ['prepare_change', '{"changeId":"CHG-101","window":"next-maintenance-window"}'],
+      ['prepare_change', '{"changeId":"CHG-101","window":"tonight","note":null}'],
+      ['prepare_change', '{"changeId":"rm -rf /","window":"manual-window","note":null}'],
+      ['schedule_change', '{"planId":"plan_ABC","window":"manual-window","note":null}'],
+      ['schedule_change', `{"planId":"plan_0123456789abcdef","window":"manual-window","note":"${'x'.repeat(241)}"}`],
+      ['schedule_change', '{"planId":"plan_0123456789abcdef","window":"manual-window","note":null,"tenant":"northwind"}'],
+    ] as const) {
+      const r = parseProposal(name, raw);
+      expect(r.ok, raw).toBe(false);
+    }
+    const ok = parseProposal('schedule_change', '{"planId":"plan_0123456789abcdef","window":"manual-window","note":null}');
+    expect(ok.ok && ok.args).toEqual({ planId: 'plan_0123456789abcdef', window: 'manual-window', note: null });
   });
 });

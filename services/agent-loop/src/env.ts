@@ -23,6 +23,8 @@ export const agentLoopEnv = {
   AGENT_LOOP_LOCK_MS: z.coerce.number().int().positive().default(30_000),
   AGENT_LOOP_STALLED_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
   POLICY_REVISION: z.string().default('support-p1'),
+  /** Active change-pack bundle (SPEC §2). */
+  CHANGE_POLICY_REVISION: z.string().default('change-c1'),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),
 };

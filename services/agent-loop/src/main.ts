@@ -10,8 +10,8 @@ import {
   userTokenVerifier,
 } from '@gatehouse/platform';
 import { turnsQueue, resultsQueue, loadReleaseManifest, type TurnJob, type ResultJob } from '@gatehouse/contracts';
-import { supportTools, catalogDigest } from '@gatehouse/tools';
-import { loadActiveSupportBundle } from '@gatehouse/policy';
+import { catalogDigest, toolsOfPack, type Pack } from '@gatehouse/tools';
+import { loadActiveBundles } from '@gatehouse/policy';
 import { agentLoopEnv } from './env.ts';
 
 import { ticketsRouter } from './http/tickets.router.ts';
@@ -25,8 +25,18 @@ const ctx = createServiceContext('agent-loop', agentLoopEnv);
 const { env, log, db, relay } = ctx;
 const hooks = readLoopTestHooks(process.env);
 const release = loadReleaseManifest(env.GATEHOUSE_RELEASE);
-const bundle = loadActiveSupportBundle(env.POLICY_REVISION, env.POLICY_DIR);
-const digest = catalogDigest(supportTools); // fails at boot if a tool schema is not strict-mode valid
+const bundles = loadActiveBundles({ support: env.POLICY_REVISION, change: env.CHANGE_POLICY_REVISION }, env.POLICY_DIR);
+/** Per pack: bundle revision, catalog digest (fails at boot if a schema is not strict-mode valid), budgets. */
+const packSettings = (pack: Pack) => ({
+  policyRevision: bundles[pack].revision,
+  catalogDigest: catalogDigest(toolsOfPack(pack)),
+  budgets: {
+    maxRounds: env.MAX_ROUNDS ?? release.budgets[pack].maxRounds,
+    maxToolCalls: env.MAX_TOOL_CALLS ?? release.budgets[pack].maxToolCalls,
+    wallTimeSeconds: env.WALL_TIME_SECONDS ?? release.budgets[pack].wallTimeSeconds,
+    maxSpendMicroUsd: env.MAX_SPEND_MICRO_USD ?? release.budgets[pack].maxSpendMicroUsd,
+  },
+});
 const baseURL = env.MODEL_BASE_URL ?? (process.env.OPENAI_API_KEY ? undefined : LOCAL_MODEL_STUB_URL);
 const model = createModelClient({ apiKey: env.OPENAI_API_KEY, baseURL, timeoutMs: env.MODEL_TIMEOUT_MS });
 
@@ -38,15 +48,8 @@ app.use(
     db,
     relay,
     release: env.GATEHOUSE_RELEASE,
-    policyRevision: bundle.revision,
-    catalogDigest: digest,
     auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
-    budgets: {
-      maxRounds: env.MAX_ROUNDS ?? release.budgets.support.maxRounds,
-      maxToolCalls: env.MAX_TOOL_CALLS ?? release.budgets.support.maxToolCalls,
-      wallTimeSeconds: env.WALL_TIME_SECONDS ?? release.budgets.support.wallTimeSeconds,
-      maxSpendMicroUsd: env.MAX_SPEND_MICRO_USD ?? release.budgets.support.maxSpendMicroUsd,
-    },
+    packs: { support: packSettings('support'), change: packSettings('change') },
   }),
 );
 app.use(workflowsRouter({ db, relay }));

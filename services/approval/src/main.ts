@@ -11,7 +11,7 @@ import {
   userTokenVerifier,
 } from '@gatehouse/platform';
 import { approvalRequestsQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
-import { loadActiveSupportBundle } from '@gatehouse/policy';
+import { loadActiveBundles } from '@gatehouse/policy';
 import { approvalsRouter } from './http/approvals.router.ts';
 import { inboxRouter } from './http/inbox.router.ts';
 import { approvalOpenApi } from './http/openapi.ts';
@@ -21,13 +21,15 @@ import { sweepExpiredApprovals } from './jobs/expiry.sweep.ts';
 const ctx = createServiceContext('approval', {
   APPROVAL_PORT: z.coerce.number().int().min(0).max(65535).default(7102),
   POLICY_REVISION: z.string().default('support-p1'),
+  /** Active change-pack bundle (SPEC §2). */
+  CHANGE_POLICY_REVISION: z.string().default('change-c1'),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),
   /** How often pending approvals are checked for expiry, ms. */
   EXPIRY_SWEEP_MS: z.coerce.number().int().positive().default(5000),
 });
 const { env, log, db, relay } = ctx;
-const bundle = loadActiveSupportBundle(env.POLICY_REVISION, env.POLICY_DIR);
+const bundles = loadActiveBundles({ support: env.POLICY_REVISION, change: env.CHANGE_POLICY_REVISION }, env.POLICY_DIR);
 const verifier = userTokenVerifier(env);
 
 const app = createHttpApp('approval', ctx.readyChecks);
@@ -50,7 +52,7 @@ app.use(approvalsRouter({ db, relay, auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY 
 finishApp(app, log);
 
 const workers = startWorkers(
-  [{ contract: approvalRequestsQueue, handler: (p: ApprovalRequestJob) => processApprovalRequest(p, { db, bundle }) }] as never,
+  [{ contract: approvalRequestsQueue, handler: (p: ApprovalRequestJob) => processApprovalRequest(p, { db, bundles }) }] as never,
   { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log },
 );
 relay.start();

@@ -14,7 +14,20 @@ function person(id: string) {
 /** An approval requested by `requesterId` for `amountCents`, in the requester's tenant and region. */
 function requestBy(requesterId: string, amountCents: number | null): ApprovalSubject {
   const r = person(requesterId);
-  return { tenant: r.tenant, region: r.region ?? null, requester: r.id, amountCents };
+  return { tenant: r.tenant, region: r.region ?? null, requester: r.id, amountCents, approverRole: 'lead', sameRegion: true };
+}
+
+/** A change-pack schedule approval (change-c1: a change owner of the tenant, any region). */
+function scheduleBy(requesterId: string): ApprovalSubject {
+  const r = person(requesterId);
+  return {
+    tenant: r.tenant,
+    region: r.region ?? null,
+    requester: r.id,
+    amountCents: null,
+    approverRole: 'change_owner',
+    sameRegion: false,
+  };
 }
 
 const usRefund = requestBy('rep-ana', 12000);
@@ -85,5 +98,17 @@ describe('authorityRefusal (SPEC §6 approval checks)', () => {
   it('a request without a region is not approvable by a lead of an arbitrary region', () => {
     const subject: ApprovalSubject = { ...usRefund, region: null };
     expect(authorityRefusal('lead-dee', person('rep-ana').tenant, subject)).not.toBeNull();
+  });
+
+  it('change pack: only a change owner of the tenant decides a schedule; leads, engineers and the requester cannot', () => {
+    const tenant = person('eng-lou').tenant;
+    const schedule = scheduleBy('eng-lou');
+    expect(authorityRefusal('own-kim', tenant, schedule)).toBeNull();
+    expect(authorityRefusal('eng-lou', tenant, schedule)).toBe('requester_cannot_approve');
+    expect(authorityRefusal('eng-max', tenant, schedule)).toBe('not_a_change_owner');
+    expect(authorityRefusal('lead-eli', tenant, schedule)).toBe('not_a_change_owner');
+    expect(authorityRefusal('lead-jon', 'northwind', schedule)).toBe('not_a_change_owner');
+    // And a change owner cannot decide a support refund.
+    expect(authorityRefusal('own-kim', tenant, usRefund)).toBe('not_a_lead');
   });
 });

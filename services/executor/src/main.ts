@@ -3,7 +3,7 @@ import { createServiceContext, createHttpApp, finishApp, listen, closeServer, in
 import { executionsQueue, loadWorld, type ExecutionJob } from '@gatehouse/contracts';
 import { processExecution } from './jobs/executions.processor.ts';
 import { readTestHooks } from './domain/test-hooks.ts';
-import { loadActiveSupportBundle } from '@gatehouse/policy';
+import { loadActiveBundles } from '@gatehouse/policy';
 
 const ctx = createServiceContext('executor', {
   EXECUTOR_PORT: z.coerce.number().int().min(0).max(65535).default(7112),
@@ -19,12 +19,14 @@ const ctx = createServiceContext('executor', {
   AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: z.coerce.number().int().positive().default(10_000),
   AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: z.coerce.number().int().positive().default(30_000),
   POLICY_REVISION: z.string().default('support-p1'),
+  /** Active change-pack bundle (SPEC §2). */
+  CHANGE_POLICY_REVISION: z.string().default('change-c1'),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),
 });
 const hooks = readTestHooks(process.env);
 const { env, log, db, relay } = ctx;
-const bundle = loadActiveSupportBundle(env.POLICY_REVISION, env.POLICY_DIR);
+const bundles = loadActiveBundles({ support: env.POLICY_REVISION, change: env.CHANGE_POLICY_REVISION }, env.POLICY_DIR);
 const agentId = loadWorld().agent.id;
 
 const worker = createWorker(
@@ -41,7 +43,7 @@ const worker = createWorker(
       deadlineMs: env.EXECUTION_DEADLINE_MS,
       agentId,
       hooks,
-      bundle,
+      bundles,
       auditGate: { maxHeartbeatAgeMs: env.AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS, maxBacklogAgeMs: env.AUDIT_HEALTH_MAX_BACKLOG_AGE_MS },
     }),
   {

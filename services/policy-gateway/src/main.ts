@@ -1,26 +1,28 @@
 import { z } from 'zod';
 import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, startWorkers } from '@gatehouse/platform';
 import { proposalsQueue, type ProposalJob } from '@gatehouse/contracts';
-import { loadActiveSupportBundle } from '@gatehouse/policy';
-import { supportTools, catalogDigest } from '@gatehouse/tools';
+import { loadActiveBundles } from '@gatehouse/policy';
+import { allTools, catalogDigest } from '@gatehouse/tools';
 import { processProposal } from './jobs/proposals.processor.ts';
 
 const ctx = createServiceContext('policy-gateway', {
   POLICY_GATEWAY_PORT: z.coerce.number().int().min(0).max(65535).default(7111),
   POLICY_REVISION: z.string().default('support-p1'),
+  /** Active change-pack bundle (SPEC §2). */
+  CHANGE_POLICY_REVISION: z.string().default('change-c1'),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),
 });
 const { env, log, db, relay } = ctx;
-const bundle = loadActiveSupportBundle(env.POLICY_REVISION, env.POLICY_DIR);
-catalogDigest(supportTools); // a tool schema the API would reject in strict mode fails here, at boot
+const bundles = loadActiveBundles({ support: env.POLICY_REVISION, change: env.CHANGE_POLICY_REVISION }, env.POLICY_DIR);
+catalogDigest(allTools); // a tool schema the API would reject in strict mode fails here, at boot
 
 const workers = startWorkers(
   [
     {
       contract: proposalsQueue,
       handler: (p: ProposalJob) =>
-        processProposal(p, { db, relay, log, bundle, stagingUrl: env.STAGING_URL, auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY }),
+        processProposal(p, { db, relay, log, bundles, stagingUrl: env.STAGING_URL, auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY }),
     },
   ] as never,
   { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log },
@@ -28,5 +30,5 @@ const workers = startWorkers(
 relay.start();
 const app = finishApp(createHttpApp('policy-gateway', ctx.readyChecks), log);
 const { server, port } = await listen(app, env.POLICY_GATEWAY_PORT);
-log.info({ port, policy: bundle.revision }, 'policy-gateway ready');
+log.info({ port, policies: [bundles.support.revision, bundles.change.revision] }, 'policy-gateway ready');
 installShutdown(log, [() => ctx.close(workers), () => closeServer(server)]);

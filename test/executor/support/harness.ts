@@ -27,7 +27,7 @@ import {
   type StagingDb,
 } from '../../../services/staging/src/index.ts';
 import type { ExecutionDeps } from '../../../services/executor/src/jobs/executions.processor.ts';
-import { loadActiveSupportBundle, type SupportBundle } from '../../../packages/policy/src/index.ts';
+import { loadActiveBundles, type PolicyBundles, type SupportBundle } from '../../../packages/policy/src/index.ts';
 
 export const DELEGATION_SECRET = 'local-delegation-secret-change-me';
 export const AUDIT_HMAC_KEY = 'local-audit-hmac-key-change-me';
@@ -36,7 +36,8 @@ export const EXECUTIONS_QUEUE = `executions.${RELEASE}`;
 export const RESULTS_QUEUE = `results.${RELEASE}`;
 
 /** The active support policy (support-p1), as the executor loads it at boot. */
-export const SUPPORT_BUNDLE: SupportBundle = loadActiveSupportBundle('support-p1');
+export const BUNDLES: PolicyBundles = loadActiveBundles({ support: 'support-p1', change: 'change-c1' });
+export const SUPPORT_BUNDLE: SupportBundle = BUNDLES.support;
 
 /** One test file's world: its database, queue prefix, an in-process staging app and the executor's deps. */
 export interface Harness {
@@ -103,7 +104,7 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
       disableDigestBinding: false,
       disableOutputBoundary: false,
     },
-    bundle: SUPPORT_BUNDLE,
+    bundles: BUNDLES,
     // No audit service runs here: a heartbeat is written at start and the gate is wide.
     auditGate: { maxHeartbeatAgeMs: 3_600_000, maxBacklogAgeMs: 3_600_000 },
   };

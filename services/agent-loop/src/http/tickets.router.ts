@@ -2,35 +2,42 @@ import { Router } from 'express';
 import { randomUUID } from 'node:crypto';
 import { TicketRequestSchema, turnsQueue, sha256Hex, type PackBudgets } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, recordAudit, actorHash, type Db } from '@gatehouse/ledger';
-import { ConflictError, parseBody, UserError, type OutboxRelay } from '@gatehouse/platform';
+import { ConflictError, parseBody, type OutboxRelay } from '@gatehouse/platform';
+import type { Pack } from '@gatehouse/tools';
 import type { AuthedRequest } from '@gatehouse/platform';
 import { withSpan } from '@gatehouse/telemetry';
+
+/** What one pack's workflows start with: its policy revision, catalog digest and budgets. */
+export interface PackSettings {
+  policyRevision: string;
+  /** sha256 over the canonical JSON of the pack's tool contracts (recorded with every workflow). */
+  catalogDigest: string;
+  /** Budgets of the pack (release manifest, env overrides applied). */
+  budgets: PackBudgets;
+}
 
 /** Settings the intake needs. */
 export interface IntakeConfig {
   db: Db;
   relay: OutboxRelay;
   release: string;
-  policyRevision: string;
-  catalogDigest: string;
   auditHmacKey: string;
-  /** Budgets of the support pack (release manifest, env overrides applied). */
-  budgets: PackBudgets;
+  /** Per pack (SPEC §2): support and change. */
+  packs: Record<Pack, PackSettings>;
 }
 
 /**
  * `POST /v1/tickets` (SPEC §9): 202 `{workflowId}`; idempotent per tenant + ticketId (a repeat
  * with the same text returns the same workflow, other text is 409 `ticket_conflict`); 400 for
- * a body that fails its schema or an unavailable pack.
+ * a body that fails its schema. `pack` (`support` default, or `change`) picks the catalog,
+ * policy bundle and budgets the workflow keeps for its whole life.
  */
 export function ticketsRouter(cfg: IntakeConfig): Router {
   const router = Router();
   router.post('/v1/tickets', async (req, res) => {
     const { user } = req as unknown as AuthedRequest;
     const body = parseBody(TicketRequestSchema, req.body);
-    if (body.pack !== 'support') {
-      throw new UserError('pack_unavailable', 'the change pack is not available in this release');
-    }
+    const pack = cfg.packs[body.pack];
     const textHash = sha256Hex(body.text);
     const result = await withSpan('intake ticket', { 'gatehouse.tenant': user.tenant }, () =>
       inTransaction(cfg.db, async (trx) => {
@@ -49,8 +56,8 @@ export function ticketsRouter(cfg: IntakeConfig): Router {
             stop_reason: null,
             next_step: null,
             release_id: cfg.release,
-            policy_revision: cfg.policyRevision,
-            catalog_digest: cfg.catalogDigest,
+            policy_revision: pack.policyRevision,
+            catalog_digest: pack.catalogDigest,
           })
           .onConflict((oc) => oc.columns(['tenant', 'ticket_id']).doNothing())
           .returning('id')
@@ -71,10 +78,10 @@ export function ticketsRouter(cfg: IntakeConfig): Router {
           .insertInto('budgets')
           .values({
             workflow_id: id,
-            max_rounds: cfg.budgets.maxRounds,
-            max_tool_calls: cfg.budgets.maxToolCalls,
-            deadline_at: new Date(Date.now() + cfg.budgets.wallTimeSeconds * 1000),
-            max_spend_micro_usd: cfg.budgets.maxSpendMicroUsd,
+            max_rounds: pack.budgets.maxRounds,
+            max_tool_calls: pack.budgets.maxToolCalls,
+            deadline_at: new Date(Date.now() + pack.budgets.wallTimeSeconds * 1000),
+            max_spend_micro_usd: pack.budgets.maxSpendMicroUsd,
           })
           .execute();
         await trx
@@ -94,7 +101,7 @@ export function ticketsRouter(cfg: IntakeConfig): Router {
           step: 0,
           actorHash: actorHash(cfg.auditHmacKey, user.sub),
           outcome: body.mode,
-          revisions: { toolCatalog: cfg.catalogDigest, policy: cfg.policyRevision, release: cfg.release },
+          revisions: { toolCatalog: pack.catalogDigest, policy: pack.policyRevision, release: cfg.release },
         });
         const row = await enqueueInTransaction(trx, turnsQueue, { release: cfg.release, workflowId: id, round: 1 });
         return { workflowId: id, rows: [row] };

@@ -1,9 +1,34 @@
 import type { ResultJob } from '@gatehouse/contracts';
 import { turnsQueue } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
+import { enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow, type Trx } from '@gatehouse/ledger';
 import type { OutboxRelay } from '@gatehouse/platform';
 import { unansweredCalls } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
+
+/**
+ * Change pack (SPEC §2): the latest plan `prepare_change` produced in this workflow when no
+ * `schedule_change` of it is live or done — the workflow then takes its next turn in
+ * `awaiting_approval`, the only state that offers `schedule_change`. Null otherwise.
+ */
+async function unscheduledPlan(trx: Trx, workflowId: string): Promise<string | null> {
+  const plan = await trx
+    .selectFrom('change_plans')
+    .select('id')
+    .where('workflow_id', '=', workflowId)
+    .orderBy('created_at', 'desc')
+    .limit(1)
+    .executeTakeFirst();
+  if (!plan) return null;
+  const scheduled = await trx
+    .selectFrom('actions')
+    .select('id')
+    .where('workflow_id', '=', workflowId)
+    .where('tool', '=', 'schedule_change')
+    .where('target', '=', plan.id)
+    .where('status', 'in', ['pending_approval', 'approved', 'running', 'succeeded', 'failed_unknown'])
+    .executeTakeFirst();
+  return scheduled ? null : plan.id;
+}
 
 /** Failed validations in a row that stop a run with `stopped(validation_failed)` (issue 6). */
 export const MAX_CONSECUTIVE_INVALID = 3;
@@ -74,9 +99,18 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
       .where('status', 'in', ['pending', 'approved'])
       .execute();
     if (pendingApprovals.length) return { outcome: 'waiting_for_approval', rows: [] as OutboxRow[] };
+    const planReady = wf.pack === 'change' ? await unscheduledPlan(trx, wf.id) : null;
     await trx
       .updateTable('workflows')
-      .set({ state: 'investigating', next_step: null, updated_at: new Date() })
+      .set(
+        planReady
+          ? {
+              state: 'awaiting_approval',
+              next_step: `Plan ${planReady} is prepared; the agent proposes scheduling it for a change owner's approval.`,
+              updated_at: new Date(),
+            }
+          : { state: 'investigating', next_step: null, updated_at: new Date() },
+      )
       .where('id', '=', wf.id)
       .execute();
     const row = await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 });

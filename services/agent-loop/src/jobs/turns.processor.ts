@@ -4,10 +4,10 @@ import { proposalsQueue } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
 import { eligibleTools } from '@gatehouse/policy';
-import { findTool, supportTools, toFunctionTool } from '@gatehouse/tools';
+import { findTool, toFunctionTool, toolsOfPack } from '@gatehouse/tools';
 import { loadWorld, sha256Hex, canonicalJson, modelSpendMicroUsd, type ReleaseManifest } from '@gatehouse/contracts';
 import { randomUUID } from 'node:crypto';
-import { PROMPT_HASH, SUPPORT_INSTRUCTIONS } from '../domain/instructions.ts';
+import { instructionsFor } from '../domain/instructions.ts';
 import { loadTranscript } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
 import type { LoopTestHooks } from '../domain/test-hooks.ts';
@@ -49,7 +49,9 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
     return 'budget_exhausted';
   }
 
-  const offered = deps.hooks.disableToolFilter ? supportTools : eligibleTools(supportTools, wf, loadWorld().agent.grantedTools);
+  const catalog = toolsOfPack(wf.pack);
+  const offered = deps.hooks.disableToolFilter ? catalog : eligibleTools(catalog, wf, loadWorld().agent.grantedTools);
+  const instructions = instructionsFor(wf.pack);
   const tools = offered.map(toFunctionTool);
   const input = await loadTranscript(db, wf.id);
   let response: OpenAI.Responses.Response;
@@ -58,7 +60,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
     response = await deps.model.responses.create(
       {
         model: deps.modelName,
-        instructions: SUPPORT_INSTRUCTIONS,
+        instructions: instructions.text,
         input: input as unknown as OpenAI.Responses.ResponseInput,
         tools,
         tool_choice: tools.length ? 'auto' : 'none',
@@ -127,7 +129,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
       latencyMs: Date.now() - started,
       revisions: {
         model: response.model,
-        promptHash: PROMPT_HASH,
+        promptHash: instructions.hash,
         toolCatalog: wf.catalog_digest,
         policy: wf.policy_revision,
         release: wf.release_id,
@@ -204,6 +206,8 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
           arguments_sha256: sha256Hex(call.arguments),
           status: 'received',
           validation_error: null,
+          // The state the tools were offered in: state-gated tools are judged against it.
+          offered_in_state: wf.state,
         })
         .execute();
       await recordAudit(trx, {

@@ -14,8 +14,13 @@ export const ApprovalViewSchema = z.object({
   tool: z.string(),
   target: z.string(),
   arguments: z.record(z.string(), z.unknown()).describe('normalized arguments; amounts also as `amount` in currency units'),
-  orderFacts: z.record(z.string(), z.unknown()).describe('authoritative order facts the rule used (cents)'),
+  orderFacts: z
+    .record(z.string(), z.unknown())
+    .describe('authoritative facts the rule used: the order (cents), or the change and plan with environment, effect and rollback'),
   requester: z.string(),
+  tenant: z.string(),
+  approverRole: z.string().describe('role that may decide: lead (support) or change_owner (change)'),
+  singleUse: z.literal(true).describe('an approval is consumed by exactly one execution'),
   ruleId: z.string(),
   actionVersion: z.number().int(),
   actionDigest: z.string(),
@@ -50,6 +55,8 @@ export function selectApprovals(db: Db, tenant: string) {
       'p.expires_at',
       'p.tenant',
       'p.region',
+      'p.approver_role',
+      'p.same_region',
     ])
     .where('p.tenant', '=', tenant);
 }
@@ -65,6 +72,8 @@ export function toView(r: Row, viewerId: string): ApprovalView {
     region: r.region,
     requester: r.requester,
     amountCents: r.amount_cents,
+    approverRole: r.approver_role,
+    sameRegion: r.same_region,
   });
   return {
     approvalId: r.id,
@@ -74,6 +83,9 @@ export function toView(r: Row, viewerId: string): ApprovalView {
     arguments: args,
     orderFacts: r.facts,
     requester: r.requester,
+    tenant: r.tenant,
+    approverRole: r.approver_role,
+    singleUse: true,
     ruleId: r.rule_id,
     actionVersion: r.action_version,
     actionDigest: r.action_digest,

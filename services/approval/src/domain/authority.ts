@@ -7,20 +7,26 @@ export interface ApprovalSubject {
   region: string | null;
   requester: string;
   amountCents: number | null;
+  /** Role the approver must hold (`lead` for support-p1, `change_owner` for change-c1). */
+  approverRole: string;
+  /** Whether the approver must be in the requester's region. */
+  sameRegion: boolean;
 }
 
 /**
- * Why `approverId` may not decide `approval`, or null when they may (SPEC §3 "Approvals"):
- * the requester can never approve; the approver must be a `lead` of the requester's tenant and
- * region whose approve limit covers the amount.
+ * Why `approverId` may not decide `approval`, or null when they may (SPEC §3 "Approvals", §2
+ * change pack): the requester can never approve; the approver must hold the approval's role
+ * (`lead` → `not_a_lead`, `change_owner` → `not_a_change_owner`) in the requester's tenant, be in
+ * the requester's region when the bundle says so, and have an approve limit covering the amount
+ * (when the approval has one).
  */
 export function authorityRefusal(approverId: string, tenant: string, approval: ApprovalSubject): string | null {
   const approver = loadWorld().users.find((u) => u.id === approverId && u.tenant === tenant);
   if (!approver) return 'unknown_approver';
   if (approver.id === approval.requester) return 'requester_cannot_approve';
-  if (approver.role !== 'lead') return 'not_a_lead';
+  if (approver.role !== approval.approverRole) return `not_a_${approval.approverRole}`;
   if (approver.tenant !== approval.tenant) return 'wrong_tenant';
-  if (!approval.region || approver.region !== approval.region) return 'wrong_region';
+  if (approval.sameRegion && (!approval.region || approver.region !== approval.region)) return 'wrong_region';
   if (approval.amountCents !== null && (approver.approveLimit ?? 0) < approval.amountCents) return 'approve_limit_too_low';
   return null;
 }

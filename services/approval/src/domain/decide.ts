@@ -42,6 +42,8 @@ export async function decideApproval(
       region: approval.region,
       requester: approval.requester,
       amountCents: approval.amount_cents,
+      approverRole: approval.approver_role,
+      sameRegion: approval.same_region,
     });
     const current = await trx
       .selectFrom('actions')

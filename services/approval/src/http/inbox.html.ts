@@ -28,23 +28,43 @@ export function signInPage(users: Array<{ id: string; role: string; region?: str
 }
 
 function fields(v: ApprovalView): string {
-  const rows: Array<[string, unknown]> = [
-    ['Tool', v.tool],
-    ['Order', v.target],
-    ...Object.entries(v.arguments)
-      .filter(([k]) => k !== 'amountCents' && k !== 'orderId')
-      .map(([k, val]) => [k === 'amount' ? 'Amount' : k === 'reason' ? 'Reason (model text)' : k, val] as [string, unknown]),
-    ['Order paid', typeof v.orderFacts.orderPaidCents === 'number' ? (v.orderFacts.orderPaidCents / 100).toFixed(2) : '—'],
-    [
-      'Refunds already recorded',
-      typeof v.orderFacts.priorRefundsOnOrderCents === 'number' ? (v.orderFacts.priorRefundsOnOrderCents / 100).toFixed(2) : '—',
-    ],
-    ['Requested by', v.requester],
+  const f = v.orderFacts;
+  const cents = (x: unknown) => (typeof x === 'number' ? (x / 100).toFixed(2) : '—');
+  const common: Array<[string, unknown]> = [
+    ['Requested by (actor)', v.requester],
+    ['Tenant', v.tenant],
     ['Rule', v.ruleId],
     ['Policy revision', v.policyRevision],
     ['Action version', v.actionVersion],
+    ['Approval id', v.approvalId],
     ['Expires', v.expiresAt],
+    ['Single use', v.singleUse ? 'yes' : 'no'],
   ];
+  // A change schedule (SPEC §2): action, plan, window, environment, effect and rollback.
+  const rows: Array<[string, unknown]> =
+    v.tool === 'schedule_change'
+      ? [
+          ['Action', v.tool],
+          ['Plan', v.target],
+          ['Change', f.changeId ?? '—'],
+          ['Service', f.service ?? '—'],
+          ['Window', v.arguments.window],
+          ['Note (model text)', v.arguments.note ?? '—'],
+          ['Environment', f.environment ?? '—'],
+          ['Effect', f.effect ?? '—'],
+          ['Rollback', f.rollback ?? '—'],
+          ...common,
+        ]
+      : [
+          ['Tool', v.tool],
+          ['Order', v.target],
+          ...Object.entries(v.arguments)
+            .filter(([k]) => k !== 'amountCents' && k !== 'orderId')
+            .map(([k, val]) => [k === 'amount' ? 'Amount' : k === 'reason' ? 'Reason (model text)' : k, val] as [string, unknown]),
+          ['Order paid', cents(f.orderPaidCents)],
+          ['Refunds already recorded', cents(f.priorRefundsOnOrderCents)],
+          ...common,
+        ];
   return `<dl>${rows.map(([k, val]) => `<dt>${escapeHtml(k)}</dt><dd>${escapeHtml(val)}</dd>`).join('')}<dt>Digest</dt><dd><code>${escapeHtml(v.actionDigest)}</code></dd></dl>`;
 }
 

@@ -1,21 +1,29 @@
 import { randomUUID } from 'node:crypto';
 import type { ApprovalRequestJob } from '@gatehouse/contracts';
 import { inTransaction, recordAudit, type Db } from '@gatehouse/ledger';
-import type { SupportBundle } from '@gatehouse/policy';
+import type { PolicyBundles } from '@gatehouse/policy';
 
 /**
  * Opens the approval record for an action version that policy sent to approval (queue
  * `approval-requests`). One approval per action (unique `action_id`), so redelivery is a no-op.
  * The amount an approver's limit must cover is the refund amount, or for a reship the order's
- * paid amount (docs/decisions). Lifetime from the policy bundle (15 minutes in support-p1).
+ * paid amount (docs/decisions); a change schedule has none. Lifetime, approver role and region
+ * rule from the bundle of the workflow's pack (support-p1: a lead of the region, 15 minutes;
+ * change-c1: a change owner of the tenant, 600 s).
  */
-export async function processApprovalRequest(job: ApprovalRequestJob, deps: { db: Db; bundle: SupportBundle }): Promise<string> {
+export async function processApprovalRequest(job: ApprovalRequestJob, deps: { db: Db; bundles: PolicyBundles }): Promise<string> {
   return inTransaction(deps.db, async (trx) => {
     const action = await trx.selectFrom('actions').selectAll().where('id', '=', job.actionId).executeTakeFirstOrThrow();
     if (action.status !== 'pending_approval') return `skipped:${action.status}`;
     const wf = await trx.selectFrom('workflows').selectAll().where('id', '=', action.workflow_id).executeTakeFirstOrThrow();
+    const rules = deps.bundles[wf.pack].approval;
     const facts = action.facts as { orderPaidCents?: number | null; requesterRegion?: string | null };
-    const amountCents = typeof action.arguments.amountCents === 'number' ? action.arguments.amountCents : (facts.orderPaidCents ?? null);
+    const amountCents =
+      wf.pack === 'change'
+        ? null
+        : typeof action.arguments.amountCents === 'number'
+          ? action.arguments.amountCents
+          : (facts.orderPaidCents ?? null);
     const id = randomUUID();
     const inserted = await trx
       .insertInto('approvals')
@@ -37,7 +45,9 @@ export async function processApprovalRequest(job: ApprovalRequestJob, deps: { db
         reason: null,
         release_id: action.release_id,
         traceparent: job.traceparent ?? null,
-        expires_at: new Date(Date.now() + deps.bundle.approval.ttlSeconds * 1000),
+        approver_role: rules.approverRole,
+        same_region: rules.sameRegion,
+        expires_at: new Date(Date.now() + rules.ttlSeconds * 1000),
         decided_at: null,
         used_at: null,
       })

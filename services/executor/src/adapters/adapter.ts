@@ -1,3 +1,5 @@
+import type { Db } from '@gatehouse/ledger';
+
 /**
  * What an adapter reports. `succeeded`: the effect exists (evidence = downstream id).
  * `failed`: the downstream refused or the effect certainly did not happen (safe to report).
@@ -14,6 +16,10 @@ export type AdapterResult =
 /** Inputs every adapter call gets: validated arguments, key, fence, token and deadline. */
 export interface AdapterCall {
   stagingUrl: string;
+  /** The Gatehouse ledger: local drafts (`prepare_change`) and authoritative plan reads. */
+  ledger: Db;
+  /** The workflow the action belongs to (identity from its authenticated record). */
+  workflow: { id: string; tenant: string };
   args: Record<string, string | number | null>;
   /** Idempotency key `<workflowId>:action:<version>`, stable across every attempt. */
   operationKey: string;

@@ -2,6 +2,7 @@ import type { AdapterCall, AdapterResult } from './adapter.ts';
 import { issueRefund } from './payments.adapter.ts';
 import { lookupOrder, reshipOrder } from './orders.adapter.ts';
 import { notifyCustomer } from './mail.adapter.ts';
+import { lookupChange, prepareChange, scheduleChange } from './changes.adapter.ts';
 
 export * from './adapter.ts';
 export { shipmentCount, resolveByReadBack } from './orders.adapter.ts';
@@ -12,4 +13,7 @@ export const adapters: Record<string, (call: AdapterCall) => Promise<AdapterResu
   issue_refund: issueRefund,
   reship_order: reshipOrder,
   notify_customer: notifyCustomer,
+  lookup_change: lookupChange,
+  prepare_change: prepareChange,
+  schedule_change: scheduleChange,
 };

@@ -14,17 +14,43 @@ export const PAYMENTS_MAX_ATTEMPTS = 4;
  * circuit breaker); any other 4xx is final — the payments ledger refused (e.g. its own ceiling).
  * When attempts run out after an unanswered attempt, the outcome is `unknown`.
  */
-export async function issueRefund(call: AdapterCall): Promise<AdapterResult> {
+export function issueRefund(call: AdapterCall): Promise<AdapterResult> {
+  return idempotentWrite(call, {
+    downstream: 'payments',
+    url: `${call.stagingUrl}/ledger/refunds`,
+    body: { orderId: call.args.orderId, amountCents: call.args.amountCents, reason: call.args.reason },
+    maxAttempts: PAYMENTS_MAX_ATTEMPTS,
+    evidence: (b) => String(b.refundId ?? ''),
+  });
+}
+
+/**
+ * One idempotent write (`POST url` with `body`) under the downstream's retry policy: the same
+ * `Idempotency-Key` (the operation key) and fencing token on every attempt; 200/201 succeed
+ * (`evidence` picks the downstream id); 429 waits for Retry-After, 5xx and lost responses are
+ * retried up to `maxAttempts` within the deadline; other 4xx are final. Attempts that ran out
+ * after an unanswered attempt are `unknown` (it may have landed), otherwise `failed`.
+ */
+export async function idempotentWrite(
+  call: AdapterCall,
+  req: {
+    downstream: string;
+    url: string;
+    body: Record<string, unknown>;
+    maxAttempts: number;
+    evidence: (body: Record<string, unknown>) => string;
+  },
+): Promise<AdapterResult> {
   let attempts = 0;
   let sawNoAnswer = false;
-  const policy = idempotentWritePolicy('payments', PAYMENTS_MAX_ATTEMPTS, call.deadlineMs);
+  const policy = idempotentWritePolicy(req.downstream, req.maxAttempts, call.deadlineMs);
   try {
     return await policy.execute(async (): Promise<AdapterResult> => {
       const remaining = call.deadlineMs - Date.now();
       if (remaining <= 0) throw new Error('deadline');
       attempts++;
       const res = await attempt(
-        `${call.stagingUrl}/ledger/refunds`,
+        req.url,
         {
           method: 'POST',
           headers: {
@@ -33,7 +59,7 @@ export async function issueRefund(call: AdapterCall): Promise<AdapterResult> {
             'idempotency-key': call.operationKey,
             'x-fencing-token': String(call.fencingToken),
           },
-          body: JSON.stringify({ orderId: call.args.orderId, amountCents: call.args.amountCents, reason: call.args.reason }),
+          body: JSON.stringify(req.body),
         },
         Math.min(remaining, 5000),
       );
@@ -42,7 +68,7 @@ export async function issueRefund(call: AdapterCall): Promise<AdapterResult> {
         throw new RetryableDownstreamError(`no_response:${res.error}`, { ambiguous: true });
       }
       if (res.status === 200 || res.status === 201) {
-        return { status: 'succeeded', data: res.body, evidenceRef: String(res.body.refundId ?? ''), attempts };
+        return { status: 'succeeded', data: res.body, evidenceRef: req.evidence(res.body), attempts };
       }
       if (res.status === 429) {
         const ms = Number(res.headers.get('retry-after-ms') ?? Number(res.headers.get('retry-after') ?? 1) * 1000);

@@ -11,7 +11,7 @@ import {
   type WorkflowsTable,
 } from '@gatehouse/ledger';
 import type { Selectable } from 'kysely';
-import { decideAndRecord, evaluateSupport, loadSupportFacts, type SupportBundle, type SupportFacts } from '@gatehouse/policy';
+import { decideAndRecord, evaluateAction, type AuthoritativeRecord, type PolicyBundles } from '@gatehouse/policy';
 import { findTool } from '@gatehouse/tools';
 
 type Action = Selectable<ActionsTable>;
@@ -40,9 +40,9 @@ export type ClaimOutcome =
 /** Policy inputs for the re-evaluation at execution. */
 export interface Reevaluation {
   wf: Selectable<WorkflowsTable>;
-  bundle: SupportBundle;
-  /** The order as the order system returned it just before the claim. */
-  order: SupportFacts['order'];
+  bundles: PolicyBundles;
+  /** The authoritative record (order, or change and plan) read just before the claim; null when not re-evaluated. */
+  record: AuthoritativeRecord | null;
   auditHmacKey: string;
   /** Test-only switch (control-removed test). */
   disabled: boolean;
@@ -114,10 +114,17 @@ export async function claimOperation(
     }
     const r = opts.reevaluation;
     const tool = findTool(action.tool);
-    if (!r.disabled && tool) {
+    if (!r.disabled && tool && r.record) {
       const parsed = { tool, args: action.arguments as Record<string, string | number | null>, target: action.target };
-      const facts = await loadSupportFacts(trx, r.wf, parsed, r.order, { excludeActionId: action.id, atExecution: true });
-      const now = evaluateSupport(facts, r.bundle);
+      const { decision: now } = await evaluateAction(trx, {
+        wf: r.wf,
+        proposalId: action.proposal_id,
+        parsed,
+        record: r.record,
+        bundles: r.bundles,
+        excludeActionId: action.id,
+        atExecution: true,
+      });
       if (now.decision !== action.decision || now.ruleId !== action.rule_id || now.policyRevision !== action.policy_revision) {
         await unreserve();
         const out = await decideAndRecord(trx, {
@@ -126,8 +133,8 @@ export async function claimOperation(
           round: r.wf.round,
           callId: action.call_id,
           parsed,
-          order: r.order,
-          bundle: r.bundle,
+          record: r.record,
+          bundles: r.bundles,
           auditHmacKey: r.auditHmacKey,
           service: 'executor',
           reevaluates: action,

@@ -8,7 +8,7 @@ import { loadWorld } from '@gatehouse/contracts';
 import { adapters, resolveByReadBack, shipmentCount, type AdapterResult } from '../adapters/index.ts';
 import { blockEventLoop, crashIfAt, type TestHooks } from '../domain/test-hooks.ts';
 import { auditUnhealthyReason, AuditUnavailable, type AuditGate } from '../domain/audit-health.ts';
-import { fetchOrder, type SupportBundle } from '@gatehouse/policy';
+import { readAuthoritative, type PolicyBundles } from '@gatehouse/policy';
 import { claimOperation } from '../domain/claim.ts';
 
 /** Dependencies of {@link processExecution}. */
@@ -26,8 +26,8 @@ export interface ExecutionDeps {
   agentId: string;
   /** Fault hooks set only by tests (crash points, blocking, write-ahead removal). */
   hooks: TestHooks;
-  /** Active policy bundle, for the re-evaluation at execution. */
-  bundle: SupportBundle;
+  /** Active policy bundle of each pack, for the re-evaluation at execution. */
+  bundles: PolicyBundles;
   /** Audit-health thresholds checked before any consequential step. */
   auditGate: AuditGate;
 }
@@ -113,9 +113,12 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
     tool.retryClass === 'at_most_once_readback'
       ? { shipments: await shipmentCount(deps.stagingUrl, String(preview.arguments.orderId)) }
       : null;
-  // Authoritative order facts for the re-evaluation at execution (a read, no credential).
-  const order = preview.status === 'approved' ? await fetchOrder(deps.stagingUrl, String(preview.arguments.orderId)) : null;
-  const reevaluation = { wf, bundle: deps.bundle, order, auditHmacKey: deps.auditHmacKey, disabled: deps.hooks.disableReevaluation };
+  // Authoritative facts for the re-evaluation at execution (a read, no credential).
+  const record =
+    preview.status === 'approved'
+      ? await readAuthoritative(db, deps.stagingUrl, wf, { tool, args: preview.arguments as Record<string, string | number | null> })
+      : null;
+  const reevaluation = { wf, bundles: deps.bundles, record, auditHmacKey: deps.auditHmacKey, disabled: deps.hooks.disableReevaluation };
   const claim = await inTransaction(db, (trx) =>
     claimOperation(trx, job, {
       owner,
@@ -241,6 +244,8 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
     const epochRow = await db.selectFrom('credential_epochs').select('epoch').where('id', '=', 1).executeTakeFirstOrThrow();
     result = await adapter({
       stagingUrl: deps.stagingUrl,
+      ledger: db,
+      workflow: { id: wf.id, tenant: wf.tenant },
       args: action.arguments as Record<string, string | number | null>,
       operationKey: action.operation_key,
       fencingToken,

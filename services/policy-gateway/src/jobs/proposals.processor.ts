@@ -1,7 +1,7 @@
 import { resultsQueue, type ProposalJob } from '@gatehouse/contracts';
 import { actorHash, enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
-import { decideAndRecord, fetchOrder, lookupUser, type SupportBundle } from '@gatehouse/policy';
+import { decideAndRecord, readAuthoritative, type PolicyBundles } from '@gatehouse/policy';
 import { parseProposal, toSafeOutput } from '@gatehouse/tools';
 
 /** Dependencies of {@link processProposal}. */
@@ -9,7 +9,8 @@ export interface ProposalDeps {
   db: Db;
   relay: OutboxRelay;
   log: Logger;
-  bundle: SupportBundle;
+  /** The active bundle of each pack. */
+  bundles: PolicyBundles;
   stagingUrl: string;
   auditHmacKey: string;
 }
@@ -17,12 +18,12 @@ export interface ProposalDeps {
 /**
  * Turns one proposal into a decided action (queue `proposals`): closed parsing of the
  * function_call as the model sent it, one normalization, identity from the workflow's
- * authenticated record, the authoritative order read, then {@link decideAndRecord} in one
+ * authenticated record, the authoritative read (order, or change and plan), then {@link decideAndRecord} in one
  * transaction. An invalid proposal is answered with a bounded validation result and nothing
  * else runs. A redelivered job for a decided proposal is a no-op.
  */
 export async function processProposal(job: ProposalJob, deps: ProposalDeps): Promise<string> {
-  const { db, bundle } = deps;
+  const { db, bundles } = deps;
   const proposal = await db.selectFrom('proposals').selectAll().where('id', '=', job.proposalId).executeTakeFirst();
   if (!proposal || proposal.status !== 'received') return 'already_decided';
   const wf = await db.selectFrom('workflows').selectAll().where('id', '=', job.workflowId).executeTakeFirstOrThrow();
@@ -54,7 +55,7 @@ export async function processProposal(job: ProposalJob, deps: ProposalDeps): Pro
         tool: proposal.tool,
         callId: job.callId,
         outcome: parsed.error,
-        revisions: { toolCatalog: wf.catalog_digest, policy: bundle.revision, release: wf.release_id },
+        revisions: { toolCatalog: wf.catalog_digest, policy: bundles[wf.pack].revision, release: wf.release_id },
       });
       const output = toSafeOutput(
         proposal.tool,
@@ -67,8 +68,8 @@ export async function processProposal(job: ProposalJob, deps: ProposalDeps): Pro
     return `invalid:${parsed.error}`;
   }
 
-  // The order is read only for a known user; R2 checks its tenant and region before any rule uses it.
-  const order = lookupUser(wf.user_id, wf.tenant) ? await fetchOrder(deps.stagingUrl, String(parsed.args.orderId)) : null;
+  // Read only for a known user and a tool of the workflow's pack; R2/C2 check the tenant before any rule uses it.
+  const record = await readAuthoritative(db, deps.stagingUrl, wf, parsed);
   const result = await inTransaction(db, async (trx) => {
     const claimed = await trx
       .updateTable('proposals')
@@ -84,8 +85,8 @@ export async function processProposal(job: ProposalJob, deps: ProposalDeps): Pro
       round: proposal.round,
       callId: job.callId,
       parsed,
-      order,
-      bundle,
+      record,
+      bundles,
       auditHmacKey: deps.auditHmacKey,
       service: 'policy-gateway',
     });

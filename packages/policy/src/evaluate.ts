@@ -1,0 +1,151 @@
+import type { Db, Trx } from '@gatehouse/ledger';
+import { loadWorld } from '@gatehouse/contracts';
+import { toolsOfPack, type ParsedProposal, type Pack } from '@gatehouse/tools';
+import type { PolicyBundles } from './bundle.ts';
+import { evaluateChange, type ChangeFacts, type ChangeRecordFacts, type PlanFacts } from './change.rules.ts';
+import { eligibleTools } from './eligibility.ts';
+import { fetchOrder, loadSupportFacts, lookupUser } from './facts.ts';
+import { evaluateSupport, type PolicyDecision, type SupportFacts } from './support.rules.ts';
+
+/**
+ * The authoritative record a decision reads, by pack: the order (support) or the change and,
+ * for `schedule_change`, the plan this workflow prepared (change). Read before the deciding
+ * transaction; never taken from the model's arguments beyond the id it names.
+ */
+export type AuthoritativeRecord =
+  { pack: 'support'; order: SupportFacts['order'] } | { pack: 'change'; change: ChangeRecordFacts | null; plan: PlanFacts | null };
+
+/**
+ * Reads a change from the change service (`GET /changes/:id` of the staging systems): an
+ * authoritative read for policy, no credential minted; the caller checks the tenant (C2).
+ * @throws Error when the change service does not answer (the job is retried).
+ */
+export async function fetchChange(stagingUrl: string, changeId: string): Promise<ChangeRecordFacts | null> {
+  const res = await fetch(`${stagingUrl}/changes/${encodeURIComponent(changeId)}`, { signal: AbortSignal.timeout(5000) });
+  if (res.status === 404) return null;
+  if (!res.ok) throw new Error(`change service answered ${res.status}`);
+  const c = (await res.json()) as ChangeRecordFacts;
+  return { id: c.id, tenant: c.tenant, environment: c.environment, service: c.service, risk: c.risk };
+}
+
+/** The plan `planId` if `prepare_change` wrote it in workflow `workflowId`, else null. */
+export async function findPlan(db: Db | Trx, workflowId: string, planId: string): Promise<PlanFacts | null> {
+  const p = await db
+    .selectFrom('change_plans')
+    .select(['id', 'change_id', 'window', 'note'])
+    .where('id', '=', planId)
+    .where('workflow_id', '=', workflowId)
+    .executeTakeFirst();
+  return p ? { id: p.id, changeId: p.change_id, window: p.window, note: p.note } : null;
+}
+
+/**
+ * Reads the {@link AuthoritativeRecord} for one parsed proposal of workflow `wf`. Nothing is read
+ * for an unknown user or for a tool outside the workflow's pack (C1/R1 deny those first).
+ * @throws Error when a system of record does not answer.
+ */
+export async function readAuthoritative(
+  db: Db,
+  stagingUrl: string,
+  wf: { id: string; pack: Pack; user_id: string; tenant: string },
+  parsed: Pick<ParsedProposal, 'tool' | 'args'>,
+): Promise<AuthoritativeRecord> {
+  const known = lookupUser(wf.user_id, wf.tenant) !== null && parsed.tool.pack === wf.pack;
+  if (wf.pack === 'support') return { pack: 'support', order: known ? await fetchOrder(stagingUrl, String(parsed.args.orderId)) : null };
+  if (!known) return { pack: 'change', change: null, plan: null };
+  if (parsed.tool.name === 'schedule_change') {
+    const plan = await findPlan(db, wf.id, String(parsed.args.planId));
+    return { pack: 'change', plan, change: plan ? await fetchChange(stagingUrl, plan.changeId) : null };
+  }
+  return { pack: 'change', change: await fetchChange(stagingUrl, String(parsed.args.changeId)), plan: null };
+}
+
+/** The workflow fields a decision reads. */
+export interface DecidingWorkflow {
+  id: string;
+  pack: Pack;
+  tenant: string;
+  user_id: string;
+  mode: 'investigate' | 'act';
+  state: string;
+}
+
+/** Outcome of {@link evaluateAction}: the decision and the facts snapshot stored with the action. */
+export interface Evaluation {
+  decision: PolicyDecision;
+  /** Authoritative facts the rule used, as shown to approvers (money in cents). */
+  snapshot: Record<string, unknown>;
+}
+
+/**
+ * The state a proposal's tools were offered in (recorded by the agent loop with the proposal):
+ * state-gated tools (SPEC §2 change pack) are judged against it, not against where the
+ * workflow has moved since. Falls back to the workflow's current state.
+ */
+async function offeredInState(trx: Trx, proposalId: string, current: string): Promise<string> {
+  const p = await trx.selectFrom('proposals').select('offered_in_state').where('id', '=', proposalId).executeTakeFirst();
+  return p?.offered_in_state ?? current;
+}
+
+/**
+ * Loads the facts of the workflow's pack inside `trx` and evaluates its active bundle: SPEC §3
+ * R0–R9 for support (cumulative basis under the refund-decision lock), change-c1 C0–C5 for
+ * change. `atExecution` is the executor's re-evaluation (queued refunds do not count there).
+ */
+export async function evaluateAction(
+  trx: Trx,
+  input: {
+    wf: DecidingWorkflow;
+    proposalId: string;
+    parsed: Pick<ParsedProposal, 'tool' | 'args'>;
+    record: AuthoritativeRecord;
+    bundles: PolicyBundles;
+    excludeActionId?: string;
+    atExecution?: boolean;
+  },
+): Promise<Evaluation> {
+  const { wf, parsed, record } = input;
+  const state = await offeredInState(trx, input.proposalId, wf.state);
+  if (record.pack === 'support') {
+    const facts = await loadSupportFacts(trx, { ...wf, state }, parsed, record.order, {
+      excludeActionId: input.excludeActionId,
+      atExecution: input.atExecution,
+    });
+    const inTenant = facts.order && facts.user && facts.order.tenant === facts.user.tenant ? facts.order : null;
+    return {
+      decision: evaluateSupport(facts, input.bundles.support),
+      snapshot: {
+        orderPaidCents: inTenant?.paid ?? null,
+        orderStatus: inTenant?.status ?? null,
+        orderRegion: inTenant?.region ?? null,
+        priorRefundsOnOrderCents: facts.priorRefundsOnOrderCents,
+        requesterRegion: facts.user?.region ?? null,
+      },
+    };
+  }
+  const world = loadWorld();
+  const user = lookupUser(wf.user_id, wf.tenant);
+  const facts: ChangeFacts = {
+    user,
+    agentGrantedTools: world.agent.grantedTools,
+    eligibleTools: eligibleTools(toolsOfPack('change'), { mode: wf.mode, state }, world.agent.grantedTools).map((t) => t.name),
+    tool: { name: parsed.tool.name, scope: parsed.tool.scope },
+    args: parsed.args,
+    change: record.change,
+    plan: record.plan,
+  };
+  const inTenant = record.change && user && record.change.tenant === user.tenant ? record.change : null;
+  return {
+    decision: evaluateChange(facts, input.bundles.change),
+    snapshot: {
+      changeId: inTenant?.id ?? null,
+      service: inTenant?.service ?? null,
+      environment: inTenant?.environment ?? null,
+      risk: inTenant?.risk ?? null,
+      planId: record.plan?.id ?? null,
+      planWindow: record.plan?.window ?? null,
+      ...(parsed.tool.name === 'schedule_change' ? { effect: 'remote-write', rollback: 'cancel-before-start', singleUse: true } : {}),
+      requesterRegion: user?.region ?? null,
+    },
+  };
+}
