@@ -121,13 +121,17 @@ import { execFile } from 'node:child_process';
 import { resolve as resolvePath } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
 
-/** Runs the real `gatehouse` CLI against this stack. */
-export function cli(s: HuntStack, args: string[]): Promise<string> {
+/**
+ * Runs the real `gatehouse` CLI against this stack; ops commands carry `as`'s token (default
+ * the operator ops-gus) in GATEHOUSE_TOKEN.
+ */
+export async function cli(s: HuntStack, args: string[], as = 'ops-gus'): Promise<string> {
+  const token = await tokenFor(as, SECRET);
   return new Promise((done, fail) => {
     execFile(
       process.execPath,
       [resolvePath(repoRoot, 'packages/cli/src/main.ts'), ...args],
-      { cwd: repoRoot, env: { ...process.env, ...s.env, LOG_LEVEL: 'warn' }, timeout: 30_000 },
+      { cwd: repoRoot, env: { ...process.env, ...s.env, LOG_LEVEL: 'warn', GATEHOUSE_TOKEN: token }, timeout: 30_000 },
       (err, stdout, stderr) => {
         if (err) fail(new Error(`cli ${args.join(' ')}: ${err.message} ${stderr}`));
         else done(stdout + stderr);

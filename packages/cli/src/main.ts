@@ -4,13 +4,13 @@ import { existsSync } from 'node:fs';
 import { resolve as resolvePath } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
 import { Redis } from 'ioredis';
-import { parseEnv, QueueRegistry, OutboxRelay, createLogger } from '@gatehouse/platform';
-import { createDb, migrate, verifyAuditChain } from '@gatehouse/ledger';
+import { parseEnv, QueueRegistry, OutboxRelay, createLogger, userTokenVerifier, type BaseEnv } from '@gatehouse/platform';
+import { createDb, migrate, verifyAuditChain, type Db } from '@gatehouse/ledger';
 import { tokenFor } from './api-client.ts';
 import { auditPublicKey } from './audit-key.ts';
 import { prepareDatabase } from './db-admin.ts';
 import { runDemo, printReport } from './demo.ts';
-import { bumpEpoch, requireOperator, setSwitch } from './ops.ts';
+import { authorizeOperator, bumpEpoch, setSwitch, type Operator } from './ops.ts';
 import { reconcileUnknown } from './reconcile.ts';
 import { loadBundle, loadBundleFile, runBoundaryGate, loadBoundaryCases } from '@gatehouse/policy';
 import { portOf, SERVICES, startStack, stateDir, stopDetachedStack } from './stack.ts';
@@ -22,11 +22,14 @@ const USAGE = `gatehouse — operate a Gatehouse stack
   gatehouse stack down                  stop them
   gatehouse token --user <id>           print a bearer token for a user of world.json (local secret)
   gatehouse audit verify                walk the audit chain and its anchors
-  gatehouse switch on|off <tool> [--as <operator>]
-  gatehouse epoch bump [--as <operator>]
-  gatehouse reconcile [--as <operator>]  resolve failed_unknown operations against the systems of record
+  gatehouse switch on|off <tool>        hold or release a tool at the moment of execution
+  gatehouse epoch bump                  revoke every outstanding delegated credential
+  gatehouse reconcile                   resolve failed_unknown operations against the systems of record
   gatehouse policy check <bundle.json|revision>   run the boundary-case gate
-  gatehouse migrate [up|down]`;
+  gatehouse migrate [up|down]
+
+  Ops commands (switch, epoch, reconcile, queues, release) need an operator's bearer token:
+  --token <jwt> or GATEHOUSE_TOKEN (locally: gatehouse token --user ops-gus). Each is audited.`;
 
 const out = (line: string): void => {
   process.stdout.write(`${line}\n`);
@@ -38,7 +41,7 @@ async function main(argv: string[]): Promise<number> {
     allowPositionals: true,
     options: {
       user: { type: 'string' },
-      as: { type: 'string', default: 'ops-gus' },
+      token: { type: 'string' },
       fresh: { type: 'boolean' },
       'keep-running': { type: 'boolean' },
       help: { type: 'boolean' },
@@ -94,31 +97,25 @@ async function main(argv: string[]): Promise<number> {
     case 'switch on':
     case 'switch off': {
       if (!arg) throw new Error('switch needs a tool name');
-      const op = requireOperator(values.as ?? '');
-      const db = createDb(env.DATABASE_URL, 2);
-      const redis = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
-      const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
-      try {
-        const rows = await setSwitch(db, arg, sub === 'on', op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
-        await new OutboxRelay(db, queues, createLogger('cli')).publish(rows);
-        out(`${arg} switched ${sub}${rows.length ? `; ${rows.length} held action(s) re-enqueued` : ''}`);
-        return 0;
-      } finally {
-        await queues.close();
-        redis.disconnect();
-        await db.destroy();
-      }
+      return opsCommand(env, values.token, `switch ${sub}`, async (db, op) => {
+        const redis = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
+        const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
+        try {
+          const rows = await setSwitch(db, arg, sub === 'on', op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
+          await new OutboxRelay(db, queues, createLogger('cli')).publish(rows);
+          out(`${arg} switched ${sub}${rows.length ? `; ${rows.length} held action(s) re-enqueued` : ''}`);
+          return 0;
+        } finally {
+          await queues.close();
+          redis.disconnect();
+        }
+      });
     }
-    case 'epoch bump': {
-      const op = requireOperator(values.as ?? '');
-      const db = createDb(env.DATABASE_URL, 2);
-      try {
+    case 'epoch bump':
+      return opsCommand(env, values.token, 'epoch bump', async (db, op) => {
         out(`revocation epoch is now ${await bumpEpoch(db, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY)}`);
         return 0;
-      } finally {
-        await db.destroy();
-      }
-    }
+      });
     case 'policy check': {
       if (!arg) throw new Error('policy check needs a bundle file or revision');
       const file = arg.endsWith('.json') ? resolvePath(arg) : resolvePath(repoRoot, 'policy', `${arg}.json`);
@@ -133,18 +130,13 @@ async function main(argv: string[]): Promise<number> {
       );
       return failures.length ? 1 : 0;
     }
-    case 'reconcile': {
-      const op = requireOperator(values.as ?? '');
-      const db = createDb(env.DATABASE_URL, 2);
-      try {
+    case 'reconcile':
+      return opsCommand(env, values.token, 'reconcile', async (db, op) => {
         const rows = await reconcileUnknown(db, env.STAGING_URL, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
         for (const r of rows) out(`  ${r.outcome.padEnd(10)} ${r.tool.padEnd(15)} ${r.key}  ${r.evidence}`);
         out(`${rows.length} unknown outcome(s) examined, ${rows.filter((r) => r.outcome === 'unresolved').length} left for a person`);
         return 0;
-      } finally {
-        await db.destroy();
-      }
-    }
+      });
     case 'migrate':
     case 'migrate up':
     case 'migrate down': {
@@ -159,6 +151,29 @@ async function main(argv: string[]): Promise<number> {
     default:
       process.stderr.write(`unknown command: ${positionals.join(' ')}\n${USAGE}\n`);
       return 2;
+  }
+}
+
+/**
+ * Runs one ops command: opens the ledger, verifies the operator token (`--token` or
+ * `GATEHOUSE_TOKEN`; a refusal is audited and exits 1), then `fn` with the operator.
+ */
+async function opsCommand(
+  env: BaseEnv,
+  token: string | undefined,
+  command: string,
+  fn: (db: Db, op: Operator) => Promise<number>,
+): Promise<number> {
+  const db = createDb(env.DATABASE_URL, 2);
+  try {
+    const op = await authorizeOperator(db, token ?? process.env.GATEHOUSE_TOKEN, {
+      verifier: userTokenVerifier(env),
+      hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+      command,
+    });
+    return await fn(db, op);
+  } finally {
+    await db.destroy();
   }
 }
 

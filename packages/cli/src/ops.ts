@@ -1,16 +1,56 @@
 import { sql } from 'kysely';
-import { executionsQueue, loadWorld } from '@gatehouse/contracts';
+import { executionsQueue } from '@gatehouse/contracts';
 import { actorHash, enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
 import { findTool } from '@gatehouse/tools';
+import { InvalidTokenError, verifyUserToken, type UserTokenVerifier } from '@gatehouse/credentials';
+
+/** An ops command was refused: no token, an invalid one, or a caller without the operator role. */
+export class OperatorRefused extends Error {
+  override name = 'OperatorRefused';
+}
+
+/** The verified operator behind an ops command. */
+export interface Operator {
+  id: string;
+  tenant: string;
+}
 
 /**
- * The operator named by `--as` (a user of world.json with role `operator`).
- * @throws Error when the user is unknown or not an operator.
+ * Verifies the bearer token of an ops command (a JWT checked like every HTTP service checks it:
+ * HS256 with the local secret, or the JWKS in production) and requires the `operator` role.
+ * A refusal is itself audited (`ops.refused`, the caller's id hashed) before it is thrown.
+ * @throws OperatorRefused when the token is missing, invalid or not an operator's.
  */
-export function requireOperator(userId: string): { id: string; tenant: string } {
-  const u = loadWorld().users.find((x) => x.id === userId);
-  if (!u || u.role !== 'operator') throw new Error(`${userId} is not an operator`);
-  return { id: u.id, tenant: u.tenant };
+export async function authorizeOperator(
+  db: Db,
+  token: string | undefined,
+  opts: { verifier: UserTokenVerifier; hmacKey: string; command: string },
+): Promise<Operator> {
+  let refusal: string;
+  let caller: string | null = null;
+  if (!token) refusal = 'missing_token';
+  else {
+    try {
+      const claims = await verifyUserToken(token, opts.verifier);
+      caller = claims.sub;
+      if (claims.roles.includes('operator')) return { id: claims.sub, tenant: claims.tenant };
+      refusal = 'not_an_operator';
+    } catch (err) {
+      refusal = err instanceof InvalidTokenError ? 'invalid_token' : 'token_unverifiable';
+    }
+  }
+  await inTransaction(db, (trx) =>
+    recordAudit(trx, {
+      type: 'ops.refused',
+      service: 'cli',
+      runId: null,
+      actorHash: caller ? actorHash(opts.hmacKey, caller) : null,
+      outcome: `${opts.command}:${refusal}`,
+    }),
+  );
+  throw new OperatorRefused(
+    `${opts.command} refused (${refusal}): ops commands need an operator token — --token "$(gatehouse token --user ops-gus)" or GATEHOUSE_TOKEN`,
+  );
 }
 
 /**

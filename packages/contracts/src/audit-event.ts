@@ -22,6 +22,17 @@ export const AuditEventType = z.enum([
   'result.returned',
   'switch.changed',
   'epoch.bumped',
+  'ops.refused',
+  'queues.drained',
+  'queues.quarantined',
+  'queues.requeued',
+  'release.activated',
+  'release.writes_enabled',
+  'release.cohort_changed',
+  'release.rolled_back',
+  'reconciliation.classified',
+  'reconciliation.resolved',
+  'compensation.requested',
 ]);
 
 /**
