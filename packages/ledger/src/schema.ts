@@ -167,6 +167,8 @@ export interface OperationsTable {
   release_id: string;
   created_at: Timestamp;
   updated_at: Timestamp;
+  /** Set when reconciliation froze the operation (amount mismatch): nothing claims or retries it. */
+  frozen_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
 }
 
 export interface ToolSwitchesTable {
@@ -253,6 +255,54 @@ export interface ChangePlansTable {
   created_at: Timestamp;
 }
 
+/** The eight reconciliation classes (SPEC §7). */
+export type ReconciliationClass =
+  | 'matched'
+  | 'agent_done_ledger_missing'
+  | 'amount_mismatch'
+  | 'ledger_entry_without_step'
+  | 'in_flight_ledger_has_it'
+  | 'in_flight_ledger_lacks_it'
+  | 'refund_over_limit_without_approval'
+  | 'shipment_count_mismatch';
+
+/** Worklist item states: `frozen` holds an amount mismatch; `auto_resolved` is the automatic repair. */
+export type ReconciliationItemStatus = 'open' | 'resolved' | 'frozen' | 'auto_resolved';
+
+/** A lead-approved remediation of a worklist item. */
+export type Remediation = 'ratify' | 'reverse' | 'cancel_shipment' | 'adopt' | 'replay';
+
+/** One difference a reconciliation pass found (migration 20261130000400-Reconciliation). */
+export interface ReconciliationItemsTable {
+  id: string;
+  /** The reconciliation pass that first found it. */
+  run_id: string;
+  class: ReconciliationClass;
+  /** Repair owner of the class (`on-call`, `payments-lead`, `support-lead`, `change-owner`). */
+  owner: string;
+  status: ReconciliationItemStatus;
+  /** Natural key of the difference (`op:<key>`, `refund:<refundId>`, `order:<orderId>`); one live item per class and subject. */
+  subject: string;
+  operation_key: string | null;
+  workflow_id: string | null;
+  tenant: string | null;
+  tool: string | null;
+  order_id: string | null;
+  /** Integer cents (the ledger's amount where it has one). */
+  amount_cents: ColumnType<string | null, number | string | null | undefined, number | string | null>;
+  /** The system of record's id (refund id, shipment id, change operation key). */
+  ledger_ref: string | null;
+  detail: Json<Record<string, unknown>>;
+  remediation: Remediation | null;
+  approval_id: string | null;
+  resolution: string | null;
+  resolved_by: string | null;
+  last_seen_run_id: string | null;
+  created_at: Timestamp;
+  last_seen_at: Timestamp;
+  resolved_at: Timestamp | null;
+}
+
 export interface AuditHeartbeatTable {
   id: number;
   beat_at: Timestamp;
@@ -278,4 +328,5 @@ export interface DB {
   audit_anchors: AuditAnchorsTable;
   audit_heartbeat: AuditHeartbeatTable;
   change_plans: ChangePlansTable;
+  reconciliation_items: ReconciliationItemsTable;
 }
