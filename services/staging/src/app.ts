@@ -14,6 +14,7 @@ import { MessagesRepository } from './repositories/messages.repository.ts';
 import { OrdersRepository } from './repositories/orders.repository.ts';
 import { RefundsRepository } from './repositories/refunds.repository.ts';
 import { RequestLogRepository } from './repositories/request-log.repository.ts';
+import { ReversalsRepository } from './repositories/reversals.repository.ts';
 import { ShipmentsRepository } from './repositories/shipments.repository.ts';
 
 /** Inputs of {@link createStagingApp}. */
@@ -46,7 +47,7 @@ export function createStagingApp(opts: StagingAppOptions): { app: Express; fault
       await sql`select 1`.execute(db);
     },
   });
-  app.use(paymentsRouter({ ...deps, refunds: new RefundsRepository(db) }));
+  app.use(paymentsRouter({ ...deps, refunds: new RefundsRepository(db), reversals: new ReversalsRepository(db) }));
   app.use(ordersRouter({ ...deps, shipments: new ShipmentsRepository(db) }));
   app.use(mailRouter({ ...deps, messages: new MessagesRepository(db) }));
   app.use(changesRouter({ ...deps, changes: new ChangesRepository(db) }));

@@ -68,6 +68,24 @@ export async function ensureStagingSchema(db: StagingDb, world: World = loadWorl
       created_at timestamptz NOT NULL DEFAULT now()
     )`.execute(trx);
     await sql`CREATE INDEX IF NOT EXISTS shipments_order_idx ON staging.shipments (order_id, created_at)`.execute(trx);
+    // Compensation (SPEC §4 invariant 5): a shipment cancelled once, idempotent by its key.
+    await sql`ALTER TABLE staging.shipments ADD COLUMN IF NOT EXISTS cancelled_at timestamptz`.execute(trx);
+    await sql`ALTER TABLE staging.shipments ADD COLUMN IF NOT EXISTS cancel_key text`.execute(trx);
+    await sql`CREATE UNIQUE INDEX IF NOT EXISTS shipments_cancel_key_uq ON staging.shipments (cancel_key)`.execute(trx);
+    // Compensation of a refund: at most one reversal per refund, idempotent by its key.
+    await sql`CREATE TABLE IF NOT EXISTS staging.refund_reversals (
+      reversal_id text PRIMARY KEY,
+      refund_id text NOT NULL UNIQUE,
+      idempotency_key text NOT NULL UNIQUE,
+      order_id text NOT NULL,
+      tenant text NOT NULL,
+      amount_cents integer NOT NULL CHECK (amount_cents > 0),
+      reason text NOT NULL,
+      requester text NOT NULL,
+      actor text NOT NULL,
+      fencing_token bigint,
+      created_at timestamptz NOT NULL DEFAULT now()
+    )`.execute(trx);
     await sql`CREATE TABLE IF NOT EXISTS staging.messages (
       message_id text PRIMARY KEY,
       order_id text NOT NULL,

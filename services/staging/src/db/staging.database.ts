@@ -70,6 +70,26 @@ export interface ShipmentsTable {
   requester: string;
   actor: string;
   created_at: CreatedAt;
+  /** Set once by a `cancel_shipment` compensation; null while the shipment stands. */
+  cancelled_at: ColumnType<Date | null, never, Date | string>;
+  /** Idempotency key of the cancellation (unique). */
+  cancel_key: ColumnType<string | null, never, string>;
+}
+
+/** `staging.refund_reversals`: `reverse_refund` compensations, one per refund, unique key. */
+export interface RefundReversalsTable {
+  reversal_id: string;
+  refund_id: string;
+  idempotency_key: string;
+  order_id: string;
+  tenant: string;
+  /** Integer cents, > 0: the whole refund. */
+  amount_cents: number;
+  reason: string;
+  requester: string;
+  actor: string;
+  fencing_token: Int8 | null;
+  created_at: CreatedAt;
 }
 
 /** `staging.messages`: mail sent (no dedupe). */
@@ -119,6 +139,7 @@ export interface StagingDatabase {
   'staging.customers': CustomersTable;
   'staging.changes': ChangesTable;
   'staging.refunds': RefundsTable;
+  'staging.refund_reversals': RefundReversalsTable;
   'staging.fencing_tokens': FencingTokensTable;
   'staging.shipments': ShipmentsTable;
   'staging.messages': MessagesTable;

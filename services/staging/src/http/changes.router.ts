@@ -30,6 +30,7 @@ export const ScheduleBodySchema = z
  *   403 (delegation, `tenant_mismatch`); 404 `change_not_found`; 409 `idempotency_key_reuse`,
  *   `stale_fencing_token`.
  * - `GET /changes/operations/:operationKey` → the operation; 404 `operation_not_found`.
+ * - `GET /changes/operations` → `{operations: [...]}`, every scheduled operation (reconciliation).
  */
 export function changesRouter(
   deps: EffectRouteDeps & {
@@ -70,6 +71,10 @@ export function changesRouter(
         : { status: 201, body: operation };
     }),
   );
+
+  router.get('/changes/operations', async (_req, res) => {
+    res.json({ operations: await deps.changes.listOperations() });
+  });
 
   router.get('/changes/operations/:operationKey', async (req, res) => {
     const operation = await deps.changes.findOperation(req.params.operationKey);

@@ -3,21 +3,29 @@ import { ConflictError, UserError } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
 import type { OrdersRepository } from '../repositories/orders.repository.ts';
 import type { ShipmentsRepository } from '../repositories/shipments.repository.ts';
-import { assertSameTenant, requireDelegation } from './delegation.guard.ts';
+import { assertSameTenant, readFencingToken, requireDelegation, requireIdempotencyKey } from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
 
 /** Delegation audience of the order system (SPEC §3). */
 export const ORDERS_AUDIENCE = 'orders';
 /** Scope a delegated token needs to create a shipment. */
 export const RESHIP_SCOPE = 'reship:create';
+/** Scope a delegated token needs to cancel a shipment (a compensation, never an agent tool). */
+export const CANCEL_SHIPMENT_SCOPE = 'shipment:cancel';
 
 /**
  * The order system (no idempotency key, by design: SPEC §2 `reship_order`):
  * - `GET /orders/:id` → `{id, tenant, region, customer, paid (cents), status}`; 404 `order_not_found`.
- * - `GET /orders/:id/shipments` → `{shipments: [{shipmentId, orderId, createdAt}]}` (read-back).
+ * - `GET /orders/:id/shipments` → `{shipments: [{shipmentId, orderId, createdAt, cancelledAt}]}`
+ *   (read-back; cancelled shipments stay listed with `cancelledAt` set).
  * - `POST /orders/:id/shipments` (Bearer token) → 201 `{shipmentId, orderId, createdAt}`, a new
  *   shipment on every call; 401 no or invalid token; 403 wrong audience/scope/epoch or
  *   `tenant_mismatch`; 404 `order_not_found`; 409 `order_not_shipped`.
+ * - `POST /orders/:id/shipments/:shipmentId/cancel` (Bearer token with scope `shipment:cancel`,
+ *   `Idempotency-Key`, optional `X-Fencing-Token`) → 201 `{shipmentId, orderId, createdAt,
+ *   cancelledAt}`; 200 with `Idempotent-Replayed: true` for a replay; 400; 401; 403; 404
+ *   `order_not_found`, `shipment_not_found`; 409 `already_cancelled`, `idempotency_key_reuse`,
+ *   `stale_fencing_token`.
  */
 export function ordersRouter(
   deps: EffectRouteDeps & {
@@ -61,6 +69,32 @@ export function ordersRouter(
         actor: claims.act.sub,
       });
       return { status: 201, body: shipment };
+    }),
+  );
+
+  router.post(
+    '/orders/:id/shipments/:shipmentId/cancel',
+    effectRoute(deps, 'orders', async (req) => {
+      const claims = await requireDelegation(req, deps.db, {
+        secret: deps.delegationSecret,
+        audience: ORDERS_AUDIENCE,
+        scope: CANCEL_SHIPMENT_SCOPE,
+      });
+      const idempotencyKey = requireIdempotencyKey(req);
+      const fencingToken = readFencingToken(req);
+      const id = String(req.params.id);
+      const order = await deps.orders.find(id);
+      if (!order) throw new UserError('order_not_found', `no order ${id}`, { status: 404 });
+      assertSameTenant(claims, order.tenant);
+      const { shipment, replayed } = await deps.shipments.cancel({
+        orderId: order.id,
+        shipmentId: String(req.params.shipmentId),
+        idempotencyKey,
+        fencingToken,
+      });
+      return replayed
+        ? { status: 200, body: shipment, headers: { 'Idempotent-Replayed': 'true' }, reason: 'idempotent_replay' }
+        : { status: 201, body: shipment };
     }),
   );
 

@@ -5,6 +5,7 @@ import { parseQuery } from './query.parser.ts';
 import type { StagingDb } from '../db/staging.database.ts';
 import type { OrdersRepository } from '../repositories/orders.repository.ts';
 import type { RefundsRepository } from '../repositories/refunds.repository.ts';
+import type { ReversalsRepository } from '../repositories/reversals.repository.ts';
 import { assertSameTenant, readFencingToken, requireDelegation, requireIdempotencyKey } from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
 
@@ -12,6 +13,8 @@ import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
 export const PAYMENTS_AUDIENCE = 'payments';
 /** Scope a delegated token needs to create a refund. */
 export const REFUND_SCOPE = 'refund:create';
+/** Scope a delegated token needs to reverse a refund (a compensation, never an agent tool). */
+export const REVERSE_SCOPE = 'refund:reverse';
 
 /** Largest amount a refund row can hold (Postgres `integer`), cents. */
 const MAX_AMOUNT_CENTS = 2_147_483_647;
@@ -25,7 +28,10 @@ export const RefundBodySchema = z
   })
   .strict();
 
-const ListQuerySchema = z.object({ orderId: z.string().min(1).max(64) });
+const ListQuerySchema = z.object({ orderId: z.string().min(1).max(64).optional(), tenant: z.string().min(1).max(64).optional() });
+
+/** Body of `POST /ledger/refunds/:refundId/reversals`: why, ≤ 240 chars. */
+export const ReversalBodySchema = z.object({ reason: z.string().max(240) }).strict();
 
 /**
  * The payments ledger:
@@ -34,7 +40,14 @@ const ListQuerySchema = z.object({ orderId: z.string().min(1).max(64) });
  *   200 with `Idempotent-Replayed: true` for a replay; 400 invalid body / missing key; 401 no or
  *   invalid token; 403 wrong audience/scope/epoch, `tenant_mismatch`, `ceiling_exceeded`;
  *   404 `order_not_found`; 409 `idempotency_key_reuse`, `stale_fencing_token`.
- * - `GET /ledger/refunds?orderId=…` → `{refunds: [...]}` (read-back, no token).
+ * - `GET /ledger/refunds?orderId=…` → `{refunds: [...]}` (read-back, no token); without
+ *   `orderId`, every refund (optionally `?tenant=…`), for reconciliation (SPEC §7).
+ * - `POST /ledger/refunds/:refundId/reversals` (Bearer token with scope `refund:reverse`,
+ *   `Idempotency-Key`, optional `X-Fencing-Token`, body `{reason}`) → 201 `{reversalId, refundId,
+ *   orderId, amountCents, idempotencyKey, createdAt}` reversing the whole refund; 200 with
+ *   `Idempotent-Replayed: true` for a replay; 400; 401; 403 (delegation, `tenant_mismatch`); 404
+ *   `refund_not_found`; 409 `already_reversed`, `idempotency_key_reuse`, `stale_fencing_token`.
+ * - `GET /ledger/reversals[?orderId=…]` → `{reversals: [...]}` (read-back, no token).
  */
 export function paymentsRouter(
   deps: EffectRouteDeps & {
@@ -42,6 +55,7 @@ export function paymentsRouter(
     delegationSecret: string;
     orders: OrdersRepository;
     refunds: RefundsRepository;
+    reversals: ReversalsRepository;
   },
 ): Router {
   const router = Router();
@@ -89,8 +103,49 @@ export function paymentsRouter(
   );
 
   router.get('/ledger/refunds', async (req, res) => {
+    const { orderId, tenant } = parseQuery(ListQuerySchema, req.query);
+    res.json({ refunds: orderId !== undefined ? await deps.refunds.listByOrder(orderId) : await deps.refunds.listAll(tenant) });
+  });
+
+  router.post(
+    '/ledger/refunds/:refundId/reversals',
+    effectRoute(deps, 'payments', async (req) => {
+      const claims = await requireDelegation(req, deps.db, {
+        secret: deps.delegationSecret,
+        audience: PAYMENTS_AUDIENCE,
+        scope: REVERSE_SCOPE,
+      });
+      const idempotencyKey = requireIdempotencyKey(req);
+      const fencingToken = readFencingToken(req);
+      const body = parseBody(ReversalBodySchema, req.body);
+      const refund = await deps.refunds.find(String(req.params.refundId));
+      if (!refund) throw new UserError('refund_not_found', `no refund ${String(req.params.refundId)}`, { status: 404 });
+      assertSameTenant(claims, refund.tenant);
+      const { reversal, replayed } = await deps.reversals.reverse({
+        refundId: refund.refundId,
+        idempotencyKey,
+        reason: body.reason,
+        requester: claims.sub,
+        actor: claims.act.sub,
+        fencingToken,
+      });
+      const result = {
+        reversalId: reversal.reversalId,
+        refundId: reversal.refundId,
+        orderId: reversal.orderId,
+        amountCents: reversal.amountCents,
+        idempotencyKey: reversal.idempotencyKey,
+        createdAt: reversal.createdAt,
+      };
+      return replayed
+        ? { status: 200, body: result, headers: { 'Idempotent-Replayed': 'true' }, reason: 'idempotent_replay' }
+        : { status: 201, body: result };
+    }),
+  );
+
+  router.get('/ledger/reversals', async (req, res) => {
     const { orderId } = parseQuery(ListQuerySchema, req.query);
-    res.json({ refunds: await deps.refunds.listByOrder(orderId) });
+    res.json({ reversals: await deps.reversals.list(orderId) });
   });
 
   return router;

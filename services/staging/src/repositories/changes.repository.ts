@@ -91,6 +91,17 @@ export class ChangesRepository {
     return row ? toOperation(row) : undefined;
   }
 
+  /** Every scheduled operation (reconciliation read-back, SPEC §7), oldest first. */
+  async listOperations(): Promise<ChangeOperation[]> {
+    const rows = await this.db
+      .selectFrom('staging.change_operations')
+      .selectAll()
+      .orderBy('created_at', 'asc')
+      .orderBy('operation_key', 'asc')
+      .execute();
+    return rows.map(toOperation);
+  }
+
   /**
    * Schedules the operation or replays the one stored under its key (same planId, changeId,
    * window and note), in one transaction.

@@ -110,6 +110,23 @@ export class RefundsRepository {
     });
   }
 
+  /** The refund with this id, with its tenant (for the delegation's tenant check), or undefined. */
+  async find(refundId: string): Promise<(Refund & { tenant: string }) | undefined> {
+    const row = await this.db.selectFrom('staging.refunds').selectAll().where('refund_id', '=', refundId).executeTakeFirst();
+    return row ? { ...toRefund(row), tenant: row.tenant } : undefined;
+  }
+
+  /**
+   * Every refund in the ledger (reconciliation read-back, SPEC §7), oldest first; only `tenant`'s
+   * when given.
+   */
+  async listAll(tenant?: string): Promise<Refund[]> {
+    let q = this.db.selectFrom('staging.refunds').selectAll();
+    if (tenant !== undefined) q = q.where('tenant', '=', tenant);
+    const rows = await q.orderBy('created_at', 'asc').orderBy('refund_id', 'asc').execute();
+    return rows.map(toRefund);
+  }
+
   /** Refunds recorded on an order, oldest first. */
   async listByOrder(orderId: string): Promise<Refund[]> {
     const rows = await this.db

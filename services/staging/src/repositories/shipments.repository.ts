@@ -1,5 +1,7 @@
 import { randomBytes } from 'node:crypto';
+import { ConflictError, UserError } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
+import { observeFencingToken } from './fencing.repository.ts';
 
 /** A shipment of an order; `createdAt` ISO 8601. */
 export interface Shipment {
@@ -7,6 +9,14 @@ export interface Shipment {
   orderId: string;
   createdAt: string;
 }
+
+/** A listed shipment: `cancelledAt` (ISO 8601) once a `cancel_shipment` compensation ran, else null. */
+export interface ListedShipment extends Shipment {
+  cancelledAt: string | null;
+}
+
+/** Fencing namespace of cancellations in `staging.fencing_tokens`. */
+const CANCEL_FENCE_TARGET = 'orders-cancel';
 
 /**
  * `staging.shipments`. The order system has no idempotency key (SPEC §2 `reship_order`): every
@@ -35,15 +45,70 @@ export class ShipmentsRepository {
     return { shipmentId: row.shipment_id, orderId: row.order_id, createdAt: row.created_at.toISOString() };
   }
 
-  /** Shipments of an order, oldest first. */
-  async listByOrder(orderId: string): Promise<Shipment[]> {
+  /** Shipments of an order, oldest first, cancelled ones included (with `cancelledAt`). */
+  async listByOrder(orderId: string): Promise<ListedShipment[]> {
     const rows = await this.db
       .selectFrom('staging.shipments')
-      .select(['shipment_id', 'order_id', 'created_at'])
+      .select(['shipment_id', 'order_id', 'created_at', 'cancelled_at'])
       .where('order_id', '=', orderId)
       .orderBy('created_at', 'asc')
       .orderBy('shipment_id', 'asc')
       .execute();
-    return rows.map((r) => ({ shipmentId: r.shipment_id, orderId: r.order_id, createdAt: r.created_at.toISOString() }));
+    return rows.map((r) => ({
+      shipmentId: r.shipment_id,
+      orderId: r.order_id,
+      createdAt: r.created_at.toISOString(),
+      cancelledAt: r.cancelled_at ? r.cancelled_at.toISOString() : null,
+    }));
+  }
+
+  /**
+   * Cancels one shipment of an order (the `cancel_shipment` compensation), idempotent by key:
+   * the first request cancels it, a repeat with the same key replays, one transaction with the
+   * shipment row locked.
+   * @throws UserError(`shipment_not_found`, 404) when the order has no such shipment.
+   * @throws ConflictError(`stale_fencing_token`) when the fencing token is below the highest seen.
+   * @throws ConflictError(`already_cancelled`) when another key cancelled it.
+   * @throws ConflictError(`idempotency_key_reuse`) when the key cancelled another shipment.
+   */
+  async cancel(req: {
+    orderId: string;
+    shipmentId: string;
+    idempotencyKey: string;
+    fencingToken: number | null;
+  }): Promise<{ shipment: ListedShipment; replayed: boolean }> {
+    return this.db.transaction().execute(async (trx) => {
+      if (req.fencingToken !== null) await observeFencingToken(trx, CANCEL_FENCE_TARGET, req.idempotencyKey, req.fencingToken);
+      const row = await trx
+        .selectFrom('staging.shipments')
+        .selectAll()
+        .where('shipment_id', '=', req.shipmentId)
+        .where('order_id', '=', req.orderId)
+        .forUpdate()
+        .executeTakeFirst();
+      if (!row) throw new UserError('shipment_not_found', `order ${req.orderId} has no shipment ${req.shipmentId}`, { status: 404 });
+      const view = (cancelledAt: Date): ListedShipment => ({
+        shipmentId: row.shipment_id,
+        orderId: row.order_id,
+        createdAt: row.created_at.toISOString(),
+        cancelledAt: cancelledAt.toISOString(),
+      });
+      if (row.cancel_key === req.idempotencyKey && row.cancelled_at) return { shipment: view(row.cancelled_at), replayed: true };
+      if (row.cancelled_at)
+        throw new ConflictError('already_cancelled', `shipment ${req.shipmentId} was already cancelled under another key`);
+      const other = await trx
+        .selectFrom('staging.shipments')
+        .select('shipment_id')
+        .where('cancel_key', '=', req.idempotencyKey)
+        .executeTakeFirst();
+      if (other) throw new ConflictError('idempotency_key_reuse', 'this idempotency key cancelled another shipment');
+      const done = await trx
+        .updateTable('staging.shipments')
+        .set({ cancelled_at: new Date(), cancel_key: req.idempotencyKey })
+        .where('shipment_id', '=', row.shipment_id)
+        .returning('cancelled_at')
+        .executeTakeFirstOrThrow();
+      return { shipment: view(done.cancelled_at ?? new Date()), replayed: false };
+    });
   }
 }
