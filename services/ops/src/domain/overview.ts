@@ -1,0 +1,178 @@
+import type { Db, WorkflowState } from '@gatehouse/ledger';
+
+/** Every workflow state (SPEC §5), in the order the dashboard shows them. */
+export const WORKFLOW_STATES: readonly WorkflowState[] = [
+  'received',
+  'investigating',
+  'awaiting_approval',
+  'executing',
+  'paused',
+  'needs_reconciliation',
+  'stopped',
+  'completed',
+];
+
+/** One row of the recent-workflows list: ids and states only, never ticket or model text. */
+export interface WorkflowRow {
+  id: string;
+  tenant: string;
+  ticketId: string;
+  pack: string;
+  state: string;
+  stopReason: string | null;
+  nextStep: string | null;
+  release: string;
+  updatedAt: string;
+}
+
+/** Workflow counts per state (every state present, zero when none) and the most recent ones. */
+export interface WorkflowOverview {
+  counts: Record<string, number>;
+  recent: WorkflowRow[];
+}
+
+/**
+ * Counts workflows per state across every tenant (operators are platform-wide, like the ops
+ * commands) and lists the `limit` most recently updated, optionally only those in `state`.
+ */
+export async function workflowOverview(db: Db, opts: { state?: WorkflowState; limit: number }): Promise<WorkflowOverview> {
+  const grouped = await db
+    .selectFrom('workflows')
+    .select(['state', db.fn.countAll<string>().as('n')])
+    .groupBy('state')
+    .execute();
+  const counts: Record<string, number> = Object.fromEntries(WORKFLOW_STATES.map((s) => [s, 0]));
+  for (const g of grouped) counts[g.state] = Number(g.n);
+  let q = db
+    .selectFrom('workflows')
+    .select(['id', 'tenant', 'ticket_id', 'pack', 'state', 'stop_reason', 'next_step', 'release_id', 'updated_at'])
+    .orderBy('updated_at', 'desc')
+    .orderBy('id')
+    .limit(opts.limit);
+  if (opts.state) q = q.where('state', '=', opts.state);
+  const rows = await q.execute();
+  return {
+    counts,
+    recent: rows.map((r) => ({
+      id: r.id,
+      tenant: r.tenant,
+      ticketId: r.ticket_id,
+      pack: r.pack,
+      state: r.state,
+      stopReason: r.stop_reason,
+      nextStep: r.next_step,
+      release: r.release_id,
+      updatedAt: r.updated_at.toISOString(),
+    })),
+  };
+}
+
+/** A `failed_unknown` operation: its effect may or may not have happened (SPEC §4, §7). */
+export interface UnknownOperationRow {
+  key: string;
+  tool: string;
+  workflowId: string;
+  workflowState: string;
+  release: string;
+  attempts: number;
+  error: string | null;
+  /** When the row last changed, which for a `failed_unknown` row is when it became unknown. */
+  since: string;
+}
+
+/** Every `failed_unknown` operation, oldest first (the longest-waiting need attention first), at most `limit`. */
+export async function unknownOperations(db: Db, limit: number): Promise<UnknownOperationRow[]> {
+  const rows = await db
+    .selectFrom('operations as o')
+    .innerJoin('workflows as w', 'w.id', 'o.workflow_id')
+    .select(['o.key', 'o.tool', 'o.workflow_id', 'w.state', 'o.release_id', 'o.attempts', 'o.error', 'o.updated_at'])
+    .where('o.status', '=', 'failed_unknown')
+    .orderBy('o.updated_at')
+    .orderBy('o.key')
+    .limit(limit)
+    .execute();
+  return rows.map((r) => ({
+    key: r.key,
+    tool: r.tool,
+    workflowId: r.workflow_id,
+    workflowState: r.state,
+    release: r.release_id,
+    attempts: r.attempts,
+    error: r.error,
+    since: r.updated_at.toISOString(),
+  }));
+}
+
+/** One open item of the reconciliation worklist (SPEC §7): a difference and who must repair it. */
+export interface WorklistRow {
+  id: string;
+  runId: string;
+  class: string;
+  owner: string;
+  /** `open`, or `frozen` (an amount mismatch holds both records until a lead's remediation). */
+  status: string;
+  /** Natural key of the difference (`op:<key>`, `refund:<refundId>`, `order:<orderId>`). */
+  subject: string;
+  tenant: string | null;
+  operationKey: string | null;
+  workflowId: string | null;
+  tool: string | null;
+  orderId: string | null;
+  amountCents: number | null;
+  ledgerRef: string | null;
+  detail: unknown;
+  /** The lead-approved remediation bound to the item, if one was chosen. */
+  remediation: string | null;
+  createdAt: string;
+  /** When a reconciliation pass last saw the difference. */
+  lastSeenAt: string;
+}
+
+/** The worklist, or why it cannot be read (the table is missing before its migration). */
+export type Worklist = { available: true; items: WorklistRow[] } | { available: false; reason: string; items: [] };
+
+/**
+ * The current reconciliation worklist: every live item (status `open` or `frozen`; migration
+ * 20261130000400-Reconciliation), oldest first, at most `limit`. A database
+ * without the table (a release older than the reconciliation migration) yields
+ * `available: false` instead of an error, so the rest of the dashboard still works.
+ */
+export async function currentWorklist(db: Db, limit: number): Promise<Worklist> {
+  try {
+    const rows = await db
+      .selectFrom('reconciliation_items')
+      .selectAll()
+      .where('status', 'in', ['open', 'frozen'])
+      .orderBy('created_at')
+      .orderBy('id')
+      .limit(limit)
+      .execute();
+    return {
+      available: true,
+      items: rows.map((r) => ({
+        id: String(r.id),
+        runId: r.run_id,
+        class: r.class,
+        owner: r.owner,
+        status: r.status,
+        subject: r.subject,
+        tenant: r.tenant,
+        operationKey: r.operation_key,
+        workflowId: r.workflow_id,
+        tool: r.tool,
+        orderId: r.order_id,
+        amountCents: r.amount_cents === null ? null : Number(r.amount_cents),
+        ledgerRef: r.ledger_ref,
+        detail: r.detail,
+        remediation: r.remediation,
+        createdAt: r.created_at.toISOString(),
+        lastSeenAt: r.last_seen_at.toISOString(),
+      })),
+    };
+  } catch (err) {
+    // 42P01 undefined_table: the reconciliation migration has not been applied to this database.
+    if ((err as { code?: string }).code === '42P01')
+      return { available: false, reason: 'reconciliation_items does not exist (migration not applied)', items: [] };
+    throw err;
+  }
+}

@@ -1,0 +1,10 @@
+import { z } from 'zod';
+
+/** ops dashboard settings beyond the base ones (SPEC §9: port 7105). */
+export const opsEnv = {
+  OPS_PORT: z.coerce.number().int().min(0).max(65535).default(7105),
+  /** How often the board re-discovers queues (new release manifests, rows, Redis keys), ms. */
+  OPS_QUEUE_DISCOVERY_MS: z.coerce.number().int().positive().default(30_000),
+  /** Folder of release manifests (default: the repository's `releases/`). */
+  RELEASES_DIR: z.string().optional(),
+};

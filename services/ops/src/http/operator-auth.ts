@@ -1,0 +1,168 @@
+import express, { Router, type NextFunction, type Request, type Response } from 'express';
+import { parseCookie, stringifySetCookie } from 'cookie';
+import { z } from 'zod';
+import { loadWorld } from '@gatehouse/contracts';
+import { signUserToken, verifyUserToken, InvalidTokenError, type UserClaims, type UserTokenVerifier } from '@gatehouse/credentials';
+import { actorHash, inTransaction, recordAudit, type Db } from '@gatehouse/ledger';
+import type { Logger } from '@gatehouse/platform';
+import { refusedPage, signInPage } from './pages.html.ts';
+
+/** Name of the session cookie holding an operator's bearer token. */
+export const OPS_COOKIE = 'gh_ops';
+
+/** The role that may enter the dashboard (SPEC §1: the on-call operator). */
+export const OPERATOR_ROLE = 'operator';
+
+/** Settings of the dashboard's sign-in and operator check. */
+export interface OperatorAuthConfig {
+  db: Db;
+  log: Logger;
+  verifier: UserTokenVerifier;
+  auditHmacKey: string;
+  /** Local HS256 secret used to sign chooser sessions; null in production (tokens are pasted). */
+  localSecret: string | null;
+  /** Marks the cookie `Secure` (production, behind TLS). */
+  secureCookie: boolean;
+}
+
+/** The verified operator of a request, set by {@link operatorAuth}'s `requireOperator`. */
+export function operatorOf(res: Response): UserClaims {
+  return res.locals.operator as UserClaims;
+}
+
+/** Headers of every page the dashboard renders itself: no script, no framing, no referrer. */
+export function securePage(res: Response): void {
+  res.setHeader('content-security-policy', "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'");
+  res.setHeader('x-content-type-options', 'nosniff');
+  res.setHeader('referrer-policy', 'no-referrer');
+}
+
+/** API callers (and bull-board's own API) get JSON errors; browsers get pages. */
+function wantsJson(req: Request): boolean {
+  return /^\/(queues\/)?api(\/|$)/.test(req.originalUrl);
+}
+
+/**
+ * Sign-in and the operator check of the ops dashboard. A request carries an operator's bearer
+ * JWT either in `Authorization: Bearer …` (tools) or in the `gh_ops` cookie set by sign-in
+ * (browsers; HttpOnly, SameSite=Strict, path `/`, one hour). Only role `operator` enters: no or
+ * an invalid token is 401, any other role 403 — a refusal of a known caller is audited
+ * (`ops.refused`, outcome `dashboard:not_an_operator`, the caller's id hashed). Local mode offers
+ * a user chooser (like the approval inbox); production takes a pasted token.
+ */
+export function operatorAuth(cfg: OperatorAuthConfig): {
+  router: Router;
+  requireOperator: (req: Request, res: Response, next: NextFunction) => Promise<void>;
+} {
+  const router = Router();
+  const form = express.urlencoded({ extended: false, limit: '16kb' });
+  const users = () => (cfg.localSecret ? loadWorld().users.map((u) => ({ id: u.id, role: u.role })) : null);
+  const setSession = (res: Response, token: string | null) =>
+    res.setHeader(
+      'set-cookie',
+      stringifySetCookie({
+        name: OPS_COOKIE,
+        value: token ?? '',
+        httpOnly: true,
+        sameSite: 'strict',
+        secure: cfg.secureCookie,
+        path: '/',
+        maxAge: token ? 3600 : 0,
+      }),
+    );
+  const refuse = async (user: UserClaims, where: string): Promise<void> => {
+    cfg.log.warn({ user: user.sub, where }, 'ops dashboard refused a non-operator');
+    await inTransaction(cfg.db, (trx) =>
+      recordAudit(trx, {
+        type: 'ops.refused',
+        service: 'ops',
+        runId: null,
+        actorHash: actorHash(cfg.auditHmacKey, user.sub),
+        outcome: 'dashboard:not_an_operator',
+      }),
+    );
+  };
+  /** The token of a request: the bearer header wins over the cookie. */
+  const tokenOf = (req: Request): string | undefined => {
+    const header = req.header('authorization');
+    if (header !== undefined) return /^Bearer\s+(\S+)$/i.exec(header)?.[1] ?? '';
+    return parseCookie(req.header('cookie') ?? '')[OPS_COOKIE] || undefined;
+  };
+
+  const requireOperator = async (req: Request, res: Response, next: NextFunction): Promise<void> => {
+    const token = tokenOf(req);
+    let user: UserClaims | null = null;
+    let reason = token ? 'invalid_token' : 'missing_token';
+    if (token) {
+      try {
+        user = await verifyUserToken(token, cfg.verifier);
+      } catch (err) {
+        if (!(err instanceof InvalidTokenError)) return next(err);
+      }
+    }
+    if (!user) {
+      if (wantsJson(req)) {
+        res.status(401).json({ error: { reason, message: 'an operator bearer token is required' } });
+      } else {
+        securePage(res);
+        res
+          .status(401)
+          .type('html')
+          .send(signInPage(users(), reason === 'invalid_token' ? 'Your session is no longer valid; sign in again.' : undefined));
+      }
+      return;
+    }
+    if (!user.roles.includes(OPERATOR_ROLE)) {
+      reason = 'not_an_operator';
+      await refuse(user, req.originalUrl.slice(0, 200));
+      if (wantsJson(req)) res.status(403).json({ error: { reason, message: 'the ops dashboard is for operators only' } });
+      else {
+        securePage(res);
+        res.status(403).type('html').send(refusedPage(user.sub));
+      }
+      return;
+    }
+    res.locals.operator = user;
+    next();
+  };
+
+  router.get('/', (_req, res) => res.redirect(303, '/ops'));
+
+  router.get('/signin', (_req, res) => {
+    securePage(res);
+    res.type('html').send(signInPage(users()));
+  });
+
+  router.post('/session', form, async (req, res) => {
+    securePage(res);
+    const body = z.object({ userId: z.string().max(100).optional(), token: z.string().max(8192).optional() }).safeParse(req.body);
+    let token: string | undefined;
+    if (body.success && body.data.userId && cfg.localSecret) {
+      const u = loadWorld().users.find((x) => x.id === body.data.userId);
+      if (u) token = await signUserToken({ sub: u.id, tenant: u.tenant, roles: [u.role] }, cfg.localSecret);
+    } else if (body.success && body.data.token) token = body.data.token.trim();
+    let user: UserClaims;
+    try {
+      if (!token) throw new InvalidTokenError('no user chosen');
+      user = await verifyUserToken(token, cfg.verifier);
+    } catch (err) {
+      if (!(err instanceof InvalidTokenError)) throw err;
+      res.status(401).type('html').send(signInPage(users(), 'Sign-in failed: unknown user or invalid token.'));
+      return;
+    }
+    if (!user.roles.includes(OPERATOR_ROLE)) {
+      await refuse(user, '/session');
+      res.status(403).type('html').send(refusedPage(user.sub));
+      return;
+    }
+    setSession(res, token);
+    res.redirect(303, '/ops');
+  });
+
+  router.get('/signout', (_req, res) => {
+    setSession(res, null);
+    res.redirect(303, '/signin');
+  });
+
+  return { router, requireOperator };
+}

@@ -1,0 +1,66 @@
+import { Router, type Request } from 'express';
+import { z } from 'zod';
+import type { Db, WorkflowState } from '@gatehouse/ledger';
+import { UserError } from '@gatehouse/platform';
+import { currentWorklist, unknownOperations, workflowOverview, WORKFLOW_STATES } from '../domain/overview.ts';
+import type { QueueBoard } from './queue-board.ts';
+import { operatorOf, securePage } from './operator-auth.ts';
+import { overviewPage } from './pages.html.ts';
+
+const Query = z.object({
+  state: z.enum(WORKFLOW_STATES as [WorkflowState, ...WorkflowState[]]).optional(),
+  limit: z.coerce.number().int().min(1).max(500).default(50),
+});
+
+function query(req: Request): z.infer<typeof Query> {
+  const r = Query.safeParse(req.query);
+  if (!r.success)
+    throw new UserError('invalid_query', 'state must be a workflow state and limit 1..500', {
+      details: r.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message })),
+    });
+  return r.data;
+}
+
+/**
+ * The dashboard's own pages and their JSON twins, all behind the operator check (mounted after
+ * it): `GET /ops` (HTML overview), `GET /api/overview` (the same data), `GET /api/workflows`
+ * (`?state=&limit=`), `GET /api/operations/failed-unknown`, `GET /api/reconciliation/worklist`
+ * and `GET /api/queues` (every queue of every release with job counts). Read-only.
+ */
+export function opsRouter(cfg: { db: Db; board: QueueBoard }): Router {
+  const router = Router();
+  const queues = async () => Promise.all(cfg.board.entries().map(async (e) => ({ ...e, counts: await cfg.board.counts(e.name) })));
+  const overview = async (req: Request) => {
+    const q = query(req);
+    const [workflows, unknown, worklist, queueList] = await Promise.all([
+      workflowOverview(cfg.db, { state: q.state, limit: q.limit }),
+      unknownOperations(cfg.db, q.limit),
+      currentWorklist(cfg.db, q.limit),
+      queues(),
+    ]);
+    return { stateFilter: q.state ?? null, workflows, unknown, worklist, queues: queueList };
+  };
+
+  router.get('/ops', async (req, res) => {
+    securePage(res);
+    const data = await overview(req);
+    res.type('html').send(overviewPage({ operator: operatorOf(res).sub, ...data }));
+  });
+  router.get('/api/overview', async (req, res) => {
+    res.json(await overview(req));
+  });
+  router.get('/api/workflows', async (req, res) => {
+    const q = query(req);
+    res.json(await workflowOverview(cfg.db, { state: q.state, limit: q.limit }));
+  });
+  router.get('/api/operations/failed-unknown', async (req, res) => {
+    res.json({ operations: await unknownOperations(cfg.db, query(req).limit) });
+  });
+  router.get('/api/reconciliation/worklist', async (req, res) => {
+    res.json(await currentWorklist(cfg.db, query(req).limit));
+  });
+  router.get('/api/queues', async (_req, res) => {
+    res.json({ queues: await queues() });
+  });
+  return router;
+}

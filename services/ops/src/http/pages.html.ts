@@ -1,0 +1,170 @@
+import type { UnknownOperationRow, WorkflowOverview, Worklist } from '../domain/overview.ts';
+import type { QueueEntry } from '../domain/queue-catalog.ts';
+
+/** Escapes text for HTML element content and attribute values. Everything shown goes through it. */
+export function escapeHtml(value: unknown): string {
+  return String(value).replace(/[&<>"'`]/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+const STYLE = `body{font:14px/1.4 system-ui,sans-serif;margin:1.5rem;color:#1b1f24}
+h1{font-size:1.35rem}h2{font-size:1.1rem;margin-top:2rem}nav a{margin-right:1rem}
+table{border-collapse:collapse;margin:.5rem 0;width:100%}th,td{border:1px solid #d0d7de;padding:.25rem .5rem;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.n{text-align:right;font-variant-numeric:tabular-nums}code{font-size:.85em;word-break:break-all}
+.note{color:#9a6700}.empty{color:#57606a}.counts td a{font-weight:600}`;
+
+/** A whole page; `body` must already be escaped. The CSP forbids every script. */
+export function page(title: string, body: string): string {
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>${escapeHtml(title)}</title><style>${STYLE}</style></head><body>${body}</body></html>`;
+}
+
+/** Sign-in page: local mode lists the users of world.json; otherwise a bearer token is pasted. */
+export function signInPage(users: Array<{ id: string; role: string }> | null, error?: string): string {
+  const chooser = users
+    ? `<label>User <select name="userId">${users.map((u) => `<option value="${escapeHtml(u.id)}">${escapeHtml(`${u.id} (${u.role})`)}</option>`).join('')}</select></label>`
+    : `<label>Bearer token <input name="token" type="password" size="60"></label>`;
+  return page(
+    'Sign in — Gatehouse operations',
+    `<h1>Gatehouse operations</h1><p>On-call operators only.</p>${error ? `<p class="note">${escapeHtml(error)}</p>` : ''}<form method="post" action="/session">${chooser} <button type="submit">Sign in</button></form>`,
+  );
+}
+
+/** The page answered to a signed-in caller who is not an operator. */
+export function refusedPage(user: string): string {
+  return page(
+    'Refused — Gatehouse operations',
+    `<h1>Refused</h1><p>${escapeHtml(user)} is not an operator; the operations dashboard is for the on-call operator role only.</p><p><a href="/signout">Sign out</a></p>`,
+  );
+}
+
+function table(headers: string[], rows: unknown[][], empty: string, numeric: number[] = []): string {
+  if (!rows.length) return `<p class="empty">${escapeHtml(empty)}</p>`;
+  const head = `<tr>${headers.map((h) => `<th>${escapeHtml(h)}</th>`).join('')}</tr>`;
+  const body = rows
+    .map(
+      (r) =>
+        `<tr>${r.map((v, i) => `<td${numeric.includes(i) ? ' class="n"' : ''}>${v === null || v === undefined ? '—' : escapeHtml(v)}</td>`).join('')}</tr>`,
+    )
+    .join('');
+  return `<table>${head}${body}</table>`;
+}
+
+/** Money in integer cents as a decimal string (`12345` → `123.45`). */
+function cents(value: number | null): string | null {
+  return value === null
+    ? null
+    : `${value < 0 ? '-' : ''}${Math.trunc(Math.abs(value) / 100)}.${String(Math.abs(value) % 100).padStart(2, '0')}`;
+}
+
+/** Bounded, single-line JSON of a detail value, shown as text. */
+function brief(value: unknown, max = 240): string {
+  const s = value === null || value === undefined ? '' : typeof value === 'string' ? value : JSON.stringify(value);
+  return s.length > max ? `${s.slice(0, max)}…` : s;
+}
+
+/** What the overview page shows. */
+export interface OverviewView {
+  operator: string;
+  stateFilter: string | null;
+  workflows: WorkflowOverview;
+  unknown: UnknownOperationRow[];
+  worklist: Worklist;
+  queues: Array<QueueEntry & { counts: Record<string, number> | null }>;
+}
+
+/**
+ * The operations overview: workflows by state (counts, each a filter link, and the recent list
+ * with state, stop reason and next step), `failed_unknown` operations, the open reconciliation
+ * worklist and the queues of every release with their job counts. Every value is escaped; no
+ * model-written text is read for this page.
+ */
+export function overviewPage(v: OverviewView): string {
+  const counts = `<table class="counts"><tr>${Object.keys(v.workflows.counts)
+    .map((s) => `<th>${escapeHtml(s)}</th>`)
+    .join('')}</tr><tr>${Object.entries(v.workflows.counts)
+    .map(([s, n]) => `<td class="n"><a href="/ops?state=${encodeURIComponent(s)}">${escapeHtml(n)}</a></td>`)
+    .join('')}</tr></table>`;
+  const recent = table(
+    ['workflow', 'tenant', 'ticket', 'pack', 'state', 'stop reason', 'next step', 'release', 'updated'],
+    v.workflows.recent.map((w) => [w.id, w.tenant, w.ticketId, w.pack, w.state, w.stopReason, w.nextStep, w.release, w.updatedAt]),
+    'No workflows.',
+  );
+  const unknown = table(
+    ['operation key', 'tool', 'workflow', 'workflow state', 'release', 'attempts', 'error', 'since'],
+    v.unknown.map((o) => [o.key, o.tool, o.workflowId, o.workflowState, o.release, o.attempts, o.error, o.since]),
+    'No failed_unknown operations.',
+    [5],
+  );
+  const worklist = v.worklist.available
+    ? table(
+        [
+          'class',
+          'owner',
+          'status',
+          'subject',
+          'tenant',
+          'operation key',
+          'workflow',
+          'tool',
+          'order',
+          'amount',
+          'ledger ref',
+          'remediation',
+          'detail',
+          'since',
+          'last seen',
+          'item',
+        ],
+        v.worklist.items.map((i) => [
+          i.class,
+          i.owner,
+          i.status,
+          i.subject,
+          i.tenant,
+          i.operationKey,
+          i.workflowId,
+          i.tool,
+          i.orderId,
+          cents(i.amountCents),
+          i.ledgerRef,
+          i.remediation,
+          brief(i.detail),
+          i.createdAt,
+          i.lastSeenAt,
+          i.id,
+        ]),
+        'The worklist is empty: no unresolved differences.',
+        [9],
+      )
+    : `<p class="note">${escapeHtml(v.worklist.reason)}</p>`;
+  const queueRows = v.queues.map((q) => [
+    q.name,
+    q.release,
+    q.sources.join(', '),
+    q.counts?.waiting,
+    q.counts?.active,
+    q.counts?.delayed,
+    q.counts?.failed,
+    q.counts?.completed,
+  ]);
+  const queues = v.queues.length
+    ? `<table><tr>${['queue', 'release', 'known from', 'waiting', 'active', 'delayed', 'failed', 'completed'].map((h) => `<th>${h}</th>`).join('')}</tr>${queueRows
+        .map(
+          (r, i) =>
+            `<tr><td><a href="/queues/queue/${encodeURIComponent(v.queues[i]!.name)}">${escapeHtml(r[0])}</a></td>${r
+              .slice(1)
+              .map((c, j) => `<td${j >= 2 ? ' class="n"' : ''}>${c === undefined || c === null ? '—' : escapeHtml(c)}</td>`)
+              .join('')}</tr>`,
+        )
+        .join('')}</table>`
+    : '<p class="empty">No queues known.</p>';
+  const filter = v.stateFilter ? ` in state ${escapeHtml(v.stateFilter)} (<a href="/ops">all</a>)` : '';
+  return page(
+    'Gatehouse operations',
+    `<h1>Gatehouse operations</h1>
+<nav><a href="/ops">Overview</a><a href="/queues">Queues (bull-board)</a><a href="/api/overview">JSON</a><a href="/signout">Sign out</a> <span class="empty">signed in as ${escapeHtml(v.operator)}</span></nav>
+<section id="workflows"><h2>Workflows by state</h2>${counts}<h3>Recent workflows${filter}</h3>${recent}</section>
+<section id="failed-unknown"><h2>failed_unknown operations (${escapeHtml(v.unknown.length)})</h2><p>Effects whose outcome is unknown: never retried automatically; resolve with <code>gatehouse reconcile</code>.</p>${unknown}</section>
+<section id="worklist"><h2>Reconciliation worklist (${escapeHtml(v.worklist.items.length)} open)</h2>${worklist}</section>
+<section id="queues"><h2>Queues of every release</h2>${queues}</section>`,
+  );
+}
