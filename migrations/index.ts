@@ -3,6 +3,7 @@ import * as createLedger from './20261130000100-CreateLedger.ts';
 import * as createAudit from './20261130000200-CreateAudit.ts';
 import * as changePack from './20261130000300-ChangePack.ts';
 import * as reconciliation from './20261130000400-Reconciliation.ts';
+import * as releaseRollout from './20261130000500-ReleaseRollout.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
 export const migrations: Record<string, Migration> = {
@@ -10,4 +11,5 @@ export const migrations: Record<string, Migration> = {
   '20261130000200-CreateAudit': createAudit,
   '20261130000300-ChangePack': changePack,
   '20261130000400-Reconciliation': reconciliation,
+  '20261130000500-ReleaseRollout': releaseRollout,
 };

@@ -18,7 +18,8 @@ export interface Operator {
 /**
  * Verifies the bearer token of an ops command (a JWT checked like every HTTP service checks it:
  * HS256 with the local secret, or the JWKS in production) and requires the `operator` role.
- * A refusal is itself audited (`ops.refused`, the caller's id hashed) before it is thrown.
+ * Every accepted command is audited (`ops.command`) before it runs, and every refusal
+ * (`ops.refused`, the caller's id hashed) before it is thrown.
  * @throws OperatorRefused when the token is missing, invalid or not an operator's.
  */
 export async function authorizeOperator(
@@ -33,7 +34,18 @@ export async function authorizeOperator(
     try {
       const claims = await verifyUserToken(token, opts.verifier);
       caller = claims.sub;
-      if (claims.roles.includes('operator')) return { id: claims.sub, tenant: claims.tenant };
+      if (claims.roles.includes('operator')) {
+        await inTransaction(db, (trx) =>
+          recordAudit(trx, {
+            type: 'ops.command',
+            service: 'cli',
+            runId: null,
+            actorHash: actorHash(opts.hmacKey, claims.sub),
+            outcome: opts.command,
+          }),
+        );
+        return { id: claims.sub, tenant: claims.tenant };
+      }
       refusal = 'not_an_operator';
     } catch (err) {
       refusal = err instanceof InvalidTokenError ? 'invalid_token' : 'token_unverifiable';

@@ -22,6 +22,7 @@ export const AuditEventType = z.enum([
   'result.returned',
   'switch.changed',
   'epoch.bumped',
+  'ops.command',
   'ops.refused',
   'queues.drained',
   'queues.quarantined',

@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { z } from 'zod';
 import { repoRoot } from './world.ts';
@@ -15,27 +15,54 @@ export const PackBudgetsSchema = z.strictObject({
 });
 export type PackBudgets = z.infer<typeof PackBudgetsSchema>;
 
+const perPack = <T extends z.ZodType>(t: T) => z.strictObject({ support: t, change: t });
+const sha256 = z.string().regex(/^[0-9a-f]{64}$/);
+
 /**
- * The part of a release manifest (`releases/<id>.json`) the runtime reads today: the model entry
- * with its token prices (micro-USD per 1000 tokens) and the budgets per pack.
+ * A release bundle (`releases/<id>.json`, SPEC §8): every part that changes behaviour, named or
+ * digested — the model with its token prices (micro-USD per 1000 tokens), the instructions'
+ * sha256 per pack, the tool catalog digest per pack, the policy revision per pack, retry rules,
+ * adapter versions, the database schema version (the newest migration it needs), the audit
+ * event schema digest, the job payload version its workers accept, and the budgets per pack.
+ * `gatehouse release activate` recomputes every digest from the code and refuses a mismatch.
  */
-export const ReleaseManifestSchema = z.object({
-  id: z.string(),
+export const ReleaseManifestSchema = z.strictObject({
+  id: z.string().regex(/^[a-z0-9-]+$/),
   description: z.string().optional(),
   model: z.strictObject({
     name: z.string(),
     inputMicroUsdPer1kTokens: z.number().nonnegative(),
     outputMicroUsdPer1kTokens: z.number().nonnegative(),
   }),
+  prompt: perPack(sha256),
+  toolCatalog: perPack(sha256),
+  policy: perPack(z.string()),
+  retry: z.strictObject({
+    /** Attempts at most for idempotent writes (payments, change service). */
+    idempotentWriteMaxAttempts: z.number().int().positive(),
+    /** Attempts at most for bounded reads. */
+    readMaxAttempts: z.number().int().positive(),
+  }),
+  adapters: z.record(z.string(), z.string()),
+  /** Name of the newest migration this release needs (it must be applied before activation). */
+  schemaVersion: z.string(),
+  auditSchema: sha256,
+  /** Version of the job payloads its workers accept; requeue needs equal versions. */
+  payloadVersion: z.number().int().positive(),
   budgets: z.strictObject({ support: PackBudgetsSchema, change: PackBudgetsSchema }),
 });
 export type ReleaseManifest = z.infer<typeof ReleaseManifestSchema>;
 
+/** Folder of release manifests: `RELEASES_DIR` when set (tests, operators' own bundles), else the repository's `releases/`. */
+export function releasesDir(): string {
+  return process.env.RELEASES_DIR ?? resolve(repoRoot, 'releases');
+}
+
 /**
- * Loads `releases/<id>.json` (or from `dir`).
+ * Loads `releases/<id>.json` (or from `dir`, default {@link releasesDir}).
  * @throws Error when missing, invalid, or naming another id.
  */
-export function loadReleaseManifest(id: string, dir = resolve(repoRoot, 'releases')): ReleaseManifest {
+export function loadReleaseManifest(id: string, dir = releasesDir()): ReleaseManifest {
   const m = ReleaseManifestSchema.parse(JSON.parse(readFileSync(resolve(dir, `${id}.json`), 'utf8')));
   if (m.id !== id) throw new Error(`release file ${id}.json names release ${m.id}`);
   return m;
@@ -44,4 +71,14 @@ export function loadReleaseManifest(id: string, dir = resolve(repoRoot, 'release
 /** Cost of one model response in micro-USD under the release's model entry (rounded up). */
 export function modelSpendMicroUsd(model: ReleaseManifest['model'], usage: { input_tokens: number; output_tokens: number }): number {
   return Math.ceil((usage.input_tokens * model.inputMicroUsdPer1kTokens + usage.output_tokens * model.outputMicroUsdPer1kTokens) / 1000);
+}
+
+/**
+ * Every release manifest in `releases/` (or `dir`), by id.
+ * @throws Error when one is invalid.
+ */
+export function listReleaseManifests(dir = releasesDir()): ReleaseManifest[] {
+  return readdirSync(dir)
+    .filter((f) => f.endsWith('.json'))
+    .map((f) => loadReleaseManifest(f.replace(/\.json$/, ''), dir));
 }

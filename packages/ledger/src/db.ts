@@ -1,4 +1,4 @@
-import { Kysely, Migrator, NO_MIGRATIONS, PostgresDialect, type Transaction, type MigrationResultSet } from 'kysely';
+import { Kysely, Migrator, NO_MIGRATIONS, PostgresDialect, sql, type Transaction, type MigrationResultSet } from 'kysely';
 import pg from 'pg';
 import { migrations } from '@gatehouse/migrations';
 import type { DB } from './schema.ts';
@@ -62,4 +62,15 @@ export async function inTransaction<T>(db: Db, fn: (trx: Trx) => Promise<T>, att
       await new Promise((r) => setTimeout(r, Math.random() * Math.min(200, 10 * 2 ** i)));
     }
   }
+}
+
+/** Names of every migration this code knows, in apply order (the schema versions a release may name). */
+export function knownMigrations(): string[] {
+  return Object.keys(migrations).sort();
+}
+
+/** Names of the migrations applied to the database `db` (Kysely's migration table). */
+export async function appliedMigrations(db: Db): Promise<string[]> {
+  const r = await sql<{ name: string }>`SELECT name FROM kysely_migration ORDER BY name`.execute(db);
+  return r.rows.map((x) => x.name);
 }

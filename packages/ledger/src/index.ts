@@ -4,3 +4,4 @@ export * from './outbox.ts';
 export * from './audit.ts';
 export * from './audit-chain.ts';
 export * from './audit-verify.ts';
+export * from './releases.ts';

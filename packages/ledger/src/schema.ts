@@ -216,6 +216,23 @@ export interface ReleasesTable {
   writes_enabled: Generated<boolean>;
   created_at: Timestamp;
   activated_at: Timestamp | null;
+  /** Candidate cohort `{tenants: string[], users: string[]}`; null for the active release. */
+  cohort: ColumnType<{ tenants: string[]; users: string[] } | null, string | null, string | null>;
+  /** Set by `gatehouse queues drain`: its queues are paused, in-flight work finishes. */
+  draining: Generated<boolean>;
+}
+
+/** A queued job set aside by `gatehouse queues quarantine` (payload kept, never run). */
+export interface QuarantinedJobsTable {
+  id: Generated<string>;
+  queue: string;
+  job_id: string;
+  release_id: string;
+  workflow_id: string | null;
+  payload: Json<Record<string, unknown>>;
+  reason: string;
+  quarantined_by: string;
+  created_at: Timestamp;
 }
 
 export interface AuditOutboxTable {
@@ -329,4 +346,5 @@ export interface DB {
   audit_heartbeat: AuditHeartbeatTable;
   change_plans: ChangePlansTable;
   reconciliation_items: ReconciliationItemsTable;
+  quarantined_jobs: QuarantinedJobsTable;
 }

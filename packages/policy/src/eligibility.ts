@@ -7,17 +7,20 @@ const LIVE_STATES = ['received', 'investigating', 'awaiting_approval', 'executin
  * Tools the model may be offered — and the gateway may accept — for a workflow (SPEC §2, §9):
  * granted to the agent; `investigate` mode offers only read tools, `act` mode (an explicit choice
  * of the user) also the writes; a tool with `states` only in those states (change pack).
- * Terminal or parked workflows offer nothing. `tools` is the workflow's pack catalog.
+ * Terminal or parked workflows offer nothing. `tools` is the workflow's pack catalog. With
+ * `writesEnabled: false` (a candidate release before `enable-writes`, or one rolled back) no
+ * consequential tool is eligible (SPEC §8).
  */
 export function eligibleTools(
   tools: readonly ToolDefinition[],
-  workflow: { mode: 'investigate' | 'act'; state: string },
+  workflow: { mode: 'investigate' | 'act'; state: string; writesEnabled?: boolean },
   grantedTools: readonly string[],
 ): ToolDefinition[] {
   if (!LIVE_STATES.includes(workflow.state)) return [];
   return tools.filter(
     (t) =>
       grantedTools.includes(t.name) &&
+      (workflow.writesEnabled !== false || !t.consequential) &&
       (workflow.mode === 'act' || t.effectClass === 'sensitive_read') &&
       (!t.states || t.states.includes(workflow.state)),
   );

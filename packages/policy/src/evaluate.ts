@@ -1,4 +1,4 @@
-import type { Db, Trx } from '@gatehouse/ledger';
+import { releaseWritesEnabled, type Db, type Trx } from '@gatehouse/ledger';
 import { loadWorld } from '@gatehouse/contracts';
 import { toolsOfPack, type ParsedProposal, type Pack } from '@gatehouse/tools';
 import type { PolicyBundles } from './bundle.ts';
@@ -63,6 +63,7 @@ export async function readAuthoritative(
 /** The workflow fields a decision reads. */
 export interface DecidingWorkflow {
   id: string;
+  release_id: string;
   pack: Pack;
   tenant: string;
   user_id: string;
@@ -106,8 +107,10 @@ export async function evaluateAction(
 ): Promise<Evaluation> {
   const { wf, parsed, record } = input;
   const state = await offeredInState(trx, input.proposalId, wf.state);
+  // A candidate release before `enable-writes` (or one rolled back): no consequential tool is eligible.
+  const writesEnabled = await releaseWritesEnabled(trx, wf.release_id);
   if (record.pack === 'support') {
-    const facts = await loadSupportFacts(trx, { ...wf, state }, parsed, record.order, {
+    const facts = await loadSupportFacts(trx, { ...wf, state, writesEnabled }, parsed, record.order, {
       excludeActionId: input.excludeActionId,
       atExecution: input.atExecution,
     });
@@ -128,7 +131,9 @@ export async function evaluateAction(
   const facts: ChangeFacts = {
     user,
     agentGrantedTools: world.agent.grantedTools,
-    eligibleTools: eligibleTools(toolsOfPack('change'), { mode: wf.mode, state }, world.agent.grantedTools).map((t) => t.name),
+    eligibleTools: eligibleTools(toolsOfPack('change'), { mode: wf.mode, state, writesEnabled }, world.agent.grantedTools).map(
+      (t) => t.name,
+    ),
     tool: { name: parsed.tool.name, scope: parsed.tool.scope },
     args: parsed.args,
     change: record.change,

@@ -89,7 +89,7 @@ function cumulativeBasisDisabled(): boolean {
  */
 export async function loadSupportFacts(
   trx: Trx,
-  wf: { tenant: string; user_id: string; mode: 'investigate' | 'act'; state: string },
+  wf: { tenant: string; user_id: string; mode: 'investigate' | 'act'; state: string; writesEnabled?: boolean },
   parsed: Pick<ParsedProposal, 'tool' | 'args'>,
   order: SupportFacts['order'],
   opts: { excludeActionId?: string; atExecution?: boolean } = {},

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { z } from 'zod';
-import { loadWorld, repoRoot, type World } from '@gatehouse/contracts';
+import { loadReleaseManifest, loadWorld, repoRoot, type World } from '@gatehouse/contracts';
 import { changeTools, findTool, supportTools } from '@gatehouse/tools';
 import { loadBundle, type ChangeBundle, type PolicyBundle, type PolicyBundles, type SupportBundle } from './bundle.ts';
 import { evaluateChange, type ChangeFacts } from './change.rules.ts';
@@ -173,4 +173,17 @@ export function loadActiveChangeBundle(revision: string, dir?: string): ChangeBu
  */
 export function loadActiveBundles(revisions: { support: string; change: string }, dir?: string): PolicyBundles {
   return { support: loadActiveSupportBundle(revisions.support, dir), change: loadActiveChangeBundle(revisions.change, dir) };
+}
+
+/**
+ * The policy revisions a service of release `GATEHOUSE_RELEASE` runs: the release manifest's
+ * (`releases/<id>.json` `policy`), unless `POLICY_REVISION` / `CHANGE_POLICY_REVISION` override.
+ * @throws Error when the release manifest is missing or invalid.
+ */
+export function policyRevisions(env: { GATEHOUSE_RELEASE: string; POLICY_REVISION?: string; CHANGE_POLICY_REVISION?: string }): {
+  support: string;
+  change: string;
+} {
+  const m = loadReleaseManifest(env.GATEHOUSE_RELEASE);
+  return { support: env.POLICY_REVISION ?? m.policy.support, change: env.CHANGE_POLICY_REVISION ?? m.policy.change };
 }

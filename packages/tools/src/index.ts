@@ -3,3 +3,4 @@ export * from './catalog.ts';
 export * from './strict-schema.ts';
 export * from './parse.ts';
 export * from './output-boundary.ts';
+export * from './instructions.ts';

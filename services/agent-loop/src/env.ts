@@ -22,9 +22,10 @@ export const agentLoopEnv = {
   /** BullMQ job lock and stalled-job check, ms: how soon a dead loop's turn is redelivered. */
   AGENT_LOOP_LOCK_MS: z.coerce.number().int().positive().default(30_000),
   AGENT_LOOP_STALLED_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
-  POLICY_REVISION: z.string().default('support-p1'),
+  /** Support bundle override (default: the release manifest's). */
+  POLICY_REVISION: z.string().optional(),
   /** Active change-pack bundle (SPEC §2). */
-  CHANGE_POLICY_REVISION: z.string().default('change-c1'),
+  CHANGE_POLICY_REVISION: z.string().optional(),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),
 };

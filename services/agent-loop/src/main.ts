@@ -10,8 +10,9 @@ import {
   userTokenVerifier,
 } from '@gatehouse/platform';
 import { turnsQueue, resultsQueue, loadReleaseManifest, type TurnJob, type ResultJob } from '@gatehouse/contracts';
+import { registerRelease } from '@gatehouse/ledger';
 import { catalogDigest, toolsOfPack, type Pack } from '@gatehouse/tools';
-import { loadActiveBundles } from '@gatehouse/policy';
+import { loadActiveBundles, policyRevisions } from '@gatehouse/policy';
 import { agentLoopEnv } from './env.ts';
 
 import { ticketsRouter } from './http/tickets.router.ts';
@@ -25,18 +26,29 @@ const ctx = createServiceContext('agent-loop', agentLoopEnv);
 const { env, log, db, relay } = ctx;
 const hooks = readLoopTestHooks(process.env);
 const release = loadReleaseManifest(env.GATEHOUSE_RELEASE);
-const bundles = loadActiveBundles({ support: env.POLICY_REVISION, change: env.CHANGE_POLICY_REVISION }, env.POLICY_DIR);
-/** Per pack: bundle revision, catalog digest (fails at boot if a schema is not strict-mode valid), budgets. */
-const packSettings = (pack: Pack) => ({
-  policyRevision: bundles[pack].revision,
-  catalogDigest: catalogDigest(toolsOfPack(pack)),
-  budgets: {
-    maxRounds: env.MAX_ROUNDS ?? release.budgets[pack].maxRounds,
-    maxToolCalls: env.MAX_TOOL_CALLS ?? release.budgets[pack].maxToolCalls,
-    wallTimeSeconds: env.WALL_TIME_SECONDS ?? release.budgets[pack].wallTimeSeconds,
-    maxSpendMicroUsd: env.MAX_SPEND_MICRO_USD ?? release.budgets[pack].maxSpendMicroUsd,
-  },
-});
+const bundles = loadActiveBundles(policyRevisions(env), env.POLICY_DIR);
+await registerRelease(db, release.id, release);
+/**
+ * Per release and pack: policy revision, catalog digest (fails at boot if a schema is not
+ * strict-mode valid) and budgets. This process's own release takes the env overrides; a
+ * candidate a cohort is routed to takes its manifest's values.
+ */
+const packSettings = (releaseId: string, pack: Pack) => {
+  const own = releaseId === release.id;
+  const m = own ? release : loadReleaseManifest(releaseId);
+  return {
+    policyRevision: own ? bundles[pack].revision : m.policy[pack],
+    catalogDigest: catalogDigest(toolsOfPack(pack)),
+    budgets: {
+      maxRounds: (own ? env.MAX_ROUNDS : undefined) ?? m.budgets[pack].maxRounds,
+      maxToolCalls: (own ? env.MAX_TOOL_CALLS : undefined) ?? m.budgets[pack].maxToolCalls,
+      wallTimeSeconds: (own ? env.WALL_TIME_SECONDS : undefined) ?? m.budgets[pack].wallTimeSeconds,
+      maxSpendMicroUsd: (own ? env.MAX_SPEND_MICRO_USD : undefined) ?? m.budgets[pack].maxSpendMicroUsd,
+    },
+  };
+};
+packSettings(release.id, 'support');
+packSettings(release.id, 'change');
 const baseURL = env.MODEL_BASE_URL ?? (process.env.OPENAI_API_KEY ? undefined : LOCAL_MODEL_STUB_URL);
 const model = createModelClient({ apiKey: env.OPENAI_API_KEY, baseURL, timeoutMs: env.MODEL_TIMEOUT_MS });
 
@@ -49,7 +61,7 @@ app.use(
     relay,
     release: env.GATEHOUSE_RELEASE,
     auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
-    packs: { support: packSettings('support'), change: packSettings('change') },
+    packs: (releaseId: string) => ({ support: packSettings(releaseId, 'support'), change: packSettings(releaseId, 'change') }),
   }),
 );
 app.use(workflowsRouter({ db, relay }));

@@ -11,7 +11,7 @@ import {
   userTokenVerifier,
 } from '@gatehouse/platform';
 import { approvalRequestsQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
-import { loadActiveBundles } from '@gatehouse/policy';
+import { loadActiveBundles, policyRevisions } from '@gatehouse/policy';
 import { approvalsRouter } from './http/approvals.router.ts';
 import { inboxRouter } from './http/inbox.router.ts';
 import { approvalOpenApi } from './http/openapi.ts';
@@ -20,16 +20,17 @@ import { sweepExpiredApprovals } from './jobs/expiry.sweep.ts';
 
 const ctx = createServiceContext('approval', {
   APPROVAL_PORT: z.coerce.number().int().min(0).max(65535).default(7102),
-  POLICY_REVISION: z.string().default('support-p1'),
+  /** Support bundle override (default: the release manifest's). */
+  POLICY_REVISION: z.string().optional(),
   /** Active change-pack bundle (SPEC §2). */
-  CHANGE_POLICY_REVISION: z.string().default('change-c1'),
+  CHANGE_POLICY_REVISION: z.string().optional(),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),
   /** How often pending approvals are checked for expiry, ms. */
   EXPIRY_SWEEP_MS: z.coerce.number().int().positive().default(5000),
 });
 const { env, log, db, relay } = ctx;
-const bundles = loadActiveBundles({ support: env.POLICY_REVISION, change: env.CHANGE_POLICY_REVISION }, env.POLICY_DIR);
+const bundles = loadActiveBundles(policyRevisions(env), env.POLICY_DIR);
 const verifier = userTokenVerifier(env);
 
 const app = createHttpApp('approval', ctx.readyChecks);

@@ -1,20 +1,21 @@
 import { z } from 'zod';
 import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, startWorkers } from '@gatehouse/platform';
 import { proposalsQueue, type ProposalJob } from '@gatehouse/contracts';
-import { loadActiveBundles } from '@gatehouse/policy';
+import { loadActiveBundles, policyRevisions } from '@gatehouse/policy';
 import { allTools, catalogDigest } from '@gatehouse/tools';
 import { processProposal } from './jobs/proposals.processor.ts';
 
 const ctx = createServiceContext('policy-gateway', {
   POLICY_GATEWAY_PORT: z.coerce.number().int().min(0).max(65535).default(7111),
-  POLICY_REVISION: z.string().default('support-p1'),
+  /** Support bundle override (default: the release manifest's). */
+  POLICY_REVISION: z.string().optional(),
   /** Active change-pack bundle (SPEC §2). */
-  CHANGE_POLICY_REVISION: z.string().default('change-c1'),
+  CHANGE_POLICY_REVISION: z.string().optional(),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),
 });
 const { env, log, db, relay } = ctx;
-const bundles = loadActiveBundles({ support: env.POLICY_REVISION, change: env.CHANGE_POLICY_REVISION }, env.POLICY_DIR);
+const bundles = loadActiveBundles(policyRevisions(env), env.POLICY_DIR);
 catalogDigest(allTools); // a tool schema the API would reject in strict mode fails here, at boot
 
 const workers = startWorkers(

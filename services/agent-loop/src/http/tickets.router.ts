@@ -1,7 +1,7 @@
 import { Router } from 'express';
 import { randomUUID } from 'node:crypto';
 import { TicketRequestSchema, turnsQueue, sha256Hex, type PackBudgets } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, recordAudit, actorHash, type Db } from '@gatehouse/ledger';
+import { enqueueInTransaction, inTransaction, recordAudit, actorHash, routeRelease, type Db } from '@gatehouse/ledger';
 import { ConflictError, parseBody, type OutboxRelay } from '@gatehouse/platform';
 import type { Pack } from '@gatehouse/tools';
 import type { AuthedRequest } from '@gatehouse/platform';
@@ -22,8 +22,8 @@ export interface IntakeConfig {
   relay: OutboxRelay;
   release: string;
   auditHmacKey: string;
-  /** Per pack (SPEC §2): support and change. */
-  packs: Record<Pack, PackSettings>;
+  /** Per release a workflow may be routed to, per pack (SPEC §2, §8). */
+  packs: (releaseId: string) => Record<Pack, PackSettings>;
 }
 
 /**
@@ -37,11 +37,13 @@ export function ticketsRouter(cfg: IntakeConfig): Router {
   router.post('/v1/tickets', async (req, res) => {
     const { user } = req as unknown as AuthedRequest;
     const body = parseBody(TicketRequestSchema, req.body);
-    const pack = cfg.packs[body.pack];
     const textHash = sha256Hex(body.text);
     const result = await withSpan('intake ticket', { 'gatehouse.tenant': user.tenant }, () =>
       inTransaction(cfg.db, async (trx) => {
         const id = randomUUID();
+        // Canary: a candidate whose cohort names this user or tenant, else the active release.
+        const releaseId = await routeRelease(trx, { id: user.sub, tenant: user.tenant }, cfg.release);
+        const pack = cfg.packs(releaseId)[body.pack];
         const inserted = await trx
           .insertInto('workflows')
           .values({
@@ -55,7 +57,7 @@ export function ticketsRouter(cfg: IntakeConfig): Router {
             state: 'received',
             stop_reason: null,
             next_step: null,
-            release_id: cfg.release,
+            release_id: releaseId,
             policy_revision: pack.policyRevision,
             catalog_digest: pack.catalogDigest,
           })
@@ -101,9 +103,9 @@ export function ticketsRouter(cfg: IntakeConfig): Router {
           step: 0,
           actorHash: actorHash(cfg.auditHmacKey, user.sub),
           outcome: body.mode,
-          revisions: { toolCatalog: pack.catalogDigest, policy: pack.policyRevision, release: cfg.release },
+          revisions: { toolCatalog: pack.catalogDigest, policy: pack.policyRevision, release: releaseId },
         });
-        const row = await enqueueInTransaction(trx, turnsQueue, { release: cfg.release, workflowId: id, round: 1 });
+        const row = await enqueueInTransaction(trx, turnsQueue, { release: releaseId, workflowId: id, round: 1 });
         return { workflowId: id, rows: [row] };
       }),
     );

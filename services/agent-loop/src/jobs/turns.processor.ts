@@ -1,13 +1,12 @@
 import OpenAI from 'openai';
 import type { TurnJob } from '@gatehouse/contracts';
 import { proposalsQueue } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
+import { enqueueInTransaction, inTransaction, recordAudit, releaseWritesEnabled, type Db, type OutboxRow } from '@gatehouse/ledger';
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
 import { eligibleTools } from '@gatehouse/policy';
-import { findTool, toFunctionTool, toolsOfPack } from '@gatehouse/tools';
+import { findTool, instructionsFor, toFunctionTool, toolsOfPack } from '@gatehouse/tools';
 import { loadWorld, sha256Hex, canonicalJson, modelSpendMicroUsd, type ReleaseManifest } from '@gatehouse/contracts';
 import { randomUUID } from 'node:crypto';
-import { instructionsFor } from '../domain/instructions.ts';
 import { loadTranscript } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
 import type { LoopTestHooks } from '../domain/test-hooks.ts';
@@ -50,7 +49,8 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
   }
 
   const catalog = toolsOfPack(wf.pack);
-  const offered = deps.hooks.disableToolFilter ? catalog : eligibleTools(catalog, wf, loadWorld().agent.grantedTools);
+  const writesEnabled = await releaseWritesEnabled(db, wf.release_id);
+  const offered = deps.hooks.disableToolFilter ? catalog : eligibleTools(catalog, { ...wf, writesEnabled }, loadWorld().agent.grantedTools);
   const instructions = instructionsFor(wf.pack);
   const tools = offered.map(toFunctionTool);
   const input = await loadTranscript(db, wf.id);

@@ -1,4 +1,5 @@
 import { sha256Hex } from '@gatehouse/contracts';
+import type { Pack } from './catalog.ts';
 
 /** System instructions of the support agent. Its hash is recorded as the prompt revision. */
 export const SUPPORT_INSTRUCTIONS = [
@@ -17,7 +18,7 @@ export const CHANGE_INSTRUCTIONS = [
 ].join(' ');
 
 /** Instructions of a pack and their SHA-256 (the prompt revision recorded in audit). */
-export function instructionsFor(pack: 'support' | 'change'): { text: string; hash: string } {
+export function instructionsFor(pack: Pack): { text: string; hash: string } {
   const text = pack === 'change' ? CHANGE_INSTRUCTIONS : SUPPORT_INSTRUCTIONS;
   return { text, hash: sha256Hex(text) };
 }

@@ -1,0 +1,171 @@
+import type { Job } from 'bullmq';
+import { loadReleaseManifest, queueContracts, queueName } from '@gatehouse/contracts';
+import { actorHash, inTransaction, recordAudit, type Db } from '@gatehouse/ledger';
+import type { QueueRegistry } from '@gatehouse/platform';
+
+/** Job states that are queued but not running: what requeue and quarantine move. */
+const QUEUED_STATES = ['waiting', 'paused', 'delayed', 'prioritized', 'waiting-children'] as const;
+
+/** Who runs an ops command (the verified operator) and the audit HMAC key. */
+interface OpsActor {
+  operator: string;
+  hmacKey: string;
+}
+
+/** The queues of one release: `<base>.<release>` for every queue contract. */
+export function releaseQueueNames(release: string): Array<{ base: keyof typeof queueContracts; name: string }> {
+  return (Object.keys(queueContracts) as Array<keyof typeof queueContracts>).map((base) => ({ base, name: queueName(base, release) }));
+}
+
+/** Every queued (not running) job of `release`'s queues, with its queue's base name. */
+export async function queuedJobs(queues: QueueRegistry, release: string): Promise<Array<{ base: keyof typeof queueContracts; job: Job }>> {
+  const out: Array<{ base: keyof typeof queueContracts; job: Job }> = [];
+  for (const q of releaseQueueNames(release)) {
+    for (const job of await queues.get(q.name).getJobs([...QUEUED_STATES])) if (job) out.push({ base: q.base, job });
+  }
+  return out;
+}
+
+/**
+ * `gatehouse queues drain --release R`: pauses every queue of R in Redis, so no worker of any
+ * process claims another of its jobs, while jobs already running finish or their lease expires;
+ * marks the release draining. Audited. Returns the queues paused.
+ */
+export async function drainRelease(db: Db, queues: QueueRegistry, release: string, actor: OpsActor): Promise<string[]> {
+  const names = releaseQueueNames(release).map((q) => q.name);
+  for (const name of names) await queues.get(name).pause();
+  await inTransaction(db, async (trx) => {
+    await trx.updateTable('releases').set({ draining: true }).where('id', '=', release).execute();
+    await recordAudit(trx, {
+      type: 'queues.drained',
+      service: 'cli',
+      runId: null,
+      actorHash: actorHash(actor.hmacKey, actor.operator),
+      outcome: `paused:${names.length}`,
+      revisions: { release },
+    });
+  });
+  return names;
+}
+
+/**
+ * `gatehouse queues quarantine --release R`: moves every queued job of R into the ledger's
+ * `quarantined_jobs` (payload kept, never run) and removes it from its queue; the workflows it
+ * belonged to stop with `stopped(quarantined)` and a next step. Running jobs are left to finish.
+ * Audited. Returns how many jobs were quarantined.
+ */
+export async function quarantineRelease(db: Db, queues: QueueRegistry, release: string, actor: OpsActor): Promise<number> {
+  const jobs = await queuedJobs(queues, release);
+  await inTransaction(db, async (trx) => {
+    const workflows = new Set<string>();
+    for (const { job } of jobs) {
+      const data = job.data as Record<string, unknown>;
+      const workflowId = typeof data.workflowId === 'string' ? data.workflowId : null;
+      if (workflowId) workflows.add(workflowId);
+      await trx
+        .insertInto('quarantined_jobs')
+        .values({
+          queue: job.queueName,
+          job_id: String(job.id),
+          release_id: release,
+          workflow_id: workflowId,
+          payload: JSON.stringify(data),
+          reason: 'quarantined by on-call',
+          quarantined_by: actor.operator,
+        })
+        .onConflict((oc) => oc.columns(['queue', 'job_id']).doNothing())
+        .execute();
+    }
+    if (workflows.size) {
+      await trx
+        .updateTable('workflows')
+        .set({
+          state: 'stopped',
+          stop_reason: 'quarantined',
+          next_step: `Release ${release} was rolled back and this workflow's queued work quarantined; resubmit the ticket.`,
+          updated_at: new Date(),
+        })
+        .where('id', 'in', [...workflows])
+        .where('state', 'not in', ['completed', 'stopped', 'needs_reconciliation'])
+        .execute();
+    }
+    await recordAudit(trx, {
+      type: 'queues.quarantined',
+      service: 'cli',
+      runId: null,
+      actorHash: actorHash(actor.hmacKey, actor.operator),
+      outcome: `jobs:${jobs.length};workflows:${workflows.size}`,
+      revisions: { release },
+    });
+  });
+  // Removed only after the ledger holds them: a crash in between leaves a job both quarantined
+  // (recorded) and queued on a paused queue — never lost.
+  for (const { job } of jobs) await job.remove();
+  return jobs.length;
+}
+
+/** Thrown when the former release cannot accept the candidate's job payloads. */
+export class RequeueRefused extends Error {
+  override name = 'RequeueRefused';
+}
+
+/**
+ * `gatehouse queues requeue --from C --to F`: moves every queued job of C to the same queue of
+ * F — only when F's manifest accepts C's payload version and each payload parses under its
+ * queue contract (others are left in place and reported, for quarantine). The workflows move to
+ * release F so their next jobs are F's. Audited. Returns the counts.
+ * @throws RequeueRefused when the payload versions differ.
+ */
+export async function requeueRelease(
+  db: Db,
+  queues: QueueRegistry,
+  from: string,
+  to: string,
+  actor: OpsActor,
+): Promise<{ moved: number; refused: number }> {
+  const [c, f] = [loadReleaseManifest(from), loadReleaseManifest(to)];
+  if (c.payloadVersion !== f.payloadVersion) {
+    throw new RequeueRefused(
+      `release ${to} accepts payload version ${f.payloadVersion}, ${from} wrote ${c.payloadVersion}: quarantine instead`,
+    );
+  }
+  const jobs = await queuedJobs(queues, from);
+  let moved = 0;
+  let refused = 0;
+  const workflows = new Set<string>();
+  for (const { base, job } of jobs) {
+    const contract = queueContracts[base];
+    const parsed = contract.schema.safeParse({ ...(job.data as object), release: to });
+    if (!parsed.success) {
+      refused++;
+      continue;
+    }
+    const payload = parsed.data as { workflowId?: string };
+    if (payload.workflowId) workflows.add(payload.workflowId);
+    // Same deterministic job id on the former release's queue: a repeated requeue is a no-op.
+    await queues.get(queueName(base, to)).add(contract.jobName, payload as never, {
+      ...contract.options,
+      jobId: contract.jobId(payload as never),
+    });
+    await job.remove();
+    moved++;
+  }
+  await inTransaction(db, async (trx) => {
+    if (workflows.size) {
+      await trx
+        .updateTable('workflows')
+        .set({ release_id: to, updated_at: new Date() })
+        .where('id', 'in', [...workflows])
+        .execute();
+    }
+    await recordAudit(trx, {
+      type: 'queues.requeued',
+      service: 'cli',
+      runId: null,
+      actorHash: actorHash(actor.hmacKey, actor.operator),
+      outcome: `from:${from};moved:${moved};refused:${refused}`,
+      revisions: { release: to },
+    });
+  });
+  return { moved, refused };
+}

@@ -1,0 +1,139 @@
+import { Redis } from 'ioredis';
+import { loadReleaseManifest } from '@gatehouse/contracts';
+import { createDb, type Db } from '@gatehouse/ledger';
+import { QueueRegistry, type BaseEnv } from '@gatehouse/platform';
+import type { Operator } from './ops.ts';
+import { drainRelease, quarantineRelease, requeueRelease } from './queue-ops.ts';
+import { activateRelease, currentDigests, enableWrites, rollbackRelease, verifyManifest } from './releases.ts';
+
+/** Runs `fn` as a verified operator (see `opsCommand` in main.ts). */
+type AsOperator = (command: string, fn: (db: Db, op: Operator) => Promise<number>) => Promise<number>;
+
+/**
+ * Parses `--cohort tenant:quillfeather,user:rep-ana` into tenant and user lists.
+ * @throws Error for an entry that is not `tenant:<id>` or `user:<id>`.
+ */
+export function parseCohort(text: string): { tenants: string[]; users: string[] } {
+  const cohort = { tenants: [] as string[], users: [] as string[] };
+  for (const part of text
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean)) {
+    const [kind, id] = part.split(':');
+    if (!id || (kind !== 'tenant' && kind !== 'user')) throw new Error(`cohort entry ${part} must be tenant:<id> or user:<id>`);
+    (kind === 'tenant' ? cohort.tenants : cohort.users).push(id);
+  }
+  if (!cohort.tenants.length && !cohort.users.length) throw new Error('--cohort names no tenant or user');
+  return cohort;
+}
+
+/**
+ * `gatehouse release …` and `gatehouse queues …` (SPEC §8, §9). Everything but `release verify`
+ * needs an operator token and is audited. Exit codes: 0 done, 1 refused or failed checks.
+ * @throws Error for missing arguments.
+ */
+export async function releaseCommand(
+  command: string,
+  arg: string | undefined,
+  values: { cohort?: string; force?: boolean; to?: string; from?: string; release?: string },
+  env: BaseEnv,
+  asOperator: AsOperator,
+  out: (line: string) => void,
+): Promise<number> {
+  const withQueues = async <T>(fn: (queues: QueueRegistry) => Promise<T>): Promise<T> => {
+    const redis = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
+    const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
+    try {
+      return await fn(queues);
+    } finally {
+      await queues.close();
+      redis.disconnect();
+    }
+  };
+  const actor = (op: Operator) => ({ operator: op.id, hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY });
+  const need = (v: string | undefined, what: string): string => {
+    if (!v) throw new Error(`${command} needs ${what}`);
+    return v;
+  };
+  switch (command) {
+    case 'release digests':
+      out(JSON.stringify(currentDigests(), null, 2));
+      return 0;
+    case 'release verify': {
+      const db = createDb(env.DATABASE_URL, 1);
+      try {
+        const problems = await verifyManifest(db, loadReleaseManifest(need(arg, 'a release id')));
+        for (const p of problems) out(`  ${p}`);
+        out(problems.length ? `${arg}: ${problems.length} problem(s)` : `${arg}: every digest matches this code; schema applied`);
+        return problems.length ? 1 : 0;
+      } finally {
+        await db.destroy();
+      }
+    }
+    case 'release activate':
+      return asOperator(command, async (db, op) => {
+        const a = await activateRelease(db, need(arg, 'a release id'), {
+          cohort: values.cohort ? parseCohort(values.cohort) : undefined,
+          force: values.force,
+          ...actor(op),
+        });
+        for (const b of a.bypassed) out(`  FORCED past ${b}`);
+        out(
+          a.status === 'candidate'
+            ? `${a.id} is a candidate for ${values.cohort}; consequential writes stay disabled until: gatehouse release enable-writes ${a.id}`
+            : `${a.id} is the active release${a.forced ? ' (FORCED past its boundary-case gate; audited)' : ''}`,
+        );
+        return 0;
+      });
+    case 'release enable-writes':
+      return asOperator(command, async (db, op) => {
+        await enableWrites(db, need(arg, 'a release id'), op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
+        out(`${arg}: consequential writes enabled`);
+        return 0;
+      });
+    case 'release rollback':
+      return asOperator(command, (db, op) =>
+        withQueues(async (queues) => {
+          const r = await rollbackRelease(db, queues, { to: need(values.to, '--to <release>'), ...actor(op) });
+          out(`rolled back ${r.rolledBack.join(', ') || 'nothing'} to ${r.to}`);
+          out(`  approvals expired: ${r.expiredApprovals}`);
+          out(`  operations: ${JSON.stringify(r.operations)} (running and failed_unknown go to: gatehouse reconcile)`);
+          for (const f of r.safety) out(`  SAFETY ${f}`);
+          if (r.queuedJobs) {
+            out(`  ${r.queuedJobs} job(s) still queued on ${r.rolledBack.join(', ')}: choose for each release —`);
+            for (const c of r.rolledBack)
+              out(`    gatehouse queues requeue --from ${c} --to ${r.to}   or   gatehouse queues quarantine --release ${c}`);
+          }
+          return r.safety.length ? 1 : 0;
+        }),
+      );
+    case 'queues drain':
+      return asOperator(command, (db, op) =>
+        withQueues(async (queues) => {
+          const names = await drainRelease(db, queues, need(values.release, '--release <id>'), actor(op));
+          out(`draining ${values.release}: ${names.join(', ')} paused; in-flight jobs finish or their leases expire`);
+          return 0;
+        }),
+      );
+    case 'queues quarantine':
+      return asOperator(command, (db, op) =>
+        withQueues(async (queues) => {
+          const n = await quarantineRelease(db, queues, need(values.release, '--release <id>'), actor(op));
+          out(`quarantined ${n} job(s) of ${values.release} into the ledger (quarantined_jobs)`);
+          return 0;
+        }),
+      );
+    case 'queues requeue':
+      return asOperator(command, (db, op) =>
+        withQueues(async (queues) => {
+          const r = await requeueRelease(db, queues, need(values.from, '--from <release>'), need(values.to, '--to <release>'), actor(op));
+          out(
+            `requeued ${r.moved} job(s) from ${values.from} to ${values.to}${r.refused ? `; ${r.refused} refused (quarantine them)` : ''}`,
+          );
+          return r.refused ? 1 : 0;
+        }),
+      );
+    default:
+      throw new Error(`unknown command ${command}`);
+  }
+}

@@ -1,0 +1,62 @@
+import { sql } from 'kysely';
+import type { Db, Trx } from './db.ts';
+
+/** Advisory lock serializing release registration and activation. */
+const RELEASES_LOCK = 0x72_65_6c_73; // "rels"
+
+/**
+ * Registers the release a service process runs (at boot): the first release ever seen becomes
+ * `active` with writes enabled; any later unknown release is a `candidate` with consequential
+ * writes disabled and no cohort (it serves nobody until `gatehouse release activate`). Known
+ * releases are left as they are. Returns the release's status.
+ */
+export async function registerRelease(db: Db, id: string, manifest: Record<string, unknown>): Promise<string> {
+  return db.transaction().execute(async (trx) => {
+    await sql`SELECT pg_advisory_xact_lock(${RELEASES_LOCK})`.execute(trx);
+    const known = await trx.selectFrom('releases').select('status').where('id', '=', id).executeTakeFirst();
+    if (known) return known.status;
+    const active = await trx.selectFrom('releases').select('id').where('status', '=', 'active').executeTakeFirst();
+    const status = active ? 'candidate' : 'active';
+    await trx
+      .insertInto('releases')
+      .values({
+        id,
+        manifest: JSON.stringify(manifest),
+        status,
+        writes_enabled: !active,
+        cohort: null,
+        activated_at: active ? null : new Date(),
+      })
+      .execute();
+    return status;
+  });
+}
+
+/** Takes the release lock in `trx` (activation, rollback). */
+export async function lockReleases(trx: Trx): Promise<void> {
+  await sql`SELECT pg_advisory_xact_lock(${RELEASES_LOCK})`.execute(trx);
+}
+
+/**
+ * Whether consequential writes are enabled for workflows of `releaseId` (SPEC §8: a candidate
+ * starts with writes disabled). A release without a row (never registered) is treated as enabled
+ * only when no release is registered at all (a bare database in unit tests); otherwise disabled.
+ */
+export async function releaseWritesEnabled(db: Db | Trx, releaseId: string): Promise<boolean> {
+  const rows = await db.selectFrom('releases').select(['id', 'writes_enabled']).execute();
+  if (!rows.length) return true;
+  return rows.find((r) => r.id === releaseId)?.writes_enabled ?? false;
+}
+
+/**
+ * The release a new workflow of `user` runs on: a candidate whose cohort names the user or
+ * their tenant, else the active release, else `fallback` (nothing registered yet).
+ */
+export async function routeRelease(db: Db | Trx, user: { id: string; tenant: string }, fallback: string): Promise<string> {
+  const rows = await db.selectFrom('releases').select(['id', 'status', 'cohort']).where('status', 'in', ['active', 'candidate']).execute();
+  const candidate = rows.find((r) => {
+    const c = r.cohort as { tenants?: string[]; users?: string[] } | null;
+    return r.status === 'candidate' && c && (c.users?.includes(user.id) || c.tenants?.includes(user.tenant));
+  });
+  return candidate?.id ?? rows.find((r) => r.status === 'active')?.id ?? fallback;
+}
