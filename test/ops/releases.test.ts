@@ -173,7 +173,7 @@ describe('rollback rehearsal', () => {
       expect(handled).toBe(0);
 
       const moved = await requeueRelease(t.db, queues, 'rel-2', 'rel-1', op);
-      expect(moved).toEqual({ moved: 5, refused: 0 });
+      expect(moved).toEqual({ moved: 5, refused: 0, pausedWorkflows: 0 });
       expect(await queuedJobs(queues, 'rel-2')).toHaveLength(0);
       const wf = await t.db.selectFrom('workflows').select('release_id').where('id', '=', wf2.workflowId).executeTakeFirstOrThrow();
       expect(wf.release_id).toBe('rel-1');

@@ -68,7 +68,9 @@ export async function authorizeOperator(
 /**
  * `gatehouse switch on|off TOOL`: read by the executor at the moment of execution (SPEC §6).
  * Switching on re-enqueues, through the outbox, every approved action of that tool not yet
- * claimed in a live workflow (the held ones), with a fresh job id. Returns the rows to publish.
+ * claimed in a live workflow (the held ones), with a fresh job id, on the workflow's current
+ * release (after a rollback and requeue, the restored one, whose executor re-evaluates it).
+ * Returns the rows to publish.
  */
 export async function setSwitch(db: Db, tool: string, enabled: boolean, operator: string, hmacKey: string): Promise<OutboxRow[]> {
   if (!findTool(tool)) throw new Error(`unknown tool ${tool}`);
@@ -91,7 +93,7 @@ export async function setSwitch(db: Db, tool: string, enabled: boolean, operator
       .selectFrom('actions as a')
       .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
       .leftJoin('approvals as p', (j) => j.onRef('p.action_id', '=', 'a.id').on('p.status', '=', 'approved'))
-      .select(['a.id', 'a.version', 'a.workflow_id', 'a.release_id', 'p.id as approval_id'])
+      .select(['a.id', 'a.version', 'a.workflow_id', 'w.release_id', 'p.id as approval_id'])
       .leftJoin('operations as o', 'o.action_id', 'a.id')
       .where('a.tool', '=', tool)
       .where('a.status', '=', 'approved')

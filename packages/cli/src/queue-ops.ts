@@ -113,7 +113,8 @@ export class RequeueRefused extends Error {
  * `gatehouse queues requeue --from C --to F`: moves every queued job of C to the same queue of
  * F — only when F's manifest accepts C's payload version and each payload parses under its
  * queue contract (others are left in place and reported, for quarantine). The workflows move to
- * release F so their next jobs are F's. Audited. Returns the counts.
+ * release F so their next jobs are F's, and so do C's workflows paused on a held step. Audited.
+ * Returns the counts.
  * @throws RequeueRefused when the payload versions differ.
  */
 export async function requeueRelease(
@@ -122,7 +123,7 @@ export async function requeueRelease(
   from: string,
   to: string,
   actor: OpsActor,
-): Promise<{ moved: number; refused: number }> {
+): Promise<{ moved: number; refused: number; pausedWorkflows: number }> {
   const [c, f] = [loadReleaseManifest(from), loadReleaseManifest(to)];
   if (c.payloadVersion !== f.payloadVersion) {
     throw new RequeueRefused(
@@ -150,6 +151,7 @@ export async function requeueRelease(
     await job.remove();
     moved++;
   }
+  let paused = 0;
   await inTransaction(db, async (trx) => {
     if (workflows.size) {
       await trx
@@ -158,14 +160,25 @@ export async function requeueRelease(
         .where('id', 'in', [...workflows])
         .execute();
     }
+    // Workflows of C paused on a held step have no queued job: they move too, so switching the
+    // tool back on resumes them on F (whose executor re-evaluates the held action under F's policy).
+    paused = (
+      await trx
+        .updateTable('workflows')
+        .set({ release_id: to, updated_at: new Date() })
+        .where('release_id', '=', from)
+        .where('state', '=', 'paused')
+        .returning('id')
+        .execute()
+    ).length;
     await recordAudit(trx, {
       type: 'queues.requeued',
       service: 'cli',
       runId: null,
       actorHash: actorHash(actor.hmacKey, actor.operator),
-      outcome: `from:${from};moved:${moved};refused:${refused}`,
+      outcome: `from:${from};moved:${moved};refused:${refused};paused_workflows:${paused}`,
       revisions: { release: to },
     });
   });
-  return { moved, refused };
+  return { moved, refused, pausedWorkflows: paused };
 }
