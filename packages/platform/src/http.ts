@@ -87,8 +87,15 @@ export function parseBody<T>(schema: ZodType<T>, value: unknown): T {
   return r.data;
 }
 
-/** Listens on `port` (0 = ephemeral) at `host`; resolves with the server and its bound port. */
-export async function listen(app: Express, port: number, host = '127.0.0.1'): Promise<{ server: Server; port: number }> {
+/**
+ * Listens on `port` (0 = ephemeral) at `host` (default `GATEHOUSE_BIND_HOST`, else loopback only;
+ * containers set `0.0.0.0`); resolves with the server and its bound port.
+ */
+export async function listen(
+  app: Express,
+  port: number,
+  host = process.env.GATEHOUSE_BIND_HOST ?? '127.0.0.1',
+): Promise<{ server: Server; port: number }> {
   return new Promise((resolve, reject) => {
     const server = app.listen(port, host, (err?: Error) => {
       if (err) reject(err);
