@@ -10,6 +10,7 @@ export async function up(db: Kysely<unknown>): Promise<void> {
   await sql`
     ALTER TABLE releases ADD COLUMN cohort jsonb;
     ALTER TABLE releases ADD COLUMN draining boolean NOT NULL DEFAULT false;
+    ALTER TABLE releases ADD COLUMN forced boolean NOT NULL DEFAULT false;
     CREATE UNIQUE INDEX releases_one_active ON releases ((status)) WHERE status = 'active';
 
     CREATE TABLE quarantined_jobs (
@@ -31,6 +32,7 @@ export async function down(db: Kysely<unknown>): Promise<void> {
   await sql`
     DROP TABLE quarantined_jobs;
     DROP INDEX releases_one_active;
+    ALTER TABLE releases DROP COLUMN forced;
     ALTER TABLE releases DROP COLUMN draining;
     ALTER TABLE releases DROP COLUMN cohort;
   `.execute(db);

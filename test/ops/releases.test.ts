@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import type { Worker } from 'bullmq';
 import { executionsQueue, queueContracts, queueName, repoRoot, type ExecutionJob } from '@gatehouse/contracts';
-import { registerRelease, releaseWritesEnabled, routeRelease } from '@gatehouse/ledger';
+import { registerRelease, releaseForced, releaseWritesEnabled, routeRelease } from '@gatehouse/ledger';
 import { createLogger, createWorker, QueueRegistry } from '@gatehouse/platform';
 import { evaluateAction, loadActiveBundles } from '@gatehouse/policy';
 import { findTool } from '@gatehouse/tools';
@@ -102,6 +102,7 @@ describe('release activation', () => {
 
     const forced = await activateRelease(t.db, 'rel-bad', { ...op, force: true });
     expect(forced).toMatchObject({ status: 'active', forced: true });
+    expect(await releaseForced(t.db, 'rel-bad')).toBe(true);
     const audit = await t.db.selectFrom('audit_outbox').select('event').execute();
     expect(audit.map((a) => `${String(a.event.type)} ${String(a.event.outcome)}`)).toContainEqual(
       expect.stringMatching(/^release.activated active:forced_past_\d+_gate_failures$/),

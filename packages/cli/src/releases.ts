@@ -162,6 +162,7 @@ export async function activateRelease(
         status,
         writes_enabled: status === 'active',
         cohort,
+        forced: safety.gate.length > 0,
         activated_at: new Date(),
       })
       .onConflict((oc) =>
@@ -172,6 +173,7 @@ export async function activateRelease(
           draining: false,
           // A candidate always starts (or restarts) with writes disabled; activation for all enables them.
           writes_enabled: status === 'active',
+          forced: safety.gate.length > 0,
           activated_at: new Date(),
         }),
       )

@@ -60,3 +60,16 @@ export async function routeRelease(db: Db | Trx, user: { id: string; tenant: str
   });
   return candidate?.id ?? rows.find((r) => r.status === 'active')?.id ?? fallback;
 }
+
+/**
+ * Whether release `id` was activated with `--force` past its boundary-case gate (and not since
+ * restored). Fails closed: when the ledger cannot be read, the answer is `false` (the gate holds).
+ */
+export async function releaseForced(db: Db | Trx, id: string): Promise<boolean> {
+  try {
+    const r = await db.selectFrom('releases').select('forced').where('id', '=', id).executeTakeFirst();
+    return r?.forced ?? false;
+  } catch {
+    return false;
+  }
+}

@@ -220,6 +220,8 @@ export interface ReleasesTable {
   cohort: ColumnType<{ tenants: string[]; users: string[] } | null, string | null, string | null>;
   /** Set by `gatehouse queues drain`: its queues are paused, in-flight work finishes. */
   draining: Generated<boolean>;
+  /** Activated with `--force` past failing boundary cases (audited); its services may boot with that bundle. */
+  forced: Generated<boolean>;
 }
 
 /** A queued job set aside by `gatehouse queues quarantine` (payload kept, never run). */

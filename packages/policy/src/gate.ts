@@ -133,16 +133,20 @@ export function runBoundaryGate(bundle: PolicyBundle, cases?: BoundaryCase[] | C
 }
 
 /**
- * Loads a bundle only if it passes its pack's gate (what a service does at boot).
+ * Loads a bundle only if it passes its pack's gate (what a service does at boot). With
+ * `forced` (the release was activated with `--force`, which is audited) failing cases are
+ * reported through `onForced` instead of refusing.
  * @throws Error listing the failing cases.
  */
-export function assertGatePasses<B extends PolicyBundle>(bundle: B): B {
-  const failures = runBoundaryGate(bundle);
-  if (failures.length) {
-    throw new Error(
-      `policy bundle ${bundle.revision} fails its boundary-case gate:\n${failures.map((f) => `  ${f.name}: expected ${f.expected.decision} ${f.expected.ruleId}, got ${f.got.decision} ${f.got.ruleId}`).join('\n')}`,
-    );
-  }
+export function assertGatePasses<B extends PolicyBundle>(
+  bundle: B,
+  opts: { forced?: boolean; onForced?: (failures: string[]) => void } = {},
+): B {
+  const failures = runBoundaryGate(bundle).map(
+    (f) => `  ${f.name}: expected ${f.expected.decision} ${f.expected.ruleId}, got ${f.got.decision} ${f.got.ruleId}`,
+  );
+  if (failures.length && opts.forced) opts.onForced?.(failures);
+  else if (failures.length) throw new Error(`policy bundle ${bundle.revision} fails its boundary-case gate:\n${failures.join('\n')}`);
   return bundle;
 }
 
@@ -151,8 +155,8 @@ export function assertGatePasses<B extends PolicyBundle>(bundle: B): B {
  * unless it passes its boundary-case gate — a bundle with a units mistake can never become active.
  * @throws Error naming the failing cases, or when the revision is not a support bundle.
  */
-export function loadActiveSupportBundle(revision: string, dir?: string): SupportBundle {
-  const b = assertGatePasses(loadBundle(revision, dir));
+export function loadActiveSupportBundle(revision: string, dir?: string, gate: Parameters<typeof assertGatePasses>[1] = {}): SupportBundle {
+  const b = assertGatePasses(loadBundle(revision, dir), gate);
   if (b.pack !== 'support') throw new Error(`policy ${revision} is a ${b.pack} bundle, not a support bundle`);
   return b;
 }
@@ -161,18 +165,23 @@ export function loadActiveSupportBundle(revision: string, dir?: string): Support
  * The change bundle a service runs with (default revision `change-c1`), gated like the support one.
  * @throws Error naming the failing cases, or when the revision is not a change bundle.
  */
-export function loadActiveChangeBundle(revision: string, dir?: string): ChangeBundle {
-  const b = assertGatePasses(loadBundle(revision, dir));
+export function loadActiveChangeBundle(revision: string, dir?: string, gate: Parameters<typeof assertGatePasses>[1] = {}): ChangeBundle {
+  const b = assertGatePasses(loadBundle(revision, dir), gate);
   if (b.pack !== 'change') throw new Error(`policy ${revision} is a ${b.pack} bundle, not a change bundle`);
   return b;
 }
 
 /**
  * The active bundle of each pack, both through the gate: what every deciding service holds.
+ * `gate.forced`: the release was force-activated (audited), so failing cases are only reported.
  * @throws Error when either fails to load or fails its gate (the service does not boot).
  */
-export function loadActiveBundles(revisions: { support: string; change: string }, dir?: string): PolicyBundles {
-  return { support: loadActiveSupportBundle(revisions.support, dir), change: loadActiveChangeBundle(revisions.change, dir) };
+export function loadActiveBundles(
+  revisions: { support: string; change: string },
+  dir?: string,
+  gate: Parameters<typeof assertGatePasses>[1] = {},
+): PolicyBundles {
+  return { support: loadActiveSupportBundle(revisions.support, dir, gate), change: loadActiveChangeBundle(revisions.change, dir, gate) };
 }
 
 /**

@@ -10,7 +10,7 @@ import {
   userTokenVerifier,
 } from '@gatehouse/platform';
 import { turnsQueue, resultsQueue, loadReleaseManifest, type TurnJob, type ResultJob } from '@gatehouse/contracts';
-import { registerRelease } from '@gatehouse/ledger';
+import { registerRelease, releaseForced } from '@gatehouse/ledger';
 import { catalogDigest, toolsOfPack, type Pack } from '@gatehouse/tools';
 import { loadActiveBundles, policyRevisions } from '@gatehouse/policy';
 import { agentLoopEnv } from './env.ts';
@@ -26,7 +26,12 @@ const ctx = createServiceContext('agent-loop', agentLoopEnv);
 const { env, log, db, relay } = ctx;
 const hooks = readLoopTestHooks(process.env);
 const release = loadReleaseManifest(env.GATEHOUSE_RELEASE);
-const bundles = loadActiveBundles(policyRevisions(env), env.POLICY_DIR);
+// A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
+const bundles = loadActiveBundles(policyRevisions(env), env.POLICY_DIR, {
+  forced: await releaseForced(db, env.GATEHOUSE_RELEASE),
+  onForced: (failures) =>
+    log.error({ alert: 'forced_policy', failing: failures.length }, 'running a force-activated bundle that fails its gate'),
+});
 await registerRelease(db, release.id, release);
 /**
  * Per release and pack: policy revision, catalog digest (fails at boot if a schema is not

@@ -12,6 +12,7 @@ import {
 } from '@gatehouse/platform';
 import { approvalRequestsQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
 import { loadActiveBundles, policyRevisions } from '@gatehouse/policy';
+import { releaseForced } from '@gatehouse/ledger';
 import { approvalsRouter } from './http/approvals.router.ts';
 import { inboxRouter } from './http/inbox.router.ts';
 import { approvalOpenApi } from './http/openapi.ts';
@@ -30,7 +31,12 @@ const ctx = createServiceContext('approval', {
   EXPIRY_SWEEP_MS: z.coerce.number().int().positive().default(5000),
 });
 const { env, log, db, relay } = ctx;
-const bundles = loadActiveBundles(policyRevisions(env), env.POLICY_DIR);
+// A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
+const bundles = loadActiveBundles(policyRevisions(env), env.POLICY_DIR, {
+  forced: await releaseForced(db, env.GATEHOUSE_RELEASE),
+  onForced: (failures) =>
+    log.error({ alert: 'forced_policy', failing: failures.length }, 'running a force-activated bundle that fails its gate'),
+});
 const verifier = userTokenVerifier(env);
 
 const app = createHttpApp('approval', ctx.readyChecks);
