@@ -20,8 +20,13 @@ export const SERVICES: readonly ServiceSpec[] = [
   { name: 'approval', entry: 'services/approval/src/main.ts', portVar: 'APPROVAL_PORT', defaultPort: 7102 },
   { name: 'executor', entry: 'services/executor/src/main.ts', portVar: 'EXECUTOR_PORT', defaultPort: 7112 },
   { name: 'agent-loop', entry: 'services/agent-loop/src/main.ts', portVar: 'AGENT_LOOP_PORT', defaultPort: 7101 },
-  { name: 'ops', entry: 'services/ops/src/main.ts', portVar: 'OPS_PORT', defaultPort: 7105 },
 ];
+
+/**
+ * Preloaded into every service process: enables the http/express/pg/ioredis
+ * auto-instrumentations before the service's modules load (packages/telemetry/src/register.ts).
+ */
+const TELEMETRY_PRELOAD = resolve(repoRoot, 'packages/telemetry/src/register.ts');
 
 /** Where a stack keeps logs and pid files. */
 export function stateDir(name = 'stack'): string {
@@ -72,7 +77,8 @@ async function waitReady(port: number, deadlineMs: number, child: ChildProcess, 
 }
 
 /**
- * Starts every service as a separate Node process with `env`, logs to `<dir>/<service>.log`,
+ * Starts every service as a separate Node process with `env` (and the telemetry preload), logs
+ * to `<dir>/<service>.log`,
  * and waits until each answers `GET /readyz` (timeout `readyTimeoutMs`, default 60 000 ms).
  * `detached` processes outlive this one (for `gatehouse stack up`); pids go to `<dir>` either
  * way. A foreground stack's processes are stopped when this process exits, or on SIGINT/SIGTERM
@@ -133,7 +139,7 @@ export async function startStack(opts: {
     const port = portOf(spec, opts.env);
     ports[spec.name] = port;
     const log = openSync(resolve(opts.dir, `${spec.name}.log`), 'a');
-    const child = spawn(process.execPath, [resolve(repoRoot, spec.entry)], {
+    const child = spawn(process.execPath, ['--import', TELEMETRY_PRELOAD, resolve(repoRoot, spec.entry)], {
       cwd: repoRoot,
       env: { ...process.env, ...env, [spec.portVar]: String(port) },
       stdio: ['ignore', log, log],

@@ -1,7 +1,7 @@
 import { Queue, Worker, UnrecoverableError, type Job, type ConnectionOptions } from 'bullmq';
 import { Redis } from 'ioredis';
 import { queueName, type QueueContract } from '@gatehouse/contracts';
-import { withSpan } from '@gatehouse/telemetry';
+import { recordJob, withJobSpan } from '@gatehouse/telemetry';
 import type { Logger } from './logger.ts';
 
 /** Opens an ioredis connection suitable for BullMQ workers (`maxRetriesPerRequest: null`). */
@@ -39,6 +39,30 @@ export class QueueRegistry {
   }
 }
 
+/** Queues this process consumes (full name → contract base name), for the queue-depth gauge. */
+const consumedQueues = new Map<string, string>();
+
+/** The queues this process has started workers on: full name (`executions.rel-1`) → base name. */
+export function consumedQueueNames(): ReadonlyMap<string, string> {
+  return consumedQueues;
+}
+
+/** Job states the queue-depth gauge reports. */
+const DEPTH_STATES = ['waiting', 'active', 'delayed', 'prioritized', 'failed'] as const;
+
+/**
+ * Job counts per consumed queue and state, for `gatehouse.queue.depth` (one Redis round trip
+ * per queue). Uses the registry's queues (its connection and prefix).
+ */
+export async function readQueueDepth(registry: QueueRegistry): Promise<Array<{ queue: string; state: string; count: number }>> {
+  const out: Array<{ queue: string; state: string; count: number }> = [];
+  for (const [name, base] of consumedQueues) {
+    const counts = await registry.get(name).getJobCounts(...DEPTH_STATES);
+    for (const state of DEPTH_STATES) out.push({ queue: base, state, count: counts[state] ?? 0 });
+  }
+  return out;
+}
+
 /** Handler of one queue's jobs; receives the validated payload. */
 export type JobHandler<T> = (payload: T, job: Job) => Promise<unknown>;
 
@@ -67,24 +91,39 @@ export function createWorker<T extends { release: string; traceparent?: string }
   opts: WorkerOptions,
 ): Worker {
   const name = queueName(contract.base, opts.release);
+  consumedQueues.set(name, contract.base);
   const worker = new Worker(
     name,
     async (job: Job) => {
       const parsed = contract.schema.safeParse(job.data);
       if (!parsed.success) {
+        recordJob(contract.base, 'rejected', 0);
         opts.log.error({ queue: name, jobId: job.id, issues: parsed.error.issues.length }, 'invalid job payload');
         throw new UnrecoverableError(`invalid payload for ${contract.base}`);
       }
       if (parsed.data.release !== opts.release) {
+        recordJob(contract.base, 'rejected', 0);
         opts.log.warn({ queue: name, jobId: job.id, jobRelease: parsed.data.release }, 'job of another release quarantined');
         throw new UnrecoverableError(`quarantined: job of release ${parsed.data.release} on ${opts.release} worker`);
       }
       const data = parsed.data;
-      return withSpan(
+      // Parented only from the context stored with the job (ADR 0020), never the worker's own.
+      return withJobSpan(
         `${contract.base} process`,
         { 'messaging.destination.name': name, 'messaging.message.id': job.id ?? '' },
-        () => handler(data, job),
         data.traceparent,
+        async () => {
+          const startedMs = performance.now();
+          try {
+            const result = await handler(data, job);
+            recordJob(contract.base, 'completed', performance.now() - startedMs);
+            opts.log.debug({ queue: name, jobId: job.id, attempt: job.attemptsMade + 1 }, 'job processed');
+            return result;
+          } catch (err) {
+            recordJob(contract.base, 'failed', performance.now() - startedMs);
+            throw err;
+          }
+        },
       );
     },
     {

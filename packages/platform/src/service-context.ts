@@ -4,9 +4,9 @@ import type { z, ZodObject, ZodRawShape } from 'zod';
 import { createDb, type Db } from '@gatehouse/ledger';
 import { parseEnv, type BaseEnv } from './env.ts';
 import { createLogger, type Logger } from './logger.ts';
-import { createRedis, QueueRegistry } from './queues.ts';
+import { createRedis, QueueRegistry, readQueueDepth } from './queues.ts';
 import { OutboxRelay } from './outbox-relay.ts';
-import { startTelemetry } from '@gatehouse/telemetry';
+import { observeQueueDepth, startTelemetry } from '@gatehouse/telemetry';
 
 /** What every service process holds: its env, logger, ledger pool, queues and outbox relay. */
 export interface ServiceContext<E> {
@@ -25,7 +25,8 @@ export interface ServiceContext<E> {
 
 /**
  * Builds the context of one service from the environment (base settings plus `extra`) and
- * starts its telemetry.
+ * starts its telemetry (traces, metrics — including the depth of the queues its workers
+ * consume — and the log correlation).
  * @throws Error listing every invalid environment variable.
  */
 export function createServiceContext<S extends ZodRawShape>(
@@ -40,6 +41,7 @@ export function createServiceContext<S extends ZodRawShape>(
   const redis = createRedis(env.REDIS_URL);
   const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
   const relay = new OutboxRelay(db, queues, log);
+  observeQueueDepth(() => readQueueDepth(queues));
   return {
     name,
     env,

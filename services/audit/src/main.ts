@@ -3,7 +3,8 @@ import { resolve } from 'node:path';
 import { z } from 'zod';
 import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown } from '@gatehouse/platform';
 import { repoRoot } from '@gatehouse/contracts';
-import { chainPending } from './jobs/chain.writer.ts';
+import { observeAuditBacklog } from '@gatehouse/telemetry';
+import { chainPending, readAuditBacklog } from './jobs/chain.writer.ts';
 import { anchorHead, loadSigningKey } from './domain/anchor.ts';
 import { evaluateMonitors, raiseAlerts } from './domain/monitors.ts';
 
@@ -23,6 +24,7 @@ const ctx = createServiceContext('audit', {
 });
 const { env, log, db } = ctx;
 const key = loadSigningKey(env.AUDIT_SIGNING_KEY_PATH);
+observeAuditBacklog(() => readAuditBacklog(db));
 
 let running: Promise<unknown> | undefined;
 const tick = (): void => {

@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import type { KeyObject } from 'node:crypto';
 import { verifyAuditChain, type Db } from '@gatehouse/ledger';
 import type { Logger } from '@gatehouse/platform';
+import { recordAlert } from '@gatehouse/telemetry';
 
 /** One invariant violation found by a standing query over the records. */
 export interface Alert {
@@ -88,11 +89,15 @@ export async function evaluateMonitors(db: Db, cfg: MonitorConfig): Promise<Aler
 }
 
 /**
- * Raises alerts: one structured error log line per alert (`alert: <monitor>`), and a POST of
+ * Raises alerts: one structured error log line per alert (`alert: <monitor>`), one increment of
+ * `gatehouse.monitor.alerts{monitor}` per alert, and a POST of
  * all of them to `webhookUrl` when configured (errors logged, never thrown).
  */
 export async function raiseAlerts(alerts: Alert[], log: Logger, webhookUrl?: string): Promise<void> {
-  for (const a of alerts) log.error({ alert: a.monitor, count: a.count, examples: a.examples }, `invariant monitor fired: ${a.monitor}`);
+  for (const a of alerts) {
+    log.error({ alert: a.monitor, count: a.count, examples: a.examples }, `invariant monitor fired: ${a.monitor}`);
+    recordAlert(a.monitor);
+  }
   if (!alerts.length || !webhookUrl) return;
   try {
     await fetch(webhookUrl, {

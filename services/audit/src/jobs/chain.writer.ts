@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { chainHash, GENESIS_HASH, type Db } from '@gatehouse/ledger';
+import { recordChainedAuditEvents, type AuditMetricEvent } from '@gatehouse/telemetry';
 
 /** Advisory lock key that makes the audit service the single writer of the chain. */
 const CHAIN_LOCK = 0x6761_7465; // "gate"
@@ -8,10 +9,11 @@ const CHAIN_LOCK = 0x6761_7465; // "gate"
  * Moves up to `batch` events from `audit_outbox` into the hash chain, in outbox order, exactly
  * once: under a transaction-scoped advisory lock it assigns the next sequence numbers, computes
  * `hash = sha256(prev_hash ‖ JCS({seq, ...event}))`, inserts into `audit_log` and deletes the
- * outbox rows in the same transaction. Also beats the heartbeat. Returns how many were chained.
+ * outbox rows in the same transaction. Also beats the heartbeat. After the commit the chained
+ * events feed the metrics (each counted once, as committed). Returns how many were chained.
  */
 export async function chainPending(db: Db, batch = 500): Promise<number> {
-  return db.transaction().execute(async (trx) => {
+  const chained = await db.transaction().execute(async (trx) => {
     await sql`SELECT pg_advisory_xact_lock(${CHAIN_LOCK})`.execute(trx);
     await trx
       .insertInto('audit_heartbeat')
@@ -19,7 +21,7 @@ export async function chainPending(db: Db, batch = 500): Promise<number> {
       .onConflict((oc) => oc.column('id').doUpdateSet({ beat_at: new Date() }))
       .execute();
     const rows = await trx.selectFrom('audit_outbox').selectAll().orderBy('id').limit(batch).execute();
-    if (!rows.length) return 0;
+    if (!rows.length) return rows;
     const head = await trx.selectFrom('audit_log').select(['seq', 'hash']).orderBy('seq', 'desc').limit(1).executeTakeFirst();
     let seq = head ? Number(head.seq) : 0;
     let prev = head?.hash ?? GENESIS_HASH;
@@ -39,6 +41,18 @@ export async function chainPending(db: Db, batch = 500): Promise<number> {
         rows.map((r) => r.id),
       )
       .execute();
-    return rows.length;
+    return rows;
   });
+  recordChainedAuditEvents(
+    chained.map((r) => ({ event: r.event as unknown as AuditMetricEvent, outboxCreatedAtMs: new Date(r.created_at).getTime() })),
+  );
+  return chained.length;
+}
+
+/** Unchained events in `audit_outbox` and the age of the oldest, ms by the database clock (0 when none). */
+export async function readAuditBacklog(db: Db): Promise<{ events: number; oldestAgeMs: number }> {
+  const r = await sql<{ n: string; age_ms: number | null }>`
+    select count(*) as n, extract(epoch from now() - min(created_at)) * 1000 as age_ms from audit_outbox`.execute(db);
+  const row = r.rows[0];
+  return { events: Number(row?.n ?? 0), oldestAgeMs: Math.max(0, Number(row?.age_ms ?? 0)) };
 }
