@@ -20,6 +20,7 @@ export const SERVICES: readonly ServiceSpec[] = [
   { name: 'approval', entry: 'services/approval/src/main.ts', portVar: 'APPROVAL_PORT', defaultPort: 7102 },
   { name: 'executor', entry: 'services/executor/src/main.ts', portVar: 'EXECUTOR_PORT', defaultPort: 7112 },
   { name: 'agent-loop', entry: 'services/agent-loop/src/main.ts', portVar: 'AGENT_LOOP_PORT', defaultPort: 7101 },
+  { name: 'ops', entry: 'services/ops/src/main.ts', portVar: 'OPS_PORT', defaultPort: 7105 },
 ];
 
 /**
