@@ -4,3 +4,4 @@ export * from './queues/index.ts';
 export * from './audit-event.ts';
 export * from './api.ts';
 export * from './release-manifest.ts';
+export * from './reconciliation.ts';

@@ -1,4 +1,4 @@
-import { executionsQueue, resultsQueue, type DecisionRequest } from '@gatehouse/contracts';
+import { executionsQueue, REMEDIATION_RULE_ID, resultsQueue, type DecisionRequest } from '@gatehouse/contracts';
 import { actorHash, enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
 import { ConflictError, GoneError, UserError } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
@@ -92,6 +92,17 @@ export async function decideApproval(
       decision: status,
       revisions: { policy: approval.policy_revision, release: approval.release_id },
     });
+    if (approval.rule_id === REMEDIATION_RULE_ID) {
+      // A reconciliation remediation runs in the reconciliation job once approved, never in the
+      // executor or the agent loop (docs/decisions/0050-reconciliation.md): no job to enqueue.
+      await trx
+        .updateTable('actions')
+        .set({ status, updated_at: new Date() })
+        .where('id', '=', approval.action_id)
+        .where('status', '=', 'pending_approval')
+        .execute();
+      return { approvalId: approval.id, status, rows: [] };
+    }
     let row: OutboxRow;
     if (status === 'approved') {
       await trx

@@ -1,4 +1,4 @@
-import { resultsQueue } from '@gatehouse/contracts';
+import { REMEDIATION_RULE_ID, resultsQueue } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
 import type { OutboxRelay } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
@@ -15,7 +15,7 @@ export async function sweepExpiredApprovals(deps: { db: Db; relay: OutboxRelay }
       .set({ status: 'expired', decided_at: new Date() })
       .where('status', '=', 'pending')
       .where('expires_at', '<', new Date())
-      .returning(['id', 'action_id', 'workflow_id', 'tool', 'action_digest', 'action_version', 'release_id'])
+      .returning(['id', 'action_id', 'workflow_id', 'tool', 'action_digest', 'action_version', 'release_id', 'rule_id'])
       .execute();
     const out: OutboxRow[] = [];
     for (const a of expired) {
@@ -37,7 +37,8 @@ export async function sweepExpiredApprovals(deps: { db: Db; relay: OutboxRelay }
         outcome: 'expired',
         revisions: { release: a.release_id },
       });
-      if (!action) continue;
+      // A remediation's call belongs to no model conversation: the reconciliation job reopens its item.
+      if (!action || a.rule_id === REMEDIATION_RULE_ID) continue;
       const output = toSafeOutput(a.tool, { executed: false, reason: 'approval_expired' }, 'gatehouse');
       out.push(
         await enqueueInTransaction(trx, resultsQueue, {

@@ -92,6 +92,8 @@ export async function claimOperation(
     .execute();
   const op = await trx.selectFrom('operations').selectAll().where('key', '=', action.operation_key).forUpdate().executeTakeFirstOrThrow();
   if (op.action_digest !== action.digest) return { kind: 'conflict', action };
+  // Reconciliation froze it (amount mismatch): only a lead's remediation may touch it now.
+  if (op.frozen_at) return { kind: 'skip', reason: 'operation_frozen' };
   if (op.status === 'succeeded' || op.status === 'failed' || op.status === 'failed_unknown')
     return { kind: 'replay', action, operation: op };
   const leaseLive = op.status === 'running' && op.lease_expires_at && new Date(op.lease_expires_at).getTime() > Date.now();

@@ -1,0 +1,403 @@
+import { hostname } from 'node:os';
+import { sql, type Selectable } from 'kysely';
+import { mintDelegatedToken } from '@gatehouse/credentials';
+import { actorHash, inTransaction, operationKeyHash, recordAudit, type ActionsTable, type OutboxRow, type Trx } from '@gatehouse/ledger';
+import { cancelShipment, replayRefund, reverseRefund, type CompensationResult } from './compensations.ts';
+import { approverCeilingCents, findItem, RemediationRefused, type RemediationDeps } from './remediation.ts';
+import { reconciledOutput, settleOperation } from './settle.ts';
+import type { WorklistItem } from './worklist.ts';
+
+/** Settings of executing approved remediations. */
+export interface ExecuteDeps extends RemediationDeps {
+  /** HS256 secret of delegated tokens (shared with the staging systems). */
+  delegationSecret: string;
+  /** Lease on the remediation's operation, ms (default 30 000). */
+  leaseMs?: number;
+  /** `act.sub` of the delegated token (default `gatehouse-reconciliation`). */
+  actorId?: string;
+}
+
+/** Where a remediation stands after {@link executeRemediation}. */
+export type RemediationOutcome =
+  | { state: 'awaiting_approval'; itemId: string; approvalId: string }
+  /** The lead denied it, or it expired or was voided: the item is open for another request. */
+  | { state: 'refused'; itemId: string; reason: string }
+  /** Another process holds the remediation's lease. */
+  | { state: 'busy'; itemId: string }
+  /** The downstream did not answer: the same key is sent again next time (idempotent). */
+  | { state: 'retry'; itemId: string; reason: string }
+  /** The downstream refused: the item is open for another request. */
+  | { state: 'failed'; itemId: string; reason: string }
+  | { state: 'resolved'; itemId: string; resolution: string; resolvedBy: string; rows: OutboxRow[] };
+
+const owner = `${hostname()}:${process.pid}:reconciliation`;
+type Action = Selectable<ActionsTable>;
+
+/**
+ * Reopens the item after a refused remediation (another can be requested), conditional on it
+ * still naming this approval; the remediation's workflow stops with the reason.
+ */
+async function reopen(trx: Trx, item: WorklistItem, approvalId: string, reason: string): Promise<void> {
+  const ap = await trx.selectFrom('approvals').select('workflow_id').where('id', '=', approvalId).executeTakeFirstOrThrow();
+  await trx
+    .updateTable('workflows')
+    .set({
+      state: 'stopped',
+      stop_reason: reason === 'approval_expired' ? 'approval_expired' : 'denied',
+      next_step: `Remediation ${item.remediation} not executed (${reason}); request another with gatehouse reconcile resolve.`,
+      updated_at: new Date(),
+    })
+    .where('id', '=', ap.workflow_id)
+    .where('state', 'in', ['awaiting_approval', 'executing'])
+    .execute();
+  await trx
+    .updateTable('reconciliation_items')
+    .set({ remediation: null, approval_id: null })
+    .where('id', '=', item.id)
+    .where('approval_id', '=', approvalId)
+    .execute();
+}
+
+type Claim =
+  | { kind: 'claimed'; action: Action; fence: number; originalFence: number | null; approver: string; tenant: string }
+  | { kind: 'done' }
+  | { kind: 'busy' }
+  | { kind: 'refused'; reason: string }
+  | { kind: 'failed'; reason: string };
+
+/**
+ * The fenced claim of a remediation, one transaction (lock order workflows → actions →
+ * operations → approvals): reserves the operation `recon_<itemId>`, consumes the approval only
+ * if it still names exactly this action (id, tool, digest, version; unexpired), raises the
+ * fencing token of the original operation for a replay (a stale executor's request under that
+ * key is then refused downstream), and grants the lease with the write-ahead mark.
+ */
+async function claim(trx: Trx, item: WorklistItem, approvalId: string, deps: ExecuteDeps): Promise<Claim> {
+  const ap = await trx.selectFrom('approvals').selectAll().where('id', '=', approvalId).executeTakeFirstOrThrow();
+  const wf = await trx
+    .selectFrom('workflows')
+    .select(['id', 'tenant'])
+    .where('id', '=', ap.workflow_id)
+    .forUpdate()
+    .executeTakeFirstOrThrow();
+  const action = await trx.selectFrom('actions').selectAll().where('id', '=', ap.action_id).forUpdate().executeTakeFirstOrThrow();
+  await trx
+    .insertInto('operations')
+    .values({
+      key: action.operation_key,
+      workflow_id: action.workflow_id,
+      action_id: action.id,
+      action_digest: action.digest,
+      tool: action.tool,
+      status: 'pending',
+      release_id: action.release_id,
+    })
+    .onConflict((oc) => oc.column('key').doNothing())
+    .execute();
+  const op = await trx.selectFrom('operations').selectAll().where('key', '=', action.operation_key).forUpdate().executeTakeFirstOrThrow();
+  if (op.status === 'succeeded') return { kind: 'done' };
+  if (op.status === 'failed') return { kind: 'failed', reason: op.error ?? 'failed' };
+  if (op.status === 'running' && op.lease_expires_at && new Date(op.lease_expires_at).getTime() > Date.now()) return { kind: 'busy' };
+  const audit = {
+    service: 'reconciliation',
+    runId: wf.id,
+    actorHash: actorHash(deps.hmacKey, ap.approver ?? 'unknown'),
+    tool: action.tool,
+    actionDigest: action.digest,
+    actionVersion: action.version,
+    approvalId: ap.id,
+    operationKeyHash: operationKeyHash(op.key),
+    revisions: { policy: action.policy_revision, release: action.release_id },
+  };
+  if (ap.status === 'approved') {
+    const consumed = await trx
+      .updateTable('approvals')
+      .set({ status: 'used', used_at: new Date() })
+      .where('id', '=', ap.id)
+      .where('status', '=', 'approved')
+      .where('expires_at', '>', new Date())
+      .where('action_id', '=', action.id)
+      .where('tool', '=', action.tool)
+      .where('action_digest', '=', action.digest)
+      .where('action_version', '=', action.version)
+      .returning('id')
+      .executeTakeFirst();
+    if (!consumed) return { kind: 'refused', reason: 'approval_expired' };
+    await recordAudit(trx, { ...audit, type: 'approval.consumed' });
+  } else if (ap.status !== 'used') return { kind: 'refused', reason: `approval_${ap.status}` };
+  let originalFence: number | null = null;
+  if (item.remediation === 'replay' && item.operation_key) {
+    const orig = await trx
+      .updateTable('operations')
+      .set({ fencing_token: sql`fencing_token + 1`, updated_at: new Date() })
+      .where('key', '=', item.operation_key)
+      .where((eb) => eb.or([eb('status', '!=', 'running'), eb('lease_expires_at', '<=', new Date())]))
+      .returning('fencing_token')
+      .executeTakeFirst();
+    if (!orig) return { kind: 'busy' };
+    originalFence = Number(orig.fencing_token);
+  }
+  const granted = await trx
+    .updateTable('operations')
+    .set({
+      status: 'running',
+      fencing_token: sql`fencing_token + 1`,
+      lease_owner: owner,
+      lease_expires_at: new Date(Date.now() + (deps.leaseMs ?? 30_000)),
+      attempts: sql`attempts + 1`,
+      dispatched_at: new Date(),
+      updated_at: new Date(),
+    })
+    .where('key', '=', op.key)
+    .where('fencing_token', '=', op.fencing_token)
+    .returning('fencing_token')
+    .executeTakeFirstOrThrow();
+  await trx.updateTable('actions').set({ status: 'running', updated_at: new Date() }).where('id', '=', action.id).execute();
+  await trx.updateTable('workflows').set({ state: 'executing', next_step: null, updated_at: new Date() }).where('id', '=', wf.id).execute();
+  await recordAudit(trx, { ...audit, type: 'operation.claimed', attempts: op.attempts + 1 });
+  return { kind: 'claimed', action, fence: Number(granted.fencing_token), originalFence, approver: ap.approver ?? '', tenant: wf.tenant };
+}
+
+/** Performs the compensation itself; ratify and adopt make no downstream call. */
+async function perform(deps: ExecuteDeps, item: WorklistItem, c: Extract<Claim, { kind: 'claimed' }>): Promise<CompensationResult> {
+  const args = c.action.arguments;
+  if (item.remediation === 'ratify' || item.remediation === 'adopt')
+    return { status: 'succeeded', evidenceRef: `lead:${c.approver}`, data: {} };
+  const epoch = (await deps.db.selectFrom('credential_epochs').select('epoch').where('id', '=', 1).executeTakeFirstOrThrow()).epoch;
+  const mint = (aud: string, scope: string, key: string, fence: number) =>
+    mintDelegatedToken(
+      {
+        sub: c.approver,
+        act: { sub: deps.actorId ?? 'gatehouse-reconciliation' },
+        aud,
+        scope,
+        tenant: c.tenant,
+        ceiling: approverCeilingCents(c.approver, c.tenant),
+        epoch,
+        op: key,
+        fence,
+      },
+      deps.delegationSecret,
+    );
+  const key = c.action.operation_key;
+  switch (item.remediation) {
+    case 'reverse':
+      return reverseRefund(
+        { stagingUrl: deps.stagingUrl, key, fence: c.fence, token: await mint('payments', 'refund:reverse', key, c.fence) },
+        String(args.ledgerRef),
+        `reconciliation ${item.id}`,
+      );
+    case 'cancel_shipment':
+      return cancelShipment(
+        { stagingUrl: deps.stagingUrl, key, fence: c.fence, token: await mint('orders', 'shipment:cancel', key, c.fence) },
+        String(args.orderId),
+        String(args.shipmentId),
+      );
+    case 'replay': {
+      const original = String(args.operationKey);
+      const fence = c.originalFence ?? 0;
+      const step = await deps.db.selectFrom('actions').select('arguments').where('operation_key', '=', original).executeTakeFirst();
+      return replayRefund(
+        { stagingUrl: deps.stagingUrl, key: original, fence, token: await mint('payments', 'refund:create', original, fence) },
+        {
+          orderId: String(args.orderId),
+          amountCents: Number(args.amountCents),
+          reason: String(step?.arguments.reason ?? 'reconciliation replay'),
+        },
+      );
+    }
+    default:
+      throw new RemediationRefused('unknown_remediation', `item ${item.id} names no remediation`);
+  }
+}
+
+/**
+ * Brings the original step in line with the repaired system of record: a reversal marks its
+ * action `compensated`; a replay records the ledger's refund as its evidence; an in-flight step
+ * (`failed_unknown`, or `running` past its lease) is settled — succeeded when the system of
+ * record has the effect, failed when a lead ratified that it did not happen — and its result
+ * returned to the workflow. Nothing changes silently: each write is audited by the caller's
+ * `reconciliation.resolved` and, for a settled step, `operation.reconciled`.
+ */
+async function settleOriginal(
+  trx: Trx,
+  item: WorklistItem,
+  result: Extract<CompensationResult, { status: 'succeeded' }>,
+  by: { actor: string; hmacKey: string },
+) {
+  if (!item.operation_key) return [];
+  const op = await trx
+    .selectFrom('operations as o')
+    .innerJoin('actions as a', 'a.id', 'o.action_id')
+    .select(['o.key', 'o.status', 'o.fencing_token', 'o.workflow_id', 'o.action_id', 'a.call_id', 'o.tool', 'a.arguments'])
+    .where('o.key', '=', item.operation_key)
+    .executeTakeFirst();
+  if (!op) return [];
+  let rows: OutboxRow[] = [];
+  const inFlight = op.status === 'failed_unknown' || op.status === 'running';
+  if (inFlight) {
+    const happened = item.remediation !== 'ratify' || item.class !== 'in_flight_ledger_lacks_it';
+    const evidence = item.remediation === 'replay' ? result.evidenceRef : item.ledger_ref;
+    const data =
+      item.remediation === 'replay' ? result.data : { ...op.arguments, refundId: item.ledger_ref, amountCents: Number(item.amount_cents) };
+    rows =
+      (await settleOperation(
+        trx,
+        {
+          key: op.key,
+          status: op.status,
+          fencingToken: String(op.fencing_token),
+          workflowId: op.workflow_id,
+          actionId: op.action_id,
+          callId: op.call_id,
+          tool: op.tool,
+        },
+        {
+          status: happened ? 'succeeded' : 'failed',
+          evidenceRef: evidence,
+          output: reconciledOutput(op.tool, happened ? 'succeeded' : 'failed', data),
+          note: `${item.remediation} approved by a lead`,
+        },
+        by,
+        { frozenToo: true },
+      )) ?? [];
+  } else if (item.remediation === 'replay') {
+    await trx
+      .updateTable('operations')
+      .set({ evidence_ref: result.evidenceRef, updated_at: new Date() })
+      .where('key', '=', op.key)
+      .execute();
+  }
+  if (item.remediation === 'reverse') {
+    await trx.updateTable('actions').set({ status: 'compensated', updated_at: new Date() }).where('id', '=', op.action_id).execute();
+  }
+  return rows;
+}
+
+/**
+ * Executes a worklist item's remediation once its lead approved it, exactly once (issue 8): the
+ * approval is consumed atomically with the fenced claim of the operation `recon_<itemId>`; the
+ * compensating call carries that key (a replay carries the original refund's key) and a freshly
+ * minted delegated token whose subject is the approving lead and whose ceiling is their approve
+ * limit (cents); the result is recorded under the fencing token, the original step is settled
+ * (see {@link settleOriginal}), and the item is `resolved` with the lead's identity — audited as
+ * `reconciliation.resolved`. Pending: nothing happens. Denied, expired or void: the item opens
+ * again for another request. Safe to call repeatedly and concurrently (CLI and job).
+ * @throws RemediationRefused when the item has no remediation requested or is unknown.
+ */
+export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: string): Promise<RemediationOutcome> {
+  const item = await findItem(deps.db, itemIdOrPrefix);
+  if (item.status === 'resolved' || item.status === 'auto_resolved')
+    return { state: 'resolved', itemId: item.id, resolution: item.resolution ?? '', resolvedBy: item.resolved_by ?? '', rows: [] };
+  const approvalId = item.approval_id;
+  if (!approvalId) throw new RemediationRefused('no_remediation', `item ${item.id} has no remediation requested`);
+  const ap = await deps.db.selectFrom('approvals').select(['status']).where('id', '=', approvalId).executeTakeFirstOrThrow();
+  if (ap.status === 'pending') return { state: 'awaiting_approval', itemId: item.id, approvalId };
+  if (ap.status === 'denied' || ap.status === 'expired' || ap.status === 'void') {
+    await inTransaction(deps.db, (trx) => reopen(trx, item, approvalId, `approval_${ap.status}`));
+    return { state: 'refused', itemId: item.id, reason: `approval_${ap.status}` };
+  }
+  const c = await inTransaction(deps.db, (trx) => claim(trx, item, approvalId, deps));
+  if (c.kind === 'busy') return { state: 'busy', itemId: item.id };
+  if (c.kind === 'refused' || c.kind === 'failed') {
+    await inTransaction(deps.db, (trx) => reopen(trx, item, approvalId, c.reason));
+    return { state: c.kind, itemId: item.id, reason: c.reason };
+  }
+  if (c.kind === 'done') {
+    const now = await findItem(deps.db, item.id);
+    return { state: 'resolved', itemId: item.id, resolution: now.resolution ?? '', resolvedBy: now.resolved_by ?? '', rows: [] };
+  }
+  const result = await perform(deps, item, c);
+  const by = { actor: c.approver, hmacKey: deps.hmacKey };
+  return inTransaction(deps.db, async (trx): Promise<RemediationOutcome> => {
+    await trx.selectFrom('workflows').select('id').where('id', '=', c.action.workflow_id).forUpdate().execute();
+    await trx.selectFrom('actions').select('id').where('id', '=', c.action.id).forUpdate().execute();
+    const opStatus = result.status === 'retry' ? 'pending' : result.status;
+    const recorded = await trx
+      .updateTable('operations')
+      .set({
+        status: opStatus,
+        result: result.status === 'succeeded' ? JSON.stringify({ evidenceRef: result.evidenceRef }) : null,
+        evidence_ref: result.status === 'succeeded' ? result.evidenceRef : null,
+        error: result.status === 'succeeded' ? null : result.reason,
+        lease_owner: null,
+        lease_expires_at: null,
+        ...(result.status === 'retry' ? { dispatched_at: null } : {}),
+        updated_at: new Date(),
+      })
+      .where('key', '=', c.action.operation_key)
+      .where('fencing_token', '=', String(c.fence))
+      .where('status', '=', 'running')
+      .returning('key')
+      .executeTakeFirst();
+    if (!recorded) return { state: 'busy', itemId: item.id }; // fenced out: a newer claim owns the outcome
+    const audit = {
+      service: 'reconciliation',
+      runId: c.action.workflow_id,
+      actorHash: actorHash(deps.hmacKey, c.approver),
+      tool: c.action.tool,
+      actionDigest: c.action.digest,
+      actionVersion: c.action.version,
+      approvalId,
+      operationKeyHash: operationKeyHash(c.action.operation_key),
+      revisions: { policy: c.action.policy_revision, release: c.action.release_id },
+    };
+    if (result.status === 'retry') {
+      await trx.updateTable('actions').set({ status: 'approved', updated_at: new Date() }).where('id', '=', c.action.id).execute();
+      return { state: 'retry', itemId: item.id, reason: result.reason };
+    }
+    const done = result.status === 'succeeded';
+    await trx.updateTable('actions').set({ status: result.status, updated_at: new Date() }).where('id', '=', c.action.id).execute();
+    await trx
+      .updateTable('workflows')
+      .set(
+        done
+          ? { state: 'completed', next_step: `Remediation ${item.remediation} executed for item ${item.id}.`, updated_at: new Date() }
+          : {
+              state: 'stopped',
+              stop_reason: 'denied',
+              next_step: `The downstream refused (${result.reason}); request another remediation.`,
+              updated_at: new Date(),
+            },
+      )
+      .where('id', '=', c.action.workflow_id)
+      .execute();
+    await recordAudit(trx, {
+      ...audit,
+      type: done ? 'operation.succeeded' : 'operation.failed',
+      outcome: done ? 'succeeded' : result.reason.slice(0, 120),
+    });
+    if (!done) {
+      await reopen(trx, item, approvalId, result.reason);
+      return { state: 'failed', itemId: item.id, reason: result.reason };
+    }
+    const rows = await settleOriginal(trx, item, result, by);
+    const resolution = `${item.remediation} approved by ${c.approver} (approval ${approvalId})${result.evidenceRef && !result.evidenceRef.startsWith('lead:') ? `: ${result.evidenceRef}` : ''}`;
+    await trx
+      .updateTable('reconciliation_items')
+      .set({ status: 'resolved', resolution, resolved_by: c.approver, resolved_at: new Date() })
+      .where('id', '=', item.id)
+      .where('status', 'in', ['open', 'frozen'])
+      .execute();
+    await recordAudit(trx, { ...audit, type: 'reconciliation.resolved', outcome: `${item.class}:${item.remediation}` });
+    return { state: 'resolved', itemId: item.id, resolution, resolvedBy: c.approver, rows };
+  });
+}
+
+/**
+ * Executes every remediation whose approval a lead granted and that has not run yet (the
+ * repeatable job calls this before each pass). Returns each outcome.
+ */
+export async function executeApprovedRemediations(deps: ExecuteDeps): Promise<RemediationOutcome[]> {
+  const ready = await deps.db
+    .selectFrom('reconciliation_items as r')
+    .innerJoin('approvals as p', 'p.id', 'r.approval_id')
+    .select('r.id')
+    .where('r.status', 'in', ['open', 'frozen'])
+    .where('p.status', 'in', ['approved', 'used', 'denied', 'expired', 'void'])
+    .orderBy('r.created_at')
+    .execute();
+  const out: RemediationOutcome[] = [];
+  for (const r of ready) out.push(await executeRemediation(deps, r.id));
+  return out;
+}

@@ -1,0 +1,345 @@
+import { randomUUID } from 'node:crypto';
+import { canonicalJson, loadWorld, REMEDIATION_RULE_ID, sha256Hex } from '@gatehouse/contracts';
+import { actorHash, inTransaction, operationKeyHash, recordAudit, type Db, type Remediation } from '@gatehouse/ledger';
+import { referenceChangeBundle, referenceSupportBundle } from './bundles.ts';
+import { catalogDigest, digestOf, toolsOfPack } from '@gatehouse/tools';
+import { REMEDIATION_TOOL, remediationsOf } from './classes.ts';
+import type { WorklistItem } from './worklist.ts';
+
+/** A remediation cannot be requested or executed as asked (bad item, class or state). */
+export class RemediationRefused extends Error {
+  override name = 'RemediationRefused';
+  readonly reason: string;
+  constructor(reason: string, message: string) {
+    super(message);
+    this.reason = reason;
+  }
+}
+
+/** Settings shared by requesting and executing remediations. */
+export interface RemediationDeps {
+  db: Db;
+  stagingUrl: string;
+  hmacKey: string;
+  /** Release id recorded on the remediation's workflow, action and approval. */
+  release: string;
+  supportRevision?: string;
+  changeRevision?: string;
+  policyDir?: string;
+}
+
+/** The approval a lead must decide, as the requester sees it. Amount in integer cents. */
+export interface RemediationTicket {
+  itemId: string;
+  remediation: Remediation;
+  approvalId: string;
+  workflowId: string;
+  actionVersion: number;
+  actionDigest: string;
+  /** The compensation's idempotency key: `recon_<itemId>` (`.v<n>` after a denied or expired request). */
+  operationKey: string;
+  tenant: string;
+  region: string | null;
+  approverRole: string;
+  amountCents: number | null;
+  expiresAt: Date;
+  /** True when an identical request was already pending (nothing new was written). */
+  existing: boolean;
+}
+
+/**
+ * Finds a worklist item by its id or a unique id prefix (≥ 8 hex characters).
+ * @throws RemediationRefused(`unknown_item` | `ambiguous_item`).
+ */
+export async function findItem(db: Db, idOrPrefix: string): Promise<WorklistItem> {
+  const rows = /^[0-9a-f-]{36}$/.test(idOrPrefix)
+    ? await db.selectFrom('reconciliation_items').selectAll().where('id', '=', idOrPrefix).execute()
+    : /^[0-9a-f-]{8,35}$/.test(idOrPrefix)
+      ? await db
+          .selectFrom('reconciliation_items')
+          .selectAll()
+          .where((eb) => eb(eb.cast('id', 'text'), 'like', `${idOrPrefix}%`))
+          .limit(2)
+          .execute()
+      : [];
+  if (rows.length > 1) throw new RemediationRefused('ambiguous_item', `item prefix ${idOrPrefix} names more than one item`);
+  if (!rows[0]) throw new RemediationRefused('unknown_item', `no reconciliation item ${idOrPrefix}`);
+  return rows[0];
+}
+
+async function orderRecord(stagingUrl: string, orderId: string): Promise<{ tenant: string; region: string; paid: number } | null> {
+  const res = await fetch(`${stagingUrl}/orders/${encodeURIComponent(orderId)}`, { signal: AbortSignal.timeout(5000) });
+  return res.ok ? ((await res.json()) as { tenant: string; region: string; paid: number }) : null;
+}
+
+/**
+ * The exact compensation a lead is asked to approve: its arguments come from the worklist item
+ * (the systems of record's ids and amounts), never from a model.
+ */
+function remediationArgs(item: WorklistItem, remediation: Remediation): Record<string, unknown> {
+  const detail = item.detail;
+  const shipmentIds = Array.isArray(detail.shipmentIds) ? (detail.shipmentIds as string[]) : [];
+  return {
+    itemId: item.id,
+    class: item.class,
+    remediation,
+    subject: item.subject,
+    orderId: item.order_id,
+    operationKey: item.operation_key,
+    ledgerRef: item.ledger_ref,
+    amountCents: item.amount_cents === null ? null : Number(item.amount_cents),
+    ...(remediation === 'cancel_shipment' ? { shipmentId: shipmentIds.at(-1) ?? null } : {}),
+  };
+}
+
+/**
+ * Records a remediation of a live worklist item as an approval request a lead decides through
+ * the approval API (`POST /v1/approvals/:id/decision`, SPEC §9): a workflow of its own (ticket
+ * `recon_<itemId>`), one compensation action (`reverse_refund`, `cancel_shipment`,
+ * `replay_refund`, `adopt_ledger_entry` or `ratify_difference` — never in the agent's catalog)
+ * whose digest binds the exact arguments, and a pending approval with rule `RECON` for the role
+ * of the item's pack (support: a lead of the order's region whose limit covers the amount;
+ * change: a change owner). The requester (the operator) can never approve it. Audited
+ * (`approval.requested`, `compensation.requested`). Asking again for the same remediation while
+ * it is pending returns the pending request; asking for another voids the pending one first.
+ * @throws RemediationRefused when the item is not live, the remediation does not fit its class,
+ *   an approved remediation awaits execution, or the item's tenant or order is unknown.
+ */
+export async function requestRemediation(
+  deps: RemediationDeps,
+  req: { itemId: string; remediation: Remediation; operator: string },
+): Promise<RemediationTicket> {
+  const item = await findItem(deps.db, req.itemId);
+  if (item.status !== 'open' && item.status !== 'frozen')
+    throw new RemediationRefused('item_not_live', `item ${item.id} is ${item.status}`);
+  const allowed = remediationsOf(item.class, item.tool);
+  if (!allowed.includes(req.remediation)) {
+    throw new RemediationRefused(
+      'remediation_not_allowed',
+      `${req.remediation} does not fit ${item.class}${allowed.length ? ` (allowed: ${allowed.join(', ')})` : ' (repaired automatically)'}`,
+    );
+  }
+  if (req.remediation === 'cancel_shipment' && !(Number(item.detail.surplus) > 0)) {
+    throw new RemediationRefused('nothing_to_cancel', `order ${item.order_id} has no surplus shipment`);
+  }
+  if (item.approval_id) {
+    const prior = await deps.db
+      .selectFrom('approvals as p')
+      .innerJoin('actions as a', 'a.id', 'p.action_id')
+      .select(['p.id', 'p.status', 'p.workflow_id', 'p.action_version', 'p.action_digest', 'a.operation_key', 'p.tenant', 'p.region'])
+      .select(['p.approver_role', 'p.amount_cents', 'p.expires_at', 'a.arguments'])
+      .where('p.id', '=', item.approval_id)
+      .executeTakeFirstOrThrow();
+    if (prior.status === 'pending' && item.remediation === req.remediation) {
+      return {
+        itemId: item.id,
+        remediation: req.remediation,
+        approvalId: prior.id,
+        workflowId: prior.workflow_id,
+        actionVersion: prior.action_version,
+        actionDigest: prior.action_digest,
+        operationKey: prior.operation_key,
+        tenant: prior.tenant,
+        region: prior.region,
+        approverRole: prior.approver_role,
+        amountCents: prior.amount_cents,
+        expiresAt: new Date(prior.expires_at),
+        existing: true,
+      };
+    }
+    if (prior.status === 'approved' || prior.status === 'used') {
+      throw new RemediationRefused(
+        'remediation_approved',
+        `item ${item.id} has an approved ${item.remediation} awaiting execution: run it with gatehouse reconcile resolve ${item.id}`,
+      );
+    }
+  }
+  const support = item.tool !== 'schedule_change';
+  const bundle = support
+    ? referenceSupportBundle(deps.supportRevision, deps.policyDir)
+    : referenceChangeBundle(deps.changeRevision, deps.policyDir);
+  const order = item.order_id ? await orderRecord(deps.stagingUrl, item.order_id) : null;
+  const tenant = order?.tenant ?? item.tenant;
+  if (!tenant) throw new RemediationRefused('unknown_tenant', `item ${item.id} names no tenant or order`);
+  if (support && !order) throw new RemediationRefused('unknown_order', `the order system has no order ${item.order_id}`);
+  const args = remediationArgs(item, req.remediation);
+  // The value at risk a lead's limit must cover: the money moved, or a replacement's worth (decision 0008).
+  const amountCents = !support ? null : item.amount_cents !== null ? Number(item.amount_cents) : (order?.paid ?? null);
+  const tool = REMEDIATION_TOOL[req.remediation];
+  const target = item.order_id ?? item.ledger_ref ?? item.id;
+  const pack = support ? 'support' : 'change';
+  const now = new Date();
+  const expiresAt = new Date(now.getTime() + bundle.approval.ttlSeconds * 1000);
+
+  return inTransaction(deps.db, async (trx) => {
+    const live = await trx.selectFrom('reconciliation_items').selectAll().where('id', '=', item.id).forUpdate().executeTakeFirstOrThrow();
+    if (live.approval_id !== item.approval_id || (live.status !== 'open' && live.status !== 'frozen')) {
+      throw new RemediationRefused('item_changed', `item ${item.id} changed meanwhile; look again`);
+    }
+    if (live.approval_id) {
+      // Another remediation replaces a pending one: void it, exactly as an amendment does.
+      const voided = await trx
+        .updateTable('approvals')
+        .set({ status: 'void', decided_at: now, reason: `replaced by ${req.remediation}` })
+        .where('id', '=', live.approval_id)
+        .where('status', 'in', ['pending', 'denied', 'expired'])
+        .returning(['id', 'action_id', 'workflow_id', 'tool', 'status'])
+        .executeTakeFirst();
+      if (voided) {
+        await trx.updateTable('actions').set({ status: 'superseded', updated_at: now }).where('id', '=', voided.action_id).execute();
+        await trx
+          .updateTable('workflows')
+          .set({ state: 'stopped', stop_reason: 'denied', next_step: `Replaced by a ${req.remediation} request.`, updated_at: now })
+          .where('id', '=', voided.workflow_id)
+          .where('state', '=', 'awaiting_approval')
+          .execute();
+        await recordAudit(trx, {
+          type: 'approval.voided',
+          service: 'reconciliation',
+          runId: voided.workflow_id,
+          actorHash: actorHash(deps.hmacKey, req.operator),
+          tool: voided.tool,
+          approvalId: voided.id,
+          outcome: 'replaced',
+        });
+      }
+    }
+    const attempt =
+      Number(
+        (
+          await trx
+            .selectFrom('workflows')
+            .select((eb) => eb.fn.countAll<string>().as('n'))
+            .where('tenant', '=', tenant)
+            .where('ticket_id', 'like', `recon_${item.id}%`)
+            .executeTakeFirstOrThrow()
+        ).n,
+      ) + 1;
+    const operationKey = attempt === 1 ? `recon_${item.id}` : `recon_${item.id}.v${attempt}`;
+    const workflowId = randomUUID();
+    const proposalId = randomUUID();
+    const actionId = randomUUID();
+    const approvalId = randomUUID();
+    const digest = digestOf({ tool, target, arguments: args, actor: req.operator, tenant, policyRevision: bundle.revision, version: 1 });
+    await trx
+      .insertInto('workflows')
+      .values({
+        id: workflowId,
+        tenant,
+        ticket_id: operationKey,
+        user_id: req.operator,
+        pack,
+        mode: 'act',
+        text_sha256: sha256Hex(canonicalJson(args)),
+        state: 'awaiting_approval',
+        stop_reason: null,
+        next_step: `A ${bundle.approval.approverRole} must approve ${tool} for reconciliation item ${item.id}.`,
+        release_id: deps.release,
+        policy_revision: bundle.revision,
+        catalog_digest: catalogDigest(toolsOfPack(pack)),
+      })
+      .execute();
+    await trx
+      .insertInto('proposals')
+      .values({
+        id: proposalId,
+        workflow_id: workflowId,
+        round: 0,
+        call_id: operationKey,
+        tool,
+        arguments_sha256: sha256Hex(canonicalJson(args)),
+        status: 'valid',
+        validation_error: null,
+        offered_in_state: null,
+      })
+      .execute();
+    await trx
+      .insertInto('actions')
+      .values({
+        id: actionId,
+        workflow_id: workflowId,
+        proposal_id: proposalId,
+        call_id: operationKey,
+        version: 1,
+        supersedes_version: null,
+        tool,
+        target,
+        arguments: JSON.stringify(args),
+        digest,
+        decision: 'REQUIRE_APPROVAL',
+        rule_id: REMEDIATION_RULE_ID,
+        policy_revision: bundle.revision,
+        status: 'pending_approval',
+        operation_key: operationKey,
+        release_id: deps.release,
+        facts: JSON.stringify({
+          reconciliation: { itemId: item.id, class: item.class, owner: item.owner, subject: item.subject, detail: item.detail },
+          ...(order ? { order: { id: item.order_id, tenant: order.tenant, region: order.region, paidCents: order.paid } } : {}),
+        }),
+      })
+      .execute();
+    const region = bundle.approval.sameRegion ? (order?.region ?? null) : null;
+    await trx
+      .insertInto('approvals')
+      .values({
+        id: approvalId,
+        workflow_id: workflowId,
+        action_id: actionId,
+        action_version: 1,
+        action_digest: digest,
+        policy_revision: bundle.revision,
+        tool,
+        tenant,
+        region,
+        amount_cents: amountCents,
+        requester: req.operator,
+        rule_id: REMEDIATION_RULE_ID,
+        status: 'pending',
+        approver_role: bundle.approval.approverRole,
+        same_region: bundle.approval.sameRegion,
+        release_id: deps.release,
+        traceparent: null,
+        expires_at: expiresAt,
+      })
+      .execute();
+    await trx
+      .updateTable('reconciliation_items')
+      .set({ remediation: req.remediation, approval_id: approvalId })
+      .where('id', '=', item.id)
+      .execute();
+    const audit = {
+      service: 'reconciliation',
+      runId: workflowId,
+      actorHash: actorHash(deps.hmacKey, req.operator),
+      tool,
+      actionDigest: digest,
+      actionVersion: 1,
+      approvalId,
+      operationKeyHash: operationKeyHash(operationKey),
+      ruleId: REMEDIATION_RULE_ID,
+      revisions: { policy: bundle.revision, release: deps.release },
+    };
+    await recordAudit(trx, { ...audit, type: 'approval.requested', decision: 'REQUIRE_APPROVAL' });
+    await recordAudit(trx, { ...audit, type: 'compensation.requested', outcome: `${item.class}:${req.remediation}` });
+    return {
+      itemId: item.id,
+      remediation: req.remediation,
+      approvalId,
+      workflowId,
+      actionVersion: 1,
+      actionDigest: digest,
+      operationKey,
+      tenant,
+      region,
+      approverRole: bundle.approval.approverRole,
+      amountCents,
+      expiresAt,
+      existing: false,
+    };
+  });
+}
+
+/** The approving lead's delegation bound (their approve limit, cents), from world.json. */
+export function approverCeilingCents(approverId: string, tenant: string): number {
+  return loadWorld().users.find((u) => u.id === approverId && u.tenant === tenant)?.approveLimit ?? 0;
+}

@@ -1,0 +1,230 @@
+import { sql } from 'kysely';
+import { loadWorld } from '@gatehouse/contracts';
+import type { Db, OperationStatus } from '@gatehouse/ledger';
+import { RECONCILED_TOOLS } from './classes.ts';
+
+/** One agent operation with what reconciliation needs of its action, workflow and approval. */
+export interface AgentOperation {
+  key: string;
+  tool: string;
+  status: OperationStatus;
+  workflowId: string;
+  tenant: string;
+  actionId: string;
+  actionStatus: string;
+  callId: string;
+  /** Order id (refund, reship, mail) or plan id (schedule_change). */
+  target: string;
+  args: Record<string, unknown>;
+  /** The fencing token read (bigint as text): an automatic repair is conditional on it. */
+  fencingToken: string;
+  /** Epoch ms; null when no lease was ever granted. */
+  leaseExpiresAtMs: number | null;
+  /** Shipment count committed before dispatch (reship only). */
+  baselineShipments: number | null;
+  frozen: boolean;
+  /** Epoch ms when the operation was reserved (its claim). */
+  createdAtMs: number;
+  /** Whether a `used` approval of its action exists (SPEC §4 invariant 2). */
+  usedApproval: boolean;
+}
+
+/** A refund in the payments ledger (read-back). Amount in integer cents; time epoch ms. */
+export interface LedgerRefund {
+  refundId: string;
+  orderId: string;
+  amountCents: number;
+  idempotencyKey: string;
+  createdAtMs: number;
+}
+
+/** A reversal (compensation) of a whole refund. */
+export interface LedgerReversal {
+  reversalId: string;
+  refundId: string;
+  idempotencyKey: string;
+  createdAtMs: number;
+}
+
+/** A shipment of an order (the order system has no keys). */
+export interface LedgerShipment {
+  shipmentId: string;
+  createdAtMs: number;
+  cancelled: boolean;
+}
+
+/** A scheduled change operation (the change service, keyed by operation key). */
+export interface LedgerChangeOperation {
+  operationKey: string;
+  changeId: string;
+  tenant: string;
+  planId: string;
+  window: string;
+  status: string;
+}
+
+/** A mail message (no dedupe, no key). */
+export interface LedgerMessage {
+  messageId: string;
+  template: string;
+}
+
+/** Everything one pass compares, read once; classification is a pure function of it. */
+export interface Snapshot {
+  operations: AgentOperation[];
+  refunds: LedgerRefund[];
+  reversals: LedgerReversal[];
+  /** Shipments per order id. */
+  shipments: Map<string, LedgerShipment[]>;
+  /** Messages per order id (only orders with a mail operation in flight). */
+  messages: Map<string, LedgerMessage[]>;
+  changeOperations: LedgerChangeOperation[];
+  /** Tenant and region of every known order (the order system's records). */
+  orders: Map<string, { tenant: string; region: string; paidCents: number }>;
+  /** The auto-approve limit of the support bundle in force, cents (support-p1: 5000). */
+  autoApproveLimitCents: number;
+  /** When the snapshot was taken, epoch ms (lease expiry is judged against it). */
+  nowMs: number;
+}
+
+/** A system of record could not be read: the pass stops rather than classify half the picture. */
+export class ReadBackUnavailable extends Error {
+  override name = 'ReadBackUnavailable';
+}
+
+async function readJson<T>(url: string, timeoutMs: number): Promise<T> {
+  let res: Response;
+  try {
+    res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+  } catch (err) {
+    throw new ReadBackUnavailable(`read-back ${new URL(url).pathname} unavailable: ${(err as Error).message}`);
+  }
+  if (!res.ok) throw new ReadBackUnavailable(`read-back ${new URL(url).pathname} answered ${res.status}`);
+  return (await res.json()) as T;
+}
+
+const ms = (iso: string): number => new Date(iso).getTime();
+
+/** The agent's operations of the reconciled tools, with action, workflow and approval facts. */
+export async function readAgentOperations(db: Db): Promise<AgentOperation[]> {
+  const rows = await db
+    .selectFrom('operations as o')
+    .innerJoin('actions as a', 'a.id', 'o.action_id')
+    .innerJoin('workflows as w', 'w.id', 'o.workflow_id')
+    .select([
+      'o.key',
+      'o.tool',
+      'o.status',
+      'o.workflow_id',
+      'w.tenant',
+      'a.id as action_id',
+      'a.status as action_status',
+      'a.call_id',
+      'a.target',
+      'a.arguments',
+      'o.fencing_token',
+      'o.lease_expires_at',
+      'o.baseline',
+      'o.frozen_at',
+      'o.created_at',
+      sql<boolean>`exists (select 1 from approvals p where p.action_id = a.id and p.status = 'used')`.as('used_approval'),
+    ])
+    .where('o.tool', 'in', [...RECONCILED_TOOLS])
+    .orderBy('o.created_at')
+    .orderBy('o.key')
+    .execute();
+  return rows.map((r) => {
+    const baseline = (r.baseline as { shipments?: unknown } | null)?.shipments;
+    return {
+      key: r.key,
+      tool: r.tool,
+      status: r.status,
+      workflowId: r.workflow_id,
+      tenant: r.tenant,
+      actionId: r.action_id,
+      actionStatus: r.action_status,
+      callId: r.call_id,
+      target: r.target,
+      args: r.arguments,
+      fencingToken: String(r.fencing_token),
+      leaseExpiresAtMs: r.lease_expires_at ? new Date(r.lease_expires_at).getTime() : null,
+      baselineShipments: typeof baseline === 'number' ? baseline : null,
+      frozen: r.frozen_at !== null,
+      createdAtMs: new Date(r.created_at).getTime(),
+      usedApproval: r.used_approval,
+    };
+  });
+}
+
+/**
+ * Reads one consistent-enough picture for a pass: the ledger's operations first, then the
+ * systems of record through their read-back endpoints (SPEC §9 staging): every refund and
+ * reversal, the shipments of every known order, every change operation, and the mail of orders
+ * with a mail operation in flight. Records written after the operations were read show up as
+ * `ledger_entry_without_step` at worst for one pass, then match.
+ * @throws ReadBackUnavailable when any read-back fails (nothing is classified on half the data).
+ */
+export async function readSnapshot(
+  db: Db,
+  stagingUrl: string,
+  opts: { autoApproveLimitCents: number; timeoutMs?: number },
+): Promise<Snapshot> {
+  const timeoutMs = opts.timeoutMs ?? 5000;
+  const nowMs = Date.now();
+  const operations = await readAgentOperations(db);
+  const [refundsBody, reversalsBody, changesBody] = await Promise.all([
+    readJson<{ refunds: Array<{ refundId: string; orderId: string; amountCents: number; idempotencyKey: string; createdAt: string }> }>(
+      `${stagingUrl}/ledger/refunds`,
+      timeoutMs,
+    ),
+    readJson<{ reversals: Array<{ reversalId: string; refundId: string; idempotencyKey: string; createdAt: string }> }>(
+      `${stagingUrl}/ledger/reversals`,
+      timeoutMs,
+    ),
+    readJson<{ operations: LedgerChangeOperation[] }>(`${stagingUrl}/changes/operations`, timeoutMs),
+  ]);
+  const orders = new Map(loadWorld().orders.map((o) => [o.id, { tenant: o.tenant, region: o.region, paidCents: o.paid }]));
+  const orderIds = new Set([...orders.keys(), ...operations.filter((o) => o.tool === 'reship_order').map((o) => o.target)]);
+  const shipments = new Map<string, LedgerShipment[]>();
+  for (const id of orderIds) {
+    const body = await readJson<{ shipments: Array<{ shipmentId: string; createdAt: string; cancelledAt?: string | null }> }>(
+      `${stagingUrl}/orders/${encodeURIComponent(id)}/shipments`,
+      timeoutMs,
+    );
+    shipments.set(
+      id,
+      body.shipments.map((s) => ({ shipmentId: s.shipmentId, createdAtMs: ms(s.createdAt), cancelled: Boolean(s.cancelledAt) })),
+    );
+  }
+  const messages = new Map<string, LedgerMessage[]>();
+  const mailOrders = new Set(operations.filter((o) => o.tool === 'notify_customer' && o.status !== 'succeeded').map((o) => o.target));
+  for (const id of mailOrders) {
+    const body = await readJson<{ messages: LedgerMessage[] }>(`${stagingUrl}/mail/messages?orderId=${encodeURIComponent(id)}`, timeoutMs);
+    messages.set(
+      id,
+      body.messages.map((m) => ({ messageId: m.messageId, template: m.template })),
+    );
+  }
+  return {
+    operations,
+    refunds: refundsBody.refunds.map((r) => ({
+      refundId: r.refundId,
+      orderId: r.orderId,
+      amountCents: r.amountCents,
+      idempotencyKey: r.idempotencyKey,
+      createdAtMs: ms(r.createdAt),
+    })),
+    reversals: reversalsBody.reversals.map((v) => ({
+      reversalId: v.reversalId,
+      refundId: v.refundId,
+      idempotencyKey: v.idempotencyKey,
+      createdAtMs: ms(v.createdAt),
+    })),
+    shipments,
+    messages,
+    changeOperations: changesBody.operations,
+    orders,
+    autoApproveLimitCents: opts.autoApproveLimitCents,
+    nowMs,
+  };
+}
