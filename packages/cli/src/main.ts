@@ -11,7 +11,7 @@ import { auditPublicKey } from './audit-key.ts';
 import { prepareDatabase } from './db-admin.ts';
 import { runDemo, printReport } from './demo.ts';
 import { authorizeOperator, bumpEpoch, setSwitch, type Operator } from './ops.ts';
-import { reconcileUnknown } from './reconcile.ts';
+import { reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
 import { loadBundle, loadBundleFile, runBoundaryGate, loadBoundaryCases } from '@gatehouse/policy';
 import { portOf, SERVICES, startStack, stateDir, stopDetachedStack } from './stack.ts';
 
@@ -24,7 +24,9 @@ const USAGE = `gatehouse — operate a Gatehouse stack
   gatehouse audit verify                walk the audit chain and its anchors
   gatehouse switch on|off <tool>        hold or release a tool at the moment of execution
   gatehouse epoch bump                  revoke every outstanding delegated credential
-  gatehouse reconcile                   resolve failed_unknown operations against the systems of record
+  gatehouse reconcile                   compare the ledger with the systems of record; print the worklist
+  gatehouse reconcile resolve <item> --ratify|--reverse|--cancel-shipment|--adopt|--replay
+                                        ask a lead to approve a remediation; once approved, run it once
   gatehouse policy check <bundle.json|revision>   run the boundary-case gate
   gatehouse migrate [up|down]
 
@@ -42,6 +44,11 @@ async function main(argv: string[]): Promise<number> {
     options: {
       user: { type: 'string' },
       token: { type: 'string' },
+      ratify: { type: 'boolean' },
+      reverse: { type: 'boolean' },
+      'cancel-shipment': { type: 'boolean' },
+      adopt: { type: 'boolean' },
+      replay: { type: 'boolean' },
       fresh: { type: 'boolean' },
       'keep-running': { type: 'boolean' },
       help: { type: 'boolean' },
@@ -131,12 +138,32 @@ async function main(argv: string[]): Promise<number> {
       return failures.length ? 1 : 0;
     }
     case 'reconcile':
-      return opsCommand(env, values.token, 'reconcile', async (db, op) => {
-        const rows = await reconcileUnknown(db, env.STAGING_URL, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
-        for (const r of rows) out(`  ${r.outcome.padEnd(10)} ${r.tool.padEnd(15)} ${r.key}  ${r.evidence}`);
-        out(`${rows.length} unknown outcome(s) examined, ${rows.filter((r) => r.outcome === 'unresolved').length} left for a person`);
-        return 0;
+    case 'reconcile resolve': {
+      const flags = Object.keys(REMEDIATION_FLAGS).filter((f) => (values as Record<string, unknown>)[f]);
+      return opsCommand(env, values.token, sub ? 'reconcile resolve' : 'reconcile', async (db, op) => {
+        if (sub && !arg) throw new Error('reconcile resolve needs an item id');
+        if (flags.length > 1) throw new Error(`choose one remediation, not ${flags.join(' and ')}`);
+        const redis = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
+        const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
+        const relay = new OutboxRelay(db, queues, createLogger('cli'));
+        const ctx = {
+          db,
+          stagingUrl: env.STAGING_URL,
+          hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+          delegationSecret: env.GATEHOUSE_DELEGATION_SECRET,
+          release: env.GATEHOUSE_RELEASE,
+          operator: op.id,
+          out,
+          publish: (rows: Parameters<OutboxRelay['publish']>[0]) => relay.publish(rows),
+        };
+        try {
+          return sub ? await resolveCommand(ctx, arg!, flags[0] ? REMEDIATION_FLAGS[flags[0]] : undefined) : await reconcileCommand(ctx);
+        } finally {
+          await queues.close();
+          redis.disconnect();
+        }
       });
+    }
     case 'migrate':
     case 'migrate up':
     case 'migrate down': {

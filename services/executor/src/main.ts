@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, createWorker } from '@gatehouse/platform';
 import { executionsQueue, loadWorld, type ExecutionJob } from '@gatehouse/contracts';
 import { processExecution } from './jobs/executions.processor.ts';
+import { startReconcileJob } from './jobs/reconcile.processor.ts';
 import { readTestHooks } from './domain/test-hooks.ts';
 import { loadActiveBundles } from '@gatehouse/policy';
 
@@ -23,6 +24,10 @@ const ctx = createServiceContext('executor', {
   CHANGE_POLICY_REVISION: z.string().default('change-c1'),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),
+  /** Repeatable reconciliation pass, ms between passes (0: only on demand). */
+  RECONCILE_INTERVAL_MS: z.coerce.number().int().nonnegative().default(60_000),
+  /** Reference support bundle reconciliation judges refunds against (never a bundle failing its gate). */
+  RECONCILE_SUPPORT_REVISION: z.string().default('support-p1'),
 });
 const hooks = readTestHooks(process.env);
 const { env, log, db, relay } = ctx;
@@ -56,8 +61,23 @@ const worker = createWorker(
     stalledIntervalMs: env.EXECUTOR_STALLED_INTERVAL_MS,
   },
 );
+const reconciler = await startReconcileJob(
+  {
+    db,
+    relay,
+    log,
+    stagingUrl: env.STAGING_URL,
+    delegationSecret: env.GATEHOUSE_DELEGATION_SECRET,
+    auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+    release: env.GATEHOUSE_RELEASE,
+    supportRevision: env.RECONCILE_SUPPORT_REVISION,
+    changeRevision: bundles.change.revision,
+    policyDir: env.POLICY_DIR,
+  },
+  { queues: ctx.queues, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, intervalMs: env.RECONCILE_INTERVAL_MS },
+);
 relay.start();
 const app = finishApp(createHttpApp('executor', ctx.readyChecks), log);
 const { server, port } = await listen(app, env.EXECUTOR_PORT);
 log.info({ port }, 'executor ready');
-installShutdown(log, [() => ctx.close([worker]), () => closeServer(server)]);
+installShutdown(log, [() => ctx.close([worker, reconciler]), () => closeServer(server)]);

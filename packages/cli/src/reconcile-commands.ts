@@ -1,0 +1,118 @@
+import type { Db, OutboxRow, Remediation } from '@gatehouse/ledger';
+import {
+  executeApprovedRemediations,
+  executeRemediation,
+  findItem,
+  requestRemediation,
+  runReconciliation,
+  type ExecuteDeps,
+  type RemediationOutcome,
+  type WorklistItem,
+} from '@gatehouse/reconciliation';
+
+/** What the reconcile commands need from the CLI: ledger, systems of record, secrets, output. */
+export interface ReconcileContext {
+  db: Db;
+  stagingUrl: string;
+  hmacKey: string;
+  delegationSecret: string;
+  release: string;
+  /** The verified operator running the command. */
+  operator: string;
+  out: (line: string) => void;
+  /** Publishes outbox rows (results of resumed calls) after their transaction committed. */
+  publish: (rows: OutboxRow[]) => Promise<void>;
+}
+
+/** The remediation flags of `gatehouse reconcile resolve`, by remediation. */
+export const REMEDIATION_FLAGS: Record<string, Remediation> = {
+  ratify: 'ratify',
+  reverse: 'reverse',
+  'cancel-shipment': 'cancel_shipment',
+  adopt: 'adopt',
+  replay: 'replay',
+};
+
+function deps(ctx: ReconcileContext): ExecuteDeps {
+  return { db: ctx.db, stagingUrl: ctx.stagingUrl, hmacKey: ctx.hmacKey, release: ctx.release, delegationSecret: ctx.delegationSecret };
+}
+
+/** One worklist line: id, status, class, owner, subject, amount (currency units) and remediation under way. */
+export function formatItem(i: WorklistItem): string {
+  const amount = i.amount_cents === null ? '' : `  ${(Number(i.amount_cents) / 100).toFixed(2)}`;
+  const remedy = i.remediation ? `  remediation=${i.remediation} approval=${i.approval_id}` : '';
+  return `  ${i.id}  ${i.status.padEnd(6)}  ${i.class.padEnd(34)}  owner=${i.owner.padEnd(13)}  ${i.subject}${amount}${remedy}`;
+}
+
+function formatOutcome(o: RemediationOutcome): string {
+  switch (o.state) {
+    case 'resolved':
+      return `item ${o.itemId} resolved: ${o.resolution}`;
+    case 'awaiting_approval':
+      return `item ${o.itemId}: approval ${o.approvalId} is still pending`;
+    case 'busy':
+      return `item ${o.itemId}: another process is executing its remediation`;
+    default:
+      return `item ${o.itemId}: ${o.state} (${o.reason})`;
+  }
+}
+
+/**
+ * `gatehouse reconcile`: executes remediations leads approved, runs one reconciliation pass
+ * (SPEC §7) and prints the live worklist and a summary; publishes the results of resumed calls.
+ * Returns the exit code (0; the summary says how many differences are unexplained).
+ */
+export async function reconcileCommand(ctx: ReconcileContext): Promise<number> {
+  for (const o of await executeApprovedRemediations(deps(ctx))) {
+    if (o.state === 'resolved') await ctx.publish(o.rows);
+    ctx.out(formatOutcome(o));
+  }
+  const r = await runReconciliation({ db: ctx.db, stagingUrl: ctx.stagingUrl, hmacKey: ctx.hmacKey, actor: ctx.operator });
+  await ctx.publish(r.rows);
+  for (const d of r.findings) {
+    if (d.disposition === 'resumed') ctx.out(`resumed ${d.finding.tool} ${d.finding.operationKey}: ${d.finding.resume?.evidenceRef}`);
+  }
+  ctx.out(`worklist (${r.worklist.length}):`);
+  for (const i of r.worklist) ctx.out(formatItem(i));
+  ctx.out(
+    `classes: ${Object.entries(r.counts)
+      .map(([c, n]) => `${c}=${n}`)
+      .join(' ')}`,
+  );
+  const frozen = r.worklist.filter((i) => i.status === 'frozen').length;
+  ctx.out(
+    `run ${r.runId}: ${r.findings.length} compared; ${r.counts.matched} matched, ${r.resumed} resumed, ${r.explained} explained, ${r.vanished} vanished; ${r.unexplained} unexplained (${r.unexplained - frozen} open, ${frozen} frozen)`,
+  );
+  return 0;
+}
+
+/**
+ * `gatehouse reconcile resolve <itemId> [--ratify|--reverse|--cancel-shipment|--adopt|--replay]`:
+ * with a remediation flag, asks a lead for it (an approval request decided through the approval
+ * API) — or, once the lead approved that same remediation, executes it exactly once; without a
+ * flag, executes the remediation already requested. Prints what a lead must decide or the outcome.
+ * Returns the exit code: 0 when requested, pending or resolved; 1 when refused or failed.
+ * @throws RemediationRefused when the item, class or state does not allow it.
+ */
+export async function resolveCommand(ctx: ReconcileContext, itemId: string, remediation: Remediation | undefined): Promise<number> {
+  const item = await findItem(ctx.db, itemId);
+  const asked = item.approval_id && (remediation === undefined || remediation === item.remediation);
+  if (!asked) {
+    if (!remediation) {
+      ctx.out(`item ${item.id} has no remediation requested: add one of --${Object.keys(REMEDIATION_FLAGS).join(', --')}`);
+      return 1;
+    }
+    const t = await requestRemediation(deps(ctx), { itemId: item.id, remediation, operator: ctx.operator });
+    ctx.out(
+      `${t.existing ? 'already requested' : 'requested'}: ${t.remediation} of item ${t.itemId} — approval ${t.approvalId} (action v${t.actionVersion}, digest ${t.actionDigest}, key ${t.operationKey})`,
+    );
+    ctx.out(
+      `  a ${t.approverRole} of ${t.tenant}${t.region ? ` in ${t.region}` : ''}${t.amountCents !== null ? ` with an approve limit of at least ${(t.amountCents / 100).toFixed(2)}` : ''} must decide it before ${t.expiresAt.toISOString()} (POST /v1/approvals/${t.approvalId}/decision); then run this command again`,
+    );
+    return 0;
+  }
+  const o = await executeRemediation(deps(ctx), item.id);
+  if (o.state === 'resolved') await ctx.publish(o.rows);
+  ctx.out(formatOutcome(o));
+  return o.state === 'refused' || o.state === 'failed' ? 1 : 0;
+}

@@ -1,0 +1,80 @@
+import type { Worker } from 'bullmq';
+import { queueName, reconcileQueue, type ReconcileJob } from '@gatehouse/contracts';
+import type { Db } from '@gatehouse/ledger';
+import { createWorker, type Logger, type OutboxRelay, type QueueRegistry } from '@gatehouse/platform';
+import { executeApprovedRemediations, runReconciliation } from '@gatehouse/reconciliation';
+
+/** Who the job's passes are attributed to in the audit chain (hashed). */
+export const RECONCILIATION_JOB_ACTOR = 'reconciliation-job';
+
+/** Dependencies of {@link processReconcile}. */
+export interface ReconcileDeps {
+  db: Db;
+  relay: OutboxRelay;
+  log: Logger;
+  stagingUrl: string;
+  delegationSecret: string;
+  auditHmacKey: string;
+  release: string;
+  /** Support bundle in force (its auto limit selects refunds over it). */
+  supportRevision: string;
+  changeRevision: string;
+  policyDir?: string;
+}
+
+/**
+ * One `reconcile` job (SPEC §7, issue 8): first executes the remediations leads approved since
+ * the last pass (each exactly once, under `recon_<itemId>`), then runs a reconciliation pass and
+ * publishes the results of the calls it resumed. Logs a `reconciliation_worklist` alert line
+ * while differences stay unexplained. Returns a one-line summary (stored with the job).
+ * @throws ReadBackUnavailable when a system of record cannot be read (the next pass retries).
+ */
+export async function processReconcile(job: ReconcileJob, deps: ReconcileDeps): Promise<string> {
+  const common = {
+    db: deps.db,
+    stagingUrl: deps.stagingUrl,
+    hmacKey: deps.auditHmacKey,
+    supportRevision: deps.supportRevision,
+    changeRevision: deps.changeRevision,
+    policyDir: deps.policyDir,
+  };
+  const remediated = await executeApprovedRemediations({ ...common, release: deps.release, delegationSecret: deps.delegationSecret });
+  for (const r of remediated) if (r.state === 'resolved') await deps.relay.publish(r.rows);
+  const report = await runReconciliation({ ...common, actor: RECONCILIATION_JOB_ACTOR });
+  await deps.relay.publish(report.rows);
+  const summary = `run ${report.runId} (${job.trigger}): ${report.findings.length} compared, ${report.counts.matched} matched, ${report.resumed} resumed, ${report.explained} explained, ${report.unexplained} unexplained; ${remediated.filter((r) => r.state === 'resolved').length} remediation(s) executed`;
+  if (report.unexplained > 0) {
+    deps.log.warn(
+      { alert: 'reconciliation_worklist', unexplained: report.unexplained, runId: report.runId },
+      'reconciliation: differences await their owners',
+    );
+  } else deps.log.info({ runId: report.runId }, summary);
+  return summary;
+}
+
+/**
+ * Starts the release's `reconcile` worker (concurrency 1) and, when `intervalMs` > 0, upserts
+ * the repeatable job scheduler that adds a pass every `intervalMs` ms (0 removes it: passes run
+ * only on demand). Returns the worker for graceful shutdown.
+ */
+export async function startReconcileJob(
+  deps: ReconcileDeps,
+  opts: { queues: QueueRegistry; prefix: string; redisUrl: string; intervalMs: number },
+): Promise<Worker> {
+  const worker = createWorker(reconcileQueue, (p: ReconcileJob) => processReconcile(p, deps), {
+    release: deps.release,
+    prefix: opts.prefix,
+    redisUrl: opts.redisUrl,
+    log: deps.log,
+    concurrency: 1,
+  });
+  const queue = opts.queues.get(queueName(reconcileQueue.base, deps.release));
+  if (opts.intervalMs > 0) {
+    await queue.upsertJobScheduler(
+      'reconcile-every',
+      { every: opts.intervalMs },
+      { name: reconcileQueue.jobName, data: { release: deps.release, trigger: 'schedule' }, opts: reconcileQueue.options },
+    );
+  } else await queue.removeJobScheduler('reconcile-every');
+  return worker;
+}
