@@ -1,0 +1,166 @@
+import { randomUUID } from 'node:crypto';
+import { sql } from 'kysely';
+import type { Db, OperationStatus } from '@gatehouse/ledger';
+
+/** One seeded agent step: its workflow, action and operation (and approval when `usedApproval`). */
+export interface SeededStep {
+  workflowId: string;
+  actionId: string;
+  callId: string;
+  key: string;
+}
+
+/**
+ * Writes a step straight into the ledger, as the agent loop, gateway and executor would have left
+ * it: a workflow, a proposal, one action version and its operation; a `used` approval of a lead
+ * when `usedApproval`; the call answered (a `function_call_output`) unless `answered` is false.
+ */
+export async function seedStep(
+  db: Db,
+  o: {
+    tool: 'issue_refund' | 'reship_order';
+    orderId: string;
+    amountCents?: number;
+    opStatus: OperationStatus;
+    actionStatus?: string;
+    workflowState?: string;
+    decision?: 'ALLOW' | 'REQUIRE_APPROVAL';
+    usedApproval?: boolean;
+    answered?: boolean;
+    baselineShipments?: number;
+    leaseExpiredMs?: number;
+  },
+): Promise<SeededStep> {
+  const workflowId = randomUUID();
+  const proposalId = randomUUID();
+  const actionId = randomUUID();
+  const callId = `call_${workflowId.slice(0, 8)}`;
+  const key = `${workflowId}:action:1`;
+  const args =
+    o.tool === 'issue_refund' ? { orderId: o.orderId, amountCents: o.amountCents, reason: 'damaged item' } : { orderId: o.orderId };
+  const decision = o.decision ?? 'ALLOW';
+  await db
+    .insertInto('workflows')
+    .values({
+      id: workflowId,
+      tenant: 'quillfeather',
+      ticket_id: `T-${workflowId.slice(0, 8)}`,
+      user_id: 'rep-ana',
+      pack: 'support',
+      mode: 'act',
+      text_sha256: 'seeded',
+      state: (o.workflowState ?? 'completed') as never,
+      release_id: 'rel-1',
+      policy_revision: 'support-p1',
+      catalog_digest: 'seeded',
+    })
+    .execute();
+  await db
+    .insertInto('proposals')
+    .values({
+      id: proposalId,
+      workflow_id: workflowId,
+      round: 1,
+      call_id: callId,
+      tool: o.tool,
+      arguments_sha256: 'seeded',
+      status: 'valid',
+    })
+    .execute();
+  await db
+    .insertInto('actions')
+    .values({
+      id: actionId,
+      workflow_id: workflowId,
+      proposal_id: proposalId,
+      call_id: callId,
+      version: 1,
+      supersedes_version: null,
+      tool: o.tool,
+      target: o.orderId,
+      arguments: JSON.stringify(args),
+      digest: `digest-${actionId}`,
+      decision,
+      rule_id: decision === 'ALLOW' ? 'ALLOW' : 'R7',
+      policy_revision: 'support-p1',
+      status: (o.actionStatus ?? (o.opStatus === 'running' ? 'running' : o.opStatus)) as never,
+      operation_key: key,
+      release_id: 'rel-1',
+      facts: '{}',
+    })
+    .execute();
+  if (o.usedApproval) {
+    await db
+      .insertInto('approvals')
+      .values({
+        id: randomUUID(),
+        workflow_id: workflowId,
+        action_id: actionId,
+        action_version: 1,
+        action_digest: `digest-${actionId}`,
+        policy_revision: 'support-p1',
+        tool: o.tool,
+        tenant: 'quillfeather',
+        region: 'US',
+        amount_cents: o.amountCents ?? null,
+        requester: 'rep-ana',
+        rule_id: 'R7',
+        status: 'used',
+        approver: 'lead-eli',
+        release_id: 'rel-1',
+        expires_at: new Date(Date.now() + 600_000),
+        decided_at: new Date(),
+        used_at: new Date(),
+      })
+      .execute();
+  }
+  await db
+    .insertInto('operations')
+    .values({
+      key,
+      workflow_id: workflowId,
+      action_id: actionId,
+      action_digest: `digest-${actionId}`,
+      tool: o.tool,
+      status: o.opStatus,
+      fencing_token: 1,
+      lease_owner: o.opStatus === 'running' ? 'a-worker-that-died' : null,
+      lease_expires_at: o.opStatus === 'running' ? new Date(Date.now() - (o.leaseExpiredMs ?? 60_000)) : null,
+      baseline: o.baselineShipments === undefined ? null : JSON.stringify({ shipments: o.baselineShipments }),
+      dispatched_at: new Date(),
+      attempts: 1,
+      release_id: 'rel-1',
+    })
+    .execute();
+  if (o.answered !== false) {
+    await db
+      .insertInto('conversation_items')
+      .values({
+        workflow_id: workflowId,
+        round: 1,
+        kind: 'function_call_output',
+        call_id: callId,
+        item: JSON.stringify({ type: 'function_call_output', call_id: callId, output: '{}' }),
+      })
+      .execute();
+  }
+  return { workflowId, actionId, callId, key };
+}
+
+/** A refund written straight into the payments ledger (the staging schema of the same database). */
+export async function seedRefund(db: Db, r: { key: string; orderId: string; amountCents: number; tenant?: string }): Promise<string> {
+  const refundId = `re_seed${randomUUID().replace(/-/g, '').slice(0, 17)}`;
+  await sql`INSERT INTO staging.refunds (refund_id, idempotency_key, order_id, tenant, amount_cents, reason, requester, actor)
+    VALUES (${refundId}, ${r.key}, ${r.orderId}, ${r.tenant ?? 'quillfeather'}, ${r.amountCents}, 'seeded', 'rep-ana', 'support-agent')`.execute(
+    db,
+  );
+  return refundId;
+}
+
+/** A shipment written straight into the order system. */
+export async function seedShipment(db: Db, orderId: string, tenant = 'quillfeather'): Promise<string> {
+  const shipmentId = `shp_seed${randomUUID().replace(/-/g, '').slice(0, 16)}`;
+  await sql`INSERT INTO staging.shipments (shipment_id, order_id, tenant, requester, actor)
+    VALUES (${shipmentId}, ${orderId}, ${tenant}, 'rep-ana', 'support-agent')`.execute(db);
+  return shipmentId;
+}
