@@ -31,6 +31,8 @@ export async function startE2EStack(extra: Record<string, string> = {}): Promise
     GATEHOUSE_ENV: 'test',
     AUDIT_ANCHOR_INTERVAL_MS: '500',
     AUDIT_SIGNING_KEY_PATH: resolve(mkdtempSync(resolve(tmpdir(), 'gh-audit-')), 'key.pem'),
+    // No background reconciliation pass unless a test asks for one: it would settle parked steps mid-test.
+    RECONCILE_INTERVAL_MS: '0',
   };
   for (const svc of SERVICES) env[svc.portVar] = String(await freePort());
   env.STAGING_URL = `http://127.0.0.1:${env.STAGING_PORT}`;
