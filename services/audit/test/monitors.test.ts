@@ -17,7 +17,9 @@ afterAll(async () => {
   await t?.drop();
 });
 beforeEach(async () => {
-  await sql`TRUNCATE operations, approvals, actions, proposals, budgets, workflows, audit_outbox CASCADE`.execute(t.db);
+  await sql`TRUNCATE operations, approvals, actions, proposals, budgets, workflows, audit_outbox, reconciliation_items CASCADE`.execute(
+    t.db,
+  );
 });
 
 /** Records the effect of a seeded action as the executor would: an operation in `status`. */
@@ -70,6 +72,27 @@ describe('invariant monitors', () => {
     await effect(second);
     const over = (await evaluateMonitors(t.db, cfg)).find((a) => a.monitor === 'refund_over_auto_limit_without_approval');
     expect(over?.examples).toEqual([second.operationKey]);
+  });
+
+  it('a refund a lead resolved through reconciliation (ratified or reversed) is explained: the monitors stop naming it', async () => {
+    const bad = await createAction(t.db, { orderId: 'O-1006', amountCents: 9900, decision: 'ALLOW', approved: false });
+    await effect(bad);
+    const item = {
+      id: crypto.randomUUID(),
+      run_id: crypto.randomUUID(),
+      class: 'refund_over_limit_without_approval' as const,
+      owner: 'support-lead',
+      subject: `refund:re_${bad.actionId}`,
+      operation_key: bad.operationKey,
+      detail: '{}',
+    };
+    await t.db
+      .insertInto('reconciliation_items')
+      .values({ ...item, status: 'open' })
+      .execute();
+    expect(await fired()).toContain('refund_over_auto_limit_without_approval'); // open: still a violation
+    await t.db.updateTable('reconciliation_items').set({ status: 'resolved', resolved_by: 'lead-eli' }).where('id', '=', item.id).execute();
+    expect(await fired()).not.toContain('refund_over_auto_limit_without_approval');
   });
 
   it('an effect whose policy required approval, without a used approval, fires', async () => {

@@ -46,7 +46,10 @@ export async function evaluateMonitors(db: Db, cfg: MonitorConfig): Promise<Aler
   const fire = (monitor: string, rows: Row[]) => {
     if (rows.length) alerts.push({ monitor, count: rows.length, examples: ids(rows) });
   };
-  const noUsedApproval = sql<boolean>`not exists (select 1 from approvals p where p.action_id = a.id and p.status = 'used')`;
+  // A lead's reconciliation remediation (ratified or reversed, issue 8) explains the violation; it stays in the records.
+  const noUsedApproval = sql<boolean>`not exists (select 1 from approvals p where p.action_id = a.id and p.status = 'used')
+    and not exists (select 1 from reconciliation_items r where r.operation_key = o.key
+      and r.class = 'refund_over_limit_without_approval' and r.status = 'resolved')`;
 
   fire(
     'effect_without_required_approval',
