@@ -81,6 +81,8 @@ function jobsFor(release: string, workflowId: string): Array<{ base: keyof typeo
       base: 'results',
       payload: { release, workflowId, callId: 'call_1', output: { source: 'gatehouse', trust: 'gatehouse', executed: false } },
     },
+    // The reconciliation pass carries no workflow.
+    { base: 'reconcile', payload: { release, trigger: 'manual' } },
   ];
 }
 
@@ -163,18 +165,18 @@ describe('rollback rehearsal', () => {
       expect(handled).toBe(0);
 
       const report = await rollbackRelease(t.db, queues, { to: 'rel-1', ...op });
-      expect(report).toMatchObject({ to: 'rel-1', rolledBack: ['rel-2'], expiredApprovals: 1, queuedJobs: 5, safety: [] });
+      expect(report).toMatchObject({ to: 'rel-1', rolledBack: ['rel-2'], expiredApprovals: 1, queuedJobs: 6, safety: [] });
       expect(await releaseWritesEnabled(t.db, 'rel-2')).toBe(false);
       expect(await queues.get(queueName('turns', 'rel-2')).isPaused()).toBe(true);
       const approval = await t.db.selectFrom('approvals').select('expires_at').where('id', '=', wf2.approvalId!).executeTakeFirstOrThrow();
       expect(new Date(approval.expires_at).getTime()).toBeLessThanOrEqual(Date.now());
       expect(await routeRelease(t.db, { id: 'rep-ana', tenant: 'quillfeather' }, 'rel-1')).toBe('rel-1');
       // Rollback moves nothing by itself.
-      expect(await queuedJobs(queues, 'rel-2')).toHaveLength(5);
+      expect(await queuedJobs(queues, 'rel-2')).toHaveLength(6);
       expect(handled).toBe(0);
 
       const moved = await requeueRelease(t.db, queues, 'rel-2', 'rel-1', op);
-      expect(moved).toEqual({ moved: 5, refused: 0, pausedWorkflows: 0 });
+      expect(moved).toEqual({ moved: 6, refused: 0, pausedWorkflows: 0 });
       expect(await queuedJobs(queues, 'rel-2')).toHaveLength(0);
       const wf = await t.db.selectFrom('workflows').select('release_id').where('id', '=', wf2.workflowId).executeTakeFirstOrThrow();
       expect(wf.release_id).toBe('rel-1');
@@ -200,8 +202,8 @@ describe('rollback rehearsal', () => {
     await enqueueAll('rel-3', wf3.workflowId);
     await rollbackRelease(t.db, queues, { to: 'rel-1', ...op });
     await expect(requeueRelease(t.db, queues, 'rel-3', 'rel-1', op)).rejects.toBeInstanceOf(RequeueRefused);
-    expect(await queuedJobs(queues, 'rel-3')).toHaveLength(5);
-    expect(await quarantineRelease(t.db, queues, 'rel-3', op)).toBe(5);
+    expect(await queuedJobs(queues, 'rel-3')).toHaveLength(6);
+    expect(await quarantineRelease(t.db, queues, 'rel-3', op)).toBe(6);
     expect(await queuedJobs(queues, 'rel-3')).toHaveLength(0);
     const kept = await t.db.selectFrom('quarantined_jobs').selectAll().where('release_id', '=', 'rel-3').execute();
     expect(kept.map((k) => k.queue).sort()).toEqual(
@@ -209,7 +211,9 @@ describe('rollback rehearsal', () => {
         .map((b) => queueName(b, 'rel-3'))
         .sort(),
     );
-    expect(kept.every((k) => k.workflow_id === wf3.workflowId && k.quarantined_by === 'ops-gus')).toBe(true);
+    expect(
+      kept.every((k) => k.workflow_id === (k.queue.startsWith('reconcile.') ? null : wf3.workflowId) && k.quarantined_by === 'ops-gus'),
+    ).toBe(true);
     const wf = await t.db
       .selectFrom('workflows')
       .select(['state', 'stop_reason'])
