@@ -1,0 +1,239 @@
+import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { resolve } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { Kysely, PostgresDialect } from 'kysely';
+import { Redis } from 'ioredis';
+import { Worker, type Job } from 'bullmq';
+import { SERVICES, startStack, type RunningStack } from '@gatehouse/cli';
+import { createDb, migrate, type Db } from '@gatehouse/ledger';
+import { dropQueuePrefix, freePort } from '@gatehouse/testing';
+import { QueueRegistry } from '@gatehouse/platform';
+import { queueName, type ResultJob } from '@gatehouse/contracts';
+import { COUNT_HOOK, readCounts, type CountSnapshot } from './counters.ts';
+import { peakRssMb } from './proc.ts';
+import { Waiters } from './driver.ts';
+import { nowMs } from './stats.ts';
+
+/** Postgres server of the benchmarks (same variable as the tests). */
+export const PG_SERVER = process.env.TEST_PG_SERVER ?? 'postgres://postgres@127.0.0.1:5432';
+/** Redis of the benchmarks. */
+export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+/** The release every benchmark job carries (queues `<base>.rel-1`). */
+export const RELEASE = 'rel-1';
+/** Local secret user tokens are signed with (the services' default in local mode). */
+export const AUTH_SECRET = 'local-auth-secret-change-me';
+
+/** A result job as the bench's stand-in for the agent loop received it. */
+export interface ReceivedResult {
+  /** `performance.now()` when the job reached the consumer, ms. */
+  atMs: number;
+  job: Job<ResultJob>;
+}
+
+async function admin(statement: string): Promise<void> {
+  const c = new pg.Client({ connectionString: `${PG_SERVER}/postgres` });
+  await c.connect();
+  try {
+    await c.query(statement);
+  } finally {
+    await c.end();
+  }
+}
+
+/** A database of its own (`gh_bench_<hex>`), migrated; `drop()` removes it whatever is connected. */
+export async function createBenchDatabase(tag = ''): Promise<{ name: string; url: string; db: Db; drop: () => Promise<void> }> {
+  const name = `gh_bench_${tag}${randomBytes(5).toString('hex')}`;
+  await admin(`CREATE DATABASE ${name}`);
+  const url = `${PG_SERVER}/${name}`;
+  const k = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 1 }) }) });
+  try {
+    await migrate(k);
+  } finally {
+    await k.destroy();
+  }
+  const db = createDb(url, 20);
+  return {
+    name,
+    url,
+    db,
+    drop: async () => {
+      await db.destroy();
+      await admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    },
+  };
+}
+
+/**
+ * One benchmark run's world: its own database and Redis key prefix, the Gatehouse services as
+ * processes (with the round-trip counting hook preloaded), any extra executor processes, and a
+ * consumer of the `results` queue standing in for the agent loop. `close()` stops every process
+ * it started, drops the prefix and the database, and removes its temporary folder.
+ */
+export class BenchWorld {
+  readonly dir: string;
+  readonly countersDir: string;
+  readonly prefix = `ghbench-${randomBytes(5).toString('hex')}`;
+  readonly redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+  readonly queues = new QueueRegistry(this.redis, this.prefix);
+  /** Results received by the stand-in consumer, keyed `<workflowId>/<callId>`. */
+  readonly results = new Waiters<ReceivedResult>();
+  /** Highest peak RSS seen per service, MB. */
+  readonly peakRss: Record<string, number> = {};
+  env: Record<string, string> = {};
+  database: Awaited<ReturnType<typeof createBenchDatabase>> | undefined;
+  readonly #services = new Map<string, RunningStack>();
+  readonly #starting: Array<Promise<RunningStack>> = [];
+  readonly #extraExecutors: RunningStack[] = [];
+  #resultsWorker: Worker | undefined;
+  #resultsConnection: Redis | undefined;
+  #closed = false;
+
+  constructor() {
+    this.dir = mkdtempSync(resolve(tmpdir(), 'gh-bench-'));
+    this.countersDir = resolve(this.dir, 'counters');
+    mkdirSync(this.countersDir);
+  }
+
+  get db(): Db {
+    if (!this.database) throw new Error('world not started');
+    return this.database.db;
+  }
+
+  /**
+   * Creates the database and starts `services` (names of `SERVICES`) as processes, all at once
+   * (none needs another to boot: staging creates its schema itself, the others meet at runtime).
+   */
+  async start(services: string[]): Promise<void> {
+    this.database = await createBenchDatabase();
+    const env: Record<string, string> = {
+      DATABASE_URL: this.database.url,
+      REDIS_URL,
+      QUEUE_PREFIX: this.prefix,
+      GATEHOUSE_RELEASE: RELEASE,
+      LOG_LEVEL: 'warn',
+      AUDIT_SIGNING_KEY_PATH: resolve(this.dir, 'audit-key.pem'),
+      NODE_OPTIONS: `--import=${COUNT_HOOK}`,
+      BENCH_COUNTERS_DIR: this.countersDir,
+    };
+    for (const svc of SERVICES) env[svc.portVar] = String(await freePort());
+    env.STAGING_URL = `http://127.0.0.1:${env.STAGING_PORT}`;
+    env.MODEL_BASE_URL = `http://127.0.0.1:${env.MODEL_STUB_PORT}/v1`;
+    this.env = env;
+    await Promise.all(services.map((s) => this.startService(s)));
+  }
+
+  /** Base URL of a running service. */
+  url(service: string): string {
+    const port = this.#services.get(service)?.ports[service];
+    if (!port) throw new Error(`${service} is not running`);
+    return `http://127.0.0.1:${port}`;
+  }
+
+  /** Starts one service of `SERVICES` as a process (logs in `<dir>/<service>/`). */
+  async startService(name: string): Promise<void> {
+    if (this.#services.has(name)) return;
+    const stack = startStack({ env: this.env, dir: resolve(this.dir, name), only: [name], readyTimeoutMs: 90_000 });
+    this.#starting.push(stack);
+    this.#services.set(name, await stack);
+  }
+
+  /** Process id → service name of every running service process (executors `executor`). */
+  pids(): Map<number, string> {
+    const out = new Map<number, string>();
+    for (const [name, s] of this.#services) {
+      const child = s.processes.get(name);
+      if (child?.pid && child.exitCode === null) out.set(child.pid, name);
+    }
+    for (const s of this.#extraExecutors) {
+      const child = s.processes.get('executor');
+      if (child?.pid && child.exitCode === null) out.set(child.pid, 'executor');
+    }
+    return out;
+  }
+
+  /** Executor processes running now. */
+  get executorCount(): number {
+    return [...this.pids().values()].filter((n) => n === 'executor').length;
+  }
+
+  /** Starts or stops extra executor processes until `n` executors run (the stack's one included). */
+  async setExecutors(n: number): Promise<void> {
+    this.notePeakRss();
+    while (this.executorCount < n) {
+      const env = { ...this.env, EXECUTOR_PORT: String(await freePort()) };
+      const dir = resolve(this.dir, `executor-${this.#extraExecutors.length + 2}`);
+      this.#extraExecutors.push(await startStack({ env, dir, only: ['executor'], readyTimeoutMs: 90_000 }));
+    }
+    while (this.executorCount > n && this.#extraExecutors.length) await this.#extraExecutors.pop()!.stop(10_000);
+  }
+
+  /** Round-trip counters of every service process so far (see `count-hook.ts`). */
+  counts(settleMs?: number): Promise<CountSnapshot> {
+    return readCounts(this.countersDir, this.pids(), settleMs);
+  }
+
+  /** Records the current peak RSS (VmHWM) of every service process into {@link peakRss}. */
+  notePeakRss(): void {
+    for (const [pid, name] of this.pids()) {
+      const mb = peakRssMb(pid);
+      if (mb !== null) this.peakRss[name] = Math.max(this.peakRss[name] ?? 0, mb);
+    }
+    const own = peakRssMb(process.pid);
+    if (own !== null) this.peakRss.bench = Math.max(this.peakRss.bench ?? 0, own);
+  }
+
+  /** Starts the stand-in agent loop: a worker on `results.rel-1` that settles {@link results}. */
+  startResultsConsumer(): void {
+    if (this.#resultsWorker) return;
+    this.#resultsConnection = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+    this.#resultsWorker = new Worker(
+      queueName('results', RELEASE),
+      async (job: Job<ResultJob>) => {
+        this.results.settle(`${job.data.workflowId}/${job.data.callId}`, { atMs: nowMs(), job });
+        return 'received';
+      },
+      { connection: this.#resultsConnection, prefix: this.prefix, concurrency: 200 },
+    );
+  }
+
+  /** Stops the stand-in consumer (before the real agent loop takes the queue over). */
+  async stopResultsConsumer(): Promise<void> {
+    await this.#resultsWorker?.close();
+    this.#resultsConnection?.disconnect();
+    this.#resultsWorker = undefined;
+    this.#resultsConnection = undefined;
+  }
+
+  /**
+   * Stops every process (extra executors, then the stack), the consumer and the queues, drops
+   * the Redis prefix and the database, and removes the temporary folder (kept with
+   * `keepLogs`, e.g. after a failure, and its path returned).
+   */
+  async close(opts: { keepLogs?: boolean } = {}): Promise<string | null> {
+    if (this.#closed) return null;
+    this.#closed = true;
+    this.notePeakRss();
+    await this.stopResultsConsumer().catch(() => {});
+    for (const s of this.#extraExecutors.splice(0)) await s.stop(10_000).catch(() => {});
+    // Services still booting when something failed are awaited, so none is left behind. The
+    // workers stop before the systems they call (staging, model-stub), so nothing in flight
+    // is cut off mid-call.
+    await Promise.all(this.#starting.map((p) => p.catch(() => null)));
+    const order = ['agent-loop', 'executor', 'policy-gateway', 'approval', 'audit', 'staging', 'model-stub'];
+    const names = [...this.#services.keys()].sort((a, b) => order.indexOf(a) - order.indexOf(b));
+    for (const name of names)
+      await this.#services
+        .get(name)!
+        .stop(10_000)
+        .catch(() => {});
+    await this.queues.close().catch(() => {});
+    this.redis.disconnect();
+    await dropQueuePrefix(REDIS_URL, this.prefix).catch(() => {});
+    await this.database?.drop().catch(() => {});
+    if (opts.keepLogs) return this.dir;
+    rmSync(this.dir, { recursive: true, force: true });
+    return null;
+  }
+}

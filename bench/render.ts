@@ -1,0 +1,267 @@
+import type { BenchReport } from './bench.ts';
+import type { GovernedReport } from './sections/governed.ts';
+import type { StageSummary } from './lib/stages.ts';
+import { markdownTable, type Cell } from './lib/table.ts';
+
+const list = (o: Record<string, number>): string =>
+  Object.entries(o)
+    .map(([k, v]) => `${k} ${v}`)
+    .join(', ');
+const pct = (x: number): string => `${Math.round(x * 100)} %`;
+const stageTable = (stages: Record<string, StageSummary>): string =>
+  markdownTable(
+    ['stage', 'p50 ms', 'mean ms', 'share'],
+    Object.entries(stages).map(([k, s]) => [k, s.p50, s.mean, pct(s.share)]),
+  );
+
+/**
+ * The report as readable tables (Markdown, so the summary can go into the README as is): the
+ * summary with ratios to the floor measured in the same run, then each benchmark's detail.
+ */
+export function renderReport(r: BenchReport): string {
+  const { floor: f, replay: rp, e2e } = r;
+  const governed = Object.values(r.governed).filter((x): x is GovernedReport => x !== null);
+  const parts: string[] = [];
+  parts.push(`# Gatehouse benchmarks (${r.meta.mode}, ${r.meta.startedAt}, ${r.meta.durationS} s, ${r.meta.machine.cpus} CPUs)`);
+  parts.push('## Summary (ratio = Gatehouse / floor of the same run)');
+  parts.push(summaryTable(r));
+
+  parts.push('## Floor probes');
+  parts.push(
+    markdownTable(
+      ['probe', 'p50 ms', 'p99 ms', 'ops/s'],
+      [
+        ['BullMQ hop (add → worker → completed), c=1', f.hop.p50, f.hop.p99, null],
+        [`BullMQ addBulk ${f.bullmqThroughput.jobs} jobs, 1 worker c=50`, null, null, f.bullmqThroughput.opsPerSec],
+        ['pg reservation txn (insert-if-absent + fenced update), 1 client', f.txn.p50, f.txn.p99, null],
+        ['pg completion update, 1 client', f.completion.p50, f.completion.p99, null],
+        ['pg reservation + completion, 8 clients', f.txn8.latency.p50, f.txn8.latency.p99, f.txn8.opsPerSec],
+        ['3-stage pipeline (each stage one txn), c=1', f.pipeline1.latency.p50, f.pipeline1.latency.p99, f.pipeline1.opsPerSec],
+        ['3-stage pipeline, c=50', f.pipeline50.latency.p50, f.pipeline50.latency.p99, f.pipeline50.opsPerSec],
+        ['HTTP GET order (staging), c=1', f.http.p50, f.http.p99, null],
+      ],
+    ),
+  );
+
+  if (governed.length) {
+    parts.push('## Governed calls');
+    parts.push(
+      markdownTable(
+        [
+          'call',
+          'c=1 p50',
+          'c=1 p99',
+          'floor ms',
+          '×floor',
+          'c=50 calls/s',
+          'c=50 p99',
+          '×pipeline',
+          'hops',
+          'txns',
+          'pg RT',
+          'redis',
+          'HTTP',
+          'outcomes',
+        ],
+        governed.map((x) => [
+          x.what,
+          x.c1.latency.p50,
+          x.c1.latency.p99,
+          x.floorMs,
+          x.ratioToFloor,
+          x.c50.opsPerSec,
+          x.c50.latency.p99,
+          x.throughputVsPipeline,
+          x.perCall.hops,
+          x.perCall.transactions,
+          x.perCall.pgRoundTrips,
+          x.perCall.redisCommands,
+          x.perCall.httpRequests,
+          list(x.outcomes) + (x.c1.errors + x.c50.errors ? `; ${x.c1.errors + x.c50.errors} errors` : ''),
+        ]),
+      ),
+    );
+    const services = [...new Set(governed.flatMap((x) => Object.keys(x.perCall.byService)))];
+    parts.push('Round trips per call by service (pg statements / BEGIN / redis commands / HTTP requests; audit: amortized chaining):');
+    parts.push(
+      markdownTable(
+        ['call', ...services],
+        governed.map((x) => [x.kind, ...services.map((s): Cell => fmtCounts(x.perCall.byService[s]))]),
+      ),
+    );
+    parts.push('Postgres backends during the c=50 runs (mean busy, share of samples by wait event):');
+    parts.push(
+      markdownTable(
+        ['call', 'busy backends', 'waits'],
+        governed.map((x) => [
+          x.kind,
+          x.pgWaits.activeMean,
+          Object.entries(x.pgWaits.waits)
+            .map(([k, v]) => `${k} ${pct(v)}`)
+            .join(', '),
+        ]),
+      ),
+    );
+    for (const x of governed) {
+      parts.push(`Stages of one ${x.kind} call at c=1:`);
+      parts.push(stageTable(x.stages));
+    }
+  }
+
+  if (r.scaling) {
+    parts.push('## Scaling (ALLOW refunds at concurrency 50)');
+    parts.push(
+      markdownTable(
+        ['executors', 'calls/s', 'speedup', 'p50 ms', 'p99 ms', 'CPU s by party', 'dominant wait', 'bottleneck'],
+        r.scaling.map((p) => [
+          p.executors,
+          p.load.opsPerSec,
+          p.speedup,
+          p.load.latency.p50,
+          p.load.latency.p99,
+          list(Object.fromEntries(Object.entries(p.cpu.seconds).sort((a, b) => b[1] - a[1]))),
+          p.dominant,
+          p.bottleneck,
+        ]),
+      ),
+    );
+  }
+
+  if (rp) {
+    parts.push(`## Duplicate-delivery replay (${rp.actions} approved refunds, ${rp.executors} executors, jitter 0–${rp.jitterMs} ms)`);
+    parts.push(
+      markdownTable(
+        ['run', 'jobs finished', 'time ms', 'jobs/s', 'effects', 'refund POSTs', 'approvals used', 'failed', 'pg RT', 'outcomes'],
+        [rp.clean, rp.duplicate].map((x) => [
+          `${x.deliveries}× delivered`,
+          x.completed ? `${x.jobs}` : `${x.finishedJobs} of ${x.jobs} (budget out)`,
+          x.durationMs,
+          x.jobsPerSec,
+          x.effects,
+          x.downstreamPosts,
+          x.approvalsUsed,
+          x.failed,
+          x.counts.pg,
+          list(x.outcomes),
+        ]),
+      ),
+    );
+    parts.push(
+      `cost ratio (time) ${rp.costRatio}×, pg round trips ${rp.pgRatio}×, exactly once: ${rp.exactlyOnce}; time budget ${Math.round(rp.budgetMs / 1000)} s`,
+    );
+    parts.push('Postgres backends during the replay runs:');
+    parts.push(
+      markdownTable(
+        ['run', 'busy backends', 'waits'],
+        [rp.clean, rp.duplicate].map((x) => [
+          `${x.deliveries}×`,
+          x.pgWaits.activeMean,
+          Object.entries(x.pgWaits.waits)
+            .map(([k, v]) => `${k} ${pct(v)}`)
+            .join(', '),
+        ]),
+      ),
+    );
+  }
+
+  if (e2e) {
+    parts.push(`## End-to-end tickets (${e2e.tickets} tickets, ${e2e.concurrency} in flight, model-stub zero think time)`);
+    parts.push(
+      markdownTable(
+        ['tickets/s', 'p50 ms', 'p99 ms', 'ledger p50 ms', 'states', 'refunds'],
+        [[e2e.load.opsPerSec, e2e.load.latency.p50, e2e.load.latency.p99, e2e.ledgerLatency.p50, list(e2e.states), e2e.effects]],
+      ),
+    );
+    parts.push('Per ticket, summed over its jobs:');
+    parts.push(stageTable(e2e.stages));
+  }
+
+  parts.push('## Peak RSS (MB, VmHWM over the whole run)');
+  parts.push(
+    markdownTable(
+      ['process', 'peak RSS MB'],
+      Object.entries(r.memory).map(([k, v]) => [k, v]),
+    ),
+  );
+
+  if (r.policy) {
+    parts.push('## Policy decisions (support-p1, tinybench)');
+    parts.push(
+      markdownTable(
+        ['task', 'ledger refunds', 'decisions/s', 'p50 ms', 'p99 ms', 'samples', 'decisions'],
+        [r.policy.pure, ...r.policy.withLedger].map((t) => [
+          t.name,
+          t.ledgerRefunds,
+          t.decisionsPerSec,
+          t.p50,
+          t.p99,
+          t.samples,
+          list(t.decisions),
+        ]),
+      ),
+    );
+  }
+
+  parts.push('## Targets (reported, not asserted)');
+  parts.push(
+    markdownTable(
+      ['target', 'measured', 'met', 'note'],
+      r.targets.map((t) => [t.target, t.value, t.met ? 'yes' : 'MISSED', t.note]),
+    ),
+  );
+  if (Object.keys(r.errors).length) {
+    parts.push('## Errors');
+    parts.push(
+      markdownTable(
+        ['section', 'error'],
+        Object.entries(r.errors).map(([k, v]) => [k, v.slice(0, 300)]),
+      ),
+    );
+  }
+  return parts.join('\n\n') + '\n';
+}
+
+/** The headline figures with their floors (the README's Performance table). */
+export function summaryTable(r: BenchReport): string {
+  const { floor: f, replay: rp } = r;
+  const { read, refund, approved } = r.governed;
+  const policy = [...(r.policy?.withLedger ?? [])].sort((a, b) => b.ledgerRefunds - a.ledgerRefunds)[0];
+  const services = Object.entries(r.memory).filter(([k]) => k !== 'bench');
+  const rows: Cell[][] = [
+    ['governed read (lookup_order), c=1 p50 ms', read?.c1.latency.p50, read?.floorMs, read?.ratioToFloor],
+    ['governed refund ALLOW, c=1 p50 ms', refund?.c1.latency.p50, refund?.floorMs, refund?.ratioToFloor],
+    ['approved refund (decision → result), c=1 p50 ms', approved?.c1.latency.p50, approved?.floorMs, approved?.ratioToFloor],
+    ['governed read, c=50 calls/s', read?.c50.opsPerSec, f.pipeline50.opsPerSec, read?.throughputVsPipeline],
+    ['governed refund ALLOW, c=50 calls/s', refund?.c50.opsPerSec, f.pipeline50.opsPerSec, refund?.throughputVsPipeline],
+  ];
+  for (const p of r.scaling ?? [])
+    rows.push([
+      `  same with ${p.executors} executor process(es)`,
+      p.load.opsPerSec,
+      f.pipeline50.opsPerSec,
+      Math.round((p.load.opsPerSec / f.pipeline50.opsPerSec) * 1000) / 1000,
+    ]);
+  if (rp) {
+    rows.push([
+      `replay ${rp.actions} actions × ${rp.duplicate.deliveries} deliveries, ms (floor: delivered once)`,
+      rp.duplicate.durationMs,
+      rp.clean.durationMs,
+      rp.costRatio,
+    ]);
+    rows.push([`replay: refunds at the payments ledger (must be ${rp.actions})`, rp.duplicate.effects, rp.actions, null]);
+  }
+  if (r.e2e)
+    rows.push([
+      `end-to-end tickets/s (${r.e2e.concurrency} in flight), p50 ms ${r.e2e.load.latency.p50}`,
+      r.e2e.load.opsPerSec,
+      null,
+      null,
+    ]);
+  rows.push(['max service peak RSS, MB (target 200)', services.length ? Math.max(...services.map(([, v]) => v)) : null, null, null]);
+  if (policy) rows.push([`policy decision p99 ms, ${policy.ledgerRefunds} refunds in ledger (target 2)`, policy.p99, null, null]);
+  return markdownTable(['measure', 'Gatehouse', 'floor', 'ratio'], rows);
+}
+
+function fmtCounts(c: { pg: number; begin: number; redis: number; http: number } | undefined): string {
+  return c ? `${c.pg} / ${c.begin} / ${c.redis} / ${c.http}` : '–';
+}

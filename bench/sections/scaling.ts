@@ -1,0 +1,128 @@
+import type { BenchSizes } from '../config.ts';
+import { closedLoop, type LoadResult } from '../lib/driver.ts';
+import { jobOptionsFor, queueName } from '@gatehouse/contracts';
+import { cpuBetween, cpuSnapshot, type CpuUse } from '../lib/proc.ts';
+import { sampleWaits, type WaitProfile } from '../lib/pg-waits.ts';
+import { seedProposals } from '../lib/seed.ts';
+import { dominantStage, jobTimes, StageBreakdown, type StageSummary } from '../lib/stages.ts';
+import { ratio } from '../lib/stats.ts';
+import { RELEASE, type BenchWorld } from '../lib/world.ts';
+
+/** Throughput of governed refunds at concurrency 50 with 1, 2, 4… executor processes. */
+export interface ScalingPoint {
+  executors: number;
+  load: LoadResult;
+  /** Throughput over the 1-executor point. */
+  speedup: number | null;
+  /** CPU over the run: machine busy share and CPU seconds by party (services, postgres, redis, bench). */
+  cpu: CpuUse;
+  /** What our Postgres backends waited on during the run. */
+  pgWaits: WaitProfile;
+  /** Mean queue wait vs. processing per queue (ms): where the calls waited. */
+  stages: Record<string, StageSummary>;
+  dominant: string;
+  /** CPU-bound when the machine is ≥ 90 % busy; the party that used the most CPU. */
+  bottleneck: string;
+}
+
+/**
+ * Runs `scaling` allowed refunds at concurrency 50 for each executor count in
+ * `scalingExecutors`, starting extra executor processes as needed, and reads CPU use of every
+ * party (services, our Postgres backends, the Redis server, the benchmark itself) around each run.
+ */
+export async function runScaling(w: BenchWorld, sizes: BenchSizes, orders: string[]): Promise<ScalingPoint[]> {
+  const points: ScalingPoint[] = [];
+  const proposals = w.queues.get(queueName('proposals', RELEASE));
+  for (const executors of sizes.scalingExecutors) {
+    await w.setExecutors(executors);
+    const calls = await seedProposals(
+      w.db,
+      Array.from({ length: sizes.scaling }, (_, i) => ({
+        tool: 'issue_refund' as const,
+        arguments: { orderId: orders[i % orders.length]!, amount: '0.10', reason: 'Customer reported: damaged item' },
+        mode: 'act' as const,
+      })),
+    );
+    const a = await cpuSnapshot(w.pids(), w.db, w.database!.name, w.redis);
+    const sampler = sampleWaits(w.db, w.database!.name);
+    const load = await closedLoop(
+      calls.length,
+      50,
+      async (i) => {
+        const c = calls[i]!;
+        const done = w.results.wait(`${c.workflowId}/${c.callId}`, 120_000);
+        await proposals.add(
+          'proposal',
+          { release: RELEASE, workflowId: c.workflowId, proposalId: c.proposalId, callId: c.callId },
+          { ...jobOptionsFor(proposals.name), jobId: `proposal_${c.proposalId}` },
+        );
+        await done;
+      },
+      { maxMs: sizes.loadMaxMs },
+    );
+    const pgWaits = await sampler.stop();
+    const b = await cpuSnapshot(w.pids(), w.db, w.database!.name, w.redis);
+    w.notePeakRss();
+    const cpu = cpuBetween(a, b);
+    const stages = await queueStages(w, calls.slice(0, load.ops));
+    const top = Object.entries(cpu.seconds).sort((x, y) => y[1] - x[1])[0];
+    const share = (s: number): string => `${Math.round((s / Math.max(0.01, cpu.wallS)) * 100)} % of a core`;
+    const wait = Object.entries(pgWaits.waits)[0];
+    const bottleneck =
+      (cpu.machineBusy >= 0.9
+        ? `CPU: machine ${Math.round(cpu.machineBusy * 100)} % busy; top ${top?.[0]} ${share(top?.[1] ?? 0)}`
+        : `not CPU-bound (machine ${Math.round(cpu.machineBusy * 100)} % busy); top ${top?.[0]} ${share(top?.[1] ?? 0)}`) +
+      (wait ? `; Postgres: ${pgWaits.activeMean} busy backends, ${Math.round(wait[1] * 100)} % ${wait[0]}` : '');
+    points.push({ executors, load, speedup: null, cpu, pgWaits, stages, dominant: dominantStage(stages), bottleneck });
+  }
+  const base = points[0]?.load.opsPerSec;
+  for (const p of points) p.speedup = ratio(p.load.opsPerSec, base);
+  return points;
+}
+
+/** Mean wait in and processing of each queue per call (from BullMQ timestamps). */
+async function queueStages(
+  w: BenchWorld,
+  calls: Array<{ workflowId: string; proposalId: string; callId: string }>,
+): Promise<Record<string, StageSummary>> {
+  const actions = await w.db
+    .selectFrom('actions')
+    .select(['id', 'workflow_id'])
+    .where(
+      'workflow_id',
+      'in',
+      calls.map((c) => c.workflowId),
+    )
+    .where('version', '=', 1)
+    .execute();
+  const s = new StageBreakdown();
+  const add = (name: string, t: Map<string, { timestamp: number; processedOn: number | null; finishedOn: number | null }>): void => {
+    for (const j of t.values()) {
+      if (!j.processedOn) continue;
+      s.add(`queue wait: ${name}`, j.processedOn - j.timestamp);
+      if (j.finishedOn && name !== 'results') s.add(`processing: ${name}`, j.finishedOn - j.processedOn);
+    }
+  };
+  add(
+    'proposals',
+    await jobTimes(
+      w.queues.get(queueName('proposals', RELEASE)),
+      calls.map((c) => `proposal_${c.proposalId}`),
+    ),
+  );
+  add(
+    'executions',
+    await jobTimes(
+      w.queues.get(queueName('executions', RELEASE)),
+      actions.map((a) => `exec_${a.id}_v1`),
+    ),
+  );
+  add(
+    'results',
+    await jobTimes(
+      w.queues.get(queueName('results', RELEASE)),
+      calls.map((c) => `result_${c.workflowId}_${c.callId}`),
+    ),
+  );
+  return s.summary();
+}

@@ -1,0 +1,86 @@
+import type { BenchReport } from './bench.ts';
+
+/** One target of issue 9 (or issue 3's policy target), as measured: reported, never asserted. */
+export interface TargetResult {
+  target: string;
+  value: string;
+  met: boolean;
+  /** Where a missed target's time goes (the dominant stage), or what else bears on it. */
+  note: string;
+}
+
+/** Checks the figures of a run against the targets the project steers towards (a failed section: not met). */
+export function evaluateTargets(r: Omit<BenchReport, 'targets'>): TargetResult[] {
+  const out: TargetResult[] = [];
+  const { refund, approved, read } = r.governed;
+  const missing = (target: string): TargetResult => ({ target, value: 'not measured', met: false, note: 'section failed, see errors' });
+  for (const [label, g] of [
+    ['ALLOW refund', refund],
+    ['approved refund', approved],
+  ] as const) {
+    const target = `consequential p50 ≤ 1.3× floor of its hops + transactions (${label})`;
+    if (!g) {
+      out.push(missing(target));
+      continue;
+    }
+    out.push({
+      target,
+      value: `${g.c1.latency.p50} ms vs floor ${g.floorMs} ms = ${g.ratioToFloor}×`,
+      met: g.ratioToFloor !== null && g.ratioToFloor <= 1.3,
+      note: `${g.perCall.hops} hops, ${g.perCall.transactions} txns, ${g.perCall.pgRoundTrips} pg round trips, ${g.perCall.httpRequests} HTTP; dominant: ${g.dominant}`,
+    });
+  }
+  const tpTarget = 'governed throughput at concurrency 50 ≥ 70 % of the raw 3-stage pipeline (ALLOW refund)';
+  if (!refund) out.push(missing(tpTarget));
+  else {
+    const last = r.scaling?.at(-1);
+    out.push({
+      target: tpTarget,
+      value: `${refund.c50.opsPerSec} vs ${r.floor.pipeline50.opsPerSec} calls/s = ${pct(refund.throughputVsPipeline)}`,
+      met: refund.throughputVsPipeline !== null && refund.throughputVsPipeline >= 0.7,
+      note: `read: ${pct(read?.throughputVsPipeline ?? null)}; ${last ? `${last.executors} executors: ${last.bottleneck}` : ''}`,
+    });
+  }
+  const rp = r.replay;
+  if (!rp) out.push(missing('duplicate replay: exactly one effect per action'), missing('duplicate replay cost ≤ 1.2× the clean run'));
+  else {
+    out.push({
+      target: `duplicate replay: exactly ${rp.actions} effects (${rp.actions} × ${rp.duplicate.deliveries} deliveries, ${rp.executors} executors)`,
+      value: `${rp.duplicate.effects} effects, ${rp.duplicate.downstreamPosts} POSTs, ${rp.duplicate.approvalsUsed} approvals used`,
+      met: rp.exactlyOnce,
+      note:
+        (rp.clean.completed && rp.duplicate.completed
+          ? ''
+          : `did not finish in its ${Math.round(rp.budgetMs / 1000)} s budget (${rp.clean.finishedJobs}/${rp.clean.jobs} clean, ${rp.duplicate.finishedJobs}/${rp.duplicate.jobs} duplicated jobs); `) +
+        `clean run: ${rp.clean.effects} effects; failed jobs ${rp.clean.failed + rp.duplicate.failed}`,
+    });
+    out.push({
+      target: 'duplicate replay cost ≤ 1.2× the clean run',
+      value: `${rp.duplicate.durationMs} ms vs ${rp.clean.durationMs} ms = ${rp.costRatio}×${rp.clean.completed && rp.duplicate.completed ? '' : ' (incomplete run: a lower bound)'}`,
+      met: rp.costRatio !== null && rp.costRatio <= 1.2 && rp.clean.completed && rp.duplicate.completed,
+      note: `pg round trips ${rp.pgRatio}× for ${rp.duplicate.deliveries}× the jobs; outcomes ${JSON.stringify(rp.duplicate.outcomes)}`,
+    });
+  }
+  const services = Object.entries(r.memory)
+    .filter(([k]) => k !== 'bench')
+    .sort((a, b) => b[1] - a[1]);
+  out.push({
+    target: 'no service above 200 MB RSS',
+    value: services[0] ? `max ${services[0][1]} MB (${services[0][0]})` : 'n/a',
+    met: services.every(([, mb]) => mb <= 200),
+    note: services.map(([k, v]) => `${k} ${v}`).join(', '),
+  });
+  const policy = r.policy?.withLedger ?? [];
+  const worst = [...policy].sort((a, b) => b.p99 - a.p99)[0];
+  out.push({
+    target: 'policy decision p99 < 2 ms incl. ledger reads (issue 3)',
+    value: worst ? `${worst.p99} ms at ${worst.ledgerRefunds} refunds` : 'not measured',
+    met: policy.length > 0 && policy.every((t) => t.p99 < 2),
+    note: policy.map((t) => `${t.ledgerRefunds} refunds: p50 ${t.p50} ms, p99 ${t.p99} ms, ${t.decisionsPerSec}/s`).join('; '),
+  });
+  return out;
+}
+
+function pct(x: number | null): string {
+  return x === null ? 'n/a' : `${Math.round(x * 100)} %`;
+}

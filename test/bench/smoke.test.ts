@@ -1,0 +1,38 @@
+import { describe, expect, it } from 'vitest';
+import { runBench } from '../../bench/bench.ts';
+
+// The benchmarks' smoke pass (`pnpm bench:smoke` in-process): every benchmark runs at a small N
+// against its own database, Redis prefix and service processes, so the suite never rots.
+// Correctness only — timings are reported by `pnpm bench`, never asserted in tests.
+
+describe('bench smoke (small N, correctness only)', () => {
+  it('runs every benchmark; each governed call and ticket succeeds; the replay gives exactly one effect per action', async () => {
+    const r = await runBench({ smoke: true, log: () => {} });
+    expect(r.errors).toEqual({});
+
+    for (const g of Object.values(r.governed)) {
+      expect(g).not.toBeNull();
+      expect(g!.c1.errors + g!.c50.errors).toBe(0);
+      expect(Object.keys(g!.outcomes)).toEqual(['succeeded']);
+      expect(g!.perCall.hops).toBeGreaterThan(0);
+      expect(g!.perCall.pgRoundTrips).toBeGreaterThan(0);
+    }
+
+    const rp = r.replay!;
+    for (const run of [rp.clean, rp.duplicate]) {
+      expect(run.failed).toBe(0);
+      expect(run.effects).toBe(rp.actions); // counted at the payments ledger
+      expect(run.downstreamPosts).toBe(rp.actions); // replays never reach it
+      expect(run.approvalsUsed).toBe(rp.actions);
+    }
+    expect(rp.duplicate.jobs).toBe(rp.actions * rp.duplicate.deliveries);
+    expect(rp.exactlyOnce).toBe(true);
+
+    expect(r.scaling!.map((p) => p.executors)).toEqual(r.meta.sizes.scalingExecutors);
+    expect(r.e2e!.states).toEqual({ completed: r.e2e!.tickets });
+    expect(r.e2e!.effects).toBe(r.e2e!.tickets);
+    expect(r.policy!.withLedger).toHaveLength(r.meta.sizes.policyLedger.length);
+    expect(Object.keys(r.memory)).toEqual(expect.arrayContaining(['policy-gateway', 'executor', 'approval', 'audit', 'agent-loop']));
+    expect(r.targets.length).toBeGreaterThan(0);
+  }, 300_000);
+});
