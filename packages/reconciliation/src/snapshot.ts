@@ -25,7 +25,7 @@ export interface AgentOperation {
   frozen: boolean;
   /** Epoch ms when the operation was reserved (its claim). */
   createdAtMs: number;
-  /** Whether a `used` approval of its action exists (SPEC §4 invariant 2). */
+  /** Whether a `used` approval of its action exists (SPEC §4 invariant 2), or of a lead-approved replay of it. */
   usedApproval: boolean;
 }
 
@@ -127,7 +127,10 @@ export async function readAgentOperations(db: Db): Promise<AgentOperation[]> {
       'o.baseline',
       'o.frozen_at',
       'o.created_at',
-      sql<boolean>`exists (select 1 from approvals p where p.action_id = a.id and p.status = 'used')`.as('used_approval'),
+      // Its own approval, or a lead's approval of replaying it (a lost refund replayed under its key).
+      sql<boolean>`exists (select 1 from approvals p where p.action_id = a.id and p.status = 'used')
+        or exists (select 1 from reconciliation_items r join approvals p on p.id = r.approval_id
+          where r.operation_key = o.key and r.remediation = 'replay' and p.status = 'used')`.as('used_approval'),
     ])
     .where('o.tool', 'in', [...RECONCILED_TOOLS])
     .orderBy('o.created_at')
