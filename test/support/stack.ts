@@ -39,7 +39,8 @@ export async function startE2EStack(extra: Record<string, string> = {}): Promise
   env.MODEL_BASE_URL = `http://127.0.0.1:${env.MODEL_STUB_PORT}/v1`;
   Object.assign(env, extra);
   const dir = mkdtempSync(resolve(tmpdir(), 'gh-e2e-'));
-  const stack = await startStack({ env, dir });
+  // Generous: on a loaded 2-core machine seven processes with the telemetry preload start slowly.
+  const stack = await startStack({ env, dir, readyTimeoutMs: 150_000 });
   const e2e: E2EStack = {
     db,
     prefix,
