@@ -12,6 +12,7 @@ import { prepareDatabase } from './db-admin.ts';
 import { runDemo, printReport } from './demo.ts';
 import { authorizeOperator, bumpEpoch, setSwitch, type Operator } from './ops.ts';
 import { reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
+import { releaseCommand } from './release-commands.ts';
 import { loadBundle, loadBundleFile, runBoundaryGate, loadBoundaryCases } from '@gatehouse/policy';
 import { portOf, SERVICES, startStack, stateDir, stopDetachedStack } from './stack.ts';
 
@@ -28,6 +29,16 @@ const USAGE = `gatehouse — operate a Gatehouse stack
   gatehouse reconcile resolve <item> --ratify|--reverse|--cancel-shipment|--adopt|--replay
                                         ask a lead to approve a remediation; once approved, run it once
   gatehouse policy check <bundle.json|revision>   run the boundary-case gate
+  gatehouse release digests             print the prompt, catalog, audit-schema digests and schema version of this code
+  gatehouse release verify <id>         check a release manifest's digests against this code and database
+  gatehouse release activate <id> [--cohort tenant:T,user:U] [--force]
+                                        gate + safety subset, then active (or a candidate for the cohort,
+                                        writes disabled); --force bypasses failing boundary cases (audited)
+  gatehouse release enable-writes <id>  let a candidate's consequential tools run
+  gatehouse release rollback --to <id>  writes off, drain, expire approvals, inventory, restore <id>
+  gatehouse queues drain --release R    stop claiming R's jobs; in-flight work finishes
+  gatehouse queues quarantine --release R   set R's queued jobs aside in the ledger, stop their workflows
+  gatehouse queues requeue --from C --to F  move C's queued jobs to F (same payload version only)
   gatehouse migrate [up|down]
 
   Ops commands (switch, epoch, reconcile, queues, release) need an operator's bearer token:
@@ -49,6 +60,11 @@ async function main(argv: string[]): Promise<number> {
       'cancel-shipment': { type: 'boolean' },
       adopt: { type: 'boolean' },
       replay: { type: 'boolean' },
+      cohort: { type: 'string' },
+      force: { type: 'boolean' },
+      to: { type: 'string' },
+      from: { type: 'string' },
+      release: { type: 'string' },
       fresh: { type: 'boolean' },
       'keep-running': { type: 'boolean' },
       help: { type: 'boolean' },
@@ -164,6 +180,15 @@ async function main(argv: string[]): Promise<number> {
         }
       });
     }
+    case 'release digests':
+    case 'release verify':
+    case 'release activate':
+    case 'release enable-writes':
+    case 'release rollback':
+    case 'queues drain':
+    case 'queues quarantine':
+    case 'queues requeue':
+      return releaseCommand(`${cmd} ${sub}`, arg, values, env, (command, fn) => opsCommand(env, values.token, command, fn), out);
     case 'migrate':
     case 'migrate up':
     case 'migrate down': {

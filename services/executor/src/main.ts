@@ -4,7 +4,8 @@ import { executionsQueue, loadWorld, type ExecutionJob } from '@gatehouse/contra
 import { processExecution } from './jobs/executions.processor.ts';
 import { startReconcileJob } from './jobs/reconcile.processor.ts';
 import { readTestHooks } from './domain/test-hooks.ts';
-import { loadActiveBundles } from '@gatehouse/policy';
+import { loadActiveBundles, policyRevisions } from '@gatehouse/policy';
+import { releaseForced } from '@gatehouse/ledger';
 
 const ctx = createServiceContext('executor', {
   EXECUTOR_PORT: z.coerce.number().int().min(0).max(65535).default(7112),
@@ -19,9 +20,10 @@ const ctx = createServiceContext('executor', {
   /** Audit-health gate: the newest heartbeat and the oldest unchained event may be this old, ms. */
   AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: z.coerce.number().int().positive().default(10_000),
   AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: z.coerce.number().int().positive().default(30_000),
-  POLICY_REVISION: z.string().default('support-p1'),
+  /** Support bundle override (default: the release manifest's). */
+  POLICY_REVISION: z.string().optional(),
   /** Active change-pack bundle (SPEC §2). */
-  CHANGE_POLICY_REVISION: z.string().default('change-c1'),
+  CHANGE_POLICY_REVISION: z.string().optional(),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),
   /** Repeatable reconciliation pass, ms between passes (0: only on demand). */
@@ -31,7 +33,12 @@ const ctx = createServiceContext('executor', {
 });
 const hooks = readTestHooks(process.env);
 const { env, log, db, relay } = ctx;
-const bundles = loadActiveBundles({ support: env.POLICY_REVISION, change: env.CHANGE_POLICY_REVISION }, env.POLICY_DIR);
+// A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
+const bundles = loadActiveBundles(policyRevisions(env), env.POLICY_DIR, {
+  forced: await releaseForced(db, env.GATEHOUSE_RELEASE),
+  onForced: (failures) =>
+    log.error({ alert: 'forced_policy', failing: failures.length }, 'running a force-activated bundle that fails its gate'),
+});
 const agentId = loadWorld().agent.id;
 
 const worker = createWorker(
