@@ -4,6 +4,7 @@ import * as createAudit from './20261130000200-CreateAudit.ts';
 import * as changePack from './20261130000300-ChangePack.ts';
 import * as reconciliation from './20261130000400-Reconciliation.ts';
 import * as releaseRollout from './20261130000500-ReleaseRollout.ts';
+import * as auditTraceContext from './20261130000600-AuditTraceContext.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
 export const migrations: Record<string, Migration> = {
@@ -12,4 +13,5 @@ export const migrations: Record<string, Migration> = {
   '20261130000300-ChangePack': changePack,
   '20261130000400-Reconciliation': reconciliation,
   '20261130000500-ReleaseRollout': releaseRollout,
+  '20261130000600-AuditTraceContext': auditTraceContext,
 };

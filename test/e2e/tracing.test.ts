@@ -97,10 +97,11 @@ describe('OpenTelemetry across the queues', () => {
     let services = new Set<string>();
     while (Date.now() < until) {
       services = new Set(received.filter((r) => r.span.traceId === intake.span.traceId).map((r) => r.service));
-      if (['agent-loop', 'policy-gateway', 'approval', 'executor'].every((n) => services.has(n))) break;
+      if (['agent-loop', 'policy-gateway', 'approval', 'executor', 'audit'].every((n) => services.has(n))) break;
       await new Promise((r) => setTimeout(r, 200));
     }
-    expect([...services].sort()).toEqual(expect.arrayContaining(['agent-loop', 'approval', 'executor', 'policy-gateway']));
+    // All five services: the audit service joins through the trace context stored with each audit event.
+    expect([...services].sort()).toEqual(expect.arrayContaining(['agent-loop', 'approval', 'audit', 'executor', 'policy-gateway']));
     const names = new Set(received.filter((r) => r.span.traceId === intake.span.traceId).map((r) => r.span.name));
     for (const n of ['turns process', 'proposals process', 'approval-requests process', 'executions process', 'results process'])
       expect(names).toContain(n);

@@ -339,6 +339,7 @@ describe('schema changes stay backward compatible until acceptance', () => {
       '20261130000300-ChangePack',
       '20261130000400-Reconciliation',
       '20261130000500-ReleaseRollout',
+      '20261130000600-AuditTraceContext',
     ];
     for (const f of files) {
       const text = readFileSync(resolve(repoRoot, 'migrations', `${f}.ts`), 'utf8');

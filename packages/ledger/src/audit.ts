@@ -1,3 +1,4 @@
+import { currentTraceparent } from '@gatehouse/telemetry';
 import { createHash, createHmac } from 'node:crypto';
 import { AuditEventSchema, type AuditEventInput } from '@gatehouse/contracts';
 import type { Trx } from './db.ts';
@@ -11,7 +12,7 @@ export async function recordAudit(trx: Trx, event: Omit<AuditEventInput, 'atMs'>
   const parsed = AuditEventSchema.parse({ atMs: Date.now(), ...event });
   await trx
     .insertInto('audit_outbox')
-    .values({ event: JSON.stringify(parsed) })
+    .values({ event: JSON.stringify(parsed), traceparent: currentTraceparent() ?? null })
     .execute();
 }
 

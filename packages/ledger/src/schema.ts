@@ -241,6 +241,8 @@ export interface AuditOutboxTable {
   id: Generated<string>;
   event: Json<Record<string, unknown>>;
   created_at: Timestamp;
+  /** W3C trace context of the span that wrote the event (not chained; joins the audit span to the trace). */
+  traceparent: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 export interface AuditLogTable {

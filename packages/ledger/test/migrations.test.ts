@@ -32,6 +32,7 @@ const TABLES_OF: Record<string, string[]> = {
   '20261130000300-ChangePack': CHANGE_PACK_TABLES,
   '20261130000400-Reconciliation': RECONCILIATION_TABLES,
   '20261130000500-ReleaseRollout': RELEASE_ROLLOUT_TABLES,
+  '20261130000600-AuditTraceContext': [],
 };
 const tablesUpTo = (names: string[]): string[] => names.flatMap((n) => TABLES_OF[n] ?? []).sort();
 const ALL_TABLES = tablesUpTo(Object.keys(migrations));

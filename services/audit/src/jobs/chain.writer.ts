@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { chainHash, GENESIS_HASH, type Db } from '@gatehouse/ledger';
-import { recordChainedAuditEvents, type AuditMetricEvent } from '@gatehouse/telemetry';
+import { recordChainedAuditEvents, withJobSpan, type AuditMetricEvent } from '@gatehouse/telemetry';
 
 /** Advisory lock key that makes the audit service the single writer of the chain. */
 const CHAIN_LOCK = 0x6761_7465; // "gate"
@@ -10,7 +10,8 @@ const CHAIN_LOCK = 0x6761_7465; // "gate"
  * once: under a transaction-scoped advisory lock it assigns the next sequence numbers, computes
  * `hash = sha256(prev_hash ‖ JCS({seq, ...event}))`, inserts into `audit_log` and deletes the
  * outbox rows in the same transaction. Also beats the heartbeat. After the commit the chained
- * events feed the metrics (each counted once, as committed). Returns how many were chained.
+ * events feed the metrics (each counted once, as committed) and each gets an `audit chain` span
+ * in the trace of the span that wrote it (ADR 0020). Returns how many were chained.
  */
 export async function chainPending(db: Db, batch = 500): Promise<number> {
   const chained = await db.transaction().execute(async (trx) => {
@@ -21,7 +22,7 @@ export async function chainPending(db: Db, batch = 500): Promise<number> {
       .onConflict((oc) => oc.column('id').doUpdateSet({ beat_at: new Date() }))
       .execute();
     const rows = await trx.selectFrom('audit_outbox').selectAll().orderBy('id').limit(batch).execute();
-    if (!rows.length) return rows;
+    if (!rows.length) return [];
     const head = await trx.selectFrom('audit_log').select(['seq', 'hash']).orderBy('seq', 'desc').limit(1).executeTakeFirst();
     let seq = head ? Number(head.seq) : 0;
     let prev = head?.hash ?? GENESIS_HASH;
@@ -41,8 +42,19 @@ export async function chainPending(db: Db, batch = 500): Promise<number> {
         rows.map((r) => r.id),
       )
       .execute();
-    return rows;
+    return rows.map((r, i) => ({ ...r, seq: Number(links[i]!.seq) }));
   });
+  // One short span per chained event, parented from the context of the span that wrote it, so
+  // the audit service appears in the workflow's trace (events written outside a trace start none).
+  for (const r of chained) {
+    if (!r.traceparent) continue;
+    await withJobSpan(
+      'audit chain',
+      { 'gatehouse.audit.seq': r.seq, 'gatehouse.audit.type': String(r.event.type ?? '') },
+      r.traceparent,
+      async () => {},
+    );
+  }
   recordChainedAuditEvents(
     chained.map((r) => ({ event: r.event as unknown as AuditMetricEvent, outboxCreatedAtMs: new Date(r.created_at).getTime() })),
   );
