@@ -1,4 +1,4 @@
-import { cpus } from 'node:os';
+import { cpus, loadavg } from 'node:os';
 import { sql } from 'kysely';
 import { FULL, SMOKE, type BenchSizes } from './config.ts';
 import { ageRefunds, createOrders, orderIds, seedPriorRefunds } from './lib/seed.ts';
@@ -20,6 +20,8 @@ export interface BenchReport {
     durationS: number;
     machine: { cpus: number; cpuModel: string; node: string; postgres: string; redis: string };
     sizes: BenchSizes;
+    /** 1-minute load average at start and end: how busy the shared machine was. */
+    loadAverage: { start: number; end: number };
   };
   floor: FloorReport;
   /** Sections are null when they failed (their error is in {@link BenchReport.errors}). */
@@ -63,6 +65,7 @@ export async function runBench(opts: BenchOptions = {}): Promise<BenchReport> {
   const sizes = { ...(opts.smoke ? SMOKE : FULL), ...opts.sizes };
   const log = opts.log ?? ((l: string) => process.stderr.write(`${l}\n`));
   const started = Date.now();
+  const loadStart = round(loadavg()[0] ?? 0);
   const w = new BenchWorld();
   const errors: Record<string, string> = {};
   const onSignal = (sig: NodeJS.Signals): void => {
@@ -89,8 +92,9 @@ export async function runBench(opts: BenchOptions = {}): Promise<BenchReport> {
     }
   };
   try {
-    await step('starting staging, audit, policy-gateway, approval, executor', () =>
-      w.start(['staging', 'audit', 'policy-gateway', 'approval', 'executor']),
+    // The agent loop starts only for the ticket run: until then the benchmark consumes `results`.
+    await step('starting staging, model-stub, audit, policy-gateway, approval, executor', () =>
+      w.start(['staging', 'model-stub', 'audit', 'policy-gateway', 'approval', 'executor']),
     );
     // Orders: B for reads and allowed refunds, C for approved refunds, D for the replay (C and D
     // carry an executed refund at the auto limit, so new refunds there need approval), O for tickets.
@@ -124,7 +128,14 @@ export async function runBench(opts: BenchOptions = {}): Promise<BenchReport> {
     await step('stopping services', () => w.close({ keepLogs: Object.keys(errors).length > 0 }));
     const policy = await section('policy', 'policy decisions', () => runPolicy(sizes));
     const report: Omit<BenchReport, 'targets'> = {
-      meta: { mode: opts.smoke ? 'smoke' : 'full', startedAt: new Date(started).toISOString(), durationS: 0, machine, sizes },
+      meta: {
+        mode: opts.smoke ? 'smoke' : 'full',
+        startedAt: new Date(started).toISOString(),
+        durationS: 0,
+        machine,
+        sizes,
+        loadAverage: { start: loadStart, end: round(loadavg()[0] ?? 0) },
+      },
       floor,
       governed,
       scaling,

@@ -22,7 +22,9 @@ export function renderReport(r: BenchReport): string {
   const { floor: f, replay: rp, e2e } = r;
   const governed = Object.values(r.governed).filter((x): x is GovernedReport => x !== null);
   const parts: string[] = [];
-  parts.push(`# Gatehouse benchmarks (${r.meta.mode}, ${r.meta.startedAt}, ${r.meta.durationS} s, ${r.meta.machine.cpus} CPUs)`);
+  parts.push(
+    `# Gatehouse benchmarks (${r.meta.mode}, ${r.meta.startedAt}, ${r.meta.durationS} s, ${r.meta.machine.cpus} CPUs, load average ${r.meta.loadAverage.start} → ${r.meta.loadAverage.end})`,
+  );
   parts.push('## Summary (ratio = Gatehouse / floor of the same run)');
   parts.push(summaryTable(r));
 
@@ -197,6 +199,17 @@ export function renderReport(r: BenchReport): string {
           t.p99,
           t.samples,
           list(t.decisions),
+        ]),
+      ),
+    );
+    parts.push('Each ledger sum of a decision alone (p50 / p99 ms):');
+    const sums = [...new Set(r.policy.withLedger.flatMap((t) => Object.keys(t.parts ?? {})))];
+    parts.push(
+      markdownTable(
+        ['ledger refunds', ...sums],
+        r.policy.withLedger.map((t) => [
+          t.ledgerRefunds,
+          ...sums.map((n) => (t.parts?.[n] ? `${t.parts[n].p50} / ${t.parts[n].p99}` : null)),
         ]),
       ),
     );

@@ -27,6 +27,8 @@ export interface ReplayRun {
   failed: number;
   /** Refunds the payments ledger holds under this run's idempotency keys (must equal the actions). */
   effects: number;
+  /** Keys holding more than one refund at the payments ledger (must be 0, complete run or not). */
+  duplicateEffects: number;
   /** Refund POSTs the payments ledger received for this run's keys (replays never reach it). */
   downstreamPosts: number;
   /** Approvals consumed (`used`) — exactly one per action. */
@@ -44,12 +46,18 @@ export interface ReplayReport {
   jitterMs: number;
   clean: ReplayRun;
   duplicate: ReplayRun;
-  /** Duplicate run time over the clean run's. */
+  /**
+   * Time per action with all its deliveries, duplicated run over clean run:
+   * `(dup ms / dup jobs finished × deliveries) / (clean ms / clean jobs finished)`. For complete
+   * runs this is the ratio of their times; a run cut by the budget contributes its finished part.
+   */
   costRatio: number | null;
-  /** Duplicate run Postgres round trips over the clean run's. */
+  /** The same ratio for Postgres round trips (all services). */
   pgRatio: number | null;
   /** Both runs complete with effects = actions, one POST each, one approval consumed each, no failures. */
   exactlyOnce: boolean;
+  /** No key holds two refunds and no approval was consumed twice, in either run (complete or not). */
+  noDuplicateEffects: boolean;
   /** Time budget of the two runs, ms (a third for the clean run, the rest for the duplicated one). */
   budgetMs: number;
 }
@@ -82,11 +90,19 @@ export async function runReplay(w: BenchWorld, sizes: BenchSizes, orders: string
     jitterMs: sizes.replayJitterMs,
     clean,
     duplicate,
-    costRatio: ratio(duplicate.durationMs, clean.durationMs),
-    pgRatio: ratio(duplicate.counts.pg, clean.counts.pg),
+    costRatio: ratio(perAction(duplicate, duplicate.durationMs), perAction(clean, clean.durationMs)),
+    pgRatio: ratio(perAction(duplicate, duplicate.counts.pg), perAction(clean, clean.counts.pg)),
     exactlyOnce: ok(clean) && ok(duplicate),
+    noDuplicateEffects: [clean, duplicate].every(
+      (r) => r.duplicateEffects === 0 && r.downstreamPosts === r.effects && r.approvalsUsed === r.effects,
+    ),
     budgetMs: round(budgetMs),
   };
+}
+
+/** `amount` per action with all its deliveries (from the jobs that finished). */
+function perAction(r: ReplayRun, amount: number): number | null {
+  return r.finishedJobs ? (amount / r.finishedJobs) * r.deliveries : null;
 }
 
 async function deliver(
@@ -166,12 +182,16 @@ async function deliver(
   const keys = new Set(actions.map((a) => a.operationKey));
   let effects = 0;
   let downstreamPosts = 0;
+  const refunded = new Set<string>();
   const staging = w.url('staging');
   for (const orderId of new Set(actions.map((a) => a.orderId))) {
     const refunds = (await (await fetch(`${staging}/ledger/refunds?orderId=${orderId}`)).json()) as {
       refunds: Array<{ idempotencyKey: string }>;
     };
-    effects += refunds.refunds.filter((r) => keys.has(r.idempotencyKey)).length;
+    for (const r of refunds.refunds.filter((x) => keys.has(x.idempotencyKey))) {
+      effects++;
+      refunded.add(r.idempotencyKey);
+    }
     const log = (await (await fetch(`${staging}/requests?orderId=${orderId}&target=payments`)).json()) as {
       requests: Array<{ method: string; idempotencyKey: string | null }>;
     };
@@ -197,6 +217,7 @@ async function deliver(
     outcomes,
     failed,
     effects,
+    duplicateEffects: effects - refunded.size,
     downstreamPosts,
     approvalsUsed: Number(used.n),
     counts,
