@@ -80,7 +80,7 @@ async function waitReady(port: number, deadlineMs: number, child: ChildProcess, 
 /**
  * Starts every service as a separate Node process with `env` (and the telemetry preload), logs
  * to `<dir>/<service>.log`,
- * and waits until each answers `GET /readyz` (timeout `readyTimeoutMs`, default 60 000 ms).
+ * and waits until each answers `GET /readyz` (timeout `readyTimeoutMs` per service, default 120 000 ms).
  * `detached` processes outlive this one (for `gatehouse stack up`); pids go to `<dir>` either
  * way. A foreground stack's processes are stopped when this process exits, or on SIGINT/SIGTERM
  * with `stopOnSignals`. Refuses to start when a port already answers (a leftover stack).
@@ -112,7 +112,6 @@ export async function startStack(opts: {
     );
     await Promise.all(exits);
   };
-  const deadline = Date.now() + (opts.readyTimeoutMs ?? 60_000);
   const selected = SERVICES.filter((s) => !opts.only || opts.only.includes(s.name));
   // Refuse to start over a port something else holds (a leftover stack would answer for us).
   for (const spec of selected) {
@@ -161,10 +160,14 @@ export async function startStack(opts: {
       old.kill('SIGKILL');
       await gone;
     }
-    await launch(spec, { ...opts.env, ...env }, Date.now() + (opts.readyTimeoutMs ?? 60_000));
+    await launch(spec, { ...opts.env, ...env }, Date.now() + (opts.readyTimeoutMs ?? 120_000));
   };
   try {
-    for (const spec of selected) await launch(spec, opts.env, deadline);
+    // All at once, each with its own deadline: on a loaded machine the processes share the cores
+    // anyway, and a slow start of one must not eat the others' time.
+    const results = await Promise.allSettled(selected.map((spec) => launch(spec, opts.env, Date.now() + (opts.readyTimeoutMs ?? 120_000))));
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
   } catch (err) {
     await stop(2000);
     throw err;
