@@ -116,7 +116,7 @@ export async function runBench(opts: BenchOptions = {}): Promise<BenchReport> {
     const scaling = await section('scaling', 'scaling', () => runScaling(w, sizes, plain));
     await ageRefunds(w.db);
     // The replay takes what the budget leaves after the ticket run, the policy runs and shutdown.
-    const reserveMs = sizes.loadMaxMs + 30_000 + sizes.policyLedger.length * (sizes.policyTimeMs + 8000);
+    const reserveMs = sizes.loadMaxMs + 45_000 + sizes.policyLedger.length * (2 * sizes.policyTimeMs + 15_000);
     const replayBudget = Math.max(30_000, started + sizes.budgetMs - reserveMs - Date.now());
     const replay = await section('replay', 'duplicate-delivery replay', () => runReplay(w, sizes, replayOrders, replayBudget));
     await w.setExecutors(1);

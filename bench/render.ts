@@ -149,7 +149,7 @@ export function renderReport(r: BenchReport): string {
       ),
     );
     parts.push(
-      `cost ratio (time) ${rp.costRatio}×, pg round trips ${rp.pgRatio}×, exactly once: ${rp.exactlyOnce}; time budget ${Math.round(rp.budgetMs / 1000)} s`,
+      `per action with all its deliveries: time ${rp.costRatio}×, pg round trips ${rp.pgRatio}× the clean run; exactly once (complete): ${rp.exactlyOnce}; no duplicate effect: ${rp.noDuplicateEffects}; time budget ${Math.round(rp.budgetMs / 1000)} s`,
     );
     parts.push('Postgres backends during the replay runs:');
     parts.push(
@@ -255,13 +255,20 @@ export function summaryTable(r: BenchReport): string {
       Math.round((p.load.opsPerSec / f.pipeline50.opsPerSec) * 1000) / 1000,
     ]);
   if (rp) {
+    const cut = rp.clean.completed && rp.duplicate.completed ? '' : '; the budget cut the run';
+    const per = (x: typeof rp.clean): number => Math.round((x.durationMs / Math.max(1, x.finishedJobs)) * x.deliveries * 10) / 10;
     rows.push([
-      `replay ${rp.actions} actions × ${rp.duplicate.deliveries} deliveries, ms (floor: delivered once)`,
-      rp.duplicate.durationMs,
-      rp.clean.durationMs,
+      `replay ${rp.actions} × ${rp.duplicate.deliveries} deliveries: ms per action (floor: delivered once${cut})`,
+      per(rp.duplicate),
+      per(rp.clean),
       rp.costRatio,
     ]);
-    rows.push([`replay: refunds at the payments ledger (must be ${rp.actions})`, rp.duplicate.effects, rp.actions, null]);
+    rows.push([
+      `replay: refunds at the payments ledger (keys with two: ${rp.clean.duplicateEffects + rp.duplicate.duplicateEffects})`,
+      rp.duplicate.effects,
+      rp.duplicate.completed ? rp.actions : `${rp.actions} (${rp.duplicate.finishedJobs} of ${rp.duplicate.jobs} jobs ran)`,
+      null,
+    ]);
   }
   if (r.e2e)
     rows.push([

@@ -65,19 +65,44 @@ export async function runScaling(w: BenchWorld, sizes: BenchSizes, orders: strin
     w.notePeakRss();
     const cpu = cpuBetween(a, b);
     const stages = await queueStages(w, calls.slice(0, load.ops));
-    const top = Object.entries(cpu.seconds).sort((x, y) => y[1] - x[1])[0];
-    const share = (s: number): string => `${Math.round((s / Math.max(0.01, cpu.wallS)) * 100)} % of a core`;
-    const wait = Object.entries(pgWaits.waits)[0];
-    const bottleneck =
-      (cpu.machineBusy >= 0.9
-        ? `CPU: machine ${Math.round(cpu.machineBusy * 100)} % busy; top ${top?.[0]} ${share(top?.[1] ?? 0)}`
-        : `not CPU-bound (machine ${Math.round(cpu.machineBusy * 100)} % busy); top ${top?.[0]} ${share(top?.[1] ?? 0)}`) +
-      (wait ? `; Postgres: ${pgWaits.activeMean} busy backends, ${Math.round(wait[1] * 100)} % ${wait[0]}` : '');
-    points.push({ executors, load, speedup: null, cpu, pgWaits, stages, dominant: dominantStage(stages), bottleneck });
+    points.push({
+      executors,
+      load,
+      speedup: null,
+      cpu,
+      pgWaits,
+      stages,
+      dominant: dominantStage(stages),
+      bottleneck: verdict(cpu, pgWaits),
+    });
   }
   const base = points[0]?.load.opsPerSec;
   for (const p of points) p.speedup = ratio(p.load.opsPerSec, base);
   return points;
+}
+
+/**
+ * Where the bottleneck sits: a Postgres lock when most busy backends wait on one, else the CPU
+ * when the machine is ≥ 90 % busy, else Redis when its server uses ≥ 80 % of a core; with the
+ * figures behind it.
+ */
+export function verdict(cpu: CpuUse, pg: WaitProfile): string {
+  const core = (s: number): number => Math.round((s / Math.max(0.01, cpu.wallS)) * 100);
+  const top = Object.entries(cpu.seconds).sort((x, y) => y[1] - x[1])[0];
+  const wait = Object.entries(pg.waits)[0];
+  const redis = core(cpu.seconds.redis ?? 0);
+  const lock = wait !== undefined && wait[0].startsWith('Lock:') && wait[1] >= 0.5;
+  const which = lock
+    ? `Postgres ${wait[0]}${wait[0] === 'Lock:advisory' ? ' (the refund-decision lock)' : ''}`
+    : cpu.machineBusy >= 0.9
+      ? 'CPU'
+      : redis >= 80
+        ? 'Redis'
+        : 'nothing saturated';
+  return (
+    `${which}: machine ${Math.round(cpu.machineBusy * 100)} % busy, top ${top?.[0]} ${core(top?.[1] ?? 0)} % of a core, ` +
+    `Redis ${redis} % of a core; Postgres ${pg.activeMean} busy backends${wait ? `, ${Math.round(wait[1] * 100)} % ${wait[0]}` : ''}`
+  );
 }
 
 /** Mean wait in and processing of each queue per call (from BullMQ timestamps). */
