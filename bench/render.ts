@@ -174,6 +174,9 @@ export function renderReport(r: BenchReport): string {
         [[e2e.load.opsPerSec, e2e.load.latency.p50, e2e.load.latency.p99, e2e.ledgerLatency.p50, list(e2e.states), e2e.effects]],
       ),
     );
+    parts.push(
+      `Audit events unchained at the start: ${e2e.auditBacklogAtStart.events} (oldest ${e2e.auditBacklogAtStart.oldestAgeMs ?? 0} ms); jobs retried after a backoff: ${list(e2e.retriedJobs) || 'none'}`,
+    );
     parts.push('Per ticket, summed over its jobs:');
     parts.push(stageTable(e2e.stages));
   }
@@ -264,9 +267,9 @@ export function summaryTable(r: BenchReport): string {
       rp.costRatio,
     ]);
     rows.push([
-      `replay: refunds at the payments ledger (keys with two: ${rp.clean.duplicateEffects + rp.duplicate.duplicateEffects})`,
+      `replay: refunds at the payments ledger (keys with two: ${rp.clean.duplicateEffects + rp.duplicate.duplicateEffects}${rp.duplicate.completed ? '' : `; ${rp.duplicate.finishedJobs} of ${rp.duplicate.jobs} jobs ran`})`,
       rp.duplicate.effects,
-      rp.duplicate.completed ? rp.actions : `${rp.actions} (${rp.duplicate.finishedJobs} of ${rp.duplicate.jobs} jobs ran)`,
+      rp.actions,
       null,
     ]);
   }

@@ -6,6 +6,8 @@ export interface JobTimes {
   timestamp: number;
   processedOn: number | null;
   finishedOn: number | null;
+  /** Attempts BullMQ made (more than 1: the job failed and was retried after a backoff). */
+  attemptsMade: number;
 }
 
 /** BullMQ's own timestamps of the jobs `ids` of `queue` (missing jobs are left out). */
@@ -15,7 +17,13 @@ export async function jobTimes(queue: Queue, ids: string[]): Promise<Map<string,
     const part = ids.slice(i, i + 100);
     const jobs = await Promise.all(part.map((id) => queue.getJob(id)));
     jobs.forEach((job, j) => {
-      if (job) out.set(part[j]!, { timestamp: job.timestamp, processedOn: job.processedOn ?? null, finishedOn: job.finishedOn ?? null });
+      if (job)
+        out.set(part[j]!, {
+          timestamp: job.timestamp,
+          processedOn: job.processedOn ?? null,
+          finishedOn: job.finishedOn ?? null,
+          attemptsMade: job.attemptsMade,
+        });
     });
   }
   return out;

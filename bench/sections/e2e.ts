@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { sql } from 'kysely';
 import { queueName } from '@gatehouse/contracts';
 import { tokenFor } from '@gatehouse/cli';
 import type { BenchSizes } from '../config.ts';
@@ -24,6 +25,10 @@ export interface E2EReport {
   /** Per ticket: time waiting in and processing of each queue (summed over the ticket's jobs). */
   stages: Record<string, StageSummary>;
   dominant: string;
+  /** Jobs of the tickets that needed more than one attempt (retried after a backoff), by queue. */
+  retriedJobs: Record<string, number>;
+  /** Audit events not yet chained when the tickets started (what earlier sections left behind). */
+  auditBacklogAtStart: { events: number; oldestAgeMs: number | null };
 }
 
 const FINAL = ['completed', 'stopped', 'needs_reconciliation'] as const;
@@ -36,6 +41,12 @@ const FINAL = ['completed', 'stopped', 'needs_reconciliation'] as const;
  * two governed calls per ticket, `ticketConcurrency` tickets in flight.
  */
 export async function runE2E(w: BenchWorld, sizes: BenchSizes, orders: string[]): Promise<E2EReport> {
+  const backlog = await sql<{ n: string; age: number | null }>`
+    SELECT count(*) AS n, extract(epoch FROM now() - min(created_at)) * 1000 AS age FROM audit_outbox`.execute(w.db);
+  const auditBacklogAtStart = {
+    events: Number(backlog.rows[0]?.n ?? 0),
+    oldestAgeMs: backlog.rows[0]?.age == null ? null : Math.round(Number(backlog.rows[0].age)),
+  };
   await w.stopResultsConsumer();
   await w.startService('model-stub');
   await w.startService('agent-loop');
@@ -94,7 +105,7 @@ export async function runE2E(w: BenchWorld, sizes: BenchSizes, orders: string[])
     const body = (await (await fetch(`${w.url('staging')}/ledger/refunds?orderId=${orderId}`)).json()) as { refunds: unknown[] };
     effects += body.refunds.length;
   }
-  const stages = await ticketStages(w, wfs);
+  const { stages, retriedJobs } = await ticketStages(w, wfs);
   return {
     tickets: load.ops,
     concurrency: sizes.ticketConcurrency,
@@ -104,12 +115,18 @@ export async function runE2E(w: BenchWorld, sizes: BenchSizes, orders: string[])
     effects,
     stages,
     dominant: dominantStage(stages),
+    retriedJobs,
+    auditBacklogAtStart,
   };
 }
 
 /** Sums, per ticket, the queue wait and processing time of its turns, proposals, executions and results jobs. */
-async function ticketStages(w: BenchWorld, wfs: Array<{ id: string; created_at: Date | string }>): Promise<Record<string, StageSummary>> {
-  if (!wfs.length) return {};
+async function ticketStages(
+  w: BenchWorld,
+  wfs: Array<{ id: string; created_at: Date | string }>,
+): Promise<{ stages: Record<string, StageSummary>; retriedJobs: Record<string, number> }> {
+  const retriedJobs: Record<string, number> = {};
+  if (!wfs.length) return { stages: {}, retriedJobs };
   const ids = wfs.map((x) => x.id);
   const wf = await w.db.selectFrom('workflows').select(['id', 'round']).where('id', 'in', ids).execute();
   const props = await w.db.selectFrom('proposals').select(['id', 'workflow_id', 'call_id']).where('workflow_id', 'in', ids).execute();
@@ -124,6 +141,7 @@ async function ticketStages(w: BenchWorld, wfs: Array<{ id: string; created_at: 
     const times = await jobTimes(w.queues.get(queueName(base, RELEASE)), [...owner.keys()]);
     for (const [jobId, t] of times) {
       const wfId = owner.get(jobId)!;
+      if (t.attemptsMade > 1) retriedJobs[base] = (retriedJobs[base] ?? 0) + 1;
       if (!t.processedOn) continue;
       add(wfId, `queue wait: ${base}`, t.processedOn - t.timestamp);
       if (t.finishedOn) add(wfId, work, t.finishedOn - t.processedOn);
@@ -143,5 +161,5 @@ async function ticketStages(w: BenchWorld, wfs: Array<{ id: string; created_at: 
   );
   const s = new StageBreakdown();
   for (const m of perWf.values()) for (const [stage, ms] of Object.entries(m)) s.add(stage, ms);
-  return s.summary();
+  return { stages: s.summary(), retriedJobs };
 }
