@@ -131,7 +131,7 @@ export async function cli(s: HuntStack, args: string[], as = 'ops-gus'): Promise
     execFile(
       process.execPath,
       [resolvePath(repoRoot, 'packages/cli/src/main.ts'), ...args],
-      { cwd: repoRoot, env: { ...process.env, ...s.env, LOG_LEVEL: 'warn', GATEHOUSE_TOKEN: token }, timeout: 30_000 },
+      { cwd: repoRoot, env: { ...process.env, ...s.env, LOG_LEVEL: 'warn', GATEHOUSE_TOKEN: token }, timeout: 120_000 },
       (err, stdout, stderr) => {
         if (err) fail(new Error(`cli ${args.join(' ')}: ${err.message} ${stderr}`));
         else done(stdout + stderr);
