@@ -163,11 +163,9 @@ export async function startStack(opts: {
     await launch(spec, { ...opts.env, ...env }, Date.now() + (opts.readyTimeoutMs ?? 120_000));
   };
   try {
-    // All at once, each with its own deadline: on a loaded machine the processes share the cores
-    // anyway, and a slow start of one must not eat the others' time.
-    const results = await Promise.allSettled(selected.map((spec) => launch(spec, opts.env, Date.now() + (opts.readyTimeoutMs ?? 120_000))));
-    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-    if (failed) throw failed.reason;
+    // In order (the systems of record before the services that read them at start-up), each with
+    // its own deadline: on a loaded machine one slow start must not eat the others' time.
+    for (const spec of selected) await launch(spec, opts.env, Date.now() + (opts.readyTimeoutMs ?? 120_000));
   } catch (err) {
     await stop(2000);
     throw err;
