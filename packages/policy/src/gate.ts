@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { z } from 'zod';
 import { loadReleaseManifest, loadWorld, repoRoot, type World } from '@gatehouse/contracts';
+import { releaseForced, type Db } from '@gatehouse/ledger';
 import { changeTools, findTool, supportTools } from '@gatehouse/tools';
 import { loadBundle, type ChangeBundle, type PolicyBundle, type PolicyBundles, type SupportBundle } from './bundle.ts';
 import { evaluateChange, type ChangeFacts } from './change.rules.ts';
@@ -195,4 +196,23 @@ export function policyRevisions(env: { GATEHOUSE_RELEASE: string; POLICY_REVISIO
 } {
   const m = loadReleaseManifest(env.GATEHOUSE_RELEASE);
   return { support: env.POLICY_REVISION ?? m.policy.support, change: env.CHANGE_POLICY_REVISION ?? m.policy.change };
+}
+
+/**
+ * The bundles a deciding service boots with (agent loop, gateway, approval, executor): its
+ * release's policy revisions ({@link policyRevisions}), through the boundary-case gate — except
+ * for a release force-activated past its gate (audited, `releases.forced`), which boots with its
+ * bundle and logs a `forced_policy` alert.
+ * @throws Error naming failing cases when the release was not forced, or when a bundle is missing.
+ */
+export async function loadServiceBundles(
+  db: Db,
+  env: Parameters<typeof policyRevisions>[0] & { POLICY_DIR?: string },
+  log: { error: (fields: object, msg: string) => void },
+): Promise<PolicyBundles> {
+  return loadActiveBundles(policyRevisions(env), env.POLICY_DIR, {
+    forced: await releaseForced(db, env.GATEHOUSE_RELEASE),
+    onForced: (failures) =>
+      log.error({ alert: 'forced_policy', failing: failures.length }, 'running a force-activated bundle that fails its gate'),
+  });
 }

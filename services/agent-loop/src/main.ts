@@ -10,12 +10,12 @@ import {
   userTokenVerifier,
 } from '@gatehouse/platform';
 import { turnsQueue, resultsQueue, loadReleaseManifest, type TurnJob, type ResultJob } from '@gatehouse/contracts';
-import { registerRelease, releaseForced } from '@gatehouse/ledger';
+import { registerRelease } from '@gatehouse/ledger';
 import { catalogDigest, toolsOfPack, type Pack } from '@gatehouse/tools';
-import { loadActiveBundles, policyRevisions } from '@gatehouse/policy';
+import { loadServiceBundles } from '@gatehouse/policy';
 import { agentLoopEnv } from './env.ts';
 
-import { ticketsRouter } from './http/tickets.router.ts';
+import { ticketsRouter, type PackSettings } from './http/tickets.router.ts';
 import { workflowsRouter } from './http/workflows.router.ts';
 import { createModelClient, LOCAL_MODEL_STUB_URL } from './domain/model-client.ts';
 import { processTurn } from './jobs/turns.processor.ts';
@@ -27,33 +27,40 @@ const { env, log, db, relay } = ctx;
 const hooks = readLoopTestHooks(process.env);
 const release = loadReleaseManifest(env.GATEHOUSE_RELEASE);
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
-const bundles = loadActiveBundles(policyRevisions(env), env.POLICY_DIR, {
-  forced: await releaseForced(db, env.GATEHOUSE_RELEASE),
-  onForced: (failures) =>
-    log.error({ alert: 'forced_policy', failing: failures.length }, 'running a force-activated bundle that fails its gate'),
-});
+const bundles = await loadServiceBundles(db, env, log);
 await registerRelease(db, release.id, release);
-/**
- * Per release and pack: policy revision, catalog digest (fails at boot if a schema is not
- * strict-mode valid) and budgets. This process's own release takes the env overrides; a
- * candidate a cohort is routed to takes its manifest's values.
- */
-const packSettings = (releaseId: string, pack: Pack) => {
-  const own = releaseId === release.id;
-  const m = own ? release : loadReleaseManifest(releaseId);
-  return {
-    policyRevision: own ? bundles[pack].revision : m.policy[pack],
-    catalogDigest: catalogDigest(toolsOfPack(pack)),
-    budgets: {
-      maxRounds: (own ? env.MAX_ROUNDS : undefined) ?? m.budgets[pack].maxRounds,
-      maxToolCalls: (own ? env.MAX_TOOL_CALLS : undefined) ?? m.budgets[pack].maxToolCalls,
-      wallTimeSeconds: (own ? env.WALL_TIME_SECONDS : undefined) ?? m.budgets[pack].wallTimeSeconds,
-      maxSpendMicroUsd: (own ? env.MAX_SPEND_MICRO_USD : undefined) ?? m.budgets[pack].maxSpendMicroUsd,
-    },
-  };
+/** Catalog digest per pack, computed once at boot (fails here if a schema is not strict-mode valid). */
+const catalogDigests: Record<Pack, string> = {
+  support: catalogDigest(toolsOfPack('support')),
+  change: catalogDigest(toolsOfPack('change')),
 };
-packSettings(release.id, 'support');
-packSettings(release.id, 'change');
+/**
+ * Per release, both packs' policy revision, catalog digest and budgets, built once per release
+ * (not per ticket). This process's own release takes the env overrides; a candidate a cohort is
+ * routed to takes its manifest's values.
+ */
+const settingsByRelease = new Map<string, Record<Pack, PackSettings>>();
+const packsFor = (releaseId: string): Record<Pack, PackSettings> => {
+  let settings = settingsByRelease.get(releaseId);
+  if (!settings) {
+    const own = releaseId === release.id;
+    const m = own ? release : loadReleaseManifest(releaseId);
+    const of = (pack: Pack): PackSettings => ({
+      policyRevision: own ? bundles[pack].revision : m.policy[pack],
+      catalogDigest: catalogDigests[pack],
+      budgets: {
+        maxRounds: (own ? env.MAX_ROUNDS : undefined) ?? m.budgets[pack].maxRounds,
+        maxToolCalls: (own ? env.MAX_TOOL_CALLS : undefined) ?? m.budgets[pack].maxToolCalls,
+        wallTimeSeconds: (own ? env.WALL_TIME_SECONDS : undefined) ?? m.budgets[pack].wallTimeSeconds,
+        maxSpendMicroUsd: (own ? env.MAX_SPEND_MICRO_USD : undefined) ?? m.budgets[pack].maxSpendMicroUsd,
+      },
+    });
+    settings = { support: of('support'), change: of('change') };
+    settingsByRelease.set(releaseId, settings);
+  }
+  return settings;
+};
+packsFor(release.id);
 const baseURL = env.MODEL_BASE_URL ?? (process.env.OPENAI_API_KEY ? undefined : LOCAL_MODEL_STUB_URL);
 const model = createModelClient({ apiKey: env.OPENAI_API_KEY, baseURL, timeoutMs: env.MODEL_TIMEOUT_MS });
 
@@ -66,7 +73,7 @@ app.use(
     relay,
     release: env.GATEHOUSE_RELEASE,
     auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
-    packs: (releaseId: string) => ({ support: packSettings(releaseId, 'support'), change: packSettings(releaseId, 'change') }),
+    packs: packsFor,
   }),
 );
 app.use(workflowsRouter({ db, relay }));

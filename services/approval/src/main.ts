@@ -11,8 +11,7 @@ import {
   userTokenVerifier,
 } from '@gatehouse/platform';
 import { approvalRequestsQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
-import { loadActiveBundles, policyRevisions } from '@gatehouse/policy';
-import { releaseForced } from '@gatehouse/ledger';
+import { loadServiceBundles } from '@gatehouse/policy';
 import { approvalsRouter } from './http/approvals.router.ts';
 import { inboxRouter } from './http/inbox.router.ts';
 import { approvalOpenApi } from './http/openapi.ts';
@@ -32,11 +31,7 @@ const ctx = createServiceContext('approval', {
 });
 const { env, log, db, relay } = ctx;
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
-const bundles = loadActiveBundles(policyRevisions(env), env.POLICY_DIR, {
-  forced: await releaseForced(db, env.GATEHOUSE_RELEASE),
-  onForced: (failures) =>
-    log.error({ alert: 'forced_policy', failing: failures.length }, 'running a force-activated bundle that fails its gate'),
-});
+const bundles = await loadServiceBundles(db, env, log);
 const verifier = userTokenVerifier(env);
 
 const app = createHttpApp('approval', ctx.readyChecks);

@@ -4,8 +4,7 @@ import { executionsQueue, loadWorld, type ExecutionJob } from '@gatehouse/contra
 import { processExecution } from './jobs/executions.processor.ts';
 import { startReconcileJob } from './jobs/reconcile.processor.ts';
 import { readTestHooks } from './domain/test-hooks.ts';
-import { loadActiveBundles, policyRevisions } from '@gatehouse/policy';
-import { releaseForced } from '@gatehouse/ledger';
+import { loadServiceBundles } from '@gatehouse/policy';
 
 const ctx = createServiceContext('executor', {
   EXECUTOR_PORT: z.coerce.number().int().min(0).max(65535).default(7112),
@@ -34,11 +33,7 @@ const ctx = createServiceContext('executor', {
 const hooks = readTestHooks(process.env);
 const { env, log, db, relay } = ctx;
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
-const bundles = loadActiveBundles(policyRevisions(env), env.POLICY_DIR, {
-  forced: await releaseForced(db, env.GATEHOUSE_RELEASE),
-  onForced: (failures) =>
-    log.error({ alert: 'forced_policy', failing: failures.length }, 'running a force-activated bundle that fails its gate'),
-});
+const bundles = await loadServiceBundles(db, env, log);
 const agentId = loadWorld().agent.id;
 
 const worker = createWorker(

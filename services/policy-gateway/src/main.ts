@@ -1,8 +1,7 @@
 import { z } from 'zod';
 import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, startWorkers } from '@gatehouse/platform';
 import { proposalsQueue, type ProposalJob } from '@gatehouse/contracts';
-import { loadActiveBundles, policyRevisions } from '@gatehouse/policy';
-import { releaseForced } from '@gatehouse/ledger';
+import { loadServiceBundles } from '@gatehouse/policy';
 import { allTools, catalogDigest } from '@gatehouse/tools';
 import { processProposal } from './jobs/proposals.processor.ts';
 
@@ -17,11 +16,7 @@ const ctx = createServiceContext('policy-gateway', {
 });
 const { env, log, db, relay } = ctx;
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
-const bundles = loadActiveBundles(policyRevisions(env), env.POLICY_DIR, {
-  forced: await releaseForced(db, env.GATEHOUSE_RELEASE),
-  onForced: (failures) =>
-    log.error({ alert: 'forced_policy', failing: failures.length }, 'running a force-activated bundle that fails its gate'),
-});
+const bundles = await loadServiceBundles(db, env, log);
 catalogDigest(allTools); // a tool schema the API would reject in strict mode fails here, at boot
 
 const workers = startWorkers(
