@@ -5,3 +5,4 @@ export * from './audit.ts';
 export * from './audit-chain.ts';
 export * from './audit-verify.ts';
 export * from './releases.ts';
+export * from './operations.ts';

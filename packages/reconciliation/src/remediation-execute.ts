@@ -1,7 +1,16 @@
 import { hostname } from 'node:os';
 import { sql, type Selectable } from 'kysely';
 import { mintDelegatedToken } from '@gatehouse/credentials';
-import { actorHash, inTransaction, operationKeyHash, recordAudit, type ActionsTable, type OutboxRow, type Trx } from '@gatehouse/ledger';
+import {
+  actorHash,
+  inTransaction,
+  operationKeyHash,
+  recordAudit,
+  type ActionsTable,
+  type OutboxRow,
+  type Trx,
+  reserveOperation,
+} from '@gatehouse/ledger';
 import { cancelShipment, replayRefund, reverseRefund, type CompensationResult } from './compensations.ts';
 import { approverCeilingCents, findItem, RemediationRefused, type RemediationDeps } from './remediation.ts';
 import { reconciledOutput, settleOperation } from './settle.ts';
@@ -81,20 +90,7 @@ async function claim(trx: Trx, item: WorklistItem, approvalId: string, deps: Exe
     .forUpdate()
     .executeTakeFirstOrThrow();
   const action = await trx.selectFrom('actions').selectAll().where('id', '=', ap.action_id).forUpdate().executeTakeFirstOrThrow();
-  await trx
-    .insertInto('operations')
-    .values({
-      key: action.operation_key,
-      workflow_id: action.workflow_id,
-      action_id: action.id,
-      action_digest: action.digest,
-      tool: action.tool,
-      status: 'pending',
-      release_id: action.release_id,
-    })
-    .onConflict((oc) => oc.column('key').doNothing())
-    .execute();
-  const op = await trx.selectFrom('operations').selectAll().where('key', '=', action.operation_key).forUpdate().executeTakeFirstOrThrow();
+  const op = await reserveOperation(trx, action);
   if (op.status === 'succeeded') return { kind: 'done' };
   if (op.status === 'failed') return { kind: 'failed', reason: op.error ?? 'failed' };
   if (op.status === 'running' && op.lease_expires_at && new Date(op.lease_expires_at).getTime() > Date.now()) return { kind: 'busy' };

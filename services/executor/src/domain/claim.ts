@@ -9,6 +9,7 @@ import {
   type OperationsTable,
   type OutboxRow,
   type WorkflowsTable,
+  reserveOperation,
 } from '@gatehouse/ledger';
 import type { Selectable } from 'kysely';
 import { decideAndRecord, evaluateAction, type AuthoritativeRecord, type PolicyBundles } from '@gatehouse/policy';
@@ -77,20 +78,7 @@ export async function claimOperation(
   if (!['approved', 'running', 'succeeded', 'failed', 'failed_unknown'].includes(action.status)) {
     return { kind: 'skip', reason: `action_${action.status}` };
   }
-  await trx
-    .insertInto('operations')
-    .values({
-      key: action.operation_key,
-      workflow_id: action.workflow_id,
-      action_id: action.id,
-      action_digest: action.digest,
-      tool: action.tool,
-      status: 'pending',
-      release_id: action.release_id,
-    })
-    .onConflict((oc) => oc.column('key').doNothing())
-    .execute();
-  const op = await trx.selectFrom('operations').selectAll().where('key', '=', action.operation_key).forUpdate().executeTakeFirstOrThrow();
+  const op = await reserveOperation(trx, action);
   if (op.action_digest !== action.digest) return { kind: 'conflict', action };
   // Reconciliation froze it (amount mismatch): only a lead's remediation may touch it now.
   if (op.frozen_at) return { kind: 'skip', reason: 'operation_frozen' };
