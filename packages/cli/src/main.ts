@@ -4,7 +4,7 @@ import { existsSync } from 'node:fs';
 import { resolve as resolvePath } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
 import { Redis } from 'ioredis';
-import { parseEnv, QueueRegistry, OutboxRelay, createLogger, userTokenVerifier, type BaseEnv } from '@gatehouse/platform';
+import { parseEnv, OutboxRelay, createLogger, userTokenVerifier, type BaseEnv } from '@gatehouse/platform';
 import { createDb, migrate, verifyAuditChain, type Db } from '@gatehouse/ledger';
 import { tokenFor } from './api-client.ts';
 import { auditPublicKey } from './audit-key.ts';
@@ -13,6 +13,7 @@ import { runDemo, printReport } from './demo.ts';
 import { authorizeOperator, bumpEpoch, setSwitch, type Operator } from './ops.ts';
 import { reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
 import { releaseCommand } from './release-commands.ts';
+import { withQueues } from './queue-ops.ts';
 import { loadBundle, loadBundleFile, runBoundaryGate, loadBoundaryCases } from '@gatehouse/policy';
 import { portOf, SERVICES, startStack, stateDir, stopDetachedStack } from './stack.ts';
 
@@ -120,19 +121,14 @@ async function main(argv: string[]): Promise<number> {
     case 'switch on':
     case 'switch off': {
       if (!arg) throw new Error('switch needs a tool name');
-      return opsCommand(env, values.token, `switch ${sub}`, async (db, op) => {
-        const redis = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
-        const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
-        try {
+      return opsCommand(env, values.token, `switch ${sub}`, (db, op) =>
+        withQueues(env, async (queues) => {
           const rows = await setSwitch(db, arg, sub === 'on', op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
           await new OutboxRelay(db, queues, createLogger('cli')).publish(rows);
           out(`${arg} switched ${sub}${rows.length ? `; ${rows.length} held action(s) re-enqueued` : ''}`);
           return 0;
-        } finally {
-          await queues.close();
-          redis.disconnect();
-        }
-      });
+        }),
+      );
     }
     case 'epoch bump':
       return opsCommand(env, values.token, 'epoch bump', async (db, op) => {
@@ -159,25 +155,20 @@ async function main(argv: string[]): Promise<number> {
       return opsCommand(env, values.token, sub ? 'reconcile resolve' : 'reconcile', async (db, op) => {
         if (sub && !arg) throw new Error('reconcile resolve needs an item id');
         if (flags.length > 1) throw new Error(`choose one remediation, not ${flags.join(' and ')}`);
-        const redis = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
-        const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
-        const relay = new OutboxRelay(db, queues, createLogger('cli'));
-        const ctx = {
-          db,
-          stagingUrl: env.STAGING_URL,
-          hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
-          delegationSecret: env.GATEHOUSE_DELEGATION_SECRET,
-          release: env.GATEHOUSE_RELEASE,
-          operator: op.id,
-          out,
-          publish: (rows: Parameters<OutboxRelay['publish']>[0]) => relay.publish(rows),
-        };
-        try {
-          return sub ? await resolveCommand(ctx, arg!, flags[0] ? REMEDIATION_FLAGS[flags[0]] : undefined) : await reconcileCommand(ctx);
-        } finally {
-          await queues.close();
-          redis.disconnect();
-        }
+        return withQueues(env, (queues) => {
+          const relay = new OutboxRelay(db, queues, createLogger('cli'));
+          const ctx = {
+            db,
+            stagingUrl: env.STAGING_URL,
+            hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+            delegationSecret: env.GATEHOUSE_DELEGATION_SECRET,
+            release: env.GATEHOUSE_RELEASE,
+            operator: op.id,
+            out,
+            publish: (rows: Parameters<OutboxRelay['publish']>[0]) => relay.publish(rows),
+          };
+          return sub ? resolveCommand(ctx, arg!, flags[0] ? REMEDIATION_FLAGS[flags[0]] : undefined) : reconcileCommand(ctx);
+        });
       });
     }
     case 'release digests':

@@ -1,7 +1,26 @@
 import type { Job } from 'bullmq';
 import { loadReleaseManifest, queueContracts, queueName } from '@gatehouse/contracts';
 import { actorHash, inTransaction, recordAudit, type Db } from '@gatehouse/ledger';
-import type { QueueRegistry } from '@gatehouse/platform';
+import { Redis } from 'ioredis';
+import { QueueRegistry, type BaseEnv } from '@gatehouse/platform';
+
+/**
+ * Runs `fn` with a queue registry on the configured Redis and key prefix, and closes both after
+ * (the CLI's commands are short-lived processes).
+ */
+export async function withQueues<T>(
+  env: Pick<BaseEnv, 'REDIS_URL' | 'QUEUE_PREFIX'>,
+  fn: (queues: QueueRegistry) => Promise<T>,
+): Promise<T> {
+  const redis = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
+  const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
+  try {
+    return await fn(queues);
+  } finally {
+    await queues.close();
+    redis.disconnect();
+  }
+}
 
 /** Job states that are queued but not running: what requeue and quarantine move. */
 const QUEUED_STATES = ['waiting', 'paused', 'delayed', 'prioritized', 'waiting-children'] as const;

@@ -1,9 +1,8 @@
-import { Redis } from 'ioredis';
 import { loadReleaseManifest } from '@gatehouse/contracts';
 import { createDb, type Db } from '@gatehouse/ledger';
-import { QueueRegistry, type BaseEnv } from '@gatehouse/platform';
+import type { BaseEnv } from '@gatehouse/platform';
 import type { Operator } from './ops.ts';
-import { drainRelease, quarantineRelease, requeueRelease } from './queue-ops.ts';
+import { drainRelease, quarantineRelease, requeueRelease, withQueues } from './queue-ops.ts';
 import { activateRelease, currentDigests, enableWrites, rollbackRelease, verifyManifest } from './releases.ts';
 
 /** Runs `fn` as a verified operator (see `opsCommand` in main.ts). */
@@ -40,16 +39,6 @@ export async function releaseCommand(
   asOperator: AsOperator,
   out: (line: string) => void,
 ): Promise<number> {
-  const withQueues = async <T>(fn: (queues: QueueRegistry) => Promise<T>): Promise<T> => {
-    const redis = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
-    const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
-    try {
-      return await fn(queues);
-    } finally {
-      await queues.close();
-      redis.disconnect();
-    }
-  };
   const actor = (op: Operator) => ({ operator: op.id, hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY });
   const need = (v: string | undefined, what: string): string => {
     if (!v) throw new Error(`${command} needs ${what}`);
@@ -93,7 +82,7 @@ export async function releaseCommand(
       });
     case 'release rollback':
       return asOperator(command, (db, op) =>
-        withQueues(async (queues) => {
+        withQueues(env, async (queues) => {
           const r = await rollbackRelease(db, queues, { to: need(values.to, '--to <release>'), ...actor(op) });
           out(`rolled back ${r.rolledBack.join(', ') || 'nothing'} to ${r.to}`);
           out(`  approvals expired: ${r.expiredApprovals}`);
@@ -109,7 +98,7 @@ export async function releaseCommand(
       );
     case 'queues drain':
       return asOperator(command, (db, op) =>
-        withQueues(async (queues) => {
+        withQueues(env, async (queues) => {
           const names = await drainRelease(db, queues, need(values.release, '--release <id>'), actor(op));
           out(`draining ${values.release}: ${names.join(', ')} paused; in-flight jobs finish or their leases expire`);
           return 0;
@@ -117,7 +106,7 @@ export async function releaseCommand(
       );
     case 'queues quarantine':
       return asOperator(command, (db, op) =>
-        withQueues(async (queues) => {
+        withQueues(env, async (queues) => {
           const n = await quarantineRelease(db, queues, need(values.release, '--release <id>'), actor(op));
           out(`quarantined ${n} job(s) of ${values.release} into the ledger (quarantined_jobs)`);
           return 0;
@@ -125,7 +114,7 @@ export async function releaseCommand(
       );
     case 'queues requeue':
       return asOperator(command, (db, op) =>
-        withQueues(async (queues) => {
+        withQueues(env, async (queues) => {
           const r = await requeueRelease(db, queues, need(values.from, '--from <release>'), need(values.to, '--to <release>'), actor(op));
           out(
             `requeued ${r.moved} job(s) from ${values.from} to ${values.to}${r.refused ? `; ${r.refused} refused (quarantine them)` : ''}`,
