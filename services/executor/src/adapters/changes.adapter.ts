@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { findPlan } from '@gatehouse/policy';
 import { attempt } from './http-call.ts';
 import type { AdapterCall, AdapterResult } from './adapter.ts';
-import { idempotentWrite } from './payments.adapter.ts';
+import { idempotentWrite } from './idempotent-write.ts';
 
 /** Attempts at most for the idempotent change-service write. */
 export const CHANGES_MAX_ATTEMPTS = 4;

@@ -1,7 +1,5 @@
-import { BrokenCircuitError } from 'cockatiel';
-import { attempt, reasonOf } from './http-call.ts';
 import type { AdapterCall, AdapterResult } from './adapter.ts';
-import { idempotentWritePolicy, RetryableDownstreamError } from './resilience.ts';
+import { idempotentWrite } from './idempotent-write.ts';
 
 /** Attempts at most for the idempotent payments write. */
 export const PAYMENTS_MAX_ATTEMPTS = 4;
@@ -22,65 +20,4 @@ export function issueRefund(call: AdapterCall): Promise<AdapterResult> {
     maxAttempts: PAYMENTS_MAX_ATTEMPTS,
     evidence: (b) => String(b.refundId ?? ''),
   });
-}
-
-/**
- * One idempotent write (`POST url` with `body`) under the downstream's retry policy: the same
- * `Idempotency-Key` (the operation key) and fencing token on every attempt; 200/201 succeed
- * (`evidence` picks the downstream id); 429 waits for Retry-After, 5xx and lost responses are
- * retried up to `maxAttempts` within the deadline; other 4xx are final. Attempts that ran out
- * after an unanswered attempt are `unknown` (it may have landed), otherwise `failed`.
- */
-export async function idempotentWrite(
-  call: AdapterCall,
-  req: {
-    downstream: string;
-    url: string;
-    body: Record<string, unknown>;
-    maxAttempts: number;
-    evidence: (body: Record<string, unknown>) => string;
-  },
-): Promise<AdapterResult> {
-  let attempts = 0;
-  let sawNoAnswer = false;
-  const policy = idempotentWritePolicy(req.downstream, req.maxAttempts, call.deadlineMs);
-  try {
-    return await policy.execute(async (): Promise<AdapterResult> => {
-      const remaining = call.deadlineMs - Date.now();
-      if (remaining <= 0) throw new Error('deadline');
-      attempts++;
-      const res = await attempt(
-        req.url,
-        {
-          method: 'POST',
-          headers: {
-            'content-type': 'application/json',
-            authorization: `Bearer ${await call.token()}`,
-            'idempotency-key': call.operationKey,
-            'x-fencing-token': String(call.fencingToken),
-          },
-          body: JSON.stringify(req.body),
-        },
-        Math.min(remaining, 5000),
-      );
-      if (res.kind === 'no_response') {
-        sawNoAnswer = true;
-        throw new RetryableDownstreamError(`no_response:${res.error}`, { ambiguous: true });
-      }
-      if (res.status === 200 || res.status === 201) {
-        return { status: 'succeeded', data: res.body, evidenceRef: req.evidence(res.body), attempts };
-      }
-      if (res.status === 429) {
-        const ms = Number(res.headers.get('retry-after-ms') ?? Number(res.headers.get('retry-after') ?? 1) * 1000);
-        throw new RetryableDownstreamError('rate_limited', { retryAfterMs: Number.isFinite(ms) ? ms : undefined });
-      }
-      if (res.status >= 500) throw new RetryableDownstreamError(`${res.status}:${reasonOf(res.body)}`);
-      return { status: 'failed', reason: `${res.status}:${reasonOf(res.body)}`, retryable: false, attempts };
-    });
-  } catch (err) {
-    const reason =
-      err instanceof RetryableDownstreamError ? err.reason : err instanceof BrokenCircuitError ? 'circuit_open' : (err as Error).message;
-    // With one key for every attempt, an unanswered attempt may have landed: unknown, not failed.
-    return sawNoAnswer ? { status: 'unknown', reason, attempts } : { status: 'failed', reason, retryable: true, attempts };
-  }
 }
