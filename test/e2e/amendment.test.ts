@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
-import { approveAsLead, call, pollWorkflow, tokenFor } from '@gatehouse/cli';
+import { approveAsLead, call, pollWorkflow, tokenFor, type WorkflowView } from '@gatehouse/cli';
 import { startE2EStack, type E2EStack } from '../support/stack.ts';
 
 const SECRET = 'local-auth-secret-change-me';
@@ -93,11 +93,15 @@ describe('a follow-up message amends a pending refund (SPEC §9 messages, §6 am
     ]);
 
     // One call per response and no model call while an approval is pending: O-1008 first…
-    const o1008 = await pollWorkflow(intake, rep, id, (v) =>
-      v.actions.some((a) => a.target === 'O-1008' && a.tool === 'issue_refund' && a.status === 'pending_approval'),
-    );
+    // The gateway marks the action pending_approval before the approval service has opened the
+    // approval (a separate queue hop), so wait for both.
+    const o1008Pending = (v: WorkflowView) => {
+      const a = v.actions.find((x) => x.target === 'O-1008' && x.tool === 'issue_refund' && x.status === 'pending_approval');
+      return a ? v.pendingApprovals.find((p) => p.status === 'pending' && p.actionVersion === a.version) : undefined;
+    };
+    const o1008 = await pollWorkflow(intake, rep, id, (v) => o1008Pending(v) !== undefined);
     const lead = await tokenFor('lead-eli', SECRET);
-    const pending = o1008.pendingApprovals.find((p) => p.status === 'pending')!;
+    const pending = o1008Pending(o1008)!;
     expect((await approveAsLead(s.url('approval'), lead, pending.approvalId)).status).toBe(200);
     // …then the voided O-1007 refund is proposed again, as a new version that needs its own approval.
     const again = await pollWorkflow(intake, rep, id, (v) =>

@@ -161,7 +161,15 @@ describe('OpenTelemetry across the queues', () => {
   });
 
   it('metrics reach the collector: proposals, decisions by rule, approvals, attempts, outcomes, job latency, queue depth, audit lag', async () => {
-    await eventually(() => total('gatehouse.approvals', { outcome: 'consumed' }) >= 2);
+    // Counters come from chained audit events, exported every 500 ms: wait until the audit service
+    // has chained the run's last events (the redelivered refund's replay) before reading them.
+    await eventually(
+      () =>
+        total('gatehouse.approvals', { outcome: 'consumed' }) >= 2 &&
+        total('gatehouse.executions.outcomes', { tool: 'issue_refund', outcome: 'replayed' }) >= 1 &&
+        total('gatehouse.runs', { outcome: 'completed' }) >= 1,
+      60_000,
+    );
     expect(total('gatehouse.proposals', { tool: 'issue_refund', release: 'rel-1' })).toBeGreaterThanOrEqual(1);
     expect(total('gatehouse.proposals', { tool: 'reship_order' })).toBeGreaterThanOrEqual(1);
     expect(total('gatehouse.policy.decisions', { tool: 'issue_refund', decision: 'REQUIRE_APPROVAL', rule: 'R7' })).toBeGreaterThanOrEqual(
