@@ -8,7 +8,7 @@ export default defineConfig({
     include: ['packages/*/test/**/*.test.ts', 'services/*/test/**/*.test.ts', 'migrations/test/**/*.test.ts', 'test/**/*.test.ts'],
     pool: 'forks',
     maxWorkers: 2,
-    testTimeout: 60_000,
+    testTimeout: 180_000,
     hookTimeout: 120_000,
     reporters: ['default', './test/summary-reporter.ts'],
   },

@@ -93,21 +93,26 @@ describe('OpenTelemetry across the queues', () => {
     expect(report.workflow.state).toBe('completed');
     const intake = await waitForSpan('intake ticket');
     workflowTrace = intake.span.traceId;
-    const until = Date.now() + 10_000;
-    let services = new Set<string>();
-    while (Date.now() < until) {
-      services = new Set(received.filter((r) => r.span.traceId === intake.span.traceId).map((r) => r.service));
-      if (['agent-loop', 'policy-gateway', 'approval', 'executor', 'audit'].every((n) => services.has(n))) break;
-      await new Promise((r) => setTimeout(r, 200));
-    }
+    const SERVICES = ['agent-loop', 'policy-gateway', 'approval', 'executor', 'audit'];
+    const JOBS = ['turns process', 'proposals process', 'approval-requests process', 'executions process', 'results process'];
+    const inTrace = () => received.filter((r) => r.span.traceId === intake.span.traceId);
+    const executions = () => inTrace().filter((r) => r.span.name === 'executions process');
+    // Each service exports its spans in its own batches: wait for everything read below, not only the first span of each.
+    await settle(() => {
+      const spans = inTrace();
+      return (
+        SERVICES.every((n) => spans.some((r) => r.service === n)) &&
+        JOBS.every((n) => spans.some((r) => r.span.name === n)) &&
+        executions().length >= 3
+      );
+    });
     // All five services: the audit service joins through the trace context stored with each audit event.
+    const services = new Set(inTrace().map((r) => r.service));
     expect([...services].sort()).toEqual(expect.arrayContaining(['agent-loop', 'approval', 'audit', 'executor', 'policy-gateway']));
-    const names = new Set(received.filter((r) => r.span.traceId === intake.span.traceId).map((r) => r.span.name));
-    for (const n of ['turns process', 'proposals process', 'approval-requests process', 'executions process', 'results process'])
-      expect(names).toContain(n);
+    const names = new Set(inTrace().map((r) => r.span.name));
+    for (const n of JOBS) expect(names).toContain(n);
     // The executions after each approval (refund, reship) continue the trace, not only the lookup.
-    const executions = received.filter((r) => r.span.traceId === intake.span.traceId && r.span.name === 'executions process');
-    expect(executions.length).toBeGreaterThanOrEqual(3);
+    expect(executions().length).toBeGreaterThanOrEqual(3);
     // Spans carry no ticket text or arguments.
     expect(rawSpans).not.toContain('cracked item');
   });
@@ -144,7 +149,12 @@ describe('OpenTelemetry across the queues', () => {
       const [, traceId, spanId] = String(row.payload.traceparent ?? '').split('-');
       stored.set(row.job_id, (stored.get(row.job_id) ?? new Set()).add(`${traceId}/${spanId}`));
     }
-    const jobSpans = received.filter((r) => r.span.name.endsWith(' process'));
+    const jobSpansOf = () => received.filter((r) => r.span.name.endsWith(' process'));
+    const withStored = () => jobSpansOf().filter((r) => stored.has(attrs(r.span.attributes)['messaging.message.id'] ?? ''));
+    const redeliveryOf = () => jobSpansOf().find((r) => attrs(r.span.attributes)['messaging.message.id']?.endsWith('_redelivery'));
+    // The executor exports the redelivery's span a batch after the demo saw the job finish: wait for it and for the job spans counted.
+    await settle(() => redeliveryOf() !== undefined && withStored().length >= 10);
+    const jobSpans = jobSpansOf();
     let checked = 0;
     for (const r of jobSpans) {
       const contexts = stored.get(attrs(r.span.attributes)['messaging.message.id'] ?? '');
@@ -154,7 +164,7 @@ describe('OpenTelemetry across the queues', () => {
     }
     expect(checked).toBeGreaterThanOrEqual(10);
     // The demo delivers the refund's execution job a second time without stored context.
-    const redelivery = jobSpans.find((r) => attrs(r.span.attributes)['messaging.message.id']?.endsWith('_redelivery'));
+    const redelivery = redeliveryOf();
     expect(redelivery).toBeDefined();
     expect(redelivery!.span.parentSpanId ?? '').toBe('');
     expect(redelivery!.span.traceId).not.toBe(workflowTrace);
@@ -163,11 +173,22 @@ describe('OpenTelemetry across the queues', () => {
   it('metrics reach the collector: proposals, decisions by rule, approvals, attempts, outcomes, job latency, queue depth, audit lag', async () => {
     // Counters come from chained audit events, exported every 500 ms: wait until the audit service
     // has chained the run's last events (the redelivered refund's replay) before reading them.
+    // The process metrics below come from other services' exporters: wait for those series too.
+    const executorJobs = () => seriesOf('gatehouse.jobs.duration').some((x) => x.service === 'executor' && x.labels.queue === 'executions');
+    const proposalsDepth = () =>
+      seriesOf('gatehouse.queue.depth').some((x) => x.service === 'policy-gateway' && x.labels.queue === 'proposals');
+    const backlogAge = () => seriesOf('gatehouse.audit.backlog_age').some((x) => x.service === 'audit');
+    const intakeRoute = () =>
+      seriesOf('http.server.request.duration').some((x) => x.service === 'agent-loop' && x.labels['http.route'] === '/v1/tickets');
     await eventually(
       () =>
         total('gatehouse.approvals', { outcome: 'consumed' }) >= 2 &&
         total('gatehouse.executions.outcomes', { tool: 'issue_refund', outcome: 'replayed' }) >= 1 &&
-        total('gatehouse.runs', { outcome: 'completed' }) >= 1,
+        total('gatehouse.runs', { outcome: 'completed' }) >= 1 &&
+        executorJobs() &&
+        proposalsDepth() &&
+        backlogAge() &&
+        intakeRoute(),
       60_000,
     );
     expect(total('gatehouse.proposals', { tool: 'issue_refund', release: 'rel-1' })).toBeGreaterThanOrEqual(1);
@@ -184,13 +205,11 @@ describe('OpenTelemetry across the queues', () => {
     expect(total('gatehouse.runs', { outcome: 'completed' })).toBeGreaterThanOrEqual(1);
     expect(total('gatehouse.audit.lag')).toBeGreaterThanOrEqual(25);
     // Process metrics of each service: job latency per queue, and the depth of the queues it consumes.
-    expect(seriesOf('gatehouse.jobs.duration').some((x) => x.service === 'executor' && x.labels.queue === 'executions')).toBe(true);
-    expect(seriesOf('gatehouse.queue.depth').some((x) => x.service === 'policy-gateway' && x.labels.queue === 'proposals')).toBe(true);
-    expect(seriesOf('gatehouse.audit.backlog_age').some((x) => x.service === 'audit')).toBe(true);
+    expect(executorJobs()).toBe(true);
+    expect(proposalsDepth()).toBe(true);
+    expect(backlogAge()).toBe(true);
     // The http auto-instrumentation records request durations by route.
-    expect(
-      seriesOf('http.server.request.duration').some((x) => x.service === 'agent-loop' && x.labels['http.route'] === '/v1/tickets'),
-    ).toBe(true);
+    expect(intakeRoute()).toBe(true);
     // Labels stay low-cardinality: no ids of runs, approvals, operations or calls.
     for (const x of [...series.values()].filter((v) => v.name.startsWith('gatehouse.')))
       for (const v of Object.values(x.labels))
@@ -200,6 +219,8 @@ describe('OpenTelemetry across the queues', () => {
   it('logs are JSON and carry the trace and span ids of the work they describe', async () => {
     const lines = logLines().filter((l) => l.msg === 'job processed');
     expect(lines.length).toBeGreaterThanOrEqual(5);
+    // A job's line is written inside its span, which the service exports a batch later: wait for the spans of these lines.
+    await settle(() => lines.every((l) => received.some((r) => r.span.traceId === l.trace_id)));
     const traced = new Set(received.map((r) => r.span.traceId));
     for (const l of lines) {
       expect(l.trace_id).toMatch(/^[0-9a-f]{32}$/);
@@ -215,15 +236,22 @@ describe('OpenTelemetry across the queues', () => {
       s.db.db,
     );
     await fixtures(s, 'OBS-1', [fc(['lookup_order', { orderId: 'O-1008' }]), msg('It shipped.')]);
+    const runsBefore = total('gatehouse.runs', { outcome: 'completed' });
     const { token, workflowId } = await submit(s, 'rep-ana', 'OBS-1', CANARY_TICKET, 'investigate');
     expect((await waitFor(s, token, workflowId, settled)).state).toBe('completed');
     await eventually(
       async () => Number((await sql<{ n: string }>`select count(*) as n from audit_outbox`.execute(s.db.db)).rows[0]!.n) === 0,
     );
-    // The canary run's own trace has arrived, through the result returned to the loop.
+    // The canary run's own trace has arrived through its last job (the second model turn, whose log line
+    // is written inside it), and the audit service has exported the metrics of its completion.
     await eventually(() => {
       const intake = received.find((r) => r.span.name === 'intake ticket' && r.span.traceId !== workflowTrace);
-      return Boolean(intake && received.some((r) => r.span.traceId === intake.span.traceId && r.span.name === 'results process'));
+      const spans = intake ? received.filter((r) => r.span.traceId === intake.span.traceId) : [];
+      return (
+        spans.some((r) => r.span.name === 'results process') &&
+        spans.filter((r) => r.span.name === 'turns process').length >= 2 &&
+        total('gatehouse.runs', { outcome: 'completed' }) > runsBefore
+      );
     });
     await new Promise((r) => setTimeout(r, 1500)); // one more span batch and metric export
 
@@ -276,7 +304,7 @@ function total(name: string, match: Record<string, string> = {}): number {
     .reduce((n, x) => n + x.value, 0);
 }
 
-async function eventually(cond: () => boolean | Promise<boolean>, timeoutMs = 20_000): Promise<void> {
+async function eventually(cond: () => boolean | Promise<boolean>, timeoutMs = 60_000): Promise<void> {
   const until = Date.now() + timeoutMs;
   while (!(await cond())) {
     if (Date.now() > until) throw new Error('condition not met in time');
@@ -284,8 +312,15 @@ async function eventually(cond: () => boolean | Promise<boolean>, timeoutMs = 20
   }
 }
 
-async function waitForSpan(name: string): Promise<Received> {
-  for (let i = 0; i < 100; i++) {
+/** Waits until `cond` holds or `timeoutMs` passes, without failing: the assertions that follow say what is missing. */
+async function settle(cond: () => boolean, timeoutMs = 60_000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!cond() && Date.now() < until) await new Promise((r) => setTimeout(r, 200));
+}
+
+async function waitForSpan(name: string, timeoutMs = 60_000): Promise<Received> {
+  const until = Date.now() + timeoutMs;
+  while (Date.now() < until) {
     const hit = received.find((r) => r.span.name === name);
     if (hit) return hit;
     await new Promise((r) => setTimeout(r, 100));

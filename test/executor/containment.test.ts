@@ -228,7 +228,7 @@ describe('executor: tool switched off at the moment of execution (SPEC §6, inva
       await setSwitch(h.db, 'issue_refund', false, 'ops-gus', AUDIT_HMAC_KEY);
       const queue = h.queues.get(EXECUTIONS_QUEUE);
       await queue.add(executionsQueue.jobName, a.job, { ...jobOptionsFor(EXECUTIONS_QUEUE), jobId: a.jobId });
-      await waitFor('held delivery', async () => (await queue.getJob(a.jobId))?.returnvalue === 'held:tool_disabled', 10_000);
+      await waitFor('held delivery', async () => (await queue.getJob(a.jobId))?.returnvalue === 'held:tool_disabled', 60_000);
       expect((await workflow(a.workflowId)).state).toBe('paused');
 
       await h.relay.publish(await setSwitch(h.db, 'issue_refund', true, 'ops-gus', AUDIT_HMAC_KEY));
@@ -238,7 +238,7 @@ describe('executor: tool switched off at the moment of execution (SPEC §6, inva
           const r = await h.refunds(orderId);
           return r.length ? r : null;
         },
-        4000,
+        60_000,
       ).catch(() => []);
       expect(refunds).toHaveLength(1);
       expect((await workflow(a.workflowId)).state).not.toBe('paused');

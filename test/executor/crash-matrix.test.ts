@@ -43,7 +43,8 @@ async function crashThenRecover(tool: Tool, crashAt: CrashPoint, opts: { disable
     await queues.get(EXECUTIONS_QUEUE).add(executionsQueue.jobName, a.job, { ...jobOptionsFor(EXECUTIONS_QUEUE), jobId: a.jobId });
     const doomed = startExecutor({ ...env, GATEHOUSE_TEST_CRASH_AT: crashAt, GATEHOUSE_TEST_CRASH_TOOL: tool });
     running.push(doomed);
-    const death = await Promise.race([doomed.exited, new Promise<null>((r) => setTimeout(() => r(null), 40_000))]);
+    // Seven cases run at once, each booting two executors: boot, claim and crash take a while on 2 loaded cores.
+    const death = await Promise.race([doomed.exited, new Promise<null>((r) => setTimeout(() => r(null), 60_000))]);
     const atCrash = {
       death,
       op: await h.db.selectFrom('operations').selectAll().where('key', '=', a.operationKey).executeTakeFirst(),
@@ -60,7 +61,7 @@ async function crashThenRecover(tool: Tool, crashAt: CrashPoint, opts: { disable
         if (op?.status !== 'succeeded') return null;
         return (await results.getJob(`result_${a.workflowId}_${a.callId}`)) ?? null;
       },
-      45_000,
+      60_000,
       200,
     );
     await fresh.stop();
@@ -83,7 +84,7 @@ describe.concurrent(
   'executor crash matrix (real processes, SIGKILL at each crash point, fresh executor over the same DB and Redis)',
   () => {
     for (const crashAt of ['before_dispatch', 'after_dispatch', 'after_record'] as const) {
-      it(`issue_refund killed ${crashAt} → exactly one refund, result recorded`, { timeout: 100_000 }, async ({ expect }) => {
+      it(`issue_refund killed ${crashAt} → exactly one refund, result recorded`, { timeout: 150_000 }, async ({ expect }) => {
         const r = await crashThenRecover('issue_refund', crashAt);
         expect(r.atCrash.death, r.atCrash.log).toMatchObject({ signal: 'SIGKILL' });
         if (crashAt === 'before_dispatch') expect(r.atCrash).toMatchObject({ posts: 0, op: { status: 'running', dispatched_at: null } });
@@ -102,7 +103,7 @@ describe.concurrent(
 
       it(
         `reship_order killed ${crashAt} → exactly one shipment (read-back, never a blind re-send), result recorded`,
-        { timeout: 100_000 },
+        { timeout: 150_000 },
         async ({ expect }) => {
           const r = await crashThenRecover('reship_order', crashAt);
           expect(r.atCrash.death, r.atCrash.log).toMatchObject({ signal: 'SIGKILL' });
@@ -120,7 +121,7 @@ describe.concurrent(
 
     it(
       'control removed: reship killed after dispatch with the write-ahead mark disabled on both executors → two shipments',
-      { timeout: 100_000 },
+      { timeout: 150_000 },
       async ({ expect }) => {
         const r = await crashThenRecover('reship_order', 'after_dispatch', { disableWriteAhead: true });
         expect(r.atCrash.death, r.atCrash.log).toMatchObject({ signal: 'SIGKILL' });

@@ -98,7 +98,7 @@ describe('hunt: approvals, amendments, switches', () => {
         console.log('existing execution job', job?.id, await job?.getState(), job?.returnvalue);
         await q.close();
       }
-      const done = await waitFor(s, token, workflowId, (x) => x.state === 'completed', 20_000).catch(async (err: Error) => {
+      const done = await waitFor(s, token, workflowId, (x) => x.state === 'completed').catch(async (err: Error) => {
         console.log('not resumed:', err.message);
         return view2(token, workflowId);
       });
@@ -196,7 +196,8 @@ describe('hunt: terminal states', () => {
     const v = await waitFor(s, token, workflowId, (x) => x.pendingApprovals.length === 2);
     const [p1, p2] = v.pendingApprovals;
     await sql`update approvals set expires_at = now() - interval '1 second' where id = ${p1!.approvalId}`.execute(s.db.db);
-    const stopped = await waitFor(s, token, workflowId, (x) => x.state === 'stopped', 20_000);
+    // The expiry sweep runs every 5 s, then the stop takes a queue hop to the agent loop.
+    const stopped = await waitFor(s, token, workflowId, (x) => x.state === 'stopped');
     console.log('stop-other stopped', JSON.stringify(summary(stopped)));
     const r = await approve(s, 'lead-eli', p2!.approvalId);
     console.log('approve other after stop', r.status, JSON.stringify(r.body));

@@ -48,7 +48,8 @@ async function injectCanary(stack: HuntStack, orderId: string): Promise<void> {
 describe('agent loop', () => {
   it(
     'a crash between receiving function calls and recording them resumes: one lookup, every call answered once',
-    { timeout: 60_000 },
+    // Two agent-loop restarts (each up to 150 s to be ready on a loaded machine), then the whole ticket.
+    { timeout: 180_000 },
     async () => {
       await s.stack.restart('agent-loop', { GATEHOUSE_TEST_CRASH_AT: 'after_model_response' });
       const { token, workflowId } = await submit(s, 'rep-ana', 'L-crash', 'What is the status of order O-1001?', 'investigate');
@@ -56,7 +57,7 @@ describe('agent loop', () => {
       await new Promise((r) => (loop.signalCode ? r(null) : loop.once('exit', r)));
       expect(loop.signalCode).toBe('SIGKILL');
       await s.stack.restart('agent-loop', { GATEHOUSE_TEST_CRASH_AT: '' });
-      const v = await waitFor(s, token, workflowId, settled, 30_000);
+      const v = await waitFor(s, token, workflowId, settled);
       expect(v.state).toBe('completed');
       expect(v.actions.map((a) => a.tool)).toEqual(['lookup_order']);
       const seen = await modelRequests(s, 'L-crash');

@@ -159,7 +159,9 @@ describe('rollback rehearsal', () => {
       const stray = executionsQueue.schema.parse(jobsFor('rel-2', wf2.workflowId)[3]!.payload) as ExecutionJob;
       const q1 = queues.get(queueName('executions', 'rel-1'));
       await q1.add('execution', stray, { jobId: 'stray_rel2', attempts: 1 });
-      for (let i = 0; i < 100 && (await q1.getJobState('stray_rel2')) !== 'failed'; i++) await new Promise((r) => setTimeout(r, 50));
+      // The worker has just started (connect, first fetch): give it a deadline, not 100 polls of 50 ms.
+      for (const until = Date.now() + 60_000; (await q1.getJobState('stray_rel2')) !== 'failed' && Date.now() < until;)
+        await new Promise((r) => setTimeout(r, 50));
       expect(await q1.getJobState('stray_rel2')).toBe('failed');
       expect((await q1.getJob('stray_rel2'))?.failedReason).toMatch(/quarantined: job of release rel-2/);
       expect(handled).toBe(0);

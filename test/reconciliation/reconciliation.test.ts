@@ -29,7 +29,8 @@ beforeAll(async () => {
   redis = new Redis(s.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: null });
   queue = new Queue('reconcile.rel-1', { connection: redis, prefix: s.prefix });
   // The scheduler's first pass runs at start-up (on an empty ledger): wait for it, before seeding.
-  for (let i = 0; i < 200 && ((await queue.getJobCounts('completed')).completed ?? 0) < 1; i++) await sleep(100);
+  for (const until = Date.now() + 60_000; ((await queue.getJobCounts('completed')).completed ?? 0) < 1 && Date.now() < until;)
+    await sleep(100);
 });
 afterAll(async () => {
   await queue?.close();
@@ -63,7 +64,7 @@ const effectCalls = async () => (await stagingRequests(s)).length;
 
 async function runJob(): Promise<string> {
   const job = await queue.add('reconcile', { release: 'rel-1', trigger: 'manual' }, { jobId: `manual-${randomUUID()}` });
-  for (let i = 0; i < 300; i++) {
+  for (const until = Date.now() + 60_000; Date.now() < until;) {
     const state = await job.getState();
     if (state === 'completed') return String((await queue.getJob(job.id!))?.returnvalue);
     if (state === 'failed') throw new Error(`reconcile job failed: ${(await queue.getJob(job.id!))?.failedReason}`);
@@ -238,7 +239,7 @@ describe('reconciliation', () => {
         },
         { jobId: `frozen-${randomUUID()}` },
       );
-      for (let i = 0; i < 100 && (await job.getState()) !== 'completed'; i++) await sleep(100);
+      for (const until = Date.now() + 60_000; (await job.getState()) !== 'completed' && Date.now() < until;) await sleep(100);
       expect((await executions.getJob(job.id!))?.returnvalue).toBe('skip:operation_frozen');
     } finally {
       await executions.close();
