@@ -60,12 +60,15 @@ export async function evaluateMonitors(db: Db, cfg: MonitorConfig): Promise<Aler
   );
   fire(
     'refund_over_auto_limit_without_approval',
+    // One pass with a running sum per order (the window's default frame counts ties, as `<=` did),
+    // not a correlated sum per operation: linear in the ledger, not quadratic.
     (
-      await sql<Row>`select o.key as id from operations o join actions a on a.id = o.action_id
-        where a.tool = 'issue_refund' and o.status in ('succeeded', 'running', 'failed_unknown') and ${noUsedApproval}
-          and (select coalesce(sum((a2.arguments->>'amountCents')::bigint), 0) from operations o2 join actions a2 on a2.id = o2.action_id
-               where a2.tool = 'issue_refund' and a2.target = a.target and o2.status in ('succeeded', 'running', 'failed_unknown')
-                 and o2.created_at <= o.created_at) > ${cfg.autoApproveLimitCents}`.execute(db)
+      await sql<Row>`select c.key as id from (
+          select o.key, sum((a.arguments->>'amountCents')::bigint) over (partition by a.target order by o.created_at) as cumulative
+          from operations o join actions a on a.id = o.action_id
+          where a.tool = 'issue_refund' and o.status in ('succeeded', 'running', 'failed_unknown')
+        ) c join operations o on o.key = c.key join actions a on a.id = o.action_id
+        where c.cumulative > ${cfg.autoApproveLimitCents} and ${noUsedApproval}`.execute(db)
     ).rows,
   );
   const recent = sql`o.created_at > now() - interval '1 hour'`;
