@@ -33,6 +33,7 @@ const TABLES_OF: Record<string, string[]> = {
   '20261130000400-Reconciliation': RECONCILIATION_TABLES,
   '20261130000500-ReleaseRollout': RELEASE_ROLLOUT_TABLES,
   '20261130000600-AuditTraceContext': [],
+  '20261130000700-RefundWindowIndex': [],
 };
 const tablesUpTo = (names: string[]): string[] => names.flatMap((n) => TABLES_OF[n] ?? []).sort();
 const ALL_TABLES = tablesUpTo(Object.keys(migrations));
@@ -75,6 +76,9 @@ describe('migrations on an empty database', () => {
     );
     expect(await appTables()).toEqual(ALL_TABLES);
     expect(await appFunctions()).toContain('audit_log_append_only');
+    // The rolling-window index the R5/R6 sums read (0700).
+    const indexes = await sql<{ indexdef: string }>`SELECT indexdef FROM pg_indexes WHERE indexname = 'actions_by_tool_time'`.execute(k);
+    expect(indexes.rows.map((r) => r.indexdef)).toEqual([expect.stringContaining('(tool, created_at)')]);
     const epoch = await sql<{ epoch: number }>`SELECT epoch FROM credential_epochs WHERE id = 1`.execute(k);
     expect(epoch.rows).toEqual([{ epoch: 1 }]);
   });
