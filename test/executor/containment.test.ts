@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { bumpEpoch, reconcileUnknown, setSwitch } from '@gatehouse/cli';
+import { bumpEpoch, setSwitch } from '@gatehouse/cli';
+import { runReconciliation } from '@gatehouse/reconciliation';
 import { executionsQueue, jobOptionsFor, type ExecutionJob } from '@gatehouse/contracts';
 import { createAction, TEST_REDIS_URL } from '@gatehouse/testing';
 import { mintDelegatedToken } from '../../packages/credentials/src/index.ts';
@@ -43,7 +44,7 @@ const approval = (id: string | null) =>
     .executeTakeFirstOrThrow();
 
 describe('executor: ambiguous outcomes and authority (SPEC §6)', () => {
-  it('a hung order system: failed_unknown, parked for reconciliation, alert, no further POST; reconcile resolves it (no shipment → failed)', async () => {
+  it('a hung order system: failed_unknown, parked for reconciliation, alert, no further POST; the reconciliation pass finds the order system lacks it and hands it to on-call', async () => {
     const orderId = await h.newOrder();
     const a = await createAction(h.db, { tool: 'reship_order', orderId });
     await h.arm({ target: 'orders', mode: 'hang', times: 1 });
@@ -72,13 +73,18 @@ describe('executor: ambiguous outcomes and authority (SPEC §6)', () => {
     expect(posts[0]).toMatchObject({ status: null, reason: 'fault:hang' });
     expect(await h.shipments(orderId)).toHaveLength(0);
 
-    // the results consumer parks the workflow; on-call reconciles by read-back
+    // the results consumer parks the workflow; the reconciliation pass compares it with the order
+    // system's read-back (SPEC §7): no shipment beyond the committed baseline, so the order system
+    // lacks it — on-call's item to decide, never retried or closed automatically
     await h.db.updateTable('workflows').set({ state: 'needs_reconciliation' }).where('id', '=', a.workflowId).execute();
-    const out = await reconcileUnknown(h.db, h.stagingUrl, 'ops-gus', AUDIT_HMAC_KEY);
-    expect(out.find((r) => r.key === a.operationKey)).toMatchObject({ tool: 'reship_order', outcome: 'failed' });
-    expect((await op(a.operationKey)).status).toBe('failed');
-    expect((await action(a.actionId)).status).toBe('failed');
-    expect((await workflow(a.workflowId)).state).toBe('completed');
+    const report = await runReconciliation({ db: h.db, stagingUrl: h.stagingUrl, hmacKey: AUDIT_HMAC_KEY, actor: 'ops-gus' });
+    expect(report.findings.find((d) => d.finding.operationKey === a.operationKey)?.finding).toMatchObject({
+      class: 'in_flight_ledger_lacks_it',
+      tool: 'reship_order',
+    });
+    expect(report.worklist.find((i) => i.operation_key === a.operationKey)).toMatchObject({ owner: 'on-call', status: 'open' });
+    expect((await op(a.operationKey)).status).toBe('failed_unknown');
+    expect((await workflow(a.workflowId)).state).toBe('needs_reconciliation');
     expect((await h.requests(orderId)).filter((r) => r.method === 'POST')).toHaveLength(1);
   });
 

@@ -3,4 +3,3 @@ export * from './demo.ts';
 export * from './api-client.ts';
 export * from './db-admin.ts';
 export * from './ops.ts';
-export * from './reconcile.ts';
