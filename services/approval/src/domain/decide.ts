@@ -15,8 +15,9 @@ export interface DecisionOutcome {
 /**
  * Decides one approval (SPEC §9 `POST /v1/approvals/:id/decision`).
  * Order of checks: existence in the caller's tenant (404), authority (403), binding to the
- * current action version and digest (409: a decision on version 2 while version 3 exists is
- * stale), state (410 when decided, used, void or expired), then
+ * current action version and digest (409 `stale_version`: the body names another version, or the
+ * bound version was superseded — amended by a follow-up or re-evaluated; sibling actions on the
+ * same target are not newer versions of it), state (410 when decided, used, void or expired), then
  * one conditional UPDATE `pending → approved|denied`, so two concurrent deciders record exactly
  * one decision. Approve enqueues the execution; deny answers the call `{executed: false,
  * reason: "rejected"}`.
@@ -45,16 +46,26 @@ export async function decideApproval(
       approverRole: approval.approver_role,
       sameRegion: approval.same_region,
     });
-    const current = await trx
+    // Stale means amended: the approved action was superseded (a follow-up message, or the
+    // executor's re-evaluation) or a later version names it in `supersedes_version`. Versions are
+    // numbered per workflow, so a sibling action on the same order (a second refund, a suppressed
+    // duplicate) is not a newer version of this one.
+    const bound = await trx.selectFrom('actions').select(['status']).where('id', '=', approval.action_id).executeTakeFirstOrThrow();
+    const amendedBy = await trx
       .selectFrom('actions')
       .select(['version'])
       .where('workflow_id', '=', approval.workflow_id)
-      .where('tool', '=', approval.tool)
-      .where('target', '=', (eb) => eb.selectFrom('actions').select('target').where('id', '=', approval.action_id))
+      .where('supersedes_version', '=', approval.action_version)
       .orderBy('version', 'desc')
-      .executeTakeFirstOrThrow();
-    if (body.actionVersion !== approval.action_version || current.version !== approval.action_version) {
-      throw new ConflictError('stale_version', `version ${body.actionVersion} is not the current version ${current.version}`);
+      .executeTakeFirst();
+    if (body.actionVersion !== approval.action_version)
+      throw new ConflictError(
+        'stale_version',
+        `version ${body.actionVersion} is not the version ${approval.action_version} this approval binds`,
+      );
+    if (bound.status === 'superseded' || amendedBy) {
+      const by = amendedBy ? ` by version ${amendedBy.version}` : '';
+      throw new ConflictError('stale_version', `version ${approval.action_version} was superseded${by}`);
     }
     if (body.actionDigest !== approval.action_digest) throw new ConflictError('digest_mismatch', 'action digest does not match');
     if (approval.status !== 'pending') throw new GoneError(`already_${approval.status}`, `approval is ${approval.status}`);
