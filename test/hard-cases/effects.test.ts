@@ -12,6 +12,7 @@ import {
   stagingRequests,
   modelRequests,
   summary,
+  approve,
   type HuntStack,
 } from './helpers.ts';
 
@@ -88,6 +89,40 @@ describe('hunt: effects, duplicates, cumulative basis', () => {
       led.map((r) => r.amountCents),
       byReason.join(' '),
     ).toEqual([4900]);
+
+    // Each of the three is its own action, not a newer version of the others: every approval is
+    // decidable (a sibling on the same order never makes an approval stale), and each refunds once.
+    const byVersion = [...v.pendingApprovals].sort((a, b) => a.actionVersion - b.actionVersion);
+    for (const p of byVersion) {
+      const r = await approve(s, 'lead-eli', p.approvalId);
+      expect(r.status, `approval of version ${p.actionVersion}: ${JSON.stringify(r.body)}`).toBe(200);
+    }
+    const end = await waitFor(s, token, workflowId, (x) => settled(x) && x.actions.every((a) => a.status !== 'approved'));
+    expect(end.state).toBe('completed');
+    expect((await refunds(s, 'O-1002')).map((r) => r.amountCents)).toEqual([4900, 4900, 4900, 4900]);
+  });
+
+  it('the same over-limit refund twice in ONE response ("120.00" and 120): one approval, decidable, one refund', async () => {
+    await fixtures(s, 'H-dup-appr', [
+      fc(
+        ['issue_refund', { orderId: 'O-1004', amount: '120.00', reason: 'cracked' }],
+        ['issue_refund', { orderId: 'O-1004', amount: 120, reason: 'cracked' }],
+      ),
+      msg(),
+    ]);
+    const { token, workflowId } = await submit(s, 'rep-ana', 'H-dup-appr', 'refund 120 on O-1004');
+    const v = await waitFor(
+      s,
+      token,
+      workflowId,
+      (x) => x.actions.length === 2 && x.pendingApprovals.length === 1 && x.actions.some((a) => a.status === 'suppressed'),
+    );
+    // The suppressed repeat is a later version on the same order, but not an amendment of the first.
+    expect(v.actions.map((a) => a.status).sort()).toEqual(['pending_approval', 'suppressed']);
+    const r = await approve(s, 'lead-eli', v.pendingApprovals[0]!.approvalId);
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect((await waitFor(s, token, workflowId, settled)).state).toBe('completed');
+    expect((await refunds(s, 'O-1004')).map((r) => r.amountCents)).toEqual([12000]);
   });
 
   it('the same refund four times in one response is one action; the repeats are suppressed', async () => {
@@ -97,6 +132,26 @@ describe('hunt: effects, duplicates, cumulative basis', () => {
     const v = await waitFor(s, token, workflowId, (x) => x.state === 'completed');
     expect(v.actions.filter((a) => a.status === 'suppressed')).toHaveLength(3);
     expect((await refunds(s, 'O-0812')).map((r) => r.amountCents)).toEqual([2000]);
+  });
+
+  it('a NUL escape in the arguments (valid JSON the ledger cannot store): a validation result, then the run settles', async () => {
+    await fixtures(s, 'H-nul', [fc(['issue_refund', '{"orderId":"O-1005","amount":"10.00","reason":"cracked\\u0000"}']), msg()]);
+    const { token, workflowId } = await submit(s, 'rep-ana', 'H-nul', 'refund 10 on O-1005');
+    // Before the parse check, the jsonb insert failed on every retry and the run never settled.
+    const v = await waitFor(s, token, workflowId, settled);
+    expect(v.state).toBe('completed');
+    expect(v.actions).toEqual([]);
+    const outputs = await s.db.db
+      .selectFrom('conversation_items')
+      .select('item')
+      .where('workflow_id', '=', workflowId)
+      .where('kind', '=', 'function_call_output')
+      .execute();
+    expect(outputs.map((o) => (JSON.parse(String(o.item.output)) as { status: string; error: string }).error)).toEqual([
+      'invalid_arguments',
+    ]);
+    expect((await stagingRequests(s, '?orderId=O-1005')).length).toBe(0);
+    expect(await refunds(s, 'O-1005')).toEqual([]);
   });
 
   it('malformed / unknown / extra field / wrong type / approved_by: bounded validation result, zero adapter calls', async () => {

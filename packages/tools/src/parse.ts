@@ -23,9 +23,40 @@ const bound = (raw: string): string => {
   return s.length > 200 ? `${s.slice(0, 197)}...` : s;
 };
 
+/** C0 control characters other than tab, line feed and carriage return (NUL included). */
+// eslint-disable-next-line no-control-regex
+const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/;
+
+/**
+ * The path of the first key or string in `value` that the ledger cannot store or a person should
+ * never be shown: a NUL (Postgres `jsonb` and `text` refuse U+0000), another C0 control character
+ * (terminal escapes in an approver's view), or an unpaired UTF-16 surrogate (not valid Unicode).
+ * Returns null when every string is clean.
+ */
+function unsafeTextAt(value: unknown, path: string): string | null {
+  if (typeof value === 'string') return CONTROL.test(value) || !value.isWellFormed() ? path || '(root)' : null;
+  if (Array.isArray(value)) {
+    for (const [i, v] of value.entries()) {
+      const hit = unsafeTextAt(v, `${path}.${i}`);
+      if (hit) return hit;
+    }
+    return null;
+  }
+  if (typeof value === 'object' && value !== null) {
+    for (const [k, v] of Object.entries(value)) {
+      const at = path ? `${path}.${k}` : k;
+      if (CONTROL.test(k) || !k.isWellFormed()) return path || '(root)';
+      const hit = unsafeTextAt(v, at);
+      if (hit) return hit;
+    }
+  }
+  return null;
+}
+
 /**
  * Closed parsing of a function_call: known tool, `arguments` a JSON object text (one value, no
- * trailing data), exactly the contract's fields with the right types, then normalization.
+ * trailing data) whose strings carry no NUL, control character or unpaired surrogate, exactly the
+ * contract's fields with the right types, then normalization.
  * Never throws; any failure is a {@link ValidationFailure}.
  */
 export function parseProposal(name: string, rawArguments: string): ParsedProposal | ValidationFailure {
@@ -39,6 +70,14 @@ export function parseProposal(name: string, rawArguments: string): ParsedProposa
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     return { ok: false, error: 'malformed_arguments', issues: ['arguments must be a JSON object'] };
+  }
+  const unsafe = unsafeTextAt(value, '');
+  if (unsafe) {
+    return {
+      ok: false,
+      error: 'invalid_arguments',
+      issues: [bound(`${unsafe}: text may not contain NUL, control characters or unpaired surrogates`)],
+    };
   }
   const checked = tool.args.safeParse(value);
   if (!checked.success) {

@@ -47,6 +47,11 @@ describe('parseProposal rejects before any adapter call', () => {
     ['exponent amount', 'issue_refund', refund({ amount: '1e3' }), 'invalid_arguments'],
     ['malformed order id', 'lookup_order', '{"orderId":"order 1002"}', 'invalid_arguments'],
     ['enum outside the template list', 'notify_customer', '{"orderId":"O-1002","template":"free_text"}', 'invalid_arguments'],
+    // Valid JSON the ledger cannot store (jsonb refuses U+0000) or a person should not be shown.
+    ['a NUL escape in the reason', 'issue_refund', '{"orderId":"O-1001","amount":"10.00","reason":"cracked\\u0000"}', 'invalid_arguments'],
+    ['an ESC sequence in the reason', 'issue_refund', refund({ reason: 'ok\u001b[2J' }), 'invalid_arguments'],
+    ['an unpaired surrogate', 'issue_refund', '{"orderId":"O-1001","amount":"10.00","reason":"x\\ud800"}', 'invalid_arguments'],
+    ['a NUL in a key', 'lookup_order', '{"orderId":"O-1002","a\\u0000":1}', 'invalid_arguments'],
   ])('%s', (_name, tool, raw, error) => {
     expectBoundedFailure(parseProposal(tool, raw), error);
   });
@@ -55,6 +60,10 @@ describe('parseProposal rejects before any adapter call', () => {
     const many = Object.fromEntries(Array.from({ length: 200 }, (_, i) => [`k${i}_${'z'.repeat(300)}`, i]));
     expectBoundedFailure(parseProposal('issue_refund', JSON.stringify({ ...many, orderId: 7, amount: [], reason: {} })));
     expectBoundedFailure(parseProposal('x'.repeat(5000), '{}'), 'unknown_tool');
+  });
+
+  it('tabs and line breaks in a reason are text, not control: accepted', () => {
+    expect(parseProposal('issue_refund', refund({ reason: 'box\tcracked\r\nlid missing' })).ok).toBe(true);
   });
 
   it('a reason of exactly 240 chars is accepted', () => {
