@@ -108,8 +108,10 @@ describe('a real ticket through every service (processes, Postgres, Redis)', () 
         .set('authorization', `Bearer ${rep}`)
         .send({ decision: 'maybe' }),
       await approval.get('/v1/approvals?status=bogus').set('authorization', `Bearer ${rep}`),
+      // Text the ledger cannot store (Postgres refuses U+0000): a 400 with a reason, not a 500.
+      await intake.post('/v1/tickets').set('authorization', `Bearer ${rep}`).send({ ticketId: 'T-nul', text: 'refund\u0000 O-1001' }),
     ];
-    expect(bad.map((r) => r.status)).toEqual([400, 400, 400, 400, 400, 400]);
+    expect(bad.map((r) => r.status)).toEqual([400, 400, 400, 400, 400, 400, 400]);
     for (const r of [...cases, ...bad]) expect(typeof r.body.error.reason).toBe('string');
     expect((await intake.get('/v1/workflows/not-a-uuid').set('authorization', `Bearer ${rep}`)).status).toBe(404);
     expect((await approval.get('/v1/approvals/not-a-uuid').set('authorization', `Bearer ${rep}`)).status).toBe(404);

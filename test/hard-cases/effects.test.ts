@@ -154,6 +154,26 @@ describe('hunt: effects, duplicates, cumulative basis', () => {
     expect(await refunds(s, 'O-1005')).toEqual([]);
   });
 
+  it('model output carrying a raw NUL (in a call’s arguments, in the final message): stored escaped, a validation result, completed', async () => {
+    // The stub sends these JSON-escaped; the openai client hands Gatehouse real U+0000 characters.
+    await fixtures(s, 'H-nul-model', [
+      fc(['issue_refund', '{"orderId":"O-1005","amount":"10.00","reason":"x\u0000"}']),
+      msg('Done.\u0000 Nothing was refunded.'),
+    ]);
+    const { token, workflowId } = await submit(s, 'rep-ana', 'H-nul-model', 'refund 10 on O-1005');
+    const v = await waitFor(s, token, workflowId, settled);
+    expect(v.state).toBe('completed');
+    expect(v.actions).toEqual([]);
+    expect(v.finalMessage).toBe('Done.\\u0000 Nothing was refunded.');
+    const proposals = await s.db.db
+      .selectFrom('proposals')
+      .select(['status', 'validation_error'])
+      .where('workflow_id', '=', workflowId)
+      .execute();
+    expect(proposals).toMatchObject([{ status: 'invalid' }]);
+    expect(await refunds(s, 'O-1005')).toEqual([]);
+  });
+
   it('malformed / unknown / extra field / wrong type / approved_by: bounded validation result, zero adapter calls', async () => {
     const CANARY = 'sk-test-CANARYzz9Q7';
     await fixtures(s, 'H-invalid', [

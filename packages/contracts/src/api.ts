@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { storableString } from './text.ts';
 
 /** `POST /v1/tickets` body (SPEC §9). Tenant and user come from the bearer token only. */
 export const TicketRequestSchema = z.strictObject({
@@ -7,7 +8,7 @@ export const TicketRequestSchema = z.strictObject({
     .min(1)
     .max(128)
     .regex(/^[A-Za-z0-9._:-]+$/),
-  text: z.string().min(1).max(8000),
+  text: storableString().min(1).max(8000),
   mode: z.enum(['investigate', 'act']).default('investigate'),
   pack: z.enum(['support', 'change']).default('support'),
 });
@@ -18,6 +19,6 @@ export const DecisionRequestSchema = z.strictObject({
   decision: z.enum(['approve', 'deny']),
   actionVersion: z.number().int().positive(),
   actionDigest: z.string().regex(/^[0-9a-f]{64}$/),
-  reason: z.string().max(500).optional(),
+  reason: storableString().max(500).optional(),
 });
 export type DecisionRequest = z.infer<typeof DecisionRequestSchema>;

@@ -5,3 +5,4 @@ export * from './audit-event.ts';
 export * from './api.ts';
 export * from './release-manifest.ts';
 export * from './reconciliation.ts';
+export * from './text.ts';

@@ -1,13 +1,13 @@
 import { Router } from 'express';
 import { z } from 'zod';
-import { turnsQueue } from '@gatehouse/contracts';
+import { storableString, turnsQueue } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, type Db, type OutboxRow } from '@gatehouse/ledger';
 import { ConflictError, parseBody, UserError, type OutboxRelay } from '@gatehouse/platform';
 import { supersedeAction } from '@gatehouse/policy';
 import type { AuthedRequest } from '@gatehouse/platform';
 import { unansweredCalls } from '../domain/transcript.ts';
 
-const MessageSchema = z.strictObject({ text: z.string().min(1).max(8000) });
+const MessageSchema = z.strictObject({ text: storableString().min(1).max(8000) });
 const Id = z.uuid();
 
 /** Loads a workflow of the caller's tenant; another tenant's id is indistinguishable from none. */

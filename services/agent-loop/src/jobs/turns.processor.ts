@@ -5,7 +5,7 @@ import { enqueueInTransaction, inTransaction, recordAudit, releaseWritesEnabled,
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
 import { eligibleTools } from '@gatehouse/policy';
 import { findTool, instructionsFor, toFunctionTool, toolsOfPack } from '@gatehouse/tools';
-import { loadWorld, sha256Hex, canonicalJson, modelSpendMicroUsd, type ReleaseManifest } from '@gatehouse/contracts';
+import { loadWorld, sha256Hex, canonicalJson, escapeUnstorable, modelSpendMicroUsd, type ReleaseManifest } from '@gatehouse/contracts';
 import { randomUUID } from 'node:crypto';
 import { loadTranscript } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
@@ -89,7 +89,11 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
   }
 
   if (deps.hooks.crashAfterModelResponse) process.kill(process.pid, 'SIGKILL'); // test hook: nothing recorded yet
-  const calls = response.output.filter((o): o is OpenAI.Responses.ResponseFunctionToolCall => o.type === 'function_call');
+  // Model text is kept verbatim except what the ledger cannot store (a NUL, a lone surrogate),
+  // which becomes its JSON escape: parsing then gives the call a validation result.
+  const calls = response.output
+    .filter((o): o is OpenAI.Responses.ResponseFunctionToolCall => o.type === 'function_call')
+    .map((c) => ({ ...c, call_id: escapeUnstorable(c.call_id), name: escapeUnstorable(c.name), arguments: escapeUnstorable(c.arguments) }));
   const rows = await inTransaction(db, async (trx) => {
     const locked = await trx.selectFrom('workflows').selectAll().where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
     if (TERMINAL_STATES.has(locked.state) || locked.round >= job.round) return [] as OutboxRow[];
@@ -137,7 +141,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
     });
 
     if (!calls.length) {
-      const text = response.output_text.slice(0, 4000);
+      const text = escapeUnstorable(response.output_text.slice(0, 4000));
       await trx
         .insertInto('conversation_items')
         .values({

@@ -2,7 +2,7 @@ import express, { Router, type Request, type Response } from 'express';
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { parseCookie, stringifySetCookie } from 'cookie';
 import { z } from 'zod';
-import { loadWorld } from '@gatehouse/contracts';
+import { loadWorld, storableString } from '@gatehouse/contracts';
 import { signUserToken, verifyUserToken, InvalidTokenError, type UserClaims, type UserTokenVerifier } from '@gatehouse/credentials';
 import { GatehouseError, httpStatusOf, type OutboxRelay } from '@gatehouse/platform';
 import type { Db } from '@gatehouse/ledger';
@@ -16,7 +16,7 @@ const FormDecision = z.object({
   decision: z.enum(['approve', 'deny']),
   actionVersion: z.coerce.number().int().positive(),
   actionDigest: z.string().regex(/^[0-9a-f]{64}$/),
-  reason: z.string().max(500).optional(),
+  reason: storableString().max(500).optional(),
 });
 
 /** Settings of the inbox. `localUsers`: offer a user chooser (local mode only). */
