@@ -150,26 +150,21 @@ export async function requeueRelease(
     );
   }
   const jobs = await queuedJobs(queues, from);
-  let moved = 0;
   let refused = 0;
   const workflows = new Set<string>();
+  const movable: Array<{ base: keyof typeof queueContracts; job: (typeof jobs)[number]['job']; payload: { workflowId?: string } }> = [];
   for (const { base, job } of jobs) {
-    const contract = queueContracts[base];
-    const parsed = contract.schema.safeParse({ ...(job.data as object), release: to });
+    const parsed = queueContracts[base].schema.safeParse({ ...(job.data as object), release: to });
     if (!parsed.success) {
       refused++;
       continue;
     }
     const payload = parsed.data as { workflowId?: string };
     if (payload.workflowId) workflows.add(payload.workflowId);
-    // Same deterministic job id on the former release's queue: a repeated requeue is a no-op.
-    await queues.get(queueName(base, to)).add(contract.jobName, payload as never, {
-      ...contract.options,
-      jobId: contract.jobId(payload as never),
-    });
-    await job.remove();
-    moved++;
+    movable.push({ base, job, payload });
   }
+  // The workflows move first, committed before any job does: a moved job that runs at once on F
+  // must find its workflow on F, or its next job would be enqueued on C's drained queue.
   let paused = 0;
   await inTransaction(db, async (trx) => {
     if (workflows.size) {
@@ -195,9 +190,19 @@ export async function requeueRelease(
       service: 'cli',
       runId: null,
       actorHash: actorHash(actor.hmacKey, actor.operator),
-      outcome: `from:${from};moved:${moved};refused:${refused};paused_workflows:${paused}`,
+      outcome: `from:${from};moved:${movable.length};refused:${refused};paused_workflows:${paused}`,
       revisions: { release: to },
     });
   });
+  // Same deterministic job id on the former release's queue: a repeated requeue (after a crash
+  // here) is a no-op for the jobs already moved and moves the rest.
+  for (const { base, job, payload } of movable) {
+    const contract = queueContracts[base];
+    await queues
+      .get(queueName(base, to))
+      .add(contract.jobName, payload as never, { ...contract.options, jobId: contract.jobId(payload as never) });
+    await job.remove();
+  }
+  const moved = movable.length;
   return { moved, refused, pausedWorkflows: paused };
 }
