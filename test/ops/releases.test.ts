@@ -4,6 +4,7 @@ import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { randomUUID } from 'node:crypto';
+import { sql } from 'kysely';
 import { Redis } from 'ioredis';
 import type { Worker } from 'bullmq';
 import { executionsQueue, queueContracts, queueName, repoRoot, type ExecutionJob } from '@gatehouse/contracts';
@@ -149,12 +150,22 @@ describe('rollback rehearsal', () => {
     await enqueueAll('rel-2', wf2.workflowId);
     // A former (rel-1) worker: a candidate-tagged job put on its queue is refused, never handled.
     let handled = 0;
-    const worker: Worker = createWorker(executionsQueue, async () => void handled++, {
-      release: 'rel-1',
-      prefix,
-      redisUrl: TEST_REDIS_URL,
-      log: createLogger('test'),
-    });
+    // The release its workflow is on when a job runs here: a requeued job must find it on rel-1.
+    const releaseAtRun: string[] = [];
+    const worker: Worker = createWorker(
+      executionsQueue,
+      async (job) => {
+        handled++;
+        const w = await t.db.selectFrom('workflows').select('release_id').where('id', '=', job.workflowId).executeTakeFirst();
+        releaseAtRun.push(w?.release_id ?? 'none');
+      },
+      {
+        release: 'rel-1',
+        prefix,
+        redisUrl: TEST_REDIS_URL,
+        log: createLogger('test'),
+      },
+    );
     try {
       const stray = executionsQueue.schema.parse(jobsFor('rel-2', wf2.workflowId)[3]!.payload) as ExecutionJob;
       const q1 = queues.get(queueName('executions', 'rel-1'));
@@ -186,6 +197,10 @@ describe('rollback rehearsal', () => {
         const jobs = await queues.get(queueName(base, 'rel-1')).getJobs(['waiting', 'paused', 'delayed', 'prioritized']);
         expect(jobs.map((j) => (j.data as { release: string }).release)).toEqual(['rel-1']);
       }
+      // The moved execution job ran on rel-1's worker at once, and its workflow was already on rel-1
+      // (moved before the job, or its next job would go to rel-2's drained queue).
+      for (const until = Date.now() + 60_000; handled < 1 && Date.now() < until;) await new Promise((r) => setTimeout(r, 50));
+      expect(releaseAtRun).toEqual(['rel-1']);
     } finally {
       await worker.close();
     }
@@ -332,6 +347,41 @@ describe('ops commands need an operator token', () => {
       expect(types).toContain(type);
     }
   });
+
+  it(
+    'migrate down reverts only the latest migration, for an operator; --all needs --confirm <database>',
+    { timeout: 240_000 },
+    async () => {
+      const applied = async () =>
+        (await sql<{ name: string }>`SELECT name FROM kysely_migration ORDER BY name`.execute(t.db)).rows.map((r) => r.name);
+      const all = await applied();
+      expect(all.at(-1)).toBe(knownMigrations().at(-1));
+      const database = new URL(t.url).pathname.slice(1);
+      // A rep is refused, and --all without the database's name is refused before anything runs.
+      const rep = await run(['migrate', 'down'], await tokenFor('rep-ana', SECRET));
+      expect(rep.code).toBe(1);
+      expect(rep.out).toContain('refused (not_an_operator)');
+      const opsToken = await tokenFor('ops-gus', SECRET);
+      const unconfirmed = await run(['migrate', 'down', '--all'], opsToken);
+      expect(unconfirmed.code).toBe(1);
+      expect(unconfirmed.out).toContain(`--confirm ${database}`);
+      expect(await applied()).toEqual(all);
+      // The operator reverts exactly one migration (audited), and migrate up applies it again.
+      const down = await run(['migrate', 'down'], opsToken);
+      expect(down.code, down.out).toBe(0);
+      expect(down.out).toContain(`reverted ${all.at(-1)}`);
+      expect(await applied()).toEqual(all.slice(0, -1));
+      const audited = await t.db
+        .selectFrom('audit_outbox')
+        .select('event')
+        .where((eb) => eb.ref('event', '->>').key('outcome'), '=', 'migrate down')
+        .execute();
+      expect(audited.map((a) => a.event.type)).toEqual(['ops.command']);
+      const up = await run(['migrate', 'up'], null);
+      expect(up.code, up.out).toBe(0);
+      expect(await applied()).toEqual(all);
+    },
+  );
 });
 
 describe('schema changes stay backward compatible until acceptance', () => {

@@ -5,7 +5,7 @@ import { resolve as resolvePath } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
 import { Redis } from 'ioredis';
 import { parseEnv, OutboxRelay, createLogger, userTokenVerifier, type BaseEnv } from '@gatehouse/platform';
-import { createDb, migrate, verifyAuditChain, type Db } from '@gatehouse/ledger';
+import { createDb, migrate, migrateOneDown, verifyAuditChain, type Db } from '@gatehouse/ledger';
 import { tokenFor } from './api-client.ts';
 import { auditPublicKey } from './audit-key.ts';
 import { prepareDatabase } from './db-admin.ts';
@@ -40,9 +40,11 @@ const USAGE = `gatehouse — operate a Gatehouse stack
   gatehouse queues drain --release R    stop claiming R's jobs; in-flight work finishes
   gatehouse queues quarantine --release R   set R's queued jobs aside in the ledger, stop their workflows
   gatehouse queues requeue --from C --to F  move C's queued jobs to F (same payload version only)
-  gatehouse migrate [up|down]
+  gatehouse migrate [up]                 apply every pending migration
+  gatehouse migrate down                 revert the latest migration only (ops token; audited)
+  gatehouse migrate down --all --confirm <database>   revert every migration: drops all ledger and audit data
 
-  Ops commands (switch, epoch, reconcile, queues, release) need an operator's bearer token:
+  Ops commands (switch, epoch, reconcile, queues, release, migrate down) need an operator's bearer token:
   --token <jwt> or GATEHOUSE_TOKEN (locally: gatehouse token --user ops-gus). Each is audited.`;
 
 const out = (line: string): void => {
@@ -66,6 +68,8 @@ async function main(argv: string[]): Promise<number> {
       to: { type: 'string' },
       from: { type: 'string' },
       release: { type: 'string' },
+      all: { type: 'boolean' },
+      confirm: { type: 'string' },
       fresh: { type: 'boolean' },
       'keep-running': { type: 'boolean' },
       help: { type: 'boolean' },
@@ -183,13 +187,25 @@ async function main(argv: string[]): Promise<number> {
     case 'migrate':
     case 'migrate up':
     case 'migrate down': {
-      if (sub === 'down') {
-        const db = createDb(env.DATABASE_URL, 1);
-        await migrate(db as never, 'down');
-        await db.destroy();
-      } else await prepareDatabase(env.DATABASE_URL);
-      out(`migrated ${sub ?? 'up'}`);
-      return 0;
+      if (sub !== 'down') {
+        await prepareDatabase(env.DATABASE_URL);
+        out('migrated up');
+        return 0;
+      }
+      // Destructive: an operator's command, audited before it runs, one step unless told otherwise.
+      const database = new URL(env.DATABASE_URL).pathname.slice(1);
+      if (values.all && values.confirm !== database)
+        throw new Error(`migrate down --all drops every table of ${database}: repeat with --confirm ${database}`);
+      return opsCommand(env, values.token, values.all ? 'migrate down --all' : 'migrate down', async (db) => {
+        if (values.all) {
+          await migrate(db as never, 'down');
+          out(`reverted every migration of ${database}`);
+          return 0;
+        }
+        const reverted = await migrateOneDown(db as never);
+        out(reverted ? `reverted ${reverted} (run "gatehouse migrate up" to apply it again)` : 'no migration is applied');
+        return 0;
+      });
     }
     default:
       process.stderr.write(`unknown command: ${positionals.join(' ')}\n${USAGE}\n`);

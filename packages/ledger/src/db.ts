@@ -41,6 +41,18 @@ export async function migrate(db: Kysely<unknown>, direction: 'up' | 'down' = 'u
   return result;
 }
 
+/**
+ * Reverts the latest applied migration only (Kysely `migrateDown`), the operator's `migrate down`.
+ * Returns the reverted migration's name, or null when none is applied.
+ * @throws Error naming the migration whose `down` failed.
+ */
+export async function migrateOneDown(db: Kysely<unknown>): Promise<string | null> {
+  const migrator = new Migrator({ db, provider: { getMigrations: async () => migrations } });
+  const result = await migrator.migrateDown();
+  if (result.error) throw new Error(`migration down failed: ${String(result.error)}`);
+  return result.results?.[0]?.migrationName ?? null;
+}
+
 async function migrateAllDown(migrator: Migrator): Promise<MigrationResultSet> {
   return migrator.migrateTo(NO_MIGRATIONS);
 }
