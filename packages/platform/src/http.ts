@@ -8,9 +8,26 @@ import type { Logger } from './logger.ts';
 /** A readiness probe: resolves when a dependency answers, rejects otherwise. */
 export type ReadyCheck = () => Promise<void>;
 
+/** How long one readiness check may take before it counts as failing (ms). */
+export const READY_CHECK_TIMEOUT_MS = 2000;
+
+/** Resolves with `work`, or rejects with "timed out after N ms" once `ms` milliseconds pass. */
+async function within<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([work, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /**
  * Creates an express app with JSON parsing (1 MiB), `GET /healthz` (process alive) and
- * `GET /readyz` (every check passes: 200 `{ready:true}`, else 503 with the failing checks).
+ * `GET /readyz` (every check passes within {@link READY_CHECK_TIMEOUT_MS}: 200 `{ready:true}`,
+ * else 503 with the failing checks — a dependency that hangs fails, it never holds the probe).
  * Call {@link finishApp} after adding routes to install the 404 and error handlers.
  */
 export function createHttpApp(service: string, checks: Record<string, ReadyCheck> = {}): Express {
@@ -25,7 +42,7 @@ export function createHttpApp(service: string, checks: Record<string, ReadyCheck
     await Promise.all(
       Object.entries(checks).map(async ([name, check]) => {
         try {
-          await check();
+          await within(check(), READY_CHECK_TIMEOUT_MS);
         } catch (err) {
           failing[name] = err instanceof Error ? err.message : String(err);
         }

@@ -38,15 +38,28 @@ export class OutboxRelay {
     this.#log = log;
   }
 
-  /** Publishes committed rows and marks them published. Errors are logged; the sweep retries. */
-  async publish(rows: OutboxRow[]): Promise<void> {
+  /**
+   * Publishes committed rows and marks them published, waiting at most `waitMs` (default 2000 ms):
+   * with Redis down the request that committed them answers anyway, the publish goes on in the
+   * background and the sweep retries (deterministic job ids make a second add a no-op). Errors
+   * are logged, never thrown.
+   */
+  async publish(rows: OutboxRow[], waitMs = 2000): Promise<void> {
     if (!rows.length) return;
-    try {
+    const work = (async () => {
       await this.#add(rows);
       await markPublished(this.#db, rows);
-    } catch (err) {
+    })().catch((err: unknown) => {
       this.#log.warn({ err: (err as Error).message, rows: rows.length }, 'outbox publish failed; sweep will retry');
-    }
+    });
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((done) => {
+      timer = setTimeout(() => done('late'), waitMs);
+    });
+    const outcome = await Promise.race([work, late]);
+    clearTimeout(timer);
+    if (outcome === 'late')
+      this.#log.warn({ rows: rows.length, waitMs }, 'outbox publish slow (queue unavailable?); continuing in the background');
   }
 
   async #add(rows: OutboxRow[]): Promise<void> {

@@ -55,6 +55,8 @@ export function createServiceContext<S extends ZodRawShape>(
         await db.selectNoFrom((eb) => eb.val(1).as('one')).execute();
       },
       redis: async () => {
+        // Commands queue while the connection is down (they are retried, never dropped): say so at once.
+        if (redis.status !== 'ready') throw new Error(`redis connection is ${redis.status}`);
         if ((await redis.ping()) !== 'PONG') throw new Error('redis did not answer PONG');
       },
     },
