@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import { Redis } from 'ioredis';
 import type { Worker } from 'bullmq';
-import { executionsQueue, queueContracts, queueName, repoRoot, type ExecutionJob } from '@gatehouse/contracts';
+import { executionsQueue, loadReleaseManifest, queueContracts, queueName, repoRoot, type ExecutionJob } from '@gatehouse/contracts';
 import { knownMigrations, registerRelease, releaseForced, releaseWritesEnabled, routeRelease } from '@gatehouse/ledger';
 import { createLogger, createWorker, QueueRegistry } from '@gatehouse/platform';
 import { evaluateAction, loadActiveBundles } from '@gatehouse/policy';
@@ -15,7 +15,7 @@ import { findTool } from '@gatehouse/tools';
 import { createAction, createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
 import { tokenFor } from '@gatehouse/cli';
 import { activateRelease, ActivationRefused, enableWrites, rollbackRelease } from '../../packages/cli/src/releases.ts';
-import { quarantineRelease, queuedJobs, requeueRelease, RequeueRefused } from '../../packages/cli/src/queue-ops.ts';
+import { drainRelease, quarantineRelease, queuedJobs, requeueRelease, RequeueRefused } from '../../packages/cli/src/queue-ops.ts';
 
 /**
  * Releases, canary and rollback (SPEC §8, issue 8): activation verifies digests and gates, a
@@ -430,5 +430,14 @@ describe('schema changes stay backward compatible until acceptance', () => {
       ])
       .execute();
     expect(approvals.length).toBeGreaterThan(0);
+  });
+});
+
+describe('operator typos are refused, not reported as done', () => {
+  it('drain and quarantine of a release that is not registered are refused; a missing manifest is named', async () => {
+    await expect(drainRelease(t.db, queues, 'rel-9', op)).rejects.toThrow('release rel-9 is not registered');
+    await expect(quarantineRelease(t.db, queues, 'rel-9', op)).rejects.toThrow('release rel-9 is not registered');
+    expect(await queues.get(queueName('turns', 'rel-9')).isPaused()).toBe(false);
+    expect(() => loadReleaseManifest('rel-9')).toThrow(/no release manifest rel-9 \(looked for .*rel-9\.json\)/);
   });
 });

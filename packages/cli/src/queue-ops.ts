@@ -45,12 +45,20 @@ export async function queuedJobs(queues: QueueRegistry, release: string): Promis
   return out;
 }
 
+/** @throws Error when `release` is not in the ledger's releases (a typo must not report success). */
+async function assertRegistered(db: Db, release: string): Promise<void> {
+  const r = await db.selectFrom('releases').select('id').where('id', '=', release).executeTakeFirst();
+  if (!r) throw new Error(`release ${release} is not registered`);
+}
+
 /**
  * `gatehouse queues drain --release R`: pauses every queue of R in Redis, so no worker of any
  * process claims another of its jobs, while jobs already running finish or their lease expires;
  * marks the release draining. Audited. Returns the queues paused.
+ * @throws Error when R is not registered.
  */
 export async function drainRelease(db: Db, queues: QueueRegistry, release: string, actor: OpsActor): Promise<string[]> {
+  await assertRegistered(db, release);
   const names = releaseQueueNames(release).map((q) => q.name);
   for (const name of names) await queues.get(name).pause();
   await inTransaction(db, async (trx) => {
@@ -74,6 +82,7 @@ export async function drainRelease(db: Db, queues: QueueRegistry, release: strin
  * Audited. Returns how many jobs were quarantined.
  */
 export async function quarantineRelease(db: Db, queues: QueueRegistry, release: string, actor: OpsActor): Promise<number> {
+  await assertRegistered(db, release);
   const jobs = await queuedJobs(queues, release);
   await inTransaction(db, async (trx) => {
     const workflows = new Set<string>();

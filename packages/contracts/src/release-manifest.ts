@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { z } from 'zod';
 import { repoRoot } from './world.ts';
@@ -63,7 +63,9 @@ export function releasesDir(): string {
  * @throws Error when missing, invalid, or naming another id.
  */
 export function loadReleaseManifest(id: string, dir = releasesDir()): ReleaseManifest {
-  const m = ReleaseManifestSchema.parse(JSON.parse(readFileSync(resolve(dir, `${id}.json`), 'utf8')));
+  const file = resolve(dir, `${id}.json`);
+  if (!existsSync(file)) throw new Error(`no release manifest ${id} (looked for ${file}); a candidate needs its manifest in ${dir}`);
+  const m = ReleaseManifestSchema.parse(JSON.parse(readFileSync(file, 'utf8')));
   if (m.id !== id) throw new Error(`release file ${id}.json names release ${m.id}`);
   return m;
 }
