@@ -123,6 +123,14 @@ describe('planNextStep', () => {
       'schedule_change(plan_0123456789abcdef,manual-window,)',
       'message',
     ]);
+    // After the schedule the workflow's state no longer offers schedule_change: the summary says
+    // it was done, not that it was unavailable.
+    const after = planNextStep({
+      items: run(['Prepare and schedule CHG-102.'], ALL, (n) => (n === 'prepare_change' ? 'created plan_0123456789abcdef' : '{}')).items,
+      tools: ['lookup_change'],
+    });
+    expect(after).toMatchObject({ type: 'message' });
+    expect((after as { text: string }).text).not.toContain('not available');
     const noPlan = run(['Schedule CHG-101.'], ALL, () => '{"error":"boom"}');
     expect(noPlan.steps.at(-1)).toMatchObject({ type: 'message', text: expect.stringContaining('no plan id is known') });
   });

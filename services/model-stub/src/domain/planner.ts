@@ -89,11 +89,12 @@ function changeStep(t: Target, calls: readonly HistoryCall[], tools: ReadonlySet
   }
   if (schedule !== undefined) {
     const planId = latestPlanId(calls, id);
+    // Once scheduled, the tool is no longer offered (state-gated): that is done, not unavailable.
+    const scheduled = planId !== null && calledSince(calls, 'schedule_change', 'planId', planId, schedule);
+    if (scheduled) return null;
     if (!tools.has('schedule_change')) notes.push(`scheduling ${id} was requested but schedule_change is not available`);
     else if (planId === null) notes.push(`scheduling ${id} was requested but no plan id is known`);
-    else if (!calledSince(calls, 'schedule_change', 'planId', planId, schedule)) {
-      return call('schedule_change', { planId, window, note: null });
-    }
+    else return call('schedule_change', { planId, window, note: null });
   }
   return null;
 }
