@@ -54,10 +54,30 @@ export function createHttpApp(service: string, checks: Record<string, ReadyCheck
   return app;
 }
 
+/** Node socket errors of a refused, reset or unreachable connection. */
+const CONNECTION_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EPIPE']);
+
+/**
+ * True for an error that says a dependency (Postgres, Redis) cannot be reached or is shutting
+ * down, not that the request is wrong: a socket error code, a Postgres class 08 (connection
+ * exception) or 57P0x (operator intervention: shutdown) SQLSTATE, or node-postgres's own
+ * "Connection terminated" / pool timeout messages.
+ */
+function isDependencyUnavailable(err: unknown): boolean {
+  const e = err as { code?: unknown; message?: unknown; errors?: unknown[] } | null;
+  if (!e || typeof e !== 'object') return false;
+  const code = typeof e.code === 'string' ? e.code : '';
+  if (CONNECTION_ERRORS.has(code) || code.startsWith('08') || /^57P0[1-3]$/.test(code)) return true;
+  if (Array.isArray(e.errors) && e.errors.some(isDependencyUnavailable)) return true; // AggregateError (IPv4 + IPv6)
+  const message = typeof e.message === 'string' ? e.message : '';
+  return /Connection terminated|timeout exceeded when trying to connect/.test(message);
+}
+
 /**
  * Installs the 404 handler and the error middleware: errors of the {@link GatehouseError} tree
- * become `{error: {reason, message}}` with their status; body-parser errors become 400; anything
- * else is logged and answered 500 without internals.
+ * become `{error: {reason, message}}` with their status; body-parser errors become 400; an
+ * unreachable dependency becomes 503 `dependency_unavailable` with `Retry-After: 5` (seconds);
+ * anything else is logged and answered 500 without internals.
  */
 export function finishApp(app: Express, log: Logger): Express {
   app.use((req, res) => {
@@ -81,6 +101,12 @@ export function finishApp(app: Express, log: Logger): Express {
       const body: Record<string, unknown> = { reason: err.reason, message: err.message };
       if (err instanceof UserError && err.details !== undefined) body.details = err.details;
       res.status(status).json({ error: body });
+      return;
+    }
+    if (isDependencyUnavailable(err)) {
+      log.warn({ err: (err as Error).message }, 'dependency unavailable');
+      res.setHeader('retry-after', '5');
+      res.status(503).json({ error: { reason: 'dependency_unavailable', message: 'a dependency is unavailable; retry shortly' } });
       return;
     }
     log.error({ err }, 'unhandled error');

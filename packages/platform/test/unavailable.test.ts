@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { createHttpApp, closeServer, listen, READY_CHECK_TIMEOUT_MS } from '../src/http.ts';
+import { createDb } from '@gatehouse/ledger';
+import { createHttpApp, closeServer, finishApp, listen, READY_CHECK_TIMEOUT_MS } from '../src/http.ts';
 import { createLogger } from '../src/logger.ts';
 import { OutboxRelay } from '../src/outbox-relay.ts';
 import { QueueRegistry } from '../src/queues.ts';
@@ -65,6 +66,29 @@ describe('an unavailable dependency fails in bounded time', () => {
       await relay.publish([row as never], 500);
       const stored = await t.db.selectFrom('outbox').select('published_at').where('id', '=', row.id).executeTakeFirstOrThrow();
       expect(stored.published_at).toBeNull();
+    },
+  );
+
+  it(
+    'a request whose database is unreachable is answered 503 dependency_unavailable with Retry-After, not 500',
+    { timeout: 30_000 },
+    async () => {
+      const gone = createDb('postgres://postgres@127.0.0.1:1/nowhere', 1);
+      const app = createHttpApp('probe-test');
+      app.get('/v1/things', async (_req, res) => {
+        res.json(await gone.selectNoFrom((eb) => eb.val(1).as('one')).execute());
+      });
+      finishApp(app, createLogger('test'));
+      const { server, port } = await listen(app, 0);
+      try {
+        const res = await fetch(`http://127.0.0.1:${port}/v1/things`);
+        expect(res.status).toBe(503);
+        expect(res.headers.get('retry-after')).toBe('5');
+        expect(((await res.json()) as { error: { reason: string } }).error.reason).toBe('dependency_unavailable');
+      } finally {
+        await closeServer(server);
+        await gone.destroy();
+      }
     },
   );
 });
