@@ -6,3 +6,4 @@ export * from './audit-chain.ts';
 export * from './audit-verify.ts';
 export * from './releases.ts';
 export * from './operations.ts';
+export * from './failed-step.ts';

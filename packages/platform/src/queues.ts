@@ -81,6 +81,13 @@ export interface WorkerOptions {
 }
 
 /**
+ * Called once when a job fails its last attempt (not for a refused payload or a quarantined
+ * release, which fail as unrecoverable on purpose), with the validated payload and the last
+ * error: the dead letter, where the owning service puts the run in an explicit state.
+ */
+export type ExhaustedHandler<T> = (payload: T, job: Job, err: Error) => Promise<void>;
+
+/**
  * Starts a BullMQ worker on the release-specific queue of `contract`. Each payload is
  * `safeParse`d: an invalid payload or one carrying another release fails with
  * `UnrecoverableError` (never retried; it stays in the failed set as quarantined).
@@ -88,7 +95,7 @@ export interface WorkerOptions {
 export function createWorker<T extends { release: string; traceparent?: string }>(
   contract: QueueContract<T>,
   handler: JobHandler<T>,
-  opts: WorkerOptions,
+  opts: WorkerOptions & { onExhausted?: ExhaustedHandler<T> },
 ): Worker {
   const name = queueName(contract.base, opts.release);
   consumedQueues.set(name, contract.base);
@@ -137,6 +144,15 @@ export function createWorker<T extends { release: string; traceparent?: string }
   );
   worker.on('failed', (job, err) => {
     opts.log.warn({ queue: name, jobId: job?.id, attempts: job?.attemptsMade, err: err.message }, 'job failed');
+    // BullMQ counts the attempt before it emits: attemptsMade ≥ attempts means no retry follows.
+    const final = job && job.attemptsMade >= (job.opts.attempts ?? 1);
+    if (!job || !final || !opts.onExhausted || err.name === 'UnrecoverableError') return;
+    const parsed = contract.schema.safeParse(job.data);
+    if (!parsed.success) return;
+    opts.log.error({ queue: name, jobId: job.id, attempts: job.attemptsMade, err: err.message }, 'job exhausted its attempts');
+    opts.onExhausted(parsed.data, job, err).catch((e: unknown) => {
+      opts.log.error({ queue: name, jobId: job.id, err: (e as Error).message }, 'dead-letter handling failed');
+    });
   });
   worker.on('error', (err) => opts.log.error({ queue: name, err: err.message }, 'worker error'));
   return worker;
@@ -147,7 +163,12 @@ export function createWorker<T extends { release: string; traceparent?: string }
  * @throws Error naming the duplicated queue.
  */
 export function startWorkers(
-  entries: Array<{ contract: QueueContract<{ release: string }>; handler: JobHandler<never>; concurrency?: number }>,
+  entries: Array<{
+    contract: QueueContract<{ release: string }>;
+    handler: JobHandler<never>;
+    concurrency?: number;
+    onExhausted?: ExhaustedHandler<never>;
+  }>,
   opts: WorkerOptions,
 ): Worker[] {
   const seen = new Set<string>();
@@ -159,6 +180,7 @@ export function startWorkers(
     createWorker(e.contract, e.handler as JobHandler<{ release: string }>, {
       ...opts,
       concurrency: e.concurrency ?? opts.concurrency,
+      onExhausted: e.onExhausted as ExhaustedHandler<{ release: string }> | undefined,
     }),
   );
 }

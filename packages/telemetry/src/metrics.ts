@@ -161,6 +161,7 @@ const STOP_REASONS = new Set([
   'tool_disabled',
   'quarantined',
   'model_error',
+  'step_failed',
 ]);
 
 /** Maps one chained audit event onto the counters it feeds. */

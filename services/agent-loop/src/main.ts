@@ -10,7 +10,7 @@ import {
   userTokenVerifier,
 } from '@gatehouse/platform';
 import { turnsQueue, resultsQueue, loadReleaseManifest, type TurnJob, type ResultJob } from '@gatehouse/contracts';
-import { registerRelease } from '@gatehouse/ledger';
+import { registerRelease, stopRunOnFailedStep } from '@gatehouse/ledger';
 import { catalogDigest, toolsOfPack, type Pack } from '@gatehouse/tools';
 import { loadServiceBundles } from '@gatehouse/policy';
 import { agentLoopEnv } from './env.ts';
@@ -85,8 +85,13 @@ const workers = startWorkers(
       contract: turnsQueue,
       handler: (p: TurnJob) =>
         processTurn(p, { db, relay, log, model, modelName: env.MODEL_NAME ?? release.model.name, modelPrice: release.model, hooks }),
+      onExhausted: (p: TurnJob) => stopRunOnFailedStep(db, p.workflowId, 'turns', 'agent-loop').then(() => {}),
     },
-    { contract: resultsQueue, handler: (p: ResultJob) => processResult(p, { db, relay }) },
+    {
+      contract: resultsQueue,
+      handler: (p: ResultJob) => processResult(p, { db, relay }),
+      onExhausted: (p: ResultJob) => stopRunOnFailedStep(db, p.workflowId, 'results', 'agent-loop').then(() => {}),
+    },
   ] as never,
   {
     release: env.GATEHOUSE_RELEASE,

@@ -1,3 +1,4 @@
+import { stopRunOnFailedStep } from '@gatehouse/ledger';
 import { z } from 'zod';
 import {
   createServiceContext,
@@ -54,7 +55,13 @@ app.use(approvalsRouter({ db, relay, auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY 
 finishApp(app, log);
 
 const workers = startWorkers(
-  [{ contract: approvalRequestsQueue, handler: (p: ApprovalRequestJob) => processApprovalRequest(p, { db, bundles }) }] as never,
+  [
+    {
+      contract: approvalRequestsQueue,
+      handler: (p: ApprovalRequestJob) => processApprovalRequest(p, { db, bundles }),
+      onExhausted: (p: ApprovalRequestJob) => stopRunOnFailedStep(db, p.workflowId, 'approval-requests', 'approval').then(() => {}),
+    },
+  ] as never,
   { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log },
 );
 relay.start();

@@ -1,3 +1,4 @@
+import { stopRunOnFailedStep } from '@gatehouse/ledger';
 import { z } from 'zod';
 import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, startWorkers } from '@gatehouse/platform';
 import { proposalsQueue, type ProposalJob } from '@gatehouse/contracts';
@@ -25,6 +26,7 @@ const workers = startWorkers(
       contract: proposalsQueue,
       handler: (p: ProposalJob) =>
         processProposal(p, { db, relay, log, bundles, stagingUrl: env.STAGING_URL, auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY }),
+      onExhausted: (p: ProposalJob) => stopRunOnFailedStep(db, p.workflowId, 'proposals', 'policy-gateway').then(() => {}),
     },
   ] as never,
   { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log },

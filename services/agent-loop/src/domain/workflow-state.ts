@@ -9,7 +9,9 @@ export type StopReason =
   | 'audit_unavailable'
   | 'tool_disabled'
   | 'quarantined'
-  | 'model_error';
+  | 'model_error'
+  /** Written by the dead letter of a step (`stopRunOnFailedStep` in the ledger), never by the loop. */
+  | 'step_failed';
 
 /** Human-readable next step for the rep, per stop reason. */
 export const NEXT_STEP: Record<StopReason, string> = {
@@ -21,6 +23,8 @@ export const NEXT_STEP: Record<StopReason, string> = {
   tool_disabled: 'A tool was switched off by on-call; the workflow resumes when it is switched back on.',
   quarantined: 'The job belonged to a release under rollback; on-call must requeue or discard it.',
   model_error: 'The model rejected the request; on-call should check the model service, then resubmit.',
+  step_failed:
+    'A step of this run failed every retry; on-call should check the service logs. See the actions for what already ran, then resubmit the rest.',
 };
 
 /** States from which nothing more happens without a person. */

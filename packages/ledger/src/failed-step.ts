@@ -1,0 +1,37 @@
+import { recordAudit } from './audit.ts';
+import { inTransaction, type Db } from './db.ts';
+
+/** Stop reason of a run whose step failed its last queue attempt (see {@link stopRunOnFailedStep}). */
+export const STEP_FAILED = 'step_failed';
+
+/**
+ * The dead letter of a workflow step: a job of `queue` failed its last attempt (BullMQ gives up),
+ * so nothing will drive the run again. Unless the run is already terminal, it moves to
+ * `stopped(step_failed)` with a next step for on-call, and a `run.stopped` audit event says so —
+ * an explicit state instead of a run that waits forever. What already ran stays in its actions.
+ * Returns true when it stopped the run.
+ * @throws the database error when the ledger cannot be written (the caller logs it).
+ */
+export async function stopRunOnFailedStep(db: Db, workflowId: string, queue: string, service: string): Promise<boolean> {
+  return inTransaction(db, async (trx) => {
+    const wf = await trx
+      .selectFrom('workflows')
+      .select(['id', 'state', 'release_id'])
+      .where('id', '=', workflowId)
+      .forUpdate()
+      .executeTakeFirst();
+    if (!wf || ['completed', 'stopped', 'needs_reconciliation'].includes(wf.state)) return false;
+    await trx
+      .updateTable('workflows')
+      .set({
+        state: 'stopped',
+        stop_reason: STEP_FAILED,
+        next_step: `A step of this run failed every retry (${queue}); on-call should check the ${service} logs. See the actions for what already ran, then resubmit the rest.`,
+        updated_at: new Date(),
+      })
+      .where('id', '=', wf.id)
+      .execute();
+    await recordAudit(trx, { type: 'run.stopped', service, runId: wf.id, outcome: STEP_FAILED, revisions: { release: wf.release_id } });
+    return true;
+  });
+}
