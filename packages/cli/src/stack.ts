@@ -118,7 +118,9 @@ export async function startStack(opts: {
     const holder = await answers(portOf(spec, opts.env));
     if (holder)
       throw new Error(
-        `port ${portOf(spec, opts.env)} for ${spec.name} is already in use (by ${holder}); stop the other stack first: ./run stack down`,
+        holder === 'something'
+          ? `port ${portOf(spec, opts.env)} for ${spec.name} is held by another program; stop it, or give ${spec.name} another port (${spec.portVar}=<port>)`
+          : `port ${portOf(spec, opts.env)} for ${spec.name} is already in use by a Gatehouse ${holder}; stop the other stack first: ./run stack down`,
       );
   }
   if (!opts.detached) {

@@ -90,7 +90,12 @@ const AnyBundleSchema = z.discriminatedUnion('pack', [SupportBundleSchema, Chang
  * @throws Error when the file is missing or fails its pack's schema.
  */
 export function loadBundleFile(path: string): PolicyBundle {
-  return AnyBundleSchema.parse(JSON.parse(readFileSync(path, 'utf8')));
+  const parsed = AnyBundleSchema.safeParse(JSON.parse(readFileSync(path, 'utf8')));
+  if (!parsed.success) {
+    const issues = parsed.error.issues.slice(0, 10).map((i) => `  ${i.path.join('.') || '(root)'}: ${i.message}`);
+    throw new Error(`policy bundle ${path} is invalid:\n${issues.join('\n')}`);
+  }
+  return parsed.data;
 }
 
 /**

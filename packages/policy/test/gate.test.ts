@@ -87,6 +87,7 @@ describe('boundary-case gate', () => {
     const b = JSON.parse(readFileSync(resolve(repoRoot, 'policy/change-c1.json'), 'utf8')) as Record<string, unknown>;
     const file = resolve(mkdtempSync(resolve(tmpdir(), 'gh-policy-')), 'change-long.json');
     writeFileSync(file, JSON.stringify({ ...b, approval: { ttlSeconds: 900, approverRole: 'change_owner', sameRegion: false } }));
-    expect(() => loadBundleFile(file)).toThrow(/600/);
+    // One line per issue, with its path: what an operator running `policy check` reads.
+    expect(() => loadBundleFile(file)).toThrow(/is invalid:\n {2}approval\.ttlSeconds: .*600/);
   });
 });
