@@ -1,5 +1,24 @@
 import { recordAudit } from './audit.ts';
-import { inTransaction, type Db } from './db.ts';
+import { inTransaction, type Db, type Trx } from './db.ts';
+
+/**
+ * Moves a workflow to `stopped(reason)` with the rep's next step and a `run.stopped` audit event
+ * (outcome = reason), in the caller's transaction. The caller checks the state it stops from.
+ */
+export async function stopRun(
+  trx: Trx,
+  wf: { id: string; release_id: string },
+  reason: string,
+  nextStep: string,
+  service: string,
+): Promise<void> {
+  await trx
+    .updateTable('workflows')
+    .set({ state: 'stopped', stop_reason: reason, next_step: nextStep, updated_at: new Date() })
+    .where('id', '=', wf.id)
+    .execute();
+  await recordAudit(trx, { type: 'run.stopped', service, runId: wf.id, outcome: reason, revisions: { release: wf.release_id } });
+}
 
 /** Stop reason of a run whose step failed its last queue attempt (see {@link stopRunOnFailedStep}). */
 export const STEP_FAILED = 'step_failed';
@@ -21,17 +40,8 @@ export async function stopRunOnFailedStep(db: Db, workflowId: string, queue: str
       .forUpdate()
       .executeTakeFirst();
     if (!wf || ['completed', 'stopped', 'needs_reconciliation'].includes(wf.state)) return false;
-    await trx
-      .updateTable('workflows')
-      .set({
-        state: 'stopped',
-        stop_reason: STEP_FAILED,
-        next_step: `A step of this run failed every retry (${queue}); on-call should check the ${service} logs. See the actions for what already ran, then resubmit the rest.`,
-        updated_at: new Date(),
-      })
-      .where('id', '=', wf.id)
-      .execute();
-    await recordAudit(trx, { type: 'run.stopped', service, runId: wf.id, outcome: STEP_FAILED, revisions: { release: wf.release_id } });
+    const nextStep = `A step of this run failed every retry (${queue}); on-call should check the ${service} logs. See the actions for what already ran, then resubmit the rest.`;
+    await stopRun(trx, wf, STEP_FAILED, nextStep, service);
     return true;
   });
 }

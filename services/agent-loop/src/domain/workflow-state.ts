@@ -1,4 +1,4 @@
-import { recordAudit, type Trx, type WorkflowState } from '@gatehouse/ledger';
+import { stopRun, type Trx, type WorkflowState } from '@gatehouse/ledger';
 
 /** Reasons a workflow stops (SPEC §5). */
 export type StopReason =
@@ -32,16 +32,5 @@ export const TERMINAL_STATES: ReadonlySet<WorkflowState> = new Set(['completed',
 
 /** Moves a workflow to `stopped(reason)` with its next step, and audits it. */
 export async function stopWorkflow(trx: Trx, wf: { id: string; release_id: string }, reason: StopReason): Promise<void> {
-  await trx
-    .updateTable('workflows')
-    .set({ state: 'stopped', stop_reason: reason, next_step: NEXT_STEP[reason], updated_at: new Date() })
-    .where('id', '=', wf.id)
-    .execute();
-  await recordAudit(trx, {
-    type: 'run.stopped',
-    service: 'agent-loop',
-    runId: wf.id,
-    outcome: reason,
-    revisions: { release: wf.release_id },
-  });
+  await stopRun(trx, wf, reason, NEXT_STEP[reason], 'agent-loop');
 }
