@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from 'kysely';
 import {
   startHuntStack,
   fixtures,
@@ -13,6 +14,7 @@ import {
   stagingRequests,
   fault,
   summary,
+  sleep,
   type HuntStack,
 } from './helpers.ts';
 
@@ -52,6 +54,25 @@ describe('hunt: downstream faults', () => {
     expect(v.state).toBe('completed');
     expect(v.actions[0]!.status).toBe('succeeded');
     expect(await refunds(s, 'O-1006')).toHaveLength(1);
+  });
+
+  it('a retry refused after an unanswered attempt (epoch bumped between attempts): failed_unknown, not denied', async () => {
+    // Attempt 1 commits and its response is lost; attempt 2 is rate-limited; the epoch is bumped
+    // (what `gatehouse epoch bump` writes), so attempt 3 is refused as revoked before the
+    // idempotency key is looked up. The refusal says nothing about attempt 1 (SPEC §6, §4.3).
+    await fault(s, { target: 'payments', mode: 'commit_then_lose_response', times: 1 });
+    await fault(s, { target: 'payments', mode: 'rate_limit', times: 1, retryAfterMs: 3000 });
+    await fixtures(s, 'H-epoch-retry', [fc(['issue_refund', { orderId: 'O-1002', amount: '20.00', reason: 'late' }]), msg()]);
+    const { token, workflowId } = await submit(s, 'rep-ana', 'H-epoch-retry', 'refund');
+    const posts = async () => (await stagingRequests(s, '?orderId=O-1002&target=payments')).filter((r) => r.method === 'POST');
+    for (const until = Date.now() + 60_000; !(await posts()).some((r) => r.status === 429) && Date.now() < until;) await sleep(50);
+    await sql`update credential_epochs set epoch = epoch + 1 where id = 1`.execute(s.db.db);
+    const v = await waitFor(s, token, workflowId, settled);
+    const seen = (await posts()).map((r) => `${String(r.status)} ${String(r.reason)}`);
+    expect(seen, 'the third attempt was refused as revoked').toHaveLength(3);
+    expect(await refunds(s, 'O-1002')).toHaveLength(1); // the first attempt landed
+    expect(v.actions.find((a) => a.tool === 'issue_refund')!.status).toBe('failed_unknown');
+    expect(v.state).toBe('needs_reconciliation');
   });
 
   it('order system creates the shipment and loses the response: read-back decides done; one shipment', async () => {

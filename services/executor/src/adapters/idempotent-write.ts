@@ -7,8 +7,9 @@ import { idempotentWritePolicy, RetryableDownstreamError } from './resilience.ts
  * One idempotent write (`POST url` with `body`) under the downstream's retry policy: the same
  * `Idempotency-Key` (the operation key) and fencing token on every attempt; 200/201 succeed
  * (`evidence` picks the downstream id); 429 waits for Retry-After, 5xx and lost responses are
- * retried up to `maxAttempts` within the deadline; other 4xx are final. Attempts that ran out
- * after an unanswered attempt are `unknown` (it may have landed), otherwise `failed`.
+ * retried up to `maxAttempts` within the deadline; other 4xx are final. After an unanswered
+ * attempt (it may have landed), running out of attempts or a final 4xx is `unknown`, never
+ * `failed` (SPEC §6: an unknown write outcome is failed_unknown, never retried automatically).
  */
 export async function idempotentWrite(
   call: AdapterCall,
@@ -54,6 +55,9 @@ export async function idempotentWrite(
         throw new RetryableDownstreamError('rate_limited', { retryAfterMs: Number.isFinite(ms) ? ms : undefined });
       }
       if (res.status >= 500) throw new RetryableDownstreamError(`${res.status}:${reasonOf(res.body)}`);
+      // A refusal proves nothing about an earlier unanswered attempt with the same key: it may
+      // have landed (a revoked credential, say, is refused before the key is looked up).
+      if (sawNoAnswer) return { status: 'unknown', reason: `${res.status}:${reasonOf(res.body)} after an unanswered attempt`, attempts };
       return { status: 'failed', reason: `${res.status}:${reasonOf(res.body)}`, retryable: false, attempts };
     });
   } catch (err) {
