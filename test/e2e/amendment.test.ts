@@ -30,6 +30,22 @@ describe('a follow-up message amends a pending refund (SPEC §9 messages, §6 am
     expect(v1).toMatchObject({ status: 'pending_approval', ruleId: 'R7', arguments: { amountCents: 12000 } });
     const oldApproval = first.pendingApprovals[0]!;
 
+    // Only the requester adds to their run: a lead (who could then approve what he asked for) and
+    // another rep of the tenant are refused, and nothing changes — no supersede, no model call.
+    const modelCalls = async () =>
+      ((await request(s.url('model-stub')).get('/requests?ticketId=T-amend')).body.requests as unknown[]).length;
+    const callsBefore = await modelCalls();
+    for (const other of ['lead-eli', 'rep-ben']) {
+      const refused = await call('POST', `${intake}/v1/workflows/${id}/messages`, await tokenFor(other, SECRET), {
+        text: 'Actually refund $450 on order O-1002 instead.',
+      });
+      expect(refused.status, other).toBe(403);
+      expect((refused.body.error as { reason: string }).reason).toBe('not_the_requester');
+    }
+    const still = await s.db.db.selectFrom('approvals').select('status').where('id', '=', oldApproval.approvalId).executeTakeFirstOrThrow();
+    expect(still.status).toBe('pending');
+    expect(await modelCalls()).toBe(callsBefore);
+
     const followUp = await call('POST', `${intake}/v1/workflows/${id}/messages`, rep, {
       text: 'Sorry, make the refund $450 on order O-1004 instead.',
     });

@@ -2,7 +2,7 @@ import { Router } from 'express';
 import { z } from 'zod';
 import { storableString, turnsQueue } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, type Db, type OutboxRow } from '@gatehouse/ledger';
-import { ConflictError, parseBody, UserError, type OutboxRelay } from '@gatehouse/platform';
+import { ConflictError, ForbiddenError, parseBody, UserError, type OutboxRelay } from '@gatehouse/platform';
 import { supersedeAction } from '@gatehouse/policy';
 import type { AuthedRequest } from '@gatehouse/platform';
 import { unansweredCalls } from '../domain/transcript.ts';
@@ -20,8 +20,9 @@ async function ownWorkflow(db: Db, id: string, tenant: string) {
 
 /**
  * `GET /v1/workflows/:id` (state, actions, pending approvals, terminal reason and next step)
- * and `POST /v1/workflows/:id/messages` (a rep's follow-up; unclaimed actions are superseded
- * first, SPEC §9). The rep may read only their tenant's workflows (404 otherwise).
+ * and `POST /v1/workflows/:id/messages` (the requester's own follow-up — anyone else of the
+ * tenant gets 403 `not_the_requester`; unclaimed actions are superseded first, SPEC §9). The rep
+ * may read only their tenant's workflows (404 otherwise).
  */
 export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
   const router = Router();
@@ -87,6 +88,12 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
     const { user } = req as unknown as AuthedRequest;
     const body = parseBody(MessageSchema, req.body);
     const wf0 = await ownWorkflow(cfg.db, String(req.params.id), user.tenant);
+    // The follow-up is the requester's own (SPEC §9): the run acts under their delegation, so
+    // anyone else of the tenant — a lead who could then approve it, a rep without the scope — is
+    // refused before anything changes.
+    if (wf0.user_id !== user.sub) {
+      throw new ForbiddenError('not_the_requester', 'only the user who submitted this ticket can add a follow-up to it');
+    }
     const superseded: Array<{ version: number; tool: string; voidedApprovals: string[] }> = [];
     const rows = await inTransaction(cfg.db, async (trx) => {
       superseded.length = 0; // a retried transaction starts over
