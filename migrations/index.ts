@@ -6,6 +6,7 @@ import * as reconciliation from './20261130000400-Reconciliation.ts';
 import * as releaseRollout from './20261130000500-ReleaseRollout.ts';
 import * as auditTraceContext from './20261130000600-AuditTraceContext.ts';
 import * as refundWindowIndex from './20261130000700-RefundWindowIndex.ts';
+import * as budgetWaits from './20261130000800-BudgetWaits.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
 export const migrations: Record<string, Migration> = {
@@ -16,4 +17,5 @@ export const migrations: Record<string, Migration> = {
   '20261130000500-ReleaseRollout': releaseRollout,
   '20261130000600-AuditTraceContext': auditTraceContext,
   '20261130000700-RefundWindowIndex': refundWindowIndex,
+  '20261130000800-BudgetWaits': budgetWaits,
 };

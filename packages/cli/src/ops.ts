@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { executionsQueue } from '@gatehouse/contracts';
-import { actorHash, enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
+import { actorHash, enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow, type Trx } from '@gatehouse/ledger';
 import { findTool } from '@gatehouse/tools';
 import { InvalidTokenError, verifyUserToken, type UserTokenVerifier } from '@gatehouse/credentials';
 
@@ -101,13 +101,8 @@ export async function setSwitch(db: Db, tool: string, enabled: boolean, operator
       .where((eb) => eb.or([eb('o.key', 'is', null), eb('o.status', '=', 'pending')]))
       .execute();
     const rows: OutboxRow[] = [];
+    for (const workflowId of new Set(held.map((a) => a.workflow_id))) await resumeIfNothingHeld(trx, workflowId, tool);
     for (const a of held) {
-      await trx
-        .updateTable('workflows')
-        .set({ state: 'executing', next_step: null, updated_at: new Date() })
-        .where('id', '=', a.workflow_id)
-        .where('state', '=', 'paused')
-        .execute();
       rows.push(
         await enqueueInTransaction(trx, executionsQueue, {
           release: a.release_id,
@@ -120,6 +115,66 @@ export async function setSwitch(db: Db, tool: string, enabled: boolean, operator
       );
     }
     return rows;
+  });
+}
+
+/**
+ * After `tool` is switched on: a paused run whose held steps are all of tools now on resumes
+ * (`executing`, audited `run.resumed`), and the time it was paused is credited to its deadline —
+ * on-call's pause is not the run's working time (SPEC §4.6), counted once with approval waits
+ * (`wait_credited_until`). A run with a step of another tool still switched off stays `paused`,
+ * its next step naming those tools (SPEC §5).
+ */
+async function resumeIfNothingHeld(trx: Trx, workflowId: string, tool: string): Promise<void> {
+  const wf = await trx
+    .selectFrom('workflows')
+    .select(['id', 'state', 'release_id'])
+    .where('id', '=', workflowId)
+    .forUpdate()
+    .executeTakeFirst();
+  if (!wf || wf.state !== 'paused') return;
+  const stillOff = await trx
+    .selectFrom('actions as a')
+    .innerJoin('tool_switches as t', 't.tool', 'a.tool')
+    .leftJoin('operations as o', 'o.action_id', 'a.id')
+    .select('a.tool')
+    .distinct()
+    .where('a.workflow_id', '=', workflowId)
+    .where('a.status', '=', 'approved')
+    .where('t.enabled', '=', false)
+    .where((eb) => eb.or([eb('o.key', 'is', null), eb('o.status', '=', 'pending')]))
+    .execute();
+  if (stillOff.length) {
+    const tools = stillOff.map((r) => r.tool).join(', ');
+    await trx
+      .updateTable('workflows')
+      .set({ next_step: `Tool ${tools} is switched off; the workflow resumes when on-call switches it on.`, updated_at: new Date() })
+      .where('id', '=', workflowId)
+      .execute();
+    return;
+  }
+  await trx
+    .updateTable('workflows')
+    .set({ state: 'executing', next_step: null, updated_at: new Date() })
+    .where('id', '=', workflowId)
+    .execute();
+  await trx
+    .updateTable('budgets')
+    .set({
+      deadline_at: sql`deadline_at + greatest(interval '0', now() - greatest(paused_at, coalesce(wait_credited_until, paused_at)))`,
+      wait_credited_until: sql`now()`,
+      paused_at: null,
+    })
+    .where('workflow_id', '=', workflowId)
+    .where('paused_at', 'is not', null)
+    .execute();
+  await recordAudit(trx, {
+    type: 'run.resumed',
+    service: 'cli',
+    runId: workflowId,
+    tool,
+    outcome: 'tool_enabled',
+    revisions: { release: wf.release_id },
   });
 }
 

@@ -5,6 +5,8 @@ export const AuditEventType = z.enum([
   'run.started',
   'run.stopped',
   'run.completed',
+  'run.paused',
+  'run.resumed',
   'model.response',
   'proposal.received',
   'proposal.invalid',

@@ -59,6 +59,10 @@ export interface BudgetsTable {
   tokens_used: Generated<number>;
   spend_micro_usd: Generated<number>;
   consecutive_invalid: Generated<number>;
+  /** When a tool switch-off held the run (null when not paused). */
+  paused_at: Timestamp | null;
+  /** Waits (approvals, pauses) are credited to `deadline_at` up to this instant (0800). */
+  wait_credited_until: Timestamp | null;
 }
 
 export interface ConversationItemsTable {

@@ -34,6 +34,7 @@ const TABLES_OF: Record<string, string[]> = {
   '20261130000500-ReleaseRollout': RELEASE_ROLLOUT_TABLES,
   '20261130000600-AuditTraceContext': [],
   '20261130000700-RefundWindowIndex': [],
+  '20261130000800-BudgetWaits': [],
 };
 const tablesUpTo = (names: string[]): string[] => names.flatMap((n) => TABLES_OF[n] ?? []).sort();
 const ALL_TABLES = tablesUpTo(Object.keys(migrations));

@@ -85,10 +85,15 @@ export async function decideApproval(
       .returning('id')
       .executeTakeFirst();
     if (!decided) throw new GoneError('already_decided', 'approval was decided concurrently');
-    // Waiting for a person is not the run's working time: move its deadline by the wait.
+    // Waiting for a person is not the run's working time: move its deadline by the wait — the
+    // part not already credited, so two approvals waited on at once count the span once.
+    const since = new Date(approval.created_at);
     await trx
       .updateTable('budgets')
-      .set({ deadline_at: sql`deadline_at + (now() - ${new Date(approval.created_at)}::timestamptz)` })
+      .set({
+        deadline_at: sql`deadline_at + greatest(interval '0', now() - greatest(${since}::timestamptz, coalesce(wait_credited_until, ${since}::timestamptz)))`,
+        wait_credited_until: sql`greatest(now(), coalesce(wait_credited_until, now()))`,
+      })
       .where('workflow_id', '=', approval.workflow_id)
       .execute();
     await recordAudit(trx, {

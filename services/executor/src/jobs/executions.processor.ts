@@ -1,4 +1,5 @@
 import { hostname } from 'node:os';
+import { sql } from 'kysely';
 import { resultsQueue, type ExecutionJob } from '@gatehouse/contracts';
 import { mintDelegatedToken } from '@gatehouse/credentials';
 import { actorHash, enqueueInTransaction, inTransaction, operationKeyHash, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
@@ -78,16 +79,35 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
   // Containment at the moment of effect: a switched-off tool holds the step (SPEC §6).
   const sw = await db.selectFrom('tool_switches').select('enabled').where('tool', '=', preview.tool).executeTakeFirst();
   if (sw && !sw.enabled) {
-    await db
-      .updateTable('workflows')
-      .set({
-        state: 'paused',
-        next_step: `Tool ${preview.tool} is switched off; the workflow resumes when on-call switches it on.`,
-        updated_at: new Date(),
-      })
-      .where('id', '=', wf.id)
-      .where('state', 'not in', ['completed', 'stopped', 'needs_reconciliation'])
-      .execute();
+    await inTransaction(db, async (trx) => {
+      const paused = await trx
+        .updateTable('workflows')
+        .set({
+          state: 'paused',
+          next_step: `Tool ${preview.tool} is switched off; the workflow resumes when on-call switches it on.`,
+          updated_at: new Date(),
+        })
+        .where('id', '=', wf.id)
+        .where('state', 'not in', ['completed', 'stopped', 'needs_reconciliation', 'paused'])
+        .returning('id')
+        .executeTakeFirst();
+      if (!paused) return; // already paused (another held step, a redelivery) or terminal
+      // The pause is on-call's, not the run's working time: credited back when it resumes.
+      await trx
+        .updateTable('budgets')
+        .set({ paused_at: sql`coalesce(paused_at, now())` })
+        .where('workflow_id', '=', wf.id)
+        .execute();
+      await recordAudit(trx, {
+        type: 'run.paused',
+        service: 'executor',
+        runId: wf.id,
+        tool: preview.tool,
+        actionVersion: preview.version,
+        outcome: 'tool_disabled',
+        revisions: { release: wf.release_id },
+      });
+    });
     return 'held:tool_disabled';
   }
 
