@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadReleaseManifest, modelSpendMicroUsd } from '@gatehouse/contracts';
 import {
+  call,
   decide,
   fc,
   fixtures,
@@ -10,6 +11,7 @@ import {
   msg,
   refunds,
   settled,
+  sleep,
   startHuntStack,
   submit,
   waitFor,
@@ -46,6 +48,30 @@ async function injectCanary(stack: HuntStack, orderId: string): Promise<void> {
 }
 
 describe('agent loop', () => {
+  it('a follow-up sent while the model is answering is in the next request: the stale answer is not recorded', async () => {
+    // The first request is rate-limited for 4 s (the client waits and retries inside the call),
+    // so the follow-up lands while round 1 is in flight; its turn job merges with round 1's.
+    await fixtures(s, 'L-inflight', [
+      { type: 'error', status: 429, headers: { 'retry-after': '4' } } as never,
+      msg('stale answer'),
+      msg('fresh answer'),
+    ]);
+    const { token, workflowId } = await submit(s, 'rep-ana', 'L-inflight', 'What is the status of order O-1001?', 'investigate');
+    for (const until = Date.now() + 60_000; (await modelRequests(s, 'L-inflight')).requests.length < 1 && Date.now() < until;)
+      await sleep(50);
+    const m = await call('POST', `${s.url('agent-loop')}/v1/workflows/${workflowId}/messages`, token, {
+      text: 'FOLLOWUP-MARKER and O-1004 too',
+    });
+    expect(m.status).toBe(202);
+    const end = await waitFor(s, token, workflowId, settled);
+    expect(end.state).toBe('completed');
+    expect(end.finalMessage).toBe('fresh answer');
+    const requests = (await modelRequests(s, 'L-inflight')).requests as Array<{ input: unknown }>;
+    expect(JSON.stringify(requests.at(-1)!.input)).toContain('FOLLOWUP-MARKER');
+    const turns = await s.db.db.selectFrom('model_turns').select('round').where('workflow_id', '=', workflowId).execute();
+    expect(turns.map((t) => t.round)).toEqual([1]);
+  });
+
   it(
     'a crash between receiving function calls and recording them resumes: one lookup, every call answered once',
     // Two agent-loop restarts (each up to 150 s to be ready on a loaded machine), then the whole ticket.

@@ -1,7 +1,15 @@
 import OpenAI from 'openai';
 import type { TurnJob } from '@gatehouse/contracts';
 import { proposalsQueue } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, recordAudit, releaseWritesEnabled, type Db, type OutboxRow } from '@gatehouse/ledger';
+import {
+  enqueueInTransaction,
+  inTransaction,
+  recordAudit,
+  releaseWritesEnabled,
+  type Db,
+  type OutboxRow,
+  type Trx,
+} from '@gatehouse/ledger';
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
 import { eligibleTools } from '@gatehouse/policy';
 import { findTool, instructionsFor, toFunctionTool, toolsOfPack } from '@gatehouse/tools';
@@ -24,6 +32,25 @@ export interface TurnDeps {
 }
 
 type FunctionCallItem = { type: 'function_call'; call_id: string; name: string; arguments: string };
+
+/** Thrown (and retried by the queue) when a follow-up arrived during the model call of a round. */
+export class TranscriptChanged extends Error {
+  constructor(workflowId: string, round: number) {
+    super(`a follow-up arrived during round ${round} of ${workflowId}; the round is re-run with it`);
+    this.name = 'TranscriptChanged';
+  }
+}
+
+/** How many user messages (ticket text and follow-ups) the workflow's transcript holds. */
+async function countUserMessages(db: Db | Trx, workflowId: string): Promise<number> {
+  const r = await db
+    .selectFrom('conversation_items')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('workflow_id', '=', workflowId)
+    .where('kind', '=', 'user_message')
+    .executeTakeFirstOrThrow();
+  return Number(r.n);
+}
 
 /**
  * Runs one model round of a workflow (queue `turns`). Budgets are checked before the request
@@ -53,6 +80,9 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
   const offered = deps.hooks.disableToolFilter ? catalog : eligibleTools(catalog, { ...wf, writesEnabled }, loadWorld().agent.grantedTools);
   const instructions = instructionsFor(wf.pack);
   const tools = offered.map(toFunctionTool);
+  // Counted before the transcript is read: a follow-up committed after this count may be missing
+  // from the input, and the round is then re-run with it (below).
+  const userMessagesSent = await countUserMessages(db, wf.id);
   const input = await loadTranscript(db, wf.id);
   let response: OpenAI.Responses.Response;
   const started = Date.now();
@@ -97,6 +127,10 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
   const rows = await inTransaction(db, async (trx) => {
     const locked = await trx.selectFrom('workflows').selectAll().where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
     if (TERMINAL_STATES.has(locked.state) || locked.round >= job.round) return [] as OutboxRow[];
+    // A follow-up arrived while the model was answering (SPEC §9: the agent takes a new turn with
+    // it). Its own turn job has this round's id, so it merged with this one: record nothing from a
+    // response to an out-of-date transcript, and let the queue re-run the round with the follow-up.
+    if ((await countUserMessages(trx, wf.id)) !== userMessagesSent) throw new TranscriptChanged(wf.id, job.round);
     const b = await trx.selectFrom('budgets').selectAll().where('workflow_id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
     const usage = response.usage;
     await trx
