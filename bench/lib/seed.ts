@@ -52,7 +52,7 @@ function workflowRow(id: string, mode: 'investigate' | 'act', state: string, cre
     user_id: REQUESTER,
     pack: 'support' as const,
     mode,
-    text_sha256: createHash('sha256').update(id).digest('hex'),
+    text_sha256: sha256(id),
     state: state as 'investigating',
     release_id: RELEASE,
     policy_revision: POLICY,
@@ -70,6 +70,53 @@ function budgetRow(workflowId: string) {
     max_tool_calls: 6,
     deadline_at: new Date(Date.now() + 2 * HOUR_MS),
     max_spend_micro_usd: 100_000,
+  };
+}
+
+/** The `proposals` row of a seeded function call (`argumentsSha256` of its raw arguments). */
+function proposalRow(
+  r: { proposalId: string; workflowId: string; callId: string },
+  tool: string,
+  argumentsSha256: string,
+  status: 'received' | 'valid',
+  createdAt?: Date,
+) {
+  return {
+    id: r.proposalId,
+    workflow_id: r.workflowId,
+    round: 1,
+    call_id: r.callId,
+    tool,
+    arguments_sha256: argumentsSha256,
+    status,
+    ...(createdAt ? { created_at: createdAt } : {}),
+  };
+}
+
+/** The version-1 `actions` row of a seeded refund of `amountCents` on `orderId`. */
+function refundActionRow(
+  r: { actionId: string; workflowId: string; proposalId: string; callId: string; orderId: string; digest: string },
+  args: Record<string, unknown>,
+  decided: { decision: 'ALLOW' | 'REQUIRE_APPROVAL'; ruleId: string; status: 'approved' | 'pending_approval' | 'succeeded'; at?: Date },
+) {
+  return {
+    id: r.actionId,
+    workflow_id: r.workflowId,
+    proposal_id: r.proposalId,
+    call_id: r.callId,
+    version: 1,
+    tool: 'issue_refund',
+    target: r.orderId,
+    arguments: JSON.stringify(args),
+    digest: r.digest,
+    decision: decided.decision,
+    rule_id: decided.ruleId,
+    policy_revision: POLICY,
+    status: decided.status,
+    operation_key: `${r.workflowId}:action:1`,
+    release_id: RELEASE,
+    facts: JSON.stringify({}),
+    ...(decided.at ? { created_at: decided.at, updated_at: decided.at } : {}),
   };
 }
 
@@ -110,17 +157,7 @@ export async function seedProposals(db: Db, specs: CallSpec[]): Promise<SeededPr
         .execute();
       await trx
         .insertInto('proposals')
-        .values(
-          rows.map((r) => ({
-            id: r.proposalId,
-            workflow_id: r.workflowId,
-            round: 1,
-            call_id: r.callId,
-            tool: r.s.tool,
-            arguments_sha256: createHash('sha256').update(JSON.stringify(r.s.arguments)).digest('hex'),
-            status: 'received' as const,
-          })),
-        )
+        .values(rows.map((r) => proposalRow(r, r.s.tool, sha256(JSON.stringify(r.s.arguments)), 'received')))
         .execute();
     });
     out.push(...rows.map((r) => ({ workflowId: r.workflowId, proposalId: r.proposalId, callId: r.callId })));
@@ -183,39 +220,18 @@ export async function seedApprovals(
         .execute();
       await trx
         .insertInto('proposals')
-        .values(
-          rows.map((r) => ({
-            id: r.proposalId,
-            workflow_id: r.workflowId,
-            round: 1,
-            call_id: r.callId,
-            tool: 'issue_refund',
-            arguments_sha256: createHash('sha256').update(JSON.stringify(r.args)).digest('hex'),
-            status: 'valid' as const,
-          })),
-        )
+        .values(rows.map((r) => proposalRow(r, 'issue_refund', sha256(JSON.stringify(r.args)), 'valid')))
         .execute();
       await trx
         .insertInto('actions')
         .values(
-          rows.map((r) => ({
-            id: r.actionId,
-            workflow_id: r.workflowId,
-            proposal_id: r.proposalId,
-            call_id: r.callId,
-            version: 1,
-            tool: 'issue_refund',
-            target: r.orderId,
-            arguments: JSON.stringify(r.args),
-            digest: r.digest,
-            decision: 'REQUIRE_APPROVAL' as const,
-            rule_id: 'R7',
-            policy_revision: POLICY,
-            status: opts.approved ? ('approved' as const) : ('pending_approval' as const),
-            operation_key: r.operationKey,
-            release_id: RELEASE,
-            facts: JSON.stringify({}),
-          })),
+          rows.map((r) =>
+            refundActionRow(r, r.args, {
+              decision: 'REQUIRE_APPROVAL',
+              ruleId: 'R7',
+              status: opts.approved ? 'approved' : 'pending_approval',
+            }),
+          ),
         )
         .execute();
       await trx
@@ -269,52 +285,30 @@ export async function seedPriorRefunds(db: Db, orders: string[], cents = 5000): 
     const rows = part.map((orderId) => ({
       orderId,
       workflowId: randomUUID(),
+      actionId: randomUUID(),
       proposalId: randomUUID(),
       callId: `call_${randomBytes(8).toString('hex')}`,
+      digest: randomBytes(32).toString('hex'),
     }));
     await db.transaction().execute(async (trx) => {
       await trx
         .insertInto('workflows')
-        .values(rows.map((r) => ({ ...workflowRow(r.workflowId, 'act', 'completed', at) })))
+        .values(rows.map((r) => workflowRow(r.workflowId, 'act', 'completed', at)))
         .execute();
       await trx
         .insertInto('proposals')
-        .values(
-          rows.map((r) => ({
-            id: r.proposalId,
-            workflow_id: r.workflowId,
-            round: 1,
-            call_id: r.callId,
-            tool: 'issue_refund',
-            arguments_sha256: '0'.repeat(64),
-            status: 'valid' as const,
-            created_at: at,
-          })),
-        )
+        .values(rows.map((r) => proposalRow(r, 'issue_refund', '0'.repeat(64), 'valid', at)))
         .execute();
       await trx
         .insertInto('actions')
         .values(
-          rows.map((r) => ({
-            id: randomUUID(),
-            workflow_id: r.workflowId,
-            proposal_id: r.proposalId,
-            call_id: r.callId,
-            version: 1,
-            tool: 'issue_refund',
-            target: r.orderId,
-            arguments: JSON.stringify({ orderId: r.orderId, amountCents: cents, reason: 'earlier refund' }),
-            digest: randomBytes(32).toString('hex'),
-            decision: 'ALLOW' as const,
-            rule_id: 'ALL',
-            policy_revision: POLICY,
-            status: 'succeeded' as const,
-            operation_key: `${r.workflowId}:action:1`,
-            release_id: RELEASE,
-            facts: JSON.stringify({}),
-            created_at: at,
-            updated_at: at,
-          })),
+          rows.map((r) =>
+            refundActionRow(
+              r,
+              { orderId: r.orderId, amountCents: cents, reason: 'earlier refund' },
+              { decision: 'ALLOW', ruleId: 'ALL', status: 'succeeded', at },
+            ),
+          ),
         )
         .execute();
     });
@@ -329,6 +323,8 @@ export async function ageRefunds(db: Db): Promise<void> {
   await sql`UPDATE actions SET created_at = created_at - interval '2 days'
     WHERE tool = 'issue_refund' AND created_at > now() - interval '1 day'`.execute(db);
 }
+
+const sha256 = (text: string): string => createHash('sha256').update(text).digest('hex');
 
 /** Splits `xs` into arrays of at most `size`. */
 export function chunks<T>(xs: T[], size: number): T[][] {
