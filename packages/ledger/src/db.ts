@@ -24,16 +24,9 @@ export async function closeDb(db: Db): Promise<void> {
   await db.destroy();
 }
 
-/**
- * Applies every migration up (or, with `direction: 'down'`, reverts all of them).
- * @throws Error naming the failing migration.
- */
-export async function migrate(db: Kysely<unknown>, direction: 'up' | 'down' = 'up'): Promise<MigrationResultSet> {
-  const migrator = new Migrator({
-    db,
-    provider: { getMigrations: async () => migrations },
-  });
-  const result = direction === 'up' ? await migrator.migrateToLatest() : await migrateAllDown(migrator);
+/** Runs one migrator step over the project's migrations. @throws Error naming the failing migration. */
+async function runMigrator(db: Kysely<unknown>, step: (m: Migrator) => Promise<MigrationResultSet>): Promise<MigrationResultSet> {
+  const result = await step(new Migrator({ db, provider: { getMigrations: async () => migrations } }));
   if (result.error) {
     const failed = result.results?.find((r) => r.status === 'Error')?.migrationName ?? 'unknown';
     throw new Error(`migration ${failed} failed: ${String(result.error)}`);
@@ -42,19 +35,20 @@ export async function migrate(db: Kysely<unknown>, direction: 'up' | 'down' = 'u
 }
 
 /**
+ * Applies every migration up (or, with `direction: 'down'`, reverts all of them).
+ * @throws Error naming the failing migration.
+ */
+export async function migrate(db: Kysely<unknown>, direction: 'up' | 'down' = 'up'): Promise<MigrationResultSet> {
+  return runMigrator(db, (m) => (direction === 'up' ? m.migrateToLatest() : m.migrateTo(NO_MIGRATIONS)));
+}
+
+/**
  * Reverts the latest applied migration only (Kysely `migrateDown`), the operator's `migrate down`.
  * Returns the reverted migration's name, or null when none is applied.
  * @throws Error naming the migration whose `down` failed.
  */
 export async function migrateOneDown(db: Kysely<unknown>): Promise<string | null> {
-  const migrator = new Migrator({ db, provider: { getMigrations: async () => migrations } });
-  const result = await migrator.migrateDown();
-  if (result.error) throw new Error(`migration down failed: ${String(result.error)}`);
-  return result.results?.[0]?.migrationName ?? null;
-}
-
-async function migrateAllDown(migrator: Migrator): Promise<MigrationResultSet> {
-  return migrator.migrateTo(NO_MIGRATIONS);
+  return (await runMigrator(db, (m) => m.migrateDown())).results?.[0]?.migrationName ?? null;
 }
 
 const RETRYABLE = new Set(['40001', '40P01']);
