@@ -4,25 +4,13 @@ import type { AddressInfo } from 'node:net';
 import type { ZodType } from 'zod';
 import { httpStatusOf, GatehouseError, UserError, type UserError as UE } from './errors.ts';
 import type { Logger } from './logger.ts';
+import { within } from './timeout.ts';
 
 /** A readiness probe: resolves when a dependency answers, rejects otherwise. */
 export type ReadyCheck = () => Promise<void>;
 
 /** How long one readiness check may take before it counts as failing (ms). */
 export const READY_CHECK_TIMEOUT_MS = 2000;
-
-/** Resolves with `work`, or rejects with "timed out after N ms" once `ms` milliseconds pass. */
-async function within<T>(work: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([work, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /**
  * Creates an express app with JSON parsing (1 MiB), `GET /healthz` (process alive) and

@@ -7,3 +7,4 @@ export * from './queues.ts';
 export * from './outbox-relay.ts';
 export * from './service-context.ts';
 export * from './auth.ts';
+export * from './timeout.ts';

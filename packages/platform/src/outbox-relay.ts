@@ -3,6 +3,7 @@ import { jobOptionsFor } from '@gatehouse/contracts';
 import type { Db, OutboxRow, Trx } from '@gatehouse/ledger';
 import type { QueueRegistry } from './queues.ts';
 import type { Logger } from './logger.ts';
+import { within } from './timeout.ts';
 
 /** Marks rows published (in `db`, or the sweep's transaction). */
 async function markPublished(db: Db | Trx, rows: OutboxRow[]): Promise<void> {
@@ -52,14 +53,10 @@ export class OutboxRelay {
     })().catch((err: unknown) => {
       this.#log.warn({ err: (err as Error).message, rows: rows.length }, 'outbox publish failed; sweep will retry');
     });
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<'late'>((done) => {
-      timer = setTimeout(() => done('late'), waitMs);
-    });
-    const outcome = await Promise.race([work, late]);
-    clearTimeout(timer);
-    if (outcome === 'late')
+    // `work` never rejects (errors are logged above): only the wait can run out.
+    await within(work, waitMs).catch(() => {
       this.#log.warn({ rows: rows.length, waitMs }, 'outbox publish slow (queue unavailable?); continuing in the background');
+    });
   }
 
   async #add(rows: OutboxRow[]): Promise<void> {
