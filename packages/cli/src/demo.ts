@@ -1,7 +1,7 @@
 import { Queue, QueueEvents } from 'bullmq';
 import { Redis } from 'ioredis';
 import { executionsQueue, loadWorld, queueName } from '@gatehouse/contracts';
-import { createDb, verifyAuditChain, type ChainVerification } from '@gatehouse/ledger';
+import { createDb, isTerminal, verifyAuditChain, type ChainVerification } from '@gatehouse/ledger';
 import { auditPublicKey } from './audit-key.ts';
 import { approveAsLead, call, pollWorkflow, tokenFor, type WorkflowView } from './api-client.ts';
 
@@ -57,7 +57,7 @@ export async function runDemo(t: DemoTarget, log: (line: string) => void = () =>
     t.intakeUrl,
     rep,
     workflowId,
-    (v) => ['completed', 'stopped', 'needs_reconciliation'].includes(v.state),
+    (v) => isTerminal(v.state),
     async (v) => {
       for (const p of v.pendingApprovals.filter((x) => x.status === 'pending' && !approved.has(x.approvalId))) {
         approved.add(p.approvalId);

@@ -1,6 +1,15 @@
 import { sql } from 'kysely';
 import { executionsQueue } from '@gatehouse/contracts';
-import { actorHash, enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow, type Trx } from '@gatehouse/ledger';
+import {
+  actorHash,
+  enqueueInTransaction,
+  inTransaction,
+  recordAudit,
+  TERMINAL_STATES,
+  type Db,
+  type OutboxRow,
+  type Trx,
+} from '@gatehouse/ledger';
 import { findTool } from '@gatehouse/tools';
 import { InvalidTokenError, verifyUserToken, type UserTokenVerifier } from '@gatehouse/credentials';
 
@@ -97,7 +106,7 @@ export async function setSwitch(db: Db, tool: string, enabled: boolean, operator
       .leftJoin('operations as o', 'o.action_id', 'a.id')
       .where('a.tool', '=', tool)
       .where('a.status', '=', 'approved')
-      .where('w.state', 'not in', ['completed', 'stopped', 'needs_reconciliation'])
+      .where('w.state', 'not in', TERMINAL_STATES)
       .where((eb) => eb.or([eb('o.key', 'is', null), eb('o.status', '=', 'pending')]))
       .execute();
     const rows: OutboxRow[] = [];

@@ -1,6 +1,6 @@
 import type { Job } from 'bullmq';
 import { loadReleaseManifest, queueContracts, queueName } from '@gatehouse/contracts';
-import { actorHash, inTransaction, recordAudit, type Db } from '@gatehouse/ledger';
+import { actorHash, inTransaction, recordAudit, TERMINAL_STATES, type Db } from '@gatehouse/ledger';
 import { Redis } from 'ioredis';
 import { QueueRegistry, type BaseEnv } from '@gatehouse/platform';
 
@@ -114,7 +114,7 @@ export async function quarantineRelease(db: Db, queues: QueueRegistry, release: 
           updated_at: new Date(),
         })
         .where('id', 'in', [...workflows])
-        .where('state', 'not in', ['completed', 'stopped', 'needs_reconciliation'])
+        .where('state', 'not in', TERMINAL_STATES)
         .execute();
     }
     await recordAudit(trx, {

@@ -1,5 +1,6 @@
 import { recordAudit } from './audit.ts';
 import { inTransaction, type Db, type Trx } from './db.ts';
+import { isTerminal } from './schema.ts';
 
 /**
  * Moves a workflow to `stopped(reason)` with the rep's next step and a `run.stopped` audit event
@@ -39,7 +40,7 @@ export async function stopRunOnFailedStep(db: Db, workflowId: string, queue: str
       .where('id', '=', workflowId)
       .forUpdate()
       .executeTakeFirst();
-    if (!wf || ['completed', 'stopped', 'needs_reconciliation'].includes(wf.state)) return false;
+    if (!wf || isTerminal(wf.state)) return false;
     const nextStep = `A step of this run failed every retry (${queue}); on-call should check the ${service} logs. See the actions for what already ran, then resubmit the rest.`;
     await stopRun(trx, wf, STEP_FAILED, nextStep, service);
     return true;

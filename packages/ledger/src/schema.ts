@@ -7,6 +7,12 @@ type Json<T extends object | null = Record<string, unknown> | unknown[]> = JSONC
 export type WorkflowState =
   'received' | 'investigating' | 'awaiting_approval' | 'executing' | 'completed' | 'stopped' | 'paused' | 'needs_reconciliation';
 
+/** Workflow states from which nothing more happens without a person (SPEC §5). */
+export const TERMINAL_STATES: readonly WorkflowState[] = ['completed', 'stopped', 'needs_reconciliation'];
+
+/** True when `state` is one of {@link TERMINAL_STATES}. */
+export const isTerminal = (state: string): boolean => (TERMINAL_STATES as readonly string[]).includes(state);
+
 /** Action states (SPEC §5). */
 export type ActionStatus =
   | 'proposed'

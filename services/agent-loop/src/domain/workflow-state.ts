@@ -1,4 +1,4 @@
-import { stopRun, type Trx, type WorkflowState } from '@gatehouse/ledger';
+import { stopRun, TERMINAL_STATES as LEDGER_TERMINAL_STATES, type Trx, type WorkflowState } from '@gatehouse/ledger';
 
 /** Reasons a workflow stops (SPEC §5). */
 export type StopReason =
@@ -27,8 +27,8 @@ export const NEXT_STEP: Record<StopReason, string> = {
     'A step of this run failed every retry; on-call should check the service logs. See the actions for what already ran, then resubmit the rest.',
 };
 
-/** States from which nothing more happens without a person. */
-export const TERMINAL_STATES: ReadonlySet<WorkflowState> = new Set(['completed', 'stopped', 'needs_reconciliation']);
+/** States from which nothing more happens without a person (the ledger's list, as a set). */
+export const TERMINAL_STATES: ReadonlySet<WorkflowState> = new Set(LEDGER_TERMINAL_STATES);
 
 /** Moves a workflow to `stopped(reason)` with its next step, and audits it. */
 export async function stopWorkflow(trx: Trx, wf: { id: string; release_id: string }, reason: StopReason): Promise<void> {

@@ -1,5 +1,5 @@
 import { executionsQueue, REMEDIATION_RULE_ID, resultsQueue, type DecisionRequest } from '@gatehouse/contracts';
-import { actorHash, enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
+import { actorHash, enqueueInTransaction, inTransaction, isTerminal, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
 import { ConflictError, GoneError, UserError } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
 import { sql } from 'kysely';
@@ -70,8 +70,7 @@ export async function decideApproval(
     if (body.actionDigest !== approval.action_digest) throw new ConflictError('digest_mismatch', 'action digest does not match');
     if (approval.status !== 'pending') throw new GoneError(`already_${approval.status}`, `approval is ${approval.status}`);
     const wf = await trx.selectFrom('workflows').select('state').where('id', '=', approval.workflow_id).executeTakeFirstOrThrow();
-    if (['completed', 'stopped', 'needs_reconciliation'].includes(wf.state))
-      throw new GoneError(`workflow_${wf.state}`, `the workflow is ${wf.state}; nothing more will run`);
+    if (isTerminal(wf.state)) throw new GoneError(`workflow_${wf.state}`, `the workflow is ${wf.state}; nothing more will run`);
     if (new Date(approval.expires_at).getTime() <= Date.now()) throw new GoneError('expired', 'approval expired');
 
     await trx.selectFrom('actions').select('id').where('id', '=', approval.action_id).forUpdate().execute(); // lock order: actions → approvals

@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import type { ExecutionJob } from '@gatehouse/contracts';
 import {
   actorHash,
+  isTerminal,
   operationKeyHash,
   recordAudit,
   type Trx,
@@ -93,7 +94,7 @@ export async function claimOperation(
     // The reservation made above stays only if this claim goes ahead (no orphan pending rows).
     const unreserve = () =>
       trx.deleteFrom('operations').where('key', '=', op.key).where('status', '=', 'pending').where('fencing_token', '=', '0').execute();
-    if (['completed', 'stopped', 'needs_reconciliation'].includes(wf.state)) {
+    if (isTerminal(wf.state)) {
       await unreserve();
       return { kind: 'skip', reason: `workflow_${wf.state}` };
     }

@@ -2,7 +2,16 @@ import { hostname } from 'node:os';
 import { sql } from 'kysely';
 import { resultsQueue, type ExecutionJob } from '@gatehouse/contracts';
 import { mintDelegatedToken } from '@gatehouse/credentials';
-import { actorHash, enqueueInTransaction, inTransaction, operationKeyHash, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
+import {
+  actorHash,
+  enqueueInTransaction,
+  inTransaction,
+  operationKeyHash,
+  recordAudit,
+  TERMINAL_STATES,
+  type Db,
+  type OutboxRow,
+} from '@gatehouse/ledger';
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
 import { findTool, toSafeOutput, type SafeOutput } from '@gatehouse/tools';
 import { loadWorld } from '@gatehouse/contracts';
@@ -88,7 +97,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
           updated_at: new Date(),
         })
         .where('id', '=', wf.id)
-        .where('state', 'not in', ['completed', 'stopped', 'needs_reconciliation', 'paused'])
+        .where('state', 'not in', [...TERMINAL_STATES, 'paused'])
         .returning('id')
         .executeTakeFirst();
       if (!paused) return; // already paused (another held step, a redelivery) or terminal
