@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { executionsQueue } from '@gatehouse/contracts';
 import {
   actorHash,
+  creditWait,
   enqueueInTransaction,
   inTransaction,
   recordAudit,
@@ -167,16 +168,11 @@ async function resumeIfNothingHeld(trx: Trx, workflowId: string, tool: string): 
     .set({ state: 'executing', next_step: null, updated_at: new Date() })
     .where('id', '=', workflowId)
     .execute();
-  await trx
-    .updateTable('budgets')
-    .set({
-      deadline_at: sql`deadline_at + greatest(interval '0', now() - greatest(paused_at, coalesce(wait_credited_until, paused_at)))`,
-      wait_credited_until: sql`now()`,
-      paused_at: null,
-    })
-    .where('workflow_id', '=', workflowId)
-    .where('paused_at', 'is not', null)
-    .execute();
+  const budget = await trx.selectFrom('budgets').select('paused_at').where('workflow_id', '=', workflowId).forUpdate().executeTakeFirst();
+  if (budget?.paused_at) {
+    await creditWait(trx, workflowId, new Date(budget.paused_at));
+    await trx.updateTable('budgets').set({ paused_at: null }).where('workflow_id', '=', workflowId).execute();
+  }
   await recordAudit(trx, {
     type: 'run.resumed',
     service: 'cli',

@@ -30,6 +30,16 @@ export const baseEnvShape = {
    */
   MODEL_BASE_URL: z.string().url().optional(),
   LOG_LEVEL: z.string().default('info'),
+  /**
+   * Longest outage of a dependency (ledger, queue store, audit, model, system of record) a run
+   * waits through, ms; the wait is not its working time, and past this it stops
+   * `dependency_unavailable` (docs/decisions/0110-outage-time.md).
+   */
+  DEPENDENCY_WAIT_CEILING_MS: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(15 * 60_000),
 };
 
 /** The parsed base settings. */

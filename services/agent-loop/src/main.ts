@@ -5,12 +5,14 @@ import {
   listen,
   closeServer,
   installShutdown,
+  holdWhileUnavailable,
   startWorkers,
   requireUser,
   userTokenVerifier,
+  type QueueJob,
 } from '@gatehouse/platform';
 import { turnsQueue, resultsQueue, loadReleaseManifest, type TurnJob, type ResultJob } from '@gatehouse/contracts';
-import { registerRelease, stopRunOnFailedStep } from '@gatehouse/ledger';
+import { readOutagePolicy, registerRelease, stopRunOnFailedStep } from '@gatehouse/ledger';
 import { catalogDigest, toolsOfPack, type Pack } from '@gatehouse/tools';
 import { loadServiceBundles } from '@gatehouse/policy';
 import { agentLoopEnv } from './env.ts';
@@ -25,6 +27,7 @@ import { processResult } from './jobs/results.processor.ts';
 const ctx = createServiceContext('agent-loop', agentLoopEnv);
 const { env, log, db, relay } = ctx;
 const hooks = readLoopTestHooks(process.env);
+const outagePolicy = readOutagePolicy(env.DEPENDENCY_WAIT_CEILING_MS, process.env);
 const release = loadReleaseManifest(env.GATEHOUSE_RELEASE);
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
 const bundles = await loadServiceBundles(db, env, log);
@@ -83,13 +86,24 @@ const workers = startWorkers(
   [
     {
       contract: turnsQueue,
-      handler: (p: TurnJob) =>
-        processTurn(p, { db, relay, log, model, modelName: env.MODEL_NAME ?? release.model.name, modelPrice: release.model, hooks }),
+      handler: (p: TurnJob, job: QueueJob) =>
+        holdWhileUnavailable(job, log, () =>
+          processTurn(p, {
+            db,
+            relay,
+            log,
+            model,
+            modelName: env.MODEL_NAME ?? release.model.name,
+            modelPrice: release.model,
+            hooks,
+            outagePolicy,
+          }),
+        ),
       onExhausted: (p: TurnJob) => stopRunOnFailedStep(db, p.workflowId, 'turns', 'agent-loop').then(() => {}),
     },
     {
       contract: resultsQueue,
-      handler: (p: ResultJob) => processResult(p, { db, relay }),
+      handler: (p: ResultJob, job: QueueJob) => holdWhileUnavailable(job, log, () => processResult(p, { db, relay, outagePolicy })),
       onExhausted: (p: ResultJob) => stopRunOnFailedStep(db, p.workflowId, 'results', 'agent-loop').then(() => {}),
     },
   ] as never,

@@ -1,5 +1,16 @@
 import { z } from 'zod';
-import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, createWorker } from '@gatehouse/platform';
+import {
+  createServiceContext,
+  createHttpApp,
+  finishApp,
+  listen,
+  closeServer,
+  installShutdown,
+  createWorker,
+  holdWhileUnavailable,
+  type QueueJob,
+} from '@gatehouse/platform';
+import { readOutagePolicy } from '@gatehouse/ledger';
 import { executionsQueue, loadWorld, type ExecutionJob } from '@gatehouse/contracts';
 import { processExecution } from './jobs/executions.processor.ts';
 import { startReconcileJob } from './jobs/reconcile.processor.ts';
@@ -31,6 +42,7 @@ const ctx = createServiceContext('executor', {
   RECONCILE_SUPPORT_REVISION: z.string().default('support-p1'),
 });
 const hooks = readTestHooks(process.env);
+const outagePolicy = readOutagePolicy(ctx.env.DEPENDENCY_WAIT_CEILING_MS, process.env);
 const { env, log, db, relay } = ctx;
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
 const bundles = await loadServiceBundles(db, env, log);
@@ -38,21 +50,24 @@ const agentId = loadWorld().agent.id;
 
 const worker = createWorker(
   executionsQueue,
-  (p: ExecutionJob) =>
-    processExecution(p, {
-      db,
-      relay,
-      log,
-      stagingUrl: env.STAGING_URL,
-      delegationSecret: env.GATEHOUSE_DELEGATION_SECRET,
-      auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
-      leaseMs: env.LEASE_MS,
-      deadlineMs: env.EXECUTION_DEADLINE_MS,
-      agentId,
-      hooks,
-      bundles,
-      auditGate: { maxHeartbeatAgeMs: env.AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS, maxBacklogAgeMs: env.AUDIT_HEALTH_MAX_BACKLOG_AGE_MS },
-    }),
+  (p: ExecutionJob, job: QueueJob) =>
+    holdWhileUnavailable(job, log, () =>
+      processExecution(p, {
+        db,
+        relay,
+        log,
+        stagingUrl: env.STAGING_URL,
+        delegationSecret: env.GATEHOUSE_DELEGATION_SECRET,
+        auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+        leaseMs: env.LEASE_MS,
+        deadlineMs: env.EXECUTION_DEADLINE_MS,
+        agentId,
+        hooks,
+        bundles,
+        auditGate: { maxHeartbeatAgeMs: env.AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS, maxBacklogAgeMs: env.AUDIT_HEALTH_MAX_BACKLOG_AGE_MS },
+        outagePolicy,
+      }),
+    ),
   {
     release: env.GATEHOUSE_RELEASE,
     prefix: env.QUEUE_PREFIX,

@@ -107,6 +107,7 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
     bundles: BUNDLES,
     // No audit service runs here: a heartbeat is written at start and the gate is wide.
     auditGate: { maxHeartbeatAgeMs: 3_600_000, maxBacklogAgeMs: 3_600_000 },
+    outagePolicy: { ceilingMs: 15 * 60_000, credit: true },
   };
   return {
     tdb,

@@ -1,10 +1,23 @@
 import { z } from 'zod';
 
+/** Dependencies a step can wait on when they do not answer. */
+export const DependencySchema = z.enum(['postgres', 'redis', 'audit', 'model', 'system_of_record']);
+export type Dependency = z.infer<typeof DependencySchema>;
+
+/**
+ * An outage a held job is waiting through: which dependency failed last, and since when
+ * (epoch ms, the first failure). Written by the worker that holds the job, never by producers.
+ */
+export const OutageMarkSchema = z.object({ dependency: DependencySchema, sinceMs: z.number().int().nonnegative() });
+export type OutageMark = z.infer<typeof OutageMarkSchema>;
+
 /** Fields every job carries: its release (workers refuse other releases) and trace context. */
 export const jobEnvelope = {
   release: z.string().min(1),
   /** W3C trace context of the producing span (`traceparent` header value), when traced. */
   traceparent: z.string().optional(),
+  /** Set while the job is held for an unavailable dependency (its wait is not working time). */
+  outage: OutageMarkSchema.optional(),
 };
 
 /** BullMQ queue name for a base queue in one release, e.g. `executions.rel-1`. */

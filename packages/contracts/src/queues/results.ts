@@ -15,7 +15,16 @@ export const ResultJobSchema = z.object({
   park: z.enum(['needs_reconciliation']).optional(),
   /** Set when the outcome stops the workflow (SPEC §5 stop reasons). */
   stop: z
-    .enum(['validation_failed', 'denied', 'approval_expired', 'budget_exhausted', 'audit_unavailable', 'tool_disabled', 'quarantined'])
+    .enum([
+      'validation_failed',
+      'denied',
+      'approval_expired',
+      'budget_exhausted',
+      'audit_unavailable',
+      'tool_disabled',
+      'quarantined',
+      'dependency_unavailable',
+    ])
     .optional(),
 });
 export type ResultJob = z.infer<typeof ResultJobSchema>;

@@ -10,6 +10,8 @@ export type StopReason =
   | 'tool_disabled'
   | 'quarantined'
   | 'model_error'
+  /** A dependency stayed unavailable past the outage ceiling (`checkWorkingTime` in the ledger). */
+  | 'dependency_unavailable'
   /** Written by the dead letter of a step (`stopRunOnFailedStep` in the ledger), never by the loop. */
   | 'step_failed';
 
@@ -23,6 +25,8 @@ export const NEXT_STEP: Record<StopReason, string> = {
   tool_disabled: 'A tool was switched off by on-call; the workflow resumes when it is switched back on.',
   quarantined: 'The job belonged to a release under rollback; on-call must requeue or discard it.',
   model_error: 'The model rejected the request; on-call should check the model service, then resubmit.',
+  dependency_unavailable:
+    'A service the run depends on stayed unavailable past the outage ceiling; on-call should restore it, then see the actions for what already ran and resubmit the rest.',
   step_failed:
     'A step of this run failed every retry; on-call should check the service logs. See the actions for what already ran, then resubmit the rest.',
 };
@@ -30,7 +34,12 @@ export const NEXT_STEP: Record<StopReason, string> = {
 /** States from which nothing more happens without a person (the ledger's list, as a set). */
 export const TERMINAL_STATES: ReadonlySet<WorkflowState> = new Set(LEDGER_TERMINAL_STATES);
 
-/** Moves a workflow to `stopped(reason)` with its next step, and audits it. */
-export async function stopWorkflow(trx: Trx, wf: { id: string; release_id: string }, reason: StopReason): Promise<void> {
-  await stopRun(trx, wf, reason, NEXT_STEP[reason], 'agent-loop');
+/** Moves a workflow to `stopped(reason)` with its next step (default: the reason's), and audits it. */
+export async function stopWorkflow(
+  trx: Trx,
+  wf: { id: string; release_id: string },
+  reason: StopReason,
+  nextStep: string = NEXT_STEP[reason],
+): Promise<void> {
+  await stopRun(trx, wf, reason, nextStep, 'agent-loop');
 }

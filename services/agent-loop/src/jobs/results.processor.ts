@@ -1,6 +1,15 @@
 import type { ResultJob } from '@gatehouse/contracts';
 import { turnsQueue } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow, type Trx } from '@gatehouse/ledger';
+import {
+  checkWorkingTime,
+  enqueueInTransaction,
+  inTransaction,
+  recordAudit,
+  type Db,
+  type OutagePolicy,
+  type OutboxRow,
+  type Trx,
+} from '@gatehouse/ledger';
 import type { OutboxRelay } from '@gatehouse/platform';
 import { unansweredCalls } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
@@ -39,10 +48,16 @@ export const MAX_CONSECUTIVE_INVALID = 3;
  * answered and the workflow is still live, the next model round is enqueued in the same
  * transaction. A `stop`/`park` outcome ends or parks the workflow instead.
  */
-export async function processResult(job: ResultJob, deps: { db: Db; relay: OutboxRelay }): Promise<string> {
+export async function processResult(job: ResultJob, deps: { db: Db; relay: OutboxRelay; outagePolicy: OutagePolicy }): Promise<string> {
   const rows = await inTransaction(deps.db, async (trx) => {
     const wf = await trx.selectFrom('workflows').selectAll().where('id', '=', job.workflowId).forUpdate().executeTakeFirst();
     if (!wf) return { outcome: 'unknown_workflow', rows: [] as OutboxRow[] };
+    // Held through an outage (the ledger, say): that wait is not the run's working time either.
+    const time = job.outage && !TERMINAL_STATES.has(wf.state) ? await checkWorkingTime(trx, wf.id, job.outage, deps.outagePolicy) : null;
+    if (time?.kind === 'dependency_unavailable') {
+      await stopWorkflow(trx, wf, 'dependency_unavailable', time.nextStep);
+      return { outcome: 'stopped:dependency_unavailable', rows: [] as OutboxRow[] };
+    }
     const inserted = await trx
       .insertInto('conversation_items')
       .values({

@@ -2,11 +2,14 @@ import OpenAI from 'openai';
 import type { TurnJob } from '@gatehouse/contracts';
 import { proposalsQueue } from '@gatehouse/contracts';
 import {
+  checkWorkingTime,
+  DependencyUnavailable,
   enqueueInTransaction,
   inTransaction,
   recordAudit,
   releaseWritesEnabled,
   type Db,
+  type OutagePolicy,
   type OutboxRow,
   type Trx,
 } from '@gatehouse/ledger';
@@ -29,6 +32,8 @@ export interface TurnDeps {
   /** The release's model entry: prices the spend budget. */
   modelPrice: ReleaseManifest['model'];
   hooks: LoopTestHooks;
+  /** Outage ceiling and crediting (the wait for an unavailable dependency is not working time). */
+  outagePolicy: OutagePolicy;
 }
 
 type FunctionCallItem = { type: 'function_call'; call_id: string; name: string; arguments: string };
@@ -63,17 +68,23 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
   const wf = await db.selectFrom('workflows').selectAll().where('id', '=', job.workflowId).executeTakeFirst();
   if (!wf) return 'unknown_workflow';
   if (TERMINAL_STATES.has(wf.state) || wf.round >= job.round) return 'already_done';
+  // Bounds are checked before dispatch (SPEC §4 invariant 6); an outage this round waited
+  // through is credited first, and one past the ceiling stops the run for what it is.
+  const stopped = await inTransaction(db, async (trx) => {
+    const time = await checkWorkingTime(trx, wf.id, job.outage, deps.outagePolicy);
+    if (time.kind === 'dependency_unavailable') {
+      await stopWorkflow(trx, wf, 'dependency_unavailable', time.nextStep);
+      return 'dependency_unavailable';
+    }
+    const b = await trx.selectFrom('budgets').selectAll().where('workflow_id', '=', wf.id).executeTakeFirstOrThrow();
+    if (time.kind === 'budget_exhausted' || b.rounds_used + 1 > b.max_rounds || b.spend_micro_usd >= b.max_spend_micro_usd) {
+      await stopWorkflow(trx, wf, 'budget_exhausted');
+      return 'budget_exhausted';
+    }
+    return null;
+  });
+  if (stopped) return stopped;
   const budget = await db.selectFrom('budgets').selectAll().where('workflow_id', '=', wf.id).executeTakeFirstOrThrow();
-
-  // Bounds are checked before dispatch (SPEC §4 invariant 6).
-  const overBudget =
-    budget.rounds_used + 1 > budget.max_rounds ||
-    Date.now() > new Date(budget.deadline_at).getTime() ||
-    budget.spend_micro_usd >= budget.max_spend_micro_usd;
-  if (overBudget) {
-    await inTransaction(db, (trx) => stopWorkflow(trx, wf, 'budget_exhausted'));
-    return 'budget_exhausted';
-  }
 
   const catalog = toolsOfPack(wf.pack);
   const writesEnabled = await releaseWritesEnabled(db, wf.release_id);
@@ -115,7 +126,10 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
       await inTransaction(db, (trx) => stopWorkflow(trx, wf, 'model_error'));
       return 'model_error';
     }
-    throw err; // transient: the queue retries the round (no call was recorded)
+    if (!(err instanceof OpenAI.APIError)) throw err; // not the model's answer: the queue retries the round
+    // Unanswered, 408/429/5xx after the client's own retries: the model is unavailable. The job
+    // is held for it (no call was recorded) and the wait is not the run's working time.
+    throw new DependencyUnavailable('model', `model unavailable: ${(err as Error).message}`, { cause: err });
   }
 
   if (deps.hooks.crashAfterModelResponse) process.kill(process.pid, 'SIGKILL'); // test hook: nothing recorded yet

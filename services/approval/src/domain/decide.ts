@@ -1,8 +1,16 @@
 import { executionsQueue, REMEDIATION_RULE_ID, resultsQueue, type DecisionRequest } from '@gatehouse/contracts';
-import { actorHash, enqueueInTransaction, inTransaction, isTerminal, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
+import {
+  actorHash,
+  creditWait,
+  enqueueInTransaction,
+  inTransaction,
+  isTerminal,
+  recordAudit,
+  type Db,
+  type OutboxRow,
+} from '@gatehouse/ledger';
 import { ConflictError, GoneError, UserError } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
-import { sql } from 'kysely';
 import { assertAuthority } from './authority.ts';
 
 /** Result of a decision: the approval's new status and the jobs to publish after commit. */
@@ -86,15 +94,7 @@ export async function decideApproval(
     if (!decided) throw new GoneError('already_decided', 'approval was decided concurrently');
     // Waiting for a person is not the run's working time: move its deadline by the wait — the
     // part not already credited, so two approvals waited on at once count the span once.
-    const since = new Date(approval.created_at);
-    await trx
-      .updateTable('budgets')
-      .set({
-        deadline_at: sql`deadline_at + greatest(interval '0', now() - greatest(${since}::timestamptz, coalesce(wait_credited_until, ${since}::timestamptz)))`,
-        wait_credited_until: sql`greatest(now(), coalesce(wait_credited_until, now()))`,
-      })
-      .where('workflow_id', '=', approval.workflow_id)
-      .execute();
+    await creditWait(trx, approval.workflow_id, new Date(approval.created_at));
     await recordAudit(trx, {
       type: 'approval.decided',
       service: 'approval',

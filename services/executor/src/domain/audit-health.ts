@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { Db } from '@gatehouse/ledger';
+import { DependencyUnavailable, type Db } from '@gatehouse/ledger';
 
 /** Thresholds of the audit-health gate, ms. */
 export interface AuditGate {
@@ -9,9 +9,12 @@ export interface AuditGate {
   maxBacklogAgeMs: number;
 }
 
-/** Thrown when audit storage is unhealthy: the queue retries the step later (SPEC §4 invariant 8). */
-export class AuditUnavailable extends Error {
+/** Thrown when audit storage is unhealthy: the step is held until it is healthy (SPEC §4 invariant 8). */
+export class AuditUnavailable extends DependencyUnavailable {
   override name = 'AuditUnavailable';
+  constructor(reason: string) {
+    super('audit', reason);
+  }
 }
 
 /**

@@ -2,12 +2,14 @@ import { sql } from 'kysely';
 import type { ExecutionJob } from '@gatehouse/contracts';
 import {
   actorHash,
+  checkWorkingTime,
   isTerminal,
   operationKeyHash,
   recordAudit,
   type Trx,
   type ActionsTable,
   type OperationsTable,
+  type OutagePolicy,
   type OutboxRow,
   type WorkflowsTable,
   reserveOperation,
@@ -37,7 +39,9 @@ export type ClaimOutcome =
   /** Facts changed since the decision: a new action version was recorded instead of executing. */
   | { kind: 'reevaluated'; outcome: string; rows: OutboxRow[] }
   /** The run's wall-time deadline passed before dispatch (SPEC §4 invariant 6). */
-  | { kind: 'deadline'; action: Action };
+  | { kind: 'deadline'; action: Action }
+  /** The step waited on an unavailable dependency past the outage ceiling. */
+  | { kind: 'outage'; action: Action };
 
 /** Policy inputs for the re-evaluation at execution. */
 export interface Reevaluation {
@@ -70,6 +74,8 @@ export async function claimOperation(
     reevaluation: Reevaluation;
     /** Require the approval to name exactly this action (false only in control-removed tests). */
     bindDigest: boolean;
+    /** Credits the outage this job waited through (`job.outage`) before the deadline check. */
+    outagePolicy: OutagePolicy;
   },
 ): Promise<ClaimOutcome> {
   // Lock order everywhere: workflows → actions → operations → approvals (no deadlock cycles).
@@ -98,10 +104,10 @@ export async function claimOperation(
       await unreserve();
       return { kind: 'skip', reason: `workflow_${wf.state}` };
     }
-    const budget = await trx.selectFrom('budgets').select('deadline_at').where('workflow_id', '=', action.workflow_id).executeTakeFirst();
-    if (budget && new Date(budget.deadline_at).getTime() <= Date.now()) {
+    const time = await checkWorkingTime(trx, action.workflow_id, job.outage, opts.outagePolicy);
+    if (time.kind !== 'ok') {
       await unreserve();
-      return { kind: 'deadline', action };
+      return { kind: time.kind === 'budget_exhausted' ? 'deadline' : 'outage', action };
     }
     const r = opts.reevaluation;
     const tool = findTool(action.tool);

@@ -9,7 +9,9 @@ import {
   operationKeyHash,
   recordAudit,
   TERMINAL_STATES,
+  DependencyUnavailable,
   type Db,
+  type OutagePolicy,
   type OutboxRow,
 } from '@gatehouse/ledger';
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
@@ -40,6 +42,8 @@ export interface ExecutionDeps {
   bundles: PolicyBundles;
   /** Audit-health thresholds checked before any consequential step. */
   auditGate: AuditGate;
+  /** Outage ceiling and crediting (the wait for an unavailable dependency is not working time). */
+  outagePolicy: OutagePolicy;
 }
 
 /** Thrown when another worker holds a live lease: the queue retries after backoff. */
@@ -47,9 +51,15 @@ export class LeaseBusy extends Error {
   override name = 'LeaseBusy';
 }
 
-/** Thrown when read-back proved a non-idempotent effect did not happen: the queue repeats it. */
-export class SafeToRepeat extends Error {
+/**
+ * Thrown when read-back proved a non-idempotent effect did not happen (the system of record
+ * refused the connection or lost the answer): the job is held for it and then repeated.
+ */
+export class SafeToRepeat extends DependencyUnavailable {
   override name = 'SafeToRepeat';
+  constructor(message: string) {
+    super('system_of_record', message);
+  }
 }
 
 /** Retry classes whose effect may be sent again by a new lease holder (same key, or a read). */
@@ -57,12 +67,25 @@ const RE_DISPATCHABLE = new Set(['idempotent_write', 'bounded_read']);
 
 const owner = `${hostname()}:${process.pid}`;
 
+/**
+ * True when a read of a system of record failed because it is unavailable: no answer (refused,
+ * reset, timed out) or a 408/429/5xx status ("… answered 503" from the policy's fact readers).
+ */
+function systemOfRecordDown(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  if (err.name === 'TypeError' || err.name === 'TimeoutError' || err.name === 'AbortError') return true;
+  return /answered (5\d\d|408|429)$/.test(err.message);
+}
+
 async function publishResult(
   deps: ExecutionDeps,
   job: ExecutionJob,
   callId: string,
   output: SafeOutput,
-  extra: { park?: 'needs_reconciliation'; stop?: 'approval_expired' | 'tool_disabled' | 'budget_exhausted' } = {},
+  extra: {
+    park?: 'needs_reconciliation';
+    stop?: 'approval_expired' | 'tool_disabled' | 'budget_exhausted' | 'dependency_unavailable';
+  } = {},
 ): Promise<void> {
   const rows = await inTransaction(deps.db, async (trx) => [
     await enqueueInTransaction(trx, resultsQueue, { release: job.release, workflowId: job.workflowId, callId, output, ...extra }),
@@ -145,7 +168,11 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
   // Authoritative facts for the re-evaluation at execution (a read, no credential).
   const record =
     preview.status === 'approved'
-      ? await readAuthoritative(db, deps.stagingUrl, wf, { tool, args: preview.arguments as Record<string, string | number | null> })
+      ? await readAuthoritative(db, deps.stagingUrl, wf, { tool, args: preview.arguments as Record<string, string | number | null> }).catch(
+          (err: unknown) => {
+            throw systemOfRecordDown(err) ? new DependencyUnavailable('system_of_record', (err as Error).message, { cause: err }) : err;
+          },
+        )
       : null;
   const reevaluation = { wf, bundles: deps.bundles, record, auditHmacKey: deps.auditHmacKey, disabled: deps.hooks.disableReevaluation };
   const claim = await inTransaction(db, (trx) =>
@@ -157,6 +184,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       userId: wf.user_id,
       reevaluation,
       bindDigest: !deps.hooks.disableDigestBinding,
+      outagePolicy: deps.outagePolicy,
     }),
   );
 
@@ -235,6 +263,15 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
         { stop: 'budget_exhausted' },
       );
       return 'refused:deadline';
+    case 'outage':
+      await publishResult(
+        deps,
+        job,
+        claim.action.call_id,
+        toSafeOutput(claim.action.tool, { executed: false, reason: 'dependency_unavailable' }, 'gatehouse'),
+        { stop: 'dependency_unavailable' },
+      );
+      return 'refused:dependency_unavailable';
     case 'claimed':
       break;
   }

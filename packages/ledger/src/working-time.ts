@@ -1,0 +1,130 @@
+import { sql } from 'kysely';
+import type { OutageMark, Dependency } from '@gatehouse/contracts';
+import type { Trx } from './db.ts';
+
+/**
+ * The run's working time (docs/decisions/0015-working-time.md, 0110-outage-time.md): the
+ * wall-time budget `budgets.deadline_at` counts only the run's own work. Time it waits for a
+ * person (an approval), for on-call (a paused tool) or for an unavailable dependency (an
+ * outage) is credited back to the deadline, each instant once (`budgets.wait_credited_until`).
+ * An outage is credited up to a ceiling; past it the run stops `dependency_unavailable`.
+ */
+
+/** Stop reason of a run that waited on an unavailable dependency longer than the ceiling. */
+export const DEPENDENCY_UNAVAILABLE = 'dependency_unavailable';
+
+/** How a service credits outages: the ceiling, and whether outages are credited at all. */
+export interface OutagePolicy {
+  /** Longest outage a run waits through, ms; past it the run stops `dependency_unavailable`. */
+  ceilingMs: number;
+  /** False only in the control-removed test (`GATEHOUSE_TEST_DISABLE_OUTAGE_CREDIT=1`). */
+  credit: boolean;
+}
+
+/**
+ * Reads the outage policy: the ceiling from the parsed settings, the control-removal switch from
+ * the raw environment.
+ * @throws Error when the switch is set outside `GATEHOUSE_ENV=test`.
+ */
+export function readOutagePolicy(ceilingMs: number, env: Record<string, string | undefined>): OutagePolicy {
+  const disabled = env.GATEHOUSE_TEST_DISABLE_OUTAGE_CREDIT === '1';
+  if (disabled && env.GATEHOUSE_ENV !== 'test')
+    throw new Error('GATEHOUSE_TEST_DISABLE_OUTAGE_CREDIT may only be set with GATEHOUSE_ENV=test');
+  return { ceilingMs, credit: !disabled };
+}
+
+/**
+ * Thrown when a step cannot go on because `dependency` does not answer (5xx, refused, timed
+ * out, unhealthy). The queue worker holds the job for it without using an attempt, and the
+ * wait is credited when the job runs again (see `holdWhileUnavailable` in the platform).
+ */
+export class DependencyUnavailable extends Error {
+  override name = 'DependencyUnavailable';
+  readonly dependency: Dependency;
+  constructor(dependency: Dependency, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.dependency = dependency;
+  }
+}
+
+/** Node socket errors and Postgres SQLSTATEs meaning the server is not reachable or not serving. */
+const LEDGER_DOWN_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', '57P01', '57P02', '57P03']);
+
+/**
+ * True when `err` says the ledger (Postgres) is unreachable rather than refusing a statement:
+ * a refused or reset connection, an administrator shutdown, a connection exception (SQLSTATE
+ * class 08) or the pg client's lost-connection messages.
+ */
+export function isLedgerUnavailable(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === 'string' && (LEDGER_DOWN_CODES.has(code) || code.startsWith('08'))) return true;
+  return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error/i.test(err.message);
+}
+
+/**
+ * Credits a wait that began at `since` to the run's deadline: moves `deadline_at` forward by the
+ * part of [since, now] after `wait_credited_until`, then advances that mark to now. Overlapping
+ * waits (two approvals, an approval during a pause or an outage) therefore count once. Use for
+ * every wait that is not the run's working time; the caller holds the transaction.
+ */
+export async function creditWait(trx: Trx, workflowId: string, since: Date): Promise<void> {
+  await trx
+    .updateTable('budgets')
+    .set({
+      deadline_at: sql`deadline_at + greatest(interval '0', now() - greatest(${since}::timestamptz, coalesce(wait_credited_until, ${since}::timestamptz)))`,
+      wait_credited_until: sql`greatest(now(), coalesce(wait_credited_until, now()))`,
+    })
+    .where('workflow_id', '=', workflowId)
+    .execute();
+}
+
+/** What {@link checkWorkingTime} found. */
+export type WorkingTimeVerdict =
+  | { kind: 'ok' }
+  | { kind: 'budget_exhausted' }
+  /** The outage outlasted the ceiling; `nextStep` is the rep's and on-call's next step. */
+  | { kind: 'dependency_unavailable'; dependency: Dependency; nextStep: string };
+
+const DEPENDENCY_LABEL: Record<Dependency, string> = {
+  postgres: 'the ledger database',
+  redis: 'the queue store (Redis)',
+  audit: 'audit storage',
+  model: 'the model',
+  system_of_record: 'a system of record',
+};
+
+/** The next step of a run stopped `dependency_unavailable` (names the dependency and the ceiling). */
+export function outageNextStep(dependency: Dependency, ceilingMs: number): string {
+  const minutes = Math.max(1, Math.round(ceilingMs / 60_000));
+  return (
+    `${DEPENDENCY_LABEL[dependency]} was unavailable for more than ${minutes} min, so the run stopped waiting. ` +
+    'On-call should restore it; then see the actions for what already ran and resubmit the rest as a new ticket.'
+  );
+}
+
+/**
+ * The wall-time check before a step is dispatched (a model request, the first claim of an
+ * effect). When the step waited through an outage (`outage`, carried by its job), the wait is
+ * first credited like a person's wait — unless `policy.credit` is off — and an outage longer
+ * than `policy.ceilingMs` ends the run's waiting: `dependency_unavailable`, never
+ * `budget_exhausted`. Otherwise the deadline decides. Runs in the caller's transaction.
+ */
+export async function checkWorkingTime(
+  trx: Trx,
+  workflowId: string,
+  outage: OutageMark | undefined,
+  policy: OutagePolicy,
+): Promise<WorkingTimeVerdict> {
+  if (outage) {
+    if (Date.now() - outage.sinceMs > policy.ceilingMs)
+      return {
+        kind: 'dependency_unavailable',
+        dependency: outage.dependency,
+        nextStep: outageNextStep(outage.dependency, policy.ceilingMs),
+      };
+    if (policy.credit) await creditWait(trx, workflowId, new Date(outage.sinceMs));
+  }
+  const budget = await trx.selectFrom('budgets').select('deadline_at').where('workflow_id', '=', workflowId).executeTakeFirst();
+  return budget && new Date(budget.deadline_at).getTime() <= Date.now() ? { kind: 'budget_exhausted' } : { kind: 'ok' };
+}

@@ -1,0 +1,58 @@
+import { DelayedError, type Job } from 'bullmq';
+import type { Dependency, OutageMark } from '@gatehouse/contracts';
+import { DependencyUnavailable, isLedgerUnavailable } from '@gatehouse/ledger';
+import type { Logger } from './logger.ts';
+
+/** A BullMQ job as a queue handler receives it (second argument of a `JobHandler`). */
+export type QueueJob = Job;
+
+/** Longest pause between two looks at an unavailable dependency, ms. */
+export const OUTAGE_RECHECK_CAP_MS = 30_000;
+
+/** The dependency `err` says is unavailable: a {@link DependencyUnavailable}, or the ledger itself; else null. */
+export function unavailableDependency(err: unknown): Dependency | null {
+  if (err instanceof DependencyUnavailable) return err.dependency;
+  if (isLedgerUnavailable(err)) return 'postgres';
+  return null;
+}
+
+/** When to look again: half the outage so far, between 0.5 s and {@link OUTAGE_RECHECK_CAP_MS}. */
+export function outageRecheckDelayMs(mark: OutageMark, nowMs = Date.now()): number {
+  return Math.min(OUTAGE_RECHECK_CAP_MS, Math.max(500, Math.round((nowMs - mark.sinceMs) / 2)));
+}
+
+/**
+ * Runs one attempt of a queue job (`run`). When it fails because a dependency is unavailable
+ * (see {@link unavailableDependency}), the job is held instead of failed: its data keeps the
+ * outage (`outage`: the dependency and the start of the first failed attempt), and it moves to
+ * the delayed set without using one of its attempts, to run again after
+ * {@link outageRecheckDelayMs}. The consumer's next attempt credits the wait and stops the run
+ * past the ceiling (`checkWorkingTime` in the ledger). Any other error is rethrown unchanged.
+ * @throws DelayedError when the job was held (BullMQ's signal that the job was moved, not failed).
+ */
+export async function holdWhileUnavailable<T>(job: Job, log: Logger, run: () => Promise<T>): Promise<T> {
+  const attemptStartedMs = Date.now();
+  try {
+    return await run();
+  } catch (err) {
+    const dependency = unavailableDependency(err);
+    if (!dependency || !job.token) throw err;
+    const prior = (job.data as { outage?: OutageMark }).outage;
+    const mark: OutageMark = { dependency, sinceMs: prior?.sinceMs ?? attemptStartedMs };
+    const delayMs = outageRecheckDelayMs(mark);
+    await job.updateData({ ...(job.data as Record<string, unknown>), outage: mark });
+    await job.moveToDelayed(Date.now() + delayMs, job.token);
+    log.warn(
+      {
+        queue: job.queueName,
+        jobId: job.id,
+        dependency,
+        outageMs: Date.now() - mark.sinceMs,
+        recheckMs: delayMs,
+        err: (err as Error).message,
+      },
+      'dependency unavailable: job held',
+    );
+    throw new DelayedError(`held for ${dependency}`);
+  }
+}
