@@ -96,9 +96,10 @@ const DEPENDENCY_LABEL: Record<Dependency, string> = {
 
 /** The next step of a run stopped `dependency_unavailable` (names the dependency and the ceiling). */
 export function outageNextStep(dependency: Dependency, ceilingMs: number): string {
-  const minutes = Math.max(1, Math.round(ceilingMs / 60_000));
+  const span = ceilingMs >= 60_000 ? `${Math.round(ceilingMs / 60_000)} min` : `${Math.round(ceilingMs / 1000)} s`;
+  const who = DEPENDENCY_LABEL[dependency];
   return (
-    `${DEPENDENCY_LABEL[dependency]} was unavailable for more than ${minutes} min, so the run stopped waiting. ` +
+    `${who.charAt(0).toUpperCase()}${who.slice(1)} was unavailable for more than ${span}, so the run stopped waiting. ` +
     'On-call should restore it; then see the actions for what already ran and resubmit the rest as a new ticket.'
   );
 }

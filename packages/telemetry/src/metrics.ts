@@ -161,6 +161,7 @@ const STOP_REASONS = new Set([
   'tool_disabled',
   'quarantined',
   'model_error',
+  'dependency_unavailable',
   'step_failed',
 ]);
 

@@ -1,0 +1,161 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from 'kysely';
+import {
+  startHuntStack,
+  fixtures,
+  fc,
+  msg,
+  submit,
+  waitFor,
+  settled,
+  shipments,
+  fault,
+  sleep,
+  call,
+  type Entry,
+  type HuntStack,
+} from './helpers.ts';
+
+// Outage time is not the run's working time (docs/decisions/0110-outage-time.md): a step waiting
+// on an unavailable dependency is held, and the wait is credited to the run's deadline like a
+// person's wait — up to a ceiling, past which the run stops `dependency_unavailable`. The budget
+// here is 4 s of working time and the ceiling 12 s; each outage below outlasts the budget.
+
+const BUDGET = { WALL_TIME_SECONDS: '4', DEPENDENCY_WAIT_CEILING_MS: '12000' };
+const OUTAGE_MS = 7_000; // longer than the 4 s budget, shorter than the 12 s ceiling
+
+const modelDown: Entry = { type: 'error', status: 503 };
+
+/** Every request the model-stub answered for `ticketId`, with the status it returned. */
+async function modelStatuses(s: HuntStack, ticketId: string): Promise<number[]> {
+  const r = await call('GET', `${s.url('model-stub')}/requests?ticketId=${ticketId}`, null);
+  return ((r.body.requests ?? []) as Array<{ status: number }>).map((x) => x.status);
+}
+
+/** The model answers 503 to every request of `ticketId` until {@link modelRecovers}. */
+async function modelFailsFor(s: HuntStack, ticketId: string): Promise<void> {
+  await fixtures(s, ticketId, [modelDown], true);
+}
+
+/** Queued entries are served before the repeated 503: the model answers again. */
+async function modelRecovers(s: HuntStack, ticketId: string, entries: Entry[]): Promise<void> {
+  await fixtures(s, ticketId, entries);
+}
+
+/** Staging's order system answers 503 to every shipment request until the faults are cleared. */
+async function orderSystemDown(s: HuntStack): Promise<void> {
+  await fault(s, { target: 'orders', mode: 'server_error', times: 10_000, status: 503 });
+}
+async function orderSystemUp(s: HuntStack): Promise<void> {
+  await call('DELETE', `${s.url('staging')}/faults`, null);
+}
+
+/** Submits a ticket whose model is down, waits until the model has refused it, then lets `ms` pass. */
+async function modelOutage(s: HuntStack, ticketId: string, ms: number): Promise<{ token: string; workflowId: string }> {
+  await modelFailsFor(s, ticketId);
+  const run = await submit(s, 'rep-ana', ticketId, 'What is the status of order O-1001?', 'investigate');
+  await waitUntil(async () => (await modelStatuses(s, ticketId)).includes(503), 'the model to refuse the first round');
+  await sleep(ms);
+  return run;
+}
+
+/** A reship whose order system is down: waits for a refused dispatch, then lets `ms` pass. */
+async function orderOutage(s: HuntStack, ticketId: string, orderId: string, ms: number): Promise<{ token: string; workflowId: string }> {
+  await orderSystemDown(s);
+  await fixtures(s, ticketId, [fc(['reship_order', { orderId }]), msg()]);
+  const run = await submit(s, 'rep-ana', ticketId, `reship ${orderId}`);
+  await waitUntil(async () => {
+    const r = await call('GET', `${s.url('staging')}/requests?orderId=${orderId}&target=orders`, null);
+    return ((r.body.requests ?? []) as Array<{ method: string }>).some((x) => x.method === 'POST');
+  }, 'a refused shipment request');
+  await sleep(ms);
+  return run;
+}
+
+async function waitUntil(cond: () => Promise<boolean>, what: string, timeoutMs = 45_000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (Date.now() < until) {
+    if (await cond()) return;
+    await sleep(150);
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+describe('outage time is not working time', () => {
+  let s: HuntStack;
+  beforeAll(async () => {
+    s = await startHuntStack(BUDGET);
+  });
+  afterAll(async () => {
+    await s?.close();
+  });
+
+  it('the model is unavailable longer than the budget, then answers: the run completes', async () => {
+    const { token, workflowId } = await modelOutage(s, 'O-model', OUTAGE_MS);
+    expect((await waitFor(s, token, workflowId, () => true)).state, 'still waiting, not stopped').not.toBe('stopped');
+    await modelRecovers(s, 'O-model', [msg('Order O-1001 is on its way.')]);
+    const end = await waitFor(s, token, workflowId, settled);
+    expect(end.stopReason ?? null).toBeNull();
+    expect(end.state).toBe('completed');
+    // The outage was credited: the deadline moved past intake + 4 s.
+    const r = await sql<{ credited: boolean }>`
+      select b.deadline_at > w.created_at + interval '6 seconds' as credited
+      from budgets b join workflows w on w.id = b.workflow_id where b.workflow_id = ${workflowId}`.execute(s.db.db);
+    expect(r.rows[0]!.credited).toBe(true);
+  });
+
+  it('the order system is unavailable longer than the budget, then recovers: the held reship runs and the run completes', async () => {
+    try {
+      const { token, workflowId } = await orderOutage(s, 'O-orders', 'O-1002', OUTAGE_MS);
+      expect(await shipments(s, 'O-1002')).toHaveLength(0);
+      await orderSystemUp(s);
+      const end = await waitFor(s, token, workflowId, settled);
+      expect(end.stopReason ?? null).toBeNull();
+      expect(end.state).toBe('completed');
+      expect(await shipments(s, 'O-1002')).toHaveLength(1);
+    } finally {
+      await orderSystemUp(s);
+    }
+  });
+
+  it('the model stays unavailable past the ceiling: stopped(dependency_unavailable) with a next step, never budget_exhausted', async () => {
+    await modelFailsFor(s, 'O-model-gone');
+    const { token, workflowId } = await submit(s, 'rep-ana', 'O-model-gone', 'What is the status of order O-1003?', 'investigate');
+    const end = await waitFor(s, token, workflowId, settled, 60_000);
+    expect(end.state).toBe('stopped');
+    expect(end.stopReason).toBe('dependency_unavailable');
+    expect(end.nextStep).toMatch(/^The model was unavailable for more than 12 s/);
+    expect(end.nextStep).toMatch(/resubmit/);
+  });
+});
+
+describe('control removed: outages counted as working time', () => {
+  let s: HuntStack;
+  beforeAll(async () => {
+    s = await startHuntStack({ ...BUDGET, GATEHOUSE_TEST_DISABLE_OUTAGE_CREDIT: '1' });
+  });
+  afterAll(async () => {
+    await s?.close();
+  });
+
+  it('without the outage credit, the same model outage ends stopped(budget_exhausted)', async () => {
+    const { token, workflowId } = await modelOutage(s, 'O-model-nc', OUTAGE_MS);
+    await modelRecovers(s, 'O-model-nc', [msg('Order O-1001 is on its way.')]);
+    const end = await waitFor(s, token, workflowId, settled);
+    expect(end.state).toBe('stopped');
+    expect(end.stopReason).toBe('budget_exhausted');
+  });
+
+  it('without the outage credit, the same order-system outage ends stopped(budget_exhausted) with no shipment', async () => {
+    try {
+      const { token, workflowId } = await orderOutage(s, 'O-orders-nc', 'O-1002', OUTAGE_MS);
+      await orderSystemUp(s);
+      const end = await waitFor(s, token, workflowId, settled);
+      expect(end.state).toBe('stopped');
+      expect(end.stopReason).toBe('budget_exhausted');
+      expect(await shipments(s, 'O-1002')).toHaveLength(0);
+    } finally {
+      await orderSystemUp(s);
+    }
+  });
+});
