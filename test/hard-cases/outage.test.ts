@@ -106,13 +106,13 @@ describe('outage time is not working time', () => {
 
   it('the order system is unavailable longer than the budget, then recovers: the held reship runs and the run completes', async () => {
     try {
-      const { token, workflowId } = await orderOutage(s, 'O-orders', 'O-1002', OUTAGE_MS);
-      expect(await shipments(s, 'O-1002')).toHaveLength(0);
+      const { token, workflowId } = await orderOutage(s, 'O-orders', 'O-1001', OUTAGE_MS);
+      expect(await shipments(s, 'O-1001')).toHaveLength(0);
       await orderSystemUp(s);
       const end = await waitFor(s, token, workflowId, settled);
       expect(end.stopReason ?? null).toBeNull();
       expect(end.state).toBe('completed');
-      expect(await shipments(s, 'O-1002')).toHaveLength(1);
+      expect(await shipments(s, 'O-1001')).toHaveLength(1);
     } finally {
       await orderSystemUp(s);
     }
@@ -148,12 +148,12 @@ describe('control removed: outages counted as working time', () => {
 
   it('without the outage credit, the same order-system outage ends stopped(budget_exhausted) with no shipment', async () => {
     try {
-      const { token, workflowId } = await orderOutage(s, 'O-orders-nc', 'O-1002', OUTAGE_MS);
+      const { token, workflowId } = await orderOutage(s, 'O-orders-nc', 'O-1001', OUTAGE_MS);
       await orderSystemUp(s);
       const end = await waitFor(s, token, workflowId, settled);
       expect(end.state).toBe('stopped');
       expect(end.stopReason).toBe('budget_exhausted');
-      expect(await shipments(s, 'O-1002')).toHaveLength(0);
+      expect(await shipments(s, 'O-1001')).toHaveLength(0);
     } finally {
       await orderSystemUp(s);
     }
