@@ -15,11 +15,14 @@ import {
   type Entry,
   type HuntStack,
 } from './helpers.ts';
+import { freePort } from '@gatehouse/testing';
+import { TcpCut } from '../support/tcp-cut.ts';
 
 // Outage time is not the run's working time (docs/decisions/0110-outage-time.md): a step waiting
 // on an unavailable dependency is held, and the wait is credited to the run's deadline like a
 // person's wait — up to a ceiling, past which the run stops `dependency_unavailable`. The budget
-// here is 4 s of working time and the ceiling 12 s; each outage below outlasts the budget.
+// here is 4 s of working time and the ceiling 12 s; each outage below outlasts the budget. The
+// services reach Postgres through a proxy the ledger-outage tests cut.
 
 const BUDGET = { WALL_TIME_SECONDS: '4', DEPENDENCY_WAIT_CEILING_MS: '12000' };
 const OUTAGE_MS = 7_000; // longer than the 4 s budget, shorter than the 12 s ceiling
@@ -72,6 +75,35 @@ async function orderOutage(s: HuntStack, ticketId: string, orderId: string, ms: 
   return run;
 }
 
+/**
+ * The ledger goes away while a round is at the model: the model answers 503 with a 3 s
+ * Retry-After, the ledger is cut as soon as that 503 is logged, so the answer that follows
+ * cannot be recorded; `ms` later the ledger is back.
+ */
+async function ledgerOutage(s: HuntStack, pg: TcpCut, ticketId: string, ms: number): Promise<{ token: string; workflowId: string }> {
+  await fixtures(s, ticketId, [
+    { type: 'error', status: 503, headers: { 'retry-after-ms': '3000' } },
+    msg('An answer the ledger never recorded.'),
+    msg('Order O-1001 is on its way.'),
+  ]);
+  const run = await submit(s, 'rep-ana', ticketId, 'What is the status of order O-1001?', 'investigate');
+  await waitUntil(async () => (await modelStatuses(s, ticketId)).includes(503), 'the model to ask for a retry');
+  await pg.cut();
+  try {
+    await sleep(ms);
+  } finally {
+    await pg.open();
+  }
+  return run;
+}
+
+/** A stack whose services reach Postgres through a proxy the test can cut. */
+async function stackBehindCut(extra: Record<string, string>): Promise<{ s: HuntStack; pg: TcpCut }> {
+  const pg = new TcpCut(await freePort(), { host: '127.0.0.1', port: 5432 });
+  await pg.open();
+  return { s: await startHuntStack(extra, { databasePort: pg.port }), pg };
+}
+
 async function waitUntil(cond: () => Promise<boolean>, what: string, timeoutMs = 45_000): Promise<void> {
   const until = Date.now() + timeoutMs;
   while (Date.now() < until) {
@@ -83,11 +115,13 @@ async function waitUntil(cond: () => Promise<boolean>, what: string, timeoutMs =
 
 describe('outage time is not working time', () => {
   let s: HuntStack;
+  let pg: TcpCut;
   beforeAll(async () => {
-    s = await startHuntStack(BUDGET);
+    ({ s, pg } = await stackBehindCut(BUDGET));
   });
   afterAll(async () => {
     await s?.close();
+    await pg?.cut();
   });
 
   it('the model is unavailable longer than the budget, then answers: the run completes', async () => {
@@ -118,6 +152,16 @@ describe('outage time is not working time', () => {
     }
   });
 
+  it('Postgres is unreachable longer than the budget while a round is at the model: once it is back the run completes', async () => {
+    const { token, workflowId } = await ledgerOutage(s, pg, 'O-ledger', OUTAGE_MS);
+    const end = await waitFor(s, token, workflowId, settled);
+    expect(end.stopReason ?? null).toBeNull();
+    expect(end.state).toBe('completed');
+    expect(end.finalMessage).toBe('Order O-1001 is on its way.');
+    // The round was held while the ledger was down and asked the model again once it was back.
+    expect(await modelStatuses(s, 'O-ledger')).toEqual([503, 200, 200]);
+  });
+
   it('the model stays unavailable past the ceiling: stopped(dependency_unavailable) with a next step, never budget_exhausted', async () => {
     await modelFailsFor(s, 'O-model-gone');
     const { token, workflowId } = await submit(s, 'rep-ana', 'O-model-gone', 'What is the status of order O-1003?', 'investigate');
@@ -131,11 +175,20 @@ describe('outage time is not working time', () => {
 
 describe('control removed: outages counted as working time', () => {
   let s: HuntStack;
+  let pg: TcpCut;
   beforeAll(async () => {
-    s = await startHuntStack({ ...BUDGET, GATEHOUSE_TEST_DISABLE_OUTAGE_CREDIT: '1' });
+    ({ s, pg } = await stackBehindCut({ ...BUDGET, GATEHOUSE_TEST_DISABLE_OUTAGE_CREDIT: '1' }));
   });
   afterAll(async () => {
     await s?.close();
+    await pg?.cut();
+  });
+
+  it('without the outage credit, the same ledger outage ends stopped(budget_exhausted)', async () => {
+    const { token, workflowId } = await ledgerOutage(s, pg, 'O-ledger-nc', OUTAGE_MS);
+    const end = await waitFor(s, token, workflowId, settled);
+    expect(end.state).toBe('stopped');
+    expect(end.stopReason).toBe('budget_exhausted');
   });
 
   it('without the outage credit, the same model outage ends stopped(budget_exhausted)', async () => {

@@ -18,13 +18,17 @@ export interface E2EStack {
 
 /**
  * Starts every service as its own process on free ports with its own database and prefix;
- * `extra` overrides the environment (e.g. short leases for crash tests).
+ * `extra` overrides the environment (e.g. short leases for crash tests). With `databasePort`
+ * the services reach the database through that local port (a proxy a test can cut) instead
+ * of the server's; the test's own handle (`db`) stays direct.
  */
-export async function startE2EStack(extra: Record<string, string> = {}): Promise<E2EStack> {
+export async function startE2EStack(extra: Record<string, string> = {}, opts: { databasePort?: number } = {}): Promise<E2EStack> {
   const db = await createTestDatabase();
   const prefix = testQueuePrefix();
+  const databaseUrl = new URL(db.url);
+  if (opts.databasePort !== undefined) databaseUrl.port = String(opts.databasePort);
   const env: Record<string, string> = {
-    DATABASE_URL: db.url,
+    DATABASE_URL: databaseUrl.toString(),
     REDIS_URL: TEST_REDIS_URL,
     QUEUE_PREFIX: prefix,
     LOG_LEVEL: 'warn',

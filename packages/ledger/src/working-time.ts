@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { OutageMark, Dependency } from '@gatehouse/contracts';
-import type { Trx } from './db.ts';
+import { inTransaction, type Db, type Trx } from './db.ts';
 
 /**
  * The run's working time (docs/decisions/0015-working-time.md, 0110-outage-time.md): the
@@ -128,4 +128,15 @@ export async function checkWorkingTime(
   }
   const budget = await trx.selectFrom('budgets').select('deadline_at').where('workflow_id', '=', workflowId).executeTakeFirst();
   return budget && new Date(budget.deadline_at).getTime() <= Date.now() ? { kind: 'budget_exhausted' } : { kind: 'ok' };
+}
+
+/**
+ * Credits the outage a held job waited through (`outage` from its data), for a step that
+ * dispatches nothing itself (a policy decision, an approval request): the step that later
+ * checks the deadline then sees the wait already credited. No-op without an outage or with the
+ * credit switched off.
+ */
+export async function creditOutage(db: Db, workflowId: string, outage: OutageMark | undefined, policy: OutagePolicy): Promise<void> {
+  if (!outage || !policy.credit) return;
+  await inTransaction(db, (trx) => creditWait(trx, workflowId, new Date(outage.sinceMs)));
 }

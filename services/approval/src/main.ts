@@ -1,4 +1,4 @@
-import { stopRunOnFailedStep } from '@gatehouse/ledger';
+import { creditOutage, readOutagePolicy, stopRunOnFailedStep } from '@gatehouse/ledger';
 import { z } from 'zod';
 import {
   createServiceContext,
@@ -8,6 +8,8 @@ import {
   closeServer,
   installShutdown,
   startWorkers,
+  holdWhileUnavailable,
+  type QueueJob,
   requireUser,
   userTokenVerifier,
 } from '@gatehouse/platform';
@@ -33,6 +35,7 @@ const ctx = createServiceContext('approval', {
 const { env, log, db, relay } = ctx;
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
 const bundles = await loadServiceBundles(db, env, log);
+const outagePolicy = readOutagePolicy(env.DEPENDENCY_WAIT_CEILING_MS, process.env);
 const verifier = userTokenVerifier(env);
 
 const app = createHttpApp('approval', ctx.readyChecks);
@@ -58,7 +61,12 @@ const workers = startWorkers(
   [
     {
       contract: approvalRequestsQueue,
-      handler: (p: ApprovalRequestJob) => processApprovalRequest(p, { db, bundles }),
+      // Held while the ledger is down; the wait is credited before the request (ADR 0110).
+      handler: (p: ApprovalRequestJob, job: QueueJob) =>
+        holdWhileUnavailable(job, log, async () => {
+          await creditOutage(db, p.workflowId, p.outage, outagePolicy);
+          return processApprovalRequest(p, { db, bundles });
+        }),
       onExhausted: (p: ApprovalRequestJob) => stopRunOnFailedStep(db, p.workflowId, 'approval-requests', 'approval').then(() => {}),
     },
   ] as never,

@@ -1,6 +1,16 @@
-import { stopRunOnFailedStep } from '@gatehouse/ledger';
+import { creditOutage, readOutagePolicy, stopRunOnFailedStep } from '@gatehouse/ledger';
 import { z } from 'zod';
-import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown, startWorkers } from '@gatehouse/platform';
+import {
+  createServiceContext,
+  createHttpApp,
+  finishApp,
+  listen,
+  closeServer,
+  installShutdown,
+  holdWhileUnavailable,
+  startWorkers,
+  type QueueJob,
+} from '@gatehouse/platform';
 import { proposalsQueue, type ProposalJob } from '@gatehouse/contracts';
 import { loadServiceBundles } from '@gatehouse/policy';
 import { allTools, catalogDigest } from '@gatehouse/tools';
@@ -18,14 +28,19 @@ const ctx = createServiceContext('policy-gateway', {
 const { env, log, db, relay } = ctx;
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
 const bundles = await loadServiceBundles(db, env, log);
+const outagePolicy = readOutagePolicy(env.DEPENDENCY_WAIT_CEILING_MS, process.env);
 catalogDigest(allTools); // a tool schema the API would reject in strict mode fails here, at boot
 
 const workers = startWorkers(
   [
     {
       contract: proposalsQueue,
-      handler: (p: ProposalJob) =>
-        processProposal(p, { db, relay, log, bundles, stagingUrl: env.STAGING_URL, auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY }),
+      // Held while the ledger is down; the wait is credited before the decision (ADR 0110).
+      handler: (p: ProposalJob, job: QueueJob) =>
+        holdWhileUnavailable(job, log, async () => {
+          await creditOutage(db, p.workflowId, p.outage, outagePolicy);
+          return processProposal(p, { db, relay, log, bundles, stagingUrl: env.STAGING_URL, auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY });
+        }),
       onExhausted: (p: ProposalJob) => stopRunOnFailedStep(db, p.workflowId, 'proposals', 'policy-gateway').then(() => {}),
     },
   ] as never,
