@@ -171,6 +171,21 @@ describe('outage time is not working time', () => {
     expect(end.nextStep).toMatch(/^The model was unavailable for more than 12 s/);
     expect(end.nextStep).toMatch(/resubmit/);
   });
+
+  it('the order system stays unavailable past the ceiling: the reship never runs, stopped(dependency_unavailable)', async () => {
+    try {
+      await orderSystemDown(s);
+      await fixtures(s, 'O-orders-gone', [fc(['reship_order', { orderId: 'O-1007' }]), msg()]);
+      const { token, workflowId } = await submit(s, 'rep-ana', 'O-orders-gone', 'reship O-1007');
+      const end = await waitFor(s, token, workflowId, settled, 60_000);
+      expect(end.state).toBe('stopped');
+      expect(end.stopReason).toBe('dependency_unavailable');
+      expect(end.nextStep).toMatch(/restore it/);
+      expect(await shipments(s, 'O-1007')).toHaveLength(0);
+    } finally {
+      await orderSystemUp(s);
+    }
+  });
 });
 
 describe('control removed: outages counted as working time', () => {

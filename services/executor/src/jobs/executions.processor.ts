@@ -73,7 +73,7 @@ const owner = `${hostname()}:${process.pid}`;
  */
 function systemOfRecordDown(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
-  if (err.name === 'TypeError' || err.name === 'TimeoutError' || err.name === 'AbortError') return true;
+  if (err.name === 'TimeoutError' || err.name === 'AbortError' || (err.name === 'TypeError' && err.message === 'fetch failed')) return true;
   return /answered (5\d\d|408|429)$/.test(err.message);
 }
 
