@@ -126,7 +126,9 @@ describe('outage time is not working time', () => {
 
   it('the model is unavailable longer than the budget, then answers: the run completes', async () => {
     const { token, workflowId } = await modelOutage(s, 'O-model', OUTAGE_MS);
-    expect((await waitFor(s, token, workflowId, () => true)).state, 'still waiting, not stopped').not.toBe('stopped');
+    const waiting = await waitFor(s, token, workflowId, (v) => /^Waiting: the model is unavailable/.test(v.nextStep ?? ''));
+    expect(waiting.state, 'still waiting, not stopped').not.toBe('stopped');
+    expect(waiting.nextStep).toMatch(/the run resumes when it answers, or stops at /);
     await modelRecovers(s, 'O-model', [msg('Order O-1001 is on its way.')]);
     const end = await waitFor(s, token, workflowId, settled);
     expect(end.stopReason ?? null).toBeNull();
@@ -152,16 +154,6 @@ describe('outage time is not working time', () => {
     }
   });
 
-  it('Postgres is unreachable longer than the budget while a round is at the model: once it is back the run completes', async () => {
-    const { token, workflowId } = await ledgerOutage(s, pg, 'O-ledger', OUTAGE_MS);
-    const end = await waitFor(s, token, workflowId, settled);
-    expect(end.stopReason ?? null).toBeNull();
-    expect(end.state).toBe('completed');
-    expect(end.finalMessage).toBe('Order O-1001 is on its way.');
-    // The round was held while the ledger was down and asked the model again once it was back.
-    expect(await modelStatuses(s, 'O-ledger')).toEqual([503, 200, 200]);
-  });
-
   it('the model stays unavailable past the ceiling: stopped(dependency_unavailable) with a next step, never budget_exhausted', async () => {
     await modelFailsFor(s, 'O-model-gone');
     const { token, workflowId } = await submit(s, 'rep-ana', 'O-model-gone', 'What is the status of order O-1003?', 'investigate');
@@ -182,9 +174,23 @@ describe('outage time is not working time', () => {
       expect(end.stopReason).toBe('dependency_unavailable');
       expect(end.nextStep).toMatch(/restore it/);
       expect(await shipments(s, 'O-1007')).toHaveLength(0);
+      // It waited on the order system (its requests were refused), not on anything else.
+      const r = await call('GET', `${s.url('staging')}/requests?orderId=O-1007&target=orders`, null);
+      expect(((r.body.requests ?? []) as Array<{ method: string }>).filter((x) => x.method === 'POST').length).toBeGreaterThan(1);
     } finally {
       await orderSystemUp(s);
     }
+  });
+
+  // Last: the audit service may not survive a ledger cut (it then holds every consequential step).
+  it('Postgres is unreachable longer than the budget while a round is at the model: once it is back the run completes', async () => {
+    const { token, workflowId } = await ledgerOutage(s, pg, 'O-ledger', OUTAGE_MS);
+    const end = await waitFor(s, token, workflowId, settled);
+    expect(end.stopReason ?? null).toBeNull();
+    expect(end.state).toBe('completed');
+    expect(end.finalMessage).toBe('Order O-1001 is on its way.');
+    // The round was held while the ledger was down and asked the model again once it was back.
+    expect(await modelStatuses(s, 'O-ledger')).toEqual([503, 200, 200]);
   });
 });
 
@@ -197,13 +203,6 @@ describe('control removed: outages counted as working time', () => {
   afterAll(async () => {
     await s?.close();
     await pg?.cut();
-  });
-
-  it('without the outage credit, the same ledger outage ends stopped(budget_exhausted)', async () => {
-    const { token, workflowId } = await ledgerOutage(s, pg, 'O-ledger-nc', OUTAGE_MS);
-    const end = await waitFor(s, token, workflowId, settled);
-    expect(end.state).toBe('stopped');
-    expect(end.stopReason).toBe('budget_exhausted');
   });
 
   it('without the outage credit, the same model outage ends stopped(budget_exhausted)', async () => {
@@ -225,5 +224,13 @@ describe('control removed: outages counted as working time', () => {
     } finally {
       await orderSystemUp(s);
     }
+  });
+
+  // Last, as above.
+  it('without the outage credit, the same ledger outage ends stopped(budget_exhausted)', async () => {
+    const { token, workflowId } = await ledgerOutage(s, pg, 'O-ledger-nc', OUTAGE_MS);
+    const end = await waitFor(s, token, workflowId, settled);
+    expect(end.state).toBe('stopped');
+    expect(end.stopReason).toBe('budget_exhausted');
   });
 });

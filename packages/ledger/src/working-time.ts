@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import type { OutageMark, Dependency } from '@gatehouse/contracts';
 import { inTransaction, type Db, type Trx } from './db.ts';
+import { TERMINAL_STATES } from './schema.ts';
 
 /**
  * The run's working time (docs/decisions/0015-working-time.md, 0110-outage-time.md): the
@@ -139,4 +140,24 @@ export async function checkWorkingTime(
 export async function creditOutage(db: Db, workflowId: string, outage: OutageMark | undefined, policy: OutagePolicy): Promise<void> {
   if (!outage || !policy.credit) return;
   await inTransaction(db, (trx) => creditWait(trx, workflowId, new Date(outage.sinceMs)));
+}
+
+/**
+ * Says why a held run waits, in its next step: which dependency is unavailable, since when, and
+ * when the wait ends (the ceiling). Leaves a finished run alone; the run's next step changes
+ * again when it moves on.
+ * @throws the database error when the ledger cannot be written (a ledger outage: callers ignore it).
+ */
+export async function noteOutageWait(db: Db, workflowId: string, outage: OutageMark, policy: OutagePolicy): Promise<void> {
+  const since = new Date(outage.sinceMs).toISOString();
+  const until = new Date(outage.sinceMs + policy.ceilingMs).toISOString();
+  await db
+    .updateTable('workflows')
+    .set({
+      next_step: `Waiting: ${DEPENDENCY_LABEL[outage.dependency]} is unavailable (since ${since}); the run resumes when it answers, or stops at ${until}.`,
+      updated_at: new Date(),
+    })
+    .where('id', '=', workflowId)
+    .where('state', 'not in', [...TERMINAL_STATES])
+    .execute();
 }

@@ -27,10 +27,16 @@ export function outageRecheckDelayMs(mark: OutageMark, nowMs = Date.now()): numb
  * outage (`outage`: the dependency and the start of the first failed attempt), and it moves to
  * the delayed set without using one of its attempts, to run again after
  * {@link outageRecheckDelayMs}. The consumer's next attempt credits the wait and stops the run
- * past the ceiling (`checkWorkingTime` in the ledger). Any other error is rethrown unchanged.
+ * past the ceiling (`checkWorkingTime` in the ledger). `onHeld` may then note the wait (its
+ * failure is logged, not thrown). Any other error is rethrown unchanged.
  * @throws DelayedError when the job was held (BullMQ's signal that the job was moved, not failed).
  */
-export async function holdWhileUnavailable<T>(job: Job, log: Logger, run: () => Promise<T>): Promise<T> {
+export async function holdWhileUnavailable<T>(
+  job: Job,
+  log: Logger,
+  run: () => Promise<T>,
+  onHeld?: (mark: OutageMark) => Promise<void>,
+): Promise<T> {
   const attemptStartedMs = Date.now();
   try {
     return await run();
@@ -53,6 +59,8 @@ export async function holdWhileUnavailable<T>(job: Job, log: Logger, run: () => 
       },
       'dependency unavailable: job held',
     );
+    // Best effort (the ledger may be the dependency that is down): say why the run waits.
+    await onHeld?.(mark).catch((e: unknown) => log.debug({ jobId: job.id, err: (e as Error).message }, 'outage note not written'));
     throw new DelayedError(`held for ${dependency}`);
   }
 }

@@ -12,7 +12,7 @@ import {
   type QueueJob,
 } from '@gatehouse/platform';
 import { turnsQueue, resultsQueue, loadReleaseManifest, type TurnJob, type ResultJob } from '@gatehouse/contracts';
-import { readOutagePolicy, registerRelease, stopRunOnFailedStep } from '@gatehouse/ledger';
+import { noteOutageWait, readOutagePolicy, registerRelease, stopRunOnFailedStep } from '@gatehouse/ledger';
 import { catalogDigest, toolsOfPack, type Pack } from '@gatehouse/tools';
 import { loadServiceBundles } from '@gatehouse/policy';
 import { agentLoopEnv } from './env.ts';
@@ -87,17 +87,21 @@ const workers = startWorkers(
     {
       contract: turnsQueue,
       handler: (p: TurnJob, job: QueueJob) =>
-        holdWhileUnavailable(job, log, () =>
-          processTurn(p, {
-            db,
-            relay,
-            log,
-            model,
-            modelName: env.MODEL_NAME ?? release.model.name,
-            modelPrice: release.model,
-            hooks,
-            outagePolicy,
-          }),
+        holdWhileUnavailable(
+          job,
+          log,
+          () =>
+            processTurn(p, {
+              db,
+              relay,
+              log,
+              model,
+              modelName: env.MODEL_NAME ?? release.model.name,
+              modelPrice: release.model,
+              hooks,
+              outagePolicy,
+            }),
+          (mark) => noteOutageWait(db, p.workflowId, mark, outagePolicy),
         ),
       onExhausted: (p: TurnJob) => stopRunOnFailedStep(db, p.workflowId, 'turns', 'agent-loop').then(() => {}),
     },

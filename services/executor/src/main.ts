@@ -10,7 +10,7 @@ import {
   holdWhileUnavailable,
   type QueueJob,
 } from '@gatehouse/platform';
-import { readOutagePolicy } from '@gatehouse/ledger';
+import { noteOutageWait, readOutagePolicy } from '@gatehouse/ledger';
 import { executionsQueue, loadWorld, type ExecutionJob } from '@gatehouse/contracts';
 import { processExecution } from './jobs/executions.processor.ts';
 import { startReconcileJob } from './jobs/reconcile.processor.ts';
@@ -51,22 +51,26 @@ const agentId = loadWorld().agent.id;
 const worker = createWorker(
   executionsQueue,
   (p: ExecutionJob, job: QueueJob) =>
-    holdWhileUnavailable(job, log, () =>
-      processExecution(p, {
-        db,
-        relay,
-        log,
-        stagingUrl: env.STAGING_URL,
-        delegationSecret: env.GATEHOUSE_DELEGATION_SECRET,
-        auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
-        leaseMs: env.LEASE_MS,
-        deadlineMs: env.EXECUTION_DEADLINE_MS,
-        agentId,
-        hooks,
-        bundles,
-        auditGate: { maxHeartbeatAgeMs: env.AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS, maxBacklogAgeMs: env.AUDIT_HEALTH_MAX_BACKLOG_AGE_MS },
-        outagePolicy,
-      }),
+    holdWhileUnavailable(
+      job,
+      log,
+      () =>
+        processExecution(p, {
+          db,
+          relay,
+          log,
+          stagingUrl: env.STAGING_URL,
+          delegationSecret: env.GATEHOUSE_DELEGATION_SECRET,
+          auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+          leaseMs: env.LEASE_MS,
+          deadlineMs: env.EXECUTION_DEADLINE_MS,
+          agentId,
+          hooks,
+          bundles,
+          auditGate: { maxHeartbeatAgeMs: env.AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS, maxBacklogAgeMs: env.AUDIT_HEALTH_MAX_BACKLOG_AGE_MS },
+          outagePolicy,
+        }),
+      (mark) => noteOutageWait(db, p.workflowId, mark, outagePolicy),
     ),
   {
     release: env.GATEHOUSE_RELEASE,
