@@ -143,21 +143,11 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
     return 'held:tool_disabled';
   }
 
-  // Evidence gates effects: with audit storage unhealthy a consequential step waits (the queue
-  // retries it) before anything is consumed or claimed; reads go on.
+  // Evidence gates effects: with audit storage unhealthy a consequential step is held (its wait
+  // credited, its next step saying so) before anything is consumed or claimed; reads go on.
   if (tool.consequential) {
     const unhealthy = await auditUnhealthyReason(db, deps.auditGate);
-    if (unhealthy) {
-      await db
-        .updateTable('workflows')
-        .set({
-          next_step: `Waiting: audit storage is unavailable (${unhealthy}); consequential steps resume when it is healthy.`,
-          updated_at: new Date(),
-        })
-        .where('id', '=', wf.id)
-        .execute();
-      throw new AuditUnavailable(unhealthy);
-    }
+    if (unhealthy) throw new AuditUnavailable(unhealthy);
   }
 
   // Baseline for tools without downstream keys, read before the claim and committed with it.
