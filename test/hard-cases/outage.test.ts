@@ -24,7 +24,7 @@ import { TcpCut } from '../support/tcp-cut.ts';
 // here is 4 s of working time and the ceiling 12 s; each outage below outlasts the budget. The
 // services reach Postgres through a proxy the ledger-outage tests cut.
 
-const BUDGET = { WALL_TIME_SECONDS: '4', DEPENDENCY_WAIT_CEILING_MS: '12000' };
+const BUDGET = { WALL_TIME_SECONDS: '4', DEPENDENCY_WAIT_CEILING_MS: '12000', AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: '3000' };
 const OUTAGE_MS = 7_000; // longer than the 4 s budget, shorter than the 12 s ceiling
 
 const modelDown: Entry = { type: 'error', status: 503 };
@@ -180,6 +180,27 @@ describe('outage time is not working time', () => {
     } finally {
       await orderSystemUp(s);
     }
+  });
+
+  it('audit storage stays unavailable past the ceiling: the reship is never claimed, stopped(dependency_unavailable)', async () => {
+    const audit = s.stack.processes.get('audit')!;
+    const gone = new Promise((r) => audit.once('exit', r));
+    audit.kill('SIGKILL');
+    await gone;
+    // The gate trips once the last heartbeat is older than its 3 s.
+    await waitUntil(async () => {
+      const r = await sql<{
+        old: boolean;
+      }>`select now() - beat_at > interval '3.5 seconds' as old from audit_heartbeat where id = 1`.execute(s.db.db);
+      return r.rows[0]?.old === true;
+    }, 'the audit heartbeat to go stale');
+    await fixtures(s, 'O-audit-gone', [fc(['reship_order', { orderId: 'O-1007' }]), msg()]);
+    const { token, workflowId } = await submit(s, 'rep-ana', 'O-audit-gone', 'reship O-1007');
+    await waitFor(s, token, workflowId, (v) => /^Waiting: audit storage is unavailable/.test(v.nextStep ?? ''), 60_000);
+    const end = await waitFor(s, token, workflowId, settled, 60_000);
+    expect(end.state).toBe('stopped');
+    expect(end.stopReason).toBe('dependency_unavailable');
+    expect(await shipments(s, 'O-1007')).toHaveLength(0);
   });
 
   // Last: the audit service may not survive a ledger cut (it then holds every consequential step).

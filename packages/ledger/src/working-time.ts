@@ -105,6 +105,11 @@ export function outageNextStep(dependency: Dependency, ceilingMs: number): strin
   );
 }
 
+/** True when the outage a held step waits through (`outage`) has lasted longer than the ceiling. */
+export function outageOutlasted(outage: OutageMark | undefined, policy: OutagePolicy, nowMs = Date.now()): boolean {
+  return outage !== undefined && nowMs - outage.sinceMs > policy.ceilingMs;
+}
+
 /**
  * The wall-time check before a step is dispatched (a model request, the first claim of an
  * effect). When the step waited through an outage (`outage`, carried by its job), the wait is
@@ -119,7 +124,7 @@ export async function checkWorkingTime(
   policy: OutagePolicy,
 ): Promise<WorkingTimeVerdict> {
   if (outage) {
-    if (Date.now() - outage.sinceMs > policy.ceilingMs)
+    if (outageOutlasted(outage, policy))
       return {
         kind: 'dependency_unavailable',
         dependency: outage.dependency,

@@ -9,7 +9,9 @@ import {
   operationKeyHash,
   recordAudit,
   TERMINAL_STATES,
+  DEPENDENCY_UNAVAILABLE,
   DependencyUnavailable,
+  outageOutlasted,
   type Db,
   type OutagePolicy,
   type OutboxRow,
@@ -20,7 +22,7 @@ import { loadWorld } from '@gatehouse/contracts';
 import { adapters, resolveByReadBack, shipmentCount, type AdapterResult } from '../adapters/index.ts';
 import { blockEventLoop, crashIfAt, type TestHooks } from '../domain/test-hooks.ts';
 import { auditUnhealthyReason, AuditUnavailable, type AuditGate } from '../domain/audit-health.ts';
-import { readAuthoritative, type PolicyBundles } from '@gatehouse/policy';
+import { readAuthoritative, type AuthoritativeRecord, type PolicyBundles } from '@gatehouse/policy';
 import { claimOperation } from '../domain/claim.ts';
 
 /** Dependencies of {@link processExecution}. */
@@ -94,6 +96,26 @@ async function publishResult(
 }
 
 /**
+ * A step held before its claim (audit storage unhealthy, the authoritative read failing) would
+ * never reach the claim's working-time check while the dependency stays down: past the outage
+ * ceiling it stops the run here (`dependency_unavailable`; nothing was claimed or consumed),
+ * otherwise it throws `down` and the worker holds the job.
+ * @throws DependencyUnavailable `down` while the outage is within the ceiling.
+ */
+async function stopPastCeilingOrHold(
+  deps: ExecutionDeps,
+  job: ExecutionJob,
+  callId: string,
+  tool: string,
+  down: DependencyUnavailable,
+): Promise<string> {
+  if (!outageOutlasted(job.outage, deps.outagePolicy)) throw down;
+  const output = toSafeOutput(tool, { executed: false, reason: DEPENDENCY_UNAVAILABLE }, 'gatehouse');
+  await publishResult(deps, job, callId, output, { stop: DEPENDENCY_UNAVAILABLE });
+  return 'refused:dependency_unavailable';
+}
+
+/**
  * Executes one action version exactly once (queue `executions`): switch check at the moment of
  * execution, fenced claim with approval consumption and write-ahead mark, a freshly minted
  * delegated token per attempt, the fixed adapter with its deadline and effect-aware retries,
@@ -147,7 +169,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
   // credited, its next step saying so) before anything is consumed or claimed; reads go on.
   if (tool.consequential) {
     const unhealthy = await auditUnhealthyReason(db, deps.auditGate);
-    if (unhealthy) throw new AuditUnavailable(unhealthy);
+    if (unhealthy) return stopPastCeilingOrHold(deps, job, preview.call_id, preview.tool, new AuditUnavailable(unhealthy));
   }
 
   // Baseline for tools without downstream keys, read before the claim and committed with it.
@@ -156,14 +178,19 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       ? { shipments: await shipmentCount(deps.stagingUrl, String(preview.arguments.orderId)) }
       : null;
   // Authoritative facts for the re-evaluation at execution (a read, no credential).
-  const record =
-    preview.status === 'approved'
-      ? await readAuthoritative(db, deps.stagingUrl, wf, { tool, args: preview.arguments as Record<string, string | number | null> }).catch(
-          (err: unknown) => {
-            throw systemOfRecordDown(err) ? new DependencyUnavailable('system_of_record', (err as Error).message, { cause: err }) : err;
-          },
-        )
-      : null;
+  let record: AuthoritativeRecord | null = null;
+  if (preview.status === 'approved') {
+    try {
+      record = await readAuthoritative(db, deps.stagingUrl, wf, {
+        tool,
+        args: preview.arguments as Record<string, string | number | null>,
+      });
+    } catch (err) {
+      if (!systemOfRecordDown(err)) throw err;
+      const down = new DependencyUnavailable('system_of_record', (err as Error).message, { cause: err });
+      return stopPastCeilingOrHold(deps, job, preview.call_id, preview.tool, down);
+    }
+  }
   const reevaluation = { wf, bundles: deps.bundles, record, auditHmacKey: deps.auditHmacKey, disabled: deps.hooks.disableReevaluation };
   const claim = await inTransaction(db, (trx) =>
     claimOperation(trx, job, {
