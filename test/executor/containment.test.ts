@@ -4,7 +4,7 @@ import { runReconciliation } from '@gatehouse/reconciliation';
 import { executionsQueue, jobOptionsFor, type ExecutionJob } from '@gatehouse/contracts';
 import { createAction, TEST_REDIS_URL } from '@gatehouse/testing';
 import { mintDelegatedToken } from '../../packages/credentials/src/index.ts';
-import { createWorker } from '../../packages/platform/src/index.ts';
+import { createWorker, PostgresGate } from '../../packages/platform/src/index.ts';
 import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
 import type { SupportBundle } from '../../packages/policy/src/index.ts';
 import {
@@ -228,6 +228,7 @@ describe('executor: tool switched off at the moment of execution (SPEC §6, inva
       prefix: h.prefix,
       redisUrl: TEST_REDIS_URL,
       log: h.log,
+      gate: new PostgresGate(h.db, h.log),
       concurrency: 2,
     });
     try {

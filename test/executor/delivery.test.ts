@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { executionsQueue, jobOptionsFor } from '@gatehouse/contracts';
 import { createAction, TEST_REDIS_URL } from '@gatehouse/testing';
-import { createWorker } from '../../packages/platform/src/index.ts';
+import { createWorker, PostgresGate } from '../../packages/platform/src/index.ts';
 import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
 import { EXECUTIONS_QUEUE, RELEASE, RESULTS_QUEUE, startHarness, type Harness } from './support/harness.ts';
 
@@ -46,6 +46,7 @@ describe('executor: duplicate delivery and client retries (SPEC §6)', () => {
       prefix: h.prefix,
       redisUrl: TEST_REDIS_URL,
       log: h.log,
+      gate: new PostgresGate(h.db, h.log),
       concurrency: 1,
     });
     try {

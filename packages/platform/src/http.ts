@@ -5,6 +5,7 @@ import type { ZodType } from 'zod';
 import { httpStatusOf, GatehouseError, UserError, type UserError as UE } from './errors.ts';
 import type { Logger } from './logger.ts';
 import { within } from './timeout.ts';
+import { isConnectionFault } from '@gatehouse/ledger';
 
 /** A readiness probe: resolves when a dependency answers, rejects otherwise. */
 export type ReadyCheck = () => Promise<void>;
@@ -42,25 +43,6 @@ export function createHttpApp(service: string, checks: Record<string, ReadyCheck
   return app;
 }
 
-/** Node socket errors of a refused, reset or unreachable connection. */
-const CONNECTION_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EPIPE']);
-
-/**
- * True for an error that says a dependency (Postgres, Redis) cannot be reached or is shutting
- * down, not that the request is wrong: a socket error code, a Postgres class 08 (connection
- * exception) or 57P0x (operator intervention: shutdown) SQLSTATE, or node-postgres's own
- * "Connection terminated" / pool timeout messages.
- */
-function isDependencyUnavailable(err: unknown): boolean {
-  const e = err as { code?: unknown; message?: unknown; errors?: unknown[] } | null;
-  if (!e || typeof e !== 'object') return false;
-  const code = typeof e.code === 'string' ? e.code : '';
-  if (CONNECTION_ERRORS.has(code) || code.startsWith('08') || /^57P0[1-3]$/.test(code)) return true;
-  if (Array.isArray(e.errors) && e.errors.some(isDependencyUnavailable)) return true; // AggregateError (IPv4 + IPv6)
-  const message = typeof e.message === 'string' ? e.message : '';
-  return /Connection terminated|timeout exceeded when trying to connect/.test(message);
-}
-
 /**
  * Installs the 404 handler and the error middleware: errors of the {@link GatehouseError} tree
  * become `{error: {reason, message}}` with their status; body-parser errors become 400; an
@@ -91,7 +73,7 @@ export function finishApp(app: Express, log: Logger): Express {
       res.status(status).json({ error: body });
       return;
     }
-    if (isDependencyUnavailable(err)) {
+    if (isConnectionFault(err)) {
       log.warn({ err: (err as Error).message }, 'dependency unavailable');
       res.setHeader('retry-after', '5');
       res.status(503).json({ error: { reason: 'dependency_unavailable', message: 'a dependency is unavailable; retry shortly' } });

@@ -8,3 +8,4 @@ export * from './outbox-relay.ts';
 export * from './service-context.ts';
 export * from './auth.ts';
 export * from './timeout.ts';
+export * from './postgres-gate.ts';

@@ -98,6 +98,7 @@ const workers = startWorkers(
     prefix: env.QUEUE_PREFIX,
     redisUrl: env.REDIS_URL,
     log,
+    gate: ctx.gate,
     lockDurationMs: env.AGENT_LOOP_LOCK_MS,
     stalledIntervalMs: env.AGENT_LOOP_STALLED_INTERVAL_MS,
   },

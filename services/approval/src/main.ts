@@ -62,7 +62,7 @@ const workers = startWorkers(
       onExhausted: (p: ApprovalRequestJob) => stopRunOnFailedStep(db, p.workflowId, 'approval-requests', 'approval').then(() => {}),
     },
   ] as never,
-  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log },
+  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log, gate: ctx.gate },
 );
 relay.start();
 const sweep = setInterval(() => {

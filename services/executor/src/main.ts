@@ -58,6 +58,7 @@ const worker = createWorker(
     prefix: env.QUEUE_PREFIX,
     redisUrl: env.REDIS_URL,
     log,
+    gate: ctx.gate,
     concurrency: env.EXECUTOR_CONCURRENCY,
     lockDurationMs: env.EXECUTOR_LOCK_MS,
     stalledIntervalMs: env.EXECUTOR_STALLED_INTERVAL_MS,
@@ -76,7 +77,7 @@ const reconciler = await startReconcileJob(
     changeRevision: bundles.change.revision,
     policyDir: env.POLICY_DIR,
   },
-  { queues: ctx.queues, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, intervalMs: env.RECONCILE_INTERVAL_MS },
+  { queues: ctx.queues, gate: ctx.gate, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, intervalMs: env.RECONCILE_INTERVAL_MS },
 );
 relay.start();
 const app = finishApp(createHttpApp('executor', ctx.readyChecks), log);

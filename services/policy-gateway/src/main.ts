@@ -29,7 +29,7 @@ const workers = startWorkers(
       onExhausted: (p: ProposalJob) => stopRunOnFailedStep(db, p.workflowId, 'proposals', 'policy-gateway').then(() => {}),
     },
   ] as never,
-  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log },
+  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log, gate: ctx.gate },
 );
 relay.start();
 const app = finishApp(createHttpApp('policy-gateway', ctx.readyChecks), log);
