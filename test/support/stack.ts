@@ -18,10 +18,12 @@ export interface E2EStack {
 
 /**
  * Starts every service as its own process on free ports with its own database and prefix;
- * `extra` overrides the environment (e.g. short leases for crash tests).
+ * `extra` overrides the environment (e.g. short leases for crash tests). `pgServer`
+ * (`postgres://user@host:port`) puts the database on another cluster than the shared one, e.g.
+ * a private one the test restarts.
  */
-export async function startE2EStack(extra: Record<string, string> = {}): Promise<E2EStack> {
-  const db = await createTestDatabase();
+export async function startE2EStack(extra: Record<string, string> = {}, opts: { pgServer?: string } = {}): Promise<E2EStack> {
+  const db = await createTestDatabase({ server: opts.pgServer });
   const prefix = testQueuePrefix();
   const env: Record<string, string> = {
     DATABASE_URL: db.url,

@@ -119,7 +119,8 @@ describe('backend-termination waves on the pool', () => {
       for (let wave = 0; wave < 10; wave++) {
         const before = done + failures.length;
         // Wait until the load has moved on since the last wave (no timing: a condition).
-        for (let d = Date.now() + 30_000; done + failures.length < before + 5 && Date.now() < d; ) await new Promise((r) => setTimeout(r, 20));
+        for (let d = Date.now() + 30_000; done + failures.length < before + 5 && Date.now() < d;)
+          await new Promise((r) => setTimeout(r, 20));
         terminated += await pg.terminateBackends({ database: t.name });
       }
       stop = true;

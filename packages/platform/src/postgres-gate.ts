@@ -119,10 +119,7 @@ export class PostgresGate {
   }
 
   async #probe(): Promise<void> {
-    await within(
-      this.#db.selectNoFrom((eb) => eb.val(1).as('one')).execute(),
-      this.#opts.probeTimeoutMs,
-    );
+    await within(this.#db.selectNoFrom((eb) => eb.val(1).as('one')).execute(), this.#opts.probeTimeoutMs);
     this.#lastOkMs = Date.now();
   }
 

@@ -69,7 +69,14 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
   await pgTool('initdb', ['-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--no-sync']);
   appendFileSync(
     resolve(data, 'postgresql.conf'),
-    [`port = ${port}`, `listen_addresses = '127.0.0.1'`, `unix_socket_directories = '${dir}'`, 'fsync = off', 'max_connections = 200', ''].join('\n'),
+    [
+      `port = ${port}`,
+      `listen_addresses = '127.0.0.1'`,
+      `unix_socket_directories = '${dir}'`,
+      'fsync = off',
+      'max_connections = 200',
+      '',
+    ].join('\n'),
   );
   const ctl = (args: string[]): Promise<void> => pgTool('pg_ctl', ['-D', data, '-l', log, '-w', '-t', '60', ...args]);
   const url = `postgres://postgres@127.0.0.1:${port}`;
