@@ -3,6 +3,17 @@ import type { Db } from '@gatehouse/ledger';
 import type { Logger } from './logger.ts';
 import { within } from './timeout.ts';
 
+/**
+ * `GATEHOUSE_TEST_DISABLE_PG_GATE=1` removes the gate (a control-removed test shows a job that
+ * meets an outage spending its attempts into the dead letter).
+ * @throws Error when set outside `GATEHOUSE_ENV=test`.
+ */
+function gateDisabled(): boolean {
+  if (process.env.GATEHOUSE_TEST_DISABLE_PG_GATE !== '1') return false;
+  if (process.env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_DISABLE_PG_GATE may only be set with GATEHOUSE_ENV=test');
+  return true;
+}
+
 /** Options of {@link PostgresGate}; every duration in milliseconds. */
 export interface PostgresGateOptions {
   /** How long one probe (`SELECT 1`) may take before it counts as failing (default 2000). */
@@ -40,10 +51,14 @@ export class PostgresGate {
   #lastClientFaultMs = 0;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
+  /** The test-only switch: the gate always lets jobs through and never defers. */
+  readonly #disabled: boolean;
 
+  /** @throws Error when `GATEHOUSE_TEST_DISABLE_PG_GATE` is set outside `GATEHOUSE_ENV=test`. */
   constructor(db: Db, log: Logger, opts: PostgresGateOptions = {}) {
     this.#db = db;
     this.#log = log;
+    this.#disabled = gateDisabled();
     this.#opts = { probeTimeoutMs: 2000, pollMs: 1000, freshMs: 500, deferMs: 2000, maxDeferrals: 100, ...opts };
   }
 
@@ -69,6 +84,7 @@ export class PostgresGate {
    * @throws Error saying since when Postgres is down and that the workers are paused.
    */
   readyCheck = async (): Promise<void> => {
+    if (this.#disabled) return void (await this.#probe());
     if (await this.answers({ fresh: true })) return;
     const s = this.#state as { since: number; reason: string };
     throw new Error(`postgres unreachable since ${new Date(s.since).toISOString()} (${s.reason}); workers paused`);
@@ -80,6 +96,7 @@ export class PostgresGate {
    * A failing probe marks Postgres down.
    */
   async answers(opts: { fresh?: boolean } = {}): Promise<boolean> {
+    if (this.#disabled) return true;
     if (!this.#state.up) return false;
     if (!opts.fresh && Date.now() - this.#lastOkMs < this.#opts.freshMs) return true;
     try {
@@ -97,6 +114,7 @@ export class PostgresGate {
    * epoch ms) — a restart that is already over, or a terminated backend.
    */
   async shouldDefer(job: Job, startedMs: number): Promise<boolean> {
+    if (this.#disabled) return false;
     if (job.attemptsStarted - job.attemptsMade > this.#opts.maxDeferrals) return false;
     return !(await this.answers({ fresh: true })) || this.#lastClientFaultMs >= startedMs;
   }
