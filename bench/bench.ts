@@ -12,7 +12,7 @@ import { runE2E, type E2EReport } from './sections/e2e.ts';
 import { runPolicy, type PolicyReport } from './sections/policy.ts';
 import { evaluateTargets, type TargetResult } from './targets.ts';
 
-/** Everything one `pnpm bench` run measured (written to `bench/results/latest.json`). */
+/** Everything one `./run bench` run measured (written to `bench/results/latest.json`). */
 export interface BenchReport {
   meta: {
     mode: 'full' | 'smoke';
