@@ -21,7 +21,7 @@ export interface PolicyTask {
   parts?: Record<string, { p50: number; p99: number }>;
 }
 
-/** Issue 3's policy benchmark: the support bundle against a seeded ledger (target p99 < 2 ms). */
+/** The policy benchmark (docs/decisions/0030-benchmark-method.md): the support bundle against a seeded ledger (target p99 < 2 ms). */
 export interface PolicyReport {
   /** Pure rule evaluation (facts in memory). */
   pure: PolicyTask;

@@ -8,7 +8,7 @@ import type { SupportFacts } from './support.rules.ts';
 
 /**
  * Action states whose refund counts toward the cumulative basis (R4, R7) and the rolling caps
- * (R5, R6): done (`succeeded`), started (`running`) or unknown (`failed_unknown`) — SPEC §3.
+ * (R5, R6): done (`succeeded`), started (`running`) or unknown (`failed_unknown`) — docs/product/policy-rules.md#support-rules.
  */
 export const COUNTED_REFUND_STATES = ['running', 'succeeded', 'failed_unknown'] as const;
 
@@ -45,7 +45,7 @@ async function lockLimits(trx: Trx, keys: string[]): Promise<void> {
   await sql`SELECT ${sql.join(ids.map((id) => sql`pg_advisory_xact_lock(${id}::bigint)`))}`.execute(trx);
 }
 
-/** The user as the identity directory (world.json) knows them, or null (SPEC §3 R0). */
+/** The user as the identity directory (world.json) knows them, or null (docs/product/policy-rules.md#r0). */
 export function lookupUser(userId: string, tenant: string): SupportFacts['user'] {
   const u = loadWorld().users.find((x) => x.id === userId && x.tenant === tenant);
   return u ? { id: u.id, tenant: u.tenant, region: u.region ?? null, scopes: u.scopes ?? [] } : null;

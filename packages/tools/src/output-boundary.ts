@@ -1,5 +1,5 @@
 /**
- * The untrusted-output boundary (SPEC §4 invariant 7): every tool result is reduced to the
+ * The untrusted-output boundary (docs/product/invariants.md#untrusted-output): every tool result is reduced to the
  * fields the next decision needs, redacted, bounded and labelled before it can reach the model,
  * logs or audit.
  */
