@@ -98,3 +98,22 @@ describe('fields the tool contract marks sensitive', () => {
     expect(JSON.stringify(out)).not.toContain('customers.example');
   });
 });
+
+describe('redaction in linear time', () => {
+  // The former JWT pattern backtracked once per `eyJ` in a long dotless run: 80 KB took seconds and
+  // 1 MB minutes. The timeout is the check: linear redaction of 1 MB takes milliseconds.
+  it('a 1 MB adversarial run (eyJeyJ… without dots, then with one dot) is redacted within the timeout', { timeout: 5000 }, () => {
+    const run = 'eyJ'.repeat(350_000);
+    expect(redactSecrets(run)).toBe(run);
+    expect(redactSecrets(`${run}.${run}`)).toBe(`${run}.${run}`);
+    const out = toSafeOutput('lookup_order', { note: run });
+    expect(String(out.note).endsWith(TRUNCATION_MARKER)).toBe(true);
+  });
+
+  it('still finds a JWT inside a longer token run, after other dotted segments and twice in one run', () => {
+    expect(redactSecrets(`jwt_${JWT}`)).toBe('jwt_[redacted]');
+    expect(redactSecrets(`a.b.${JWT}.tail`)).toBe('a.b.[redacted].tail');
+    expect(redactSecrets(`${JWT}.${JWT}`)).toBe('[redacted].[redacted]');
+    expect(redactSecrets('eyJab.c.d')).toBe('eyJab.c.d');
+  });
+});
