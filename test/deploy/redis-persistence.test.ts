@@ -12,6 +12,22 @@ interface ComposeService {
   volumes?: string[];
 }
 
+/** The parts of the Kubernetes objects this test reads. */
+interface K8sObject {
+  kind: string;
+  metadata: { name: string };
+  data?: Record<string, string>;
+  spec?: {
+    template: {
+      spec: {
+        containers: Array<{ command: string[]; volumeMounts: Array<{ name: string; mountPath: string }> }>;
+        volumes: Array<{ name: string; configMap?: { name: string } }>;
+      };
+    };
+    volumeClaimTemplates: Array<{ metadata: { name: string } }>;
+  };
+}
+
 /** The redis-server settings a command line sets (`--name value` pairs). */
 function flags(command: string[]): Record<string, string> {
   const out: Record<string, string> = {};
@@ -49,16 +65,21 @@ describe('Redis persistence in the deployment files', () => {
   }
 
   it('deploy/k8s: a StatefulSet whose redis.conf is append-only on a persistent volume claim', () => {
-    const docs = parseAllDocuments(read('deploy/k8s/redis.yaml')).map((d) => d.toJS() as Record<string, any>);
-    const config = docs.find((d) => d?.kind === 'ConfigMap' && d.metadata.name === 'redis-config')!;
-    expect(conf(config.data['redis.conf'])).toMatchObject({ appendonly: 'yes', appendfsync: 'everysec', dir: '/data', 'maxmemory-policy': 'noeviction' });
-    const set = docs.find((d) => d?.kind === 'StatefulSet' && d.metadata.name === 'redis')!;
-    const container = set.spec.template.spec.containers[0];
+    const docs = parseAllDocuments(read('deploy/k8s/redis.yaml')).map((d) => d.toJS() as K8sObject);
+    const config = docs.find((d) => d.kind === 'ConfigMap' && d.metadata.name === 'redis-config')!;
+    expect(conf(config.data!['redis.conf']!)).toMatchObject({
+      appendonly: 'yes',
+      appendfsync: 'everysec',
+      dir: '/data',
+      'maxmemory-policy': 'noeviction',
+    });
+    const set = docs.find((d) => d.kind === 'StatefulSet' && d.metadata.name === 'redis')!.spec!;
+    const container = set.template.spec.containers[0]!;
     expect(container.command).toEqual(['redis-server', '/etc/redis/redis.conf']);
-    const mounts = Object.fromEntries(container.volumeMounts.map((m: { name: string; mountPath: string }) => [m.mountPath, m.name]));
-    expect(set.spec.volumeClaimTemplates.map((c: { metadata: { name: string } }) => c.metadata.name)).toContain(mounts['/data']);
-    const configVolume = set.spec.template.spec.volumes.find((v: { name: string }) => v.name === mounts['/etc/redis']);
-    expect(configVolume.configMap.name).toBe('redis-config');
+    const mounts = Object.fromEntries(container.volumeMounts.map((m) => [m.mountPath, m.name]));
+    expect(set.volumeClaimTemplates.map((c) => c.metadata.name)).toContain(mounts['/data']);
+    const configVolume = set.template.spec.volumes.find((v) => v.name === mounts['/etc/redis']);
+    expect(configVolume?.configMap?.name).toBe('redis-config');
   });
 
   it('scripts/services.sh starts a local Redis with an append-only file under the state folder', () => {

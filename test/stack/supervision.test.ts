@@ -30,7 +30,9 @@ const logLines = (dir: string): LogLine[] =>
     .filter(Boolean)
     .map((l) => JSON.parse(l) as LogLine);
 
-async function stub(opts: { supervise?: boolean; events?: StackEvent[] } = {}): Promise<{ stack: RunningStack; dir: string; port: number }> {
+async function stub(
+  opts: { supervise?: boolean; events?: StackEvent[] } = {},
+): Promise<{ stack: RunningStack; dir: string; port: number }> {
   const dir = mkdtempSync(resolve(tmpdir(), 'gh-supervise-'));
   const port = await freePort();
   const stack = await startStack({
@@ -58,7 +60,10 @@ describe('the stack supervisor', () => {
     const first = stack.processes.get('model-stub')!.pid;
     expect(await stack.kill('model-stub', 'SIGKILL')).toEqual({ code: null, signal: 'SIGKILL' });
 
-    await vi.waitFor(() => expect(events).toContainEqual({ type: 'ready', service: 'model-stub', restarts: 1 }), { timeout: 60_000, interval: 100 });
+    await vi.waitFor(() => expect(events).toContainEqual({ type: 'ready', service: 'model-stub', restarts: 1 }), {
+      timeout: 60_000,
+      interval: 100,
+    });
     await stack.ready('model-stub');
     expect(stack.restarts('model-stub')).toBe(1);
     expect(stack.processes.get('model-stub')!.pid).not.toBe(first);
@@ -94,7 +99,10 @@ describe('the stack supervisor', () => {
     const loop = logLines(dir).find((l) => l.msg.includes('crash-looping'))!;
     expect(loop).toMatchObject({ level: 50, supervised: 'model-stub' });
     expect(logLines(dir).filter((l) => l.exitCode === 1).length).toBeGreaterThanOrEqual(2);
-    await vi.waitFor(() => expect(events.at(-1)).toMatchObject({ type: 'ready', service: 'model-stub' }), { timeout: 60_000, interval: 100 });
+    await vi.waitFor(() => expect(events.at(-1)).toMatchObject({ type: 'ready', service: 'model-stub' }), {
+      timeout: 60_000,
+      interval: 100,
+    });
     await stack.ready('model-stub');
     expect(stack.restarts('model-stub')).toBeGreaterThanOrEqual(3);
   });

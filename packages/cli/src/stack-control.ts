@@ -6,9 +6,7 @@ import { SERVICES, type StackEvent } from './stack.ts';
 
 /** What the stack supervisor process tells the CLI that started it (over the IPC channel). */
 export type DaemonMessage =
-  | { type: 'event'; event: StackEvent }
-  | { type: 'up'; ports: Record<string, number> }
-  | { type: 'failed'; message: string };
+  { type: 'event'; event: StackEvent } | { type: 'up'; ports: Record<string, number> } | { type: 'failed'; message: string };
 
 const DAEMON = resolve(repoRoot, 'packages/cli/src/stack-daemon.ts');
 /** How often a waiting start prints who it is still waiting for, ms. */
@@ -25,8 +23,10 @@ export function progressPrinter(services: string[], out: (line: string) => void)
     if (waiting.size) out(`  … waiting for ${[...waiting].join(', ')} (${Math.round((Date.now() - since) / 1000)} s)`);
   }, PROGRESS_EVERY_MS);
   const onEvent = (e: StackEvent): void => {
-    if (e.type === 'ready' && waiting.delete(e.service)) out(`  ready  ${e.service} (${services.length - waiting.size}/${services.length})`);
-    if (e.type === 'exited' && e.delayMs !== null) out(`  ${e.service} exited (${e.signal ?? `code ${e.code}`}); restart ${e.restarts} in ${e.delayMs} ms`);
+    if (e.type === 'ready' && waiting.delete(e.service))
+      out(`  ready  ${e.service} (${services.length - waiting.size}/${services.length})`);
+    if (e.type === 'exited' && e.delayMs !== null)
+      out(`  ${e.service} exited (${e.signal ?? `code ${e.code}`}); restart ${e.restarts} in ${e.delayMs} ms`);
     if (e.type === 'crash-loop') out(`  ${e.service} is crash-looping (${e.restarts} restarts); see its log`);
   };
   return { onEvent, done: () => clearInterval(ticker) };

@@ -115,7 +115,8 @@ const exited = (child: ChildProcess): boolean => child.exitCode !== null || chil
 
 async function waitReady(port: number, deadlineMs: number, child: ChildProcess, name: string): Promise<void> {
   for (;;) {
-    if (exited(child)) throw new Error(`${name} exited (${child.signalCode ?? `code ${child.exitCode}`}) before it was ready (see its log)`);
+    if (exited(child))
+      throw new Error(`${name} exited (${child.signalCode ?? `code ${child.exitCode}`}) before it was ready (see its log)`);
     if (await isReady(port, name)) return;
     if (Date.now() > deadlineMs) throw new Error(`${name} not ready on port ${port} in time`);
     await new Promise((r) => setTimeout(r, 150));
@@ -186,7 +187,10 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
       return child;
     };
     const ready = (child: ChildProcess): Promise<void> => waitReady(ports[spec.name]!, Date.now() + readyTimeoutMs, child, spec.name);
-    services.set(spec.name, new SupervisedService(spec.name, policy, opts.supervise ?? true, { spawn: spawnIt, waitReady: ready, log, emit }));
+    services.set(
+      spec.name,
+      new SupervisedService(spec.name, policy, opts.supervise ?? true, { spawn: spawnIt, waitReady: ready, log, emit }),
+    );
   }
   const service = (name: string): SupervisedService => {
     const svc = services.get(name);

@@ -131,7 +131,10 @@ export class SupervisedService {
     const delayMs = Math.min(this.#policy.maxMs, this.#policy.initialMs * 2 ** this.#streak);
     this.#streak += 1;
     this.restarts += 1;
-    this.#hooks.log.warn({ ...base, restarts: this.restarts, delayMs }, `${this.name} exited (${how}); restart ${this.restarts} in ${delayMs} ms`);
+    this.#hooks.log.warn(
+      { ...base, restarts: this.restarts, delayMs },
+      `${this.name} exited (${how}); restart ${this.restarts} in ${delayMs} ms`,
+    );
     this.#hooks.emit({ type: 'exited', service: this.name, code, signal, restarts: this.restarts, delayMs });
     if (this.#streak === this.#policy.crashLoopAfter) {
       this.#hooks.log.error(
