@@ -199,18 +199,17 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
   };
   const stop = async (graceMs = 10_000): Promise<void> => {
     for (const svc of services.values()) svc.stopSupervising();
+    log.info({ services: [...services.keys()] }, 'stack stopping: supervision ended');
     await Promise.all([...processes.values()].map((child) => terminate(child, graceMs)));
     for (const name of processes.keys()) rmSync(resolve(opts.dir, `${name}.pid`), { force: true });
   };
   stopWithThisProcess(processes, services, opts.stopOnSignals ? stop : undefined);
-  const start = async (name: string): Promise<void> => {
-    const child = service(name).start();
-    await waitReady(ports[name]!, Date.now() + readyTimeoutMs, child, name);
-  };
+  const start = (name: string): Promise<void> => service(name).start();
   try {
     // In order (the systems of record before the services that read them at start-up), each with
     // its own deadline: on a loaded machine one slow start must not eat the others' time.
     for (const spec of selected) await start(spec.name);
+    log.info({ services: [...services.keys()], policy }, `stack up: supervising ${[...services.keys()].join(', ')}`);
   } catch (err) {
     await stop(2000);
     throw err;

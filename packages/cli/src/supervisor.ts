@@ -64,15 +64,15 @@ export class SupervisedService {
     this.#hooks = hooks;
   }
 
-  /** Starts a process on behalf of the caller; supervised once ready. */
-  start(): ChildProcess {
+  /**
+   * Starts a process on behalf of the caller and resolves once it is ready (supervised from then on).
+   * @throws Error from `waitReady` when it exits first or is not ready in time (not supervised).
+   */
+  async start(): Promise<void> {
     clearTimeout(this.#timer);
     const child = this.#spawn();
-    void this.#hooks.waitReady(child).then(
-      () => this.#ready(child),
-      () => undefined,
-    );
-    return child;
+    await this.#hooks.waitReady(child);
+    this.#ready(child);
   }
 
   /** Suspends supervision: the service is not restarted when it exits, until `release`. */
