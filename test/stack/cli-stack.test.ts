@@ -69,12 +69,14 @@ describe('gatehouse stack up / down', () => {
     );
     const log = readFileSync(resolve(a.root, 'stack', 'supervisor.log'), 'utf8');
     expect(log).toContain('model-stub exited (signal SIGKILL); restart 1 in 500 ms');
+    expect(await gatehouse(['stack', 'status'], a)).toMatch(/model-stub +ready +restarts 1, last exit signal SIGKILL at /);
 
     expect(await gatehouse(['stack', 'down'], a)).toContain('stopped model-stub');
     expect(alive(supervisorA)).toBe(false);
     await sleep(1500); // three times the first backoff: an orphan restart would be listening by now
     expect(await ready(a.port)).toBe(false);
     expect(await ready(b.port)).toBe(true);
+    expect(await gatehouse(['stack', 'status'], a)).toContain('no stack supervisor running');
     expect(await gatehouse(['stack', 'down'], b)).toContain('stopped model-stub');
     expect(await ready(b.port)).toBe(false);
   });

@@ -16,7 +16,7 @@ import { releaseCommand } from './release-commands.ts';
 import { withQueues } from './queue-ops.ts';
 import { loadBundle, loadBundleFile, runBoundaryGate, loadBoundaryCases } from '@gatehouse/policy';
 import { portOf, SERVICES, startStack, stateDir, stateRoot, type RunningStack } from './stack.ts';
-import { launchStackDaemon, progressPrinter, stopStack } from './stack-control.ts';
+import { launchStackDaemon, progressPrinter, stackStatus, stopStack } from './stack-control.ts';
 
 const USAGE = `gatehouse — operate a Gatehouse stack
 
@@ -24,6 +24,7 @@ const USAGE = `gatehouse — operate a Gatehouse stack
   gatehouse stack up [--fresh] [--only svc,svc]   start every service (or those) under a supervisor
                                         that restarts any that exits; wait until ready
   gatehouse stack down                  stop the supervisor and every service
+  gatehouse stack status                each service's state, restarts and last exit (crash loops)
   gatehouse token --user <id>           print a bearer token for a user of world.json (local secret)
   gatehouse audit verify                walk the audit chain and its anchors
   gatehouse switch on|off <tool>        hold or release a tool at the moment of execution
@@ -105,6 +106,10 @@ async function main(argv: string[]): Promise<number> {
       const ports = await launchStackDaemon({ env: stackEnv({}), dir, only: values.only?.split(','), out });
       for (const [name, port] of Object.entries(ports)) out(`  ${name.padEnd(15)} http://127.0.0.1:${port}`);
       out(`stack up, supervised; logs in ${dir}`);
+      return 0;
+    }
+    case 'stack status': {
+      for (const line of stackStatus(stateDir('stack'))) out(line);
       return 0;
     }
     case 'stack down': {

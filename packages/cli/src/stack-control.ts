@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
 import { SERVICES, type StackEvent } from './stack.ts';
@@ -70,6 +70,54 @@ export async function launchStackDaemon(opts: {
   }
 }
 
+/** One service as the supervisor last saw it (`<dir>/status.json`). */
+export interface ServiceStatus {
+  state: 'starting' | 'ready' | 'exited' | 'crash-looping';
+  restarts: number;
+  /** The last exit: `signal SIGKILL` or `code 1`, and when (ISO 8601). */
+  lastExit?: string;
+  lastExitAt?: string;
+}
+
+/** Keeps `<dir>/status.json` up to date from the supervisor's events (for `gatehouse stack status`). */
+export function statusRecorder(dir: string): (e: StackEvent) => void {
+  const status: Record<string, ServiceStatus> = {};
+  return (e) => {
+    const prev = status[e.service] ?? { state: 'starting', restarts: 0 };
+    const next: ServiceStatus = { ...prev, restarts: e.restarts };
+    if (e.type === 'starting' || e.type === 'ready') next.state = e.type;
+    if (e.type === 'exited')
+      Object.assign(next, {
+        state: 'exited',
+        lastExit: e.signal ? `signal ${e.signal}` : `code ${e.code}`,
+        lastExitAt: new Date().toISOString(),
+      });
+    if (e.type === 'crash-loop') next.state = 'crash-looping';
+    // A crash loop stays reported until the service has been ready again.
+    if (prev.state === 'crash-looping' && e.type !== 'ready') next.state = 'crash-looping';
+    status[e.service] = next;
+    writeFileSync(resolve(dir, 'status.json'), JSON.stringify(status, null, 2));
+  };
+}
+
+/**
+ * Lines describing the stack kept in `dir`: whether its supervisor runs, then each service's
+ * state, restart count and last exit (from `<dir>/status.json`).
+ */
+export function stackStatus(dir: string): string[] {
+  const supervisor = pidIn(dir, 'supervisor');
+  if (!alive(supervisor)) return [`no stack supervisor running for ${dir}`];
+  const file = resolve(dir, 'status.json');
+  const status = existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as Record<string, ServiceStatus>) : {};
+  return [
+    `supervisor pid ${supervisor} (${dir})`,
+    ...Object.entries(status).map(
+      ([name, s]) =>
+        `  ${name.padEnd(15)} ${s.state.padEnd(13)} restarts ${s.restarts}${s.lastExit ? `, last exit ${s.lastExit} at ${s.lastExitAt}` : ''}`,
+    ),
+  ];
+}
+
 /**
  * Stops the stack kept in `dir`: SIGTERM to its supervisor (which ends supervision, then stops
  * every service), SIGKILL after `graceMs` + 5 s, then any service a dead supervisor left behind
@@ -85,6 +133,7 @@ export async function stopStack(dir: string, graceMs = 10_000): Promise<string[]
     if (alive(supervisor)) process.kill(supervisor!, 'SIGKILL');
   }
   rmSync(resolve(dir, 'supervisor.pid'), { force: true });
+  rmSync(resolve(dir, 'status.json'), { force: true });
   const leftovers = await stopLeftovers(dir, graceMs);
   return [...new Set([...running, ...leftovers])];
 }

@@ -6,7 +6,7 @@ import { parseArgs } from 'node:util';
 import { rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { startStack } from './stack.ts';
-import type { DaemonMessage } from './stack-control.ts';
+import { statusRecorder, type DaemonMessage } from './stack-control.ts';
 
 const { values } = parseArgs({ options: { dir: { type: 'string' }, only: { type: 'string' } } });
 if (!values.dir) throw new Error('stack-daemon needs --dir <state folder>');
@@ -17,13 +17,17 @@ process.once('exit', () => rmSync(pidFile, { force: true }));
 const send = (message: DaemonMessage): void => {
   if (process.connected) process.send!(message);
 };
+const record = statusRecorder(dir);
 try {
   const stack = await startStack({
     env: process.env,
     dir,
     only: values.only?.split(','),
     stopOnSignals: true,
-    onEvent: (event) => send({ type: 'event', event }),
+    onEvent: (event) => {
+      record(event);
+      send({ type: 'event', event });
+    },
   });
   send({ type: 'up', ports: stack.ports });
 } catch (err) {
