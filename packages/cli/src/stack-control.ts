@@ -35,7 +35,8 @@ export function progressPrinter(services: string[], out: (line: string) => void)
 /**
  * Starts the stack supervisor as a detached process (it outlives this one) over `dir`, printing
  * progress through `out`, and resolves with the services' ports once every one is ready. The
- * supervisor writes `<dir>/supervisor.pid` and logs to `<dir>/supervisor.log`.
+ * supervisor writes `<dir>/supervisor.pid` and logs to `<dir>/supervisor.log`. SIGINT/SIGTERM
+ * while waiting stop the supervisor and its services.
  * @throws Error when a service cannot start (the supervisor has stopped them all and exited).
  */
 export async function launchStackDaemon(opts: {
@@ -51,6 +52,9 @@ export async function launchStackDaemon(opts: {
   closeSync(log);
   const names = SERVICES.filter((s) => !opts.only || opts.only.includes(s.name)).map((s) => s.name);
   const progress = progressPrinter(names, opts.out);
+  // Ctrl-C while waiting: the supervisor (in its own session, so it does not see it) stops the stack.
+  const abort = (): void => void child.kill('SIGTERM');
+  process.once('SIGINT', abort).once('SIGTERM', abort);
   try {
     return await new Promise<Record<string, number>>((done, fail) => {
       child.on('message', (m: DaemonMessage) => {
@@ -64,6 +68,7 @@ export async function launchStackDaemon(opts: {
     });
   } finally {
     progress.done();
+    process.off('SIGINT', abort).off('SIGTERM', abort);
     child.removeAllListeners();
     if (child.connected) child.disconnect();
     child.unref();

@@ -13,7 +13,10 @@ if (!values.dir) throw new Error('stack-daemon needs --dir <state folder>');
 const dir = values.dir;
 const pidFile = resolve(dir, 'supervisor.pid');
 writeFileSync(pidFile, String(process.pid));
-process.once('exit', () => rmSync(pidFile, { force: true }));
+process.once('exit', () => {
+  rmSync(pidFile, { force: true });
+  rmSync(resolve(dir, 'status.json'), { force: true });
+});
 const send = (message: DaemonMessage): void => {
   if (process.connected) process.send!(message);
 };
