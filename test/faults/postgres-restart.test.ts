@@ -17,7 +17,8 @@ let s: E2EStack;
 
 beforeAll(async () => {
   pg = await startPrivatePostgres();
-  s = await startE2EStack({}, { pgServer: pg.url });
+  // Unsupervised: a service that dies must stay dead for the test to see it.
+  s = await startE2EStack({}, { pgServer: pg.url, supervise: false });
 });
 afterAll(async () => {
   await s?.close();
