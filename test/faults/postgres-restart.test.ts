@@ -95,6 +95,32 @@ describe('Postgres restarts under a running stack', () => {
     expect(stopped.rows[0]?.n).toBe(0);
   });
 
+  it('backend-termination waves on every service connection: no service exits, tickets in flight finish', async () => {
+    const rep = await tokenFor('rep-ben', SECRET);
+    const ids: string[] = [];
+    for (let i = 1; i <= 3; i++) {
+      const r = await call('POST', `${s.url('agent-loop')}/v1/tickets`, rep, {
+        ticketId: `T-wave-${i}`,
+        text: 'What is the status of order O-1001?',
+      });
+      expect(r.status).toBe(202);
+      ids.push(String(r.body.workflowId));
+    }
+    let terminated = 0;
+    for (let wave = 0; wave < 10; wave++) {
+      terminated += await pg.terminateBackends({ database: s.db.name });
+      await new Promise((r) => setTimeout(r, 500)); // spacing of the waves, not an assertion
+    }
+    expect(terminated).toBeGreaterThan(0);
+    const final = await waitFor('terminal workflows', async () => {
+      const st = await states(ids);
+      return st && ids.every((id) => st[id] && isTerminal(st[id])) ? st : undefined;
+    });
+    expect(Object.values(final)).toEqual(['completed', 'completed', 'completed']);
+    await waitFor('every service ready', allReady);
+    expect(exited()).toEqual({});
+  });
+
   it('control removed: with GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING=1 a restart kills the service', async () => {
     await s.stack.restart('audit', { GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING: '1' });
     const audit = s.stack.processes.get('audit')!;
