@@ -11,24 +11,34 @@ export type Db = Kysely<DB>;
 export type Trx = Transaction<DB>;
 
 /**
- * Opens a pooled connection to `databaseUrl` (`max` connections, default 10). Every client the
- * pool opens gets its own `error` listener for its whole life: node-postgres drops the pool's
- * idle-error listener while a client is checked out (a Kysely transaction, a running statement),
- * and an `error` event with no listener ends the process. A client that loses its connection
- * (server restart, terminated backend) fails the statement that was running, or the next one, with
- * an error {@link isConnectionFault} recognises; the pool discards it on release and opens a new
- * one for the next checkout. `onClientError` (optional) is told about each such error.
+ * Opens a `pg` pool on `databaseUrl` (at most `max` connections) whose clients cannot end the
+ * process: every client the pool opens gets its own `error` listener for its whole life, besides
+ * the pool's. node-postgres drops the pool's idle-error listener while a client is checked out (a
+ * Kysely transaction, a running statement), and an `error` event with no listener ends the
+ * process. A client that loses its connection (server restart, terminated backend) fails the
+ * statement that was running, or the next one, with an error {@link isConnectionFault}
+ * recognises; the pool discards it on release and opens a new one for the next checkout.
+ * `onClientError` (optional) is told about each such error. Every pool of the runtime opens here.
  * @throws Error when the test-only switch `GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING` is set
  *   outside `GATEHOUSE_ENV=test`.
  */
-export function createDb(databaseUrl: string, max = 10, onClientError?: (err: Error) => void): Db {
+export function createPool(databaseUrl: string, max: number, onClientError?: (err: Error) => void): pg.Pool {
   const pool = new pg.Pool({ connectionString: databaseUrl, max });
   if (!pgErrorHandlingDisabled()) {
     const report = (err: Error): void => onClientError?.(err);
     pool.on('error', report); // an idle client died; the pool already removed it
     pool.on('connect', (client) => client.on('error', report));
   }
-  return new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
+  return pool;
+}
+
+/**
+ * Opens the ledger over a {@link createPool} pool (`max` connections, default 10); a lost
+ * connection fails a statement, never the process. `onClientError` is told about each one.
+ * @throws Error when `GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING` is set outside `GATEHOUSE_ENV=test`.
+ */
+export function createDb(databaseUrl: string, max = 10, onClientError?: (err: Error) => void): Db {
+  return new Kysely<DB>({ dialect: new PostgresDialect({ pool: createPool(databaseUrl, max, onClientError) }) });
 }
 
 /**
