@@ -1,5 +1,5 @@
 import { DelayedError, type Job, type Worker } from 'bullmq';
-import type { Db } from '@gatehouse/ledger';
+import { isConnectionFault, type Db } from '@gatehouse/ledger';
 import type { Logger } from './logger.ts';
 import { within } from './timeout.ts';
 
@@ -16,7 +16,7 @@ function gateDisabled(): boolean {
 
 /** Options of {@link PostgresGate}; every duration in milliseconds. */
 export interface PostgresGateOptions {
-  /** How long one probe (`SELECT 1`) may take before it counts as failing (default 2000). */
+  /** How long one probe (`SELECT 1`) may take before it counts as failing (default 1500: within the readiness timeout). */
   probeTimeoutMs?: number;
   /** How often Postgres is probed while it is down (default 1000). */
   pollMs?: number;
@@ -59,7 +59,7 @@ export class PostgresGate {
     this.#db = db;
     this.#log = log;
     this.#disabled = gateDisabled();
-    this.#opts = { probeTimeoutMs: 2000, pollMs: 1000, freshMs: 500, deferMs: 2000, maxDeferrals: 100, ...opts };
+    this.#opts = { probeTimeoutMs: 1500, pollMs: 1000, freshMs: 500, deferMs: 2000, maxDeferrals: 100, ...opts };
   }
 
   /** The current state (no probe). */
@@ -80,20 +80,28 @@ export class PostgresGate {
   }
 
   /**
-   * The readiness check: probes Postgres (updating the state).
-   * @throws Error saying since when Postgres is down and that the workers are paused.
+   * The readiness check: probes Postgres (a connection fault marks it down).
+   * @throws Error saying since when Postgres is down and that the workers are paused, or the
+   *   probe's own error (e.g. its timeout).
    */
   readyCheck = async (): Promise<void> => {
-    if (this.#disabled) return void (await this.#probe());
-    if (await this.answers({ fresh: true })) return;
+    if (this.#state.up) {
+      try {
+        return await this.#probe();
+      } catch (err) {
+        if (this.#disabled || !isConnectionFault(err)) throw err;
+        this.#markDown(err);
+      }
+    }
     const s = this.#state as { since: number; reason: string };
     throw new Error(`postgres unreachable since ${new Date(s.since).toISOString()} (${s.reason}); workers paused`);
   };
 
   /**
-   * True when Postgres answers. While it is marked down, false without a probe (the poll decides
-   * when it is back); otherwise a probe younger than `freshMs` is reused unless `fresh`.
-   * A failing probe marks Postgres down.
+   * False when Postgres is down. While it is marked down, false without a probe (the poll
+   * decides when it is back); otherwise a probe younger than `freshMs` is reused unless `fresh`.
+   * Only a connection fault marks Postgres down: a probe that is slow (a busy pool) lets the job
+   * run, whose own statements then tell.
    */
   async answers(opts: { fresh?: boolean } = {}): Promise<boolean> {
     if (this.#disabled) return true;
@@ -103,6 +111,7 @@ export class PostgresGate {
       await this.#probe();
       return true;
     } catch (err) {
+      if (!isConnectionFault(err)) return true;
       this.#markDown(err);
       return false;
     }
