@@ -8,3 +8,4 @@ export * from './releases.ts';
 export * from './operations.ts';
 export * from './failed-step.ts';
 export * from './transitions.ts';
+export * from './liveness.ts';
