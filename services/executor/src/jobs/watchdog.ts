@@ -154,6 +154,9 @@ async function checkRun(
   if (!todo.length) return;
   const done = (await latestRedrives(trx, [wf.id])).get(wf.id)?.count ?? 0;
   if (done >= deps.settings.maxRedrives) {
+    // Never stopped around an execution, whose effect may have happened (docs/decisions/0070):
+    // past the limit such a run stays listed as stuck for on-call.
+    if (todo.some((t) => t.ref.kind === 'execution')) return;
     const locked = await trx.selectFrom('workflows').select('state').where('id', '=', wf.id).forUpdate().executeTakeFirst();
     if (!locked || isTerminal(locked.state)) return;
     const jobs = todo.map((t) => t.ref.jobId).join(', ');
@@ -188,7 +191,8 @@ async function checkRun(
  * past the state's bound — with the same deterministic job id and payload, audited
  * `run.redriven`. A live job is left alone; a finished effect is not awaited at all; consumers
  * are idempotent against the ledger, so a re-drive never doubles an effect. A run re-driven
- * `maxRedrives` times stops as `stopped(step_failed)`. Re-driven jobs are published after COMMIT.
+ * `maxRedrives` times stops as `stopped(step_failed)` — unless it waits for an execution, which
+ * is never stopped around (it stays listed as stuck). Re-driven jobs are published after COMMIT.
  * @throws the database or Redis error (a Redis call past `redisTimeoutMs` rolls the pass back).
  */
 export async function watchdogPass(deps: WatchdogDeps, nowMs = Date.now()): Promise<WatchdogReport> {
