@@ -77,7 +77,11 @@ async function loseRedisMidFlight(tag: string, extra: Record<string, string>): P
 
 /** The jobs a live run waits for that Redis does not hold (the ledger's view against the queues). */
 async function missingJobs(db: Db, sc: Scenario, workflowId: string): Promise<string[]> {
-  const wf = await db.selectFrom('workflows').select(['id', 'state', 'round', 'release_id']).where('id', '=', workflowId).executeTakeFirstOrThrow();
+  const wf = await db
+    .selectFrom('workflows')
+    .select(['id', 'state', 'round', 'release_id'])
+    .where('id', '=', workflowId)
+    .executeTakeFirstOrThrow();
   const needs = await runNeeds(db, wf);
   const out: string[] = [];
   for (const j of needs.jobs) {
@@ -99,9 +103,17 @@ describe('Redis lost without persistence, tickets in flight', () => {
 
       const end = await waitFor(sc.s, sc.refund.token, sc.refund.workflowId, (x) => TERMINAL.includes(x.state));
       expect(end.state).toBe('completed');
-      const approval = await db.selectFrom('approvals').select('status').where('workflow_id', '=', sc.refund.workflowId).executeTakeFirstOrThrow();
+      const approval = await db
+        .selectFrom('approvals')
+        .select('status')
+        .where('workflow_id', '=', sc.refund.workflowId)
+        .executeTakeFirstOrThrow();
       expect(approval.status).toBe('used');
-      const action = await db.selectFrom('actions').select('status').where('workflow_id', '=', sc.refund.workflowId).executeTakeFirstOrThrow();
+      const action = await db
+        .selectFrom('actions')
+        .select('status')
+        .where('workflow_id', '=', sc.refund.workflowId)
+        .executeTakeFirstOrThrow();
       expect(action.status).toBe('succeeded');
       // Exactly one refund per idempotency key at the payments ledger.
       const paid = await refunds(sc.s, 'O-1007');
@@ -141,7 +153,11 @@ describe('Redis lost without persistence, tickets in flight', () => {
 
       const wf = await db.selectFrom('workflows').select(['state']).where('id', '=', sc.refund.workflowId).executeTakeFirstOrThrow();
       expect(TERMINAL).not.toContain(wf.state);
-      const approval = await db.selectFrom('approvals').select('status').where('workflow_id', '=', sc.refund.workflowId).executeTakeFirstOrThrow();
+      const approval = await db
+        .selectFrom('approvals')
+        .select('status')
+        .where('workflow_id', '=', sc.refund.workflowId)
+        .executeTakeFirstOrThrow();
       expect(approval.status).toBe('approved'); // approved, never used
       expect(await refunds(sc.s, 'O-1007')).toEqual([]);
       const missing = await missingJobs(db, sc, sc.refund.workflowId);

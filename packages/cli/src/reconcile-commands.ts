@@ -47,7 +47,9 @@ export function formatItem(i: WorklistItem): string {
 /** One stuck-run line: workflow, state, age against its bound, the jobs it waits for, the watchdog's re-drives. */
 export function formatStuck(r: StuckRun): string {
   const waits = r.waitingFor.length ? r.waitingFor.join(',') : 'nothing';
-  const wd = r.watchdog ? `re-driven ${r.watchdog.count}x, last ${r.watchdog.outcome} at ${new Date(r.watchdog.atMs).toISOString()}` : 'not re-driven';
+  const wd = r.watchdog
+    ? `re-driven ${r.watchdog.count}x, last ${r.watchdog.outcome} at ${new Date(r.watchdog.atMs).toISOString()}`
+    : 'not re-driven';
   return `  ${r.workflowId}  ${r.state.padEnd(17)}  age=${Math.round(r.ageMs / 1000)}s (bound ${Math.round(r.boundMs / 1000)}s)  waiting-for=${waits}  watchdog: ${wd}`;
 }
 

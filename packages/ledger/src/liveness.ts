@@ -199,7 +199,10 @@ export async function listStuckRuns(db: Db, nowMs = Date.now(), limit = 100): Pr
  * The watchdog's re-drives of these runs, from the audit trail (chained and not yet chained):
  * latest time and outcome, and how many. Empty input reads nothing.
  */
-export async function latestRedrives(db: Db | Trx, workflowIds: string[]): Promise<Map<string, { atMs: number; outcome: string; count: number }>> {
+export async function latestRedrives(
+  db: Db | Trx,
+  workflowIds: string[],
+): Promise<Map<string, { atMs: number; outcome: string; count: number }>> {
   const out = new Map<string, { atMs: number; outcome: string; count: number }>();
   if (!workflowIds.length) return out;
   const r = await sql<{ run_id: string; at_ms: string; outcome: string; n: string }>`

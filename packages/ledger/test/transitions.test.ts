@@ -53,7 +53,8 @@ async function seed(state: WorkflowState, status: ActionStatus = 'approved'): Pr
   return a;
 }
 
-const row = (id: string): Promise<Selectable<WorkflowsTable>> => db.selectFrom('workflows').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+const row = (id: string): Promise<Selectable<WorkflowsTable>> =>
+  db.selectFrom('workflows').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
 const auditCount = async (runId: string): Promise<number> =>
   (await db.selectFrom('audit_outbox').select('event').execute()).filter((r) => (r.event as { runId?: string }).runId === runId).length;
 
@@ -121,11 +122,15 @@ describe('workflow transition table', () => {
 
   it('refuses a transition that misses its guard (stopped without a reason, paused without a next step)', async () => {
     const a = await seed('investigating');
-    await expect(inTransaction(db, (trx) => transitionWorkflow(trx, a.workflowId, { to: 'stopped', nextStep: 'x' }))).rejects.toMatchObject({
-      name: 'IllegalTransition',
-      missing: ['stop_reason'],
-    });
-    await expect(inTransaction(db, (trx) => transitionWorkflow(trx, a.workflowId, { to: 'paused' }))).rejects.toBeInstanceOf(IllegalTransition);
+    await expect(inTransaction(db, (trx) => transitionWorkflow(trx, a.workflowId, { to: 'stopped', nextStep: 'x' }))).rejects.toMatchObject(
+      {
+        name: 'IllegalTransition',
+        missing: ['stop_reason'],
+      },
+    );
+    await expect(inTransaction(db, (trx) => transitionWorkflow(trx, a.workflowId, { to: 'paused' }))).rejects.toBeInstanceOf(
+      IllegalTransition,
+    );
     expect((await row(a.workflowId)).state).toBe('investigating');
   });
 

@@ -1,6 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { canonicalJson, loadWorld, REMEDIATION_RULE_ID, sha256Hex } from '@gatehouse/contracts';
-import { actorHash, inTransaction, operationKeyHash, recordAudit, transitionAction, transitionWorkflow, type Db, type Remediation } from '@gatehouse/ledger';
+import {
+  actorHash,
+  inTransaction,
+  operationKeyHash,
+  recordAudit,
+  transitionAction,
+  transitionWorkflow,
+  type Db,
+  type Remediation,
+} from '@gatehouse/ledger';
 import { referenceChangeBundle, referenceSupportBundle } from './bundles.ts';
 import { catalogDigest, digestOf, toolsOfPack } from '@gatehouse/tools';
 import { REMEDIATION_TOOL, remediationsOf } from './classes.ts';

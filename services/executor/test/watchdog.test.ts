@@ -56,7 +56,13 @@ async function publishedThenLost(over: { state?: string; agoMs?: number } = {}):
     // A function_call the run waits on (the transcript's view of the action's call).
     await trx
       .insertInto('conversation_items')
-      .values({ workflow_id: a.workflowId, round: 1, kind: 'function_call', call_id: a.callId, item: JSON.stringify({ call_id: a.callId }) })
+      .values({
+        workflow_id: a.workflowId,
+        round: 1,
+        kind: 'function_call',
+        call_id: a.callId,
+        item: JSON.stringify({ call_id: a.callId }),
+      })
       .execute();
   });
   await sql`UPDATE workflows SET state = ${over.state ?? 'executing'}, round = 1, updated_at = now() - make_interval(secs => ${(over.agoMs ?? 10_000) / 1000}) WHERE id = ${a.workflowId}`.execute(
@@ -96,7 +102,11 @@ describe('watchdog', () => {
     const paused = await publishedThenLost({ state: 'paused' });
     const waiting = await publishedThenLost({ state: 'awaiting_approval' });
     await db.updateTable('actions').set({ status: 'pending_approval' }).where('id', '=', waiting.actionId).execute();
-    await db.updateTable('approvals').set({ status: 'pending', decided_at: null, approver: null }).where('id', '=', waiting.approvalId!).execute();
+    await db
+      .updateTable('approvals')
+      .set({ status: 'pending', decided_at: null, approver: null })
+      .where('id', '=', waiting.approvalId!)
+      .execute();
     const r = await ran();
     const touched = r.redriven.map((x) => x.workflowId);
     expect(touched).not.toContain(fresh.workflowId);
@@ -110,7 +120,11 @@ describe('watchdog', () => {
     const output = { source: 'issue_refund', trust: 'gatehouse', executed: true };
     await inTransaction(db, async (trx) => {
       await enqueueInTransaction(trx, resultsQueue, { release: 'rel-1', workflowId: a.workflowId, callId: a.callId, output });
-      await trx.updateTable('outbox').set({ published_at: new Date() }).where('job_id', '=', `result_${a.workflowId}_${a.callId}`).execute();
+      await trx
+        .updateTable('outbox')
+        .set({ published_at: new Date() })
+        .where('job_id', '=', `result_${a.workflowId}_${a.callId}`)
+        .execute();
     });
     const r = await ran();
     const jobId = `result_${a.workflowId}_${a.callId}`;
@@ -161,8 +175,14 @@ describe('watchdog', () => {
     const last = await ran();
     expect(last.stopped).toContain(turnRun.workflowId);
     expect(last.stopped).not.toContain(execRun.workflowId);
-    const wf = await db.selectFrom('workflows').select(['state', 'stop_reason']).where('id', '=', turnRun.workflowId).executeTakeFirstOrThrow();
+    const wf = await db
+      .selectFrom('workflows')
+      .select(['state', 'stop_reason'])
+      .where('id', '=', turnRun.workflowId)
+      .executeTakeFirstOrThrow();
     expect(wf).toEqual({ state: 'stopped', stop_reason: 'step_failed' });
-    expect((await db.selectFrom('workflows').select('state').where('id', '=', execRun.workflowId).executeTakeFirstOrThrow()).state).toBe('executing');
+    expect((await db.selectFrom('workflows').select('state').where('id', '=', execRun.workflowId).executeTakeFirstOrThrow()).state).toBe(
+      'executing',
+    );
   });
 });

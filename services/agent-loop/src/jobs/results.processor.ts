@@ -1,6 +1,15 @@
 import type { ResultJob } from '@gatehouse/contracts';
 import { turnsQueue } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, LIVE_STATES, recordAudit, transitionWorkflow, type Db, type OutboxRow, type Trx } from '@gatehouse/ledger';
+import {
+  enqueueInTransaction,
+  inTransaction,
+  LIVE_STATES,
+  recordAudit,
+  transitionWorkflow,
+  type Db,
+  type OutboxRow,
+  type Trx,
+} from '@gatehouse/ledger';
 import type { OutboxRelay } from '@gatehouse/platform';
 import { unansweredCalls } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
@@ -100,7 +109,10 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
       trx,
       wf.id,
       planReady
-        ? { to: 'awaiting_approval', nextStep: `Plan ${planReady} is prepared; the agent proposes scheduling it for a change owner's approval.` }
+        ? {
+            to: 'awaiting_approval',
+            nextStep: `Plan ${planReady} is prepared; the agent proposes scheduling it for a change owner's approval.`,
+          }
         : { to: 'investigating', nextStep: null },
     );
     const row = await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 });

@@ -191,7 +191,13 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
         to: 'completed',
         round: job.round,
         nextStep: 'Done: read the agent’s final message (finalMessage).',
-        audit: { type: 'run.completed', service: 'agent-loop', step: job.round, outcome: 'completed', revisions: { release: wf.release_id } },
+        audit: {
+          type: 'run.completed',
+          service: 'agent-loop',
+          step: job.round,
+          outcome: 'completed',
+          revisions: { release: wf.release_id },
+        },
       });
       return [] as OutboxRow[];
     }

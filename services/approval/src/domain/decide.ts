@@ -1,5 +1,14 @@
 import { executionsQueue, REMEDIATION_RULE_ID, resultsQueue, type DecisionRequest } from '@gatehouse/contracts';
-import { actorHash, enqueueInTransaction, inTransaction, isTerminal, recordAudit, transitionAction, type Db, type OutboxRow } from '@gatehouse/ledger';
+import {
+  actorHash,
+  enqueueInTransaction,
+  inTransaction,
+  isTerminal,
+  recordAudit,
+  transitionAction,
+  type Db,
+  type OutboxRow,
+} from '@gatehouse/ledger';
 import { ConflictError, GoneError, UserError } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
 import { sql } from 'kysely';

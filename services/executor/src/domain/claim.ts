@@ -202,7 +202,11 @@ export async function claimOperation(
     .returning(['fencing_token', 'baseline'])
     .executeTakeFirstOrThrow();
   await transitionAction(trx, action.id, { to: 'running' });
-  await transitionWorkflow(trx, action.workflow_id, { to: 'executing', nextStep: null, onlyFrom: ['investigating', 'awaiting_approval', 'executing'] });
+  await transitionWorkflow(trx, action.workflow_id, {
+    to: 'executing',
+    nextStep: null,
+    onlyFrom: ['investigating', 'awaiting_approval', 'executing'],
+  });
   await recordAudit(trx, { ...audit, type: 'operation.claimed', attempts: op.attempts + 1, approvalId: job.approvalId });
   return {
     kind: 'claimed',

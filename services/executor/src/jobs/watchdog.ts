@@ -1,11 +1,5 @@
 import { sql } from 'kysely';
-import {
-  approvalRequestsQueue,
-  executionsQueue,
-  proposalsQueue,
-  turnsQueue,
-  type QueueContract,
-} from '@gatehouse/contracts';
+import { approvalRequestsQueue, executionsQueue, proposalsQueue, turnsQueue, type QueueContract } from '@gatehouse/contracts';
 import {
   enqueueInTransaction,
   inTransaction,
@@ -219,7 +213,9 @@ export async function watchdogPass(deps: WatchdogDeps, nowMs = Date.now()): Prom
   if (!locked) return { kind: 'skipped' };
   for (const r of plan.remove) {
     const job = await within(deps.queues.get(r.queue).getJob(r.jobId), settings.redisTimeoutMs);
-    await job?.remove().catch((err: unknown) => deps.log.warn({ err: (err as Error).message, jobId: r.jobId }, 'watchdog could not remove a job'));
+    await job
+      ?.remove()
+      .catch((err: unknown) => deps.log.warn({ err: (err as Error).message, jobId: r.jobId }, 'watchdog could not remove a job'));
   }
   await deps.relay.publish(plan.rows);
   for (const r of plan.redriven) deps.log.warn(r, 'watchdog re-drove a job a live run was waiting for');
