@@ -132,6 +132,24 @@ describe('watchdog', () => {
     expect((await queues.get(queueName('results', 'rel-1')).getJob(jobId))?.data).toMatchObject({ callId: a.callId, output });
   });
 
+  it('a run past its bound that nothing can move (no job, no pending decision) stops as step_failed', async () => {
+    const a = await publishedThenLost({ state: 'investigating', agoMs: 10 * 60_000 });
+    // Its call has no proposal any more: no pipeline job can answer it.
+    await db.deleteFrom('outbox').where('job_id', '=', a.jobId).execute();
+    await db.deleteFrom('operations').where('workflow_id', '=', a.workflowId).execute();
+    await db.deleteFrom('approvals').where('workflow_id', '=', a.workflowId).execute();
+    await db.deleteFrom('actions').where('workflow_id', '=', a.workflowId).execute();
+    await db.deleteFrom('proposals').where('workflow_id', '=', a.workflowId).execute();
+    expect((await ran()).stopped).toContain(a.workflowId);
+    const wf = await db
+      .selectFrom('workflows')
+      .select(['state', 'stop_reason', 'next_step'])
+      .where('id', '=', a.workflowId)
+      .executeTakeFirstOrThrow();
+    expect(wf).toMatchObject({ state: 'stopped', stop_reason: 'step_failed' });
+    expect(wf.next_step).toMatch(/on-call/);
+  });
+
   it('one replica at a time: while another holds the advisory lock a pass skips', async () => {
     const a = await publishedThenLost();
     let release!: () => void;

@@ -66,7 +66,8 @@ const CONTRACTS: Record<string, QueueContract<AnyJob>> = {
   executions: executionsQueue as unknown as QueueContract<AnyJob>,
 };
 
-const LIVE_JOB = new Set(['waiting', 'active', 'delayed', 'prioritized', 'waiting-children']);
+// 'paused': waiting in a queue on-call drained (`gatehouse queues drain`); it runs when resumed.
+const LIVE_JOB = new Set(['waiting', 'active', 'delayed', 'prioritized', 'waiting-children', 'paused']);
 
 interface SourceRow {
   queue: string;
@@ -128,6 +129,14 @@ interface Planned {
   stopped: string[];
 }
 
+/** Stops a run nothing can move any more as `stopped(step_failed)` with a next step for on-call (unless already terminal). */
+async function stopStuck(trx: Trx, wf: { id: string; release_id: string }, nextStep: string, plan: Planned): Promise<void> {
+  const locked = await trx.selectFrom('workflows').select('state').where('id', '=', wf.id).forUpdate().executeTakeFirst();
+  if (!locked || isTerminal(locked.state)) return;
+  await stopRun(trx, wf, STEP_FAILED, nextStep, 'executor');
+  plan.stopped.push(wf.id);
+}
+
 /** Checks one run and writes its re-drives (or its stop, past the re-drive limit) in `trx`. */
 async function checkRun(
   deps: WatchdogDeps,
@@ -139,6 +148,11 @@ async function checkRun(
   const needs = await runNeeds(trx, { ...wf, state: wf.state as never }, nowMs);
   const boundMs = STATE_LIVENESS[wf.state as keyof typeof STATE_LIVENESS]?.boundMs ?? Infinity;
   const pastBound = nowMs - new Date(wf.updated_at).getTime() > boundMs;
+  const waitsOnPerson = needs.humanWait !== null && needs.humanWait.untilMs + boundMs > nowMs;
+  if (pastBound && !needs.jobs.length && !waitsOnPerson) {
+    const next = `No job and no pending decision can move this run (state ${wf.state}); on-call should check the service logs, then resubmit the rest.`;
+    return stopStuck(trx, wf, next, plan);
+  }
   const todo: Array<{ ref: AwaitedJobRef; source: SourceRow | undefined; reason: RedriveReason }> = [];
   for (const ref of needs.jobs) {
     const source = await sourceRow(trx, ref);
@@ -151,13 +165,9 @@ async function checkRun(
     // Never stopped around an execution, whose effect may have happened (docs/decisions/0070):
     // past the limit such a run stays listed as stuck for on-call.
     if (todo.some((t) => t.ref.kind === 'execution')) return;
-    const locked = await trx.selectFrom('workflows').select('state').where('id', '=', wf.id).forUpdate().executeTakeFirst();
-    if (!locked || isTerminal(locked.state)) return;
     const jobs = todo.map((t) => t.ref.jobId).join(', ');
     const next = `The watchdog re-drove this run ${done} times and it still cannot progress (${jobs}); on-call should check the service logs, then resubmit the rest.`;
-    await stopRun(trx, wf, STEP_FAILED, next, 'executor');
-    plan.stopped.push(wf.id);
-    return;
+    return stopStuck(trx, wf, next, plan);
   }
   for (const t of todo) {
     const row = await writeRedrive(trx, t.ref, t.source, wf.release_id);
@@ -186,7 +196,8 @@ async function checkRun(
  * `run.redriven`. A live job is left alone; a finished effect is not awaited at all; consumers
  * are idempotent against the ledger, so a re-drive never doubles an effect. A run re-driven
  * `maxRedrives` times stops as `stopped(step_failed)` — unless it waits for an execution, which
- * is never stopped around (it stays listed as stuck). Re-driven jobs are published after COMMIT.
+ * is never stopped around (it stays listed as stuck); so does a run past its bound that no job
+ * and no pending decision can move. Re-driven jobs are published after COMMIT.
  * @throws the database or Redis error (a Redis call past `redisTimeoutMs` rolls the pass back).
  */
 export async function watchdogPass(deps: WatchdogDeps, nowMs = Date.now()): Promise<WatchdogReport> {
