@@ -2,7 +2,23 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { Queue } from 'bullmq';
 import { listStuckRuns, runNeeds, STATE_LIVENESS, type Db } from '@gatehouse/ledger';
 import { freePort } from '@gatehouse/testing';
-import { approve, fc, fixtures, msg, refunds, sleep, startHuntStack, submit, waitFor, type HuntStack } from '../hard-cases/helpers.ts';
+import { sql } from 'kysely';
+import {
+  approve,
+  call,
+  cli,
+  fc,
+  fixtures,
+  msg,
+  refunds,
+  SECRET,
+  sleep,
+  startHuntStack,
+  submit,
+  tokenFor,
+  waitFor,
+  type HuntStack,
+} from '../hard-cases/helpers.ts';
 import { startPrivateRedis, type PrivateRedis } from './redis-server.ts';
 
 // Redis restarted without persistence while tickets are in flight: the ledger, not Redis, decides
@@ -167,6 +183,20 @@ describe('Redis lost without persistence, tickets in flight', () => {
       const stuck = (await listStuckRuns(db, later)).find((r) => r.workflowId === sc.refund.workflowId);
       expect(stuck?.waitingFor.some((id) => id.startsWith('exec_'))).toBe(true);
       expect(stuck?.watchdog).toBeNull();
+
+      // On-call sees it: once its bound has passed (time moved on in the ledger), `gatehouse
+      // reconcile` and the ops dashboard list it with the execution it waits for.
+      await sql`UPDATE workflows SET updated_at = now() - interval '10 minutes' WHERE id = ${sc.refund.workflowId}`.execute(db);
+      const printed = await cli(sc.s, ['reconcile']);
+      const line = printed.split('\n').find((l) => l.includes(sc.refund.workflowId)) ?? '';
+      expect(line).toMatch(/waiting-for=exec_/);
+      expect(line).toMatch(/watchdog: not re-driven/);
+      const ops = await call('GET', `${sc.s.url('ops')}/api/workflows/stuck`, await tokenFor('ops-gus', SECRET));
+      expect(ops.status).toBe(200);
+      const listed = (ops.body.runs as Array<{ workflowId: string; waitingFor: string[] }>).find(
+        (r) => r.workflowId === sc.refund.workflowId,
+      );
+      expect(listed?.waitingFor.some((id) => id.startsWith('exec_'))).toBe(true);
     },
   );
 });
