@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { approvalRequestsQueue, executionsQueue, proposalsQueue, turnsQueue, type QueueContract } from '@gatehouse/contracts';
+import { approvalRequestsQueue, executionsQueue, proposalsQueue, queueName, turnsQueue, type QueueContract } from '@gatehouse/contracts';
 import {
   enqueueInTransaction,
   inTransaction,
@@ -78,14 +78,20 @@ interface SourceRow {
   published_at: Date | null;
 }
 
-/** The newest outbox row of a job id (an execution resumed by on-call carries a `_resume<n>` suffix). */
-async function sourceRow(trx: Trx, ref: AwaitedJobRef): Promise<SourceRow | undefined> {
+/**
+ * The newest outbox row of a job id (an execution resumed by on-call carries a `_resume<n>`
+ * suffix), as it applies to the run's current release: a run requeued to another release
+ * (`gatehouse queues requeue`) has its jobs in that release's queue, with that release in the payload.
+ */
+async function sourceRow(trx: Trx, ref: AwaitedJobRef, release: string): Promise<SourceRow | undefined> {
   let q = trx.selectFrom('outbox').select(['queue', 'job_name', 'job_id', 'payload', 'release_id', 'published_at']);
   q =
     ref.kind === 'execution'
       ? q.where((eb) => eb.or([eb('job_id', '=', ref.jobId), eb('job_id', 'like', `${ref.jobId}\\_resume%`)]))
       : q.where('job_id', '=', ref.jobId);
-  return (await q.orderBy('id', 'desc').limit(1).executeTakeFirst()) as SourceRow | undefined;
+  const row = (await q.orderBy('id', 'desc').limit(1).executeTakeFirst()) as SourceRow | undefined;
+  if (!row || row.release_id === release) return row;
+  return { ...row, queue: queueName(ref.queue, release), payload: { ...row.payload, release }, release_id: release };
 }
 
 /** Writes the re-drive: a copy of the job's outbox row (same deterministic id and payload) or, with none, one rebuilt from the ledger. */
@@ -121,6 +127,15 @@ async function redriveReason(deps: WatchdogDeps, source: SourceRow | undefined, 
   return 'missing';
 }
 
+/** The columns of a live run a pass reads. */
+interface RunRow {
+  id: string;
+  state: string;
+  round: number;
+  release_id: string;
+  updated_at: Date;
+}
+
 interface Planned {
   rows: OutboxRow[];
   /** Jobs to remove from their queue before the re-add (failed or stale ones keep their id). */
@@ -129,22 +144,20 @@ interface Planned {
   stopped: string[];
 }
 
-/** Stops a run nothing can move any more as `stopped(step_failed)` with a next step for on-call (unless already terminal). */
-async function stopStuck(trx: Trx, wf: { id: string; release_id: string }, nextStep: string, plan: Planned): Promise<void> {
-  const locked = await trx.selectFrom('workflows').select('state').where('id', '=', wf.id).forUpdate().executeTakeFirst();
-  if (!locked || isTerminal(locked.state)) return;
+/**
+ * Stops a run nothing can move any more as `stopped(step_failed)` with a next step for on-call —
+ * unless it moved since it was read (another state, a newer `updated_at`) or is already terminal.
+ */
+async function stopStuck(trx: Trx, wf: RunRow, nextStep: string, plan: Planned): Promise<void> {
+  const locked = await trx.selectFrom('workflows').select(['state', 'updated_at']).where('id', '=', wf.id).forUpdate().executeTakeFirst();
+  if (!locked || isTerminal(locked.state) || locked.state !== wf.state) return;
+  if (new Date(locked.updated_at).getTime() !== new Date(wf.updated_at).getTime()) return;
   await stopRun(trx, wf, STEP_FAILED, nextStep, 'executor');
   plan.stopped.push(wf.id);
 }
 
 /** Checks one run and writes its re-drives (or its stop, past the re-drive limit) in `trx`. */
-async function checkRun(
-  deps: WatchdogDeps,
-  trx: Trx,
-  wf: { id: string; state: string; round: number; release_id: string; updated_at: Date },
-  nowMs: number,
-  plan: Planned,
-): Promise<void> {
+async function checkRun(deps: WatchdogDeps, trx: Trx, wf: RunRow, nowMs: number, plan: Planned): Promise<void> {
   const needs = await runNeeds(trx, { ...wf, state: wf.state as never }, nowMs);
   const boundMs = STATE_LIVENESS[wf.state as keyof typeof STATE_LIVENESS]?.boundMs ?? Infinity;
   const pastBound = nowMs - new Date(wf.updated_at).getTime() > boundMs;
@@ -155,7 +168,7 @@ async function checkRun(
   }
   const todo: Array<{ ref: AwaitedJobRef; source: SourceRow | undefined; reason: RedriveReason }> = [];
   for (const ref of needs.jobs) {
-    const source = await sourceRow(trx, ref);
+    const source = await sourceRow(trx, ref, wf.release_id);
     const reason = await redriveReason(deps, source, pastBound);
     if (reason) todo.push({ ref, source, reason });
   }
