@@ -89,7 +89,8 @@ export const ACTION_TRANSITIONS: readonly ActionTransition[] = [
   ...pairs(['normalized'], ['pending_approval', 'approved', 'denied', 'suppressed', 'superseded']),
   ...pairs(['pending_approval'], ['approved', 'denied', 'superseded']),
   ...pairs(['approved'], ['running', 'denied', 'superseded', 'failed']),
-  ...pairs(['running'], ['running', 'succeeded', 'failed', 'failed_unknown', 'approved', 'compensated']),
+  // A downstream refusal of authority (401/403) denies a running action.
+  ...pairs(['running'], ['running', 'succeeded', 'failed', 'failed_unknown', 'denied', 'approved', 'compensated']),
   ...pairs(['failed_unknown'], ['succeeded', 'failed', 'compensated']),
   // Reconciliation may find at the system of record an effect a failed step did have.
   ...pairs(['failed'], ['succeeded', 'compensated']),
