@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { approve, fc, fixtures, msg, refunds, settled, sleep, startHuntStack, submit, waitFor, type HuntStack } from './helpers.ts';
 
-// SPEC §6 "Audit storage unavailable": reads may continue; consequential execution stops and the
+// docs/product/hard-cases.md#audit-unavailable: reads may continue; consequential execution stops and the
 // approval is left unconsumed; when audit is back the step executes exactly once.
 
 let s: HuntStack;

@@ -18,7 +18,7 @@ import {
   type HuntStack,
 } from './helpers.ts';
 
-// Issue 6: the agent loop — call_id pairing across a crash, rejected approvals answered
+// The agent loop — call_id pairing across a crash, rejected approvals answered
 // `executed: false`, and the two controls (eligible-tool filter, untrusted-output boundary)
 // shown load-bearing by turning them off in a second stack.
 

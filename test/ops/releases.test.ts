@@ -18,7 +18,7 @@ import { activateRelease, ActivationRefused, enableWrites, rollbackRelease } fro
 import { drainRelease, quarantineRelease, queuedJobs, requeueRelease, RequeueRefused } from '../../packages/cli/src/queue-ops.ts';
 
 /**
- * Releases, canary and rollback (SPEC §8, issue 8): activation verifies digests and gates, a
+ * Releases, canary and rollback (docs/product/releases.md): activation verifies digests and gates, a
  * candidate serves its cohort with writes disabled, rollback drains and restores, and candidate
  * jobs are requeued or quarantined only by explicit command — never claimed by a former worker.
  */

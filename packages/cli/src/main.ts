@@ -244,11 +244,18 @@ function stubUrl(env: Record<string, string | undefined>): string {
   )}/v1`;
 }
 
-/** `gatehouse demo`: a fresh demo database and queue prefix, the whole stack, ticket T-1. */
+/**
+ * `gatehouse demo`: a fresh demo database and queue prefix, the whole stack, ticket T-1. The
+ * database (`DEMO_DATABASE`, default `gatehouse_demo`, on `DATABASE_URL`'s server) and the queue
+ * prefix (`DEMO_QUEUE_PREFIX`, default `gh-demo`) are emptied first.
+ */
 async function demo(keepRunning: boolean): Promise<number> {
   const base = parseEnv({});
-  const databaseUrl = base.DATABASE_URL.replace(/\/[^/]+$/, '/gatehouse_demo');
-  const prefix = 'gh-demo';
+  const name = process.env.DEMO_DATABASE ?? 'gatehouse_demo';
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(name))
+    throw new Error(`DEMO_DATABASE must be a plain lower-case database name, got ${JSON.stringify(name)}`);
+  const databaseUrl = base.DATABASE_URL.replace(/\/[^/]+$/, `/${name}`);
+  const prefix = process.env.DEMO_QUEUE_PREFIX ?? 'gh-demo';
   const redis = new Redis(base.REDIS_URL, { maxRetriesPerRequest: null });
   for (const key of await redis.keys(`${prefix}:*`)) await redis.del(key);
   redis.disconnect();

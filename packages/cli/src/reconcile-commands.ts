@@ -68,9 +68,9 @@ function formatOutcome(o: RemediationOutcome): string {
 
 /**
  * `gatehouse reconcile`: executes remediations leads approved, runs one reconciliation pass
- * (SPEC §7) and prints the live worklist, the stuck runs (live runs past their no-progress bound,
- * with the jobs they wait for and the watchdog's re-drives) and a summary; publishes the results
- * of resumed calls.
+ * (docs/product/reconciliation.md) and prints the live worklist, the stuck runs (live runs past
+ * their no-progress bound, with the jobs they wait for and the watchdog's re-drives) and a
+ * summary; publishes the results of resumed calls.
  * Returns the exit code (0; the summary says how many differences are unexplained).
  */
 export async function reconcileCommand(ctx: ReconcileContext): Promise<number> {

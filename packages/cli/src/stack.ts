@@ -11,7 +11,7 @@ export interface ServiceSpec {
   defaultPort: number;
 }
 
-/** Every process of the local stack (SPEC §9 default ports; worker-only services get health ports). */
+/** Every process of the local stack (docs/product/public-contract.md default ports; worker-only services get health ports). */
 export const SERVICES: readonly ServiceSpec[] = [
   { name: 'staging', entry: 'services/staging/src/main.ts', portVar: 'STAGING_PORT', defaultPort: 7104 },
   { name: 'model-stub', entry: 'services/model-stub/src/main.ts', portVar: 'MODEL_STUB_PORT', defaultPort: 7103 },

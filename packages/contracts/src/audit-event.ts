@@ -1,6 +1,6 @@
 import { z } from 'zod';
 
-/** Lifecycle event types written to the audit chain (SPEC §4 invariant 8). */
+/** Lifecycle event types written to the audit chain (docs/product/invariants.md#evidence). */
 export const AuditEventType = z.enum([
   'run.started',
   'run.stopped',

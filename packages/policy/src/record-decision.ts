@@ -52,7 +52,7 @@ export interface DecideOutcome {
 }
 
 /**
- * Supersedes one not-yet-claimed action version (SPEC §5): status `superseded`, its pending or
+ * Supersedes one not-yet-claimed action version (docs/product/states.md#action): status `superseded`, its pending or
  * approved approvals `void` (audited), so no stale approval can ever be consumed. The caller
  * answers the action's call (`{executed: false, reason: "superseded"}`) its own way.
  * Returns the voided approval ids.
@@ -96,7 +96,8 @@ async function supersede(trx: Trx, wf: Workflow, a: Action, answerCall: boolean,
 }
 
 /**
- * Decides one normalized proposal and records it, in the caller's transaction (SPEC §3–§5):
+ * Decides one normalized proposal and records it, in the caller's transaction (docs/product/policy-rules.md,
+ * docs/product/states.md#action):
  * - the same normalized call again in the run (same tool, target and normalized arguments as a
  *   live action) is `suppressed` and answered with the original's outcome (no new effect);
  * - another proposal for the same tool and target is a separate action (four refunds of one

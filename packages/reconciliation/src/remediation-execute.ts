@@ -268,7 +268,8 @@ async function settleOriginal(
 }
 
 /**
- * Executes a worklist item's remediation once its lead approved it, exactly once (issue 8): the
+ * Executes a worklist item's remediation once its lead approved it, exactly once
+ * (docs/product/reconciliation.md#remediations): the
  * approval is consumed atomically with the fenced claim of the operation `recon_<itemId>`; the
  * compensating call carries that key (a replay carries the original refund's key) and a freshly
  * minted delegated token whose subject is the approving lead and whose ceiling is their approve

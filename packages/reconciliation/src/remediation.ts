@@ -103,7 +103,7 @@ function remediationArgs(item: WorklistItem, remediation: Remediation): Record<s
 
 /**
  * Records a remediation of a live worklist item as an approval request a lead decides through
- * the approval API (`POST /v1/approvals/:id/decision`, SPEC §9): a workflow of its own (ticket
+ * the approval API (`POST /v1/approvals/:id/decision`, docs/product/public-contract.md#approvals): a workflow of its own (ticket
  * `recon_<itemId>`), one compensation action (`reverse_refund`, `cancel_shipment`,
  * `replay_refund`, `adopt_ledger_entry` or `ratify_difference` — never in the agent's catalog)
  * whose digest binds the exact arguments, and a pending approval with rule `RECON` for the role

@@ -42,7 +42,7 @@ export function reconciledOutput(tool: string, outcome: 'succeeded' | 'failed', 
  * Records the outcome of an in-flight operation (`failed_unknown`, or `running` past its lease)
  * from the system of record's evidence, under the fencing rules: one conditional UPDATE on the
  * status and fencing token that were read, raising the token so a stale lease holder's later
- * write is refused (ARCHITECTURE correctness rule 3). Then returns the result to the workflow:
+ * write is refused (docs/product/design.md#leases-with-fencing). Then returns the result to the workflow:
  * an unanswered call gets its `results` job (the workflow continues), and a workflow parked in
  * `needs_reconciliation` completes once none of its operations is unknown. Lock order:
  * workflows → actions → operations. A frozen operation is left alone unless `frozenToo` (a

@@ -14,7 +14,7 @@ import {
   type Telemetry,
 } from '../src/index.ts';
 
-// Issue 7 metrics over the real recording path: the SDK started as a service starts it, with an
+// The metrics of docs/product/design.md#observability over the real recording path: the SDK started as a service starts it, with an
 // in-memory (pull) reader in place of the OTLP exporter.
 
 const reader = new MetricsProbe();

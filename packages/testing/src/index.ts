@@ -102,3 +102,8 @@ export async function dropQueuePrefix(redisUrl: string, prefix: string): Promise
   }
 }
 export * from './factories.ts';
+
+/** Drops the database `name` of the test server if it exists, closing its connections first. */
+export async function dropDatabase(name: string): Promise<void> {
+  await admin((c) => c.query(`DROP DATABASE IF EXISTS ${c.escapeIdentifier(name)} WITH (FORCE)`));
+}

@@ -23,7 +23,7 @@ const ctx = createServiceContext('approval', {
   APPROVAL_PORT: z.coerce.number().int().min(0).max(65535).default(7102),
   /** Support bundle override (default: the release manifest's). */
   POLICY_REVISION: z.string().optional(),
-  /** Active change-pack bundle (SPEC §2). */
+  /** Active change-pack bundle (docs/product/policy-rules.md#change-rules). */
   CHANGE_POLICY_REVISION: z.string().optional(),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),

@@ -22,7 +22,7 @@ const ctx = createServiceContext('executor', {
   AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: z.coerce.number().int().positive().default(30_000),
   /** Support bundle override (default: the release manifest's). */
   POLICY_REVISION: z.string().optional(),
-  /** Active change-pack bundle (SPEC §2). */
+  /** Active change-pack bundle (docs/product/policy-rules.md#change-rules). */
   CHANGE_POLICY_REVISION: z.string().optional(),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),

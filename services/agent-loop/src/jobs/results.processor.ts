@@ -15,7 +15,7 @@ import { unansweredCalls } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
 
 /**
- * Change pack (SPEC §2): the latest plan `prepare_change` produced in this workflow when no
+ * Change pack (docs/product/users-and-tools.md#change-pack): the latest plan `prepare_change` produced in this workflow when no
  * `schedule_change` of it is live or done — the workflow then takes its next turn in
  * `awaiting_approval`, the only state that offers `schedule_change`. Null otherwise.
  */
@@ -39,7 +39,7 @@ async function unscheduledPlan(trx: Trx, workflowId: string): Promise<string | n
   return scheduled ? null : plan.id;
 }
 
-/** Failed validations in a row that stop a run with `stopped(validation_failed)` (issue 6). */
+/** Failed validations in a row that stop a run with `stopped(validation_failed)` (docs/product/states.md#stop-reasons). */
 export const MAX_CONSECUTIVE_INVALID = 3;
 
 /**

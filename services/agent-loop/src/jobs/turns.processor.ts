@@ -66,7 +66,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
   if (TERMINAL_STATES.has(wf.state) || wf.round >= job.round) return 'already_done';
   const budget = await db.selectFrom('budgets').selectAll().where('workflow_id', '=', wf.id).executeTakeFirstOrThrow();
 
-  // Bounds are checked before dispatch (SPEC §4 invariant 6).
+  // Bounds are checked before dispatch (docs/product/invariants.md#bounds).
   const overBudget =
     budget.rounds_used + 1 > budget.max_rounds ||
     Date.now() > new Date(budget.deadline_at).getTime() ||
@@ -95,7 +95,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
         input: input as unknown as OpenAI.Responses.ResponseInput,
         tools,
         tool_choice: tools.length ? 'auto' : 'none',
-        // One call per response (issue 6); several calls, if the model sends them anyway, are each answered.
+        // One call per response; several calls, if the model sends them anyway, are each answered.
         parallel_tool_calls: false,
         store: false,
         metadata: { workflow_id: wf.id, ticket_id: wf.ticket_id, release: wf.release_id },
@@ -128,7 +128,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
   const rows = await inTransaction(db, async (trx) => {
     const locked = await trx.selectFrom('workflows').selectAll().where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
     if (TERMINAL_STATES.has(locked.state) || locked.round >= job.round) return [] as OutboxRow[];
-    // A follow-up arrived while the model was answering (SPEC §9: the agent takes a new turn with
+    // A follow-up arrived while the model was answering (docs/product/public-contract.md#follow-up-messages: the agent takes a new turn with
     // it). Its own turn job has this round's id, so it merged with this one: record nothing from a
     // response to an out-of-date transcript, and let the queue re-run the round with the follow-up.
     if ((await countUserMessages(trx, wf.id)) !== userMessagesSent) throw new TranscriptChanged(wf.id, job.round);

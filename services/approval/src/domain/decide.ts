@@ -22,7 +22,7 @@ export interface DecisionOutcome {
 }
 
 /**
- * Decides one approval (SPEC §9 `POST /v1/approvals/:id/decision`).
+ * Decides one approval (docs/product/public-contract.md#approvals).
  * Order of checks: existence in the caller's tenant (404), authority (403), binding to the
  * current action version and digest (409 `stale_version`: the body names another version, or the
  * bound version was superseded — amended by a follow-up or re-evaluated; sibling actions on the

@@ -9,7 +9,7 @@ export interface AuditGate {
   maxBacklogAgeMs: number;
 }
 
-/** Thrown when audit storage is unhealthy: the queue retries the step later (SPEC §4 invariant 8). */
+/** Thrown when audit storage is unhealthy: the queue retries the step later (docs/product/invariants.md#evidence). */
 export class AuditUnavailable extends Error {
   override name = 'AuditUnavailable';
 }

@@ -38,7 +38,7 @@ export type ClaimOutcome =
   | { kind: 'conflict'; action: Action }
   /** Facts changed since the decision: a new action version was recorded instead of executing. */
   | { kind: 'reevaluated'; outcome: string; rows: OutboxRow[] }
-  /** The run's wall-time deadline passed before dispatch (SPEC §4 invariant 6). */
+  /** The run's wall-time deadline passed before dispatch (docs/product/invariants.md#bounds). */
   | { kind: 'deadline'; action: Action };
 
 /** Policy inputs for the re-evaluation at execution. */
@@ -53,7 +53,7 @@ export interface Reevaluation {
 }
 
 /**
- * The fenced claim (ARCHITECTURE correctness rules 1, 3, 4, 5), in the caller's transaction:
+ * The fenced claim (docs/product/design.md#correctness-rules: uniqueness, fencing, write-ahead, stable keys), in the caller's transaction:
  * reserve the operation key (insert-if-absent), refuse a key seen with another digest
  * (`idempotency_conflict`), consume the approval — only when tool, digest, version and policy
  * revision still match and it is unexpired — and grant the lease with one conditional UPDATE that
@@ -159,7 +159,7 @@ export async function claimOperation(
     if (!opts.bindDigest) {
       // Control removed (tests only): any approved approval would do.
     } else {
-      // Binding (SPEC §4 invariant 2): the approval must name exactly this action version.
+      // Binding (docs/product/invariants.md#approval): the approval must name exactly this action version.
       consume = consume
         .where('action_id', '=', action.id)
         .where('tool', '=', action.tool)

@@ -1,4 +1,4 @@
-/** Points at which a test may make the executor process die (SPEC §6 crash matrix). */
+/** Points at which a test may make the executor process die (docs/product/hard-cases.md#crash-points). */
 export type CrashPoint = 'before_dispatch' | 'after_dispatch' | 'after_record';
 
 /**

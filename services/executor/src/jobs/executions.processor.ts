@@ -87,7 +87,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
   const adapter = adapters[preview.tool];
   if (!tool || !adapter) throw new Error(`no adapter for ${preview.tool}`);
 
-  // Containment at the moment of effect: a switched-off tool holds the step (SPEC §6).
+  // Containment at the moment of effect: a switched-off tool holds the step (docs/product/invariants.md#containment).
   const sw = await db.selectFrom('tool_switches').select('enabled').where('tool', '=', preview.tool).executeTakeFirst();
   if (sw && !sw.enabled) {
     await inTransaction(db, async (trx) => {

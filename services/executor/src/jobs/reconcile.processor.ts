@@ -23,7 +23,7 @@ export interface ReconcileDeps {
 }
 
 /**
- * One `reconcile` job (SPEC §7, issue 8): first executes the remediations leads approved since
+ * One `reconcile` job (docs/product/reconciliation.md): first executes the remediations leads approved since
  * the last pass (each exactly once, under `recon_<itemId>`), then runs a reconciliation pass and
  * publishes the results of the calls it resumed. Logs a `reconciliation_worklist` alert line
  * while differences stay unexplained. Returns a one-line summary (stored with the job).
