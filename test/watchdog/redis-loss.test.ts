@@ -28,8 +28,8 @@ import { startPrivateRedis, type PrivateRedis } from './redis-server.ts';
 
 const TERMINAL = ['completed', 'stopped', 'needs_reconciliation'];
 /** A run is done for this test when terminal, or in a legitimate wait (paused, a pending approval) with a next step. */
-const settledOrWaiting = (v: { state: string; nextStep?: unknown; pendingApprovals: unknown[] }): boolean =>
-  TERMINAL.includes(v.state) || ((v.state === 'paused' || v.pendingApprovals.length > 0) && Boolean(v.nextStep));
+const settledOrWaiting = (v: { state: string; nextStep?: unknown; pendingApprovals: Array<{ status: string }> }): boolean =>
+  TERMINAL.includes(v.state) || ((v.state === 'paused' || v.pendingApprovals.some((p) => p.status === 'pending')) && Boolean(v.nextStep));
 
 interface Scenario {
   s: HuntStack;
@@ -111,11 +111,13 @@ async function missingJobs(db: Db, sc: Scenario, workflowId: string): Promise<st
 describe('Redis lost without persistence, tickets in flight', () => {
   it(
     'the watchdog re-drives every lost job: each run ends or waits legitimately, the approved refund executes once',
-    { timeout: 420_000 },
+    { timeout: 600_000 },
     async () => {
       const sc = await loseRedisMidFlight('RL', {});
       const db = sc.s.db.db;
-      for (const r of [sc.refund, ...sc.reads]) await waitFor(sc.s, r.token, r.workflowId, settledOrWaiting, 120_000);
+      // Generous: a job re-driven while audit was still coming back retries with the executor's
+      // exponential backoff, which on a loaded machine can reach minutes; the watchdog itself acts within seconds.
+      for (const r of [sc.refund, ...sc.reads]) await waitFor(sc.s, r.token, r.workflowId, settledOrWaiting, 360_000);
 
       const end = await waitFor(sc.s, sc.refund.token, sc.refund.workflowId, (x) => TERMINAL.includes(x.state));
       expect(end.state).toBe('completed');
@@ -151,7 +153,7 @@ describe('Redis lost without persistence, tickets in flight', () => {
 
   it(
     'control removed (watchdog off): the same loss leaves the approved refund stuck, its execution gone, listed as stuck',
-    { timeout: 420_000 },
+    { timeout: 600_000 },
     async () => {
       const sc = await loseRedisMidFlight('RLc', { GATEHOUSE_TEST_DISABLE_WATCHDOG: '1' });
       const db = sc.s.db.db;
