@@ -33,7 +33,7 @@ const LIVE: readonly WorkflowState[] = ['received', 'investigating', 'awaiting_a
 export const LIVE_STATES: readonly WorkflowState[] = [...LIVE, 'paused'];
 
 /**
- * Every legal workflow transition (the run lifecycle of docs/product and docs/decisions/0100).
+ * Every legal workflow transition (the run lifecycle of docs/product/states.md; docs/decisions/0100).
  * A live state may move to any other live state (results, turns and claims arrive in any order
  * across parallel calls), to `paused` (a switched-off tool, with its next step), to a terminal
  * state, or stay (a new round, a second claim). `paused` resumes to `executing` or ends;
