@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
+import { UnrecoverableError, Worker } from 'bullmq';
 import { executionsQueue, queueName, resultsQueue, turnsQueue } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, type Db } from '@gatehouse/ledger';
 import { createLogger, createRedis, OutboxRelay, QueueRegistry } from '@gatehouse/platform';
@@ -202,5 +203,33 @@ describe('watchdog', () => {
     expect((await db.selectFrom('workflows').select('state').where('id', '=', execRun.workflowId).executeTakeFirstOrThrow()).state).toBe(
       'executing',
     );
+  });
+
+  it('re-drives a dead-lettered job (failed during an outage): removed and re-added under the same id', async () => {
+    const a = await publishedThenLost();
+    const q = queues.get(queueName('executions', 'rel-1'));
+    await q.add('execution', a.job, { jobId: a.jobId, attempts: 1 });
+    const connection = createRedis(TEST_REDIS_URL);
+    const worker = new Worker(
+      queueName('executions', 'rel-1'),
+      async (job) => {
+        if (job.id === a.jobId) throw new UnrecoverableError('dependency unavailable');
+      },
+      { connection, prefix },
+    );
+    try {
+      const until = Date.now() + 20_000;
+      while ((await q.getJobState(a.jobId)) !== 'failed') {
+        if (Date.now() > until) throw new Error('the job never failed');
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    } finally {
+      await worker.close();
+      connection.disconnect();
+    }
+    const r = await ran();
+    expect(r.redriven).toContainEqual({ workflowId: a.workflowId, jobId: a.jobId, reason: 'failed' });
+    expect(await q.getJobState(a.jobId)).toBe('waiting');
+    expect(await redrivesOf(a.workflowId)).toEqual(['executions:failed']);
   });
 });
