@@ -6,6 +6,7 @@ import {
   inTransaction,
   recordAudit,
   TERMINAL_STATES,
+  transitionWorkflow,
   type Db,
   type OutboxRow,
   type Trx,
@@ -163,11 +164,11 @@ async function resumeIfNothingHeld(trx: Trx, workflowId: string, tool: string): 
       .execute();
     return;
   }
-  await trx
-    .updateTable('workflows')
-    .set({ state: 'executing', next_step: null, updated_at: new Date() })
-    .where('id', '=', workflowId)
-    .execute();
+  await transitionWorkflow(trx, workflowId, {
+    to: 'executing',
+    nextStep: null,
+    audit: { type: 'run.resumed', service: 'cli', tool, outcome: 'tool_enabled', revisions: { release: wf.release_id } },
+  });
   await trx
     .updateTable('budgets')
     .set({
@@ -178,14 +179,6 @@ async function resumeIfNothingHeld(trx: Trx, workflowId: string, tool: string): 
     .where('workflow_id', '=', workflowId)
     .where('paused_at', 'is not', null)
     .execute();
-  await recordAudit(trx, {
-    type: 'run.resumed',
-    service: 'cli',
-    runId: workflowId,
-    tool,
-    outcome: 'tool_enabled',
-    revisions: { release: wf.release_id },
-  });
 }
 
 /** `gatehouse epoch bump`: raises the revocation epoch; every outstanding delegated token dies. */

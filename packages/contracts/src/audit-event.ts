@@ -7,6 +7,8 @@ export const AuditEventType = z.enum([
   'run.completed',
   'run.paused',
   'run.resumed',
+  /** The watchdog re-enqueued a job a live run waits for (outcome `<queue>:<missing|failed|stale>`). */
+  'run.redriven',
   'model.response',
   'proposal.received',
   'proposal.invalid',

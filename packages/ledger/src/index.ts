@@ -7,3 +7,5 @@ export * from './audit-verify.ts';
 export * from './releases.ts';
 export * from './operations.ts';
 export * from './failed-step.ts';
+export * from './transitions.ts';
+export * from './liveness.ts';

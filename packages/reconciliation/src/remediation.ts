@@ -1,6 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { canonicalJson, loadWorld, REMEDIATION_RULE_ID, sha256Hex } from '@gatehouse/contracts';
-import { actorHash, inTransaction, operationKeyHash, recordAudit, type Db, type Remediation } from '@gatehouse/ledger';
+import {
+  actorHash,
+  inTransaction,
+  operationKeyHash,
+  recordAudit,
+  transitionAction,
+  transitionWorkflow,
+  type Db,
+  type Remediation,
+} from '@gatehouse/ledger';
 import { referenceChangeBundle, referenceSupportBundle } from './bundles.ts';
 import { catalogDigest, digestOf, toolsOfPack } from '@gatehouse/tools';
 import { REMEDIATION_TOOL, remediationsOf } from './classes.ts';
@@ -186,13 +195,13 @@ export async function requestRemediation(
         .returning(['id', 'action_id', 'workflow_id', 'tool', 'status'])
         .executeTakeFirst();
       if (voided) {
-        await trx.updateTable('actions').set({ status: 'superseded', updated_at: now }).where('id', '=', voided.action_id).execute();
-        await trx
-          .updateTable('workflows')
-          .set({ state: 'stopped', stop_reason: 'denied', next_step: `Replaced by a ${req.remediation} request.`, updated_at: now })
-          .where('id', '=', voided.workflow_id)
-          .where('state', '=', 'awaiting_approval')
-          .execute();
+        await transitionAction(trx, voided.action_id, { to: 'superseded' });
+        await transitionWorkflow(trx, voided.workflow_id, {
+          to: 'stopped',
+          stopReason: 'denied',
+          nextStep: `Replaced by a ${req.remediation} request.`,
+          onlyFrom: ['awaiting_approval'],
+        });
         await recordAudit(trx, {
           type: 'approval.voided',
           service: 'reconciliation',

@@ -5,6 +5,8 @@ import {
   enqueueInTransaction,
   operationKeyHash,
   recordAudit,
+  transitionAction,
+  transitionWorkflow,
   type OperationStatus,
   type OutboxRow,
   type Trx,
@@ -80,7 +82,7 @@ export async function settleOperation(
   if (!opts.frozenToo) update = update.where('frozen_at', 'is', null);
   const updated = await update.returning('key').executeTakeFirst();
   if (!updated) return null;
-  await trx.updateTable('actions').set({ status: outcome.status, updated_at: new Date() }).where('id', '=', op.actionId).execute();
+  await transitionAction(trx, op.actionId, { to: outcome.status });
   await recordAudit(trx, {
     type: 'operation.reconciled',
     service: 'reconciliation',
@@ -116,12 +118,11 @@ export async function settleOperation(
     .where('status', 'in', ['failed_unknown', 'running'])
     .execute();
   if (!unknown.length) {
-    await trx
-      .updateTable('workflows')
-      .set({ state: 'completed', next_step: `Reconciled: ${op.tool} ${outcome.status} (${outcome.note}).`, updated_at: new Date() })
-      .where('id', '=', op.workflowId)
-      .where('state', '=', 'needs_reconciliation')
-      .execute();
+    await transitionWorkflow(trx, op.workflowId, {
+      to: 'completed',
+      nextStep: `Reconciled: ${op.tool} ${outcome.status} (${outcome.note}).`,
+      onlyFrom: ['needs_reconciliation'],
+    });
   }
   return [];
 }

@@ -35,6 +35,10 @@ export const METRICS = {
     name: 'gatehouse.idempotency.conflicts',
     description: 'Operation keys seen again with other parameters (refused), by tool',
   },
+  redrives: {
+    name: 'gatehouse.watchdog.redrives',
+    description: 'Jobs the watchdog re-enqueued for a live run (lost with Redis, failed, stale), by queue and reason',
+  },
   runs: { name: 'gatehouse.runs', description: 'Workflow runs started, completed and stopped' },
   stops: { name: 'gatehouse.runs.stops', description: 'Workflow stops by reason (docs/product/states.md#stop-reasons)' },
   budgetStops: { name: 'gatehouse.budget.stops', description: 'Workflow stops because a budget (rounds, calls, time, spend) ran out' },
@@ -213,6 +217,11 @@ function countEvent(e: AuditMetricEvent): void {
     case 'operation.reconciled':
       add(METRICS.outcomes, { ...base, tool: e.tool, outcome: e.type.slice('operation.'.length) });
       break;
+    case 'run.redriven': {
+      const [queue, reason] = (e.outcome ?? '').split(':');
+      add(METRICS.redrives, { ...base, queue, reason });
+      break;
+    }
     case 'run.started':
     case 'run.completed':
       add(METRICS.runs, { ...base, outcome: e.type.slice('run.'.length) });

@@ -3,6 +3,7 @@ import { createServiceContext, createHttpApp, finishApp, listen, closeServer, in
 import { executionsQueue, loadWorld, type ExecutionJob } from '@gatehouse/contracts';
 import { processExecution } from './jobs/executions.processor.ts';
 import { startReconcileJob } from './jobs/reconcile.processor.ts';
+import { startWatchdog } from './jobs/watchdog.ts';
 import { readTestHooks } from './domain/test-hooks.ts';
 import { loadServiceBundles } from '@gatehouse/policy';
 
@@ -29,6 +30,12 @@ const ctx = createServiceContext('executor', {
   RECONCILE_INTERVAL_MS: z.coerce.number().int().nonnegative().default(60_000),
   /** Reference support bundle reconciliation judges refunds against (never a bundle failing its gate). */
   RECONCILE_SUPPORT_REVISION: z.string().default('support-p1'),
+  /** Watchdog (docs/decisions/0100): ms between passes over live runs whose jobs may be lost. */
+  WATCHDOG_INTERVAL_MS: z.coerce.number().int().positive().default(5_000),
+  /** A run is looked at once its last state change is this old, ms. */
+  WATCHDOG_GRACE_MS: z.coerce.number().int().positive().default(5_000),
+  /** Re-drives of one run before the watchdog stops it as `stopped(step_failed)`. */
+  WATCHDOG_MAX_REDRIVES: z.coerce.number().int().positive().default(5),
 });
 const hooks = readTestHooks(process.env);
 const { env, log, db, relay } = ctx;
@@ -79,8 +86,26 @@ const reconciler = await startReconcileJob(
   },
   { queues: ctx.queues, gate: ctx.gate, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, intervalMs: env.RECONCILE_INTERVAL_MS },
 );
+const watchdog = hooks.disableWatchdog
+  ? null
+  : startWatchdog(
+      {
+        db,
+        queues: ctx.queues,
+        relay,
+        log,
+        settings: {
+          release: env.GATEHOUSE_RELEASE,
+          graceMs: env.WATCHDOG_GRACE_MS,
+          maxRedrives: env.WATCHDOG_MAX_REDRIVES,
+          redisTimeoutMs: 2_000,
+          batch: 200,
+        },
+      },
+      env.WATCHDOG_INTERVAL_MS,
+    );
 relay.start();
 const app = finishApp(createHttpApp('executor', ctx.readyChecks), log);
 const { server, port } = await listen(app, env.EXECUTOR_PORT);
 log.info({ port }, 'executor ready');
-installShutdown(log, [() => ctx.close([worker, reconciler]), () => closeServer(server)]);
+installShutdown(log, [() => ctx.close([worker, reconciler]), async () => watchdog?.stop(), () => closeServer(server)]);

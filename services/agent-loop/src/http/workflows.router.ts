@@ -1,7 +1,7 @@
 import { Router } from 'express';
 import { z } from 'zod';
 import { storableString, turnsQueue } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, type Db, type OutboxRow } from '@gatehouse/ledger';
+import { enqueueInTransaction, inTransaction, transitionWorkflow, type Db, type OutboxRow } from '@gatehouse/ledger';
 import { ConflictError, ForbiddenError, parseBody, UserError, type OutboxRelay } from '@gatehouse/platform';
 import { supersedeAction } from '@gatehouse/policy';
 import type { AuthedRequest } from '@gatehouse/platform';
@@ -142,11 +142,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
         .execute();
       // The next round starts now if no call is still in flight; otherwise the last result starts it.
       if ((await unansweredCalls(trx, wf.id)).length) return [] as OutboxRow[];
-      await trx
-        .updateTable('workflows')
-        .set({ state: 'investigating', next_step: null, updated_at: new Date() })
-        .where('id', '=', wf.id)
-        .execute();
+      await transitionWorkflow(trx, wf.id, { to: 'investigating', nextStep: null });
       return [await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 })];
     });
     await cfg.relay.publish(rows);

@@ -6,6 +6,7 @@ import {
   inTransaction,
   recordAudit,
   releaseWritesEnabled,
+  transitionWorkflow,
   type Db,
   type OutboxRow,
   type Trx,
@@ -186,23 +187,17 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
           item: JSON.stringify({ role: 'assistant', content: text }),
         })
         .execute();
-      await trx
-        .updateTable('workflows')
-        .set({
-          state: 'completed',
-          round: job.round,
-          next_step: 'Done: read the agent’s final message (finalMessage).',
-          updated_at: new Date(),
-        })
-        .where('id', '=', wf.id)
-        .execute();
-      await recordAudit(trx, {
-        type: 'run.completed',
-        service: 'agent-loop',
-        runId: wf.id,
-        step: job.round,
-        outcome: 'completed',
-        revisions: { release: wf.release_id },
+      await transitionWorkflow(trx, wf.id, {
+        to: 'completed',
+        round: job.round,
+        nextStep: 'Done: read the agent’s final message (finalMessage).',
+        audit: {
+          type: 'run.completed',
+          service: 'agent-loop',
+          step: job.round,
+          outcome: 'completed',
+          revisions: { release: wf.release_id },
+        },
       });
       return [] as OutboxRow[];
     }
@@ -217,11 +212,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
       .set({ tool_calls_used: b.tool_calls_used + calls.length })
       .where('workflow_id', '=', wf.id)
       .execute();
-    await trx
-      .updateTable('workflows')
-      .set({ state: 'investigating', round: job.round, updated_at: new Date() })
-      .where('id', '=', wf.id)
-      .execute();
+    await transitionWorkflow(trx, wf.id, { to: 'investigating', round: job.round });
 
     const out: OutboxRow[] = [];
     for (const call of calls) {

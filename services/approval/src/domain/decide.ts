@@ -1,5 +1,14 @@
 import { executionsQueue, REMEDIATION_RULE_ID, resultsQueue, type DecisionRequest } from '@gatehouse/contracts';
-import { actorHash, enqueueInTransaction, inTransaction, isTerminal, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
+import {
+  actorHash,
+  enqueueInTransaction,
+  inTransaction,
+  isTerminal,
+  recordAudit,
+  transitionAction,
+  type Db,
+  type OutboxRow,
+} from '@gatehouse/ledger';
 import { ConflictError, GoneError, UserError } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
 import { sql } from 'kysely';
@@ -110,22 +119,12 @@ export async function decideApproval(
     if (approval.rule_id === REMEDIATION_RULE_ID) {
       // A reconciliation remediation runs in the reconciliation job once approved, never in the
       // executor or the agent loop (docs/decisions/0050-reconciliation.md): no job to enqueue.
-      await trx
-        .updateTable('actions')
-        .set({ status, updated_at: new Date() })
-        .where('id', '=', approval.action_id)
-        .where('status', '=', 'pending_approval')
-        .execute();
+      await transitionAction(trx, approval.action_id, { to: status, onlyFrom: ['pending_approval'] });
       return { approvalId: approval.id, status, rows: [] };
     }
     let row: OutboxRow;
     if (status === 'approved') {
-      await trx
-        .updateTable('actions')
-        .set({ status: 'approved', updated_at: new Date() })
-        .where('id', '=', approval.action_id)
-        .where('status', '=', 'pending_approval')
-        .execute();
+      await transitionAction(trx, approval.action_id, { to: 'approved', onlyFrom: ['pending_approval'] });
       row = await enqueueInTransaction(trx, executionsQueue, {
         release: approval.release_id,
         traceparent: approval.traceparent ?? undefined,
@@ -135,12 +134,8 @@ export async function decideApproval(
         approvalId: approval.id,
       });
     } else {
-      const action = await trx
-        .updateTable('actions')
-        .set({ status: 'denied', updated_at: new Date() })
-        .where('id', '=', approval.action_id)
-        .returning(['call_id'])
-        .executeTakeFirstOrThrow();
+      await transitionAction(trx, approval.action_id, { to: 'denied' });
+      const action = await trx.selectFrom('actions').select(['call_id']).where('id', '=', approval.action_id).executeTakeFirstOrThrow();
       const output = toSafeOutput(approval.tool, { executed: false, reason: 'rejected' }, 'gatehouse');
       row = await enqueueInTransaction(trx, resultsQueue, {
         release: approval.release_id,

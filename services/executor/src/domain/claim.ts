@@ -5,6 +5,8 @@ import {
   isTerminal,
   operationKeyHash,
   recordAudit,
+  transitionAction,
+  transitionWorkflow,
   type Trx,
   type ActionsTable,
   type OperationsTable,
@@ -199,13 +201,12 @@ export async function claimOperation(
     .where('fencing_token', '=', op.fencing_token)
     .returning(['fencing_token', 'baseline'])
     .executeTakeFirstOrThrow();
-  await trx.updateTable('actions').set({ status: 'running', updated_at: new Date() }).where('id', '=', action.id).execute();
-  await trx
-    .updateTable('workflows')
-    .set({ state: 'executing', next_step: null, updated_at: new Date() })
-    .where('id', '=', action.workflow_id)
-    .where('state', 'in', ['investigating', 'awaiting_approval', 'executing'])
-    .execute();
+  await transitionAction(trx, action.id, { to: 'running' });
+  await transitionWorkflow(trx, action.workflow_id, {
+    to: 'executing',
+    nextStep: null,
+    onlyFrom: ['investigating', 'awaiting_approval', 'executing'],
+  });
   await recordAudit(trx, { ...audit, type: 'operation.claimed', attempts: op.attempts + 1, approvalId: job.approvalId });
   return {
     kind: 'claimed',
