@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenFor } from '@gatehouse/cli';
 import { SECRET, startFuzzApps, type FuzzApps, type Surface } from './support/apps.ts';
-import { closeClient, send } from './support/client.ts';
+import { send } from './support/client.ts';
 
 // A path parameter that is not valid percent-encoding is the caller's mistake: 400 with a reason,
 // never a 500 from the router's decodeURIComponent.
@@ -14,7 +14,6 @@ beforeAll(async () => {
   tokens.lead = await tokenFor('lead-eli', SECRET);
 });
 afterAll(async () => {
-  closeClient();
   await f?.close();
 });
 

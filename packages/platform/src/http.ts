@@ -79,21 +79,39 @@ const BODY_FAULTS: Record<string, { reason: string; message: string }> = {
   'request.size.invalid': { reason: 'invalid_body', message: 'the body length does not match content-length' },
 };
 
+/** Reasons of a 4xx error from express's own libraries (http-errors: serve-static, raw-body) by status. */
+const STATUS_REASONS: Record<number, string> = {
+  404: 'not_found',
+  405: 'method_not_allowed',
+  413: 'body_too_large',
+  415: 'unsupported_media_type',
+  416: 'range_not_satisfiable',
+};
+
 /**
- * The 4xx a request-level failure deserves, or null when the error is not the caller's: a path
- * whose percent-encoding does not decode (the router's `decodeURIComponent` throws `URIError`
- * while matching `:params`) is 400 `bad_path`; a body-parser failure is its own 4xx status with a
- * reason from {@link BODY_FAULTS} (an unknown 4xx type of body-parser is `invalid_body`).
+ * The 4xx a request-level failure deserves, or null when the error is not the caller's:
+ * - a path whose percent-encoding does not decode (the router's `decodeURIComponent` throws
+ *   `URIError` while matching `:params`): 400 `bad_path`;
+ * - a body-parser failure (it sets `type`): its own 4xx status with a reason from {@link BODY_FAULTS};
+ * - a body that does not inflate with its `content-encoding` (zlib's `Z_*` codes): 400 `invalid_body`;
+ * - any other 4xx error that express's libraries mark safe to show (http-errors' `expose: true`):
+ *   its status, a reason from {@link STATUS_REASONS} (else `bad_request`) and its message.
  */
 function clientFaultOf(err: unknown): ClientFault | null {
   if (err instanceof URIError) {
     return { status: 400, reason: 'bad_path', message: 'the request path has malformed percent-encoding' };
   }
-  const e = err as { status?: unknown; type?: unknown; message?: unknown } | null;
-  if (!e || typeof e !== 'object' || typeof e.type !== 'string' || typeof e.status !== 'number') return null;
-  if (e.status < 400 || e.status >= 500) return null;
-  const known = BODY_FAULTS[e.type];
-  return { status: e.status, reason: known?.reason ?? 'invalid_body', message: known?.message ?? String(e.message) };
+  const e = err as { status?: unknown; type?: unknown; expose?: unknown; code?: unknown; message?: unknown } | null;
+  if (!e || typeof e !== 'object' || typeof e.status !== 'number' || e.status < 400 || e.status >= 500) return null;
+  if (typeof e.type === 'string') {
+    const known = BODY_FAULTS[e.type];
+    return { status: e.status, reason: known?.reason ?? 'invalid_body', message: known?.message ?? String(e.message) };
+  }
+  if (e.expose !== true) return null;
+  if (typeof e.code === 'string' && e.code.startsWith('Z_')) {
+    return { status: 400, reason: 'invalid_body', message: 'the body does not decode with its content-encoding' };
+  }
+  return { status: e.status, reason: STATUS_REASONS[e.status] ?? 'bad_request', message: String(e.message) };
 }
 
 /**

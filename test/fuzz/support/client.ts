@@ -17,18 +17,24 @@ export interface RawResponse {
   text: string;
 }
 
-const agent = new Agent({ keepAlive: true, maxSockets: 8 });
 
 /**
  * Sends `req` to `baseUrl` with node's own client (which refuses only what no server could parse:
- * control characters in the path or header values). Resolves with the response; rejects on a
- * socket error, which a test treats as a failure (the server hung up instead of answering).
+ * control characters in the path or header values), on a connection of its own that stays
+ * keep-alive like a browser's: the server then reads off a body it did not need before answering,
+ * where `Connection: close` would make it close with the body unread and the kernel reset the
+ * connection over the answer. Resolves with the response; rejects on a socket error, which a test
+ * treats as a failure (the server hung up instead of answering).
  */
 export function send(baseUrl: string, req: RawRequest): Promise<RawResponse> {
   const url = new URL(baseUrl);
-  return new Promise((resolve, reject) => {
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  return new Promise<RawResponse>((resolve, reject) => {
+    // node frames a body of GET/DELETE/OPTIONS only when told its length (else the bytes would
+    // reach the server as a second, garbage request).
+    const headers = { ...req.headers, ...(req.body === undefined ? {} : { 'content-length': String(Buffer.byteLength(req.body)) }) };
     const r = httpRequest(
-      { agent, host: url.hostname, port: url.port, method: req.method, path: req.path, headers: req.headers ?? {} },
+      { agent, host: url.hostname, port: url.port, method: req.method, path: req.path, headers },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
@@ -38,7 +44,7 @@ export function send(baseUrl: string, req: RawRequest): Promise<RawResponse> {
     );
     r.on('error', reject);
     r.end(req.body);
-  });
+  }).finally(() => agent.destroy());
 }
 
 /**
@@ -66,7 +72,15 @@ export function sendRaw(baseUrl: string, bytes: string | Buffer): Promise<number
   });
 }
 
-/** Closes the keep-alive sockets of {@link send}. */
-export function closeClient(): void {
-  agent.destroy();
+/** Node's default `--max-http-header-size` (bytes): a longer request head is refused by its HTTP parser. */
+export const MAX_HEAD_BYTES = 16 * 1024;
+
+/**
+ * Bytes of the request head node's client writes for `req` (request line, the headers given, plus
+ * the Host, Connection and Content-Length lines it adds, with some slack for them).
+ */
+export function headBytes(req: RawRequest): number {
+  let n = Buffer.byteLength(`${req.method} ${req.path} HTTP/1.1\r\n`) + 100;
+  for (const [k, v] of Object.entries(req.headers ?? {})) for (const one of [v].flat()) n += Buffer.byteLength(`${k}: ${one}\r\n`, 'latin1');
+  return n;
 }

@@ -1,0 +1,55 @@
+import fc from 'fast-check';
+import { expect } from 'vitest';
+import type { RunningApp } from './apps.ts';
+import { headBytes, MAX_HEAD_BYTES, send, type RawRequest, type RawResponse } from './client.ts';
+import { requestArb, tokenProbeArb, type RouteSpec } from './requests.ts';
+
+/** What a response must satisfy whatever the request: an answer below 500, and a reason with any JSON error. */
+export function assertClientAnswer(req: RawRequest, res: RawResponse): void {
+  const where = `${req.method} ${req.path.slice(0, 200)}`;
+  expect(res.status, `${where} answered ${res.status}: ${res.text.slice(0, 300)}`).toBeGreaterThanOrEqual(100);
+  expect(res.status, `${where} answered ${res.status}: ${res.text.slice(0, 300)}`).toBeLessThan(500);
+  const json = String(res.headers['content-type'] ?? '').startsWith('application/json');
+  // bull-board's own API (under /queues) answers its errors in its own shape.
+  if (res.status >= 400 && json && req.method !== 'HEAD' && !req.path.startsWith('/queues')) {
+    const body = JSON.parse(res.text) as { error?: { reason?: unknown; message?: unknown } };
+    expect(typeof body.error?.reason, `${where}: ${res.text.slice(0, 300)}`).toBe('string');
+    expect(typeof body.error?.message, `${where}: ${res.text.slice(0, 300)}`).toBe('string');
+  }
+}
+
+/**
+ * Sends `runs` fuzzed requests to one route of `app` and asserts each with
+ * {@link assertClientAnswer}: a third only fuzz the token ({@link tokenProbeArb}), the rest fuzz
+ * everything ({@link requestArb}). A failure reports its seed and path: `FUZZ_SEED=<seed>` replays
+ * the run and `FUZZ_SHRINK=1` shrinks the counterexample to a small request.
+ * @returns how many requests were sent.
+ */
+export async function fuzzRoute(app: RunningApp, route: RouteSpec, runs: number): Promise<number> {
+  let sent = 0;
+  const seed = process.env.FUZZ_SEED === undefined ? undefined : Number(process.env.FUZZ_SEED);
+  // Shrinking replays hundreds of requests (some of a megabyte): only when asked for.
+  const endOnFailure = process.env.FUZZ_SHRINK !== '1';
+  const check = async (req: RawRequest): Promise<void> => {
+    sent++;
+    let res: RawResponse;
+    try {
+      res = await send(app.url, req);
+    } catch (err) {
+      // Node's HTTP parser answers an oversized head with 431 and destroys the socket at once;
+      // the reset can overtake the answer. Any other hang-up is a failure.
+      if (headBytes(req) > MAX_HEAD_BYTES && (err as NodeJS.ErrnoException).code === 'ECONNRESET') return;
+      throw err;
+    }
+    assertClientAnswer(req, res);
+  };
+  const tokenRuns = Math.floor(runs / 3);
+  await fc.assert(fc.asyncProperty(tokenProbeArb(route), check), { numRuns: Math.max(1, tokenRuns), seed, endOnFailure });
+  await fc.assert(fc.asyncProperty(requestArb(route), check), { numRuns: Math.max(1, runs - tokenRuns), seed, endOnFailure });
+  return sent;
+}
+
+/** Log lines of an app that say an error escaped every handler (pino level ≥ error, or "unhandled"). */
+export function unhandledLines(app: RunningApp): Array<Record<string, unknown>> {
+  return app.logs.filter((l) => Number(l.level) >= 50 || /unhandled/i.test(String(l.msg)));
+}
