@@ -17,7 +17,6 @@ export interface RawResponse {
   text: string;
 }
 
-
 /**
  * Sends `req` to `baseUrl` with node's own client (which refuses only what no server could parse:
  * control characters in the path or header values), on a connection of its own that stays
@@ -33,15 +32,12 @@ export function send(baseUrl: string, req: RawRequest): Promise<RawResponse> {
     // node frames a body of GET/DELETE/OPTIONS only when told its length (else the bytes would
     // reach the server as a second, garbage request).
     const headers = { ...req.headers, ...(req.body === undefined ? {} : { 'content-length': String(Buffer.byteLength(req.body)) }) };
-    const r = httpRequest(
-      { agent, host: url.hostname, port: url.port, method: req.method, path: req.path, headers },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString('utf8') }));
-        res.on('error', reject);
-      },
-    );
+    const r = httpRequest({ agent, host: url.hostname, port: url.port, method: req.method, path: req.path, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString('utf8') }));
+      res.on('error', reject);
+    });
     r.on('error', reject);
     r.end(req.body);
   }).finally(() => agent.destroy());
@@ -81,6 +77,7 @@ export const MAX_HEAD_BYTES = 16 * 1024;
  */
 export function headBytes(req: RawRequest): number {
   let n = Buffer.byteLength(`${req.method} ${req.path} HTTP/1.1\r\n`) + 100;
-  for (const [k, v] of Object.entries(req.headers ?? {})) for (const one of [v].flat()) n += Buffer.byteLength(`${k}: ${one}\r\n`, 'latin1');
+  for (const [k, v] of Object.entries(req.headers ?? {}))
+    for (const one of [v].flat()) n += Buffer.byteLength(`${k}: ${one}\r\n`, 'latin1');
   return n;
 }

@@ -32,7 +32,7 @@ function segment(ids: () => string[]): fc.Arbitrary<string> {
     fc.constantFrom('%', '%zz', '%E0%A4%A', '%00', '%2F', '%2e%2e', '..', '.', '%C0%AF', '%FF', '%u0041', '%%', ''),
     fc.string({ unit: 'binary', maxLength: 40 }).map((s) => encodeURIComponent(s.replace(/[\ud800-\udfff]/g, 'x'))),
     fc.string({ unit: fc.constantFrom(...SPECIAL), maxLength: 24 }),
-    fc.integer({ min: 1_000, max: 3_000 }).map((n) => "a".repeat(n)),
+    fc.integer({ min: 1_000, max: 3_000 }).map((n) => 'a'.repeat(n)),
   );
 }
 
@@ -45,7 +45,18 @@ const query: fc.Arbitrary<string> = fc.oneof(
       .array(
         fc.tuple(
           fc.oneof(
-            fc.constantFrom('status', 'state', 'limit', 'done', 'status[]', 'limit[0]', 'a[b][c]', '__proto__', 'constructor[prototype]', ''),
+            fc.constantFrom(
+              'status',
+              'state',
+              'limit',
+              'done',
+              'status[]',
+              'limit[0]',
+              'a[b][c]',
+              '__proto__',
+              'constructor[prototype]',
+              '',
+            ),
             fc.string({ unit: fc.constantFrom(...SPECIAL), maxLength: 8 }),
           ),
           fc.oneof(
@@ -59,7 +70,10 @@ const query: fc.Arbitrary<string> = fc.oneof(
       .map((pairs) => `?${pairs.map(([k, v]) => `${k}=${v}`).join('&')}`),
   },
   { weight: 1, arbitrary: fc.integer({ min: 1, max: 3_000 }).map((n) => `?limit=${'9'.repeat(n)}`) },
-  { weight: 1, arbitrary: fc.integer({ min: 1, max: 1_200 }).map((n) => `?${Array.from({ length: n }, (_, i) => `status=${i}`).join('&')}`) },
+  {
+    weight: 1,
+    arbitrary: fc.integer({ min: 1, max: 1_200 }).map((n) => `?${Array.from({ length: n }, (_, i) => `status=${i}`).join('&')}`),
+  },
 );
 
 /** How the body goes on the wire; materialized by {@link bodyBytes} (a 1 MiB body is not kept in the shrink tree). */
@@ -97,7 +111,16 @@ function bodyBytes(b: BodySpec): Buffer | undefined {
 /** Text with the characters storage and parsers trip over: NUL, lone surrogates, RTL marks, emoji. */
 const hostileText = fc.oneof(
   fc.string({ unit: 'binary', maxLength: 60 }),
-  fc.constantFrom('\u0000', 'a\u0000b', '\ud800', 'x\udfffy', '\u202e\u200b', '🙂'.repeat(50), '<script>alert(1)</script>', "'; drop table workflows; --"),
+  fc.constantFrom(
+    '\u0000',
+    'a\u0000b',
+    '\ud800',
+    'x\udfffy',
+    '\u202e\u200b',
+    '🙂'.repeat(50),
+    '<script>alert(1)</script>',
+    "'; drop table workflows; --",
+  ),
 );
 
 /** A JSON value mutated from a valid body: a field replaced, removed, added or retyped. */
@@ -140,7 +163,10 @@ function bodySpec(route: RouteSpec): fc.Arbitrary<BodySpec> {
         (fields): BodySpec => ({ kind: 'form', fields }),
       ),
     },
-    { weight: 1, arbitrary: fc.string({ unit: fc.constantFrom(...SPECIAL), maxLength: 40 }).map((text): BodySpec => ({ kind: 'formText', text })) },
+    {
+      weight: 1,
+      arbitrary: fc.string({ unit: fc.constantFrom(...SPECIAL), maxLength: 40 }).map((text): BodySpec => ({ kind: 'formText', text })),
+    },
   );
 }
 
@@ -190,11 +216,16 @@ function authHeaders(auth: AuthStyle): fc.Arbitrary<Record<string, string>> {
       { weight: 1, arbitrary: fc.constantFrom(`${name}=`, `${name}=%`, `${name}="unterminated`, `=;=;;`, `${name}=%E0%A4%A`) },
     );
   const none = fc.constant<Record<string, string>>({});
-  if (auth === 'bearer') return fc.oneof({ weight: 1, arbitrary: none }, { weight: 9, arbitrary: bearer.map((a) => ({ authorization: a })) });
+  if (auth === 'bearer')
+    return fc.oneof({ weight: 1, arbitrary: none }, { weight: 9, arbitrary: bearer.map((a) => ({ authorization: a })) });
   const name = auth.split(':')[1]!;
   const byCookie = cookie(name).map((c) => ({ cookie: c }));
   if (auth.startsWith('cookie:')) return fc.oneof({ weight: 1, arbitrary: none }, { weight: 9, arbitrary: byCookie });
-  return fc.oneof(none, bearer.map((a) => ({ authorization: a })), byCookie);
+  return fc.oneof(
+    none,
+    bearer.map((a) => ({ authorization: a })),
+    byCookie,
+  );
 }
 
 /** A request to `route`: fuzzed method (sometimes), path segments, query, headers, token and body. */

@@ -41,7 +41,13 @@ export const ROUTES: Record<Surface, RouteSpec[]> = {
   'agent-loop': [
     { method: 'POST', path: '/v1/tickets', auth: 'bearer', body: ticket },
     { method: 'GET', path: '/v1/workflows/:id', auth: 'bearer', ids: () => seededIds.workflows },
-    { method: 'POST', path: '/v1/workflows/:id/messages', auth: 'bearer', body: fc.record({ text: fc.string({ maxLength: 200 }) }), ids: () => seededIds.workflows },
+    {
+      method: 'POST',
+      path: '/v1/workflows/:id/messages',
+      auth: 'bearer',
+      body: fc.record({ text: fc.string({ maxLength: 200 }) }),
+      ids: () => seededIds.workflows,
+    },
     { method: 'GET', path: '/healthz', auth: 'bearer' },
     { method: 'GET', path: '/:id/*', auth: 'bearer' },
   ],
