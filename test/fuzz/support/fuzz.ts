@@ -5,8 +5,9 @@ import { headBytes, MAX_HEAD_BYTES, send, type RawRequest, type RawResponse } fr
 import { requestArb, tokenProbeArb, type RouteSpec } from './requests.ts';
 
 /** What a response must satisfy whatever the request: an answer below 500, and a reason with any JSON error. */
-export function assertClientAnswer(req: RawRequest, res: RawResponse): void {
-  const where = `${req.method} ${req.path.slice(0, 200)}`;
+export function assertClientAnswer(req: RawRequest, res: RawResponse, logs: Array<Record<string, unknown>> = []): void {
+  const logged = res.status >= 500 ? ` (logged: ${JSON.stringify(logs.at(-1)).slice(0, 600)})` : '';
+  const where = `${req.method} ${req.path.slice(0, 200)}${logged}`;
   expect(res.status, `${where} answered ${res.status}: ${res.text.slice(0, 300)}`).toBeGreaterThanOrEqual(100);
   expect(res.status, `${where} answered ${res.status}: ${res.text.slice(0, 300)}`).toBeLessThan(500);
   const json = String(res.headers['content-type'] ?? '').startsWith('application/json');
@@ -27,6 +28,7 @@ export function assertClientAnswer(req: RawRequest, res: RawResponse): void {
  */
 export async function fuzzRoute(app: RunningApp, route: RouteSpec, runs: number): Promise<number> {
   let sent = 0;
+  const statuses = new Map<number, number>();
   const seed = process.env.FUZZ_SEED === undefined ? undefined : Number(process.env.FUZZ_SEED);
   // Shrinking replays hundreds of requests (some of a megabyte): only when asked for.
   const endOnFailure = process.env.FUZZ_SHRINK !== '1';
@@ -41,11 +43,14 @@ export async function fuzzRoute(app: RunningApp, route: RouteSpec, runs: number)
       if (headBytes(req) > MAX_HEAD_BYTES && (err as NodeJS.ErrnoException).code === 'ECONNRESET') return;
       throw err;
     }
-    assertClientAnswer(req, res);
+    assertClientAnswer(req, res, app.logs);
+    statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
   };
   const tokenRuns = Math.floor(runs / 3);
   await fc.assert(fc.asyncProperty(tokenProbeArb(route), check), { numRuns: Math.max(1, tokenRuns), seed, endOnFailure });
   await fc.assert(fc.asyncProperty(requestArb(route), check), { numRuns: Math.max(1, runs - tokenRuns), seed, endOnFailure });
+  // FUZZ_STATS=1 shows how deep the requests got (a route answering only 401 is not being fuzzed).
+  if (process.env.FUZZ_STATS === '1') console.log(route.method, route.path, Object.fromEntries([...statuses].sort((a, b) => a[0] - b[0])));
   return sent;
 }
 
