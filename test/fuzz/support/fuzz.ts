@@ -20,6 +20,25 @@ export function assertClientAnswer(req: RawRequest, res: RawResponse, logs: Arra
 }
 
 /**
+ * Sends `req` to `url` and asserts the answer with {@link assertClientAnswer} (`logs`: the app's
+ * log lines, quoted when it answers 5xx).
+ * @returns the status, or null when node's HTTP parser reset the connection over an oversized head.
+ */
+export async function sendChecked(url: string, req: RawRequest, logs: Array<Record<string, unknown>> = []): Promise<number | null> {
+  let res: RawResponse;
+  try {
+    res = await send(url, req);
+  } catch (err) {
+    // Node's HTTP parser answers an oversized head with 431 and destroys the socket at once;
+    // the reset can overtake the answer. Any other hang-up is a failure.
+    if (headBytes(req) > MAX_HEAD_BYTES && (err as NodeJS.ErrnoException).code === 'ECONNRESET') return null;
+    throw err;
+  }
+  assertClientAnswer(req, res, logs);
+  return res.status;
+}
+
+/**
  * Sends `runs` fuzzed requests to one route of `app` and asserts each with
  * {@link assertClientAnswer}: a third only fuzz the token ({@link tokenProbeArb}), the rest fuzz
  * everything ({@link requestArb}). A failure reports its seed and path: `FUZZ_SEED=<seed>` replays
@@ -34,17 +53,8 @@ export async function fuzzRoute(app: RunningApp, route: RouteSpec, runs: number)
   const endOnFailure = process.env.FUZZ_SHRINK !== '1';
   const check = async (req: RawRequest): Promise<void> => {
     sent++;
-    let res: RawResponse;
-    try {
-      res = await send(app.url, req);
-    } catch (err) {
-      // Node's HTTP parser answers an oversized head with 431 and destroys the socket at once;
-      // the reset can overtake the answer. Any other hang-up is a failure.
-      if (headBytes(req) > MAX_HEAD_BYTES && (err as NodeJS.ErrnoException).code === 'ECONNRESET') return;
-      throw err;
-    }
-    assertClientAnswer(req, res, app.logs);
-    statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+    const status = await sendChecked(app.url, req, app.logs);
+    if (status !== null) statuses.set(status, (statuses.get(status) ?? 0) + 1);
   };
   const tokenRuns = Math.floor(runs / 3);
   await fc.assert(fc.asyncProperty(tokenProbeArb(route), check), { numRuns: Math.max(1, tokenRuns), seed, endOnFailure });

@@ -1,7 +1,7 @@
 import { gzipSync } from 'node:zlib';
 import fc from 'fast-check';
 import type { RawRequest } from './client.ts';
-import { tokenArb } from './tokens.ts';
+import { tokenArb, validToken } from './tokens.ts';
 
 /** Where a route takes its caller's token from. */
 export type AuthStyle = 'bearer' | 'cookie:gh_inbox' | 'cookie:gh_ops' | 'bearer-or-cookie:gh_ops';
@@ -16,6 +16,8 @@ export interface RouteSpec {
   body?: fc.Arbitrary<unknown>;
   /** Form bodies (`application/x-www-form-urlencoded`) the route accepts. */
   form?: fc.Arbitrary<Record<string, string>>;
+  /** World users who normally call the route: the fuzz of everything but the token signs in as one of them. */
+  callers: string[];
   /** Ids that exist (a seeded workflow or approval), so fuzzing also reaches the found-it branch. */
   ids?: () => string[];
 }
@@ -199,19 +201,19 @@ const headerName = fc
 /** Header values node's client will put on the wire (latin-1, no CR/LF). */
 const headerValue = fc.string({ unit: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)), maxLength: 60 });
 
-/** The Authorization header or cookie carrying a (possibly forged) token, or nothing. */
-function authHeaders(auth: AuthStyle): fc.Arbitrary<Record<string, string>> {
+/** The Authorization header or cookie carrying a token of `tokens` (possibly forged), or nothing. */
+function authHeaders(auth: AuthStyle, tokens: fc.Arbitrary<string> = tokenArb): fc.Arbitrary<Record<string, string>> {
   const bearer = fc.oneof(
-    { weight: 6, arbitrary: tokenArb.map((t) => `Bearer ${t}`) },
-    { weight: 1, arbitrary: tokenArb.map((t) => `bearer   ${t}`) },
-    { weight: 1, arbitrary: tokenArb.map((t) => `Bearer ${t} ${t}`) },
+    { weight: 6, arbitrary: tokens.map((t) => `Bearer ${t}`) },
+    { weight: 1, arbitrary: tokens.map((t) => `bearer   ${t}`) },
+    { weight: 1, arbitrary: tokens.map((t) => `Bearer ${t} ${t}`) },
     { weight: 1, arbitrary: fc.constantFrom('Bearer', 'Bearer ', 'Basic dXNlcjpwYXNz', 'Token abc', '') },
-    { weight: 1, arbitrary: tokenArb },
+    { weight: 1, arbitrary: tokens },
   );
   const cookie = (name: string) =>
     fc.oneof(
-      { weight: 4, arbitrary: tokenArb.map((t) => `${name}=${t}`) },
-      { weight: 1, arbitrary: tokenArb.map((t) => `${name}=${encodeURIComponent(t)}; other=%; ${name}=%zz`) },
+      { weight: 4, arbitrary: tokens.map((t) => `${name}=${t}`) },
+      { weight: 1, arbitrary: tokens.map((t) => `${name}=${encodeURIComponent(t)}; other=%; ${name}=%zz`) },
       { weight: 1, arbitrary: headerValue },
       { weight: 1, arbitrary: fc.constantFrom(`${name}=`, `${name}=%`, `${name}="unterminated`, `=;=;;`, `${name}=%E0%A4%A`) },
     );
@@ -228,6 +230,15 @@ function authHeaders(auth: AuthStyle): fc.Arbitrary<Record<string, string>> {
   );
 }
 
+/** A valid token of one of the route's usual callers, where the route reads it (header or cookie). */
+function callerAuth(route: RouteSpec): fc.Arbitrary<Record<string, string>> {
+  const token = fc.constantFrom(...route.callers).map(validToken);
+  const cookie = token.map((t) => ({ cookie: `${route.auth.split(':')[1]}=${t}` }));
+  const bearer = token.map((t) => ({ authorization: `Bearer ${t}` }));
+  if (route.auth === 'bearer') return bearer;
+  return route.auth.startsWith('cookie:') ? cookie : fc.oneof(bearer, cookie);
+}
+
 /** A request to `route`: fuzzed method (sometimes), path segments, query, headers, token and body. */
 export function requestArb(route: RouteSpec): fc.Arbitrary<RawRequest> {
   const seg = segment(route.ids ?? (() => []));
@@ -238,11 +249,16 @@ export function requestArb(route: RouteSpec): fc.Arbitrary<RawRequest> {
         { weight: 1, arbitrary: fc.constantFrom('GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'HEAD', 'PROPFIND') },
       ),
       segs: fc.array(seg, { minLength: 4, maxLength: 4 }),
-      tail: fc.constantFrom('', '', '', '/', '//', '/%', '/..', '/%2e%2e/x', '.json'),
+      tail: fc.oneof(
+        { weight: 6, arbitrary: fc.constant('') },
+        { weight: 1, arbitrary: fc.constantFrom('/', '//', '/%', '/..', '/%2e%2e/x', '.json') },
+      ),
       query,
-      auth: authHeaders(route.auth),
-      contentType: fc.option(fc.constantFrom(...CONTENT_TYPES), { nil: undefined, freq: 5 }),
-      encoding: fc.option(fc.constantFrom(...ENCODINGS), { nil: undefined, freq: 10 }),
+      // Mostly a valid caller, so the rest of the request reaches the handler; tokenProbeArb fuzzes tokens.
+      auth: fc.oneof({ weight: 3, arbitrary: callerAuth(route) }, { weight: 1, arbitrary: authHeaders(route.auth) }),
+      // 1 in 4 bodies get a random content-type, 1 in 10 an encoding.
+      contentType: fc.oneof({ weight: 3, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.constantFrom(...CONTENT_TYPES) }),
+      encoding: fc.oneof({ weight: 9, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.constantFrom(...ENCODINGS) }),
       gzipIt: fc.boolean(),
       extra: fc.dictionary(headerName, headerValue, { maxKeys: 3 }),
       body: bodySpec(route),
