@@ -19,11 +19,10 @@ export interface RawResponse {
 
 /**
  * Sends `req` to `baseUrl` with node's own client (which refuses only what no server could parse:
- * control characters in the path or header values), on a connection of its own that stays
- * keep-alive like a browser's: the server then reads off a body it did not need before answering,
- * where `Connection: close` would make it close with the body unread and the kernel reset the
- * connection over the answer. Resolves with the response; rejects on a socket error, which a test
- * treats as a failure (the server hung up instead of answering).
+ * control characters in the path or header values), on a connection of its own: a connection the
+ * server closed after refusing one request must not fail the next. Resolves with the response;
+ * rejects on a socket error, which a test treats as a failure (the server hung up instead of
+ * answering).
  */
 export function send(baseUrl: string, req: RawRequest): Promise<RawResponse> {
   const url = new URL(baseUrl);
