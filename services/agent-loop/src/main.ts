@@ -1,22 +1,12 @@
-import {
-  createServiceContext,
-  createHttpApp,
-  finishApp,
-  listen,
-  closeServer,
-  installShutdown,
-  startWorkers,
-  requireUser,
-  userTokenVerifier,
-} from '@gatehouse/platform';
+import { createServiceContext, listen, closeServer, installShutdown, startWorkers, userTokenVerifier } from '@gatehouse/platform';
 import { turnsQueue, resultsQueue, loadReleaseManifest, type TurnJob, type ResultJob } from '@gatehouse/contracts';
 import { registerRelease, stopRunOnFailedStep } from '@gatehouse/ledger';
 import { catalogDigest, toolsOfPack, type Pack } from '@gatehouse/tools';
 import { loadServiceBundles } from '@gatehouse/policy';
 import { agentLoopEnv } from './env.ts';
 
-import { ticketsRouter, type PackSettings } from './http/tickets.router.ts';
-import { workflowsRouter } from './http/workflows.router.ts';
+import type { PackSettings } from './http/tickets.router.ts';
+import { createIntakeApp } from './http/app.ts';
 import { createModelClient, LOCAL_MODEL_STUB_URL } from './domain/model-client.ts';
 import { processTurn } from './jobs/turns.processor.ts';
 import { readLoopTestHooks } from './domain/test-hooks.ts';
@@ -64,20 +54,16 @@ packsFor(release.id);
 const baseURL = env.MODEL_BASE_URL ?? (process.env.OPENAI_API_KEY ? undefined : LOCAL_MODEL_STUB_URL);
 const model = createModelClient({ apiKey: env.OPENAI_API_KEY, baseURL, timeoutMs: env.MODEL_TIMEOUT_MS });
 
-const verifier = userTokenVerifier(env);
-const app = createHttpApp('agent-loop', ctx.readyChecks);
-app.use('/v1', requireUser(verifier));
-app.use(
-  ticketsRouter({
-    db,
-    relay,
-    release: env.GATEHOUSE_RELEASE,
-    auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
-    packs: packsFor,
-  }),
-);
-app.use(workflowsRouter({ db, relay }));
-finishApp(app, log);
+const app = createIntakeApp({
+  db,
+  relay,
+  release: env.GATEHOUSE_RELEASE,
+  auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+  packs: packsFor,
+  verifier: userTokenVerifier(env),
+  log,
+  readyChecks: ctx.readyChecks,
+});
 
 const workers = startWorkers(
   [

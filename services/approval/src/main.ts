@@ -1,21 +1,9 @@
 import { stopRunOnFailedStep } from '@gatehouse/ledger';
 import { z } from 'zod';
-import {
-  createServiceContext,
-  createHttpApp,
-  finishApp,
-  listen,
-  closeServer,
-  installShutdown,
-  startWorkers,
-  requireUser,
-  userTokenVerifier,
-} from '@gatehouse/platform';
+import { createServiceContext, listen, closeServer, installShutdown, startWorkers, userTokenVerifier } from '@gatehouse/platform';
 import { approvalRequestsQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
 import { loadServiceBundles } from '@gatehouse/policy';
-import { approvalsRouter } from './http/approvals.router.ts';
-import { inboxRouter } from './http/inbox.router.ts';
-import { approvalOpenApi } from './http/openapi.ts';
+import { createApprovalApp } from './http/app.ts';
 import { processApprovalRequest } from './jobs/approval-requests.processor.ts';
 import { sweepExpiredApprovals } from './jobs/expiry.sweep.ts';
 
@@ -33,26 +21,15 @@ const ctx = createServiceContext('approval', {
 const { env, log, db, relay } = ctx;
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
 const bundles = await loadServiceBundles(db, env, log);
-const verifier = userTokenVerifier(env);
-
-const app = createHttpApp('approval', ctx.readyChecks);
-const openApi = approvalOpenApi();
-app.get('/openapi.json', (_req, res) => {
-  res.json(openApi);
+const app = createApprovalApp({
+  db,
+  relay,
+  auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+  verifier: userTokenVerifier(env),
+  localSecret: env.GATEHOUSE_AUTH_JWKS_URL || env.GATEHOUSE_ENV === 'production' ? null : env.GATEHOUSE_AUTH_SECRET,
+  log,
+  readyChecks: ctx.readyChecks,
 });
-app.get('/', (_req, res) => res.redirect(303, '/inbox'));
-app.use(
-  inboxRouter({
-    db,
-    relay,
-    auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
-    verifier,
-    localSecret: env.GATEHOUSE_AUTH_JWKS_URL || env.GATEHOUSE_ENV === 'production' ? null : env.GATEHOUSE_AUTH_SECRET,
-  }),
-);
-app.use('/v1', requireUser(verifier));
-app.use(approvalsRouter({ db, relay, auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY }));
-finishApp(app, log);
 
 const workers = startWorkers(
   [
