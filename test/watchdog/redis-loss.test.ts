@@ -65,10 +65,7 @@ async function loseRedisMidFlight(tag: string, extra: Record<string, string>): P
   const refund = await submit(s, 'rep-ana', `${tag}-refund`, 'refund 80 on O-1007');
   const pending = await waitFor(s, refund.token, refund.workflowId, (x) => x.pendingApprovals.length === 1);
 
-  const audit = s.stack.processes.get('audit')!;
-  const gone = new Promise((r) => audit.once('exit', r));
-  audit.kill('SIGKILL');
-  await gone;
+  await s.stack.kill('audit', 'SIGKILL', { keepDown: true }); // no supervised restart until restart('audit')
   await sleep(2000); // the heartbeat is now older than the gate's 1.5 s
   expect((await approve(s, 'lead-eli', pending.pendingApprovals[0]!.approvalId)).status).toBe(200);
   // The executor took the approved step and held it for audit health: the job now sits in the delayed set.
