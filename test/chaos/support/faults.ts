@@ -1,0 +1,151 @@
+import { Redis } from 'ioredis';
+import { executionsQueue, queueName } from '@gatehouse/contracts';
+import type { ChaosStack } from './chaos-stack.ts';
+
+/** Injects one fault into a loaded stack and returns when the infrastructure is back (the recovery point). */
+export interface Fault {
+  /** Row label of the report, e.g. `postgres restart -m fast`. */
+  name: string;
+  /** Runs of load submitted around the fault. */
+  runs: number;
+  /** Runs that must be in flight (accepted, not terminal) when the fault hits; default half of `runs`. */
+  minInFlight?: number;
+  /** Runs before the load starts (e.g. stop audit so that executions are held from the first). */
+  prepare?: (s: ChaosStack) => Promise<void>;
+  /**
+   * Waits for the fault's own precondition (e.g. an execution held in the delayed set), calls
+   * `ctx.atFault` just before it breaks the infrastructure, repairs it and returns notes for the report.
+   * @throws Error when a precondition is not met within its deadline.
+   */
+  inject: (s: ChaosStack, ctx: FaultContext) => Promise<string[]>;
+}
+
+/** What the runner offers a fault while it runs. */
+export interface FaultContext {
+  /** Call just before breaking the infrastructure: the runner counts the runs in flight then. */
+  atFault: () => Promise<void>;
+  /** This fault's runs that are accepted and not terminal. */
+  inFlight: () => Promise<number>;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((done) => setTimeout(done, ms));
+
+/** `pg_ctl restart -m fast` of the ledger's cluster: every connection is cut, the server is back in seconds. */
+export function postgresRestart(runs: number): Fault {
+  return {
+    name: 'postgres restart -m fast',
+    runs,
+    inject: async (s, { atFault }) => {
+      await atFault();
+      const t0 = Date.now();
+      await s.pg.restart('fast');
+      return [`cluster back after ${Date.now() - t0} ms`];
+    },
+  };
+}
+
+/** `pg_terminate_backend` on every backend of the ledger database every `everyMs` for `forMs`. */
+export function backendTerminationWaves(runs: number, everyMs = 2000, forMs = 20_000): Fault {
+  return {
+    name: `pg_terminate_backend every ${everyMs / 1000} s for ${forMs / 1000} s`,
+    runs,
+    inject: async (s, { atFault }) => {
+      await atFault();
+      let terminated = 0;
+      let waves = 0;
+      for (const until = Date.now() + forMs; Date.now() < until; waves++) {
+        terminated += await s.pg.terminateBackends(s.dbName);
+        await sleep(everyMs);
+      }
+      return [`${waves} waves, ${terminated} backends terminated`];
+    },
+  };
+}
+
+/** Jobs in the delayed set of the executions queue (held executions wait there). */
+async function delayedExecutions(s: ChaosStack): Promise<number> {
+  const r = new Redis(s.redis.url, { maxRetriesPerRequest: 1 });
+  r.on('error', () => {});
+  try {
+    return await r.zcard(`${s.prefix}:${queueName(executionsQueue.base, 'rel-1')}:delayed`);
+  } finally {
+    r.disconnect();
+  }
+}
+
+/** The executions queue's keys and their sizes, for a failure message. */
+async function executionKeys(s: ChaosStack): Promise<string> {
+  const r = new Redis(s.redis.url, { maxRetriesPerRequest: 1 });
+  r.on('error', () => {});
+  try {
+    const keys = await r.keys(`${s.prefix}:${queueName(executionsQueue.base, 'rel-1')}:*`);
+    const sized = await Promise.all(
+      keys.filter((k) => !/:\d+$|:[^:]*_[^:]*$/.test(k)).map(async (k) => `${k.slice(s.prefix.length + 1)}=${await r.type(k)}`),
+    );
+    return `keys: ${sized.join(' ')}`;
+  } finally {
+    r.disconnect();
+  }
+}
+
+/** True once an approval was approved and not yet used (its execution has not consumed it). */
+async function approvedUnused(s: ChaosStack): Promise<boolean> {
+  return Boolean(await s.db.selectFrom('approvals').select('id').where('status', '=', 'approved').executeTakeFirst());
+}
+
+/**
+ * Redis restarted empty (no persistence) while `minInFlight` runs are in flight and an approved
+ * execution sits in the delayed set: audit is stopped before the load (the executor holds
+ * consequential steps while audit is unhealthy, re-queued with a delay) and started again once
+ * Redis is back.
+ */
+export function redisRestart(runs: number, minInFlight: number): Fault {
+  return {
+    name: 'redis restart, no persistence',
+    runs,
+    minInFlight,
+    prepare: (s) => s.kill('audit'),
+    inject: async (s, { atFault, inFlight }) => {
+      const ready = async (): Promise<boolean> =>
+        (await delayedExecutions(s)) > 0 && (await approvedUnused(s)) && (await inFlight()) >= minInFlight;
+      for (const until = Date.now() + 180_000; !(await ready()); await sleep(250))
+        if (Date.now() > until) throw new Error(`no approved execution held with ${minInFlight} runs in flight; ${await executionKeys(s)}`);
+      const delayed = await delayedExecutions(s);
+      await atFault();
+      await s.redis.restart();
+      await s.restart('audit');
+      return [`${delayed} execution(s) in the delayed set when Redis restarted`];
+    },
+  };
+}
+
+/** `kill -9` of one service under load, then started again (what `startStack`'s restart offers). */
+export function killService(service: string, runs: number): Fault {
+  return {
+    name: `kill -9 ${service}`,
+    runs,
+    inject: async (s, { atFault }) => {
+      await atFault();
+      await s.kill(service);
+      await sleep(1000);
+      const t0 = Date.now();
+      await s.restart(service);
+      return [`${service} ready again after ${Date.now() - t0} ms`];
+    },
+  };
+}
+
+/** The audit service down for `downMs` (killed, then started again). */
+export function auditDown(runs: number, downMs = 30_000): Fault {
+  return {
+    name: `audit down ${downMs / 1000} s`,
+    runs,
+    inject: async (s, { atFault }) => {
+      await atFault();
+      await s.kill('audit');
+      await sleep(downMs);
+      await s.restart('audit');
+      return [];
+    },
+  };
+}
