@@ -33,7 +33,7 @@ describe('chaos, short: the stack survives a Postgres restart and a Redis restar
     },
   );
 
-  it('redis restart without persistence, an approved execution delayed: the same invariants', { timeout: 300_000 }, async () => {
+  it('redis restart without persistence, an approved execution delayed: the same invariants', { timeout: 400_000 }, async () => {
     const r = await runFault(s, redisRestart(8, 6), { tag: 'redis', recoveryBoundMs: RECOVERY_BOUND_MS });
     results.push(r);
     expect(r.failures).toEqual([]);

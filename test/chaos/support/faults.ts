@@ -1,4 +1,5 @@
 import { Redis } from 'ioredis';
+import { sql } from 'kysely';
 import { executionsQueue, queueName } from '@gatehouse/contracts';
 import type { ChaosStack } from './chaos-stack.ts';
 
@@ -73,18 +74,18 @@ async function delayedExecutions(s: ChaosStack): Promise<number> {
   }
 }
 
-/** The executions queue's keys and their sizes, for a failure message. */
-async function executionKeys(s: ChaosStack): Promise<string> {
-  const r = new Redis(s.redis.url, { maxRetriesPerRequest: 1 });
-  r.on('error', () => {});
-  try {
-    const keys = await r.keys(`${s.prefix}:${queueName(executionsQueue.base, 'rel-1')}:*`);
-    const sized = await Promise.all(
-      keys.filter((k) => !/:\d+$|:[^:]*_[^:]*$/.test(k)).map(async (k) => `${k.slice(s.prefix.length + 1)}=${await r.type(k)}`),
-    );
-    return `keys: ${sized.join(' ')}`;
-  } finally {
-    r.disconnect();
+/**
+ * Waits until the executor's audit gate must see audit as unhealthy: the last heartbeat older
+ * than the stack's `AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS` (plus a margin), by the database's clock.
+ */
+async function auditStale(s: ChaosStack): Promise<void> {
+  const gateMs = Number(s.env.AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS ?? 10_000) + 500;
+  for (const until = Date.now() + 60_000; ; await sleep(250)) {
+    const r = await sql<{
+      age: number | null;
+    }>`select extract(epoch from now() - beat_at) * 1000 as age from audit_heartbeat where id = 1`.execute(s.db);
+    if (Number(r.rows[0]?.age ?? Infinity) > gateMs) return;
+    if (Date.now() > until) throw new Error('the audit heartbeat did not go stale with audit stopped');
   }
 }
 
@@ -104,12 +105,21 @@ export function redisRestart(runs: number, minInFlight: number): Fault {
     name: 'redis restart, no persistence',
     runs,
     minInFlight,
-    prepare: (s) => s.kill('audit'),
+    prepare: async (s) => {
+      await s.kill('audit');
+      await auditStale(s);
+    },
     inject: async (s, { atFault, inFlight }) => {
-      const ready = async (): Promise<boolean> =>
-        (await delayedExecutions(s)) > 0 && (await approvedUnused(s)) && (await inFlight()) >= minInFlight;
-      for (const until = Date.now() + 180_000; !(await ready()); await sleep(250))
-        if (Date.now() > until) throw new Error(`no approved execution held with ${minInFlight} runs in flight; ${await executionKeys(s)}`);
+      const state = async (): Promise<{ delayed: number; approvedUnused: boolean; inFlight: number }> => ({
+        delayed: await delayedExecutions(s),
+        approvedUnused: await approvedUnused(s),
+        inFlight: await inFlight(),
+      });
+      for (const until = Date.now() + 120_000; ; await sleep(250)) {
+        const now = await state();
+        if (now.delayed > 0 && now.approvedUnused && now.inFlight >= minInFlight) break;
+        if (Date.now() > until) throw new Error(`no approved execution held with ${minInFlight} runs in flight: ${JSON.stringify(now)}`);
+      }
       const delayed = await delayedExecutions(s);
       await atFault();
       await s.redis.restart();
