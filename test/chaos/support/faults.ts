@@ -63,15 +63,37 @@ export function backendTerminationWaves(runs: number, everyMs = 2000, forMs = 20
   };
 }
 
-/** Jobs in the delayed set of the executions queue (held executions wait there). */
-async function delayedExecutions(s: ChaosStack): Promise<number> {
+/** Reads the executions queue's delayed set (held executions wait there). */
+async function withDelayedSet<T>(s: ChaosStack, fn: (r: Redis, key: string) => Promise<T>): Promise<T> {
   const r = new Redis(s.redis.url, { maxRetriesPerRequest: 1 });
   r.on('error', () => {});
   try {
-    return await r.zcard(`${s.prefix}:${queueName(executionsQueue.base, 'rel-1')}:delayed`);
+    return await fn(r, `${s.prefix}:${queueName(executionsQueue.base, 'rel-1')}:delayed`);
   } finally {
     r.disconnect();
   }
+}
+
+/** Jobs in the delayed set of the executions queue. */
+const delayedExecutions = (s: ChaosStack): Promise<number> => withDelayedSet(s, (r, key) => r.zcard(key));
+
+/** Approved (not yet used) approvals whose execution job sits in the delayed set. */
+async function approvedDelayed(s: ChaosStack): Promise<number> {
+  const approved = await s.db
+    .selectFrom('approvals')
+    .select(['workflow_id', 'action_id', 'action_version', 'id', 'release_id'])
+    .where('status', '=', 'approved')
+    .execute();
+  const ids = approved.map((a) =>
+    executionsQueue.jobId({
+      release: a.release_id,
+      workflowId: a.workflow_id,
+      actionId: a.action_id,
+      actionVersion: a.action_version,
+      approvalId: a.id,
+    }),
+  );
+  return withDelayedSet(s, async (r, key) => (await Promise.all(ids.map((id) => r.zscore(key, id)))).filter((x) => x !== null).length);
 }
 
 /**
@@ -87,11 +109,6 @@ async function auditStale(s: ChaosStack): Promise<void> {
     if (Number(r.rows[0]?.age ?? Infinity) > gateMs) return;
     if (Date.now() > until) throw new Error('the audit heartbeat did not go stale with audit stopped');
   }
-}
-
-/** True once an approval was approved and not yet used (its execution has not consumed it). */
-async function approvedUnused(s: ChaosStack): Promise<boolean> {
-  return Boolean(await s.db.selectFrom('approvals').select('id').where('status', '=', 'approved').executeTakeFirst());
 }
 
 /**
@@ -110,21 +127,22 @@ export function redisRestart(runs: number, minInFlight: number): Fault {
       await auditStale(s);
     },
     inject: async (s, { atFault, inFlight }) => {
-      const state = async (): Promise<{ delayed: number; approvedUnused: boolean; inFlight: number }> => ({
+      const state = async (): Promise<{ delayed: number; approvedDelayed: number; inFlight: number }> => ({
         delayed: await delayedExecutions(s),
-        approvedUnused: await approvedUnused(s),
+        approvedDelayed: await approvedDelayed(s),
         inFlight: await inFlight(),
       });
       for (const until = Date.now() + 120_000; ; await sleep(250)) {
         const now = await state();
-        if (now.delayed > 0 && now.approvedUnused && now.inFlight >= minInFlight) break;
+        if (now.approvedDelayed > 0 && now.inFlight >= minInFlight) break;
         if (Date.now() > until) throw new Error(`no approved execution held with ${minInFlight} runs in flight: ${JSON.stringify(now)}`);
       }
       const delayed = await delayedExecutions(s);
+      const approved = await approvedDelayed(s);
       await atFault();
       await s.redis.restart();
       await s.restart('audit');
-      return [`${delayed} execution(s) in the delayed set when Redis restarted`];
+      return [`${delayed} execution(s) in the delayed set when Redis restarted, ${approved} of them approved`];
     },
   };
 }
