@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SERVICES } from '@gatehouse/cli';
 import { startChaosStack, type ChaosStack } from './support/chaos-stack.ts';
 import { auditDown, backendTerminationWaves, killService, postgresRestart, redisRestart, type Fault } from './support/faults.ts';
-import { writeReport } from './support/report.ts';
+import { saveResults, writeReport } from './support/report.ts';
 import { runFault, type FaultResult } from './support/run-fault.ts';
 
 // The whole chaos suite, run by `./run chaos` (CHAOS=full): each fault under load on a stack of
@@ -25,6 +25,7 @@ async function onOwnStack(fault: Fault, tag: string): Promise<FaultResult> {
   try {
     const r = await runFault(s, fault, { tag, recoveryBoundMs: RECOVERY_BOUND_MS });
     results.push(r);
+    saveResults('full', results);
     return r;
   } finally {
     await s.close();
@@ -64,6 +65,7 @@ describe.runIf(process.env.CHAOS === 'full')('chaos, full suite', () => {
       it(`kill -9 ${name}`, { timeout: FAULT_TIMEOUT_MS }, async () => {
         const r = await runFault(s, killService(name, 6), { tag: `kill-${name}`, recoveryBoundMs: RECOVERY_BOUND_MS });
         results.push(r);
+        saveResults('full', results);
         expect(r.failures).toEqual([]);
       });
     }

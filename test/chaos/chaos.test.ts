@@ -5,7 +5,7 @@ import { startChaosStack, type ChaosStack } from './support/chaos-stack.ts';
 import { postgresRestart, redisRestart } from './support/faults.ts';
 import { checkAuditChain, checkEffects, checkReconciliation, isSettled, runStates } from './support/invariants.ts';
 import { planRuns, submitRun } from './support/load.ts';
-import { writeReport } from './support/report.ts';
+import { saveResults, writeReport } from './support/report.ts';
 import { runFault, type FaultResult } from './support/run-fault.ts';
 
 // The short chaos run of the normal test run: one Postgres restart and one Redis restart (with
@@ -33,6 +33,7 @@ describe('chaos, short: the stack survives a Postgres restart and a Redis restar
     async () => {
       const r = await runFault(s, postgresRestart(6), { tag: 'pg', recoveryBoundMs: RECOVERY_BOUND_MS });
       results.push(r);
+      saveResults('short', results);
       expect(r.failures).toEqual([]);
     },
   );
@@ -40,6 +41,7 @@ describe('chaos, short: the stack survives a Postgres restart and a Redis restar
   it('redis restart without persistence, an approved execution delayed: the same invariants', { timeout: 400_000 }, async () => {
     const r = await runFault(s, redisRestart(8, 6), { tag: 'redis', recoveryBoundMs: RECOVERY_BOUND_MS });
     results.push(r);
+    saveResults('short', results);
     expect(r.failures).toEqual([]);
   });
 

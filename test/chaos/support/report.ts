@@ -39,11 +39,17 @@ export function formatTable(results: readonly FaultResult[]): string {
   return [line(head), `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`, ...rows.map(line)].join('\n');
 }
 
-/** Prints the table (and each failure) and writes every result as JSON to {@link reportPath}. */
-export function writeReport(suite: string, results: readonly FaultResult[]): string {
+/** Writes every result so far as JSON to {@link reportPath} (after each fault: a run cut short keeps its rows). */
+export function saveResults(suite: string, results: readonly FaultResult[]): string {
   const file = reportPath(suite);
   mkdirSync(dirname(file), { recursive: true });
   writeFileSync(file, `${JSON.stringify({ suite, at: new Date().toISOString(), results }, null, 2)}\n`);
+  return file;
+}
+
+/** Prints the table (and each failure) and writes every result as JSON to {@link reportPath}. */
+export function writeReport(suite: string, results: readonly FaultResult[]): string {
+  const file = saveResults(suite, results);
   const failures = results.flatMap((r) => r.failures.map((f) => `  ${r.fault}: ${f}`));
   console.log(
     `\nChaos (${suite})\n${formatTable(results)}\n${failures.length ? `failures:\n${failures.join('\n')}\n` : ''}written to ${file}`,
