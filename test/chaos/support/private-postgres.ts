@@ -60,6 +60,7 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
   const stop = (): void => {
     if (stopped) return;
     stopped = true;
+    process.off('exit', stop);
     try {
       // Synchronous: it also runs from the process's `exit` handler.
       execFileSync(...pgCtl('-m', 'immediate', '-w', 'stop'), { stdio: 'ignore', timeout: 30_000 });

@@ -49,7 +49,8 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
     c.kill('SIGKILL');
     await gone;
   };
-  process.once('exit', () => (child as ChildProcess | null)?.kill('SIGKILL'));
+  const onExit = (): void => void (child as ChildProcess | null)?.kill('SIGKILL');
+  process.once('exit', onExit);
   await launch();
   return {
     port,
@@ -58,6 +59,9 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
       await kill();
       await launch();
     },
-    stop: kill,
+    stop: async () => {
+      process.off('exit', onExit);
+      await kill();
+    },
   };
 }

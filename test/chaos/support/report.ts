@@ -8,7 +8,11 @@ export function reportPath(suite: string): string {
   return resolve(repoRoot, 'test-results', `chaos-${suite}.json`);
 }
 
-/** The results as a fixed-width table: fault, runs, in flight, stuck, crashed processes, duplicate effects, … */
+/**
+ * The results as a fixed-width table: fault, runs, in flight, stuck, crashed processes, duplicate
+ * effects, … and how many runs ended `stopped` (terminal, so not stuck, but a run an outage cut
+ * short — e.g. `budget_exhausted` — is worth a look: the JSON has each ending with its reason).
+ */
 export function formatTable(results: readonly FaultResult[]): string {
   const head = [
     'fault',
@@ -32,6 +36,7 @@ export function formatTable(results: readonly FaultResult[]): string {
     String(r.mismatches),
     String(r.reconUnexplained),
     r.chainIntact ? 'intact' : 'BROKEN',
+    String(Object.entries(r.endings).reduce((n, [ending, count]) => n + (ending.startsWith('stopped') ? count : 0), 0)),
     r.failures.length ? 'FAIL' : 'ok',
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
