@@ -24,6 +24,7 @@ export function formatTable(results: readonly FaultResult[]): string {
     'effects≠succeeded',
     'recon open',
     'chain',
+    'ended stopped',
     'result',
   ];
   const rows = results.map((r) => [
