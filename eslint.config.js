@@ -1,5 +1,5 @@
 // ESLint flat config: typescript-eslint with type information for the promise rules
-// (no-floating-promises, no-misused-promises), per CONVENTIONS.md.
+// (no-floating-promises, no-misused-promises): a promise is awaited or handled, never dropped.
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 

@@ -12,7 +12,7 @@ import { runE2E, type E2EReport } from './sections/e2e.ts';
 import { runPolicy, type PolicyReport } from './sections/policy.ts';
 import { evaluateTargets, type TargetResult } from './targets.ts';
 
-/** Everything one `pnpm bench` run measured (written to `bench/results/latest.json`). */
+/** Everything one `./run bench` run measured (written to `bench/results/latest.json`). */
 export interface BenchReport {
   meta: {
     mode: 'full' | 'smoke';
@@ -54,7 +54,7 @@ export interface BenchOptions {
 }
 
 /**
- * Runs every benchmark of issue 9 and the policy benchmark of issue 3 in one world of its own
+ * Runs every benchmark and the policy benchmark (docs/decisions/0030-benchmark-method.md) in one world of its own
  * (database `gh_bench_*`, Redis prefix `ghbench-*`, service processes), floors first so every
  * ratio compares figures of the same run, and tears the world down whatever happens. A section
  * that fails is reported in `errors` (the world's logs are then kept and named) and the others

@@ -1,4 +1,4 @@
-/** How many operations each benchmark runs; `full` is `pnpm bench`, `smoke` is CI's quick pass. */
+/** How many operations each benchmark runs; `full` is `./run bench`, `smoke` is CI's quick pass. */
 export interface BenchSizes {
   /** Warm-up operations before each timed latency run (not recorded). */
   warmup: number;
@@ -45,7 +45,7 @@ export interface BenchSizes {
   policyTimeMs: number;
 }
 
-/** `pnpm bench`: sized to finish in well under 10 minutes on the project's 2-core machines. */
+/** `./run bench`: sized to finish in well under 10 minutes on the project's 2-core machines. */
 export const FULL: BenchSizes = {
   warmup: 10,
   hop: 1000,
@@ -77,7 +77,7 @@ export const FULL: BenchSizes = {
   policyTimeMs: 2000,
 };
 
-/** `BENCH_SMOKE=1` / `pnpm bench:smoke`: every benchmark at a small N, well under a minute. */
+/** `BENCH_SMOKE=1` / `./run bench --smoke`: every benchmark at a small N, well under a minute. */
 export const SMOKE: BenchSizes = {
   warmup: 2,
   hop: 50,

@@ -1,4 +1,4 @@
-// `pnpm bench` (and `pnpm bench:smoke` / BENCH_SMOKE=1): runs every benchmark, prints the
+// `./run bench` (and `./run bench --smoke` / BENCH_SMOKE=1): runs every benchmark, prints the
 // tables and writes bench/results/latest.json (smoke: bench/results/smoke.json).
 // BENCH_SECTIONS=governed,scaling,replay,e2e,policy picks sections (the floor always runs);
 // BENCH_SIZES='{"replayActions":200}' overrides sizes of bench/config.ts.

@@ -1,6 +1,6 @@
 import type { BenchReport } from './bench.ts';
 
-/** One target of issue 9 (or issue 3's policy target), as measured: reported, never asserted. */
+/** One benchmark target (README "Performance"), as measured: reported, never asserted. */
 export interface TargetResult {
   target: string;
   value: string;
@@ -78,7 +78,7 @@ export function evaluateTargets(r: Omit<BenchReport, 'targets'>): TargetResult[]
   const policy = r.policy?.withLedger ?? [];
   const worst = [...policy].sort((a, b) => b.p99 - a.p99)[0];
   out.push({
-    target: 'policy decision p99 < 2 ms incl. ledger reads (issue 3)',
+    target: 'policy decision p99 < 2 ms incl. ledger reads',
     value: worst ? `${worst.p99} ms at ${worst.ledgerRefunds} refunds` : 'not measured',
     met: policy.length > 0 && policy.every((t) => t.p99 < 2),
     note: policy.map((t) => `${t.ledgerRefunds} refunds: p50 ${t.p50} ms, p99 ${t.p99} ms, ${t.decisionsPerSec}/s`).join('; '),

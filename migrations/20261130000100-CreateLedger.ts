@@ -1,7 +1,7 @@
 import { sql, type Kysely } from 'kysely';
 
 /**
- * The Gatehouse ledger (ARCHITECTURE "The ledger"): workflows, model turns, proposals, actions,
+ * The Gatehouse ledger (docs/product/design.md#ledger-tables): workflows, model turns, proposals, actions,
  * approvals, operations (the idempotency ledger), switches, epochs, budgets, outbox, decision log,
  * releases and the conversation transcript the agent loop resends (stateless Responses API).
  */
@@ -145,7 +145,7 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     );
     CREATE INDEX approvals_pending ON approvals (tenant, status);
 
-    -- The idempotency ledger (ARCHITECTURE correctness rules 3-5).
+    -- The idempotency ledger (docs/product/design.md#correctness-rules: fencing, write-ahead, stable keys).
     CREATE TABLE operations (
       key text PRIMARY KEY,
       workflow_id uuid NOT NULL REFERENCES workflows(id),

@@ -1,7 +1,7 @@
 import { sql, type Kysely } from 'kysely';
 
 /**
- * Audit storage (SPEC §4 invariant 8): services write events to `audit_outbox` in the same
+ * Audit storage (docs/product/invariants.md#evidence): services write events to `audit_outbox` in the same
  * transaction as the state change; the audit service alone appends them to the hash-chained
  * `audit_log`, which the database refuses to UPDATE or DELETE; `audit_anchors` keeps signed
  * chain heads.

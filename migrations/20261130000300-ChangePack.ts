@@ -1,7 +1,7 @@
 import { sql, type Kysely } from 'kysely';
 
 /**
- * The change pack (SPEC §2): `change_plans` holds the local draft plans `prepare_change` writes
+ * The change pack (docs/product/users-and-tools.md#change-pack): `change_plans` holds the local draft plans `prepare_change` writes
  * (no external state; idempotent by operation key); proposals record the workflow state their
  * tools were offered in (state-gated tools are judged against it); approvals record who may
  * decide them (role, same-region) from the bundle of their pack. Backward compatible: new

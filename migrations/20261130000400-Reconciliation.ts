@@ -1,7 +1,7 @@
 import { sql, type Kysely } from 'kysely';
 
 /**
- * Reconciliation worklist (SPEC §4 invariants 4-5, §7): one row per difference a reconciliation
+ * Reconciliation worklist (docs/product/reconciliation.md): one row per difference a reconciliation
  * pass found between the ledger (operations, actions, approvals) and the systems of record, with
  * its class, repair owner and status (`open` → `resolved`, `frozen` for amount mismatches,
  * `auto_resolved` for the one automatic repair). `subject` is the natural key of a difference

@@ -1,7 +1,7 @@
 import { sql, type Kysely } from 'kysely';
 
 /**
- * Release rollout (SPEC §8): a candidate release serves a cohort (tenants and users) with
+ * Release rollout (docs/product/releases.md): a candidate release serves a cohort (tenants and users) with
  * consequential writes disabled until enabled; a release's queues can be drained; candidate
  * jobs that no release will run are quarantined into the ledger (payload kept, never dropped).
  * Backward compatible: new columns are nullable or defaulted, the new table is separate.

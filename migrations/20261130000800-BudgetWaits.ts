@@ -1,7 +1,7 @@
 import { sql, type Kysely } from 'kysely';
 
 /**
- * Waiting is not working time (SPEC §4.6, ADR 0015): `paused_at` is when a tool switch-off held
+ * Waiting is not working time (docs/product/invariants.md#bounds, ADR 0015): `paused_at` is when a tool switch-off held
  * the run (cleared when it resumes), and `wait_credited_until` is how far waits — approvals and
  * pauses — have been credited to the deadline already, so overlapping waits are credited once.
  * Backward compatible: nullable columns.

@@ -51,10 +51,14 @@ start_redis_local() {
   if ! command -v redis-server >/dev/null 2>&1; then
     log "installing Redis from Debian's packages"; apt_install redis-server || return 1
   fi
-  mkdir -p "$ROOT/.gatehouse"
-  log "starting redis-server"
-  redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
-    --dir "$ROOT/.gatehouse" --logfile "$ROOT/.gatehouse/redis.log" >&2
+  # Append-only file, fsync once a second, as production runs it: queued and delayed jobs, job
+  # ids and locks survive a restart of this Redis (docs/decisions/0120-redis-persistence.md).
+  local dir="${GATEHOUSE_STATE_DIR:-$ROOT/.gatehouse}/redis"
+  mkdir -p "$dir"
+  log "starting redis-server (append-only file in $dir)"
+  redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --save "" \
+    --appendonly yes --appendfsync everysec --maxmemory-policy noeviction \
+    --dir "$dir" --logfile "$dir/redis.log" >&2
 }
 
 ensure() { # name host port docker-service local-starter

@@ -21,11 +21,11 @@ export interface PolicyTask {
   parts?: Record<string, { p50: number; p99: number }>;
 }
 
-/** Issue 3's policy benchmark: the support bundle against a seeded ledger (target p99 < 2 ms). */
+/** The policy benchmark (docs/decisions/0030-benchmark-method.md): the support bundle against a seeded ledger (target p99 < 2 ms). */
 export interface PolicyReport {
   /** Pure rule evaluation (facts in memory). */
   pure: PolicyTask;
-  /** One decision incl. its ledger reads: transaction, refund-decision lock, the three sums, evaluate. */
+  /** One decision incl. its ledger reads: transaction, the limit locks, the three sums, evaluate. */
   withLedger: PolicyTask[];
 }
 
@@ -88,7 +88,7 @@ export async function runPolicy(sizes: BenchSizes): Promise<PolicyReport> {
       });
       await b.run();
       const task = summarize(b, size, decisions);
-      // Each of the decision's three ledger sums alone (what the refund-decision lock is held for).
+      // Each of the decision's three ledger sums alone (what the limit locks are held for).
       const parts = new Bench({ time: sizes.policyTimeMs / 2 });
       let j = 0;
       const orderOf = (): string => `P-${String(j++ % orders).padStart(4, '0')}`;
@@ -99,7 +99,7 @@ export async function runPolicy(sizes: BenchSizes): Promise<PolicyReport> {
         await recordedRefundsCents(tdb.db, { tenant: 'quillfeather', userId: 'rep-ana', sinceMs: 24 * 3_600_000, includeQueued: true });
       });
       parts.add("agent's refunds over 1 h (R6)", async () => {
-        await recordedRefundsCents(tdb.db, { sinceMs: 3_600_000, includeQueued: true });
+        await recordedRefundsCents(tdb.db, { tenant: 'quillfeather', sinceMs: 3_600_000, includeQueued: true });
       });
       await parts.run();
       task.parts = Object.fromEntries(

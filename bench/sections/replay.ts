@@ -39,7 +39,7 @@ export interface ReplayRun {
   pgWaits: WaitProfile;
 }
 
-/** The duplicate-delivery load test of the design card: a clean run against a 10× duplicated one. */
+/** The duplicate-delivery load test (docs/product/users-and-tools.md#users, load testers): a clean run against a 10× duplicated one. */
 export interface ReplayReport {
   actions: number;
   executors: number;

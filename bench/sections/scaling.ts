@@ -93,7 +93,7 @@ export function verdict(cpu: CpuUse, pg: WaitProfile): string {
   const redis = core(cpu.seconds.redis ?? 0);
   const lock = wait !== undefined && wait[0].startsWith('Lock:') && wait[1] >= 0.5;
   const which = lock
-    ? `Postgres ${wait[0]}${wait[0] === 'Lock:advisory' ? ' (the refund-decision lock)' : ''}`
+    ? `Postgres ${wait[0]}${wait[0] === 'Lock:advisory' ? ' (the refund limit locks)' : ''}`
     : cpu.machineBusy >= 0.9
       ? 'CPU'
       : redis >= 80

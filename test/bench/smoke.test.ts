@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { runBench } from '../../bench/bench.ts';
 
-// The benchmarks' smoke pass (`pnpm bench:smoke` in-process): every benchmark runs at a small N
+// The benchmarks' smoke pass (`./run bench --smoke` in-process): every benchmark runs at a small N
 // against its own database, Redis prefix and service processes, so the suite never rots.
-// Correctness only — timings are reported by `pnpm bench`, never asserted in tests.
+// Correctness only — timings are reported by `./run bench`, never asserted in tests.
 
 describe('bench smoke (small N, correctness only)', () => {
   it('runs every benchmark; each governed call and ticket succeeds; the replay gives exactly one effect per action', async () => {

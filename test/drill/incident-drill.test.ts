@@ -18,7 +18,7 @@ import { startE2EStack, type E2EStack } from '../support/stack.ts';
 import { cli, decide, getApproval, sleep, submit, view } from '../hard-cases/helpers.ts';
 
 /**
- * The incident drill of issue 8 (SPEC §6, units-mistake case), deterministic by seed, in
+ * The incident drill of docs/product/hard-cases.md#units-mistake, deterministic by seed, in
  * compressed time: a ticket stream under support-p1; a bundle with the units mistake forced
  * active (`--force`, audited); the outcome monitor fires; containment (switch off + epoch bump)
  * stops further violations; the corrected bundle restored (rollback + requeue) and the paused

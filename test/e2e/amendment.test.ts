@@ -13,7 +13,7 @@ afterAll(async () => {
   await s?.close();
 });
 
-describe('a follow-up message amends a pending refund (SPEC §9 messages, §6 amendment)', () => {
+describe('a follow-up message amends a pending refund', () => {
   it('voids the old approval, needs a new one for the new version, and refunds once with the new amount', async () => {
     const rep = await tokenFor('rep-ana', SECRET);
     const lead = await tokenFor('lead-eli', SECRET);

@@ -19,7 +19,7 @@ import {
 } from '../hard-cases/helpers.ts';
 
 /**
- * The change pack end to end (SPEC §2): state-gated tools, a local draft plan, and a schedule
+ * The change pack end to end (docs/product/users-and-tools.md#change-pack): state-gated tools, a local draft plan, and a schedule
  * that only a change owner's exact, single-use approval (≤ 600 s) lets reach the change service.
  */
 let s: HuntStack;
@@ -116,7 +116,7 @@ describe('change pack', () => {
     const ops = await changeOperations(workflowId);
     expect(ops).toHaveLength(1);
     expect(ops[0]).toMatchObject({ plan_id: plan.id, change_id: 'CHG-101', window: 'next-maintenance-window', requester: 'eng-lou' });
-    // Read-back by operation key (SPEC §9) and the approval consumed once.
+    // Read-back by operation key (docs/product/public-contract.md#staging-read-back) and the approval consumed once.
     const readBack = await call('GET', `${s.url('staging')}/changes/operations/${encodeURIComponent(String(ops[0]!.operation_key))}`, null);
     expect(readBack.status).toBe(200);
     const approval = await s.db.db

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runDemo } from '@gatehouse/cli';
 import { demoTarget, startE2EStack, type E2EStack } from '../support/stack.ts';
 
-// Issue 7: telemetry must never fail or stall work. Every service exports traces and metrics to
+// docs/product/design.md#observability: telemetry must never fail or stall work. Every service exports traces and metrics to
 // a collector that accepts connections and never answers; the demo runs exactly as without one,
 // and every service still stops cleanly within its grace period.
 

@@ -9,7 +9,7 @@ import { demoTarget, startE2EStack, type E2EStack } from '../support/stack.ts';
 import { fc, fixtures, msg, settled, submit, waitFor } from '../hard-cases/helpers.ts';
 import type { Server } from 'node:http';
 
-// Issue 7 (OpenTelemetry): one trace per workflow crosses the services through the queues — the
+// OpenTelemetry (docs/product/design.md#observability): one trace per workflow crosses the services through the queues — the
 // trace context stored with every job, and with the approval the decision continues — with the
 // http/express/pg/ioredis auto-instrumentations on; metrics reach the collector; and no span,
 // metric, log line or audit event of the run carries the canary or the raw ticket text.

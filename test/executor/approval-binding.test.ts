@@ -4,7 +4,7 @@ import { processExecution } from '../../services/executor/src/jobs/executions.pr
 import { decideApproval } from '../../services/approval/src/domain/decide.ts';
 import { AUDIT_HMAC_KEY, startHarness, type Harness } from './support/harness.ts';
 
-// SPEC §4 invariant 2: an approval is consumed only by the exact action it names, and is decided
+// docs/product/invariants.md#approval: an approval is consumed only by the exact action it names, and is decided
 // exactly once however many deciders race.
 
 let h: Harness;

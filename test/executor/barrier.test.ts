@@ -3,8 +3,9 @@ import { createAction, deadlockCount, type SeededAction } from '@gatehouse/testi
 import { LeaseBusy, processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
 import { auditEvents, startHarness, type Harness } from './support/harness.ts';
 
-// SPEC §6 "delivered to two workers at once behind a barrier: one lease, one downstream call,
-// both deliveries get the original outcome"; issue 5: 2, 4 and 8 executors, 200 trials each.
+// docs/product/hard-cases.md#duplicate-delivery: delivered to two workers at once behind a
+// barrier, one lease, one downstream call, both deliveries get the original outcome; here with
+// 2, 4 and 8 executors, 200 trials each.
 // Every trial is a fresh approved action; all N executions start in the same tick.
 
 const TRIALS = Number(process.env.BARRIER_TRIALS ?? 200);
@@ -40,7 +41,7 @@ function countBy<T>(xs: T[], key: (x: T) => string): Map<string, number> {
   return m;
 }
 
-describe('executor: barrier race (SPEC §6, invariant 3)', () => {
+describe('executor: barrier race (exactly one effect)', () => {
   it.each([2, 4, 8])(
     `%i concurrent executions of one approved action, ${TRIALS} trials: one lease, one refund, fence 1, approval used once`,
     async (n) => {

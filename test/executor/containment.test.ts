@@ -4,7 +4,7 @@ import { runReconciliation } from '@gatehouse/reconciliation';
 import { executionsQueue, jobOptionsFor, type ExecutionJob } from '@gatehouse/contracts';
 import { createAction, TEST_REDIS_URL } from '@gatehouse/testing';
 import { mintDelegatedToken } from '../../packages/credentials/src/index.ts';
-import { createWorker } from '../../packages/platform/src/index.ts';
+import { createWorker, PostgresGate } from '../../packages/platform/src/index.ts';
 import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
 import type { SupportBundle } from '../../packages/policy/src/index.ts';
 import {
@@ -20,7 +20,7 @@ import {
   type Harness,
 } from './support/harness.ts';
 
-// SPEC §4 invariants 1, 3, 5 and §6: ambiguous timeouts end in failed_unknown (never retried,
+// docs/product/invariants.md (authority, exactly-once, containment) and hard-cases.md: ambiguous timeouts end in failed_unknown (never retried,
 // reconciled by read-back), the payments ledger bounds a wrong policy by the delegation's
 // ceiling, switches hold a step at execution, key reuse with another digest is refused, and an
 // epoch bump revokes outstanding delegated tokens.
@@ -43,7 +43,7 @@ const approval = (id: string | null) =>
     .where('id', '=', id ?? '')
     .executeTakeFirstOrThrow();
 
-describe('executor: ambiguous outcomes and authority (SPEC §6)', () => {
+describe('executor: ambiguous outcomes and authority', () => {
   it('a hung order system: failed_unknown, parked for reconciliation, alert, no further POST; the reconciliation pass finds the order system lacks it and hands it to on-call', async () => {
     const orderId = await h.newOrder();
     const a = await createAction(h.db, { tool: 'reship_order', orderId });
@@ -74,7 +74,7 @@ describe('executor: ambiguous outcomes and authority (SPEC §6)', () => {
     expect(await h.shipments(orderId)).toHaveLength(0);
 
     // the results consumer parks the workflow; the reconciliation pass compares it with the order
-    // system's read-back (SPEC §7): no shipment beyond the committed baseline, so the order system
+    // system's read-back (docs/product/reconciliation.md): no shipment beyond the committed baseline, so the order system
     // lacks it — on-call's item to decide, never retried or closed automatically
     await h.db.updateTable('workflows').set({ state: 'needs_reconciliation' }).where('id', '=', a.workflowId).execute();
     const report = await runReconciliation({ db: h.db, stagingUrl: h.stagingUrl, hmacKey: AUDIT_HMAC_KEY, actor: 'ops-gus' });
@@ -191,7 +191,7 @@ describe('executor: ambiguous outcomes and authority (SPEC §6)', () => {
   });
 });
 
-describe('executor: tool switched off at the moment of execution (SPEC §6, invariant 5)', () => {
+describe('executor: tool switched off at the moment of execution (containment)', () => {
   it('held at execution with zero downstream calls; switching on re-enqueues and the refund runs once', async () => {
     const orderId = await h.newOrder();
     const a = await createAction(h.db, { orderId, amountCents: 6200 });
@@ -228,6 +228,7 @@ describe('executor: tool switched off at the moment of execution (SPEC §6, inva
       prefix: h.prefix,
       redisUrl: TEST_REDIS_URL,
       log: h.log,
+      gate: new PostgresGate(h.db, h.log),
       concurrency: 2,
     });
     try {

@@ -5,7 +5,7 @@ import { createRedis, QueueRegistry } from '../../packages/platform/src/index.ts
 import { EXECUTIONS_QUEUE, RESULTS_QUEUE, startHarness, waitFor, type Harness } from './support/harness.ts';
 import { executorEnv, startExecutor, type ExecutorProcess } from './support/processes.ts';
 
-// SPEC §6 / issue 5 crash matrix: a real executor process is killed (SIGKILL by the test hook) at
+// The crash matrix (docs/product/hard-cases.md#crash-points): a real executor process is killed (SIGKILL by the test hook) at
 // each crash point, then a fresh executor without hooks runs over the same database and Redis.
 // Each case must end with exactly one refund or one shipment at the systems of record and the
 // workflow's result recorded (a `results` job). Control removed: without the write-ahead

@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { executionsQueue, jobOptionsFor } from '@gatehouse/contracts';
 import { createAction, TEST_REDIS_URL } from '@gatehouse/testing';
-import { createWorker } from '../../packages/platform/src/index.ts';
+import { createWorker, PostgresGate } from '../../packages/platform/src/index.ts';
 import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
 import { EXECUTIONS_QUEUE, RELEASE, RESULTS_QUEUE, startHarness, type Harness } from './support/harness.ts';
 
-// SPEC §4 invariant 3 and §6: duplicate delivery, client retries after a lost response, and 429
+// docs/product/invariants.md#exactly-once and docs/product/hard-cases.md: duplicate delivery, client retries after a lost response, and 429
 // with Retry-After all converge on one refund under one idempotency key. Effects are asserted at
 // the payments ledger's read-back and request log, not at the executor's own status.
 
@@ -35,7 +35,7 @@ function nextOutcome(worker: Worker, jobId: string): Promise<unknown> {
   });
 }
 
-describe('executor: duplicate delivery and client retries (SPEC §6)', () => {
+describe('executor: duplicate delivery and client retries', () => {
   it('a job that completed and was removed, delivered again 5 ms later with the same id: one downstream call, the stored outcome', async () => {
     const orderId = await h.newOrder();
     const a = await createAction(h.db, { orderId, amountCents: 7200 });
@@ -46,6 +46,7 @@ describe('executor: duplicate delivery and client retries (SPEC §6)', () => {
       prefix: h.prefix,
       redisUrl: TEST_REDIS_URL,
       log: h.log,
+      gate: new PostgresGate(h.db, h.log),
       concurrency: 1,
     });
     try {

@@ -4,7 +4,7 @@ import { createAction } from '@gatehouse/testing';
 import { auditEvents, EXECUTIONS_QUEUE, RESULTS_QUEUE, startHarness, waitFor, type Harness } from './support/harness.ts';
 import { executorEnv, startExecutor, type ExecutorProcess } from './support/processes.ts';
 
-// Issue 5 "Lost lock": two executors with a 1000 ms queue lock; the one holding the job blocks its
+// Lost lock (docs/product/design.md#leases-with-fencing): two executors with a 1000 ms queue lock; the one holding the job blocks its
 // event loop for 3 s before calling the adapter, so the queue hands the job to the other worker,
 // which reclaims the expired lease (fencing token 2). One effect; the stale worker's write is
 // refused by its fencing token (in the ledger, or by the payments ledger with 409).

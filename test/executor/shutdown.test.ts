@@ -4,7 +4,7 @@ import { createAction } from '@gatehouse/testing';
 import { EXECUTIONS_QUEUE, startHarness, waitFor, type Harness } from './support/harness.ts';
 import { executorEnv, startExecutor, type ExecutorProcess } from './support/processes.ts';
 
-// Issue 5 "Graceful shutdown": SIGTERM while a job is in flight and the adapter fails shortly
+// Graceful shutdown: SIGTERM while a job is in flight and the adapter fails shortly
 // after. The worker finishes the job before the process exits, so within the lease the operation
 // is resolved (retried with the same key, then marked) — never left `running`.
 

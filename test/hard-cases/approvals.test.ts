@@ -132,7 +132,8 @@ describe('hunt: approvals, amendments, switches', () => {
       expect((await getApproval(s, 'lead-eli', old.approvalId)).body.status).toBe('void');
       const fresh = v2.pendingApprovals.find((p) => p.approvalId !== old.approvalId)!;
       expect(fresh.actionVersion).toBeGreaterThan(old.actionVersion);
-      // SPEC §6: approving the old version while a newer exists is refused as stale (§9: 409).
+      // Approving the old version while a newer exists is refused as stale (409,
+      // docs/product/hard-cases.md#stale-version).
       const stale = await decide(s, 'lead-eli', old.approvalId, {
         decision: 'approve',
         actionVersion: old.actionVersion,

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { approve, fc, fixtures, msg, refunds, settled, sleep, startHuntStack, submit, waitFor, type HuntStack } from './helpers.ts';
 
-// SPEC §6 "Audit storage unavailable": reads may continue; consequential execution stops and the
+// docs/product/hard-cases.md#audit-unavailable: reads may continue; consequential execution stops and the
 // approval is left unconsumed; when audit is back the step executes exactly once.
 
 let s: HuntStack;
@@ -22,10 +22,7 @@ describe('audit health gates consequential execution', () => {
       const { token, workflowId } = await submit(s, 'rep-ana', 'A-gate', 'refund 80 on O-1007');
       const pending = await waitFor(s, token, workflowId, (x) => x.pendingApprovals.length === 1);
 
-      const audit = s.stack.processes.get('audit')!;
-      const gone = new Promise((r) => audit.once('exit', r));
-      audit.kill('SIGKILL');
-      await gone;
+      await s.stack.kill('audit', 'SIGKILL', { keepDown: true }); // no supervised restart until restart('audit')
       await sleep(2000); // the heartbeat is now older than the gate
 
       expect((await approve(s, 'lead-eli', pending.pendingApprovals[0]!.approvalId)).status).toBe(200);
@@ -57,10 +54,7 @@ describe('audit health gates consequential execution', () => {
       await fixtures(open, 'A-open', [fc(['issue_refund', { orderId: 'O-1007', amount: '80.00', reason: 'broken' }]), msg()]);
       const { token, workflowId } = await submit(open, 'rep-ana', 'A-open', 'refund 80 on O-1007');
       const pending = await waitFor(open, token, workflowId, (x) => x.pendingApprovals.length === 1);
-      const audit = open.stack.processes.get('audit')!;
-      const gone = new Promise((r) => audit.once('exit', r));
-      audit.kill('SIGKILL');
-      await gone;
+      await open.stack.kill('audit', 'SIGKILL', { keepDown: true });
       await sleep(2000);
       expect((await approve(open, 'lead-eli', pending.pendingApprovals[0]!.approvalId)).status).toBe(200);
       await waitFor(open, token, workflowId, settled);

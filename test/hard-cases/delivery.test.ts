@@ -91,9 +91,8 @@ describe('hunt: duplicate delivery and crashes', () => {
       await sleep(50);
     }
     await sleep(500);
-    const ex = s.stack.processes.get('executor')!;
-    ex.kill('SIGKILL'); // our own child process
-    await new Promise((r) => ex.once('exit', r));
+    // Our own child process; kept down (no supervised restart): a fresh executor takes over below.
+    await s.stack.kill('executor', 'SIGKILL', { keepDown: true });
     await sleep(3500); // the downstreams finish their effects after the client left
     console.log('after crash: shipments', (await shipments(s, 'O-1001')).length, 'refunds', (await refunds(s, 'O-1006')).length);
     extras.push(await startStack({ env: s.env, dir: s.dir, only: ['executor'] }));

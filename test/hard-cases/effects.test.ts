@@ -39,7 +39,7 @@ describe('hunt: effects, duplicates, cumulative basis', () => {
     const refundActions = v.actions.filter((a) => a.tool === 'issue_refund');
     console.log('dup-seq', JSON.stringify(summary(v)));
     expect((await refunds(s, 'O-1001')).length).toBe(1);
-    // SPEC §5: a duplicate proposal is `suppressed`; §6: one effect. An approval request for the
+    // A duplicate proposal is `suppressed` (docs/product/states.md#action): one effect. An approval request for the
     // duplicate invites a lead to create the second effect.
     expect(refundActions[1]!.status).toBe('suppressed');
     expect(v.pendingApprovals).toEqual([]);
@@ -192,7 +192,7 @@ describe('hunt: effects, duplicates, cumulative basis', () => {
     const { token, workflowId } = await submit(s, 'rep-ana', 'H-invalid', 'do things on O-1007');
     const v = await waitFor(s, token, workflowId, settled);
     console.log('invalid', JSON.stringify(summary(v)));
-    // Three failed validations in a row stop the run (issue 6 no-progress detection).
+    // Three failed validations in a row stop the run (no-progress detection).
     expect(v.state).toBe('stopped');
     expect(v.stopReason).toBe('validation_failed');
     expect(v.actions).toEqual([]);

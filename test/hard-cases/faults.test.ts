@@ -59,7 +59,7 @@ describe('hunt: downstream faults', () => {
   it('a retry refused after an unanswered attempt (epoch bumped between attempts): failed_unknown, not denied', async () => {
     // Attempt 1 commits and its response is lost; attempt 2 is rate-limited; the epoch is bumped
     // (what `gatehouse epoch bump` writes), so attempt 3 is refused as revoked before the
-    // idempotency key is looked up. The refusal says nothing about attempt 1 (SPEC §6, §4.3).
+    // idempotency key is looked up. The refusal says nothing about attempt 1 (docs/product/invariants.md#exactly-once).
     await fault(s, { target: 'payments', mode: 'commit_then_lose_response', times: 1 });
     await fault(s, { target: 'payments', mode: 'rate_limit', times: 1, retryAfterMs: 3000 });
     await fixtures(s, 'H-epoch-retry', [fc(['issue_refund', { orderId: 'O-1002', amount: '20.00', reason: 'late' }]), msg()]);

@@ -18,7 +18,7 @@ import {
   type HuntStack,
 } from './helpers.ts';
 
-// Issue 6: the agent loop — call_id pairing across a crash, rejected approvals answered
+// The agent loop — call_id pairing across a crash, rejected approvals answered
 // `executed: false`, and the two controls (eligible-tool filter, untrusted-output boundary)
 // shown load-bearing by turning them off in a second stack.
 
@@ -78,6 +78,7 @@ describe('agent loop', () => {
     { timeout: 180_000 },
     async () => {
       await s.stack.restart('agent-loop', { GATEHOUSE_TEST_CRASH_AT: 'after_model_response' });
+      s.stack.hold('agent-loop'); // it kills itself: no supervised restart (with the hook still on) until restart()
       const { token, workflowId } = await submit(s, 'rep-ana', 'L-crash', 'What is the status of order O-1001?', 'investigate');
       const loop = s.stack.processes.get('agent-loop')!;
       await new Promise((r) => (loop.signalCode ? r(null) : loop.once('exit', r)));

@@ -101,7 +101,7 @@ async function ledgerOutage(s: HuntStack, pg: TcpCut, ticketId: string, ms: numb
 async function stackBehindCut(extra: Record<string, string>): Promise<{ s: HuntStack; pg: TcpCut }> {
   const pg = new TcpCut(await freePort(), { host: '127.0.0.1', port: 5432 });
   await pg.open();
-  return { s: await startHuntStack(extra, { databasePort: pg.port }), pg };
+  return { s: await startHuntStack(extra, { pgServer: `postgres://postgres@127.0.0.1:${pg.port}` }), pg };
 }
 
 async function waitUntil(cond: () => Promise<boolean>, what: string, timeoutMs = 45_000): Promise<void> {
@@ -183,10 +183,7 @@ describe('outage time is not working time', () => {
   });
 
   it('audit storage stays unavailable past the ceiling: the reship is never claimed, stopped(dependency_unavailable)', async () => {
-    const audit = s.stack.processes.get('audit')!;
-    const gone = new Promise((r) => audit.once('exit', r));
-    audit.kill('SIGKILL');
-    await gone;
+    await s.stack.kill('audit', 'SIGKILL', { keepDown: true });
     // The gate trips once the last heartbeat is older than its 3 s.
     await waitUntil(async () => {
       const r = await sql<{

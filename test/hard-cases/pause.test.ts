@@ -16,7 +16,7 @@ import {
   type HuntStack,
 } from './helpers.ts';
 
-// Pauses and waits (SPEC §5 `paused`, §4.6 bounds, §4.8 audit): a run held by a switched-off tool
+// Pauses and waits (docs/product/states.md#workflow, invariants.md#bounds and #evidence): a run held by a switched-off tool
 // stays paused until every held step's tool is on, says which, leaves audit events for the pause
 // and the resume, and — like a wait for an approver — the pause is not charged to its working
 // time; overlapping waits are credited once. The wall-time budget here is 8 s.

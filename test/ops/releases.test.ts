@@ -9,7 +9,7 @@ import { Redis } from 'ioredis';
 import type { Worker } from 'bullmq';
 import { executionsQueue, loadReleaseManifest, queueContracts, queueName, repoRoot, type ExecutionJob } from '@gatehouse/contracts';
 import { knownMigrations, registerRelease, releaseForced, releaseWritesEnabled, routeRelease } from '@gatehouse/ledger';
-import { createLogger, createWorker, QueueRegistry } from '@gatehouse/platform';
+import { createLogger, createWorker, PostgresGate, QueueRegistry } from '@gatehouse/platform';
 import { evaluateAction, loadActiveBundles } from '@gatehouse/policy';
 import { findTool } from '@gatehouse/tools';
 import { createAction, createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
@@ -18,7 +18,7 @@ import { activateRelease, ActivationRefused, enableWrites, rollbackRelease } fro
 import { drainRelease, quarantineRelease, queuedJobs, requeueRelease, RequeueRefused } from '../../packages/cli/src/queue-ops.ts';
 
 /**
- * Releases, canary and rollback (SPEC §8, issue 8): activation verifies digests and gates, a
+ * Releases, canary and rollback (docs/product/releases.md): activation verifies digests and gates, a
  * candidate serves its cohort with writes disabled, rollback drains and restores, and candidate
  * jobs are requeued or quarantined only by explicit command — never claimed by a former worker.
  */
@@ -164,6 +164,7 @@ describe('rollback rehearsal', () => {
         prefix,
         redisUrl: TEST_REDIS_URL,
         log: createLogger('test'),
+        gate: new PostgresGate(t.db, createLogger('test')),
       },
     );
     try {

@@ -10,7 +10,7 @@ import type { Db } from '@gatehouse/ledger';
 import { call, SECRET, sleep, stagingRequests, startHuntStack, tokenFor, type HuntStack } from '../hard-cases/helpers.ts';
 import { seedRefund, seedShipment, seedStep, type SeededStep } from './seed.ts';
 
-// Issue 8, "Done means" 1 and 4 (SPEC §4 invariants 4-5, §7): one example of each reconciliation
+// docs/product/invariants.md#agreement and #containment, docs/product/reconciliation.md: one example of each reconciliation
 // class is seeded straight into the ledger and the systems of record; the repeatable job and
 // `gatehouse reconcile` find exactly those, with an owner per class; every difference is then
 // remediated through a lead's approval (exactly once, audited), after which reconciliation shows

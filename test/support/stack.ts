@@ -1,7 +1,7 @@
 import { resolve } from 'node:path';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { SERVICES, startStack, type DemoTarget, type RunningStack } from '@gatehouse/cli';
+import { SERVICES, startStack, type DemoTarget, type RunningStack, type StackOptions } from '@gatehouse/cli';
 import { createTestDatabase, dropQueuePrefix, freePort, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
 
 /** A whole Gatehouse stack as real processes over a test database and queue prefix. */
@@ -18,17 +18,22 @@ export interface E2EStack {
 
 /**
  * Starts every service as its own process on free ports with its own database and prefix;
- * `extra` overrides the environment (e.g. short leases for crash tests). With `databasePort`
- * the services reach the database through that local port (a proxy a test can cut) instead
- * of the server's; the test's own handle (`db`) stays direct.
+ * `extra` overrides the environment (e.g. short leases for crash tests). The stack supervises
+ * its services (a process that exits is restarted, see docs/decisions/0121-local-stack-supervision.md)
+ * unless `opts.supervise` is false; a test that kills a service to observe the system without it
+ * uses `stack.kill(name, 'SIGKILL', { keepDown: true })`. `opts.pgServer`
+ * (`postgres://user@host:port`) puts the database on another cluster than the shared one, e.g.
+ * a private one the test restarts.
  */
-export async function startE2EStack(extra: Record<string, string> = {}, opts: { databasePort?: number } = {}): Promise<E2EStack> {
-  const db = await createTestDatabase();
+export async function startE2EStack(
+  extra: Record<string, string> = {},
+  opts: Pick<StackOptions, 'supervise' | 'restartPolicy' | 'onEvent'> & { pgServer?: string } = {},
+): Promise<E2EStack> {
+  const { pgServer, ...stackOpts } = opts;
+  const db = await createTestDatabase({ server: pgServer });
   const prefix = testQueuePrefix();
-  const databaseUrl = new URL(db.url);
-  if (opts.databasePort !== undefined) databaseUrl.port = String(opts.databasePort);
   const env: Record<string, string> = {
-    DATABASE_URL: databaseUrl.toString(),
+    DATABASE_URL: db.url,
     REDIS_URL: TEST_REDIS_URL,
     QUEUE_PREFIX: prefix,
     LOG_LEVEL: 'warn',
@@ -44,7 +49,7 @@ export async function startE2EStack(extra: Record<string, string> = {}, opts: { 
   Object.assign(env, extra);
   const dir = mkdtempSync(resolve(tmpdir(), 'gh-e2e-'));
   // Generous: on a loaded 2-core machine seven processes with the telemetry preload start slowly.
-  const stack = await startStack({ env, dir, readyTimeoutMs: 150_000 });
+  const stack = await startStack({ env, dir, readyTimeoutMs: 150_000, ...stackOpts });
   const e2e: E2EStack = {
     db,
     prefix,

@@ -76,7 +76,7 @@ export async function pollWorkflow(
 
 /**
  * Approves one pending approval as an approver, the way the inbox does: reads it from the API
- * and sends back the version and digest it read (SPEC §9 decision body).
+ * and sends back the version and digest it read (docs/product/public-contract.md#approvals).
  */
 export async function approveAsLead(
   approvalUrl: string,

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { Kysely, PostgresDialect } from 'kysely';
-import { migrate } from '@gatehouse/ledger';
+import { createPool, migrate } from '@gatehouse/ledger';
 
 /** Splits a Postgres URL into the admin URL (database `postgres`) and the database name. */
 export function splitDatabaseUrl(url: string): { adminUrl: string; name: string } {
@@ -18,6 +18,7 @@ export function splitDatabaseUrl(url: string): { adminUrl: string; name: string 
 export async function prepareDatabase(url: string, opts: { fresh?: boolean } = {}): Promise<void> {
   const { adminUrl, name } = splitDatabaseUrl(url);
   const admin = new pg.Client({ connectionString: adminUrl });
+  admin.on('error', () => {}); // a lost connection also rejects the query that was running: that error is reported
   await admin.connect();
   try {
     if (opts.fresh) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
@@ -26,7 +27,7 @@ export async function prepareDatabase(url: string, opts: { fresh?: boolean } = {
   } finally {
     await admin.end();
   }
-  const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 1 }) }) });
+  const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: createPool(url, 1) }) });
   try {
     await migrate(db);
   } finally {

@@ -34,7 +34,7 @@ export interface DemoReport {
 const fmtCents = (c: unknown): string => (typeof c === 'number' ? (c / 100).toFixed(2) : '-');
 
 /**
- * The demo flow of SPEC/issue 2: ticket T-1 as rep-ana in `act` mode through every service;
+ * The demo flow (README "What runs"): ticket T-1 as rep-ana in `act` mode through every service;
  * each pending approval is approved as lead-eli through the approval API with the version and
  * digest read from it; then the refund's execution job is delivered a second time and the
  * payments ledger must still hold one refund for its key. Reads the audit chain and verifies it.

@@ -1,4 +1,5 @@
 export * from './stack.ts';
+export * from './stack-control.ts';
 export * from './demo.ts';
 export * from './api-client.ts';
 export * from './db-admin.ts';

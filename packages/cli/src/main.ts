@@ -15,13 +15,16 @@ import { reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile
 import { releaseCommand } from './release-commands.ts';
 import { withQueues } from './queue-ops.ts';
 import { loadBundle, loadBundleFile, runBoundaryGate, loadBoundaryCases } from '@gatehouse/policy';
-import { portOf, SERVICES, startStack, stateDir, stopDetachedStack } from './stack.ts';
+import { portOf, SERVICES, startStack, stateDir, stateRoot, type RunningStack } from './stack.ts';
+import { launchStackDaemon, progressPrinter, stackStatus, stopStack } from './stack-control.ts';
 
 const USAGE = `gatehouse — operate a Gatehouse stack
 
   gatehouse demo [--keep-running]       run ticket T-1 through every service (fresh demo database)
-  gatehouse stack up [--fresh]          start every service in the background and wait until ready
-  gatehouse stack down                  stop them
+  gatehouse stack up [--fresh] [--only svc,svc]   start every service (or those) under a supervisor
+                                        that restarts any that exits; wait until ready
+  gatehouse stack down                  stop the supervisor and every service
+  gatehouse stack status                each service's state, restarts and last exit (crash loops)
   gatehouse token --user <id>           print a bearer token for a user of world.json (local secret)
   gatehouse audit verify                walk the audit chain and its anchors
   gatehouse switch on|off <tool>        hold or release a tool at the moment of execution
@@ -45,7 +48,11 @@ const USAGE = `gatehouse — operate a Gatehouse stack
   gatehouse migrate down --all --confirm <database>   revert every migration: drops all ledger and audit data
 
   Ops commands (switch, epoch, reconcile, queues, release, migrate down) need an operator's bearer token:
-  --token <jwt> or GATEHOUSE_TOKEN (locally: gatehouse token --user ops-gus). Each is audited.`;
+  --token <jwt> or GATEHOUSE_TOKEN (locally: gatehouse token --user ops-gus). Each is audited.
+
+  --state-dir <dir> or GATEHOUSE_STATE_DIR: where stacks keep logs, pid files and the local audit
+  key (default .gatehouse/). Two stacks side by side need two state folders, and their own ports
+  (<SERVICE>_PORT), database (DATABASE_URL) and queue prefix (QUEUE_PREFIX).`;
 
 const out = (line: string): void => {
   process.stdout.write(`${line}\n`);
@@ -71,10 +78,14 @@ async function main(argv: string[]): Promise<number> {
       all: { type: 'boolean' },
       confirm: { type: 'string' },
       fresh: { type: 'boolean' },
+      only: { type: 'string' },
+      'state-dir': { type: 'string' },
       'keep-running': { type: 'boolean' },
       help: { type: 'boolean' },
     },
   });
+  // Before anything reads it: the state folder of this command and of the processes it starts.
+  if (values['state-dir']) process.env.GATEHOUSE_STATE_DIR = resolvePath(values['state-dir']);
   const env = parseEnv({});
   const [cmd, sub, arg] = positionals;
   if (values.help || !cmd) {
@@ -90,19 +101,19 @@ async function main(argv: string[]): Promise<number> {
     case 'stack up': {
       await prepareDatabase(env.DATABASE_URL, { fresh: values.fresh });
       const dir = stateDir('stack');
-      const restarted = await stopDetachedStack(dir, 5000);
+      const restarted = await stopStack(dir, 5000);
       if (restarted.length) out(`restarting the running stack (${restarted.join(', ')})`);
-      const stack = await startStack({
-        env: { ...process.env, MODEL_BASE_URL: process.env.MODEL_BASE_URL ?? stubUrl(process.env) },
-        dir,
-        detached: true,
-      });
-      for (const [name, port] of Object.entries(stack.ports)) out(`  ${name.padEnd(15)} http://127.0.0.1:${port}`);
-      out(`stack up; logs in ${dir}`);
+      const ports = await launchStackDaemon({ env: stackEnv({}), dir, only: values.only?.split(','), out });
+      for (const [name, port] of Object.entries(ports)) out(`  ${name.padEnd(15)} http://127.0.0.1:${port}`);
+      out(`stack up, supervised; logs in ${dir}`);
+      return 0;
+    }
+    case 'stack status': {
+      for (const line of stackStatus(stateDir('stack'))) out(line);
       return 0;
     }
     case 'stack down': {
-      const stopped = [...(await stopDetachedStack(stateDir('stack'))), ...(await stopDetachedStack(stateDir('demo')))];
+      const stopped = [...(await stopStack(stateDir('stack'))), ...(await stopStack(stateDir('demo')))];
       out(stopped.length ? `stopped ${stopped.join(', ')}` : 'nothing was running');
       return 0;
     }
@@ -237,6 +248,19 @@ async function opsCommand(
 }
 
 /** The model-stub's Responses API URL on its configured port. */
+/**
+ * The environment of a local stack: this process's, the model-stub as model unless one is set,
+ * the audit key in the state folder unless set, then `overrides`.
+ */
+function stackEnv(overrides: Record<string, string | undefined>): Record<string, string | undefined> {
+  return {
+    ...process.env,
+    MODEL_BASE_URL: process.env.MODEL_BASE_URL ?? stubUrl(process.env),
+    AUDIT_SIGNING_KEY_PATH: process.env.AUDIT_SIGNING_KEY_PATH ?? resolvePath(stateRoot(), 'audit-ed25519.pem'),
+    ...overrides,
+  };
+}
+
 function stubUrl(env: Record<string, string | undefined>): string {
   return `http://127.0.0.1:${portOf(
     SERVICES.find((s) => s.name === 'model-stub')!,
@@ -244,29 +268,36 @@ function stubUrl(env: Record<string, string | undefined>): string {
   )}/v1`;
 }
 
-/** `gatehouse demo`: a fresh demo database and queue prefix, the whole stack, ticket T-1. */
+/**
+ * `gatehouse demo`: a fresh demo database and queue prefix, the whole stack, ticket T-1. The
+ * database (`DEMO_DATABASE`, default `gatehouse_demo`, on `DATABASE_URL`'s server) and the queue
+ * prefix (`DEMO_QUEUE_PREFIX`, default `gh-demo`) are emptied first.
+ */
 async function demo(keepRunning: boolean): Promise<number> {
   const base = parseEnv({});
-  const databaseUrl = base.DATABASE_URL.replace(/\/[^/]+$/, '/gatehouse_demo');
-  const prefix = 'gh-demo';
+  const name = process.env.DEMO_DATABASE ?? 'gatehouse_demo';
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(name))
+    throw new Error(`DEMO_DATABASE must be a plain lower-case database name, got ${JSON.stringify(name)}`);
+  const databaseUrl = base.DATABASE_URL.replace(/\/[^/]+$/, `/${name}`);
+  const prefix = process.env.DEMO_QUEUE_PREFIX ?? 'gh-demo';
   const redis = new Redis(base.REDIS_URL, { maxRetriesPerRequest: null });
   for (const key of await redis.keys(`${prefix}:*`)) await redis.del(key);
   redis.disconnect();
   out('preparing a fresh demo database and starting every service…');
   await prepareDatabase(databaseUrl, { fresh: true });
-  const env = {
-    ...process.env,
+  const env = stackEnv({
     DATABASE_URL: databaseUrl,
     QUEUE_PREFIX: prefix,
     LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
     AUDIT_ANCHOR_INTERVAL_MS: '500',
     // The demo always runs on the model-stub, whatever OPENAI_API_KEY the shell holds.
     MODEL_BASE_URL: stubUrl(process.env),
-  };
+  });
   const dir = keepRunning ? stateDir('stack') : stateDir('demo');
-  const stopped = [...(await stopDetachedStack(stateDir('stack'), 5000)), ...(await stopDetachedStack(stateDir('demo'), 5000))];
+  const stopped = [...(await stopStack(stateDir('stack'), 5000)), ...(await stopStack(stateDir('demo'), 5000))];
   if (stopped.length) out(`stopped the running stack first (the demo needs its ports): ${stopped.join(', ')}`);
-  const stack = await startStack({ env, dir, detached: keepRunning, stopOnSignals: !keepRunning });
+  const stack = keepRunning ? undefined : await startForeground(env, dir);
+  if (keepRunning) await launchStackDaemon({ env, dir, out });
   const url = (name: string): string =>
     `http://127.0.0.1:${portOf(
       SERVICES.find((s) => s.name === name)!,
@@ -283,14 +314,28 @@ async function demo(keepRunning: boolean): Promise<number> {
         queuePrefix: prefix,
         release: base.GATEHOUSE_RELEASE,
         authSecret: base.GATEHOUSE_AUTH_SECRET,
+        auditKeyPath: env.AUDIT_SIGNING_KEY_PATH,
       },
       out,
     );
     printReport(report, out);
     return report.ok ? 0 : 1;
   } finally {
-    if (!keepRunning) await stack.stop();
+    if (stack) await stack.stop();
     else out(`stack left running (logs in ${dir}); stop it with: ./run stack down`);
+  }
+}
+
+/** The demo's own stack, in this process (supervised; stopped with it), printing start-up progress. */
+async function startForeground(env: Record<string, string | undefined>, dir: string): Promise<RunningStack> {
+  const progress = progressPrinter(
+    SERVICES.map((s) => s.name),
+    out,
+  );
+  try {
+    return await startStack({ env, dir, stopOnSignals: true, onEvent: progress.onEvent });
+  } finally {
+    progress.done();
   }
 }
 

@@ -7,6 +7,7 @@ import {
   inTransaction,
   recordAudit,
   TERMINAL_STATES,
+  transitionWorkflow,
   type Db,
   type OutboxRow,
   type Trx,
@@ -76,7 +77,8 @@ export async function authorizeOperator(
 }
 
 /**
- * `gatehouse switch on|off TOOL`: read by the executor at the moment of execution (SPEC §6).
+ * `gatehouse switch on|off TOOL`: read by the executor at the moment of execution
+ * (docs/product/hard-cases.md#tool-switched-off-mid-run).
  * Switching on re-enqueues, through the outbox, every approved action of that tool not yet
  * claimed in a live workflow (the held ones), with a fresh job id, on the workflow's current
  * release (after a rollback and requeue, the restored one, whose executor re-evaluates it).
@@ -131,9 +133,9 @@ export async function setSwitch(db: Db, tool: string, enabled: boolean, operator
 /**
  * After `tool` is switched on: a paused run whose held steps are all of tools now on resumes
  * (`executing`, audited `run.resumed`), and the time it was paused is credited to its deadline —
- * on-call's pause is not the run's working time (SPEC §4.6), counted once with approval waits
+ * on-call's pause is not the run's working time (docs/product/invariants.md#bounds), counted once with approval waits
  * (`wait_credited_until`). A run with a step of another tool still switched off stays `paused`,
- * its next step naming those tools (SPEC §5).
+ * its next step naming those tools (docs/product/states.md).
  */
 async function resumeIfNothingHeld(trx: Trx, workflowId: string, tool: string): Promise<void> {
   const wf = await trx
@@ -163,24 +165,16 @@ async function resumeIfNothingHeld(trx: Trx, workflowId: string, tool: string): 
       .execute();
     return;
   }
-  await trx
-    .updateTable('workflows')
-    .set({ state: 'executing', next_step: null, updated_at: new Date() })
-    .where('id', '=', workflowId)
-    .execute();
+  await transitionWorkflow(trx, workflowId, {
+    to: 'executing',
+    nextStep: null,
+    audit: { type: 'run.resumed', service: 'cli', tool, outcome: 'tool_enabled', revisions: { release: wf.release_id } },
+  });
   const budget = await trx.selectFrom('budgets').select('paused_at').where('workflow_id', '=', workflowId).forUpdate().executeTakeFirst();
   if (budget?.paused_at) {
     await creditWait(trx, workflowId, new Date(budget.paused_at));
     await trx.updateTable('budgets').set({ paused_at: null }).where('workflow_id', '=', workflowId).execute();
   }
-  await recordAudit(trx, {
-    type: 'run.resumed',
-    service: 'cli',
-    runId: workflowId,
-    tool,
-    outcome: 'tool_enabled',
-    revisions: { release: wf.release_id },
-  });
 }
 
 /** `gatehouse epoch bump`: raises the revocation epoch; every outstanding delegated token dies. */

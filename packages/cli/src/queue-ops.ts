@@ -1,6 +1,6 @@
 import type { Job } from 'bullmq';
 import { loadReleaseManifest, queueContracts, queueName } from '@gatehouse/contracts';
-import { actorHash, inTransaction, recordAudit, TERMINAL_STATES, type Db } from '@gatehouse/ledger';
+import { actorHash, inTransaction, LIVE_STATES, recordAudit, transitionWorkflow, type Db } from '@gatehouse/ledger';
 import { Redis } from 'ioredis';
 import { QueueRegistry, type BaseEnv } from '@gatehouse/platform';
 
@@ -104,18 +104,14 @@ export async function quarantineRelease(db: Db, queues: QueueRegistry, release: 
         .onConflict((oc) => oc.columns(['queue', 'job_id']).doNothing())
         .execute();
     }
-    if (workflows.size) {
-      await trx
-        .updateTable('workflows')
-        .set({
-          state: 'stopped',
-          stop_reason: 'quarantined',
-          next_step: `Release ${release} was rolled back and this workflow's queued work quarantined; resubmit the ticket.`,
-          updated_at: new Date(),
-        })
-        .where('id', 'in', [...workflows])
-        .where('state', 'not in', TERMINAL_STATES)
-        .execute();
+    // Sorted: every writer locks workflows in id order, so two quarantines never deadlock.
+    for (const id of [...workflows].sort()) {
+      await transitionWorkflow(trx, id, {
+        to: 'stopped',
+        stopReason: 'quarantined',
+        nextStep: `Release ${release} was rolled back and this workflow's queued work quarantined; resubmit the ticket.`,
+        onlyFrom: LIVE_STATES,
+      });
     }
     await recordAudit(trx, {
       type: 'queues.quarantined',

@@ -1,4 +1,4 @@
-import type { Db, OutboxRow, Remediation } from '@gatehouse/ledger';
+import { listStuckRuns, type Db, type OutboxRow, type Remediation, type StuckRun } from '@gatehouse/ledger';
 import {
   executeApprovedRemediations,
   executeRemediation,
@@ -44,6 +44,15 @@ export function formatItem(i: WorklistItem): string {
   return `  ${i.id}  ${i.status.padEnd(6)}  ${i.class.padEnd(34)}  owner=${i.owner.padEnd(13)}  ${i.subject}${amount}${remedy}`;
 }
 
+/** One stuck-run line: workflow, state, age against its bound, the jobs it waits for, the watchdog's re-drives. */
+export function formatStuck(r: StuckRun): string {
+  const waits = r.waitingFor.length ? r.waitingFor.join(',') : 'nothing';
+  const wd = r.watchdog
+    ? `re-driven ${r.watchdog.count}x, last ${r.watchdog.outcome} at ${new Date(r.watchdog.atMs).toISOString()}`
+    : 'not re-driven';
+  return `  ${r.workflowId}  ${r.state.padEnd(17)}  age=${Math.round(r.ageMs / 1000)}s (bound ${Math.round(r.boundMs / 1000)}s)  waiting-for=${waits}  watchdog: ${wd}`;
+}
+
 function formatOutcome(o: RemediationOutcome): string {
   switch (o.state) {
     case 'resolved':
@@ -59,7 +68,9 @@ function formatOutcome(o: RemediationOutcome): string {
 
 /**
  * `gatehouse reconcile`: executes remediations leads approved, runs one reconciliation pass
- * (SPEC §7) and prints the live worklist and a summary; publishes the results of resumed calls.
+ * (docs/product/reconciliation.md) and prints the live worklist, the stuck runs (live runs past
+ * their no-progress bound, with the jobs they wait for and the watchdog's re-drives) and a
+ * summary; publishes the results of resumed calls.
  * Returns the exit code (0; the summary says how many differences are unexplained).
  */
 export async function reconcileCommand(ctx: ReconcileContext): Promise<number> {
@@ -79,6 +90,9 @@ export async function reconcileCommand(ctx: ReconcileContext): Promise<number> {
       .map(([c, n]) => `${c}=${n}`)
       .join(' ')}`,
   );
+  const stuck = await listStuckRuns(ctx.db);
+  ctx.out(`stuck runs (${stuck.length}):`);
+  for (const s of stuck) ctx.out(formatStuck(s));
   const frozen = r.worklist.filter((i) => i.status === 'frozen').length;
   ctx.out(
     `run ${r.runId}: ${r.findings.length} compared; ${r.counts.matched} matched, ${r.resumed} resumed, ${r.explained} explained, ${r.vanished} vanished; ${r.unexplained} unexplained (${r.unexplained - frozen} open, ${frozen} frozen)`,

@@ -27,7 +27,8 @@ export function parseCohort(text: string): { tenants: string[]; users: string[] 
 }
 
 /**
- * `gatehouse release …` and `gatehouse queues …` (SPEC §8, §9). Everything but `release verify`
+ * `gatehouse release …` and `gatehouse queues …` (docs/product/releases.md,
+ * docs/product/public-contract.md#ops-cli). Everything but `release verify`
  * needs an operator token and is audited. Exit codes: 0 done, 1 refused or failed checks.
  * @throws Error for missing arguments.
  */

@@ -33,7 +33,7 @@ import { drainRelease, queuedJobs } from './queue-ops.ts';
 
 const PACKS: readonly Pack[] = ['support', 'change'];
 
-/** The digests a release manifest must carry for this code (SPEC §8), recomputed from the code. */
+/** The digests a release manifest must carry for this code (docs/product/releases.md), recomputed from the code. */
 export function currentDigests(): Pick<ReleaseManifest, 'prompt' | 'toolCatalog' | 'auditSchema' | 'schemaVersion'> {
   return {
     prompt: { support: instructionsFor('support').hash, change: instructionsFor('change').hash },
@@ -123,7 +123,7 @@ export class ActivationRefused extends Error {
 }
 
 /**
- * `gatehouse release activate <id> [--cohort tenant:T,user:U] [--force]` (SPEC §8): verifies
+ * `gatehouse release activate <id> [--cohort tenant:T,user:U] [--force]` (docs/product/releases.md): verifies
  * the manifest's digests against the code and database, runs its policy gates and the safety
  * subset, then records it — with a cohort as a `candidate` serving those tenants/users with
  * consequential writes disabled; without one as the `active` release (the former active one
@@ -227,7 +227,7 @@ export interface RollbackReport {
 }
 
 /**
- * `gatehouse release rollback --to <former>` (SPEC §8): for every other active or candidate
+ * `gatehouse release rollback --to <former>` (docs/product/releases.md): for every other active or candidate
  * release, in this order — disable write eligibility at the policy boundary, drain its queues
  * (no new claims; in-flight work finishes or its lease expires), expire its pending and
  * unconsumed approvals, inventory its operations by status (running and failed_unknown are left

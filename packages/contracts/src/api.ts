@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { storableString } from './text.ts';
 
-/** `POST /v1/tickets` body (SPEC §9). Tenant and user come from the bearer token only. */
+/** `POST /v1/tickets` body (docs/product/public-contract.md#intake). Tenant and user come from the bearer token only. */
 export const TicketRequestSchema = z.strictObject({
   ticketId: z
     .string()
@@ -14,7 +14,7 @@ export const TicketRequestSchema = z.strictObject({
 });
 export type TicketRequest = z.infer<typeof TicketRequestSchema>;
 
-/** `POST /v1/approvals/:id/decision` body (SPEC §9). */
+/** `POST /v1/approvals/:id/decision` body (docs/product/public-contract.md#approvals). */
 export const DecisionRequestSchema = z.strictObject({
   decision: z.enum(['approve', 'deny']),
   actionVersion: z.number().int().positive(),

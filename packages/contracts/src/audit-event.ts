@@ -1,12 +1,14 @@
 import { z } from 'zod';
 
-/** Lifecycle event types written to the audit chain (SPEC §4 invariant 8). */
+/** Lifecycle event types written to the audit chain (docs/product/invariants.md#evidence). */
 export const AuditEventType = z.enum([
   'run.started',
   'run.stopped',
   'run.completed',
   'run.paused',
   'run.resumed',
+  /** The watchdog re-enqueued a job a live run waits for (outcome `<queue>:<missing|failed|stale>`). */
+  'run.redriven',
   'model.response',
   'proposal.received',
   'proposal.invalid',

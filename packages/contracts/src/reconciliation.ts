@@ -1,6 +1,6 @@
 /**
- * Rule id of an approval that a reconciliation remediation asked a lead for (issue 8; docs/decisions
- * 0050). Such an approval names a compensation action (`reverse_refund`, `cancel_shipment`, …) in a
+ * Rule id of an approval that a reconciliation remediation asked a lead for (docs/product/reconciliation.md#remediations;
+ * docs/decisions/0050-reconciliation.md). Such an approval names a compensation action (`reverse_refund`, `cancel_shipment`, …) in a
  * workflow of its own: the reconciliation job executes it once approved, so deciding it enqueues
  * no executor or agent-loop job.
  */

@@ -3,7 +3,7 @@ import { resolve } from 'node:path';
 import { z } from 'zod';
 import { repoRoot } from './world.ts';
 
-/** Run budgets of one pack: checked before every dispatch (SPEC §4 invariant 6). */
+/** Run budgets of one pack: checked before every dispatch (docs/product/invariants.md#bounds). */
 export const PackBudgetsSchema = z.strictObject({
   maxRounds: z.number().int().positive(),
   /** Tool calls, failed validations included. */
@@ -19,7 +19,7 @@ const perPack = <T extends z.ZodType>(t: T) => z.strictObject({ support: t, chan
 const sha256 = z.string().regex(/^[0-9a-f]{64}$/);
 
 /**
- * A release bundle (`releases/<id>.json`, SPEC §8): every part that changes behaviour, named or
+ * A release bundle (`releases/<id>.json`, docs/product/releases.md): every part that changes behaviour, named or
  * digested — the model with its token prices (micro-USD per 1000 tokens), the instructions'
  * sha256 per pack, the tool catalog digest per pack, the policy revision per pack, retry rules,
  * adapter versions, the database schema version (the newest migration it needs), the audit

@@ -28,7 +28,7 @@ const OrderSchema = z.object({
   status: z.string(),
 });
 
-/** Shape of `shared/fixtures/world.json`: the synthetic tenants, people, orders and changes. */
+/** Shape of `synthetic-world/world.json`: the synthetic tenants, people, orders and changes. */
 export const WorldSchema = z.object({
   agent: z.object({ id: z.string(), grantedTools: z.array(z.string()) }),
   tenants: z.array(z.object({ id: z.string(), name: z.string(), regions: z.array(z.string()) })),
@@ -52,17 +52,24 @@ export type World = z.infer<typeof WorldSchema>;
 export type WorldUser = z.infer<typeof UserSchema>;
 export type WorldOrder = z.infer<typeof OrderSchema>;
 
-let cached: World | undefined;
+/** The synthetic world shipped with the repository (the demo, tests and benchmarks run on it). */
+export const DEFAULT_WORLD_PATH: string = resolve(repoRoot, 'synthetic-world/world.json');
+
+/** Parsed worlds by absolute path: each file is read and validated once per process. */
+const cache = new Map<string, World>();
 
 /**
- * Loads and validates the synthetic world. Path: `GATEHOUSE_WORLD`, else
- * `<repo>/../shared/fixtures/world.json` (the specification folder beside the repository).
+ * Loads and validates the synthetic world, once per path per process. Path: the argument, else
+ * `GATEHOUSE_WORLD`, else {@link DEFAULT_WORLD_PATH} inside the repository. Nothing outside the
+ * repository is read unless `GATEHOUSE_WORLD` points there.
  * @throws Error when the file is missing or does not match {@link WorldSchema}.
  */
 export function loadWorld(path = process.env.GATEHOUSE_WORLD): World {
-  if (cached && !path) return cached;
-  const file = path ?? resolve(repoRoot, '../shared/fixtures/world.json');
-  const world = WorldSchema.parse(JSON.parse(readFileSync(file, 'utf8')));
-  if (!path) cached = world;
+  const file = resolve(path || DEFAULT_WORLD_PATH);
+  let world = cache.get(file);
+  if (!world) {
+    world = WorldSchema.parse(JSON.parse(readFileSync(file, 'utf8')));
+    cache.set(file, world);
+  }
   return world;
 }

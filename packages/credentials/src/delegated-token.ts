@@ -4,7 +4,7 @@ import { z } from 'zod';
 /** Issuer of delegated downstream credentials. */
 export const DELEGATION_ISSUER = 'gatehouse-executor';
 
-/** Lifetime of a delegated token: 60 s (SPEC §3). */
+/** Lifetime of a delegated token: 60 s (docs/product/policy-rules.md#delegated-credentials). */
 export const DELEGATED_TOKEN_TTL_SECONDS = 60;
 
 /**

@@ -1,14 +1,23 @@
 import { SignJWT, jwtVerify, createRemoteJWKSet, errors, type JWTVerifyGetKey } from 'jose';
 import { z } from 'zod';
+import { storableString } from '@gatehouse/contracts';
 
 /** Issuer of local user tokens. */
 export const USER_TOKEN_ISSUER = 'gatehouse-local';
 
-/** Claims Gatehouse reads from a user's bearer JWT. Identity and tenant come only from here. */
+/** Longest `sub` or `tenant` claim accepted (characters): far above any identity provider's ids, far below what a ledger index holds. */
+export const MAX_CLAIM_CHARS = 256;
+
+/**
+ * Claims Gatehouse reads from a user's bearer JWT. Identity and tenant come only from here. Each
+ * is text the ledger can store (no NUL, no lone surrogate) and indexes (`sub` and `tenant` at most
+ * {@link MAX_CLAIM_CHARS}, at most 64 roles of 128): the ledger filters and records by them, so a
+ * token whose claims it could not store is not a valid token (401, never a 500).
+ */
 export const UserClaimsSchema = z.object({
-  sub: z.string().min(1),
-  tenant: z.string().min(1),
-  roles: z.array(z.string()).default([]),
+  sub: storableString().min(1).max(MAX_CLAIM_CHARS),
+  tenant: storableString().min(1).max(MAX_CLAIM_CHARS),
+  roles: z.array(storableString().max(128)).max(64).default([]),
 });
 export type UserClaims = z.infer<typeof UserClaimsSchema>;
 
@@ -68,7 +77,7 @@ export async function verifyUserToken(token: string, verifier: UserTokenVerifier
       ({ payload } = await jwtVerify(token, jwks, verifier.issuer ? { issuer: verifier.issuer } : {}));
     }
     const parsed = UserClaimsSchema.safeParse(payload);
-    if (!parsed.success) throw new InvalidTokenError('token lacks sub or tenant');
+    if (!parsed.success) throw new InvalidTokenError('token lacks sub or tenant, or a claim is not short, storable text');
     return parsed.data;
   } catch (err) {
     if (err instanceof InvalidTokenError) throw err;

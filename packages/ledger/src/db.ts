@@ -10,13 +10,70 @@ import type { DB } from './schema.ts';
 export type Db = Kysely<DB>;
 export type Trx = Transaction<DB>;
 
-/** Opens a pooled connection to `databaseUrl` (`max` connections, default 10). */
-export function createDb(databaseUrl: string, max = 10): Db {
+/**
+ * Opens a `pg` pool on `databaseUrl` (at most `max` connections) whose clients cannot end the
+ * process: every client the pool opens gets its own `error` listener for its whole life, besides
+ * the pool's. node-postgres drops the pool's idle-error listener while a client is checked out (a
+ * Kysely transaction, a running statement), and an `error` event with no listener ends the
+ * process. A client that loses its connection (server restart, terminated backend) fails the
+ * statement that was running, or the next one, with an error {@link isConnectionFault}
+ * recognises; the pool discards it on release and opens a new one for the next checkout.
+ * `onClientError` (optional) is told about each such error. Every pool of the runtime opens here.
+ * @throws Error when the test-only switch `GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING` is set
+ *   outside `GATEHOUSE_ENV=test`.
+ */
+export function createPool(databaseUrl: string, max: number, onClientError?: (err: Error) => void): pg.Pool {
   const pool = new pg.Pool({ connectionString: databaseUrl, max });
-  pool.on('error', () => {
-    // An idle client lost its connection (e.g. the server restarted); the pool replaces it.
-  });
-  return new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
+  if (!pgErrorHandlingDisabled()) {
+    const report = (err: Error): void => onClientError?.(err);
+    pool.on('error', report); // an idle client died; the pool already removed it
+    pool.on('connect', (client) => client.on('error', report));
+  }
+  return pool;
+}
+
+/**
+ * Opens the ledger over a {@link createPool} pool (`max` connections, default 10); a lost
+ * connection fails a statement, never the process. `onClientError` is told about each one.
+ * @throws Error when `GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING` is set outside `GATEHOUSE_ENV=test`.
+ */
+export function createDb(databaseUrl: string, max = 10, onClientError?: (err: Error) => void): Db {
+  return new Kysely<DB>({ dialect: new PostgresDialect({ pool: createPool(databaseUrl, max, onClientError) }) });
+}
+
+/**
+ * `GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING=1` removes the client error handling of
+ * {@link createDb} (a control-removed test shows the process dying on a Postgres restart).
+ * @throws Error when set outside `GATEHOUSE_ENV=test`.
+ */
+function pgErrorHandlingDisabled(): boolean {
+  if (process.env.GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING !== '1') return false;
+  if (process.env.GATEHOUSE_ENV !== 'test')
+    throw new Error('GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING may only be set with GATEHOUSE_ENV=test');
+  return true;
+}
+
+/** Node socket errors of a refused, reset or unreachable connection. */
+const SOCKET_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EPIPE']);
+
+/** node-postgres's own messages for a lost connection, a dead client and a pool wait timeout. */
+const LOST_CONNECTION = /Connection terminated|not queryable|timeout exceeded when trying to connect/;
+
+/**
+ * True for an error that says a dependency (Postgres, Redis) cannot be reached or is shutting
+ * down, not that the statement is wrong — retryable once the dependency answers again: a socket
+ * error code, a Postgres class 08 (connection exception) or 57P01–57P03 (administrator shutdown,
+ * crash shutdown, cannot connect now) SQLSTATE, or node-postgres's own lost-connection messages.
+ * An `AggregateError` (IPv4 + IPv6 attempts) counts when one of its errors does.
+ */
+export function isConnectionFault(err: unknown): boolean {
+  const e = err as { code?: unknown; message?: unknown; errors?: unknown[] } | null;
+  if (!e || typeof e !== 'object') return false;
+  const code = typeof e.code === 'string' ? e.code : '';
+  if (SOCKET_ERRORS.has(code) || code.startsWith('08') || /^57P0[1-3]$/.test(code)) return true;
+  if (Array.isArray(e.errors) && e.errors.some(isConnectionFault)) return true;
+  const message = typeof e.message === 'string' ? e.message : '';
+  return LOST_CONNECTION.test(message);
 }
 
 /** Closes the pool. */

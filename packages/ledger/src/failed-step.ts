@@ -1,10 +1,11 @@
-import { recordAudit } from './audit.ts';
 import { inTransaction, type Db, type Trx } from './db.ts';
 import { isTerminal } from './schema.ts';
+import { transitionWorkflow } from './transitions.ts';
 
 /**
  * Moves a workflow to `stopped(reason)` with the rep's next step and a `run.stopped` audit event
- * (outcome = reason), in the caller's transaction. The caller checks the state it stops from.
+ * (outcome = reason), in the caller's transaction, through {@link transitionWorkflow}.
+ * @throws IllegalTransition when the run is already `completed` or `stopped`.
  */
 export async function stopRun(
   trx: Trx,
@@ -13,12 +14,12 @@ export async function stopRun(
   nextStep: string,
   service: string,
 ): Promise<void> {
-  await trx
-    .updateTable('workflows')
-    .set({ state: 'stopped', stop_reason: reason, next_step: nextStep, updated_at: new Date() })
-    .where('id', '=', wf.id)
-    .execute();
-  await recordAudit(trx, { type: 'run.stopped', service, runId: wf.id, outcome: reason, revisions: { release: wf.release_id } });
+  await transitionWorkflow(trx, wf.id, {
+    to: 'stopped',
+    stopReason: reason,
+    nextStep,
+    audit: { type: 'run.stopped', service, outcome: reason, revisions: { release: wf.release_id } },
+  });
 }
 
 /** Stop reason of a run whose step failed its last queue attempt (see {@link stopRunOnFailedStep}). */

@@ -8,3 +8,5 @@ export * from './releases.ts';
 export * from './operations.ts';
 export * from './failed-step.ts';
 export * from './working-time.ts';
+export * from './transitions.ts';
+export * from './liveness.ts';

@@ -3,7 +3,7 @@ import type { Trx } from './db.ts';
 import type { ActionsTable, OperationsTable } from './schema.ts';
 
 /**
- * Reserves the idempotency-ledger row of an action version (ARCHITECTURE correctness rule 1):
+ * Reserves the idempotency-ledger row of an action version (docs/product/design.md#uniqueness-in-the-database):
  * inserts `operations` with the action's operation key as `pending` if absent, then returns the
  * row locked `FOR UPDATE` in `trx` — whoever reserved it first. The caller holds the workflow and
  * action row locks (lock order workflows → actions → operations → approvals).

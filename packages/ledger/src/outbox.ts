@@ -12,8 +12,8 @@ export interface OutboxRow {
 }
 
 /**
- * Writes the next job as an outbox row inside the caller's transaction (ARCHITECTURE
- * correctness rule 2). The payload is validated against the queue's contract first; the queue
+ * Writes the next job as an outbox row inside the caller's transaction
+ * (docs/product/design.md#transactional-outbox). The payload is validated against the queue's contract first; the queue
  * is the release-specific one named by `payload.release`. The active trace context is stored
  * with the job (`traceparent`) so the consumer's span continues the trace.
  * @throws ZodError when the payload breaks the contract (the transaction should roll back).

@@ -38,7 +38,7 @@ export async function lockReleases(trx: Trx): Promise<void> {
 }
 
 /**
- * Whether consequential writes are enabled for workflows of `releaseId` (SPEC §8: a candidate
+ * Whether consequential writes are enabled for workflows of `releaseId` (docs/product/releases.md: a candidate
  * starts with writes disabled). A release without a row (never registered) is treated as enabled
  * only when no release is registered at all (a bare database in unit tests); otherwise disabled.
  */

@@ -3,17 +3,17 @@ import type { ColumnType, Generated, JSONColumnType } from 'kysely';
 type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
 type Json<T extends object | null = Record<string, unknown> | unknown[]> = JSONColumnType<T, string, string>;
 
-/** Workflow states (SPEC §5). */
+/** Workflow states (docs/product/states.md#workflow). */
 export type WorkflowState =
   'received' | 'investigating' | 'awaiting_approval' | 'executing' | 'completed' | 'stopped' | 'paused' | 'needs_reconciliation';
 
-/** Workflow states from which nothing more happens without a person (SPEC §5). */
+/** Workflow states from which nothing more happens without a person (docs/product/states.md#terminal-states). */
 export const TERMINAL_STATES: readonly WorkflowState[] = ['completed', 'stopped', 'needs_reconciliation'];
 
 /** True when `state` is one of {@link TERMINAL_STATES}. */
 export const isTerminal = (state: string): boolean => (TERMINAL_STATES as readonly string[]).includes(state);
 
-/** Action states (SPEC §5). */
+/** Action states (docs/product/states.md#action). */
 export type ActionStatus =
   | 'proposed'
   | 'normalized'
@@ -273,7 +273,7 @@ export interface AuditAnchorsTable {
   created_at: Timestamp;
 }
 
-/** A draft plan written by `prepare_change` (SPEC §2 change pack): local, no external state. */
+/** A draft plan written by `prepare_change` (docs/product/users-and-tools.md#change-pack): local, no external state. */
 export interface ChangePlansTable {
   /** `plan_` + 16 lowercase alphanumerics, derived from the operation key. */
   id: string;
@@ -286,7 +286,7 @@ export interface ChangePlansTable {
   created_at: Timestamp;
 }
 
-/** The eight reconciliation classes (SPEC §7). */
+/** The eight reconciliation classes (docs/product/reconciliation.md). */
 export type ReconciliationClass =
   | 'matched'
   | 'agent_done_ledger_missing'

@@ -48,21 +48,6 @@ export class DependencyUnavailable extends Error {
   }
 }
 
-/** Node socket errors and Postgres SQLSTATEs meaning the server is not reachable or not serving. */
-const LEDGER_DOWN_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', '57P01', '57P02', '57P03']);
-
-/**
- * True when `err` says the ledger (Postgres) is unreachable rather than refusing a statement:
- * a refused or reset connection, an administrator shutdown, a connection exception (SQLSTATE
- * class 08) or the pg client's lost-connection messages.
- */
-export function isLedgerUnavailable(err: unknown): boolean {
-  if (!(err instanceof Error)) return false;
-  const code = (err as { code?: unknown }).code;
-  if (typeof code === 'string' && (LEDGER_DOWN_CODES.has(code) || code.startsWith('08'))) return true;
-  return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error/i.test(err.message);
-}
-
 /**
  * Credits a wait that began at `since` to the run's deadline: moves `deadline_at` forward by the
  * part of [since, now] after `wait_credited_until`, then advances that mark to now. Overlapping

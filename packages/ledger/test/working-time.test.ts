@@ -1,14 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
-import {
-  checkWorkingTime,
-  creditWait,
-  inTransaction,
-  isLedgerUnavailable,
-  outageNextStep,
-  type OutagePolicy,
-  readOutagePolicy,
-} from '../src/index.ts';
+import { checkWorkingTime, creditWait, inTransaction, outageNextStep, type OutagePolicy, readOutagePolicy } from '../src/index.ts';
 // @gatehouse/testing is not a dependency of this package (no node_modules link), so it is
 // imported by path; it is the same module.
 import { createAction, createTestDatabase, type TestDatabase } from '../../testing/src/index.ts';
@@ -86,21 +78,10 @@ describe('checkWorkingTime', () => {
   });
 });
 
-describe('readOutagePolicy and isLedgerUnavailable', () => {
+describe('readOutagePolicy', () => {
   it('the credit switch is refused outside GATEHOUSE_ENV=test', () => {
     expect(readOutagePolicy(1000, {})).toEqual({ ceilingMs: 1000, credit: true });
     expect(readOutagePolicy(1000, { GATEHOUSE_ENV: 'test', GATEHOUSE_TEST_DISABLE_OUTAGE_CREDIT: '1' }).credit).toBe(false);
     expect(() => readOutagePolicy(1000, { GATEHOUSE_TEST_DISABLE_OUTAGE_CREDIT: '1' })).toThrow(/GATEHOUSE_ENV=test/);
-  });
-
-  it('a refused connection and an administrator shutdown are outages; a bad statement is not', async () => {
-    const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' });
-    expect(isLedgerUnavailable(refused)).toBe(true);
-    expect(isLedgerUnavailable(Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' }))).toBe(
-      true,
-    );
-    expect(isLedgerUnavailable(new Error('Connection terminated unexpectedly'))).toBe(true);
-    const bad = await sql`select from no_such_table`.execute(t.db).catch((e: unknown) => e);
-    expect(isLedgerUnavailable(bad)).toBe(false);
   });
 });

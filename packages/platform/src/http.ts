@@ -5,6 +5,7 @@ import type { ZodType } from 'zod';
 import { httpStatusOf, GatehouseError, UserError, type UserError as UE } from './errors.ts';
 import type { Logger } from './logger.ts';
 import { within } from './timeout.ts';
+import { isConnectionFault } from '@gatehouse/ledger';
 
 /** A readiness probe: resolves when a dependency answers, rejects otherwise. */
 export type ReadyCheck = () => Promise<void>;
@@ -42,46 +43,74 @@ export function createHttpApp(service: string, checks: Record<string, ReadyCheck
   return app;
 }
 
-/** Node socket errors of a refused, reset or unreachable connection. */
-const CONNECTION_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EPIPE']);
+/** An error of the request itself, answered 4xx: its status, reason and message. */
+interface ClientFault {
+  status: number;
+  reason: string;
+  message: string;
+}
+
+/** body-parser's error types (its `type` field) that describe the request body, with our reason and words. */
+const BODY_FAULTS: Record<string, { reason: string; message: string }> = {
+  'entity.parse.failed': { reason: 'invalid_body', message: 'body must be one JSON object' },
+  'entity.too.large': { reason: 'body_too_large', message: 'body is too large' },
+  'parameters.too.many': { reason: 'body_too_large', message: 'the form has too many fields' },
+  'encoding.unsupported': { reason: 'unsupported_encoding', message: 'content-encoding must be identity, gzip, deflate or br' },
+  'charset.unsupported': { reason: 'unsupported_charset', message: 'the body charset is not supported; send utf-8' },
+  'request.aborted': { reason: 'invalid_body', message: 'the request body was aborted' },
+  'request.size.invalid': { reason: 'invalid_body', message: 'the body length does not match content-length' },
+};
+
+/** Reasons of a 4xx error from express's own libraries (http-errors: serve-static, raw-body) by status. */
+const STATUS_REASONS: Record<number, string> = {
+  404: 'not_found',
+  405: 'method_not_allowed',
+  413: 'body_too_large',
+  415: 'unsupported_media_type',
+  416: 'range_not_satisfiable',
+};
 
 /**
- * True for an error that says a dependency (Postgres, Redis) cannot be reached or is shutting
- * down, not that the request is wrong: a socket error code, a Postgres class 08 (connection
- * exception) or 57P0x (operator intervention: shutdown) SQLSTATE, or node-postgres's own
- * "Connection terminated" / pool timeout messages.
+ * The 4xx a request-level failure deserves, or null when the error is not the caller's:
+ * - a path whose percent-encoding does not decode (the router's `decodeURIComponent` throws
+ *   `URIError` while matching `:params`): 400 `bad_path`;
+ * - a body-parser failure (it sets `type`): its own 4xx status with a reason from {@link BODY_FAULTS};
+ * - a body that does not inflate with its `content-encoding` (zlib's `Z_*` codes): 400 `invalid_body`;
+ * - any other 4xx error that express's libraries mark safe to show (http-errors' `expose: true`):
+ *   its status, a reason from {@link STATUS_REASONS} (else `bad_request`) and its message.
  */
-function isDependencyUnavailable(err: unknown): boolean {
-  const e = err as { code?: unknown; message?: unknown; errors?: unknown[] } | null;
-  if (!e || typeof e !== 'object') return false;
-  const code = typeof e.code === 'string' ? e.code : '';
-  if (CONNECTION_ERRORS.has(code) || code.startsWith('08') || /^57P0[1-3]$/.test(code)) return true;
-  if (Array.isArray(e.errors) && e.errors.some(isDependencyUnavailable)) return true; // AggregateError (IPv4 + IPv6)
-  const message = typeof e.message === 'string' ? e.message : '';
-  return /Connection terminated|timeout exceeded when trying to connect/.test(message);
+function clientFaultOf(err: unknown): ClientFault | null {
+  if (err instanceof URIError) {
+    return { status: 400, reason: 'bad_path', message: 'the request path has malformed percent-encoding' };
+  }
+  const e = err as { status?: unknown; type?: unknown; expose?: unknown; code?: unknown; message?: unknown } | null;
+  if (!e || typeof e !== 'object' || typeof e.status !== 'number' || e.status < 400 || e.status >= 500) return null;
+  if (typeof e.type === 'string') {
+    const known = BODY_FAULTS[e.type];
+    return { status: e.status, reason: known?.reason ?? 'invalid_body', message: known?.message ?? String(e.message) };
+  }
+  if (e.expose !== true) return null;
+  if (typeof e.code === 'string' && e.code.startsWith('Z_')) {
+    return { status: 400, reason: 'invalid_body', message: 'the body does not decode with its content-encoding' };
+  }
+  return { status: e.status, reason: STATUS_REASONS[e.status] ?? 'bad_request', message: String(e.message) };
 }
 
 /**
  * Installs the 404 handler and the error middleware: errors of the {@link GatehouseError} tree
- * become `{error: {reason, message}}` with their status; body-parser errors become 400; an
- * unreachable dependency becomes 503 `dependency_unavailable` with `Retry-After: 5` (seconds);
- * anything else is logged and answered 500 without internals.
+ * become `{error: {reason, message}}` with their status; a malformed request (undecodable path,
+ * body-parser failure) becomes its 4xx (see {@link clientFaultOf}); an unreachable dependency
+ * becomes 503 `dependency_unavailable` with `Retry-After: 5` (seconds); anything else is logged
+ * and answered 500 without internals.
  */
 export function finishApp(app: Express, log: Logger): Express {
   app.use((req, res) => {
     res.status(404).json({ error: { reason: 'not_found', message: `no route ${req.method} ${req.path}` } });
   });
   app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
-    const bodyParserStatus = (err as { status?: number; type?: string }).type ? (err as { status: number }).status : undefined;
-    if (bodyParserStatus && bodyParserStatus >= 400 && bodyParserStatus < 500) {
-      const type = (err as { type?: string }).type;
-      const message =
-        type === 'entity.parse.failed'
-          ? 'body must be one JSON object'
-          : type === 'entity.too.large'
-            ? 'body is too large'
-            : (err as Error).message;
-      res.status(bodyParserStatus).json({ error: { reason: type === 'entity.too.large' ? 'body_too_large' : 'invalid_body', message } });
+    const fault = clientFaultOf(err);
+    if (fault) {
+      res.status(fault.status).json({ error: { reason: fault.reason, message: fault.message } });
       return;
     }
     const status = httpStatusOf(err);
@@ -91,7 +120,7 @@ export function finishApp(app: Express, log: Logger): Express {
       res.status(status).json({ error: body });
       return;
     }
-    if (isDependencyUnavailable(err)) {
+    if (isConnectionFault(err)) {
       log.warn({ err: (err as Error).message }, 'dependency unavailable');
       res.setHeader('retry-after', '5');
       res.status(503).json({ error: { reason: 'dependency_unavailable', message: 'a dependency is unavailable; retry shortly' } });

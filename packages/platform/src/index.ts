@@ -9,3 +9,4 @@ export * from './service-context.ts';
 export * from './auth.ts';
 export * from './timeout.ts';
 export * from './outage-hold.ts';
+export * from './postgres-gate.ts';

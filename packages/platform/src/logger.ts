@@ -4,7 +4,7 @@ import { logCorrelation } from '@gatehouse/telemetry';
 export type { Logger } from 'pino';
 
 /**
- * Paths pino removes from every log line (SPEC §4 invariants 7/8): credentials — bearer tokens,
+ * Paths pino removes from every log line (docs/product/invariants.md#untrusted-output and #evidence): credentials — bearer tokens,
  * authorization and cookie headers (also inside errors of HTTP clients), API keys, passwords,
  * secrets, signing keys, delegation credentials — and content that must never be logged: raw
  * ticket text, prompts, model input, tool arguments and results. A path matches the key at the

@@ -1,6 +1,6 @@
 import { DelayedError, type Job } from 'bullmq';
 import type { Dependency, OutageMark } from '@gatehouse/contracts';
-import { DependencyUnavailable, isLedgerUnavailable } from '@gatehouse/ledger';
+import { DependencyUnavailable, isConnectionFault } from '@gatehouse/ledger';
 import type { Logger } from './logger.ts';
 
 /** A BullMQ job as a queue handler receives it (second argument of a `JobHandler`). */
@@ -9,11 +9,25 @@ export type QueueJob = Job;
 /** Longest pause between two looks at an unavailable dependency, ms. */
 export const OUTAGE_RECHECK_CAP_MS = 30_000;
 
-/** The dependency `err` says is unavailable: a {@link DependencyUnavailable}, or the ledger itself; else null. */
+/**
+ * The dependency `err` says is unavailable: a {@link DependencyUnavailable}'s, or the ledger's
+ * for a connection fault (`isConnectionFault`); else null.
+ */
 export function unavailableDependency(err: unknown): Dependency | null {
   if (err instanceof DependencyUnavailable) return err.dependency;
-  if (isLedgerUnavailable(err)) return 'postgres';
+  if (isConnectionFault(err)) return 'postgres';
   return null;
+}
+
+/**
+ * Records on a held job the outage it waits through (`outage` in its data): `dependency`, and
+ * the start of the first failed attempt — an earlier mark's start is kept. Returns the mark.
+ */
+export async function markOutage(job: Job, dependency: Dependency, sinceMs: number): Promise<OutageMark> {
+  const prior = (job.data as { outage?: OutageMark }).outage;
+  const mark: OutageMark = { dependency, sinceMs: prior?.sinceMs ?? sinceMs };
+  await job.updateData({ ...(job.data as Record<string, unknown>), outage: mark });
+  return mark;
 }
 
 /** When to look again: half the outage so far, between 0.5 s and {@link OUTAGE_RECHECK_CAP_MS}. */
@@ -43,10 +57,8 @@ export async function holdWhileUnavailable<T>(
   } catch (err) {
     const dependency = unavailableDependency(err);
     if (!dependency || !job.token) throw err;
-    const prior = (job.data as { outage?: OutageMark }).outage;
-    const mark: OutageMark = { dependency, sinceMs: prior?.sinceMs ?? attemptStartedMs };
+    const mark = await markOutage(job, dependency, attemptStartedMs);
     const delayMs = outageRecheckDelayMs(mark);
-    await job.updateData({ ...(job.data as Record<string, unknown>), outage: mark });
     await job.moveToDelayed(Date.now() + delayMs, job.token);
     log.warn(
       {

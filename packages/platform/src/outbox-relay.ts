@@ -19,7 +19,7 @@ async function markPublished(db: Db | Trx, rows: OutboxRow[]): Promise<void> {
 }
 
 /**
- * Publishes outbox rows to BullMQ (ARCHITECTURE correctness rule 2). The fast path is
+ * Publishes outbox rows to BullMQ (docs/product/design.md#transactional-outbox). The fast path is
  * {@link OutboxRelay.publish}, called right after the transaction that wrote the rows commits,
  * so no polling interval sits on the critical path. The sweep ({@link OutboxRelay.start}) is the
  * recovery path for rows a crash left unpublished: it takes rows older than `graceMs` with

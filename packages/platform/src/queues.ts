@@ -2,11 +2,27 @@ import { Queue, Worker, UnrecoverableError, type Job, type ConnectionOptions } f
 import { Redis } from 'ioredis';
 import { queueName, type QueueContract } from '@gatehouse/contracts';
 import { recordJob, withJobSpan } from '@gatehouse/telemetry';
+import { isConnectionFault } from '@gatehouse/ledger';
 import type { Logger } from './logger.ts';
+import type { PostgresGate } from './postgres-gate.ts';
 
-/** Opens an ioredis connection suitable for BullMQ workers (`maxRetriesPerRequest: null`). */
-export function createRedis(url: string): Redis {
-  return new Redis(url, { maxRetriesPerRequest: null, enableReadyCheck: true });
+/**
+ * Opens an ioredis connection suitable for BullMQ workers (`maxRetriesPerRequest: null`: commands
+ * wait while it reconnects). Its `error` events are handled: with `log`, the first error of an
+ * outage is logged and the reconnection after it.
+ */
+export function createRedis(url: string, log?: Logger): Redis {
+  const redis = new Redis(url, { maxRetriesPerRequest: null, enableReadyCheck: true });
+  let failing = false;
+  redis.on('error', (err: Error) => {
+    if (!failing) log?.warn({ err: err.message }, 'redis connection lost; reconnecting');
+    failing = true;
+  });
+  redis.on('ready', () => {
+    if (failing) log?.warn('redis reconnected');
+    failing = false;
+  });
+  return redis;
 }
 
 /**
@@ -78,6 +94,8 @@ export interface WorkerOptions {
   lockDurationMs?: number;
   /** How often BullMQ looks for stalled jobs (a dead worker's), ms (default 30 000). */
   stalledIntervalMs?: number;
+  /** Pauses the worker and hands jobs back unattempted while Postgres is down (the context's). */
+  gate: PostgresGate;
 }
 
 /**
@@ -90,7 +108,9 @@ export type ExhaustedHandler<T> = (payload: T, job: Job, err: Error) => Promise<
 /**
  * Starts a BullMQ worker on the release-specific queue of `contract`. Each payload is
  * `safeParse`d: an invalid payload or one carrying another release fails with
- * `UnrecoverableError` (never retried; it stays in the failed set as quarantined).
+ * `UnrecoverableError` (never retried; it stays in the failed set as quarantined). While
+ * `opts.gate` finds Postgres down the worker is paused, and a job that meets the outage (before
+ * its handler, or as a connection fault out of it) goes back delayed without consuming an attempt.
  */
 export function createWorker<T extends { release: string; traceparent?: string }>(
   contract: QueueContract<T>,
@@ -101,7 +121,9 @@ export function createWorker<T extends { release: string; traceparent?: string }
   consumedQueues.set(name, contract.base);
   const worker = new Worker(
     name,
-    async (job: Job) => {
+    async (job: Job, token?: string) => {
+      const startedMs = Date.now();
+      if (!(await opts.gate.answers())) return opts.gate.defer(job, token, 'postgres down before the job started');
       const parsed = contract.schema.safeParse(job.data);
       if (!parsed.success) {
         recordJob(contract.base, 'rejected', 0);
@@ -120,21 +142,24 @@ export function createWorker<T extends { release: string; traceparent?: string }
         { 'messaging.destination.name': name, 'messaging.message.id': job.id ?? '' },
         data.traceparent,
         async () => {
-          const startedMs = performance.now();
+          const t0 = performance.now();
           try {
             const result = await handler(data, job);
-            recordJob(contract.base, 'completed', performance.now() - startedMs);
+            recordJob(contract.base, 'completed', performance.now() - t0);
             opts.log.debug({ queue: name, jobId: job.id, attempt: job.attemptsMade + 1 }, 'job processed');
             return result;
           } catch (err) {
-            recordJob(contract.base, 'failed', performance.now() - startedMs);
+            if (isConnectionFault(err) && (await opts.gate.shouldDefer(job, startedMs))) {
+              return opts.gate.defer(job, token, (err as Error).message);
+            }
+            recordJob(contract.base, 'failed', performance.now() - t0);
             throw err;
           }
         },
       );
     },
     {
-      connection: createRedis(opts.redisUrl),
+      connection: createRedis(opts.redisUrl, opts.log),
       prefix: opts.prefix,
       concurrency: opts.concurrency ?? 8,
       lockDuration: opts.lockDurationMs ?? 30_000,
@@ -155,6 +180,7 @@ export function createWorker<T extends { release: string; traceparent?: string }
     });
   });
   worker.on('error', (err) => opts.log.error({ queue: name, err: err.message }, 'worker error'));
+  opts.gate.attach(worker);
   return worker;
 }
 

@@ -6,6 +6,7 @@ import { parseEnv, type BaseEnv } from './env.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { createRedis, QueueRegistry, readQueueDepth } from './queues.ts';
 import { OutboxRelay } from './outbox-relay.ts';
+import { PostgresGate } from './postgres-gate.ts';
 import { observeQueueDepth, startTelemetry } from '@gatehouse/telemetry';
 
 /** What every service process holds: its env, logger, ledger pool, queues and outbox relay. */
@@ -17,6 +18,8 @@ export interface ServiceContext<E> {
   redis: Redis;
   queues: QueueRegistry;
   relay: OutboxRelay;
+  /** Whether Postgres answers; pass to every worker (pauses them during an outage). */
+  gate: PostgresGate;
   /** Readiness checks for `/readyz`: Postgres and Redis answer. */
   readyChecks: Record<string, () => Promise<void>>;
   /** Closes workers, relay, queues, Redis and the pool (in that order). */
@@ -37,8 +40,13 @@ export function createServiceContext<S extends ZodRawShape>(
   const env = parseEnv(extra, source);
   const telemetry = startTelemetry(name, env.GATEHOUSE_RELEASE);
   const log = createLogger(name);
-  const db = createDb(env.DATABASE_URL);
-  const redis = createRedis(env.REDIS_URL);
+  // A client that loses its connection fails its statement; the process goes on (see createDb).
+  const db = createDb(env.DATABASE_URL, 10, (err) => {
+    log.warn({ err: err.message }, 'postgres client lost its connection');
+    gate.noteClientFault();
+  });
+  const gate = new PostgresGate(db, log);
+  const redis = createRedis(env.REDIS_URL, log);
   const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
   const relay = new OutboxRelay(db, queues, log);
   observeQueueDepth(() => readQueueDepth(queues));
@@ -50,10 +58,9 @@ export function createServiceContext<S extends ZodRawShape>(
     redis,
     queues,
     relay,
+    gate,
     readyChecks: {
-      postgres: async () => {
-        await db.selectNoFrom((eb) => eb.val(1).as('one')).execute();
-      },
+      postgres: gate.readyCheck,
       redis: async () => {
         // Commands queue while the connection is down (they are retried, never dropped): say so at once.
         if (redis.status !== 'ready') throw new Error(`redis connection is ${redis.status}`);
@@ -61,6 +68,7 @@ export function createServiceContext<S extends ZodRawShape>(
       },
     },
     close: async (workers = []) => {
+      gate.close();
       await Promise.all(workers.map((w) => w.close()));
       await relay.stop();
       await queues.close();

@@ -4,6 +4,7 @@ import { queueName, turnsQueue, type TurnJob } from '@gatehouse/contracts';
 import { stopRunOnFailedStep } from '@gatehouse/ledger';
 import { createLogger } from '../src/logger.ts';
 import { createRedis, createWorker, QueueRegistry } from '../src/queues.ts';
+import { PostgresGate } from '../src/postgres-gate.ts';
 // @gatehouse/testing is not a dependency of this package; imported by path (the same module).
 import {
   createAction,
@@ -43,6 +44,7 @@ beforeAll(async () => {
       prefix,
       redisUrl: TEST_REDIS_URL,
       log: createLogger('test'),
+      gate: new PostgresGate(t.db, createLogger('test')),
       onExhausted: (p) => stopRunOnFailedStep(t.db, p.workflowId, 'turns', 'agent-loop').then(() => {}),
     },
   );

@@ -4,7 +4,7 @@ import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-tr
 import { startTelemetry, withSpan, type Telemetry } from '@gatehouse/telemetry';
 import { createLogger } from '../src/logger.ts';
 
-// Issue 7 logs: pino JSON carrying the trace and span ids of the active span, with redaction
+// Logs (docs/product/design.md#observability): pino JSON carrying the trace and span ids of the active span, with redaction
 // paths for credentials and content.
 
 const spans = new InMemorySpanExporter();

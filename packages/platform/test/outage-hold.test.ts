@@ -5,12 +5,14 @@ import { DependencyUnavailable } from '@gatehouse/ledger';
 import { createLogger } from '../src/logger.ts';
 import { createRedis, createWorker, QueueRegistry } from '../src/queues.ts';
 import { holdWhileUnavailable, outageRecheckDelayMs } from '../src/outage-hold.ts';
+import { PostgresGate } from '../src/postgres-gate.ts';
 // @gatehouse/testing is not a dependency of this package; imported by path (the same module).
-import { dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL } from '../../testing/src/index.ts';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '../../testing/src/index.ts';
 
 // A job whose dependency is down is held, not failed: it keeps the outage's start and goes back
 // to the delayed set without using an attempt (ADR 0110). Real Redis and BullMQ.
 
+let t: TestDatabase;
 let prefix: string;
 let queues: QueueRegistry;
 let worker: Worker;
@@ -18,7 +20,8 @@ let worker: Worker;
 const downFor = new Map<string, number>();
 const seen = new Map<string, Array<OutageMark | undefined>>();
 
-beforeAll(() => {
+beforeAll(async () => {
+  t = await createTestDatabase();
   prefix = testQueuePrefix();
   queues = new QueueRegistry(createRedis(TEST_REDIS_URL), prefix);
   const log = createLogger('test');
@@ -34,13 +37,14 @@ beforeAll(() => {
         if (left === 0 && p.round === 2) throw new Error('a bug, not an outage');
         return 'ok';
       }),
-    { release: 'rel-1', prefix, redisUrl: TEST_REDIS_URL, log },
+    { release: 'rel-1', prefix, redisUrl: TEST_REDIS_URL, log, gate: new PostgresGate(t.db, log) },
   );
 });
 afterAll(async () => {
   await worker?.close();
   await queues?.close();
   await dropQueuePrefix(TEST_REDIS_URL, prefix);
+  await t?.drop();
 });
 
 async function enqueue(workflowId: string, round = 1): Promise<string> {

@@ -3,7 +3,7 @@ import { resolve } from 'node:path';
 import { z } from 'zod';
 import { repoRoot } from '@gatehouse/contracts';
 
-/** The rule ids of the support pack, in SPEC §3 order. */
+/** The rule ids of the support pack, in the order of docs/product/policy-rules.md#support-rules. */
 export const SUPPORT_RULE_IDS = ['R0', 'R1', 'R2', 'R3', 'R4', 'R5', 'R6', 'R7', 'R8', 'R9'] as const;
 export type SupportRuleId = (typeof SUPPORT_RULE_IDS)[number];
 
@@ -20,7 +20,7 @@ export const SupportBundleSchema = z.strictObject({
     reshipApprovalPaidAboveCents: z.number().int().nonnegative(),
   }),
   approval: z.strictObject({
-    /** Approval lifetime, seconds (SPEC §3: 15 minutes). */
+    /** Approval lifetime, seconds (docs/product/policy-rules.md#approvals: 15 minutes). */
     ttlSeconds: z.number().int().positive(),
     approverRole: z.string(),
     sameRegion: z.boolean(),
@@ -52,7 +52,7 @@ export const CHANGE_RULE_IDS = ['C0', 'C1', 'C2', 'C3', 'C4', 'C5'] as const;
 export type ChangeRuleId = (typeof CHANGE_RULE_IDS)[number];
 
 /**
- * A change policy bundle (`policy/change-<n>.json`, SPEC §2 change pack): the environments the
+ * A change policy bundle (`policy/change-<n>.json`, docs/product/users-and-tools.md#change-pack): the environments the
  * pack may touch, and the approval of `schedule_change` — exact, single use, at most 600 s old,
  * granted by a `change_owner` of the tenant.
  */
@@ -61,11 +61,11 @@ export const ChangeBundleSchema = z.strictObject({
   pack: z.literal('change'),
   description: z.string(),
   limits: z.strictObject({
-    /** Environments a change may be scheduled in (SPEC §2: `staging`). */
+    /** Environments a change may be scheduled in (docs/product/policy-rules.md#c3: `staging`). */
     environments: z.array(z.string()).min(1),
   }),
   approval: z.strictObject({
-    /** Approval lifetime, seconds (SPEC §2: max age 600 s). */
+    /** Approval lifetime, seconds (docs/product/policy-rules.md#approvals: at most 600 s). */
     ttlSeconds: z.number().int().positive().max(600),
     approverRole: z.literal('change_owner'),
     sameRegion: z.boolean(),

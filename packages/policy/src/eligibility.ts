@@ -4,12 +4,13 @@ import type { ToolDefinition } from '@gatehouse/tools';
 const LIVE_STATES = ['received', 'investigating', 'awaiting_approval', 'executing', 'paused'];
 
 /**
- * Tools the model may be offered — and the gateway may accept — for a workflow (SPEC §2, §9):
+ * Tools the model may be offered — and the gateway may accept — for a workflow
+ * (docs/product/users-and-tools.md#modes, docs/product/public-contract.md#intake):
  * granted to the agent; `investigate` mode offers only read tools, `act` mode (an explicit choice
  * of the user) also the writes; a tool with `states` only in those states (change pack).
  * Terminal or parked workflows offer nothing. `tools` is the workflow's pack catalog. With
  * `writesEnabled: false` (a candidate release before `enable-writes`, or one rolled back) no
- * consequential tool is eligible (SPEC §8).
+ * consequential tool is eligible (docs/product/releases.md).
  */
 export function eligibleTools(
   tools: readonly ToolDefinition[],

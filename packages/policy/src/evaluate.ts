@@ -80,7 +80,7 @@ export interface Evaluation {
 
 /**
  * The state a proposal's tools were offered in (recorded by the agent loop with the proposal):
- * state-gated tools (SPEC §2 change pack) are judged against it, not against where the
+ * state-gated tools (docs/product/users-and-tools.md#change-pack) are judged against it, not against where the
  * workflow has moved since. Falls back to the workflow's current state.
  */
 async function offeredInState(trx: Trx, proposalId: string, current: string): Promise<string> {
@@ -89,7 +89,7 @@ async function offeredInState(trx: Trx, proposalId: string, current: string): Pr
 }
 
 /**
- * Loads the facts of the workflow's pack inside `trx` and evaluates its active bundle: SPEC §3
+ * Loads the facts of the workflow's pack inside `trx` and evaluates its active bundle: docs/product/policy-rules.md
  * R0–R9 for support (cumulative basis under the refund-decision lock), change-c1 C0–C5 for
  * change. `atExecution` is the executor's re-evaluation (queued refunds do not count there).
  */

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Db, Trx } from '@gatehouse/ledger';
 import { loadWorld } from '@gatehouse/contracts';
@@ -7,7 +8,7 @@ import type { SupportFacts } from './support.rules.ts';
 
 /**
  * Action states whose refund counts toward the cumulative basis (R4, R7) and the rolling caps
- * (R5, R6): done (`succeeded`), started (`running`) or unknown (`failed_unknown`) — SPEC §3.
+ * (R5, R6): done (`succeeded`), started (`running`) or unknown (`failed_unknown`) — docs/product/policy-rules.md#support-rules.
  */
 export const COUNTED_REFUND_STATES = ['running', 'succeeded', 'failed_unknown'] as const;
 
@@ -20,10 +21,31 @@ export const COUNTED_REFUND_STATES = ['running', 'succeeded', 'failed_unknown'] 
  */
 export const QUEUED_REFUND_STATES = ['approved'] as const;
 
-/** Advisory lock key serializing refund decisions (rolling caps span orders and users). */
-const REFUND_DECISIONS_LOCK = 0x72_65_66_64; // "refd"
+/**
+ * The limits one refund decision reads and then adds to, each named by what competes for it: the
+ * order's cumulative basis (R4, R7), the user's rolling 24 h (R5) and the tenant's agent hour
+ * (R6). Two decisions wait on each other only when they share one of these — never across
+ * tenants, never across unrelated orders and users of one tenant beyond the tenant's hour.
+ */
+export function refundLimitKeys(tenant: string, userId: string, orderId: string): string[] {
+  return [`refund-basis:${tenant}:${orderId}`, `refund-user-24h:${tenant}:${userId}`, `refund-agent-1h:${tenant}`];
+}
 
-/** The user as the identity directory (world.json) knows them, or null (SPEC §3 R0). */
+/** A signed 64-bit advisory lock id for `key` (the first 8 bytes of its SHA-256), as a decimal string. */
+function advisoryLockId(key: string): string {
+  return createHash('sha256').update(key).digest().readBigInt64BE(0).toString();
+}
+
+/**
+ * Takes the transaction-scoped advisory locks of `keys` in one statement, in ascending lock-id
+ * order, so any two transactions take shared locks in the same order and cannot deadlock on them.
+ */
+async function lockLimits(trx: Trx, keys: string[]): Promise<void> {
+  const ids = keys.map(advisoryLockId).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : BigInt(a) > BigInt(b) ? 1 : 0));
+  await sql`SELECT ${sql.join(ids.map((id) => sql`pg_advisory_xact_lock(${id}::bigint)`))}`.execute(trx);
+}
+
+/** The user as the identity directory (world.json) knows them, or null (docs/product/policy-rules.md#r0). */
 export function lookupUser(userId: string, tenant: string): SupportFacts['user'] {
   const u = loadWorld().users.find((x) => x.id === userId && x.tenant === tenant);
   return u ? { id: u.id, tenant: u.tenant, region: u.region ?? null, scopes: u.scopes ?? [] } : null;
@@ -70,22 +92,26 @@ export async function recordedRefundsCents(
 const HOUR_MS = 3_600_000;
 
 /**
- * `GATEHOUSE_TEST_DISABLE_CUMULATIVE_BASIS=1` removes the cumulative basis (a control-removed
- * test shows four 4900 refunds then run without approval).
+ * Whether the test-only switch `GATEHOUSE_TEST_<name>=1` is set. The switches remove one control
+ * each, for the tests that show the control is load-bearing: `DISABLE_CUMULATIVE_BASIS` judges each
+ * refund alone (four 4900 refunds then run without approval), `DISABLE_LIMIT_LOCKS` reads the sums
+ * without the limit locks (concurrent refunds then dodge the auto limit).
  * @throws Error when set outside `GATEHOUSE_ENV=test`.
  */
-function cumulativeBasisDisabled(): boolean {
-  if (process.env.GATEHOUSE_TEST_DISABLE_CUMULATIVE_BASIS !== '1') return false;
-  if (process.env.GATEHOUSE_ENV !== 'test')
-    throw new Error('GATEHOUSE_TEST_DISABLE_CUMULATIVE_BASIS may only be set with GATEHOUSE_ENV=test');
+function testSwitch(name: 'DISABLE_CUMULATIVE_BASIS' | 'DISABLE_LIMIT_LOCKS'): boolean {
+  if (process.env[`GATEHOUSE_TEST_${name}`] !== '1') return false;
+  if (process.env.GATEHOUSE_ENV !== 'test') throw new Error(`GATEHOUSE_TEST_${name} may only be set with GATEHOUSE_ENV=test`);
   return true;
 }
 
 /**
  * Loads every fact R0–R9 need for one parsed proposal, tenant-scoped, inside `trx`. For refunds
- * it first takes a transaction-scoped advisory lock, so decisions that read and then add to the
- * cumulative basis are serialized (two refunds in one model response cannot both see zero).
- * `order` is read beforehand from the order system (outside the transaction).
+ * it first takes the advisory locks of the limits the refund competes for
+ * ({@link refundLimitKeys}), so decisions that read and then add to the same sum are serialized
+ * (two refunds in one model response cannot both see zero) while refunds of other orders, users
+ * and tenants go on in parallel. Every limit is tenant-scoped: the agent's hour (R6) counts the
+ * refunds it made for this tenant only. `order` is read beforehand from the order system
+ * (outside the transaction).
  */
 export async function loadSupportFacts(
   trx: Trx,
@@ -99,10 +125,10 @@ export async function loadSupportFacts(
   const orderId = String(parsed.args.orderId);
   const inTenant = Boolean(order && user && order.tenant === user.tenant);
   const refund = parsed.tool.name === 'issue_refund';
-  if (refund) await sql`SELECT pg_advisory_xact_lock(${REFUND_DECISIONS_LOCK})`.execute(trx);
+  if (refund && !testSwitch('DISABLE_LIMIT_LOCKS')) await lockLimits(trx, refundLimitKeys(wf.tenant, wf.user_id, orderId));
   const basis = { excludeActionId: opts.excludeActionId, includeQueued: !opts.atExecution };
   // Control-removed test only (refused outside GATEHOUSE_ENV=test): judge each refund alone.
-  const noBasis = cumulativeBasisDisabled();
+  const noBasis = testSwitch('DISABLE_CUMULATIVE_BASIS');
   const sum = (o: Parameters<typeof recordedRefundsCents>[1]) =>
     inTenant && !noBasis ? recordedRefundsCents(trx, { ...o, ...basis }) : Promise.resolve(0);
   return {
@@ -115,6 +141,6 @@ export async function loadSupportFacts(
     order,
     priorRefundsOnOrderCents: await sum({ tenant: wf.tenant, orderId }),
     userRefunds24hCents: await sum({ tenant: wf.tenant, userId: wf.user_id, sinceMs: 24 * HOUR_MS }),
-    agentRefunds1hCents: inTenant ? await recordedRefundsCents(trx, { sinceMs: HOUR_MS, ...basis }) : 0,
+    agentRefunds1hCents: inTenant ? await recordedRefundsCents(trx, { tenant: wf.tenant, sinceMs: HOUR_MS, ...basis }) : 0,
   };
 }

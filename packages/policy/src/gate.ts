@@ -9,7 +9,7 @@ import { evaluateChange, type ChangeFacts } from './change.rules.ts';
 import { eligibleTools } from './eligibility.ts';
 import { evaluateSupport, type PolicyDecision, type SupportFacts } from './support.rules.ts';
 
-/** One boundary case: inputs (money in integer cents) and the decision SPEC §3 requires. */
+/** One boundary case: inputs (money in integer cents) and the decision docs/product/policy-rules.md requires. */
 export const BoundaryCaseSchema = z.strictObject({
   name: z.string(),
   tool: z.string(),

@@ -6,6 +6,8 @@ import {
   enqueueInTransaction,
   operationKeyHash,
   recordAudit,
+  transitionAction,
+  transitionWorkflow,
   type ActionsTable,
   type OutboxRow,
   type Trx,
@@ -50,7 +52,7 @@ export interface DecideOutcome {
 }
 
 /**
- * Supersedes one not-yet-claimed action version (SPEC §5): status `superseded`, its pending or
+ * Supersedes one not-yet-claimed action version (docs/product/states.md#action): status `superseded`, its pending or
  * approved approvals `void` (audited), so no stale approval can ever be consumed. The caller
  * answers the action's call (`{executed: false, reason: "superseded"}`) its own way.
  * Returns the voided approval ids.
@@ -61,7 +63,7 @@ export async function supersedeAction(
   a: Pick<Action, 'id' | 'tool' | 'version' | 'digest' | 'call_id'>,
   service: string,
 ): Promise<string[]> {
-  await trx.updateTable('actions').set({ status: 'superseded', updated_at: new Date() }).where('id', '=', a.id).execute();
+  await transitionAction(trx, a.id, { to: 'superseded' });
   const voided = await trx
     .updateTable('approvals')
     .set({ status: 'void', decided_at: new Date() })
@@ -94,7 +96,8 @@ async function supersede(trx: Trx, wf: Workflow, a: Action, answerCall: boolean,
 }
 
 /**
- * Decides one normalized proposal and records it, in the caller's transaction (SPEC §3–§5):
+ * Decides one normalized proposal and records it, in the caller's transaction (docs/product/policy-rules.md,
+ * docs/product/states.md#action):
  * - the same normalized call again in the run (same tool, target and normalized arguments as a
  *   live action) is `suppressed` and answered with the original's outcome (no new effect);
  * - another proposal for the same tool and target is a separate action (four refunds of one
@@ -259,12 +262,7 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
   });
   const live: WorkflowState[] = ['received', 'investigating', 'awaiting_approval', 'executing'];
   if (decision.decision === 'ALLOW') {
-    await trx
-      .updateTable('workflows')
-      .set({ state: 'executing', next_step: null, updated_at: new Date() })
-      .where('id', '=', wf.id)
-      .where('state', 'in', live)
-      .execute();
+    await transitionWorkflow(trx, wf.id, { to: 'executing', nextStep: null, onlyFrom: live });
     rows.push(
       await enqueueInTransaction(trx, executionsQueue, {
         release: wf.release_id,
@@ -275,16 +273,11 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
       }),
     );
   } else if (decision.decision === 'REQUIRE_APPROVAL') {
-    await trx
-      .updateTable('workflows')
-      .set({
-        state: 'awaiting_approval',
-        next_step: `Waiting for ${wf.pack === 'change' ? 'a change owner' : 'a lead'} to approve ${parsed.tool.name} on ${parsed.target} (version ${version}).`,
-        updated_at: new Date(),
-      })
-      .where('id', '=', wf.id)
-      .where('state', 'in', live)
-      .execute();
+    await transitionWorkflow(trx, wf.id, {
+      to: 'awaiting_approval',
+      nextStep: `Waiting for ${wf.pack === 'change' ? 'a change owner' : 'a lead'} to approve ${parsed.tool.name} on ${parsed.target} (version ${version}).`,
+      onlyFrom: live,
+    });
     rows.push(
       await enqueueInTransaction(trx, approvalRequestsQueue, {
         release: wf.release_id,

@@ -38,7 +38,7 @@ const approve = (reason: string) => ({ decision: 'REQUIRE_APPROVAL' as const, re
 const amountOf = (f: SupportFacts): number => Number(f.args.amountCents ?? 0);
 const isRefund = (f: SupportFacts): boolean => f.tool.name === 'issue_refund';
 
-/** The checks of SPEC §3, keyed by rule id. Each returns null when it passes. */
+/** The checks of docs/product/policy-rules.md#support-rules, keyed by rule id. Each returns null when it passes. */
 export const supportRules: Record<SupportRuleId, Check> = {
   R0: (f) => (f.user ? null : deny('authenticated user is unknown')),
   R1: (f) => {
@@ -83,7 +83,8 @@ export const supportRules: Record<SupportRuleId, Check> = {
 };
 
 /**
- * Evaluates the support rules in the bundle's order; the first that fails decides (SPEC §3).
+ * Evaluates the support rules in the bundle's order; the first that fails decides
+ * (docs/product/policy-rules.md#support-rules).
  * Pure: all facts are passed in.
  */
 export function evaluateSupport(facts: SupportFacts, bundle: SupportBundle): PolicyDecision {

@@ -169,7 +169,7 @@ function fourRefunds(b: SupportBundle) {
   return out;
 }
 
-describe('cumulative auto limit (SPEC §6: four refunds of 4900)', () => {
+describe('cumulative auto limit (four refunds of 4900 on one order)', () => {
   it('first is ALLOW, the second on (prior 4900, 9800, 14700) REQUIRE_APPROVAL R7', () => {
     expect(fourRefunds(bundle)).toEqual([
       { prior: 0, decision: 'ALLOW', ruleId: 'ALL', policyRevision: 'support-p1' },

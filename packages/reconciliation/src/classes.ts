@@ -1,6 +1,6 @@
 import type { ReconciliationClass, Remediation } from '@gatehouse/ledger';
 
-/** The eight reconciliation classes of SPEC §7, in the order reports list them. */
+/** The eight reconciliation classes of docs/product/reconciliation.md, in the order reports list them. */
 export const RECONCILIATION_CLASSES: readonly ReconciliationClass[] = [
   'matched',
   'agent_done_ledger_missing',
@@ -16,7 +16,7 @@ export const RECONCILIATION_CLASSES: readonly ReconciliationClass[] = [
 export const RECONCILED_TOOLS = ['issue_refund', 'reship_order', 'notify_customer', 'schedule_change'] as const;
 
 /**
- * Repair owner of a difference (SPEC §7 "each non-empty class has a repair owner"): money goes
+ * Repair owner of a difference (docs/product/reconciliation.md#owners: each non-empty class has a repair owner): money goes
  * to the payments lead, what the support policy should have stopped to the support lead, change
  * operations to the change owner, and unknown outcomes to on-call.
  */
@@ -39,7 +39,7 @@ export function ownerOf(cls: ReconciliationClass, tool: string | null): string {
 }
 
 /**
- * Remediations a lead may approve per class (issue 8). `in_flight_ledger_has_it` has none: its
+ * Remediations a lead may approve per class (docs/product/reconciliation.md#remediations). `in_flight_ledger_has_it` has none: its
  * repair — resume the workflow with the ledger's evidence — is the only automatic one. Replay and
  * reverse exist for refunds only; cancel for shipments only.
  */

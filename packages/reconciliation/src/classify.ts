@@ -10,7 +10,7 @@ export interface ResumeEvidence {
 }
 
 /**
- * One classified comparison (SPEC §7). `subject` is the natural key of the difference, stable
+ * One classified comparison (docs/product/reconciliation.md). `subject` is the natural key of the difference, stable
  * across passes (`op:<key>`, `refund:<refundId>`, `change:<key>`, `order:<id>:surplus<n>`).
  * Amounts are integer cents (the system of record's where it has one).
  */
@@ -143,7 +143,7 @@ function refundsWithoutStep(s: Snapshot, opKeys: Set<string>): Finding[] {
 
 /**
  * Refunds that executed above the auto limit without a `used` approval, selected by their own
- * properties (SPEC §6 units-mistake case), never by a time window: for each refund of the
+ * properties (docs/product/hard-cases.md#units-mistake), never by a time window: for each refund of the
  * ledger, the cumulative amount of its order's refunds up to and including it (R7's basis;
  * refunds reversed before it do not count) exceeds the limit, and its step's action has no used
  * approval. A reversed refund is no longer an effect. Refunds without a step are listed as
@@ -178,7 +178,7 @@ function refundsOverLimit(s: Snapshot, opsByKey: Map<string, AgentOperation>): F
 }
 
 /**
- * Shipments have no key (SPEC §2 `reship_order`), so the join is by count per order. An in-flight
+ * Shipments have no key (docs/product/users-and-tools.md#support-pack, `reship_order`), so the join is by count per order. An in-flight
  * reship is decided by its committed baseline: one shipment more than the baseline (net of
  * later reships that succeeded) → the order system has it; none → it lacks it; anything else, or
  * several in flight on one order, is a count mismatch for a person. Then the standing shipments
@@ -310,7 +310,7 @@ function classifyChanges(s: Snapshot, ops: AgentOperation[], opKeys: Set<string>
 }
 
 /**
- * Classifies every comparison of one snapshot into SPEC §7's classes, from the records only
+ * Classifies every comparison of one snapshot into the classes of docs/product/reconciliation.md, from the records only
  * (the agent's own status is one input, the system of record the other; neither is trusted to
  * explain the other). Joins by idempotency key (refunds, change operations), by count against
  * the committed baseline (shipments) and by template (mail). Pure and deterministic: the same

@@ -9,7 +9,7 @@ import { closeVanished, recordFinding, type Disposed, type WorklistItem } from '
 /** Inputs of one reconciliation pass. */
 export interface PassDeps {
   db: Db;
-  /** Base URL of the systems of record (staging, SPEC §9). */
+  /** Base URL of the systems of record (staging, docs/product/public-contract.md#staging-read-back). */
   stagingUrl: string;
   /** Key of the HMAC that hashes actor ids in audit events. */
   hmacKey: string;
@@ -42,14 +42,14 @@ export interface ReconciliationReport {
   vanished: number;
   /** The live worklist after the pass (`open` and `frozen` items), oldest first. */
   worklist: WorklistItem[];
-  /** Differences neither repaired nor explained: the live worklist's size. Zero means agreement (SPEC §4 invariant 4). */
+  /** Differences neither repaired nor explained: the live worklist's size. Zero means agreement (docs/product/invariants.md#agreement). */
   unexplained: number;
   /** Outbox rows (results of resumed calls) the caller publishes after the pass. */
   rows: OutboxRow[];
 }
 
 /**
- * One reconciliation pass (SPEC §4 invariant 4, §7; issue 8): reads the agent's operations and
+ * One reconciliation pass (docs/product/invariants.md#agreement, docs/product/reconciliation.md): reads the agent's operations and
  * the systems of record's read-backs, classifies every comparison into the eight classes (never
  * trusting the agent's own status), writes the worklist with an owner per class, repairs only
  * `in_flight_ledger_has_it` automatically, freezes amount mismatches, and closes open items whose

@@ -6,6 +6,8 @@ import {
   inTransaction,
   operationKeyHash,
   recordAudit,
+  transitionAction,
+  transitionWorkflow,
   type ActionsTable,
   type OutboxRow,
   type Trx,
@@ -48,17 +50,12 @@ type Action = Selectable<ActionsTable>;
  */
 async function reopen(trx: Trx, item: WorklistItem, approvalId: string, reason: string): Promise<void> {
   const ap = await trx.selectFrom('approvals').select('workflow_id').where('id', '=', approvalId).executeTakeFirstOrThrow();
-  await trx
-    .updateTable('workflows')
-    .set({
-      state: 'stopped',
-      stop_reason: reason === 'approval_expired' ? 'approval_expired' : 'denied',
-      next_step: `Remediation ${item.remediation} not executed (${reason}); request another with gatehouse reconcile resolve.`,
-      updated_at: new Date(),
-    })
-    .where('id', '=', ap.workflow_id)
-    .where('state', 'in', ['awaiting_approval', 'executing'])
-    .execute();
+  await transitionWorkflow(trx, ap.workflow_id, {
+    to: 'stopped',
+    stopReason: reason === 'approval_expired' ? 'approval_expired' : 'denied',
+    nextStep: `Remediation ${item.remediation} not executed (${reason}); request another with gatehouse reconcile resolve.`,
+    onlyFrom: ['awaiting_approval', 'executing'],
+  });
   await trx
     .updateTable('reconciliation_items')
     .set({ remediation: null, approval_id: null })
@@ -148,8 +145,8 @@ async function claim(trx: Trx, item: WorklistItem, approvalId: string, deps: Exe
     .where('fencing_token', '=', op.fencing_token)
     .returning('fencing_token')
     .executeTakeFirstOrThrow();
-  await trx.updateTable('actions').set({ status: 'running', updated_at: new Date() }).where('id', '=', action.id).execute();
-  await trx.updateTable('workflows').set({ state: 'executing', next_step: null, updated_at: new Date() }).where('id', '=', wf.id).execute();
+  await transitionAction(trx, action.id, { to: 'running' });
+  await transitionWorkflow(trx, wf.id, { to: 'executing', nextStep: null });
   await recordAudit(trx, { ...audit, type: 'operation.claimed', attempts: op.attempts + 1 });
   return { kind: 'claimed', action, fence: Number(granted.fencing_token), originalFence, approver: ap.approver ?? '', tenant: wf.tenant };
 }
@@ -265,13 +262,14 @@ async function settleOriginal(
       .execute();
   }
   if (item.remediation === 'reverse') {
-    await trx.updateTable('actions').set({ status: 'compensated', updated_at: new Date() }).where('id', '=', op.action_id).execute();
+    await transitionAction(trx, op.action_id, { to: 'compensated' });
   }
   return rows;
 }
 
 /**
- * Executes a worklist item's remediation once its lead approved it, exactly once (issue 8): the
+ * Executes a worklist item's remediation once its lead approved it, exactly once
+ * (docs/product/reconciliation.md#remediations): the
  * approval is consumed atomically with the fenced claim of the operation `recon_<itemId>`; the
  * compensating call carries that key (a replay carries the original refund's key) and a freshly
  * minted delegated token whose subject is the approving lead and whose ceiling is their approve
@@ -339,25 +337,18 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
       revisions: { policy: c.action.policy_revision, release: c.action.release_id },
     };
     if (result.status === 'retry') {
-      await trx.updateTable('actions').set({ status: 'approved', updated_at: new Date() }).where('id', '=', c.action.id).execute();
+      await transitionAction(trx, c.action.id, { to: 'approved' });
       return { state: 'retry', itemId: item.id, reason: result.reason };
     }
     const done = result.status === 'succeeded';
-    await trx.updateTable('actions').set({ status: result.status, updated_at: new Date() }).where('id', '=', c.action.id).execute();
-    await trx
-      .updateTable('workflows')
-      .set(
-        done
-          ? { state: 'completed', next_step: `Remediation ${item.remediation} executed for item ${item.id}.`, updated_at: new Date() }
-          : {
-              state: 'stopped',
-              stop_reason: 'denied',
-              next_step: `The downstream refused (${result.reason}); request another remediation.`,
-              updated_at: new Date(),
-            },
-      )
-      .where('id', '=', c.action.workflow_id)
-      .execute();
+    await transitionAction(trx, c.action.id, { to: result.status });
+    await transitionWorkflow(
+      trx,
+      c.action.workflow_id,
+      done
+        ? { to: 'completed', nextStep: `Remediation ${item.remediation} executed for item ${item.id}.` }
+        : { to: 'stopped', stopReason: 'denied', nextStep: `The downstream refused (${result.reason}); request another remediation.` },
+    );
     await recordAudit(trx, {
       ...audit,
       type: done ? 'operation.succeeded' : 'operation.failed',

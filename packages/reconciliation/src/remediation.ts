@@ -1,6 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { canonicalJson, loadWorld, REMEDIATION_RULE_ID, sha256Hex } from '@gatehouse/contracts';
-import { actorHash, inTransaction, operationKeyHash, recordAudit, type Db, type Remediation } from '@gatehouse/ledger';
+import {
+  actorHash,
+  inTransaction,
+  operationKeyHash,
+  recordAudit,
+  transitionAction,
+  transitionWorkflow,
+  type Db,
+  type Remediation,
+} from '@gatehouse/ledger';
 import { referenceChangeBundle, referenceSupportBundle } from './bundles.ts';
 import { catalogDigest, digestOf, toolsOfPack } from '@gatehouse/tools';
 import { REMEDIATION_TOOL, remediationsOf } from './classes.ts';
@@ -94,7 +103,7 @@ function remediationArgs(item: WorklistItem, remediation: Remediation): Record<s
 
 /**
  * Records a remediation of a live worklist item as an approval request a lead decides through
- * the approval API (`POST /v1/approvals/:id/decision`, SPEC §9): a workflow of its own (ticket
+ * the approval API (`POST /v1/approvals/:id/decision`, docs/product/public-contract.md#approvals): a workflow of its own (ticket
  * `recon_<itemId>`), one compensation action (`reverse_refund`, `cancel_shipment`,
  * `replay_refund`, `adopt_ledger_entry` or `ratify_difference` — never in the agent's catalog)
  * whose digest binds the exact arguments, and a pending approval with rule `RECON` for the role
@@ -186,13 +195,13 @@ export async function requestRemediation(
         .returning(['id', 'action_id', 'workflow_id', 'tool', 'status'])
         .executeTakeFirst();
       if (voided) {
-        await trx.updateTable('actions').set({ status: 'superseded', updated_at: now }).where('id', '=', voided.action_id).execute();
-        await trx
-          .updateTable('workflows')
-          .set({ state: 'stopped', stop_reason: 'denied', next_step: `Replaced by a ${req.remediation} request.`, updated_at: now })
-          .where('id', '=', voided.workflow_id)
-          .where('state', '=', 'awaiting_approval')
-          .execute();
+        await transitionAction(trx, voided.action_id, { to: 'superseded' });
+        await transitionWorkflow(trx, voided.workflow_id, {
+          to: 'stopped',
+          stopReason: 'denied',
+          nextStep: `Replaced by a ${req.remediation} request.`,
+          onlyFrom: ['awaiting_approval'],
+        });
         await recordAudit(trx, {
           type: 'approval.voided',
           service: 'reconciliation',

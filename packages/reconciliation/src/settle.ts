@@ -5,6 +5,8 @@ import {
   enqueueInTransaction,
   operationKeyHash,
   recordAudit,
+  transitionAction,
+  transitionWorkflow,
   type OperationStatus,
   type OutboxRow,
   type Trx,
@@ -40,7 +42,7 @@ export function reconciledOutput(tool: string, outcome: 'succeeded' | 'failed', 
  * Records the outcome of an in-flight operation (`failed_unknown`, or `running` past its lease)
  * from the system of record's evidence, under the fencing rules: one conditional UPDATE on the
  * status and fencing token that were read, raising the token so a stale lease holder's later
- * write is refused (ARCHITECTURE correctness rule 3). Then returns the result to the workflow:
+ * write is refused (docs/product/design.md#leases-with-fencing). Then returns the result to the workflow:
  * an unanswered call gets its `results` job (the workflow continues), and a workflow parked in
  * `needs_reconciliation` completes once none of its operations is unknown. Lock order:
  * workflows → actions → operations. A frozen operation is left alone unless `frozenToo` (a
@@ -80,7 +82,7 @@ export async function settleOperation(
   if (!opts.frozenToo) update = update.where('frozen_at', 'is', null);
   const updated = await update.returning('key').executeTakeFirst();
   if (!updated) return null;
-  await trx.updateTable('actions').set({ status: outcome.status, updated_at: new Date() }).where('id', '=', op.actionId).execute();
+  await transitionAction(trx, op.actionId, { to: outcome.status });
   await recordAudit(trx, {
     type: 'operation.reconciled',
     service: 'reconciliation',
@@ -116,12 +118,11 @@ export async function settleOperation(
     .where('status', 'in', ['failed_unknown', 'running'])
     .execute();
   if (!unknown.length) {
-    await trx
-      .updateTable('workflows')
-      .set({ state: 'completed', next_step: `Reconciled: ${op.tool} ${outcome.status} (${outcome.note}).`, updated_at: new Date() })
-      .where('id', '=', op.workflowId)
-      .where('state', '=', 'needs_reconciliation')
-      .execute();
+    await transitionWorkflow(trx, op.workflowId, {
+      to: 'completed',
+      nextStep: `Reconciled: ${op.tool} ${outcome.status} (${outcome.note}).`,
+      onlyFrom: ['needs_reconciliation'],
+    });
   }
   return [];
 }

@@ -25,7 +25,7 @@ export interface AgentOperation {
   frozen: boolean;
   /** Epoch ms when the operation was reserved (its claim). */
   createdAtMs: number;
-  /** Whether a `used` approval of its action exists (SPEC §4 invariant 2), or of a lead-approved replay of it. */
+  /** Whether a `used` approval of its action exists (docs/product/invariants.md#approval), or of a lead-approved replay of it. */
   usedApproval: boolean;
 }
 
@@ -161,7 +161,7 @@ export async function readAgentOperations(db: Db): Promise<AgentOperation[]> {
 
 /**
  * Reads one consistent-enough picture for a pass: the ledger's operations first, then the
- * systems of record through their read-back endpoints (SPEC §9 staging): every refund and
+ * systems of record through their read-back endpoints (docs/product/public-contract.md#staging-read-back): every refund and
  * reversal, the shipments of every known order, every change operation, and the mail of orders
  * with a mail operation in flight. Records written after the operations were read show up as
  * `ledger_entry_without_step` at worst for one pass, then match.

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { classify, type AgentOperation, type Finding, type Snapshot } from '../src/index.ts';
 
-// The classifier is a pure function of one snapshot (SPEC §7): these cases pin each class and
+// The classifier is a pure function of one snapshot (docs/product/reconciliation.md): these cases pin each class and
 // the rules that are easy to get wrong — the cumulative basis of the over-limit class, a live
 // lease left alone, baselines for shipments, and reversals.
 

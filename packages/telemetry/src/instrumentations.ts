@@ -9,7 +9,7 @@ import { IORedisInstrumentation } from '@opentelemetry/instrumentation-ioredis';
 const PROBES = /^\/(healthz|readyz)(\?|$)/;
 
 /**
- * The auto-instrumentations every service runs (issue 7): http (server spans for the APIs),
+ * The auto-instrumentations every service runs (docs/product/design.md#observability): http (server spans for the APIs),
  * express (route names), pg and ioredis (queries and commands inside a traced job or request).
  * Settings that keep content out of spans and background noise out of traces:
  * - pg: statements only with their `$n` placeholders (`enhancedDatabaseReporting` off, so no

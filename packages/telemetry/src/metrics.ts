@@ -1,7 +1,7 @@
 import { diag, metrics, type Attributes, type Counter, type Histogram, type Meter, type MeterProvider } from '@opentelemetry/api';
 
 /**
- * The metrics of Gatehouse (ARCHITECTURE "Observability", issue 7). Labels are low-cardinality
+ * The metrics of Gatehouse (docs/product/design.md#observability). Labels are low-cardinality
  * only — tool, outcome, rule, decision, reason, release, policy revision, service, queue — never
  * ids of runs, actors, approvals, operations or calls (those go to traces and audit).
  * Durations are milliseconds.
@@ -35,8 +35,12 @@ export const METRICS = {
     name: 'gatehouse.idempotency.conflicts',
     description: 'Operation keys seen again with other parameters (refused), by tool',
   },
+  redrives: {
+    name: 'gatehouse.watchdog.redrives',
+    description: 'Jobs the watchdog re-enqueued for a live run (lost with Redis, failed, stale), by queue and reason',
+  },
   runs: { name: 'gatehouse.runs', description: 'Workflow runs started, completed and stopped' },
-  stops: { name: 'gatehouse.runs.stops', description: 'Workflow stops by reason (SPEC §5)' },
+  stops: { name: 'gatehouse.runs.stops', description: 'Workflow stops by reason (docs/product/states.md#stop-reasons)' },
   budgetStops: { name: 'gatehouse.budget.stops', description: 'Workflow stops because a budget (rounds, calls, time, spend) ran out' },
   auditLag: {
     name: 'gatehouse.audit.lag',
@@ -214,6 +218,11 @@ function countEvent(e: AuditMetricEvent): void {
     case 'operation.reconciled':
       add(METRICS.outcomes, { ...base, tool: e.tool, outcome: e.type.slice('operation.'.length) });
       break;
+    case 'run.redriven': {
+      const [queue, reason] = (e.outcome ?? '').split(':');
+      add(METRICS.redrives, { ...base, queue, reason });
+      break;
+    }
     case 'run.started':
     case 'run.completed':
       add(METRICS.runs, { ...base, outcome: e.type.slice('run.'.length) });

@@ -14,7 +14,7 @@ import {
   type Telemetry,
 } from '../src/index.ts';
 
-// Issue 7 metrics over the real recording path: the SDK started as a service starts it, with an
+// The metrics of docs/product/design.md#observability over the real recording path: the SDK started as a service starts it, with an
 // in-memory (pull) reader in place of the OTLP exporter.
 
 const reader = new MetricsProbe();
@@ -85,10 +85,12 @@ const flow: AuditMetricEvent[] = [
   { type: 'operation.failed', service: 'executor', tool: 'issue_refund', outcome: 'idempotency_conflict', revisions: rev },
   { type: 'proposal.invalid', service: 'policy-gateway', tool: 'unknown_tool', outcome: 'unknown_tool', revisions: rev },
   { type: 'run.stopped', service: 'agent-loop', outcome: 'budget_exhausted', revisions: { release: 'rel-1' } },
+  { type: 'run.redriven', service: 'executor', outcome: 'executions:missing', revisions: { release: 'rel-1' } },
+  { type: 'run.redriven', service: 'executor', outcome: 'turns:failed', revisions: { release: 'rel-1' } },
 ];
 
 describe('metrics from the audit events entering the chain', () => {
-  it('counts proposals, decisions, denials by rule, approvals, attempts, outcomes, failed_unknown, conflicts and budget stops', async () => {
+  it('counts proposals, decisions, denials by rule, approvals, attempts, outcomes, failed_unknown, conflicts, budget stops and watchdog re-drives', async () => {
     const now = Date.now();
     recordChainedAuditEvents(
       flow.map((event, i) => ({ event, outboxCreatedAtMs: now - 40 - i })),
@@ -115,6 +117,8 @@ describe('metrics from the audit events entering the chain', () => {
     expect(total(m, METRICS.stops.name, { reason: 'budget_exhausted' })).toBe(1);
     expect(total(m, METRICS.budgetStops.name, { release: 'rel-1' })).toBe(1);
     expect(total(m, METRICS.runs.name, { outcome: 'started' })).toBe(1);
+    expect(total(m, METRICS.redrives.name)).toBe(2);
+    expect(total(m, METRICS.redrives.name, { queue: 'executions', reason: 'missing', release: 'rel-1' })).toBe(1);
 
     const duration = points(m, METRICS.executionDuration.name);
     expect(duration.map((p) => (p.value as { count: number }).count).reduce((a, b) => a + b, 0)).toBe(2);
@@ -130,7 +134,19 @@ describe('metrics from the audit events entering the chain', () => {
       { event: { type: 'proposal.received', service: 'agent-loop', tool: 'x'.repeat(200) } },
     ]);
     const m = await collect();
-    const allowedKeys = new Set(['tool', 'outcome', 'rule', 'decision', 'stage', 'reason', 'release', 'policy_revision', 'service']);
+    // The keys docs/decisions/0040-metrics.md allows for lifecycle counters (queue: the watchdog's re-drives).
+    const allowedKeys = new Set([
+      'tool',
+      'outcome',
+      'rule',
+      'decision',
+      'stage',
+      'reason',
+      'release',
+      'policy_revision',
+      'service',
+      'queue',
+    ]);
     const gatehouse = m.filter((x) => x.descriptor.name.startsWith('gatehouse.'));
     for (const metric of gatehouse)
       for (const p of metric.dataPoints as Point[]) {

@@ -3,7 +3,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-// Issue 7: telemetry must never fail or stall work — an unreachable collector changes nothing.
+// docs/product/design.md#observability: telemetry must never fail or stall work — an unreachable collector changes nothing.
 // The collector here accepts connections and never answers (worse than a refused port: every
 // export waits for its timeout). A stand-in service process exports to it from the standard
 // OTEL_* environment, does traced work that records metrics, and shuts down.

@@ -39,7 +39,7 @@ export interface ActionSeed {
   tenant?: string;
   release?: string;
   policyRevision?: string;
-  /** The run's wall-time budget from now, ms (default 90 s, SPEC §2 budgets). */
+  /** The run's wall-time budget from now, ms (default 90 s, docs/product/users-and-tools.md#budgets). */
   budgetMs?: number;
 }
 

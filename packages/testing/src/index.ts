@@ -16,8 +16,8 @@ export interface TestDatabase {
   drop: () => Promise<void>;
 }
 
-async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const c = new pg.Client({ connectionString: `${SERVER}/postgres` });
+async function admin<T>(fn: (c: pg.Client) => Promise<T>, server = SERVER): Promise<T> {
+  const c = new pg.Client({ connectionString: `${server}/postgres` });
   await c.connect();
   try {
     return await fn(c);
@@ -29,12 +29,14 @@ async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
 /**
  * Creates a fresh database `gh_test_<random>` and applies every migration (`migrate: false`
  * skips them). Never assumes a clean server: names are random and `drop()` removes it with
- * `WITH (FORCE)`.
+ * `WITH (FORCE)`. `server` (`postgres://user@host:port`, default the shared test server) selects
+ * another cluster, e.g. a {@link startPrivatePostgres} one.
  */
-export async function createTestDatabase(opts: { migrate?: boolean } = {}): Promise<TestDatabase> {
+export async function createTestDatabase(opts: { migrate?: boolean; server?: string } = {}): Promise<TestDatabase> {
+  const server = opts.server ?? SERVER;
   const name = `gh_test_${randomBytes(6).toString('hex')}`;
-  await admin((c) => c.query(`CREATE DATABASE ${name}`));
-  const url = `${SERVER}/${name}`;
+  await admin((c) => c.query(`CREATE DATABASE ${name}`), server);
+  const url = `${server}/${name}`;
   if (opts.migrate !== false) {
     const k = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 1 }) }) });
     await migrate(k);
@@ -47,7 +49,7 @@ export async function createTestDatabase(opts: { migrate?: boolean } = {}): Prom
     db,
     drop: async () => {
       await db.destroy();
-      await admin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`));
+      await admin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`), server);
     },
   };
 }
@@ -102,3 +104,9 @@ export async function dropQueuePrefix(redisUrl: string, prefix: string): Promise
   }
 }
 export * from './factories.ts';
+
+/** Drops the database `name` of the test server if it exists, closing its connections first. */
+export async function dropDatabase(name: string): Promise<void> {
+  await admin((c) => c.query(`DROP DATABASE IF EXISTS ${c.escapeIdentifier(name)} WITH (FORCE)`));
+}
+export * from './private-postgres.ts';

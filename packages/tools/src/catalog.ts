@@ -1,10 +1,10 @@
 import { z } from 'zod';
 import { canonicalChangeId, canonicalOrderId, noteOrNull, PLAN_ID, toCents } from './normalize.ts';
 
-/** How a tool touches the world (SPEC §2). */
+/** How a tool touches the world (docs/product/users-and-tools.md#effect-classes). */
 export type EffectClass = 'sensitive_read' | 'remote_write_money' | 'remote_write' | 'external_send' | 'local_draft';
 
-/** How failures may be retried (SPEC §2 "retry class"). */
+/** How failures may be retried (docs/product/users-and-tools.md#retry-classes). */
 export type RetryClass = 'bounded_read' | 'idempotent_write' | 'at_most_once_readback' | 'at_most_once';
 
 /**
@@ -13,7 +13,7 @@ export type RetryClass = 'bounded_read' | 'idempotent_write' | 'at_most_once_rea
  */
 export type Downstream = 'orders' | 'payments' | 'mail' | 'changes' | 'drafts';
 
-/** Tool packs (SPEC §2): a workflow's pack fixes its catalog, policy bundle and budgets. */
+/** Tool packs (docs/product/users-and-tools.md#tool-packs): a workflow's pack fixes its catalog, policy bundle and budgets. */
 export type Pack = 'support' | 'change';
 
 /** Normalized arguments: JSON values only, nullable fields are `null`, amounts in cents. */
@@ -28,7 +28,7 @@ export interface ToolDefinition {
   name: string;
   pack: Pack;
   /**
-   * Workflow states in which the tool may be offered and accepted (SPEC §2 change pack:
+   * Workflow states in which the tool may be offered and accepted (docs/product/users-and-tools.md#change-pack:
    * "allowed in state"); absent means every live state.
    */
   states?: readonly string[];
@@ -36,7 +36,7 @@ export interface ToolDefinition {
   effectClass: EffectClass;
   retryClass: RetryClass;
   downstream: Downstream;
-  /** Delegated scope a user must hold for this tool (SPEC §3 R1) and the token's `scope`. */
+  /** Delegated scope a user must hold for this tool (docs/product/policy-rules.md#r1) and the token's `scope`. */
   scope: string;
   /** Whether the tool changes the world outside Gatehouse (audit-health gated at execution). */
   consequential: boolean;
@@ -56,7 +56,7 @@ export interface ToolDefinition {
 
 const orderId = z.string().describe('Order id, e.g. O-1002');
 
-/** The support pack (SPEC §2). */
+/** The support pack (docs/product/users-and-tools.md#support-pack). */
 export const supportTools: readonly ToolDefinition[] = [
   {
     name: 'lookup_order',
@@ -137,7 +137,7 @@ const changeWindow = z.enum(['next-maintenance-window', 'manual-window']).descri
 const changeNote = z.string().max(240).nullable().describe('Short note for the change owner, or null');
 
 /**
- * The change pack (SPEC §2): look a change up, prepare a local draft plan, then schedule the plan
+ * The change pack (docs/product/users-and-tools.md#change-pack): look a change up, prepare a local draft plan, then schedule the plan
  * on the staging change service — the last only in `awaiting_approval` and only with a change
  * owner's approval of that exact plan.
  */
@@ -203,7 +203,7 @@ export function findTool(name: string): ToolDefinition | undefined {
   return byName.get(name);
 }
 
-/** The catalog of one pack (SPEC §2). */
+/** The catalog of one pack (docs/product/users-and-tools.md#tool-packs). */
 export function toolsOfPack(pack: Pack): readonly ToolDefinition[] {
   return pack === 'change' ? changeTools : supportTools;
 }

@@ -9,7 +9,7 @@ export const SUPPORT_INSTRUCTIONS = [
   'a call answered with executed:false did not happen — say so plainly.',
 ].join(' ');
 
-/** System instructions of the change agent (SPEC §2 change pack). */
+/** System instructions of the change agent (docs/product/users-and-tools.md#change-pack). */
 export const CHANGE_INSTRUCTIONS = [
   'You are a change-management agent for the staging environment. Use only the tools offered.',
   'Look a change up, prepare a plan, then schedule exactly that plan with its plan id, window and note.',

@@ -1,6 +1,6 @@
 /**
  * Normalization happens once, here; the normalized object feeds policy, the approval display,
- * the action digest, the idempotency key and the adapter alike (SPEC §3: "30.00", 30 and 30.0
+ * the action digest, the idempotency key and the adapter alike (docs/product/policy-rules.md#amounts: "30.00", 30 and 30.0
  * are the same amount).
  */
 
@@ -67,7 +67,7 @@ export function canonicalChangeId(value: string, field = 'changeId'): string {
   return id;
 }
 
-/** Plan ids of `prepare_change` (SPEC §2): `plan_` + 16 lowercase alphanumerics. */
+/** Plan ids of `prepare_change` (docs/product/users-and-tools.md#change-pack): `plan_` + 16 lowercase alphanumerics. */
 export const PLAN_ID = /^plan_[a-z0-9]{16}$/;
 
 /**

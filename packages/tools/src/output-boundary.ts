@@ -1,5 +1,5 @@
 /**
- * The untrusted-output boundary (SPEC §4 invariant 7): every tool result is reduced to the
+ * The untrusted-output boundary (docs/product/invariants.md#untrusted-output): every tool result is reduced to the
  * fields the next decision needs, redacted, bounded and labelled before it can reach the model,
  * logs or audit.
  */
@@ -11,22 +11,56 @@ export const MAX_STRING_CHARS = 1000;
 /** Marker appended where something was cut. */
 export const TRUNCATION_MARKER = '…[truncated]';
 
-/** Secret shapes that never leave the boundary: API keys, bearer tokens, JWTs, canaries. */
-const SECRET_PATTERNS: RegExp[] = [
-  /CANARY_SECRET_[A-Za-z0-9_-]*/g,
-  /sk-[A-Za-z0-9_-]{6,}/g,
-  /Bearer\s+[A-Za-z0-9._~+/=-]{8,}/gi,
-  /eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}/g,
-];
+/** Secret shapes that never leave the boundary: API keys, bearer tokens, canaries (JWTs: below). */
+const SECRET_PATTERNS: RegExp[] = [/CANARY_SECRET_[A-Za-z0-9_-]*/g, /sk-[A-Za-z0-9_-]{6,}/g, /Bearer\s+[A-Za-z0-9._~+/=-]{8,}/gi];
 
-/** Replaces every secret shape in `text` with `[redacted]`. */
-export function redactSecrets(text: string): string {
-  return SECRET_PATTERNS.reduce((t, re) => t.replace(re, '[redacted]'), text);
+/**
+ * Dotted runs of base64url characters, each matched once from where it starts (the lookbehind):
+ * the candidates for a JWT. Matching never backtracks, so it is linear in the text's length.
+ */
+const DOTTED_RUN = /(?<![A-Za-z0-9_-])[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*/g;
+
+/**
+ * Redacts the JWT shapes in one dotted run: from an `eyJ` followed by at least 5 characters in its
+ * segment, through the next two segments of at least 5 characters each (header, payload,
+ * signature). Only the first `eyJ` of a segment can start one (it leaves the most characters
+ * after it), so each segment is looked at once.
+ */
+function redactJwtsInRun(run: string): string {
+  const segs = run.split('.');
+  const out: string[] = [];
+  for (let i = 0; i < segs.length; i++) {
+    const seg = segs[i]!;
+    const at = seg.indexOf('eyJ');
+    if (at >= 0 && seg.length - at >= 8 && (segs[i + 1]?.length ?? 0) >= 5 && (segs[i + 2]?.length ?? 0) >= 5) {
+      out.push(`${seg.slice(0, at)}[redacted]`);
+      i += 2;
+    } else out.push(seg);
+  }
+  return out.join('.');
 }
+
+/**
+ * Replaces every secret shape in `text` with `[redacted]`. Linear in `text.length`: an adversarial
+ * run such as `eyJeyJeyJ…` without a dot costs one pass, not one pass per `eyJ`.
+ */
+export function redactSecrets(text: string): string {
+  const patterned = SECRET_PATTERNS.reduce((t, re) => t.replace(re, '[redacted]'), text);
+  return patterned.replace(DOTTED_RUN, (run) => (run.includes('eyJ') ? redactJwtsInRun(run) : run));
+}
+
+/**
+ * Characters read past {@link MAX_STRING_CHARS} before a long string is cut: a secret that
+ * straddles the cut (up to this long) is still whole when it is redacted.
+ */
+const REDACTION_MARGIN_CHARS = 8 * 1024;
 
 function boundValue(value: unknown, depth: number, sensitive: ReadonlySet<string>): unknown {
   if (typeof value === 'string') {
-    const clean = redactSecrets(value);
+    // Cut first (with a margin), then redact: the work per string is bounded whatever its size.
+    const clean = redactSecrets(
+      value.length > MAX_STRING_CHARS + REDACTION_MARGIN_CHARS ? value.slice(0, MAX_STRING_CHARS + REDACTION_MARGIN_CHARS) : value,
+    );
     return clean.length > MAX_STRING_CHARS ? clean.slice(0, MAX_STRING_CHARS) + TRUNCATION_MARKER : clean;
   }
   if (value === null || typeof value === 'number' || typeof value === 'boolean') return value;

@@ -243,7 +243,7 @@ describe('digestOf and strict schemas', () => {
   });
 });
 
-describe('change pack contracts (SPEC §2)', () => {
+describe('change pack contracts (docs/product/users-and-tools.md#change-pack)', () => {
   it('lookup and prepare canonicalize the change id; a blank note is null; null stays null', () => {
     const l = parseProposal('lookup_change', '{"changeId":" chg-101 "}');
     expect(l.ok && l.args).toEqual({ changeId: 'CHG-101' });

@@ -24,7 +24,7 @@ export const agentLoopEnv = {
   AGENT_LOOP_STALLED_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
   /** Support bundle override (default: the release manifest's). */
   POLICY_REVISION: z.string().optional(),
-  /** Active change-pack bundle (SPEC §2). */
+  /** Active change-pack bundle (docs/product/policy-rules.md#change-rules). */
   CHANGE_POLICY_REVISION: z.string().optional(),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),

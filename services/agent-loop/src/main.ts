@@ -1,13 +1,10 @@
 import {
   createServiceContext,
-  createHttpApp,
-  finishApp,
   listen,
   closeServer,
   installShutdown,
   holdWhileUnavailable,
   startWorkers,
-  requireUser,
   userTokenVerifier,
   type QueueJob,
 } from '@gatehouse/platform';
@@ -17,8 +14,8 @@ import { catalogDigest, toolsOfPack, type Pack } from '@gatehouse/tools';
 import { loadServiceBundles } from '@gatehouse/policy';
 import { agentLoopEnv } from './env.ts';
 
-import { ticketsRouter, type PackSettings } from './http/tickets.router.ts';
-import { workflowsRouter } from './http/workflows.router.ts';
+import type { PackSettings } from './http/tickets.router.ts';
+import { createIntakeApp } from './http/app.ts';
 import { createModelClient, LOCAL_MODEL_STUB_URL } from './domain/model-client.ts';
 import { processTurn } from './jobs/turns.processor.ts';
 import { readLoopTestHooks } from './domain/test-hooks.ts';
@@ -67,20 +64,16 @@ packsFor(release.id);
 const baseURL = env.MODEL_BASE_URL ?? (process.env.OPENAI_API_KEY ? undefined : LOCAL_MODEL_STUB_URL);
 const model = createModelClient({ apiKey: env.OPENAI_API_KEY, baseURL, timeoutMs: env.MODEL_TIMEOUT_MS });
 
-const verifier = userTokenVerifier(env);
-const app = createHttpApp('agent-loop', ctx.readyChecks);
-app.use('/v1', requireUser(verifier));
-app.use(
-  ticketsRouter({
-    db,
-    relay,
-    release: env.GATEHOUSE_RELEASE,
-    auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
-    packs: packsFor,
-  }),
-);
-app.use(workflowsRouter({ db, relay }));
-finishApp(app, log);
+const app = createIntakeApp({
+  db,
+  relay,
+  release: env.GATEHOUSE_RELEASE,
+  auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+  packs: packsFor,
+  verifier: userTokenVerifier(env),
+  log,
+  readyChecks: ctx.readyChecks,
+});
 
 const workers = startWorkers(
   [
@@ -116,6 +109,7 @@ const workers = startWorkers(
     prefix: env.QUEUE_PREFIX,
     redisUrl: env.REDIS_URL,
     log,
+    gate: ctx.gate,
     lockDurationMs: env.AGENT_LOOP_LOCK_MS,
     stalledIntervalMs: env.AGENT_LOOP_STALLED_INTERVAL_MS,
   },

@@ -2,22 +2,17 @@ import { creditOutage, readOutagePolicy, stopRunOnFailedStep } from '@gatehouse/
 import { z } from 'zod';
 import {
   createServiceContext,
-  createHttpApp,
-  finishApp,
   listen,
   closeServer,
   installShutdown,
   startWorkers,
   holdWhileUnavailable,
-  type QueueJob,
-  requireUser,
   userTokenVerifier,
+  type QueueJob,
 } from '@gatehouse/platform';
 import { approvalRequestsQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
 import { loadServiceBundles } from '@gatehouse/policy';
-import { approvalsRouter } from './http/approvals.router.ts';
-import { inboxRouter } from './http/inbox.router.ts';
-import { approvalOpenApi } from './http/openapi.ts';
+import { createApprovalApp } from './http/app.ts';
 import { processApprovalRequest } from './jobs/approval-requests.processor.ts';
 import { sweepExpiredApprovals } from './jobs/expiry.sweep.ts';
 
@@ -25,7 +20,7 @@ const ctx = createServiceContext('approval', {
   APPROVAL_PORT: z.coerce.number().int().min(0).max(65535).default(7102),
   /** Support bundle override (default: the release manifest's). */
   POLICY_REVISION: z.string().optional(),
-  /** Active change-pack bundle (SPEC §2). */
+  /** Active change-pack bundle (docs/product/policy-rules.md#change-rules). */
   CHANGE_POLICY_REVISION: z.string().optional(),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),
@@ -36,26 +31,15 @@ const { env, log, db, relay } = ctx;
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
 const bundles = await loadServiceBundles(db, env, log);
 const outagePolicy = readOutagePolicy(env.DEPENDENCY_WAIT_CEILING_MS, process.env);
-const verifier = userTokenVerifier(env);
-
-const app = createHttpApp('approval', ctx.readyChecks);
-const openApi = approvalOpenApi();
-app.get('/openapi.json', (_req, res) => {
-  res.json(openApi);
+const app = createApprovalApp({
+  db,
+  relay,
+  auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+  verifier: userTokenVerifier(env),
+  localSecret: env.GATEHOUSE_AUTH_JWKS_URL || env.GATEHOUSE_ENV === 'production' ? null : env.GATEHOUSE_AUTH_SECRET,
+  log,
+  readyChecks: ctx.readyChecks,
 });
-app.get('/', (_req, res) => res.redirect(303, '/inbox'));
-app.use(
-  inboxRouter({
-    db,
-    relay,
-    auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
-    verifier,
-    localSecret: env.GATEHOUSE_AUTH_JWKS_URL || env.GATEHOUSE_ENV === 'production' ? null : env.GATEHOUSE_AUTH_SECRET,
-  }),
-);
-app.use('/v1', requireUser(verifier));
-app.use(approvalsRouter({ db, relay, auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY }));
-finishApp(app, log);
 
 const workers = startWorkers(
   [
@@ -70,7 +54,7 @@ const workers = startWorkers(
       onExhausted: (p: ApprovalRequestJob) => stopRunOnFailedStep(db, p.workflowId, 'approval-requests', 'approval').then(() => {}),
     },
   ] as never,
-  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log },
+  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log, gate: ctx.gate },
 );
 relay.start();
 const sweep = setInterval(() => {

@@ -32,7 +32,7 @@ function scheduleBy(requesterId: string): ApprovalSubject {
 
 const usRefund = requestBy('rep-ana', 12000);
 
-describe('authorityRefusal (SPEC §6 approval checks)', () => {
+describe('authorityRefusal (docs/product/hard-cases.md#approver-checks)', () => {
   it('the world has the people these cases rely on', () => {
     expect(person('rep-ana').region).toBe('US');
     expect(person('rep-ben').role).toBe('rep');

@@ -8,7 +8,7 @@ import { createAction, createTestDatabase, type TestDatabase } from '@gatehouse/
 import { chainPending, readAuditBacklog } from '../src/jobs/chain.writer.ts';
 import { evaluateMonitors, raiseAlerts } from '../src/domain/monitors.ts';
 
-// Issue 7 metrics are counted where the audit service chains committed events: a step whose
+// Metrics (docs/product/design.md#observability) are counted where the audit service chains committed events: a step whose
 // transaction rolled back never counts, a retried step counts once, and monitor alerts raise a
 // metric as well as a log line.
 

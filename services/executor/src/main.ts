@@ -14,6 +14,7 @@ import { noteOutageWait, readOutagePolicy } from '@gatehouse/ledger';
 import { executionsQueue, loadWorld, type ExecutionJob } from '@gatehouse/contracts';
 import { processExecution } from './jobs/executions.processor.ts';
 import { startReconcileJob } from './jobs/reconcile.processor.ts';
+import { startWatchdog } from './jobs/watchdog.ts';
 import { readTestHooks } from './domain/test-hooks.ts';
 import { loadServiceBundles } from '@gatehouse/policy';
 
@@ -32,7 +33,7 @@ const ctx = createServiceContext('executor', {
   AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: z.coerce.number().int().positive().default(30_000),
   /** Support bundle override (default: the release manifest's). */
   POLICY_REVISION: z.string().optional(),
-  /** Active change-pack bundle (SPEC §2). */
+  /** Active change-pack bundle (docs/product/policy-rules.md#change-rules). */
   CHANGE_POLICY_REVISION: z.string().optional(),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),
@@ -40,6 +41,12 @@ const ctx = createServiceContext('executor', {
   RECONCILE_INTERVAL_MS: z.coerce.number().int().nonnegative().default(60_000),
   /** Reference support bundle reconciliation judges refunds against (never a bundle failing its gate). */
   RECONCILE_SUPPORT_REVISION: z.string().default('support-p1'),
+  /** Watchdog (docs/decisions/0100): ms between passes over live runs whose jobs may be lost. */
+  WATCHDOG_INTERVAL_MS: z.coerce.number().int().positive().default(5_000),
+  /** A run is looked at once its last state change is this old, ms. */
+  WATCHDOG_GRACE_MS: z.coerce.number().int().positive().default(5_000),
+  /** Re-drives of one run before the watchdog stops it as `stopped(step_failed)`. */
+  WATCHDOG_MAX_REDRIVES: z.coerce.number().int().positive().default(5),
 });
 const hooks = readTestHooks(process.env);
 const outagePolicy = readOutagePolicy(ctx.env.DEPENDENCY_WAIT_CEILING_MS, process.env);
@@ -77,6 +84,7 @@ const worker = createWorker(
     prefix: env.QUEUE_PREFIX,
     redisUrl: env.REDIS_URL,
     log,
+    gate: ctx.gate,
     concurrency: env.EXECUTOR_CONCURRENCY,
     lockDurationMs: env.EXECUTOR_LOCK_MS,
     stalledIntervalMs: env.EXECUTOR_STALLED_INTERVAL_MS,
@@ -95,10 +103,28 @@ const reconciler = await startReconcileJob(
     changeRevision: bundles.change.revision,
     policyDir: env.POLICY_DIR,
   },
-  { queues: ctx.queues, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, intervalMs: env.RECONCILE_INTERVAL_MS },
+  { queues: ctx.queues, gate: ctx.gate, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, intervalMs: env.RECONCILE_INTERVAL_MS },
 );
+const watchdog = hooks.disableWatchdog
+  ? null
+  : startWatchdog(
+      {
+        db,
+        queues: ctx.queues,
+        relay,
+        log,
+        settings: {
+          release: env.GATEHOUSE_RELEASE,
+          graceMs: env.WATCHDOG_GRACE_MS,
+          maxRedrives: env.WATCHDOG_MAX_REDRIVES,
+          redisTimeoutMs: 2_000,
+          batch: 200,
+        },
+      },
+      env.WATCHDOG_INTERVAL_MS,
+    );
 relay.start();
 const app = finishApp(createHttpApp('executor', ctx.readyChecks), log);
 const { server, port } = await listen(app, env.EXECUTOR_PORT);
 log.info({ port }, 'executor ready');
-installShutdown(log, [() => ctx.close([worker, reconciler]), () => closeServer(server)]);
+installShutdown(log, [() => ctx.close([worker, reconciler]), async () => watchdog?.stop(), () => closeServer(server)]);

@@ -9,6 +9,7 @@ describe('executor test hooks', () => {
     GATEHOUSE_TEST_DISABLE_REEVALUATION: '1',
     GATEHOUSE_TEST_DISABLE_DIGEST_BINDING: '1',
     GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY: '1',
+    GATEHOUSE_TEST_DISABLE_WATCHDOG: '1',
   };
 
   it('each hook is read on its own', () => {

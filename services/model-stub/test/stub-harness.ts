@@ -29,7 +29,7 @@ function tool(name: string, properties: Record<string, unknown>): FunctionTool {
   };
 }
 
-/** The support pack as strict function tools (SPEC §2). */
+/** The support pack as strict function tools (docs/product/users-and-tools.md#support-pack). */
 export const SUPPORT_TOOLS: FunctionTool[] = [
   tool('lookup_order', { orderId: { type: 'string' } }),
   tool('issue_refund', { orderId: { type: 'string' }, amount: { type: 'string' }, reason: { type: 'string' } }),
@@ -40,7 +40,7 @@ export const SUPPORT_TOOLS: FunctionTool[] = [
   }),
 ];
 
-/** The change pack as strict function tools (SPEC §2). */
+/** The change pack as strict function tools (docs/product/users-and-tools.md#change-pack). */
 export const CHANGE_TOOLS: FunctionTool[] = [
   tool('lookup_change', { changeId: { type: 'string' } }),
   tool('prepare_change', { changeId: { type: 'string' }, window: { type: 'string' }, note: { type: ['string', 'null'] } }),

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 
-/** ops dashboard settings beyond the base ones (SPEC §9: port 7105). */
+/** ops dashboard settings beyond the base ones (docs/product/public-contract.md: port 7105). */
 export const opsEnv = {
   OPS_PORT: z.coerce.number().int().min(0).max(65535).default(7105),
   /** How often the board re-discovers queues (new release manifests, rows, Redis keys), ms. */

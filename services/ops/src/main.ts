@@ -1,15 +1,6 @@
-import {
-  createServiceContext,
-  createHttpApp,
-  finishApp,
-  listen,
-  closeServer,
-  installShutdown,
-  userTokenVerifier,
-} from '@gatehouse/platform';
+import { createServiceContext, listen, closeServer, installShutdown, userTokenVerifier } from '@gatehouse/platform';
 import { opsEnv } from './env.ts';
-import { operatorAuth } from './http/operator-auth.ts';
-import { opsRouter } from './http/ops.router.ts';
+import { createOpsApp } from './http/app.ts';
 import { createQueueBoard } from './http/queue-board.ts';
 
 const ctx = createServiceContext('ops', opsEnv);
@@ -25,21 +16,16 @@ const discovery = setInterval(() => {
   board.refresh().catch((err: unknown) => log.warn({ err: (err as Error).message }, 'queue discovery failed'));
 }, env.OPS_QUEUE_DISCOVERY_MS);
 
-const { router: signIn, requireOperator } = operatorAuth({
+const app = createOpsApp({
   db,
   log,
+  board,
   verifier: userTokenVerifier(env),
   auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
   localSecret: env.GATEHOUSE_AUTH_JWKS_URL || env.GATEHOUSE_ENV === 'production' ? null : env.GATEHOUSE_AUTH_SECRET,
   secureCookie: env.GATEHOUSE_ENV === 'production',
+  readyChecks: ctx.readyChecks,
 });
-
-const app = createHttpApp('ops', ctx.readyChecks);
-app.use(signIn);
-app.use('/queues', requireOperator, board.handler);
-app.use(['/ops', '/api'], requireOperator);
-app.use(opsRouter({ db, board }));
-finishApp(app, log);
 
 const { server, port } = await listen(app, env.OPS_PORT);
 log.info({ port }, 'ops ready');

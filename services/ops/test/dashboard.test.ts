@@ -31,6 +31,7 @@ let rep: string;
 const seeded = {
   stopped: '',
   executing: '',
+  stuck: '',
   unknownKey: '',
   succeededKey: '',
   openSubject: `op:${randomUUID()}:action:1`,
@@ -44,6 +45,14 @@ async function seed(): Promise<void> {
   const a = await createAction(db, { orderId: 'O-1001', amountCents: 12_000 });
   const b = await createAction(db, { orderId: 'O-1002', tool: 'reship_order' });
   const c = await createAction(db, { orderId: 'O-1003', amountCents: 2000 });
+  // A run with no progress for ten minutes, waiting for its first turn: listed as stuck.
+  const d = await createAction(db, { orderId: 'O-1004', amountCents: 1000 });
+  seeded.stuck = d.workflowId;
+  await db
+    .updateTable('workflows')
+    .set({ state: 'investigating', updated_at: new Date(Date.now() - 10 * 60_000) })
+    .where('id', '=', d.workflowId)
+    .execute();
   seeded.stopped = a.workflowId;
   seeded.executing = c.workflowId;
   seeded.unknownKey = b.operationKey;
@@ -143,6 +152,7 @@ const PROTECTED = [
   '/ops',
   '/api/overview',
   '/api/workflows',
+  '/api/workflows/stuck',
   '/api/operations/failed-unknown',
   '/api/reconciliation/worklist',
   '/api/queues',
@@ -281,6 +291,26 @@ describe('pages and JSON: workflows by state, failed_unknown operations, the wor
       amountCents: 12_345,
       class: 'amount_mismatch',
     });
+  });
+
+  it('lists the run with no progress past its bound: state, age, the job it waits for, no re-drive yet', async () => {
+    const auth = { authorization: `Bearer ${ops}` };
+    const res = await request(url).get('/api/workflows/stuck').set(auth);
+    expect(res.status).toBe(200);
+    expect(res.body.runs).toEqual([
+      expect.objectContaining({
+        workflowId: seeded.stuck,
+        state: 'investigating',
+        waitingFor: [`turn_${seeded.stuck}_r1`],
+        watchdog: null,
+      }),
+    ]);
+    expect(res.body.runs[0].ageMs).toBeGreaterThan(res.body.runs[0].boundMs);
+    const overview = await request(url).get('/api/overview').set(auth);
+    expect(overview.body.stuck.map((r: { workflowId: string }) => r.workflowId)).toEqual([seeded.stuck]);
+    const html = (await request(url).get('/ops').set(auth)).text;
+    expect(html).toContain('id="stuck"');
+    expect(html).toContain(`turn_${seeded.stuck}_r1`);
   });
 
   it('the HTML page lists them, escaped (no markup from stored text reaches the page)', async () => {

@@ -20,7 +20,7 @@ const ctx = createServiceContext('policy-gateway', {
   POLICY_GATEWAY_PORT: z.coerce.number().int().min(0).max(65535).default(7111),
   /** Support bundle override (default: the release manifest's). */
   POLICY_REVISION: z.string().optional(),
-  /** Active change-pack bundle (SPEC §2). */
+  /** Active change-pack bundle (docs/product/policy-rules.md#change-rules). */
   CHANGE_POLICY_REVISION: z.string().optional(),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),
@@ -44,7 +44,7 @@ const workers = startWorkers(
       onExhausted: (p: ProposalJob) => stopRunOnFailedStep(db, p.workflowId, 'proposals', 'policy-gateway').then(() => {}),
     },
   ] as never,
-  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log },
+  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log, gate: ctx.gate },
 );
 relay.start();
 const app = finishApp(createHttpApp('policy-gateway', ctx.readyChecks), log);

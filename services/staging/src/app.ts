@@ -28,8 +28,8 @@ export interface StagingAppOptions {
 }
 
 /**
- * Builds the staging systems of record (SPEC §9 "Staging systems", ARCHITECTURE "Synthetic
- * environment") as one express app: payments ledger, order system, mail, change service, fault
+ * Builds the staging systems of record (docs/product/public-contract.md#staging-read-back,
+ * docs/product/design.md#synthetic-environment) as one express app: payments ledger, order system, mail, change service, fault
  * switches, request log, `/healthz` and `/readyz` (checks the database with `select 1`).
  * The caller mounts it (`listen`, supertest) and owns `db`; the schema must already exist.
  * @returns the app and its in-memory {@link FaultBoard} (tests may arm faults directly).

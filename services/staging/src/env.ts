@@ -3,7 +3,7 @@ import { parseEnv } from '@gatehouse/platform';
 
 /**
  * Environment of the staging process: the shared base (`DATABASE_URL`,
- * `GATEHOUSE_DELEGATION_SECRET`, `LOG_LEVEL`, …) plus `STAGING_PORT` (default 7104, SPEC §9).
+ * `GATEHOUSE_DELEGATION_SECRET`, `LOG_LEVEL`, …) plus `STAGING_PORT` (default 7104, docs/product/public-contract.md).
  * @throws Error listing every invalid variable.
  */
 export function loadStagingEnv(source: Record<string, string | undefined> = process.env) {

@@ -12,7 +12,7 @@ async function main(): Promise<void> {
   const log = createLogger('staging');
   const env = loadStagingEnv();
   const { db } = openStagingDatabase(env.DATABASE_URL, {
-    onIdleError: (err) => log.warn({ err }, 'idle database connection lost'),
+    onConnectionError: (err) => log.warn({ err: err.message }, 'database connection lost'),
   });
   try {
     await ensureStagingSchema(db);

@@ -7,7 +7,7 @@ const SCHEMA_LOCK_KEY = 'gatehouse.staging.schema';
 
 /**
  * Creates the `staging` schema and its tables if missing, then seeds orders, customers and
- * changes from the synthetic world (`world.json`, ARCHITECTURE "Synthetic environment") with
+ * changes from the synthetic world (`world.json`, docs/product/design.md#synthetic-environment) with
  * `ON CONFLICT DO NOTHING`, so it is idempotent and never overwrites state kept across restarts.
  * Runs in one transaction under an advisory lock, so concurrent boots do not race on DDL.
  * @param world defaults to {@link loadWorld}().
@@ -49,7 +49,7 @@ export async function ensureStagingSchema(db: StagingDb, world: World = loadWorl
       fencing_token bigint,
       created_at timestamptz NOT NULL DEFAULT now()
     )`.execute(trx);
-    // Uniqueness lives in the database (ARCHITECTURE "Correctness rules" 1): the replay basis.
+    // Uniqueness lives in the database (docs/product/design.md#uniqueness-in-the-database): the replay basis.
     await sql`CREATE UNIQUE INDEX IF NOT EXISTS refunds_idempotency_key_uq
       ON staging.refunds (idempotency_key)`.execute(trx);
     await sql`CREATE INDEX IF NOT EXISTS refunds_order_idx ON staging.refunds (order_id, created_at)`.execute(trx);
@@ -68,7 +68,7 @@ export async function ensureStagingSchema(db: StagingDb, world: World = loadWorl
       created_at timestamptz NOT NULL DEFAULT now()
     )`.execute(trx);
     await sql`CREATE INDEX IF NOT EXISTS shipments_order_idx ON staging.shipments (order_id, created_at)`.execute(trx);
-    // Compensation (SPEC §4 invariant 5): a shipment cancelled once, idempotent by its key.
+    // Compensation (docs/product/invariants.md#containment): a shipment cancelled once, idempotent by its key.
     await sql`ALTER TABLE staging.shipments ADD COLUMN IF NOT EXISTS cancelled_at timestamptz`.execute(trx);
     await sql`ALTER TABLE staging.shipments ADD COLUMN IF NOT EXISTS cancel_key text`.execute(trx);
     await sql`CREATE UNIQUE INDEX IF NOT EXISTS shipments_cancel_key_uq ON staging.shipments (cancel_key)`.execute(trx);

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { newKey, startStaging, token, type StagingHarness } from './support/staging.harness.ts';
 
-// Compensations (SPEC §4 invariant 5, issue 8): `reverse_refund` and `cancel_shipment` are
+// Compensations (docs/product/invariants.md#containment, docs/product/reconciliation.md#remediations): `reverse_refund` and `cancel_shipment` are
 // idempotent by key, verify the delegated token like every effect route, and are visible in
 // the read-back endpoints reconciliation uses.
 

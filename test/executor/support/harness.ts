@@ -103,6 +103,7 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
       disableReevaluation: false,
       disableDigestBinding: false,
       disableOutputBoundary: false,
+      disableWatchdog: false,
     },
     bundles: BUNDLES,
     // No audit service runs here: a heartbeat is written at start and the gate is wide.

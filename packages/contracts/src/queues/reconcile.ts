@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { defaultJobOptions, jobEnvelope, type QueueContract } from './common.ts';
 
 /**
- * `reconcile`: one reconciliation pass (SPEC §7; consumer: executor). Added by the repeatable
+ * `reconcile`: one reconciliation pass (docs/product/reconciliation.md; consumer: executor). Added by the repeatable
  * job scheduler every `RECONCILE_INTERVAL_MS`, or on demand.
  */
 export const ReconcileJobSchema = z.object({

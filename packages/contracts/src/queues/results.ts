@@ -13,7 +13,7 @@ export const ResultJobSchema = z.object({
   output: z.record(z.string(), z.unknown()),
   /** Set when the outcome parks the workflow (e.g. `needs_reconciliation`). */
   park: z.enum(['needs_reconciliation']).optional(),
-  /** Set when the outcome stops the workflow (SPEC §5 stop reasons). */
+  /** Set when the outcome stops the workflow (docs/product/states.md#stop-reasons). */
   stop: z
     .enum([
       'validation_failed',

@@ -1,6 +1,6 @@
 import OpenAI from 'openai';
 
-/** The model-stub's Responses API on its default port (SPEC §9). */
+/** The model-stub's Responses API on its default port (docs/product/public-contract.md#model-stub). */
 export const LOCAL_MODEL_STUB_URL = 'http://127.0.0.1:7103/v1';
 
 /**

@@ -1,6 +1,6 @@
 import { stopRun, TERMINAL_STATES as LEDGER_TERMINAL_STATES, type Trx, type WorkflowState } from '@gatehouse/ledger';
 
-/** Reasons a workflow stops (SPEC §5). */
+/** Reasons a workflow stops (docs/product/states.md#stop-reasons). */
 export type StopReason =
   | 'validation_failed'
   | 'denied'

@@ -22,12 +22,12 @@ export interface IntakeConfig {
   relay: OutboxRelay;
   release: string;
   auditHmacKey: string;
-  /** Per release a workflow may be routed to, per pack (SPEC §2, §8). */
+  /** Per release a workflow may be routed to, per pack (docs/product/users-and-tools.md#tool-packs, docs/product/releases.md#canary). */
   packs: (releaseId: string) => Record<Pack, PackSettings>;
 }
 
 /**
- * `POST /v1/tickets` (SPEC §9): 202 `{workflowId}`; idempotent per tenant + ticketId (a repeat
+ * `POST /v1/tickets` (docs/product/public-contract.md#intake): 202 `{workflowId}`; idempotent per tenant + ticketId (a repeat
  * with the same text returns the same workflow, other text is 409 `ticket_conflict`); 400 for
  * a body that fails its schema. `pack` (`support` default, or `change`) picks the catalog,
  * policy bundle and budgets the workflow keeps for its whole life.

@@ -1,7 +1,7 @@
 import { Router } from 'express';
 import { z } from 'zod';
 import { storableString, turnsQueue } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, type Db, type OutboxRow } from '@gatehouse/ledger';
+import { enqueueInTransaction, inTransaction, transitionWorkflow, type Db, type OutboxRow } from '@gatehouse/ledger';
 import { ConflictError, ForbiddenError, parseBody, UserError, type OutboxRelay } from '@gatehouse/platform';
 import { supersedeAction } from '@gatehouse/policy';
 import type { AuthedRequest } from '@gatehouse/platform';
@@ -21,7 +21,7 @@ async function ownWorkflow(db: Db, id: string, tenant: string) {
 /**
  * `GET /v1/workflows/:id` (state, actions, pending approvals, terminal reason and next step)
  * and `POST /v1/workflows/:id/messages` (the requester's own follow-up — anyone else of the
- * tenant gets 403 `not_the_requester`; unclaimed actions are superseded first, SPEC §9). The rep
+ * tenant gets 403 `not_the_requester`; unclaimed actions are superseded first, docs/product/public-contract.md#follow-up-messages). The rep
  * may read only their tenant's workflows (404 otherwise).
  */
 export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
@@ -88,7 +88,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
     const { user } = req as unknown as AuthedRequest;
     const body = parseBody(MessageSchema, req.body);
     const wf0 = await ownWorkflow(cfg.db, String(req.params.id), user.tenant);
-    // The follow-up is the requester's own (SPEC §9): the run acts under their delegation, so
+    // The follow-up is the requester's own (docs/product/public-contract.md#follow-up-messages): the run acts under their delegation, so
     // anyone else of the tenant — a lead who could then approve it, a rep without the scope — is
     // refused before anything changes.
     if (wf0.user_id !== user.sub) {
@@ -142,11 +142,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
         .execute();
       // The next round starts now if no call is still in flight; otherwise the last result starts it.
       if ((await unansweredCalls(trx, wf.id)).length) return [] as OutboxRow[];
-      await trx
-        .updateTable('workflows')
-        .set({ state: 'investigating', next_step: null, updated_at: new Date() })
-        .where('id', '=', wf.id)
-        .execute();
+      await transitionWorkflow(trx, wf.id, { to: 'investigating', nextStep: null });
       return [await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 })];
     });
     await cfg.relay.publish(rows);

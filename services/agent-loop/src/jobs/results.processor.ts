@@ -4,7 +4,9 @@ import {
   checkWorkingTime,
   enqueueInTransaction,
   inTransaction,
+  LIVE_STATES,
   recordAudit,
+  transitionWorkflow,
   type Db,
   type OutagePolicy,
   type OutboxRow,
@@ -15,7 +17,7 @@ import { unansweredCalls } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
 
 /**
- * Change pack (SPEC §2): the latest plan `prepare_change` produced in this workflow when no
+ * Change pack (docs/product/users-and-tools.md#change-pack): the latest plan `prepare_change` produced in this workflow when no
  * `schedule_change` of it is live or done — the workflow then takes its next turn in
  * `awaiting_approval`, the only state that offers `schedule_change`. Null otherwise.
  */
@@ -39,7 +41,7 @@ async function unscheduledPlan(trx: Trx, workflowId: string): Promise<string | n
   return scheduled ? null : plan.id;
 }
 
-/** Failed validations in a row that stop a run with `stopped(validation_failed)` (issue 6). */
+/** Failed validations in a row that stop a run with `stopped(validation_failed)` (docs/product/states.md#stop-reasons). */
 export const MAX_CONSECUTIVE_INVALID = 3;
 
 /**
@@ -90,15 +92,11 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
       .executeTakeFirst();
     const stop = job.stop ?? (invalid && (streak?.consecutive_invalid ?? 0) >= MAX_CONSECUTIVE_INVALID ? 'validation_failed' : undefined);
     if (job.park === 'needs_reconciliation') {
-      await trx
-        .updateTable('workflows')
-        .set({
-          state: 'needs_reconciliation',
-          next_step: 'An effect has an unknown outcome; on-call must run `gatehouse reconcile` before anything is retried.',
-          updated_at: new Date(),
-        })
-        .where('id', '=', wf.id)
-        .execute();
+      await transitionWorkflow(trx, wf.id, {
+        to: 'needs_reconciliation',
+        nextStep: 'An effect has an unknown outcome; on-call must run `gatehouse reconcile` before anything is retried.',
+        onlyFrom: [...LIVE_STATES, 'stopped'],
+      });
       return { outcome: 'parked', rows: [] as OutboxRow[] };
     }
     if (stop && !TERMINAL_STATES.has(wf.state)) {
@@ -115,19 +113,16 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
       .execute();
     if (pendingApprovals.length) return { outcome: 'waiting_for_approval', rows: [] as OutboxRow[] };
     const planReady = wf.pack === 'change' ? await unscheduledPlan(trx, wf.id) : null;
-    await trx
-      .updateTable('workflows')
-      .set(
-        planReady
-          ? {
-              state: 'awaiting_approval',
-              next_step: `Plan ${planReady} is prepared; the agent proposes scheduling it for a change owner's approval.`,
-              updated_at: new Date(),
-            }
-          : { state: 'investigating', next_step: null, updated_at: new Date() },
-      )
-      .where('id', '=', wf.id)
-      .execute();
+    await transitionWorkflow(
+      trx,
+      wf.id,
+      planReady
+        ? {
+            to: 'awaiting_approval',
+            nextStep: `Plan ${planReady} is prepared; the agent proposes scheduling it for a change owner's approval.`,
+          }
+        : { to: 'investigating', nextStep: null },
+    );
     const row = await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 });
     return { outcome: 'next_turn', rows: [row] };
   });

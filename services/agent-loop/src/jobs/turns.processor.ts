@@ -8,6 +8,7 @@ import {
   inTransaction,
   recordAudit,
   releaseWritesEnabled,
+  transitionWorkflow,
   type Db,
   type OutagePolicy,
   type OutboxRow,
@@ -68,7 +69,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
   const wf = await db.selectFrom('workflows').selectAll().where('id', '=', job.workflowId).executeTakeFirst();
   if (!wf) return 'unknown_workflow';
   if (TERMINAL_STATES.has(wf.state) || wf.round >= job.round) return 'already_done';
-  // Bounds are checked before dispatch (SPEC §4 invariant 6); an outage this round waited
+  // Bounds are checked before dispatch (docs/product/invariants.md#bounds); an outage this round waited
   // through is credited first, and one past the ceiling stops the run for what it is.
   const stopped = await inTransaction(db, async (trx) => {
     const time = await checkWorkingTime(trx, wf.id, job.outage, deps.outagePolicy);
@@ -105,7 +106,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
         input: input as unknown as OpenAI.Responses.ResponseInput,
         tools,
         tool_choice: tools.length ? 'auto' : 'none',
-        // One call per response (issue 6); several calls, if the model sends them anyway, are each answered.
+        // One call per response; several calls, if the model sends them anyway, are each answered.
         parallel_tool_calls: false,
         store: false,
         metadata: { workflow_id: wf.id, ticket_id: wf.ticket_id, release: wf.release_id },
@@ -141,7 +142,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
   const rows = await inTransaction(db, async (trx) => {
     const locked = await trx.selectFrom('workflows').selectAll().where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
     if (TERMINAL_STATES.has(locked.state) || locked.round >= job.round) return [] as OutboxRow[];
-    // A follow-up arrived while the model was answering (SPEC §9: the agent takes a new turn with
+    // A follow-up arrived while the model was answering (docs/product/public-contract.md#follow-up-messages: the agent takes a new turn with
     // it). Its own turn job has this round's id, so it merged with this one: record nothing from a
     // response to an out-of-date transcript, and let the queue re-run the round with the follow-up.
     if ((await countUserMessages(trx, wf.id)) !== userMessagesSent) throw new TranscriptChanged(wf.id, job.round);
@@ -200,23 +201,17 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
           item: JSON.stringify({ role: 'assistant', content: text }),
         })
         .execute();
-      await trx
-        .updateTable('workflows')
-        .set({
-          state: 'completed',
-          round: job.round,
-          next_step: 'Done: read the agent’s final message (finalMessage).',
-          updated_at: new Date(),
-        })
-        .where('id', '=', wf.id)
-        .execute();
-      await recordAudit(trx, {
-        type: 'run.completed',
-        service: 'agent-loop',
-        runId: wf.id,
-        step: job.round,
-        outcome: 'completed',
-        revisions: { release: wf.release_id },
+      await transitionWorkflow(trx, wf.id, {
+        to: 'completed',
+        round: job.round,
+        nextStep: 'Done: read the agent’s final message (finalMessage).',
+        audit: {
+          type: 'run.completed',
+          service: 'agent-loop',
+          step: job.round,
+          outcome: 'completed',
+          revisions: { release: wf.release_id },
+        },
       });
       return [] as OutboxRow[];
     }
@@ -231,11 +226,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
       .set({ tool_calls_used: b.tool_calls_used + calls.length })
       .where('workflow_id', '=', wf.id)
       .execute();
-    await trx
-      .updateTable('workflows')
-      .set({ state: 'investigating', round: job.round, updated_at: new Date() })
-      .where('id', '=', wf.id)
-      .execute();
+    await transitionWorkflow(trx, wf.id, { to: 'investigating', round: job.round });
 
     const out: OutboxRow[] = [];
     for (const call of calls) {

@@ -6,7 +6,7 @@ import { authorityRefusal } from './authority.ts';
  * The trusted view of an approval that approvers see (API and inbox alike): tool, target,
  * normalized arguments in human units, the authoritative order facts the rule used, requester,
  * rule, version, digest, policy revision, expiry — built from the ledger, never from model text.
- * `canDecide`/`refusal`: whether the viewer may decide it, and if not, why (SPEC §3).
+ * `canDecide`/`refusal`: whether the viewer may decide it, and if not, why (docs/product/policy-rules.md#approvals).
  */
 export const ApprovalViewSchema = z.object({
   approvalId: z.uuid(),

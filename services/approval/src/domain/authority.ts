@@ -14,8 +14,8 @@ export interface ApprovalSubject {
 }
 
 /**
- * Why `approverId` may not decide `approval`, or null when they may (SPEC §3 "Approvals", §2
- * change pack): the requester can never approve; the approver must hold the approval's role
+ * Why `approverId` may not decide `approval`, or null when they may (docs/product/policy-rules.md#approvals,
+ * docs/product/users-and-tools.md#change-pack): the requester can never approve; the approver must hold the approval's role
  * (`lead` → `not_a_lead`, `change_owner` → `not_a_change_owner`) in the requester's tenant, be in
  * the requester's region when the bundle says so, and have an approve limit covering the amount
  * (when the approval has one).

@@ -6,6 +6,7 @@ import {
   inTransaction,
   isTerminal,
   recordAudit,
+  transitionAction,
   type Db,
   type OutboxRow,
 } from '@gatehouse/ledger';
@@ -21,7 +22,7 @@ export interface DecisionOutcome {
 }
 
 /**
- * Decides one approval (SPEC §9 `POST /v1/approvals/:id/decision`).
+ * Decides one approval (docs/product/public-contract.md#approvals).
  * Order of checks: existence in the caller's tenant (404), authority (403), binding to the
  * current action version and digest (409 `stale_version`: the body names another version, or the
  * bound version was superseded — amended by a follow-up or re-evaluated; sibling actions on the
@@ -110,22 +111,12 @@ export async function decideApproval(
     if (approval.rule_id === REMEDIATION_RULE_ID) {
       // A reconciliation remediation runs in the reconciliation job once approved, never in the
       // executor or the agent loop (docs/decisions/0050-reconciliation.md): no job to enqueue.
-      await trx
-        .updateTable('actions')
-        .set({ status, updated_at: new Date() })
-        .where('id', '=', approval.action_id)
-        .where('status', '=', 'pending_approval')
-        .execute();
+      await transitionAction(trx, approval.action_id, { to: status, onlyFrom: ['pending_approval'] });
       return { approvalId: approval.id, status, rows: [] };
     }
     let row: OutboxRow;
     if (status === 'approved') {
-      await trx
-        .updateTable('actions')
-        .set({ status: 'approved', updated_at: new Date() })
-        .where('id', '=', approval.action_id)
-        .where('status', '=', 'pending_approval')
-        .execute();
+      await transitionAction(trx, approval.action_id, { to: 'approved', onlyFrom: ['pending_approval'] });
       row = await enqueueInTransaction(trx, executionsQueue, {
         release: approval.release_id,
         traceparent: approval.traceparent ?? undefined,
@@ -135,12 +126,8 @@ export async function decideApproval(
         approvalId: approval.id,
       });
     } else {
-      const action = await trx
-        .updateTable('actions')
-        .set({ status: 'denied', updated_at: new Date() })
-        .where('id', '=', approval.action_id)
-        .returning(['call_id'])
-        .executeTakeFirstOrThrow();
+      await transitionAction(trx, approval.action_id, { to: 'denied' });
+      const action = await trx.selectFrom('actions').select(['call_id']).where('id', '=', approval.action_id).executeTakeFirstOrThrow();
       const output = toSafeOutput(approval.tool, { executed: false, reason: 'rejected' }, 'gatehouse');
       row = await enqueueInTransaction(trx, resultsQueue, {
         release: approval.release_id,

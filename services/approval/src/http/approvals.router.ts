@@ -16,7 +16,7 @@ export const ListQuerySchema = z.object({
 const Id = z.uuid();
 
 /**
- * Approval API (SPEC §9): `GET /v1/approvals?status=pending` (the caller's tenant; pending ones
+ * Approval API (docs/product/public-contract.md#approvals): `GET /v1/approvals?status=pending` (the caller's tenant; pending ones
  * filtered to what the caller may decide), `GET /v1/approvals/:id` (trusted fields only), and
  * `POST /v1/approvals/:id/decision` → 200 | 403 | 409 | 410.
  */

@@ -40,7 +40,7 @@ function fields(v: ApprovalView): string {
     ['Expires', v.expiresAt],
     ['Single use', v.singleUse ? 'yes' : 'no'],
   ];
-  // A change schedule (SPEC §2): action, plan, window, environment, effect and rollback.
+  // A change schedule (docs/product/users-and-tools.md#change-pack): action, plan, window, environment, effect and rollback.
   const rows: Array<[string, unknown]> =
     v.tool === 'schedule_change'
       ? [

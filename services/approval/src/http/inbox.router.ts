@@ -30,7 +30,7 @@ export interface InboxConfig {
 }
 
 /**
- * The approver inbox (SPEC §9): server-rendered pages, no script. Sign-in puts the bearer token
+ * The approver inbox (docs/product/public-contract.md#approvals): server-rendered pages, no script. Sign-in puts the bearer token
  * in an HttpOnly, SameSite=Strict cookie; every form carries a CSRF token (HMAC of the session
  * token) plus the action version and digest it was rendered with; every value is HTML-escaped,
  * so model-written text (e.g. a refund reason) is shown as text, never markup.

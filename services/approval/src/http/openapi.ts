@@ -14,7 +14,11 @@ export function approvalOpenApi(): Record<string, unknown> {
   const view = schema(ApprovalViewSchema);
   return {
     openapi: '3.1.0',
-    info: { title: 'Gatehouse approval API', version: '1', description: 'Approvals bound to one action version and digest (SPEC §9).' },
+    info: {
+      title: 'Gatehouse approval API',
+      version: '1',
+      description: 'Approvals bound to one action version and digest (docs/product/public-contract.md#approvals).',
+    },
     components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } } },
     security: [{ bearer: [] }],
     paths: {

@@ -1,5 +1,5 @@
 import { REMEDIATION_RULE_ID, resultsQueue } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
+import { enqueueInTransaction, inTransaction, recordAudit, transitionAction, type Db, type OutboxRow } from '@gatehouse/ledger';
 import type { OutboxRelay } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
 
@@ -19,13 +19,10 @@ export async function sweepExpiredApprovals(deps: { db: Db; relay: OutboxRelay }
       .execute();
     const out: OutboxRow[] = [];
     for (const a of expired) {
-      const action = await trx
-        .updateTable('actions')
-        .set({ status: 'denied', updated_at: new Date() })
-        .where('id', '=', a.action_id)
-        .where('status', '=', 'pending_approval')
-        .returning(['call_id'])
-        .executeTakeFirst();
+      const denied = await transitionAction(trx, a.action_id, { to: 'denied', onlyFrom: ['pending_approval'] });
+      const action = denied
+        ? await trx.selectFrom('actions').select(['call_id']).where('id', '=', a.action_id).executeTakeFirstOrThrow()
+        : undefined;
       await recordAudit(trx, {
         type: 'approval.decided',
         service: 'approval',

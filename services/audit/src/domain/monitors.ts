@@ -28,7 +28,7 @@ type Row = { id: string };
 const ids = (rows: Row[]) => rows.slice(0, 10).map((r) => r.id);
 
 /**
- * Evaluates the invariant monitors (SPEC §4, issue 7) — written on outcomes, not on code paths,
+ * Evaluates the invariant monitors (docs/product/invariants.md) — written on outcomes, not on code paths,
  * so a bad release that every unit test passed still trips them:
  * - `effect_without_required_approval`: an action whose policy required approval has an effect
  *   (operation succeeded or running) without a `used` approval;
@@ -46,7 +46,7 @@ export async function evaluateMonitors(db: Db, cfg: MonitorConfig): Promise<Aler
   const fire = (monitor: string, rows: Row[]) => {
     if (rows.length) alerts.push({ monitor, count: rows.length, examples: ids(rows) });
   };
-  // A lead's reconciliation remediation (ratified or reversed, issue 8) explains the violation; it stays in the records.
+  // A lead's reconciliation remediation (ratified or reversed, docs/product/reconciliation.md#remediations) explains the violation; it stays in the records.
   const noUsedApproval = sql<boolean>`not exists (select 1 from approvals p where p.action_id = a.id and p.status = 'used')
     and not exists (select 1 from reconciliation_items r where r.operation_key = o.key
       and r.class = 'refund_over_limit_without_approval' and r.status = 'resolved')`;

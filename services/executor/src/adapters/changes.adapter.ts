@@ -8,7 +8,7 @@ import { idempotentWrite } from './idempotent-write.ts';
 export const CHANGES_MAX_ATTEMPTS = 4;
 
 /**
- * The plan id of an operation (SPEC §2: `plan_` + 16 lowercase alphanumerics): derived from the
+ * The plan id of an operation (docs/product/users-and-tools.md#change-pack: `plan_` + 16 lowercase alphanumerics): derived from the
  * operation key, so every attempt and redelivery of one `prepare_change` names the same plan.
  */
 export function planIdFor(operationKey: string): string {

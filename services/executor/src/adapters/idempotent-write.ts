@@ -9,7 +9,7 @@ import { idempotentWritePolicy, RetryableDownstreamError } from './resilience.ts
  * (`evidence` picks the downstream id); 429 waits for Retry-After, 5xx and lost responses are
  * retried up to `maxAttempts` within the deadline; other 4xx are final. After an unanswered
  * attempt (it may have landed), running out of attempts or a final 4xx is `unknown`, never
- * `failed` (SPEC §6: an unknown write outcome is failed_unknown, never retried automatically).
+ * `failed` (docs/product/hard-cases.md#timeout-with-unknown-outcome: an unknown write outcome is failed_unknown, never retried automatically).
  */
 export async function idempotentWrite(
   call: AdapterCall,

@@ -9,7 +9,7 @@ export interface AuditGate {
   maxBacklogAgeMs: number;
 }
 
-/** Thrown when audit storage is unhealthy: the step is held until it is healthy (SPEC §4 invariant 8). */
+/** Thrown when audit storage is unhealthy: the step is held until it is healthy (docs/product/invariants.md#evidence). */
 export class AuditUnavailable extends DependencyUnavailable {
   override name = 'AuditUnavailable';
   constructor(reason: string) {

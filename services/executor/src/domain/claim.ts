@@ -6,6 +6,8 @@ import {
   isTerminal,
   operationKeyHash,
   recordAudit,
+  transitionAction,
+  transitionWorkflow,
   type Trx,
   type ActionsTable,
   type OperationsTable,
@@ -38,7 +40,7 @@ export type ClaimOutcome =
   | { kind: 'conflict'; action: Action }
   /** Facts changed since the decision: a new action version was recorded instead of executing. */
   | { kind: 'reevaluated'; outcome: string; rows: OutboxRow[] }
-  /** The run's wall-time deadline passed before dispatch (SPEC §4 invariant 6). */
+  /** The run's wall-time deadline passed before dispatch (docs/product/invariants.md#bounds). */
   | { kind: 'deadline'; action: Action }
   /** The step waited on an unavailable dependency past the outage ceiling. */
   | { kind: 'outage'; action: Action };
@@ -55,7 +57,7 @@ export interface Reevaluation {
 }
 
 /**
- * The fenced claim (ARCHITECTURE correctness rules 1, 3, 4, 5), in the caller's transaction:
+ * The fenced claim (docs/product/design.md#correctness-rules: uniqueness, fencing, write-ahead, stable keys), in the caller's transaction:
  * reserve the operation key (insert-if-absent), refuse a key seen with another digest
  * (`idempotency_conflict`), consume the approval — only when tool, digest, version and policy
  * revision still match and it is unexpired — and grant the lease with one conditional UPDATE that
@@ -163,7 +165,7 @@ export async function claimOperation(
     if (!opts.bindDigest) {
       // Control removed (tests only): any approved approval would do.
     } else {
-      // Binding (SPEC §4 invariant 2): the approval must name exactly this action version.
+      // Binding (docs/product/invariants.md#approval): the approval must name exactly this action version.
       consume = consume
         .where('action_id', '=', action.id)
         .where('tool', '=', action.tool)
@@ -205,13 +207,12 @@ export async function claimOperation(
     .where('fencing_token', '=', op.fencing_token)
     .returning(['fencing_token', 'baseline'])
     .executeTakeFirstOrThrow();
-  await trx.updateTable('actions').set({ status: 'running', updated_at: new Date() }).where('id', '=', action.id).execute();
-  await trx
-    .updateTable('workflows')
-    .set({ state: 'executing', next_step: null, updated_at: new Date() })
-    .where('id', '=', action.workflow_id)
-    .where('state', 'in', ['investigating', 'awaiting_approval', 'executing'])
-    .execute();
+  await transitionAction(trx, action.id, { to: 'running' });
+  await transitionWorkflow(trx, action.workflow_id, {
+    to: 'executing',
+    nextStep: null,
+    onlyFrom: ['investigating', 'awaiting_approval', 'executing'],
+  });
   await recordAudit(trx, { ...audit, type: 'operation.claimed', attempts: op.attempts + 1, approvalId: job.approvalId });
   return {
     kind: 'claimed',

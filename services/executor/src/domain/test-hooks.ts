@@ -1,4 +1,4 @@
-/** Points at which a test may make the executor process die (SPEC §6 crash matrix). */
+/** Points at which a test may make the executor process die (docs/product/hard-cases.md#crash-points). */
 export type CrashPoint = 'before_dispatch' | 'after_dispatch' | 'after_record';
 
 /**
@@ -18,6 +18,8 @@ export interface TestHooks {
   disableDigestBinding: boolean;
   /** Hand raw adapter results to the model, without the untrusted-output boundary (control-removed test). */
   disableOutputBoundary: boolean;
+  /** Do not start the watchdog (control-removed test of the Redis-loss recovery). */
+  disableWatchdog: boolean;
 }
 
 const NONE: TestHooks = {
@@ -28,6 +30,7 @@ const NONE: TestHooks = {
   disableReevaluation: false,
   disableDigestBinding: false,
   disableOutputBoundary: false,
+  disableWatchdog: false,
 };
 
 /**
@@ -42,6 +45,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     'GATEHOUSE_TEST_DISABLE_REEVALUATION',
     'GATEHOUSE_TEST_DISABLE_DIGEST_BINDING',
     'GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY',
+    'GATEHOUSE_TEST_DISABLE_WATCHDOG',
   ].filter((k) => env[k]);
   if (!set.length) return NONE;
   if (env.GATEHOUSE_ENV !== 'test') throw new Error(`${set.join(', ')} may only be set with GATEHOUSE_ENV=test`);
@@ -56,6 +60,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     disableReevaluation: env.GATEHOUSE_TEST_DISABLE_REEVALUATION === '1',
     disableDigestBinding: env.GATEHOUSE_TEST_DISABLE_DIGEST_BINDING === '1',
     disableOutputBoundary: env.GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY === '1',
+    disableWatchdog: env.GATEHOUSE_TEST_DISABLE_WATCHDOG === '1',
   };
 }
 

@@ -7,8 +7,10 @@ import {
   enqueueInTransaction,
   inTransaction,
   operationKeyHash,
+  LIVE_STATES,
   recordAudit,
-  TERMINAL_STATES,
+  transitionAction,
+  transitionWorkflow,
   DEPENDENCY_UNAVAILABLE,
   DependencyUnavailable,
   outageOutlasted,
@@ -130,21 +132,15 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
   const adapter = adapters[preview.tool];
   if (!tool || !adapter) throw new Error(`no adapter for ${preview.tool}`);
 
-  // Containment at the moment of effect: a switched-off tool holds the step (SPEC §6).
+  // Containment at the moment of effect: a switched-off tool holds the step (docs/product/invariants.md#containment).
   const sw = await db.selectFrom('tool_switches').select('enabled').where('tool', '=', preview.tool).executeTakeFirst();
   if (sw && !sw.enabled) {
     await inTransaction(db, async (trx) => {
-      const paused = await trx
-        .updateTable('workflows')
-        .set({
-          state: 'paused',
-          next_step: `Tool ${preview.tool} is switched off; the workflow resumes when on-call switches it on.`,
-          updated_at: new Date(),
-        })
-        .where('id', '=', wf.id)
-        .where('state', 'not in', [...TERMINAL_STATES, 'paused'])
-        .returning('id')
-        .executeTakeFirst();
+      const paused = await transitionWorkflow(trx, wf.id, {
+        to: 'paused',
+        nextStep: `Tool ${preview.tool} is switched off; the workflow resumes when on-call switches it on.`,
+        onlyFrom: LIVE_STATES.filter((s) => s !== 'paused'),
+      });
       if (!paused) return; // already paused (another held step, a redelivery) or terminal
       // The pause is on-call's, not the run's working time: credited back when it resumes.
       await trx
@@ -237,7 +233,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
     }
     case 'conflict':
       await inTransaction(db, async (trx) => {
-        await trx.updateTable('actions').set({ status: 'failed', updated_at: new Date() }).where('id', '=', claim.action.id).execute();
+        await transitionAction(trx, claim.action.id, { to: 'failed' });
         await recordAudit(trx, {
           type: 'operation.failed',
           service: 'executor',
@@ -373,7 +369,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
         .where('status', '=', 'running')
         .returning('key')
         .executeTakeFirst();
-      if (r) await trx.updateTable('actions').set({ status: 'approved', updated_at: new Date() }).where('id', '=', action.id).execute();
+      if (r) await transitionAction(trx, action.id, { to: 'approved' });
       return r;
     });
     if (!reset) return 'fenced_out';
@@ -420,7 +416,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       .returning('key')
       .executeTakeFirst();
     if (!recorded) return null; // fenced out: a newer lease holder owns the outcome
-    await trx.updateTable('actions').set({ status: actionStatus, updated_at: new Date() }).where('id', '=', action.id).execute();
+    await transitionAction(trx, action.id, { to: actionStatus });
     await recordAudit(trx, {
       type: opStatus === 'succeeded' ? 'operation.succeeded' : opStatus === 'failed' ? 'operation.failed' : 'operation.unknown',
       service: 'executor',

@@ -1,7 +1,7 @@
 import type { Worker } from 'bullmq';
 import { queueName, reconcileQueue, type ReconcileJob } from '@gatehouse/contracts';
 import type { Db } from '@gatehouse/ledger';
-import { createWorker, type Logger, type OutboxRelay, type QueueRegistry } from '@gatehouse/platform';
+import { createWorker, type Logger, type OutboxRelay, type PostgresGate, type QueueRegistry } from '@gatehouse/platform';
 import { executeApprovedRemediations, runReconciliation } from '@gatehouse/reconciliation';
 
 /** Who the job's passes are attributed to in the audit chain (hashed). */
@@ -23,7 +23,7 @@ export interface ReconcileDeps {
 }
 
 /**
- * One `reconcile` job (SPEC §7, issue 8): first executes the remediations leads approved since
+ * One `reconcile` job (docs/product/reconciliation.md): first executes the remediations leads approved since
  * the last pass (each exactly once, under `recon_<itemId>`), then runs a reconciliation pass and
  * publishes the results of the calls it resumed. Logs a `reconciliation_worklist` alert line
  * while differences stay unexplained. Returns a one-line summary (stored with the job).
@@ -59,13 +59,14 @@ export async function processReconcile(job: ReconcileJob, deps: ReconcileDeps): 
  */
 export async function startReconcileJob(
   deps: ReconcileDeps,
-  opts: { queues: QueueRegistry; prefix: string; redisUrl: string; intervalMs: number },
+  opts: { queues: QueueRegistry; gate: PostgresGate; prefix: string; redisUrl: string; intervalMs: number },
 ): Promise<Worker> {
   const worker = createWorker(reconcileQueue, (p: ReconcileJob) => processReconcile(p, deps), {
     release: deps.release,
     prefix: opts.prefix,
     redisUrl: opts.redisUrl,
     log: deps.log,
+    gate: opts.gate,
     concurrency: 1,
   });
   const queue = opts.queues.get(queueName(reconcileQueue.base, deps.release));

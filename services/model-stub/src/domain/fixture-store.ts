@@ -3,7 +3,7 @@ import { z } from 'zod';
 const headerValue = z.union([z.string(), z.number()]).transform((v) => String(v));
 
 /**
- * One scripted model turn (SPEC §9 fixture mode):
+ * One scripted model turn (docs/product/public-contract.md#model-stub):
  * - `function_calls`: one response with these calls, each with a fresh `call_id`; `arguments`
  *   is the raw string sent verbatim, malformed or not (an object is JSON-encoded for you);
  * - `message`: an assistant message with one `output_text` part;

@@ -61,7 +61,7 @@ const PLAN_ID_RE = /plan_[a-z0-9]{16}/;
 
 /**
  * The plan id of the latest answered `prepare_change` for `changeId`: its output's JSON field
- * `planId`, else any `plan_` + 16 lowercase alphanumerics in the output text (SPEC §2).
+ * `planId`, else any `plan_` + 16 lowercase alphanumerics in the output text (docs/product/users-and-tools.md#change-pack).
  */
 export function latestPlanId(calls: readonly HistoryCall[], changeId: string): string | null {
   for (const c of [...calls].reverse()) {

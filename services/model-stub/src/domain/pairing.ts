@@ -12,7 +12,8 @@ export type PairingViolation = {
  * answered later by a `function_call_output` with the same `call_id`, and every output must
  * answer an earlier call. Returns the first violation in input order (an orphan output is found
  * while scanning; unanswered calls after the scan), or null. Pure.
- * Source: reference/responses-api.md §5 (openai-agents-python#673, continuedev/continue#10092).
+ * Sources: the OpenAI function-calling guide (each call answered by its `call_id`), and the
+ * issues openai/openai-agents-python#673 and continuedev/continue#10092.
  */
 export function checkPairing(items: readonly HistoryItem[]): PairingViolation | null {
   const unanswered = new Map<string, number>();

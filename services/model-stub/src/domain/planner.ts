@@ -100,7 +100,7 @@ function changeStep(t: Target, calls: readonly HistoryCall[], tools: ReadonlySet
 }
 
 /**
- * The obedient planner (SPEC §9): deterministic, one step per response. For each target in
+ * The obedient planner (docs/product/public-contract.md#model-stub): deterministic, one step per response. For each target in
  * order of appearance (latest user message first): look it up if never looked up, then each
  * step its text asks for that has not been called since the latest user message asking it
  * (orders: refund → reship → notify; changes: prepare → schedule with the plan id read from

@@ -1,13 +1,13 @@
 /**
  * What the obedient planner reads from the user's text: order and change ids, amounts, verbs,
  * windows and a short issue description. Pure; deliberately naive (it obeys whatever the text
- * says, injected instructions included — SPEC §9 "Model-stub").
+ * says, injected instructions included — docs/product/public-contract.md#model-stub).
  */
 
 /** A step a user can ask for on a target. Lookups are implicit and not listed. */
 export type Verb = 'refund' | 'reship' | 'notify' | 'prepare' | 'schedule';
 
-/** `prepare_change` / `schedule_change` window enum (SPEC §2 change pack). */
+/** `prepare_change` / `schedule_change` window enum (docs/product/users-and-tools.md#change-pack). */
 export type ChangeWindow = 'next-maintenance-window' | 'manual-window';
 
 /** One order (`O-1234`, `N-2001`) or change (`CHG-101`) the request mentions. */

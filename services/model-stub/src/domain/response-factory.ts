@@ -40,7 +40,7 @@ export type Usage = {
 
 /**
  * The response object (`Response` in openai-node `src/resources/responses/responses.ts`,
- * reference/responses-api.md §2): every non-optional field plus `status` and `usage`.
+ * OpenAI API reference, "The response object"): every non-optional field plus `status` and `usage`.
  * `created_at` is Unix seconds.
  */
 export type ResponseObject = {

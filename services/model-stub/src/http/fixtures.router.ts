@@ -5,7 +5,7 @@ import type { ModelStubState } from '../domain/stub-state.ts';
 import { queryString } from './query.ts';
 
 /**
- * Fixture control plane (SPEC §9):
+ * Fixture control plane (docs/product/public-contract.md#model-stub):
  * - `POST /fixtures` `{ticketId, responses:[entry…], repeat?}` → 201 `{ticketId, queued, repeat}`;
  *   appends to the ticket's queue. @throws UserError `invalid_body` (400 with details) on a bad body.
  * - `GET /fixtures?ticketId=` → `{fixtures: {<ticketId>: {queue, repeat}}}` (pending entries).

@@ -3,7 +3,7 @@ import type { ModelStubState } from '../domain/stub-state.ts';
 import { queryString } from './query.ts';
 
 /**
- * Request log (SPEC §9):
+ * Request log (docs/product/public-contract.md#model-stub):
  * - `GET /requests[?ticketId=][&workflowId=]` → `{requests: RequestRecord[], pairingErrors:
  *   number, pairingErrorDetails}` for that ticket / workflow (all when no filter), oldest first.
  * - `DELETE /requests[?ticketId=][&workflowId=]` → `{cleared: <requests dropped>}`; also drops

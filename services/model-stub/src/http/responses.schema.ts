@@ -3,7 +3,7 @@ import { apiError, type ApiErrorBody } from '../domain/api-error.ts';
 
 /**
  * The `POST /v1/responses` body fields the stub reads, as the `openai` v7 client and
- * openai-agents-js send them (reference/responses-api.md §1). Unknown fields are accepted.
+ * openai-agents-js send them (OpenAI API reference, "Create a model response"). Unknown fields are accepted.
  */
 export const ResponsesBodySchema = z.looseObject({
   model: z.string().min(1),

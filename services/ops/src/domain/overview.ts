@@ -1,6 +1,6 @@
 import type { Db, WorkflowState } from '@gatehouse/ledger';
 
-/** Every workflow state (SPEC §5), in the order the dashboard shows them. */
+/** Every workflow state (docs/product/states.md#workflow), in the order the dashboard shows them. */
 export const WORKFLOW_STATES: readonly WorkflowState[] = [
   'received',
   'investigating',
@@ -67,7 +67,7 @@ export async function workflowOverview(db: Db, opts: { state?: WorkflowState; li
   };
 }
 
-/** A `failed_unknown` operation: its effect may or may not have happened (SPEC §4, §7). */
+/** A `failed_unknown` operation: its effect may or may not have happened (docs/product/states.md#operation, docs/product/reconciliation.md). */
 export interface UnknownOperationRow {
   key: string;
   tool: string;
@@ -103,7 +103,7 @@ export async function unknownOperations(db: Db, limit: number): Promise<UnknownO
   }));
 }
 
-/** One open item of the reconciliation worklist (SPEC §7): a difference and who must repair it. */
+/** One open item of the reconciliation worklist (docs/product/reconciliation.md): a difference and who must repair it. */
 export interface WorklistRow {
   id: string;
   runId: string;

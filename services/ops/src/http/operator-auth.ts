@@ -10,7 +10,7 @@ import { refusedPage, signInPage } from './pages.html.ts';
 /** Name of the session cookie holding an operator's bearer token. */
 export const OPS_COOKIE = 'gh_ops';
 
-/** The role that may enter the dashboard (SPEC §1: the on-call operator). */
+/** The role that may enter the dashboard (docs/product/users-and-tools.md#users: the on-call operator). */
 export const OPERATOR_ROLE = 'operator';
 
 /** Settings of the dashboard's sign-in and operator check. */

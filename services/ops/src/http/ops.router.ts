@@ -1,6 +1,6 @@
 import { Router, type Request } from 'express';
 import { z } from 'zod';
-import type { Db, WorkflowState } from '@gatehouse/ledger';
+import { listStuckRuns, type Db, type WorkflowState } from '@gatehouse/ledger';
 import { UserError } from '@gatehouse/platform';
 import { currentWorklist, unknownOperations, workflowOverview, WORKFLOW_STATES } from '../domain/overview.ts';
 import type { QueueBoard } from './queue-board.ts';
@@ -24,7 +24,8 @@ function query(req: Request): z.infer<typeof Query> {
 /**
  * The dashboard's own pages and their JSON twins, all behind the operator check (mounted after
  * it): `GET /ops` (HTML overview), `GET /api/overview` (the same data), `GET /api/workflows`
- * (`?state=&limit=`), `GET /api/operations/failed-unknown`, `GET /api/reconciliation/worklist`
+ * (`?state=&limit=`), `GET /api/workflows/stuck` (live runs past their no-progress bound, with
+ * the jobs they wait for and the watchdog's re-drives), `GET /api/operations/failed-unknown`, `GET /api/reconciliation/worklist`
  * and `GET /api/queues` (every queue of every release with job counts). Read-only.
  */
 export function opsRouter(cfg: { db: Db; board: QueueBoard }): Router {
@@ -32,13 +33,14 @@ export function opsRouter(cfg: { db: Db; board: QueueBoard }): Router {
   const queues = async () => Promise.all(cfg.board.entries().map(async (e) => ({ ...e, counts: await cfg.board.counts(e.name) })));
   const overview = async (req: Request) => {
     const q = query(req);
-    const [workflows, unknown, worklist, queueList] = await Promise.all([
+    const [workflows, stuck, unknown, worklist, queueList] = await Promise.all([
       workflowOverview(cfg.db, { state: q.state, limit: q.limit }),
+      listStuckRuns(cfg.db, Date.now(), q.limit),
       unknownOperations(cfg.db, q.limit),
       currentWorklist(cfg.db, q.limit),
       queues(),
     ]);
-    return { stateFilter: q.state ?? null, workflows, unknown, worklist, queues: queueList };
+    return { stateFilter: q.state ?? null, workflows, stuck, unknown, worklist, queues: queueList };
   };
 
   router.get('/ops', async (req, res) => {
@@ -52,6 +54,9 @@ export function opsRouter(cfg: { db: Db; board: QueueBoard }): Router {
   router.get('/api/workflows', async (req, res) => {
     const q = query(req);
     res.json(await workflowOverview(cfg.db, { state: q.state, limit: q.limit }));
+  });
+  router.get('/api/workflows/stuck', async (req, res) => {
+    res.json({ runs: await listStuckRuns(cfg.db, Date.now(), query(req).limit) });
   });
   router.get('/api/operations/failed-unknown', async (req, res) => {
     res.json({ operations: await unknownOperations(cfg.db, query(req).limit) });

@@ -1,3 +1,4 @@
+import type { StuckRun } from '@gatehouse/ledger';
 import type { UnknownOperationRow, WorkflowOverview, Worklist } from '../domain/overview.ts';
 import type { QueueEntry } from '../domain/queue-catalog.ts';
 
@@ -66,6 +67,8 @@ export interface OverviewView {
   operator: string;
   stateFilter: string | null;
   workflows: WorkflowOverview;
+  /** Live runs past their no-progress bound (the ledger's `listStuckRuns`). */
+  stuck: StuckRun[];
   unknown: UnknownOperationRow[];
   worklist: Worklist;
   queues: Array<QueueEntry & { counts: Record<string, number> | null }>;
@@ -87,6 +90,19 @@ export function overviewPage(v: OverviewView): string {
     ['workflow', 'tenant', 'ticket', 'pack', 'state', 'stop reason', 'next step', 'release', 'updated'],
     v.workflows.recent.map((w) => [w.id, w.tenant, w.ticketId, w.pack, w.state, w.stopReason, w.nextStep, w.release, w.updatedAt]),
     'No workflows.',
+  );
+  const stuck = table(
+    ['workflow', 'state', 'age s', 'bound s', 'waiting for', 'watchdog'],
+    v.stuck.map((r) => [
+      r.workflowId,
+      r.state,
+      Math.round(r.ageMs / 1000),
+      Math.round(r.boundMs / 1000),
+      r.waitingFor.join(', ') || 'nothing can drive it',
+      r.watchdog ? `${r.watchdog.count} re-drive(s), last ${r.watchdog.outcome} at ${new Date(r.watchdog.atMs).toISOString()}` : 'none yet',
+    ]),
+    'No stuck runs: every live run progressed within its bound or waits on a person.',
+    [2, 3],
   );
   const unknown = table(
     ['operation key', 'tool', 'workflow', 'workflow state', 'release', 'attempts', 'error', 'since'],
@@ -163,6 +179,7 @@ export function overviewPage(v: OverviewView): string {
     `<h1>Gatehouse operations</h1>
 <nav><a href="/ops">Overview</a><a href="/queues">Queues (bull-board)</a><a href="/api/overview">JSON</a><a href="/signout">Sign out</a> <span class="empty">signed in as ${escapeHtml(v.operator)}</span></nav>
 <section id="workflows"><h2>Workflows by state</h2>${counts}<h3>Recent workflows${filter}</h3>${recent}</section>
+<section id="stuck"><h2>Stuck runs (${escapeHtml(v.stuck.length)})</h2><p>Live runs with no progress past their state's bound; the executor's watchdog re-drives the jobs they wait for.</p>${stuck}</section>
 <section id="failed-unknown"><h2>failed_unknown operations (${escapeHtml(v.unknown.length)})</h2><p>Effects whose outcome is unknown: never retried automatically; resolve with <code>gatehouse reconcile</code>.</p>${unknown}</section>
 <section id="worklist"><h2>Reconciliation worklist (${escapeHtml(v.worklist.items.length)} open)</h2>${worklist}</section>
 <section id="queues"><h2>Queues of every release</h2>${queues}</section>`,

@@ -1,5 +1,6 @@
 import { Kysely, PostgresDialect, type ColumnType, type Generated } from 'kysely';
-import pg from 'pg';
+import type pg from 'pg';
+import { createPool } from '@gatehouse/ledger';
 
 /**
  * `timestamptz` column: read as `Date` (node-postgres parses it), written as `Date` or ISO text,
@@ -152,16 +153,16 @@ export type StagingDb = Kysely<StagingDatabase>;
 
 /**
  * Opens a `pg` pool on `connectionString` (at most `maxConnections`) and a Kysely instance over
- * it. The caller owns both: `await db.destroy()` ends the pool. An idle client that dies (Postgres
- * restart, a terminated backend) is reported to `onIdleError` instead of crashing the process;
- * the pool replaces it on the next checkout.
+ * it. The caller owns both: `await db.destroy()` ends the pool. A client that loses its
+ * connection (Postgres restart, a terminated backend), idle or checked out, fails its statement
+ * and is reported to `onConnectionError` instead of crashing the process (the ledger's
+ * `createPool`); the pool replaces it on the next checkout.
  */
 export function openStagingDatabase(
   connectionString: string,
-  opts: { maxConnections?: number; onIdleError?: (err: Error) => void } = {},
+  opts: { maxConnections?: number; onConnectionError?: (err: Error) => void } = {},
 ): { db: StagingDb; pool: pg.Pool } {
-  const pool = new pg.Pool({ connectionString, max: opts.maxConnections ?? 10 });
-  pool.on('error', (err) => opts.onIdleError?.(err));
+  const pool = createPool(connectionString, opts.maxConnections ?? 10, opts.onConnectionError);
   const db = new Kysely<StagingDatabase>({ dialect: new PostgresDialect({ pool }) });
   return { db, pool };
 }

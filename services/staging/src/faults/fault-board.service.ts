@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 
-/** Downstreams a fault can be armed on (ARCHITECTURE "Synthetic environment"). */
+/** Downstreams a fault can be armed on (docs/product/design.md#synthetic-environment). */
 export const FAULT_TARGETS = ['payments', 'orders', 'mail', 'changes'] as const;
 /** One of {@link FAULT_TARGETS}. */
 export type FaultTarget = (typeof FAULT_TARGETS)[number];

@@ -6,12 +6,12 @@ import type { ChangesRepository } from '../repositories/changes.repository.ts';
 import { assertSameTenant, readFencingToken, requireDelegation, requireIdempotencyKey } from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
 
-/** Delegation audience of the change service (SPEC §3). */
+/** Delegation audience of the change service (docs/product/policy-rules.md#delegated-credentials). */
 export const CHANGES_AUDIENCE = 'changes';
 /** Scope a delegated token needs to schedule a change. */
 export const CHANGE_SCOPE = 'change:schedule';
 
-/** Body of `POST /changes/operations` (SPEC §2 change pack: plan id pattern, window enum, note ≤ 240 or null). */
+/** Body of `POST /changes/operations` (docs/product/users-and-tools.md#change-pack: plan id pattern, window enum, note ≤ 240 or null). */
 export const ScheduleBodySchema = z
   .object({
     planId: z.string().regex(/^plan_[a-z0-9]{16}$/),

@@ -9,7 +9,7 @@ const UNDEFINED_TABLE = '42P01';
 
 /**
  * Current revocation epoch, read on every request from `public.credential_epochs` (row id 1),
- * which the Gatehouse ledger owns (SPEC §3: raising the epoch invalidates every outstanding
+ * which the Gatehouse ledger owns (docs/product/policy-rules.md#delegated-credentials: raising the epoch invalidates every outstanding
  * token at once). 0 when the table or row does not exist.
  * @throws SystemError(`epoch_unavailable`, 503) on any other database error: fail closed.
  */
@@ -25,7 +25,7 @@ export async function readRevocationEpoch(db: StagingDb): Promise<number> {
 
 /**
  * Verifies the request's `Authorization: Bearer <delegated token>` for one downstream
- * (`audience`) and one operation (`scope`) against the current epoch (SPEC §3 "Delegated
+ * (`audience`) and one operation (`scope`) against the current epoch (docs/product/policy-rules.md "Delegated
  * credentials": downstream services verify the delegation themselves).
  * @returns the token's claims (sub = user, act.sub = agent, tenant, ceiling in cents, …).
  * @throws UserError(`missing_token`, 401) when there is no bearer token.

@@ -99,7 +99,7 @@ function answerBlockingFault(fault: ArmedFault, res: Response): { status: number
 
 /**
  * Wraps an effect handler (a POST of one downstream) with the staging cross-cutting concerns:
- * fault switches of its `target` (ARCHITECTURE "Synthetic environment"), error mapping, and an
+ * fault switches of its `target` (docs/product/design.md#synthetic-environment), error mapping, and an
  * entry in `request_log` for every request, accepted or rejected — written before the answer,
  * so a client that sees any answer (or a lost one) can read the log back.
  */

@@ -3,7 +3,7 @@ import { parseBody } from '@gatehouse/platform';
 import { FaultSpecSchema, type FaultBoard } from '../faults/fault-board.service.ts';
 
 /**
- * Fault switches for tests (ARCHITECTURE "Synthetic environment"):
+ * Fault switches for tests (docs/product/design.md#synthetic-environment):
  * - `POST /faults` body {@link FaultSpecSchema} → 201 `{fault}`; 400 invalid body.
  * - `GET /faults` → `{faults: [...]}` (armed ones, oldest first).
  * - `DELETE /faults` → `{cleared: n}`.

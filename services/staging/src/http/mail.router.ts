@@ -8,14 +8,14 @@ import { assertSameTenant, requireDelegation } from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
 import { parseQuery } from './query.parser.ts';
 
-/** Delegation audience of the mail service (SPEC §3). */
+/** Delegation audience of the mail service (docs/product/policy-rules.md#delegated-credentials). */
 export const MAIL_AUDIENCE = 'mail';
 /** Scope a delegated token needs to send mail. */
 export const MAIL_SCOPE = 'mail:send';
 
 /**
  * Body of `POST /mail/messages`. Strict: a recipient in the body is refused, because the
- * recipient is derived from the order, never from arguments (SPEC §2 `notify_customer`).
+ * recipient is derived from the order, never from arguments (docs/product/users-and-tools.md#support-pack, `notify_customer`).
  */
 export const MailBodySchema = z.object({ orderId: z.string().min(1).max(64), template: z.enum(MAIL_TEMPLATES) }).strict();
 

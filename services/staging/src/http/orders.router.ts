@@ -6,7 +6,7 @@ import type { ShipmentsRepository } from '../repositories/shipments.repository.t
 import { assertSameTenant, readFencingToken, requireDelegation, requireIdempotencyKey } from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
 
-/** Delegation audience of the order system (SPEC §3). */
+/** Delegation audience of the order system (docs/product/policy-rules.md#delegated-credentials). */
 export const ORDERS_AUDIENCE = 'orders';
 /** Scope a delegated token needs to create a shipment. */
 export const RESHIP_SCOPE = 'reship:create';
@@ -14,7 +14,7 @@ export const RESHIP_SCOPE = 'reship:create';
 export const CANCEL_SHIPMENT_SCOPE = 'shipment:cancel';
 
 /**
- * The order system (no idempotency key, by design: SPEC §2 `reship_order`):
+ * The order system (no idempotency key, by design: docs/product/users-and-tools.md#support-pack, `reship_order`):
  * - `GET /orders/:id` → `{id, tenant, region, customer, paid (cents), status}`; 404 `order_not_found`.
  * - `GET /orders/:id/shipments` → `{shipments: [{shipmentId, orderId, createdAt, cancelledAt}]}`
  *   (read-back; cancelled shipments stay listed with `cancelledAt` set).

@@ -9,7 +9,7 @@ import type { ReversalsRepository } from '../repositories/reversals.repository.t
 import { assertSameTenant, readFencingToken, requireDelegation, requireIdempotencyKey } from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
 
-/** Delegation audience of the payments ledger (SPEC §3). */
+/** Delegation audience of the payments ledger (docs/product/policy-rules.md#delegated-credentials). */
 export const PAYMENTS_AUDIENCE = 'payments';
 /** Scope a delegated token needs to create a refund. */
 export const REFUND_SCOPE = 'refund:create';
@@ -19,7 +19,7 @@ export const REVERSE_SCOPE = 'refund:reverse';
 /** Largest amount a refund row can hold (Postgres `integer`), cents. */
 const MAX_AMOUNT_CENTS = 2_147_483_647;
 
-/** Body of `POST /ledger/refunds`: amount in integer cents (> 0), reason ≤ 240 chars (SPEC §2). */
+/** Body of `POST /ledger/refunds`: amount in integer cents (> 0), reason ≤ 240 chars (docs/product/users-and-tools.md#support-pack). */
 export const RefundBodySchema = z
   .object({
     orderId: z.string().min(1).max(64),
@@ -41,7 +41,7 @@ export const ReversalBodySchema = z.object({ reason: z.string().max(240) }).stri
  *   invalid token; 403 wrong audience/scope/epoch, `tenant_mismatch`, `ceiling_exceeded`;
  *   404 `order_not_found`; 409 `idempotency_key_reuse`, `stale_fencing_token`.
  * - `GET /ledger/refunds?orderId=…` → `{refunds: [...]}` (read-back, no token); without
- *   `orderId`, every refund (optionally `?tenant=…`), for reconciliation (SPEC §7).
+ *   `orderId`, every refund (optionally `?tenant=…`), for reconciliation (docs/product/reconciliation.md).
  * - `POST /ledger/refunds/:refundId/reversals` (Bearer token with scope `refund:reverse`,
  *   `Idempotency-Key`, optional `X-Fencing-Token`, body `{reason}`) → 201 `{reversalId, refundId,
  *   orderId, amountCents, idempotencyKey, createdAt}` reversing the whole refund; 200 with
@@ -75,7 +75,7 @@ export function paymentsRouter(
       if (!order) throw new UserError('order_not_found', `no order ${body.orderId}`, { status: 404 });
       assertSameTenant(claims, order.tenant);
       // The ledger bounds the refund by the user's delegation itself, so a wrong policy upstream
-      // is still bounded (SPEC §3 "Delegated credentials", invariant 1).
+      // is still bounded (docs/product/policy-rules.md#delegated-credentials, invariants.md#authority).
       if (body.amountCents > claims.ceiling) {
         throw new ForbiddenError('ceiling_exceeded', `amount ${body.amountCents} exceeds the delegated ceiling ${claims.ceiling} (cents)`);
       }

@@ -68,7 +68,7 @@ function toOperation(r: OperationRow): ChangeOperation {
 
 /**
  * `staging.changes` and `staging.change_operations`: the change service. Scheduling is
- * idempotent by operation key (SPEC §2 `schedule_change`), enforced by the primary key.
+ * idempotent by operation key (docs/product/users-and-tools.md#change-pack, `schedule_change`), enforced by the primary key.
  */
 export class ChangesRepository {
   private readonly db: StagingDb;
@@ -91,7 +91,7 @@ export class ChangesRepository {
     return row ? toOperation(row) : undefined;
   }
 
-  /** Every scheduled operation (reconciliation read-back, SPEC §7), oldest first. */
+  /** Every scheduled operation (reconciliation read-back, docs/product/reconciliation.md), oldest first. */
   async listOperations(): Promise<ChangeOperation[]> {
     const rows = await this.db
       .selectFrom('staging.change_operations')

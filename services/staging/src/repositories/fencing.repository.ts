@@ -3,7 +3,7 @@ import type { StagingDb } from '../db/staging.database.ts';
 
 /**
  * Records `token` as seen for (`target`, `key`) inside the caller's transaction and refuses a
- * token lower than the highest seen (ARCHITECTURE "Correctness rules" 3: a stale token is
+ * token lower than the highest seen (docs/product/design.md#leases-with-fencing: a stale token is
  * refused by the staging services). Equal tokens pass: a retry within the same lease. The
  * upsert locks the row, so concurrent requests for one key are serialised here.
  * @throws ConflictError(`stale_fencing_token`) — the transaction must roll back (no effect).

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { StagingDb } from '../db/staging.database.ts';
 
-/** Templates the mail service sends (SPEC §2 `notify_customer`). */
+/** Templates the mail service sends (docs/product/users-and-tools.md#support-pack, `notify_customer`). */
 export const MAIL_TEMPLATES = ['refund_issued', 'reship_created', 'apology'] as const;
 /** One of {@link MAIL_TEMPLATES}. */
 export type MailTemplate = (typeof MAIL_TEMPLATES)[number];

@@ -117,7 +117,7 @@ export class RefundsRepository {
   }
 
   /**
-   * Every refund in the ledger (reconciliation read-back, SPEC §7), oldest first; only `tenant`'s
+   * Every refund in the ledger (reconciliation read-back, docs/product/reconciliation.md), oldest first; only `tenant`'s
    * when given.
    */
   async listAll(tenant?: string): Promise<Refund[]> {

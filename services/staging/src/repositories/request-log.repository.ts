@@ -26,7 +26,7 @@ const clip = (s: string | null): string | null => (s === null ? null : s.slice(0
 
 /**
  * `staging.request_log`: every effect request the staging systems received, so tests can
- * assert "zero downstream calls" (SPEC §6: denied before any downstream call).
+ * assert "zero downstream calls" (docs/product/hard-cases.md#another-tenants-order: denied before any downstream call).
  */
 export class RequestLogRepository {
   private readonly db: StagingDb;

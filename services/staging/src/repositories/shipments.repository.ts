@@ -19,7 +19,7 @@ export interface ListedShipment extends Shipment {
 const CANCEL_FENCE_TARGET = 'orders-cancel';
 
 /**
- * `staging.shipments`. The order system has no idempotency key (SPEC §2 `reship_order`): every
+ * `staging.shipments`. The order system has no idempotency key (docs/product/users-and-tools.md#support-pack, `reship_order`): every
  * create call makes a new shipment, and the list is the read-back the executor compares
  * against its baseline.
  */

@@ -1,0 +1,28 @@
+import type { Express } from 'express';
+import type { UserTokenVerifier } from '@gatehouse/credentials';
+import { createHttpApp, finishApp, requireUser, type Logger, type ReadyCheck } from '@gatehouse/platform';
+import { ticketsRouter, type IntakeConfig } from './tickets.router.ts';
+import { workflowsRouter } from './workflows.router.ts';
+
+/** Inputs of {@link createIntakeApp}: the intake's settings plus how callers are verified and logged. */
+export interface IntakeAppOptions extends IntakeConfig {
+  verifier: UserTokenVerifier;
+  log: Logger;
+  /** `/readyz` checks (Postgres, Redis). */
+  readyChecks?: Record<string, ReadyCheck>;
+}
+
+/**
+ * Builds the agent-loop's intake API as one express app: `POST /v1/tickets`,
+ * `GET /v1/workflows/:id`, `POST /v1/workflows/:id/messages`, every `/v1` route behind a verified
+ * bearer token, plus `/healthz`, `/readyz` and the shared 404 and error handlers. The caller
+ * listens (`listen`, supertest) and owns `db` and `relay`.
+ */
+export function createIntakeApp(opts: IntakeAppOptions): Express {
+  const { verifier, log, readyChecks, ...intake } = opts;
+  const app = createHttpApp('agent-loop', readyChecks);
+  app.use('/v1', requireUser(verifier));
+  app.use(ticketsRouter(intake));
+  app.use(workflowsRouter({ db: intake.db, relay: intake.relay }));
+  return finishApp(app, log);
+}

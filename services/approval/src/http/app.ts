@@ -1,0 +1,32 @@
+import type { Express } from 'express';
+import { createHttpApp, finishApp, requireUser, type Logger, type ReadyCheck } from '@gatehouse/platform';
+import { approvalsRouter } from './approvals.router.ts';
+import { inboxRouter, type InboxConfig } from './inbox.router.ts';
+import { approvalOpenApi } from './openapi.ts';
+
+/** Inputs of {@link createApprovalApp}: the inbox's settings (which include the API's) plus the logger. */
+export interface ApprovalAppOptions extends InboxConfig {
+  log: Logger;
+  /** `/readyz` checks (Postgres, Redis). */
+  readyChecks?: Record<string, ReadyCheck>;
+}
+
+/**
+ * Builds the approval service's HTTP surface as one express app: `/openapi.json`, the approver
+ * inbox (`/inbox…`, cookie sessions), the approval API under `/v1` behind a verified bearer token,
+ * `/healthz`, `/readyz` and the shared 404 and error handlers. The caller listens (`listen`,
+ * supertest) and owns `db` and `relay`.
+ */
+export function createApprovalApp(opts: ApprovalAppOptions): Express {
+  const { log, readyChecks, ...inbox } = opts;
+  const app = createHttpApp('approval', readyChecks);
+  const openApi = approvalOpenApi();
+  app.get('/openapi.json', (_req, res) => {
+    res.json(openApi);
+  });
+  app.get('/', (_req, res) => res.redirect(303, '/inbox'));
+  app.use(inboxRouter(inbox));
+  app.use('/v1', requireUser(inbox.verifier));
+  app.use(approvalsRouter({ db: inbox.db, relay: inbox.relay, auditHmacKey: inbox.auditHmacKey }));
+  return finishApp(app, log);
+}

@@ -1,0 +1,29 @@
+import type { Express } from 'express';
+import { createHttpApp, finishApp, type ReadyCheck } from '@gatehouse/platform';
+import { operatorAuth, type OperatorAuthConfig } from './operator-auth.ts';
+import { opsRouter } from './ops.router.ts';
+import type { QueueBoard } from './queue-board.ts';
+
+/** Inputs of {@link createOpsApp}: the sign-in's settings plus the queue board. */
+export interface OpsAppOptions extends OperatorAuthConfig {
+  board: QueueBoard;
+  /** `/readyz` checks (Postgres, Redis). */
+  readyChecks?: Record<string, ReadyCheck>;
+}
+
+/**
+ * Builds the ops dashboard as one express app: sign-in (`/signin`, `/session`, `/signout`), the
+ * queue board under `/queues`, the pages (`/ops`) and `/api/*`, all but sign-in behind the
+ * operator check, plus `/healthz`, `/readyz` and the shared 404 and error handlers. The caller
+ * listens and owns `db` and the board (its discovery timer).
+ */
+export function createOpsApp(opts: OpsAppOptions): Express {
+  const { board, readyChecks, ...auth } = opts;
+  const { router: signIn, requireOperator } = operatorAuth(auth);
+  const app = createHttpApp('ops', readyChecks);
+  app.use(signIn);
+  app.use('/queues', requireOperator, board.handler);
+  app.use(['/ops', '/api'], requireOperator);
+  app.use(opsRouter({ db: auth.db, board }));
+  return finishApp(app, auth.log);
+}

@@ -1,0 +1,178 @@
+import { call } from '@gatehouse/cli';
+import { isTerminal, verifyAuditChain } from '@gatehouse/ledger';
+import { runReconciliation } from '@gatehouse/reconciliation';
+import { auditPublicKey } from '../../../packages/cli/src/audit-key.ts';
+import type { ChaosStack } from './chaos-stack.ts';
+import type { Run } from './load.ts';
+
+/** Where a run stands, read from the ledger. */
+export interface RunState {
+  ticketId: string;
+  workflowId: string | null;
+  state: string;
+  stopReason: string | null;
+  nextStep: string | null;
+  /** True when an approval of the run waits for a person's decision. */
+  pendingApproval: boolean;
+}
+
+/**
+ * Settled: terminal, or parked with a next step a person owns — `paused` with its next step
+ * (a tool switched off), or `awaiting_approval` with an approval still pending. A run waiting on
+ * anything else after recovery (a lost job, a held execution whose hold has lifted) is stuck.
+ */
+export function isSettled(r: RunState): boolean {
+  if (isTerminal(r.state)) return true;
+  if (r.state === 'paused') return Boolean(r.nextStep);
+  return r.state === 'awaiting_approval' && r.pendingApproval;
+}
+
+/** The ledger's view of each run (`not_accepted` when intake never accepted it). */
+export async function runStates(s: ChaosStack, runs: readonly Run[]): Promise<RunState[]> {
+  const ids = runs.flatMap((r) => (r.workflowId ? [r.workflowId] : []));
+  const rows = ids.length
+    ? await s.db.selectFrom('workflows').select(['id', 'state', 'stop_reason', 'next_step']).where('id', 'in', ids).execute()
+    : [];
+  const pending = ids.length
+    ? await s.db.selectFrom('approvals').select('workflow_id').where('workflow_id', 'in', ids).where('status', '=', 'pending').execute()
+    : [];
+  const waiting = new Set(pending.map((p) => p.workflow_id));
+  const byId = new Map(rows.map((w) => [w.id, w]));
+  return runs.map((r) => {
+    const w = r.workflowId ? byId.get(r.workflowId) : undefined;
+    return {
+      ticketId: r.ticketId,
+      workflowId: r.workflowId,
+      state: w?.state ?? 'not_accepted',
+      stopReason: w?.stop_reason ?? r.lastError,
+      nextStep: w?.next_step ?? null,
+      pendingApproval: r.workflowId !== null && waiting.has(r.workflowId),
+    };
+  });
+}
+
+/**
+ * Polls (every second) until every run is settled ({@link isSettled}) or `deadlineMs` (epoch
+ * ms) passes; returns the runs not settled then. Ledger read errors (mid-fault) are retried.
+ */
+export async function waitSettled(s: ChaosStack, runs: readonly Run[], deadlineMs: number): Promise<RunState[]> {
+  let stuck: RunState[] = [];
+  for (;;) {
+    try {
+      stuck = (await runStates(s, runs)).filter((r) => !isSettled(r));
+      if (stuck.length === 0) return [];
+    } catch {
+      // the ledger is not reachable yet
+    }
+    if (Date.now() > deadlineMs) return stuck;
+    await new Promise((done) => setTimeout(done, 1000));
+  }
+}
+
+/** Effects at the systems of record compared with the runs' actions. */
+export interface EffectCheck {
+  /** Effects beyond one per action that may have run (succeeded or outcome unknown), and repeated keys. */
+  duplicates: string[];
+  /** Runs whose effects differ from their succeeded actions (missing, or an effect whose step is not `succeeded`). */
+  mismatches: string[];
+}
+
+type Effect = { idempotencyKey?: string };
+const EFFECT_READS: Record<string, (orderId: string) => string> = {
+  issue_refund: (o) => `/ledger/refunds?orderId=${o}`,
+  reship_order: (o) => `/orders/${o}/shipments`,
+  notify_customer: (o) => `/mail/messages?orderId=${o}`,
+};
+
+async function readEffects(s: ChaosStack, tool: string, orderId: string): Promise<Effect[]> {
+  const r = await call('GET', `${s.url('staging')}${EFFECT_READS[tool]!(orderId)}`, null);
+  if (r.status !== 200) throw new Error(`staging read-back ${tool} ${orderId}: ${r.status}`);
+  const body = r.body as Record<string, Effect[] | undefined>;
+  return body.refunds ?? body.shipments ?? body.messages ?? [];
+}
+
+/**
+ * Reads back every run's order at the staging systems (payments ledger `GET
+ * /ledger/refunds?orderId=`, shipments, mail) and compares with the run's actions: exactly one
+ * refund per idempotency key, each key an operation key of the run, and as many refunds,
+ * shipments and emails as succeeded actions of that tool. Each run has an order of its own.
+ * @throws Error when staging cannot be read.
+ */
+export async function checkEffects(s: ChaosStack, runs: readonly Run[]): Promise<EffectCheck> {
+  const out: EffectCheck = { duplicates: [], mismatches: [] };
+  for (const run of runs) {
+    if (!run.workflowId) continue;
+    const actions = await s.db
+      .selectFrom('actions')
+      .select(['tool', 'status', 'operation_key'])
+      .where('workflow_id', '=', run.workflowId)
+      .execute();
+    for (const tool of Object.keys(EFFECT_READS)) {
+      const mine = actions.filter((a) => a.tool === tool);
+      const effects = await readEffects(s, tool, run.orderId);
+      const succeeded = mine.filter((a) => a.status === 'succeeded').length;
+      const mayHaveRun = succeeded + mine.filter((a) => a.status === 'failed_unknown').length;
+      const keys = effects.flatMap((e) => (e.idempotencyKey ? [e.idempotencyKey] : []));
+      const known = new Set(mine.map((a) => a.operation_key));
+      const repeated = keys.length - new Set(keys).size;
+      const foreign = keys.filter((k) => !known.has(k)).length;
+      if (repeated > 0) out.duplicates.push(`${run.ticketId} ${tool}: ${repeated} repeated idempotency key(s)`);
+      if (foreign > 0) out.duplicates.push(`${run.ticketId} ${tool}: ${foreign} effect(s) under a key of no action of the run`);
+      if (effects.length > mayHaveRun)
+        out.duplicates.push(`${run.ticketId} ${tool}: ${effects.length} effects for ${mayHaveRun} action(s)`);
+      if (effects.length !== succeeded)
+        out.mismatches.push(
+          `${run.ticketId} ${tool}: ${effects.length} effect(s), ${succeeded} succeeded action(s) (${mine.map((a) => a.status).join(',')})`,
+        );
+    }
+  }
+  return out;
+}
+
+/** The audit chain after a fault. */
+export interface ChainCheck {
+  intact: boolean;
+  events: number;
+  /** Events still waiting in the audit outbox when the deadline passed (0: all chained). */
+  backlog: number;
+  reason: string | null;
+}
+
+/**
+ * Waits (until `deadlineMs`) for the audit service to chain every outboxed event, then walks the
+ * chain and its anchors against the audit service's pinned key (`gatehouse audit verify`).
+ */
+export async function checkAuditChain(s: ChaosStack, deadlineMs: number): Promise<ChainCheck> {
+  let backlog = 0;
+  for (;;) {
+    const row = await s.db
+      .selectFrom('audit_outbox')
+      .select((eb) => eb.fn.countAll<string>().as('n'))
+      .executeTakeFirstOrThrow();
+    backlog = Number(row.n);
+    if (backlog === 0 || Date.now() > deadlineMs) break;
+    await new Promise((done) => setTimeout(done, 250));
+  }
+  const v = await verifyAuditChain(s.db, { trustedPublicKey: auditPublicKey(s.env.AUDIT_SIGNING_KEY_PATH) });
+  return { intact: v.intact, events: v.events, backlog, reason: v.reason };
+}
+
+/** What one reconciliation pass left open. */
+export interface ReconCheck {
+  /** Differences neither repaired nor explained (the live worklist). Zero is clean. */
+  unexplained: number;
+  /** Findings per non-matched class, e.g. `{in_flight_ledger_has_it: 1}`. */
+  classes: Record<string, number>;
+}
+
+/** Runs one reconciliation pass (`packages/reconciliation`) over the ledger and the staging read-backs. */
+export async function checkReconciliation(s: ChaosStack): Promise<ReconCheck> {
+  const r = await runReconciliation({
+    db: s.db,
+    stagingUrl: s.url('staging'),
+    hmacKey: s.env.GATEHOUSE_AUDIT_HMAC_KEY ?? 'local-audit-hmac-key-change-me',
+    actor: 'chaos-suite',
+  });
+  const classes = Object.fromEntries(Object.entries(r.counts).filter(([c, n]) => c !== 'matched' && n > 0));
+  return { unexplained: r.unexplained, classes };
+}

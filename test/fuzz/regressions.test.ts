@@ -1,0 +1,103 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tokenFor } from '@gatehouse/cli';
+import { SECRET, startFuzzApps, type FuzzApps, type Surface } from './support/apps.ts';
+import { send } from './support/client.ts';
+import { forgeToken } from './support/tokens.ts';
+
+// Inputs the fuzz suite found answered 500, each now a 4xx with a reason: a path parameter that is
+// not valid percent-encoding (the router's decodeURIComponent threw), a body that is not what its
+// content-encoding says (zlib threw), and a validly signed token whose claims the ledger cannot
+// store or index (a NUL, a lone surrogate, thousands of characters).
+
+let f: FuzzApps;
+const tokens: Record<string, string> = {};
+beforeAll(async () => {
+  f = await startFuzzApps();
+  tokens.rep = await tokenFor('rep-ana', SECRET);
+  tokens.lead = await tokenFor('lead-eli', SECRET);
+});
+afterAll(async () => {
+  await f?.close();
+});
+
+const json = (token: string) => ({ authorization: `Bearer ${token}`, 'content-type': 'application/json' });
+
+describe('malformed percent-encoding in a path parameter is 400 bad_path', () => {
+  it.each<[Surface, string, string, 'rep' | 'lead', object | undefined]>([
+    ['approval', 'GET', '/v1/approvals/%', 'lead', undefined],
+    ['approval', 'POST', '/v1/approvals/%/decision', 'lead', { decision: 'approve', actionVersion: 1, actionDigest: 'a'.repeat(64) }],
+    ['agent-loop', 'GET', '/v1/workflows/%zz', 'rep', undefined],
+    ['agent-loop', 'POST', '/v1/workflows/%/messages', 'rep', { text: 'one more thing' }],
+    ['approval', 'GET', '/v1/approvals/%E0%A4%A', 'lead', undefined],
+    ['approval', 'POST', '/inbox/approvals/%/decision', 'lead', undefined],
+  ])('%s %s %s', async (surface, method, path, who, body) => {
+    const res = await send(f.apps[surface].url, {
+      method,
+      path,
+      headers: json(tokens[who]!),
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    expect(res.status).toBe(400);
+    expect(JSON.parse(res.text)).toEqual({ error: { reason: 'bad_path', message: expect.stringContaining('percent-encoding') } });
+  });
+
+  it('logs no unhandled error for any of them', () => {
+    for (const app of Object.values(f.apps)) expect(app.logs.filter((l) => /unhandled/i.test(String(l.msg)))).toEqual([]);
+  });
+});
+
+describe('a body that does not decode with its content-encoding is 400 invalid_body', () => {
+  it.each([
+    ['gzip', 'not gzip at all'],
+    ['gzip', ''],
+    ['deflate', '{"ticketId":"T-1"}'],
+  ])('content-encoding %s, body %j', async (encoding, body) => {
+    const res = await send(f.apps['agent-loop'].url, {
+      method: 'POST',
+      path: '/v1/tickets',
+      headers: { ...json(tokens.rep!), 'content-encoding': encoding },
+      body,
+    });
+    expect(res.status).toBe(400);
+    expect(JSON.parse(res.text)).toEqual({ error: { reason: 'invalid_body', message: expect.any(String) } });
+  });
+});
+
+describe('a signed token whose claims the ledger cannot store is 401 invalid_token', () => {
+  const now = Math.floor(Date.now() / 1000);
+  const signed = (claims: Record<string, unknown>) =>
+    forgeToken(
+      { alg: 'HS256', typ: 'JWT' },
+      { sub: 'lead-eli', tenant: 'quillfeather', roles: ['lead'], iss: 'gatehouse-local', exp: now + 600, ...claims },
+      'hs256',
+    );
+  it.each<[string, Record<string, unknown>]>([
+    ['a NUL in the tenant', { tenant: 'quillfeather\u0000' }],
+    ['a lone surrogate in the subject', { sub: 'lead-eli\ud800' }],
+    ['a 3000-character tenant', { tenant: 'q'.repeat(3000) }],
+    ['a NUL in a role', { roles: ['lead\u0000'] }],
+  ])('%s', async (_name, claims) => {
+    const token = signed(claims);
+    for (const [surface, path] of [
+      ['approval', '/v1/approvals'],
+      ['agent-loop', '/v1/workflows/00000000-0000-4000-8000-000000000000'],
+    ] as const) {
+      const res = await send(f.apps[surface].url, { method: 'GET', path, headers: json(token) });
+      expect(res.status).toBe(401);
+      expect(JSON.parse(res.text)).toMatchObject({ error: { reason: 'invalid_token' } });
+    }
+    const ticket = await send(f.apps['agent-loop'].url, {
+      method: 'POST',
+      path: '/v1/tickets',
+      headers: json(token),
+      body: JSON.stringify({ ticketId: 'T-claims', text: 'refund please' }),
+    });
+    expect(ticket.status).toBe(401);
+    const inbox = await send(f.apps.approval.url, { method: 'GET', path: '/inbox/approvals', headers: { cookie: `gh_inbox=${token}` } });
+    expect(inbox.status).toBe(303); // back to sign-in: the session is not valid
+  });
+
+  it('logs no unhandled error for any of them', () => {
+    for (const app of Object.values(f.apps)) expect(app.logs.filter((l) => Number(l.level) >= 50)).toEqual([]);
+  });
+});
