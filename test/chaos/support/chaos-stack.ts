@@ -44,8 +44,14 @@ export interface ChaosStack {
   dead: () => string[];
   /** Unexpected process ends since start (the harness's own kills are not counted). */
   crashes: Crash[];
-  /** `kill -9` of a service by the harness (not counted as a crash); resolves when it has exited. */
-  kill: (service: string) => Promise<void>;
+  /**
+   * `kill -9` of a service by the harness (not counted as a crash); resolves when it has exited.
+   * With `keepDown` (the default) it stays down until {@link ChaosStack.restart}; without, the
+   * stack's supervisor restarts it as after any crash.
+   */
+  kill: (service: string, opts?: { keepDown?: boolean }) => Promise<void>;
+  /** Resolves when the supervisor has restarted `service` and the new process is ready. @throws Error after 120 s. */
+  supervised: (service: string) => Promise<void>;
   /** Starts a service again and waits until it is ready. */
   restart: (service: string) => Promise<void>;
   close: () => Promise<void>;
@@ -151,18 +157,26 @@ export async function startChaosStack(extra: Record<string, string> = {}): Promi
     processes,
     dead: () => [...processes()].filter(([, c]) => ended(c)).map(([n]) => n),
     crashes,
-    kill: async (service) => {
+    kill: async (service, opts = {}) => {
       const child = processes().get(service);
       if (!child || ended(child)) return;
       expected.add(child);
-      const gone = new Promise((done) => child.once('exit', done));
-      child.kill('SIGKILL');
-      await gone;
+      await ownerOf.get(service)!.kill(service, 'SIGKILL', { keepDown: opts.keepDown ?? true });
     },
     restart: async (service) => {
       const old = processes().get(service);
       if (old) expected.add(old);
       await ownerOf.get(service)!.restart(service);
+    },
+    supervised: async (service) => {
+      const owner = ownerOf.get(service)!;
+      const before = owner.restarts(service);
+      const until = Date.now() + 120_000;
+      while (owner.restarts(service) === before) {
+        if (Date.now() > until) throw new Error(`the supervisor did not restart ${service}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      await owner.ready(service);
     },
     close: async () => {
       await db.destroy();

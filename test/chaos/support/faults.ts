@@ -147,18 +147,17 @@ export function redisRestart(runs: number, minInFlight: number): Fault {
   };
 }
 
-/** `kill -9` of one service under load, then started again (what `startStack`'s restart offers). */
+/** `kill -9` of one service under load; the stack's supervisor starts it again, as Kubernetes would. */
 export function killService(service: string, runs: number): Fault {
   return {
     name: `kill -9 ${service}`,
     runs,
     inject: async (s, { atFault }) => {
       await atFault();
-      await s.kill(service);
-      await sleep(1000);
       const t0 = Date.now();
-      await s.restart(service);
-      return [`${service} ready again after ${Date.now() - t0} ms`];
+      await s.kill(service, { keepDown: false });
+      await s.supervised(service);
+      return [`${service} restarted by the supervisor and ready after ${Date.now() - t0} ms`];
     },
   };
 }
