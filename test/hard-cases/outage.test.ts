@@ -200,7 +200,7 @@ describe('outage time is not working time', () => {
     expect(await shipments(s, 'O-1007')).toHaveLength(0);
   });
 
-  // Last: the audit service may not survive a ledger cut (it then holds every consequential step).
+  // Last: a ledger cut disturbs every service (audit heartbeats lapse, workers pause); the tests above need them steady.
   it('Postgres is unreachable longer than the budget while a round is at the model: once it is back the run completes', async () => {
     const { token, workflowId } = await ledgerOutage(s, pg, 'O-ledger', OUTAGE_MS);
     const end = await waitFor(s, token, workflowId, settled);
