@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { Queue } from 'bullmq';
 import { listStuckRuns, runNeeds, STATE_LIVENESS, type Db } from '@gatehouse/ledger';
-import { freePort } from '@gatehouse/testing';
+import { startPrivateRedis, type PrivateRedis } from '@gatehouse/testing';
 import { sql } from 'kysely';
 import {
   approve,
@@ -19,7 +19,6 @@ import {
   waitFor,
   type HuntStack,
 } from '../hard-cases/helpers.ts';
-import { startPrivateRedis, type PrivateRedis } from './redis-server.ts';
 
 // Redis restarted without persistence while tickets are in flight: the ledger, not Redis, decides
 // liveness. The executor's watchdog finds runs whose job vanished and re-drives them with the same
@@ -50,7 +49,7 @@ afterAll(async () => {
  * audit service back.
  */
 async function loseRedisMidFlight(tag: string, extra: Record<string, string>): Promise<Scenario> {
-  const redis = await startPrivateRedis(await freePort());
+  const redis = await startPrivateRedis();
   cleanups.push(() => redis.kill());
   const s = await startHuntStack({
     REDIS_URL: redis.url,

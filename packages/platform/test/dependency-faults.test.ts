@@ -1,4 +1,3 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Worker } from 'bullmq';
@@ -12,8 +11,8 @@ import { PostgresGate } from '../src/postgres-gate.ts';
 import {
   createTestDatabase,
   dropQueuePrefix,
-  freePort,
   startPrivatePostgres,
+  startPrivateRedis,
   testQueuePrefix,
   TEST_REDIS_URL,
   type PrivatePostgres,
@@ -174,25 +173,10 @@ describe('workers while Postgres is down', () => {
   });
 });
 
-/** A private redis-server on `port` (no persistence); resolves once it accepts connections. */
-async function startRedis(port: number): Promise<ChildProcess> {
-  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
-    stdio: 'ignore',
-  });
-  const probe = createRedis(`redis://127.0.0.1:${port}`);
-  try {
-    await until('redis to answer', async () => (await probe.ping().catch(() => null)) === 'PONG');
-  } finally {
-    probe.disconnect();
-  }
-  return child;
-}
-
 describe('workers while Redis restarts', () => {
   it('the connection errors are handled, and the worker takes jobs again afterwards', async () => {
-    const port = await freePort();
-    let redis = await startRedis(port);
-    const url = `redis://127.0.0.1:${port}`;
+    const redis = await startPrivateRedis();
+    const url = redis.url;
     const uncaught: unknown[] = [];
     const onUncaught = (err: unknown): void => void uncaught.push(err);
     process.on('uncaughtException', onUncaught);
@@ -200,21 +184,19 @@ describe('workers while Redis restarts', () => {
     try {
       const first = await r.add(randomUUID());
       await until('the first job', async () => (await r.state(first)).state === 'completed');
-      const gone = new Promise((res) => redis.once('exit', res));
-      redis.kill('SIGKILL');
-      await gone;
+      await redis.kill();
       await until(
         'the worker to see the connection drop',
         async () => r.queues.connection instanceof Object && (r.queues.connection as { status: string }).status !== 'ready',
       );
-      redis = await startRedis(port);
+      await redis.restartEmpty();
       const second = await until('the queue to accept a job again', async () => r.add(randomUUID()).catch(() => undefined));
       await until('the second job', async () => (await r.state(second)).state === 'completed');
       expect(uncaught).toEqual([]);
     } finally {
       process.off('uncaughtException', onUncaught);
       await r.close();
-      redis.kill('SIGTERM');
+      await redis.stop();
     }
   });
 });

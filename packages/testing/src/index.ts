@@ -110,3 +110,4 @@ export async function dropDatabase(name: string): Promise<void> {
   await admin((c) => c.query(`DROP DATABASE IF EXISTS ${c.escapeIdentifier(name)} WITH (FORCE)`));
 }
 export * from './private-postgres.ts';
+export * from './private-redis.ts';

@@ -1,12 +1,22 @@
 import { execFileSync, spawn } from 'node:child_process';
-import { appendFileSync, chownSync, mkdtempSync, rmSync } from 'node:fs';
+import { appendFileSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir, userInfo } from 'node:os';
 import { resolve } from 'node:path';
 import pg from 'pg';
 import { freePort } from './index.ts';
 
-/** Folder of the Postgres server binaries (`PG_BIN`, default the Debian layout of version 15). */
-const PG_BIN = process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin';
+/**
+ * Folder of the Postgres server binaries: `PG_BIN`, else the newest Debian layout
+ * (`/usr/lib/postgresql/<version>/bin`) that has `initdb`, else the version 15 path (whose absence
+ * the first tool call reports).
+ */
+const PG_BIN = process.env.PG_BIN ?? newestPgBin() ?? '/usr/lib/postgresql/15/bin';
+
+function newestPgBin(): string | undefined {
+  const root = '/usr/lib/postgresql';
+  const versions = existsSync(root) ? readdirSync(root).sort((a, b) => Number(b) - Number(a)) : [];
+  return versions.map((v) => resolve(root, v, 'bin')).find((d) => existsSync(resolve(d, 'initdb')));
+}
 
 /** How `pg_ctl` stops the server (see `pg_ctl --help`): `fast` ends sessions with 57P01. */
 export type PgStopMode = 'smart' | 'fast' | 'immediate';

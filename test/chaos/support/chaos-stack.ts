@@ -2,13 +2,17 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
-import { Kysely, PostgresDialect } from 'kysely';
-import pg from 'pg';
 import { SERVICES, startStack, type RunningStack } from '@gatehouse/cli';
-import { createDb, migrate, type Db } from '@gatehouse/ledger';
-import { createTestDatabase, freePort, type TestDatabase } from '@gatehouse/testing';
-import { startPrivatePostgres, type PrivatePostgres } from './private-postgres.ts';
-import { startPrivateRedis, type PrivateRedis } from './private-redis.ts';
+import type { Db } from '@gatehouse/ledger';
+import {
+  createTestDatabase,
+  freePort,
+  startPrivatePostgres,
+  startPrivateRedis,
+  type PrivatePostgres,
+  type PrivateRedis,
+  type TestDatabase,
+} from '@gatehouse/testing';
 
 /** A service process that ended without the harness asking it to. */
 export interface Crash {
@@ -68,15 +72,6 @@ const SHARED_ENV = {
   AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: '3000',
 };
 
-async function migrated(url: string): Promise<void> {
-  const k = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 1 }) }) });
-  try {
-    await migrate(k);
-  } finally {
-    await k.destroy();
-  }
-}
-
 /** Watches every process the stacks start and records the ends the harness did not ask for. */
 function watchCrashes(stacks: RunningStack[], crashes: Crash[], expected: WeakSet<ChildProcess>): () => void {
   const seen = new WeakSet<ChildProcess>();
@@ -101,9 +96,9 @@ function watchCrashes(stacks: RunningStack[], crashes: Crash[], expected: WeakSe
 export async function startChaosStack(extra: Record<string, string> = {}): Promise<ChaosStack> {
   const pgServer = await startPrivatePostgres();
   const redis = await startPrivateRedis();
-  const dbName = 'gh_chaos';
-  const dbUrl = await pgServer.createDatabase(dbName);
-  await migrated(dbUrl);
+  const ledger = await createTestDatabase({ server: pgServer.url });
+  const dbUrl = ledger.url;
+  const dbName = ledger.name;
   const staging = await createTestDatabase({ migrate: false });
   const prefix = 'ghchaos';
   const env: Record<string, string> = {
@@ -128,7 +123,8 @@ export async function startChaosStack(extra: Record<string, string> = {}): Promi
     for (const s of stacks) for (const child of s.processes.values()) expected.add(child);
     await Promise.all(stacks.map((s) => s.stop(5000)));
     await redis.stop();
-    pgServer.stop();
+    await ledger.drop().catch(() => undefined);
+    await pgServer.destroy();
     await staging.drop();
   };
   try {
@@ -141,7 +137,7 @@ export async function startChaosStack(extra: Record<string, string> = {}): Promi
     throw err;
   }
   for (const s of stacks) for (const name of s.processes.keys()) ownerOf.set(name, s);
-  const db = createDb(dbUrl, 4);
+  const db = ledger.db;
   const processes = (): Map<string, ChildProcess> => new Map(stacks.flatMap((s) => [...s.processes]));
   const ended = (c: ChildProcess): boolean => c.exitCode !== null || c.signalCode !== null;
   return {
@@ -179,7 +175,6 @@ export async function startChaosStack(extra: Record<string, string> = {}): Promi
       await owner.ready(service);
     },
     close: async () => {
-      await db.destroy();
       await stopAll();
     },
   };

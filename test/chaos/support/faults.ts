@@ -39,7 +39,7 @@ export function postgresRestart(runs: number): Fault {
     inject: async (s, { atFault }) => {
       await atFault();
       const t0 = Date.now();
-      await s.pg.restart('fast');
+      await s.pg.restart({ mode: 'fast' });
       return [`cluster back after ${Date.now() - t0} ms`];
     },
   };
@@ -55,7 +55,7 @@ export function backendTerminationWaves(runs: number, everyMs = 2000, forMs = 20
       let terminated = 0;
       let waves = 0;
       for (const until = Date.now() + forMs; Date.now() < until; waves++) {
-        terminated += await s.pg.terminateBackends(s.dbName);
+        terminated += await s.pg.terminateBackends({ database: s.dbName });
         await sleep(everyMs);
       }
       return [`${waves} waves, ${terminated} backends terminated`];
