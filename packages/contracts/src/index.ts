@@ -6,3 +6,4 @@ export * from './api.ts';
 export * from './release-manifest.ts';
 export * from './reconciliation.ts';
 export * from './text.ts';
+export * from './stop-reasons.ts';

@@ -1,4 +1,5 @@
 import { diag, metrics, type Attributes, type Counter, type Histogram, type Meter, type MeterProvider } from '@opentelemetry/api';
+import { STOP_REASONS } from '@gatehouse/contracts';
 
 /**
  * The metrics of Gatehouse (docs/product/design.md#observability). Labels are low-cardinality
@@ -156,18 +157,7 @@ export interface AuditMetricEvent {
   revisions?: { policy?: string | null; release?: string | null } | null;
 }
 
-const STOP_REASONS = new Set([
-  'validation_failed',
-  'denied',
-  'approval_expired',
-  'budget_exhausted',
-  'audit_unavailable',
-  'tool_disabled',
-  'quarantined',
-  'model_error',
-  'dependency_unavailable',
-  'step_failed',
-]);
+const STOP_REASON_SET: ReadonlySet<string> = new Set(STOP_REASONS);
 
 /** Maps one chained audit event onto the counters it feeds. */
 function countEvent(e: AuditMetricEvent): void {
@@ -228,7 +218,7 @@ function countEvent(e: AuditMetricEvent): void {
       add(METRICS.runs, { ...base, outcome: e.type.slice('run.'.length) });
       break;
     case 'run.stopped': {
-      const reason = e.outcome && STOP_REASONS.has(e.outcome) ? e.outcome : 'other';
+      const reason = e.outcome && STOP_REASON_SET.has(e.outcome) ? e.outcome : 'other';
       add(METRICS.runs, { ...base, outcome: 'stopped' });
       add(METRICS.stops, { ...base, reason });
       if (reason === 'budget_exhausted') add(METRICS.budgetStops, base);

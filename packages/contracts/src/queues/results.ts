@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { defaultJobOptions, jobEnvelope, type QueueContract } from './common.ts';
+import { RESULT_STOP_REASONS } from '../stop-reasons.ts';
 
 /**
  * `results`: the final outcome of one function_call, already reduced to its model-safe form
@@ -14,18 +15,7 @@ export const ResultJobSchema = z.object({
   /** Set when the outcome parks the workflow (e.g. `needs_reconciliation`). */
   park: z.enum(['needs_reconciliation']).optional(),
   /** Set when the outcome stops the workflow (docs/product/states.md#stop-reasons). */
-  stop: z
-    .enum([
-      'validation_failed',
-      'denied',
-      'approval_expired',
-      'budget_exhausted',
-      'audit_unavailable',
-      'tool_disabled',
-      'quarantined',
-      'dependency_unavailable',
-    ])
-    .optional(),
+  stop: z.enum(RESULT_STOP_REASONS).optional(),
 });
 export type ResultJob = z.infer<typeof ResultJobSchema>;
 

@@ -1,19 +1,7 @@
+import type { StopReason } from '@gatehouse/contracts';
 import { stopRun, TERMINAL_STATES as LEDGER_TERMINAL_STATES, type Trx, type WorkflowState } from '@gatehouse/ledger';
 
-/** Reasons a workflow stops (docs/product/states.md#stop-reasons). */
-export type StopReason =
-  | 'validation_failed'
-  | 'denied'
-  | 'approval_expired'
-  | 'budget_exhausted'
-  | 'audit_unavailable'
-  | 'tool_disabled'
-  | 'quarantined'
-  | 'model_error'
-  /** A dependency stayed unavailable past the outage ceiling (`checkWorkingTime` in the ledger). */
-  | 'dependency_unavailable'
-  /** Written by the dead letter of a step (`stopRunOnFailedStep` in the ledger), never by the loop. */
-  | 'step_failed';
+export type { StopReason } from '@gatehouse/contracts';
 
 /** Human-readable next step for the rep, per stop reason. */
 export const NEXT_STEP: Record<StopReason, string> = {

@@ -81,20 +81,38 @@ function systemOfRecordDown(err: unknown): boolean {
   return /answered (5\d\d|408|429)$/.test(err.message);
 }
 
+/** How a result moves its run besides answering the call: parked for reconciliation, or stopped. */
+type ResultEffect = {
+  park?: 'needs_reconciliation';
+  stop?: 'approval_expired' | 'tool_disabled' | 'budget_exhausted' | 'dependency_unavailable';
+};
+
 async function publishResult(
   deps: ExecutionDeps,
   job: ExecutionJob,
   callId: string,
   output: SafeOutput,
-  extra: {
-    park?: 'needs_reconciliation';
-    stop?: 'approval_expired' | 'tool_disabled' | 'budget_exhausted' | 'dependency_unavailable';
-  } = {},
+  extra: ResultEffect = {},
 ): Promise<void> {
   const rows = await inTransaction(deps.db, async (trx) => [
     await enqueueInTransaction(trx, resultsQueue, { release: job.release, workflowId: job.workflowId, callId, output, ...extra }),
   ]);
   await deps.relay.publish(rows);
+}
+
+/**
+ * Answers the call of an action that did not run: `{executed: false, reason}`, labelled as
+ * Gatehouse's own output, and `extra` (e.g. the stop it causes). Returns `refused:<reason>`.
+ */
+async function refuse(
+  deps: ExecutionDeps,
+  job: ExecutionJob,
+  action: { call_id: string; tool: string },
+  reason: string,
+  extra: ResultEffect = {},
+): Promise<string> {
+  await publishResult(deps, job, action.call_id, toSafeOutput(action.tool, { executed: false, reason }, 'gatehouse'), extra);
+  return `refused:${reason}`;
 }
 
 /**
@@ -112,9 +130,7 @@ async function stopPastCeilingOrHold(
   down: DependencyUnavailable,
 ): Promise<string> {
   if (!outageOutlasted(job.outage, deps.outagePolicy)) throw down;
-  const output = toSafeOutput(tool, { executed: false, reason: DEPENDENCY_UNAVAILABLE }, 'gatehouse');
-  await publishResult(deps, job, callId, output, { stop: DEPENDENCY_UNAVAILABLE });
-  return 'refused:dependency_unavailable';
+  return refuse(deps, job, { call_id: callId, tool }, DEPENDENCY_UNAVAILABLE, { stop: DEPENDENCY_UNAVAILABLE });
 }
 
 /**
@@ -246,45 +262,18 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
         });
       });
       deps.log.error({ actionId: claim.action.id }, 'idempotency_conflict: key seen with another digest');
-      await publishResult(
-        deps,
-        job,
-        claim.action.call_id,
-        toSafeOutput(claim.action.tool, { executed: false, reason: 'idempotency_conflict' }, 'gatehouse'),
-      );
+      await refuse(deps, job, claim.action, 'idempotency_conflict');
       return 'conflict';
-    case 'approval_unusable': {
-      const expired = claim.reason === 'approval_expired';
-      await publishResult(
-        deps,
-        job,
-        claim.action.call_id,
-        toSafeOutput(claim.action.tool, { executed: false, reason: claim.reason }, 'gatehouse'),
-        expired ? { stop: 'approval_expired' } : {},
-      );
-      return `refused:${claim.reason}`;
-    }
+    case 'approval_unusable':
+      return refuse(deps, job, claim.action, claim.reason, claim.reason === 'approval_expired' ? { stop: 'approval_expired' } : {});
     case 'reevaluated':
       await deps.relay.publish(claim.rows);
       return `reevaluated:${claim.outcome}`;
     case 'deadline':
-      await publishResult(
-        deps,
-        job,
-        claim.action.call_id,
-        toSafeOutput(claim.action.tool, { executed: false, reason: 'budget_exhausted' }, 'gatehouse'),
-        { stop: 'budget_exhausted' },
-      );
+      await refuse(deps, job, claim.action, 'budget_exhausted', { stop: 'budget_exhausted' });
       return 'refused:deadline';
     case 'outage':
-      await publishResult(
-        deps,
-        job,
-        claim.action.call_id,
-        toSafeOutput(claim.action.tool, { executed: false, reason: 'dependency_unavailable' }, 'gatehouse'),
-        { stop: 'dependency_unavailable' },
-      );
-      return 'refused:dependency_unavailable';
+      return refuse(deps, job, claim.action, DEPENDENCY_UNAVAILABLE, { stop: DEPENDENCY_UNAVAILABLE });
     case 'claimed':
       break;
   }
