@@ -1,9 +1,17 @@
 import { sql } from 'kysely';
-import { jobOptionsFor } from '@gatehouse/contracts';
+import { jobOptionsFor, type OutageMark } from '@gatehouse/contracts';
 import type { Db, OutboxRow, Trx } from '@gatehouse/ledger';
 import type { QueueRegistry } from './queues.ts';
 import type { Logger } from './logger.ts';
 import { within } from './timeout.ts';
+
+/** `payload` with an outage of the queue store since `since`, unless it already carries an outage. */
+function withQueueOutage(payload: unknown, since: Date): unknown {
+  const p = payload as Record<string, unknown> | null;
+  if (!p || typeof p !== 'object' || p.outage) return payload;
+  const outage: OutageMark = { dependency: 'redis', sinceMs: since.getTime() };
+  return { ...p, outage };
+}
 
 /** Marks rows published (in `db`, or the sweep's transaction). */
 async function markPublished(db: Db | Trx, rows: OutboxRow[]): Promise<void> {
@@ -47,6 +55,11 @@ export class OutboxRelay {
    */
   async publish(rows: OutboxRow[], waitMs = 2000): Promise<void> {
     if (!rows.length) return;
+    if (!this.#queueStoreReady()) {
+      // Redis is known to be down: leave the rows to the sweep, which marks the wait as an outage.
+      this.#log.warn({ rows: rows.length }, 'queue store unavailable; the outbox sweep will publish');
+      return;
+    }
     const work = (async () => {
       await this.#add(rows);
       await markPublished(this.#db, rows);
@@ -59,18 +72,32 @@ export class OutboxRelay {
     });
   }
 
+  /** Whether the registry's Redis connection is up now (ioredis `status`); any other client counts as up. */
+  #queueStoreReady(): boolean {
+    const status = (this.#queues.connection as { status?: unknown }).status;
+    return typeof status !== 'string' || status === 'ready';
+  }
+
   async #add(rows: OutboxRow[]): Promise<void> {
     for (const r of rows) {
       await this.#queues.get(r.queue).add(r.job_name, r.payload, { ...jobOptionsFor(r.queue), jobId: r.job_id });
     }
   }
 
-  /** One recovery pass; returns how many rows it published. */
+  /**
+   * One recovery pass; returns how many rows it published. A row the sweep publishes waited in
+   * the outbox because the queue store did not take it (or its writer died before publishing):
+   * its job carries that wait as an outage of `redis` since the row was written, so the consumer
+   * credits it to the run's deadline like any outage (docs/decisions/0110-outage-time.md). A row
+   * that already names an outage keeps it.
+   */
   async sweep(graceMs = 2000, limit = 200): Promise<number> {
+    // Never hold the rows' locks while Redis is down: the adds would wait for it inside the transaction.
+    if (!this.#queueStoreReady()) return 0;
     return this.#db.transaction().execute(async (trx) => {
-      const rows = await trx
+      const found = await trx
         .selectFrom('outbox')
-        .select(['id', 'queue', 'job_name', 'job_id', 'payload'])
+        .select(['id', 'queue', 'job_name', 'job_id', 'payload', 'created_at'])
         .where('published_at', 'is', null)
         .where(sql<boolean>`created_at < now() - make_interval(secs => ${graceMs / 1000})`)
         .orderBy('id')
@@ -78,7 +105,8 @@ export class OutboxRelay {
         .forUpdate()
         .skipLocked()
         .execute();
-      if (!rows.length) return 0;
+      if (!found.length) return 0;
+      const rows = found.map(({ created_at, ...r }) => ({ ...r, payload: withQueueOutage(r.payload, created_at) }));
       await this.#add(rows as OutboxRow[]);
       await markPublished(trx, rows as OutboxRow[]);
       return rows.length;
