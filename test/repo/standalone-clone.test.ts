@@ -56,7 +56,6 @@ describe('a clone with nothing beside it', () => {
       delete env[key];
     }
     for (const svc of SERVICES) env[svc.portVar] = String(await freePort());
-    env.STAGING_URL = `http://127.0.0.1:${env.STAGING_PORT}`;
     const { code, output } = await run('bash', ['./run', 'demo'], clone, env);
     expect(output).toContain('DEMO OK');
     expect(code, output.slice(-4000)).toBe(0);

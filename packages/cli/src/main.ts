@@ -247,20 +247,28 @@ async function opsCommand(
   }
 }
 
-/** The model-stub's Responses API URL on its configured port. */
 /**
- * The environment of a local stack: this process's, the model-stub as model unless one is set,
- * the audit key in the state folder unless set, then `overrides`.
+ * The environment of a local stack: this process's, the model-stub as model and the staging
+ * systems on their configured ports unless a URL is set (a second stack on other ports must not
+ * reach the first one's systems of record), the audit key in the state folder unless set, then
+ * `overrides`.
  */
 function stackEnv(overrides: Record<string, string | undefined>): Record<string, string | undefined> {
   return {
     ...process.env,
     MODEL_BASE_URL: process.env.MODEL_BASE_URL ?? stubUrl(process.env),
+    STAGING_URL:
+      process.env.STAGING_URL ??
+      `http://127.0.0.1:${portOf(
+        SERVICES.find((s) => s.name === 'staging')!,
+        process.env,
+      )}`,
     AUDIT_SIGNING_KEY_PATH: process.env.AUDIT_SIGNING_KEY_PATH ?? resolvePath(stateRoot(), 'audit-ed25519.pem'),
     ...overrides,
   };
 }
 
+/** The model-stub's Responses API URL on its configured port. */
 function stubUrl(env: Record<string, string | undefined>): string {
   return `http://127.0.0.1:${portOf(
     SERVICES.find((s) => s.name === 'model-stub')!,
