@@ -82,6 +82,8 @@ export interface ServiceStatus {
   /** The last exit: `signal SIGKILL` or `code 1`, and when (ISO 8601). */
   lastExit?: string;
   lastExitAt?: string;
+  /** When the supervisor last reported a crash loop (ISO 8601); kept after the service is up again. */
+  crashLoopAt?: string;
 }
 
 /** Keeps `<dir>/status.json` up to date from the supervisor's events (for `gatehouse stack status`). */
@@ -97,7 +99,7 @@ export function statusRecorder(dir: string): (e: StackEvent) => void {
         lastExit: e.signal ? `signal ${e.signal}` : `code ${e.code}`,
         lastExitAt: new Date().toISOString(),
       });
-    if (e.type === 'crash-loop') next.state = 'crash-looping';
+    if (e.type === 'crash-loop') Object.assign(next, { state: 'crash-looping', crashLoopAt: new Date().toISOString() });
     // A crash loop stays reported until the service has been ready again.
     if (prev.state === 'crash-looping' && e.type !== 'ready') next.state = 'crash-looping';
     status[e.service] = next;
@@ -111,14 +113,22 @@ export function statusRecorder(dir: string): (e: StackEvent) => void {
  */
 export function stackStatus(dir: string): string[] {
   const supervisor = pidIn(dir, 'supervisor');
-  if (!alive(supervisor)) return [`no stack supervisor running for ${dir}`];
+  if (!alive(supervisor)) {
+    const orphans = SERVICES.map((s) => s.name).filter((name) => alive(pidIn(dir, name)));
+    return orphans.length
+      ? [
+          `no stack supervisor running for ${dir}, but these services still run unsupervised: ${orphans.join(', ')}`,
+          '  stop them with: ./run stack down',
+        ]
+      : [`no stack supervisor running for ${dir}`];
+  }
   const file = resolve(dir, 'status.json');
   const status = existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as Record<string, ServiceStatus>) : {};
   return [
     `supervisor pid ${supervisor} (${dir})`,
     ...Object.entries(status).map(
       ([name, s]) =>
-        `  ${name.padEnd(15)} ${s.state.padEnd(13)} restarts ${s.restarts}${s.lastExit ? `, last exit ${s.lastExit} at ${s.lastExitAt}` : ''}`,
+        `  ${name.padEnd(15)} ${s.state.padEnd(13)} restarts ${s.restarts}${s.lastExit ? `, last exit ${s.lastExit} at ${s.lastExitAt}` : ''}${s.crashLoopAt ? `, crash loop reported at ${s.crashLoopAt}` : ''}`,
     ),
   ];
 }
