@@ -90,9 +90,13 @@ export interface WorkerOptions {
   log: Logger;
   /** Parallel jobs per worker (default 8). */
   concurrency?: number;
-  /** BullMQ lock duration in ms (default 30 000); not a lease — see the executor's fencing. */
+  /**
+   * BullMQ lock duration in ms (default 15 000, renewed every half of it while the worker lives);
+   * not a lease — see the executor's fencing. With the stalled check it bounds how long a job of a
+   * killed process waits before another worker takes it (about lock + interval).
+   */
   lockDurationMs?: number;
-  /** How often BullMQ looks for stalled jobs (a dead worker's), ms (default 30 000). */
+  /** How often BullMQ looks for stalled jobs (a dead worker's), ms (default 5 000). */
   stalledIntervalMs?: number;
   /** Pauses the worker and hands jobs back unattempted while Postgres is down (the context's). */
   gate: PostgresGate;
@@ -162,8 +166,8 @@ export function createWorker<T extends { release: string; traceparent?: string }
       connection: createRedis(opts.redisUrl, opts.log),
       prefix: opts.prefix,
       concurrency: opts.concurrency ?? 8,
-      lockDuration: opts.lockDurationMs ?? 30_000,
-      stalledInterval: opts.stalledIntervalMs ?? 30_000,
+      lockDuration: opts.lockDurationMs ?? 15_000,
+      stalledInterval: opts.stalledIntervalMs ?? 5_000,
       autorun: true,
     },
   );

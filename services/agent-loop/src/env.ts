@@ -20,8 +20,8 @@ export const agentLoopEnv = {
   /** Per-request timeout for the model, ms. */
   MODEL_TIMEOUT_MS: z.coerce.number().int().positive().default(30_000),
   /** BullMQ job lock and stalled-job check, ms: how soon a dead loop's turn is redelivered. */
-  AGENT_LOOP_LOCK_MS: z.coerce.number().int().positive().default(30_000),
-  AGENT_LOOP_STALLED_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
+  AGENT_LOOP_LOCK_MS: z.coerce.number().int().positive().default(15_000),
+  AGENT_LOOP_STALLED_INTERVAL_MS: z.coerce.number().int().positive().default(5_000),
   /** Support bundle override (default: the release manifest's). */
   POLICY_REVISION: z.string().optional(),
   /** Active change-pack bundle (docs/product/policy-rules.md#change-rules). */

@@ -26,8 +26,8 @@ const ctx = createServiceContext('executor', {
   /** Deadline for one execution's adapter calls, ms. */
   EXECUTION_DEADLINE_MS: z.coerce.number().int().positive().default(15_000),
   /** BullMQ job lock and stalled-job check, ms: how soon a dead worker's job is redelivered. */
-  EXECUTOR_LOCK_MS: z.coerce.number().int().positive().default(30_000),
-  EXECUTOR_STALLED_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
+  EXECUTOR_LOCK_MS: z.coerce.number().int().positive().default(15_000),
+  EXECUTOR_STALLED_INTERVAL_MS: z.coerce.number().int().positive().default(5_000),
   /** Audit-health gate: the newest heartbeat and the oldest unchained event may be this old, ms. */
   AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: z.coerce.number().int().positive().default(10_000),
   AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: z.coerce.number().int().positive().default(30_000),
