@@ -54,8 +54,13 @@ export interface ChaosStack {
    * stack's supervisor restarts it as after any crash.
    */
   kill: (service: string, opts?: { keepDown?: boolean }) => Promise<void>;
-  /** Resolves when the supervisor has restarted `service` and the new process is ready. @throws Error after 120 s. */
-  supervised: (service: string) => Promise<void>;
+  /** How many times the supervisor restarted `service`. */
+  restarts: (service: string) => number;
+  /**
+   * Resolves when the supervisor has restarted `service` more than `before` times (read before the
+   * kill: the count moves as the process exits) and the new process is ready. @throws Error after 120 s.
+   */
+  supervised: (service: string, before: number) => Promise<void>;
   /** Starts a service again and waits until it is ready. */
   restart: (service: string) => Promise<void>;
   close: () => Promise<void>;
@@ -164,9 +169,9 @@ export async function startChaosStack(extra: Record<string, string> = {}): Promi
       if (old) expected.add(old);
       await ownerOf.get(service)!.restart(service);
     },
-    supervised: async (service) => {
+    restarts: (service) => ownerOf.get(service)!.restarts(service),
+    supervised: async (service, before) => {
       const owner = ownerOf.get(service)!;
-      const before = owner.restarts(service);
       const until = Date.now() + 120_000;
       while (owner.restarts(service) === before) {
         if (Date.now() > until) throw new Error(`the supervisor did not restart ${service}`);

@@ -155,8 +155,9 @@ export function killService(service: string, runs: number): Fault {
     inject: async (s, { atFault }) => {
       await atFault();
       const t0 = Date.now();
+      const before = s.restarts(service);
       await s.kill(service, { keepDown: false });
-      await s.supervised(service);
+      await s.supervised(service, before);
       return [`${service} restarted by the supervisor and ready after ${Date.now() - t0} ms`];
     },
   };
