@@ -11,6 +11,12 @@ export interface Fault {
   runs: number;
   /** Runs that must be in flight (accepted, not terminal) when the fault hits; default half of `runs`. */
   minInFlight?: number;
+  /**
+   * Runs in flight to wait for before injecting (default `minInFlight`, else half of `runs`). A
+   * fault that lasts (termination waves, audit down) starts as soon as the load does, so the
+   * rest of the load arrives during it.
+   */
+  startAtInFlight?: number;
   /** Runs before the load starts (e.g. stop audit so that executions are held from the first). */
   prepare?: (s: ChaosStack) => Promise<void>;
   /**
@@ -50,6 +56,8 @@ export function backendTerminationWaves(runs: number, everyMs = 2000, forMs = 20
   return {
     name: `pg_terminate_backend every ${everyMs / 1000} s for ${forMs / 1000} s`,
     runs,
+    startAtInFlight: 1,
+    minInFlight: 1,
     inject: async (s, { atFault }) => {
       await atFault();
       let terminated = 0;
@@ -168,6 +176,8 @@ export function auditDown(runs: number, downMs = 30_000): Fault {
   return {
     name: `audit down ${downMs / 1000} s`,
     runs,
+    startAtInFlight: 1,
+    minInFlight: 1,
     inject: async (s, { atFault }) => {
       await atFault();
       await s.kill('audit');

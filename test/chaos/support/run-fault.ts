@@ -82,7 +82,7 @@ export async function runFault(s: ChaosStack, fault: Fault, opts: FaultRunOption
   try {
     await fault.prepare?.(s);
     const submitted = submitRuns(s, runs, Date.now() + 180_000);
-    await waitInFlight(s, runs, fault.minInFlight ?? Math.ceil(fault.runs / 2), Date.now() + 60_000);
+    await waitInFlight(s, runs, fault.startAtInFlight ?? fault.minInFlight ?? Math.ceil(fault.runs / 2), Date.now() + 60_000);
     const ctx = {
       atFault: async (): Promise<void> => {
         inFlightAtFault = await inFlight(s, runs);
