@@ -91,6 +91,15 @@ describe('watchdog', () => {
     expect(first.redriven).toContainEqual({ workflowId: a.workflowId, jobId: a.jobId, reason: 'missing' });
     const job = await queues.get(queueName('executions', 'rel-1')).getJob(a.jobId);
     expect(job?.data).toMatchObject(a.job);
+    // The time it was lost is the queue store's outage, credited by the consumer, not working time.
+    const published = await db
+      .selectFrom('outbox')
+      .select('published_at')
+      .where('job_id', '=', a.jobId)
+      .orderBy('id')
+      .limit(1)
+      .executeTakeFirstOrThrow();
+    expect(job?.data.outage).toEqual({ dependency: 'redis', sinceMs: published.published_at!.getTime() });
     expect(await redrivesOf(a.workflowId)).toEqual(['executions:missing']);
 
     const second = await ran();

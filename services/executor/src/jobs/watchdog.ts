@@ -94,16 +94,29 @@ async function sourceRow(trx: Trx, ref: AwaitedJobRef, release: string): Promise
   return { ...row, queue: queueName(ref.queue, release), payload: { ...row.payload, release }, release_id: release };
 }
 
-/** Writes the re-drive: a copy of the job's outbox row (same deterministic id and payload) or, with none, one rebuilt from the ledger. */
-async function writeRedrive(trx: Trx, ref: AwaitedJobRef, source: SourceRow | undefined, release: string): Promise<OutboxRow | null> {
+/**
+ * Writes the re-drive: a copy of the job's outbox row (same deterministic id and payload) or, with
+ * none, one rebuilt from the ledger. A job that Redis lost (`missing` after it was published) was
+ * waiting on the queue store since it was published: the copy carries that as an outage of
+ * `redis` (unless it names one already), so the consumer credits the wait to the run's deadline
+ * (docs/decisions/0110-outage-time.md).
+ */
+async function writeRedrive(
+  trx: Trx,
+  t: { ref: AwaitedJobRef; source: SourceRow | undefined; reason: RedriveReason },
+  release: string,
+): Promise<OutboxRow | null> {
+  const { ref, source } = t;
   if (source) {
+    const lostAt = t.reason === 'missing' && source.published_at && !source.payload.outage ? source.published_at : null;
+    const payload = lostAt ? { ...source.payload, outage: { dependency: 'redis', sinceMs: lostAt.getTime() } } : source.payload;
     const row = await trx
       .insertInto('outbox')
       .values({
         queue: source.queue,
         job_name: source.job_name,
         job_id: source.job_id,
-        payload: JSON.stringify(source.payload),
+        payload: JSON.stringify(payload),
         release_id: source.release_id,
       })
       .returning(['id', 'queue', 'job_name', 'job_id', 'payload'])
@@ -183,7 +196,7 @@ async function checkRun(deps: WatchdogDeps, trx: Trx, wf: RunRow, nowMs: number,
     return stopStuck(trx, wf, next, plan);
   }
   for (const t of todo) {
-    const row = await writeRedrive(trx, t.ref, t.source, wf.release_id);
+    const row = await writeRedrive(trx, t, wf.release_id);
     if (!row) continue;
     await recordAudit(trx, {
       type: 'run.redriven',
