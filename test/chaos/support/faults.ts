@@ -42,6 +42,8 @@ export function postgresRestart(runs: number): Fault {
   return {
     name: 'postgres restart -m fast',
     runs,
+    startAtInFlight: 3,
+    minInFlight: 1,
     inject: async (s, { atFault }) => {
       await atFault();
       const t0 = Date.now();
