@@ -61,18 +61,24 @@ async function allReady(): Promise<true | undefined> {
   return true;
 }
 
+/** Submits three read tickets (`<prefix>-1…3`) as rep-ben; resolves with their workflow ids. */
+async function submitReads(prefix: string): Promise<string[]> {
+  const rep = await tokenFor('rep-ben', SECRET);
+  const ids: string[] = [];
+  for (let i = 1; i <= 3; i++) {
+    const r = await call('POST', `${s.url('agent-loop')}/v1/tickets`, rep, {
+      ticketId: `${prefix}-${i}`,
+      text: 'What is the status of order O-1001?',
+    });
+    expect(r.status).toBe(202);
+    ids.push(String(r.body.workflowId));
+  }
+  return ids;
+}
+
 describe('Postgres restarts under a running stack', () => {
   it('no service exits, /readyz names postgres while it is down, and tickets in flight finish', async () => {
-    const rep = await tokenFor('rep-ben', SECRET);
-    const ids: string[] = [];
-    for (let i = 1; i <= 3; i++) {
-      const r = await call('POST', `${s.url('agent-loop')}/v1/tickets`, rep, {
-        ticketId: `T-pg-${i}`,
-        text: 'What is the status of order O-1001?',
-      });
-      expect(r.status).toBe(202);
-      ids.push(String(r.body.workflowId));
-    }
+    const ids = await submitReads('T-pg');
     await pg.restart({ mode: 'fast' });
     // Down for a while: readiness says what is missing, the processes stay.
     await pg.stop({ mode: 'fast' });
@@ -96,16 +102,7 @@ describe('Postgres restarts under a running stack', () => {
   });
 
   it('backend-termination waves on every service connection: no service exits, tickets in flight finish', async () => {
-    const rep = await tokenFor('rep-ben', SECRET);
-    const ids: string[] = [];
-    for (let i = 1; i <= 3; i++) {
-      const r = await call('POST', `${s.url('agent-loop')}/v1/tickets`, rep, {
-        ticketId: `T-wave-${i}`,
-        text: 'What is the status of order O-1001?',
-      });
-      expect(r.status).toBe(202);
-      ids.push(String(r.body.workflowId));
-    }
+    const ids = await submitReads('T-wave');
     let terminated = 0;
     for (let wave = 0; wave < 10; wave++) {
       terminated += await pg.terminateBackends({ database: s.db.name });

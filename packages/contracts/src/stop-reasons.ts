@@ -1,28 +1,4 @@
-/**
- * Every reason a workflow stops (docs/product/states.md#stop-reasons), defined once: the ledger's
- * `stop_reason`, the results contract, the loop's next steps and the metrics all read this list.
- * - `model_error` is the loop's own (the model rejected the request);
- * - `dependency_unavailable`: a dependency stayed unavailable past the outage ceiling
- *   (`checkWorkingTime` in the ledger, docs/decisions/0110-outage-time.md);
- * - `step_failed` is written by the dead letter of a step or the watchdog, never by the loop.
- */
-export const STOP_REASONS = [
-  'validation_failed',
-  'denied',
-  'approval_expired',
-  'budget_exhausted',
-  'audit_unavailable',
-  'tool_disabled',
-  'quarantined',
-  'model_error',
-  'dependency_unavailable',
-  'step_failed',
-] as const;
-
-/** One of {@link STOP_REASONS}. */
-export type StopReason = (typeof STOP_REASONS)[number];
-
-/** The stop reasons a step's result job may carry (`results` queue contract): the rest are never a step's outcome. */
+/** The stop reasons a step's result job may carry (`results` queue contract). */
 export const RESULT_STOP_REASONS = [
   'validation_failed',
   'denied',
@@ -32,4 +8,17 @@ export const RESULT_STOP_REASONS = [
   'tool_disabled',
   'quarantined',
   'dependency_unavailable',
-] as const satisfies readonly StopReason[];
+] as const;
+
+/**
+ * Every reason a workflow stops (docs/product/states.md#stop-reasons), defined once: the ledger's
+ * `stop_reason`, the results contract, the loop's next steps and the metrics all read this list.
+ * - `model_error` is the loop's own (the model rejected the request);
+ * - `dependency_unavailable`: a dependency stayed unavailable past the outage ceiling
+ *   (`checkWorkingTime` in the ledger, docs/decisions/0110-outage-time.md);
+ * - `step_failed` is written by the dead letter of a step or the watchdog, never by the loop.
+ */
+export const STOP_REASONS = [...RESULT_STOP_REASONS, 'model_error', 'step_failed'] as const;
+
+/** One of {@link STOP_REASONS}. */
+export type StopReason = (typeof STOP_REASONS)[number];
