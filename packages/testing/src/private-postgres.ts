@@ -12,6 +12,12 @@ import { freePort } from './index.ts';
  */
 const PG_BIN = process.env.PG_BIN ?? newestPgBin() ?? '/usr/lib/postgresql/15/bin';
 
+/**
+ * `runuser` by its full path: it lives in an sbin folder, which a minimal PATH (e.g. `env -i`)
+ * lacks, and a spawn that cannot find its program never exits.
+ */
+const RUNUSER = ['/usr/sbin/runuser', '/sbin/runuser', '/usr/bin/runuser', '/bin/runuser'].find((p) => existsSync(p)) ?? 'runuser';
+
 function newestPgBin(): string | undefined {
   const root = '/usr/lib/postgresql';
   const versions = existsSync(root) ? readdirSync(root).sort((a, b) => Number(b) - Number(a)) : [];
@@ -51,11 +57,14 @@ export interface PrivatePostgres {
  */
 async function pgTool(tool: string, args: string[]): Promise<void> {
   const asRoot = userInfo().uid === 0;
-  const [cmd, argv] = asRoot ? ['runuser', ['-u', 'postgres', '--', resolve(PG_BIN, tool), ...args]] : [resolve(PG_BIN, tool), args];
+  const [cmd, argv] = asRoot ? [RUNUSER, ['-u', 'postgres', '--', resolve(PG_BIN, tool), ...args]] : [resolve(PG_BIN, tool), args];
   const child = spawn(cmd, argv as string[], { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-  const code = await new Promise<number | null>((r) => child.once('exit', r));
+  const code = await new Promise<number | null>((res, rej) => {
+    child.once('exit', res);
+    child.once('error', (err) => rej(new Error(`${cmd} could not be started: ${err.message}`)));
+  });
   child.stderr.destroy();
   if (code !== 0) throw new Error(`${tool} ${args.join(' ')} exited ${code}: ${stderr.trim()}`);
 }
@@ -92,7 +101,7 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
   const url = `postgres://postgres@127.0.0.1:${port}`;
   const stopAtExit = (): void => {
     try {
-      execFileSync(userInfo().uid === 0 ? 'runuser' : resolve(PG_BIN, 'pg_ctl'), [
+      execFileSync(userInfo().uid === 0 ? RUNUSER : resolve(PG_BIN, 'pg_ctl'), [
         ...(userInfo().uid === 0 ? ['-u', 'postgres', '--', resolve(PG_BIN, 'pg_ctl')] : []),
         '-D',
         data,

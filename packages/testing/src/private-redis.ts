@@ -49,8 +49,12 @@ export async function startPrivateRedis(port?: number): Promise<PrivateRedis> {
   const url = `redis://127.0.0.1:${p}`;
   let child: ChildProcess | null = null;
   const restartEmpty = async (): Promise<void> => {
-    child = spawn('redis-server', ['--port', String(p), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
-    await answersPing(url);
+    const c = spawn('redis-server', ['--port', String(p), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    child = c;
+    const failed = new Promise<never>((_, rej) =>
+      c.once('error', (err) => rej(new Error(`redis-server could not be started: ${err.message}`))),
+    );
+    await Promise.race([answersPing(url), failed]);
   };
   const kill = async (): Promise<void> => {
     const c = child as ChildProcess | null;
