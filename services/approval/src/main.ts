@@ -37,6 +37,7 @@ const app = createApprovalApp({
   auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
   verifier: userTokenVerifier(env),
   localSecret: env.GATEHOUSE_AUTH_JWKS_URL || env.GATEHOUSE_ENV === 'production' ? null : env.GATEHOUSE_AUTH_SECRET,
+  secureCookie: env.GATEHOUSE_ENV === 'production',
   log,
   readyChecks: ctx.readyChecks,
 });

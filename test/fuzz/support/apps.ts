@@ -60,8 +60,10 @@ function rel1Packs(): Record<Pack, PackSettings> {
  * Builds the intake (agent-loop), approval and ops apps exactly as their processes do, over a
  * fresh test database and a test queue prefix on the shared Redis, each listening on an
  * ephemeral loopback port with a capturing logger. `close()` stops them and drops both.
+ * `secureCookie` marks the inbox's and the dashboard's session cookies `Secure`, as production does.
  */
-export async function startFuzzApps(): Promise<FuzzApps> {
+export async function startFuzzApps(opts: { secureCookie?: boolean } = {}): Promise<FuzzApps> {
+  const secureCookie = opts.secureCookie ?? false;
   const db = await createTestDatabase();
   const prefix = testQueuePrefix();
   const redis = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: null });
@@ -83,8 +85,10 @@ export async function startFuzzApps(): Promise<FuzzApps> {
     'agent-loop': await start('agent-loop', (log) =>
       createIntakeApp({ ...common, relay: relayOf(log), release: 'rel-1', packs: rel1Packs, log }),
     ),
-    approval: await start('approval', (log) => createApprovalApp({ ...common, relay: relayOf(log), localSecret: SECRET, log })),
-    ops: await start('ops', (log) => createOpsApp({ ...common, log, board, localSecret: SECRET, secureCookie: false })),
+    approval: await start('approval', (log) =>
+      createApprovalApp({ ...common, relay: relayOf(log), localSecret: SECRET, secureCookie, log }),
+    ),
+    ops: await start('ops', (log) => createOpsApp({ ...common, log, board, localSecret: SECRET, secureCookie })),
   };
   return {
     db,

@@ -27,6 +27,8 @@ export interface InboxConfig {
   verifier: UserTokenVerifier;
   /** Local HS256 secret used to sign chooser sessions; null in production (tokens are pasted). */
   localSecret: string | null;
+  /** Mark the session cookie `Secure` (sent over HTTPS only): true in production. */
+  secureCookie: boolean;
 }
 
 /**
@@ -61,6 +63,7 @@ export function inboxRouter(cfg: InboxConfig): Router {
         name: COOKIE,
         value: token ?? '',
         httpOnly: true,
+        secure: cfg.secureCookie,
         sameSite: 'strict',
         path: '/inbox',
         maxAge: token ? 3600 : 0,
