@@ -76,6 +76,17 @@ async function submitReads(prefix: string): Promise<string[]> {
   return ids;
 }
 
+/** Waits until every run of `ids` is terminal, expects each completed, every service ready and none exited. */
+async function expectCompletedAndAlive(ids: string[]): Promise<void> {
+  const final = await waitFor('terminal workflows', async () => {
+    const st = await states(ids);
+    return st && ids.every((id) => st[id] && isTerminal(st[id])) ? st : undefined;
+  });
+  expect(Object.values(final)).toEqual(ids.map(() => 'completed'));
+  await waitFor('every service ready', allReady);
+  expect(exited()).toEqual({});
+}
+
 describe('Postgres restarts under a running stack', () => {
   it('no service exits, /readyz names postgres while it is down, and tickets in flight finish', async () => {
     const ids = await submitReads('T-pg');
@@ -89,13 +100,7 @@ describe('Postgres restarts under a running stack', () => {
     await pg.start();
     await pg.restart({ mode: 'fast' });
 
-    const final = await waitFor('terminal workflows', async () => {
-      const st = await states(ids);
-      return st && ids.every((id) => st[id] && isTerminal(st[id])) ? st : undefined;
-    });
-    expect(Object.values(final)).toEqual(['completed', 'completed', 'completed']);
-    await waitFor('every service ready', allReady);
-    expect(exited()).toEqual({});
+    await expectCompletedAndAlive(ids);
     // The ledger kept every job's attempts: nothing went to the dead letter for the outage.
     const stopped = await sql<{ n: number }>`SELECT count(*)::int AS n FROM workflows WHERE state = 'stopped'`.execute(s.db.db);
     expect(stopped.rows[0]?.n).toBe(0);
@@ -109,13 +114,7 @@ describe('Postgres restarts under a running stack', () => {
       await new Promise((r) => setTimeout(r, 500)); // spacing of the waves, not an assertion
     }
     expect(terminated).toBeGreaterThan(0);
-    const final = await waitFor('terminal workflows', async () => {
-      const st = await states(ids);
-      return st && ids.every((id) => st[id] && isTerminal(st[id])) ? st : undefined;
-    });
-    expect(Object.values(final)).toEqual(['completed', 'completed', 'completed']);
-    await waitFor('every service ready', allReady);
-    expect(exited()).toEqual({});
+    await expectCompletedAndAlive(ids);
   });
 
   it('control removed: with GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING=1 a restart kills the service', async () => {

@@ -36,6 +36,9 @@ const signIn = fc.record(
   { requiredKeys: [] },
 );
 
+/** Who calls the approval service's routes: three leads (two regions' worth of authority, another tenant's) and a rep. */
+const APPROVAL_CALLERS = ['lead-eli', 'lead-fay', 'lead-jon', 'rep-ana'];
+
 /** Every route of the three public surfaces (plus an unknown one each), as the fuzzer drives them. */
 export const ROUTES: Record<Surface, RouteSpec[]> = {
   'agent-loop': [
@@ -59,42 +62,42 @@ export const ROUTES: Record<Surface, RouteSpec[]> = {
     { method: 'GET', path: '/:id/*', callers: ['rep-ana', 'rep-ivy', 'lead-eli'], auth: 'bearer' },
   ],
   approval: [
-    { method: 'GET', path: '/v1/approvals', callers: ['lead-eli', 'lead-fay', 'lead-jon', 'rep-ana'], auth: 'bearer' },
+    { method: 'GET', path: '/v1/approvals', callers: APPROVAL_CALLERS, auth: 'bearer' },
     {
       method: 'GET',
       path: '/v1/approvals/:id',
-      callers: ['lead-eli', 'lead-fay', 'lead-jon', 'rep-ana'],
+      callers: APPROVAL_CALLERS,
       auth: 'bearer',
       ids: () => seededIds.approvals,
     },
     {
       method: 'POST',
       path: '/v1/approvals/:id/decision',
-      callers: ['lead-eli', 'lead-fay', 'lead-jon', 'rep-ana'],
+      callers: APPROVAL_CALLERS,
       auth: 'bearer',
       body: decision,
       ids: () => seededIds.approvals,
     },
-    { method: 'GET', path: '/inbox', callers: ['lead-eli', 'lead-fay', 'lead-jon', 'rep-ana'], auth: 'cookie:gh_inbox' },
+    { method: 'GET', path: '/inbox', callers: APPROVAL_CALLERS, auth: 'cookie:gh_inbox' },
     {
       method: 'POST',
       path: '/inbox/session',
-      callers: ['lead-eli', 'lead-fay', 'lead-jon', 'rep-ana'],
+      callers: APPROVAL_CALLERS,
       auth: 'cookie:gh_inbox',
       form: signIn,
     },
-    { method: 'GET', path: '/inbox/approvals', callers: ['lead-eli', 'lead-fay', 'lead-jon', 'rep-ana'], auth: 'cookie:gh_inbox' },
+    { method: 'GET', path: '/inbox/approvals', callers: APPROVAL_CALLERS, auth: 'cookie:gh_inbox' },
     {
       method: 'POST',
       path: '/inbox/approvals/:id/decision',
-      callers: ['lead-eli', 'lead-fay', 'lead-jon', 'rep-ana'],
+      callers: APPROVAL_CALLERS,
       auth: 'cookie:gh_inbox',
       form: formDecision,
       ids: () => seededIds.approvals,
     },
-    { method: 'GET', path: '/inbox/signout', callers: ['lead-eli', 'lead-fay', 'lead-jon', 'rep-ana'], auth: 'cookie:gh_inbox' },
-    { method: 'GET', path: '/openapi.json', callers: ['lead-eli', 'lead-fay', 'lead-jon', 'rep-ana'], auth: 'bearer' },
-    { method: 'GET', path: '/:id/*', callers: ['lead-eli', 'lead-fay', 'lead-jon', 'rep-ana'], auth: 'bearer' },
+    { method: 'GET', path: '/inbox/signout', callers: APPROVAL_CALLERS, auth: 'cookie:gh_inbox' },
+    { method: 'GET', path: '/openapi.json', callers: APPROVAL_CALLERS, auth: 'bearer' },
+    { method: 'GET', path: '/:id/*', callers: APPROVAL_CALLERS, auth: 'bearer' },
   ],
   ops: [
     { method: 'GET', path: '/ops', callers: ['ops-gus', 'rep-ana'], auth: 'bearer-or-cookie:gh_ops' },
