@@ -243,11 +243,13 @@ describe('incident drill: the units mistake', () => {
       mark(`phase C: 4 tickets after containment, ${paused} paused on a held refund, violations still ${afterB.length}`);
 
       // The corrected bundle: roll back to rel-1, move the paused workflows, switch the tool on.
-      const rolled = await cli(s, ['release', 'rollback', '--to', 'rel-1']);
+      const rolled = await cli(s, ['release', 'rollback', '--to', 'rel-1', '--reason', 'units mistake in support-units']);
       expect(rolled).toContain('rolled back rel-units to rel-1');
+      expect(rolled).toContain('next: gatehouse release enable-writes rel-1');
+      expect(await cli(s, ['release', 'enable-writes', 'rel-1'])).toMatch(/rel-1: safety cases pass .* consequential writes enabled/);
       await cli(s, ['queues', 'requeue', '--from', 'rel-units', '--to', 'rel-1']).catch((e: Error) => e.message);
       await cli(s, ['switch', 'on', 'issue_refund']);
-      mark('rel-1 restored (rollback), paused workflows requeued to it, issue_refund switched on');
+      mark('rel-1 restored (rollback, writes off), safety cases passed, writes enabled, paused workflows requeued to it, issue_refund switched on');
       await drive(held, ['completed', 'stopped', 'needs_reconciliation']);
       const resumed = await Promise.all(held.map((w) => view(s, w.token, w.workflowId)));
       // Every held refund was re-decided at execution under the restored support-p1 (a new action

@@ -178,8 +178,28 @@ describe('rollback rehearsal', () => {
       expect((await q1.getJob('stray_rel2'))?.failedReason).toMatch(/quarantined: job of release rel-2/);
       expect(handled).toBe(0);
 
-      const report = await rollbackRelease(t.db, queues, { to: 'rel-1', ...op });
+      const steps: string[] = [];
+      const report = await rollbackRelease(t.db, queues, {
+        to: 'rel-1',
+        reason: 'canary denials doubled',
+        onStep: (l) => steps.push(l),
+        ...op,
+      });
       expect(report).toMatchObject({ to: 'rel-1', rolledBack: ['rel-2'], expiredApprovals: 1, queuedJobs: 6, safety: [] });
+      // Each step reported as it ran, in the runbook's order.
+      expect(steps.map((l) => l.slice(0, 4))).toEqual(['1/6 ', '2/6 ', '3/6 ', '4/6 ', '5/6 ', '6/6 ']);
+      expect(steps[5]).toMatch(/safety cases of rel-1: pass \(\d+ boundary cases/);
+      // The restored release comes back with consequential writes off, until enable-writes.
+      expect(await releaseWritesEnabled(t.db, 'rel-1')).toBe(false);
+      const rolled = await t.db.selectFrom('audit_outbox').select('event').execute();
+      expect(
+        rolled
+          .map((a) => a.event)
+          .filter((e) => e.type === 'release.rolled_back')
+          .at(-1)?.outcome,
+      ).toBe('from:rel-2;expired_approvals:1;writes:off;reason:canary denials doubled');
+      expect(await enableWrites(t.db, 'rel-1', 'ops-gus', HMAC)).toMatchObject({ id: 'rel-1', forcedPast: [] });
+      expect(await releaseWritesEnabled(t.db, 'rel-1')).toBe(true);
       expect(await releaseWritesEnabled(t.db, 'rel-2')).toBe(false);
       expect(await queues.get(queueName('turns', 'rel-2')).isPaused()).toBe(true);
       const approval = await t.db.selectFrom('approvals').select('expires_at').where('id', '=', wf2.approvalId!).executeTakeFirstOrThrow();
@@ -218,7 +238,7 @@ describe('rollback rehearsal', () => {
       release: 'rel-3',
     });
     await enqueueAll('rel-3', wf3.workflowId);
-    await rollbackRelease(t.db, queues, { to: 'rel-1', ...op });
+    await rollbackRelease(t.db, queues, { to: 'rel-1', reason: 'payload version 2 rejected', ...op });
     await expect(requeueRelease(t.db, queues, 'rel-3', 'rel-1', op)).rejects.toBeInstanceOf(RequeueRefused);
     expect(await queuedJobs(queues, 'rel-3')).toHaveLength(6);
     expect(await quarantineRelease(t.db, queues, 'rel-3', op)).toBe(6);
@@ -241,6 +261,38 @@ describe('rollback rehearsal', () => {
   });
 });
 
+describe('rollback as a runbook (docs/runbooks/rollback.md)', () => {
+  it('needs a reason, and changes nothing without one', async () => {
+    const before = await t.db.selectFrom('releases').select(['id', 'status', 'writes_enabled']).orderBy('id').execute();
+    const events = (await t.db.selectFrom('audit_outbox').select('id').execute()).length;
+    for (const reason of ['', '   ', 'x'.repeat(501), 'bad\u0000reason'])
+      await expect(rollbackRelease(t.db, queues, { to: 'rel-1', reason, ...op })).rejects.toThrow(/reason/);
+    expect(await t.db.selectFrom('releases').select(['id', 'status', 'writes_enabled']).orderBy('id').execute()).toEqual(before);
+    expect((await t.db.selectFrom('audit_outbox').select('id').execute()).length).toBe(events);
+  });
+
+  it('a restored release that fails its safety cases keeps writes off: enable-writes refuses it', async () => {
+    // rel-bad (units mistake) was registered by the forced activation above; a rollback to a
+    // never-forced copy of it restores a bundle that fails its gate.
+    writeRelease('rel-bad-unforced', (m) => ((m.policy as Record<string, string>).support = 'support-units-mistake'));
+    const steps: string[] = [];
+    const r = await rollbackRelease(t.db, queues, { to: 'rel-bad-unforced', reason: 'drill', onStep: (l) => steps.push(l), ...op });
+    expect(r.safety.join('\n')).toContain('R7 just above auto limit');
+    expect(steps[5]).toMatch(/FAIL — writes stay off/);
+    expect(await releaseWritesEnabled(t.db, 'rel-bad-unforced')).toBe(false);
+    const refused = await enableWrites(t.db, 'rel-bad-unforced', 'ops-gus', HMAC).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(ActivationRefused);
+    expect((refused as ActivationRefused).problems.join('\n')).toContain('R7 just above auto limit');
+    expect(await releaseWritesEnabled(t.db, 'rel-bad-unforced')).toBe(false);
+    // Back to rel-1 with writes on for the rest of the suite.
+    await rollbackRelease(t.db, queues, { to: 'rel-1', reason: 'restore the corrected bundle', ...op });
+    await enableWrites(t.db, 'rel-1', 'ops-gus', HMAC);
+    expect(await releaseWritesEnabled(t.db, 'rel-1')).toBe(true);
+    // A drain by the rollback away from rel-1 does not outlive the rollback back to it.
+    expect(await queues.get(queueName('turns', 'rel-1')).isPaused()).toBe(false);
+  });
+});
+
 describe('ops commands need an operator token', () => {
   const commands: string[][] = [
     ['switch', 'off', 'issue_refund'],
@@ -249,7 +301,7 @@ describe('ops commands need an operator token', () => {
     ['reconcile'],
     ['release', 'activate', 'rel-2', '--cohort', 'user:rep-ana'],
     ['release', 'enable-writes', 'rel-1'],
-    ['release', 'rollback', '--to', 'rel-1'],
+    ['release', 'rollback', '--to', 'rel-1', '--reason', 'rehearsal'],
     ['queues', 'drain', '--release', 'rel-2'],
     ['queues', 'quarantine', '--release', 'rel-2'],
     ['queues', 'requeue', '--from', 'rel-2', '--to', 'rel-1'],

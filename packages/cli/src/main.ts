@@ -38,8 +38,10 @@ const USAGE = `gatehouse — operate a Gatehouse stack
   gatehouse release activate <id> [--cohort tenant:T,user:U] [--force]
                                         gate + safety subset, then active (or a candidate for the cohort,
                                         writes disabled); --force bypasses failing boundary cases (audited)
-  gatehouse release enable-writes <id>  let a candidate's consequential tools run
-  gatehouse release rollback --to <id>  writes off, drain, expire approvals, inventory, restore <id>
+  gatehouse release enable-writes <id>  run <id>'s safety cases, then let its consequential tools run
+  gatehouse release rollback --to <id> --reason <why>
+                                        writes off, drain, expire approvals, inventory, restore <id>
+                                        with writes OFF, run its safety cases (docs/runbooks/rollback.md)
   gatehouse queues drain --release R    stop claiming R's jobs; in-flight work finishes
   gatehouse queues quarantine --release R   set R's queued jobs aside in the ledger, stop their workflows
   gatehouse queues requeue --from C --to F  move C's queued jobs to F (same payload version only)
@@ -73,6 +75,7 @@ async function main(argv: string[]): Promise<number> {
       cohort: { type: 'string' },
       force: { type: 'boolean' },
       to: { type: 'string' },
+      reason: { type: 'string' },
       from: { type: 'string' },
       release: { type: 'string' },
       all: { type: 'boolean' },

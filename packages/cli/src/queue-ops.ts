@@ -76,6 +76,16 @@ export async function drainRelease(db: Db, queues: QueueRegistry, release: strin
 }
 
 /**
+ * Resumes every queue of `release` that a drain paused (the release a rollback restores may have
+ * been drained by an earlier rollback away from it). Returns the queues resumed.
+ */
+export async function resumeReleaseQueues(queues: QueueRegistry, release: string): Promise<string[]> {
+  const names = releaseQueueNames(release).map((q) => q.name);
+  for (const name of names) await queues.get(name).resume();
+  return names;
+}
+
+/**
  * `gatehouse queues quarantine --release R`: moves every queued job of R into the ledger's
  * `quarantined_jobs` (payload kept, never run) and removes it from its queue; the workflows it
  * belonged to stop with `stopped(quarantined)` and a next step. Running jobs are left to finish.

@@ -35,7 +35,7 @@ export function parseCohort(text: string): { tenants: string[]; users: string[] 
 export async function releaseCommand(
   command: string,
   arg: string | undefined,
-  values: { cohort?: string; force?: boolean; to?: string; from?: string; release?: string },
+  values: { cohort?: string; force?: boolean; to?: string; from?: string; release?: string; reason?: string },
   env: BaseEnv,
   asOperator: AsOperator,
   out: (line: string) => void,
@@ -77,23 +77,28 @@ export async function releaseCommand(
       });
     case 'release enable-writes':
       return asOperator(command, async (db, op) => {
-        await enableWrites(db, need(arg, 'a release id'), op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
-        out(`${arg}: consequential writes enabled`);
+        const w = await enableWrites(db, need(arg, 'a release id'), op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
+        for (const f of w.forcedPast) out(`  FORCED past ${f} (at activation; audited)`);
+        out(`${w.id}: safety cases pass (${w.boundaryCases} boundary cases, closed parsing, strict schemas); consequential writes enabled`);
         return 0;
       });
     case 'release rollback':
       return asOperator(command, (db, op) =>
         withQueues(env, async (queues) => {
-          const r = await rollbackRelease(db, queues, { to: need(values.to, '--to <release>'), ...actor(op) });
+          const to = need(values.to, '--to <release>');
+          const r = await rollbackRelease(db, queues, { to, reason: values.reason ?? '', onStep: out, ...actor(op) });
           out(`rolled back ${r.rolledBack.join(', ') || 'nothing'} to ${r.to}`);
-          out(`  approvals expired: ${r.expiredApprovals}`);
-          out(`  operations: ${JSON.stringify(r.operations)} (running and failed_unknown go to: gatehouse reconcile)`);
           for (const f of r.safety) out(`  SAFETY ${f}`);
           if (r.queuedJobs) {
             out(`  ${r.queuedJobs} job(s) still queued on ${r.rolledBack.join(', ')}: choose for each release —`);
             for (const c of r.rolledBack)
               out(`    gatehouse queues requeue --from ${c} --to ${r.to}   or   gatehouse queues quarantine --release ${c}`);
           }
+          out(
+            r.safety.length
+              ? `  consequential writes stay OFF: ${r.to} fails its safety cases (docs/runbooks/rollback.md)`
+              : `  next: gatehouse release enable-writes ${r.to}   (consequential writes are off until then; docs/runbooks/rollback.md)`,
+          );
           return r.safety.length ? 1 : 0;
         }),
       );

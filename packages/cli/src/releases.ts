@@ -17,7 +17,7 @@ import {
   type Db,
   type OperationStatus,
 } from '@gatehouse/ledger';
-import { loadBundle, runBoundaryGate } from '@gatehouse/policy';
+import { loadBoundaryCases, loadBundle, runBoundaryGate } from '@gatehouse/policy';
 import {
   allTools,
   catalogDigest,
@@ -29,7 +29,7 @@ import {
   type Pack,
 } from '@gatehouse/tools';
 import type { QueueRegistry } from '@gatehouse/platform';
-import { drainRelease, queuedJobs } from './queue-ops.ts';
+import { drainRelease, queuedJobs, resumeReleaseQueues } from './queue-ops.ts';
 
 const PACKS: readonly Pack[] = ['support', 'change'];
 
@@ -190,26 +190,51 @@ export async function activateRelease(
   return { id, status, forced: safety.gate.length > 0, bypassed: safety.gate };
 }
 
+/** What {@link enableWrites} checked before it enabled a release's consequential writes. */
+export interface WritesEnabled {
+  id: string;
+  /** Boundary cases of the release's bundles that passed, over both packs. */
+  boundaryCases: number;
+  /** Failing boundary cases tolerated because the release was activated with `--force` (audited then). */
+  forcedPast: string[];
+}
+
 /**
- * `gatehouse release enable-writes <id>`: the separate, audited step that lets a candidate's
- * consequential tools become eligible at the policy boundary.
+ * `gatehouse release enable-writes <id>`: the separate, audited step that lets a release's
+ * consequential tools become eligible at the policy boundary — a candidate after its canary, or
+ * the release a rollback restored (docs/runbooks/rollback.md). It runs the release's safety
+ * cases first (its bundles' boundary-case gate and the closed-parsing and strict-schema checks,
+ * {@link safetySubset}) against the manifest on disk and refuses when any fails; failing boundary
+ * cases are tolerated only for a release that was activated with `--force` (that bypass was
+ * audited when it happened).
+ * @throws ActivationRefused listing the failing safety cases.
  * @throws Error when the release is not registered or is retired.
  */
-export async function enableWrites(db: Db, id: string, operator: string, hmacKey: string): Promise<void> {
-  await inTransaction(db, async (trx) => {
+export async function enableWrites(db: Db, id: string, operator: string, hmacKey: string): Promise<WritesEnabled> {
+  return inTransaction(db, async (trx) => {
     await lockReleases(trx);
-    const r = await trx.selectFrom('releases').select('status').where('id', '=', id).executeTakeFirst();
+    const r = await trx.selectFrom('releases').select(['status', 'forced']).where('id', '=', id).executeTakeFirst();
     if (!r || r.status === 'retired') throw new Error(`release ${id} is ${r ? 'retired' : 'not registered'}`);
+    const m = loadReleaseManifest(id);
+    const safety = safetySubset(m);
+    const refused = [...safety.checks, ...(r.forced ? [] : safety.gate)];
+    if (refused.length) throw new ActivationRefused(id, refused);
     await trx.updateTable('releases').set({ writes_enabled: true }).where('id', '=', id).execute();
     await recordAudit(trx, {
       type: 'release.writes_enabled',
       service: 'cli',
       runId: null,
       actorHash: actorHash(hmacKey, operator),
-      outcome: 'enabled',
-      revisions: { release: id },
+      outcome: `enabled;safety:passed${r.forced ? `;forced_past_${safety.gate.length}_gate_failures` : ''}`,
+      revisions: { policy: `${m.policy.support},${m.policy.change}`, release: id },
     });
+    return { id, boundaryCases: boundaryCaseCount(m) - safety.gate.length, forcedPast: r.forced ? safety.gate : [] };
   });
+}
+
+/** How many boundary cases the bundles of `m` are gated on (both packs). */
+function boundaryCaseCount(m: ReleaseManifest): number {
+  return PACKS.reduce((n, pack) => n + loadBoundaryCases(loadBundle(m.policy[pack], process.env.POLICY_DIR).pack).length, 0);
 }
 
 /** What {@link rollbackRelease} did and what is left for an explicit choice. */
@@ -222,92 +247,125 @@ export interface RollbackReport {
   operations: Partial<Record<OperationStatus, number>>;
   /** Jobs still queued on the rolled-back releases: each needs `queues requeue` or `queues quarantine`. */
   queuedJobs: number;
-  /** The former bundle's safety subset after restoration (empty: passes). */
+  /** The restored release's failing safety cases (empty: they pass and writes may be enabled by command). */
   safety: string[];
 }
 
+/** What an operator passes to {@link rollbackRelease}. */
+export interface RollbackOptions {
+  /** The former release to restore (its manifest must be in `releases/`). */
+  to: string;
+  /** Why on-call rolls back: 1–500 printable characters, recorded in the audit chain. */
+  reason: string;
+  operator: string;
+  hmacKey: string;
+  /** Called with each step's line as it completes (the CLI prints them). */
+  onStep?: (line: string) => void;
+}
+
+/** Longest rollback reason kept (characters); the audit event carries it whole. */
+export const ROLLBACK_REASON_MAX = 500;
+
 /**
- * `gatehouse release rollback --to <former>` (docs/product/releases.md): for every other active or candidate
- * release, in this order — disable write eligibility at the policy boundary, drain its queues
- * (no new claims; in-flight work finishes or its lease expires), expire its pending and
- * unconsumed approvals, inventory its operations by status (running and failed_unknown are left
- * for reconciliation, never turned into retryable failures) — then restore the former release
- * as active for everyone and run its safety subset. Queued candidate jobs are counted, never
- * moved: on-call requeues or quarantines them explicitly. Audited.
- * @throws Error when the former release has no manifest.
+ * Checks a rollback reason: present, at most {@link ROLLBACK_REASON_MAX} characters, no control
+ * characters (it is written to the audit chain and printed).
+ * @throws Error saying what is wrong.
  */
-export async function rollbackRelease(
-  db: Db,
-  queues: QueueRegistry,
-  opts: { to: string; operator: string; hmacKey: string },
-): Promise<RollbackReport> {
+export function checkRollbackReason(reason: string | undefined): string {
+  const r = (reason ?? '').trim();
+  if (!r) throw new Error('release rollback needs --reason "<why>" (recorded in the audit chain)');
+  if (r.length > ROLLBACK_REASON_MAX) throw new Error(`--reason is ${r.length} characters; at most ${ROLLBACK_REASON_MAX}`);
+  // eslint-disable-next-line no-control-regex
+  if (/[\u0000-\u001f\u007f]/.test(r)) throw new Error('--reason may not contain control characters');
+  return r;
+}
+
+/**
+ * `gatehouse release rollback --to <former> --reason <why>` (docs/runbooks/rollback.md,
+ * docs/product/releases.md). For every other active or candidate release, in this order:
+ * disable write eligibility at the policy boundary, drain its queues (no new claims; in-flight
+ * work finishes or its lease expires), expire its pending and unconsumed approvals, inventory
+ * its operations by status (running and failed_unknown are left for reconciliation, never
+ * turned into retryable failures). Then the former release is restored as active for everyone
+ * with consequential writes OFF, and its safety cases run against it; writes come back only by
+ * `gatehouse release enable-writes <former>`, which runs them again. Queued candidate jobs are
+ * counted, never moved: on-call requeues or quarantines them explicitly. Each step is reported
+ * through `onStep` as it completes; the reason is audited.
+ * @throws Error when the reason is missing or malformed, or the former release has no manifest.
+ */
+export async function rollbackRelease(db: Db, queues: QueueRegistry, opts: RollbackOptions): Promise<RollbackReport> {
+  const reason = checkRollbackReason(opts.reason);
   const former = loadReleaseManifest(opts.to);
+  const step = opts.onStep ?? (() => undefined);
   const others = (
     await db.selectFrom('releases').select('id').where('status', 'in', ['active', 'candidate']).where('id', '!=', opts.to).execute()
   ).map((r) => r.id);
-  // 1. Writes off at the policy boundary first.
+  const list = others.join(', ') || 'none';
   if (others.length) await db.updateTable('releases').set({ writes_enabled: false }).where('id', 'in', others).execute();
-  // 2. Stop candidate workers from claiming.
+  step(`1/6 consequential writes off at the policy boundary for: ${list}`);
   for (const id of others) await drainRelease(db, queues, id, opts);
-  // 3. Approvals whose release changes can never be consumed.
+  step(`2/6 queues drained (paused; in-flight work finishes or its lease expires): ${list}`);
   const report = await inTransaction(db, async (trx) => {
     await lockReleases(trx);
-    let expiredApprovals = 0;
-    const operations: RollbackReport['operations'] = {};
-    if (others.length) {
-      const expired = await trx
-        .updateTable('approvals')
-        .set({ expires_at: new Date() })
-        .where('release_id', 'in', others)
-        .where('status', 'in', ['pending', 'approved'])
-        .returning('id')
-        .execute();
-      expiredApprovals = expired.length;
-      // 4. Inventory, by status.
-      const ops = await trx
-        .selectFrom('operations')
-        .select(['status', (eb) => eb.fn.countAll<string>().as('n')])
-        .where('release_id', 'in', others)
-        .groupBy('status')
-        .execute();
-      for (const o of ops) operations[o.status] = Number(o.n);
-      await trx.updateTable('releases').set({ status: 'retired', cohort: null }).where('id', 'in', others).execute();
-    }
-    // 5. Restore the former bundle for everyone.
-    await trx
-      .updateTable('releases')
-      .set({ status: 'retired', cohort: null })
-      .where('status', '=', 'active')
-      .where('id', '!=', opts.to)
-      .execute();
-    await trx
-      .insertInto('releases')
-      .values({
-        id: opts.to,
-        manifest: JSON.stringify(former),
-        status: 'active',
-        writes_enabled: true,
-        cohort: null,
-        activated_at: new Date(),
-      })
-      .onConflict((oc) =>
-        oc.column('id').doUpdateSet({ status: 'active', writes_enabled: true, cohort: null, draining: false, activated_at: new Date() }),
-      )
-      .execute();
+    const retired = await retireReleases(trx, others);
+    step(`3/6 approvals of ${list} expired: ${retired.expiredApprovals}`);
+    step(`4/6 operations of ${list} by status: ${JSON.stringify(retired.operations)} (running, failed_unknown → gatehouse reconcile)`);
+    await restoreRelease(trx, opts.to, former);
     await recordAudit(trx, {
       type: 'release.rolled_back',
       service: 'cli',
       runId: null,
       actorHash: actorHash(opts.hmacKey, opts.operator),
-      outcome: `from:${others.join(',') || 'none'};expired_approvals:${expiredApprovals}`,
+      outcome: `from:${others.join(',') || 'none'};expired_approvals:${retired.expiredApprovals};writes:off;reason:${reason}`,
       revisions: { release: opts.to },
     });
-    return { expiredApprovals, operations };
+    return retired;
   });
+  await resumeReleaseQueues(queues, opts.to);
+  step(`5/6 ${opts.to} restored as the active release (its queues resumed), consequential writes OFF`);
   let queued = 0;
   for (const id of others) queued += (await queuedJobs(queues, id)).length;
   const safety = safetySubset(former);
-  return { to: opts.to, rolledBack: others, ...report, queuedJobs: queued, safety: [...safety.gate, ...safety.checks] };
+  const failing = [...safety.gate, ...safety.checks];
+  step(
+    failing.length
+      ? `6/6 safety cases of ${opts.to}: ${failing.length} FAIL — writes stay off`
+      : `6/6 safety cases of ${opts.to}: pass (${boundaryCaseCount(former)} boundary cases, closed parsing, strict schemas)`,
+  );
+  return { to: opts.to, rolledBack: others, ...report, queuedJobs: queued, safety: failing };
+}
+
+/** Expires the approvals of `ids`, inventories their operations and retires them (inside a rollback). */
+async function retireReleases(trx: Db, ids: string[]): Promise<{ expiredApprovals: number; operations: RollbackReport['operations'] }> {
+  const operations: RollbackReport['operations'] = {};
+  if (!ids.length) return { expiredApprovals: 0, operations };
+  const expired = await trx
+    .updateTable('approvals')
+    .set({ expires_at: new Date() })
+    .where('release_id', 'in', ids)
+    .where('status', 'in', ['pending', 'approved'])
+    .returning('id')
+    .execute();
+  const ops = await trx
+    .selectFrom('operations')
+    .select(['status', (eb) => eb.fn.countAll<string>().as('n')])
+    .where('release_id', 'in', ids)
+    .groupBy('status')
+    .execute();
+  for (const o of ops) operations[o.status] = Number(o.n);
+  await trx.updateTable('releases').set({ status: 'retired', cohort: null }).where('id', 'in', ids).execute();
+  return { expiredApprovals: expired.length, operations };
+}
+
+/** Makes `id` the one active release, for everyone, with consequential writes off (inside a rollback). */
+async function restoreRelease(trx: Db, id: string, manifest: ReleaseManifest): Promise<void> {
+  await trx.updateTable('releases').set({ status: 'retired', cohort: null }).where('status', '=', 'active').where('id', '!=', id).execute();
+  const restored = { status: 'active' as const, writes_enabled: false, cohort: null, draining: false, activated_at: new Date() };
+  await trx
+    .insertInto('releases')
+    .values({ id, manifest: JSON.stringify(manifest), ...restored })
+    .onConflict((oc) => oc.column('id').doUpdateSet(restored))
+    .execute();
 }
 
 /** Every release manifest in `releases/`, for `gatehouse release list`. */
