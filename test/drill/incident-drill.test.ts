@@ -249,7 +249,9 @@ describe('incident drill: the units mistake', () => {
       expect(await cli(s, ['release', 'enable-writes', 'rel-1'])).toMatch(/rel-1: safety cases pass .* consequential writes enabled/);
       await cli(s, ['queues', 'requeue', '--from', 'rel-units', '--to', 'rel-1']).catch((e: Error) => e.message);
       await cli(s, ['switch', 'on', 'issue_refund']);
-      mark('rel-1 restored (rollback, writes off), safety cases passed, writes enabled, paused workflows requeued to it, issue_refund switched on');
+      mark(
+        'rel-1 restored (rollback, writes off), safety cases passed, writes enabled, paused workflows requeued to it, issue_refund switched on',
+      );
       await drive(held, ['completed', 'stopped', 'needs_reconciliation']);
       const resumed = await Promise.all(held.map((w) => view(s, w.token, w.workflowId)));
       // Every held refund was re-decided at execution under the restored support-p1 (a new action
