@@ -7,12 +7,29 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import { Redis } from 'ioredis';
 import type { Worker } from 'bullmq';
-import { executionsQueue, loadReleaseManifest, queueContracts, queueName, repoRoot, type ExecutionJob } from '@gatehouse/contracts';
+import {
+  DEFAULT_CANARY_THRESHOLDS,
+  executionsQueue,
+  loadReleaseManifest,
+  queueContracts,
+  queueName,
+  repoRoot,
+  type ExecutionJob,
+} from '@gatehouse/contracts';
 import { knownMigrations, registerRelease, releaseForced, releaseWritesEnabled, routeRelease } from '@gatehouse/ledger';
 import { createLogger, createWorker, PostgresGate, QueueRegistry } from '@gatehouse/platform';
 import { evaluateAction, loadActiveBundles } from '@gatehouse/policy';
 import { findTool } from '@gatehouse/tools';
-import { createAction, createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
+import {
+  createAction,
+  createTestDatabase,
+  dropQueuePrefix,
+  seedFinishedRun,
+  testQueuePrefix,
+  TEST_REDIS_URL,
+  type TestDatabase,
+} from '@gatehouse/testing';
+import { CanaryRefused } from '../../packages/cli/src/canary.ts';
 import { tokenFor } from '@gatehouse/cli';
 import { activateRelease, ActivationRefused, enableWrites, rollbackRelease } from '../../packages/cli/src/releases.ts';
 import { drainRelease, quarantineRelease, queuedJobs, requeueRelease, RequeueRefused } from '../../packages/cli/src/queue-ops.ts';
@@ -138,6 +155,12 @@ describe('release activation', () => {
         }),
       );
     expect((await decide()).decision).toMatchObject({ decision: 'DENY', ruleId: 'R1' });
+    // Not before its canary analysis has enough clean runs on both sides (test/ops/canary.test.ts).
+    await expect(enableWrites(t.db, 'rel-2', 'ops-gus', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
+    for (let i = 0; i < DEFAULT_CANARY_THRESHOLDS.minRuns; i++) {
+      await seedFinishedRun(t.db, { release: 'rel-1' });
+      await seedFinishedRun(t.db, { release: 'rel-2' });
+    }
     await enableWrites(t.db, 'rel-2', 'ops-gus', HMAC);
     expect((await decide()).decision).toMatchObject({ decision: 'ALLOW', ruleId: 'ALL' });
   });

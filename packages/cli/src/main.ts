@@ -38,7 +38,13 @@ const USAGE = `gatehouse — operate a Gatehouse stack
   gatehouse release activate <id> [--cohort tenant:T,user:U] [--force]
                                         gate + safety subset, then active (or a candidate for the cohort,
                                         writes disabled); --force bypasses failing boundary cases (audited)
-  gatehouse release enable-writes <id>  run <id>'s safety cases, then let its consequential tools run
+  gatehouse release analyze <candidate> [--baseline <id>] [--json]
+                                        compare the candidate's cohort with the baseline over the same window;
+                                        exit 0 only when the verdict is pass
+  gatehouse release override <id> --reason <why>    ask to go past a failing canary analysis
+  gatehouse release override --approve <override>   a second operator approves it (single use, 15 min)
+  gatehouse release enable-writes <id>  run <id>'s safety cases (and a candidate's canary analysis),
+                                        then let its consequential tools run
   gatehouse release rollback --to <id> --reason <why>
                                         writes off, drain, expire approvals, inventory, restore <id>
                                         with writes OFF, run its safety cases (docs/runbooks/rollback.md)
@@ -76,6 +82,9 @@ async function main(argv: string[]): Promise<number> {
       force: { type: 'boolean' },
       to: { type: 'string' },
       reason: { type: 'string' },
+      baseline: { type: 'string' },
+      approve: { type: 'string' },
+      json: { type: 'boolean' },
       from: { type: 'string' },
       release: { type: 'string' },
       all: { type: 'boolean' },
@@ -193,6 +202,8 @@ async function main(argv: string[]): Promise<number> {
     case 'release verify':
     case 'release activate':
     case 'release enable-writes':
+    case 'release analyze':
+    case 'release override':
     case 'release rollback':
     case 'queues drain':
     case 'queues quarantine':

@@ -4,6 +4,7 @@ import type { BaseEnv } from '@gatehouse/platform';
 import type { Operator } from './ops.ts';
 import { drainRelease, quarantineRelease, requeueRelease, withQueues } from './queue-ops.ts';
 import { activateRelease, currentDigests, enableWrites, rollbackRelease, verifyManifest } from './releases.ts';
+import { analyzeCanary, approveOverride, auditAnalysis, formatAnalysis, requestOverride } from './canary.ts';
 
 /** Runs `fn` as a verified operator (see `opsCommand` in main.ts). */
 type AsOperator = (command: string, fn: (db: Db, op: Operator) => Promise<number>) => Promise<number>;
@@ -35,7 +36,17 @@ export function parseCohort(text: string): { tenants: string[]; users: string[] 
 export async function releaseCommand(
   command: string,
   arg: string | undefined,
-  values: { cohort?: string; force?: boolean; to?: string; from?: string; release?: string; reason?: string },
+  values: {
+    cohort?: string;
+    force?: boolean;
+    to?: string;
+    from?: string;
+    release?: string;
+    reason?: string;
+    baseline?: string;
+    approve?: string;
+    json?: boolean;
+  },
   env: BaseEnv,
   asOperator: AsOperator,
   out: (line: string) => void,
@@ -79,7 +90,32 @@ export async function releaseCommand(
       return asOperator(command, async (db, op) => {
         const w = await enableWrites(db, need(arg, 'a release id'), op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
         for (const f of w.forcedPast) out(`  FORCED past ${f} (at activation; audited)`);
-        out(`${w.id}: safety cases pass (${w.boundaryCases} boundary cases, closed parsing, strict schemas); consequential writes enabled`);
+        out(
+          `${w.id}: safety cases pass (${w.boundaryCases} boundary cases, closed parsing, strict schemas)` +
+            `${w.canary === 'not_a_candidate' ? '' : w.canary === 'pass' ? '; canary analysis passes' : '; canary analysis OVERRIDDEN by a second operator (audited)'}` +
+            '; consequential writes enabled',
+        );
+        return 0;
+      });
+    case 'release analyze':
+      return asOperator(command, async (db, op) => {
+        const a = await analyzeCanary(db, need(arg, 'a candidate release id'), { baseline: values.baseline });
+        await auditAnalysis(db, a, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
+        if (values.json) out(JSON.stringify(a, null, 2));
+        else for (const line of formatAnalysis(a)) out(line);
+        return a.verdict === 'pass' ? 0 : 1;
+      });
+    case 'release override':
+      return asOperator(command, async (db, op) => {
+        if (values.approve) {
+          const release = await approveOverride(db, values.approve, actor(op));
+          out(
+            `override ${values.approve} of ${release} approved by ${op.id}; the next enable-writes or promotion of ${release} uses it once`,
+          );
+          return 0;
+        }
+        const id = await requestOverride(db, need(arg, 'a release id'), { ...actor(op), reason: values.reason ?? '' });
+        out(`override ${id} requested; another operator approves it with: gatehouse release override --approve ${id}`);
         return 0;
       });
     case 'release rollback':

@@ -30,6 +30,7 @@ import {
 } from '@gatehouse/tools';
 import type { QueueRegistry } from '@gatehouse/platform';
 import { drainRelease, queuedJobs, resumeReleaseQueues } from './queue-ops.ts';
+import { requireCanary } from './canary.ts';
 
 const PACKS: readonly Pack[] = ['support', 'change'];
 
@@ -145,6 +146,8 @@ export async function activateRelease(
   const status = opts.cohort ? 'candidate' : 'active';
   await inTransaction(db, async (trx) => {
     await lockReleases(trx);
+    // Promoting a candidate to everyone needs its canary analysis to pass (or a two-person override).
+    if (status === 'active') await requireCanary(trx, id, opts.operator, opts.hmacKey);
     if (status === 'active') {
       await trx
         .updateTable('releases')
@@ -197,6 +200,8 @@ export interface WritesEnabled {
   boundaryCases: number;
   /** Failing boundary cases tolerated because the release was activated with `--force` (audited then). */
   forcedPast: string[];
+  /** How the canary check passed: not a candidate, its analysis passed, or a two-person override was used. */
+  canary: 'not_a_candidate' | 'pass' | 'override';
 }
 
 /**
@@ -206,8 +211,10 @@ export interface WritesEnabled {
  * cases first (its bundles' boundary-case gate and the closed-parsing and strict-schema checks,
  * {@link safetySubset}) against the manifest on disk and refuses when any fails; failing boundary
  * cases are tolerated only for a release that was activated with `--force` (that bypass was
- * audited when it happened).
+ * audited when it happened). A candidate's canary analysis must pass too, or a second operator's
+ * approved override is consumed ({@link requireCanary}).
  * @throws ActivationRefused listing the failing safety cases.
+ * @throws CanaryRefused when a candidate's analysis fails and no approved override applies.
  * @throws Error when the release is not registered or is retired.
  */
 export async function enableWrites(db: Db, id: string, operator: string, hmacKey: string): Promise<WritesEnabled> {
@@ -219,16 +226,17 @@ export async function enableWrites(db: Db, id: string, operator: string, hmacKey
     const safety = safetySubset(m);
     const refused = [...safety.checks, ...(r.forced ? [] : safety.gate)];
     if (refused.length) throw new ActivationRefused(id, refused);
+    const canary = await requireCanary(trx, id, operator, hmacKey);
     await trx.updateTable('releases').set({ writes_enabled: true }).where('id', '=', id).execute();
     await recordAudit(trx, {
       type: 'release.writes_enabled',
       service: 'cli',
       runId: null,
       actorHash: actorHash(hmacKey, operator),
-      outcome: `enabled;safety:passed${r.forced ? `;forced_past_${safety.gate.length}_gate_failures` : ''}`,
+      outcome: `enabled;safety:passed;canary:${canary}${r.forced ? `;forced_past_${safety.gate.length}_gate_failures` : ''}`,
       revisions: { policy: `${m.policy.support},${m.policy.change}`, release: id },
     });
-    return { id, boundaryCases: boundaryCaseCount(m) - safety.gate.length, forcedPast: r.forced ? safety.gate : [] };
+    return { id, boundaryCases: boundaryCaseCount(m) - safety.gate.length, forcedPast: r.forced ? safety.gate : [], canary };
   });
 }
 

@@ -35,6 +35,11 @@ export const AuditEventType = z.enum([
   'release.writes_enabled',
   'release.cohort_changed',
   'release.rolled_back',
+  /** `gatehouse release analyze`: outcome `<verdict>:<failing measures>;baseline:<id>`. */
+  'release.analyzed',
+  'release.override_requested',
+  'release.override_approved',
+  'release.override_used',
   'reconciliation.classified',
   'reconciliation.resolved',
   'compensation.requested',

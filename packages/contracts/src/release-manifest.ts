@@ -15,6 +15,35 @@ export const PackBudgetsSchema = z.strictObject({
 });
 export type PackBudgets = z.infer<typeof PackBudgetsSchema>;
 
+/**
+ * Canary thresholds of a release (docs/decisions/0210-canary-analysis.md): how far its cohort's
+ * runs may fall behind the baseline release's runs in the same window before `release analyze`
+ * fails it. Safety measures (unsafe proposals per run, failed_unknown per run) have no
+ * tolerance: the candidate may not be above the baseline at all.
+ */
+export const CanaryThresholdsSchema = z.strictObject({
+  /** Terminal runs each side needs before a verdict (fewer: `insufficient`, which refuses like a failure). */
+  minRuns: z.number().int().positive(),
+  /** Largest drop in the share of runs that completed, absolute (0.05 = five points). */
+  maxTaskSuccessDrop: z.number().min(0).max(1),
+  /** Largest ratio of the candidate's p95 time to a terminal state to the baseline's. */
+  maxP95TerminalRatio: z.number().positive(),
+  /** Largest increase in the share of runs stopped by an error (step_failed, dependency_unavailable, audit_unavailable, model_error), absolute. */
+  maxErrorRateIncrease: z.number().min(0).max(1),
+  /** Largest ratio of the candidate's mean model spend per run to the baseline's. */
+  maxCostPerRunRatio: z.number().positive(),
+});
+export type CanaryThresholds = z.infer<typeof CanaryThresholdsSchema>;
+
+/** Thresholds for a manifest that names none. */
+export const DEFAULT_CANARY_THRESHOLDS: CanaryThresholds = {
+  minRuns: 10,
+  maxTaskSuccessDrop: 0.05,
+  maxP95TerminalRatio: 1.5,
+  maxErrorRateIncrease: 0.02,
+  maxCostPerRunRatio: 1.25,
+};
+
 const perPack = <T extends z.ZodType>(t: T) => z.strictObject({ support: t, change: t });
 const sha256 = z.string().regex(/^[0-9a-f]{64}$/);
 
@@ -50,6 +79,8 @@ export const ReleaseManifestSchema = z.strictObject({
   /** Version of the job payloads its workers accept; requeue needs equal versions. */
   payloadVersion: z.number().int().positive(),
   budgets: z.strictObject({ support: PackBudgetsSchema, change: PackBudgetsSchema }),
+  /** Canary thresholds; {@link DEFAULT_CANARY_THRESHOLDS} when absent. */
+  canary: CanaryThresholdsSchema.optional(),
 });
 export type ReleaseManifest = z.infer<typeof ReleaseManifestSchema>;
 

@@ -234,6 +234,27 @@ export interface ReleasesTable {
   forced: Generated<boolean>;
 }
 
+/**
+ * A two-person override of a failing release check (ADR 0210): requested by one operator,
+ * approved by another, consumed once by the command that needed it, bound to the release and a
+ * digest of the failing measures, expiring.
+ */
+export interface ReleaseOverridesTable {
+  id: string;
+  release_id: string;
+  kind: 'canary';
+  /** sha256 over the release, its baseline and the names of the failing measures. */
+  failure_digest: string;
+  reason: string;
+  requested_by: string;
+  approved_by: string | null;
+  status: Generated<'pending' | 'approved' | 'used'>;
+  expires_at: Timestamp;
+  created_at: Generated<Date>;
+  decided_at: Timestamp | null;
+  used_at: Timestamp | null;
+}
+
 /** A queued job set aside by `gatehouse queues quarantine` (payload kept, never run). */
 export interface QuarantinedJobsTable {
   id: Generated<string>;
@@ -361,4 +382,5 @@ export interface DB {
   change_plans: ChangePlansTable;
   reconciliation_items: ReconciliationItemsTable;
   quarantined_jobs: QuarantinedJobsTable;
+  release_overrides: ReleaseOverridesTable;
 }

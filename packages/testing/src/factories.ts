@@ -161,6 +161,53 @@ export async function createAction(db: Db, seed: ActionSeed): Promise<SeededActi
   return { workflowId, actionId, version, callId, digest, operationKey, approvalId, job, jobId: `exec_${actionId}_v${version}` };
 }
 
+/** Options of {@link seedFinishedRun}. */
+export interface FinishedRunSeed {
+  release: string;
+  /** Terminal state (default `completed`). */
+  state?: 'completed' | 'stopped' | 'needs_reconciliation';
+  stopReason?: string | null;
+  /** Seconds from intake to the terminal state (default 10). */
+  seconds?: number;
+  /** Model spend of the run, micro-USD (default 1000). */
+  spendMicroUsd?: number;
+  /** Denied actions in the run (default 0). */
+  denied?: number;
+  /** Operations of the run that ended failed_unknown (default 0). */
+  failedUnknown?: number;
+  /** When the run was received (default now; it reaches its terminal state `seconds` later). */
+  createdAt?: Date;
+}
+
+/**
+ * Writes a finished run of `release` for canary analysis tests: a workflow in a terminal state
+ * with its budget's spend, `denied` denied actions and `failedUnknown` failed_unknown operations
+ * (each through {@link createAction}, then set by hand — test data, not a transition).
+ * @returns the workflow id.
+ */
+export async function seedFinishedRun(db: Db, seed: FinishedRunSeed): Promise<string> {
+  const seconds = seed.seconds ?? 10;
+  const created = seed.createdAt ?? new Date();
+  const first = await createAction(db, { orderId: 'O-1001', release: seed.release, decision: 'ALLOW' });
+  const workflowId = first.workflowId;
+  for (let i = 0; i < (seed.denied ?? 0); i++) {
+    await sql`insert into actions (id, workflow_id, proposal_id, call_id, version, tool, target, arguments, digest, decision, rule_id,
+        policy_revision, status, operation_key, release_id, facts)
+      select gen_random_uuid(), workflow_id, proposal_id, call_id || ${`_d${i}`}, version + ${i + 1}, tool, target, arguments, digest,
+        'DENY', 'R2', policy_revision, 'denied', operation_key || ${`:d${i}`}, release_id, facts
+      from actions where id = ${first.actionId}`.execute(db);
+  }
+  for (let i = 0; i < (seed.failedUnknown ?? 0); i++) {
+    await sql`insert into operations (key, workflow_id, action_id, action_digest, tool, status, release_id)
+      values (${`${workflowId}:unknown:${i}`}, ${workflowId}, ${first.actionId}, ${first.digest}, 'issue_refund', 'failed_unknown',
+        ${seed.release})`.execute(db);
+  }
+  await sql`update workflows set state = ${seed.state ?? 'completed'}, stop_reason = ${seed.stopReason ?? null},
+      created_at = ${created}, updated_at = ${new Date(created.getTime() + seconds * 1000)} where id = ${workflowId}`.execute(db);
+  await sql`update budgets set spend_micro_usd = ${seed.spendMicroUsd ?? 1000} where workflow_id = ${workflowId}`.execute(db);
+  return workflowId;
+}
+
 /**
  * Sets `deadlock_timeout` for new sessions of `database` (superuser). Deadlocks are still
  * detected and counted; a short timeout only keeps a test that provokes them fast.

@@ -1,0 +1,167 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { execFile } from 'node:child_process';
+import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { resolve } from 'node:path';
+import { repoRoot } from '@gatehouse/contracts';
+import { releaseWritesEnabled } from '@gatehouse/ledger';
+import { createTestDatabase, seedFinishedRun, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/testing';
+import { tokenFor } from '@gatehouse/cli';
+import { activateRelease, enableWrites } from '../../packages/cli/src/releases.ts';
+import { analyzeCanary, approveOverride, CanaryRefused, OverrideRefused, requestOverride } from '../../packages/cli/src/canary.ts';
+
+/**
+ * Canary analysis (docs/decisions/0210-canary-analysis.md): a candidate's cohort is compared with
+ * the baseline over the same window; enable-writes and promotion refuse a candidate whose
+ * analysis fails or has too few runs, unless a second operator approved an override — bound to
+ * what failed, single use, audited.
+ */
+const SECRET = 'local-auth-secret-change-me';
+const HMAC = 'test-audit-hmac-key-0123456789';
+let t: TestDatabase;
+const releasesDir = mkdtempSync(resolve(tmpdir(), 'gh-canary-'));
+const policyDir = mkdtempSync(resolve(tmpdir(), 'gh-canary-policy-'));
+const gus = { operator: 'ops-gus', hmacKey: HMAC };
+const ida = { operator: 'ops-ida', hmacKey: HMAC };
+const THRESHOLDS = { minRuns: 5, maxTaskSuccessDrop: 0.1, maxP95TerminalRatio: 1.5, maxErrorRateIncrease: 0.1, maxCostPerRunRatio: 1.25 };
+
+function writeRelease(id: string): void {
+  const m = JSON.parse(readFileSync(resolve(repoRoot, 'releases/rel-1.json'), 'utf8')) as Record<string, unknown>;
+  m.id = id;
+  m.canary = THRESHOLDS;
+  writeFileSync(resolve(releasesDir, `${id}.json`), JSON.stringify(m));
+}
+
+const saved = { RELEASES_DIR: process.env.RELEASES_DIR, POLICY_DIR: process.env.POLICY_DIR };
+beforeAll(async () => {
+  t = await createTestDatabase();
+  for (const f of ['support-p1.json', 'change-c1.json']) copyFileSync(resolve(repoRoot, 'policy', f), resolve(policyDir, f));
+  for (const id of ['rel-1', 'rel-good', 'rel-unsafe', 'rel-slow', 'rel-thin']) writeRelease(id);
+  process.env.RELEASES_DIR = releasesDir;
+  process.env.POLICY_DIR = policyDir;
+  await activateRelease(t.db, 'rel-1', gus);
+});
+
+/** The baseline's runs in a candidate's window: 8 completed in 10 s at 1000 µ$, no denial. */
+async function baselineRuns(): Promise<void> {
+  for (let i = 0; i < 8; i++) await seedFinishedRun(t.db, { release: 'rel-1', seconds: 10 });
+}
+afterAll(async () => {
+  for (const [k, v] of Object.entries(saved))
+    if (v === undefined) delete process.env[k];
+    else process.env[k] = v;
+  await t?.drop();
+});
+
+const cohort = { tenants: [], users: ['rep-ana'] };
+
+describe('release analyze', () => {
+  it('a candidate no worse than the baseline passes, and enable-writes then runs', async () => {
+    await activateRelease(t.db, 'rel-good', { ...gus, cohort });
+    await baselineRuns();
+    for (let i = 0; i < 6; i++) await seedFinishedRun(t.db, { release: 'rel-good', seconds: 11 });
+    const a = await analyzeCanary(t.db, 'rel-good');
+    expect(a.verdict).toBe('pass');
+    expect(a.measures.candidate).toMatchObject({ runs: 6, terminal: 6, taskSuccess: 1, unsafePerRun: 0, failedUnknownPerRun: 0 });
+    expect(a.rows.every((r) => r.ok)).toBe(true);
+    expect(await enableWrites(t.db, 'rel-good', 'ops-gus', HMAC)).toMatchObject({ canary: 'pass' });
+    expect(await releaseWritesEnabled(t.db, 'rel-good')).toBe(true);
+  });
+
+  it('one more denial per run fails the safety measure with no tolerance; enable-writes and promotion refuse', async () => {
+    await activateRelease(t.db, 'rel-unsafe', { ...gus, cohort });
+    await baselineRuns();
+    for (let i = 0; i < 6; i++) await seedFinishedRun(t.db, { release: 'rel-unsafe', seconds: 10, denied: i === 0 ? 1 : 0 });
+    const a = await analyzeCanary(t.db, 'rel-unsafe');
+    expect(a.verdict).toBe('fail');
+    expect(a.rows.filter((r) => !r.ok).map((r) => [r.measure, r.safety])).toEqual([['unsafe_per_run', true]]);
+    await expect(enableWrites(t.db, 'rel-unsafe', 'ops-gus', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
+    await expect(activateRelease(t.db, 'rel-unsafe', gus)).rejects.toBeInstanceOf(CanaryRefused);
+    expect(await releaseWritesEnabled(t.db, 'rel-unsafe')).toBe(false);
+    const r = await t.db.selectFrom('releases').select('status').where('id', '=', 'rel-unsafe').executeTakeFirstOrThrow();
+    expect(r.status).toBe('candidate');
+  });
+
+  it('slower runs fail p95 past the manifest ratio; a failed_unknown fails its safety measure', async () => {
+    await activateRelease(t.db, 'rel-slow', { ...gus, cohort });
+    await baselineRuns();
+    for (let i = 0; i < 6; i++) await seedFinishedRun(t.db, { release: 'rel-slow', seconds: 16, failedUnknown: i === 0 ? 1 : 0 });
+    const a = await analyzeCanary(t.db, 'rel-slow');
+    expect(a.rows.filter((r) => !r.ok).map((r) => r.measure)).toEqual(['p95_terminal_s', 'failed_unknown_per_run']);
+  });
+
+  it('too few runs is insufficient and refuses like a failure', async () => {
+    await activateRelease(t.db, 'rel-thin', { ...gus, cohort });
+    await baselineRuns();
+    for (let i = 0; i < 2; i++) await seedFinishedRun(t.db, { release: 'rel-thin' });
+    expect((await analyzeCanary(t.db, 'rel-thin')).verdict).toBe('insufficient');
+    await expect(enableWrites(t.db, 'rel-thin', 'ops-gus', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
+  });
+});
+
+describe('two-person override', () => {
+  it('the requester cannot approve; a second operator can; it is used once and bound to what failed', async () => {
+    const id = await requestOverride(t.db, 'rel-unsafe', { ...gus, reason: 'the denial is a known test ticket' });
+    await expect(approveOverride(t.db, id, gus)).rejects.toMatchObject({ reason: 'requester_cannot_approve' });
+    // Not approved yet: still refused.
+    await expect(enableWrites(t.db, 'rel-unsafe', 'ops-gus', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
+    expect(await approveOverride(t.db, id, ida)).toBe('rel-unsafe');
+    await expect(approveOverride(t.db, id, ida)).rejects.toBeInstanceOf(OverrideRefused);
+    expect(await enableWrites(t.db, 'rel-unsafe', 'ops-gus', HMAC)).toMatchObject({ canary: 'override' });
+    expect(await releaseWritesEnabled(t.db, 'rel-unsafe')).toBe(true);
+    // Single use: promotion needs its own override.
+    await expect(activateRelease(t.db, 'rel-unsafe', gus)).rejects.toBeInstanceOf(CanaryRefused);
+    const events = (await t.db.selectFrom('audit_outbox').select('event').execute()).map((e) => String(e.event.type));
+    for (const type of ['release.override_requested', 'release.override_approved', 'release.override_used']) expect(events).toContain(type);
+  });
+
+  it('an override approved for one failure does not cover another', async () => {
+    const id = await requestOverride(t.db, 'rel-thin', { ...ida, reason: 'low traffic tenant' });
+    await approveOverride(t.db, id, gus);
+    // More runs arrive, now failing cost instead of being insufficient.
+    for (let i = 0; i < 6; i++) await seedFinishedRun(t.db, { release: 'rel-thin', spendMicroUsd: 5000 });
+    await expect(enableWrites(t.db, 'rel-thin', 'ops-ida', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
+    expect(await releaseWritesEnabled(t.db, 'rel-thin')).toBe(false);
+    const o = await t.db.selectFrom('release_overrides').select('status').where('id', '=', id).executeTakeFirstOrThrow();
+    expect(o.status).toBe('approved');
+  });
+
+  it('an analysis that passes has nothing to override', async () => {
+    await expect(requestOverride(t.db, 'rel-good', { ...gus, reason: 'x' })).rejects.toThrow(/nothing to override/);
+  });
+});
+
+describe('the CLI', () => {
+  it('release analyze prints the table and its verdict; exit 1 unless it passes', { timeout: 120_000 }, async () => {
+    const token = await tokenFor('ops-gus', SECRET);
+    const run = (args: string[]) =>
+      new Promise<{ code: number; out: string }>((done) =>
+        execFile(
+          process.execPath,
+          [resolve(repoRoot, 'packages/cli/src/main.ts'), ...args],
+          {
+            cwd: repoRoot,
+            timeout: 60_000,
+            env: {
+              ...process.env,
+              DATABASE_URL: t.url,
+              REDIS_URL: TEST_REDIS_URL,
+              QUEUE_PREFIX: testQueuePrefix(),
+              GATEHOUSE_AUDIT_HMAC_KEY: HMAC,
+              GATEHOUSE_TOKEN: token,
+              LOG_LEVEL: 'warn',
+            },
+          },
+          (err, stdout, stderr) => done({ code: err ? Number(err.code ?? 1) : 0, out: stdout + stderr }),
+        ),
+      );
+    const slow = await run(['release', 'analyze', 'rel-slow']);
+    expect(slow.code, slow.out).toBe(1);
+    expect(slow.out).toMatch(/p95_terminal_s .*FAIL/);
+    expect(slow.out).toMatch(/failed_unknown_per_run .*FAIL \(safety\)/);
+    expect(slow.out).toContain('verdict: FAIL');
+    const good = await run(['release', 'analyze', 'rel-good', '--json']);
+    expect(good.code, good.out).toBe(0);
+    expect(JSON.parse(good.out.slice(good.out.indexOf('{'))) as { verdict: string }).toMatchObject({ verdict: 'pass' });
+  });
+});
