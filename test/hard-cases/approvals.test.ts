@@ -61,6 +61,14 @@ describe('hunt: approvals, amendments, switches', () => {
     });
     expect(got['already used']).toMatch(/^410 /);
     expect(await refunds(s, 'O-1002')).toHaveLength(1);
+    // The digest mismatch left its own audit event (the decision's transaction was rolled back),
+    // so repeated attempts trip the audit service's approval_digest_mismatches monitor.
+    const refused = await sql<{ n: string }>`select count(*) as n from
+        (select event from audit_log union all select event from audit_outbox) e
+      where event->>'type' = 'approval.refused' and event->>'outcome' = 'digest_mismatch' and event->>'runId' = ${workflowId}`.execute(
+      s.db.db,
+    );
+    expect(Number(refused.rows[0]?.n)).toBe(1);
 
     // expired: the right lead after expiry
     await fixtures(s, 'H-expired', [fc(['issue_refund', { orderId: 'O-1008', amount: '120.00', reason: 'cracked' }]), msg()]);

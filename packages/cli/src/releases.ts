@@ -1,12 +1,4 @@
-import { z } from 'zod';
-import {
-  AuditEventSchema,
-  canonicalJson,
-  listReleaseManifests,
-  loadReleaseManifest,
-  sha256Hex,
-  type ReleaseManifest,
-} from '@gatehouse/contracts';
+import { listReleaseManifests, loadReleaseManifest, type ReleaseManifest } from '@gatehouse/contracts';
 import {
   actorHash,
   appliedMigrations,
@@ -20,12 +12,11 @@ import {
 import { loadBoundaryCases, loadBundle, runBoundaryGate } from '@gatehouse/policy';
 import {
   allTools,
-  catalogDigest,
-  instructionsFor,
+  codeDigests,
   parseProposal,
+  releaseDigestProblems,
   strictModeViolations,
   toFunctionTool,
-  toolsOfPack,
   type Pack,
 } from '@gatehouse/tools';
 import type { QueueRegistry } from '@gatehouse/platform';
@@ -36,12 +27,7 @@ const PACKS: readonly Pack[] = ['support', 'change'];
 
 /** The digests a release manifest must carry for this code (docs/product/releases.md), recomputed from the code. */
 export function currentDigests(): Pick<ReleaseManifest, 'prompt' | 'toolCatalog' | 'auditSchema' | 'schemaVersion'> {
-  return {
-    prompt: { support: instructionsFor('support').hash, change: instructionsFor('change').hash },
-    toolCatalog: { support: catalogDigest(toolsOfPack('support')), change: catalogDigest(toolsOfPack('change')) },
-    auditSchema: sha256Hex(canonicalJson(z.toJSONSchema(AuditEventSchema))),
-    schemaVersion: knownMigrations().at(-1) ?? '',
-  };
+  return { ...codeDigests(), schemaVersion: knownMigrations().at(-1) ?? '' };
 }
 
 /**
@@ -51,13 +37,8 @@ export function currentDigests(): Pick<ReleaseManifest, 'prompt' | 'toolCatalog'
  * (empty: the manifest describes this code).
  */
 export async function verifyManifest(db: Db, m: ReleaseManifest): Promise<string[]> {
-  const now = currentDigests();
-  const problems: string[] = [];
+  const problems = releaseDigestProblems(m);
   for (const pack of PACKS) {
-    if (m.prompt[pack] !== now.prompt[pack]) problems.push(`prompt.${pack} digest differs from the code (${now.prompt[pack]})`);
-    if (m.toolCatalog[pack] !== now.toolCatalog[pack]) {
-      problems.push(`toolCatalog.${pack} digest differs from the code (${now.toolCatalog[pack]})`);
-    }
     try {
       const b = loadBundle(m.policy[pack], process.env.POLICY_DIR);
       if (b.pack !== pack) problems.push(`policy.${pack} names a ${b.pack} bundle`);
@@ -65,7 +46,6 @@ export async function verifyManifest(db: Db, m: ReleaseManifest): Promise<string
       problems.push(`policy.${pack}: ${(err as Error).message.split('\n')[0]}`);
     }
   }
-  if (m.auditSchema !== now.auditSchema) problems.push(`auditSchema digest differs from the code (${now.auditSchema})`);
   if (!knownMigrations().includes(m.schemaVersion)) problems.push(`schemaVersion ${m.schemaVersion} is not a migration of this code`);
   else if (!(await appliedMigrations(db)).includes(m.schemaVersion)) problems.push(`schemaVersion ${m.schemaVersion} is not applied`);
   return problems;

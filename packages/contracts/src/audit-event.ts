@@ -17,6 +17,8 @@ export const AuditEventType = z.enum([
   'approval.decided',
   'approval.consumed',
   'approval.voided',
+  /** A decision refused for a digest mismatch (outcome `digest_mismatch`); nothing changed. */
+  'approval.refused',
   'operation.claimed',
   'operation.succeeded',
   'operation.failed',
@@ -26,6 +28,8 @@ export const AuditEventType = z.enum([
   'result.returned',
   'switch.changed',
   'epoch.bumped',
+  /** A service refused to boot: its code differs from its release manifest (outcome names the digests). */
+  'service.boot_refused',
   'ops.command',
   'ops.refused',
   'queues.drained',

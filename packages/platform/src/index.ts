@@ -10,3 +10,4 @@ export * from './auth.ts';
 export * from './timeout.ts';
 export * from './outage-hold.ts';
 export * from './postgres-gate.ts';
+export * from './release-check.ts';

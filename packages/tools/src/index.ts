@@ -4,3 +4,4 @@ export * from './strict-schema.ts';
 export * from './parse.ts';
 export * from './output-boundary.ts';
 export * from './instructions.ts';
+export * from './release-digests.ts';

@@ -1,4 +1,5 @@
 import {
+  assertReleaseMatchesCode,
   createServiceContext,
   listen,
   closeServer,
@@ -23,6 +24,8 @@ import { processResult } from './jobs/results.processor.ts';
 
 const ctx = createServiceContext('agent-loop', agentLoopEnv);
 const { env, log, db, relay } = ctx;
+// The code must be the release it serves: a differing catalog, prompt or audit schema refuses to boot (ADR 0220).
+await assertReleaseMatchesCode(ctx.name, env.GATEHOUSE_RELEASE, db, log);
 const hooks = readLoopTestHooks(process.env);
 const outagePolicy = readOutagePolicy(env.DEPENDENCY_WAIT_CEILING_MS, process.env);
 const release = loadReleaseManifest(env.GATEHOUSE_RELEASE);

@@ -1,6 +1,7 @@
 import { creditOutage, readOutagePolicy, stopRunOnFailedStep } from '@gatehouse/ledger';
 import { z } from 'zod';
 import {
+  assertReleaseMatchesCode,
   createServiceContext,
   listen,
   closeServer,
@@ -28,6 +29,8 @@ const ctx = createServiceContext('approval', {
   EXPIRY_SWEEP_MS: z.coerce.number().int().positive().default(5000),
 });
 const { env, log, db, relay } = ctx;
+// The code must be the release it serves: a differing catalog, prompt or audit schema refuses to boot (ADR 0220).
+await assertReleaseMatchesCode(ctx.name, env.GATEHOUSE_RELEASE, db, log);
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
 const bundles = await loadServiceBundles(db, env, log);
 const outagePolicy = readOutagePolicy(env.DEPENDENCY_WAIT_CEILING_MS, process.env);

@@ -1,7 +1,15 @@
 import { createPublicKey } from 'node:crypto';
 import { resolve } from 'node:path';
 import { z } from 'zod';
-import { createServiceContext, createHttpApp, finishApp, listen, closeServer, installShutdown } from '@gatehouse/platform';
+import {
+  assertReleaseMatchesCode,
+  createServiceContext,
+  createHttpApp,
+  finishApp,
+  listen,
+  closeServer,
+  installShutdown,
+} from '@gatehouse/platform';
 import { repoRoot } from '@gatehouse/contracts';
 import { observeAuditBacklog } from '@gatehouse/telemetry';
 import { chainPending, readAuditBacklog } from './jobs/chain.writer.ts';
@@ -23,6 +31,8 @@ const ctx = createServiceContext('audit', {
   MONITOR_MAX_FAILED_UNKNOWN_PER_HOUR: z.coerce.number().int().nonnegative().default(3),
 });
 const { env, log, db } = ctx;
+// The code must be the release it serves: a differing catalog, prompt or audit schema refuses to boot (ADR 0220).
+await assertReleaseMatchesCode(ctx.name, env.GATEHOUSE_RELEASE, db, log);
 const key = loadSigningKey(env.AUDIT_SIGNING_KEY_PATH);
 observeAuditBacklog(() => readAuditBacklog(db));
 

@@ -17,7 +17,7 @@ afterAll(async () => {
   await t?.drop();
 });
 beforeEach(async () => {
-  await sql`TRUNCATE operations, approvals, actions, proposals, budgets, workflows, audit_outbox, reconciliation_items CASCADE`.execute(
+  await sql`TRUNCATE operations, approvals, actions, proposals, budgets, workflows, audit_outbox, reconciliation_items, tool_switches CASCADE`.execute(
     t.db,
   );
 });
@@ -126,5 +126,77 @@ describe('invariant monitors', () => {
       .execute();
     const gap = (await evaluateMonitors(t.db, cfg)).find((a) => a.monitor === 'audit_gap');
     expect(gap?.examples[0]).toMatch(/^seq 1/);
+  });
+});
+
+/** An audit event in the outbox, as a service would write it. */
+async function auditEvent(type: string, outcome: string | null, extra: Record<string, unknown> = {}): Promise<void> {
+  await t.db
+    .insertInto('audit_outbox')
+    .values({ event: JSON.stringify({ type, outcome, service: 'approval', runId: null, atMs: Date.now(), ...extra }) })
+    .execute();
+}
+
+describe('monitors that fire before damage, and for every invariant', () => {
+  it('process shape: refunds at the auto limit while approvals fell to zero fire before any refund over it', async () => {
+    // Approvals were being requested yesterday…
+    const earlier = await createAction(t.db, { orderId: 'O-1002', amountCents: 12000 });
+    await sql`update approvals set created_at = now() - interval '3 hours' where id = ${earlier.approvalId}`.execute(t.db);
+    // …and this hour three refunds at 4000–5000 ran with no approval requested: none is over the limit.
+    const near = [];
+    for (const orderId of ['O-1001', 'O-1003', 'O-1005']) {
+      const a = await createAction(t.db, { orderId, amountCents: 4900, decision: 'ALLOW', approved: false });
+      await effect(a);
+      near.push(a.operationKey);
+    }
+    const alerts = await evaluateMonitors(t.db, cfg);
+    expect(alerts.map((a) => a.monitor)).not.toContain('refund_over_auto_limit_without_approval');
+    expect(alerts.find((a) => a.monitor === 'refunds_at_limit_while_approvals_stopped')?.examples.sort()).toEqual(near.sort());
+    // An approval requested this hour: the approval path works, the shape is gone.
+    await createAction(t.db, { orderId: 'O-1006', amountCents: 9000 });
+    expect(await fired()).not.toContain('refunds_at_limit_while_approvals_stopped');
+  });
+
+  it("Authority: an effect above the user's ceiling, without the tool's scope, or on another tenant's order fires", async () => {
+    const ok = await createAction(t.db, { orderId: 'O-1001', amountCents: 3000 });
+    await effect(ok);
+    expect(await fired()).not.toContain('effect_beyond_delegation');
+    const overCeiling = await createAction(t.db, { orderId: 'O-1002', amountCents: 60000 });
+    await effect(overCeiling);
+    const noScope = await createAction(t.db, { orderId: 'O-1001', amountCents: 1000, userId: 'rep-cy' });
+    await effect(noScope);
+    const otherTenant = await createAction(t.db, { orderId: 'N-2001', amountCents: 1000 });
+    await effect(otherTenant);
+    const alert = (await evaluateMonitors(t.db, cfg)).find((a) => a.monitor === 'effect_beyond_delegation');
+    expect(alert?.examples.sort()).toEqual([overCeiling.operationKey, noScope.operationKey, otherTenant.operationKey].sort());
+  });
+
+  it('Containment: an effect dispatched after its tool was switched off fires; one dispatched before does not', async () => {
+    const before = await createAction(t.db, { orderId: 'O-1001', amountCents: 1000 });
+    await effect(before);
+    await sql`update operations set dispatched_at = now() - interval '1 minute' where key = ${before.operationKey}`.execute(t.db);
+    await t.db
+      .insertInto('tool_switches')
+      .values({ tool: 'issue_refund', enabled: false, changed_by: 'ops-gus', changed_at: new Date(Date.now() - 30_000) })
+      .execute();
+    expect(await fired()).not.toContain('effect_after_switch_off');
+    const after = await createAction(t.db, { orderId: 'O-1003', amountCents: 1000 });
+    await effect(after);
+    await sql`update operations set dispatched_at = now() where key = ${after.operationKey}`.execute(t.db);
+    expect((await evaluateMonitors(t.db, cfg)).find((a) => a.monitor === 'effect_after_switch_off')?.examples).toEqual([
+      after.operationKey,
+    ]);
+  });
+
+  it('repeated digest mismatches on approvals fire from three in an hour', async () => {
+    for (let i = 0; i < 2; i++) await auditEvent('approval.refused', 'digest_mismatch', { runId: `wf-${i}` });
+    expect(await fired()).not.toContain('approval_digest_mismatches');
+    await auditEvent('approval.refused', 'digest_mismatch', { runId: 'wf-2' });
+    expect(await fired()).toContain('approval_digest_mismatches');
+  });
+
+  it('a service that refused to boot on a release digest mismatch fires', async () => {
+    await auditEvent('service.boot_refused', 'toolCatalog.support', { service: 'executor' });
+    expect((await evaluateMonitors(t.db, cfg)).find((a) => a.monitor === 'release_digest_mismatch')?.examples).toEqual(['executor']);
   });
 });

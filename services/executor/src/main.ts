@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import {
+  assertReleaseMatchesCode,
   createServiceContext,
   createHttpApp,
   finishApp,
@@ -51,6 +52,8 @@ const ctx = createServiceContext('executor', {
 const hooks = readTestHooks(process.env);
 const outagePolicy = readOutagePolicy(ctx.env.DEPENDENCY_WAIT_CEILING_MS, process.env);
 const { env, log, db, relay } = ctx;
+// The code must be the release it serves: a differing catalog, prompt or audit schema refuses to boot (ADR 0220).
+await assertReleaseMatchesCode(ctx.name, env.GATEHOUSE_RELEASE, db, log);
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
 const bundles = await loadServiceBundles(db, env, log);
 const agentId = loadWorld().agent.id;

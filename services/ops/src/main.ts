@@ -1,10 +1,19 @@
-import { createServiceContext, listen, closeServer, installShutdown, userTokenVerifier } from '@gatehouse/platform';
+import {
+  assertReleaseMatchesCode,
+  createServiceContext,
+  listen,
+  closeServer,
+  installShutdown,
+  userTokenVerifier,
+} from '@gatehouse/platform';
 import { opsEnv } from './env.ts';
 import { createOpsApp } from './http/app.ts';
 import { createQueueBoard } from './http/queue-board.ts';
 
 const ctx = createServiceContext('ops', opsEnv);
 const { env, log, db, redis, queues } = ctx;
+// The code must be the release it serves: a differing catalog, prompt or audit schema refuses to boot (ADR 0220).
+await assertReleaseMatchesCode(ctx.name, env.GATEHOUSE_RELEASE, db, log);
 
 const board = createQueueBoard({ db, redis, queues, releasesDir: env.RELEASES_DIR, basePath: '/queues' });
 // A failed first discovery (Redis not up yet) is retried by the timer; /readyz reports Redis.

@@ -1,6 +1,7 @@
 import { creditOutage, readOutagePolicy, stopRunOnFailedStep } from '@gatehouse/ledger';
 import { z } from 'zod';
 import {
+  assertReleaseMatchesCode,
   createServiceContext,
   createHttpApp,
   finishApp,
@@ -26,6 +27,8 @@ const ctx = createServiceContext('policy-gateway', {
   POLICY_DIR: z.string().optional(),
 });
 const { env, log, db, relay } = ctx;
+// The code must be the release it serves: a differing catalog, prompt or audit schema refuses to boot (ADR 0220).
+await assertReleaseMatchesCode(ctx.name, env.GATEHOUSE_RELEASE, db, log);
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
 const bundles = await loadServiceBundles(db, env, log);
 const outagePolicy = readOutagePolicy(env.DEPENDENCY_WAIT_CEILING_MS, process.env);

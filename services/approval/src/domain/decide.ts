@@ -39,6 +39,55 @@ export async function decideApproval(
   body: DecisionRequest,
   auditHmacKey: string,
 ): Promise<DecisionOutcome> {
+  try {
+    return await decideInTransaction(db, caller, approvalId, body, auditHmacKey);
+  } catch (err) {
+    if (err instanceof ConflictError && err.reason === 'digest_mismatch') await auditDigestMismatch(db, caller, approvalId, auditHmacKey);
+    throw err;
+  }
+}
+
+/**
+ * Records a decision refused for a digest mismatch (`approval.refused`, outcome
+ * `digest_mismatch`) in its own transaction — the decision's was rolled back — so the audit
+ * service's `approval_digest_mismatches` monitor sees repeated attempts.
+ */
+async function auditDigestMismatch(
+  db: Db,
+  caller: { sub: string; tenant: string },
+  approvalId: string,
+  auditHmacKey: string,
+): Promise<void> {
+  const a = await db
+    .selectFrom('approvals')
+    .select(['workflow_id', 'tool', 'action_version', 'policy_revision', 'release_id'])
+    .where('id', '=', approvalId)
+    .where('tenant', '=', caller.tenant)
+    .executeTakeFirst();
+  if (!a) return;
+  await inTransaction(db, (trx) =>
+    recordAudit(trx, {
+      type: 'approval.refused',
+      service: 'approval',
+      runId: a.workflow_id,
+      actorHash: actorHash(auditHmacKey, caller.sub),
+      tool: a.tool,
+      actionVersion: a.action_version,
+      approvalId,
+      outcome: 'digest_mismatch',
+      revisions: { policy: a.policy_revision, release: a.release_id },
+    }),
+  );
+}
+
+/** The decision itself, in one transaction (see {@link decideApproval}). */
+async function decideInTransaction(
+  db: Db,
+  caller: { sub: string; tenant: string },
+  approvalId: string,
+  body: DecisionRequest,
+  auditHmacKey: string,
+): Promise<DecisionOutcome> {
   return inTransaction(db, async (trx) => {
     const approval = await trx
       .selectFrom('approvals')

@@ -1,8 +1,15 @@
 import { sql } from 'kysely';
 import type { KeyObject } from 'node:crypto';
+import { loadWorld, type World } from '@gatehouse/contracts';
 import { verifyAuditChain, type Db } from '@gatehouse/ledger';
 import type { Logger } from '@gatehouse/platform';
 import { recordAlert } from '@gatehouse/telemetry';
+import {
+  effectsAfterSwitchOff,
+  effectsBeyondDelegation,
+  recentAuditEvents,
+  refundsAtLimitWhileApprovalsStopped,
+} from './invariant-monitors.ts';
 
 /** One invariant violation found by a standing query over the records. */
 export interface Alert {
@@ -22,6 +29,14 @@ export interface MonitorConfig {
   maxFailedUnknownPerHour: number;
   /** The audit service's public key: anchors are checked against it (none: the stored keys). */
   trustedPublicKey?: KeyObject;
+  /** The directory users' delegations are judged by (default: {@link loadWorld}). */
+  directory?: World;
+  /** Refunds at the auto limit in an hour without approvals before the process-shape monitor fires (default 3). */
+  minRefundsAtLimit?: number;
+  /** Share of the auto limit from which a refund counts as "at the limit" (default 0.8). */
+  nearLimitShare?: number;
+  /** Refused approval decisions with a digest mismatch in an hour before an alert (default 3). */
+  maxDigestMismatchesPerHour?: number;
 }
 
 type Row = { id: string };
@@ -36,6 +51,15 @@ const ids = (rows: Row[]) => rows.slice(0, 10).map((r) => r.id);
  *   exceed the auto limit ran without a `used` approval;
  * - `approvals_stopped_while_refunds_continue`: refunds above the auto limit executed in the last
  *   hour while no approval was requested in that hour;
+ * - `refunds_at_limit_while_approvals_stopped`: the same shape before damage — refunds arriving
+ *   just under the auto limit while approvals fell to zero;
+ * - `effect_beyond_delegation` (Authority): an effect outside its user's scopes, tenant or
+ *   refund ceiling, judged from the directory;
+ * - `effect_after_switch_off` (Containment): an effect dispatched after its tool was switched off;
+ * - `approval_digest_mismatches`: repeated approval decisions refused for a digest mismatch
+ *   (a client or person approving something other than what is shown);
+ * - `release_digest_mismatch`: a service refused to boot because the code's tool catalog,
+ *   prompt or audit schema differs from its release manifest;
  * - `failed_unknown_rising`: more unknown outcomes in the last hour than configured;
  * - `idempotency_conflict`: any key reused with another digest (audited by the executor);
  * - `audit_gap`: the chain no longer verifies (an edited, deleted or reordered event).
@@ -89,9 +113,27 @@ export async function evaluateMonitors(db: Db, cfg: MonitorConfig): Promise<Aler
         union all select event->>'operationKeyHash' from audit_outbox where event->>'outcome' = 'idempotency_conflict'`.execute(db)
     ).rows,
   );
+  await evaluateShapeAndAuthority(db, cfg, fire);
   const chain = await verifyAuditChain(db, cfg.trustedPublicKey ? { trustedPublicKey: cfg.trustedPublicKey } : {});
   if (!chain.intact) alerts.push({ monitor: 'audit_gap', count: 1, examples: [`seq ${chain.firstBadSeq}: ${chain.reason}`] });
   return alerts;
+}
+
+/** The monitors of Authority, Containment, the process shape and tampering attempts (see {@link evaluateMonitors}). */
+async function evaluateShapeAndAuthority(db: Db, cfg: MonitorConfig, fire: (monitor: string, rows: Row[]) => void): Promise<void> {
+  fire(
+    'refunds_at_limit_while_approvals_stopped',
+    await refundsAtLimitWhileApprovalsStopped(db, {
+      autoApproveLimitCents: cfg.autoApproveLimitCents,
+      nearShare: cfg.nearLimitShare ?? 0.8,
+      minRefunds: cfg.minRefundsAtLimit ?? 3,
+    }),
+  );
+  fire('effect_beyond_delegation', await effectsBeyondDelegation(db, cfg.directory ?? loadWorld()));
+  fire('effect_after_switch_off', await effectsAfterSwitchOff(db));
+  const mismatches = await recentAuditEvents(db, 'approval.refused', 'digest_mismatch');
+  if (mismatches.length >= (cfg.maxDigestMismatchesPerHour ?? 3)) fire('approval_digest_mismatches', mismatches);
+  fire('release_digest_mismatch', await recentAuditEvents(db, 'service.boot_refused', null));
 }
 
 /**
