@@ -11,5 +11,8 @@ export default defineConfig({
     testTimeout: 180_000,
     hookTimeout: 120_000,
     reporters: ['default', './test/summary-reporter.ts'],
+    // Services default to production (docs/decisions/0180-strict-production-mode.md); tests and
+    // the processes they spawn run locally unless a test sets GATEHOUSE_ENV itself.
+    env: { GATEHOUSE_ENV: process.env.GATEHOUSE_ENV ?? 'local' },
   },
 });

@@ -112,6 +112,7 @@ export class BenchWorld {
       REDIS_URL,
       QUEUE_PREFIX: this.prefix,
       GATEHOUSE_RELEASE: RELEASE,
+      GATEHOUSE_ENV: 'local',
       LOG_LEVEL: 'warn',
       AUDIT_SIGNING_KEY_PATH: resolve(this.dir, 'audit-key.pem'),
       NODE_OPTIONS: `--import=${COUNT_HOOK}`,

@@ -6,6 +6,7 @@ import {
   holdWhileUnavailable,
   startWorkers,
   userTokenVerifier,
+  limiterFromEnv,
   type QueueJob,
 } from '@gatehouse/platform';
 import { turnsQueue, resultsQueue, loadReleaseManifest, type TurnJob, type ResultJob } from '@gatehouse/contracts';
@@ -71,6 +72,7 @@ const app = createIntakeApp({
   auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
   packs: packsFor,
   verifier: userTokenVerifier(env),
+  limiter: limiterFromEnv(ctx.redis, env, 'intake'),
   log,
   readyChecks: ctx.readyChecks,
 });

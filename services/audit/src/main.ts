@@ -5,10 +5,12 @@ import { createServiceContext, createHttpApp, finishApp, listen, closeServer, in
 import { repoRoot } from '@gatehouse/contracts';
 import { observeAuditBacklog } from '@gatehouse/telemetry';
 import { chainPending, readAuditBacklog } from './jobs/chain.writer.ts';
-import { anchorHead, loadSigningKey } from './domain/anchor.ts';
+import { anchorHead, loadSigningKey, signingKeyProblems } from './domain/anchor.ts';
 import { evaluateMonitors, raiseAlerts } from './domain/monitors.ts';
 
-const ctx = createServiceContext('audit', {
+const ctx = createServiceContext(
+  'audit',
+  {
   AUDIT_PORT: z.coerce.number().int().min(0).max(65535).default(7113),
   /** How often the outbox is drained into the chain, ms. */
   AUDIT_CHAIN_INTERVAL_MS: z.coerce.number().int().positive().default(200),
@@ -21,9 +23,12 @@ const ctx = createServiceContext('audit', {
   ALERT_WEBHOOK_URL: z.string().url().optional(),
   MONITOR_AUTO_APPROVE_LIMIT_CENTS: z.coerce.number().int().nonnegative().default(5000),
   MONITOR_MAX_FAILED_UNKNOWN_PER_HOUR: z.coerce.number().int().nonnegative().default(3),
-});
+  },
+  process.env,
+  (e) => signingKeyProblems(e.AUDIT_SIGNING_KEY_PATH, process.env.AUDIT_SIGNING_KEY_PATH !== undefined),
+);
 const { env, log, db } = ctx;
-const key = loadSigningKey(env.AUDIT_SIGNING_KEY_PATH);
+const key = loadSigningKey(env.AUDIT_SIGNING_KEY_PATH, env.GATEHOUSE_ENV !== 'production');
 observeAuditBacklog(() => readAuditBacklog(db));
 
 let running: Promise<unknown> | undefined;
