@@ -20,12 +20,14 @@ import { createIntakeApp } from './http/app.ts';
 import { createModelClient, LOCAL_MODEL_STUB_URL } from './domain/model-client.ts';
 import { processTurn } from './jobs/turns.processor.ts';
 import { readLoopTestHooks } from './domain/test-hooks.ts';
+import { readTenantSpendCap } from './domain/tenant-spend.ts';
 import { processResult } from './jobs/results.processor.ts';
 
 const ctx = createServiceContext('agent-loop', agentLoopEnv);
 const { env, log, db, relay } = ctx;
 const hooks = readLoopTestHooks(process.env);
 const outagePolicy = readOutagePolicy(env.DEPENDENCY_WAIT_CEILING_MS, process.env);
+const tenantCap = readTenantSpendCap(env.TENANT_DAILY_SPEND_MICRO_USD, process.env);
 const release = loadReleaseManifest(env.GATEHOUSE_RELEASE);
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
 const bundles = await loadServiceBundles(db, env, log);
@@ -94,6 +96,7 @@ const workers = startWorkers(
               modelName: env.MODEL_NAME ?? release.model.name,
               modelPrice: release.model,
               hooks,
+              tenantCap,
               outagePolicy,
             }),
           (mark) => noteOutageWait(db, p.workflowId, mark, outagePolicy),
