@@ -64,8 +64,16 @@ describe('production refuses to boot a bad configuration (each service entry as 
 
   it.each([
     ['a weak secret', { GATEHOUSE_AUDIT_HMAC_KEY: 'h'.repeat(20) }, /GATEHOUSE_AUDIT_HMAC_KEY: too weak/],
-    ['a shared secret', { GATEHOUSE_AUDIT_HMAC_KEY: 'd'.repeat(32) }, /GATEHOUSE_AUDIT_HMAC_KEY: the same value as GATEHOUSE_DELEGATION_SECRET/],
-    ['HS256 user tokens', { GATEHOUSE_AUTH_JWKS_URL: undefined, GATEHOUSE_AUTH_SECRET: 's'.repeat(32) }, /GATEHOUSE_AUTH_JWKS_URL: must be set/],
+    [
+      'a shared secret',
+      { GATEHOUSE_AUDIT_HMAC_KEY: 'd'.repeat(32) },
+      /GATEHOUSE_AUDIT_HMAC_KEY: the same value as GATEHOUSE_DELEGATION_SECRET/,
+    ],
+    [
+      'HS256 user tokens',
+      { GATEHOUSE_AUTH_JWKS_URL: undefined, GATEHOUSE_AUTH_SECRET: 's'.repeat(32) },
+      /GATEHOUSE_AUTH_JWKS_URL: must be set/,
+    ],
     ['an HS algorithm', { GATEHOUSE_AUTH_ALGORITHMS: 'HS256' }, /HS256 not allowed/],
     ['no audience', { GATEHOUSE_AUTH_AUDIENCE: undefined }, /GATEHOUSE_AUTH_AUDIENCE: must be set/],
   ])('agent-loop with %s', async (_name, change, expected) => {

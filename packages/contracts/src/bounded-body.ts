@@ -58,6 +58,10 @@ export async function capBody(res: Response, limitBytes = downstreamBodyLimit())
  * `fetch` whose response body is capped ({@link capBody}); reading a body past the cap rejects
  * with {@link BodyTooLarge}. Same arguments and errors as `fetch`, plus that one.
  */
-export async function fetchCapped(input: string | URL | Request, init?: RequestInit, limitBytes = downstreamBodyLimit()): Promise<Response> {
+export async function fetchCapped(
+  input: string | URL | Request,
+  init?: RequestInit,
+  limitBytes = downstreamBodyLimit(),
+): Promise<Response> {
   return capBody(await fetch(input, init), limitBytes);
 }

@@ -30,7 +30,14 @@ export const baseEnvShape = {
   GATEHOUSE_AUTH_ALGORITHMS: z
     .string()
     .optional()
-    .transform((v) => (v ? v.split(',').map((a) => a.trim()).filter(Boolean) : undefined)),
+    .transform((v) =>
+      v
+        ? v
+            .split(',')
+            .map((a) => a.trim())
+            .filter(Boolean)
+        : undefined,
+    ),
   /** HS256 secret shared by the executor (minting) and the staging systems (verifying). */
   GATEHOUSE_DELEGATION_SECRET: z.string().min(16).default('local-delegation-secret-change-me'),
   /** Key for the HMAC that hashes actor ids in audit events. */
@@ -91,7 +98,8 @@ export function parseEnv<S extends ZodRawShape>(
   const env = r.data as BaseEnv & z.output<ZodObject<S>>;
   if (env.GATEHOUSE_ENV === 'production') {
     const problems = [...productionProblems(env, source), ...productionChecks(env)];
-    if (problems.length) throw new Error(`refusing to start in production (GATEHOUSE_ENV=production):\n${problems.map((p) => `  ${p}`).join('\n')}`);
+    if (problems.length)
+      throw new Error(`refusing to start in production (GATEHOUSE_ENV=production):\n${problems.map((p) => `  ${p}`).join('\n')}`);
   }
   return env;
 }

@@ -37,13 +37,15 @@ export function productionProblems(env: BaseEnv, source: Record<string, string |
     if (other) problems.push(`${s.name}: the same value as ${other}; each purpose needs its own secret`);
     else seen.set(value, s.name);
   }
-  if (!env.GATEHOUSE_AUTH_JWKS_URL) problems.push('GATEHOUSE_AUTH_JWKS_URL: must be set (production verifies user tokens by JWKS, never HS256)');
+  if (!env.GATEHOUSE_AUTH_JWKS_URL)
+    problems.push('GATEHOUSE_AUTH_JWKS_URL: must be set (production verifies user tokens by JWKS, never HS256)');
   if (!env.GATEHOUSE_AUTH_ISSUER) problems.push('GATEHOUSE_AUTH_ISSUER: must be set (the iss user tokens must carry)');
   if (!env.GATEHOUSE_AUTH_AUDIENCE) problems.push('GATEHOUSE_AUTH_AUDIENCE: must be set (the aud user tokens must carry)');
   const algs = env.GATEHOUSE_AUTH_ALGORITHMS ?? [];
   if (!algs.length) problems.push('GATEHOUSE_AUTH_ALGORITHMS: must be set (e.g. RS256,ES256)');
   const refused = algs.filter((a) => REFUSED_ALGORITHMS.test(a));
-  if (refused.length) problems.push(`GATEHOUSE_AUTH_ALGORITHMS: ${refused.join(', ')} not allowed in production (asymmetric algorithms only)`);
+  if (refused.length)
+    problems.push(`GATEHOUSE_AUTH_ALGORITHMS: ${refused.join(', ')} not allowed in production (asymmetric algorithms only)`);
   return problems;
 }
 
@@ -53,5 +55,7 @@ export function productionProblems(env: BaseEnv, source: Record<string, string |
  * `parseEnv`'s `productionChecks`, so production refuses to boot it with the other problems.
  */
 export function testDoubleRefusal(what: string): () => string[] {
-  return () => [`GATEHOUSE_ENV: ${what} is a test double with test-only endpoints and never runs in production (set GATEHOUSE_ENV=local or test)`];
+  return () => [
+    `GATEHOUSE_ENV: ${what} is a test double with test-only endpoints and never runs in production (set GATEHOUSE_ENV=local or test)`,
+  ];
 }

@@ -19,7 +19,10 @@ const jwksCache = new Map<string, JWTVerifyGetKey>();
  * @throws Error when the JWKS URL is set without an issuer, an audience or an algorithm list.
  */
 export function userTokenVerifier(
-  env: Pick<BaseEnv, 'GATEHOUSE_AUTH_JWKS_URL' | 'GATEHOUSE_AUTH_SECRET' | 'GATEHOUSE_AUTH_ISSUER' | 'GATEHOUSE_AUTH_AUDIENCE' | 'GATEHOUSE_AUTH_ALGORITHMS'>,
+  env: Pick<
+    BaseEnv,
+    'GATEHOUSE_AUTH_JWKS_URL' | 'GATEHOUSE_AUTH_SECRET' | 'GATEHOUSE_AUTH_ISSUER' | 'GATEHOUSE_AUTH_AUDIENCE' | 'GATEHOUSE_AUTH_ALGORITHMS'
+  >,
 ): BearerVerifier {
   if (!env.GATEHOUSE_AUTH_JWKS_URL) return { secret: env.GATEHOUSE_AUTH_SECRET };
   const { GATEHOUSE_AUTH_ISSUER: issuer, GATEHOUSE_AUTH_AUDIENCE: audience, GATEHOUSE_AUTH_ALGORITHMS: algorithms } = env;
@@ -35,7 +38,8 @@ export function userTokenVerifier(
  */
 function claimChecksDisabled(): boolean {
   if (process.env.GATEHOUSE_TEST_DISABLE_TOKEN_CLAIM_CHECKS !== '1') return false;
-  if (process.env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_DISABLE_TOKEN_CLAIM_CHECKS may only be set with GATEHOUSE_ENV=test');
+  if (process.env.GATEHOUSE_ENV !== 'test')
+    throw new Error('GATEHOUSE_TEST_DISABLE_TOKEN_CLAIM_CHECKS may only be set with GATEHOUSE_ENV=test');
   return true;
 }
 
@@ -62,7 +66,8 @@ export async function verifyBearerToken(token: string, verifier: BearerVerifier)
     ));
   } catch (err) {
     if (err instanceof errors.JWKSTimeout) throw err; // the JWKS did not answer: not the caller's fault
-    if (err instanceof errors.JWTClaimValidationFailed) throw new InvalidTokenError(`token claim ${err.claim} is missing or not acceptable`);
+    if (err instanceof errors.JWTClaimValidationFailed)
+      throw new InvalidTokenError(`token claim ${err.claim} is missing or not acceptable`);
     if (err instanceof errors.JWTExpired) throw new InvalidTokenError('token expired');
     if (err instanceof errors.JOSEAlgNotAllowed) throw new InvalidTokenError('token algorithm not allowed');
     if (err instanceof errors.JWKSNoMatchingKey || err instanceof errors.JWSSignatureVerificationFailed)

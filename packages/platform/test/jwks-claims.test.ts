@@ -42,9 +42,15 @@ afterEach(() => {
 });
 
 /** A token with the given registered claims (undefined: left out) and the private claims Gatehouse reads. */
-async function token(claims: { iss?: string; aud?: string; sub?: string; exp?: number }, alg: 'ES256' | 'EdDSA' = 'ES256'): Promise<string> {
+async function token(
+  claims: { iss?: string; aud?: string; sub?: string; exp?: number },
+  alg: 'ES256' | 'EdDSA' = 'ES256',
+): Promise<string> {
   const payload: JWTPayload = { tenant: 'quillfeather', roles: ['rep'], ...claims };
-  return new SignJWT(payload).setProtectedHeader({ alg, kid: alg === 'ES256' ? 'es' : 'ed' }).setIssuedAt().sign(alg === 'ES256' ? es256 : eddsa);
+  return new SignJWT(payload)
+    .setProtectedHeader({ alg, kid: alg === 'ES256' ? 'es' : 'ed' })
+    .setIssuedAt()
+    .sign(alg === 'ES256' ? es256 : eddsa);
 }
 const inAnHour = () => Math.floor(Date.now() / 1000) + 3600;
 const good = () => ({ iss: ISSUER, aud: AUDIENCE, sub: 'rep-ana', exp: inAnHour() });
@@ -79,7 +85,12 @@ describe('user tokens in JWKS mode', () => {
 
   it('a JWKS URL without issuer, audience or algorithms is a configuration error', () => {
     expect(() =>
-      userTokenVerifier({ GATEHOUSE_AUTH_SECRET: 'x', GATEHOUSE_AUTH_JWKS_URL: 'https://idp.test/jwks', GATEHOUSE_AUTH_ISSUER: ISSUER }),
+      userTokenVerifier({
+        GATEHOUSE_AUTH_SECRET: 'x',
+        GATEHOUSE_AUTH_JWKS_URL: 'https://idp.test/jwks',
+        GATEHOUSE_AUTH_ISSUER: ISSUER,
+        GATEHOUSE_AUTH_ALGORITHMS: ['ES256'],
+      }),
     ).toThrow(/GATEHOUSE_AUTH_AUDIENCE/);
   });
 

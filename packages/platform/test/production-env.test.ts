@@ -37,8 +37,16 @@ describe('strict production mode (docs/decisions/0180-strict-production-mode.md)
     ['a default secret', { GATEHOUSE_AUDIT_HMAC_KEY: 'local-audit-hmac-key-change-me' }, /GATEHOUSE_AUDIT_HMAC_KEY: must be set/],
     ['a missing secret', { GATEHOUSE_DELEGATION_SECRET: undefined }, /GATEHOUSE_DELEGATION_SECRET: must be set/],
     ['a weak secret', { GATEHOUSE_DELEGATION_SECRET: 'x'.repeat(MIN_SECRET_BYTES - 1) }, /GATEHOUSE_DELEGATION_SECRET: too weak/],
-    ['a shared secret', { GATEHOUSE_AUDIT_HMAC_KEY: 'd'.repeat(MIN_SECRET_BYTES) }, /GATEHOUSE_AUDIT_HMAC_KEY: the same value as GATEHOUSE_DELEGATION_SECRET/],
-    ['the user-token secret shared', { GATEHOUSE_AUTH_SECRET: 'h'.repeat(MIN_SECRET_BYTES) }, /GATEHOUSE_AUDIT_HMAC_KEY: the same value as GATEHOUSE_AUTH_SECRET/],
+    [
+      'a shared secret',
+      { GATEHOUSE_AUDIT_HMAC_KEY: 'd'.repeat(MIN_SECRET_BYTES) },
+      /GATEHOUSE_AUDIT_HMAC_KEY: the same value as GATEHOUSE_DELEGATION_SECRET/,
+    ],
+    [
+      'the user-token secret shared',
+      { GATEHOUSE_AUTH_SECRET: 'h'.repeat(MIN_SECRET_BYTES) },
+      /GATEHOUSE_AUDIT_HMAC_KEY: the same value as GATEHOUSE_AUTH_SECRET/,
+    ],
     ['HS256 user tokens (no JWKS)', { GATEHOUSE_AUTH_JWKS_URL: undefined }, /GATEHOUSE_AUTH_JWKS_URL: must be set/],
     ['no issuer', { GATEHOUSE_AUTH_ISSUER: undefined }, /GATEHOUSE_AUTH_ISSUER: must be set/],
     ['no audience', { GATEHOUSE_AUTH_AUDIENCE: undefined }, /GATEHOUSE_AUTH_AUDIENCE: must be set/],
@@ -49,8 +57,19 @@ describe('strict production mode (docs/decisions/0180-strict-production-mode.md)
   });
 
   it('lists every problem at once', () => {
-    const message = refusal({ GATEHOUSE_ENV: 'production', GATEHOUSE_DELEGATION_SECRET: 'x'.repeat(20), GATEHOUSE_AUTH_ALGORITHMS: 'HS256' });
-    for (const line of [/DELEGATION_SECRET: too weak/, /AUDIT_HMAC_KEY: must be set/, /JWKS_URL: must be set/, /ISSUER/, /AUDIENCE/, /HS256 not allowed/])
+    const message = refusal({
+      GATEHOUSE_ENV: 'production',
+      GATEHOUSE_DELEGATION_SECRET: 'x'.repeat(20),
+      GATEHOUSE_AUTH_ALGORITHMS: 'HS256',
+    });
+    for (const line of [
+      /DELEGATION_SECRET: too weak/,
+      /AUDIT_HMAC_KEY: must be set/,
+      /JWKS_URL: must be set/,
+      /ISSUER/,
+      /AUDIENCE/,
+      /HS256 not allowed/,
+    ])
       expect(message).toMatch(line);
   });
 

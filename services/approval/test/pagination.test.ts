@@ -44,7 +44,10 @@ beforeAll(async () => {
   }
   otherTenant = (await createAction(t.db, { orderId: 'N-2001', amountCents: 6000, userId: 'rep-ivy', tenant: 'northwind' })).approvalId!;
   // Ties on created_at: the cursor must order by id as well.
-  await t.db.updateTable('approvals').set({ created_at: new Date('2026-12-01T10:00:00Z') }).execute();
+  await t.db
+    .updateTable('approvals')
+    .set({ created_at: new Date('2026-12-01T10:00:00Z') })
+    .execute();
 });
 afterAll(async () => {
   await t?.drop();

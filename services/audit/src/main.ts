@@ -11,18 +11,18 @@ import { evaluateMonitors, raiseAlerts } from './domain/monitors.ts';
 const ctx = createServiceContext(
   'audit',
   {
-  AUDIT_PORT: z.coerce.number().int().min(0).max(65535).default(7113),
-  /** How often the outbox is drained into the chain, ms. */
-  AUDIT_CHAIN_INTERVAL_MS: z.coerce.number().int().positive().default(200),
-  /** How often the chain head is anchored, ms. */
-  AUDIT_ANCHOR_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
-  AUDIT_SIGNING_KEY_PATH: z.string().default(resolve(repoRoot, '.gatehouse/audit-ed25519.pem')),
-  /** How often the invariant monitors run, ms. */
-  MONITOR_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
-  /** Optional webhook receiving fired alerts as JSON. */
-  ALERT_WEBHOOK_URL: z.string().url().optional(),
-  MONITOR_AUTO_APPROVE_LIMIT_CENTS: z.coerce.number().int().nonnegative().default(5000),
-  MONITOR_MAX_FAILED_UNKNOWN_PER_HOUR: z.coerce.number().int().nonnegative().default(3),
+    AUDIT_PORT: z.coerce.number().int().min(0).max(65535).default(7113),
+    /** How often the outbox is drained into the chain, ms. */
+    AUDIT_CHAIN_INTERVAL_MS: z.coerce.number().int().positive().default(200),
+    /** How often the chain head is anchored, ms. */
+    AUDIT_ANCHOR_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
+    AUDIT_SIGNING_KEY_PATH: z.string().default(resolve(repoRoot, '.gatehouse/audit-ed25519.pem')),
+    /** How often the invariant monitors run, ms. */
+    MONITOR_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
+    /** Optional webhook receiving fired alerts as JSON. */
+    ALERT_WEBHOOK_URL: z.string().url().optional(),
+    MONITOR_AUTO_APPROVE_LIMIT_CENTS: z.coerce.number().int().nonnegative().default(5000),
+    MONITOR_MAX_FAILED_UNKNOWN_PER_HOUR: z.coerce.number().int().nonnegative().default(3),
   },
   process.env,
   (e) => signingKeyProblems(e.AUDIT_SIGNING_KEY_PATH, process.env.AUDIT_SIGNING_KEY_PATH !== undefined),

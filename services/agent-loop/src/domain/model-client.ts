@@ -12,5 +12,11 @@ export const LOCAL_MODEL_STUB_URL = 'http://127.0.0.1:7103/v1';
  * answer fails the request instead of growing memory.
  */
 export function createModelClient(opts: { apiKey: string; baseURL: string | undefined; timeoutMs: number }): OpenAI {
-  return new OpenAI({ apiKey: opts.apiKey, baseURL: opts.baseURL, timeout: opts.timeoutMs, maxRetries: 2, fetch: (url, init) => fetchCapped(url, init) });
+  return new OpenAI({
+    apiKey: opts.apiKey,
+    baseURL: opts.baseURL,
+    timeout: opts.timeoutMs,
+    maxRetries: 2,
+    fetch: (url, init) => fetchCapped(url, init),
+  });
 }

@@ -16,7 +16,8 @@ export interface TenantSpendCap {
  */
 export function readTenantSpendCap(dailyMicroUsd: number, env: Record<string, string | undefined>): TenantSpendCap {
   const disabled = env.GATEHOUSE_TEST_DISABLE_TENANT_SPEND_CAP === '1';
-  if (disabled && env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_DISABLE_TENANT_SPEND_CAP may only be set with GATEHOUSE_ENV=test');
+  if (disabled && env.GATEHOUSE_ENV !== 'test')
+    throw new Error('GATEHOUSE_TEST_DISABLE_TENANT_SPEND_CAP may only be set with GATEHOUSE_ENV=test');
   return { dailyMicroUsd, disabled };
 }
 

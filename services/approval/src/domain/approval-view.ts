@@ -133,7 +133,10 @@ export async function listApprovalPage(
   viewer: { sub: string; tenant: string },
   q: { status: ApprovalView['status']; limit: number; after: string | null },
 ): Promise<ApprovalPage | null> {
-  if (q.after && !(await db.selectFrom('approvals').select('id').where('id', '=', q.after).where('tenant', '=', viewer.tenant).executeTakeFirst()))
+  if (
+    q.after &&
+    !(await db.selectFrom('approvals').select('id').where('id', '=', q.after).where('tenant', '=', viewer.tenant).executeTakeFirst())
+  )
     return null;
   const batch = (after: string | null) => {
     let query = selectApprovals(db, viewer.tenant).where('p.status', '=', q.status);
