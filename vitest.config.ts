@@ -11,5 +11,16 @@ export default defineConfig({
     testTimeout: 180_000,
     hookTimeout: 120_000,
     reporters: ['default', './test/summary-reporter.ts'],
+    // Services default to production (docs/decisions/0180-strict-production-mode.md); tests and
+    // the processes they spawn run locally unless a test sets GATEHOUSE_ENV itself.
+    // The abuse limits are proven by test/e2e/abuse-limits.test.ts, which sets its own; every other
+    // suite (fuzz, chaos, hard cases) sends far more than a person would, so they are lifted here.
+    env: {
+      GATEHOUSE_ENV: process.env.GATEHOUSE_ENV ?? 'local',
+      INTAKE_RATE_PER_USER: '1000000',
+      INTAKE_RATE_PER_TENANT: '1000000',
+      SIGNIN_RATE_PER_USER: '1000000',
+      SIGNIN_RATE_PER_TENANT: '1000000',
+    },
   },
 });

@@ -112,6 +112,12 @@ export class BenchWorld {
       REDIS_URL,
       QUEUE_PREFIX: this.prefix,
       GATEHOUSE_RELEASE: RELEASE,
+      GATEHOUSE_ENV: 'local',
+      // The load is one user of one tenant at machine speed: lift the per-person abuse limits.
+      INTAKE_RATE_PER_USER: '1000000',
+      INTAKE_RATE_PER_TENANT: '1000000',
+      SIGNIN_RATE_PER_USER: '1000000',
+      SIGNIN_RATE_PER_TENANT: '1000000',
       LOG_LEVEL: 'warn',
       AUDIT_SIGNING_KEY_PATH: resolve(this.dir, 'audit-key.pem'),
       NODE_OPTIONS: `--import=${COUNT_HOOK}`,

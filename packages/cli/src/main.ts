@@ -270,6 +270,8 @@ async function opsCommand(
 function stackEnv(overrides: Record<string, string | undefined>): Record<string, string | undefined> {
   return {
     ...process.env,
+    // Local unless the caller says otherwise: production refuses the local secrets and the test doubles.
+    GATEHOUSE_ENV: process.env.GATEHOUSE_ENV ?? 'local',
     MODEL_BASE_URL: process.env.MODEL_BASE_URL ?? stubUrl(process.env),
     STAGING_URL:
       process.env.STAGING_URL ??

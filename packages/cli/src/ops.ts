@@ -13,7 +13,8 @@ import {
   type Trx,
 } from '@gatehouse/ledger';
 import { findTool } from '@gatehouse/tools';
-import { InvalidTokenError, verifyUserToken, type UserTokenVerifier } from '@gatehouse/credentials';
+import { InvalidTokenError } from '@gatehouse/credentials';
+import { isDirectoryOperator, verifyBearerToken, type BearerVerifier } from '@gatehouse/platform';
 
 /** An ops command was refused: no token, an invalid one, or a caller without the operator role. */
 export class OperatorRefused extends Error {
@@ -28,7 +29,8 @@ export interface Operator {
 
 /**
  * Verifies the bearer token of an ops command (a JWT checked like every HTTP service checks it:
- * HS256 with the local secret, or the JWKS in production) and requires the `operator` role.
+ * HS256 with the local secret, or the JWKS in production) and requires the `operator` role in the
+ * directory (world.json), not merely in the token.
  * Every accepted command is audited (`ops.command`) before it runs, and every refusal
  * (`ops.refused`, the caller's id hashed) before it is thrown.
  * @throws OperatorRefused when the token is missing, invalid or not an operator's.
@@ -36,16 +38,16 @@ export interface Operator {
 export async function authorizeOperator(
   db: Db,
   token: string | undefined,
-  opts: { verifier: UserTokenVerifier; hmacKey: string; command: string },
+  opts: { verifier: BearerVerifier; hmacKey: string; command: string },
 ): Promise<Operator> {
   let refusal: string;
   let caller: string | null = null;
   if (!token) refusal = 'missing_token';
   else {
     try {
-      const claims = await verifyUserToken(token, opts.verifier);
+      const claims = await verifyBearerToken(token, opts.verifier);
       caller = claims.sub;
-      if (claims.roles.includes('operator')) {
+      if (isDirectoryOperator(claims)) {
         await inTransaction(db, (trx) =>
           recordAudit(trx, {
             type: 'ops.command',

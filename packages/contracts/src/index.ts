@@ -7,3 +7,4 @@ export * from './release-manifest.ts';
 export * from './reconciliation.ts';
 export * from './text.ts';
 export * from './stop-reasons.ts';
+export * from './bounded-body.ts';

@@ -1,11 +1,14 @@
 import { z, type ZodObject, type ZodRawShape } from 'zod';
+import { productionProblems } from './production.ts';
 
 /**
- * Settings every Gatehouse process shares. Defaults are the local development values; in
- * production every secret must be set explicitly (see `GATEHOUSE_ENV`).
+ * Settings every Gatehouse process shares. `GATEHOUSE_ENV` defaults to `production`: local and
+ * test runs say so explicitly (`./run`, the local stack and the test harness set it). The other
+ * defaults are the local development values, which production refuses (see
+ * {@link productionProblems}, docs/decisions/0180-strict-production-mode.md).
  */
 export const baseEnvShape = {
-  GATEHOUSE_ENV: z.enum(['local', 'test', 'production']).default('local'),
+  GATEHOUSE_ENV: z.enum(['local', 'test', 'production']).default('production'),
   DATABASE_URL: z.string().default('postgres://postgres@127.0.0.1:5432/gatehouse'),
   REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
   /** BullMQ key prefix; tests give each file its own. */
@@ -17,8 +20,24 @@ export const baseEnvShape = {
     .default('rel-1'),
   /** HS256 secret for user bearer tokens in local mode. */
   GATEHOUSE_AUTH_SECRET: z.string().min(16).default('local-auth-secret-change-me'),
-  /** JWKS URL for user tokens in production (replaces the local secret when set). */
+  /** JWKS URL for user tokens (replaces the local secret when set; required in production). */
   GATEHOUSE_AUTH_JWKS_URL: z.string().url().optional(),
+  /** Expected `iss` of user tokens in JWKS mode (required in production). */
+  GATEHOUSE_AUTH_ISSUER: z.string().min(1).optional(),
+  /** Expected `aud` of user tokens in JWKS mode (required in production). */
+  GATEHOUSE_AUTH_AUDIENCE: z.string().min(1).optional(),
+  /** Accepted JWS algorithms of user tokens in JWKS mode, comma-separated, e.g. `RS256,ES256` (required in production; never HS*). */
+  GATEHOUSE_AUTH_ALGORITHMS: z
+    .string()
+    .optional()
+    .transform((v) =>
+      v
+        ? v
+            .split(',')
+            .map((a) => a.trim())
+            .filter(Boolean)
+        : undefined,
+    ),
   /** HS256 secret shared by the executor (minting) and the staging systems (verifying). */
   GATEHOUSE_DELEGATION_SECRET: z.string().min(16).default('local-delegation-secret-change-me'),
   /** Key for the HMAC that hashes actor ids in audit events. */
@@ -30,6 +49,22 @@ export const baseEnvShape = {
    */
   MODEL_BASE_URL: z.string().url().optional(),
   LOG_LEVEL: z.string().default('info'),
+  /** Window of the abuse limits, seconds (docs/decisions/0181-abuse-limits.md). */
+  RATE_LIMIT_WINDOW_SECONDS: z.coerce.number().int().positive().default(60),
+  /** Intake requests (`POST /v1/tickets`, `POST /v1/workflows/:id/messages`) per user per window. */
+  INTAKE_RATE_PER_USER: z.coerce.number().int().positive().default(30),
+  /** Intake requests per tenant per window. */
+  INTAKE_RATE_PER_TENANT: z.coerce.number().int().positive().default(300),
+  /** Sign-in attempts (approval inbox, ops dashboard) per claimed user per window. */
+  SIGNIN_RATE_PER_USER: z.coerce.number().int().positive().default(10),
+  /** Sign-in attempts per claimed tenant per window. */
+  SIGNIN_RATE_PER_TENANT: z.coerce.number().int().positive().default(100),
+  /** Largest downstream response body read (systems of record, the model if read by hand), bytes. */
+  DOWNSTREAM_BODY_LIMIT_BYTES: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(1024 * 1024),
   /**
    * Longest outage of a dependency (ledger, queue store, audit, model, system of record) a run
    * waits through, ms; the wait is not its working time, and past this it stops
@@ -52,6 +87,7 @@ export type BaseEnv = z.output<ZodObject<typeof baseEnvShape>>;
 export function parseEnv<S extends ZodRawShape>(
   extra: S,
   source: Record<string, string | undefined> = process.env,
+  productionChecks: (env: BaseEnv & z.output<ZodObject<S>>) => string[] = () => [],
 ): BaseEnv & z.output<ZodObject<S>> {
   const schema = z.object({ ...baseEnvShape, ...extra });
   const r = schema.safeParse(source);
@@ -59,11 +95,11 @@ export function parseEnv<S extends ZodRawShape>(
     const lines = r.error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`).join('\n');
     throw new Error(`invalid environment:\n${lines}`);
   }
-  const env = r.data as Record<string, unknown>;
+  const env = r.data as BaseEnv & z.output<ZodObject<S>>;
   if (env.GATEHOUSE_ENV === 'production') {
-    for (const k of ['GATEHOUSE_AUTH_SECRET', 'GATEHOUSE_DELEGATION_SECRET', 'GATEHOUSE_AUDIT_HMAC_KEY']) {
-      if (String(env[k]).includes('change-me')) throw new Error(`invalid environment:\n  ${k}: must be set in production`);
-    }
+    const problems = [...productionProblems(env, source), ...productionChecks(env)];
+    if (problems.length)
+      throw new Error(`refusing to start in production (GATEHOUSE_ENV=production):\n${problems.map((p) => `  ${p}`).join('\n')}`);
   }
-  return r.data as BaseEnv & z.output<ZodObject<S>>;
+  return env;
 }

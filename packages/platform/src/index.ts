@@ -11,3 +11,7 @@ export * from './timeout.ts';
 export * from './outage-hold.ts';
 export * from './postgres-gate.ts';
 export * from './release-check.ts';
+export * from './user-token.ts';
+export * from './production.ts';
+export * from './rate-limit.ts';
+export * from './directory.ts';

@@ -30,14 +30,16 @@ export interface ServiceContext<E> {
  * Builds the context of one service from the environment (base settings plus `extra`) and
  * starts its telemetry (traces, metrics — including the depth of the queues its workers
  * consume — and the log correlation).
- * @throws Error listing every invalid environment variable.
+ * @param productionChecks this service's own reasons to refuse production, added to the base ones.
+ * @throws Error listing every invalid environment variable (in production, every problem).
  */
 export function createServiceContext<S extends ZodRawShape>(
   name: string,
   extra: S,
   source: Record<string, string | undefined> = process.env,
+  productionChecks?: (env: BaseEnv & z.output<ZodObject<S>>) => string[],
 ): ServiceContext<BaseEnv & z.output<ZodObject<S>>> {
-  const env = parseEnv(extra, source);
+  const env = parseEnv(extra, source, productionChecks);
   const telemetry = startTelemetry(name, env.GATEHOUSE_RELEASE);
   const log = createLogger(name);
   // A client that loses its connection fails its statement; the process goes on (see createDb).

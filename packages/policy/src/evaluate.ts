@@ -1,5 +1,5 @@
 import { releaseWritesEnabled, type Db, type Trx } from '@gatehouse/ledger';
-import { loadWorld } from '@gatehouse/contracts';
+import { loadWorld, fetchCapped } from '@gatehouse/contracts';
 import { toolsOfPack, type ParsedProposal, type Pack } from '@gatehouse/tools';
 import type { PolicyBundles } from './bundle.ts';
 import { evaluateChange, type ChangeFacts, type ChangeRecordFacts, type PlanFacts } from './change.rules.ts';
@@ -21,7 +21,7 @@ export type AuthoritativeRecord =
  * @throws Error when the change service does not answer (the job is retried).
  */
 export async function fetchChange(stagingUrl: string, changeId: string): Promise<ChangeRecordFacts | null> {
-  const res = await fetch(`${stagingUrl}/changes/${encodeURIComponent(changeId)}`, { signal: AbortSignal.timeout(5000) });
+  const res = await fetchCapped(`${stagingUrl}/changes/${encodeURIComponent(changeId)}`, { signal: AbortSignal.timeout(5000) });
   if (res.status === 404) return null;
   if (!res.ok) throw new Error(`change service answered ${res.status}`);
   const c = (await res.json()) as ChangeRecordFacts;

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Db, Trx } from '@gatehouse/ledger';
-import { loadWorld } from '@gatehouse/contracts';
+import { loadWorld, fetchCapped } from '@gatehouse/contracts';
 import { eligibleTools } from './eligibility.ts';
 import { supportTools, type ParsedProposal } from '@gatehouse/tools';
 import type { SupportFacts } from './support.rules.ts';
@@ -58,7 +58,7 @@ export function lookupUser(userId: string, tenant: string): SupportFacts['user']
  * @throws Error when the order system does not answer (the job is retried).
  */
 export async function fetchOrder(stagingUrl: string, orderId: string): Promise<SupportFacts['order']> {
-  const res = await fetch(`${stagingUrl}/orders/${encodeURIComponent(orderId)}`, { signal: AbortSignal.timeout(5000) });
+  const res = await fetchCapped(`${stagingUrl}/orders/${encodeURIComponent(orderId)}`, { signal: AbortSignal.timeout(5000) });
   if (res.status === 404) return null;
   if (!res.ok) throw new Error(`order system answered ${res.status}`);
   const o = (await res.json()) as { id: string; tenant: string; region: string; paid: number; status: string };

@@ -1,3 +1,4 @@
+import { fetchCapped } from '@gatehouse/contracts';
 /** One compensating call: idempotency key, fencing token and a freshly minted delegated token. */
 export interface CompensationCall {
   stagingUrl: string;
@@ -24,7 +25,7 @@ export type CompensationResult =
 async function post(c: CompensationCall, path: string, body: Record<string, unknown>, evidence: string): Promise<CompensationResult> {
   let res: Response;
   try {
-    res = await fetch(`${c.stagingUrl}${path}`, {
+    res = await fetchCapped(`${c.stagingUrl}${path}`, {
       method: 'POST',
       headers: {
         'content-type': 'application/json',

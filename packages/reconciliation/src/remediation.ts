@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { canonicalJson, loadWorld, REMEDIATION_RULE_ID, sha256Hex } from '@gatehouse/contracts';
+import { canonicalJson, loadWorld, REMEDIATION_RULE_ID, sha256Hex, fetchCapped } from '@gatehouse/contracts';
 import {
   actorHash,
   inTransaction,
@@ -77,7 +77,7 @@ export async function findItem(db: Db, idOrPrefix: string): Promise<WorklistItem
 }
 
 async function orderRecord(stagingUrl: string, orderId: string): Promise<{ tenant: string; region: string; paid: number } | null> {
-  const res = await fetch(`${stagingUrl}/orders/${encodeURIComponent(orderId)}`, { signal: AbortSignal.timeout(5000) });
+  const res = await fetchCapped(`${stagingUrl}/orders/${encodeURIComponent(orderId)}`, { signal: AbortSignal.timeout(5000) });
   return res.ok ? ((await res.json()) as { tenant: string; region: string; paid: number }) : null;
 }
 

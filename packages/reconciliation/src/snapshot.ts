@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { loadWorld } from '@gatehouse/contracts';
+import { loadWorld, fetchCapped } from '@gatehouse/contracts';
 import type { Db, OperationStatus } from '@gatehouse/ledger';
 import { RECONCILED_TOOLS } from './classes.ts';
 
@@ -95,7 +95,7 @@ export class ReadBackUnavailable extends Error {
 async function readJson<T>(url: string, timeoutMs: number): Promise<T> {
   let res: Response;
   try {
-    res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+    res = await fetchCapped(url, { signal: AbortSignal.timeout(timeoutMs) });
   } catch (err) {
     throw new ReadBackUnavailable(`read-back ${new URL(url).pathname} unavailable: ${(err as Error).message}`);
   }

@@ -17,6 +17,12 @@ export const agentLoopEnv = {
   WALL_TIME_SECONDS: z.coerce.number().int().positive().optional(),
   /** …and model spend in micro-USD, priced by the release's model entry. */
   MAX_SPEND_MICRO_USD: z.coerce.number().int().positive().optional(),
+  /**
+   * Model spend one tenant may use per UTC day, micro-USD (default 100 USD), summed over every
+   * run's recorded model turns; a run whose tenant reached it stops `budget_exhausted` before its
+   * next model request (docs/decisions/0183-tenant-model-spend-cap.md).
+   */
+  TENANT_DAILY_SPEND_MICRO_USD: z.coerce.number().int().positive().default(100_000_000),
   /** Per-request timeout for the model, ms. */
   MODEL_TIMEOUT_MS: z.coerce.number().int().positive().default(30_000),
   /** BullMQ job lock and stalled-job check, ms: how soon a dead loop's turn is redelivered. */

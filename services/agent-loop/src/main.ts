@@ -7,6 +7,7 @@ import {
   holdWhileUnavailable,
   startWorkers,
   userTokenVerifier,
+  limiterFromEnv,
   type QueueJob,
 } from '@gatehouse/platform';
 import { turnsQueue, resultsQueue, loadReleaseManifest, type TurnJob, type ResultJob } from '@gatehouse/contracts';
@@ -20,6 +21,7 @@ import { createIntakeApp } from './http/app.ts';
 import { createModelClient, LOCAL_MODEL_STUB_URL } from './domain/model-client.ts';
 import { processTurn } from './jobs/turns.processor.ts';
 import { readLoopTestHooks } from './domain/test-hooks.ts';
+import { readTenantSpendCap } from './domain/tenant-spend.ts';
 import { processResult } from './jobs/results.processor.ts';
 
 const ctx = createServiceContext('agent-loop', agentLoopEnv);
@@ -28,6 +30,7 @@ const { env, log, db, relay } = ctx;
 await assertReleaseMatchesCode(ctx.name, env.GATEHOUSE_RELEASE, db, log);
 const hooks = readLoopTestHooks(process.env);
 const outagePolicy = readOutagePolicy(env.DEPENDENCY_WAIT_CEILING_MS, process.env);
+const tenantCap = readTenantSpendCap(env.TENANT_DAILY_SPEND_MICRO_USD, process.env);
 const release = loadReleaseManifest(env.GATEHOUSE_RELEASE);
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
 const bundles = await loadServiceBundles(db, env, log);
@@ -74,6 +77,7 @@ const app = createIntakeApp({
   auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
   packs: packsFor,
   verifier: userTokenVerifier(env),
+  limiter: limiterFromEnv(ctx.redis, env, 'intake'),
   log,
   readyChecks: ctx.readyChecks,
 });
@@ -95,6 +99,7 @@ const workers = startWorkers(
               modelName: env.MODEL_NAME ?? release.model.name,
               modelPrice: release.model,
               hooks,
+              tenantCap,
               outagePolicy,
             }),
           (mark) => noteOutageWait(db, p.workflowId, mark, outagePolicy),

@@ -9,6 +9,7 @@ import {
   startWorkers,
   holdWhileUnavailable,
   userTokenVerifier,
+  limiterFromEnv,
   type QueueJob,
 } from '@gatehouse/platform';
 import { approvalRequestsQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
@@ -41,6 +42,7 @@ const app = createApprovalApp({
   verifier: userTokenVerifier(env),
   localSecret: env.GATEHOUSE_AUTH_JWKS_URL || env.GATEHOUSE_ENV === 'production' ? null : env.GATEHOUSE_AUTH_SECRET,
   secureCookie: env.GATEHOUSE_ENV === 'production',
+  signInLimiter: limiterFromEnv(ctx.redis, env, 'signin'),
   log,
   readyChecks: ctx.readyChecks,
 });

@@ -13,27 +13,32 @@ import {
 import { repoRoot } from '@gatehouse/contracts';
 import { observeAuditBacklog } from '@gatehouse/telemetry';
 import { chainPending, readAuditBacklog } from './jobs/chain.writer.ts';
-import { anchorHead, loadSigningKey } from './domain/anchor.ts';
+import { anchorHead, loadSigningKey, signingKeyProblems } from './domain/anchor.ts';
 import { evaluateMonitors, raiseAlerts } from './domain/monitors.ts';
 
-const ctx = createServiceContext('audit', {
-  AUDIT_PORT: z.coerce.number().int().min(0).max(65535).default(7113),
-  /** How often the outbox is drained into the chain, ms. */
-  AUDIT_CHAIN_INTERVAL_MS: z.coerce.number().int().positive().default(200),
-  /** How often the chain head is anchored, ms. */
-  AUDIT_ANCHOR_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
-  AUDIT_SIGNING_KEY_PATH: z.string().default(resolve(repoRoot, '.gatehouse/audit-ed25519.pem')),
-  /** How often the invariant monitors run, ms. */
-  MONITOR_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
-  /** Optional webhook receiving fired alerts as JSON. */
-  ALERT_WEBHOOK_URL: z.string().url().optional(),
-  MONITOR_AUTO_APPROVE_LIMIT_CENTS: z.coerce.number().int().nonnegative().default(5000),
-  MONITOR_MAX_FAILED_UNKNOWN_PER_HOUR: z.coerce.number().int().nonnegative().default(3),
-});
+const ctx = createServiceContext(
+  'audit',
+  {
+    AUDIT_PORT: z.coerce.number().int().min(0).max(65535).default(7113),
+    /** How often the outbox is drained into the chain, ms. */
+    AUDIT_CHAIN_INTERVAL_MS: z.coerce.number().int().positive().default(200),
+    /** How often the chain head is anchored, ms. */
+    AUDIT_ANCHOR_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
+    AUDIT_SIGNING_KEY_PATH: z.string().default(resolve(repoRoot, '.gatehouse/audit-ed25519.pem')),
+    /** How often the invariant monitors run, ms. */
+    MONITOR_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
+    /** Optional webhook receiving fired alerts as JSON. */
+    ALERT_WEBHOOK_URL: z.string().url().optional(),
+    MONITOR_AUTO_APPROVE_LIMIT_CENTS: z.coerce.number().int().nonnegative().default(5000),
+    MONITOR_MAX_FAILED_UNKNOWN_PER_HOUR: z.coerce.number().int().nonnegative().default(3),
+  },
+  process.env,
+  (e) => signingKeyProblems(e.AUDIT_SIGNING_KEY_PATH, process.env.AUDIT_SIGNING_KEY_PATH !== undefined),
+);
 const { env, log, db } = ctx;
 // The code must be the release it serves: a differing catalog, prompt or audit schema refuses to boot (ADR 0220).
 await assertReleaseMatchesCode(ctx.name, env.GATEHOUSE_RELEASE, db, log);
-const key = loadSigningKey(env.AUDIT_SIGNING_KEY_PATH);
+const key = loadSigningKey(env.AUDIT_SIGNING_KEY_PATH, env.GATEHOUSE_ENV !== 'production');
 observeAuditBacklog(() => readAuditBacklog(db));
 
 let running: Promise<unknown> | undefined;

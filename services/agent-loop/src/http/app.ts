@@ -1,15 +1,27 @@
 import type { Express } from 'express';
-import type { UserTokenVerifier } from '@gatehouse/credentials';
-import { createHttpApp, finishApp, requireUser, type Logger, type ReadyCheck } from '@gatehouse/platform';
+import type { Request } from 'express';
+import type { UserClaims } from '@gatehouse/credentials';
+import {
+  createHttpApp,
+  finishApp,
+  rateLimit,
+  requireUser,
+  type AbuseLimiter,
+  type BearerVerifier,
+  type Logger,
+  type ReadyCheck,
+} from '@gatehouse/platform';
 import { ticketsRouter, type IntakeConfig } from './tickets.router.ts';
 import { workflowsRouter } from './workflows.router.ts';
 
 /** Inputs of {@link createIntakeApp}: the intake's settings plus how callers are verified and logged. */
 export interface IntakeAppOptions extends IntakeConfig {
-  verifier: UserTokenVerifier;
+  verifier: BearerVerifier;
   log: Logger;
   /** `/readyz` checks (Postgres, Redis). */
   readyChecks?: Record<string, ReadyCheck>;
+  /** Per-user and per-tenant limits of `POST /v1/tickets` and `POST /v1/workflows/:id/messages` (the process always passes one). */
+  limiter?: AbuseLimiter;
 }
 
 /**
@@ -19,9 +31,16 @@ export interface IntakeAppOptions extends IntakeConfig {
  * listens (`listen`, supertest) and owns `db` and `relay`.
  */
 export function createIntakeApp(opts: IntakeAppOptions): Express {
-  const { verifier, log, readyChecks, ...intake } = opts;
+  const { verifier, log, readyChecks, limiter, ...intake } = opts;
   const app = createHttpApp('agent-loop', readyChecks);
   app.use('/v1', requireUser(verifier));
+  if (limiter) {
+    const subject = (req: Request) => {
+      const user = (req as unknown as { user: UserClaims }).user;
+      return { user: user.sub, tenant: user.tenant };
+    };
+    app.post(['/v1/tickets', '/v1/workflows/:id/messages'], rateLimit(limiter, subject));
+  }
   app.use(ticketsRouter(intake));
   app.use(workflowsRouter({ db: intake.db, relay: intake.relay }));
   return finishApp(app, log);

@@ -22,6 +22,7 @@ import { randomUUID } from 'node:crypto';
 import { loadTranscript } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
 import type { LoopTestHooks } from '../domain/test-hooks.ts';
+import { tenantCapReached, type TenantSpendCap } from '../domain/tenant-spend.ts';
 
 /** Dependencies of {@link processTurn}. */
 export interface TurnDeps {
@@ -35,6 +36,8 @@ export interface TurnDeps {
   hooks: LoopTestHooks;
   /** Outage ceiling and crediting (the wait for an unavailable dependency is not working time). */
   outagePolicy: OutagePolicy;
+  /** The tenant's daily model-spend cap, checked before each model request. */
+  tenantCap: TenantSpendCap;
 }
 
 type FunctionCallItem = { type: 'function_call'; call_id: string; name: string; arguments: string };
@@ -80,6 +83,11 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
     const b = await trx.selectFrom('budgets').selectAll().where('workflow_id', '=', wf.id).executeTakeFirstOrThrow();
     if (time.kind === 'budget_exhausted' || b.rounds_used + 1 > b.max_rounds || b.spend_micro_usd >= b.max_spend_micro_usd) {
       await stopWorkflow(trx, wf, 'budget_exhausted');
+      return 'budget_exhausted';
+    }
+    const capped = await tenantCapReached(trx, wf.tenant, deps.modelPrice, deps.tenantCap);
+    if (capped) {
+      await stopWorkflow(trx, wf, 'budget_exhausted', capped);
       return 'budget_exhausted';
     }
     return null;

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { sql } from 'kysely';
 import type { Db } from '@gatehouse/ledger';
 import { authorityRefusal } from './authority.ts';
 
@@ -96,4 +97,65 @@ export function toView(r: Row, viewerId: string): ApprovalView {
     canDecide: refusal === null && r.status === 'pending',
     refusal,
   };
+}
+
+/** One page of `GET /v1/approvals`: the views and the cursor of the next page (null: the last page). */
+export interface ApprovalPage {
+  approvals: ApprovalView[];
+  nextCursor: string | null;
+}
+
+const CURSOR_PREFIX = 'a1:';
+const UUID = z.uuid();
+
+/** The opaque cursor resuming after approval `id` (base64url; clients must not read it). */
+export function encodeCursor(id: string): string {
+  return Buffer.from(`${CURSOR_PREFIX}${id}`).toString('base64url');
+}
+
+/** The approval id a cursor resumes after, or undefined when it is not one {@link encodeCursor} made. */
+export function decodeCursor(cursor: string): string | undefined {
+  if (!/^[A-Za-z0-9_-]+$/.test(cursor)) return undefined;
+  const text = Buffer.from(cursor, 'base64url').toString('utf8');
+  if (!text.startsWith(CURSOR_PREFIX)) return undefined;
+  const id = text.slice(CURSOR_PREFIX.length);
+  return UUID.safeParse(id).success ? id : undefined;
+}
+
+/**
+ * A page of the approvals of the viewer's tenant with `status`, in (created_at, id) order after
+ * the approval `after` (keyset pagination: no duplicates or gaps while rows are added). Pending
+ * approvals are filtered to what the viewer may decide; the page is filled past filtered rows.
+ * Resolves null when `after` is not an approval of the viewer's tenant.
+ */
+export async function listApprovalPage(
+  db: Db,
+  viewer: { sub: string; tenant: string },
+  q: { status: ApprovalView['status']; limit: number; after: string | null },
+): Promise<ApprovalPage | null> {
+  if (
+    q.after &&
+    !(await db.selectFrom('approvals').select('id').where('id', '=', q.after).where('tenant', '=', viewer.tenant).executeTakeFirst())
+  )
+    return null;
+  const batch = (after: string | null) => {
+    let query = selectApprovals(db, viewer.tenant).where('p.status', '=', q.status);
+    if (after) query = query.where(sql<boolean>`(p.created_at, p.id) > (SELECT created_at, id FROM approvals WHERE id = ${after})`);
+    return query.orderBy('p.created_at').orderBy('p.id').limit(q.limit).execute();
+  };
+  const approvals: ApprovalView[] = [];
+  let position = q.after;
+  for (;;) {
+    const rows = await batch(position);
+    for (const r of rows) {
+      const view = toView(r, viewer.sub);
+      if (q.status !== 'pending' || view.canDecide) {
+        // One more visible row exists: the next page starts after the last row examined.
+        if (approvals.length === q.limit) return { approvals, nextCursor: encodeCursor(position!) };
+        approvals.push(view);
+      }
+      position = r.id;
+    }
+    if (rows.length < q.limit) return { approvals, nextCursor: null };
+  }
 }

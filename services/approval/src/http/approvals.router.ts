@@ -6,18 +6,22 @@ import type { Db } from '@gatehouse/ledger';
 import { parseBody, UserError, type OutboxRelay } from '@gatehouse/platform';
 import { withSpan } from '@gatehouse/telemetry';
 import { decideApproval } from '../domain/decide.ts';
-import { selectApprovals, toView } from '../domain/approval-view.ts';
+import { decodeCursor, listApprovalPage, selectApprovals, toView } from '../domain/approval-view.ts';
 
 const caller = (req: Request): UserClaims => (req as unknown as { user: UserClaims }).user;
-/** Query of `GET /v1/approvals`. */
+/** Largest page of `GET /v1/approvals` (docs/decisions/0182-approval-pagination.md). */
+export const MAX_PAGE = 100;
+/** Query of `GET /v1/approvals`: status, page size (1–{@link MAX_PAGE}, default 50) and the opaque cursor of the previous page. */
 export const ListQuerySchema = z.object({
   status: z.enum(['pending', 'approved', 'denied', 'expired', 'void', 'used']).default('pending'),
+  limit: z.coerce.number().int().min(1).max(MAX_PAGE).default(50),
+  cursor: z.string().max(200).optional(),
 });
 const Id = z.uuid();
 
 /**
- * Approval API (docs/product/public-contract.md#approvals): `GET /v1/approvals?status=pending` (the caller's tenant; pending ones
- * filtered to what the caller may decide), `GET /v1/approvals/:id` (trusted fields only), and
+ * Approval API (docs/product/public-contract.md#approvals): `GET /v1/approvals?status=pending&limit=&cursor=` (the caller's tenant; pending ones
+ * filtered to what the caller may decide; pages of at most {@link MAX_PAGE} with an opaque `nextCursor`), `GET /v1/approvals/:id` (trusted fields only), and
  * `POST /v1/approvals/:id/decision` → 200 | 403 | 409 | 410.
  */
 export function approvalsRouter(cfg: { db: Db; relay: OutboxRelay; auditHmacKey: string }): Router {
@@ -26,10 +30,16 @@ export function approvalsRouter(cfg: { db: Db; relay: OutboxRelay; auditHmacKey:
   router.get('/v1/approvals', async (req, res) => {
     const user = caller(req);
     const q = ListQuerySchema.safeParse(req.query);
-    if (!q.success) throw new UserError('invalid_query', 'status must be one of pending, approved, denied, expired, void, used');
-    const rows = await selectApprovals(cfg.db, user.tenant).where('p.status', '=', q.data.status).orderBy('p.created_at').execute();
-    const views = rows.map((r) => toView(r, user.sub));
-    res.json({ approvals: q.data.status === 'pending' ? views.filter((v) => v.canDecide) : views });
+    if (!q.success)
+      throw new UserError(
+        'invalid_query',
+        `status must be one of pending, approved, denied, expired, void, used; limit an integer 1–${MAX_PAGE}; cursor the nextCursor of a previous page`,
+      );
+    const after = q.data.cursor === undefined ? null : decodeCursor(q.data.cursor);
+    if (after === undefined) throw new UserError('invalid_cursor', 'cursor is not a nextCursor this API issued');
+    const page = await listApprovalPage(cfg.db, user, { status: q.data.status, limit: q.data.limit, after });
+    if (!page) throw new UserError('invalid_cursor', 'cursor does not name an approval of your tenant');
+    res.json(page);
   });
 
   router.get('/v1/approvals/:id', async (req, res) => {

@@ -3,8 +3,17 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import { parseCookie, stringifySetCookie } from 'cookie';
 import { z } from 'zod';
 import { loadWorld, storableString } from '@gatehouse/contracts';
-import { signUserToken, verifyUserToken, InvalidTokenError, type UserClaims, type UserTokenVerifier } from '@gatehouse/credentials';
-import { GatehouseError, httpStatusOf, type OutboxRelay } from '@gatehouse/platform';
+import { signUserToken, InvalidTokenError, type UserClaims } from '@gatehouse/credentials';
+import {
+  claimedSubject,
+  GatehouseError,
+  httpStatusOf,
+  sendRateRefusal,
+  verifyBearerToken,
+  type AbuseLimiter,
+  type BearerVerifier,
+  type OutboxRelay,
+} from '@gatehouse/platform';
 import type { Db } from '@gatehouse/ledger';
 import { decideApproval } from '../domain/decide.ts';
 import { selectApprovals, toView } from '../domain/approval-view.ts';
@@ -24,11 +33,13 @@ export interface InboxConfig {
   db: Db;
   relay: OutboxRelay;
   auditHmacKey: string;
-  verifier: UserTokenVerifier;
+  verifier: BearerVerifier;
   /** Local HS256 secret used to sign chooser sessions; null in production (tokens are pasted). */
   localSecret: string | null;
   /** Mark the session cookie `Secure` (sent over HTTPS only): true in production. */
   secureCookie: boolean;
+  /** Per-user and per-tenant limits of sign-in attempts (the process always passes one). */
+  signInLimiter?: AbuseLimiter;
 }
 
 /**
@@ -50,7 +61,7 @@ export function inboxRouter(cfg: InboxConfig): Router {
     const token = parseCookie(req.header('cookie') ?? '')[COOKIE];
     if (!token) return null;
     try {
-      return { token, user: await verifyUserToken(token, cfg.verifier) };
+      return { token, user: await verifyBearerToken(token, cfg.verifier) };
     } catch (err) {
       if (err instanceof InvalidTokenError) return null;
       throw err;
@@ -83,6 +94,8 @@ export function inboxRouter(cfg: InboxConfig): Router {
   router.post('/inbox/session', form, async (req, res) => {
     secure(res);
     const body = z.object({ userId: z.string().optional(), token: z.string().optional() }).safeParse(req.body);
+    const refusal = cfg.signInLimiter ? await cfg.signInLimiter.take(claimedSubject(body.success ? body.data : {})) : null;
+    if (refusal) return sendRateRefusal(res, refusal, cfg.signInLimiter!.settings);
     let token: string | undefined;
     if (body.success && body.data.userId && cfg.localSecret) {
       const u = loadWorld().users.find((x) => x.id === body.data.userId);
@@ -90,7 +103,7 @@ export function inboxRouter(cfg: InboxConfig): Router {
     } else if (body.success && body.data.token) token = body.data.token;
     try {
       if (!token) throw new InvalidTokenError('no user chosen');
-      await verifyUserToken(token, cfg.verifier);
+      await verifyBearerToken(token, cfg.verifier);
     } catch {
       res
         .status(401)

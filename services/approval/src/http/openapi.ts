@@ -31,17 +31,23 @@ export function approvalOpenApi(): Record<string, unknown> {
               in: 'query',
               schema: { type: 'string', enum: ['pending', 'approved', 'denied', 'expired', 'void', 'used'], default: 'pending' },
             },
+            { name: 'limit', in: 'query', schema: { type: 'integer', minimum: 1, maximum: 100, default: 50 } },
+            { name: 'cursor', in: 'query', description: 'the nextCursor of the previous page (opaque)', schema: { type: 'string' } },
           ],
           responses: {
             '200': {
               description: 'approvals',
               content: {
                 'application/json': {
-                  schema: { type: 'object', properties: { approvals: { type: 'array', items: view } }, required: ['approvals'] },
+                  schema: {
+                    type: 'object',
+                    properties: { approvals: { type: 'array', items: view }, nextCursor: { type: ['string', 'null'] } },
+                    required: ['approvals', 'nextCursor'],
+                  },
                 },
               },
             },
-            '400': err('invalid query'),
+            '400': err('invalid query (status, limit or cursor)'),
             '401': err('missing or invalid token'),
           },
         },

@@ -4,16 +4,35 @@ import { dirname } from 'node:path';
 import type { Db } from '@gatehouse/ledger';
 
 /**
- * Loads the Ed25519 anchoring key from a PEM file, creating it (mode 0600) on first use in
- * local mode. In production the key comes from the secret store via the same path.
+ * Loads the Ed25519 anchoring key from a PEM file, creating it (mode 0600) on first use when
+ * `create` (local and test). In production the key comes from the secret store via the same path
+ * and is never generated ({@link signingKeyProblems} refuses the boot first).
+ * @throws Error when the file is missing and `create` is false, or does not hold a private key.
  */
-export function loadSigningKey(path: string): KeyObject {
+export function loadSigningKey(path: string, create = true): KeyObject {
   if (!existsSync(path)) {
+    if (!create) throw new Error(`audit signing key ${path} does not exist`);
     mkdirSync(dirname(path), { recursive: true });
     const { privateKey } = generateKeyPairSync('ed25519');
     writeFileSync(path, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
   }
   return createPrivateKey(readFileSync(path));
+}
+
+/**
+ * Why the anchoring key at `path` is unfit for production (empty: fit): the path must be set
+ * explicitly (`explicit`) and hold an Ed25519 private key. A missing key is a boot failure, never
+ * silently generated (docs/decisions/0180-strict-production-mode.md).
+ */
+export function signingKeyProblems(path: string, explicit: boolean): string[] {
+  if (!explicit) return ['AUDIT_SIGNING_KEY_PATH: must be set (the Ed25519 audit signing key from the secret store)'];
+  if (!existsSync(path)) return [`AUDIT_SIGNING_KEY_PATH: ${path} does not exist (no key is generated in production)`];
+  try {
+    const key = createPrivateKey(readFileSync(path));
+    return key.asymmetricKeyType === 'ed25519' ? [] : [`AUDIT_SIGNING_KEY_PATH: ${path} is not an Ed25519 key`];
+  } catch (err) {
+    return [`AUDIT_SIGNING_KEY_PATH: ${path} is not a readable private key (${(err as Error).message})`];
+  }
 }
 
 /**

@@ -1,3 +1,4 @@
+import { fetchCapped } from '@gatehouse/contracts';
 /** Outcome of one HTTP attempt against a downstream. */
 export type AttemptOutcome =
   | { kind: 'response'; status: number; body: Record<string, unknown>; headers: Headers }
@@ -6,11 +7,13 @@ export type AttemptOutcome =
 
 /**
  * One HTTP attempt with a deadline (`timeoutMs`). Never throws: a lost response is
- * `no_response`, because for a write it means "outcome unknown", not "failed".
+ * `no_response`, because for a write it means "outcome unknown", not "failed". So is a body
+ * larger than the downstream cap (`BodyTooLarge`, 1 MiB by default): reading stops at the cap
+ * and what the system of record said is unknown.
  */
 export async function attempt(url: string, init: RequestInit, timeoutMs: number): Promise<AttemptOutcome> {
   try {
-    const res = await fetch(url, { ...init, signal: AbortSignal.timeout(timeoutMs) });
+    const res = await fetchCapped(url, { ...init, signal: AbortSignal.timeout(timeoutMs) });
     const text = await res.text();
     let body: Record<string, unknown> = {};
     try {

@@ -2,27 +2,34 @@ import express, { Router, type NextFunction, type Request, type Response } from 
 import { parseCookie, stringifySetCookie } from 'cookie';
 import { z } from 'zod';
 import { loadWorld } from '@gatehouse/contracts';
-import { signUserToken, verifyUserToken, InvalidTokenError, type UserClaims, type UserTokenVerifier } from '@gatehouse/credentials';
+import { signUserToken, InvalidTokenError, type UserClaims } from '@gatehouse/credentials';
 import { actorHash, inTransaction, recordAudit, type Db } from '@gatehouse/ledger';
-import type { Logger } from '@gatehouse/platform';
+import {
+  claimedSubject,
+  isDirectoryOperator,
+  sendRateRefusal,
+  verifyBearerToken,
+  type AbuseLimiter,
+  type BearerVerifier,
+  type Logger,
+} from '@gatehouse/platform';
 import { refusedPage, signInPage } from './pages.html.ts';
 
 /** Name of the session cookie holding an operator's bearer token. */
 export const OPS_COOKIE = 'gh_ops';
 
-/** The role that may enter the dashboard (docs/product/users-and-tools.md#users: the on-call operator). */
-export const OPERATOR_ROLE = 'operator';
-
 /** Settings of the dashboard's sign-in and operator check. */
 export interface OperatorAuthConfig {
   db: Db;
   log: Logger;
-  verifier: UserTokenVerifier;
+  verifier: BearerVerifier;
   auditHmacKey: string;
   /** Local HS256 secret used to sign chooser sessions; null in production (tokens are pasted). */
   localSecret: string | null;
   /** Marks the cookie `Secure` (production, behind TLS). */
   secureCookie: boolean;
+  /** Per-user and per-tenant limits of sign-in attempts (the process always passes one). */
+  signInLimiter?: AbuseLimiter;
 }
 
 /** The verified operator of a request, set by {@link operatorAuth}'s `requireOperator`. */
@@ -45,7 +52,7 @@ function wantsJson(req: Request): boolean {
 /**
  * Sign-in and the operator check of the ops dashboard. A request carries an operator's bearer
  * JWT either in `Authorization: Bearer …` (tools) or in the `gh_ops` cookie set by sign-in
- * (browsers; HttpOnly, SameSite=Strict, path `/`, one hour). Only role `operator` enters: no or
+ * (browsers; HttpOnly, SameSite=Strict, path `/`, one hour). Only a user the directory lists with role `operator` enters: no or
  * an invalid token is 401, any other role 403 — a refusal of a known caller is audited
  * (`ops.refused`, outcome `dashboard:not_an_operator`, the caller's id hashed). Local mode offers
  * a user chooser (like the approval inbox); production takes a pasted token.
@@ -95,7 +102,7 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
     let reason = token ? 'invalid_token' : 'missing_token';
     if (token) {
       try {
-        user = await verifyUserToken(token, cfg.verifier);
+        user = await verifyBearerToken(token, cfg.verifier);
       } catch (err) {
         if (!(err instanceof InvalidTokenError)) return next(err);
       }
@@ -112,7 +119,7 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
       }
       return;
     }
-    if (!user.roles.includes(OPERATOR_ROLE)) {
+    if (!isDirectoryOperator(user)) {
       reason = 'not_an_operator';
       await refuse(user, req.originalUrl.slice(0, 200));
       if (wantsJson(req)) res.status(403).json({ error: { reason, message: 'the ops dashboard is for operators only' } });
@@ -136,6 +143,8 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
   router.post('/session', form, async (req, res) => {
     securePage(res);
     const body = z.object({ userId: z.string().max(100).optional(), token: z.string().max(8192).optional() }).safeParse(req.body);
+    const refusal = cfg.signInLimiter ? await cfg.signInLimiter.take(claimedSubject(body.success ? body.data : {})) : null;
+    if (refusal) return sendRateRefusal(res, refusal, cfg.signInLimiter!.settings);
     let token: string | undefined;
     if (body.success && body.data.userId && cfg.localSecret) {
       const u = loadWorld().users.find((x) => x.id === body.data.userId);
@@ -144,13 +153,13 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
     let user: UserClaims;
     try {
       if (!token) throw new InvalidTokenError('no user chosen');
-      user = await verifyUserToken(token, cfg.verifier);
+      user = await verifyBearerToken(token, cfg.verifier);
     } catch (err) {
       if (!(err instanceof InvalidTokenError)) throw err;
       res.status(401).type('html').send(signInPage(users(), 'Sign-in failed: unknown user or invalid token.'));
       return;
     }
-    if (!user.roles.includes(OPERATOR_ROLE)) {
+    if (!isDirectoryOperator(user)) {
       await refuse(user, '/session');
       res.status(403).type('html').send(refusedPage(user.sub));
       return;

@@ -1,0 +1,27 @@
+import { loadWorld } from '@gatehouse/contracts';
+import type { UserClaims } from '@gatehouse/credentials';
+
+/** The role that may run ops commands and enter the ops dashboard (docs/product/users-and-tools.md#users). */
+export const OPERATOR_ROLE = 'operator';
+
+/**
+ * Test-only switch `GATEHOUSE_TEST_OPERATOR_FROM_TOKEN=1`: trust the token's `roles` claim
+ * instead of the directory (control-removed test).
+ * @throws Error when set outside `GATEHOUSE_ENV=test`.
+ */
+function operatorFromToken(): boolean {
+  if (process.env.GATEHOUSE_TEST_OPERATOR_FROM_TOKEN !== '1') return false;
+  if (process.env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_OPERATOR_FROM_TOKEN may only be set with GATEHOUSE_ENV=test');
+  return true;
+}
+
+/**
+ * Whether the verified caller is an operator: the identity directory (world.json, or
+ * `GATEHOUSE_WORLD`) must know the user in the token's tenant with role `operator`. A token's
+ * `roles` claim alone never grants operator authority (docs/decisions/0180-strict-production-mode.md).
+ */
+export function isDirectoryOperator(user: UserClaims): boolean {
+  if (operatorFromToken()) return user.roles.includes(OPERATOR_ROLE);
+  const entry = loadWorld().users.find((u) => u.id === user.sub && u.tenant === user.tenant);
+  return entry?.role === OPERATOR_ROLE;
+}

@@ -1,0 +1,61 @@
+import type { BaseEnv } from './env.ts';
+
+/** Fewest bytes a production secret may have (256 bits; HS256 and HMAC-SHA256 keys, RFC 7518 §3.2). */
+export const MIN_SECRET_BYTES = 32;
+
+/**
+ * The secrets of the base settings and what each is for. The user-token secret only matters
+ * when set: production verifies user tokens by JWKS and never accepts HS256.
+ */
+const SECRETS: { name: keyof BaseEnv; purpose: string; required: boolean }[] = [
+  { name: 'GATEHOUSE_AUTH_SECRET', purpose: 'local user tokens', required: false },
+  { name: 'GATEHOUSE_DELEGATION_SECRET', purpose: 'delegated credentials', required: true },
+  { name: 'GATEHOUSE_AUDIT_HMAC_KEY', purpose: 'actor hashes and CSRF tokens', required: true },
+];
+
+/** Algorithms a production user token may never use: shared-secret MACs and `none`. */
+const REFUSED_ALGORITHMS = /^(HS\d+|none)$/i;
+
+/**
+ * Every reason the base settings are unfit for production, as `NAME: problem` lines (empty:
+ * fit). Checked: each secret set explicitly (not the local default), at least
+ * {@link MIN_SECRET_BYTES} bytes, and not shared with another purpose; user tokens in JWKS mode
+ * with an issuer, an audience and an asymmetric algorithm list (docs/decisions/0180-strict-production-mode.md).
+ * @param source the raw environment (tells a default from an explicit value).
+ */
+export function productionProblems(env: BaseEnv, source: Record<string, string | undefined>): string[] {
+  const problems: string[] = [];
+  const seen = new Map<string, string>();
+  for (const s of SECRETS) {
+    const value = String(env[s.name]);
+    if (source[s.name] === undefined || value.includes('change-me')) {
+      if (s.required) problems.push(`${s.name}: must be set (the local default is refused) — key for ${s.purpose}`);
+      continue;
+    }
+    if (Buffer.byteLength(value) < MIN_SECRET_BYTES) problems.push(`${s.name}: too weak, at least ${MIN_SECRET_BYTES} bytes are required`);
+    const other = seen.get(value);
+    if (other) problems.push(`${s.name}: the same value as ${other}; each purpose needs its own secret`);
+    else seen.set(value, s.name);
+  }
+  if (!env.GATEHOUSE_AUTH_JWKS_URL)
+    problems.push('GATEHOUSE_AUTH_JWKS_URL: must be set (production verifies user tokens by JWKS, never HS256)');
+  if (!env.GATEHOUSE_AUTH_ISSUER) problems.push('GATEHOUSE_AUTH_ISSUER: must be set (the iss user tokens must carry)');
+  if (!env.GATEHOUSE_AUTH_AUDIENCE) problems.push('GATEHOUSE_AUTH_AUDIENCE: must be set (the aud user tokens must carry)');
+  const algs = env.GATEHOUSE_AUTH_ALGORITHMS ?? [];
+  if (!algs.length) problems.push('GATEHOUSE_AUTH_ALGORITHMS: must be set (e.g. RS256,ES256)');
+  const refused = algs.filter((a) => REFUSED_ALGORITHMS.test(a));
+  if (refused.length)
+    problems.push(`GATEHOUSE_AUTH_ALGORITHMS: ${refused.join(', ')} not allowed in production (asymmetric algorithms only)`);
+  return problems;
+}
+
+/**
+ * The production check of a process that must never run in production (the model-stub, the
+ * staging systems with their test endpoints `/faults`, `/requests`, `/fixtures`): pass it as
+ * `parseEnv`'s `productionChecks`, so production refuses to boot it with the other problems.
+ */
+export function testDoubleRefusal(what: string): () => string[] {
+  return () => [
+    `GATEHOUSE_ENV: ${what} is a test double with test-only endpoints and never runs in production (set GATEHOUSE_ENV=local or test)`,
+  ];
+}

@@ -1,0 +1,154 @@
+import type { NextFunction, Request, Response } from 'express';
+import type { Redis } from 'ioredis';
+import { decodeJwt } from 'jose';
+import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
+import { loadWorld } from '@gatehouse/contracts';
+import type { BaseEnv } from './env.ts';
+
+/** Who a request counts against: the user and the tenant (null: not counted). */
+export interface RateSubject {
+  user: string;
+  tenant: string;
+}
+
+/** Limits of one surface (intake, sign-in): requests per user and per tenant within a window. */
+export interface RateLimitSettings {
+  /** Names the counters (`<prefix>:rl:<surface>:user:…`), e.g. `intake`, `signin`. */
+  surface: string;
+  perUser: number;
+  perTenant: number;
+  windowSeconds: number;
+}
+
+/** A refusal: which limit was hit and when to retry, whole seconds (the `Retry-After` value, RFC 9110 §10.2.3). */
+export interface RateRefusal {
+  scope: 'user' | 'tenant';
+  limit: number;
+  retryAfterSeconds: number;
+}
+
+/**
+ * Test-only switch `GATEHOUSE_TEST_DISABLE_RATE_LIMITS=1`: nothing is counted (control-removed test).
+ * @throws Error when set outside `GATEHOUSE_ENV=test`.
+ */
+function limitsDisabled(): boolean {
+  if (process.env.GATEHOUSE_TEST_DISABLE_RATE_LIMITS !== '1') return false;
+  if (process.env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_DISABLE_RATE_LIMITS may only be set with GATEHOUSE_ENV=test');
+  return true;
+}
+
+/**
+ * Per-user and per-tenant fixed-window counters in Redis (`rate-limiter-flexible`), shared by
+ * every replica. While Redis is not ready each process counts in memory instead (the insurance
+ * limiter), so an outage neither blocks intake nor lifts the limits (docs/decisions/0181-abuse-limits.md).
+ */
+export class AbuseLimiter {
+  readonly #user: RateLimiterRedis;
+  readonly #tenant: RateLimiterRedis;
+  readonly #settings: RateLimitSettings;
+  readonly #disabled = limitsDisabled();
+
+  /** @param keyPrefix the deployment's key prefix (`QUEUE_PREFIX`), so tests and stacks do not share counters. */
+  constructor(redis: Redis, keyPrefix: string, settings: RateLimitSettings) {
+    this.#settings = settings;
+    const make = (scope: string, points: number) => {
+      const opts = { keyPrefix: `${keyPrefix}:rl:${settings.surface}:${scope}`, points, duration: settings.windowSeconds };
+      return new RateLimiterRedis({
+        ...opts,
+        storeClient: redis,
+        rejectIfRedisNotReady: true,
+        insuranceLimiter: new RateLimiterMemory(opts),
+      });
+    };
+    this.#user = make('user', settings.perUser);
+    this.#tenant = make('tenant', settings.perTenant);
+  }
+
+  /**
+   * Counts one request of `subject` (the user first, then the tenant: a user over their own
+   * limit does not use up the tenant's). Resolves null when allowed.
+   * @throws Error when neither Redis nor the insurance limiter can count (not a refusal).
+   */
+  async take(subject: RateSubject): Promise<RateRefusal | null> {
+    if (this.#disabled) return null;
+    const steps: [RateRefusal['scope'], RateLimiterRedis, string, number][] = [
+      ['user', this.#user, `${subject.tenant}\u0000${subject.user}`, this.#settings.perUser],
+      ['tenant', this.#tenant, subject.tenant, this.#settings.perTenant],
+    ];
+    for (const [scope, limiter, key, limit] of steps) {
+      try {
+        await limiter.consume(key);
+      } catch (err) {
+        if (!(err instanceof RateLimiterRes)) throw err;
+        return { scope, limit, retryAfterSeconds: Math.max(1, Math.ceil(err.msBeforeNext / 1000)) };
+      }
+    }
+    return null;
+  }
+
+  /** Settings in force (for messages and documentation). */
+  get settings(): RateLimitSettings {
+    return this.#settings;
+  }
+}
+
+/**
+ * Answers a refusal: 429 with `Retry-After` and a reason (`rate_limited_user` /
+ * `rate_limited_tenant`) saying which limit and for how long.
+ */
+export function sendRateRefusal(res: Response, refusal: RateRefusal, settings: RateLimitSettings): void {
+  res.setHeader('retry-after', String(refusal.retryAfterSeconds));
+  res.status(429).json({
+    error: {
+      reason: `rate_limited_${refusal.scope}`,
+      message: `more than ${refusal.limit} ${settings.surface} requests per ${refusal.scope} in ${settings.windowSeconds} s; retry after ${refusal.retryAfterSeconds} s`,
+    },
+  });
+}
+
+/**
+ * Express middleware counting each request against `subjectOf(req)` (skipped when it returns
+ * null) and answering 429 past a limit.
+ */
+export function rateLimit(limiter: AbuseLimiter, subjectOf: (req: Request) => RateSubject | null) {
+  return async (req: Request, res: Response, next: NextFunction): Promise<void> => {
+    const subject = subjectOf(req);
+    if (!subject) return next();
+    try {
+      const refusal = await limiter.take(subject);
+      if (refusal) sendRateRefusal(res, refusal, limiter.settings);
+      else next();
+    } catch (err) {
+      next(err);
+    }
+  };
+}
+
+/**
+ * Who a sign-in attempt claims to be, before anything is verified: the chosen user (tenant from
+ * the directory) or the pasted token's unverified `sub` and `tenant`. Unreadable claims count
+ * against `unknown`, so garbage cannot escape the limits.
+ */
+export function claimedSubject(form: { userId?: string; token?: string }): RateSubject {
+  const text = (v: unknown): string => (typeof v === 'string' && v ? v.slice(0, 256) : 'unknown');
+  if (form.userId) {
+    const u = loadWorld().users.find((x) => x.id === form.userId);
+    return { user: text(form.userId), tenant: text(u?.tenant) };
+  }
+  try {
+    const claims = decodeJwt(form.token ?? '');
+    return { user: text(claims.sub), tenant: text(claims.tenant) };
+  } catch {
+    return { user: 'unknown', tenant: 'unknown' };
+  }
+}
+
+/** The limiter of a surface from the base settings (`INTAKE_RATE_*` or `SIGNIN_RATE_*`, `RATE_LIMIT_WINDOW_SECONDS`). */
+export function limiterFromEnv(redis: Redis, env: BaseEnv, surface: 'intake' | 'signin'): AbuseLimiter {
+  return new AbuseLimiter(redis, env.QUEUE_PREFIX, {
+    surface,
+    perUser: surface === 'intake' ? env.INTAKE_RATE_PER_USER : env.SIGNIN_RATE_PER_USER,
+    perTenant: surface === 'intake' ? env.INTAKE_RATE_PER_TENANT : env.SIGNIN_RATE_PER_TENANT,
+    windowSeconds: env.RATE_LIMIT_WINDOW_SECONDS,
+  });
+}

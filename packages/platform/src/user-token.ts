@@ -1,0 +1,81 @@
+import { createRemoteJWKSet, errors, jwtVerify, type JWTVerifyGetKey } from 'jose';
+import { InvalidTokenError, UserClaimsSchema, verifyUserToken, type UserClaims } from '@gatehouse/credentials';
+import type { BaseEnv } from './env.ts';
+
+/**
+ * How user bearer tokens are verified: the local HS256 secret (local and test only), or an
+ * identity provider's JWKS with the issuer, audience and algorithms every token must match
+ * (production; docs/decisions/0180-strict-production-mode.md).
+ */
+export type BearerVerifier = { secret: string } | { jwksUrl: string; issuer: string; audience: string; algorithms: string[] };
+
+/** Claims a JWKS-mode token must carry, checked by jose against the configuration (RFC 7519 §4.1). */
+const REQUIRED_CLAIMS = ['iss', 'aud', 'exp', 'sub'];
+
+const jwksCache = new Map<string, JWTVerifyGetKey>();
+
+/**
+ * The verifier of `env`: JWKS mode when `GATEHOUSE_AUTH_JWKS_URL` is set, else the local secret.
+ * @throws Error when the JWKS URL is set without an issuer, an audience or an algorithm list.
+ */
+export function userTokenVerifier(
+  env: Pick<
+    BaseEnv,
+    'GATEHOUSE_AUTH_JWKS_URL' | 'GATEHOUSE_AUTH_SECRET' | 'GATEHOUSE_AUTH_ISSUER' | 'GATEHOUSE_AUTH_AUDIENCE' | 'GATEHOUSE_AUTH_ALGORITHMS'
+  >,
+): BearerVerifier {
+  if (!env.GATEHOUSE_AUTH_JWKS_URL) return { secret: env.GATEHOUSE_AUTH_SECRET };
+  const { GATEHOUSE_AUTH_ISSUER: issuer, GATEHOUSE_AUTH_AUDIENCE: audience, GATEHOUSE_AUTH_ALGORITHMS: algorithms } = env;
+  if (!issuer || !audience || !algorithms?.length)
+    throw new Error('GATEHOUSE_AUTH_JWKS_URL needs GATEHOUSE_AUTH_ISSUER, GATEHOUSE_AUTH_AUDIENCE and GATEHOUSE_AUTH_ALGORITHMS');
+  return { jwksUrl: env.GATEHOUSE_AUTH_JWKS_URL, issuer, audience, algorithms };
+}
+
+/**
+ * Test-only switch `GATEHOUSE_TEST_DISABLE_TOKEN_CLAIM_CHECKS=1`: JWKS tokens are checked for
+ * their signature only (control-removed test).
+ * @throws Error when set outside `GATEHOUSE_ENV=test`.
+ */
+function claimChecksDisabled(): boolean {
+  if (process.env.GATEHOUSE_TEST_DISABLE_TOKEN_CLAIM_CHECKS !== '1') return false;
+  if (process.env.GATEHOUSE_ENV !== 'test')
+    throw new Error('GATEHOUSE_TEST_DISABLE_TOKEN_CLAIM_CHECKS may only be set with GATEHOUSE_ENV=test');
+  return true;
+}
+
+/**
+ * Verifies a user bearer token and returns its claims. JWKS mode requires `iss`, `aud`, `exp`
+ * and `sub`, the configured issuer and audience, and one of the configured algorithms.
+ * @throws InvalidTokenError for any signature, algorithm, expiry, issuer, audience or claim problem.
+ */
+export async function verifyBearerToken(token: string, verifier: BearerVerifier): Promise<UserClaims> {
+  if ('secret' in verifier) return verifyUserToken(token, verifier);
+  let jwks = jwksCache.get(verifier.jwksUrl);
+  if (!jwks) {
+    jwks = createRemoteJWKSet(new URL(verifier.jwksUrl));
+    jwksCache.set(verifier.jwksUrl, jwks);
+  }
+  let payload: unknown;
+  try {
+    ({ payload } = await jwtVerify(
+      token,
+      jwks,
+      claimChecksDisabled()
+        ? {}
+        : { issuer: verifier.issuer, audience: verifier.audience, algorithms: verifier.algorithms, requiredClaims: REQUIRED_CLAIMS },
+    ));
+  } catch (err) {
+    if (err instanceof errors.JWKSTimeout) throw err; // the JWKS did not answer: not the caller's fault
+    if (err instanceof errors.JWTClaimValidationFailed)
+      throw new InvalidTokenError(`token claim ${err.claim} is missing or not acceptable`);
+    if (err instanceof errors.JWTExpired) throw new InvalidTokenError('token expired');
+    if (err instanceof errors.JOSEAlgNotAllowed) throw new InvalidTokenError('token algorithm not allowed');
+    if (err instanceof errors.JWKSNoMatchingKey || err instanceof errors.JWSSignatureVerificationFailed)
+      throw new InvalidTokenError('token signature does not verify');
+    if (err instanceof errors.JOSEError) throw new InvalidTokenError('malformed token');
+    throw err; // the JWKS did not answer: not the caller's fault
+  }
+  const parsed = UserClaimsSchema.safeParse(payload);
+  if (!parsed.success) throw new InvalidTokenError('token lacks sub or tenant, or a claim is not short, storable text');
+  return parsed.data;
+}

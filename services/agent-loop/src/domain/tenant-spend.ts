@@ -1,0 +1,56 @@
+import { sql } from 'kysely';
+import { modelSpendMicroUsd, type ReleaseManifest } from '@gatehouse/contracts';
+import type { Db, Trx } from '@gatehouse/ledger';
+
+/** The per-tenant daily model-spend cap: micro-USD per UTC day (docs/decisions/0183-tenant-model-spend-cap.md). */
+export interface TenantSpendCap {
+  dailyMicroUsd: number;
+  /** Test-only: the cap is not checked (control-removed test). */
+  disabled: boolean;
+}
+
+/**
+ * Reads the cap from the agent-loop's settings and the test-only switch
+ * `GATEHOUSE_TEST_DISABLE_TENANT_SPEND_CAP=1`.
+ * @throws Error when the switch is set outside `GATEHOUSE_ENV=test`.
+ */
+export function readTenantSpendCap(dailyMicroUsd: number, env: Record<string, string | undefined>): TenantSpendCap {
+  const disabled = env.GATEHOUSE_TEST_DISABLE_TENANT_SPEND_CAP === '1';
+  if (disabled && env.GATEHOUSE_ENV !== 'test')
+    throw new Error('GATEHOUSE_TEST_DISABLE_TENANT_SPEND_CAP may only be set with GATEHOUSE_ENV=test');
+  return { dailyMicroUsd, disabled };
+}
+
+/**
+ * Model spend of `tenant` since 00:00 UTC today, micro-USD: the usage every model turn of the
+ * tenant's workflows recorded in `model_turns` today, priced by `price` (the release's model entry).
+ */
+export async function tenantSpendToday(db: Db | Trx, tenant: string, price: ReleaseManifest['model']): Promise<number> {
+  const r = await db
+    .selectFrom('model_turns as t')
+    .innerJoin('workflows as w', 'w.id', 't.workflow_id')
+    .select([
+      sql<string>`coalesce(sum(t.input_tokens), 0)`.as('input_tokens'),
+      sql<string>`coalesce(sum(t.output_tokens), 0)`.as('output_tokens'),
+    ])
+    .where('w.tenant', '=', tenant)
+    .where(sql<boolean>`t.created_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`)
+    .executeTakeFirstOrThrow();
+  return modelSpendMicroUsd(price, { input_tokens: Number(r.input_tokens), output_tokens: Number(r.output_tokens) });
+}
+
+/**
+ * The next step of a run stopped because its tenant reached the daily cap, or null when the
+ * tenant may still spend (checked before each model request, like every bound).
+ */
+export async function tenantCapReached(
+  db: Db | Trx,
+  tenant: string,
+  price: ReleaseManifest['model'],
+  cap: TenantSpendCap,
+): Promise<string | null> {
+  if (cap.disabled) return null;
+  const spent = await tenantSpendToday(db, tenant, price);
+  if (spent < cap.dailyMicroUsd) return null;
+  return `Your organisation reached its daily model-spend cap (${(cap.dailyMicroUsd / 1e6).toFixed(2)} USD, resets 00:00 UTC); resubmit the ticket after the reset or ask an operator to raise TENANT_DAILY_SPEND_MICRO_USD.`;
+}

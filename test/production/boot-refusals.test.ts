@@ -1,0 +1,111 @@
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { resolve } from 'node:path';
+import { generateKeyPairSync } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { repoRoot } from '@gatehouse/contracts';
+
+// Each service entry, started as a process in production with a bad configuration, must refuse
+// to boot: exit non-zero and name every problem (docs/decisions/0180-strict-production-mode.md).
+// The complete configuration below is accepted by parseEnv (packages/platform/test/production-env.test.ts).
+const GOOD: Record<string, string> = {
+  GATEHOUSE_DELEGATION_SECRET: 'd'.repeat(32),
+  GATEHOUSE_AUDIT_HMAC_KEY: 'h'.repeat(32),
+  GATEHOUSE_AUTH_JWKS_URL: 'https://idp.example.com/jwks.json',
+  GATEHOUSE_AUTH_ISSUER: 'https://idp.example.com/',
+  GATEHOUSE_AUTH_AUDIENCE: 'gatehouse',
+  GATEHOUSE_AUTH_ALGORITHMS: 'RS256,ES256',
+  // Never reached: the refusal comes before any connection.
+  DATABASE_URL: 'postgres://postgres@127.0.0.1:1/none',
+  REDIS_URL: 'redis://127.0.0.1:1',
+};
+
+/** Runs a service entry with exactly `env` (GATEHOUSE_ENV unset unless given: the default is production). */
+function boot(service: string, env: Record<string, string | undefined>): Promise<{ code: number | null; output: string }> {
+  return new Promise((done, fail) => {
+    const child = spawn(process.execPath, [resolve(repoRoot, `services/${service}/src/main.ts`)], {
+      cwd: repoRoot,
+      env: { PATH: process.env.PATH, LOG_LEVEL: 'warn', OTEL_SDK_DISABLED: 'true', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      fail(new Error(`${service} did not exit within 90 s:\n${output}`));
+    }, 90_000);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      done({ code, output });
+    });
+  });
+}
+
+describe('production refuses to boot a bad configuration (each service entry as a process)', () => {
+  it.each(['agent-loop', 'approval', 'ops', 'policy-gateway', 'executor'])(
+    '%s with no configuration at all: exit non-zero, every problem listed',
+    async (service) => {
+      const { code, output } = await boot(service, {});
+      expect(code, output).not.toBe(0);
+      for (const line of [
+        /refusing to start in production/,
+        /GATEHOUSE_DELEGATION_SECRET: must be set/,
+        /GATEHOUSE_AUDIT_HMAC_KEY: must be set/,
+        /GATEHOUSE_AUTH_JWKS_URL: must be set/,
+        /GATEHOUSE_AUTH_ISSUER: must be set/,
+        /GATEHOUSE_AUTH_AUDIENCE: must be set/,
+        /GATEHOUSE_AUTH_ALGORITHMS: must be set/,
+      ])
+        expect(output).toMatch(line);
+    },
+  );
+
+  it.each([
+    ['a weak secret', { GATEHOUSE_AUDIT_HMAC_KEY: 'h'.repeat(20) }, /GATEHOUSE_AUDIT_HMAC_KEY: too weak/],
+    [
+      'a shared secret',
+      { GATEHOUSE_AUDIT_HMAC_KEY: 'd'.repeat(32) },
+      /GATEHOUSE_AUDIT_HMAC_KEY: the same value as GATEHOUSE_DELEGATION_SECRET/,
+    ],
+    [
+      'HS256 user tokens',
+      { GATEHOUSE_AUTH_JWKS_URL: undefined, GATEHOUSE_AUTH_SECRET: 's'.repeat(32) },
+      /GATEHOUSE_AUTH_JWKS_URL: must be set/,
+    ],
+    ['an HS algorithm', { GATEHOUSE_AUTH_ALGORITHMS: 'HS256' }, /HS256 not allowed/],
+    ['no audience', { GATEHOUSE_AUTH_AUDIENCE: undefined }, /GATEHOUSE_AUTH_AUDIENCE: must be set/],
+  ])('agent-loop with %s', async (_name, change, expected) => {
+    const { code, output } = await boot('agent-loop', { ...GOOD, ...change });
+    expect(code, output).not.toBe(0);
+    expect(output).toMatch(expected);
+  });
+
+  it('audit without a signing key: refused, and no key is generated', async () => {
+    const dir = mkdtempSync(resolve(tmpdir(), 'gh-prod-key-'));
+    const missing = resolve(dir, 'audit.pem');
+    const unset = await boot('audit', GOOD);
+    expect(unset.code, unset.output).not.toBe(0);
+    expect(unset.output).toMatch(/AUDIT_SIGNING_KEY_PATH: must be set/);
+    const absent = await boot('audit', { ...GOOD, AUDIT_SIGNING_KEY_PATH: missing });
+    expect(absent.code, absent.output).not.toBe(0);
+    expect(absent.output).toMatch(/AUDIT_SIGNING_KEY_PATH: .*does not exist/);
+    expect(existsSync(missing)).toBe(false);
+    // An RSA key is not the Ed25519 key anchors are signed with.
+    const rsa = resolve(dir, 'rsa.pem');
+    writeFileSync(rsa, generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ type: 'pkcs8', format: 'pem' }));
+    const wrong = await boot('audit', { ...GOOD, AUDIT_SIGNING_KEY_PATH: rsa });
+    expect(wrong.code, wrong.output).not.toBe(0);
+    expect(wrong.output).toMatch(/is not an Ed25519 key/);
+  });
+
+  it.each([
+    ['model-stub', /model-stub .* never runs in production/],
+    ['staging', /staging systems .* never runs in production/],
+  ])('%s (a test double with test endpoints) refuses production even when configured', async (service, expected) => {
+    const { code, output } = await boot(service, GOOD);
+    expect(code, output).not.toBe(0);
+    expect(output).toMatch(expected);
+  });
+});
