@@ -23,6 +23,11 @@ export interface AdapterCall {
   args: Record<string, string | number | null>;
   /** Idempotency key `<workflowId>:action:<version>`, stable across every attempt. */
   operationKey: string;
+  /**
+   * Test-only (`GATEHOUSE_TEST_DISABLE_IDEMPOTENCY_KEY`): send `<operationKey>:attempt:<n>` as the
+   * downstream key, a fresh one per attempt. Absent or false in every real run.
+   */
+  freshKeyPerAttempt?: boolean;
   fencingToken: number;
   /** Mints a fresh delegated token (60 s) for each attempt. */
   token: () => Promise<string>;
