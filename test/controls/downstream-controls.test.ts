@@ -215,6 +215,27 @@ describe('coded path: a refused connection sent nothing — safe to repeat, not 
     expect(result).toMatchObject({ status: 'retry_safe', reason: 'connection_refused' });
   });
 
+  it('refusals do not open the circuit breaker: three refused writes in a row (12 attempts) are each retry_safe, none shed as failed', async () => {
+    const closed = `http://127.0.0.1:${await freePort()}`;
+    const outcomes: string[] = [];
+    for (let n = 1; n <= 3; n++) {
+      const r = await issueRefund({
+        stagingUrl: closed,
+        ledger: h.db,
+        workflow: { id: 'wf-refused', tenant: 'quillfeather' },
+        args: { orderId: 'O-1002', amountCents: 1000, reason: 'refused' },
+        operationKey: `wf-refused:action:${n}`,
+        fencingToken: 1,
+        token: async () => 'unused',
+        deadlineMs: Date.now() + 20_000,
+        baseline: null,
+      });
+      outcomes.push(`${r.status} ${r.attempts}`);
+    }
+    expect(outcomes).toEqual(['retry_safe 4', 'retry_safe 4', 'retry_safe 4']);
+    expect(breakerFor('payments').state).toBe(CircuitState.Closed);
+  });
+
   it(
     'the payments port closes between the claim and the dispatch: the step is held, then repeated once the port is back — one refund, succeeded',
     { timeout: 120_000 },
@@ -234,18 +255,21 @@ describe('coded path: a refused connection sent nothing — safe to repeat, not 
         running.push(ex);
         await ex.ready;
         await h.queues.get(EXECUTIONS_QUEUE).add(executionsQueue.jobName, a.job, { ...jobOptionsFor(EXECUTIONS_QUEUE), jobId: a.jobId });
-        const opRow = () => h.db.selectFrom('operations').select(['status', 'error']).where('key', '=', a.operationKey).executeTakeFirst();
+        const opRow = () =>
+          h.db.selectFrom('operations').select(['status', 'error', 'fencing_token']).where('key', '=', a.operationKey).executeTakeFirst();
         await waitFor('the claim', async () => (await opRow())?.status === 'running', 60_000, 20);
         await proxy.cut();
         const held = await waitFor(
           'the refused dispatch to be released as safe to repeat',
           async () => {
             const o = await opRow();
-            return o?.status !== 'running' ? o : null;
+            return o && o.status !== 'running' ? o : null;
           },
           60_000,
-        );
-        expect(held).toEqual({ status: 'pending', error: 'connection_refused' });
+        ).catch(async (e: unknown) => {
+          throw new Error(`${(e as Error).message}\n${JSON.stringify(await opRow())}\n${ex.output().slice(-3000)}`);
+        });
+        expect(held).toMatchObject({ status: 'pending', error: 'connection_refused' });
         expect(await h.requests(orderId)).toEqual([]); // nothing was sent
         await proxy.open();
         const done = await waitFor(

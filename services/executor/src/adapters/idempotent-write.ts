@@ -52,7 +52,7 @@ export async function idempotentWrite(
         Math.min(remaining, 5000),
       );
       lastRefused = res.kind === 'no_response' && res.error === CONNECTION_REFUSED;
-      if (lastRefused) throw new RetryableDownstreamError(`no_response:${CONNECTION_REFUSED}`);
+      if (lastRefused) throw new RetryableDownstreamError(`no_response:${CONNECTION_REFUSED}`, { refused: true });
       if (res.kind === 'no_response') {
         sawNoAnswer = true;
         throw new RetryableDownstreamError(`no_response:${res.error}`, { ambiguous: true });
