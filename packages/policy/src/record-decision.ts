@@ -25,6 +25,18 @@ type Action = Selectable<ActionsTable>;
 /** Statuses of an action that a duplicate proposal is suppressed against. */
 const LIVE = ['pending_approval', 'approved', 'running', 'succeeded', 'failed_unknown'];
 
+/**
+ * Whether the test-only switch `GATEHOUSE_TEST_DISABLE_PROPOSAL_DEDUPE=1` removes the suppression
+ * of a repeated proposal within the run (control-removed test: "20.00" then 20 then pays twice).
+ * @throws Error when set outside `GATEHOUSE_ENV=test`.
+ */
+export function proposalDedupeRemoved(): boolean {
+  if (process.env.GATEHOUSE_TEST_DISABLE_PROPOSAL_DEDUPE !== '1') return false;
+  if (process.env.GATEHOUSE_ENV !== 'test')
+    throw new Error('GATEHOUSE_TEST_DISABLE_PROPOSAL_DEDUPE may only be set with GATEHOUSE_ENV=test');
+  return true;
+}
+
 /** Input of {@link decideAndRecord}. */
 export interface DecideInput {
   wf: Workflow;
@@ -148,7 +160,10 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
   };
 
   const args = canonicalJson(parsed.args);
-  const previous = input.reevaluates ? undefined : sameTarget.find((a) => LIVE.includes(a.status) && canonicalJson(a.arguments) === args);
+  const previous =
+    input.reevaluates || proposalDedupeRemoved()
+      ? undefined
+      : sameTarget.find((a) => LIVE.includes(a.status) && canonicalJson(a.arguments) === args);
   if (previous) {
     const op = await trx.selectFrom('operations').select(['status', 'result']).where('action_id', '=', previous.id).executeTakeFirst();
     await trx

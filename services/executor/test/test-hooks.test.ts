@@ -10,6 +10,8 @@ describe('executor test hooks', () => {
     GATEHOUSE_TEST_DISABLE_DIGEST_BINDING: '1',
     GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY: '1',
     GATEHOUSE_TEST_DISABLE_WATCHDOG: '1',
+    GATEHOUSE_TEST_DISABLE_IDEMPOTENCY_KEY: '1',
+    GATEHOUSE_TEST_SWITCH_AT_ADMISSION_ONLY: '1',
   };
 
   it('each hook is read on its own', () => {

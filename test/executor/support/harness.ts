@@ -104,6 +104,8 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
       disableDigestBinding: false,
       disableOutputBoundary: false,
       disableWatchdog: false,
+      disableIdempotencyKey: false,
+      switchAtAdmissionOnly: false,
     },
     bundles: BUNDLES,
     // No audit service runs here: a heartbeat is written at start and the gate is wide.

@@ -4,8 +4,8 @@ import type { Db } from '@gatehouse/ledger';
  * What an adapter reports. `succeeded`: the effect exists (evidence = downstream id).
  * `failed`: the downstream refused or the effect certainly did not happen (safe to report).
  * `unknown`: the write may have happened and read-back could not tell (failed_unknown).
- * `retry_safe`: read-back proves nothing happened; the operation returns to `pending` and the
- * queue may repeat it (only adapters of non-idempotent downstreams report this).
+ * `retry_safe`: nothing happened — read-back proves it, or the connection was refused so nothing
+ * was sent; the operation returns to `pending` and the queue repeats it (docs/decisions/0141-refused-connection-is-safe-to-repeat.md).
  */
 export type AdapterResult =
   | { status: 'succeeded'; data: Record<string, unknown>; evidenceRef: string | null; attempts: number }
@@ -23,6 +23,11 @@ export interface AdapterCall {
   args: Record<string, string | number | null>;
   /** Idempotency key `<workflowId>:action:<version>`, stable across every attempt. */
   operationKey: string;
+  /**
+   * Test-only (`GATEHOUSE_TEST_DISABLE_IDEMPOTENCY_KEY`): send `<operationKey>:attempt:<n>` as the
+   * downstream key, a fresh one per attempt. Absent or false in every real run.
+   */
+  freshKeyPerAttempt?: boolean;
   fencingToken: number;
   /** Mints a fresh delegated token (60 s) for each attempt. */
   token: () => Promise<string>;

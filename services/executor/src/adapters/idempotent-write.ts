@@ -3,6 +3,9 @@ import { attempt, reasonOf } from './http-call.ts';
 import type { AdapterCall, AdapterResult } from './adapter.ts';
 import { idempotentWritePolicy, RetryableDownstreamError } from './resilience.ts';
 
+/** The connection error code of a port nobody listens on: the request was never sent. */
+const CONNECTION_REFUSED = 'ECONNREFUSED';
+
 /**
  * One idempotent write (`POST url` with `body`) under the downstream's retry policy: the same
  * `Idempotency-Key` (the operation key) and fencing token on every attempt; 200/201 succeed
@@ -10,6 +13,10 @@ import { idempotentWritePolicy, RetryableDownstreamError } from './resilience.ts
  * retried up to `maxAttempts` within the deadline; other 4xx are final. After an unanswered
  * attempt (it may have landed), running out of attempts or a final 4xx is `unknown`, never
  * `failed` (docs/product/hard-cases.md#timeout-with-unknown-outcome: an unknown write outcome is failed_unknown, never retried automatically).
+ * A refused connection (`ECONNREFUSED`) sent nothing, so it is not an unanswered attempt: when
+ * every attempt was refused or answered without effect and the last was refused, the result is
+ * `retry_safe` (the executor holds the step and repeats it under the same key) — see
+ * docs/decisions/0141-refused-connection-is-safe-to-repeat.md.
  */
 export async function idempotentWrite(
   call: AdapterCall,
@@ -23,6 +30,7 @@ export async function idempotentWrite(
 ): Promise<AdapterResult> {
   let attempts = 0;
   let sawNoAnswer = false;
+  let lastRefused = false;
   const policy = idempotentWritePolicy(req.downstream, req.maxAttempts, call.deadlineMs);
   try {
     return await policy.execute(async (): Promise<AdapterResult> => {
@@ -36,13 +44,15 @@ export async function idempotentWrite(
           headers: {
             'content-type': 'application/json',
             authorization: `Bearer ${await call.token()}`,
-            'idempotency-key': call.operationKey,
+            'idempotency-key': call.freshKeyPerAttempt ? `${call.operationKey}:attempt:${attempts}` : call.operationKey,
             'x-fencing-token': String(call.fencingToken),
           },
           body: JSON.stringify(req.body),
         },
         Math.min(remaining, 5000),
       );
+      lastRefused = res.kind === 'no_response' && res.error === CONNECTION_REFUSED;
+      if (lastRefused) throw new RetryableDownstreamError(`no_response:${CONNECTION_REFUSED}`, { refused: true });
       if (res.kind === 'no_response') {
         sawNoAnswer = true;
         throw new RetryableDownstreamError(`no_response:${res.error}`, { ambiguous: true });
@@ -64,6 +74,7 @@ export async function idempotentWrite(
     const reason =
       err instanceof RetryableDownstreamError ? err.reason : err instanceof BrokenCircuitError ? 'circuit_open' : (err as Error).message;
     // With one key for every attempt, an unanswered attempt may have landed: unknown, not failed.
+    if (!sawNoAnswer && lastRefused) return { status: 'retry_safe', reason: 'connection_refused', attempts };
     return sawNoAnswer ? { status: 'unknown', reason, attempts } : { status: 'failed', reason, retryable: true, attempts };
   }
 }

@@ -15,6 +15,9 @@ export async function notifyCustomer(call: AdapterCall): Promise<AdapterResult> 
     },
     Math.max(1, Math.min(call.deadlineMs - Date.now(), 5000)),
   );
+  // Refused: nothing was sent, so nothing can have been delivered (docs/decisions/0141-refused-connection-is-safe-to-repeat.md).
+  if (res.kind === 'no_response' && res.error === 'ECONNREFUSED')
+    return { status: 'retry_safe', reason: 'connection_refused', attempts: 1 };
   if (res.kind === 'no_response') return { status: 'unknown', reason: `no_response:${res.error}`, attempts: 1 };
   if (res.status === 201)
     return {

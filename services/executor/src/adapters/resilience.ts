@@ -8,11 +8,18 @@ export class RetryableDownstreamError extends Error {
   readonly retryAfterMs: number | undefined;
   /** True when no answer came back: the write may have happened. */
   readonly ambiguous: boolean;
-  constructor(reason: string, opts: { retryAfterMs?: number; ambiguous?: boolean } = {}) {
+  /**
+   * True when the connection was refused: nothing was sent and the downstream bore no load, so
+   * it is retried but does not count towards the circuit breaker (a long outage then holds the
+   * step instead of failing it, docs/decisions/0141-refused-connection-is-safe-to-repeat.md).
+   */
+  readonly refused: boolean;
+  constructor(reason: string, opts: { retryAfterMs?: number; ambiguous?: boolean; refused?: boolean } = {}) {
     super(reason);
     this.reason = reason;
     this.retryAfterMs = opts.retryAfterMs;
     this.ambiguous = opts.ambiguous ?? false;
+    this.refused = opts.refused ?? false;
   }
 }
 
@@ -20,18 +27,24 @@ export class RetryableDownstreamError extends Error {
 export const BACKOFF_CAP_MS = 2000;
 const BACKOFF_BASE_MS = 100;
 
+/** Consecutive retryable failures of one downstream that open its circuit breaker. */
+export const BREAKER_CONSECUTIVE_FAILURES = 5;
+/** How long an open breaker sheds calls before it lets one probe through (half-open), ms. */
+export const BREAKER_HALF_OPEN_AFTER_MS = 10_000;
+
 const breakers = new Map<string, ReturnType<typeof circuitBreaker>>();
 
 /**
- * The per-downstream circuit breaker (cockatiel): opens after 5 consecutive retryable failures,
- * half-opens after 10 s. Shared by every execution in the process.
+ * The per-downstream circuit breaker (cockatiel): opens after {@link BREAKER_CONSECUTIVE_FAILURES}
+ * consecutive retryable failures (a refused connection is not one), half-opens after {@link BREAKER_HALF_OPEN_AFTER_MS}. Shared by
+ * every execution in the process.
  */
 export function breakerFor(downstream: string): ReturnType<typeof circuitBreaker> {
   let b = breakers.get(downstream);
   if (!b) {
     b = circuitBreaker(
-      handleWhen((e) => e instanceof RetryableDownstreamError),
-      { halfOpenAfter: 10_000, breaker: new ConsecutiveBreaker(5) },
+      handleWhen((e) => e instanceof RetryableDownstreamError && !e.refused),
+      { halfOpenAfter: BREAKER_HALF_OPEN_AFTER_MS, breaker: new ConsecutiveBreaker(BREAKER_CONSECUTIVE_FAILURES) },
     );
     breakers.set(downstream, b);
   }
@@ -61,3 +74,6 @@ export function idempotentWritePolicy(downstream: string, maxAttempts: number, d
     breakerFor(downstream),
   );
 }
+
+/** Breaker states (cockatiel), re-exported for the tests that observe a breaker. */
+export { CircuitState } from 'cockatiel';

@@ -20,6 +20,16 @@ export interface TestHooks {
   disableOutputBoundary: boolean;
   /** Do not start the watchdog (control-removed test of the Redis-loss recovery). */
   disableWatchdog: boolean;
+  /**
+   * Send a fresh `Idempotency-Key` with every attempt of an idempotent write instead of the
+   * operation key (control-removed test: a lost response then pays twice).
+   */
+  disableIdempotencyKey: boolean;
+  /**
+   * Judge the tool switch as it stood when the action was admitted, not at execution
+   * (control-removed test: a tool switched off after admission still executes).
+   */
+  switchAtAdmissionOnly: boolean;
 }
 
 const NONE: TestHooks = {
@@ -31,6 +41,8 @@ const NONE: TestHooks = {
   disableDigestBinding: false,
   disableOutputBoundary: false,
   disableWatchdog: false,
+  disableIdempotencyKey: false,
+  switchAtAdmissionOnly: false,
 };
 
 /**
@@ -46,6 +58,8 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     'GATEHOUSE_TEST_DISABLE_DIGEST_BINDING',
     'GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY',
     'GATEHOUSE_TEST_DISABLE_WATCHDOG',
+    'GATEHOUSE_TEST_DISABLE_IDEMPOTENCY_KEY',
+    'GATEHOUSE_TEST_SWITCH_AT_ADMISSION_ONLY',
   ].filter((k) => env[k]);
   if (!set.length) return NONE;
   if (env.GATEHOUSE_ENV !== 'test') throw new Error(`${set.join(', ')} may only be set with GATEHOUSE_ENV=test`);
@@ -61,6 +75,8 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     disableDigestBinding: env.GATEHOUSE_TEST_DISABLE_DIGEST_BINDING === '1',
     disableOutputBoundary: env.GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY === '1',
     disableWatchdog: env.GATEHOUSE_TEST_DISABLE_WATCHDOG === '1',
+    disableIdempotencyKey: env.GATEHOUSE_TEST_DISABLE_IDEMPOTENCY_KEY === '1',
+    switchAtAdmissionOnly: env.GATEHOUSE_TEST_SWITCH_AT_ADMISSION_ONLY === '1',
   };
 }
 

@@ -149,8 +149,10 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
   if (!tool || !adapter) throw new Error(`no adapter for ${preview.tool}`);
 
   // Containment at the moment of effect: a switched-off tool holds the step (docs/product/invariants.md#containment).
-  const sw = await db.selectFrom('tool_switches').select('enabled').where('tool', '=', preview.tool).executeTakeFirst();
-  if (sw && !sw.enabled) {
+  const sw = await db.selectFrom('tool_switches').select(['enabled', 'changed_at']).where('tool', '=', preview.tool).executeTakeFirst();
+  // Control-removed test only: the switch as it stood when the action was admitted.
+  const offAtAdmission = sw && deps.hooks.switchAtAdmissionOnly && sw.changed_at > preview.created_at ? false : sw && !sw.enabled;
+  if (offAtAdmission) {
     await inTransaction(db, async (trx) => {
       const paused = await transitionWorkflow(trx, wf.id, {
         to: 'paused',
@@ -316,6 +318,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       workflow: { id: wf.id, tenant: wf.tenant },
       args: action.arguments as Record<string, string | number | null>,
       operationKey: action.operation_key,
+      freshKeyPerAttempt: hooks.disableIdempotencyKey,
       fencingToken,
       deadlineMs: started + deps.deadlineMs,
       baseline: claim.baseline,

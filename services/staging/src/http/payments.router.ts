@@ -16,6 +16,18 @@ export const REFUND_SCOPE = 'refund:create';
 /** Scope a delegated token needs to reverse a refund (a compensation, never an agent tool). */
 export const REVERSE_SCOPE = 'refund:reverse';
 
+/**
+ * Whether the test-only switch `GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING=1` removes the ledger's
+ * own ceiling check (control-removed test: a wrong policy upstream then pays above the ceiling).
+ * Read per request.
+ * @throws Error when set outside `GATEHOUSE_ENV=test`.
+ */
+export function ceilingCheckRemoved(env: Record<string, string | undefined> = process.env): boolean {
+  if (env.GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING !== '1') return false;
+  if (env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING may only be set with GATEHOUSE_ENV=test');
+  return true;
+}
+
 /** Largest amount a refund row can hold (Postgres `integer`), cents. */
 const MAX_AMOUNT_CENTS = 2_147_483_647;
 
@@ -76,7 +88,7 @@ export function paymentsRouter(
       assertSameTenant(claims, order.tenant);
       // The ledger bounds the refund by the user's delegation itself, so a wrong policy upstream
       // is still bounded (docs/product/policy-rules.md#delegated-credentials, invariants.md#authority).
-      if (body.amountCents > claims.ceiling) {
+      if (body.amountCents > claims.ceiling && !ceilingCheckRemoved()) {
         throw new ForbiddenError('ceiling_exceeded', `amount ${body.amountCents} exceeds the delegated ceiling ${claims.ceiling} (cents)`);
       }
       const { refund, replayed } = await deps.refunds.create({

@@ -1,0 +1,303 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { mintDelegatedToken } from '../../packages/credentials/src/index.ts';
+import { createAction, freePort } from '@gatehouse/testing';
+import { executionsQueue, jobOptionsFor } from '@gatehouse/contracts';
+import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
+import { issueRefund } from '../../services/executor/src/adapters/payments.adapter.ts';
+import {
+  breakerFor,
+  CircuitState,
+  BREAKER_CONSECUTIVE_FAILURES,
+  BREAKER_HALF_OPEN_AFTER_MS,
+} from '../../services/executor/src/adapters/resilience.ts';
+import type { TestHooks } from '../../services/executor/src/domain/test-hooks.ts';
+import type { SupportBundle } from '../../packages/policy/src/index.ts';
+import { BUNDLES, DELEGATION_SECRET, EXECUTIONS_QUEUE, startHarness, waitFor, type Harness } from '../executor/support/harness.ts';
+import { executorEnv, startExecutor, type ExecutorProcess } from '../executor/support/processes.ts';
+import { TcpCut } from '../support/tcp-cut.ts';
+
+// Downstream controls shown load-bearing (issue #17): the idempotency key the payments adapter
+// sends, and the payments ledger's own ceiling — each run as designed and with the control
+// removed by a test-only switch. Then coded paths no test reached: an expired delegated token,
+// the payments circuit breaker through open, shedding, half-open and closed, and a refused
+// connection (nothing sent: held and repeated, never failed_unknown). Effects are read back from
+// the payments ledger and its request log; the executor is the real processExecution over a
+// test database, staging the real app on a port.
+
+let h: Harness;
+const savedEnv = process.env.GATEHOUSE_ENV;
+const running: ExecutorProcess[] = [];
+beforeAll(async () => {
+  h = await startHarness();
+});
+afterEach(async () => {
+  await fetch(`${h.stagingUrl}/faults`, { method: 'DELETE' });
+  delete process.env.GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING;
+  if (savedEnv === undefined) delete process.env.GATEHOUSE_ENV;
+  else process.env.GATEHOUSE_ENV = savedEnv;
+});
+afterAll(async () => {
+  await Promise.all(running.map((p) => p.stop(2000)));
+  await h?.close();
+});
+
+const hooks = (over: Partial<TestHooks>): TestHooks => ({ ...h.deps().hooks, ...over });
+
+describe('control: the downstream idempotency key', () => {
+  it('designed: the payments ledger commits and the response is lost; the retry carries the same key — one refund', async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { orderId, amountCents: 2100 });
+    await h.arm({ target: 'payments', mode: 'commit_then_lose_response', times: 1 });
+    expect(await processExecution(a.job, h.deps())).toBe('succeeded');
+    const posts = await h.requests(orderId);
+    expect(posts.map((r) => [r.status, r.reason])).toEqual([
+      [201, 'fault:commit_then_lose_response'],
+      [200, 'idempotent_replay'],
+    ]);
+    expect(await h.refunds(orderId)).toEqual([expect.objectContaining({ idempotencyKey: a.operationKey, amountCents: 2100 })]);
+  });
+
+  it('control removed (GATEHOUSE_TEST_DISABLE_IDEMPOTENCY_KEY): a fresh key per attempt pays the lost-response refund twice', async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { orderId, amountCents: 2100 });
+    await h.arm({ target: 'payments', mode: 'commit_then_lose_response', times: 1 });
+    expect(await processExecution(a.job, h.deps({ hooks: hooks({ disableIdempotencyKey: true }) }))).toBe('succeeded');
+    const paid = await h.refunds(orderId);
+    expect(paid).toHaveLength(2);
+    expect(paid.map((r) => r.amountCents)).toEqual([2100, 2100]);
+    expect(new Set(paid.map((r) => r.idempotencyKey)).size).toBe(2);
+    expect((await h.requests(orderId)).map((r) => r.status)).toEqual([201, 201]);
+  });
+});
+
+/** The active support bundle with its per-refund maximum raised past the user's 50000 ceiling: a wrong policy. */
+const wrongPolicy = (): typeof BUNDLES => {
+  const support = structuredClone(BUNDLES.support) as SupportBundle;
+  support.limits.maxRefundCents = 500_000;
+  return { ...BUNDLES, support };
+};
+
+describe('control: the payments ledger’s own ceiling', () => {
+  it('designed: a wrong policy lets an approved 60000 refund through; the payments ledger refuses it (403 ceiling_exceeded), nothing paid', async () => {
+    const orderId = await h.newOrder(100_000);
+    const a = await createAction(h.db, { orderId, amountCents: 60_000 });
+    expect(await processExecution(a.job, h.deps({ bundles: wrongPolicy() }))).toBe('failed');
+    expect((await h.requests(orderId)).map((r) => [r.status, r.reason])).toEqual([[403, 'ceiling_exceeded']]);
+    expect(await h.refunds(orderId)).toEqual([]);
+    const action = await h.db.selectFrom('actions').select('status').where('id', '=', a.actionId).executeTakeFirstOrThrow();
+    expect(action.status).toBe('denied');
+  });
+
+  it('control removed (GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING): the same wrong policy pays 60000, above the 50000 ceiling', async () => {
+    // Staging runs in this process: the switch is read per request, and only with GATEHOUSE_ENV=test.
+    Object.assign(process.env, { GATEHOUSE_ENV: 'test', GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING: '1' });
+    const orderId = await h.newOrder(100_000);
+    const a = await createAction(h.db, { orderId, amountCents: 60_000 });
+    expect(await processExecution(a.job, h.deps({ bundles: wrongPolicy() }))).toBe('succeeded');
+    expect(await h.refunds(orderId)).toEqual([expect.objectContaining({ amountCents: 60_000 })]);
+  });
+});
+
+describe('coded path: an expired delegated token is refused downstream', () => {
+  /** A delegated token for `orderId`'s refund, minted as if the clock read `at` (a slow clock: skew). */
+  async function tokenMintedAt(at: number, key: string): Promise<string> {
+    const { epoch } = await h.db.selectFrom('credential_epochs').select('epoch').where('id', '=', 1).executeTakeFirstOrThrow();
+    vi.useFakeTimers({ toFake: ['Date'] });
+    vi.setSystemTime(at);
+    try {
+      return await mintDelegatedToken(
+        {
+          sub: 'rep-ana',
+          act: { sub: 'support-agent' },
+          aud: 'payments',
+          scope: 'refund:create',
+          tenant: 'quillfeather',
+          ceiling: 50_000,
+          epoch,
+          op: key,
+          fence: 1,
+        },
+        DELEGATION_SECRET,
+      );
+    } finally {
+      vi.useRealTimers();
+    }
+  }
+
+  const post = (token: string, orderId: string, key: string): Promise<Response> =>
+    fetch(`${h.stagingUrl}/ledger/refunds`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}`, 'idempotency-key': key },
+      body: JSON.stringify({ orderId, amountCents: 1000, reason: 'expired token test' }),
+    });
+
+  it('a token minted 61 s ago (60 s lifetime; or a minting clock 61 s slow) is 401 invalid_token:ERR_JWT_EXPIRED, no refund; a fresh one is accepted', async () => {
+    const orderId = await h.newOrder();
+    const key = `expired-${orderId}`;
+    const stale = await post(await tokenMintedAt(Date.now() - 61_000, key), orderId, key);
+    expect(stale.status).toBe(401);
+    expect(((await stale.json()) as { error: { reason: string } }).error.reason).toBe('invalid_token:ERR_JWT_EXPIRED');
+    expect(await h.refunds(orderId)).toEqual([]);
+    // The same request with a token minted now is paid: the refusal above was the expiry alone.
+    const fresh = await post(await tokenMintedAt(Date.now(), key), orderId, key);
+    expect(fresh.status).toBe(201);
+    expect((await h.requests(orderId)).map((r) => [r.status, r.reason])).toEqual([
+      [401, 'invalid_token:ERR_JWT_EXPIRED'],
+      [201, null],
+    ]);
+    expect(await h.refunds(orderId)).toHaveLength(1);
+  });
+});
+
+describe('coded path: the payments circuit breaker under a 5xx storm', () => {
+  it('opens after consecutive 5xx, sheds calls while open (no request sent), half-opens after its delay and closes on a success', async () => {
+    const breaker = breakerFor('payments');
+    expect(breaker.state).toBe(CircuitState.Closed);
+    const changes: CircuitState[] = [];
+    const sub = breaker.onStateChange((s) => changes.push(s));
+    try {
+      await h.arm({ target: 'payments', mode: 'server_error', times: 1000, status: 503 });
+      // 1st execution: its 4 capped attempts all 503; 2nd: one more 503 reaches the threshold (5).
+      const stormA = await h.newOrder();
+      const a1 = await createAction(h.db, { orderId: stormA, amountCents: 1100 });
+      expect(await processExecution(a1.job, h.deps())).toBe('failed');
+      expect((await h.requests(stormA)).map((r) => r.status)).toEqual([503, 503, 503, 503]);
+      const stormB = await h.newOrder();
+      const a2 = await createAction(h.db, { orderId: stormB, amountCents: 1100 });
+      expect(await processExecution(a2.job, h.deps())).toBe('failed');
+      expect(await h.requests(stormB)).toHaveLength(BREAKER_CONSECUTIVE_FAILURES - 4);
+      expect(breaker.state).toBe(CircuitState.Open);
+      const openedAt = Date.now();
+
+      // Open: the next execution is shed — not one request reaches the payments ledger.
+      const shed = await h.newOrder();
+      const a3 = await createAction(h.db, { orderId: shed, amountCents: 1100 });
+      expect(await processExecution(a3.job, h.deps())).toBe('failed');
+      expect(await h.requests(shed)).toEqual([]);
+      const op = await h.db
+        .selectFrom('operations')
+        .select(['status', 'error'])
+        .where('key', '=', a3.operationKey)
+        .executeTakeFirstOrThrow();
+      expect(op).toEqual({ status: 'failed', error: 'circuit_open' });
+
+      // The storm ends; once the half-open delay has passed, one probe goes through and closes it.
+      await fetch(`${h.stagingUrl}/faults`, { method: 'DELETE' });
+      await waitFor('the half-open delay', async () => Date.now() - openedAt > BREAKER_HALF_OPEN_AFTER_MS, 60_000, 200);
+      const probe = await h.newOrder();
+      const a4 = await createAction(h.db, { orderId: probe, amountCents: 1100 });
+      expect(await processExecution(a4.job, h.deps())).toBe('succeeded');
+      expect(await h.refunds(probe)).toHaveLength(1);
+      expect(changes).toEqual([CircuitState.Open, CircuitState.HalfOpen, CircuitState.Closed]);
+      expect(await h.refunds(stormA)).toEqual([]);
+      expect(await h.refunds(stormB)).toEqual([]);
+      expect(await h.refunds(shed)).toEqual([]);
+    } finally {
+      sub.dispose();
+    }
+  });
+});
+
+describe('coded path: a refused connection sent nothing — safe to repeat, not failed_unknown', () => {
+  it('the payments adapter against a closed port: retry_safe after its capped attempts', async () => {
+    const closed = `http://127.0.0.1:${await freePort()}`;
+    const result = await issueRefund({
+      stagingUrl: closed,
+      ledger: h.db,
+      workflow: { id: 'wf-refused', tenant: 'quillfeather' },
+      args: { orderId: 'O-1002', amountCents: 1000, reason: 'refused' },
+      operationKey: 'wf-refused:action:1',
+      fencingToken: 1,
+      token: async () => 'unused',
+      deadlineMs: Date.now() + 20_000,
+      baseline: null,
+    });
+    expect(result).toMatchObject({ status: 'retry_safe', reason: 'connection_refused' });
+  });
+
+  it('refusals do not open the circuit breaker: three refused writes in a row (12 attempts) are each retry_safe, none shed as failed', async () => {
+    const closed = `http://127.0.0.1:${await freePort()}`;
+    const outcomes: string[] = [];
+    for (let n = 1; n <= 3; n++) {
+      const r = await issueRefund({
+        stagingUrl: closed,
+        ledger: h.db,
+        workflow: { id: 'wf-refused', tenant: 'quillfeather' },
+        args: { orderId: 'O-1002', amountCents: 1000, reason: 'refused' },
+        operationKey: `wf-refused:action:${n}`,
+        fencingToken: 1,
+        token: async () => 'unused',
+        deadlineMs: Date.now() + 20_000,
+        baseline: null,
+      });
+      outcomes.push(`${r.status} ${r.attempts}`);
+    }
+    expect(outcomes).toEqual(['retry_safe 4', 'retry_safe 4', 'retry_safe 4']);
+    expect(breakerFor('payments').state).toBe(CircuitState.Closed);
+  });
+
+  it(
+    'the payments port closes between the claim and the dispatch: the step is held, then repeated once the port is back — one refund, succeeded',
+    { timeout: 120_000 },
+    async () => {
+      const orderId = await h.newOrder();
+      const a = await createAction(h.db, { orderId, amountCents: 1300 });
+      const proxy = new TcpCut(await freePort(), { host: '127.0.0.1', port: Number(new URL(h.stagingUrl).port) });
+      await proxy.open();
+      try {
+        // The executor process blocks 3 s after its claim, before it dispatches: the port is closed meanwhile.
+        const ex = startExecutor(
+          executorEnv(
+            { databaseUrl: h.tdb.url, prefix: h.prefix, stagingUrl: `http://127.0.0.1:${proxy.port}` },
+            { EXECUTOR_CONCURRENCY: '1', GATEHOUSE_TEST_BLOCK_BEFORE_DISPATCH_MS: '3000', EXECUTOR_LOCK_MS: '30000', LEASE_MS: '30000' },
+          ),
+        );
+        running.push(ex);
+        await ex.ready;
+        await h.queues.get(EXECUTIONS_QUEUE).add(executionsQueue.jobName, a.job, { ...jobOptionsFor(EXECUTIONS_QUEUE), jobId: a.jobId });
+        const opRow = () =>
+          h.db.selectFrom('operations').select(['status', 'error', 'fencing_token']).where('key', '=', a.operationKey).executeTakeFirst();
+        await waitFor('the claim', async () => (await opRow())?.status === 'running', 60_000, 20);
+        await proxy.cut();
+        const held = await waitFor(
+          'the refused dispatch to be released as safe to repeat',
+          async () => {
+            const o = await opRow();
+            return o && o.status !== 'running' ? o : null;
+          },
+          60_000,
+        ).catch(async (e: unknown) => {
+          throw new Error(`${(e as Error).message}\n${JSON.stringify(await opRow())}\n${ex.output().slice(-3000)}`);
+        });
+        expect(held).toMatchObject({ status: 'pending', error: 'connection_refused' });
+        expect(await h.requests(orderId)).toEqual([]); // nothing was sent
+        await proxy.open();
+        const done = await waitFor(
+          'the repeat to succeed',
+          async () => {
+            const o = await opRow();
+            return o?.status === 'succeeded' || o?.status === 'failed_unknown' || o?.status === 'failed' ? o : null;
+          },
+          90_000,
+        ).catch((e: unknown) => {
+          throw new Error(`${(e as Error).message}\n${ex.output().slice(-2000)}`);
+        });
+        expect(done.status).toBe('succeeded');
+        expect(await h.refunds(orderId)).toEqual([expect.objectContaining({ idempotencyKey: a.operationKey, amountCents: 1300 })]);
+      } finally {
+        await proxy.cut();
+      }
+    },
+  );
+});
+
+describe('the test-only switches of these controls', () => {
+  it('are refused outside GATEHOUSE_ENV=test', async () => {
+    const { ceilingCheckRemoved } = await import('../../services/staging/src/http/payments.router.ts');
+    expect(() => ceilingCheckRemoved({ GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING: '1', GATEHOUSE_ENV: 'production' })).toThrow(
+      /GATEHOUSE_ENV=test/,
+    );
+    expect(ceilingCheckRemoved({ GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING: '1', GATEHOUSE_ENV: 'test' })).toBe(true);
+    expect(ceilingCheckRemoved({})).toBe(false);
+  });
+});
