@@ -197,6 +197,27 @@ describe('the overlays differ where they must', () => {
     expect(syntheticViolations(rendered.local).length).toBeGreaterThan(0);
   });
 
+  it('README "Deploying" names every object the operator creates, every secret key, and the migration first', () => {
+    const readme = readFileSync(resolve(repoRoot, 'README.md'), 'utf8');
+    const section = readme.slice(readme.indexOf('## Deploying'), readme.indexOf('\n## ', readme.indexOf('## Deploying') + 1));
+    for (const o of OPERATOR_PROVIDED) expect(section).toContain(o.split('/')[1]);
+    // The production secrets (packages/platform/src/env.ts refuses their local defaults), the database and the model API key.
+    for (const key of [
+      'DATABASE_URL',
+      'GATEHOUSE_AUTH_SECRET',
+      'GATEHOUSE_DELEGATION_SECRET',
+      'GATEHOUSE_AUDIT_HMAC_KEY',
+      'OPENAI_API_KEY',
+      'audit-ed25519.pem',
+    ])
+      expect(section).toMatch(new RegExp(`\\| \`${key.replace('.', '\\.')}\` \\|`));
+    const build = section.indexOf('kustomize build deploy/k8s/overlays/production');
+    const migrate = section.indexOf('wait --for=condition=complete job/migrate');
+    expect(build).toBeGreaterThan(0);
+    expect(migrate).toBeGreaterThan(build);
+    expect(section.indexOf('kubectl apply -f gatehouse.yaml\n')).toBeGreaterThan(migrate);
+  });
+
   it("the local overlay's world.json is synthetic-world/world.json", () => {
     expect(readFileSync(join(K8S, 'overlays/local/world.json'), 'utf8')).toBe(
       readFileSync(resolve(repoRoot, 'synthetic-world/world.json'), 'utf8'),
