@@ -1,7 +1,7 @@
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve, dirname } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { queueContracts, repoRoot } from '@gatehouse/contracts';
 import { renderKustomization, schemaErrors, type K8sObject } from './k8s-render.ts';
 import {
@@ -227,7 +227,11 @@ describe('the overlays differ where they must', () => {
 
 // The same checks on copies of deploy/k8s with one property removed: each must be reported.
 describe('a removed property is reported', () => {
-  const work = mkdtempSync(join(tmpdir(), 'gh-k8s-'));
+  // Made when a test of this block runs (a filtered run skips the hooks and leaves nothing behind).
+  let work = '';
+  beforeAll(() => {
+    work = mkdtempSync(join(tmpdir(), 'gh-k8s-'));
+  });
   afterAll(() => rmSync(work, { recursive: true, force: true }));
 
   /** Copies deploy/k8s, applies `edits` (file → [text, replacement]; the text must occur), renders `overlay`. */
