@@ -64,8 +64,8 @@ describe('Redis persistence in the deployment files', () => {
     });
   }
 
-  it('deploy/k8s: a StatefulSet whose redis.conf is append-only on a persistent volume claim', () => {
-    const docs = parseAllDocuments(read('deploy/k8s/redis.yaml')).map((d) => d.toJS() as K8sObject);
+  it('deploy/k8s/base: a StatefulSet whose redis.conf is append-only on a persistent volume claim', () => {
+    const docs = parseAllDocuments(read('deploy/k8s/base/redis.yaml')).map((d) => d.toJS() as K8sObject);
     const config = docs.find((d) => d.kind === 'ConfigMap' && d.metadata.name === 'redis-config')!;
     expect(conf(config.data!['redis.conf']!)).toMatchObject({
       appendonly: 'yes',

@@ -6,7 +6,8 @@ import { ensureStagingSchema } from './schema.ts';
 
 /**
  * Process entry of the staging systems: env → pool → schema (idempotent) → HTTP on
- * 127.0.0.1:`STAGING_PORT` → graceful shutdown (server first, then the pool).
+ * `STAGING_PORT` on `GATEHOUSE_BIND_HOST` (loopback unless set, as every service; containers set
+ * 0.0.0.0) → graceful shutdown (server first, then the pool).
  */
 async function main(): Promise<void> {
   const log = createLogger('staging');
@@ -21,7 +22,7 @@ async function main(): Promise<void> {
     throw err;
   }
   const { app } = createStagingApp({ db, delegationSecret: env.GATEHOUSE_DELEGATION_SECRET, log });
-  const { server, port } = await listen(app, env.STAGING_PORT, '127.0.0.1');
+  const { server, port } = await listen(app, env.STAGING_PORT);
   installShutdown(log, [() => db.destroy(), () => closeServer(server)]);
   log.info({ port }, 'staging systems listening');
 }
