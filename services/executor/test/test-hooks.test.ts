@@ -10,6 +10,7 @@ describe('executor test hooks', () => {
     GATEHOUSE_TEST_DISABLE_DIGEST_BINDING: '1',
     GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY: '1',
     GATEHOUSE_TEST_DISABLE_WATCHDOG: '1',
+    GATEHOUSE_TEST_DISABLE_LEASE: '1',
   };
 
   it('each hook is read on its own', () => {

@@ -20,6 +20,8 @@ export interface TestHooks {
   disableOutputBoundary: boolean;
   /** Do not start the watchdog (control-removed test of the Redis-loss recovery). */
   disableWatchdog: boolean;
+  /** Claim an operation even while another worker's lease on it is live (control-removed test of the replicas, ADR 0195). */
+  disableLease?: boolean;
 }
 
 const NONE: TestHooks = {
@@ -31,6 +33,7 @@ const NONE: TestHooks = {
   disableDigestBinding: false,
   disableOutputBoundary: false,
   disableWatchdog: false,
+  disableLease: false,
 };
 
 /**
@@ -46,6 +49,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     'GATEHOUSE_TEST_DISABLE_DIGEST_BINDING',
     'GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY',
     'GATEHOUSE_TEST_DISABLE_WATCHDOG',
+    'GATEHOUSE_TEST_DISABLE_LEASE',
   ].filter((k) => env[k]);
   if (!set.length) return NONE;
   if (env.GATEHOUSE_ENV !== 'test') throw new Error(`${set.join(', ')} may only be set with GATEHOUSE_ENV=test`);
@@ -61,6 +65,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     disableDigestBinding: env.GATEHOUSE_TEST_DISABLE_DIGEST_BINDING === '1',
     disableOutputBoundary: env.GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY === '1',
     disableWatchdog: env.GATEHOUSE_TEST_DISABLE_WATCHDOG === '1',
+    disableLease: env.GATEHOUSE_TEST_DISABLE_LEASE === '1',
   };
 }
 
