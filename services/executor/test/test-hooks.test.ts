@@ -12,6 +12,7 @@ describe('executor test hooks', () => {
     GATEHOUSE_TEST_DISABLE_WATCHDOG: '1',
     GATEHOUSE_TEST_DISABLE_IDEMPOTENCY_KEY: '1',
     GATEHOUSE_TEST_SWITCH_AT_ADMISSION_ONLY: '1',
+    GATEHOUSE_TEST_DISABLE_LEASE: '1',
   };
 
   it('each hook is read on its own', () => {

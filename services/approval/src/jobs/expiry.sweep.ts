@@ -1,20 +1,39 @@
 import { REMEDIATION_RULE_ID, resultsQueue } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, recordAudit, transitionAction, type Db, type OutboxRow } from '@gatehouse/ledger';
+import { enqueueInTransaction, inTransaction, recordAudit, transitionAction, type Db, type OutboxRow, type Trx } from '@gatehouse/ledger';
 import type { OutboxRelay } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
+
+/**
+ * The UPDATE that expires pending approvals past `expires_at`, conditional on `status = 'pending'`.
+ * Without `onlyPending` (control removed): the pending ones are read first and then updated by id,
+ * unconditionally — the check-then-act a concurrent sweep slips through.
+ */
+async function dueApprovals(trx: Trx, onlyPending: boolean) {
+  const update = trx.updateTable('approvals').set({ status: 'expired', decided_at: new Date() });
+  if (onlyPending) return update.where('status', '=', 'pending').where('expires_at', '<', new Date());
+  const seen = await trx
+    .selectFrom('approvals')
+    .select('id')
+    .where('status', '=', 'pending')
+    .where('expires_at', '<', new Date())
+    .execute();
+  return update.where('id', 'in', seen.length ? seen.map((a) => a.id) : ['00000000-0000-4000-8000-000000000000']);
+}
 
 /**
  * Expires pending approvals past `expires_at` (single conditional UPDATE), denies their actions
  * and answers their calls `{executed: false, reason: "approval_expired"}`, stopping the workflow
  * with `stopped(approval_expired)`. Returns how many expired.
+ *
+ * Every approval replica runs this sweep (docs/decisions/0195-services-as-replicas.md): the
+ * condition `status = 'pending'` is re-checked by Postgres after a concurrent sweep's commit, so
+ * an approval expires — and is audited and answered — once. `onlyPending: false` drops that
+ * condition (control-removed tests only).
  */
-export async function sweepExpiredApprovals(deps: { db: Db; relay: OutboxRelay }): Promise<number> {
+export async function sweepExpiredApprovals(deps: { db: Db; relay: OutboxRelay; onlyPending?: boolean }): Promise<number> {
   const rows = await inTransaction(deps.db, async (trx) => {
-    const expired = await trx
-      .updateTable('approvals')
-      .set({ status: 'expired', decided_at: new Date() })
-      .where('status', '=', 'pending')
-      .where('expires_at', '<', new Date())
+    const due = await dueApprovals(trx, deps.onlyPending !== false);
+    const expired = await due
       .returning(['id', 'action_id', 'workflow_id', 'tool', 'action_digest', 'action_version', 'release_id', 'rule_id'])
       .execute();
     const out: OutboxRow[] = [];

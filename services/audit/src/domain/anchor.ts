@@ -1,5 +1,5 @@
-import { generateKeyPairSync, createPrivateKey, createPublicKey, sign, type KeyObject } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { generateKeyPairSync, createPrivateKey, createPublicKey, randomBytes, sign, type KeyObject } from 'node:crypto';
+import { existsSync, linkSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Db } from '@gatehouse/ledger';
 
@@ -7,16 +7,43 @@ import type { Db } from '@gatehouse/ledger';
  * Loads the Ed25519 anchoring key from a PEM file, creating it (mode 0600) on first use when
  * `create` (local and test). In production the key comes from the secret store via the same path
  * and is never generated ({@link signingKeyProblems} refuses the boot first).
- * @throws Error when the file is missing and `create` is false, or does not hold a private key.
+ *
+ * Several audit replicas may start at once over one key path (docs/decisions/0195-services-as-replicas.md):
+ * the key is created create-if-absent — written whole to a file of this process, then hard-linked
+ * to `path`, which fails when another process got there first — so every replica signs with the
+ * one key on disk, the key `audit verify` pins. `GATEHOUSE_TEST_KEY_CHECK_THEN_WRITE=1` (tests
+ * only) writes in place after the existence check instead, the race the link closes.
+ * @throws Error when the file is missing and `create` is false, holds no private key, or when the
+ * test switch is set outside `GATEHOUSE_ENV=test`.
  */
-export function loadSigningKey(path: string, create = true): KeyObject {
+export function loadSigningKey(path: string, create = true, env: Record<string, string | undefined> = process.env): KeyObject {
   if (!existsSync(path)) {
     if (!create) throw new Error(`audit signing key ${path} does not exist`);
     mkdirSync(dirname(path), { recursive: true });
     const { privateKey } = generateKeyPairSync('ed25519');
-    writeFileSync(path, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
+    const pem = privateKey.export({ type: 'pkcs8', format: 'pem' });
+    if (checkThenWrite(env)) {
+      writeFileSync(path, pem, { mode: 0o600 });
+      return privateKey; // the control removed: this process keeps its own key, whoever wrote the file last
+    }
+    const mine = `${path}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
+    writeFileSync(mine, pem, { mode: 0o600, flag: 'wx' });
+    try {
+      linkSync(mine, path);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err; // another replica created it first: use theirs
+    } finally {
+      rmSync(mine, { force: true });
+    }
   }
   return createPrivateKey(readFileSync(path));
+}
+
+/** The control-removed switch of {@link loadSigningKey}. @throws Error outside `GATEHOUSE_ENV=test`. */
+function checkThenWrite(env: Record<string, string | undefined>): boolean {
+  if (env.GATEHOUSE_TEST_KEY_CHECK_THEN_WRITE !== '1') return false;
+  if (env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_KEY_CHECK_THEN_WRITE may only be set with GATEHOUSE_ENV=test');
+  return true;
 }
 
 /**

@@ -76,6 +76,8 @@ export async function claimOperation(
     reevaluation: Reevaluation;
     /** Require the approval to name exactly this action (false only in control-removed tests). */
     bindDigest: boolean;
+    /** Refuse the claim while another worker's lease is live (false only in control-removed tests). */
+    honourLease?: boolean;
     /** Credits the outage this job waited through (`job.outage`) before the deadline check. */
     outagePolicy: OutagePolicy;
   },
@@ -94,7 +96,8 @@ export async function claimOperation(
   if (op.status === 'succeeded' || op.status === 'failed' || op.status === 'failed_unknown')
     return { kind: 'replay', action, operation: op };
   const leaseLive = op.status === 'running' && op.lease_expires_at && new Date(op.lease_expires_at).getTime() > Date.now();
-  if (leaseLive) return { kind: 'busy' };
+  // One worker at a time, whichever replica: a live lease sends the others back to the queue (retried).
+  if (leaseLive && opts.honourLease !== false) return { kind: 'busy' };
 
   if (op.status === 'pending') {
     // First claim: nothing was sent yet, so the run's state, deadline and facts may still stop it.

@@ -30,6 +30,8 @@ export interface TestHooks {
    * (control-removed test: a tool switched off after admission still executes).
    */
   switchAtAdmissionOnly: boolean;
+  /** Claim an operation even while another worker's lease on it is live (control-removed test of the replicas, ADR 0195). */
+  disableLease?: boolean;
 }
 
 const NONE: TestHooks = {
@@ -43,6 +45,7 @@ const NONE: TestHooks = {
   disableWatchdog: false,
   disableIdempotencyKey: false,
   switchAtAdmissionOnly: false,
+  disableLease: false,
 };
 
 /**
@@ -60,6 +63,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     'GATEHOUSE_TEST_DISABLE_WATCHDOG',
     'GATEHOUSE_TEST_DISABLE_IDEMPOTENCY_KEY',
     'GATEHOUSE_TEST_SWITCH_AT_ADMISSION_ONLY',
+    'GATEHOUSE_TEST_DISABLE_LEASE',
   ].filter((k) => env[k]);
   if (!set.length) return NONE;
   if (env.GATEHOUSE_ENV !== 'test') throw new Error(`${set.join(', ')} may only be set with GATEHOUSE_ENV=test`);
@@ -77,6 +81,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     disableWatchdog: env.GATEHOUSE_TEST_DISABLE_WATCHDOG === '1',
     disableIdempotencyKey: env.GATEHOUSE_TEST_DISABLE_IDEMPOTENCY_KEY === '1',
     switchAtAdmissionOnly: env.GATEHOUSE_TEST_SWITCH_AT_ADMISSION_ONLY === '1',
+    disableLease: env.GATEHOUSE_TEST_DISABLE_LEASE === '1',
   };
 }
 

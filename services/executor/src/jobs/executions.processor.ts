@@ -215,6 +215,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       userId: wf.user_id,
       reevaluation,
       bindDigest: !deps.hooks.disableDigestBinding,
+      honourLease: !deps.hooks.disableLease,
       outagePolicy: deps.outagePolicy,
     }),
   );
