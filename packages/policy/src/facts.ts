@@ -102,10 +102,12 @@ const HOUR_MS = 3_600_000;
  * Whether the test-only switch `GATEHOUSE_TEST_<name>=1` is set. The switches remove one control
  * each, for the tests that show the control is load-bearing: `DISABLE_CUMULATIVE_BASIS` judges each
  * refund alone (four 4900 refunds then run without approval), `DISABLE_LIMIT_LOCKS` reads the sums
- * without the limit locks (concurrent refunds then dodge the auto limit).
+ * without the limit locks (concurrent refunds then dodge the auto limit), `SHARED_LIMIT_LOCK` takes
+ * one lock shared by every refund decision instead of one per limit (the former global lock:
+ * refunds of different tenants then wait on each other).
  * @throws Error when set outside `GATEHOUSE_ENV=test`.
  */
-function testSwitch(name: 'DISABLE_CUMULATIVE_BASIS' | 'DISABLE_LIMIT_LOCKS'): boolean {
+function testSwitch(name: 'DISABLE_CUMULATIVE_BASIS' | 'DISABLE_LIMIT_LOCKS' | 'SHARED_LIMIT_LOCK'): boolean {
   if (process.env[`GATEHOUSE_TEST_${name}`] !== '1') return false;
   if (process.env.GATEHOUSE_ENV !== 'test') throw new Error(`GATEHOUSE_TEST_${name} may only be set with GATEHOUSE_ENV=test`);
   return true;
@@ -134,7 +136,9 @@ export async function loadSupportFacts(
   const inTenant = Boolean(order && user && order.tenant === user.tenant);
   const refund = parsed.tool.name === 'issue_refund';
   const tenantDay = refund && opts.tenantCap === true;
-  if (refund && !testSwitch('DISABLE_LIMIT_LOCKS')) await lockLimits(trx, refundLimitKeys(wf.tenant, wf.user_id, orderId, { tenantDay }));
+  // Control-removed tests only: SHARED_LIMIT_LOCK puts every refund decision behind one lock.
+  const keys = testSwitch('SHARED_LIMIT_LOCK') ? ['refund-decision'] : refundLimitKeys(wf.tenant, wf.user_id, orderId, { tenantDay });
+  if (refund && !testSwitch('DISABLE_LIMIT_LOCKS')) await lockLimits(trx, keys);
   const basis = { excludeActionId: opts.excludeActionId, includeQueued: !opts.atExecution };
   // Control-removed test only (refused outside GATEHOUSE_ENV=test): judge each refund alone.
   const noBasis = testSwitch('DISABLE_CUMULATIVE_BASIS');
