@@ -60,6 +60,8 @@ export async function runPolicy(sizes: BenchSizes): Promise<PolicyReport> {
     priorRefundsOnOrderCents: 2000,
     userRefunds24hCents: 20_000,
     agentRefunds1hCents: 50_000,
+    tenantRefunds24hCents: 0,
+    tenantRefundCap24hCents: null,
   };
   const pureBench = new Bench({ time: sizes.policyTimeMs });
   pureBench.add('evaluateSupport (pure)', () => {

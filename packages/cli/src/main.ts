@@ -14,7 +14,7 @@ import { authorizeOperator, bumpEpoch, setSwitch, type Operator } from './ops.ts
 import { reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
 import { releaseCommand } from './release-commands.ts';
 import { withQueues } from './queue-ops.ts';
-import { loadBundle, loadBundleFile, runBoundaryGate, loadBoundaryCases } from '@gatehouse/policy';
+import { loadBundle, loadBundleFile, runBoundaryGate, loadGateCases } from '@gatehouse/policy';
 import { portOf, SERVICES, startStack, stateDir, stateRoot, type RunningStack } from './stack.ts';
 import { launchStackDaemon, progressPrinter, stackStatus, stopStack } from './stack-control.ts';
 
@@ -167,7 +167,7 @@ async function main(argv: string[]): Promise<number> {
       const file = arg.endsWith('.json') ? resolvePath(arg) : resolvePath(repoRoot, 'policy', `${arg}.json`);
       if (!existsSync(file)) throw new Error(`no policy bundle ${arg} (looked for ${file})`);
       const bundle = arg.endsWith('.json') ? loadBundleFile(file) : loadBundle(arg);
-      const cases = loadBoundaryCases(bundle.pack);
+      const cases = loadGateCases(bundle);
       const failures = runBoundaryGate(bundle, cases);
       for (const f of failures)
         out(`  FAIL ${f.name}: expected ${f.expected.decision} ${f.expected.ruleId}, got ${f.got.decision} ${f.got.ruleId}`);

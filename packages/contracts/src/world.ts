@@ -31,7 +31,18 @@ const OrderSchema = z.object({
 /** Shape of `synthetic-world/world.json`: the synthetic tenants, people, orders and changes. */
 export const WorldSchema = z.object({
   agent: z.object({ id: z.string(), grantedTools: z.array(z.string()) }),
-  tenants: z.array(z.object({ id: z.string(), name: z.string(), regions: z.array(z.string()) })),
+  tenants: z.array(
+    z.object({
+      id: z.string(),
+      name: z.string(),
+      regions: z.array(z.string()),
+      /**
+       * The tenant's own daily refund cap (R10), integer cents: applies when below the bundle's
+       * `tenantRolling24hCents`, which stays the ceiling (docs/decisions/0190-tenant-daily-refund-cap.md).
+       */
+      refundCap24hCents: z.number().int().positive().optional(),
+    }),
+  ),
   users: z.array(UserSchema),
   orders: z.array(OrderSchema),
   customers: z.array(z.object({ id: z.string(), email: z.string() })),

@@ -4,29 +4,58 @@ import { z } from 'zod';
 import { repoRoot } from '@gatehouse/contracts';
 
 /** The rule ids of the support pack, in the order of docs/product/policy-rules.md#support-rules. */
-export const SUPPORT_RULE_IDS = ['R0', 'R1', 'R2', 'R3', 'R4', 'R5', 'R6', 'R7', 'R8', 'R9'] as const;
+export const SUPPORT_RULE_IDS = ['R0', 'R1', 'R2', 'R3', 'R4', 'R5', 'R6', 'R7', 'R8', 'R9', 'R10'] as const;
 export type SupportRuleId = (typeof SUPPORT_RULE_IDS)[number];
 
+/** The rules every support bundle runs (R0–R9, `support-p1` onward); each appears exactly once in its `ruleOrder`. */
+export const BASE_SUPPORT_RULE_IDS: readonly SupportRuleId[] = SUPPORT_RULE_IDS.filter((id) => id !== 'R10');
+
+/**
+ * Rules a bundle may add to the base set, each with the limit it needs in `limits`: R10, the
+ * tenant's daily refund cap (`support-p2` onward, docs/decisions/0190-tenant-daily-refund-cap.md).
+ */
+const OPTIONAL_SUPPORT_RULES = { R10: 'tenantRolling24hCents' } as const;
+
 /** A support policy bundle as stored in `policy/<revision>.json`; limits in integer cents. */
-export const SupportBundleSchema = z.strictObject({
-  revision: z.string().regex(/^[a-z0-9-]+$/),
-  pack: z.literal('support'),
-  description: z.string(),
-  limits: z.strictObject({
-    maxRefundCents: z.number().int().positive(),
-    autoApproveLimitCents: z.number().int().nonnegative(),
-    userRolling24hCents: z.number().int().positive(),
-    agentRolling1hCents: z.number().int().positive(),
-    reshipApprovalPaidAboveCents: z.number().int().nonnegative(),
-  }),
-  approval: z.strictObject({
-    /** Approval lifetime, seconds (docs/product/policy-rules.md#approvals: 15 minutes). */
-    ttlSeconds: z.number().int().positive(),
-    approverRole: z.string(),
-    sameRegion: z.boolean(),
-  }),
-  ruleOrder: z.array(z.enum(SUPPORT_RULE_IDS)).length(SUPPORT_RULE_IDS.length),
-});
+export const SupportBundleSchema = z
+  .strictObject({
+    revision: z.string().regex(/^[a-z0-9-]+$/),
+    pack: z.literal('support'),
+    description: z.string(),
+    limits: z.strictObject({
+      maxRefundCents: z.number().int().positive(),
+      autoApproveLimitCents: z.number().int().nonnegative(),
+      userRolling24hCents: z.number().int().positive(),
+      agentRolling1hCents: z.number().int().positive(),
+      reshipApprovalPaidAboveCents: z.number().int().nonnegative(),
+      /**
+       * R10: every tenant's refunds over the rolling 24 hours, at most this (integer cents) — the
+       * default, and the ceiling of a tenant's own `refundCap24hCents` in the directory. Present
+       * exactly when `ruleOrder` holds R10.
+       */
+      tenantRolling24hCents: z.number().int().positive().optional(),
+    }),
+    approval: z.strictObject({
+      /** Approval lifetime, seconds (docs/product/policy-rules.md#approvals: 15 minutes). */
+      ttlSeconds: z.number().int().positive(),
+      approverRole: z.string(),
+      sameRegion: z.boolean(),
+    }),
+    /** Every base rule (R0–R9) exactly once, plus each optional rule the bundle runs (R10), in evaluation order. */
+    ruleOrder: z.array(z.enum(SUPPORT_RULE_IDS)),
+  })
+  .superRefine((b, ctx) => {
+    const seen = new Set(b.ruleOrder);
+    if (seen.size !== b.ruleOrder.length) ctx.addIssue({ code: 'custom', path: ['ruleOrder'], message: 'a rule appears twice' });
+    for (const id of BASE_SUPPORT_RULE_IDS) {
+      if (!seen.has(id)) ctx.addIssue({ code: 'custom', path: ['ruleOrder'], message: `rule ${id} is missing` });
+    }
+    for (const [id, limit] of Object.entries(OPTIONAL_SUPPORT_RULES)) {
+      if (seen.has(id as SupportRuleId) !== (b.limits[limit] !== undefined)) {
+        ctx.addIssue({ code: 'custom', path: ['limits', limit], message: `${id} in ruleOrder needs limits.${limit}, and only then` });
+      }
+    }
+  });
 export type SupportBundle = z.infer<typeof SupportBundleSchema>;
 
 /**

@@ -90,7 +90,7 @@ async function offeredInState(trx: Trx, proposalId: string, current: string): Pr
 
 /**
  * Loads the facts of the workflow's pack inside `trx` and evaluates its active bundle: docs/product/policy-rules.md
- * R0–R9 for support (cumulative basis under the refund-decision lock), change-c1 C0–C5 for
+ * R0–R10 for support (cumulative basis under the refund limit locks), change-c1 C0–C5 for
  * change. `atExecution` is the executor's re-evaluation (queued refunds do not count there).
  */
 export async function evaluateAction(
@@ -113,6 +113,7 @@ export async function evaluateAction(
     const facts = await loadSupportFacts(trx, { ...wf, state, writesEnabled }, parsed, record.order, {
       excludeActionId: input.excludeActionId,
       atExecution: input.atExecution,
+      tenantCap: input.bundles.support.ruleOrder.includes('R10'),
     });
     const inTenant = facts.order && facts.user && facts.order.tenant === facts.user.tenant ? facts.order : null;
     return {

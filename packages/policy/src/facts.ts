@@ -23,16 +23,18 @@ export const QUEUED_REFUND_STATES = ['approved'] as const;
 
 /**
  * The limits one refund decision reads and then adds to, each named by what competes for it: the
- * order's cumulative basis (R4, R7), the user's rolling 24 h (R5) and the tenant's agent hour
- * (R6). Two decisions wait on each other only when they share one of these — never across
- * tenants, never across unrelated orders and users of one tenant beyond the tenant's hour.
+ * order's cumulative basis (R4, R7), the user's rolling 24 h (R5), the tenant's agent hour (R6)
+ * and, when the bundle runs R10, the tenant's rolling day. Two decisions wait on each other only
+ * when they share one of these — never across tenants; within a tenant, on its hour and day
+ * (docs/decisions/0130-refund-limit-locks.md, 0191-limit-contention-between-competitors.md).
  */
-export function refundLimitKeys(tenant: string, userId: string, orderId: string): string[] {
-  return [`refund-basis:${tenant}:${orderId}`, `refund-user-24h:${tenant}:${userId}`, `refund-agent-1h:${tenant}`];
+export function refundLimitKeys(tenant: string, userId: string, orderId: string, opts: { tenantDay?: boolean } = {}): string[] {
+  const keys = [`refund-basis:${tenant}:${orderId}`, `refund-user-24h:${tenant}:${userId}`, `refund-agent-1h:${tenant}`];
+  return opts.tenantDay ? [...keys, `refund-tenant-24h:${tenant}`] : keys;
 }
 
 /** A signed 64-bit advisory lock id for `key` (the first 8 bytes of its SHA-256), as a decimal string. */
-function advisoryLockId(key: string): string {
+export function advisoryLockId(key: string): string {
   return createHash('sha256').update(key).digest().readBigInt64BE(0).toString();
 }
 
@@ -43,6 +45,11 @@ function advisoryLockId(key: string): string {
 async function lockLimits(trx: Trx, keys: string[]): Promise<void> {
   const ids = keys.map(advisoryLockId).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : BigInt(a) > BigInt(b) ? 1 : 0));
   await sql`SELECT ${sql.join(ids.map((id) => sql`pg_advisory_xact_lock(${id}::bigint)`))}`.execute(trx);
+}
+
+/** The tenant's own daily refund cap in the directory (world.json `refundCap24hCents`), or null (R10). */
+export function lookupTenantRefundCap(tenant: string): number | null {
+  return loadWorld().tenants.find((t) => t.id === tenant)?.refundCap24hCents ?? null;
 }
 
 /** The user as the identity directory (world.json) knows them, or null (docs/product/policy-rules.md#r0). */
@@ -95,37 +102,43 @@ const HOUR_MS = 3_600_000;
  * Whether the test-only switch `GATEHOUSE_TEST_<name>=1` is set. The switches remove one control
  * each, for the tests that show the control is load-bearing: `DISABLE_CUMULATIVE_BASIS` judges each
  * refund alone (four 4900 refunds then run without approval), `DISABLE_LIMIT_LOCKS` reads the sums
- * without the limit locks (concurrent refunds then dodge the auto limit).
+ * without the limit locks (concurrent refunds then dodge the auto limit), `SHARED_LIMIT_LOCK` takes
+ * one lock shared by every refund decision instead of one per limit (the former global lock:
+ * refunds of different tenants then wait on each other).
  * @throws Error when set outside `GATEHOUSE_ENV=test`.
  */
-function testSwitch(name: 'DISABLE_CUMULATIVE_BASIS' | 'DISABLE_LIMIT_LOCKS'): boolean {
+function testSwitch(name: 'DISABLE_CUMULATIVE_BASIS' | 'DISABLE_LIMIT_LOCKS' | 'SHARED_LIMIT_LOCK'): boolean {
   if (process.env[`GATEHOUSE_TEST_${name}`] !== '1') return false;
   if (process.env.GATEHOUSE_ENV !== 'test') throw new Error(`GATEHOUSE_TEST_${name} may only be set with GATEHOUSE_ENV=test`);
   return true;
 }
 
 /**
- * Loads every fact R0–R9 need for one parsed proposal, tenant-scoped, inside `trx`. For refunds
+ * Loads every fact R0–R10 need for one parsed proposal, tenant-scoped, inside `trx`. For refunds
  * it first takes the advisory locks of the limits the refund competes for
  * ({@link refundLimitKeys}), so decisions that read and then add to the same sum are serialized
  * (two refunds in one model response cannot both see zero) while refunds of other orders, users
  * and tenants go on in parallel. Every limit is tenant-scoped: the agent's hour (R6) counts the
- * refunds it made for this tenant only. `order` is read beforehand from the order system
- * (outside the transaction).
+ * refunds it made for this tenant only, the tenant's day (R10) every refund of the tenant.
+ * `opts.tenantCap`: the bundle runs R10, so the tenant's day is locked and summed (else its sum
+ * is 0 and unused). `order` is read beforehand from the order system (outside the transaction).
  */
 export async function loadSupportFacts(
   trx: Trx,
   wf: { tenant: string; user_id: string; mode: 'investigate' | 'act'; state: string; writesEnabled?: boolean },
   parsed: Pick<ParsedProposal, 'tool' | 'args'>,
   order: SupportFacts['order'],
-  opts: { excludeActionId?: string; atExecution?: boolean } = {},
+  opts: { excludeActionId?: string; atExecution?: boolean; tenantCap?: boolean } = {},
 ): Promise<SupportFacts> {
   const world = loadWorld();
   const user = lookupUser(wf.user_id, wf.tenant);
   const orderId = String(parsed.args.orderId);
   const inTenant = Boolean(order && user && order.tenant === user.tenant);
   const refund = parsed.tool.name === 'issue_refund';
-  if (refund && !testSwitch('DISABLE_LIMIT_LOCKS')) await lockLimits(trx, refundLimitKeys(wf.tenant, wf.user_id, orderId));
+  const tenantDay = refund && opts.tenantCap === true;
+  // Control-removed tests only: SHARED_LIMIT_LOCK puts every refund decision behind one lock.
+  const keys = testSwitch('SHARED_LIMIT_LOCK') ? ['refund-decision'] : refundLimitKeys(wf.tenant, wf.user_id, orderId, { tenantDay });
+  if (refund && !testSwitch('DISABLE_LIMIT_LOCKS')) await lockLimits(trx, keys);
   const basis = { excludeActionId: opts.excludeActionId, includeQueued: !opts.atExecution };
   // Control-removed test only (refused outside GATEHOUSE_ENV=test): judge each refund alone.
   const noBasis = testSwitch('DISABLE_CUMULATIVE_BASIS');
@@ -142,5 +155,8 @@ export async function loadSupportFacts(
     priorRefundsOnOrderCents: await sum({ tenant: wf.tenant, orderId }),
     userRefunds24hCents: await sum({ tenant: wf.tenant, userId: wf.user_id, sinceMs: 24 * HOUR_MS }),
     agentRefunds1hCents: inTenant ? await recordedRefundsCents(trx, { tenant: wf.tenant, sinceMs: HOUR_MS, ...basis }) : 0,
+    tenantRefunds24hCents:
+      inTenant && tenantDay ? await recordedRefundsCents(trx, { tenant: wf.tenant, sinceMs: 24 * HOUR_MS, ...basis }) : 0,
+    tenantRefundCap24hCents: lookupTenantRefundCap(wf.tenant),
   };
 }

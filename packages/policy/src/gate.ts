@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { z } from 'zod';
 import { loadReleaseManifest, loadWorld, repoRoot, type World } from '@gatehouse/contracts';
@@ -20,6 +20,11 @@ export const BoundaryCaseSchema = z.strictObject({
   priorRefundsOnOrderCents: z.number().int().nonnegative().default(0),
   userRefunds24hCents: z.number().int().nonnegative().default(0),
   agentRefunds1hCents: z.number().int().nonnegative().default(0),
+  /**
+   * Every tenant's refunds over the rolling 24 h, by tenant id (R10): the case's facts take the
+   * user's tenant's entry, so one table row can show another tenant's day leaves this one alone.
+   */
+  tenantRefunds24hCents: z.record(z.string(), z.number().int().nonnegative()).default({}),
   orderOverride: z.strictObject({ paid: z.number().int().optional(), status: z.string().optional() }).optional(),
   expect: z.strictObject({ decision: z.enum(['ALLOW', 'DENY', 'REQUIRE_APPROVAL']), ruleId: z.string() }),
 });
@@ -54,9 +59,27 @@ export function loadBoundaryCases(pack: 'support', dir?: string): BoundaryCase[]
 export function loadBoundaryCases(pack: 'change', dir?: string): ChangeBoundaryCase[];
 export function loadBoundaryCases(pack: string, dir?: string): BoundaryCase[] | ChangeBoundaryCase[];
 export function loadBoundaryCases(pack: string, dir = resolve(repoRoot, 'policy/cases')): BoundaryCase[] | ChangeBoundaryCase[] {
-  const file = CaseFileSchema.parse(JSON.parse(readFileSync(resolve(dir, `${pack}.cases.json`), 'utf8')));
-  if (file.pack !== pack) throw new Error(`${pack}.cases.json holds cases of pack ${file.pack}`);
-  return file.cases;
+  return loadCaseFile(resolve(dir, `${pack}.cases.json`), pack);
+}
+
+/** Parses one case file and checks it holds cases of `pack`. */
+function loadCaseFile(file: string, pack: string): BoundaryCase[] | ChangeBoundaryCase[] {
+  const parsed = CaseFileSchema.parse(JSON.parse(readFileSync(file, 'utf8')));
+  if (parsed.pack !== pack) throw new Error(`${file} holds cases of pack ${parsed.pack}, not ${pack}`);
+  return parsed.cases;
+}
+
+/**
+ * Every boundary case `bundle` must pass: its pack's table (the rules every revision shares), then
+ * the revision's own table `policy/cases/<revision>.cases.json` when there is one — the cases of
+ * rules only that revision runs (R10 in `support-p2`). Two tables so an older revision keeps its
+ * gate unchanged while a newer one adds boundaries.
+ * @throws Error when a table is missing (the pack's), invalid, or of another pack.
+ */
+export function loadGateCases(bundle: PolicyBundle, dir = resolve(repoRoot, 'policy/cases')): BoundaryCase[] | ChangeBoundaryCase[] {
+  const own = resolve(dir, `${bundle.revision}.cases.json`);
+  const shared = loadBoundaryCases(bundle.pack, dir);
+  return existsSync(own) ? ([...shared, ...loadCaseFile(own, bundle.pack)] as typeof shared) : shared;
 }
 
 /** A case whose decision differs from the table. */
@@ -105,11 +128,13 @@ export function caseFacts(c: BoundaryCase, world: World = loadWorld()): SupportF
     priorRefundsOnOrderCents: c.priorRefundsOnOrderCents,
     userRefunds24hCents: c.userRefunds24hCents,
     agentRefunds1hCents: c.agentRefunds1hCents,
+    tenantRefunds24hCents: u ? (c.tenantRefunds24hCents[u.tenant] ?? 0) : 0,
+    tenantRefundCap24hCents: (u && world.tenants.find((t) => t.id === u.tenant)?.refundCap24hCents) ?? null,
   };
 }
 
 /**
- * The boundary-case gate: evaluates every case of the bundle's pack against `bundle` and
+ * The boundary-case gate: evaluates every case of the bundle ({@link loadGateCases}) against `bundle` and
  * returns the ones whose decision or rule differs. An empty list means the bundle may be
  * activated.
  */
@@ -122,11 +147,11 @@ export function runBoundaryGate(bundle: PolicyBundle, cases?: BoundaryCase[] | C
     }
   };
   if (bundle.pack === 'support') {
-    for (const c of (cases as BoundaryCase[] | undefined) ?? loadBoundaryCases('support')) {
+    for (const c of (cases as BoundaryCase[] | undefined) ?? (loadGateCases(bundle) as BoundaryCase[])) {
       check(c.name, c.expect, evaluateSupport(caseFacts(c, world), bundle));
     }
   } else {
-    for (const c of (cases as ChangeBoundaryCase[] | undefined) ?? loadBoundaryCases('change')) {
+    for (const c of (cases as ChangeBoundaryCase[] | undefined) ?? (loadGateCases(bundle) as ChangeBoundaryCase[])) {
       check(c.name, c.expect, evaluateChange(changeCaseFacts(c, world), bundle));
     }
   }

@@ -27,8 +27,12 @@ export interface SupportFacts {
   priorRefundsOnOrderCents: number;
   /** The user's refunds over the rolling 24 h (same basis). */
   userRefunds24hCents: number;
-  /** All of the agent's refunds over the last hour (same basis). */
+  /** The agent's refunds for this tenant over the last hour (same basis). */
   agentRefunds1hCents: number;
+  /** Every refund of the tenant over the rolling 24 h, any user (same basis; R10). */
+  tenantRefunds24hCents: number;
+  /** The tenant's own daily cap from the directory (world.json `refundCap24hCents`), or null: the bundle's applies (R10). */
+  tenantRefundCap24hCents: number | null;
 }
 
 type Check = (f: SupportFacts, b: SupportBundle) => Omit<PolicyDecision, 'policyRevision' | 'ruleId'> | null;
@@ -37,6 +41,18 @@ const deny = (reason: string) => ({ decision: 'DENY' as const, reason });
 const approve = (reason: string) => ({ decision: 'REQUIRE_APPROVAL' as const, reason });
 const amountOf = (f: SupportFacts): number => Number(f.args.amountCents ?? 0);
 const isRefund = (f: SupportFacts): boolean => f.tool.name === 'issue_refund';
+
+/**
+ * The daily refund cap R10 applies to the facts' tenant, integer cents: the directory's
+ * `refundCap24hCents` when it is below the bundle's `tenantRolling24hCents`, else the bundle's —
+ * the gated bundle is the ceiling, the directory can only tighten it
+ * (docs/decisions/0190-tenant-daily-refund-cap.md). Undefined when the bundle has no cap (support-p1).
+ */
+export function tenantDailyCapCents(f: Pick<SupportFacts, 'tenantRefundCap24hCents'>, b: SupportBundle): number | undefined {
+  const ceiling = b.limits.tenantRolling24hCents;
+  if (ceiling === undefined) return undefined;
+  return f.tenantRefundCap24hCents === null ? ceiling : Math.min(ceiling, f.tenantRefundCap24hCents);
+}
 
 /** The checks of docs/product/policy-rules.md#support-rules, keyed by rule id. Each returns null when it passes. */
 export const supportRules: Record<SupportRuleId, Check> = {
@@ -75,6 +91,12 @@ export const supportRules: Record<SupportRuleId, Check> = {
     isRefund(f) && f.priorRefundsOnOrderCents + amountOf(f) > b.limits.autoApproveLimitCents
       ? approve(`cumulative refunds ${f.priorRefundsOnOrderCents} + ${amountOf(f)} exceed auto limit ${b.limits.autoApproveLimitCents}`)
       : null,
+  R10: (f, b) => {
+    const cap = tenantDailyCapCents(f, b);
+    return isRefund(f) && cap !== undefined && f.tenantRefunds24hCents + amountOf(f) > cap
+      ? deny(`tenant 24h refunds ${f.tenantRefunds24hCents} + ${amountOf(f)} exceed the tenant's daily cap ${cap}`)
+      : null;
+  },
   R8: (f) => (f.tool.name === 'reship_order' && f.order?.status !== 'shipped' ? deny('order is not shipped') : null),
   R9: (f, b) =>
     f.tool.name === 'reship_order' && (f.order?.paid ?? 0) > b.limits.reshipApprovalPaidAboveCents

@@ -4,7 +4,16 @@ import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { repoRoot } from '@gatehouse/contracts';
-import { assertGatePasses, loadBoundaryCases, loadBundle, loadBundleFile, loadSupportBundleFile, runBoundaryGate } from '../src/index.ts';
+import {
+  assertGatePasses,
+  loadBoundaryCases,
+  loadBundle,
+  loadBundleFile,
+  loadGateCases,
+  loadSupportBundleFile,
+  runBoundaryGate,
+  type BoundaryCase,
+} from '../src/index.ts';
 
 const fixtures = resolve(import.meta.dirname, 'fixtures');
 const broken = resolve(fixtures, 'support-units-mistake.json');
@@ -21,7 +30,7 @@ describe('boundary-case gate', () => {
 
   it('passes for every bundle in policy/', () => {
     const bundles = readdirSync(resolve(repoRoot, 'policy')).filter((f) => f.endsWith('.json'));
-    expect(bundles.sort()).toEqual(['change-c1.json', 'support-p1.json']);
+    expect(bundles.sort()).toEqual(['change-c1.json', 'support-p1.json', 'support-p2.json']);
     for (const file of bundles) expect(runBoundaryGate(loadBundle(file.replace(/\.json$/, '')))).toEqual([]);
   });
 
@@ -46,6 +55,25 @@ describe('boundary-case gate', () => {
     const change = run('change-c1');
     expect(change.status, change.stdout + change.stderr).toBe(0);
     expect(change.stdout).toMatch(/change-c1: (\d+) of \1 boundary cases pass/);
+  });
+
+  it('support-p2 adds its own table (R10 at, below and above each tenant cap; another tenant unaffected); support-p1 keeps its own', () => {
+    const p2 = loadBundle('support-p2');
+    const own = (loadGateCases(p2) as BoundaryCase[]).filter((c) => c.name.startsWith('R10'));
+    for (const edge of ['one cent below', 'at its', 'one cent above']) {
+      for (const tenant of ['quillfeather', 'northwind'])
+        expect(own.some((c) => c.name.includes(tenant) && c.name.includes(edge))).toBe(true);
+    }
+    expect(own.some((c) => c.name.includes('second tenant unaffected'))).toBe(true);
+    expect(loadGateCases(loadBundle('support-p1'))).toEqual(loadBoundaryCases('support'));
+    // support-p1 would fail p2's cases: the gate really tries R10.
+    expect(runBoundaryGate(loadBundle('support-p1'), own).map((f) => f.got.ruleId)).toContain('ALL');
+    const run = spawnSync(process.execPath, [resolve(repoRoot, 'packages/cli/src/main.ts'), 'policy', 'check', 'support-p2'], {
+      encoding: 'utf8',
+    });
+    expect(run.status, run.stdout + run.stderr).toBe(0);
+    expect(run.stdout).toMatch(new RegExp(`support-p2: (\\d+) of \\1 boundary cases pass`));
+    expect(Number(/of (\d+)/.exec(run.stdout)?.[1])).toBe(loadBoundaryCases('support').length + own.length);
   });
 
   it('a service refuses to boot with a bundle that fails the gate (activation refused)', () => {

@@ -1,7 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import { loadWorld } from '@gatehouse/contracts';
 import { supportTools } from '@gatehouse/tools';
-import { eligibleTools, evaluateSupport, loadSupportBundle, type SupportBundle, type SupportFacts } from '../src/index.ts';
+import {
+  eligibleTools,
+  evaluateSupport,
+  loadSupportBundle,
+  SupportBundleSchema,
+  tenantDailyCapCents,
+  type SupportBundle,
+  type SupportFacts,
+} from '../src/index.ts';
 
 const world = loadWorld();
 const bundle = loadSupportBundle('support-p1');
@@ -35,6 +43,8 @@ interface Case {
   prior?: number;
   user24h?: number;
   agent1h?: number;
+  tenant24h?: number;
+  tenantCap?: number | null;
   mode?: 'investigate' | 'act';
   agentTools?: string[];
 }
@@ -58,6 +68,8 @@ function facts(c: Case): SupportFacts {
     priorRefundsOnOrderCents: c.prior ?? 0,
     userRefunds24hCents: c.user24h ?? 0,
     agentRefunds1hCents: c.agent1h ?? 0,
+    tenantRefunds24hCents: c.tenant24h ?? 0,
+    tenantRefundCap24hCents: c.tenantCap ?? null,
   };
 }
 
@@ -185,6 +197,51 @@ describe('cumulative auto limit (four refunds of 4900 on one order)', () => {
     expect(fourRefunds(withoutR7).map((r) => r.decision)).toEqual(['ALLOW', 'ALLOW', 'ALLOW', 'ALLOW']);
     // the original bundle object is untouched
     expect(bundle.ruleOrder).toContain('R7');
+  });
+});
+
+describe('R10 tenant daily refund cap (support-p2)', () => {
+  const p2 = loadSupportBundle('support-p2');
+  const cap = p2.limits.tenantRolling24hCents!;
+  const decide = (c: Case, b: SupportBundle = p2) => {
+    const d = evaluateSupport(facts(c), b);
+    return `${d.decision}:${d.ruleId}`;
+  };
+
+  it('the bundle default applies at, just below and just above the cap; support-p1 has no such rule', () => {
+    expect(decide({ tenant24h: cap - 1001, amountCents: 1000 })).toBe('ALLOW:ALL');
+    expect(decide({ tenant24h: cap - 1000, amountCents: 1000 })).toBe('ALLOW:ALL');
+    expect(decide({ tenant24h: cap - 999, amountCents: 1000 })).toBe('DENY:R10');
+    expect(decide({ tenant24h: cap * 10, amountCents: 1000 }, bundle)).toBe('ALLOW:ALL');
+    expect(bundle.ruleOrder).not.toContain('R10');
+  });
+
+  it("a tenant's own cap in the directory tightens the default, never loosens it", () => {
+    expect(tenantDailyCapCents({ tenantRefundCap24hCents: 1000 }, p2)).toBe(1000);
+    expect(tenantDailyCapCents({ tenantRefundCap24hCents: cap + 1 }, p2)).toBe(cap);
+    expect(tenantDailyCapCents({ tenantRefundCap24hCents: null }, p2)).toBe(cap);
+    expect(tenantDailyCapCents({ tenantRefundCap24hCents: 1000 }, bundle)).toBeUndefined();
+    expect(decide({ tenant24h: 0, tenantCap: 999, amountCents: 1000 })).toBe('DENY:R10');
+    expect(decide({ tenant24h: cap - 1000, tenantCap: cap * 2, amountCents: 1001 })).toBe('DENY:R10');
+  });
+
+  it('R10 decides before R7 and after R5 and R6', () => {
+    expect(decide({ tenant24h: cap, amountCents: L.autoApproveLimitCents + 1 })).toBe('DENY:R10');
+    expect(decide({ tenant24h: cap, user24h: L.userRolling24hCents, amountCents: 1 })).toBe('DENY:R5');
+    expect(decide({ tenant24h: cap, agent1h: L.agentRolling1hCents, amountCents: 1 })).toBe('DENY:R6');
+    expect(p2.ruleOrder.indexOf('R10')).toBe(p2.ruleOrder.indexOf('R6') + 1);
+  });
+
+  it('control removed: without R10 in ruleOrder a refund over the tenant cap is allowed', () => {
+    const withoutR10: SupportBundle = { ...p2, ruleOrder: p2.ruleOrder.filter((r) => r !== 'R10') };
+    expect(decide({ tenant24h: cap, amountCents: 1000 }, withoutR10)).toBe('ALLOW:ALL');
+  });
+
+  it('a bundle naming R10 without its cap, or a cap without R10, does not load', () => {
+    expect(() => SupportBundleSchema.parse({ ...p2, limits: { ...p2.limits, tenantRolling24hCents: undefined } })).toThrow(/R10/);
+    expect(() => SupportBundleSchema.parse({ ...bundle, limits: { ...bundle.limits, tenantRolling24hCents: 1 } })).toThrow(/R10/);
+    expect(() => SupportBundleSchema.parse({ ...p2, ruleOrder: [...p2.ruleOrder, 'R10'] })).toThrow(/twice/);
+    expect(() => SupportBundleSchema.parse({ ...p2, ruleOrder: p2.ruleOrder.filter((r) => r !== 'R4') })).toThrow(/R4 is missing/);
   });
 });
 

@@ -111,7 +111,7 @@ async function seed(): Promise<void> {
   // A candidate release known only to the database, and a queue of a release known only to Redis.
   await db
     .insertInto('releases')
-    .values({ id: 'rel-2', manifest: JSON.stringify({ id: 'rel-2' }), status: 'candidate' })
+    .values({ id: 'rel-table', manifest: JSON.stringify({ id: 'rel-table' }), status: 'candidate' })
     .execute();
   const redis = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: null });
   const q = new Queue('turns.rel-cand', { connection: redis, prefix });
@@ -228,14 +228,14 @@ describe('ops dashboard: operator token required', () => {
 });
 
 describe('bull-board over every queue of every release', () => {
-  it('lists each queue of rel-1 (manifest), rel-2 (releases table) and turns.rel-cand (found in Redis)', async () => {
+  it('lists each queue of rel-1 (manifest), rel-table (releases table only: no manifest) and turns.rel-cand (found in Redis)', async () => {
     const res = await request(url).get('/queues/api/queues').set('authorization', `Bearer ${ops}`);
     expect(res.status).toBe(200);
     const queues = res.body.queues as Array<{ name: string; readOnlyMode: boolean; counts: Record<string, number> }>;
     const names = queues.map((q) => q.name);
     for (const base of BASES) {
       expect(names).toContain(`${base}.rel-1`);
-      expect(names).toContain(`${base}.rel-2`);
+      expect(names).toContain(`${base}.rel-table`);
     }
     expect(names).toContain('turns.rel-cand');
     expect(queues.every((q) => q.readOnlyMode)).toBe(true);
