@@ -19,7 +19,8 @@ export type WorkflowGuard =
   | 'outcome_unknown';
 
 /** The guards of action transitions, each one predicate over the ledger (see {@link actionGuardHolds}). */
-export type ActionGuard = 'approval_granted' | 'approval_refused' | 'unclaimed' | 'lease_granted' | 'outcome_recorded' | 'operation_reset' | 'remediated';
+export type ActionGuard =
+  'approval_granted' | 'approval_refused' | 'unclaimed' | 'lease_granted' | 'outcome_recorded' | 'operation_reset' | 'remediated';
 
 /** What a workflow guard reads besides the ledger. */
 export interface WorkflowGuardInput {
@@ -52,7 +53,12 @@ function unansweredCall(trx: Trx, workflowId: string) {
 
 /** An operation of the workflow in one of `statuses`. */
 const operationIn = (trx: Trx, workflowId: string, statuses: string[]) =>
-  trx.selectFrom('operations').select('key').where('workflow_id', '=', workflowId).where('status', 'in', statuses as never).limit(1);
+  trx
+    .selectFrom('operations')
+    .select('key')
+    .where('workflow_id', '=', workflowId)
+    .where('status', 'in', statuses as never)
+    .limit(1);
 
 /**
  * Actions of the workflow held by a switched-off tool: approved or running, their tool's switch
@@ -165,7 +171,12 @@ export async function actionGuardHolds(trx: Trx, guard: ActionGuard, action: Act
     case 'approval_refused': {
       const statuses = guard === 'approval_granted' ? ['approved'] : ['denied', 'expired'];
       return exists(
-        trx.selectFrom('approvals').select('id').where('action_id', '=', action.id).where('status', 'in', statuses as never).limit(1),
+        trx
+          .selectFrom('approvals')
+          .select('id')
+          .where('action_id', '=', action.id)
+          .where('status', 'in', statuses as never)
+          .limit(1),
       );
     }
     case 'unclaimed':

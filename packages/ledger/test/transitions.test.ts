@@ -76,7 +76,8 @@ async function unansweredCall(workflowId: string): Promise<void> {
 
 /** Makes `guard` hold for the seeded workflow and action (most hold on a fresh seed). */
 async function satisfyWorkflow(guard: WorkflowGuard, s: { workflowId: string; actionId: string }): Promise<void> {
-  if (guard === 'approval_awaited') await db.updateTable('actions').set({ status: 'pending_approval' }).where('id', '=', s.actionId).execute();
+  if (guard === 'approval_awaited')
+    await db.updateTable('actions').set({ status: 'pending_approval' }).where('id', '=', s.actionId).execute();
   if (guard === 'tool_switched_off')
     await db
       .insertInto('tool_switches')
@@ -253,8 +254,10 @@ async function satisfyAction(guard: ActionGuard, to: ActionStatus, actionId: str
 /** Makes the guard fail (after {@link satisfyAction}). */
 async function violateAction(guard: ActionGuard, actionId: string): Promise<void> {
   const setOp = (status: OperationStatus) => db.updateTable('operations').set({ status }).where('action_id', '=', actionId).execute();
-  if (guard === 'approval_granted') await db.updateTable('approvals').set({ status: 'expired' }).where('action_id', '=', actionId).execute();
-  if (guard === 'approval_refused') await db.updateTable('approvals').set({ status: 'approved' }).where('action_id', '=', actionId).execute();
+  if (guard === 'approval_granted')
+    await db.updateTable('approvals').set({ status: 'expired' }).where('action_id', '=', actionId).execute();
+  if (guard === 'approval_refused')
+    await db.updateTable('approvals').set({ status: 'approved' }).where('action_id', '=', actionId).execute();
   if (guard === 'unclaimed') await operation(actionId, 'running');
   if (guard === 'lease_granted') await setOp('pending');
   if (guard === 'operation_reset' || guard === 'outcome_recorded') await setOp('running');
@@ -265,7 +268,9 @@ describe('action transition table', () => {
   it('lists each (from, to) once, each with one guard; an action is created in a decided status', () => {
     const keys = ACTION_TRANSITIONS.map((x) => `${x.from}>${x.to}`);
     expect(new Set(keys).size).toBe(keys.length);
-    expect(ACTION_TRANSITIONS.filter((x) => ['proposed', 'normalized', 'suppressed', 'superseded', 'compensated', 'denied'].includes(x.from))).toEqual([]);
+    expect(
+      ACTION_TRANSITIONS.filter((x) => ['proposed', 'normalized', 'suppressed', 'superseded', 'compensated', 'denied'].includes(x.from)),
+    ).toEqual([]);
     expect(ACTION_INITIAL_STATUSES).toEqual(['approved', 'pending_approval', 'denied', 'suppressed']);
   });
 

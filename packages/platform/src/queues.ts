@@ -118,7 +118,10 @@ export type ExhaustedHandler<T> = (payload: T, job: Job, err: Error) => Promise<
  */
 function refuseIllegal(base: string, queue: string, job: Job, err: IllegalTransition, log: Logger): string {
   recordJob(base, 'rejected', 0);
-  log.warn({ queue, jobId: job.id, entity: err.entity, id: err.id, from: err.from, to: err.to, missing: err.missing }, 'illegal transition refused');
+  log.warn(
+    { queue, jobId: job.id, entity: err.entity, id: err.id, from: err.from, to: err.to, missing: err.missing },
+    'illegal transition refused',
+  );
   return `refused:illegal_transition:${err.entity}:${err.from}->${err.to}`;
 }
 
