@@ -9,7 +9,7 @@ import { actionGuardHolds, workflowGuardHolds, type ActionGuard, type WorkflowGu
  * `stopped`, `paused` and `needs_reconciliation`. Not a guard: the shape of the row, checked for
  * every transition into that state.
  */
-export type TransitionGuard = 'stop_reason' | 'next_step';
+export type StateRequirement = 'stop_reason' | 'next_step';
 
 /** One legal workflow transition: from, to, and the one guard that must hold (docs/product/states.md#transition-table). */
 export interface WorkflowTransition {
@@ -69,7 +69,7 @@ export const WORKFLOW_TRANSITIONS: readonly WorkflowTransition[] = [
 ];
 
 /** What each target state requires written with it (the row's shape, for every transition into it). */
-export const STATE_REQUIRES: Readonly<Partial<Record<WorkflowState, readonly TransitionGuard[]>>> = {
+export const STATE_REQUIRES: Readonly<Partial<Record<WorkflowState, readonly StateRequirement[]>>> = {
   stopped: ['stop_reason', 'next_step'],
   paused: ['next_step'],
   needs_reconciliation: ['next_step'],
