@@ -2,18 +2,22 @@ import type { AuditEventInput } from '@gatehouse/contracts';
 import { recordAudit } from './audit.ts';
 import type { Trx } from './db.ts';
 import type { ActionStatus, WorkflowState } from './schema.ts';
+import { actionGuardHolds, workflowGuardHolds, type ActionGuard, type WorkflowGuard } from './transition-guards.ts';
 
 /**
- * What the caller must supply for a transition to be legal (the guard of a table row): a stop
- * reason for `stopped`, a next step the rep can read for a wait (`paused`, `needs_reconciliation`).
+ * What a target state requires the caller to write with it: a next step the rep can read for
+ * `stopped`, `paused` and `needs_reconciliation`. Not a guard: the shape of the row, checked for
+ * every transition into that state.
  */
-export type TransitionGuard = 'stop_reason' | 'next_step';
+export type StateRequirement = 'stop_reason' | 'next_step';
 
-/** One legal workflow transition: from, to and the guards it needs. */
+/** One legal workflow transition: from, to, and the one guard that must hold (docs/product/states.md#transition-table). */
 export interface WorkflowTransition {
   from: WorkflowState;
   to: WorkflowState;
-  guards: readonly TransitionGuard[];
+  guard: WorkflowGuard;
+  /** Who takes this transition and why (documentation; the generated table in docs/product/states.md). */
+  why: string;
 }
 
 /** Kinds of job a live run waits for (one contract queue each, or a person). */
@@ -32,30 +36,44 @@ const LIVE: readonly WorkflowState[] = ['received', 'investigating', 'awaiting_a
 /** Every state that is not terminal: the live states and `paused`. */
 export const LIVE_STATES: readonly WorkflowState[] = [...LIVE, 'paused'];
 
+const w = (from: WorkflowState, to: WorkflowState, guard: WorkflowGuard, why: string): WorkflowTransition => ({ from, to, guard, why });
+/** The same move from each of `froms`. */
+const fromEach = (froms: WorkflowState[], to: WorkflowState, guard: WorkflowGuard, why: string): WorkflowTransition[] =>
+  froms.map((from) => w(from, to, guard, why));
+
+const TURN = 'agent loop: a model turn with calls, the last result answered, or a follow-up message';
+const DECIDED = 'policy gateway: an action allowed; executor: the fenced claim of an approved action';
+const AWAITS = 'policy gateway: REQUIRE_APPROVAL; agent loop: a change plan prepared and not yet scheduled';
+const FINAL = "agent loop: the model's final message; reconciliation: a remediation executed";
+const STOP = 'any service: a stop reason (budgets, denial, expiry, outage, dead letter, quarantine, watchdog)';
+const PAUSE = "executor: the step's tool is switched off at the moment of execution";
+const PARK = 'agent loop: a result whose operation ended failed_unknown';
+
 /**
- * Every legal workflow transition (the run lifecycle of docs/product/states.md; docs/decisions/0100).
- * A live state may move to any other live state (results, turns and claims arrive in any order
- * across parallel calls), to `paused` (a switched-off tool, with its next step), to a terminal
- * state, or stay (a new round, a second claim). `paused` resumes to `executing` or ends;
- * `needs_reconciliation` only closes as `completed` once reconciled; `completed` is final and
- * `stopped` only parks for reconciliation when a step's outcome turns out unknown. Nothing returns to `received`.
+ * Every legal workflow transition (the run lifecycle of docs/product/states.md#transition-table;
+ * docs/decisions/0100, 0150), each with exactly one guard. Only the moves the product makes:
+ * nothing returns to `received`, nothing leaves `completed`, a stopped run only parks for
+ * reconciliation, `needs_reconciliation` closes only as `completed`, a pause ends by a follow-up
+ * or when its held tools are on. Any other move throws {@link IllegalTransition}.
  */
 export const WORKFLOW_TRANSITIONS: readonly WorkflowTransition[] = [
-  ...LIVE.flatMap((from) => [
-    ...LIVE.filter((to) => to !== 'received').map((to) => ({ from, to, guards: [] as TransitionGuard[] })),
-    { from, to: 'paused' as const, guards: ['next_step'] as TransitionGuard[] },
-    { from, to: 'completed' as const, guards: [] as TransitionGuard[] },
-    { from, to: 'stopped' as const, guards: ['stop_reason'] as TransitionGuard[] },
-    { from, to: 'needs_reconciliation' as const, guards: ['next_step'] as TransitionGuard[] },
-  ]),
-  { from: 'paused', to: 'executing', guards: [] },
-  { from: 'paused', to: 'investigating', guards: [] },
-  { from: 'paused', to: 'stopped', guards: ['stop_reason'] },
-  { from: 'paused', to: 'needs_reconciliation', guards: ['next_step'] },
-  { from: 'needs_reconciliation', to: 'completed', guards: ['next_step'] },
-  // A step of a stopped run whose outcome turns out unknown still needs reconciling.
-  { from: 'stopped', to: 'needs_reconciliation', guards: ['next_step'] },
+  ...fromEach(['received', 'investigating', 'awaiting_approval', 'executing', 'paused'], 'investigating', 'all_calls_answered', TURN),
+  ...fromEach(['investigating', 'awaiting_approval', 'executing'], 'awaiting_approval', 'approval_awaited', AWAITS),
+  ...fromEach(['investigating', 'awaiting_approval', 'executing'], 'executing', 'action_to_execute', DECIDED),
+  w('paused', 'executing', 'held_tools_on', 'ops: a switched-off tool is switched on and no held step waits on another'),
+  ...fromEach(LIVE as WorkflowState[], 'completed', 'nothing_outstanding', FINAL),
+  w('needs_reconciliation', 'completed', 'reconciled', 'reconciliation: every unknown outcome settled'),
+  ...fromEach([...LIVE_STATES], 'stopped', 'stop_reason_known', STOP),
+  ...fromEach(['investigating', 'awaiting_approval', 'executing'], 'paused', 'tool_switched_off', PAUSE),
+  ...fromEach(['investigating', 'awaiting_approval', 'executing', 'paused', 'stopped'], 'needs_reconciliation', 'outcome_unknown', PARK),
 ];
+
+/** What each target state requires written with it (the row's shape, for every transition into it). */
+export const STATE_REQUIRES: Readonly<Partial<Record<WorkflowState, readonly StateRequirement[]>>> = {
+  stopped: ['stop_reason', 'next_step'],
+  paused: ['next_step'],
+  needs_reconciliation: ['next_step'],
+};
 
 /**
  * The job each non-terminal state needs for the run to progress, and its no-progress bound.
@@ -70,41 +88,57 @@ export const STATE_LIVENESS: Readonly<Record<Exclude<WorkflowState, 'completed' 
   paused: { awaits: ['human'], boundMs: Number.POSITIVE_INFINITY },
 };
 
-/** One legal action transition. */
+/** One legal action transition, with its one guard. */
 export interface ActionTransition {
   from: ActionStatus;
   to: ActionStatus;
+  guard: ActionGuard;
+  why: string;
 }
 
-const pairs = (from: ActionStatus[], to: ActionStatus[]): ActionTransition[] => from.flatMap((f) => to.map((t) => ({ from: f, to: t })));
+const act = (from: ActionStatus, to: ActionStatus, guard: ActionGuard, why: string): ActionTransition => ({ from, to, guard, why });
 
 /**
- * Every legal action transition: decided (`normalized`) → approval or execution; an approval
- * grants or denies; a claim runs it; a run ends succeeded, failed or unknown (or goes back to
- * `approved` when read-back proved nothing happened); an unknown outcome is settled by
- * reconciliation; a success may be compensated; an unclaimed version is superseded.
+ * Statuses an action row is created in (an insert, not a transition): the policy gateway parses
+ * and normalizes a call in memory (`proposed`, `normalized` are never stored) and records the
+ * decided version — `approved` (ALLOW), `pending_approval`, `denied` or `suppressed` (a duplicate).
+ */
+export const ACTION_INITIAL_STATUSES: readonly ActionStatus[] = ['approved', 'pending_approval', 'denied', 'suppressed'];
+
+/**
+ * Every legal action transition (docs/product/states.md#transition-table), each with one guard:
+ * an approval grants or refuses; an unclaimed version may be superseded; a fenced claim runs it
+ * (again after its lease expired); the operation's recorded outcome ends it (a downstream
+ * refusal of authority, 401/403, denies it; read-back proving nothing happened puts it back to
+ * `approved`); reconciliation settles an unknown or in-flight outcome; a reversal compensates.
  */
 export const ACTION_TRANSITIONS: readonly ActionTransition[] = [
-  ...pairs(['proposed'], ['normalized', 'denied', 'suppressed']),
-  ...pairs(['normalized'], ['pending_approval', 'approved', 'denied', 'suppressed', 'superseded']),
-  ...pairs(['pending_approval'], ['approved', 'denied', 'superseded']),
-  ...pairs(['approved'], ['running', 'denied', 'superseded', 'failed']),
-  // A downstream refusal of authority (401/403) denies a running action.
-  ...pairs(['running'], ['running', 'succeeded', 'failed', 'failed_unknown', 'denied', 'approved', 'compensated']),
-  ...pairs(['failed_unknown'], ['succeeded', 'failed', 'compensated']),
-  // Reconciliation may find at the system of record an effect a failed step did have.
-  ...pairs(['failed'], ['succeeded', 'compensated']),
-  ...pairs(['succeeded'], ['compensated']),
+  act('pending_approval', 'approved', 'approval_granted', 'approval: a person approved'),
+  act('pending_approval', 'denied', 'approval_refused', 'approval: a person denied, or the approval expired'),
+  act('pending_approval', 'superseded', 'unclaimed', 'a follow-up message, or a reconciliation remediation replaced'),
+  act('approved', 'superseded', 'unclaimed', 'a follow-up message, or re-evaluation at execution changed the decision'),
+  act('approved', 'running', 'lease_granted', 'executor / reconciliation: the fenced claim'),
+  act('approved', 'failed', 'outcome_recorded', 'executor: the operation key serves another digest (idempotency conflict)'),
+  act('running', 'running', 'lease_granted', 'executor: a new claim after the lease expired'),
+  act('running', 'approved', 'operation_reset', 'executor / reconciliation: read-back proved nothing happened; repeated'),
+  act('running', 'succeeded', 'outcome_recorded', 'executor: the adapter result; reconciliation: an in-flight step settled'),
+  act('running', 'failed', 'outcome_recorded', 'executor: the adapter result; reconciliation: an in-flight step settled'),
+  act('running', 'failed_unknown', 'outcome_recorded', 'executor: the outcome is unknown'),
+  act('running', 'denied', 'outcome_recorded', 'executor: the downstream refused on its own authority (401/403)'),
+  act('failed_unknown', 'succeeded', 'outcome_recorded', 'reconciliation: the system of record has the effect'),
+  act('failed_unknown', 'failed', 'outcome_recorded', 'reconciliation: a lead ratified that it did not happen'),
+  act('succeeded', 'compensated', 'remediated', 'reconciliation: a lead-approved reversal executed'),
+  act('failed', 'compensated', 'remediated', 'reconciliation: a lead-approved reversal of an effect a failed step had'),
 ];
 
-/** Thrown when a transition is not in its table (or misses a guard); nothing was written. */
+/** Thrown when a transition is not in its table, or its guard does not hold; nothing was written. */
 export class IllegalTransition extends Error {
   override name = 'IllegalTransition';
   readonly entity: 'workflow' | 'action';
   readonly id: string;
   readonly from: string;
   readonly to: string;
-  /** Guards the caller did not satisfy (empty when the move itself is not in the table). */
+  /** The guard that did not hold, or the fields the target state requires (empty when the move is not in the table). */
   readonly missing: readonly string[];
   constructor(entity: 'workflow' | 'action', id: string, from: string, to: string, missing: readonly string[] = []) {
     super(`illegal ${entity} transition ${from} → ${to} (${id})${missing.length ? `: needs ${missing.join(', ')}` : ''}`);
@@ -116,22 +150,36 @@ export class IllegalTransition extends Error {
   }
 }
 
-/** True when `from → to` is a row of {@link WORKFLOW_TRANSITIONS}. */
+/** True when `from → to` is a row of {@link WORKFLOW_TRANSITIONS} (its guard not evaluated; always, with the table switched off in a test). */
 export function isLegalWorkflowTransition(from: WorkflowState, to: WorkflowState): boolean {
+  if (tableDisabled()) return true;
   return WORKFLOW_TRANSITIONS.some((t) => t.from === from && t.to === to);
 }
 
-/** True when `from → to` is a row of {@link ACTION_TRANSITIONS}. */
+/** True when `from → to` is a row of {@link ACTION_TRANSITIONS} (its guard not evaluated; always, with the table switched off in a test). */
 export function isLegalActionTransition(from: ActionStatus, to: ActionStatus): boolean {
+  if (tableDisabled()) return true;
   return ACTION_TRANSITIONS.some((t) => t.from === from && t.to === to);
+}
+
+/**
+ * `GATEHOUSE_TEST_DISABLE_TRANSITION_TABLE=1` removes the control (any move is written, no
+ * guard checked) so a test can show what the table refuses (docs/decisions/0016-test-only-hooks.md).
+ * @throws Error when set outside `GATEHOUSE_ENV=test`.
+ */
+function tableDisabled(): boolean {
+  if (process.env.GATEHOUSE_TEST_DISABLE_TRANSITION_TABLE !== '1') return false;
+  if (process.env.GATEHOUSE_ENV !== 'test')
+    throw new Error('GATEHOUSE_TEST_DISABLE_TRANSITION_TABLE may only be set with GATEHOUSE_ENV=test');
+  return true;
 }
 
 /** What a workflow transition writes besides the state. */
 export interface WorkflowTransitionInput {
   to: WorkflowState;
-  /** Null clears it; undefined leaves it. Required (non-empty) for `paused` and `needs_reconciliation`. */
+  /** Null clears it; undefined leaves it. Required (non-empty) for `stopped`, `paused` and `needs_reconciliation`. */
   nextStep?: string | null;
-  /** Required for `stopped`. */
+  /** Required for `stopped`: one of `STOP_REASONS`. */
   stopReason?: string;
   /** Model round to record (turns only). */
   round?: number;
@@ -145,20 +193,40 @@ export interface WorkflowTransitionInput {
 }
 
 /**
+ * Checks `from → input.to` against {@link WORKFLOW_TRANSITIONS}: the row, the fields its target
+ * requires ({@link STATE_REQUIRES}) and its guard, read in `trx`. Writes nothing.
+ * Returns null when legal, else the {@link IllegalTransition} to throw.
+ */
+export async function checkWorkflowTransition(
+  trx: Trx,
+  workflowId: string,
+  from: WorkflowState,
+  input: Pick<WorkflowTransitionInput, 'to' | 'nextStep' | 'stopReason'>,
+): Promise<IllegalTransition | null> {
+  if (tableDisabled()) return null;
+  const row = WORKFLOW_TRANSITIONS.find((t) => t.from === from && t.to === input.to);
+  if (!row) return new IllegalTransition('workflow', workflowId, from, input.to);
+  const missing = (STATE_REQUIRES[input.to] ?? []).filter((g) => (g === 'stop_reason' ? !input.stopReason : !input.nextStep));
+  if (missing.length) return new IllegalTransition('workflow', workflowId, from, input.to, missing);
+  if (!(await workflowGuardHolds(trx, row.guard, { workflowId, stopReason: input.stopReason })))
+    return new IllegalTransition('workflow', workflowId, from, input.to, [row.guard]);
+  return null;
+}
+
+/**
  * The one writer of `workflows.state`: locks the row (lock order: workflows first), checks the
- * transition against {@link WORKFLOW_TRANSITIONS} and its guards, then writes state, next step,
- * stop reason, round and `updated_at`, plus the audit event — all in the caller's `trx`.
+ * transition with {@link checkWorkflowTransition}, then writes state, next step, stop reason,
+ * round and `updated_at`, plus the audit event — all in the caller's `trx`.
  * Returns the state it moved from, or null when `onlyFrom` excluded the current state or the
  * workflow does not exist.
- * @throws IllegalTransition when the move is not in the table or misses a guard (nothing written).
+ * @throws IllegalTransition when the move is not in the table, misses a required field or its
+ * guard does not hold (nothing written).
  */
 export async function transitionWorkflow(trx: Trx, workflowId: string, input: WorkflowTransitionInput): Promise<WorkflowState | null> {
   const wf = await trx.selectFrom('workflows').select(['state']).where('id', '=', workflowId).forUpdate().executeTakeFirst();
   if (!wf || (input.onlyFrom && !input.onlyFrom.includes(wf.state))) return null;
-  const row = WORKFLOW_TRANSITIONS.find((t) => t.from === wf.state && t.to === input.to);
-  if (!row) throw new IllegalTransition('workflow', workflowId, wf.state, input.to);
-  const missing = row.guards.filter((g) => (g === 'stop_reason' ? !input.stopReason : !input.nextStep));
-  if (missing.length) throw new IllegalTransition('workflow', workflowId, wf.state, input.to, missing);
+  const illegal = await checkWorkflowTransition(trx, workflowId, wf.state, input);
+  if (illegal) throw illegal;
   await trx
     .updateTable('workflows')
     .set({
@@ -182,16 +250,26 @@ export interface ActionTransitionInput {
 }
 
 /**
- * The one writer of `actions.status`: locks the row, checks {@link ACTION_TRANSITIONS}, writes
- * status and `updated_at` in `trx`. Repeating the current status writes nothing. Returns the
- * status it moved from, or null (absent, or excluded by `onlyFrom`).
- * @throws IllegalTransition when the move is not in the table (nothing written).
+ * The one writer of `actions.status`: locks the row, checks {@link ACTION_TRANSITIONS} and the
+ * row's guard, writes status and `updated_at` in `trx`. Repeating the current status writes
+ * nothing. Returns the status it moved from, or null (absent, or excluded by `onlyFrom`).
+ * @throws IllegalTransition when the move is not in the table or its guard does not hold (nothing written).
  */
 export async function transitionAction(trx: Trx, actionId: string, input: ActionTransitionInput): Promise<ActionStatus | null> {
-  const a = await trx.selectFrom('actions').select(['status']).where('id', '=', actionId).forUpdate().executeTakeFirst();
+  const a = await trx
+    .selectFrom('actions')
+    .select(['id', 'status', 'operation_key', 'digest'])
+    .where('id', '=', actionId)
+    .forUpdate()
+    .executeTakeFirst();
   if (!a || (input.onlyFrom && !input.onlyFrom.includes(a.status))) return null;
   if (a.status === input.to && a.status !== 'running') return a.status; // a repeat (redelivery, settle of a settled step): nothing to write
-  if (!isLegalActionTransition(a.status, input.to)) throw new IllegalTransition('action', actionId, a.status, input.to);
+  if (!tableDisabled()) {
+    const row = ACTION_TRANSITIONS.find((t) => t.from === a.status && t.to === input.to);
+    if (!row) throw new IllegalTransition('action', actionId, a.status, input.to);
+    if (!(await actionGuardHolds(trx, row.guard, a, input.to)))
+      throw new IllegalTransition('action', actionId, a.status, input.to, [row.guard]);
+  }
   await trx.updateTable('actions').set({ status: input.to, updated_at: new Date() }).where('id', '=', actionId).execute();
   return a.status;
 }

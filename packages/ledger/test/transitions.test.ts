@@ -1,14 +1,20 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { randomUUID } from 'node:crypto';
 import type { Selectable } from 'kysely';
 import {
+  ACTION_INITIAL_STATUSES,
   ACTION_TRANSITIONS,
   IllegalTransition,
+  reserveOperation,
   inTransaction,
   transitionAction,
   transitionWorkflow,
   WORKFLOW_TRANSITIONS,
+  type ActionGuard,
   type ActionStatus,
   type Db,
+  type OperationStatus,
+  type WorkflowGuard,
   type WorkflowState,
   type WorkflowsTable,
 } from '../src/index.ts';
@@ -44,17 +50,72 @@ let t: TestDatabase;
 let db: Db;
 let order = 0;
 
-/** A seeded workflow (and its one action) put in `state` / `status`, with a known next step. */
+/** A seeded workflow (and its one action, approval approved) put in `state` / `status`, with a known next step. */
 async function seed(state: WorkflowState, status: ActionStatus = 'approved'): Promise<{ workflowId: string; actionId: string }> {
-  const a = await createAction(db, { orderId: `O-${1000 + (order++ % 9000)}` });
+  const a = await createAction(db, { orderId: `O-${1000 + (order++ % 9000)}`, decision: 'REQUIRE_APPROVAL' });
   const past = new Date(Date.now() - 60_000);
   await db.updateTable('workflows').set({ state, next_step: 'before', updated_at: past }).where('id', '=', a.workflowId).execute();
   await db.updateTable('actions').set({ status, updated_at: past }).where('id', '=', a.actionId).execute();
   return a;
 }
 
+/** The action's operation, reserved, in `status`. */
+async function operation(actionId: string, status: OperationStatus, digest?: string): Promise<void> {
+  const a = await db.selectFrom('actions').selectAll().where('id', '=', actionId).executeTakeFirstOrThrow();
+  await inTransaction(db, (trx) => reserveOperation(trx, { ...a, digest: digest ?? a.digest }));
+  await db.updateTable('operations').set({ status }).where('action_id', '=', actionId).execute();
+}
+
+/** An unanswered function call in the workflow's transcript. */
+async function unansweredCall(workflowId: string): Promise<void> {
+  await db
+    .insertInto('conversation_items')
+    .values({ workflow_id: workflowId, round: 1, kind: 'function_call', call_id: `c_${order++}`, item: JSON.stringify({}) })
+    .execute();
+}
+
+/** Makes `guard` hold for the seeded workflow and action (most hold on a fresh seed). */
+async function satisfyWorkflow(guard: WorkflowGuard, s: { workflowId: string; actionId: string }): Promise<void> {
+  if (guard === 'approval_awaited')
+    await db.updateTable('actions').set({ status: 'pending_approval' }).where('id', '=', s.actionId).execute();
+  if (guard === 'tool_switched_off')
+    await db
+      .insertInto('tool_switches')
+      .values({ tool: 'issue_refund', enabled: false, changed_by: 'test' })
+      .onConflict((oc) => oc.column('tool').doUpdateSet({ enabled: false }))
+      .execute();
+  if (guard === 'outcome_unknown') await operation(s.actionId, 'failed_unknown');
+}
+
+/** Makes `guard` fail for the seeded workflow and action; false when the guard reads only the input. */
+async function violateWorkflow(guard: WorkflowGuard, s: { workflowId: string; actionId: string }): Promise<boolean> {
+  switch (guard) {
+    case 'all_calls_answered':
+    case 'nothing_outstanding':
+      await unansweredCall(s.workflowId);
+      return true;
+    case 'action_to_execute':
+    case 'approval_awaited':
+    case 'tool_switched_off':
+      await db.updateTable('actions').set({ status: 'succeeded' }).where('id', '=', s.actionId).execute();
+      return true;
+    case 'held_tools_on':
+      await satisfyWorkflow('tool_switched_off', s);
+      return true;
+    case 'reconciled':
+      await operation(s.actionId, 'failed_unknown');
+      return true;
+    case 'outcome_unknown':
+      await operation(s.actionId, 'succeeded');
+      return true;
+    case 'stop_reason_known':
+      return false;
+  }
+}
+
 const row = (id: string): Promise<Selectable<WorkflowsTable>> =>
   db.selectFrom('workflows').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+const actionRow = (id: string) => db.selectFrom('actions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
 const auditCount = async (runId: string): Promise<number> =>
   (await db.selectFrom('audit_outbox').select('event').execute()).filter((r) => (r.event as { runId?: string }).runId === runId).length;
 
@@ -62,28 +123,60 @@ beforeAll(async () => {
   t = await createTestDatabase();
   db = t.db;
 });
+afterEach(async () => {
+  await db.deleteFrom('tool_switches').execute();
+});
 afterAll(async () => {
   await t?.drop();
 });
 
+const input = (to: WorkflowState) => ({
+  to,
+  nextStep: 'after',
+  stopReason: to === 'stopped' ? 'denied' : undefined,
+  audit: { type: 'run.resumed' as const, service: 'test', outcome: `->${to}` },
+});
+
 describe('workflow transition table', () => {
-  it.each(WORKFLOW_TRANSITIONS.map((x) => [x.from, x.to] as const))('%s → %s is accepted and audited', async (from, to) => {
-    const { workflowId } = await seed(from);
-    const prev = await inTransaction(db, (trx) =>
-      transitionWorkflow(trx, workflowId, {
-        to,
-        nextStep: 'after',
-        stopReason: to === 'stopped' ? 'denied' : undefined,
-        audit: { type: 'run.resumed', service: 'test', outcome: `${from}->${to}` },
-      }),
-    );
-    expect(prev).toBe(from);
-    const wf = await row(workflowId);
-    expect(wf.state).toBe(to);
-    expect(wf.next_step).toBe('after');
-    expect(wf.updated_at.getTime()).toBeGreaterThan(Date.now() - 30_000);
-    expect(await auditCount(workflowId)).toBe(1);
+  it('lists each (from, to) once, each with one guard; nothing returns to received; completed is final', () => {
+    const keys = WORKFLOW_TRANSITIONS.map((x) => `${x.from}>${x.to}`);
+    expect(new Set(keys).size).toBe(keys.length);
+    expect(WORKFLOW_TRANSITIONS.every((x) => typeof x.guard === 'string' && x.why.length > 0)).toBe(true);
+    expect(WORKFLOW_TRANSITIONS.filter((x) => x.to === 'received' || x.from === 'completed')).toEqual([]);
+    expect(WORKFLOW_TRANSITIONS.filter((x) => x.from === 'stopped').map((x) => x.to)).toEqual(['needs_reconciliation']);
+    expect(WORKFLOW_TRANSITIONS.filter((x) => x.from === 'needs_reconciliation').map((x) => x.to)).toEqual(['completed']);
   });
+
+  it.each(WORKFLOW_TRANSITIONS.map((x) => [x.from, x.to, x.guard] as const))(
+    '%s → %s is accepted when %s holds, and audited',
+    async (from, to, guard) => {
+      const s = await seed(from);
+      await satisfyWorkflow(guard, s);
+      expect(await inTransaction(db, (trx) => transitionWorkflow(trx, s.workflowId, input(to)))).toBe(from);
+      const wf = await row(s.workflowId);
+      expect(wf.state).toBe(to);
+      expect(wf.next_step).toBe('after');
+      expect(wf.updated_at.getTime()).toBeGreaterThan(Date.now() - 30_000);
+      expect(await auditCount(s.workflowId)).toBe(1);
+    },
+  );
+
+  it.each(WORKFLOW_TRANSITIONS.map((x) => [x.from, x.to, x.guard] as const))(
+    '%s → %s is refused when %s does not hold, writing nothing',
+    async (from, to, guard) => {
+      const s = await seed(from);
+      await satisfyWorkflow(guard, s);
+      const bad = await violateWorkflow(guard, s);
+      const before = await row(s.workflowId);
+      const err = await inTransaction(db, (trx) =>
+        transitionWorkflow(trx, s.workflowId, bad ? input(to) : { ...input(to), stopReason: 'because' }).catch((e: unknown) => e),
+      );
+      expect(err).toBeInstanceOf(IllegalTransition);
+      expect(err).toMatchObject({ entity: 'workflow', from, to, missing: [guard] });
+      expect(await row(s.workflowId)).toEqual(before);
+      expect(await auditCount(s.workflowId)).toBe(0);
+    },
+  );
 
   const illegal = STATES.flatMap((from) => STATES.map((to) => [from, to] as const)).filter(
     ([from, to]) => !WORKFLOW_TRANSITIONS.some((x) => x.from === from && x.to === to),
@@ -92,45 +185,35 @@ describe('workflow transition table', () => {
   it('refuses out-of-order moves: nothing returns to received, completed is final', () => {
     expect(illegal).toContainEqual(['investigating', 'received']);
     expect(illegal).toContainEqual(['completed', 'investigating']);
+    expect(illegal).toContainEqual(['completed', 'executing']);
+    expect(illegal).toContainEqual(['stopped', 'investigating']);
     expect(illegal).toContainEqual(['stopped', 'executing']);
     expect(illegal).toContainEqual(['needs_reconciliation', 'investigating']);
     expect(illegal).toContainEqual(['paused', 'completed']);
+    expect(illegal).toContainEqual(['received', 'executing']);
+    expect(illegal).toContainEqual(['received', 'awaiting_approval']);
   });
 
   it.each(illegal)('%s → %s throws IllegalTransition and writes nothing', async (from, to) => {
-    const { workflowId } = await seed(from);
-    const before = await row(workflowId);
+    const s = await seed(from);
+    const before = await row(s.workflowId);
     // Caught inside the transaction, which then commits: the function itself wrote nothing.
-    const err = await inTransaction(db, async (trx) => {
-      try {
-        await transitionWorkflow(trx, workflowId, {
-          to,
-          nextStep: 'after',
-          stopReason: 'denied',
-          audit: { type: 'run.resumed', service: 'test' },
-        });
-        return null;
-      } catch (e) {
-        return e;
-      }
-    });
+    const err = await inTransaction(db, (trx) => transitionWorkflow(trx, s.workflowId, input(to)).catch((e: unknown) => e));
     expect(err).toBeInstanceOf(IllegalTransition);
-    expect(err).toMatchObject({ entity: 'workflow', from, to });
-    expect(await row(workflowId)).toEqual(before);
-    expect(await auditCount(workflowId)).toBe(0);
+    expect(err).toMatchObject({ entity: 'workflow', from, to, missing: [] });
+    expect(await row(s.workflowId)).toEqual(before);
+    expect(await auditCount(s.workflowId)).toBe(0);
   });
 
-  it('refuses a transition that misses its guard (stopped without a reason, paused without a next step)', async () => {
+  it('refuses a transition that misses what its target requires (stopped without a reason, paused without a next step)', async () => {
     const a = await seed('investigating');
     await expect(inTransaction(db, (trx) => transitionWorkflow(trx, a.workflowId, { to: 'stopped', nextStep: 'x' }))).rejects.toMatchObject(
-      {
-        name: 'IllegalTransition',
-        missing: ['stop_reason'],
-      },
+      { name: 'IllegalTransition', missing: ['stop_reason'] },
     );
-    await expect(inTransaction(db, (trx) => transitionWorkflow(trx, a.workflowId, { to: 'paused' }))).rejects.toBeInstanceOf(
-      IllegalTransition,
-    );
+    await satisfyWorkflow('tool_switched_off', a);
+    await expect(inTransaction(db, (trx) => transitionWorkflow(trx, a.workflowId, { to: 'paused' }))).rejects.toMatchObject({
+      missing: ['next_step'],
+    });
     expect((await row(a.workflowId)).state).toBe('investigating');
   });
 
@@ -143,30 +226,97 @@ describe('workflow transition table', () => {
   });
 });
 
+/** Makes the guard of `from → to` hold for the seeded action (its approval is `approved` by default). */
+async function satisfyAction(guard: ActionGuard, to: ActionStatus, actionId: string): Promise<void> {
+  if (guard === 'approval_refused') await db.updateTable('approvals').set({ status: 'denied' }).where('action_id', '=', actionId).execute();
+  if (guard === 'lease_granted') await operation(actionId, 'running');
+  if (guard === 'operation_reset') await operation(actionId, 'pending');
+  if (guard === 'outcome_recorded') await operation(actionId, to === 'denied' ? 'failed' : (to as OperationStatus));
+  if (guard === 'remediated') {
+    const a = await actionRow(actionId);
+    await db
+      .insertInto('reconciliation_items')
+      .values({
+        id: randomUUID(),
+        run_id: randomUUID(),
+        class: 'amount_mismatch',
+        owner: 'payments-lead',
+        status: 'open',
+        subject: `op:${a.operation_key}`,
+        operation_key: a.operation_key,
+        detail: JSON.stringify({}),
+        remediation: 'reverse',
+      })
+      .execute();
+  }
+}
+
+/** Makes the guard fail (after {@link satisfyAction}). */
+async function violateAction(guard: ActionGuard, actionId: string): Promise<void> {
+  const setOp = (status: OperationStatus) => db.updateTable('operations').set({ status }).where('action_id', '=', actionId).execute();
+  if (guard === 'approval_granted')
+    await db.updateTable('approvals').set({ status: 'expired' }).where('action_id', '=', actionId).execute();
+  if (guard === 'approval_refused')
+    await db.updateTable('approvals').set({ status: 'approved' }).where('action_id', '=', actionId).execute();
+  if (guard === 'unclaimed') await operation(actionId, 'running');
+  if (guard === 'lease_granted') await setOp('pending');
+  if (guard === 'operation_reset' || guard === 'outcome_recorded') await setOp('running');
+  if (guard === 'remediated') await db.updateTable('reconciliation_items').set({ remediation: 'ratify' }).execute();
+}
+
 describe('action transition table', () => {
-  it.each(ACTION_TRANSITIONS.map((x) => [x.from, x.to] as const))('%s → %s is accepted', async (from, to) => {
-    const { actionId } = await seed('executing', from);
-    expect(await inTransaction(db, (trx) => transitionAction(trx, actionId, { to }))).toBe(from);
-    const a = await db.selectFrom('actions').select(['status']).where('id', '=', actionId).executeTakeFirstOrThrow();
-    expect(a.status).toBe(to);
+  it('lists each (from, to) once, each with one guard; an action is created in a decided status', () => {
+    const keys = ACTION_TRANSITIONS.map((x) => `${x.from}>${x.to}`);
+    expect(new Set(keys).size).toBe(keys.length);
+    expect(
+      ACTION_TRANSITIONS.filter((x) => ['proposed', 'normalized', 'suppressed', 'superseded', 'compensated', 'denied'].includes(x.from)),
+    ).toEqual([]);
+    expect(ACTION_INITIAL_STATUSES).toEqual(['approved', 'pending_approval', 'denied', 'suppressed']);
   });
+
+  it.each(ACTION_TRANSITIONS.map((x) => [x.from, x.to, x.guard] as const))('%s → %s is accepted when %s holds', async (from, to, guard) => {
+    const { actionId } = await seed('executing', from);
+    await satisfyAction(guard, to, actionId);
+    expect(await inTransaction(db, (trx) => transitionAction(trx, actionId, { to }))).toBe(from);
+    expect((await actionRow(actionId)).status).toBe(to);
+  });
+
+  it.each(ACTION_TRANSITIONS.map((x) => [x.from, x.to, x.guard] as const))(
+    '%s → %s is refused when %s does not hold, writing nothing',
+    async (from, to, guard) => {
+      const { actionId } = await seed('executing', from);
+      await satisfyAction(guard, to, actionId);
+      await violateAction(guard, actionId);
+      const before = await actionRow(actionId);
+      const err = await inTransaction(db, (trx) => transitionAction(trx, actionId, { to }).catch((e: unknown) => e));
+      expect(err).toMatchObject({ name: 'IllegalTransition', entity: 'action', from, to, missing: [guard] });
+      expect(await actionRow(actionId)).toEqual(before);
+    },
+  );
 
   const illegal = STATUSES.flatMap((from) => STATUSES.map((to) => [from, to] as const)).filter(
     ([from, to]) => from !== to && !ACTION_TRANSITIONS.some((x) => x.from === from && x.to === to),
   );
 
+  it('refuses out-of-order moves: succeeded → running, superseded → approved, denied → approved', () => {
+    expect(illegal).toContainEqual(['succeeded', 'running']);
+    expect(illegal).toContainEqual(['superseded', 'approved']);
+    expect(illegal).toContainEqual(['denied', 'approved']);
+    expect(illegal).toContainEqual(['pending_approval', 'running']);
+  });
+
   it.each(illegal)('%s → %s throws IllegalTransition and writes nothing', async (from, to) => {
     const { actionId } = await seed('executing', from);
-    const before = await db.selectFrom('actions').selectAll().where('id', '=', actionId).executeTakeFirstOrThrow();
+    const before = await actionRow(actionId);
     const err = await inTransaction(db, async (trx) => transitionAction(trx, actionId, { to }).catch((e: unknown) => e));
     expect(err).toBeInstanceOf(IllegalTransition);
-    expect(await db.selectFrom('actions').selectAll().where('id', '=', actionId).executeTakeFirstOrThrow()).toEqual(before);
+    expect(await actionRow(actionId)).toEqual(before);
   });
 
   it('a repeat of the current status (a redelivery) writes nothing', async () => {
     const { actionId } = await seed('executing', 'succeeded');
-    const before = await db.selectFrom('actions').selectAll().where('id', '=', actionId).executeTakeFirstOrThrow();
+    const before = await actionRow(actionId);
     expect(await inTransaction(db, (trx) => transitionAction(trx, actionId, { to: 'succeeded' }))).toBe('succeeded');
-    expect(await db.selectFrom('actions').selectAll().where('id', '=', actionId).executeTakeFirstOrThrow()).toEqual(before);
+    expect(await actionRow(actionId)).toEqual(before);
   });
 });

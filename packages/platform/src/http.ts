@@ -5,7 +5,7 @@ import type { ZodType } from 'zod';
 import { httpStatusOf, GatehouseError, UserError, type UserError as UE } from './errors.ts';
 import type { Logger } from './logger.ts';
 import { within } from './timeout.ts';
-import { isConnectionFault } from '@gatehouse/ledger';
+import { IllegalTransition, isConnectionFault } from '@gatehouse/ledger';
 
 /** A readiness probe: resolves when a dependency answers, rejects otherwise. */
 export type ReadyCheck = () => Promise<void>;
@@ -99,7 +99,8 @@ function clientFaultOf(err: unknown): ClientFault | null {
 /**
  * Installs the 404 handler and the error middleware: errors of the {@link GatehouseError} tree
  * become `{error: {reason, message}}` with their status; a malformed request (undecodable path,
- * body-parser failure) becomes its 4xx (see {@link clientFaultOf}); an unreachable dependency
+ * body-parser failure) becomes its 4xx (see {@link clientFaultOf}); a move the transition table
+ * refuses (`IllegalTransition`, nothing written) becomes 409 `illegal_transition`; an unreachable dependency
  * becomes 503 `dependency_unavailable` with `Retry-After: 5` (seconds); anything else is logged
  * and answered 500 without internals.
  */
@@ -118,6 +119,11 @@ export function finishApp(app: Express, log: Logger): Express {
       const body: Record<string, unknown> = { reason: err.reason, message: err.message };
       if (err instanceof UserError && err.details !== undefined) body.details = err.details;
       res.status(status).json({ error: body });
+      return;
+    }
+    if (err instanceof IllegalTransition) {
+      // The request asked for a move the transition table refuses; nothing was written.
+      res.status(409).json({ error: { reason: 'illegal_transition', message: `${err.entity} is ${err.from}; cannot move to ${err.to}` } });
       return;
     }
     if (isConnectionFault(err)) {

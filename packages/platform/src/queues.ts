@@ -2,7 +2,7 @@ import { Queue, Worker, UnrecoverableError, type Job, type ConnectionOptions } f
 import { Redis } from 'ioredis';
 import { queueName, type QueueContract } from '@gatehouse/contracts';
 import { recordJob, withJobSpan } from '@gatehouse/telemetry';
-import { isConnectionFault } from '@gatehouse/ledger';
+import { IllegalTransition, isConnectionFault } from '@gatehouse/ledger';
 import type { Logger } from './logger.ts';
 import type { PostgresGate } from './postgres-gate.ts';
 
@@ -110,11 +110,28 @@ export interface WorkerOptions {
 export type ExhaustedHandler<T> = (payload: T, job: Job, err: Error) => Promise<void>;
 
 /**
+ * A job whose handler asked for a move the transition table refuses (docs/product/states.md#transition-table):
+ * its transaction rolled back, so nothing was written, and repeating it would ask again. The job
+ * ends with the outcome `refused:illegal_transition:<entity>:<from>-><to>` (logged, counted as
+ * rejected) instead of failing into retries; the run stays as it was, where the watchdog sees it
+ * (docs/decisions/0100, 0150).
+ */
+function refuseIllegal(base: string, queue: string, job: Job, err: IllegalTransition, log: Logger): string {
+  recordJob(base, 'rejected', 0);
+  log.warn(
+    { queue, jobId: job.id, entity: err.entity, id: err.id, from: err.from, to: err.to, missing: err.missing },
+    'illegal transition refused',
+  );
+  return `refused:illegal_transition:${err.entity}:${err.from}->${err.to}`;
+}
+
+/**
  * Starts a BullMQ worker on the release-specific queue of `contract`. Each payload is
  * `safeParse`d: an invalid payload or one carrying another release fails with
  * `UnrecoverableError` (never retried; it stays in the failed set as quarantined). While
  * `opts.gate` finds Postgres down the worker is paused, and a job that meets the outage (before
  * its handler, or as a connection fault out of it) goes back delayed without consuming an attempt.
+ * A handler that throws `IllegalTransition` completes refused (see {@link refuseIllegal}).
  */
 export function createWorker<T extends { release: string; traceparent?: string }>(
   contract: QueueContract<T>,
@@ -156,6 +173,7 @@ export function createWorker<T extends { release: string; traceparent?: string }
             if (isConnectionFault(err) && (await opts.gate.shouldDefer(job, startedMs))) {
               return opts.gate.defer(job, token, (err as Error).message);
             }
+            if (err instanceof IllegalTransition) return refuseIllegal(contract.base, name, job, err, opts.log);
             recordJob(contract.base, 'failed', performance.now() - t0);
             throw err;
           }

@@ -23,6 +23,21 @@ export function eligibleTools(
       grantedTools.includes(t.name) &&
       (workflow.writesEnabled !== false || !t.consequential) &&
       (workflow.mode === 'act' || t.effectClass === 'sensitive_read') &&
-      (!t.states || t.states.includes(workflow.state)),
+      toolOfferedIn(t, workflow.state),
   );
+}
+
+/**
+ * The state gate of the change pack (docs/product/users-and-tools.md#change-pack): true when
+ * `tool` has no `states` or lists `state`. `GATEHOUSE_TEST_DISABLE_STATE_GATE=1` removes the gate
+ * (every state offers every tool) for the test that shows it is load-bearing
+ * (test/transitions/invalid-transitions.test.ts).
+ * @throws Error when the switch is set outside `GATEHOUSE_ENV=test`.
+ */
+export function toolOfferedIn(tool: Pick<ToolDefinition, 'states'>, state: string): boolean {
+  if (process.env.GATEHOUSE_TEST_DISABLE_STATE_GATE === '1') {
+    if (process.env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_DISABLE_STATE_GATE may only be set with GATEHOUSE_ENV=test');
+    return true;
+  }
+  return !tool.states || tool.states.includes(state);
 }

@@ -3,7 +3,7 @@ import { loadWorld, fetchCapped } from '@gatehouse/contracts';
 import { toolsOfPack, type ParsedProposal, type Pack } from '@gatehouse/tools';
 import type { PolicyBundles } from './bundle.ts';
 import { evaluateChange, type ChangeFacts, type ChangeRecordFacts, type PlanFacts } from './change.rules.ts';
-import { eligibleTools } from './eligibility.ts';
+import { eligibleTools, toolOfferedIn } from './eligibility.ts';
 import { fetchOrder, loadSupportFacts, lookupUser } from './facts.ts';
 import { evaluateSupport, type PolicyDecision, type SupportFacts } from './support.rules.ts';
 
@@ -41,16 +41,19 @@ export async function findPlan(db: Db | Trx, workflowId: string, planId: string)
 
 /**
  * Reads the {@link AuthoritativeRecord} for one parsed proposal of workflow `wf`. Nothing is read
- * for an unknown user or for a tool outside the workflow's pack (C1/R1 deny those first).
+ * for an unknown user, for a tool outside the workflow's pack, or — when the caller names the
+ * state the tools were offered in (`offeredInState`, the gateway) — for a state-gated tool not
+ * offered in that state (C1/R1 deny those first, with no call to a system of record).
  * @throws Error when a system of record does not answer.
  */
 export async function readAuthoritative(
   db: Db,
   stagingUrl: string,
-  wf: { id: string; pack: Pack; user_id: string; tenant: string },
+  wf: { id: string; pack: Pack; user_id: string; tenant: string; offeredInState?: string | null },
   parsed: Pick<ParsedProposal, 'tool' | 'args'>,
 ): Promise<AuthoritativeRecord> {
-  const known = lookupUser(wf.user_id, wf.tenant) !== null && parsed.tool.pack === wf.pack;
+  const offered = !wf.offeredInState || toolOfferedIn(parsed.tool, wf.offeredInState);
+  const known = lookupUser(wf.user_id, wf.tenant) !== null && parsed.tool.pack === wf.pack && offered;
   if (wf.pack === 'support') return { pack: 'support', order: known ? await fetchOrder(stagingUrl, String(parsed.args.orderId)) : null };
   if (!known) return { pack: 'change', change: null, plan: null };
   if (parsed.tool.name === 'schedule_change') {

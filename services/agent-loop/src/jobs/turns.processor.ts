@@ -2,6 +2,7 @@ import OpenAI from 'openai';
 import type { TurnJob } from '@gatehouse/contracts';
 import { proposalsQueue } from '@gatehouse/contracts';
 import {
+  checkWorkflowTransition,
   checkWorkingTime,
   DependencyUnavailable,
   enqueueInTransaction,
@@ -65,13 +66,24 @@ async function countUserMessages(db: Db | Trx, workflowId: string): Promise<numb
  * Runs one model round of a workflow (queue `turns`). Budgets are checked before the request
  * is sent; the response's function calls are recorded as proposals and handed to the policy
  * gateway through the outbox, in the same transaction. A redelivered job for a round already
- * recorded is a no-op.
+ * recorded is a no-op; a turn the transition table would refuse (docs/product/states.md#transition-table)
+ * returns `refused:illegal_transition:…` before any model request.
  */
 export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
   const { db, log } = deps;
   const wf = await db.selectFrom('workflows').selectAll().where('id', '=', job.workflowId).executeTakeFirst();
   if (!wf) return 'unknown_workflow';
   if (TERMINAL_STATES.has(wf.state) || wf.round >= job.round) return 'already_done';
+  // A turn ends in `investigating` (calls) or `completed` (a message): refused before the model is
+  // asked when the table would refuse either (a paused run, a call still unanswered).
+  const illegal = await inTransaction(db, async (trx) => {
+    const toInvestigating = await checkWorkflowTransition(trx, wf.id, wf.state, { to: 'investigating' });
+    return toInvestigating ?? checkWorkflowTransition(trx, wf.id, wf.state, { to: 'completed' });
+  });
+  if (illegal) {
+    log.warn({ workflowId: wf.id, state: wf.state, to: illegal.to, missing: illegal.missing }, 'turn refused: illegal transition');
+    return `refused:illegal_transition:${wf.state}->${illegal.to}`;
+  }
   // Bounds are checked before dispatch (docs/product/invariants.md#bounds); an outage this round waited
   // through is credited first, and one past the ceiling stops the run for what it is.
   const stopped = await inTransaction(db, async (trx) => {

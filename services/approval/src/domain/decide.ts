@@ -160,12 +160,12 @@ async function decideInTransaction(
     if (approval.rule_id === REMEDIATION_RULE_ID) {
       // A reconciliation remediation runs in the reconciliation job once approved, never in the
       // executor or the agent loop (docs/decisions/0050-reconciliation.md): no job to enqueue.
-      await transitionAction(trx, approval.action_id, { to: status, onlyFrom: ['pending_approval'] });
+      await transitionAction(trx, approval.action_id, { to: status });
       return { approvalId: approval.id, status, rows: [] };
     }
     let row: OutboxRow;
     if (status === 'approved') {
-      await transitionAction(trx, approval.action_id, { to: 'approved', onlyFrom: ['pending_approval'] });
+      await transitionAction(trx, approval.action_id, { to: 'approved' });
       row = await enqueueInTransaction(trx, executionsQueue, {
         release: approval.release_id,
         traceparent: approval.traceparent ?? undefined,

@@ -3,7 +3,7 @@ import type { ExecutionJob } from '@gatehouse/contracts';
 import {
   actorHash,
   checkWorkingTime,
-  isTerminal,
+  isLegalWorkflowTransition,
   operationKeyHash,
   recordAudit,
   transitionAction,
@@ -105,7 +105,8 @@ export async function claimOperation(
     // The reservation made above stays only if this claim goes ahead (no orphan pending rows).
     const unreserve = () =>
       trx.deleteFrom('operations').where('key', '=', op.key).where('status', '=', 'pending').where('fencing_token', '=', '0').execute();
-    if (isTerminal(wf.state)) {
+    // Only a run that may move to `executing` starts an effect (terminal states and `received` may not).
+    if (!isLegalWorkflowTransition(wf.state, 'executing')) {
       await unreserve();
       return { kind: 'skip', reason: `workflow_${wf.state}` };
     }

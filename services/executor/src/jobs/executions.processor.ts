@@ -6,6 +6,7 @@ import {
   actorHash,
   enqueueInTransaction,
   inTransaction,
+  isLegalWorkflowTransition,
   operationKeyHash,
   LIVE_STATES,
   recordAudit,
@@ -186,14 +187,17 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
     if (unhealthy) return stopPastCeilingOrHold(deps, job, preview.call_id, preview.tool, new AuditUnavailable(unhealthy));
   }
 
+  // A run the table does not let move to `executing` (terminal, or still `received`): the claim
+  // refuses it, so nothing is read from a system of record for it (docs/product/states.md#transition-table).
+  const mayExecute = isLegalWorkflowTransition(wf.state, 'executing');
   // Baseline for tools without downstream keys, read before the claim and committed with it.
   const baseline =
-    tool.retryClass === 'at_most_once_readback'
+    mayExecute && tool.retryClass === 'at_most_once_readback'
       ? { shipments: await shipmentCount(deps.stagingUrl, String(preview.arguments.orderId)) }
       : null;
   // Authoritative facts for the re-evaluation at execution (a read, no credential).
   let record: AuthoritativeRecord | null = null;
-  if (preview.status === 'approved') {
+  if (preview.status === 'approved' && mayExecute) {
     try {
       record = await readAuthoritative(db, deps.stagingUrl, wf, {
         tool,

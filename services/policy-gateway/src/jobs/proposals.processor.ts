@@ -68,8 +68,9 @@ export async function processProposal(job: ProposalJob, deps: ProposalDeps): Pro
     return `invalid:${parsed.error}`;
   }
 
-  // Read only for a known user and a tool of the workflow's pack; R2/C2 check the tenant before any rule uses it.
-  const record = await readAuthoritative(db, deps.stagingUrl, wf, parsed);
+  // Read only for a known user and a tool of the workflow's pack offered in the proposal's state;
+  // R2/C2 check the tenant before any rule uses it.
+  const record = await readAuthoritative(db, deps.stagingUrl, { ...wf, offeredInState: proposal.offered_in_state ?? wf.state }, parsed);
   const result = await inTransaction(db, async (trx) => {
     const claimed = await trx
       .updateTable('proposals')
