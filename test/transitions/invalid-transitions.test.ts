@@ -209,6 +209,7 @@ async function drive(c: Case): Promise<{ outcome: string; workflowId: string; ac
         modelPrice,
         hooks: { crashAfterModelResponse: false, disableToolFilter: false },
         outagePolicy,
+        tenantCap: { dailyMicroUsd: 100_000_000, disabled: false },
       },
     );
   else {
