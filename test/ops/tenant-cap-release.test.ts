@@ -3,11 +3,11 @@ import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadReleaseManifest, repoRoot } from '@gatehouse/contracts';
+import { DEFAULT_CANARY_THRESHOLDS, loadReleaseManifest, repoRoot } from '@gatehouse/contracts';
 import { inTransaction } from '@gatehouse/ledger';
 import { evaluateAction, loadServiceBundles, type DecidingWorkflow } from '@gatehouse/policy';
 import { findTool } from '@gatehouse/tools';
-import { createAction, createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
+import { createAction, createTestDatabase, seedFinishedRun, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
 import { tokenFor } from '@gatehouse/cli';
 
 /**
@@ -110,6 +110,11 @@ describe('release rel-2: support-p2 with the tenant daily refund cap', () => {
     // A candidate's writes start disabled: no refund is eligible yet (R1), whatever the cap.
     expect(await decideRefund('rel-2', ivy, 400)).toBe('DENY:R1:support-p2');
 
+    // Writes come on once the canary analysis has enough clean runs on both sides (ADR 0210).
+    for (let i = 0; i < DEFAULT_CANARY_THRESHOLDS.minRuns; i++) {
+      await seedFinishedRun(t.db, { release: 'rel-1' });
+      await seedFinishedRun(t.db, { release: 'rel-2' });
+    }
     const writes = await cli(['release', 'enable-writes', 'rel-2'], ops);
     expect(writes.code, writes.out).toBe(0);
     // 249500 + 500 = 250000: at northwind's cap; one more cent is past it.

@@ -188,7 +188,15 @@ export interface FinishedRunSeed {
 export async function seedFinishedRun(db: Db, seed: FinishedRunSeed): Promise<string> {
   const seconds = seed.seconds ?? 10;
   const created = seed.createdAt ?? new Date();
-  const first = await createAction(db, { orderId: 'O-1001', release: seed.release, decision: 'ALLOW' });
+  // A reship, not a refund: seeded runs must not count toward any refund limit of the tests around them.
+  const first = await createAction(db, {
+    tool: 'reship_order',
+    orderId: 'O-1001',
+    release: seed.release,
+    decision: 'ALLOW',
+    ruleId: 'ALL',
+    approved: false,
+  });
   const workflowId = first.workflowId;
   for (let i = 0; i < (seed.denied ?? 0); i++) {
     await sql`insert into actions (id, workflow_id, proposal_id, call_id, version, tool, target, arguments, digest, decision, rule_id,
@@ -199,7 +207,7 @@ export async function seedFinishedRun(db: Db, seed: FinishedRunSeed): Promise<st
   }
   for (let i = 0; i < (seed.failedUnknown ?? 0); i++) {
     await sql`insert into operations (key, workflow_id, action_id, action_digest, tool, status, release_id)
-      values (${`${workflowId}:unknown:${i}`}, ${workflowId}, ${first.actionId}, ${first.digest}, 'issue_refund', 'failed_unknown',
+      values (${`${workflowId}:unknown:${i}`}, ${workflowId}, ${first.actionId}, ${first.digest}, 'reship_order', 'failed_unknown',
         ${seed.release})`.execute(db);
   }
   await sql`update workflows set state = ${seed.state ?? 'completed'}, stop_reason = ${seed.stopReason ?? null},
