@@ -75,7 +75,8 @@ export interface ConversationItemsTable {
   id: Generated<string>;
   workflow_id: string;
   round: number;
-  kind: 'user_message' | 'assistant_message' | 'function_call' | 'function_call_output';
+  /** `reasoning`: an opaque reasoning item the model returned before its function calls (ADR 0145); never leaves the loop. */
+  kind: 'user_message' | 'assistant_message' | 'function_call' | 'function_call_output' | 'reasoning';
   call_id: string | null;
   item: Json<Record<string, unknown>>;
   created_at: Timestamp;
@@ -87,6 +88,8 @@ export interface ModelTurnsTable {
   response_id: string;
   model: string;
   input_sha256: string;
+  /** SHA-256 of the instructions sent that round (the prompt revision); null on rows of older releases. */
+  instructions_sha256: ColumnType<string | null, string | null | undefined, string | null>;
   input_tokens: number;
   output_tokens: number;
   function_calls: number;
