@@ -54,7 +54,11 @@ const callInput = (c: ResponseFunctionToolCall): ResponseInputItem => ({
   name: c.name,
   arguments: c.arguments,
 });
-const outputInput = (c: ResponseFunctionToolCall): ResponseInputItem => ({ type: 'function_call_output', call_id: c.call_id, output: '{}' });
+const outputInput = (c: ResponseFunctionToolCall): ResponseInputItem => ({
+  type: 'function_call_output',
+  call_id: c.call_id,
+  output: '{}',
+});
 
 function next(ticketId: string, input: ResponseInputItem[]) {
   return h.client.responses.create({
