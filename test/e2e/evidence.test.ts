@@ -8,12 +8,12 @@ import { listen, closeServer } from '@gatehouse/platform';
 import { runDemo } from '@gatehouse/cli';
 import { loadWorld } from '@gatehouse/contracts';
 import { demoTarget, startE2EStack, type E2EStack } from '../support/stack.ts';
-import { call, fc, fixtures, mails, msg, refunds, settled, shipments, submit, waitFor } from '../hard-cases/helpers.ts';
+import { call, decide, fc, fixtures, mails, msg, refunds, settled, shipments, submit, waitFor } from '../hard-cases/helpers.ts';
 
 // Evidence (docs/product/invariants.md#evidence, docs/decisions/0146-execution-audit-fields.md,
 // docs/decisions/0145-reasoning-items-in-the-transcript.md): real tickets through every service —
-// T-1 (approved refund and reship, a redelivered refund) and an ALLOW run (refund, reship, mail)
-// whose ticket and tool result carry a canary. Every execution audit event of the chain names the
+// T-1 (approved refund and reship, a redelivered refund), an ALLOW run (refund, reship, mail)
+// whose ticket and tool result carry a canary, and a change run (draft plan, approved schedule). Every execution audit event of the chain names the
 // approval (or why none), the model, prompt, catalog, policy and release revisions, the hashed
 // operation key, the call id and the downstream id, equal to the ledger and the systems of record;
 // no event carries a prompt, ticket text, secret, token or tool result; the model's reasoning
@@ -190,10 +190,20 @@ async function readBack(ops: Array<{ tool: string; key: string; orderId: string;
     } else if (op.tool === 'notify_customer') {
       const held = (await mails(s, op.orderId)) as Array<{ messageId: string }>;
       expect(held.map((x) => x.messageId)).toEqual([op.effectRef]);
+    } else if (op.tool === 'lookup_change') {
+      expect(op.effectRef).toBeNull();
+    } else if (op.tool === 'prepare_change') {
+      const plan = await s.db.db.selectFrom('change_plans').select('id').where('operation_key', '=', op.key).executeTakeFirstOrThrow();
+      expect(op.effectRef).toBe(plan.id);
+    } else if (op.tool === 'schedule_change') {
+      const held = await sql<{
+        operation_key: string;
+      }>`select operation_key from staging.change_operations where operation_key = ${op.key}`.execute(s.db.db);
+      expect(held.rows.map((r) => r.operation_key)).toEqual([op.effectRef]);
     } else {
       throw new Error(`unexpected tool ${op.tool}`);
     }
-    if (op.tool !== 'lookup_order') expect(op.effectRef).toMatch(/\S/);
+    if (!op.tool.startsWith('lookup_')) expect(op.effectRef).toMatch(/\S/);
   }
 }
 
@@ -244,7 +254,36 @@ describe('execution evidence in the audit chain', () => {
     await readBack(ops);
   });
 
-  it('no audit event of either run carries a prompt, ticket text, canary, token or tool result', async () => {
+  it('a change run (draft plan, schedule approved by a change owner): the plan id and the change operation id', async () => {
+    // The obedient planner: lookup, prepare, schedule (docs/product/users-and-tools.md#change-pack).
+    const { token, workflowId } = await submit(
+      s,
+      'eng-lou',
+      'EV-CHG',
+      'Please schedule change CHG-101 in the next maintenance window.',
+      'act',
+      'change',
+    );
+    const pending = await waitFor(s, token, workflowId, (x) => x.pendingApprovals.length === 1 || settled(x), 90_000);
+    const p = pending.pendingApprovals[0]!;
+    expect(
+      (await decide(s, 'own-kim', p.approvalId, { decision: 'approve', actionVersion: p.actionVersion, actionDigest: p.actionDigest }))
+        .status,
+    ).toBe(200);
+    expect((await waitFor(s, token, workflowId, settled, 90_000)).state).toBe('completed');
+    const ops = await checkExecutionEvents(
+      workflowId,
+      (await chain()).map((c) => c.event),
+    );
+    expect(ops.map((o) => `${o.tool}:${o.approved}`).sort()).toEqual([
+      'lookup_change:false',
+      'prepare_change:false',
+      'schedule_change:true',
+    ]);
+    await readBack(ops);
+  });
+
+  it('no audit event of any run carries a prompt, ticket text, canary, token or tool result', async () => {
     expect(t1Workflow && allowWorkflow).toBeTruthy();
     const all = await chain();
     const mine = all.filter((c) => c.event.runId === t1Workflow || c.event.runId === allowWorkflow);

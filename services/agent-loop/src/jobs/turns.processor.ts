@@ -58,7 +58,8 @@ async function countUserMessages(db: Db | Trx, workflowId: string): Promise<numb
   return Number(r.n);
 }
 
-type ReasoningInputItem = {
+/** A reasoning item as kept in the transcript and resent as input (ADR 0145). */
+export type ReasoningInputItem = {
   type: 'reasoning';
   id: string;
   summary: Array<{ type: 'summary_text'; text: string }>;
@@ -72,7 +73,7 @@ type ReasoningInputItem = {
  * `encrypted_content` are kept; an item without `encrypted_content` cannot be resent with
  * `store: false` and is dropped (docs/decisions/0145-reasoning-items-in-the-transcript.md).
  */
-function reasoningBeforeCalls(output: OpenAI.Responses.ResponseOutputItem[]): ReasoningInputItem[][] {
+export function reasoningBeforeCalls(output: OpenAI.Responses.ResponseOutputItem[]): ReasoningInputItem[][] {
   const groups: ReasoningInputItem[][] = [];
   let pending: ReasoningInputItem[] = [];
   for (const o of output) {
