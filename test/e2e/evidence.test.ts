@@ -342,14 +342,12 @@ describe('reasoning items (store: false)', () => {
         }
       }
     }
-    // The ledger keeps them in the transcript (and nowhere else).
-    const kept = await s.db.db.selectFrom('conversation_items').select('item').where('kind', '=', 'reasoning').execute();
-    expect(kept.length).toBeGreaterThanOrEqual(8);
+    // The ledger keeps them with the calls they preceded (and nowhere else).
+    expect((await keptReasoning()).length).toBeGreaterThanOrEqual(9);
   });
 
   it('the encrypted reasoning content reaches no log line, audit event or span', async () => {
-    const kept = await s.db.db.selectFrom('conversation_items').select('item').where('kind', '=', 'reasoning').execute();
-    const contents = kept.map((k) => String(k.item.encrypted_content));
+    const contents = (await keptReasoning()).map((k) => String(k.encrypted_content));
     expect(contents.every((c) => c.startsWith('gAAAA') && c.length > 40)).toBe(true);
     await new Promise((r) => setTimeout(r, 1500)); // one more span batch
     const audit = (
@@ -383,6 +381,12 @@ describe('reasoning items (store: false)', () => {
     }
   });
 });
+
+/** Every reasoning item the ledger keeps (on the `function_call` rows they preceded). */
+async function keptReasoning(): Promise<Array<Record<string, unknown>>> {
+  const rows = await s.db.db.selectFrom('conversation_items').select('reasoning').where('reasoning', 'is not', null).execute();
+  return rows.flatMap((r) => r.reasoning ?? []);
+}
 
 /** Every run of `n` consecutive words of `text`. */
 function windows(text: string, n: number): string[] {

@@ -75,10 +75,14 @@ export interface ConversationItemsTable {
   id: Generated<string>;
   workflow_id: string;
   round: number;
-  /** `reasoning`: an opaque reasoning item the model returned before its function calls (ADR 0145); never leaves the loop. */
-  kind: 'user_message' | 'assistant_message' | 'function_call' | 'function_call_output' | 'reasoning';
+  kind: 'user_message' | 'assistant_message' | 'function_call' | 'function_call_output';
   call_id: string | null;
   item: Json<Record<string, unknown>>;
+  /**
+   * On a `function_call` row: the opaque reasoning items the model returned just before that call,
+   * in order, resent before it each round (ADR 0145); null otherwise. Never leaves the loop.
+   */
+  reasoning: ColumnType<Array<Record<string, unknown>> | null, string | null | undefined, string | null>;
   created_at: Timestamp;
 }
 

@@ -261,20 +261,23 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
       .execute();
     await transitionWorkflow(trx, wf.id, { to: 'investigating', round: job.round });
 
-    // Reasoning items go into the transcript just before the calls they preceded, so the next round
-    // sends them back where the Responses API expects them; their content goes nowhere else.
+    // Reasoning items are kept with the calls they preceded, so the next round sends them back
+    // right before those calls, where the Responses API expects them; their content goes nowhere else.
     const reasoning = deps.hooks.dropReasoning ? [] : reasoningBeforeCalls(response.output);
     const out: OutboxRow[] = [];
     for (const [i, call] of calls.entries()) {
-      for (const r of reasoning[i] ?? [])
-        await trx
-          .insertInto('conversation_items')
-          .values({ workflow_id: wf.id, round: job.round, kind: 'reasoning', call_id: null, item: JSON.stringify(r) })
-          .execute();
       const item: FunctionCallItem = { type: 'function_call', call_id: call.call_id, name: call.name, arguments: call.arguments };
+      const before = reasoning[i] ?? [];
       await trx
         .insertInto('conversation_items')
-        .values({ workflow_id: wf.id, round: job.round, kind: 'function_call', call_id: call.call_id, item: JSON.stringify(item) })
+        .values({
+          workflow_id: wf.id,
+          round: job.round,
+          kind: 'function_call',
+          call_id: call.call_id,
+          item: JSON.stringify(item),
+          reasoning: before.length ? JSON.stringify(before) : null,
+        })
         .execute();
       const proposalId = randomUUID();
       // Only catalog names go to the ledger and audit: a model-invented name may carry anything.
