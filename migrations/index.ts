@@ -8,6 +8,7 @@ import * as auditTraceContext from './20261130000600-AuditTraceContext.ts';
 import * as refundWindowIndex from './20261130000700-RefundWindowIndex.ts';
 import * as budgetWaits from './20261130000800-BudgetWaits.ts';
 import * as releaseOverrides from './20261201000100-ReleaseOverrides.ts';
+import * as reasoningItems from './20261201000145-ReasoningItems.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
 export const migrations: Record<string, Migration> = {
@@ -20,4 +21,5 @@ export const migrations: Record<string, Migration> = {
   '20261130000700-RefundWindowIndex': refundWindowIndex,
   '20261130000800-BudgetWaits': budgetWaits,
   '20261201000100-ReleaseOverrides': releaseOverrides,
+  '20261201000145-ReasoningItems': reasoningItems,
 };

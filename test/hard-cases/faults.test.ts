@@ -82,9 +82,17 @@ describe('hunt: downstream faults', () => {
     const v = await waitFor(s, token, workflowId, settled);
     console.log('ship-lost', JSON.stringify(summary(v)));
     expect(v.actions[0]!.status).toBe('succeeded');
-    expect(await shipments(s, 'O-1007')).toHaveLength(1);
+    const held = (await shipments(s, 'O-1007')) as Array<{ shipmentId: string }>;
+    expect(held).toHaveLength(1);
     const posts = (await stagingRequests(s, '?orderId=O-1007&target=orders')).filter((r) => r.method === 'POST');
     expect(posts).toHaveLength(1);
+    // The evidence is the shipment read back, not a placeholder (docs/decisions/0146-execution-audit-fields.md).
+    const op = await s.db.db
+      .selectFrom('operations')
+      .select('evidence_ref')
+      .where('workflow_id', '=', workflowId)
+      .executeTakeFirstOrThrow();
+    expect(op.evidence_ref).toBe(held[0]!.shipmentId);
   });
 
   it('mail send with a lost response: failed_unknown, needs_reconciliation, never retried', async () => {

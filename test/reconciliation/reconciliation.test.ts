@@ -191,6 +191,9 @@ describe('reconciliation', () => {
     // The only automatic repair: the in-flight step is recorded from the ledger's evidence, the parked workflow completes.
     const resumed = await db.selectFrom('operations').selectAll().where('key', '=', seeded.has!.key).executeTakeFirstOrThrow();
     expect([resumed.status, resumed.evidence_ref, Number(resumed.fencing_token)]).toEqual(['succeeded', refundIds.has, 2]);
+    // Its audit event names the refund it settled on (docs/decisions/0146-execution-audit-fields.md).
+    const reconciled = (await auditEvents('operation.reconciled')).filter((e) => e.callId === seeded.has!.callId);
+    expect(reconciled.map((e) => e.effectRef)).toEqual([refundIds.has]);
     const wf = await db.selectFrom('workflows').select(['state']).where('id', '=', seeded.has!.workflowId).executeTakeFirstOrThrow();
     expect(wf.state).toBe('completed');
     // Nothing else the agent recorded was touched.

@@ -66,8 +66,19 @@ export const AuditEventSchema = z.strictObject({
   actionDigest: z.string().nullable().default(null),
   actionVersion: z.number().int().nullable().default(null),
   approvalId: z.string().nullable().default(null),
+  /**
+   * Why an execution event names no approval (docs/decisions/0146-execution-audit-fields.md):
+   * `policy_allowed` — the action's decision was ALLOW (its rule in `ruleId`); null when
+   * `approvalId` is set or the event is not about an execution.
+   */
+  noApprovalReason: z.enum(['policy_allowed']).nullable().default(null),
   operationKeyHash: z.string().nullable().default(null),
   callId: z.string().nullable().default(null),
+  /**
+   * The system of record's id of the effect an execution created (refund id, shipment id, mail
+   * message id, change operation id, draft plan id); null before the outcome, and for reads.
+   */
+  effectRef: z.string().max(200).nullable().default(null),
   ruleId: z.string().nullable().default(null),
   decision: z.string().nullable().default(null),
   outcome: z.string().nullable().default(null),

@@ -78,6 +78,11 @@ export interface ConversationItemsTable {
   kind: 'user_message' | 'assistant_message' | 'function_call' | 'function_call_output';
   call_id: string | null;
   item: Json<Record<string, unknown>>;
+  /**
+   * On a `function_call` row: the opaque reasoning items the model returned just before that call,
+   * in order, resent before it each round (ADR 0145); null otherwise. Never leaves the loop.
+   */
+  reasoning: ColumnType<Array<Record<string, unknown>> | null, string | null | undefined, string | null>;
   created_at: Timestamp;
 }
 
@@ -87,6 +92,8 @@ export interface ModelTurnsTable {
   response_id: string;
   model: string;
   input_sha256: string;
+  /** SHA-256 of the instructions sent that round (the prompt revision); null on rows of older releases. */
+  instructions_sha256: ColumnType<string | null, string | null | undefined, string | null>;
   input_tokens: number;
   output_tokens: number;
   function_calls: number;

@@ -38,6 +38,9 @@ export const REDACT_PATHS = [
     'input',
     'arguments',
     'output',
+    // The model's opaque reasoning (docs/decisions/0145-reasoning-items-in-the-transcript.md).
+    'encrypted_content',
+    'encryptedContent',
   ].flatMap((k) => [k, `*.${k}`]),
   ...['.authorization', '.Authorization', '.cookie', '["set-cookie"]', '["x-api-key"]'].flatMap((h) => [
     `headers${h}`,

@@ -92,6 +92,8 @@ export async function settleOperation(
     operationKeyHash: operationKeyHash(op.key),
     callId: op.callId,
     outcome: outcome.status,
+    // The system of record's id of the effect it settled on (docs/decisions/0146-execution-audit-fields.md).
+    effectRef: outcome.status === 'succeeded' ? outcome.evidenceRef : null,
     revisions: { release: wf.release_id },
   });
   const answered = await trx

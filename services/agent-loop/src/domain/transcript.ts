@@ -5,11 +5,18 @@ export type InputItem = Record<string, unknown>;
 
 /**
  * The whole transcript of a workflow, in order, as Responses API input items (stateless mode:
- * the history is resent each round; `function_call` items carry no server item id).
+ * the history is resent each round; `function_call` items carry no server item id). The
+ * reasoning items kept with a function call come right before it, in the order received
+ * (docs/decisions/0145-reasoning-items-in-the-transcript.md).
  */
 export async function loadTranscript(db: Db | Trx, workflowId: string): Promise<InputItem[]> {
-  const rows = await db.selectFrom('conversation_items').select(['item']).where('workflow_id', '=', workflowId).orderBy('id').execute();
-  return rows.map((r) => r.item);
+  const rows = await db
+    .selectFrom('conversation_items')
+    .select(['item', 'reasoning'])
+    .where('workflow_id', '=', workflowId)
+    .orderBy('id')
+    .execute();
+  return rows.flatMap((r) => [...(r.reasoning ?? []), r.item]);
 }
 
 /**

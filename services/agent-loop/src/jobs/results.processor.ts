@@ -44,6 +44,20 @@ async function unscheduledPlan(trx: Trx, workflowId: string): Promise<string | n
 /** Failed validations in a row that stop a run with `stopped(validation_failed)` (docs/product/states.md#stop-reasons). */
 export const MAX_CONSECUTIVE_INVALID = 3;
 
+/** Gatehouse's own statuses of a result that did not execute (executor, gateway). */
+const NOT_EXECUTED_STATUSES = new Set(['failed', 'denied', 'unknown', 'validation_failed']);
+
+/**
+ * The audit outcome of a result, from a fixed set: `succeeded` when it executed, else its
+ * Gatehouse status (`failed`, `denied`, `unknown`, `validation_failed`) or `not_executed`. Never a
+ * value of the tool's data: a tool result may carry its own `status` field (an order's status),
+ * and what a tool returns never goes into the audit chain (docs/product/invariants.md#evidence).
+ */
+export function resultOutcome(output: Record<string, unknown>): string {
+  if (output.executed === true) return 'succeeded';
+  return typeof output.status === 'string' && NOT_EXECUTED_STATUSES.has(output.status) ? output.status : 'not_executed';
+}
+
 /**
  * Answers one function_call with its `function_call_output` (queue `results`), once per
  * call_id (a unique index makes redelivery a no-op). When every call of the transcript is
@@ -79,7 +93,7 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
       runId: wf.id,
       step: wf.round,
       callId: job.callId,
-      outcome: typeof job.output.status === 'string' ? job.output.status : null,
+      outcome: resultOutcome(job.output),
       revisions: { release: wf.release_id },
     });
     // No-progress detection: three failed validations in a row stop the run.

@@ -62,6 +62,36 @@ async function countUserMessages(db: Db | Trx, workflowId: string): Promise<numb
   return Number(r.n);
 }
 
+/** A reasoning item as kept in the transcript and resent as input (ADR 0145). */
+export type ReasoningInputItem = {
+  type: 'reasoning';
+  id: string;
+  summary: Array<{ type: 'summary_text'; text: string }>;
+  encrypted_content: string;
+};
+
+/**
+ * The reasoning items of a response grouped by the function call they precede: `groups[i]` holds,
+ * in the order received, those after the (i-1)-th function_call and before the i-th (reasoning
+ * after the last call precedes nothing and is dropped). Only `id`, `summary` and
+ * `encrypted_content` are kept; an item without `encrypted_content` cannot be resent with
+ * `store: false` and is dropped (docs/decisions/0145-reasoning-items-in-the-transcript.md).
+ */
+export function reasoningBeforeCalls(output: OpenAI.Responses.ResponseOutputItem[]): ReasoningInputItem[][] {
+  const groups: ReasoningInputItem[][] = [];
+  let pending: ReasoningInputItem[] = [];
+  for (const o of output) {
+    if (o.type === 'function_call') {
+      groups.push(pending);
+      pending = [];
+    } else if (o.type === 'reasoning' && typeof o.encrypted_content === 'string' && o.encrypted_content) {
+      const summary = (o.summary ?? []).map((x) => ({ type: 'summary_text' as const, text: escapeUnstorable(x.text) }));
+      pending.push({ type: 'reasoning', id: o.id, summary, encrypted_content: o.encrypted_content });
+    }
+  }
+  return groups;
+}
+
 /**
  * Runs one model round of a workflow (queue `turns`). Budgets are checked before the request
  * is sent; the response's function calls are recorded as proposals and handed to the policy
@@ -129,6 +159,8 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
         // One call per response; several calls, if the model sends them anyway, are each answered.
         parallel_tool_calls: false,
         store: false,
+        // Stateless reasoning (ADR 0145): the reasoning items come back encrypted and are resent next round.
+        include: ['reasoning.encrypted_content'],
         metadata: { workflow_id: wf.id, ticket_id: wf.ticket_id, release: wf.release_id },
       },
       // The client's own retries (429/5xx) stay inside the run's remaining working time.
@@ -176,6 +208,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
         response_id: response.id,
         model: response.model,
         input_sha256: sha256Hex(canonicalJson(input)),
+        instructions_sha256: instructions.hash,
         input_tokens: usage?.input_tokens ?? 0,
         output_tokens: usage?.output_tokens ?? 0,
         function_calls: calls.length,
@@ -248,12 +281,23 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
       .execute();
     await transitionWorkflow(trx, wf.id, { to: 'investigating', round: job.round });
 
+    // Reasoning items are kept with the calls they preceded, so the next round sends them back
+    // right before those calls, where the Responses API expects them; their content goes nowhere else.
+    const reasoning = deps.hooks.dropReasoning ? [] : reasoningBeforeCalls(response.output);
     const out: OutboxRow[] = [];
-    for (const call of calls) {
+    for (const [i, call] of calls.entries()) {
       const item: FunctionCallItem = { type: 'function_call', call_id: call.call_id, name: call.name, arguments: call.arguments };
+      const before = reasoning[i] ?? [];
       await trx
         .insertInto('conversation_items')
-        .values({ workflow_id: wf.id, round: job.round, kind: 'function_call', call_id: call.call_id, item: JSON.stringify(item) })
+        .values({
+          workflow_id: wf.id,
+          round: job.round,
+          kind: 'function_call',
+          call_id: call.call_id,
+          item: JSON.stringify(item),
+          reasoning: before.length ? JSON.stringify(before) : null,
+        })
         .execute();
       const proposalId = randomUUID();
       // Only catalog names go to the ledger and audit: a model-invented name may carry anything.

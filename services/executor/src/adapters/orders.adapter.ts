@@ -38,11 +38,16 @@ export async function lookupOrder(call: AdapterCall): Promise<AdapterResult> {
   return { status: 'failed', reason: 'order_system_unavailable', retryable: true, attempts: 3 };
 }
 
-/** Shipment count of an order, or null when read-back cannot tell. */
-export async function shipmentCount(stagingUrl: string, orderId: string): Promise<number | null> {
+/** Shipment ids of an order, oldest first (the order system's listing order), or null when read-back cannot tell. */
+async function shipmentIds(stagingUrl: string, orderId: string): Promise<string[] | null> {
   const res = await attempt(`${stagingUrl}/orders/${encodeURIComponent(orderId)}/shipments`, {}, 5000);
   if (res.kind !== 'response' || res.status !== 200) return null;
-  return ((res.body.shipments ?? []) as unknown[]).length;
+  return ((res.body.shipments ?? []) as Array<{ shipmentId?: unknown }>).map((x) => String(x.shipmentId ?? ''));
+}
+
+/** Shipment count of an order, or null when read-back cannot tell. */
+export async function shipmentCount(stagingUrl: string, orderId: string): Promise<number | null> {
+  return (await shipmentIds(stagingUrl, orderId))?.length ?? null;
 }
 
 /**
@@ -83,10 +88,15 @@ export async function resolveByReadBack(
   cause: string,
 ): Promise<AdapterResult> {
   const baseline = Number(call.baseline?.shipments ?? NaN);
-  const now = await shipmentCount(call.stagingUrl, orderId);
-  if (now === null || !Number.isFinite(baseline)) return { status: 'unknown', reason: `read_back_unavailable:${cause}`, attempts: 1 };
-  if (now === baseline + 1)
-    return { status: 'succeeded', data: { orderId, shipments: now, resolvedBy: 'read_back' }, evidenceRef: 'read_back', attempts: 1 };
+  const ids = await shipmentIds(call.stagingUrl, orderId);
+  const now = ids?.length ?? null;
+  if (ids === null || now === null || !Number.isFinite(baseline))
+    return { status: 'unknown', reason: `read_back_unavailable:${cause}`, attempts: 1 };
+  if (now === baseline + 1) {
+    // The one new shipment is the newest listed: its id is the evidence, as if the 201 had arrived.
+    const shipmentId = ids.at(-1)!;
+    return { status: 'succeeded', data: { orderId, shipmentId, resolvedBy: 'read_back' }, evidenceRef: shipmentId, attempts: 1 };
+  }
   if (now === baseline) return { status: 'retry_safe', reason: `not_executed:${cause}`, attempts: 1 };
   return { status: 'unknown', reason: `read_back_ambiguous:${baseline}->${now}`, attempts: 1 };
 }

@@ -1,10 +1,8 @@
 import { sql } from 'kysely';
 import type { ExecutionJob } from '@gatehouse/contracts';
 import {
-  actorHash,
   checkWorkingTime,
   isLegalWorkflowTransition,
-  operationKeyHash,
   recordAudit,
   transitionAction,
   transitionWorkflow,
@@ -19,6 +17,7 @@ import {
 import type { Selectable } from 'kysely';
 import { decideAndRecord, evaluateAction, type AuthoritativeRecord, type PolicyBundles } from '@gatehouse/policy';
 import { findTool } from '@gatehouse/tools';
+import { executionAuditFields } from './execution-audit.ts';
 
 type Action = Selectable<ActionsTable>;
 type Operation = Selectable<OperationsTable>;
@@ -147,17 +146,7 @@ export async function claimOperation(
     }
   }
 
-  const audit = {
-    service: 'executor',
-    runId: action.workflow_id,
-    tool: action.tool,
-    actionDigest: action.digest,
-    actionVersion: action.version,
-    callId: action.call_id,
-    operationKeyHash: operationKeyHash(op.key),
-    actorHash: actorHash(opts.auditHmacKey, opts.userId),
-    revisions: { policy: action.policy_revision, release: action.release_id },
-  };
+  const audit = await executionAuditFields(trx, action, { auditHmacKey: opts.auditHmacKey, approvalId: job.approvalId });
   if (op.status === 'pending' && action.decision === 'REQUIRE_APPROVAL') {
     if (!job.approvalId) return { kind: 'approval_unusable', action, reason: 'approval_missing' };
     let consume = trx
@@ -194,7 +183,7 @@ export async function claimOperation(
             : `approval_${a.status}`;
       return { kind: 'approval_unusable', action, reason };
     }
-    if (consumed) await recordAudit(trx, { ...audit, type: 'approval.consumed', approvalId: job.approvalId });
+    if (consumed) await recordAudit(trx, { ...audit, type: 'approval.consumed' });
   }
   const granted = await trx
     .updateTable('operations')
@@ -217,7 +206,7 @@ export async function claimOperation(
     nextStep: null,
     onlyFrom: ['investigating', 'awaiting_approval', 'executing'],
   });
-  await recordAudit(trx, { ...audit, type: 'operation.claimed', attempts: op.attempts + 1, approvalId: job.approvalId });
+  await recordAudit(trx, { ...audit, type: 'operation.claimed', attempts: op.attempts + 1 });
   return {
     kind: 'claimed',
     action: { ...action, status: 'running' },

@@ -3,11 +3,9 @@ import { sql } from 'kysely';
 import { resultsQueue, type ExecutionJob } from '@gatehouse/contracts';
 import { mintDelegatedToken } from '@gatehouse/credentials';
 import {
-  actorHash,
   enqueueInTransaction,
   inTransaction,
   isLegalWorkflowTransition,
-  operationKeyHash,
   LIVE_STATES,
   recordAudit,
   transitionAction,
@@ -27,6 +25,7 @@ import { blockEventLoop, crashIfAt, type TestHooks } from '../domain/test-hooks.
 import { auditUnhealthyReason, AuditUnavailable, type AuditGate } from '../domain/audit-health.ts';
 import { readAuthoritative, type AuthoritativeRecord, type PolicyBundles } from '@gatehouse/policy';
 import { claimOperation } from '../domain/claim.ts';
+import { executionAuditFields } from '../domain/execution-audit.ts';
 
 /** Dependencies of {@link processExecution}. */
 export interface ExecutionDeps {
@@ -239,17 +238,12 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
         output,
         claim.operation.status === 'failed_unknown' ? { park: 'needs_reconciliation' } : {},
       );
-      await inTransaction(db, (trx) =>
+      await inTransaction(db, async (trx) =>
         recordAudit(trx, {
+          ...(await executionAuditFields(trx, claim.action, { auditHmacKey: deps.auditHmacKey })),
           type: 'operation.replayed',
-          service: 'executor',
-          runId: wf.id,
-          tool: claim.action.tool,
-          actionDigest: claim.action.digest,
-          operationKeyHash: operationKeyHash(claim.operation.key),
-          callId: claim.action.call_id,
           outcome: claim.operation.status,
-          revisions: { release: wf.release_id },
+          effectRef: claim.operation.evidence_ref,
         }),
       );
       return `replay:${claim.operation.status}`;
@@ -258,14 +252,9 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       await inTransaction(db, async (trx) => {
         await transitionAction(trx, claim.action.id, { to: 'failed' });
         await recordAudit(trx, {
+          ...(await executionAuditFields(trx, claim.action, { auditHmacKey: deps.auditHmacKey })),
           type: 'operation.failed',
-          service: 'executor',
-          runId: wf.id,
-          tool: claim.action.tool,
-          actionDigest: claim.action.digest,
-          operationKeyHash: operationKeyHash(claim.action.operation_key),
           outcome: 'idempotency_conflict',
-          revisions: { release: wf.release_id },
         });
       });
       deps.log.error({ actionId: claim.action.id }, 'idempotency_conflict: key seen with another digest');
@@ -415,19 +404,12 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
     if (!recorded) return null; // fenced out: a newer lease holder owns the outcome
     await transitionAction(trx, action.id, { to: actionStatus });
     await recordAudit(trx, {
+      ...(await executionAuditFields(trx, action, { auditHmacKey: deps.auditHmacKey })),
       type: opStatus === 'succeeded' ? 'operation.succeeded' : opStatus === 'failed' ? 'operation.failed' : 'operation.unknown',
-      service: 'executor',
-      runId: wf.id,
-      actorHash: actorHash(deps.auditHmacKey, wf.user_id),
-      tool: action.tool,
-      actionDigest: action.digest,
-      actionVersion: action.version,
-      operationKeyHash: operationKeyHash(action.operation_key),
-      callId: action.call_id,
       outcome: result.status === 'succeeded' ? 'succeeded' : result.reason.slice(0, 120),
+      effectRef: result.status === 'succeeded' ? result.evidenceRef : null,
       attempts: result.attempts,
       latencyMs: Date.now() - started,
-      revisions: { policy: action.policy_revision, release: action.release_id },
     });
     const park = opStatus === 'failed_unknown' ? ({ park: 'needs_reconciliation' } as const) : {};
     return [

@@ -1,3 +1,5 @@
+import type { ReasoningReport } from './reasoning.ts';
+
 /**
  * One request received on `POST /v1/responses`, as `GET /requests` returns it. `at` is an ISO
  * 8601 time; `status` is the HTTP status the stub answered; `retryCount` is the
@@ -18,6 +20,10 @@ export type RequestRecord = {
   retryCount: number | null;
   /** `resp_…` id when a response object was returned, else null. */
   responseId: string | null;
+  /** The `include` list of the request (e.g. `reasoning.encrypted_content`). */
+  include: string[];
+  /** Reasoning items received and emitted (docs/decisions/0145-reasoning-items-in-the-transcript.md); null when the input was refused before the check. */
+  reasoning: ReasoningReport | null;
 };
 
 /** A 400 the stub returned for a broken call_id pairing (tests assert it never happens). */
@@ -62,12 +68,20 @@ export class RequestLog {
   }
 
   /** Requests and pairing errors matching the filter (all when empty), oldest first. */
-  query(f: RequestFilter = {}): { requests: RequestRecord[]; pairingErrors: number; pairingErrorDetails: PairingErrorRecord[] } {
+  query(f: RequestFilter = {}): {
+    requests: RequestRecord[];
+    pairingErrors: number;
+    pairingErrorDetails: PairingErrorRecord[];
+    reasoningErrors: number;
+  } {
     const details = this.pairing.filter((p) => matches({ ticket_id: p.ticketId ?? '', workflow_id: p.workflowId ?? '' }, f));
+    const requests = this.requests.filter((r) => matches(r.metadata, f));
     return {
-      requests: this.requests.filter((r) => matches(r.metadata, f)),
+      requests,
       pairingErrors: details.length,
       pairingErrorDetails: details,
+      // Issued reasoning items left out of a later request, or not right before their call.
+      reasoningErrors: requests.reduce((n, r) => n + (r.reasoning ? r.reasoning.missing.length + r.reasoning.misplaced.length : 0), 0),
     };
   }
 

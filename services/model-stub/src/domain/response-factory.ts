@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import type { ReasoningOutputItem } from './reasoning.ts';
 
 /**
  * Assistant message output item; a content part is `output_text` or `refusal`.
@@ -27,7 +28,7 @@ export type FunctionCallOutputItem = {
 };
 
 /** An item of `Response.output`. */
-export type OutputItem = MessageOutputItem | FunctionCallOutputItem;
+export type OutputItem = MessageOutputItem | FunctionCallOutputItem | ReasoningOutputItem;
 
 /** Token usage; counts are deterministic estimates (characters / 4, rounded up). */
 export type Usage = {
@@ -126,7 +127,9 @@ function echoTools(tools: readonly unknown[] | undefined): unknown[] {
 /** Builds a completed response object around `output` for the given request. */
 export function buildResponse(req: ResponseEcho, output: OutputItem[], nowMs: number = Date.now()): ResponseObject {
   const inputTokens = estimateTokens(JSON.stringify([req.instructions ?? '', req.input, req.tools ?? []]));
-  const outputTokens = estimateTokens(JSON.stringify(output.map((o) => (o.type === 'message' ? o.content : [o.name, o.arguments]))));
+  const outputTokens = estimateTokens(
+    JSON.stringify(output.map((o) => (o.type === 'message' ? o.content : o.type === 'reasoning' ? [] : [o.name, o.arguments]))),
+  );
   return {
     id: newId('resp'),
     object: 'response',

@@ -9,6 +9,7 @@ import type { RequestRecord } from '../domain/request-log.ts';
 import { buildResponse, functionCallItem, messageItem, newId, refusalItem, type OutputItem } from '../domain/response-factory.ts';
 import type { ModelStubState } from '../domain/stub-state.ts';
 import { parseResponsesBody } from './responses.schema.ts';
+import { checkReasoning } from '../domain/reasoning.ts';
 
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -35,6 +36,8 @@ function recordOf(req: Request, body: Record<string, unknown>, requestId: string
     status: 0,
     retryCount: req.get('x-stainless-retry-count') !== undefined && Number.isFinite(retry) ? retry : null,
     responseId: null,
+    include: Array.isArray(body.include) ? body.include.map(String) : [],
+    reasoning: null,
   };
 }
 
@@ -57,8 +60,11 @@ function fixtureOutput(entry: Exclude<FixtureEntry, { type: 'error' }>): OutputI
 /**
  * `POST /v1/responses` (mount under `/v1`): auth (401 `invalid_api_key`), body validation
  * (400 API error shape), `previous_response_id` (400 `previous_response_not_found`: the stub is
- * stateless) and `stream: true` (400) refusals, the call_id pairing check (400, recorded per
- * ticket), then the ticket's next fixture, else the obedient planner. Every request is logged
+ * stateless) and `stream: true` (400) refusals, the reasoning-item check (400 for an unstored
+ * item without `encrypted_content`; left-out or misplaced items recorded), the call_id pairing
+ * check (400, recorded per ticket), then the ticket's next fixture, else the obedient planner.
+ * Function calls are preceded by a reasoning item (encrypted with `include:
+ * ['reasoning.encrypted_content']`). Every request is logged
  * with the status returned; every reply carries `x-request-id`.
  */
 export function createResponsesRouter(state: ModelStubState, log: Logger): Router {
@@ -100,6 +106,10 @@ export function createResponsesRouter(state: ModelStubState, log: Logger): Route
     }
     const input = normalizeInput(body.input);
     if (!input.ok) return reply(400, input.error);
+    // `store` defaults to true in the API; with false, reasoning items must come back encrypted.
+    const reasoning = checkReasoning(body.input, { store: body.store !== false, issued: state.reasoning });
+    if (!reasoning.ok) return reply(400, reasoning.error);
+    record.reasoning = reasoning.report;
 
     const ticketId = body.metadata?.ticket_id;
     const violation = checkPairing(input.items);
@@ -127,6 +137,13 @@ export function createResponsesRouter(state: ModelStubState, log: Logger): Route
     } else {
       const step = planNextStep({ items: input.items, tools: eligibleTools(body.tools, body.tool_choice) });
       output = [step.type === 'message' ? messageItem(step.text) : functionCallItem(step.name, JSON.stringify(step.arguments))];
+    }
+    // A reasoning model thinks before it calls: one reasoning item precedes the function calls.
+    const callIds = output.flatMap((o) => (o.type === 'function_call' ? [o.call_id] : []));
+    if (callIds.length) {
+      const item = state.reasoning.issue(callIds, (body.include ?? []).includes('reasoning.encrypted_content'));
+      output = [item, ...output];
+      record.reasoning.emitted = { id: item.id, precedes: callIds };
     }
     const response = buildResponse(body, output);
     record.responseId = response.id;

@@ -17,6 +17,7 @@ export const ResponsesBodySchema = z.looseObject({
   previous_response_id: z.string().nullish(),
   stream: z.boolean().nullish(),
   max_output_tokens: z.number().int().nullish(),
+  include: z.array(z.string()).nullish(),
 });
 
 /** A validated `POST /v1/responses` body. */
