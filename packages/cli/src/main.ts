@@ -9,6 +9,7 @@ import { createDb, migrate, migrateOneDown, verifyAuditChain, type Db } from '@g
 import { tokenFor } from './api-client.ts';
 import { auditPublicKey } from './audit-key.ts';
 import { prepareDatabase } from './db-admin.ts';
+import { cliSigningKey, delegationKeyPaths } from './delegation-keys.ts';
 import { runDemo, printReport } from './demo.ts';
 import { authorizeOperator, bumpEpoch, setSwitch, type Operator } from './ops.ts';
 import { reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
@@ -170,13 +171,14 @@ async function main(argv: string[]): Promise<number> {
       return opsCommand(env, values.token, sub ? 'reconcile resolve' : 'reconcile', async (db, op) => {
         if (sub && !arg) throw new Error('reconcile resolve needs an item id');
         if (flags.length > 1) throw new Error(`choose one remediation, not ${flags.join(' and ')}`);
+        const signingKey = await cliSigningKey(process.env, stateRoot());
         return withQueues(env, (queues) => {
           const relay = new OutboxRelay(db, queues, createLogger('cli'));
           const ctx = {
             db,
             stagingUrl: env.STAGING_URL,
             hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
-            delegationSecret: env.GATEHOUSE_DELEGATION_SECRET,
+            signingKey,
             release: env.GATEHOUSE_RELEASE,
             operator: op.id,
             out,
@@ -264,6 +266,9 @@ function stackEnv(overrides: Record<string, string | undefined>): Record<string,
         process.env,
       )}`,
     AUDIT_SIGNING_KEY_PATH: process.env.AUDIT_SIGNING_KEY_PATH ?? resolvePath(stateRoot(), 'audit-ed25519.pem'),
+    // The delegation key pair beside it (created by startStack when absent, outside production).
+    GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: delegationKeyPaths(process.env, stateRoot()).signing,
+    GATEHOUSE_DELEGATION_JWKS_PATH: delegationKeyPaths(process.env, stateRoot()).jwks,
     ...overrides,
   };
 }

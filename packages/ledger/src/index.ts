@@ -10,3 +10,4 @@ export * from './failed-step.ts';
 export * from './working-time.ts';
 export * from './transitions.ts';
 export * from './liveness.ts';
+export * from './credential-epoch.ts';

@@ -1,4 +1,6 @@
+import { resolve } from 'node:path';
 import { z, type ZodObject, type ZodRawShape } from 'zod';
+import { repoRoot } from '@gatehouse/contracts';
 
 /**
  * Settings every Gatehouse process shares. Defaults are the local development values; in
@@ -19,8 +21,6 @@ export const baseEnvShape = {
   GATEHOUSE_AUTH_SECRET: z.string().min(16).default('local-auth-secret-change-me'),
   /** JWKS URL for user tokens in production (replaces the local secret when set). */
   GATEHOUSE_AUTH_JWKS_URL: z.string().url().optional(),
-  /** HS256 secret shared by the executor (minting) and the staging systems (verifying). */
-  GATEHOUSE_DELEGATION_SECRET: z.string().min(16).default('local-delegation-secret-change-me'),
   /** Key for the HMAC that hashes actor ids in audit events. */
   GATEHOUSE_AUDIT_HMAC_KEY: z.string().min(16).default('local-audit-hmac-key-change-me'),
   STAGING_URL: z.string().url().default('http://127.0.0.1:7104'),
@@ -42,6 +42,23 @@ export const baseEnvShape = {
     .default(15 * 60_000),
 };
 
+/**
+ * Where the minting side (the executor, and the operator CLI's remediations) finds the Ed25519
+ * private key of delegated tokens: a PKCS#8 PEM file (docs/decisions/0170-delegated-credentials-bind-the-operation.md).
+ * Only minting processes declare it; the local stack creates the key in its state folder.
+ */
+export const delegationSigningKeyEnv = {
+  GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: z.string().min(1).default(resolve(repoRoot, '.gatehouse/delegation-ed25519.pem')),
+};
+
+/**
+ * Where the systems of record find the public keys that verify delegated tokens: a JWKS file
+ * (RFC 7517), every key Ed25519 with a `kid`. Only verifying processes declare it.
+ */
+export const delegationJwksEnv = {
+  GATEHOUSE_DELEGATION_JWKS_PATH: z.string().min(1).default(resolve(repoRoot, '.gatehouse/delegation-jwks.json')),
+};
+
 /** The parsed base settings. */
 export type BaseEnv = z.output<ZodObject<typeof baseEnvShape>>;
 
@@ -61,7 +78,7 @@ export function parseEnv<S extends ZodRawShape>(
   }
   const env = r.data as Record<string, unknown>;
   if (env.GATEHOUSE_ENV === 'production') {
-    for (const k of ['GATEHOUSE_AUTH_SECRET', 'GATEHOUSE_DELEGATION_SECRET', 'GATEHOUSE_AUDIT_HMAC_KEY']) {
+    for (const k of ['GATEHOUSE_AUTH_SECRET', 'GATEHOUSE_AUDIT_HMAC_KEY']) {
       if (String(env[k]).includes('change-me')) throw new Error(`invalid environment:\n  ${k}: must be set in production`);
     }
   }

@@ -8,8 +8,10 @@ import {
   installShutdown,
   createWorker,
   holdWhileUnavailable,
+  delegationSigningKeyEnv,
   type QueueJob,
 } from '@gatehouse/platform';
+import { loadDelegationSigningKey } from '@gatehouse/credentials';
 import { noteOutageWait, readOutagePolicy } from '@gatehouse/ledger';
 import { executionsQueue, loadWorld, type ExecutionJob } from '@gatehouse/contracts';
 import { processExecution } from './jobs/executions.processor.ts';
@@ -19,6 +21,7 @@ import { readTestHooks } from './domain/test-hooks.ts';
 import { loadServiceBundles } from '@gatehouse/policy';
 
 const ctx = createServiceContext('executor', {
+  ...delegationSigningKeyEnv,
   EXECUTOR_PORT: z.coerce.number().int().min(0).max(65535).default(7112),
   EXECUTOR_CONCURRENCY: z.coerce.number().int().positive().default(8),
   /** Lease on an operation, ms (longer than the adapter deadline). */
@@ -54,6 +57,8 @@ const { env, log, db, relay } = ctx;
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
 const bundles = await loadServiceBundles(db, env, log);
 const agentId = loadWorld().agent.id;
+// Only the minting side holds the private key; the systems of record verify with its JWKS.
+const signingKey = await loadDelegationSigningKey(env.GATEHOUSE_DELEGATION_SIGNING_KEY_PATH);
 
 const worker = createWorker(
   executionsQueue,
@@ -67,7 +72,7 @@ const worker = createWorker(
           relay,
           log,
           stagingUrl: env.STAGING_URL,
-          delegationSecret: env.GATEHOUSE_DELEGATION_SECRET,
+          signingKey,
           auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
           leaseMs: env.LEASE_MS,
           deadlineMs: env.EXECUTION_DEADLINE_MS,
@@ -96,7 +101,7 @@ const reconciler = await startReconcileJob(
     relay,
     log,
     stagingUrl: env.STAGING_URL,
-    delegationSecret: env.GATEHOUSE_DELEGATION_SECRET,
+    signingKey,
     auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
     release: env.GATEHOUSE_RELEASE,
     supportRevision: env.RECONCILE_SUPPORT_REVISION,

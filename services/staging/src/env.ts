@@ -1,13 +1,22 @@
 import { z } from 'zod';
-import { parseEnv } from '@gatehouse/platform';
+import { delegationJwksEnv, parseEnv } from '@gatehouse/platform';
 
 /**
- * Environment of the staging process: the shared base (`DATABASE_URL`,
- * `GATEHOUSE_DELEGATION_SECRET`, `LOG_LEVEL`, …) plus `STAGING_PORT` (default 7104, docs/product/public-contract.md).
+ * Environment of the staging process: the shared base (`DATABASE_URL`, `LOG_LEVEL`, …), the
+ * verifying side's `GATEHOUSE_DELEGATION_JWKS_PATH`, `GATEHOUSE_EPOCH_DATABASE_URL` (the ledger
+ * database holding the revocation epoch; default `DATABASE_URL`) and `STAGING_PORT` (default 7104,
+ * docs/product/public-contract.md).
  * @throws Error listing every invalid variable.
  */
 export function loadStagingEnv(source: Record<string, string | undefined> = process.env) {
-  return parseEnv({ STAGING_PORT: z.coerce.number().int().min(0).max(65_535).default(7104) }, source);
+  return parseEnv(
+    {
+      ...delegationJwksEnv,
+      GATEHOUSE_EPOCH_DATABASE_URL: z.string().optional(),
+      STAGING_PORT: z.coerce.number().int().min(0).max(65_535).default(7104),
+    },
+    source,
+  );
 }
 
 /** Parsed staging environment. */

@@ -1,5 +1,6 @@
 import { BrokenCircuitError } from 'cockatiel';
 import { attempt, reasonOf } from './http-call.ts';
+import type { BindingTarget } from '@gatehouse/credentials';
 import type { AdapterCall, AdapterResult } from './adapter.ts';
 import { idempotentWritePolicy, RetryableDownstreamError } from './resilience.ts';
 
@@ -17,6 +18,8 @@ export async function idempotentWrite(
     downstream: string;
     url: string;
     body: Record<string, unknown>;
+    /** The body's target and amount, bound into each attempt's token. */
+    target: BindingTarget;
     maxAttempts: number;
     evidence: (body: Record<string, unknown>) => string;
   },
@@ -35,7 +38,7 @@ export async function idempotentWrite(
           method: 'POST',
           headers: {
             'content-type': 'application/json',
-            authorization: `Bearer ${await call.token()}`,
+            authorization: `Bearer ${await call.token(req.target)}`,
             'idempotency-key': call.operationKey,
             'x-fencing-token': String(call.fencingToken),
           },

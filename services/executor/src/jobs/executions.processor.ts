@@ -1,7 +1,7 @@
 import { hostname } from 'node:os';
 import { sql } from 'kysely';
 import { resultsQueue, type ExecutionJob } from '@gatehouse/contracts';
-import { mintDelegatedToken } from '@gatehouse/credentials';
+import { mintDelegatedToken, type DelegationSigningKey } from '@gatehouse/credentials';
 import {
   actorHash,
   enqueueInTransaction,
@@ -14,6 +14,7 @@ import {
   DEPENDENCY_UNAVAILABLE,
   DependencyUnavailable,
   outageOutlasted,
+  readCredentialEpoch,
   type Db,
   type OutagePolicy,
   type OutboxRow,
@@ -33,7 +34,8 @@ export interface ExecutionDeps {
   relay: OutboxRelay;
   log: Logger;
   stagingUrl: string;
-  delegationSecret: string;
+  /** Ed25519 key minting delegated tokens (only the minting side holds it). */
+  signingKey: DelegationSigningKey;
   auditHmacKey: string;
   /** Lease length, ms; longer than the adapter deadline. */
   leaseMs: number;
@@ -184,6 +186,16 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
     if (unhealthy) return stopPastCeilingOrHold(deps, job, preview.call_id, preview.tool, new AuditUnavailable(unhealthy));
   }
 
+  // No token without the revocation epoch (fail closed): held like any dependency fault, before
+  // anything is claimed or consumed (docs/decisions/0170-delegated-credentials-bind-the-operation.md).
+  let epoch: number;
+  try {
+    epoch = await readCredentialEpoch(db);
+  } catch (err) {
+    if (!(err instanceof DependencyUnavailable)) throw err;
+    return stopPastCeilingOrHold(deps, job, preview.call_id, preview.tool, err);
+  }
+
   // Baseline for tools without downstream keys, read before the claim and committed with it.
   const baseline =
     tool.retryClass === 'at_most_once_readback'
@@ -309,7 +321,6 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       if (!marked) return 'fenced_out';
     }
     const user = loadWorld().users.find((u) => u.id === wf.user_id && u.tenant === wf.tenant);
-    const epochRow = await db.selectFrom('credential_epochs').select('epoch').where('id', '=', 1).executeTakeFirstOrThrow();
     result = await adapter({
       stagingUrl: deps.stagingUrl,
       ledger: db,
@@ -319,7 +330,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       fencingToken,
       deadlineMs: started + deps.deadlineMs,
       baseline: claim.baseline,
-      token: () =>
+      token: (target) =>
         mintDelegatedToken(
           {
             sub: wf.user_id,
@@ -328,11 +339,12 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
             scope: tool.scope,
             tenant: wf.tenant,
             ceiling: user?.refundCeiling ?? 0,
-            epoch: epochRow.epoch,
+            epoch,
             op: action.operation_key,
             fence: fencingToken,
+            target,
           },
-          deps.delegationSecret,
+          deps.signingKey,
         ),
     });
     crashIfAt(hooks, 'after_dispatch', action.tool);

@@ -4,7 +4,7 @@ import { SystemError, UserError, parseBody } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
 import { MAIL_TEMPLATES, type MessagesRepository } from '../repositories/messages.repository.ts';
 import type { OrdersRepository } from '../repositories/orders.repository.ts';
-import { assertSameTenant, requireDelegation } from './delegation.guard.ts';
+import { assertSameTenant, bindDelegation, readFencingToken, requireDelegation, type DelegationVerifier } from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
 import { parseQuery } from './query.parser.ts';
 
@@ -32,7 +32,7 @@ const ListQuerySchema = z.object({ orderId: z.string().min(1).max(64) });
 export function mailRouter(
   deps: EffectRouteDeps & {
     db: StagingDb;
-    delegationSecret: string;
+    delegation: DelegationVerifier;
     orders: OrdersRepository;
     messages: MessagesRepository;
   },
@@ -42,8 +42,13 @@ export function mailRouter(
   router.post(
     '/mail/messages',
     effectRoute(deps, 'mail', async (req) => {
-      const claims = await requireDelegation(req, deps.db, { secret: deps.delegationSecret, audience: MAIL_AUDIENCE, scope: MAIL_SCOPE });
+      const claims = await requireDelegation(req, deps.delegation, { audience: MAIL_AUDIENCE, scope: MAIL_SCOPE });
       const body = parseBody(MailBodySchema, req.body);
+      await bindDelegation(deps.db, deps.delegation, claims, {
+        idempotencyKey: null,
+        target: { orderId: body.orderId, template: body.template },
+        headerFence: readFencingToken(req),
+      });
       const order = await deps.orders.find(body.orderId);
       if (!order) throw new UserError('order_not_found', `no order ${body.orderId}`, { status: 404 });
       assertSameTenant(claims, order.tenant);
