@@ -84,19 +84,21 @@ export interface DelegationSigningKey {
 
 /**
  * Mints a fresh delegated token: EdDSA (Ed25519) with the key's `kid` in the header, lifetime
- * {@link DELEGATED_TOKEN_TTL_SECONDS}, a new random `jti`, and `dig` computed from
- * `grant.target`. Mint one per attempt: the system of record accepts a `jti` once.
+ * {@link DELEGATED_TOKEN_TTL_SECONDS} from `nowMs` (epoch ms, default the clock), a new random
+ * `jti`, and `dig` computed from `grant.target`. Mint one per attempt: the system of record
+ * accepts a `jti` once.
  */
-export async function mintDelegatedToken(grant: DelegationGrant, signing: DelegationSigningKey): Promise<string> {
+export async function mintDelegatedToken(grant: DelegationGrant, signing: DelegationSigningKey, nowMs = Date.now()): Promise<string> {
   const { sub, aud, target, ...rest } = grant;
+  const iat = Math.floor(nowMs / 1000);
   return new SignJWT({ ...rest, dig: bindingDigest(grant.scope, target) })
     .setProtectedHeader({ alg: DELEGATION_ALG, typ: 'JWT', kid: signing.kid })
     .setIssuer(DELEGATION_ISSUER)
     .setSubject(sub)
     .setAudience(aud)
     .setJti(randomUUID())
-    .setIssuedAt()
-    .setExpirationTime(`${DELEGATED_TOKEN_TTL_SECONDS}s`)
+    .setIssuedAt(iat)
+    .setExpirationTime(iat + DELEGATED_TOKEN_TTL_SECONDS)
     .sign(signing.key);
 }
 

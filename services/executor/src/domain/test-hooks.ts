@@ -20,6 +20,8 @@ export interface TestHooks {
   disableOutputBoundary: boolean;
   /** Do not start the watchdog (control-removed test of the Redis-loss recovery). */
   disableWatchdog: boolean;
+  /** Mint with epoch 0 when the revocation epoch cannot be read (control-removed test of the fail-closed epoch). */
+  epochFailOpen?: boolean;
 }
 
 const NONE: TestHooks = {
@@ -46,6 +48,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     'GATEHOUSE_TEST_DISABLE_DIGEST_BINDING',
     'GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY',
     'GATEHOUSE_TEST_DISABLE_WATCHDOG',
+    'GATEHOUSE_TEST_EPOCH_FAIL_OPEN',
   ].filter((k) => env[k]);
   if (!set.length) return NONE;
   if (env.GATEHOUSE_ENV !== 'test') throw new Error(`${set.join(', ')} may only be set with GATEHOUSE_ENV=test`);
@@ -61,6 +64,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     disableDigestBinding: env.GATEHOUSE_TEST_DISABLE_DIGEST_BINDING === '1',
     disableOutputBoundary: env.GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY === '1',
     disableWatchdog: env.GATEHOUSE_TEST_DISABLE_WATCHDOG === '1',
+    epochFailOpen: env.GATEHOUSE_TEST_EPOCH_FAIL_OPEN === '1',
   };
 }
 

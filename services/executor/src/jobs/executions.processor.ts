@@ -193,7 +193,8 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
     epoch = await readCredentialEpoch(db);
   } catch (err) {
     if (!(err instanceof DependencyUnavailable)) throw err;
-    return stopPastCeilingOrHold(deps, job, preview.call_id, preview.tool, err);
+    if (deps.hooks.epochFailOpen) epoch = 0;
+    else return stopPastCeilingOrHold(deps, job, preview.call_id, preview.tool, err);
   }
 
   // Baseline for tools without downstream keys, read before the claim and committed with it.
