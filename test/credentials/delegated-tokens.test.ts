@@ -185,7 +185,9 @@ describe('a delegated token binds one request', () => {
   });
 
   it('the binding switch is refused outside GATEHOUSE_ENV=test', () => {
-    expect(() => readTokenBindingSwitch({ GATEHOUSE_TEST_DISABLE_TOKEN_BINDING: '1', GATEHOUSE_ENV: 'production' })).toThrow(/GATEHOUSE_ENV=test/);
+    expect(() => readTokenBindingSwitch({ GATEHOUSE_TEST_DISABLE_TOKEN_BINDING: '1', GATEHOUSE_ENV: 'production' })).toThrow(
+      /GATEHOUSE_ENV=test/,
+    );
     expect(readTokenBindingSwitch({ GATEHOUSE_TEST_DISABLE_TOKEN_BINDING: '1', GATEHOUSE_ENV: 'test' })).toBe(true);
   });
 

@@ -18,8 +18,16 @@ afterAll(async () => {
 
 const status = async (a: { actionId: string; approvalId: string | null; operationKey: string }) => ({
   action: (await h.db.selectFrom('actions').select('status').where('id', '=', a.actionId).executeTakeFirstOrThrow()).status,
-  approval: (await h.db.selectFrom('approvals').select('status').where('id', '=', a.approvalId ?? '').executeTakeFirst())?.status,
-  dispatched: (await h.db.selectFrom('operations').select('dispatched_at').where('key', '=', a.operationKey).executeTakeFirst())?.dispatched_at ?? null,
+  approval: (
+    await h.db
+      .selectFrom('approvals')
+      .select('status')
+      .where('id', '=', a.approvalId ?? '')
+      .executeTakeFirst()
+  )?.status,
+  dispatched:
+    (await h.db.selectFrom('operations').select('dispatched_at').where('key', '=', a.operationKey).executeTakeFirst())?.dispatched_at ??
+    null,
 });
 
 describe('executor: the revocation epoch fails closed', () => {

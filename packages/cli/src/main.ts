@@ -9,6 +9,7 @@ import { createDb, migrate, migrateOneDown, verifyAuditChain, type Db } from '@g
 import { tokenFor } from './api-client.ts';
 import { auditPublicKey } from './audit-key.ts';
 import { prepareDatabase } from './db-admin.ts';
+import { ensureDelegationKeyPair } from '@gatehouse/credentials';
 import { cliSigningKey, delegationKeyPaths } from './delegation-keys.ts';
 import { runDemo, printReport } from './demo.ts';
 import { authorizeOperator, bumpEpoch, setSwitch, type Operator } from './ops.ts';
@@ -30,6 +31,8 @@ const USAGE = `gatehouse — operate a Gatehouse stack
   gatehouse audit verify                walk the audit chain and its anchors
   gatehouse switch on|off <tool>        hold or release a tool at the moment of execution
   gatehouse epoch bump                  revoke every outstanding delegated credential
+  gatehouse delegation keys <dir>       create an Ed25519 delegation key pair in <dir> (or add the key of an
+                                        existing delegation-ed25519.pem to delegation-jwks.json: rotation)
   gatehouse reconcile                   compare the ledger with the systems of record; print the worklist
   gatehouse reconcile resolve <item> --ratify|--reverse|--cancel-shipment|--adopt|--replay
                                         ask a lead to approve a remediation; once approved, run it once
@@ -94,6 +97,13 @@ async function main(argv: string[]): Promise<number> {
     return values.help ? 0 : 2;
   }
   switch (`${cmd} ${sub ?? ''}`.trim()) {
+    case 'delegation keys': {
+      if (!arg) throw new Error('delegation keys needs a folder');
+      const paths = delegationKeyPaths({}, resolvePath(arg));
+      const kid = await ensureDelegationKeyPair(paths.signing, paths.jwks);
+      out(`signing key ${paths.signing} (kid ${kid}) — the executor's only; JWKS ${paths.jwks} — the systems of record's`);
+      return 0;
+    }
     case 'token': {
       if (!values.user) throw new Error('token needs --user <id>');
       out(await tokenFor(values.user, env.GATEHOUSE_AUTH_SECRET));

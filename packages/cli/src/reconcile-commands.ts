@@ -48,7 +48,8 @@ function deps(ctx: ReconcileContext, signingKey: DelegationSigningKey): ExecuteD
 }
 
 /** Said when this CLI holds no signing key: the executor's reconcile job executes approved remediations. */
-const LEFT_TO_THE_EXECUTOR = 'no delegation signing key here (GATEHOUSE_DELEGATION_SIGNING_KEY_PATH): the executor’s reconcile job executes approved remediations';
+const LEFT_TO_THE_EXECUTOR =
+  'no delegation signing key here (GATEHOUSE_DELEGATION_SIGNING_KEY_PATH): the executor’s reconcile job executes approved remediations';
 
 /** One worklist line: id, status, class, owner, subject, amount (currency units) and remediation under way. */
 export function formatItem(i: WorklistItem): string {

@@ -64,7 +64,8 @@ export async function ensureDelegationKeyPair(privatePath: string, jwksPath: str
   }
   const jwk = await delegationPublicJwk(createPrivateKey(readFileSync(privatePath)));
   const doc: JSONWebKeySet = existsSync(jwksPath) ? (JSON.parse(readFileSync(jwksPath, 'utf8')) as JSONWebKeySet) : { keys: [] };
-  if (!doc.keys.some((k) => k.kid === jwk.kid)) writeAtomically(jwksPath, `${JSON.stringify({ keys: [...doc.keys, jwk] }, null, 2)}\n`, 0o644);
+  if (!doc.keys.some((k) => k.kid === jwk.kid))
+    writeAtomically(jwksPath, `${JSON.stringify({ keys: [...doc.keys, jwk] }, null, 2)}\n`, 0o644);
   return jwk.kid!;
 }
 

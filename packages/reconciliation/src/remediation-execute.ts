@@ -186,7 +186,12 @@ async function perform(
   switch (item.remediation) {
     case 'reverse':
       return reverseRefund(
-        { stagingUrl: deps.stagingUrl, key, fence: c.fence, token: await mint('payments', 'refund:reverse', key, c.fence, { refundId: String(args.ledgerRef) }) },
+        {
+          stagingUrl: deps.stagingUrl,
+          key,
+          fence: c.fence,
+          token: await mint('payments', 'refund:reverse', key, c.fence, { refundId: String(args.ledgerRef) }),
+        },
         String(args.ledgerRef),
         `reconciliation ${item.id}`,
       );
@@ -196,7 +201,10 @@ async function perform(
           stagingUrl: deps.stagingUrl,
           key,
           fence: c.fence,
-          token: await mint('orders', 'shipment:cancel', key, c.fence, { orderId: String(args.orderId), shipmentId: String(args.shipmentId) }),
+          token: await mint('orders', 'shipment:cancel', key, c.fence, {
+            orderId: String(args.orderId),
+            shipmentId: String(args.shipmentId),
+          }),
         },
         String(args.orderId),
         String(args.shipmentId),
@@ -210,7 +218,10 @@ async function perform(
           stagingUrl: deps.stagingUrl,
           key: original,
           fence,
-          token: await mint('payments', 'refund:create', original, fence, { orderId: String(args.orderId), amountCents: Number(args.amountCents) }),
+          token: await mint('payments', 'refund:create', original, fence, {
+            orderId: String(args.orderId),
+            amountCents: Number(args.amountCents),
+          }),
         },
         {
           orderId: String(args.orderId),

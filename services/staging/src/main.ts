@@ -25,7 +25,9 @@ async function main(): Promise<void> {
   const delegationKeys = loadDelegationJwks(env.GATEHOUSE_DELEGATION_JWKS_PATH);
   const tokenBindingDisabled = readTokenBindingSwitch(process.env);
   // The revocation epoch lives in the ledger's database; a separate pool when staging has its own.
-  const epoch = env.GATEHOUSE_EPOCH_DATABASE_URL ? openStagingDatabase(env.GATEHOUSE_EPOCH_DATABASE_URL, { maxConnections: 4 }).db : undefined;
+  const epoch = env.GATEHOUSE_EPOCH_DATABASE_URL
+    ? openStagingDatabase(env.GATEHOUSE_EPOCH_DATABASE_URL, { maxConnections: 4 }).db
+    : undefined;
   const { app } = createStagingApp({ db, delegationKeys, epochDb: epoch, tokenBindingDisabled, log });
   const { server, port } = await listen(app, env.STAGING_PORT, '127.0.0.1');
   installShutdown(log, [() => db.destroy(), async () => epoch?.destroy(), () => closeServer(server)]);

@@ -1,4 +1,7 @@
 import { randomInt } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { resolve } from 'node:path';
 import type { Server } from 'node:http';
 import { createDb, type Db } from '@gatehouse/ledger';
 import {
@@ -58,6 +61,8 @@ export interface Harness {
   deps: (overrides?: Partial<ExecutionDeps>) => ExecutionDeps;
   /** The executor's delegation key pair: its signing key and the JWKS staging verifies with. */
   delegationKeys: { signing: DelegationSigningKey; jwks: JSONWebKeySet };
+  /** The signing key as a PEM file, for executors started as processes. */
+  delegationKeyPath: string;
   /** A fresh shipped order of quillfeather/US (a clone of world.json's O-1002 under a new id). */
   newOrder: (paidCents?: number) => Promise<string>;
   arm: (spec: FaultSpec) => Promise<void>;
@@ -86,6 +91,8 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
   const log = createLogger('executor-test');
   log.level = process.env.TEST_LOG_LEVEL ?? 'silent';
   const delegationKeys = await newDelegationKeyPair();
+  const delegationKeyPath = resolve(mkdtempSync(resolve(tmpdir(), 'gh-delegation-')), 'delegation-ed25519.pem');
+  writeFileSync(delegationKeyPath, delegationKeys.signing.key.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
   const { app } = createStagingApp({ db: staging, delegationKeys: jwksVerifier(delegationKeys.jwks), log });
   const { server, port } = await listen(app, 0);
   const stagingUrl = `http://127.0.0.1:${port}`;
@@ -129,6 +136,7 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
     log,
     deps: (overrides = {}) => ({ ...base, ...overrides }),
     delegationKeys,
+    delegationKeyPath,
     newOrder: async (paidCents = 50_000) => {
       const id = `O-${randomInt(100_000, 999_999)}${randomInt(0, 9)}`;
       await staging

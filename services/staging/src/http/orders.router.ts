@@ -59,7 +59,11 @@ export function ordersRouter(
     effectRoute(deps, 'orders', async (req) => {
       const claims = await requireDelegation(req, deps.delegation, { audience: ORDERS_AUDIENCE, scope: RESHIP_SCOPE });
       const id = String(req.params.id);
-      await bindDelegation(deps.db, deps.delegation, claims, { idempotencyKey: null, target: { orderId: id }, headerFence: readFencingToken(req) });
+      await bindDelegation(deps.db, deps.delegation, claims, {
+        idempotencyKey: null,
+        target: { orderId: id },
+        headerFence: readFencingToken(req),
+      });
       const order = await deps.orders.find(id);
       if (!order) throw new UserError('order_not_found', `no order ${id}`, { status: 404 });
       assertSameTenant(claims, order.tenant);

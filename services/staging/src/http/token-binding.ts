@@ -1,11 +1,5 @@
 import { sql } from 'kysely';
-import {
-  bindingDigest,
-  DelegationRejected,
-  type BindingTarget,
-  type DelegatedClaims,
-  type JWTVerifyGetKey,
-} from '@gatehouse/credentials';
+import { bindingDigest, DelegationRejected, type BindingTarget, type DelegatedClaims, type JWTVerifyGetKey } from '@gatehouse/credentials';
 import type { StagingDb } from '../db/staging.database.ts';
 import { observeFencingToken } from '../repositories/fencing.repository.ts';
 
