@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
-import { startStack, type RunningStack } from '@gatehouse/cli';
+import { SERVICES, serviceSecrets, startStack, type RunningStack } from '@gatehouse/cli';
 import { createTestDatabase, freePort, type TestDatabase } from '@gatehouse/testing';
 // @gatehouse/credentials is not a dependency of the test package; imported by path (the same module).
 import {
@@ -204,4 +204,27 @@ describe('a delegated token binds one request', () => {
       await stack.restart('staging', { GATEHOUSE_TEST_DISABLE_TOKEN_BINDING: undefined });
     }
   }, 200_000);
+});
+
+describe('each service of the local stack gets only the delegation material it uses', () => {
+  it('the executor the signing key path, staging the JWKS path, no service the retired shared secret', () => {
+    const keys = { signing: '/k/delegation-ed25519.pem', jwks: '/k/delegation-jwks.json' };
+    const given = {
+      GATEHOUSE_DELEGATION_SECRET: 'local-delegation-secret-change-me',
+      GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: '/elsewhere.pem',
+      GATEHOUSE_DELEGATION_JWKS_PATH: '/elsewhere.json',
+    };
+    const seen = Object.fromEntries(
+      SERVICES.map((s) => {
+        const env = serviceSecrets(s.name, given, keys);
+        return [s.name, Object.keys(env).filter((k) => k.startsWith('GATEHOUSE_DELEGATION'))];
+      }),
+    );
+    for (const [name, vars] of Object.entries(seen)) {
+      if (name === 'executor') expect(vars).toEqual(['GATEHOUSE_DELEGATION_SIGNING_KEY_PATH']);
+      else if (name === 'staging') expect(vars).toEqual(['GATEHOUSE_DELEGATION_JWKS_PATH']);
+      else expect(vars, name).toEqual([]);
+    }
+    expect(serviceSecrets('executor', given, keys).GATEHOUSE_DELEGATION_SIGNING_KEY_PATH).toBe(keys.signing);
+  });
 });
