@@ -38,6 +38,10 @@ export const ScheduleBodySchema = z
  *   `stale_fencing_token`.
  * - `GET /changes/operations/:operationKey` → the operation; 404 `operation_not_found`.
  * - `GET /changes/operations` → `{operations: [...]}`, every scheduled operation (reconciliation).
+ * Every effect POST verifies its delegated token and its binding to the request first
+ * (docs/decisions/0170-delegated-credentials-bind-the-operation.md): 403 `op_mismatch`,
+ * `target_mismatch`, `fence_mismatch`, `token_replayed`; 409 `stale_fencing_token`; 503
+ * `epoch_unavailable` — each before any effect.
  */
 export function changesRouter(
   deps: EffectRouteDeps & {

@@ -28,6 +28,10 @@ const ListQuerySchema = z.object({ orderId: z.string().min(1).max(64) });
  *   400 invalid body; 401 no or invalid token; 403 wrong audience/scope/epoch or
  *   `tenant_mismatch`; 404 `order_not_found`; 503 `recipient_unknown`.
  * - `GET /mail/messages?orderId=…` → `{messages: [...]}` (read-back).
+ * Every effect POST verifies its delegated token and its binding to the request first
+ * (docs/decisions/0170-delegated-credentials-bind-the-operation.md): 403 `op_mismatch`,
+ * `target_mismatch`, `fence_mismatch`, `token_replayed`; 409 `stale_fencing_token`; 503
+ * `epoch_unavailable` — each before any effect.
  */
 export function mailRouter(
   deps: EffectRouteDeps & {

@@ -33,6 +33,10 @@ export const CANCEL_SHIPMENT_SCOPE = 'shipment:cancel';
  *   cancelledAt}`; 200 with `Idempotent-Replayed: true` for a replay; 400; 401; 403; 404
  *   `order_not_found`, `shipment_not_found`; 409 `already_cancelled`, `idempotency_key_reuse`,
  *   `stale_fencing_token`.
+ * Every effect POST verifies its delegated token and its binding to the request first
+ * (docs/decisions/0170-delegated-credentials-bind-the-operation.md): 403 `op_mismatch`,
+ * `target_mismatch`, `fence_mismatch`, `token_replayed`; 409 `stale_fencing_token`; 503
+ * `epoch_unavailable` — each before any effect.
  */
 export function ordersRouter(
   deps: EffectRouteDeps & {

@@ -55,6 +55,10 @@ export const ReversalBodySchema = z.object({ reason: z.string().max(240) }).stri
  *   `Idempotent-Replayed: true` for a replay; 400; 401; 403 (delegation, `tenant_mismatch`); 404
  *   `refund_not_found`; 409 `already_reversed`, `idempotency_key_reuse`, `stale_fencing_token`.
  * - `GET /ledger/reversals[?orderId=…]` → `{reversals: [...]}` (read-back, no token).
+ * Every effect POST verifies its delegated token and its binding to the request first
+ * (docs/decisions/0170-delegated-credentials-bind-the-operation.md): 403 `op_mismatch`,
+ * `target_mismatch`, `fence_mismatch`, `token_replayed`; 409 `stale_fencing_token`; 503
+ * `epoch_unavailable` — each before any effect.
  */
 export function paymentsRouter(
   deps: EffectRouteDeps & {
