@@ -120,6 +120,9 @@ export class BenchWorld {
       SIGNIN_RATE_PER_TENANT: '1000000',
       LOG_LEVEL: 'warn',
       AUDIT_SIGNING_KEY_PATH: resolve(this.dir, 'audit-key.pem'),
+      // One delegation key pair for every service started apart (created by the first startStack).
+      GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: resolve(this.dir, 'delegation-ed25519.pem'),
+      GATEHOUSE_DELEGATION_JWKS_PATH: resolve(this.dir, 'delegation-jwks.json'),
       NODE_OPTIONS: `--import=${COUNT_HOOK}`,
       BENCH_COUNTERS_DIR: this.countersDir,
     };

@@ -1,4 +1,4 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { mintDelegatedToken } from '../../packages/credentials/src/index.ts';
 import { createAction, freePort } from '@gatehouse/testing';
 import { executionsQueue, jobOptionsFor } from '@gatehouse/contracts';
@@ -12,7 +12,7 @@ import {
 } from '../../services/executor/src/adapters/resilience.ts';
 import type { TestHooks } from '../../services/executor/src/domain/test-hooks.ts';
 import type { SupportBundle } from '../../packages/policy/src/index.ts';
-import { BUNDLES, DELEGATION_SECRET, EXECUTIONS_QUEUE, startHarness, waitFor, type Harness } from '../executor/support/harness.ts';
+import { BUNDLES, EXECUTIONS_QUEUE, startHarness, waitFor, type Harness } from '../executor/support/harness.ts';
 import { executorEnv, startExecutor, type ExecutorProcess } from '../executor/support/processes.ts';
 import { TcpCut } from '../support/tcp-cut.ts';
 
@@ -99,47 +99,43 @@ describe('control: the payments ledger’s own ceiling', () => {
 });
 
 describe('coded path: an expired delegated token is refused downstream', () => {
-  /** A delegated token for `orderId`'s refund, minted as if the clock read `at` (a slow clock: skew). */
-  async function tokenMintedAt(at: number, key: string): Promise<string> {
+  /** A delegated token for `orderId`'s refund of 1000 under `key`, minted as if the clock read `at` (a slow clock: skew). */
+  async function tokenMintedAt(at: number, key: string, orderId: string): Promise<string> {
     const { epoch } = await h.db.selectFrom('credential_epochs').select('epoch').where('id', '=', 1).executeTakeFirstOrThrow();
-    vi.useFakeTimers({ toFake: ['Date'] });
-    vi.setSystemTime(at);
-    try {
-      return await mintDelegatedToken(
-        {
-          sub: 'rep-ana',
-          act: { sub: 'support-agent' },
-          aud: 'payments',
-          scope: 'refund:create',
-          tenant: 'quillfeather',
-          ceiling: 50_000,
-          epoch,
-          op: key,
-          fence: 1,
-        },
-        DELEGATION_SECRET,
-      );
-    } finally {
-      vi.useRealTimers();
-    }
+    return mintDelegatedToken(
+      {
+        sub: 'rep-ana',
+        act: { sub: 'support-agent' },
+        aud: 'payments',
+        scope: 'refund:create',
+        tenant: 'quillfeather',
+        ceiling: 50_000,
+        epoch,
+        op: key,
+        fence: 1,
+        target: { orderId, amountCents: 1000 },
+      },
+      h.delegationKeys.signing,
+      at,
+    );
   }
 
   const post = (token: string, orderId: string, key: string): Promise<Response> =>
     fetch(`${h.stagingUrl}/ledger/refunds`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}`, 'idempotency-key': key },
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}`, 'idempotency-key': key, 'x-fencing-token': '1' },
       body: JSON.stringify({ orderId, amountCents: 1000, reason: 'expired token test' }),
     });
 
   it('a token minted 61 s ago (60 s lifetime; or a minting clock 61 s slow) is 401 invalid_token:ERR_JWT_EXPIRED, no refund; a fresh one is accepted', async () => {
     const orderId = await h.newOrder();
     const key = `expired-${orderId}`;
-    const stale = await post(await tokenMintedAt(Date.now() - 61_000, key), orderId, key);
+    const stale = await post(await tokenMintedAt(Date.now() - 61_000, key, orderId), orderId, key);
     expect(stale.status).toBe(401);
     expect(((await stale.json()) as { error: { reason: string } }).error.reason).toBe('invalid_token:ERR_JWT_EXPIRED');
     expect(await h.refunds(orderId)).toEqual([]);
     // The same request with a token minted now is paid: the refusal above was the expiry alone.
-    const fresh = await post(await tokenMintedAt(Date.now(), key), orderId, key);
+    const fresh = await post(await tokenMintedAt(Date.now(), key, orderId), orderId, key);
     expect(fresh.status).toBe(201);
     expect((await h.requests(orderId)).map((r) => [r.status, r.reason])).toEqual([
       [401, 'invalid_token:ERR_JWT_EXPIRED'],
@@ -248,7 +244,7 @@ describe('coded path: a refused connection sent nothing — safe to repeat, not 
         // The executor process blocks 3 s after its claim, before it dispatches: the port is closed meanwhile.
         const ex = startExecutor(
           executorEnv(
-            { databaseUrl: h.tdb.url, prefix: h.prefix, stagingUrl: `http://127.0.0.1:${proxy.port}` },
+            { databaseUrl: h.tdb.url, prefix: h.prefix, stagingUrl: `http://127.0.0.1:${proxy.port}`, signingKeyPath: h.delegationKeyPath },
             { EXECUTOR_CONCURRENCY: '1', GATEHOUSE_TEST_BLOCK_BEFORE_DISPATCH_MS: '3000', EXECUTOR_LOCK_MS: '30000', LEASE_MS: '30000' },
           ),
         );

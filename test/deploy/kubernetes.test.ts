@@ -26,7 +26,12 @@ const SYNTHETIC = ['model-stub', 'staging'];
 /** Peak RSS of the benchmark's latest full run, MB (README "Performance"). */
 const PEAK_RSS_MB: Record<string, number> = { executor: 418, audit: 373, 'policy-gateway': 315 };
 /** Objects the production overlay expects the operator to create (README "Deploying"). */
-const OPERATOR_PROVIDED = ['ConfigMap/gatehouse-world', 'Secret/gatehouse-secrets', 'Secret/gatehouse-audit-key'];
+const OPERATOR_PROVIDED = [
+  'ConfigMap/gatehouse-world',
+  'Secret/gatehouse-secrets',
+  'Secret/gatehouse-audit-key',
+  'Secret/gatehouse-delegation-key',
+];
 
 const rendered = {
   local: renderKustomization(join(K8S, 'overlays/local')),
@@ -205,10 +210,10 @@ describe('the overlays differ where they must', () => {
     for (const key of [
       'DATABASE_URL',
       'GATEHOUSE_AUTH_SECRET',
-      'GATEHOUSE_DELEGATION_SECRET',
       'GATEHOUSE_AUDIT_HMAC_KEY',
       'OPENAI_API_KEY',
       'audit-ed25519.pem',
+      'delegation-ed25519.pem',
     ])
       expect(section).toMatch(new RegExp(`\\| \`${key.replace('.', '\\.')}\` \\|`));
     const build = section.indexOf('kustomize build deploy/k8s/overlays/production');

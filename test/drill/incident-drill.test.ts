@@ -8,6 +8,7 @@ import { sql } from 'kysely';
 import { repoRoot } from '@gatehouse/contracts';
 import { startStack, type RunningStack } from '@gatehouse/cli';
 import { freePort } from '@gatehouse/testing';
+import { loadDelegationSigningKey } from '../../packages/credentials/src/index.ts';
 import {
   executeRemediation,
   requestRemediation,
@@ -287,7 +288,8 @@ describe('incident drill: the units mistake', () => {
         hmacKey: deps.hmacKey,
         release: 'rel-1',
         policyDir,
-        delegationSecret: s.env.GATEHOUSE_DELEGATION_SECRET ?? 'local-delegation-secret-change-me',
+        // The stack's delegation signing key, as the operator CLI would load it.
+        signingKey: await loadDelegationSigningKey(s.env.GATEHOUSE_DELEGATION_SIGNING_KEY_PATH!),
       };
       const outcome = { ratify: 0, reverse: 0 };
       for (const item of first.worklist) {

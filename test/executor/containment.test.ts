@@ -172,8 +172,9 @@ describe('executor: ambiguous outcomes and authority', () => {
         epoch: epoch - 1,
         op: key,
         fence: 1,
+        target: { orderId, amountCents: 1000 },
       },
-      'local-delegation-secret-change-me',
+      h.delegationKeys.signing,
     );
     const res = await fetch(`${h.stagingUrl}/ledger/refunds`, {
       method: 'POST',

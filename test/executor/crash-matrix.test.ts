@@ -36,7 +36,7 @@ async function crashThenRecover(tool: Tool, crashAt: CrashPoint, opts: { disable
   const a = await createAction(h.db, { tool, orderId, amountCents: 6000 });
   const noMark: Record<string, string> = opts.disableWriteAhead ? { GATEHOUSE_TEST_DISABLE_WRITE_AHEAD: '1' } : {};
   const env = executorEnv(
-    { databaseUrl: h.tdb.url, prefix, stagingUrl: h.stagingUrl },
+    { databaseUrl: h.tdb.url, prefix, stagingUrl: h.stagingUrl, signingKeyPath: h.delegationKeyPath },
     { LEASE_MS: '2000', EXECUTOR_LOCK_MS: '1000', EXECUTION_DEADLINE_MS: '1500', ...noMark },
   );
   try {

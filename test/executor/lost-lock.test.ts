@@ -28,7 +28,7 @@ describe('executor: lost queue lock (real processes)', () => {
       const orderId = await h.newOrder();
       const a = await createAction(h.db, { orderId, amountCents: 6600 });
       const env = executorEnv(
-        { databaseUrl: h.tdb.url, prefix: h.prefix, stagingUrl: h.stagingUrl },
+        { databaseUrl: h.tdb.url, prefix: h.prefix, stagingUrl: h.stagingUrl, signingKeyPath: h.delegationKeyPath },
         {
           EXECUTOR_LOCK_MS: '1000',
           LEASE_MS: '1500',

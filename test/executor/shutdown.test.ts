@@ -24,7 +24,12 @@ describe('executor: graceful shutdown (real process)', () => {
     const a = await createAction(h.db, { orderId, amountCents: 2500 });
     // Every attempt fails (503); the retries with backoff run while the process is stopping.
     await h.arm({ target: 'payments', mode: 'server_error', times: 10 });
-    ex = startExecutor(executorEnv({ databaseUrl: h.tdb.url, prefix: h.prefix, stagingUrl: h.stagingUrl }, { LEASE_MS: '20000' }));
+    ex = startExecutor(
+      executorEnv(
+        { databaseUrl: h.tdb.url, prefix: h.prefix, stagingUrl: h.stagingUrl, signingKeyPath: h.delegationKeyPath },
+        { LEASE_MS: '20000' },
+      ),
+    );
     await ex.ready;
     await h.queues.get(EXECUTIONS_QUEUE).add(executionsQueue.jobName, a.job, { ...jobOptionsFor(EXECUTIONS_QUEUE), jobId: a.jobId });
     await waitFor('the operation to be running', async () => {

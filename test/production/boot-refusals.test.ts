@@ -10,7 +10,6 @@ import { repoRoot } from '@gatehouse/contracts';
 // to boot: exit non-zero and name every problem (docs/decisions/0180-strict-production-mode.md).
 // The complete configuration below is accepted by parseEnv (packages/platform/test/production-env.test.ts).
 const GOOD: Record<string, string> = {
-  GATEHOUSE_DELEGATION_SECRET: 'd'.repeat(32),
   GATEHOUSE_AUDIT_HMAC_KEY: 'h'.repeat(32),
   GATEHOUSE_AUTH_JWKS_URL: 'https://idp.example.com/jwks.json',
   GATEHOUSE_AUTH_ISSUER: 'https://idp.example.com/',
@@ -51,7 +50,6 @@ describe('production refuses to boot a bad configuration (each service entry as 
       expect(code, output).not.toBe(0);
       for (const line of [
         /refusing to start in production/,
-        /GATEHOUSE_DELEGATION_SECRET: must be set/,
         /GATEHOUSE_AUDIT_HMAC_KEY: must be set/,
         /GATEHOUSE_AUTH_JWKS_URL: must be set/,
         /GATEHOUSE_AUTH_ISSUER: must be set/,
@@ -64,11 +62,7 @@ describe('production refuses to boot a bad configuration (each service entry as 
 
   it.each([
     ['a weak secret', { GATEHOUSE_AUDIT_HMAC_KEY: 'h'.repeat(20) }, /GATEHOUSE_AUDIT_HMAC_KEY: too weak/],
-    [
-      'a shared secret',
-      { GATEHOUSE_AUDIT_HMAC_KEY: 'd'.repeat(32) },
-      /GATEHOUSE_AUDIT_HMAC_KEY: the same value as GATEHOUSE_DELEGATION_SECRET/,
-    ],
+    ['a shared secret', { GATEHOUSE_AUTH_SECRET: 'h'.repeat(32) }, /GATEHOUSE_AUDIT_HMAC_KEY: the same value as GATEHOUSE_AUTH_SECRET/],
     [
       'HS256 user tokens',
       { GATEHOUSE_AUTH_JWKS_URL: undefined, GATEHOUSE_AUTH_SECRET: 's'.repeat(32) },
@@ -98,6 +92,18 @@ describe('production refuses to boot a bad configuration (each service entry as 
     const wrong = await boot('audit', { ...GOOD, AUDIT_SIGNING_KEY_PATH: rsa });
     expect(wrong.code, wrong.output).not.toBe(0);
     expect(wrong.output).toMatch(/is not an Ed25519 key/);
+  });
+
+  it('executor without its delegation signing key: refused, and no key is generated', async () => {
+    const dir = mkdtempSync(resolve(tmpdir(), 'gh-prod-delegation-'));
+    const unset = await boot('executor', GOOD);
+    expect(unset.code, unset.output).not.toBe(0);
+    expect(unset.output).toMatch(/GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: must be set/);
+    const missing = resolve(dir, 'delegation.pem');
+    const absent = await boot('executor', { ...GOOD, GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: missing });
+    expect(absent.code, absent.output).not.toBe(0);
+    expect(absent.output).toMatch(/GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: .*does not exist/);
+    expect(existsSync(missing)).toBe(false);
   });
 
   it.each([

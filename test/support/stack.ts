@@ -40,6 +40,9 @@ export async function startE2EStack(
     GATEHOUSE_ENV: 'test',
     AUDIT_ANCHOR_INTERVAL_MS: '500',
     AUDIT_SIGNING_KEY_PATH: resolve(mkdtempSync(resolve(tmpdir(), 'gh-audit-')), 'key.pem'),
+    // One delegation key pair for every process of this stack, and any stack started beside it
+    // with the same env (startStack creates it; the executor gets the key, staging the JWKS).
+    ...delegationKeyEnv(mkdtempSync(resolve(tmpdir(), 'gh-delegation-'))),
     // No background reconciliation pass unless a test asks for one: it would settle parked steps mid-test.
     RECONCILE_INTERVAL_MS: '0',
   };
@@ -65,6 +68,14 @@ export async function startE2EStack(
     },
   };
   return e2e;
+}
+
+/** `GATEHOUSE_DELEGATION_SIGNING_KEY_PATH` and `GATEHOUSE_DELEGATION_JWKS_PATH` in `dir`. */
+export function delegationKeyEnv(dir: string): Record<string, string> {
+  return {
+    GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: resolve(dir, 'delegation-ed25519.pem'),
+    GATEHOUSE_DELEGATION_JWKS_PATH: resolve(dir, 'delegation-jwks.json'),
+  };
 }
 
 /** Where `runDemo` finds a test stack (its URLs, database, queue prefix and local secrets). */

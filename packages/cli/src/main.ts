@@ -9,6 +9,8 @@ import { createDb, migrate, migrateOneDown, verifyAuditChain, type Db } from '@g
 import { tokenFor } from './api-client.ts';
 import { auditPublicKey } from './audit-key.ts';
 import { prepareDatabase } from './db-admin.ts';
+import { ensureDelegationKeyPair } from '@gatehouse/credentials';
+import { cliSigningKey, delegationKeyPaths } from './delegation-keys.ts';
 import { runDemo, printReport } from './demo.ts';
 import { authorizeOperator, bumpEpoch, setSwitch, type Operator } from './ops.ts';
 import { reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
@@ -29,6 +31,8 @@ const USAGE = `gatehouse — operate a Gatehouse stack
   gatehouse audit verify                walk the audit chain and its anchors
   gatehouse switch on|off <tool>        hold or release a tool at the moment of execution
   gatehouse epoch bump                  revoke every outstanding delegated credential
+  gatehouse delegation keys <dir>       create an Ed25519 delegation key pair in <dir> (or add the key of an
+                                        existing delegation-ed25519.pem to delegation-jwks.json: rotation)
   gatehouse reconcile                   compare the ledger with the systems of record; print the worklist
   gatehouse reconcile resolve <item> --ratify|--reverse|--cancel-shipment|--adopt|--replay
                                         ask a lead to approve a remediation; once approved, run it once
@@ -105,6 +109,13 @@ async function main(argv: string[]): Promise<number> {
     return values.help ? 0 : 2;
   }
   switch (`${cmd} ${sub ?? ''}`.trim()) {
+    case 'delegation keys': {
+      if (!arg) throw new Error('delegation keys needs a folder');
+      const paths = delegationKeyPaths({}, resolvePath(arg));
+      const kid = await ensureDelegationKeyPair(paths.signing, paths.jwks);
+      out(`signing key ${paths.signing} (kid ${kid}) — the executor's only; JWKS ${paths.jwks} — the systems of record's`);
+      return 0;
+    }
     case 'token': {
       if (!values.user) throw new Error('token needs --user <id>');
       out(await tokenFor(values.user, env.GATEHOUSE_AUTH_SECRET));
@@ -182,13 +193,14 @@ async function main(argv: string[]): Promise<number> {
       return opsCommand(env, values.token, sub ? 'reconcile resolve' : 'reconcile', async (db, op) => {
         if (sub && !arg) throw new Error('reconcile resolve needs an item id');
         if (flags.length > 1) throw new Error(`choose one remediation, not ${flags.join(' and ')}`);
+        const signingKey = await cliSigningKey(process.env, stateRoot());
         return withQueues(env, (queues) => {
           const relay = new OutboxRelay(db, queues, createLogger('cli'));
           const ctx = {
             db,
             stagingUrl: env.STAGING_URL,
             hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
-            delegationSecret: env.GATEHOUSE_DELEGATION_SECRET,
+            signingKey,
             release: env.GATEHOUSE_RELEASE,
             operator: op.id,
             out,
@@ -280,6 +292,9 @@ function stackEnv(overrides: Record<string, string | undefined>): Record<string,
         process.env,
       )}`,
     AUDIT_SIGNING_KEY_PATH: process.env.AUDIT_SIGNING_KEY_PATH ?? resolvePath(stateRoot(), 'audit-ed25519.pem'),
+    // The delegation key pair beside it (created by startStack when absent, outside production).
+    GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: delegationKeyPaths(process.env, stateRoot()).signing,
+    GATEHOUSE_DELEGATION_JWKS_PATH: delegationKeyPaths(process.env, stateRoot()).jwks,
     ...overrides,
   };
 }

@@ -1,3 +1,4 @@
+import type { DelegationSigningKey } from '@gatehouse/credentials';
 import { listStuckRuns, type Db, type OutboxRow, type Remediation, type StuckRun } from '@gatehouse/ledger';
 import {
   executeApprovedRemediations,
@@ -15,7 +16,12 @@ export interface ReconcileContext {
   db: Db;
   stagingUrl: string;
   hmacKey: string;
-  delegationSecret: string;
+  /**
+   * Ed25519 key minting the remediations' delegated tokens, when this operator's machine holds it
+   * (`GATEHOUSE_DELEGATION_SIGNING_KEY_PATH`); without it approved remediations are left to the
+   * executor's reconcile job (docs/decisions/0170-delegated-credentials-bind-the-operation.md).
+   */
+  signingKey?: DelegationSigningKey;
   release: string;
   /** The verified operator running the command. */
   operator: string;
@@ -33,9 +39,17 @@ export const REMEDIATION_FLAGS: Record<string, Remediation> = {
   replay: 'replay',
 };
 
-function deps(ctx: ReconcileContext): ExecuteDeps {
-  return { db: ctx.db, stagingUrl: ctx.stagingUrl, hmacKey: ctx.hmacKey, release: ctx.release, delegationSecret: ctx.delegationSecret };
+function remediationDeps(ctx: ReconcileContext) {
+  return { db: ctx.db, stagingUrl: ctx.stagingUrl, hmacKey: ctx.hmacKey, release: ctx.release };
 }
+
+function deps(ctx: ReconcileContext, signingKey: DelegationSigningKey): ExecuteDeps {
+  return { ...remediationDeps(ctx), signingKey };
+}
+
+/** Said when this CLI holds no signing key: the executor's reconcile job executes approved remediations. */
+const LEFT_TO_THE_EXECUTOR =
+  'no delegation signing key here (GATEHOUSE_DELEGATION_SIGNING_KEY_PATH): the executor’s reconcile job executes approved remediations';
 
 /** One worklist line: id, status, class, owner, subject, amount (currency units) and remediation under way. */
 export function formatItem(i: WorklistItem): string {
@@ -74,7 +88,8 @@ function formatOutcome(o: RemediationOutcome): string {
  * Returns the exit code (0; the summary says how many differences are unexplained).
  */
 export async function reconcileCommand(ctx: ReconcileContext): Promise<number> {
-  for (const o of await executeApprovedRemediations(deps(ctx))) {
+  if (!ctx.signingKey) ctx.out(LEFT_TO_THE_EXECUTOR);
+  for (const o of ctx.signingKey ? await executeApprovedRemediations(deps(ctx, ctx.signingKey)) : []) {
     if (o.state === 'resolved') await ctx.publish(o.rows);
     ctx.out(formatOutcome(o));
   }
@@ -116,7 +131,7 @@ export async function resolveCommand(ctx: ReconcileContext, itemId: string, reme
       ctx.out(`item ${item.id} has no remediation requested: add one of --${Object.keys(REMEDIATION_FLAGS).join(', --')}`);
       return 1;
     }
-    const t = await requestRemediation(deps(ctx), { itemId: item.id, remediation, operator: ctx.operator });
+    const t = await requestRemediation(remediationDeps(ctx), { itemId: item.id, remediation, operator: ctx.operator });
     ctx.out(
       `${t.existing ? 'already requested' : 'requested'}: ${t.remediation} of item ${t.itemId} — approval ${t.approvalId} (action v${t.actionVersion}, digest ${t.actionDigest}, key ${t.operationKey})`,
     );
@@ -125,7 +140,11 @@ export async function resolveCommand(ctx: ReconcileContext, itemId: string, reme
     );
     return 0;
   }
-  const o = await executeRemediation(deps(ctx), item.id);
+  if (!ctx.signingKey) {
+    ctx.out(`item ${item.id}: ${LEFT_TO_THE_EXECUTOR}`);
+    return 0;
+  }
+  const o = await executeRemediation(deps(ctx, ctx.signingKey), item.id);
   if (o.state === 'resolved') await ctx.publish(o.rows);
   ctx.out(formatOutcome(o));
   return o.state === 'refused' || o.state === 'failed' ? 1 : 0;

@@ -3,6 +3,7 @@ import { appendFileSync, closeSync, mkdirSync, openSync, rmSync, writeFileSync }
 import { resolve } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
 import { createLogger, type Logger } from '@gatehouse/platform';
+import { delegationKeyPaths, ensureLocalDelegationKeys, type DelegationKeyPaths } from './delegation-keys.ts';
 import { DEFAULT_RESTART_POLICY, SupervisedService, type RestartPolicy, type StackEvent } from './supervisor.ts';
 
 export { DEFAULT_RESTART_POLICY, type RestartPolicy, type StackEvent } from './supervisor.ts';
@@ -168,6 +169,8 @@ function supervisorLog(file: string): Logger {
  */
 export async function startStack(opts: StackOptions): Promise<RunningStack> {
   mkdirSync(opts.dir, { recursive: true });
+  const keys = delegationKeyPaths(opts.env, opts.dir);
+  await ensureLocalDelegationKeys(opts.env, keys);
   const selected = SERVICES.filter((s) => !opts.only || opts.only.includes(s.name));
   await assertPortsFree(selected, opts.env);
   const readyTimeoutMs = opts.readyTimeoutMs ?? 120_000;
@@ -182,7 +185,8 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
     ports[spec.name] = portOf(spec, opts.env);
     envs.set(spec.name, opts.env);
     const spawnIt = (): ChildProcess => {
-      const child = spawnService(spec, { ...envs.get(spec.name), [spec.portVar]: String(ports[spec.name]) }, opts.dir);
+      const env = serviceSecrets(spec.name, { ...envs.get(spec.name), [spec.portVar]: String(ports[spec.name]) }, keys);
+      const child = spawnService(spec, env, opts.dir);
       processes.set(spec.name, child);
       return child;
     };
@@ -240,11 +244,39 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
   return { processes, ports, stop, restart, kill, hold: (name) => service(name).hold(), restarts: (name) => service(name).restarts, ready };
 }
 
+/** Variables naming delegation material; {@link serviceSecrets} hands each to one service at most. */
+const DELEGATION_VARS = ['GATEHOUSE_DELEGATION_SECRET', 'GATEHOUSE_DELEGATION_SIGNING_KEY_PATH', 'GATEHOUSE_DELEGATION_JWKS_PATH'];
+
+function withoutDelegation(env: Record<string, string | undefined>): Record<string, string | undefined> {
+  const out = { ...env };
+  for (const k of DELEGATION_VARS) delete out[k];
+  return out;
+}
+
+/**
+ * Each service gets only the delegation material it uses: the executor (the minting side) the
+ * signing key's path, staging (the verifying side) the JWKS path, no other service either
+ * (docs/decisions/0170-delegated-credentials-bind-the-operation.md). The retired shared secret
+ * `GATEHOUSE_DELEGATION_SECRET` reaches none.
+ */
+export function serviceSecrets(
+  service: string,
+  env: Record<string, string | undefined>,
+  keys: DelegationKeyPaths,
+): Record<string, string | undefined> {
+  const out = withoutDelegation(env);
+  if (service === 'executor') out.GATEHOUSE_DELEGATION_SIGNING_KEY_PATH = keys.signing;
+  if (service === 'staging') out.GATEHOUSE_DELEGATION_JWKS_PATH = keys.jwks;
+  return out;
+}
+
 function spawnService(spec: ServiceSpec, env: Record<string, string | undefined>, dir: string): ChildProcess {
   const log = openSync(resolve(dir, `${spec.name}.log`), 'a');
+  // The service's env replaces this process's delegation variables rather than adding to them.
+  const inherited = withoutDelegation(process.env);
   const child = spawn(process.execPath, ['--import', TELEMETRY_PRELOAD, resolve(repoRoot, spec.entry)], {
     cwd: repoRoot,
-    env: { ...process.env, ...env },
+    env: { ...inherited, ...env },
     stdio: ['ignore', log, log],
   });
   closeSync(log);

@@ -1,5 +1,8 @@
-import { SignJWT, jwtVerify, errors } from 'jose';
+import { createHash, randomUUID, type KeyObject } from 'node:crypto';
+import { SignJWT, jwtVerify, errors, type JWTVerifyGetKey } from 'jose';
 import { z } from 'zod';
+
+export type { JWTVerifyGetKey } from 'jose';
 
 /** Issuer of delegated downstream credentials. */
 export const DELEGATION_ISSUER = 'gatehouse-executor';
@@ -7,11 +10,17 @@ export const DELEGATION_ISSUER = 'gatehouse-executor';
 /** Lifetime of a delegated token: 60 s (docs/product/policy-rules.md#delegated-credentials). */
 export const DELEGATED_TOKEN_TTL_SECONDS = 60;
 
+/** The only signature algorithm of delegated tokens: EdDSA over Ed25519 (RFC 8037). */
+export const DELEGATION_ALG = 'EdDSA';
+
 /**
  * Claims of a delegated credential, following RFC 8693 delegation semantics: `sub` is the user
  * on whose behalf the call is made, `act.sub` the agent acting, `aud` one downstream service,
  * `scope` one operation. `ceiling` is the user's refund ceiling in integer cents; `epoch` the
- * revocation epoch at minting (raising the epoch invalidates every outstanding token).
+ * revocation epoch at minting (raising the epoch invalidates every outstanding token). The token
+ * binds one request (docs/decisions/0170-delegated-credentials-bind-the-operation.md): `op` is
+ * its idempotency (operation) key, `fence` the fencing token of the lease that minted it, `dig`
+ * the {@link bindingDigest} of its target and amount, `jti` a single-use id.
  */
 export const DelegatedClaimsSchema = z.object({
   sub: z.string(),
@@ -22,11 +31,40 @@ export const DelegatedClaimsSchema = z.object({
   ceiling: z.number().int().nonnegative(),
   epoch: z.number().int().nonnegative(),
   /** Idempotency / operation key this token was minted for. */
-  op: z.string(),
+  op: z.string().min(1),
   /** Fencing token of the lease that minted it. */
   fence: z.number().int().nonnegative(),
+  /** sha256 (hex) of the canonical JSON of the request's target and amount ({@link bindingDigest}). */
+  dig: z.string().regex(/^[0-9a-f]{64}$/),
+  /** Single-use token id (a UUID): the system of record accepts it once. */
+  jti: z.string().min(1).max(64),
+  /** Expiry, seconds since the epoch (set by {@link mintDelegatedToken}). */
+  exp: z.number().int(),
 });
 export type DelegatedClaims = z.infer<typeof DelegatedClaimsSchema>;
+
+/** What the minter supplies: every claim but those {@link mintDelegatedToken} sets itself. */
+export type DelegationGrant = Omit<DelegatedClaims, 'dig' | 'jti' | 'exp'> & {
+  /** The request's target and amount, hashed into `dig` (see {@link bindingDigest}). */
+  target: BindingTarget;
+};
+
+/** The fields of one request a token is bound to: flat, strings, integers or null. */
+export type BindingTarget = Record<string, string | number | null>;
+
+/**
+ * Digest binding a token to one request: sha256 (hex) over the canonical JSON (keys sorted, no
+ * whitespace — RFC 8785 for flat objects of strings and integers) of `{scope, ...target}`. The
+ * minter hashes what it is about to send; the system of record hashes what it received.
+ */
+export function bindingDigest(scope: string, target: BindingTarget): string {
+  const all: BindingTarget = { ...target, scope };
+  const canonical = `{${Object.keys(all)
+    .sort()
+    .map((k) => `${JSON.stringify(k)}:${JSON.stringify(all[k])}`)
+    .join(',')}}`;
+  return createHash('sha256').update(canonical).digest('hex');
+}
 
 /** Thrown by {@link verifyDelegatedToken} with a machine-readable `reason`. */
 export class DelegationRejected extends Error {
@@ -38,34 +76,48 @@ export class DelegationRejected extends Error {
   }
 }
 
-/** Mints a fresh delegated token (HS256, {@link DELEGATED_TOKEN_TTL_SECONDS}). */
-export async function mintDelegatedToken(claims: DelegatedClaims, secret: string): Promise<string> {
-  const { sub, aud, ...rest } = claims;
-  return new SignJWT(rest)
-    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
-    .setIssuer(DELEGATION_ISSUER)
-    .setSubject(sub)
-    .setAudience(aud)
-    .setIssuedAt()
-    .setExpirationTime(`${DELEGATED_TOKEN_TTL_SECONDS}s`)
-    .sign(new TextEncoder().encode(secret));
+/** The minting side's signing key: an Ed25519 private key and its `kid` (see `signing-keys.ts`). */
+export interface DelegationSigningKey {
+  key: KeyObject;
+  kid: string;
 }
 
 /**
- * Verifies a delegated token for one downstream (`audience`) and one operation (`scope`).
- * @throws DelegationRejected with reason `invalid_token`, `wrong_audience`, `wrong_scope`,
+ * Mints a fresh delegated token: EdDSA (Ed25519) with the key's `kid` in the header, lifetime
+ * {@link DELEGATED_TOKEN_TTL_SECONDS} from `nowMs` (epoch ms, default the clock), a new random
+ * `jti`, and `dig` computed from `grant.target`. Mint one per attempt: the system of record
+ * accepts a `jti` once.
+ */
+export async function mintDelegatedToken(grant: DelegationGrant, signing: DelegationSigningKey, nowMs = Date.now()): Promise<string> {
+  const { sub, aud, target, ...rest } = grant;
+  const iat = Math.floor(nowMs / 1000);
+  return new SignJWT({ ...rest, dig: bindingDigest(grant.scope, target) })
+    .setProtectedHeader({ alg: DELEGATION_ALG, typ: 'JWT', kid: signing.kid })
+    .setIssuer(DELEGATION_ISSUER)
+    .setSubject(sub)
+    .setAudience(aud)
+    .setJti(randomUUID())
+    .setIssuedAt(iat)
+    .setExpirationTime(iat + DELEGATED_TOKEN_TTL_SECONDS)
+    .sign(signing.key);
+}
+
+/**
+ * Verifies a delegated token's signature (EdDSA only, a key of `opts.keys` chosen by `kid`),
+ * issuer, expiry and claims, for one downstream (`audience`) and one operation (`scope`).
+ * The request binding (`op`, `dig`, `fence`, `jti`) is the caller's to check against the
+ * request; see the staging delegation guard.
+ * @throws DelegationRejected with reason `invalid_token:<jose code>` (bad signature, unknown
+ *   key, other algorithm, expired…), `invalid_token:claims`, `wrong_audience`, `wrong_scope`,
  *   `revoked_epoch` (token epoch below `minEpoch`).
  */
 export async function verifyDelegatedToken(
   token: string,
-  opts: { secret: string; audience: string; scope: string; minEpoch: number },
+  opts: { keys: JWTVerifyGetKey; audience: string; scope: string; minEpoch: number },
 ): Promise<DelegatedClaims> {
   let payload: unknown;
   try {
-    ({ payload } = await jwtVerify(token, new TextEncoder().encode(opts.secret), {
-      algorithms: ['HS256'],
-      issuer: DELEGATION_ISSUER,
-    }));
+    ({ payload } = await jwtVerify(token, opts.keys, { algorithms: [DELEGATION_ALG], issuer: DELEGATION_ISSUER }));
   } catch (err) {
     throw new DelegationRejected(err instanceof errors.JOSEError ? `invalid_token:${err.code}` : 'invalid_token');
   }

@@ -11,3 +11,4 @@ export * from './working-time.ts';
 export * from './transitions.ts';
 export * from './liveness.ts';
 export * from './transition-guards.ts';
+export * from './credential-epoch.ts';

@@ -1,4 +1,6 @@
+import { resolve } from 'node:path';
 import { z, type ZodObject, type ZodRawShape } from 'zod';
+import { repoRoot } from '@gatehouse/contracts';
 import { productionProblems } from './production.ts';
 
 /**
@@ -38,8 +40,6 @@ export const baseEnvShape = {
             .filter(Boolean)
         : undefined,
     ),
-  /** HS256 secret shared by the executor (minting) and the staging systems (verifying). */
-  GATEHOUSE_DELEGATION_SECRET: z.string().min(16).default('local-delegation-secret-change-me'),
   /** Key for the HMAC that hashes actor ids in audit events. */
   GATEHOUSE_AUDIT_HMAC_KEY: z.string().min(16).default('local-audit-hmac-key-change-me'),
   STAGING_URL: z.string().url().default('http://127.0.0.1:7104'),
@@ -75,6 +75,23 @@ export const baseEnvShape = {
     .int()
     .positive()
     .default(15 * 60_000),
+};
+
+/**
+ * Where the minting side (the executor, and the operator CLI's remediations) finds the Ed25519
+ * private key of delegated tokens: a PKCS#8 PEM file (docs/decisions/0170-delegated-credentials-bind-the-operation.md).
+ * Only minting processes declare it; the local stack creates the key in its state folder.
+ */
+export const delegationSigningKeyEnv = {
+  GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: z.string().min(1).default(resolve(repoRoot, '.gatehouse/delegation-ed25519.pem')),
+};
+
+/**
+ * Where the systems of record find the public keys that verify delegated tokens: a JWKS file
+ * (RFC 7517), every key Ed25519 with a `kid`. Only verifying processes declare it.
+ */
+export const delegationJwksEnv = {
+  GATEHOUSE_DELEGATION_JWKS_PATH: z.string().min(1).default(resolve(repoRoot, '.gatehouse/delegation-jwks.json')),
 };
 
 /** The parsed base settings. */

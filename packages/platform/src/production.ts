@@ -1,3 +1,5 @@
+import { createPrivateKey } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
 import type { BaseEnv } from './env.ts';
 
 /** Fewest bytes a production secret may have (256 bits; HS256 and HMAC-SHA256 keys, RFC 7518 §3.2). */
@@ -9,7 +11,6 @@ export const MIN_SECRET_BYTES = 32;
  */
 const SECRETS: { name: keyof BaseEnv; purpose: string; required: boolean }[] = [
   { name: 'GATEHOUSE_AUTH_SECRET', purpose: 'local user tokens', required: false },
-  { name: 'GATEHOUSE_DELEGATION_SECRET', purpose: 'delegated credentials', required: true },
   { name: 'GATEHOUSE_AUDIT_HMAC_KEY', purpose: 'actor hashes and CSRF tokens', required: true },
 ];
 
@@ -58,4 +59,21 @@ export function testDoubleRefusal(what: string): () => string[] {
   return () => [
     `GATEHOUSE_ENV: ${what} is a test double with test-only endpoints and never runs in production (set GATEHOUSE_ENV=local or test)`,
   ];
+}
+
+/**
+ * Why an Ed25519 private key file named by `variable` is unfit for production (empty: fit): the
+ * variable must be set explicitly (`explicit`), the file must exist — no key is generated in
+ * production — and hold an Ed25519 private key (PKCS#8 PEM). Used for the executor's delegation
+ * signing key (docs/decisions/0170-delegated-credentials-bind-the-operation.md).
+ */
+export function ed25519KeyFileProblems(variable: string, path: string, explicit: boolean): string[] {
+  if (!explicit) return [`${variable}: must be set (an Ed25519 private key from the secret store)`];
+  if (!existsSync(path)) return [`${variable}: ${path} does not exist (no key is generated in production)`];
+  try {
+    const key = createPrivateKey(readFileSync(path));
+    return key.asymmetricKeyType === 'ed25519' ? [] : [`${variable}: ${path} is not an Ed25519 key`];
+  } catch (err) {
+    return [`${variable}: ${path} is not a readable private key (${(err as Error).message})`];
+  }
 }

@@ -4,7 +4,6 @@ import { parseEnv, productionProblems, MIN_SECRET_BYTES } from '../src/index.ts'
 /** A production environment with nothing wrong: every test below changes one thing. */
 export const GOOD_PRODUCTION: Record<string, string> = {
   GATEHOUSE_ENV: 'production',
-  GATEHOUSE_DELEGATION_SECRET: 'd'.repeat(MIN_SECRET_BYTES),
   GATEHOUSE_AUDIT_HMAC_KEY: 'h'.repeat(MIN_SECRET_BYTES),
   GATEHOUSE_AUTH_JWKS_URL: 'https://idp.example.com/jwks.json',
   GATEHOUSE_AUTH_ISSUER: 'https://idp.example.com/',
@@ -25,7 +24,7 @@ describe('strict production mode (docs/decisions/0180-strict-production-mode.md)
   it('GATEHOUSE_ENV defaults to production: an empty environment is refused', () => {
     const message = refusal({});
     expect(message).toMatch(/refusing to start in production/);
-    expect(message).toMatch(/GATEHOUSE_DELEGATION_SECRET: must be set/);
+    expect(message).toMatch(/GATEHOUSE_AUDIT_HMAC_KEY: must be set/);
   });
 
   it('a complete production environment is accepted (each refusal below is the one change)', () => {
@@ -35,13 +34,8 @@ describe('strict production mode (docs/decisions/0180-strict-production-mode.md)
 
   it.each([
     ['a default secret', { GATEHOUSE_AUDIT_HMAC_KEY: 'local-audit-hmac-key-change-me' }, /GATEHOUSE_AUDIT_HMAC_KEY: must be set/],
-    ['a missing secret', { GATEHOUSE_DELEGATION_SECRET: undefined }, /GATEHOUSE_DELEGATION_SECRET: must be set/],
-    ['a weak secret', { GATEHOUSE_DELEGATION_SECRET: 'x'.repeat(MIN_SECRET_BYTES - 1) }, /GATEHOUSE_DELEGATION_SECRET: too weak/],
-    [
-      'a shared secret',
-      { GATEHOUSE_AUDIT_HMAC_KEY: 'd'.repeat(MIN_SECRET_BYTES) },
-      /GATEHOUSE_AUDIT_HMAC_KEY: the same value as GATEHOUSE_DELEGATION_SECRET/,
-    ],
+    ['a missing secret', { GATEHOUSE_AUDIT_HMAC_KEY: undefined }, /GATEHOUSE_AUDIT_HMAC_KEY: must be set/],
+    ['a weak secret', { GATEHOUSE_AUDIT_HMAC_KEY: 'x'.repeat(MIN_SECRET_BYTES - 1) }, /GATEHOUSE_AUDIT_HMAC_KEY: too weak/],
     [
       'the user-token secret shared',
       { GATEHOUSE_AUTH_SECRET: 'h'.repeat(MIN_SECRET_BYTES) },
@@ -59,17 +53,10 @@ describe('strict production mode (docs/decisions/0180-strict-production-mode.md)
   it('lists every problem at once', () => {
     const message = refusal({
       GATEHOUSE_ENV: 'production',
-      GATEHOUSE_DELEGATION_SECRET: 'x'.repeat(20),
+      GATEHOUSE_AUDIT_HMAC_KEY: 'x'.repeat(20),
       GATEHOUSE_AUTH_ALGORITHMS: 'HS256',
     });
-    for (const line of [
-      /DELEGATION_SECRET: too weak/,
-      /AUDIT_HMAC_KEY: must be set/,
-      /JWKS_URL: must be set/,
-      /ISSUER/,
-      /AUDIENCE/,
-      /HS256 not allowed/,
-    ])
+    for (const line of [/AUDIT_HMAC_KEY: too weak/, /JWKS_URL: must be set/, /ISSUER/, /AUDIENCE/, /HS256 not allowed/])
       expect(message).toMatch(line);
   });
 

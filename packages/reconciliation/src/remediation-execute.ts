@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { sql, type Selectable } from 'kysely';
-import { mintDelegatedToken } from '@gatehouse/credentials';
+import { mintDelegatedToken, type BindingTarget, type DelegationSigningKey } from '@gatehouse/credentials';
 import {
   actorHash,
   inTransaction,
@@ -12,6 +12,8 @@ import {
   type OutboxRow,
   type Trx,
   reserveOperation,
+  readCredentialEpoch,
+  DependencyUnavailable,
 } from '@gatehouse/ledger';
 import { cancelShipment, replayRefund, reverseRefund, type CompensationResult } from './compensations.ts';
 import { approverCeilingCents, findItem, RemediationRefused, type RemediationDeps } from './remediation.ts';
@@ -20,8 +22,8 @@ import type { WorklistItem } from './worklist.ts';
 
 /** Settings of executing approved remediations. */
 export interface ExecuteDeps extends RemediationDeps {
-  /** HS256 secret of delegated tokens (shared with the staging systems). */
-  delegationSecret: string;
+  /** Ed25519 key minting the compensating calls' delegated tokens (the minting side's). */
+  signingKey: DelegationSigningKey;
   /** Lease on the remediation's operation, ms (default 30 000). */
   leaseMs?: number;
   /** `act.sub` of the delegated token (default `gatehouse-reconciliation`). */
@@ -151,13 +153,20 @@ async function claim(trx: Trx, item: WorklistItem, approvalId: string, deps: Exe
   return { kind: 'claimed', action, fence: Number(granted.fencing_token), originalFence, approver: ap.approver ?? '', tenant: wf.tenant };
 }
 
-/** Performs the compensation itself; ratify and adopt make no downstream call. */
-async function perform(deps: ExecuteDeps, item: WorklistItem, c: Extract<Claim, { kind: 'claimed' }>): Promise<CompensationResult> {
+/**
+ * Performs the compensation itself; ratify and adopt make no downstream call. Each token is
+ * bound to its request: key, fence and target (docs/decisions/0170-delegated-credentials-bind-the-operation.md).
+ */
+async function perform(
+  deps: ExecuteDeps,
+  item: WorklistItem,
+  c: Extract<Claim, { kind: 'claimed' }>,
+  epoch: number,
+): Promise<CompensationResult> {
   const args = c.action.arguments;
   if (item.remediation === 'ratify' || item.remediation === 'adopt')
     return { status: 'succeeded', evidenceRef: `lead:${c.approver}`, data: {} };
-  const epoch = (await deps.db.selectFrom('credential_epochs').select('epoch').where('id', '=', 1).executeTakeFirstOrThrow()).epoch;
-  const mint = (aud: string, scope: string, key: string, fence: number) =>
+  const mint = (aud: string, scope: string, key: string, fence: number, target: BindingTarget) =>
     mintDelegatedToken(
       {
         sub: c.approver,
@@ -169,20 +178,34 @@ async function perform(deps: ExecuteDeps, item: WorklistItem, c: Extract<Claim, 
         epoch,
         op: key,
         fence,
+        target,
       },
-      deps.delegationSecret,
+      deps.signingKey,
     );
   const key = c.action.operation_key;
   switch (item.remediation) {
     case 'reverse':
       return reverseRefund(
-        { stagingUrl: deps.stagingUrl, key, fence: c.fence, token: await mint('payments', 'refund:reverse', key, c.fence) },
+        {
+          stagingUrl: deps.stagingUrl,
+          key,
+          fence: c.fence,
+          token: await mint('payments', 'refund:reverse', key, c.fence, { refundId: String(args.ledgerRef) }),
+        },
         String(args.ledgerRef),
         `reconciliation ${item.id}`,
       );
     case 'cancel_shipment':
       return cancelShipment(
-        { stagingUrl: deps.stagingUrl, key, fence: c.fence, token: await mint('orders', 'shipment:cancel', key, c.fence) },
+        {
+          stagingUrl: deps.stagingUrl,
+          key,
+          fence: c.fence,
+          token: await mint('orders', 'shipment:cancel', key, c.fence, {
+            orderId: String(args.orderId),
+            shipmentId: String(args.shipmentId),
+          }),
+        },
         String(args.orderId),
         String(args.shipmentId),
       );
@@ -191,7 +214,15 @@ async function perform(deps: ExecuteDeps, item: WorklistItem, c: Extract<Claim, 
       const fence = c.originalFence ?? 0;
       const step = await deps.db.selectFrom('actions').select('arguments').where('operation_key', '=', original).executeTakeFirst();
       return replayRefund(
-        { stagingUrl: deps.stagingUrl, key: original, fence, token: await mint('payments', 'refund:create', original, fence) },
+        {
+          stagingUrl: deps.stagingUrl,
+          key: original,
+          fence,
+          token: await mint('payments', 'refund:create', original, fence, {
+            orderId: String(args.orderId),
+            amountCents: Number(args.amountCents),
+          }),
+        },
         {
           orderId: String(args.orderId),
           amountCents: Number(args.amountCents),
@@ -291,6 +322,14 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
     await inTransaction(deps.db, (trx) => reopen(trx, item, approvalId, `approval_${ap.status}`));
     return { state: 'refused', itemId: item.id, reason: `approval_${ap.status}` };
   }
+  // No token without the revocation epoch (fail closed): nothing is claimed, the next pass retries.
+  let epoch: number;
+  try {
+    epoch = await readCredentialEpoch(deps.db);
+  } catch (err) {
+    if (err instanceof DependencyUnavailable) return { state: 'retry', itemId: item.id, reason: 'epoch_unavailable' };
+    throw err;
+  }
   const c = await inTransaction(deps.db, (trx) => claim(trx, item, approvalId, deps));
   if (c.kind === 'busy') return { state: 'busy', itemId: item.id };
   if (c.kind === 'refused' || c.kind === 'failed') {
@@ -301,7 +340,7 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
     const now = await findItem(deps.db, item.id);
     return { state: 'resolved', itemId: item.id, resolution: now.resolution ?? '', resolvedBy: now.resolved_by ?? '', rows: [] };
   }
-  const result = await perform(deps, item, c);
+  const result = await perform(deps, item, c, epoch);
   const by = { actor: c.approver, hmacKey: deps.hmacKey };
   return inTransaction(deps.db, async (trx): Promise<RemediationOutcome> => {
     await trx.selectFrom('workflows').select('id').where('id', '=', c.action.workflow_id).forUpdate().execute();

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import {
   assertReleaseMatchesCode,
+  ed25519KeyFileProblems,
   createServiceContext,
   createHttpApp,
   finishApp,
@@ -9,8 +10,10 @@ import {
   installShutdown,
   createWorker,
   holdWhileUnavailable,
+  delegationSigningKeyEnv,
   type QueueJob,
 } from '@gatehouse/platform';
+import { loadDelegationSigningKey } from '@gatehouse/credentials';
 import { noteOutageWait, readOutagePolicy } from '@gatehouse/ledger';
 import { executionsQueue, loadWorld, type ExecutionJob } from '@gatehouse/contracts';
 import { processExecution } from './jobs/executions.processor.ts';
@@ -19,36 +22,48 @@ import { startWatchdog } from './jobs/watchdog.ts';
 import { readTestHooks } from './domain/test-hooks.ts';
 import { loadServiceBundles } from '@gatehouse/policy';
 
-const ctx = createServiceContext('executor', {
-  EXECUTOR_PORT: z.coerce.number().int().min(0).max(65535).default(7112),
-  EXECUTOR_CONCURRENCY: z.coerce.number().int().positive().default(8),
-  /** Lease on an operation, ms (longer than the adapter deadline). */
-  LEASE_MS: z.coerce.number().int().positive().default(30_000),
-  /** Deadline for one execution's adapter calls, ms. */
-  EXECUTION_DEADLINE_MS: z.coerce.number().int().positive().default(15_000),
-  /** BullMQ job lock and stalled-job check, ms: how soon a dead worker's job is redelivered. */
-  EXECUTOR_LOCK_MS: z.coerce.number().int().positive().default(15_000),
-  EXECUTOR_STALLED_INTERVAL_MS: z.coerce.number().int().positive().default(5_000),
-  /** Audit-health gate: the newest heartbeat and the oldest unchained event may be this old, ms. */
-  AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: z.coerce.number().int().positive().default(10_000),
-  AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: z.coerce.number().int().positive().default(30_000),
-  /** Support bundle override (default: the release manifest's). */
-  POLICY_REVISION: z.string().optional(),
-  /** Active change-pack bundle (docs/product/policy-rules.md#change-rules). */
-  CHANGE_POLICY_REVISION: z.string().optional(),
-  /** Folder of policy bundles (default: the repository's `policy/`). */
-  POLICY_DIR: z.string().optional(),
-  /** Repeatable reconciliation pass, ms between passes (0: only on demand). */
-  RECONCILE_INTERVAL_MS: z.coerce.number().int().nonnegative().default(60_000),
-  /** Reference support bundle reconciliation judges refunds against (never a bundle failing its gate). */
-  RECONCILE_SUPPORT_REVISION: z.string().default('support-p1'),
-  /** Watchdog (docs/decisions/0100): ms between passes over live runs whose jobs may be lost. */
-  WATCHDOG_INTERVAL_MS: z.coerce.number().int().positive().default(5_000),
-  /** A run is looked at once its last state change is this old, ms. */
-  WATCHDOG_GRACE_MS: z.coerce.number().int().positive().default(5_000),
-  /** Re-drives of one run before the watchdog stops it as `stopped(step_failed)`. */
-  WATCHDOG_MAX_REDRIVES: z.coerce.number().int().positive().default(5),
-});
+const ctx = createServiceContext(
+  'executor',
+  {
+    ...delegationSigningKeyEnv,
+    EXECUTOR_PORT: z.coerce.number().int().min(0).max(65535).default(7112),
+    EXECUTOR_CONCURRENCY: z.coerce.number().int().positive().default(8),
+    /** Lease on an operation, ms (longer than the adapter deadline). */
+    LEASE_MS: z.coerce.number().int().positive().default(30_000),
+    /** Deadline for one execution's adapter calls, ms. */
+    EXECUTION_DEADLINE_MS: z.coerce.number().int().positive().default(15_000),
+    /** BullMQ job lock and stalled-job check, ms: how soon a dead worker's job is redelivered. */
+    EXECUTOR_LOCK_MS: z.coerce.number().int().positive().default(15_000),
+    EXECUTOR_STALLED_INTERVAL_MS: z.coerce.number().int().positive().default(5_000),
+    /** Audit-health gate: the newest heartbeat and the oldest unchained event may be this old, ms. */
+    AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: z.coerce.number().int().positive().default(10_000),
+    AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: z.coerce.number().int().positive().default(30_000),
+    /** Support bundle override (default: the release manifest's). */
+    POLICY_REVISION: z.string().optional(),
+    /** Active change-pack bundle (docs/product/policy-rules.md#change-rules). */
+    CHANGE_POLICY_REVISION: z.string().optional(),
+    /** Folder of policy bundles (default: the repository's `policy/`). */
+    POLICY_DIR: z.string().optional(),
+    /** Repeatable reconciliation pass, ms between passes (0: only on demand). */
+    RECONCILE_INTERVAL_MS: z.coerce.number().int().nonnegative().default(60_000),
+    /** Reference support bundle reconciliation judges refunds against (never a bundle failing its gate). */
+    RECONCILE_SUPPORT_REVISION: z.string().default('support-p1'),
+    /** Watchdog (docs/decisions/0100): ms between passes over live runs whose jobs may be lost. */
+    WATCHDOG_INTERVAL_MS: z.coerce.number().int().positive().default(5_000),
+    /** A run is looked at once its last state change is this old, ms. */
+    WATCHDOG_GRACE_MS: z.coerce.number().int().positive().default(5_000),
+    /** Re-drives of one run before the watchdog stops it as `stopped(step_failed)`. */
+    WATCHDOG_MAX_REDRIVES: z.coerce.number().int().positive().default(5),
+  },
+  process.env,
+  // Production: the delegation signing key comes from the secret store, named explicitly (ADR 0170).
+  (e) =>
+    ed25519KeyFileProblems(
+      'GATEHOUSE_DELEGATION_SIGNING_KEY_PATH',
+      e.GATEHOUSE_DELEGATION_SIGNING_KEY_PATH,
+      process.env.GATEHOUSE_DELEGATION_SIGNING_KEY_PATH !== undefined,
+    ),
+);
 const hooks = readTestHooks(process.env);
 const outagePolicy = readOutagePolicy(ctx.env.DEPENDENCY_WAIT_CEILING_MS, process.env);
 const { env, log, db, relay } = ctx;
@@ -57,6 +72,8 @@ await assertReleaseMatchesCode(ctx.name, env.GATEHOUSE_RELEASE, db, log);
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
 const bundles = await loadServiceBundles(db, env, log);
 const agentId = loadWorld().agent.id;
+// Only the minting side holds the private key; the systems of record verify with its JWKS.
+const signingKey = await loadDelegationSigningKey(env.GATEHOUSE_DELEGATION_SIGNING_KEY_PATH);
 
 const worker = createWorker(
   executionsQueue,
@@ -70,7 +87,7 @@ const worker = createWorker(
           relay,
           log,
           stagingUrl: env.STAGING_URL,
-          delegationSecret: env.GATEHOUSE_DELEGATION_SECRET,
+          signingKey,
           auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
           leaseMs: env.LEASE_MS,
           deadlineMs: env.EXECUTION_DEADLINE_MS,
@@ -99,7 +116,7 @@ const reconciler = await startReconcileJob(
     relay,
     log,
     stagingUrl: env.STAGING_URL,
-    delegationSecret: env.GATEHOUSE_DELEGATION_SECRET,
+    signingKey,
     auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
     release: env.GATEHOUSE_RELEASE,
     supportRevision: env.RECONCILE_SUPPORT_REVISION,

@@ -1,5 +1,6 @@
 import type { Express } from 'express';
 import { sql } from 'kysely';
+import type { JWTVerifyGetKey } from '@gatehouse/credentials';
 import { createHttpApp, createLogger, finishApp, type Logger } from '@gatehouse/platform';
 import type { StagingDb } from './db/staging.database.ts';
 import { FaultBoard } from './faults/fault-board.service.ts';
@@ -21,8 +22,15 @@ import { ShipmentsRepository } from './repositories/shipments.repository.ts';
 export interface StagingAppOptions {
   /** Kysely over the database holding the `staging` schema (see `ensureStagingSchema`). */
   db: StagingDb;
-  /** HS256 secret shared with the executor (`GATEHOUSE_DELEGATION_SECRET`), ≥ 16 chars. */
-  delegationSecret: string;
+  /**
+   * Public keys verifying delegated tokens (the JWKS of `GATEHOUSE_DELEGATION_JWKS_PATH`, see
+   * `loadDelegationJwks`).
+   */
+  delegationKeys: JWTVerifyGetKey;
+  /** Database holding the revocation epoch (`public.credential_epochs`); default `db`. */
+  epochDb?: StagingDb;
+  /** Request binding of tokens switched off (`GATEHOUSE_TEST_DISABLE_TOKEN_BINDING`, tests only). */
+  tokenBindingDisabled?: boolean;
   /** Defaults to `createLogger('staging')`. */
   log?: Logger;
 }
@@ -35,12 +43,13 @@ export interface StagingAppOptions {
  * @returns the app and its in-memory {@link FaultBoard} (tests may arm faults directly).
  */
 export function createStagingApp(opts: StagingAppOptions): { app: Express; faults: FaultBoard } {
-  const { db, delegationSecret } = opts;
+  const { db } = opts;
+  const delegation = { keys: opts.delegationKeys, epochDb: opts.epochDb ?? db, bindingDisabled: opts.tokenBindingDisabled ?? false };
   const log = opts.log ?? createLogger('staging');
   const faults = new FaultBoard();
   const requestLog = new RequestLogRepository(db);
   const orders = new OrdersRepository(db);
-  const deps = { db, delegationSecret, faults, requestLog, log, orders };
+  const deps = { db, delegation, faults, requestLog, log, orders };
 
   const app = createHttpApp('staging', {
     db: async () => {

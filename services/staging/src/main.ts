@@ -1,5 +1,7 @@
 import { closeServer, createLogger, installShutdown, listen } from '@gatehouse/platform';
+import { loadDelegationJwks } from '@gatehouse/credentials';
 import { createStagingApp } from './app.ts';
+import { readTokenBindingSwitch } from './http/token-binding.ts';
 import { openStagingDatabase } from './db/staging.database.ts';
 import { loadStagingEnv } from './env.ts';
 import { ensureStagingSchema } from './schema.ts';
@@ -21,9 +23,15 @@ async function main(): Promise<void> {
     await db.destroy();
     throw err;
   }
-  const { app } = createStagingApp({ db, delegationSecret: env.GATEHOUSE_DELEGATION_SECRET, log });
+  const delegationKeys = loadDelegationJwks(env.GATEHOUSE_DELEGATION_JWKS_PATH);
+  const tokenBindingDisabled = readTokenBindingSwitch(process.env);
+  // The revocation epoch lives in the ledger's database; a separate pool when staging has its own.
+  const epoch = env.GATEHOUSE_EPOCH_DATABASE_URL
+    ? openStagingDatabase(env.GATEHOUSE_EPOCH_DATABASE_URL, { maxConnections: 4 }).db
+    : undefined;
+  const { app } = createStagingApp({ db, delegationKeys, epochDb: epoch, tokenBindingDisabled, log });
   const { server, port } = await listen(app, env.STAGING_PORT);
-  installShutdown(log, [() => db.destroy(), () => closeServer(server)]);
+  installShutdown(log, [() => db.destroy(), async () => epoch?.destroy(), () => closeServer(server)]);
   log.info({ port }, 'staging systems listening');
 }
 

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { loadWorld, type World } from '@gatehouse/contracts';
 import type { StagingDb } from './db/staging.database.ts';
+import { ensureTokenBindingSchema } from './http/token-binding.ts';
 
 /** Key of the advisory lock that serialises concurrent schema set-up (two processes booting). */
 const SCHEMA_LOCK_KEY = 'gatehouse.staging.schema';
@@ -122,6 +123,7 @@ export async function ensureStagingSchema(db: StagingDb, world: World = loadWorl
       reason text
     )`.execute(trx);
     await sql`CREATE INDEX IF NOT EXISTS request_log_order_idx ON staging.request_log (order_id, id)`.execute(trx);
+    await ensureTokenBindingSchema(trx);
 
     if (world.orders.length) {
       await trx

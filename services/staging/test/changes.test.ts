@@ -4,7 +4,8 @@ import { newKey, startStaging, token, type StagingHarness } from './support/stag
 
 let h: StagingHarness;
 beforeAll(async () => {
-  h = await startStaging();
+  // The ledger's own semantics with reusable tokens; the token binding: test/credentials/delegated-tokens.test.ts.
+  h = await startStaging({ tokenBinding: false });
 });
 afterAll(async () => {
   await h?.stop();

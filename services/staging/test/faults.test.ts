@@ -5,7 +5,8 @@ import { newKey, startStaging, token, type StagingHarness } from './support/stag
 
 let h: StagingHarness;
 beforeAll(async () => {
-  h = await startStaging();
+  // The ledger's own semantics with reusable tokens; the token binding: test/credentials/delegated-tokens.test.ts.
+  h = await startStaging({ tokenBinding: false });
 });
 afterAll(async () => {
   await h?.stop();
@@ -120,7 +121,7 @@ describe('fault switches', () => {
 
 describe('hang and shutdown', () => {
   it('server close completes while a request hangs (the hung socket is destroyed)', async () => {
-    const own = await startStaging();
+    const own = await startStaging({ tokenBinding: false });
     try {
       await request(own.baseUrl).post('/faults').send({ target: 'payments', mode: 'hang' }).expect(201);
       const pending = fetch(`${own.baseUrl}/ledger/refunds`, {

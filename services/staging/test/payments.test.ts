@@ -1,10 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
-import { newKey, startStaging, token, type StagingHarness } from './support/staging.harness.ts';
+import { newKey, startStaging, strangerKey, token, type StagingHarness } from './support/staging.harness.ts';
 
 let h: StagingHarness;
 beforeAll(async () => {
-  h = await startStaging();
+  // The ledger's own semantics with reusable tokens; the token binding: test/credentials/delegated-tokens.test.ts.
+  h = await startStaging({ tokenBinding: false });
 });
 afterAll(async () => {
   await h?.stop();
@@ -63,7 +64,7 @@ describe('payments ledger', () => {
     expect(noToken.status).toBe(401);
     expect(noToken.body.error.reason).toBe('missing_token');
 
-    const forged = await refund({ key: newKey(), auth: await token({}, 'another-secret-of-16+chars') });
+    const forged = await refund({ key: newKey(), auth: await token({}, await strangerKey()) });
     expect(forged.status).toBe(401);
     expect(forged.body.error.reason).toMatch(/^invalid_token/);
   });

@@ -135,7 +135,16 @@ export async function startChaosStack(extra: Record<string, string> = {}): Promi
   try {
     const others = SERVICES.map((s) => s.name).filter((n) => n !== 'staging');
     const readyTimeoutMs = 150_000;
-    stacks.push(await startStack({ env: { ...env, DATABASE_URL: staging.url }, dir, readyTimeoutMs, only: ['staging'] }));
+    // Staging keeps its records apart but reads the revocation epoch from the ledger's database
+    // (it fails closed without one: docs/decisions/0170-delegated-credentials-bind-the-operation.md).
+    stacks.push(
+      await startStack({
+        env: { ...env, DATABASE_URL: staging.url, GATEHOUSE_EPOCH_DATABASE_URL: dbUrl },
+        dir,
+        readyTimeoutMs,
+        only: ['staging'],
+      }),
+    );
     stacks.push(await startStack({ env, dir, readyTimeoutMs, only: others }));
   } catch (err) {
     await stopAll();

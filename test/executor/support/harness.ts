@@ -1,4 +1,7 @@
 import { randomInt } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { resolve } from 'node:path';
 import type { Server } from 'node:http';
 import { createDb, type Db } from '@gatehouse/ledger';
 import {
@@ -26,10 +29,15 @@ import {
   type RecordedRequest,
   type StagingDb,
 } from '../../../services/staging/src/index.ts';
+import {
+  jwksVerifier,
+  newDelegationKeyPair,
+  type DelegationSigningKey,
+  type JSONWebKeySet,
+} from '../../../packages/credentials/src/index.ts';
 import type { ExecutionDeps } from '../../../services/executor/src/jobs/executions.processor.ts';
 import { loadActiveBundles, type PolicyBundles, type SupportBundle } from '../../../packages/policy/src/index.ts';
 
-export const DELEGATION_SECRET = 'local-delegation-secret-change-me';
 export const AUDIT_HMAC_KEY = 'local-audit-hmac-key-change-me';
 export const RELEASE = 'rel-1';
 export const EXECUTIONS_QUEUE = `executions.${RELEASE}`;
@@ -51,6 +59,10 @@ export interface Harness {
   relay: OutboxRelay;
   log: Logger;
   deps: (overrides?: Partial<ExecutionDeps>) => ExecutionDeps;
+  /** The executor's delegation key pair: its signing key and the JWKS staging verifies with. */
+  delegationKeys: { signing: DelegationSigningKey; jwks: JSONWebKeySet };
+  /** The signing key as a PEM file, for executors started as processes. */
+  delegationKeyPath: string;
   /** A fresh shipped order of quillfeather/US (a clone of world.json's O-1002 under a new id). */
   newOrder: (paidCents?: number) => Promise<string>;
   arm: (spec: FaultSpec) => Promise<void>;
@@ -78,7 +90,10 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
   await ensureStagingSchema(staging);
   const log = createLogger('executor-test');
   log.level = process.env.TEST_LOG_LEVEL ?? 'silent';
-  const { app } = createStagingApp({ db: staging, delegationSecret: DELEGATION_SECRET, log });
+  const delegationKeys = await newDelegationKeyPair();
+  const delegationKeyPath = resolve(mkdtempSync(resolve(tmpdir(), 'gh-delegation-')), 'delegation-ed25519.pem');
+  writeFileSync(delegationKeyPath, delegationKeys.signing.key.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
+  const { app } = createStagingApp({ db: staging, delegationKeys: jwksVerifier(delegationKeys.jwks), log });
   const { server, port } = await listen(app, 0);
   const stagingUrl = `http://127.0.0.1:${port}`;
   const prefix = testQueuePrefix();
@@ -90,7 +105,7 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
     relay,
     log,
     stagingUrl,
-    delegationSecret: DELEGATION_SECRET,
+    signingKey: delegationKeys.signing,
     auditHmacKey: AUDIT_HMAC_KEY,
     leaseMs: 5000,
     deadlineMs: 10_000,
@@ -122,6 +137,8 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
     relay,
     log,
     deps: (overrides = {}) => ({ ...base, ...overrides }),
+    delegationKeys,
+    delegationKeyPath,
     newOrder: async (paidCents = 50_000) => {
       const id = `O-${randomInt(100_000, 999_999)}${randomInt(0, 9)}`;
       await staging

@@ -15,9 +15,12 @@ export interface ExecutorProcess {
   stop: (graceMs?: number) => Promise<void>;
 }
 
-/** Environment of an executor over the test's database, queue prefix and staging URL. */
+/**
+ * Environment of an executor over the test's database, queue prefix and staging URL, minting
+ * with the harness's delegation key (`signingKeyPath`, the staging app verifies with its JWKS).
+ */
 export function executorEnv(
-  opts: { databaseUrl: string; prefix: string; stagingUrl: string },
+  opts: { databaseUrl: string; prefix: string; stagingUrl: string; signingKeyPath: string },
   extra: Record<string, string> = {},
 ): Record<string, string> {
   return {
@@ -27,6 +30,7 @@ export function executorEnv(
     REDIS_URL: TEST_REDIS_URL,
     QUEUE_PREFIX: opts.prefix,
     STAGING_URL: opts.stagingUrl,
+    GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: opts.signingKeyPath,
     GATEHOUSE_ENV: 'test',
     GATEHOUSE_RELEASE: 'rel-1',
     EXECUTOR_PORT: '0',

@@ -1,3 +1,4 @@
+import type { BindingTarget } from '@gatehouse/credentials';
 import type { Db } from '@gatehouse/ledger';
 
 /**
@@ -29,8 +30,13 @@ export interface AdapterCall {
    */
   freshKeyPerAttempt?: boolean;
   fencingToken: number;
-  /** Mints a fresh delegated token (60 s) for each attempt. */
-  token: () => Promise<string>;
+  /**
+   * Mints a fresh delegated token (60 s, single-use `jti`) for each attempt, bound to this
+   * operation key, fencing token and `target` — the request's target and amount exactly as sent
+   * (docs/decisions/0170-delegated-credentials-bind-the-operation.md). `op` is the key the
+   * request sends when it is not the operation key (only the control-removed test's fresh keys).
+   */
+  token: (target: BindingTarget, op?: string) => Promise<string>;
   /** Absolute deadline, epoch ms. */
   deadlineMs: number;
   /** Read-back baseline captured (and committed) before dispatch, for tools without keys. */

@@ -84,6 +84,7 @@ export async function scheduleChange(call: AdapterCall): Promise<AdapterResult> 
     downstream: 'changes',
     url: `${call.stagingUrl}/changes/operations`,
     body: { planId: plan.id, changeId: plan.changeId, window: call.args.window, note: call.args.note ?? null },
+    target: { planId: plan.id, changeId: plan.changeId, window: call.args.window ?? null, note: call.args.note ?? null },
     maxAttempts: CHANGES_MAX_ATTEMPTS,
     evidence: (b) => String(b.operationKey ?? ''),
   });

@@ -1,5 +1,6 @@
 import { BrokenCircuitError } from 'cockatiel';
 import { attempt, reasonOf } from './http-call.ts';
+import type { BindingTarget } from '@gatehouse/credentials';
 import type { AdapterCall, AdapterResult } from './adapter.ts';
 import { idempotentWritePolicy, RetryableDownstreamError } from './resilience.ts';
 
@@ -24,6 +25,8 @@ export async function idempotentWrite(
     downstream: string;
     url: string;
     body: Record<string, unknown>;
+    /** The body's target and amount, bound into each attempt's token. */
+    target: BindingTarget;
     maxAttempts: number;
     evidence: (body: Record<string, unknown>) => string;
   },
@@ -37,14 +40,16 @@ export async function idempotentWrite(
       const remaining = call.deadlineMs - Date.now();
       if (remaining <= 0) throw new Error('deadline');
       attempts++;
+      // The operation key on every attempt; a fresh one only in the control-removed test.
+      const key = call.freshKeyPerAttempt ? `${call.operationKey}:attempt:${attempts}` : call.operationKey;
       const res = await attempt(
         req.url,
         {
           method: 'POST',
           headers: {
             'content-type': 'application/json',
-            authorization: `Bearer ${await call.token()}`,
-            'idempotency-key': call.freshKeyPerAttempt ? `${call.operationKey}:attempt:${attempts}` : call.operationKey,
+            authorization: `Bearer ${await call.token(req.target, key)}`,
+            'idempotency-key': key,
             'x-fencing-token': String(call.fencingToken),
           },
           body: JSON.stringify(req.body),

@@ -10,7 +10,10 @@ export async function notifyCustomer(call: AdapterCall): Promise<AdapterResult> 
     `${call.stagingUrl}/mail/messages`,
     {
       method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${await call.token()}` },
+      headers: {
+        'content-type': 'application/json',
+        authorization: `Bearer ${await call.token({ orderId: call.args.orderId ?? null, template: call.args.template ?? null })}`,
+      },
       body: JSON.stringify({ orderId: call.args.orderId, template: call.args.template }),
     },
     Math.max(1, Math.min(call.deadlineMs - Date.now(), 5000)),

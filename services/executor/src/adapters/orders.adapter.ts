@@ -63,7 +63,11 @@ export async function reshipOrder(call: AdapterCall): Promise<AdapterResult> {
   const orderId = String(call.args.orderId);
   const res = await attempt(
     `${call.stagingUrl}/orders/${encodeURIComponent(orderId)}/shipments`,
-    { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${await call.token()}` }, body: '{}' },
+    {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${await call.token({ orderId })}` },
+      body: '{}',
+    },
     Math.max(1, Math.min(call.deadlineMs - Date.now(), 5000)),
   );
   if (res.kind === 'response') {

@@ -17,6 +17,7 @@ export function issueRefund(call: AdapterCall): Promise<AdapterResult> {
     downstream: 'payments',
     url: `${call.stagingUrl}/ledger/refunds`,
     body: { orderId: call.args.orderId, amountCents: call.args.amountCents, reason: call.args.reason },
+    target: { orderId: call.args.orderId ?? null, amountCents: call.args.amountCents ?? null },
     maxAttempts: PAYMENTS_MAX_ATTEMPTS,
     evidence: (b) => String(b.refundId ?? ''),
   });

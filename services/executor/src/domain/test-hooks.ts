@@ -32,6 +32,8 @@ export interface TestHooks {
   switchAtAdmissionOnly: boolean;
   /** Claim an operation even while another worker's lease on it is live (control-removed test of the replicas, ADR 0195). */
   disableLease?: boolean;
+  /** Mint with epoch 0 when the revocation epoch cannot be read (control-removed test of the fail-closed epoch). */
+  epochFailOpen?: boolean;
 }
 
 const NONE: TestHooks = {
@@ -64,6 +66,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     'GATEHOUSE_TEST_DISABLE_IDEMPOTENCY_KEY',
     'GATEHOUSE_TEST_SWITCH_AT_ADMISSION_ONLY',
     'GATEHOUSE_TEST_DISABLE_LEASE',
+    'GATEHOUSE_TEST_EPOCH_FAIL_OPEN',
   ].filter((k) => env[k]);
   if (!set.length) return NONE;
   if (env.GATEHOUSE_ENV !== 'test') throw new Error(`${set.join(', ')} may only be set with GATEHOUSE_ENV=test`);
@@ -82,6 +85,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     disableIdempotencyKey: env.GATEHOUSE_TEST_DISABLE_IDEMPOTENCY_KEY === '1',
     switchAtAdmissionOnly: env.GATEHOUSE_TEST_SWITCH_AT_ADMISSION_ONLY === '1',
     disableLease: env.GATEHOUSE_TEST_DISABLE_LEASE === '1',
+    epochFailOpen: env.GATEHOUSE_TEST_EPOCH_FAIL_OPEN === '1',
   };
 }
 

@@ -1,7 +1,7 @@
 import { hostname } from 'node:os';
 import { sql } from 'kysely';
 import { resultsQueue, type ExecutionJob } from '@gatehouse/contracts';
-import { mintDelegatedToken } from '@gatehouse/credentials';
+import { mintDelegatedToken, type DelegationSigningKey } from '@gatehouse/credentials';
 import {
   enqueueInTransaction,
   inTransaction,
@@ -13,6 +13,7 @@ import {
   DEPENDENCY_UNAVAILABLE,
   DependencyUnavailable,
   outageOutlasted,
+  readCredentialEpoch,
   type Db,
   type OutagePolicy,
   type OutboxRow,
@@ -33,7 +34,8 @@ export interface ExecutionDeps {
   relay: OutboxRelay;
   log: Logger;
   stagingUrl: string;
-  delegationSecret: string;
+  /** Ed25519 key minting delegated tokens (only the minting side holds it). */
+  signingKey: DelegationSigningKey;
   auditHmacKey: string;
   /** Lease length, ms; longer than the adapter deadline. */
   leaseMs: number;
@@ -189,6 +191,17 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
   // A run the table does not let move to `executing` (terminal, or still `received`): the claim
   // refuses it, so nothing is read from a system of record for it (docs/product/states.md#transition-table).
   const mayExecute = isLegalWorkflowTransition(wf.state, 'executing');
+  // No token without the revocation epoch (fail closed): held like any dependency fault, before
+  // anything is claimed or consumed (docs/decisions/0170-delegated-credentials-bind-the-operation.md).
+  let epoch: number;
+  try {
+    epoch = await readCredentialEpoch(db);
+  } catch (err) {
+    if (!(err instanceof DependencyUnavailable)) throw err;
+    if (deps.hooks.epochFailOpen) epoch = 0;
+    else return stopPastCeilingOrHold(deps, job, preview.call_id, preview.tool, err);
+  }
+
   // Baseline for tools without downstream keys, read before the claim and committed with it.
   const baseline =
     mayExecute && tool.retryClass === 'at_most_once_readback'
@@ -305,7 +318,6 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       if (!marked) return 'fenced_out';
     }
     const user = loadWorld().users.find((u) => u.id === wf.user_id && u.tenant === wf.tenant);
-    const epochRow = await db.selectFrom('credential_epochs').select('epoch').where('id', '=', 1).executeTakeFirstOrThrow();
     result = await adapter({
       stagingUrl: deps.stagingUrl,
       ledger: db,
@@ -316,7 +328,7 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
       fencingToken,
       deadlineMs: started + deps.deadlineMs,
       baseline: claim.baseline,
-      token: () =>
+      token: (target, op) =>
         mintDelegatedToken(
           {
             sub: wf.user_id,
@@ -325,11 +337,12 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
             scope: tool.scope,
             tenant: wf.tenant,
             ceiling: user?.refundCeiling ?? 0,
-            epoch: epochRow.epoch,
-            op: action.operation_key,
+            epoch,
+            op: op ?? action.operation_key,
             fence: fencingToken,
+            target,
           },
-          deps.delegationSecret,
+          deps.signingKey,
         ),
     });
     crashIfAt(hooks, 'after_dispatch', action.tool);

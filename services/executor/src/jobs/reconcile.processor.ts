@@ -1,5 +1,6 @@
 import type { Worker } from 'bullmq';
 import { queueName, reconcileQueue, type ReconcileJob } from '@gatehouse/contracts';
+import type { DelegationSigningKey } from '@gatehouse/credentials';
 import type { Db } from '@gatehouse/ledger';
 import { createWorker, type Logger, type OutboxRelay, type PostgresGate, type QueueRegistry } from '@gatehouse/platform';
 import { executeApprovedRemediations, runReconciliation } from '@gatehouse/reconciliation';
@@ -13,7 +14,8 @@ export interface ReconcileDeps {
   relay: OutboxRelay;
   log: Logger;
   stagingUrl: string;
-  delegationSecret: string;
+  /** Ed25519 key minting the remediations' delegated tokens. */
+  signingKey: DelegationSigningKey;
   auditHmacKey: string;
   release: string;
   /** Support bundle in force (its auto limit selects refunds over it). */
@@ -38,7 +40,7 @@ export async function processReconcile(job: ReconcileJob, deps: ReconcileDeps): 
     changeRevision: deps.changeRevision,
     policyDir: deps.policyDir,
   };
-  const remediated = await executeApprovedRemediations({ ...common, release: deps.release, delegationSecret: deps.delegationSecret });
+  const remediated = await executeApprovedRemediations({ ...common, release: deps.release, signingKey: deps.signingKey });
   for (const r of remediated) if (r.state === 'resolved') await deps.relay.publish(r.rows);
   const report = await runReconciliation({ ...common, actor: RECONCILIATION_JOB_ACTOR });
   await deps.relay.publish(report.rows);

@@ -3,7 +3,14 @@ import { z } from 'zod';
 import { UserError, parseBody } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
 import type { ChangesRepository } from '../repositories/changes.repository.ts';
-import { assertSameTenant, readFencingToken, requireDelegation, requireIdempotencyKey } from './delegation.guard.ts';
+import {
+  assertSameTenant,
+  bindDelegation,
+  readFencingToken,
+  requireDelegation,
+  requireIdempotencyKey,
+  type DelegationVerifier,
+} from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
 
 /** Delegation audience of the change service (docs/product/policy-rules.md#delegated-credentials). */
@@ -31,11 +38,15 @@ export const ScheduleBodySchema = z
  *   `stale_fencing_token`.
  * - `GET /changes/operations/:operationKey` → the operation; 404 `operation_not_found`.
  * - `GET /changes/operations` → `{operations: [...]}`, every scheduled operation (reconciliation).
+ * Every effect POST verifies its delegated token and its binding to the request first
+ * (docs/decisions/0170-delegated-credentials-bind-the-operation.md): 403 `op_mismatch`,
+ * `target_mismatch`, `fence_mismatch`, `token_replayed`; 409 `stale_fencing_token`; 503
+ * `epoch_unavailable` — each before any effect.
  */
 export function changesRouter(
   deps: EffectRouteDeps & {
     db: StagingDb;
-    delegationSecret: string;
+    delegation: DelegationVerifier;
     changes: ChangesRepository;
   },
 ): Router {
@@ -44,14 +55,15 @@ export function changesRouter(
   router.post(
     '/changes/operations',
     effectRoute(deps, 'changes', async (req) => {
-      const claims = await requireDelegation(req, deps.db, {
-        secret: deps.delegationSecret,
-        audience: CHANGES_AUDIENCE,
-        scope: CHANGE_SCOPE,
-      });
+      const claims = await requireDelegation(req, deps.delegation, { audience: CHANGES_AUDIENCE, scope: CHANGE_SCOPE });
       const operationKey = requireIdempotencyKey(req);
-      const fencingToken = readFencingToken(req);
+      const headerFence = readFencingToken(req);
       const body = parseBody(ScheduleBodySchema, req.body);
+      const fencingToken = await bindDelegation(deps.db, deps.delegation, claims, {
+        idempotencyKey: operationKey,
+        target: { planId: body.planId, changeId: body.changeId, window: body.window, note: body.note },
+        headerFence,
+      });
       const change = await deps.changes.findChange(body.changeId);
       if (!change) throw new UserError('change_not_found', `no change ${body.changeId}`, { status: 404 });
       assertSameTenant(claims, change.tenant);

@@ -3,44 +3,51 @@ import { sql } from 'kysely';
 import { ForbiddenError, SystemError, UserError } from '@gatehouse/platform';
 import { verifyDelegatedToken, type DelegatedClaims } from '@gatehouse/credentials';
 import type { StagingDb } from '../db/staging.database.ts';
+import type { DelegationVerifier } from './token-binding.ts';
 
-/** Postgres `undefined_table`: the ledger has not created `credential_epochs` yet. */
-const UNDEFINED_TABLE = '42P01';
+export { bindDelegation, type DelegationVerifier } from './token-binding.ts';
 
 /**
- * Current revocation epoch, read on every request from `public.credential_epochs` (row id 1),
- * which the Gatehouse ledger owns (docs/product/policy-rules.md#delegated-credentials: raising the epoch invalidates every outstanding
- * token at once). 0 when the table or row does not exist.
- * @throws SystemError(`epoch_unavailable`, 503) on any other database error: fail closed.
+ * Current revocation epoch, read on every request from `public.credential_epochs` (row id 1)
+ * of `db` — the Gatehouse ledger's database, which owns the table (docs/product/policy-rules.md#delegated-credentials:
+ * raising the epoch invalidates every outstanding token at once). Fails closed
+ * (docs/decisions/0170-delegated-credentials-bind-the-operation.md): no table, no row or a database
+ * error is no epoch, and no token is accepted.
+ * @throws SystemError(`epoch_unavailable`, 503) when the epoch cannot be read.
  */
 export async function readRevocationEpoch(db: StagingDb): Promise<number> {
+  let epoch: unknown;
   try {
     const r = await sql<{ epoch: number }>`SELECT epoch FROM public.credential_epochs WHERE id = 1`.execute(db);
-    return Number(r.rows[0]?.epoch ?? 0);
-  } catch (err) {
-    if ((err as { code?: string }).code === UNDEFINED_TABLE) return 0;
+    epoch = r.rows[0]?.epoch;
+  } catch {
     throw new SystemError('epoch_unavailable', 'cannot read the revocation epoch');
   }
+  if (epoch === undefined || epoch === null) throw new SystemError('epoch_unavailable', 'no revocation epoch is recorded');
+  return Number(epoch);
 }
 
 /**
  * Verifies the request's `Authorization: Bearer <delegated token>` for one downstream
- * (`audience`) and one operation (`scope`) against the current epoch (docs/product/policy-rules.md "Delegated
- * credentials": downstream services verify the delegation themselves).
- * @returns the token's claims (sub = user, act.sub = agent, tenant, ceiling in cents, …).
+ * (`audience`) and one operation (`scope`): EdDSA signature by a key of the JWKS, expiry,
+ * and an epoch not below the current one (docs/product/policy-rules.md "Delegated credentials":
+ * downstream services verify the delegation themselves). The request binding is checked next,
+ * once the body is parsed ({@link bindDelegation}).
+ * @returns the token's claims (sub = user, act.sub = agent, tenant, ceiling in cents, op, fence, …).
  * @throws UserError(`missing_token`, 401) when there is no bearer token.
+ * @throws SystemError(`epoch_unavailable`, 503) when the epoch cannot be read.
  * @throws DelegationRejected (`invalid_token…` → 401; `wrong_audience`, `wrong_scope`,
  *   `revoked_epoch` → 403; mapped by the effect route).
  */
 export async function requireDelegation(
   req: Request,
-  db: StagingDb,
-  opts: { secret: string; audience: string; scope: string },
+  verifier: DelegationVerifier,
+  opts: { audience: string; scope: string },
 ): Promise<DelegatedClaims> {
   const match = /^Bearer\s+(\S+)\s*$/i.exec(req.get('authorization') ?? '');
   if (!match) throw new UserError('missing_token', 'a delegated bearer token is required', { status: 401 });
-  const minEpoch = await readRevocationEpoch(db);
-  return verifyDelegatedToken(match[1]!, { secret: opts.secret, audience: opts.audience, scope: opts.scope, minEpoch });
+  const minEpoch = await readRevocationEpoch(verifier.epochDb);
+  return verifyDelegatedToken(match[1]!, { keys: verifier.keys, audience: opts.audience, scope: opts.scope, minEpoch });
 }
 
 /**

@@ -4,7 +4,7 @@ import { SystemError, UserError, parseBody } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
 import { MAIL_TEMPLATES, type MessagesRepository } from '../repositories/messages.repository.ts';
 import type { OrdersRepository } from '../repositories/orders.repository.ts';
-import { assertSameTenant, requireDelegation } from './delegation.guard.ts';
+import { assertSameTenant, bindDelegation, readFencingToken, requireDelegation, type DelegationVerifier } from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
 import { parseQuery } from './query.parser.ts';
 
@@ -28,11 +28,15 @@ const ListQuerySchema = z.object({ orderId: z.string().min(1).max(64) });
  *   400 invalid body; 401 no or invalid token; 403 wrong audience/scope/epoch or
  *   `tenant_mismatch`; 404 `order_not_found`; 503 `recipient_unknown`.
  * - `GET /mail/messages?orderId=…` → `{messages: [...]}` (read-back).
+ * Every effect POST verifies its delegated token and its binding to the request first
+ * (docs/decisions/0170-delegated-credentials-bind-the-operation.md): 403 `op_mismatch`,
+ * `target_mismatch`, `fence_mismatch`, `token_replayed`; 409 `stale_fencing_token`; 503
+ * `epoch_unavailable` — each before any effect.
  */
 export function mailRouter(
   deps: EffectRouteDeps & {
     db: StagingDb;
-    delegationSecret: string;
+    delegation: DelegationVerifier;
     orders: OrdersRepository;
     messages: MessagesRepository;
   },
@@ -42,8 +46,13 @@ export function mailRouter(
   router.post(
     '/mail/messages',
     effectRoute(deps, 'mail', async (req) => {
-      const claims = await requireDelegation(req, deps.db, { secret: deps.delegationSecret, audience: MAIL_AUDIENCE, scope: MAIL_SCOPE });
+      const claims = await requireDelegation(req, deps.delegation, { audience: MAIL_AUDIENCE, scope: MAIL_SCOPE });
       const body = parseBody(MailBodySchema, req.body);
+      await bindDelegation(deps.db, deps.delegation, claims, {
+        idempotencyKey: null,
+        target: { orderId: body.orderId, template: body.template },
+        headerFence: readFencingToken(req),
+      });
       const order = await deps.orders.find(body.orderId);
       if (!order) throw new UserError('order_not_found', `no order ${body.orderId}`, { status: 404 });
       assertSameTenant(claims, order.tenant);

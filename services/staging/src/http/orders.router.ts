@@ -3,7 +3,14 @@ import { ConflictError, UserError } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
 import type { OrdersRepository } from '../repositories/orders.repository.ts';
 import type { ShipmentsRepository } from '../repositories/shipments.repository.ts';
-import { assertSameTenant, readFencingToken, requireDelegation, requireIdempotencyKey } from './delegation.guard.ts';
+import {
+  assertSameTenant,
+  bindDelegation,
+  readFencingToken,
+  requireDelegation,
+  requireIdempotencyKey,
+  type DelegationVerifier,
+} from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
 
 /** Delegation audience of the order system (docs/product/policy-rules.md#delegated-credentials). */
@@ -26,11 +33,15 @@ export const CANCEL_SHIPMENT_SCOPE = 'shipment:cancel';
  *   cancelledAt}`; 200 with `Idempotent-Replayed: true` for a replay; 400; 401; 403; 404
  *   `order_not_found`, `shipment_not_found`; 409 `already_cancelled`, `idempotency_key_reuse`,
  *   `stale_fencing_token`.
+ * Every effect POST verifies its delegated token and its binding to the request first
+ * (docs/decisions/0170-delegated-credentials-bind-the-operation.md): 403 `op_mismatch`,
+ * `target_mismatch`, `fence_mismatch`, `token_replayed`; 409 `stale_fencing_token`; 503
+ * `epoch_unavailable` — each before any effect.
  */
 export function ordersRouter(
   deps: EffectRouteDeps & {
     db: StagingDb;
-    delegationSecret: string;
+    delegation: DelegationVerifier;
     orders: OrdersRepository;
     shipments: ShipmentsRepository;
   },
@@ -50,12 +61,13 @@ export function ordersRouter(
   router.post(
     '/orders/:id/shipments',
     effectRoute(deps, 'orders', async (req) => {
-      const claims = await requireDelegation(req, deps.db, {
-        secret: deps.delegationSecret,
-        audience: ORDERS_AUDIENCE,
-        scope: RESHIP_SCOPE,
-      });
+      const claims = await requireDelegation(req, deps.delegation, { audience: ORDERS_AUDIENCE, scope: RESHIP_SCOPE });
       const id = String(req.params.id);
+      await bindDelegation(deps.db, deps.delegation, claims, {
+        idempotencyKey: null,
+        target: { orderId: id },
+        headerFence: readFencingToken(req),
+      });
       const order = await deps.orders.find(id);
       if (!order) throw new UserError('order_not_found', `no order ${id}`, { status: 404 });
       assertSameTenant(claims, order.tenant);
@@ -75,14 +87,14 @@ export function ordersRouter(
   router.post(
     '/orders/:id/shipments/:shipmentId/cancel',
     effectRoute(deps, 'orders', async (req) => {
-      const claims = await requireDelegation(req, deps.db, {
-        secret: deps.delegationSecret,
-        audience: ORDERS_AUDIENCE,
-        scope: CANCEL_SHIPMENT_SCOPE,
-      });
+      const claims = await requireDelegation(req, deps.delegation, { audience: ORDERS_AUDIENCE, scope: CANCEL_SHIPMENT_SCOPE });
       const idempotencyKey = requireIdempotencyKey(req);
-      const fencingToken = readFencingToken(req);
       const id = String(req.params.id);
+      const fencingToken = await bindDelegation(deps.db, deps.delegation, claims, {
+        idempotencyKey,
+        target: { orderId: id, shipmentId: String(req.params.shipmentId) },
+        headerFence: readFencingToken(req),
+      });
       const order = await deps.orders.find(id);
       if (!order) throw new UserError('order_not_found', `no order ${id}`, { status: 404 });
       assertSameTenant(claims, order.tenant);

@@ -6,7 +6,14 @@ import type { StagingDb } from '../db/staging.database.ts';
 import type { OrdersRepository } from '../repositories/orders.repository.ts';
 import type { RefundsRepository } from '../repositories/refunds.repository.ts';
 import type { ReversalsRepository } from '../repositories/reversals.repository.ts';
-import { assertSameTenant, readFencingToken, requireDelegation, requireIdempotencyKey } from './delegation.guard.ts';
+import {
+  assertSameTenant,
+  bindDelegation,
+  readFencingToken,
+  requireDelegation,
+  requireIdempotencyKey,
+  type DelegationVerifier,
+} from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
 
 /** Delegation audience of the payments ledger (docs/product/policy-rules.md#delegated-credentials). */
@@ -60,11 +67,15 @@ export const ReversalBodySchema = z.object({ reason: z.string().max(240) }).stri
  *   `Idempotent-Replayed: true` for a replay; 400; 401; 403 (delegation, `tenant_mismatch`); 404
  *   `refund_not_found`; 409 `already_reversed`, `idempotency_key_reuse`, `stale_fencing_token`.
  * - `GET /ledger/reversals[?orderId=…]` → `{reversals: [...]}` (read-back, no token).
+ * Every effect POST verifies its delegated token and its binding to the request first
+ * (docs/decisions/0170-delegated-credentials-bind-the-operation.md): 403 `op_mismatch`,
+ * `target_mismatch`, `fence_mismatch`, `token_replayed`; 409 `stale_fencing_token`; 503
+ * `epoch_unavailable` — each before any effect.
  */
 export function paymentsRouter(
   deps: EffectRouteDeps & {
     db: StagingDb;
-    delegationSecret: string;
+    delegation: DelegationVerifier;
     orders: OrdersRepository;
     refunds: RefundsRepository;
     reversals: ReversalsRepository;
@@ -75,14 +86,15 @@ export function paymentsRouter(
   router.post(
     '/ledger/refunds',
     effectRoute(deps, 'payments', async (req) => {
-      const claims = await requireDelegation(req, deps.db, {
-        secret: deps.delegationSecret,
-        audience: PAYMENTS_AUDIENCE,
-        scope: REFUND_SCOPE,
-      });
+      const claims = await requireDelegation(req, deps.delegation, { audience: PAYMENTS_AUDIENCE, scope: REFUND_SCOPE });
       const idempotencyKey = requireIdempotencyKey(req);
-      const fencingToken = readFencingToken(req);
+      const headerFence = readFencingToken(req);
       const body = parseBody(RefundBodySchema, req.body);
+      const fencingToken = await bindDelegation(deps.db, deps.delegation, claims, {
+        idempotencyKey,
+        target: { orderId: body.orderId, amountCents: body.amountCents },
+        headerFence,
+      });
       const order = await deps.orders.find(body.orderId);
       if (!order) throw new UserError('order_not_found', `no order ${body.orderId}`, { status: 404 });
       assertSameTenant(claims, order.tenant);
@@ -122,14 +134,15 @@ export function paymentsRouter(
   router.post(
     '/ledger/refunds/:refundId/reversals',
     effectRoute(deps, 'payments', async (req) => {
-      const claims = await requireDelegation(req, deps.db, {
-        secret: deps.delegationSecret,
-        audience: PAYMENTS_AUDIENCE,
-        scope: REVERSE_SCOPE,
-      });
+      const claims = await requireDelegation(req, deps.delegation, { audience: PAYMENTS_AUDIENCE, scope: REVERSE_SCOPE });
       const idempotencyKey = requireIdempotencyKey(req);
-      const fencingToken = readFencingToken(req);
+      const headerFence = readFencingToken(req);
       const body = parseBody(ReversalBodySchema, req.body);
+      const fencingToken = await bindDelegation(deps.db, deps.delegation, claims, {
+        idempotencyKey,
+        target: { refundId: String(req.params.refundId) },
+        headerFence,
+      });
       const refund = await deps.refunds.find(String(req.params.refundId));
       if (!refund) throw new UserError('refund_not_found', `no refund ${String(req.params.refundId)}`, { status: 404 });
       assertSameTenant(claims, refund.tenant);

@@ -3,14 +3,20 @@ import type { Server } from 'node:http';
 import pg from 'pg';
 import { sql } from 'kysely';
 import { closeServer, createLogger, listen } from '@gatehouse/platform';
-import { mintDelegatedToken, type DelegatedClaims } from '@gatehouse/credentials';
+import {
+  jwksVerifier,
+  mintDelegatedToken,
+  newDelegationKeyPair,
+  type DelegationGrant,
+  type DelegationSigningKey,
+} from '@gatehouse/credentials';
 import { createStagingApp } from '../../src/app.ts';
 import { openStagingDatabase, type StagingDb } from '../../src/db/staging.database.ts';
 import type { FaultBoard } from '../../src/faults/fault-board.service.ts';
 import { ensureStagingSchema } from '../../src/schema.ts';
 
-/** Secret shared by the test "executor" (minting) and the staging app (verifying). */
-export const TEST_SECRET = 'staging-test-delegation-secret';
+/** The test "executor's" key pair: it mints with the private key, the staging app verifies with the JWKS. */
+const KEYS = await newDelegationKeyPair();
 
 const ADMIN_URL = process.env.STAGING_TEST_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 
@@ -37,8 +43,14 @@ async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
   }
 }
 
-/** Creates database `staging_test_<random>`, the schema, and a listening staging app. */
-export async function startStaging(): Promise<StagingHarness> {
+/**
+ * Creates database `staging_test_<random>`, the schema, the revocation epoch (0, in
+ * `public.credential_epochs`: staging fails closed without one), and a listening staging app.
+ * `tokenBinding: false` switches off the request binding of tokens (op, target digest, fence,
+ * single-use jti) for files testing the systems' own semantics with reusable tokens; the binding
+ * itself is tested in `test/credentials/delegated-tokens.test.ts`.
+ */
+export async function startStaging(opts: { tokenBinding?: boolean } = {}): Promise<StagingHarness> {
   const name = `staging_test_${randomBytes(6).toString('hex')}`;
   await admin((c) => c.query(`CREATE DATABASE ${name}`));
   const url = new URL(ADMIN_URL);
@@ -47,18 +59,20 @@ export async function startStaging(): Promise<StagingHarness> {
   await ensureStagingSchema(db);
   const log = createLogger('staging-test');
   log.level = 'silent';
-  const { app, faults } = createStagingApp({ db, delegationSecret: TEST_SECRET, log });
+  const { app, faults } = createStagingApp({
+    db,
+    delegationKeys: jwksVerifier(KEYS.jwks),
+    tokenBindingDisabled: opts.tokenBinding === false,
+    log,
+  });
   const { server, port } = await listen(app, 0);
+  await setEpochOf(db, 0);
   return {
     db,
     faults,
     server,
     baseUrl: `http://127.0.0.1:${port}`,
-    async setEpoch(epoch) {
-      await sql`CREATE TABLE IF NOT EXISTS public.credential_epochs (id int PRIMARY KEY, epoch int NOT NULL)`.execute(db);
-      await sql`INSERT INTO public.credential_epochs (id, epoch) VALUES (1, ${epoch})
-        ON CONFLICT (id) DO UPDATE SET epoch = EXCLUDED.epoch`.execute(db);
-    },
+    setEpoch: (epoch) => setEpochOf(db, epoch),
     async stop() {
       server.closeAllConnections();
       await closeServer(server);
@@ -68,12 +82,24 @@ export async function startStaging(): Promise<StagingHarness> {
   };
 }
 
+async function setEpochOf(db: StagingDb, epoch: number): Promise<void> {
+  await sql`CREATE TABLE IF NOT EXISTS public.credential_epochs (id int PRIMARY KEY, epoch int NOT NULL)`.execute(db);
+  await sql`INSERT INTO public.credential_epochs (id, epoch) VALUES (1, ${epoch})
+    ON CONFLICT (id) DO UPDATE SET epoch = EXCLUDED.epoch`.execute(db);
+}
+
+/** A key pair staging does not know (a token it signs must be refused). */
+export async function strangerKey(): Promise<DelegationSigningKey> {
+  return (await newDelegationKeyPair()).signing;
+}
+
 /**
  * Mints a delegated token as the executor would: rep-ana of quillfeather acting through the
- * agent, ceiling 50000 cents, epoch 0, for the payments ledger unless overridden.
+ * agent, ceiling 50000 cents, epoch 0, for the payments ledger unless overridden (target `{}`
+ * unless given: only a harness with the binding switched off accepts it for a real request).
  */
-export async function token(overrides: Partial<DelegatedClaims> = {}, secret = TEST_SECRET): Promise<string> {
-  const claims: DelegatedClaims = {
+export async function token(overrides: Partial<DelegationGrant> = {}, signing: DelegationSigningKey = KEYS.signing): Promise<string> {
+  const claims: DelegationGrant = {
     sub: 'rep-ana',
     act: { sub: 'agent-support' },
     aud: 'payments',
@@ -83,9 +109,10 @@ export async function token(overrides: Partial<DelegatedClaims> = {}, secret = T
     epoch: 0,
     op: 'wf-1:action:1',
     fence: 1,
+    target: {},
     ...overrides,
   };
-  return mintDelegatedToken(claims, secret);
+  return mintDelegatedToken(claims, signing);
 }
 
 /** A fresh idempotency key, unique per call. */

@@ -1,0 +1,38 @@
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { ensureDelegationKeyPair, loadDelegationSigningKey, type DelegationSigningKey } from '@gatehouse/credentials';
+
+/** Files of the delegation key pair (docs/decisions/0170-delegated-credentials-bind-the-operation.md). */
+export interface DelegationKeyPaths {
+  /** Ed25519 private key, PKCS#8 PEM: the minting side's only (`GATEHOUSE_DELEGATION_SIGNING_KEY_PATH`). */
+  signing: string;
+  /** JWKS of the public keys: the verifiers' (`GATEHOUSE_DELEGATION_JWKS_PATH`). */
+  jwks: string;
+}
+
+/** The key files named by `env`, else `<dir>/delegation-ed25519.pem` and `<dir>/delegation-jwks.json`. */
+export function delegationKeyPaths(env: Record<string, string | undefined>, dir: string): DelegationKeyPaths {
+  return {
+    signing: env.GATEHOUSE_DELEGATION_SIGNING_KEY_PATH ?? resolve(dir, 'delegation-ed25519.pem'),
+    jwks: env.GATEHOUSE_DELEGATION_JWKS_PATH ?? resolve(dir, 'delegation-jwks.json'),
+  };
+}
+
+/**
+ * Outside production, creates the delegation key pair when absent (like the local audit key);
+ * in production both files come from the secret store and are never generated.
+ */
+export async function ensureLocalDelegationKeys(env: Record<string, string | undefined>, paths: DelegationKeyPaths): Promise<void> {
+  if (env.GATEHOUSE_ENV === 'production') return;
+  await ensureDelegationKeyPair(paths.signing, paths.jwks);
+}
+
+/**
+ * The signing key of the operator CLI's remediations: `GATEHOUSE_DELEGATION_SIGNING_KEY_PATH`, else
+ * the local stack's in the state folder `root`; undefined when this machine holds none (the executor's
+ * reconcile job then executes approved remediations).
+ */
+export async function cliSigningKey(env: Record<string, string | undefined>, root: string): Promise<DelegationSigningKey | undefined> {
+  const { signing } = delegationKeyPaths(env, root);
+  return existsSync(signing) ? loadDelegationSigningKey(signing) : undefined;
+}

@@ -1,0 +1,87 @@
+import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { calculateJwkThumbprint, createLocalJWKSet, exportJWK, type JSONWebKeySet, type JWK, type JWTVerifyGetKey } from 'jose';
+import { DELEGATION_ALG, type DelegationSigningKey } from './delegated-token.ts';
+
+/** The public JWK of an Ed25519 key, with `kid` (its RFC 7638 thumbprint), `alg` and `use`. */
+export async function delegationPublicJwk(key: KeyObject): Promise<JWK> {
+  const jwk = await exportJWK(createPublicKey(key));
+  return { ...jwk, kid: await calculateJwkThumbprint(jwk), alg: DELEGATION_ALG, use: 'sig' };
+}
+
+/**
+ * Loads the minting side's Ed25519 private key (PKCS#8 PEM at `path`) and derives its `kid`
+ * (the RFC 7638 thumbprint of its public JWK, so the JWKS entry and the token header agree
+ * without configuration).
+ * @throws Error when the file is missing, unreadable or not an Ed25519 private key.
+ */
+export async function loadDelegationSigningKey(path: string): Promise<DelegationSigningKey> {
+  if (!existsSync(path)) throw new Error(`no delegation signing key at ${path} (GATEHOUSE_DELEGATION_SIGNING_KEY_PATH)`);
+  const key = createPrivateKey(readFileSync(path));
+  if (key.asymmetricKeyType !== 'ed25519') throw new Error(`the delegation signing key at ${path} is not an Ed25519 key`);
+  const jwk = await delegationPublicJwk(key);
+  return { key, kid: jwk.kid! };
+}
+
+/**
+ * Loads the verifiers' key set: a JWKS document (RFC 7517) at `path` holding the public keys of
+ * the minting side. Every key must be an Ed25519 public key (`kty` OKP, `crv` Ed25519) with a
+ * `kid`; a token is verified with the key its header's `kid` names, so during a rotation the old
+ * and the new key are both listed (docs/decisions/0170-delegated-credentials-bind-the-operation.md).
+ * @throws Error when the file is missing, not JSON, empty, or holds another kind of key.
+ */
+export function loadDelegationJwks(path: string): JWTVerifyGetKey {
+  if (!existsSync(path)) throw new Error(`no delegation JWKS at ${path} (GATEHOUSE_DELEGATION_JWKS_PATH)`);
+  const doc = JSON.parse(readFileSync(path, 'utf8')) as JSONWebKeySet;
+  if (!Array.isArray(doc.keys) || doc.keys.length === 0) throw new Error(`the delegation JWKS at ${path} lists no key`);
+  for (const k of doc.keys) {
+    if (k.kty !== 'OKP' || k.crv !== 'Ed25519' || !k.kid || 'd' in k)
+      throw new Error(`the delegation JWKS at ${path} may hold only Ed25519 public keys with a kid`);
+  }
+  return createLocalJWKSet(doc);
+}
+
+/** Writes `text` to `path` atomically (temporary file, then rename), creating its folder. */
+function writeAtomically(path: string, text: string, mode: number): void {
+  mkdirSync(dirname(path), { recursive: true });
+  const tmp = `${path}.${process.pid}.tmp`;
+  writeFileSync(tmp, text, { mode });
+  renameSync(tmp, path);
+}
+
+/**
+ * Local and test set-up of the delegation key pair: creates an Ed25519 private key at
+ * `privatePath` (PKCS#8 PEM, mode 0600) when absent, and makes sure the JWKS at `jwksPath`
+ * lists its public key (creating the file, or adding the key to the keys already listed — the
+ * first step of a rotation). Production supplies both files from its secret store instead.
+ * @returns the signing key's `kid`.
+ */
+export async function ensureDelegationKeyPair(privatePath: string, jwksPath: string): Promise<string> {
+  if (!existsSync(privatePath)) {
+    const { privateKey } = generateKeyPairSync('ed25519');
+    writeAtomically(privatePath, privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(), 0o600);
+  }
+  const jwk = await delegationPublicJwk(createPrivateKey(readFileSync(privatePath)));
+  const doc: JSONWebKeySet = existsSync(jwksPath) ? (JSON.parse(readFileSync(jwksPath, 'utf8')) as JSONWebKeySet) : { keys: [] };
+  if (!doc.keys.some((k) => k.kid === jwk.kid))
+    writeAtomically(jwksPath, `${JSON.stringify({ keys: [...doc.keys, jwk] }, null, 2)}\n`, 0o644);
+  return jwk.kid!;
+}
+
+/**
+ * A fresh Ed25519 key pair held in memory: the signing key (with its `kid`) and the JWKS listing
+ * its public half. For in-process systems of record and tests; processes read files instead.
+ */
+export async function newDelegationKeyPair(): Promise<{ signing: DelegationSigningKey; jwks: JSONWebKeySet }> {
+  const { privateKey } = generateKeyPairSync('ed25519');
+  const jwk = await delegationPublicJwk(privateKey);
+  return { signing: { key: privateKey, kid: jwk.kid! }, jwks: { keys: [jwk] } };
+}
+
+export type { JSONWebKeySet } from 'jose';
+
+/** The verifier of an in-memory JWKS document (every key as {@link loadDelegationJwks} requires). */
+export function jwksVerifier(doc: JSONWebKeySet): JWTVerifyGetKey {
+  return createLocalJWKSet(doc);
+}
