@@ -31,6 +31,7 @@ const OPERATOR_PROVIDED = [
   'Secret/gatehouse-secrets',
   'Secret/gatehouse-audit-key',
   'Secret/gatehouse-delegation-key',
+  'Secret/gatehouse-model',
 ];
 
 const rendered = {
@@ -134,6 +135,22 @@ for (const [overlay, objects] of Object.entries(rendered)) {
       }
       const absent = [...missing].filter((m) => !present.has(m)).sort();
       expect(absent).toEqual(overlay === 'production' ? OPERATOR_PROVIDED.sort() : []);
+    });
+
+    it('each service gets only the keys it uses: the model key reaches the agent loop alone, the delegation key the executor alone', () => {
+      const holders = (secret: string): string[] =>
+        workloads(objects)
+          .filter((w) => {
+            const pod = w.spec.template.spec;
+            const envFrom = (pod.containers[0] as { envFrom?: Array<{ secretRef?: { name: string } }> }).envFrom ?? [];
+            return envFrom.some((f) => f.secretRef?.name === secret) || (pod.volumes ?? []).some((v) => v.secret?.secretName === secret);
+          })
+          .map((w) => w.metadata.name)
+          .sort();
+      expect(holders('gatehouse-model')).toEqual(['agent-loop']);
+      expect(holders('gatehouse-delegation-key')).toEqual(['executor']);
+      // Locally the audit service makes its key on a volume claim; in production it is a Secret.
+      expect(holders('gatehouse-audit-key')).toEqual(overlay === 'production' ? ['audit'] : []);
     });
 
     it('each queue-driven scaler reads the BullMQ wait list of a queue of this release', () => {
