@@ -41,6 +41,8 @@ export interface ActionSeed {
   policyRevision?: string;
   /** The run's wall-time budget from now, ms (default 90 s, docs/product/users-and-tools.md#budgets). */
   budgetMs?: number;
+  /** State the workflow row is inserted in (default `executing`); seeds only, never a transition. */
+  workflowState?: 'executing' | 'completed' | 'stopped' | 'needs_reconciliation';
 }
 
 /**
@@ -83,7 +85,7 @@ export async function createAction(db: Db, seed: ActionSeed): Promise<SeededActi
         pack: 'support',
         mode: 'act',
         text_sha256: createHash('sha256').update(workflowId).digest('hex'),
-        state: 'executing',
+        state: seed.workflowState ?? 'executing',
         release_id: release,
         policy_revision: policy,
         catalog_digest: 'f'.repeat(64),
@@ -196,6 +198,7 @@ export async function seedFinishedRun(db: Db, seed: FinishedRunSeed): Promise<st
     decision: 'ALLOW',
     ruleId: 'ALL',
     approved: false,
+    workflowState: seed.state ?? 'completed',
   });
   const workflowId = first.workflowId;
   for (let i = 0; i < (seed.denied ?? 0); i++) {
@@ -210,7 +213,7 @@ export async function seedFinishedRun(db: Db, seed: FinishedRunSeed): Promise<st
       values (${`${workflowId}:unknown:${i}`}, ${workflowId}, ${first.actionId}, ${first.digest}, 'reship_order', 'failed_unknown',
         ${seed.release})`.execute(db);
   }
-  await sql`update workflows set state = ${seed.state ?? 'completed'}, stop_reason = ${seed.stopReason ?? null},
+  await sql`update workflows set stop_reason = ${seed.stopReason ?? null},
       created_at = ${created}, updated_at = ${new Date(created.getTime() + seconds * 1000)} where id = ${workflowId}`.execute(db);
   await sql`update budgets set spend_micro_usd = ${seed.spendMicroUsd ?? 1000} where workflow_id = ${workflowId}`.execute(db);
   return workflowId;
