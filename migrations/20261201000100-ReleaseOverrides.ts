@@ -1,9 +1,10 @@
 import { sql, type Kysely } from 'kysely';
 
 /**
- * Two-person overrides of release checks (docs/decisions/0210-canary-analysis.md): an operator
- * asks to go past a failing canary analysis, a second operator approves it, and the release
- * command that needed it consumes it once. Bound to the release and a digest of what failed;
+ * Two-person overrides of release checks (docs/decisions/0210-canary-analysis.md,
+ * docs/decisions/0230-two-person-release-changes.md): an operator asks to go past a failing
+ * canary analysis, a failing gate (`--force`) or a loosened limit, a second operator approves it,
+ * and the release command that needed it consumes it once. Bound to the release and a digest of what failed;
  * it expires. Backward compatible: a new table only.
  */
 export async function up(db: Kysely<unknown>): Promise<void> {
@@ -11,7 +12,7 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     CREATE TABLE release_overrides (
       id uuid PRIMARY KEY,
       release_id text NOT NULL,
-      kind text NOT NULL CHECK (kind IN ('canary')),
+      kind text NOT NULL CHECK (kind IN ('canary', 'force_gate', 'raise_limits')),
       failure_digest text NOT NULL,
       reason text NOT NULL,
       requested_by text NOT NULL,

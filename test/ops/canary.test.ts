@@ -8,7 +8,8 @@ import { releaseWritesEnabled } from '@gatehouse/ledger';
 import { createTestDatabase, seedFinishedRun, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/testing';
 import { tokenFor } from '@gatehouse/cli';
 import { activateRelease, enableWrites } from '../../packages/cli/src/releases.ts';
-import { analyzeCanary, approveOverride, CanaryRefused, OverrideRefused, requestOverride } from '../../packages/cli/src/canary.ts';
+import { analyzeCanary, CanaryRefused, requestCanaryOverride } from '../../packages/cli/src/canary.ts';
+import { approveOverride, OverrideRefused } from '../../packages/cli/src/overrides.ts';
 
 /**
  * Canary analysis (docs/decisions/0210-canary-analysis.md): a candidate's cohort is compared with
@@ -101,7 +102,7 @@ describe('release analyze', () => {
 
 describe('two-person override', () => {
   it('the requester cannot approve; a second operator can; it is used once and bound to what failed', async () => {
-    const id = await requestOverride(t.db, 'rel-unsafe', { ...gus, reason: 'the denial is a known test ticket' });
+    const id = await requestCanaryOverride(t.db, 'rel-unsafe', { ...gus, reason: 'the denial is a known test ticket' });
     await expect(approveOverride(t.db, id, gus)).rejects.toMatchObject({ reason: 'requester_cannot_approve' });
     // Not approved yet: still refused.
     await expect(enableWrites(t.db, 'rel-unsafe', 'ops-gus', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
@@ -116,7 +117,7 @@ describe('two-person override', () => {
   });
 
   it('an override approved for one failure does not cover another', async () => {
-    const id = await requestOverride(t.db, 'rel-thin', { ...ida, reason: 'low traffic tenant' });
+    const id = await requestCanaryOverride(t.db, 'rel-thin', { ...ida, reason: 'low traffic tenant' });
     await approveOverride(t.db, id, gus);
     // More runs arrive, now failing cost instead of being insufficient.
     for (let i = 0; i < 6; i++) await seedFinishedRun(t.db, { release: 'rel-thin', spendMicroUsd: 5000 });
@@ -127,7 +128,7 @@ describe('two-person override', () => {
   });
 
   it('an analysis that passes has nothing to override', async () => {
-    await expect(requestOverride(t.db, 'rel-good', { ...gus, reason: 'x' })).rejects.toThrow(/nothing to override/);
+    await expect(requestCanaryOverride(t.db, 'rel-good', { ...gus, reason: 'x' })).rejects.toThrow(/nothing to override/);
   });
 });
 

@@ -31,7 +31,9 @@ import {
 } from '@gatehouse/testing';
 import { CanaryRefused } from '../../packages/cli/src/canary.ts';
 import { tokenFor } from '@gatehouse/cli';
-import { activateRelease, ActivationRefused, enableWrites, rollbackRelease } from '../../packages/cli/src/releases.ts';
+import { activateRelease, ActivationRefused, activationNeeds, enableWrites, rollbackRelease } from '../../packages/cli/src/releases.ts';
+import { approveOverride } from '../../packages/cli/src/overrides.ts';
+import { requestActivationOverride, TwoPersonRequired } from '../../packages/cli/src/two-person.ts';
 import { drainRelease, quarantineRelease, queuedJobs, requeueRelease, RequeueRefused } from '../../packages/cli/src/queue-ops.ts';
 
 /**
@@ -120,6 +122,15 @@ describe('release activation', () => {
     expect((refused as ActivationRefused).problems.join('\n')).toContain('R7 just above auto limit');
     expect(await t.db.selectFrom('releases').selectAll().execute()).toEqual([]);
 
+    // Forcing past the gate takes a second operator (ADR 0230): refused, nothing recorded, until
+    // one operator asks and another approves; the override is bound to these failing cases.
+    await expect(activateRelease(t.db, 'rel-bad', { ...op, force: true })).rejects.toBeInstanceOf(TwoPersonRequired);
+    expect(await t.db.selectFrom('releases').selectAll().execute()).toEqual([]);
+    const [forceNeed] = await activationNeeds(t.db, 'rel-bad', { force: true });
+    expect(forceNeed?.kind).toBe('force_gate');
+    const ask = await requestActivationOverride(t.db, 'rel-bad', forceNeed!, { ...op, reason: 'drill: the units mistake' });
+    await expect(approveOverride(t.db, ask, op)).rejects.toMatchObject({ reason: 'requester_cannot_approve' });
+    await approveOverride(t.db, ask, { operator: 'ops-ida', hmacKey: HMAC });
     const forced = await activateRelease(t.db, 'rel-bad', { ...op, force: true });
     expect(forced).toMatchObject({ status: 'active', forced: true });
     expect(await releaseForced(t.db, 'rel-bad')).toBe(true);

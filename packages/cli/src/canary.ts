@@ -1,14 +1,7 @@
-import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
-import {
-  canonicalJson,
-  DEFAULT_CANARY_THRESHOLDS,
-  loadReleaseManifest,
-  sha256Hex,
-  STOP_REASONS,
-  type CanaryThresholds,
-} from '@gatehouse/contracts';
+import { DEFAULT_CANARY_THRESHOLDS, loadReleaseManifest, STOP_REASONS, type CanaryThresholds } from '@gatehouse/contracts';
 import { actorHash, inTransaction, recordAudit, TERMINAL_STATES, type Db, type Trx } from '@gatehouse/ledger';
+import { consumeOverride, overrideDigest, requestOverride } from './overrides.ts';
 
 /** Stop reasons that count as errors of the runtime, not outcomes of policy (docs/product/states.md#stop-reasons). */
 export const ERROR_STOP_REASONS: readonly (typeof STOP_REASONS)[number][] = [
@@ -17,9 +10,6 @@ export const ERROR_STOP_REASONS: readonly (typeof STOP_REASONS)[number][] = [
   'audit_unavailable',
   'model_error',
 ];
-
-/** How long an approved override stays usable (ms): like an action approval, 15 minutes. */
-export const OVERRIDE_TTL_MS = 15 * 60_000;
 
 /** What one release's runs did in a window (workflows created in it). Rates are per run. */
 export interface ReleaseMeasures {
@@ -205,7 +195,7 @@ export async function analyzeCanary(
   const enough = Math.min(measures.baseline.terminal, measures.candidate.terminal) >= thresholds.minRuns;
   const verdict = !enough ? 'insufficient' : rows.every((r) => r.ok) ? 'pass' : 'fail';
   const failed = verdict === 'insufficient' ? ['insufficient'] : failing({ rows });
-  const failureDigest = sha256Hex(canonicalJson({ candidate, baseline, failed }));
+  const failureDigest = overrideDigest('canary', candidate, [`baseline:${baseline}`, ...failed]);
   return { candidate, baseline, sinceMs, untilMs, thresholds, measures, rows, verdict, failureDigest };
 }
 
@@ -242,99 +232,25 @@ export async function auditAnalysis(db: Db, a: CanaryAnalysis, operator: string,
 }
 
 /**
- * `gatehouse release override <id> --reason <why>`: asks to go past the release's failing canary
- * analysis. A second operator must approve it ({@link approveOverride}); it is bound to the
- * failing measures ({@link CanaryAnalysis.failureDigest}), single use, and expires after
- * {@link OVERRIDE_TTL_MS}. Audited.
+ * `gatehouse release override <id> --reason <why>` (for a canary): asks to go past the release's
+ * failing canary analysis; bound to the failing measures ({@link CanaryAnalysis.failureDigest}).
+ * A second operator approves it (`approveOverride`). Audited.
  * @returns the override id.
- * @throws Error when the analysis passes (nothing to override) or the reason is empty.
+ * @throws Error when the analysis passes (nothing to override) or the reason is malformed.
  */
-export async function requestOverride(
+export async function requestCanaryOverride(
   db: Db,
   release: string,
   opts: { operator: string; hmacKey: string; reason: string },
 ): Promise<string> {
-  const reason = opts.reason.trim();
-  if (!reason || reason.length > 500) throw new Error('release override needs --reason "<why>" (1–500 characters)');
   const a = await analyzeCanary(db, release);
   if (a.verdict === 'pass') throw new Error(`release ${release}: the canary analysis passes; there is nothing to override`);
-  const id = randomUUID();
-  await inTransaction(db, async (trx) => {
-    await trx
-      .insertInto('release_overrides')
-      .values({
-        id,
-        release_id: release,
-        kind: 'canary',
-        failure_digest: a.failureDigest,
-        reason,
-        requested_by: opts.operator,
-        expires_at: new Date(Date.now() + OVERRIDE_TTL_MS),
-        approved_by: null,
-        decided_at: null,
-        used_at: null,
-      })
-      .execute();
-    await recordAudit(trx, {
-      type: 'release.override_requested',
-      service: 'cli',
-      runId: null,
-      actorHash: actorHash(opts.hmacKey, opts.operator),
-      outcome: `canary:${a.verdict}:${failing(a).join(',') || 'insufficient'};override:${id}`,
-      revisions: { release },
-    });
-  });
-  return id;
-}
-
-/** Why {@link approveOverride} refused. */
-export class OverrideRefused extends Error {
-  override name = 'OverrideRefused';
-  readonly reason: 'not_found' | 'requester_cannot_approve' | 'expired' | 'already_decided';
-  constructor(reason: OverrideRefused['reason'], id: string) {
-    super(`override ${id} refused (${reason})`);
-    this.reason = reason;
-  }
-}
-
-/**
- * `gatehouse release override --approve <override-id>`: a second operator — never the one who
- * asked — approves a pending, unexpired override, in one conditional UPDATE. Audited.
- * @throws OverrideRefused with its reason; nothing changes.
- */
-export async function approveOverride(db: Db, id: string, opts: { operator: string; hmacKey: string }): Promise<string> {
-  return inTransaction(db, async (trx) => {
-    const row = await trx
-      .updateTable('release_overrides')
-      .set({ status: 'approved', approved_by: opts.operator, decided_at: new Date() })
-      .where('id', '=', id)
-      .where('status', '=', 'pending')
-      .where('requested_by', '!=', opts.operator)
-      .where('expires_at', '>', new Date())
-      .returning('release_id')
-      .executeTakeFirst();
-    if (!row) {
-      const o = await trx.selectFrom('release_overrides').selectAll().where('id', '=', id).executeTakeFirst();
-      throw new OverrideRefused(
-        !o
-          ? 'not_found'
-          : o.requested_by === opts.operator
-            ? 'requester_cannot_approve'
-            : o.status !== 'pending'
-              ? 'already_decided'
-              : 'expired',
-        id,
-      );
-    }
-    await recordAudit(trx, {
-      type: 'release.override_approved',
-      service: 'cli',
-      runId: null,
-      actorHash: actorHash(opts.hmacKey, opts.operator),
-      outcome: `override:${id}`,
-      revisions: { release: row.release_id },
-    });
-    return row.release_id;
+  return requestOverride(db, {
+    release,
+    kind: 'canary',
+    digest: a.failureDigest,
+    summary: `canary:${a.verdict}:${failing(a).join(',') || 'insufficient'}`,
+    ...opts,
   });
 }
 
@@ -355,33 +271,14 @@ export async function requireCanary(
   if (r?.status !== 'candidate') return 'not_a_candidate';
   const a = await analyzeCanary(trx, release);
   if (a.verdict === 'pass') return 'pass';
-  // One override, consumed once: the oldest usable one, locked so two commands cannot both use it.
-  const used = await trx
-    .updateTable('release_overrides')
-    .set({ status: 'used', used_at: new Date() })
-    .where('id', '=', (eb) =>
-      eb
-        .selectFrom('release_overrides')
-        .select('id')
-        .where('release_id', '=', release)
-        .where('status', '=', 'approved')
-        .where('failure_digest', '=', a.failureDigest)
-        .where('expires_at', '>', new Date())
-        .orderBy('created_at')
-        .limit(1)
-        .forUpdate()
-        .skipLocked(),
-    )
-    .returning('id')
-    .executeTakeFirst();
-  if (!used) throw new CanaryRefused(a);
-  await recordAudit(trx, {
-    type: 'release.override_used',
-    service: 'cli',
-    runId: null,
-    actorHash: actorHash(hmacKey, operator),
-    outcome: `override:${used.id};canary:${a.verdict}:${failing(a).join(',') || 'insufficient'}`,
-    revisions: { release },
+  const used = await consumeOverride(trx, {
+    release,
+    kind: 'canary',
+    digest: a.failureDigest,
+    summary: `canary:${a.verdict}:${failing(a).join(',') || 'insufficient'}`,
+    operator,
+    hmacKey,
   });
+  if (!used) throw new CanaryRefused(a);
   return 'override';
 }

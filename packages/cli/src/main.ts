@@ -45,7 +45,9 @@ const USAGE = `gatehouse — operate a Gatehouse stack
   gatehouse release analyze <candidate> [--baseline <id>] [--json]
                                         compare the candidate's cohort with the baseline over the same window;
                                         exit 0 only when the verdict is pass
-  gatehouse release override <id> --reason <why>    ask to go past a failing canary analysis
+  gatehouse release override <id> --reason <why> [--for canary|force|raise-limits]
+                                        ask to go past a failing canary analysis, to force past the
+                                        gate, or to loosen a limit of the active bundle
   gatehouse release override --approve <override>   a second operator approves it (single use, 15 min)
   gatehouse release enable-writes <id>  run <id>'s safety cases (and a candidate's canary analysis),
                                         then let its consequential tools run
@@ -89,6 +91,7 @@ async function main(argv: string[]): Promise<number> {
       baseline: { type: 'string' },
       approve: { type: 'string' },
       json: { type: 'boolean' },
+      for: { type: 'string' },
       from: { type: 'string' },
       release: { type: 'string' },
       all: { type: 'boolean' },

@@ -4,7 +4,10 @@ import type { BaseEnv } from '@gatehouse/platform';
 import type { Operator } from './ops.ts';
 import { drainRelease, quarantineRelease, requeueRelease, withQueues } from './queue-ops.ts';
 import { activateRelease, currentDigests, enableWrites, rollbackRelease, verifyManifest } from './releases.ts';
-import { analyzeCanary, approveOverride, auditAnalysis, formatAnalysis, requestOverride } from './canary.ts';
+import { analyzeCanary, auditAnalysis, formatAnalysis, requestCanaryOverride } from './canary.ts';
+import { approveOverride } from './overrides.ts';
+import { requestActivationOverride } from './two-person.ts';
+import { activationNeeds } from './releases.ts';
 
 /** Runs `fn` as a verified operator (see `opsCommand` in main.ts). */
 type AsOperator = (command: string, fn: (db: Db, op: Operator) => Promise<number>) => Promise<number>;
@@ -46,6 +49,7 @@ export async function releaseCommand(
     baseline?: string;
     approve?: string;
     json?: boolean;
+    for?: string;
   },
   env: BaseEnv,
   asOperator: AsOperator,
@@ -114,7 +118,16 @@ export async function releaseCommand(
           );
           return 0;
         }
-        const id = await requestOverride(db, need(arg, 'a release id'), { ...actor(op), reason: values.reason ?? '' });
+        const release = need(arg, 'a release id');
+        const ask = { ...actor(op), reason: values.reason ?? '' };
+        const kind = values.for ?? 'canary';
+        let id: string;
+        if (kind === 'canary') id = await requestCanaryOverride(db, release, ask);
+        else if (kind === 'force' || kind === 'raise-limits') {
+          const wanted = kind === 'force' ? 'force_gate' : 'raise_limits';
+          const found = (await activationNeeds(db, release, { force: true })).find((n) => n.kind === wanted);
+          id = await requestActivationOverride(db, release, found ?? { kind: wanted, items: [] }, ask);
+        } else throw new Error(`--for ${kind}: one of canary, force, raise-limits`);
         out(`override ${id} requested; another operator approves it with: gatehouse release override --approve ${id}`);
         return 0;
       });

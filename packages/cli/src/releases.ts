@@ -1,4 +1,4 @@
-import { listReleaseManifests, loadReleaseManifest, type ReleaseManifest } from '@gatehouse/contracts';
+import { listReleaseManifests, loadReleaseManifest, ReleaseManifestSchema, type ReleaseManifest } from '@gatehouse/contracts';
 import {
   actorHash,
   appliedMigrations,
@@ -22,6 +22,7 @@ import {
 import type { QueueRegistry } from '@gatehouse/platform';
 import { drainRelease, queuedJobs, resumeReleaseQueues } from './queue-ops.ts';
 import { requireCanary } from './canary.ts';
+import { raisedLimits, requireSecondPerson, type TwoPersonNeed } from './two-person.ts';
 
 const PACKS: readonly Pack[] = ['support', 'change'];
 
@@ -109,8 +110,10 @@ export class ActivationRefused extends Error {
  * subset, then records it — with a cohort as a `candidate` serving those tenants/users with
  * consequential writes disabled; without one as the `active` release (the former active one
  * retires). `force` bypasses only failing boundary cases, and the bypass is audited; digest or
- * schema mismatches are never bypassed.
+ * schema mismatches are never bypassed. Forcing, or a bundle looser than the active one, also
+ * needs a second operator's approved override, consumed here ({@link activationNeeds}).
  * @throws ActivationRefused listing the problems.
+ * @throws TwoPersonRequired when a needed override is missing (nothing changes).
  */
 export async function activateRelease(
   db: Db,
@@ -124,8 +127,11 @@ export async function activateRelease(
   if (safety.gate.length && !opts.force) problems.push(...safety.gate);
   if (problems.length) throw new ActivationRefused(id, problems);
   const status = opts.cohort ? 'candidate' : 'active';
+  const needs = await activationNeeds(db, id, { force: opts.force });
   await inTransaction(db, async (trx) => {
     await lockReleases(trx);
+    // Forcing past the gate, or loosening a limit of the active bundle, takes a second operator (ADR 0230).
+    if (needs.length) await requireSecondPerson(trx, id, needs, opts);
     // Promoting a candidate to everyone needs its canary analysis to pass (or a two-person override).
     if (status === 'active') await requireCanary(trx, id, opts.operator, opts.hmacKey);
     if (status === 'active') {
@@ -182,6 +188,31 @@ export interface WritesEnabled {
   forcedPast: string[];
   /** How the canary check passed: not a candidate, its analysis passed, or a two-person override was used. */
   canary: 'not_a_candidate' | 'pass' | 'override';
+}
+
+/** The manifest of the active release other than `except` (null when there is none). */
+async function activeManifest(db: Db, except: string): Promise<ReleaseManifest | null> {
+  const row = await db
+    .selectFrom('releases')
+    .select('manifest')
+    .where('status', '=', 'active')
+    .where('id', '!=', except)
+    .executeTakeFirst();
+  return row ? ReleaseManifestSchema.parse(row.manifest) : null;
+}
+
+/**
+ * What activating `id` needs a second operator for (ADR 0230): forcing past failing boundary
+ * cases (only when `force`), and limits of its bundles looser than the active release's.
+ */
+export async function activationNeeds(db: Db, id: string, opts: { force?: boolean }): Promise<TwoPersonNeed[]> {
+  const m = loadReleaseManifest(id);
+  const gate = opts.force ? safetySubset(m).gate : [];
+  const raised = raisedLimits(await activeManifest(db, id), m);
+  return [
+    ...(gate.length ? [{ kind: 'force_gate' as const, items: gate }] : []),
+    ...(raised.length ? [{ kind: 'raise_limits' as const, items: raised }] : []),
+  ];
 }
 
 /**

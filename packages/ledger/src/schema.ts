@@ -249,8 +249,8 @@ export interface ReleasesTable {
 export interface ReleaseOverridesTable {
   id: string;
   release_id: string;
-  kind: 'canary';
-  /** sha256 over the release, its baseline and the names of the failing measures. */
+  kind: 'canary' | 'force_gate' | 'raise_limits';
+  /** sha256 over the kind, the release and what is overridden (failing measures, gate cases, raised limits). */
   failure_digest: string;
   reason: string;
   requested_by: string;
