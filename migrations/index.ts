@@ -9,6 +9,7 @@ import * as refundWindowIndex from './20261130000700-RefundWindowIndex.ts';
 import * as budgetWaits from './20261130000800-BudgetWaits.ts';
 import * as releaseOverrides from './20261201000100-ReleaseOverrides.ts';
 import * as reasoningItems from './20261201000145-ReasoningItems.ts';
+import * as outboxJobIdIndex from './20261201000200-OutboxJobIdIndex.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
 export const migrations: Record<string, Migration> = {
@@ -22,4 +23,5 @@ export const migrations: Record<string, Migration> = {
   '20261130000800-BudgetWaits': budgetWaits,
   '20261201000100-ReleaseOverrides': releaseOverrides,
   '20261201000145-ReasoningItems': reasoningItems,
+  '20261201000200-OutboxJobIdIndex': outboxJobIdIndex,
 };

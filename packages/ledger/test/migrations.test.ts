@@ -37,6 +37,7 @@ const TABLES_OF: Record<string, string[]> = {
   '20261130000800-BudgetWaits': [],
   '20261201000100-ReleaseOverrides': ['release_overrides'],
   '20261201000145-ReasoningItems': [],
+  '20261201000200-OutboxJobIdIndex': [],
 };
 const tablesUpTo = (names: string[]): string[] => names.flatMap((n) => TABLES_OF[n] ?? []).sort();
 const ALL_TABLES = tablesUpTo(Object.keys(migrations));
