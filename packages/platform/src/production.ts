@@ -65,7 +65,8 @@ export function testDoubleRefusal(what: string): () => string[] {
  * Why an Ed25519 private key file named by `variable` is unfit for production (empty: fit): the
  * variable must be set explicitly (`explicit`), the file must exist — no key is generated in
  * production — and hold an Ed25519 private key (PKCS#8 PEM). Used for the executor's delegation
- * signing key (docs/decisions/0170-delegated-credentials-bind-the-operation.md).
+ * signing key (docs/decisions/0170-delegated-credentials-bind-the-operation.md) and the audit
+ * service's anchoring key (docs/decisions/0180-strict-production-mode.md).
  */
 export function ed25519KeyFileProblems(variable: string, path: string, explicit: boolean): string[] {
   if (!explicit) return [`${variable}: must be set (an Ed25519 private key from the secret store)`];

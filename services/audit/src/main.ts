@@ -3,6 +3,7 @@ import { resolve } from 'node:path';
 import { z } from 'zod';
 import {
   assertReleaseMatchesCode,
+  ed25519KeyFileProblems,
   createServiceContext,
   createHttpApp,
   finishApp,
@@ -13,7 +14,7 @@ import {
 import { repoRoot } from '@gatehouse/contracts';
 import { observeAuditBacklog } from '@gatehouse/telemetry';
 import { chainPending, readAuditBacklog } from './jobs/chain.writer.ts';
-import { anchorHead, loadSigningKey, signingKeyProblems } from './domain/anchor.ts';
+import { anchorHead, loadSigningKey } from './domain/anchor.ts';
 import { evaluateMonitors, raiseAlerts } from './domain/monitors.ts';
 
 const ctx = createServiceContext(
@@ -33,7 +34,7 @@ const ctx = createServiceContext(
     MONITOR_MAX_FAILED_UNKNOWN_PER_HOUR: z.coerce.number().int().nonnegative().default(3),
   },
   process.env,
-  (e) => signingKeyProblems(e.AUDIT_SIGNING_KEY_PATH, process.env.AUDIT_SIGNING_KEY_PATH !== undefined),
+  (e) => ed25519KeyFileProblems('AUDIT_SIGNING_KEY_PATH', e.AUDIT_SIGNING_KEY_PATH, process.env.AUDIT_SIGNING_KEY_PATH !== undefined),
 );
 const { env, log, db } = ctx;
 // The code must be the release it serves: a differing catalog, prompt or audit schema refuses to boot (ADR 0220).

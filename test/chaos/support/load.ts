@@ -17,13 +17,13 @@ export type RunKind = 'refund_auto' | 'refund_approval' | 'reship_approval' | 'n
  * and the amount paid on its order, cents. An 80.00 refund is above the auto limit and a reship
  * of an order paid above 300.00 needs a lead: both wait for an approval.
  */
-const KINDS: Record<RunKind, { text: (orderId: string) => string; paidCents: number }> = {
+export const KINDS: Record<RunKind, { text: (orderId: string) => string; paidCents: number }> = {
   refund_auto: { text: (o) => `Refund $20 on order ${o}, it arrived late.`, paidCents: 20_000 },
   refund_approval: { text: (o) => `Refund $80 on order ${o}, it arrived broken.`, paidCents: 20_000 },
   reship_approval: { text: (o) => `Please reship order ${o}, the parcel was lost.`, paidCents: 40_000 },
   notify: { text: (o) => `Please email the customer of order ${o} about the late parcel.`, paidCents: 20_000 },
 };
-const KIND_CYCLE: readonly RunKind[] = ['refund_auto', 'refund_approval', 'notify', 'reship_approval'];
+export const KIND_CYCLE: readonly RunKind[] = ['refund_auto', 'refund_approval', 'notify', 'reship_approval'];
 
 /** One ticket of the load, on an order of its own (so its effects are exactly its own). */
 export interface Run {

@@ -7,6 +7,8 @@ import { SERVICES, approveAsLead, call, startStack, tokenFor, type RunningStack 
 import { executionsQueue, queueName } from '@gatehouse/contracts';
 import { freePort } from '@gatehouse/testing';
 import type { E2EStack } from '../../support/stack.ts';
+// The ticket kinds of the chaos load (one effect each at a system of record), reused here.
+import { KIND_CYCLE, KINDS, type RunKind } from '../../chaos/support/load.ts';
 
 /** Local HS256 secret of user tokens (the stack's default). */
 export const AUTH_SECRET = 'local-auth-secret-change-me';
@@ -59,22 +61,6 @@ export function workDone(dir: string, service: string): { jobs: Record<string, n
   }
   return { jobs, chained };
 }
-
-/** What a batch ticket asks for; each needs one effect at a system of record. */
-export type RunKind = 'refund_auto' | 'refund_approval' | 'reship_approval' | 'notify';
-
-/**
- * The ticket of each kind (the model-stub's obedient planner reads it: lookup, then the step) and
- * the amount paid on its order, cents: a $20 refund is under the auto limit, $80 needs a lead, and
- * a reship of an order paid above 300.00 needs a lead.
- */
-const KINDS: Record<RunKind, { text: (orderId: string) => string; paidCents: number }> = {
-  refund_auto: { text: (o) => `Refund $20 on order ${o}, it arrived late.`, paidCents: 20_000 },
-  refund_approval: { text: (o) => `Refund $80 on order ${o}, it arrived broken.`, paidCents: 20_000 },
-  reship_approval: { text: (o) => `Please reship order ${o}, the parcel was lost.`, paidCents: 40_000 },
-  notify: { text: (o) => `Please email the customer of order ${o} about the late parcel.`, paidCents: 20_000 },
-};
-const KIND_CYCLE: readonly RunKind[] = ['refund_auto', 'refund_approval', 'notify', 'reship_approval'];
 
 /** One batch ticket, on an order of its own. */
 export interface Run {

@@ -6,7 +6,7 @@ import type { Db } from '@gatehouse/ledger';
 /**
  * Loads the Ed25519 anchoring key from a PEM file, creating it (mode 0600) on first use when
  * `create` (local and test). In production the key comes from the secret store via the same path
- * and is never generated ({@link signingKeyProblems} refuses the boot first).
+ * and is never generated (`ed25519KeyFileProblems` of packages/platform refuses the boot first).
  *
  * Several audit replicas may start at once over one key path (docs/decisions/0195-services-as-replicas.md):
  * the key is created create-if-absent — written whole to a file of this process, then hard-linked
@@ -44,22 +44,6 @@ function checkThenWrite(env: Record<string, string | undefined>): boolean {
   if (env.GATEHOUSE_TEST_KEY_CHECK_THEN_WRITE !== '1') return false;
   if (env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_KEY_CHECK_THEN_WRITE may only be set with GATEHOUSE_ENV=test');
   return true;
-}
-
-/**
- * Why the anchoring key at `path` is unfit for production (empty: fit): the path must be set
- * explicitly (`explicit`) and hold an Ed25519 private key. A missing key is a boot failure, never
- * silently generated (docs/decisions/0180-strict-production-mode.md).
- */
-export function signingKeyProblems(path: string, explicit: boolean): string[] {
-  if (!explicit) return ['AUDIT_SIGNING_KEY_PATH: must be set (the Ed25519 audit signing key from the secret store)'];
-  if (!existsSync(path)) return [`AUDIT_SIGNING_KEY_PATH: ${path} does not exist (no key is generated in production)`];
-  try {
-    const key = createPrivateKey(readFileSync(path));
-    return key.asymmetricKeyType === 'ed25519' ? [] : [`AUDIT_SIGNING_KEY_PATH: ${path} is not an Ed25519 key`];
-  } catch (err) {
-    return [`AUDIT_SIGNING_KEY_PATH: ${path} is not a readable private key (${(err as Error).message})`];
-  }
 }
 
 /**
