@@ -127,7 +127,7 @@ export async function activateRelease(
   if (safety.gate.length && !opts.force) problems.push(...safety.gate);
   if (problems.length) throw new ActivationRefused(id, problems);
   const status = opts.cohort ? 'candidate' : 'active';
-  const needs = await activationNeeds(db, id, { force: opts.force });
+  const needs = await activationNeeds(db, id, { force: opts.force, manifest: m, gate: safety.gate });
   await inTransaction(db, async (trx) => {
     await lockReleases(trx);
     // Forcing past the gate, or loosening a limit of the active bundle, takes a second operator (ADR 0230).
@@ -203,11 +203,16 @@ async function activeManifest(db: Db, except: string): Promise<ReleaseManifest |
 
 /**
  * What activating `id` needs a second operator for (ADR 0230): forcing past failing boundary
- * cases (only when `force`), and limits of its bundles looser than the active release's.
+ * cases (only when `force`), and limits of its bundles looser than the active release's. A caller
+ * that already loaded the manifest and ran its gate passes them (`manifest`, `gate`).
  */
-export async function activationNeeds(db: Db, id: string, opts: { force?: boolean }): Promise<TwoPersonNeed[]> {
-  const m = loadReleaseManifest(id);
-  const gate = opts.force ? safetySubset(m).gate : [];
+export async function activationNeeds(
+  db: Db,
+  id: string,
+  opts: { force?: boolean; manifest?: ReleaseManifest; gate?: string[] },
+): Promise<TwoPersonNeed[]> {
+  const m = opts.manifest ?? loadReleaseManifest(id);
+  const gate = opts.force ? (opts.gate ?? safetySubset(m).gate) : [];
   const raised = raisedLimits(await activeManifest(db, id), m);
   return [
     ...(gate.length ? [{ kind: 'force_gate' as const, items: gate }] : []),
