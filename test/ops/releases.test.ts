@@ -383,7 +383,7 @@ describe('ops commands need an operator token', () => {
         await Promise.all(
           cases.slice(i, i + 4).map(async (c) => {
             const r = await run(c.args, c.token);
-            expect(r.code, `${c.args.join(' ')} as ${c.label}: ${r.out}`).toBe(1);
+            expect(r.code, `${c.args.join(' ')} as ${c.label}: ${r.out}`).toBe(3); // not authorized
             expect(r.out).toContain(`refused (${c.reason})`);
           }),
         );
@@ -446,11 +446,11 @@ describe('ops commands need an operator token', () => {
       const database = new URL(t.url).pathname.slice(1);
       // A rep is refused, and --all without the database's name is refused before anything runs.
       const rep = await run(['migrate', 'down'], await tokenFor('rep-ana', SECRET));
-      expect(rep.code).toBe(1);
+      expect(rep.code).toBe(3); // not authorized (packages/cli/src/commands.ts EXIT)
       expect(rep.out).toContain('refused (not_an_operator)');
       const opsToken = await tokenFor('ops-gus', SECRET);
       const unconfirmed = await run(['migrate', 'down', '--all'], opsToken);
-      expect(unconfirmed.code).toBe(1);
+      expect(unconfirmed.code).toBe(2); // a usage error: nothing ran
       expect(unconfirmed.out).toContain(`--confirm ${database}`);
       expect(await applied()).toEqual(all);
       // The operator reverts exactly one migration (audited), and migrate up applies it again.

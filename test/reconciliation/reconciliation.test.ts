@@ -102,12 +102,12 @@ describe('reconciliation', () => {
     for (const user of ['rep-ana', 'lead-eli']) {
       for (const args of [['reconcile'], ['reconcile', 'resolve', randomUUID(), '--reverse']]) {
         const r = await asUser(args, user);
-        expect(r.code).toBe(1);
+        expect(r.code).toBe(3); // not authorized
         expect(r.out).toMatch(/refused \(not_an_operator\)/);
       }
     }
     const forged = await run(['reconcile'], 'not-a-jwt');
-    expect(forged.code).toBe(1);
+    expect(forged.code).toBe(3);
     expect(forged.out).toMatch(/refused \(invalid_token\)/);
     const refused = (await auditEvents('ops.refused')).slice(refusedBefore).map((e) => e.outcome);
     expect(refused.sort()).toEqual(

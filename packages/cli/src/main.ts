@@ -18,113 +18,46 @@ import { releaseCommand } from './release-commands.ts';
 import { withQueues } from './queue-ops.ts';
 import { loadBundle, loadBundleFile, runBoundaryGate, loadGateCases } from '@gatehouse/policy';
 import { portOf, SERVICES, startStack, stateDir, stateRoot, type RunningStack } from './stack.ts';
-import { launchStackDaemon, progressPrinter, stackStatus, stopStack } from './stack-control.ts';
-
-const USAGE = `gatehouse — operate a Gatehouse stack
-
-  gatehouse demo [--keep-running]       run ticket T-1 through every service (fresh demo database)
-  gatehouse stack up [--fresh] [--only svc,svc]   start every service (or those) under a supervisor
-                                        that restarts any that exits; wait until ready
-  gatehouse stack down                  stop the supervisor and every service
-  gatehouse stack status                each service's state, restarts and last exit (crash loops)
-  gatehouse token --user <id>           print a bearer token for a user of world.json (local secret)
-  gatehouse audit verify                walk the audit chain and its anchors
-  gatehouse switch on|off <tool>        hold or release a tool at the moment of execution
-  gatehouse epoch bump                  revoke every outstanding delegated credential
-  gatehouse delegation keys <dir>       create an Ed25519 delegation key pair in <dir> (or add the key of an
-                                        existing delegation-ed25519.pem to delegation-jwks.json: rotation)
-  gatehouse reconcile                   compare the ledger with the systems of record; print the worklist
-  gatehouse reconcile resolve <item> --ratify|--reverse|--cancel-shipment|--adopt|--replay
-                                        ask a lead to approve a remediation; once approved, run it once
-  gatehouse policy check <bundle.json|revision>   run the boundary-case gate
-  gatehouse release digests             print the prompt, catalog, audit-schema digests and schema version of this code
-  gatehouse release verify <id>         check a release manifest's digests against this code and database
-  gatehouse release activate <id> [--cohort tenant:T,user:U] [--force]
-                                        gate + safety subset, then active (or a candidate for the cohort,
-                                        writes disabled); --force bypasses failing boundary cases (audited)
-  gatehouse release analyze <candidate> [--baseline <id>] [--json]
-                                        compare the candidate's cohort with the baseline over the same window;
-                                        exit 0 only when the verdict is pass
-  gatehouse release override <id> --reason <why> [--for canary|force|raise-limits]
-                                        ask to go past a failing canary analysis, to force past the
-                                        gate, or to loosen a limit of the active bundle
-  gatehouse release override --approve <override>   a second operator approves it (single use, 15 min)
-  gatehouse release enable-writes <id>  run <id>'s safety cases (and a candidate's canary analysis),
-                                        then let its consequential tools run
-  gatehouse release rollback --to <id> --reason <why>
-                                        writes off, drain, expire approvals, inventory, restore <id>
-                                        with writes OFF, run its safety cases (docs/runbooks/rollback.md)
-  gatehouse queues drain --release R    stop claiming R's jobs; in-flight work finishes
-  gatehouse queues quarantine --release R   set R's queued jobs aside in the ledger, stop their workflows
-  gatehouse queues requeue --from C --to F  move C's queued jobs to F (same payload version only)
-  gatehouse migrate [up]                 apply every pending migration
-  gatehouse migrate down                 revert the latest migration only (ops token; audited)
-  gatehouse migrate down --all --confirm <database>   revert every migration: drops all ledger and audit data
-
-  Ops commands (switch, epoch, reconcile, queues, release, migrate down) need an operator's bearer token:
-  --token <jwt> or GATEHOUSE_TOKEN (locally: gatehouse token --user ops-gus). Each is audited.
-
-  --state-dir <dir> or GATEHOUSE_STATE_DIR: where stacks keep logs, pid files and the local audit
-  key (default .gatehouse/). Two stacks side by side need two state folders, and their own ports
-  (<SERVICE>_PORT), database (DATABASE_URL) and queue prefix (QUEUE_PREFIX).`;
+import { launchStackDaemon, progressPrinter, readStackStatus, stackStatus, stopStack } from './stack-control.ts';
+import { checkOptions, commandHelp, exitCodeFor, findCommand, usage, UsageError, EXIT } from './commands.ts';
 
 const out = (line: string): void => {
   process.stdout.write(`${line}\n`);
 };
 
 async function main(argv: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      user: { type: 'string' },
-      token: { type: 'string' },
-      ratify: { type: 'boolean' },
-      reverse: { type: 'boolean' },
-      'cancel-shipment': { type: 'boolean' },
-      adopt: { type: 'boolean' },
-      replay: { type: 'boolean' },
-      cohort: { type: 'string' },
-      force: { type: 'boolean' },
-      to: { type: 'string' },
-      reason: { type: 'string' },
-      baseline: { type: 'string' },
-      approve: { type: 'string' },
-      json: { type: 'boolean' },
-      for: { type: 'string' },
-      from: { type: 'string' },
-      release: { type: 'string' },
-      all: { type: 'boolean' },
-      confirm: { type: 'string' },
-      fresh: { type: 'boolean' },
-      only: { type: 'string' },
-      'state-dir': { type: 'string' },
-      'keep-running': { type: 'boolean' },
-      help: { type: 'boolean' },
-    },
-  });
+  const { values, positionals } = parseCommandLine(argv);
   // Before anything reads it: the state folder of this command and of the processes it starts.
   if (values['state-dir']) process.env.GATEHOUSE_STATE_DIR = resolvePath(values['state-dir']);
-  const env = parseEnv({});
   const [cmd, sub, arg] = positionals;
-  if (values.help || !cmd) {
-    out(USAGE);
-    return values.help ? 0 : 2;
+  const spec = findCommand(positionals);
+  if (!cmd || (values.help && !spec)) {
+    if (cmd && !spec) throw new UsageError(`unknown command: ${positionals.join(' ')} (see: gatehouse --help)`);
+    out(usage());
+    return values.help ? EXIT.ok : EXIT.usage;
   }
+  if (!spec) throw new UsageError(`unknown command: ${positionals.join(' ')} (see: gatehouse --help)`);
+  if (values.help) {
+    out(commandHelp(spec));
+    return EXIT.ok;
+  }
+  checkOptions(spec, values);
+  const env = parseEnv({});
   switch (`${cmd} ${sub ?? ''}`.trim()) {
     case 'delegation keys': {
-      if (!arg) throw new Error('delegation keys needs a folder');
+      if (!arg) throw new UsageError('delegation keys needs a folder');
       const paths = delegationKeyPaths({}, resolvePath(arg));
       const kid = await ensureDelegationKeyPair(paths.signing, paths.jwks);
       out(`signing key ${paths.signing} (kid ${kid}) — the executor's only; JWKS ${paths.jwks} — the systems of record's`);
       return 0;
     }
     case 'token': {
-      if (!values.user) throw new Error('token needs --user <id>');
+      if (!values.user) throw new UsageError('token needs --user <id>');
       out(await tokenFor(values.user, env.GATEHOUSE_AUTH_SECRET));
       return 0;
     }
     case 'stack up': {
+      out('preparing the database (migrations)…');
       await prepareDatabase(env.DATABASE_URL, { fresh: values.fresh });
       const dir = stateDir('stack');
       const restarted = await stopStack(dir, 5000);
@@ -135,7 +68,8 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     case 'stack status': {
-      for (const line of stackStatus(stateDir('stack'))) out(line);
+      if (values.json) out(JSON.stringify(readStackStatus(stateDir('stack')), null, 2));
+      else for (const line of stackStatus(stateDir('stack'))) out(line);
       return 0;
     }
     case 'stack down': {
@@ -149,11 +83,13 @@ async function main(argv: string[]): Promise<number> {
       const db = createDb(env.DATABASE_URL, 2);
       try {
         const r = await verifyAuditChain(db, { trustedPublicKey: auditPublicKey() });
-        out(
-          r.intact
-            ? `intact ${r.events} events, head ${r.headHash}, ${r.anchorsChecked} anchor(s) (pinned key)`
-            : `BROKEN at seq ${r.firstBadSeq}: ${r.reason}`,
-        );
+        if (values.json) out(JSON.stringify(r, null, 2));
+        else
+          out(
+            r.intact
+              ? `intact ${r.events} events, head ${r.headHash}, ${r.anchorsChecked} anchor(s) (pinned key)`
+              : `BROKEN at seq ${r.firstBadSeq}: ${r.reason}`,
+          );
         return r.intact ? 0 : 1;
       } finally {
         await db.destroy();
@@ -161,7 +97,7 @@ async function main(argv: string[]): Promise<number> {
     }
     case 'switch on':
     case 'switch off': {
-      if (!arg) throw new Error('switch needs a tool name');
+      if (!arg) throw new UsageError('switch needs a tool name');
       return opsCommand(env, values.token, `switch ${sub}`, (db, op) =>
         withQueues(env, async (queues) => {
           const rows = await setSwitch(db, arg, sub === 'on', op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
@@ -177,12 +113,16 @@ async function main(argv: string[]): Promise<number> {
         return 0;
       });
     case 'policy check': {
-      if (!arg) throw new Error('policy check needs a bundle file or revision');
+      if (!arg) throw new UsageError('policy check needs a bundle file or revision');
       const file = arg.endsWith('.json') ? resolvePath(arg) : resolvePath(repoRoot, 'policy', `${arg}.json`);
-      if (!existsSync(file)) throw new Error(`no policy bundle ${arg} (looked for ${file})`);
+      if (!existsSync(file)) throw new UsageError(`no policy bundle ${arg} (looked for ${file})`);
       const bundle = arg.endsWith('.json') ? loadBundleFile(file) : loadBundle(arg);
       const cases = loadGateCases(bundle);
       const failures = runBoundaryGate(bundle, cases);
+      if (values.json) {
+        out(JSON.stringify({ revision: bundle.revision, cases: cases.length, passed: cases.length - failures.length, failures }, null, 2));
+        return failures.length ? 1 : 0;
+      }
       for (const f of failures)
         out(`  FAIL ${f.name}: expected ${f.expected.decision} ${f.expected.ruleId}, got ${f.got.decision} ${f.got.ruleId}`);
       out(
@@ -194,8 +134,8 @@ async function main(argv: string[]): Promise<number> {
     case 'reconcile resolve': {
       const flags = Object.keys(REMEDIATION_FLAGS).filter((f) => (values as Record<string, unknown>)[f]);
       return opsCommand(env, values.token, sub ? 'reconcile resolve' : 'reconcile', async (db, op) => {
-        if (sub && !arg) throw new Error('reconcile resolve needs an item id');
-        if (flags.length > 1) throw new Error(`choose one remediation, not ${flags.join(' and ')}`);
+        if (sub && !arg) throw new UsageError('reconcile resolve needs an item id');
+        if (flags.length > 1) throw new UsageError(`choose one remediation, not ${flags.join(' and ')}`);
         const signingKey = await cliSigningKey(process.env, stateRoot());
         return withQueues(env, (queues) => {
           const relay = new OutboxRelay(db, queues, createLogger('cli'));
@@ -206,6 +146,7 @@ async function main(argv: string[]): Promise<number> {
             signingKey,
             release: env.GATEHOUSE_RELEASE,
             operator: op.id,
+            json: values.json,
             out,
             publish: (rows: Parameters<OutboxRelay['publish']>[0]) => relay.publish(rows),
           };
@@ -235,7 +176,7 @@ async function main(argv: string[]): Promise<number> {
       // Destructive: an operator's command, audited before it runs, one step unless told otherwise.
       const database = new URL(env.DATABASE_URL).pathname.slice(1);
       if (values.all && values.confirm !== database)
-        throw new Error(`migrate down --all drops every table of ${database}: repeat with --confirm ${database}`);
+        throw new UsageError(`migrate down --all drops every table of ${database}: repeat with --confirm ${database}`);
       return opsCommand(env, values.token, values.all ? 'migrate down --all' : 'migrate down', async (db) => {
         if (values.all) {
           await migrate(db as never, 'down');
@@ -248,8 +189,47 @@ async function main(argv: string[]): Promise<number> {
       });
     }
     default:
-      process.stderr.write(`unknown command: ${positionals.join(' ')}\n${USAGE}\n`);
-      return 2;
+      throw new UsageError(`unknown command: ${positionals.join(' ')} (see: gatehouse --help)`);
+  }
+}
+
+/** Every flag of every command; {@link checkOptions} then refuses those the command does not take. */
+const OPTIONS = {
+  user: { type: 'string' },
+  token: { type: 'string' },
+  ratify: { type: 'boolean' },
+  reverse: { type: 'boolean' },
+  'cancel-shipment': { type: 'boolean' },
+  adopt: { type: 'boolean' },
+  replay: { type: 'boolean' },
+  cohort: { type: 'string' },
+  force: { type: 'boolean' },
+  to: { type: 'string' },
+  reason: { type: 'string' },
+  baseline: { type: 'string' },
+  approve: { type: 'string' },
+  json: { type: 'boolean' },
+  for: { type: 'string' },
+  from: { type: 'string' },
+  release: { type: 'string' },
+  all: { type: 'boolean' },
+  confirm: { type: 'string' },
+  fresh: { type: 'boolean' },
+  only: { type: 'string' },
+  'state-dir': { type: 'string' },
+  'keep-running': { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+/**
+ * Parses the command line (node:util parseArgs, strict).
+ * @throws UsageError for an unknown flag or a flag without its value.
+ */
+function parseCommandLine(argv: string[]) {
+  try {
+    return parseArgs({ args: argv, allowPositionals: true, options: OPTIONS });
+  } catch (err) {
+    throw new UsageError(`${err instanceof Error ? err.message : String(err)} (see: gatehouse --help)`);
   }
 }
 
@@ -385,6 +365,6 @@ main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err: unknown) => {
     process.stderr.write(`gatehouse: ${err instanceof Error ? err.message : String(err)}\n`);
-    process.exit(1);
+    process.exit(exitCodeFor(err));
   },
 );

@@ -25,6 +25,8 @@ export interface ReconcileContext {
   release: string;
   /** The verified operator running the command. */
   operator: string;
+  /** Print one JSON document (`gatehouse reconcile --json`) instead of lines. */
+  json?: boolean;
   out: (line: string) => void;
   /** Publishes outbox rows (results of resumed calls) after their transaction committed. */
   publish: (rows: OutboxRow[]) => Promise<void>;
@@ -88,28 +90,35 @@ function formatOutcome(o: RemediationOutcome): string {
  * Returns the exit code (0; the summary says how many differences are unexplained).
  */
 export async function reconcileCommand(ctx: ReconcileContext): Promise<number> {
-  if (!ctx.signingKey) ctx.out(LEFT_TO_THE_EXECUTOR);
-  for (const o of ctx.signingKey ? await executeApprovedRemediations(deps(ctx, ctx.signingKey)) : []) {
+  const say = ctx.json ? () => undefined : ctx.out;
+  if (!ctx.signingKey) say(LEFT_TO_THE_EXECUTOR);
+  const remediations = ctx.signingKey ? await executeApprovedRemediations(deps(ctx, ctx.signingKey)) : [];
+  for (const o of remediations) {
     if (o.state === 'resolved') await ctx.publish(o.rows);
-    ctx.out(formatOutcome(o));
+    say(formatOutcome(o));
   }
   const r = await runReconciliation({ db: ctx.db, stagingUrl: ctx.stagingUrl, hmacKey: ctx.hmacKey, actor: ctx.operator });
   await ctx.publish(r.rows);
-  for (const d of r.findings) {
-    if (d.disposition === 'resumed') ctx.out(`resumed ${d.finding.tool} ${d.finding.operationKey}: ${d.finding.resume?.evidenceRef}`);
+  const resumed = r.findings.filter((d) => d.disposition === 'resumed').map((d) => d.finding);
+  const stuck = await listStuckRuns(ctx.db);
+  const frozen = r.worklist.filter((i) => i.status === 'frozen').length;
+  if (ctx.json) {
+    const { rows: _published, findings, ...run } = r;
+    const outcomes = remediations.map((o) => (o.state === 'resolved' ? { ...o, rows: undefined } : o));
+    ctx.out(JSON.stringify({ ...run, compared: findings.length, frozen, remediations: outcomes, resumed, stuckRuns: stuck }, null, 2));
+    return 0;
   }
-  ctx.out(`worklist (${r.worklist.length}):`);
-  for (const i of r.worklist) ctx.out(formatItem(i));
-  ctx.out(
+  for (const f of resumed) say(`resumed ${f.tool} ${f.operationKey}: ${f.resume?.evidenceRef}`);
+  say(`worklist (${r.worklist.length}):`);
+  for (const i of r.worklist) say(formatItem(i));
+  say(
     `classes: ${Object.entries(r.counts)
       .map(([c, n]) => `${c}=${n}`)
       .join(' ')}`,
   );
-  const stuck = await listStuckRuns(ctx.db);
-  ctx.out(`stuck runs (${stuck.length}):`);
-  for (const s of stuck) ctx.out(formatStuck(s));
-  const frozen = r.worklist.filter((i) => i.status === 'frozen').length;
-  ctx.out(
+  say(`stuck runs (${stuck.length}):`);
+  for (const s of stuck) say(formatStuck(s));
+  say(
     `run ${r.runId}: ${r.findings.length} compared; ${r.counts.matched} matched, ${r.resumed} resumed, ${r.explained} explained, ${r.vanished} vanished; ${r.unexplained} unexplained (${r.unexplained - frozen} open, ${frozen} frozen)`,
   );
   return 0;

@@ -7,6 +7,7 @@ import { activateRelease, currentDigests, enableWrites, rollbackRelease, verifyM
 import { analyzeCanary, auditAnalysis, formatAnalysis, requestCanaryOverride } from './canary.ts';
 import { approveOverride } from './overrides.ts';
 import { requestActivationOverride } from './two-person.ts';
+import { UsageError } from './commands.ts';
 import { activationNeeds } from './releases.ts';
 
 /** Runs `fn` as a verified operator (see `opsCommand` in main.ts). */
@@ -14,7 +15,7 @@ type AsOperator = (command: string, fn: (db: Db, op: Operator) => Promise<number
 
 /**
  * Parses `--cohort tenant:quillfeather,user:rep-ana` into tenant and user lists.
- * @throws Error for an entry that is not `tenant:<id>` or `user:<id>`.
+ * @throws UsageError for an entry that is not `tenant:<id>` or `user:<id>`.
  */
 export function parseCohort(text: string): { tenants: string[]; users: string[] } {
   const cohort = { tenants: [] as string[], users: [] as string[] };
@@ -23,10 +24,10 @@ export function parseCohort(text: string): { tenants: string[]; users: string[] 
     .map((p) => p.trim())
     .filter(Boolean)) {
     const [kind, id] = part.split(':');
-    if (!id || (kind !== 'tenant' && kind !== 'user')) throw new Error(`cohort entry ${part} must be tenant:<id> or user:<id>`);
+    if (!id || (kind !== 'tenant' && kind !== 'user')) throw new UsageError(`cohort entry ${part} must be tenant:<id> or user:<id>`);
     (kind === 'tenant' ? cohort.tenants : cohort.users).push(id);
   }
-  if (!cohort.tenants.length && !cohort.users.length) throw new Error('--cohort names no tenant or user');
+  if (!cohort.tenants.length && !cohort.users.length) throw new UsageError('--cohort names no tenant or user');
   return cohort;
 }
 
@@ -34,7 +35,7 @@ export function parseCohort(text: string): { tenants: string[]; users: string[] 
  * `gatehouse release …` and `gatehouse queues …` (docs/product/releases.md,
  * docs/product/public-contract.md#ops-cli). Everything but `release verify`
  * needs an operator token and is audited. Exit codes: 0 done, 1 refused or failed checks.
- * @throws Error for missing arguments.
+ * @throws UsageError for missing arguments (exit 2).
  */
 export async function releaseCommand(
   command: string,
@@ -57,7 +58,7 @@ export async function releaseCommand(
 ): Promise<number> {
   const actor = (op: Operator) => ({ operator: op.id, hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY });
   const need = (v: string | undefined, what: string): string => {
-    if (!v) throw new Error(`${command} needs ${what}`);
+    if (!v) throw new UsageError(`${command} needs ${what}`);
     return v;
   };
   switch (command) {
@@ -68,6 +69,10 @@ export async function releaseCommand(
       const db = createDb(env.DATABASE_URL, 1);
       try {
         const problems = await verifyManifest(db, loadReleaseManifest(need(arg, 'a release id')));
+        if (values.json) {
+          out(JSON.stringify({ release: arg, matches: problems.length === 0, problems }, null, 2));
+          return problems.length ? 1 : 0;
+        }
         for (const p of problems) out(`  ${p}`);
         out(problems.length ? `${arg}: ${problems.length} problem(s)` : `${arg}: every digest matches this code; schema applied`);
         return problems.length ? 1 : 0;
@@ -127,7 +132,7 @@ export async function releaseCommand(
           const wanted = kind === 'force' ? 'force_gate' : 'raise_limits';
           const found = (await activationNeeds(db, release, { force: true })).find((n) => n.kind === wanted);
           id = await requestActivationOverride(db, release, found ?? { kind: wanted, items: [] }, ask);
-        } else throw new Error(`--for ${kind}: one of canary, force, raise-limits`);
+        } else throw new UsageError(`--for ${kind}: one of canary, force, raise-limits`);
         out(`override ${id} requested; another operator approves it with: gatehouse release override --approve ${id}`);
         return 0;
       });
@@ -178,6 +183,6 @@ export async function releaseCommand(
         }),
       );
     default:
-      throw new Error(`unknown command ${command}`);
+      throw new UsageError(`unknown command ${command}`);
   }
 }

@@ -107,26 +107,45 @@ export function statusRecorder(dir: string): (e: StackEvent) => void {
   };
 }
 
+/** The stack kept in one state folder, as `gatehouse stack status --json` prints it. */
+export interface StackStatusReport {
+  dir: string;
+  /** The supervisor's pid when it runs, else null. */
+  supervisorPid: number | null;
+  /** Services whose pid file names a live process although no supervisor runs. */
+  unsupervised: string[];
+  /** Each service as the supervisor last saw it (empty without a supervisor). */
+  services: Record<string, ServiceStatus>;
+}
+
+/** Reads the stack kept in `dir`: its supervisor, unsupervised leftovers and `<dir>/status.json`. */
+export function readStackStatus(dir: string): StackStatusReport {
+  const supervisor = pidIn(dir, 'supervisor');
+  if (!alive(supervisor)) {
+    const unsupervised = SERVICES.map((s) => s.name).filter((name) => alive(pidIn(dir, name)));
+    return { dir, supervisorPid: null, unsupervised, services: {} };
+  }
+  const file = resolve(dir, 'status.json');
+  const services = existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as Record<string, ServiceStatus>) : {};
+  return { dir, supervisorPid: supervisor!, unsupervised: [], services };
+}
+
 /**
  * Lines describing the stack kept in `dir`: whether its supervisor runs, then each service's
  * state, restart count and last exit (from `<dir>/status.json`).
  */
 export function stackStatus(dir: string): string[] {
-  const supervisor = pidIn(dir, 'supervisor');
-  if (!alive(supervisor)) {
-    const orphans = SERVICES.map((s) => s.name).filter((name) => alive(pidIn(dir, name)));
-    return orphans.length
+  const r = readStackStatus(dir);
+  if (r.supervisorPid === null)
+    return r.unsupervised.length
       ? [
-          `no stack supervisor running for ${dir}, but these services still run unsupervised: ${orphans.join(', ')}`,
+          `no stack supervisor running for ${dir}, but these services still run unsupervised: ${r.unsupervised.join(', ')}`,
           '  stop them with: ./run stack down',
         ]
       : [`no stack supervisor running for ${dir}`];
-  }
-  const file = resolve(dir, 'status.json');
-  const status = existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as Record<string, ServiceStatus>) : {};
   return [
-    `supervisor pid ${supervisor} (${dir})`,
-    ...Object.entries(status).map(
+    `supervisor pid ${r.supervisorPid} (${dir})`,
+    ...Object.entries(r.services).map(
       ([name, s]) =>
         `  ${name.padEnd(15)} ${s.state.padEnd(13)} restarts ${s.restarts}${s.lastExit ? `, last exit ${s.lastExit} at ${s.lastExitAt}` : ''}${s.crashLoopAt ? `, crash loop reported at ${s.crashLoopAt}` : ''}`,
     ),
