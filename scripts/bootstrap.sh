@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sourced by ./run. Makes a fresh machine ready: Node >= 22.15 (installs node@24 from the npm
+# Sourced by ./run. Makes a fresh machine ready: Node >= 22.18 (installs node@24 from the npm
 # registry into .tools/ when the system Node is older), pnpm 10, workspace dependencies, and
 # reachable Postgres and Redis (scripts/services.sh starts them when they are not).
 set -euo pipefail
@@ -18,7 +18,7 @@ fi
 
 node_ok() {
   command -v node >/dev/null 2>&1 || return 1
-  node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>22||(a===22&&b>=15)?0:1)'
+  node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>22||(a===22&&b>=18)?0:1)'
 }
 
 if [ -x "$TOOLS/node/node_modules/.bin/node" ]; then
@@ -28,7 +28,7 @@ if ! node_ok; then
   echo "[bootstrap] system Node $(node --version 2>/dev/null || echo none) is too old; installing node@24 from the npm registry" >&2
   npm install --no-audit --no-fund --loglevel=error --prefix "$TOOLS/node" node@24 >&2
   export PATH="$TOOLS/node/node_modules/.bin:$PATH"
-  node_ok || { echo "[bootstrap] could not get Node >= 22.15" >&2; exit 1; }
+  node_ok || { echo "[bootstrap] could not get Node >= 22.18" >&2; exit 1; }
 fi
 
 if [ -x "$TOOLS/pnpm/node_modules/.bin/pnpm" ]; then

@@ -8,7 +8,7 @@ import { repoRoot } from '@gatehouse/contracts';
 
 // Each service entry, started as a process in production with a bad configuration, must refuse
 // to boot: exit non-zero and name every problem (docs/decisions/0180-strict-production-mode.md).
-// The complete configuration below is accepted by parseEnv (packages/platform/test/production-env.test.ts).
+// The complete configuration below is accepted by parseEnv (packages/platform/test/production-env.unit.test.ts).
 const GOOD: Record<string, string> = {
   GATEHOUSE_AUDIT_HMAC_KEY: 'h'.repeat(32),
   GATEHOUSE_AUTH_JWKS_URL: 'https://idp.example.com/jwks.json',

@@ -5,11 +5,11 @@ import { ACTION_INITIAL_STATUSES, ACTION_TRANSITIONS, STATE_REQUIRES, WORKFLOW_T
 /**
  * docs/product/states.md#transition-table is generated from the tables of
  * packages/ledger/src/transitions.ts: this test fails when the page and the code differ.
- * `UPDATE_STATES_DOC=1 npx vitest run packages/ledger/test/transitions-doc.test.ts` rewrites it.
+ * `UPDATE_STATES_DOC=1 npx vitest run packages/ledger/test/transitions-doc.unit.test.ts` rewrites it.
  */
 const PAGE = new URL('../../../docs/product/states.md', import.meta.url);
 const START =
-  '<!-- transition-table:start (generated from packages/ledger/src/transitions.ts; see packages/ledger/test/transitions-doc.test.ts) -->';
+  '<!-- transition-table:start (generated from packages/ledger/src/transitions.ts; see packages/ledger/test/transitions-doc.unit.test.ts) -->';
 const END = '<!-- transition-table:end -->';
 
 function render(): string {
