@@ -103,6 +103,12 @@ export async function runBench(opts: BenchOptions = {}): Promise<BenchReport> {
     const replayOrders = orderIds('D', 0, 200);
     const ticketOrders = orderIds('O', 2000, sizes.tickets);
     await createOrders(w.db, [...plain, ...approvedOrders, ...replayOrders, ...ticketOrders]);
+    // The scaling load: one rep per tenant, each on 40 orders of their own tenant (letters S, T, …).
+    const tenantLoad = w.actors.map((a, i) => ({
+      ...a,
+      orders: orderIds(String.fromCharCode(83 + Math.floor(i / 2)), (i % 2) * 5000, 40),
+    }));
+    for (const t of tenantLoad) await createOrders(w.db, t.orders, 50_000, t.tenant);
     await seedPriorRefunds(w.db, [...approvedOrders, ...replayOrders]);
     w.startResultsConsumer();
 
@@ -113,7 +119,7 @@ export async function runBench(opts: BenchOptions = {}): Promise<BenchReport> {
       approved: await section('governed', 'governed refund (approved)', () => runGoverned(w, sizes, 'approved', floor, approvedOrders)),
     };
     await ageRefunds(w.db);
-    const scaling = await section('scaling', 'scaling', () => runScaling(w, sizes, plain));
+    const scaling = await section('scaling', 'scaling', () => runScaling(w, sizes, tenantLoad));
     await ageRefunds(w.db);
     // The replay takes what the budget leaves after the ticket run, the policy runs and shutdown.
     const reserveMs = sizes.loadMaxMs + 45_000 + sizes.policyLedger.length * (2 * sizes.policyTimeMs + 15_000);

@@ -111,7 +111,7 @@ export function renderReport(r: BenchReport): string {
   }
 
   if (r.scaling) {
-    parts.push('## Scaling (ALLOW refunds at concurrency 50)');
+    parts.push('## Scaling (ALLOW refunds at concurrency 50, one rep in each of 9 tenants, each on their own orders)');
     parts.push(
       markdownTable(
         ['executors', 'calls/s', 'speedup', 'p50 ms', 'p99 ms', 'CPU s by party', 'dominant wait', 'bottleneck'],
@@ -252,7 +252,7 @@ export function summaryTable(r: BenchReport): string {
   ];
   for (const p of r.scaling ?? [])
     rows.push([
-      `  same with ${p.executors} executor process(es)`,
+      `  9 tenants, ${p.executors} executor process(es)`,
       p.load.opsPerSec,
       f.pipeline50.opsPerSec,
       Math.round((p.load.opsPerSec / f.pipeline50.opsPerSec) * 1000) / 1000,

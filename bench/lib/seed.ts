@@ -21,11 +21,11 @@ export function orderIds(letter: string, start: number, count: number): string[]
   return Array.from({ length: count }, (_, i) => `${letter}-${String(start + i).padStart(4, '0')}`);
 }
 
-/** Inserts shipped orders of quillfeather/US paid `paidCents` (integer cents) into the order system. */
-export async function createOrders(db: Db, ids: string[], paidCents = 50_000): Promise<void> {
+/** Inserts shipped orders of `tenant` (default quillfeather) in region US paid `paidCents` (integer cents) into the order system. */
+export async function createOrders(db: Db, ids: string[], paidCents = 50_000, tenant = TENANT): Promise<void> {
   for (const part of chunks(ids, 1000)) {
     await sql`INSERT INTO staging.orders (id, tenant, region, customer, paid_cents, status)
-      SELECT unnest(${part}::text[]), ${TENANT}, 'US', 'cust-2', ${paidCents}::int, 'shipped'
+      SELECT unnest(${part}::text[]), ${tenant}, 'US', 'cust-2', ${paidCents}::int, 'shipped'
       ON CONFLICT (id) DO NOTHING`.execute(db);
   }
 }
@@ -42,14 +42,22 @@ export interface CallSpec {
   tool: 'lookup_order' | 'issue_refund';
   arguments: Record<string, unknown>;
   mode: 'investigate' | 'act';
+  /** Whose workflow (default rep-ana of quillfeather); the user must be in the services' world. */
+  actor?: { tenant: string; user: string };
 }
 
-function workflowRow(id: string, mode: 'investigate' | 'act', state: string, createdAt = new Date()) {
+function workflowRow(
+  id: string,
+  mode: 'investigate' | 'act',
+  state: string,
+  createdAt = new Date(),
+  actor: { tenant: string; user: string } = { tenant: TENANT, user: REQUESTER },
+) {
   return {
     id,
-    tenant: TENANT,
+    tenant: actor.tenant,
     ticket_id: `B-${id}`,
-    user_id: REQUESTER,
+    user_id: actor.user,
     pack: 'support' as const,
     mode,
     text_sha256: sha256(id),
@@ -122,7 +130,7 @@ function refundActionRow(
 
 /**
  * Writes what the agent loop records for one model function call, per spec: a workflow of
- * rep-ana (state `investigating`, round 1), its budget (deadline in 2 h), the `function_call`
+ * the spec's actor, default rep-ana (state `investigating`, round 1), its budget (deadline in 2 h), the `function_call`
  * transcript item and the proposal in status `received` — everything the gateway reads.
  */
 export async function seedProposals(db: Db, specs: CallSpec[]): Promise<SeededProposal[]> {
@@ -137,7 +145,7 @@ export async function seedProposals(db: Db, specs: CallSpec[]): Promise<SeededPr
     await db.transaction().execute(async (trx) => {
       await trx
         .insertInto('workflows')
-        .values(rows.map((r) => workflowRow(r.workflowId, r.s.mode, 'investigating')))
+        .values(rows.map((r) => workflowRow(r.workflowId, r.s.mode, 'investigating', new Date(), r.s.actor)))
         .execute();
       await trx
         .insertInto('budgets')

@@ -15,6 +15,7 @@ import { COUNT_HOOK, readCounts, type CountSnapshot } from './counters.ts';
 import { peakRssMb } from './proc.ts';
 import { Waiters } from './driver.ts';
 import { nowMs } from './stats.ts';
+import { writeBenchWorld, type BenchActor } from './tenants.ts';
 
 /** Postgres server of the benchmarks (same variable as the tests). */
 export const PG_SERVER = process.env.TEST_PG_SERVER ?? 'postgres://postgres@127.0.0.1:5432';
@@ -82,6 +83,9 @@ export class BenchWorld {
   /** Highest peak RSS seen per service, MB. */
   readonly peakRss: Record<string, number> = {};
   env: Record<string, string> = {};
+  /** The (tenant, rep) pairs of the benchmark world: rep-ana of quillfeather, then one rep per bench tenant. */
+  readonly actors: BenchActor[];
+  readonly #worldPath: string;
   database: Awaited<ReturnType<typeof createBenchDatabase>> | undefined;
   readonly #services = new Map<string, RunningStack>();
   readonly #starting: Array<Promise<RunningStack>> = [];
@@ -94,6 +98,9 @@ export class BenchWorld {
     this.dir = mkdtempSync(resolve(tmpdir(), 'gh-bench-'));
     this.countersDir = resolve(this.dir, 'counters');
     mkdirSync(this.countersDir);
+    const world = writeBenchWorld(this.dir);
+    this.actors = world.actors;
+    this.#worldPath = world.path;
   }
 
   get db(): Db {
@@ -113,6 +120,8 @@ export class BenchWorld {
       QUEUE_PREFIX: this.prefix,
       GATEHOUSE_RELEASE: RELEASE,
       GATEHOUSE_ENV: 'local',
+      // The synthetic world plus the benchmark tenants (bench/lib/tenants.ts).
+      GATEHOUSE_WORLD: this.#worldPath,
       // The load is one user of one tenant at machine speed: lift the per-person abuse limits.
       INTAKE_RATE_PER_USER: '1000000',
       INTAKE_RATE_PER_TENANT: '1000000',

@@ -25,27 +25,42 @@ export interface ScalingPoint {
   bottleneck: string;
 }
 
+/** The orders of one (tenant, rep) pair of the multi-tenant load. */
+export interface TenantOrders {
+  tenant: string;
+  user: string;
+  orders: string[];
+}
+
 /**
  * Runs `scaling` allowed refunds at concurrency 50 for each executor count in
- * `scalingExecutors`, starting extra executor processes as needed, and reads CPU use of every
- * party (services, our Postgres backends, the Redis server, the benchmark itself) around each run.
+ * `scalingExecutors`, spread round robin over `tenants` — one rep per tenant, each on their own
+ * orders, as a multi-tenant runtime sees it (a single tenant and user would make every refund
+ * compete for one user-day and tenant-hour limit, docs/decisions/0191) — starting extra executor
+ * processes as needed, and reads CPU use of every party (services, our Postgres backends, the
+ * Redis server, the benchmark itself) around each run.
  */
-export async function runScaling(w: BenchWorld, sizes: BenchSizes, orders: string[]): Promise<ScalingPoint[]> {
+export async function runScaling(w: BenchWorld, sizes: BenchSizes, tenants: TenantOrders[]): Promise<ScalingPoint[]> {
   const points: ScalingPoint[] = [];
   const proposals = w.queues.get(queueName('proposals', RELEASE));
   for (const executors of sizes.scalingExecutors) {
     await w.setExecutors(executors);
     const calls = await seedProposals(
       w.db,
-      Array.from({ length: sizes.scaling }, (_, i) => ({
-        tool: 'issue_refund' as const,
-        arguments: { orderId: orders[i % orders.length]!, amount: '0.10', reason: 'Customer reported: damaged item' },
-        mode: 'act' as const,
-      })),
+      Array.from({ length: sizes.scaling }, (_, i) => {
+        const who = tenants[i % tenants.length]!;
+        const orderId = who.orders[Math.floor(i / tenants.length) % who.orders.length]!;
+        return {
+          tool: 'issue_refund' as const,
+          arguments: { orderId, amount: '0.10', reason: 'Customer reported: damaged item' },
+          mode: 'act' as const,
+          actor: { tenant: who.tenant, user: who.user },
+        };
+      }),
     );
     const a = await cpuSnapshot(w.pids(), w.db, w.database!.name, w.redis);
     const sampler = sampleWaits(w.db, w.database!.name);
-    const load = await closedLoop(
+    const result = await closedLoop(
       calls.length,
       50,
       async (i) => {
@@ -64,10 +79,10 @@ export async function runScaling(w: BenchWorld, sizes: BenchSizes, orders: strin
     const b = await cpuSnapshot(w.pids(), w.db, w.database!.name, w.redis);
     w.notePeakRss();
     const cpu = cpuBetween(a, b);
-    const stages = await queueStages(w, calls.slice(0, load.ops));
+    const stages = await queueStages(w, calls.slice(0, result.ops));
     points.push({
       executors,
-      load,
+      load: result,
       speedup: null,
       cpu,
       pgWaits,
