@@ -3,6 +3,7 @@ export * from './env.ts';
 export * from './errors.ts';
 export * from './http.ts';
 export * from './http-errors.ts';
+export * from './browser/index.ts';
 export * from './shutdown.ts';
 export * from './queues.ts';
 export * from './outbox-relay.ts';
