@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { DEFAULT_CANARY_THRESHOLDS, loadReleaseManifest, STOP_REASONS, type CanaryThresholds } from '@gatehouse/contracts';
+import { DEFAULT_CANARY_THRESHOLDS, loadReleaseManifest, PolicyDenied, STOP_REASONS, type CanaryThresholds } from '@gatehouse/contracts';
 import { actorHash, inTransaction, recordAudit, TERMINAL_STATES, type Db, type Trx } from '@gatehouse/ledger';
 import { consumeOverride, overrideDigest, requestOverride } from './overrides.ts';
 
@@ -58,11 +58,11 @@ export interface CanaryAnalysis {
 }
 
 /** A release command refused by its canary analysis; `analysis` says why. */
-export class CanaryRefused extends Error {
-  override name = 'CanaryRefused';
+export class CanaryRefused extends PolicyDenied {
   readonly analysis: CanaryAnalysis;
   constructor(analysis: CanaryAnalysis) {
     super(
+      'canary_analysis',
       `release ${analysis.candidate}: canary analysis ${analysis.verdict} against ${analysis.baseline} — ` +
         `failing: ${failing(analysis).join(', ') || `fewer than ${analysis.thresholds.minRuns} terminal runs`}; ` +
         `a second operator may approve an override: gatehouse release override ${analysis.candidate} --reason "<why>"`,

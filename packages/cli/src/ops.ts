@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { executionsQueue } from '@gatehouse/contracts';
+import { executionsQueue, Forbidden } from '@gatehouse/contracts';
 import {
   actorHash,
   creditWait,
@@ -17,8 +17,10 @@ import { InvalidTokenError } from '@gatehouse/credentials';
 import { isDirectoryOperator, verifyBearerToken, type BearerVerifier } from '@gatehouse/platform';
 
 /** An ops command was refused: no token, an invalid one, or a caller without the operator role. */
-export class OperatorRefused extends Error {
-  override name = 'OperatorRefused';
+export class OperatorRefused extends Forbidden {
+  constructor(refusal: string, message: string) {
+    super(refusal, message);
+  }
 }
 
 /** The verified operator behind an ops command. */
@@ -74,6 +76,7 @@ export async function authorizeOperator(
     }),
   );
   throw new OperatorRefused(
+    refusal,
     `${opts.command} refused (${refusal}): ops commands need an operator token — --token "$(gatehouse token --user ops-gus)" or GATEHOUSE_TOKEN`,
   );
 }

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { canonicalJson, sha256Hex } from '@gatehouse/contracts';
+import { canonicalJson, Refused, sha256Hex } from '@gatehouse/contracts';
 import { actorHash, inTransaction, recordAudit, type Db, type Trx } from '@gatehouse/ledger';
 
 /**
@@ -66,12 +66,10 @@ export async function requestOverride(db: Db, r: OverrideRequest): Promise<strin
 }
 
 /** Why {@link approveOverride} refused. */
-export class OverrideRefused extends Error {
-  override name = 'OverrideRefused';
-  readonly reason: 'not_found' | 'requester_cannot_approve' | 'expired' | 'already_decided';
+export class OverrideRefused extends Refused {
+  declare readonly reason: 'not_found' | 'requester_cannot_approve' | 'expired' | 'already_decided';
   constructor(reason: OverrideRefused['reason'], id: string) {
-    super(`override ${id} refused (${reason})`);
-    this.reason = reason;
+    super(reason, `override ${id} refused (${reason})`);
   }
 }
 

@@ -1,5 +1,5 @@
 import type { Job } from 'bullmq';
-import { loadReleaseManifest, queueContracts, queueName } from '@gatehouse/contracts';
+import { ConflictError, loadReleaseManifest, queueContracts, queueName } from '@gatehouse/contracts';
 import { actorHash, inTransaction, LIVE_STATES, recordAudit, transitionWorkflow, type Db } from '@gatehouse/ledger';
 import { Redis } from 'ioredis';
 import { QueueRegistry, type BaseEnv } from '@gatehouse/platform';
@@ -139,8 +139,10 @@ export async function quarantineRelease(db: Db, queues: QueueRegistry, release: 
 }
 
 /** Thrown when the former release cannot accept the candidate's job payloads. */
-export class RequeueRefused extends Error {
-  override name = 'RequeueRefused';
+export class RequeueRefused extends ConflictError {
+  constructor(message: string) {
+    super('payload_version_mismatch', message);
+  }
 }
 
 /**

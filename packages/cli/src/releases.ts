@@ -1,4 +1,4 @@
-import { listReleaseManifests, loadReleaseManifest, ReleaseManifestSchema, type ReleaseManifest } from '@gatehouse/contracts';
+import { listReleaseManifests, loadReleaseManifest, PolicyDenied, ReleaseManifestSchema, type ReleaseManifest } from '@gatehouse/contracts';
 import {
   actorHash,
   appliedMigrations,
@@ -95,11 +95,10 @@ export interface Activation {
 }
 
 /** Thrown when a release may not be activated; `problems` lists why. */
-export class ActivationRefused extends Error {
-  override name = 'ActivationRefused';
+export class ActivationRefused extends PolicyDenied {
   readonly problems: string[];
   constructor(id: string, problems: string[]) {
-    super(`release ${id} refused:\n${problems.map((p) => `  ${p}`).join('\n')}`);
+    super('release_gate', `release ${id} refused:\n${problems.map((p) => `  ${p}`).join('\n')}`);
     this.problems = problems;
   }
 }

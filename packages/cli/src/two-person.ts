@@ -1,4 +1,4 @@
-import type { ReleaseManifest } from '@gatehouse/contracts';
+import { PolicyDenied, type ReleaseManifest } from '@gatehouse/contracts';
 import type { Db, Trx } from '@gatehouse/ledger';
 import { loadBundle, type PolicyBundle } from '@gatehouse/policy';
 import { consumeOverride, overrideDigest, requestOverride, type OverrideKind } from './overrides.ts';
@@ -45,11 +45,11 @@ export interface TwoPersonNeed {
 }
 
 /** An activation that needs a second operator's approved override; `needs` says for what. */
-export class TwoPersonRequired extends Error {
-  override name = 'TwoPersonRequired';
+export class TwoPersonRequired extends PolicyDenied {
   readonly needs: TwoPersonNeed[];
   constructor(release: string, needs: TwoPersonNeed[]) {
     super(
+      'two_person',
       `release ${release} needs a second operator for: ` +
         needs.map((n) => `${n.kind} (${n.items.join('; ')})`).join(', ') +
         `. Ask with: gatehouse release override ${release} --for ${needs.map((n) => (n.kind === 'force_gate' ? 'force' : 'raise-limits')).join('|')} --reason "<why>"; another operator approves it with --approve <override>`,

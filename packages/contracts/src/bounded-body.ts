@@ -1,15 +1,16 @@
+import { SystemError } from './errors.ts';
+
 /** Default cap of a downstream response body: 1 MiB (`DOWNSTREAM_BODY_LIMIT_BYTES` overrides). */
 export const DEFAULT_BODY_LIMIT_BYTES = 1024 * 1024;
 
 /** Statuses whose response may not carry a body (Fetch standard). */
 const NULL_BODY_STATUSES = new Set([101, 204, 205, 304]);
 
-/** A downstream answered with a body larger than the cap; reading stopped there. */
-export class BodyTooLarge extends Error {
-  override name = 'BodyTooLarge';
+/** A downstream answered with a body larger than the cap; reading stopped there (SystemError, `downstream_body_too_large`). */
+export class BodyTooLarge extends SystemError {
   readonly limitBytes: number;
   constructor(limitBytes: number) {
-    super(`downstream response body exceeds ${limitBytes} bytes`);
+    super('downstream_body_too_large', `downstream response body exceeds ${limitBytes} bytes`);
     this.limitBytes = limitBytes;
   }
 }

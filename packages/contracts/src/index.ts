@@ -1,3 +1,4 @@
+export * from './errors.ts';
 export * from './world.ts';
 export * from './canonical-json.ts';
 export * from './queues/index.ts';

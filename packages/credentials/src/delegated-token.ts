@@ -1,6 +1,7 @@
 import { createHash, randomUUID, type KeyObject } from 'node:crypto';
 import { SignJWT, jwtVerify, errors, type JWTVerifyGetKey } from 'jose';
 import { z } from 'zod';
+import { Forbidden } from '@gatehouse/contracts';
 
 export type { JWTVerifyGetKey } from 'jose';
 
@@ -66,13 +67,14 @@ export function bindingDigest(scope: string, target: BindingTarget): string {
   return createHash('sha256').update(canonical).digest('hex');
 }
 
-/** Thrown by {@link verifyDelegatedToken} with a machine-readable `reason`. */
-export class DelegationRejected extends Error {
-  override name = 'DelegationRejected';
-  readonly reason: string;
+/**
+ * Thrown by {@link verifyDelegatedToken} (and the systems of record's binding checks) with a
+ * machine-readable `reason`: 403, except a token that does not verify (`invalid_token…`), 401 —
+ * decided by the platform's one status table.
+ */
+export class DelegationRejected extends Forbidden {
   constructor(reason: string) {
-    super(`delegated token rejected: ${reason}`);
-    this.reason = reason;
+    super(reason, `delegated token rejected: ${reason}`);
   }
 }
 

@@ -1,6 +1,6 @@
 import { SignJWT, jwtVerify, createRemoteJWKSet, errors, type JWTVerifyGetKey } from 'jose';
 import { z } from 'zod';
-import { storableString } from '@gatehouse/contracts';
+import { storableString, Unauthorized, type GatehouseErrorOptions } from '@gatehouse/contracts';
 
 /** Issuer of local user tokens. */
 export const USER_TOKEN_ISSUER = 'gatehouse-local';
@@ -21,9 +21,11 @@ export const UserClaimsSchema = z.object({
 });
 export type UserClaims = z.infer<typeof UserClaimsSchema>;
 
-/** Thrown when a bearer token is missing, malformed, expired or signed by someone else. */
-export class InvalidTokenError extends Error {
-  override name = 'InvalidTokenError';
+/** Thrown when a bearer token is missing, malformed, expired or signed by someone else (Unauthorized, `invalid_token`). */
+export class InvalidTokenError extends Unauthorized {
+  constructor(message: string, options?: GatehouseErrorOptions) {
+    super('invalid_token', message, options);
+  }
 }
 
 /**

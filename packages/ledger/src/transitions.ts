@@ -1,4 +1,4 @@
-import type { AuditEventInput } from '@gatehouse/contracts';
+import { ConflictError, type AuditEventInput } from '@gatehouse/contracts';
 import { recordAudit } from './audit.ts';
 import type { Trx } from './db.ts';
 import type { ActionStatus, WorkflowState } from './schema.ts';
@@ -132,8 +132,7 @@ export const ACTION_TRANSITIONS: readonly ActionTransition[] = [
 ];
 
 /** Thrown when a transition is not in its table, or its guard does not hold; nothing was written. */
-export class IllegalTransition extends Error {
-  override name = 'IllegalTransition';
+export class IllegalTransition extends ConflictError {
   readonly entity: 'workflow' | 'action';
   readonly id: string;
   readonly from: string;
@@ -141,12 +140,20 @@ export class IllegalTransition extends Error {
   /** The guard that did not hold, or the fields the target state requires (empty when the move is not in the table). */
   readonly missing: readonly string[];
   constructor(entity: 'workflow' | 'action', id: string, from: string, to: string, missing: readonly string[] = []) {
-    super(`illegal ${entity} transition ${from} → ${to} (${id})${missing.length ? `: needs ${missing.join(', ')}` : ''}`);
+    super(
+      'illegal_transition',
+      `illegal ${entity} transition ${from} → ${to} (${id})${missing.length ? `: needs ${missing.join(', ')}` : ''}`,
+    );
     this.entity = entity;
     this.id = id;
     this.from = from;
     this.to = to;
     this.missing = missing;
+  }
+
+  /** What an HTTP client is told (no ids, no guard internals): `workflow is completed; cannot move to investigating`. */
+  override get publicMessage(): string {
+    return `${this.entity} is ${this.from}; cannot move to ${this.to}`;
   }
 }
 

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { OutageMark, Dependency } from '@gatehouse/contracts';
+import { SystemError, type OutageMark, type Dependency } from '@gatehouse/contracts';
 import { inTransaction, type Db, type Trx } from './db.ts';
 import { TERMINAL_STATES } from './schema.ts';
 
@@ -39,11 +39,10 @@ export function readOutagePolicy(ceilingMs: number, env: Record<string, string |
  * out, unhealthy). The queue worker holds the job for it without using an attempt, and the
  * wait is credited when the job runs again (see `holdWhileUnavailable` in the platform).
  */
-export class DependencyUnavailable extends Error {
-  override name = 'DependencyUnavailable';
+export class DependencyUnavailable extends SystemError {
   readonly dependency: Dependency;
   constructor(dependency: Dependency, message: string, options?: { cause?: unknown }) {
-    super(message, options);
+    super(DEPENDENCY_UNAVAILABLE, message, options);
     this.dependency = dependency;
   }
 }

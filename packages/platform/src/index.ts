@@ -2,6 +2,8 @@ export * from './logger.ts';
 export * from './env.ts';
 export * from './errors.ts';
 export * from './http.ts';
+export * from './http-errors.ts';
+export * from './browser/index.ts';
 export * from './shutdown.ts';
 export * from './queues.ts';
 export * from './outbox-relay.ts';

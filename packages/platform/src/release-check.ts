@@ -1,14 +1,16 @@
-import { loadReleaseManifest } from '@gatehouse/contracts';
+import { ConflictError, loadReleaseManifest } from '@gatehouse/contracts';
 import { inTransaction, recordAudit, type Db } from '@gatehouse/ledger';
 import { releaseDigestProblems } from '@gatehouse/tools';
 import type { Logger } from './logger.ts';
 
-/** A service's code differs from its release manifest; it must not boot (ADR 0220). */
-export class ReleaseMismatch extends Error {
-  override name = 'ReleaseMismatch';
+/** A service's code differs from its release manifest; it must not boot (ADR 0220). ConflictError `release_digest_mismatch`. */
+export class ReleaseMismatch extends ConflictError {
   readonly problems: string[];
   constructor(service: string, release: string, problems: string[]) {
-    super(`${service} refuses to boot: its code differs from release ${release}:\n${problems.map((p) => `  ${p}`).join('\n')}`);
+    super(
+      'release_digest_mismatch',
+      `${service} refuses to boot: its code differs from release ${release}:\n${problems.map((p) => `  ${p}`).join('\n')}`,
+    );
     this.problems = problems;
   }
 }

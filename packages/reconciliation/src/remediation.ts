@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { canonicalJson, loadWorld, REMEDIATION_RULE_ID, sha256Hex, fetchCapped } from '@gatehouse/contracts';
+import { canonicalJson, loadWorld, REMEDIATION_RULE_ID, Refused, sha256Hex, fetchCapped } from '@gatehouse/contracts';
 import {
   actorHash,
   inTransaction,
@@ -16,12 +16,9 @@ import { REMEDIATION_TOOL, remediationsOf } from './classes.ts';
 import type { WorklistItem } from './worklist.ts';
 
 /** A remediation cannot be requested or executed as asked (bad item, class or state). */
-export class RemediationRefused extends Error {
-  override name = 'RemediationRefused';
-  readonly reason: string;
+export class RemediationRefused extends Refused {
   constructor(reason: string, message: string) {
-    super(message);
-    this.reason = reason;
+    super(reason, message);
   }
 }
 

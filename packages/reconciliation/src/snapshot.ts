@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { loadWorld, fetchCapped } from '@gatehouse/contracts';
+import { loadWorld, fetchCapped, SystemError } from '@gatehouse/contracts';
 import type { Db, OperationStatus } from '@gatehouse/ledger';
 import { RECONCILED_TOOLS } from './classes.ts';
 
@@ -88,8 +88,10 @@ export interface Snapshot {
 }
 
 /** A system of record could not be read: the pass stops rather than classify half the picture. */
-export class ReadBackUnavailable extends Error {
-  override name = 'ReadBackUnavailable';
+export class ReadBackUnavailable extends SystemError {
+  constructor(message: string) {
+    super('read_back_unavailable', message);
+  }
 }
 
 async function readJson<T>(url: string, timeoutMs: number): Promise<T> {

@@ -1,3 +1,5 @@
+import { UserError } from '@gatehouse/contracts';
+
 /**
  * Normalization happens once, here; the normalized object feeds policy, the approval display,
  * the action digest, the idempotency key and the adapter alike (docs/product/policy-rules.md#amounts: "30.00", 30 and 30.0
@@ -5,11 +7,10 @@
  */
 
 /** Thrown for a value that cannot be normalized; `field` names the argument. */
-export class NormalizationError extends Error {
-  override name = 'NormalizationError';
+export class NormalizationError extends UserError {
   readonly field: string;
   constructor(field: string, message: string) {
-    super(message);
+    super('invalid_arguments', message);
     this.field = field;
   }
 }

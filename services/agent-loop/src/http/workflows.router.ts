@@ -2,7 +2,7 @@ import { Router } from 'express';
 import { z } from 'zod';
 import { storableString, turnsQueue } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, transitionWorkflow, type Db, type OutboxRow } from '@gatehouse/ledger';
-import { ConflictError, ForbiddenError, parseBody, UserError, type OutboxRelay } from '@gatehouse/platform';
+import { ConflictError, Forbidden, NotFound, type OutboxRelay, parseBody } from '@gatehouse/platform';
 import { supersedeAction } from '@gatehouse/policy';
 import type { AuthedRequest } from '@gatehouse/platform';
 import { unansweredCalls } from '../domain/transcript.ts';
@@ -12,9 +12,9 @@ const Id = z.uuid();
 
 /** Loads a workflow of the caller's tenant; another tenant's id is indistinguishable from none. */
 async function ownWorkflow(db: Db, id: string, tenant: string) {
-  if (!Id.safeParse(id).success) throw new UserError('not_found', 'no such workflow', { status: 404 });
+  if (!Id.safeParse(id).success) throw new NotFound('not_found', 'no such workflow');
   const wf = await db.selectFrom('workflows').selectAll().where('id', '=', id).where('tenant', '=', tenant).executeTakeFirst();
-  if (!wf) throw new UserError('not_found', 'no such workflow', { status: 404 });
+  if (!wf) throw new NotFound('not_found', 'no such workflow');
   return wf;
 }
 
@@ -92,7 +92,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
     // anyone else of the tenant — a lead who could then approve it, a rep without the scope — is
     // refused before anything changes.
     if (wf0.user_id !== user.sub) {
-      throw new ForbiddenError('not_the_requester', 'only the user who submitted this ticket can add a follow-up to it');
+      throw new Forbidden('not_the_requester', 'only the user who submitted this ticket can add a follow-up to it');
     }
     const superseded: Array<{ version: number; tool: string; voidedApprovals: string[] }> = [];
     const rows = await inTransaction(cfg.db, async (trx) => {

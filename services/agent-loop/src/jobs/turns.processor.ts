@@ -1,6 +1,6 @@
 import OpenAI from 'openai';
 import type { TurnJob } from '@gatehouse/contracts';
-import { proposalsQueue } from '@gatehouse/contracts';
+import { ConflictError, proposalsQueue } from '@gatehouse/contracts';
 import {
   checkWorkflowTransition,
   checkWorkingTime,
@@ -44,10 +44,9 @@ export interface TurnDeps {
 type FunctionCallItem = { type: 'function_call'; call_id: string; name: string; arguments: string };
 
 /** Thrown (and retried by the queue) when a follow-up arrived during the model call of a round. */
-export class TranscriptChanged extends Error {
+export class TranscriptChanged extends ConflictError {
   constructor(workflowId: string, round: number) {
-    super(`a follow-up arrived during round ${round} of ${workflowId}; the round is re-run with it`);
-    this.name = 'TranscriptChanged';
+    super('transcript_changed', `a follow-up arrived during round ${round} of ${workflowId}; the round is re-run with it`);
   }
 }
 

@@ -1,5 +1,5 @@
 import { loadWorld } from '@gatehouse/contracts';
-import { ForbiddenError } from '@gatehouse/platform';
+import { Forbidden } from '@gatehouse/platform';
 
 /** The approval fields authority depends on. Amount in integer cents. */
 export interface ApprovalSubject {
@@ -31,8 +31,8 @@ export function authorityRefusal(approverId: string, tenant: string, approval: A
   return null;
 }
 
-/** @throws ForbiddenError (403) with the refusal reason when the approver lacks authority. */
+/** @throws Forbidden (403) with the refusal reason when the approver lacks authority. */
 export function assertAuthority(approverId: string, tenant: string, approval: ApprovalSubject): void {
   const refusal = authorityRefusal(approverId, tenant, approval);
-  if (refusal) throw new ForbiddenError(refusal, `not authorized to decide this approval: ${refusal}`);
+  if (refusal) throw new Forbidden(refusal, `not authorized to decide this approval: ${refusal}`);
 }

@@ -10,7 +10,7 @@ import {
   type Db,
   type OutboxRow,
 } from '@gatehouse/ledger';
-import { ConflictError, GoneError, UserError } from '@gatehouse/platform';
+import { ConflictError, Gone, NotFound } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
 import { assertAuthority } from './authority.ts';
 
@@ -30,7 +30,7 @@ export interface DecisionOutcome {
  * one conditional UPDATE `pending → approved|denied`, so two concurrent deciders record exactly
  * one decision. Approve enqueues the execution; deny answers the call `{executed: false,
  * reason: "rejected"}`.
- * @throws UserError(404) | ForbiddenError(403) | GoneError(410) | ConflictError(409)
+ * @throws NotFound(404) | Forbidden(403) | Gone(410) | ConflictError(409)
  */
 export async function decideApproval(
   db: Db,
@@ -95,7 +95,7 @@ async function decideInTransaction(
       .where('id', '=', approvalId)
       .where('tenant', '=', caller.tenant)
       .executeTakeFirst();
-    if (!approval) throw new UserError('not_found', 'no such approval', { status: 404 });
+    if (!approval) throw new NotFound('not_found', 'no such approval');
     assertAuthority(caller.sub, caller.tenant, {
       tenant: approval.tenant,
       region: approval.region,
@@ -126,10 +126,10 @@ async function decideInTransaction(
       throw new ConflictError('stale_version', `version ${approval.action_version} was superseded${by}`);
     }
     if (body.actionDigest !== approval.action_digest) throw new ConflictError('digest_mismatch', 'action digest does not match');
-    if (approval.status !== 'pending') throw new GoneError(`already_${approval.status}`, `approval is ${approval.status}`);
+    if (approval.status !== 'pending') throw new Gone(`already_${approval.status}`, `approval is ${approval.status}`);
     const wf = await trx.selectFrom('workflows').select('state').where('id', '=', approval.workflow_id).executeTakeFirstOrThrow();
-    if (isTerminal(wf.state)) throw new GoneError(`workflow_${wf.state}`, `the workflow is ${wf.state}; nothing more will run`);
-    if (new Date(approval.expires_at).getTime() <= Date.now()) throw new GoneError('expired', 'approval expired');
+    if (isTerminal(wf.state)) throw new Gone(`workflow_${wf.state}`, `the workflow is ${wf.state}; nothing more will run`);
+    if (new Date(approval.expires_at).getTime() <= Date.now()) throw new Gone('expired', 'approval expired');
 
     await trx.selectFrom('actions').select('id').where('id', '=', approval.action_id).forUpdate().execute(); // lock order: actions → approvals
     const status = body.decision === 'approve' ? 'approved' : 'denied';
@@ -141,7 +141,7 @@ async function decideInTransaction(
       .where('expires_at', '>', new Date())
       .returning('id')
       .executeTakeFirst();
-    if (!decided) throw new GoneError('already_decided', 'approval was decided concurrently');
+    if (!decided) throw new Gone('already_decided', 'approval was decided concurrently');
     // Waiting for a person is not the run's working time: move its deadline by the wait — the
     // part not already credited, so two approvals waited on at once count the span once.
     await creditWait(trx, approval.workflow_id, new Date(approval.created_at));

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { DecisionRequestSchema } from '@gatehouse/contracts';
 import type { UserClaims } from '@gatehouse/credentials';
 import type { Db } from '@gatehouse/ledger';
-import { parseBody, UserError, type OutboxRelay } from '@gatehouse/platform';
+import { NotFound, type OutboxRelay, parseBody, UserError } from '@gatehouse/platform';
 import { withSpan } from '@gatehouse/telemetry';
 import { decideApproval } from '../domain/decide.ts';
 import { decodeCursor, listApprovalPage, selectApprovals, toView } from '../domain/approval-view.ts';
@@ -46,14 +46,14 @@ export function approvalsRouter(cfg: { db: Db; relay: OutboxRelay; auditHmacKey:
     const user = caller(req);
     const id = String(req.params.id);
     const row = Id.safeParse(id).success ? await selectApprovals(cfg.db, user.tenant).where('p.id', '=', id).executeTakeFirst() : undefined;
-    if (!row) throw new UserError('not_found', 'no such approval', { status: 404 });
+    if (!row) throw new NotFound('not_found', 'no such approval');
     res.json(toView(row, user.sub));
   });
 
   router.post('/v1/approvals/:id/decision', async (req, res) => {
     const user = caller(req);
     const id = String(req.params.id);
-    if (!Id.safeParse(id).success) throw new UserError('not_found', 'no such approval', { status: 404 });
+    if (!Id.safeParse(id).success) throw new NotFound('not_found', 'no such approval');
     const body = parseBody(DecisionRequestSchema, req.body);
     const outcome = await withSpan('approval decision', { 'gatehouse.decision': body.decision }, () =>
       decideApproval(cfg.db, user, id, body, cfg.auditHmacKey),

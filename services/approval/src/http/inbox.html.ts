@@ -1,9 +1,5 @@
+import { escapeHtml, pageFrame, signInForm, type ChooserUser } from '@gatehouse/platform';
 import type { ApprovalView } from '../domain/approval-view.ts';
-
-/** Escapes text for HTML element content and attribute values. Everything shown goes through it. */
-export function escapeHtml(value: unknown): string {
-  return String(value).replace(/[&<>"'`]/g, (c) => `&#${c.charCodeAt(0)};`);
-}
 
 const STYLE = `body{font:15px/1.4 system-ui,sans-serif;margin:2rem;max-width:60rem;color:#1b1f24}
 h1{font-size:1.4rem}.card{border:1px solid #d0d7de;border-radius:8px;padding:1rem;margin:1rem 0}
@@ -11,19 +7,16 @@ dl{display:grid;grid-template-columns:12rem 1fr;gap:.25rem 1rem;margin:0}dt{colo
 code{font-size:.85em;word-break:break-all}.note{color:#9a6700}.flash{background:#dafbe1;padding:.5rem;border-radius:6px}
 button{font-size:1rem;padding:.4rem 1rem;margin-right:.5rem}`;
 
-/** A whole page; `body` must already be escaped. CSP forbids scripts and inline handlers. */
+/** A whole page in the inbox's style (the shared frame); `body` must already be escaped. */
 export function page(title: string, body: string): string {
-  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>${escapeHtml(title)}</title><style>${STYLE}</style></head><body>${body}</body></html>`;
+  return pageFrame(title, body, STYLE);
 }
 
 /** Sign-in page: local mode lists users of world.json; otherwise a bearer token is pasted. */
-export function signInPage(users: Array<{ id: string; role: string; region?: string }> | null, error?: string): string {
-  const chooser = users
-    ? `<label>User <select name="userId">${users.map((u) => `<option value="${escapeHtml(u.id)}">${escapeHtml(`${u.id} (${u.role}${u.region ? `, ${u.region}` : ''})`)}</option>`).join('')}</select></label>`
-    : `<label>Bearer token <input name="token" type="password" size="60"></label>`;
+export function signInPage(users: ChooserUser[] | null, error?: string): string {
   return page(
     'Sign in — Gatehouse approvals',
-    `<h1>Gatehouse approvals</h1>${error ? `<p class="note">${escapeHtml(error)}</p>` : ''}<form method="post" action="/inbox/session">${chooser} <button type="submit">Sign in</button></form>`,
+    `<h1>Gatehouse approvals</h1>${error ? `<p class="note">${escapeHtml(error)}</p>` : ''}${signInForm('/inbox/session', users)}`,
   );
 }
 

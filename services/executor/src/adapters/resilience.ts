@@ -1,9 +1,8 @@
 import { circuitBreaker, ConsecutiveBreaker, DelegateBackoff, handleWhen, retry, wrap, type IRetryBackoffContext } from 'cockatiel';
+import { SystemError } from '@gatehouse/contracts';
 
 /** A failure the downstream contract says may be retried with the same idempotency key. */
-export class RetryableDownstreamError extends Error {
-  override name = 'RetryableDownstreamError';
-  readonly reason: string;
+export class RetryableDownstreamError extends SystemError {
   /** Server-requested delay (Retry-After), ms. */
   readonly retryAfterMs: number | undefined;
   /** True when no answer came back: the write may have happened. */
@@ -16,7 +15,6 @@ export class RetryableDownstreamError extends Error {
   readonly refused: boolean;
   constructor(reason: string, opts: { retryAfterMs?: number; ambiguous?: boolean; refused?: boolean } = {}) {
     super(reason);
-    this.reason = reason;
     this.retryAfterMs = opts.retryAfterMs;
     this.ambiguous = opts.ambiguous ?? false;
     this.refused = opts.refused ?? false;

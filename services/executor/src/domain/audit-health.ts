@@ -11,7 +11,6 @@ export interface AuditGate {
 
 /** Thrown when audit storage is unhealthy: the step is held until it is healthy (docs/product/invariants.md#evidence). */
 export class AuditUnavailable extends DependencyUnavailable {
-  override name = 'AuditUnavailable';
   constructor(reason: string) {
     super('audit', reason);
   }

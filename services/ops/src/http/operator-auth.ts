@@ -1,13 +1,13 @@
-import express, { Router, type NextFunction, type Request, type Response } from 'express';
-import { parseCookie, stringifySetCookie } from 'cookie';
-import { z } from 'zod';
-import { loadWorld } from '@gatehouse/contracts';
-import { signUserToken, InvalidTokenError, type UserClaims } from '@gatehouse/credentials';
+import { Router, type NextFunction, type Request, type Response } from 'express';
+import { parseCookie } from 'cookie';
+import { InvalidTokenError, type UserClaims } from '@gatehouse/credentials';
 import { actorHash, inTransaction, recordAudit, type Db } from '@gatehouse/ledger';
 import {
-  claimedSubject,
+  browserSession,
+  Forbidden,
   isDirectoryOperator,
-  sendRateRefusal,
+  setPageHeaders,
+  Unauthorized,
   verifyBearerToken,
   type AbuseLimiter,
   type BearerVerifier,
@@ -37,12 +37,8 @@ export function operatorOf(res: Response): UserClaims {
   return res.locals.operator as UserClaims;
 }
 
-/** Headers of every page the dashboard renders itself: no script, no framing, no referrer. */
-export function securePage(res: Response): void {
-  res.setHeader('content-security-policy', "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'");
-  res.setHeader('x-content-type-options', 'nosniff');
-  res.setHeader('referrer-policy', 'no-referrer');
-}
+/** Headers of every page the dashboard renders itself: the shared page headers (no script, no framing, no referrer). */
+export const securePage = setPageHeaders;
 
 /** API callers (and bull-board's own API) get JSON errors; browsers get pages. */
 function wantsJson(req: Request): boolean {
@@ -52,7 +48,7 @@ function wantsJson(req: Request): boolean {
 /**
  * Sign-in and the operator check of the ops dashboard. A request carries an operator's bearer
  * JWT either in `Authorization: Bearer …` (tools) or in the `gh_ops` cookie set by sign-in
- * (browsers; HttpOnly, SameSite=Strict, path `/`, one hour). Only a user the directory lists with role `operator` enters: no or
+ * (browsers; the platform's `browserSession`: HttpOnly, SameSite=Strict, `Secure` in production, path `/`, one hour). Only a user the directory lists with role `operator` enters: no or
  * an invalid token is 401, any other role 403 — a refusal of a known caller is audited
  * (`ops.refused`, outcome `dashboard:not_an_operator`, the caller's id hashed). Local mode offers
  * a user chooser (like the approval inbox); production takes a pasted token.
@@ -62,21 +58,16 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
   requireOperator: (req: Request, res: Response, next: NextFunction) => Promise<void>;
 } {
   const router = Router();
-  const form = express.urlencoded({ extended: false, limit: '16kb' });
-  const users = () => (cfg.localSecret ? loadWorld().users.map((u) => ({ id: u.id, role: u.role })) : null);
-  const setSession = (res: Response, token: string | null) =>
-    res.setHeader(
-      'set-cookie',
-      stringifySetCookie({
-        name: OPS_COOKIE,
-        value: token ?? '',
-        httpOnly: true,
-        sameSite: 'strict',
-        secure: cfg.secureCookie,
-        path: '/',
-        maxAge: token ? 3600 : 0,
-      }),
-    );
+  const session = browserSession({
+    cookie: OPS_COOKIE,
+    path: '/',
+    verifier: cfg.verifier,
+    csrfKey: cfg.auditHmacKey,
+    localSecret: cfg.localSecret,
+    secureCookie: cfg.secureCookie,
+    signInLimiter: cfg.signInLimiter,
+  });
+  const users = () => session.chooserUsers()?.map((u) => ({ id: u.id, role: u.role })) ?? null;
   const refuse = async (user: UserClaims, where: string): Promise<void> => {
     cfg.log.warn({ user: user.sub, where }, 'ops dashboard refused a non-operator');
     await inTransaction(cfg.db, (trx) =>
@@ -109,7 +100,7 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
     }
     if (!user) {
       if (wantsJson(req)) {
-        res.status(401).json({ error: { reason, message: 'an operator bearer token is required' } });
+        next(new Unauthorized(reason, 'an operator bearer token is required'));
       } else {
         securePage(res);
         res
@@ -122,7 +113,7 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
     if (!isDirectoryOperator(user)) {
       reason = 'not_an_operator';
       await refuse(user, req.originalUrl.slice(0, 200));
-      if (wantsJson(req)) res.status(403).json({ error: { reason, message: 'the ops dashboard is for operators only' } });
+      if (wantsJson(req)) next(new Forbidden(reason, 'the ops dashboard is for operators only'));
       else {
         securePage(res);
         res.status(403).type('html').send(refusedPage(user.sub));
@@ -140,36 +131,26 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
     res.type('html').send(signInPage(users()));
   });
 
-  router.post('/session', form, async (req, res) => {
+  router.post('/session', session.form, async (req, res) => {
     securePage(res);
-    const body = z.object({ userId: z.string().max(100).optional(), token: z.string().max(8192).optional() }).safeParse(req.body);
-    const refusal = cfg.signInLimiter ? await cfg.signInLimiter.take(claimedSubject(body.success ? body.data : {})) : null;
-    if (refusal) return sendRateRefusal(res, refusal, cfg.signInLimiter!.settings);
-    let token: string | undefined;
-    if (body.success && body.data.userId && cfg.localSecret) {
-      const u = loadWorld().users.find((x) => x.id === body.data.userId);
-      if (u) token = await signUserToken({ sub: u.id, tenant: u.tenant, roles: [u.role] }, cfg.localSecret);
-    } else if (body.success && body.data.token) token = body.data.token.trim();
-    let user: UserClaims;
-    try {
-      if (!token) throw new InvalidTokenError('no user chosen');
-      user = await verifyBearerToken(token, cfg.verifier);
-    } catch (err) {
-      if (!(err instanceof InvalidTokenError)) throw err;
+    const outcome = await session.signIn(req, res);
+    if (outcome.kind === 'answered') return;
+    if (outcome.kind === 'refused') {
       res.status(401).type('html').send(signInPage(users(), 'Sign-in failed: unknown user or invalid token.'));
       return;
     }
-    if (!isDirectoryOperator(user)) {
-      await refuse(user, '/session');
-      res.status(403).type('html').send(refusedPage(user.sub));
+    if (!isDirectoryOperator(outcome.user)) {
+      await refuse(outcome.user, '/session');
+      res.status(403).type('html').send(refusedPage(outcome.user.sub));
       return;
     }
-    setSession(res, token);
+    session.set(res, outcome.token);
     res.redirect(303, '/ops');
   });
 
   router.get('/signout', (_req, res) => {
-    setSession(res, null);
+    securePage(res);
+    session.set(res, null);
     res.redirect(303, '/signin');
   });
 

@@ -1,11 +1,7 @@
 import type { StuckRun } from '@gatehouse/ledger';
+import { escapeHtml, pageFrame, signInForm, type ChooserUser } from '@gatehouse/platform';
 import type { UnknownOperationRow, WorkflowOverview, Worklist } from '../domain/overview.ts';
 import type { QueueEntry } from '../domain/queue-catalog.ts';
-
-/** Escapes text for HTML element content and attribute values. Everything shown goes through it. */
-export function escapeHtml(value: unknown): string {
-  return String(value).replace(/[&<>"'`]/g, (c) => `&#${c.charCodeAt(0)};`);
-}
 
 const STYLE = `body{font:14px/1.4 system-ui,sans-serif;margin:1.5rem;color:#1b1f24}
 h1{font-size:1.35rem}h2{font-size:1.1rem;margin-top:2rem}nav a{margin-right:1rem}
@@ -13,19 +9,16 @@ table{border-collapse:collapse;margin:.5rem 0;width:100%}th,td{border:1px solid 
 th{background:#f6f8fa}td.n{text-align:right;font-variant-numeric:tabular-nums}code{font-size:.85em;word-break:break-all}
 .note{color:#9a6700}.empty{color:#57606a}.counts td a{font-weight:600}`;
 
-/** A whole page; `body` must already be escaped. The CSP forbids every script. */
+/** A whole page in the dashboard's style (the shared frame); `body` must already be escaped. */
 export function page(title: string, body: string): string {
-  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>${escapeHtml(title)}</title><style>${STYLE}</style></head><body>${body}</body></html>`;
+  return pageFrame(title, body, STYLE);
 }
 
 /** Sign-in page: local mode lists the users of world.json; otherwise a bearer token is pasted. */
-export function signInPage(users: Array<{ id: string; role: string }> | null, error?: string): string {
-  const chooser = users
-    ? `<label>User <select name="userId">${users.map((u) => `<option value="${escapeHtml(u.id)}">${escapeHtml(`${u.id} (${u.role})`)}</option>`).join('')}</select></label>`
-    : `<label>Bearer token <input name="token" type="password" size="60"></label>`;
+export function signInPage(users: ChooserUser[] | null, error?: string): string {
   return page(
     'Sign in — Gatehouse operations',
-    `<h1>Gatehouse operations</h1><p>On-call operators only.</p>${error ? `<p class="note">${escapeHtml(error)}</p>` : ''}<form method="post" action="/session">${chooser} <button type="submit">Sign in</button></form>`,
+    `<h1>Gatehouse operations</h1><p>On-call operators only.</p>${error ? `<p class="note">${escapeHtml(error)}</p>` : ''}${signInForm('/session', users)}`,
   );
 }
 

@@ -1,6 +1,6 @@
 import { Router } from 'express';
 import { z } from 'zod';
-import { UserError, parseBody } from '@gatehouse/platform';
+import { NotFound, parseBody } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
 import type { ChangesRepository } from '../repositories/changes.repository.ts';
 import {
@@ -65,7 +65,7 @@ export function changesRouter(
         headerFence,
       });
       const change = await deps.changes.findChange(body.changeId);
-      if (!change) throw new UserError('change_not_found', `no change ${body.changeId}`, { status: 404 });
+      if (!change) throw new NotFound('change_not_found', `no change ${body.changeId}`);
       assertSameTenant(claims, change.tenant);
       const { operation, replayed } = await deps.changes.schedule({
         operationKey,
@@ -90,13 +90,13 @@ export function changesRouter(
 
   router.get('/changes/operations/:operationKey', async (req, res) => {
     const operation = await deps.changes.findOperation(req.params.operationKey);
-    if (!operation) throw new UserError('operation_not_found', 'no operation with this key', { status: 404 });
+    if (!operation) throw new NotFound('operation_not_found', 'no operation with this key');
     res.json(operation);
   });
 
   router.get('/changes/:id', async (req, res) => {
     const change = await deps.changes.findChange(req.params.id);
-    if (!change) throw new UserError('change_not_found', `no change ${req.params.id}`, { status: 404 });
+    if (!change) throw new NotFound('change_not_found', `no change ${req.params.id}`);
     res.json(change);
   });
 

@@ -1,6 +1,6 @@
 import type { Request } from 'express';
 import { sql } from 'kysely';
-import { ForbiddenError, SystemError, UserError } from '@gatehouse/platform';
+import { Forbidden, SystemError, Unauthorized, UserError } from '@gatehouse/platform';
 import { verifyDelegatedToken, type DelegatedClaims } from '@gatehouse/credentials';
 import type { StagingDb } from '../db/staging.database.ts';
 import type { DelegationVerifier } from './token-binding.ts';
@@ -34,7 +34,7 @@ export async function readRevocationEpoch(db: StagingDb): Promise<number> {
  * downstream services verify the delegation themselves). The request binding is checked next,
  * once the body is parsed ({@link bindDelegation}).
  * @returns the token's claims (sub = user, act.sub = agent, tenant, ceiling in cents, op, fence, …).
- * @throws UserError(`missing_token`, 401) when there is no bearer token.
+ * @throws Unauthorized(`missing_token`, 401) when there is no bearer token.
  * @throws SystemError(`epoch_unavailable`, 503) when the epoch cannot be read.
  * @throws DelegationRejected (`invalid_token…` → 401; `wrong_audience`, `wrong_scope`,
  *   `revoked_epoch` → 403; mapped by the effect route).
@@ -45,18 +45,18 @@ export async function requireDelegation(
   opts: { audience: string; scope: string },
 ): Promise<DelegatedClaims> {
   const match = /^Bearer\s+(\S+)\s*$/i.exec(req.get('authorization') ?? '');
-  if (!match) throw new UserError('missing_token', 'a delegated bearer token is required', { status: 401 });
+  if (!match) throw new Unauthorized('missing_token', 'a delegated bearer token is required');
   const minEpoch = await readRevocationEpoch(verifier.epochDb);
   return verifyDelegatedToken(match[1]!, { keys: verifier.keys, audience: opts.audience, scope: opts.scope, minEpoch });
 }
 
 /**
  * The token was delegated within one tenant; the record it acts on must be in that tenant.
- * @throws ForbiddenError(`tenant_mismatch`, 403).
+ * @throws Forbidden(`tenant_mismatch`, 403).
  */
 export function assertSameTenant(claims: DelegatedClaims, recordTenant: string): void {
   if (claims.tenant !== recordTenant) {
-    throw new ForbiddenError('tenant_mismatch', 'the record is outside the tenant of the delegation');
+    throw new Forbidden('tenant_mismatch', 'the record is outside the tenant of the delegation');
   }
 }
 

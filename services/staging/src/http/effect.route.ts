@@ -2,8 +2,7 @@ import type { Request, RequestHandler, Response } from 'express';
 import type { Server } from 'node:http';
 import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { GatehouseError, UserError, httpStatusOf, type Logger } from '@gatehouse/platform';
-import { DelegationRejected } from '@gatehouse/credentials';
+import { errorResponseOf, GatehouseError, type Logger } from '@gatehouse/platform';
 import type { ArmedFault, FaultBoard, FaultTarget } from '../faults/fault-board.service.ts';
 import type { RequestLogEntry, RequestLogRepository } from '../repositories/request-log.repository.ts';
 
@@ -16,7 +15,7 @@ export interface EffectOutcome {
   reason?: string | null;
 }
 
-/** Performs one effect request; throws errors of the platform tree or `DelegationRejected`. */
+/** Performs one effect request; throws errors of the tree (contracts' `GatehouseError`). */
 export type EffectHandler = (req: Request) => Promise<EffectOutcome>;
 
 /** Collaborators of every effect route. */
@@ -30,19 +29,14 @@ export interface EffectRouteDeps {
 const HANG_POLL_MS = 50;
 
 /**
- * Maps a thrown error to the answer: `DelegationRejected` → 401 for an invalid token, else 403
- * with its reason; platform errors → their status and `{error: {reason, message}}`; anything
- * else → 500 `internal` (logged, internals not exposed).
+ * Maps a thrown error to the answer: an error of the tree (`DelegationRejected` included) →
+ * its status and body from the platform's one table (`errorResponseOf`); anything else → 500
+ * `internal` (logged, internals not exposed).
  */
 export function errorOutcome(err: unknown, log: Logger): EffectOutcome {
-  if (err instanceof DelegationRejected) {
-    const status = err.reason.startsWith('invalid_token') ? 401 : 403;
-    return { status, body: { error: { reason: err.reason, message: err.message } }, reason: err.reason };
-  }
   if (err instanceof GatehouseError) {
-    const error: Record<string, unknown> = { reason: err.reason, message: err.message };
-    if (err instanceof UserError && err.details !== undefined) error.details = err.details;
-    return { status: httpStatusOf(err), body: { error }, reason: err.reason };
+    const answer = errorResponseOf(err)!;
+    return { status: answer.status, body: answer.body, reason: err.reason };
   }
   log.error({ err }, 'effect request failed');
   return { status: 500, body: { error: { reason: 'internal', message: 'internal error' } }, reason: 'internal' };

@@ -1,6 +1,6 @@
 import { Router } from 'express';
 import { z } from 'zod';
-import { SystemError, UserError, parseBody } from '@gatehouse/platform';
+import { NotFound, parseBody, SystemError } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
 import { MAIL_TEMPLATES, type MessagesRepository } from '../repositories/messages.repository.ts';
 import type { OrdersRepository } from '../repositories/orders.repository.ts';
@@ -54,7 +54,7 @@ export function mailRouter(
         headerFence: readFencingToken(req),
       });
       const order = await deps.orders.find(body.orderId);
-      if (!order) throw new UserError('order_not_found', `no order ${body.orderId}`, { status: 404 });
+      if (!order) throw new NotFound('order_not_found', `no order ${body.orderId}`);
       assertSameTenant(claims, order.tenant);
       const recipient = await deps.orders.customerEmail(order.customer);
       if (!recipient) throw new SystemError('recipient_unknown', `order ${order.id} has no customer address on record`);

@@ -1,5 +1,5 @@
 import { Router } from 'express';
-import { ConflictError, UserError } from '@gatehouse/platform';
+import { ConflictError, NotFound } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
 import type { OrdersRepository } from '../repositories/orders.repository.ts';
 import type { ShipmentsRepository } from '../repositories/shipments.repository.ts';
@@ -50,7 +50,7 @@ export function ordersRouter(
 
   router.get('/orders/:id', async (req, res) => {
     const order = await deps.orders.find(req.params.id);
-    if (!order) throw new UserError('order_not_found', `no order ${req.params.id}`, { status: 404 });
+    if (!order) throw new NotFound('order_not_found', `no order ${req.params.id}`);
     res.json(order);
   });
 
@@ -69,7 +69,7 @@ export function ordersRouter(
         headerFence: readFencingToken(req),
       });
       const order = await deps.orders.find(id);
-      if (!order) throw new UserError('order_not_found', `no order ${id}`, { status: 404 });
+      if (!order) throw new NotFound('order_not_found', `no order ${id}`);
       assertSameTenant(claims, order.tenant);
       if (order.status !== 'shipped') {
         throw new ConflictError('order_not_shipped', `order ${order.id} is ${order.status}, not shipped`);
@@ -96,7 +96,7 @@ export function ordersRouter(
         headerFence: readFencingToken(req),
       });
       const order = await deps.orders.find(id);
-      if (!order) throw new UserError('order_not_found', `no order ${id}`, { status: 404 });
+      if (!order) throw new NotFound('order_not_found', `no order ${id}`);
       assertSameTenant(claims, order.tenant);
       const { shipment, replayed } = await deps.shipments.cancel({
         orderId: order.id,

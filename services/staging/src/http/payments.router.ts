@@ -1,6 +1,6 @@
 import { Router } from 'express';
 import { z } from 'zod';
-import { ForbiddenError, UserError, parseBody } from '@gatehouse/platform';
+import { Forbidden, NotFound, parseBody } from '@gatehouse/platform';
 import { parseQuery } from './query.parser.ts';
 import type { StagingDb } from '../db/staging.database.ts';
 import type { OrdersRepository } from '../repositories/orders.repository.ts';
@@ -96,12 +96,12 @@ export function paymentsRouter(
         headerFence,
       });
       const order = await deps.orders.find(body.orderId);
-      if (!order) throw new UserError('order_not_found', `no order ${body.orderId}`, { status: 404 });
+      if (!order) throw new NotFound('order_not_found', `no order ${body.orderId}`);
       assertSameTenant(claims, order.tenant);
       // The ledger bounds the refund by the user's delegation itself, so a wrong policy upstream
       // is still bounded (docs/product/policy-rules.md#delegated-credentials, invariants.md#authority).
       if (body.amountCents > claims.ceiling && !ceilingCheckRemoved()) {
-        throw new ForbiddenError('ceiling_exceeded', `amount ${body.amountCents} exceeds the delegated ceiling ${claims.ceiling} (cents)`);
+        throw new Forbidden('ceiling_exceeded', `amount ${body.amountCents} exceeds the delegated ceiling ${claims.ceiling} (cents)`);
       }
       const { refund, replayed } = await deps.refunds.create({
         idempotencyKey,
@@ -144,7 +144,7 @@ export function paymentsRouter(
         headerFence,
       });
       const refund = await deps.refunds.find(String(req.params.refundId));
-      if (!refund) throw new UserError('refund_not_found', `no refund ${String(req.params.refundId)}`, { status: 404 });
+      if (!refund) throw new NotFound('refund_not_found', `no refund ${String(req.params.refundId)}`);
       assertSameTenant(claims, refund.tenant);
       const { reversal, replayed } = await deps.reversals.reverse({
         refundId: refund.refundId,

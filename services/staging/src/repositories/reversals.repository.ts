@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { ConflictError, UserError } from '@gatehouse/platform';
+import { ConflictError, NotFound } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
 import { observeFencingToken } from './fencing.repository.ts';
 
@@ -67,7 +67,7 @@ export class ReversalsRepository {
 
   /**
    * Reverses the whole refund or replays the reversal stored under the key, in one transaction.
-   * @throws UserError(`refund_not_found`, 404).
+   * @throws NotFound(`refund_not_found`, 404).
    * @throws ConflictError(`stale_fencing_token`) when the fencing token is below the highest seen.
    * @throws ConflictError(`idempotency_key_reuse`) when the key reversed another refund.
    * @throws ConflictError(`already_reversed`) when another key reversed this refund.
@@ -76,7 +76,7 @@ export class ReversalsRepository {
     return this.db.transaction().execute(async (trx) => {
       if (req.fencingToken !== null) await observeFencingToken(trx, FENCE_TARGET, req.idempotencyKey, req.fencingToken);
       const refund = await trx.selectFrom('staging.refunds').selectAll().where('refund_id', '=', req.refundId).executeTakeFirst();
-      if (!refund) throw new UserError('refund_not_found', `no refund ${req.refundId}`, { status: 404 });
+      if (!refund) throw new NotFound('refund_not_found', `no refund ${req.refundId}`);
       const inserted = await trx
         .insertInto('staging.refund_reversals')
         .values({

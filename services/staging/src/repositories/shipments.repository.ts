@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { ConflictError, UserError } from '@gatehouse/platform';
+import { ConflictError, NotFound } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
 import { observeFencingToken } from './fencing.repository.ts';
 
@@ -66,7 +66,7 @@ export class ShipmentsRepository {
    * Cancels one shipment of an order (the `cancel_shipment` compensation), idempotent by key:
    * the first request cancels it, a repeat with the same key replays, one transaction with the
    * shipment row locked.
-   * @throws UserError(`shipment_not_found`, 404) when the order has no such shipment.
+   * @throws NotFound(`shipment_not_found`, 404) when the order has no such shipment.
    * @throws ConflictError(`stale_fencing_token`) when the fencing token is below the highest seen.
    * @throws ConflictError(`already_cancelled`) when another key cancelled it.
    * @throws ConflictError(`idempotency_key_reuse`) when the key cancelled another shipment.
@@ -86,7 +86,7 @@ export class ShipmentsRepository {
         .where('order_id', '=', req.orderId)
         .forUpdate()
         .executeTakeFirst();
-      if (!row) throw new UserError('shipment_not_found', `order ${req.orderId} has no shipment ${req.shipmentId}`, { status: 404 });
+      if (!row) throw new NotFound('shipment_not_found', `order ${req.orderId} has no shipment ${req.shipmentId}`);
       const view = (cancelledAt: Date): ListedShipment => ({
         shipmentId: row.shipment_id,
         orderId: row.order_id,

@@ -1,0 +1,2 @@
+export * from './page.ts';
+export * from './session.ts';
