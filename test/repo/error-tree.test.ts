@@ -49,6 +49,7 @@ const STATUS: Record<string, number> = {
   TwoPersonRequired: 403,
   OverrideRefused: 422,
   OperatorRefused: 403,
+  UsageError: 400,
   ActivationRefused: 403,
   CanaryRefused: 403,
   RetryableDownstreamError: 503,

@@ -27,7 +27,7 @@ function gatehouse(args: string[], env: Record<string, string> = {}): Promise<{ 
       [resolve(repoRoot, 'packages/cli/src/main.ts'), ...args],
       {
         cwd: repoRoot,
-        timeout: 60_000,
+        timeout: 150_000,
         env: { ...process.env, DATABASE_URL: t.url, REDIS_URL: TEST_REDIS_URL, GATEHOUSE_STATE_DIR: stateDir, GATEHOUSE_TOKEN: '', ...env },
       },
       (err, stdout, stderr) => done({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
