@@ -5,7 +5,7 @@ export * from './audit.ts';
 export * from './audit-chain.ts';
 export * from './audit-verify.ts';
 export * from './releases.ts';
-export * from './operations.ts';
+export * from './operations/operation-protocol.ts';
 export * from './failed-step.ts';
 export * from './working-time.ts';
 export * from './transitions.ts';

@@ -1,5 +1,5 @@
 import { hostname } from 'node:os';
-import { sql, type Selectable } from 'kysely';
+import type { Selectable } from 'kysely';
 import { mintDelegatedToken, type BindingTarget, type DelegationSigningKey } from '@gatehouse/credentials';
 import {
   actorHash,
@@ -11,7 +11,13 @@ import {
   type ActionsTable,
   type OutboxRow,
   type Trx,
-  reserveOperation,
+  consumeApproval,
+  grantLease,
+  leaseIsLive,
+  lockActionAndReserve,
+  raiseFence,
+  recordOutcome,
+  resetToPending,
   readCredentialEpoch,
   DependencyUnavailable,
 } from '@gatehouse/ledger';
@@ -88,11 +94,12 @@ async function claim(trx: Trx, item: WorklistItem, approvalId: string, deps: Exe
     .where('id', '=', ap.workflow_id)
     .forUpdate()
     .executeTakeFirstOrThrow();
-  const action = await trx.selectFrom('actions').selectAll().where('id', '=', ap.action_id).forUpdate().executeTakeFirstOrThrow();
-  const op = await reserveOperation(trx, action);
+  const locked = await lockActionAndReserve(trx, ap.action_id);
+  if (!locked?.op) throw new Error(`remediation action ${ap.action_id} is missing`);
+  const { action, op } = locked;
   if (op.status === 'succeeded') return { kind: 'done' };
   if (op.status === 'failed') return { kind: 'failed', reason: op.error ?? 'failed' };
-  if (op.status === 'running' && op.lease_expires_at && new Date(op.lease_expires_at).getTime() > Date.now()) return { kind: 'busy' };
+  if (leaseIsLive(op)) return { kind: 'busy' };
   const audit = {
     service: 'reconciliation',
     runId: wf.id,
@@ -105,52 +112,20 @@ async function claim(trx: Trx, item: WorklistItem, approvalId: string, deps: Exe
     revisions: { policy: action.policy_revision, release: action.release_id },
   };
   if (ap.status === 'approved') {
-    const consumed = await trx
-      .updateTable('approvals')
-      .set({ status: 'used', used_at: new Date() })
-      .where('id', '=', ap.id)
-      .where('status', '=', 'approved')
-      .where('expires_at', '>', new Date())
-      .where('action_id', '=', action.id)
-      .where('tool', '=', action.tool)
-      .where('action_digest', '=', action.digest)
-      .where('action_version', '=', action.version)
-      .returning('id')
-      .executeTakeFirst();
+    // The remediation's approval binds the action (id, tool, digest, version), not a policy revision.
+    const consumed = await consumeApproval(trx, ap.id, { action, policyRevision: false });
     if (!consumed) return { kind: 'refused', reason: 'approval_expired' };
     await recordAudit(trx, { ...audit, type: 'approval.consumed' });
   } else if (ap.status !== 'used') return { kind: 'refused', reason: `approval_${ap.status}` };
   let originalFence: number | null = null;
   if (item.remediation === 'replay' && item.operation_key) {
-    const orig = await trx
-      .updateTable('operations')
-      .set({ fencing_token: sql`fencing_token + 1`, updated_at: new Date() })
-      .where('key', '=', item.operation_key)
-      .where((eb) => eb.or([eb('status', '!=', 'running'), eb('lease_expires_at', '<=', new Date())]))
-      .returning('fencing_token')
-      .executeTakeFirst();
-    if (!orig) return { kind: 'busy' };
-    originalFence = Number(orig.fencing_token);
+    originalFence = await raiseFence(trx, item.operation_key);
+    if (originalFence === null) return { kind: 'busy' };
   }
-  const granted = await trx
-    .updateTable('operations')
-    .set({
-      status: 'running',
-      fencing_token: sql`fencing_token + 1`,
-      lease_owner: owner,
-      lease_expires_at: new Date(Date.now() + (deps.leaseMs ?? 30_000)),
-      attempts: sql`attempts + 1`,
-      dispatched_at: new Date(),
-      updated_at: new Date(),
-    })
-    .where('key', '=', op.key)
-    .where('fencing_token', '=', op.fencing_token)
-    .returning('fencing_token')
-    .executeTakeFirstOrThrow();
-  await transitionAction(trx, action.id, { to: 'running' });
-  await transitionWorkflow(trx, wf.id, { to: 'executing', nextStep: null });
+  // The write-ahead mark goes with the claim: the compensating call follows at once.
+  const granted = await grantLease(trx, op, { owner, leaseMs: deps.leaseMs ?? 30_000, dispatchNow: true, workflow: { nextStep: null } });
   await recordAudit(trx, { ...audit, type: 'operation.claimed', attempts: op.attempts + 1 });
-  return { kind: 'claimed', action, fence: Number(granted.fencing_token), originalFence, approver: ap.approver ?? '', tenant: wf.tenant };
+  return { kind: 'claimed', action, fence: granted.fencingToken, originalFence, approver: ap.approver ?? '', tenant: wf.tenant };
 }
 
 /**
@@ -344,25 +319,17 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
   const by = { actor: c.approver, hmacKey: deps.hmacKey };
   return inTransaction(deps.db, async (trx): Promise<RemediationOutcome> => {
     await trx.selectFrom('workflows').select('id').where('id', '=', c.action.workflow_id).forUpdate().execute();
-    await trx.selectFrom('actions').select('id').where('id', '=', c.action.id).forUpdate().execute();
-    const opStatus = result.status === 'retry' ? 'pending' : result.status;
-    const recorded = await trx
-      .updateTable('operations')
-      .set({
-        status: opStatus,
-        result: result.status === 'succeeded' ? JSON.stringify({ evidenceRef: result.evidenceRef }) : null,
-        evidence_ref: result.status === 'succeeded' ? result.evidenceRef : null,
-        error: result.status === 'succeeded' ? null : result.reason,
-        lease_owner: null,
-        lease_expires_at: null,
-        ...(result.status === 'retry' ? { dispatched_at: null } : {}),
-        updated_at: new Date(),
-      })
-      .where('key', '=', c.action.operation_key)
-      .where('fencing_token', '=', String(c.fence))
-      .where('status', '=', 'running')
-      .returning('key')
-      .executeTakeFirst();
+    const fenced = { actionId: c.action.id, key: c.action.operation_key, fencingToken: c.fence };
+    const recorded =
+      result.status === 'retry'
+        ? await resetToPending(trx, { ...fenced, reason: result.reason })
+        : await recordOutcome(trx, {
+            ...fenced,
+            status: result.status,
+            result: result.status === 'succeeded' ? { evidenceRef: result.evidenceRef } : null,
+            evidenceRef: result.status === 'succeeded' ? result.evidenceRef : null,
+            error: result.status === 'succeeded' ? null : result.reason,
+          });
     if (!recorded) return { state: 'busy', itemId: item.id }; // fenced out: a newer claim owns the outcome
     const audit = {
       service: 'reconciliation',
@@ -375,12 +342,8 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
       operationKeyHash: operationKeyHash(c.action.operation_key),
       revisions: { policy: c.action.policy_revision, release: c.action.release_id },
     };
-    if (result.status === 'retry') {
-      await transitionAction(trx, c.action.id, { to: 'approved' });
-      return { state: 'retry', itemId: item.id, reason: result.reason };
-    }
+    if (result.status === 'retry') return { state: 'retry', itemId: item.id, reason: result.reason };
     const done = result.status === 'succeeded';
-    await transitionAction(trx, c.action.id, { to: result.status });
     await transitionWorkflow(
       trx,
       c.action.workflow_id,

@@ -38,27 +38,37 @@ export async function executionAuditFields(
   action: Selectable<ActionsTable>,
   opts: { auditHmacKey: string; approvalId?: string | null },
 ): Promise<ExecutionAuditFields> {
+  // One statement: the workflow, the proposing model turn and the used approval (ADR 0270).
   const wf = await db
-    .selectFrom('workflows')
-    .select(['user_id', 'catalog_digest'])
-    .where('id', '=', action.workflow_id)
+    .selectFrom('workflows as w')
+    .leftJoinLateral(
+      (eb) =>
+        eb
+          .selectFrom('proposals as p')
+          .innerJoin('model_turns as m', (j) => j.onRef('m.workflow_id', '=', 'p.workflow_id').onRef('m.round', '=', 'p.round'))
+          .select(['m.model', 'm.instructions_sha256'])
+          .where('p.id', '=', action.proposal_id)
+          .limit(1)
+          .as('turn'),
+      (j) => j.onTrue(),
+    )
+    .select((eb) => [
+      'w.user_id',
+      'w.catalog_digest',
+      'turn.model',
+      'turn.instructions_sha256',
+      eb
+        .selectFrom('approvals')
+        .select('id')
+        .where('action_id', '=', action.id)
+        .where('status', '=', 'used')
+        .limit(1)
+        .as('used_approval_id'),
+    ])
+    .where('w.id', '=', action.workflow_id)
     .executeTakeFirstOrThrow();
-  const turn = await db
-    .selectFrom('proposals as p')
-    .innerJoin('model_turns as m', (j) => j.onRef('m.workflow_id', '=', 'p.workflow_id').onRef('m.round', '=', 'p.round'))
-    .select(['m.model', 'm.instructions_sha256'])
-    .where('p.id', '=', action.proposal_id)
-    .executeTakeFirst();
-  let approvalId = opts.approvalId ?? null;
-  if (!approvalId && action.decision === 'REQUIRE_APPROVAL') {
-    const used = await db
-      .selectFrom('approvals')
-      .select('id')
-      .where('action_id', '=', action.id)
-      .where('status', '=', 'used')
-      .executeTakeFirst();
-    approvalId = used?.id ?? null;
-  }
+  const turn = wf.model === null && wf.instructions_sha256 === null ? undefined : wf;
+  const approvalId = opts.approvalId ?? (action.decision === 'REQUIRE_APPROVAL' ? (wf.used_approval_id ?? null) : null);
   return {
     service: 'executor',
     runId: action.workflow_id,

@@ -1,0 +1,260 @@
+import { sql, type Selectable } from 'kysely';
+import type { Db, Trx } from '../db.ts';
+import type { ActionsTable, ActionStatus, OperationsTable } from '../schema.ts';
+import { transitionAction, transitionWorkflow, type WorkflowTransitionInput } from '../transitions.ts';
+
+/**
+ * The operation protocol (docs/product/design.md#correctness-rules, docs/decisions/0270-one-operation-protocol.md):
+ * the one implementation of reserving an operation key, consuming its approval, granting the
+ * fenced lease, the write-ahead dispatch mark, the fenced record of the outcome and the reset of
+ * a proven non-effect. The executor and reconciliation's remediations both go through it. Row
+ * locks are taken in the order workflows → actions → operations → approvals
+ * (docs/decisions/0014-row-lock-order.md); the caller locks the workflow first where it needs to.
+ */
+
+type Action = Selectable<ActionsTable>;
+type Operation = Selectable<OperationsTable>;
+
+/** The action columns the reservation writes into its operation row. */
+type ReservedAction = Pick<Action, 'id' | 'operation_key' | 'workflow_id' | 'digest' | 'tool' | 'release_id'>;
+
+/**
+ * Reserves the idempotency-ledger row of an action version (docs/product/design.md#uniqueness-in-the-database)
+ * in one statement: inserts `operations` with the action's operation key as `pending` if absent,
+ * else locks the existing row (a no-op `ON CONFLICT DO UPDATE`), and returns it locked in `trx` —
+ * whoever reserved it first. The caller holds the workflow and action row locks.
+ */
+export async function reserveOperation(trx: Trx | Db, action: ReservedAction): Promise<Operation> {
+  return trx
+    .insertInto('operations')
+    .values({
+      key: action.operation_key,
+      workflow_id: action.workflow_id,
+      action_id: action.id,
+      action_digest: action.digest,
+      tool: action.tool,
+      status: 'pending',
+      release_id: action.release_id,
+    })
+    .onConflict((oc) => oc.column('key').doUpdateSet({ key: (eb) => eb.ref('excluded.key') }))
+    .returningAll()
+    .executeTakeFirstOrThrow();
+}
+
+/** Operation row as `to_jsonb` returns it: the bigint and timestamps revived to the row's types. */
+function reviveOperation(o: Record<string, unknown>): Operation {
+  const at = (v: unknown) => (v === null || v === undefined ? null : new Date(String(v)));
+  return {
+    ...(o as unknown as Operation),
+    fencing_token: String(o.fencing_token),
+    lease_expires_at: at(o.lease_expires_at),
+    dispatched_at: at(o.dispatched_at),
+    frozen_at: at(o.frozen_at),
+    created_at: at(o.created_at) as Date,
+    updated_at: at(o.updated_at) as Date,
+  };
+}
+
+/**
+ * Locks the action row and reserves its operation in ONE statement (a CTE: the action is locked
+ * before the operation row, the lock order of ADR 0014). `only`, when given, reserves only when
+ * the action is at that version and in one of those statuses (else `op` is null and nothing is
+ * written). Returns null when the action does not exist.
+ */
+export async function lockActionAndReserve(
+  trx: Trx,
+  actionId: string,
+  only?: { version: number; statuses: readonly ActionStatus[] },
+): Promise<{ action: Action; op: Operation | null } | null> {
+  const filter = only ? sql`a.version = ${only.version} and a.status = any(${[...only.statuses]}::text[])` : sql`true`;
+  const { rows } = await sql<Action & { op: Record<string, unknown> | null }>`
+    with a as (select * from actions where id = ${actionId} for update),
+    op as (
+      insert into operations (key, workflow_id, action_id, action_digest, tool, status, release_id)
+      select a.operation_key, a.workflow_id, a.id, a.digest, a.tool, 'pending', a.release_id from a where ${filter}
+      on conflict (key) do update set key = excluded.key
+      returning *
+    )
+    select a.*, (select to_jsonb(op) from op) as op from a`.execute(trx);
+  const row = rows[0];
+  if (!row) return null;
+  const { op, ...action } = row;
+  return { action: action as Action, op: op ? reviveOperation(op) : null };
+}
+
+/** What an approval must name to be consumed for an action (docs/product/invariants.md#approval). */
+export interface ApprovalBinding {
+  action: Pick<Action, 'id' | 'tool' | 'digest' | 'version' | 'policy_revision'>;
+  /** Also require the approval's policy revision to be the action's (the executor's binding). */
+  policyRevision: boolean;
+}
+
+/**
+ * Consumes an approval exactly once: one conditional UPDATE `approved → used` that holds only
+ * while it is unexpired and names exactly the bound action (id, tool, digest, version and, when
+ * asked, policy revision). `binding` null consumes any approved, unexpired approval (a
+ * control-removed test only). Returns whether this call consumed it.
+ */
+export async function consumeApproval(trx: Trx, approvalId: string, binding: ApprovalBinding | null): Promise<boolean> {
+  let q = trx
+    .updateTable('approvals')
+    .set({ status: 'used', used_at: new Date() })
+    .where('id', '=', approvalId)
+    .where('status', '=', 'approved')
+    .where('expires_at', '>', new Date());
+  if (binding) {
+    const a = binding.action;
+    q = q
+      .where('action_id', '=', a.id)
+      .where('tool', '=', a.tool)
+      .where('action_digest', '=', a.digest)
+      .where('action_version', '=', a.version);
+    if (binding.policyRevision) q = q.where('policy_revision', '=', a.policy_revision);
+  }
+  return (await q.returning('id').executeTakeFirst()) !== undefined;
+}
+
+/** The lease {@link grantLease} writes. */
+export interface LeaseGrant {
+  owner: string;
+  leaseMs: number;
+  /** Baseline stored with the first claim (kept from an earlier claim when one is stored). */
+  baseline?: Record<string, unknown> | null;
+  /** Write the dispatch mark with the claim itself (a remediation dispatches at once). */
+  dispatchNow?: boolean;
+  /** The workflow's move to `executing` (through the transition table). */
+  workflow: Omit<WorkflowTransitionInput, 'to'>;
+}
+
+/**
+ * Grants the lease on `op` with one conditional UPDATE that holds only while the fencing token is
+ * still the one read under the lock: the token is incremented (a former holder's writes are then
+ * refused), the `running` mark, owner, expiry and attempt written; then the action moves to
+ * `running` and its workflow to `executing` (packages/ledger/src/transitions.ts). The caller
+ * commits this before any effect (write-ahead).
+ * @throws when the token moved (the caller holds the row lock, so it cannot).
+ */
+export async function grantLease(trx: Trx, op: Operation, grant: LeaseGrant): Promise<{ fencingToken: number; baseline: unknown }> {
+  const granted = await trx
+    .updateTable('operations')
+    .set({
+      status: 'running',
+      fencing_token: sql`fencing_token + 1`,
+      lease_owner: grant.owner,
+      lease_expires_at: new Date(Date.now() + grant.leaseMs),
+      attempts: sql`attempts + 1`,
+      ...(grant.baseline !== undefined ? { baseline: JSON.stringify(op.baseline ?? grant.baseline) } : {}),
+      ...(grant.dispatchNow ? { dispatched_at: new Date() } : {}),
+      updated_at: new Date(),
+    })
+    .where('key', '=', op.key)
+    .where('fencing_token', '=', op.fencing_token)
+    .returning(['fencing_token', 'baseline'])
+    .executeTakeFirstOrThrow();
+  await transitionAction(trx, op.action_id, { to: 'running' });
+  await transitionWorkflow(trx, op.workflow_id, { to: 'executing', ...grant.workflow });
+  return { fencingToken: Number(granted.fencing_token), baseline: granted.baseline };
+}
+
+/**
+ * The write-ahead dispatch mark, committed before the effect is sent: holds only for the holder
+ * of `fencingToken` on a `running` operation. Returns false when fenced out (a newer holder).
+ */
+export async function markDispatched(db: Db | Trx, key: string, fencingToken: number): Promise<boolean> {
+  const marked = await db
+    .updateTable('operations')
+    .set({ dispatched_at: new Date(), updated_at: new Date() })
+    .where('key', '=', key)
+    .where('fencing_token', '=', String(fencingToken))
+    .where('status', '=', 'running')
+    .returning('key')
+    .executeTakeFirst();
+  return marked !== undefined;
+}
+
+/** The fenced outcome {@link recordOutcome} writes. */
+export interface FencedOutcome {
+  actionId: string;
+  key: string;
+  fencingToken: number;
+  status: 'succeeded' | 'failed' | 'failed_unknown';
+  /** The action's status (e.g. `denied` for a downstream refusal; default `status`). */
+  actionStatus?: ActionStatus;
+  /** The stored output (JSON), replayed to a redelivery. */
+  result: unknown;
+  evidenceRef: string | null;
+  error: string | null;
+}
+
+/**
+ * Records the outcome under the fencing token, in `trx` (lock order: the action, then the
+ * operation): one conditional UPDATE that holds only for the lease holder of a `running`
+ * operation, releasing the lease; then the action's transition. Returns false when fenced out —
+ * a newer lease holder owns the outcome and nothing is written.
+ */
+export async function recordOutcome(trx: Trx, o: FencedOutcome): Promise<boolean> {
+  await trx.selectFrom('actions').select('id').where('id', '=', o.actionId).forUpdate().execute();
+  const recorded = await trx
+    .updateTable('operations')
+    .set({
+      status: o.status,
+      result: o.result === null ? null : JSON.stringify(o.result),
+      evidence_ref: o.evidenceRef,
+      error: o.error,
+      lease_owner: null,
+      lease_expires_at: null,
+      updated_at: new Date(),
+    })
+    .where('key', '=', o.key)
+    .where('fencing_token', '=', String(o.fencingToken))
+    .where('status', '=', 'running')
+    .returning('key')
+    .executeTakeFirst();
+  if (!recorded) return false;
+  await transitionAction(trx, o.actionId, { to: o.actionStatus ?? o.status });
+  return true;
+}
+
+/**
+ * Resets an operation whose effect is proven not to have happened back to `pending` under the
+ * fencing token (lease and dispatch mark cleared, `reason` kept as its error) and its action to
+ * `approved`, so it may be claimed again. Returns false when fenced out.
+ */
+export async function resetToPending(
+  trx: Trx,
+  o: { actionId: string; key: string; fencingToken: number; reason: string },
+): Promise<boolean> {
+  await trx.selectFrom('actions').select('id').where('id', '=', o.actionId).forUpdate().execute();
+  const reset = await trx
+    .updateTable('operations')
+    .set({ status: 'pending', lease_owner: null, lease_expires_at: null, dispatched_at: null, error: o.reason, updated_at: new Date() })
+    .where('key', '=', o.key)
+    .where('fencing_token', '=', String(o.fencingToken))
+    .where('status', '=', 'running')
+    .returning('key')
+    .executeTakeFirst();
+  if (!reset) return false;
+  await transitionAction(trx, o.actionId, { to: 'approved' });
+  return true;
+}
+
+/**
+ * Fences out whoever holds `key` without taking it over: raises its fencing token, unless a live
+ * lease holds it (a replay of another operation's effect under its own key: a stale holder's
+ * request is then refused downstream). Returns the new token, or null while a lease is live.
+ */
+export async function raiseFence(trx: Trx, key: string): Promise<number | null> {
+  const raised = await trx
+    .updateTable('operations')
+    .set({ fencing_token: sql`fencing_token + 1`, updated_at: new Date() })
+    .where('key', '=', key)
+    .where((eb) => eb.or([eb('status', '!=', 'running'), eb('lease_expires_at', '<=', new Date())]))
+    .returning('fencing_token')
+    .executeTakeFirst();
+  return raised ? Number(raised.fencing_token) : null;
+}
+
+/** Whether `op` is held by a live lease (another worker is executing it). */
+export function leaseIsLive(op: Pick<Operation, 'status' | 'lease_expires_at'>, now = Date.now()): boolean {
+  return op.status === 'running' && op.lease_expires_at !== null && new Date(op.lease_expires_at).getTime() > now;
+}

@@ -1,0 +1,124 @@
+import { resultsQueue, type ExecutionJob } from '@gatehouse/contracts';
+import {
+  enqueueInTransaction,
+  inTransaction,
+  outageOutlasted,
+  recordAudit,
+  transitionAction,
+  DEPENDENCY_UNAVAILABLE,
+  type DependencyUnavailable,
+} from '@gatehouse/ledger';
+import { toSafeOutput, type SafeOutput } from '@gatehouse/tools';
+import type { ClaimOutcome } from '../../domain/claim.ts';
+import { executionAuditFields } from '../../domain/execution-audit.ts';
+import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
+import type { ExecutionDeps } from '../execution-deps.ts';
+
+/** How a result moves its run besides answering the call: parked for reconciliation, or stopped. */
+export type ResultEffect = {
+  park?: 'needs_reconciliation';
+  stop?: 'approval_expired' | 'tool_disabled' | 'budget_exhausted' | 'dependency_unavailable';
+};
+
+/** Answers the call `callId` with `output` (a `results` job through the outbox, then published). */
+export async function publishResult(
+  deps: Pick<ExecutionDeps, 'db' | 'relay'>,
+  job: ExecutionJob,
+  callId: string,
+  output: SafeOutput,
+  extra: ResultEffect = {},
+): Promise<void> {
+  const rows = await inTransaction(deps.db, async (trx) => [
+    await enqueueInTransaction(trx, resultsQueue, { release: job.release, workflowId: job.workflowId, callId, output, ...extra }),
+  ]);
+  await deps.relay.publish(rows);
+}
+
+/**
+ * Answers the call of an action that did not run: `{executed: false, reason}`, labelled as
+ * Gatehouse's own output, and `extra` (e.g. the stop it causes). Returns `refused` with `label`
+ * (default `reason`).
+ */
+export async function refuse(
+  deps: Pick<ExecutionDeps, 'db' | 'relay'>,
+  job: ExecutionJob,
+  action: { call_id: string; tool: string },
+  reason: string,
+  extra: ResultEffect = {},
+  label = reason,
+): Promise<ExecutionOutcome> {
+  await publishResult(deps, job, action.call_id, toSafeOutput(action.tool, { executed: false, reason }, 'gatehouse'), extra);
+  return { kind: 'refused', reason: label };
+}
+
+/**
+ * A step held before its claim (audit storage unhealthy, the authoritative read failing) would
+ * never reach the claim's working-time check while the dependency stays down: past the outage
+ * ceiling it stops the run here (`dependency_unavailable`; nothing was claimed or consumed),
+ * otherwise the outcome is `waiting` on `down` and the worker holds the job.
+ */
+export async function stopPastCeilingOrHold(
+  deps: Pick<ExecutionDeps, 'db' | 'relay' | 'outagePolicy'>,
+  job: ExecutionJob,
+  action: { call_id: string; tool: string },
+  down: DependencyUnavailable,
+): Promise<ExecutionOutcome> {
+  if (!outageOutlasted(job.outage, deps.outagePolicy)) return { kind: 'waiting', error: down };
+  return refuse(deps, job, action, DEPENDENCY_UNAVAILABLE, { stop: DEPENDENCY_UNAVAILABLE });
+}
+
+/**
+ * Answers a claim that did not grant the lease (docs/decisions/0270-one-operation-protocol.md):
+ * a finished operation replays its stored outcome (parking the run for reconciliation when it is
+ * `failed_unknown`) audited `operation.replayed`; a key seen with another digest fails the action
+ * (`idempotency_conflict`); an unusable approval, the run's deadline or an outage past its
+ * ceiling answer `{executed: false}`; a re-evaluation publishes the new decision's jobs.
+ */
+export async function answerUnclaimed(
+  deps: ExecutionDeps,
+  job: ExecutionJob,
+  claim: Exclude<ClaimOutcome, { kind: 'claimed' }>,
+): Promise<ExecutionOutcome> {
+  switch (claim.kind) {
+    case 'skip':
+      return { kind: 'skipped', reason: claim.reason };
+    case 'busy':
+      return { kind: 'busy', actionId: job.actionId };
+    case 'replay': {
+      const { action, operation: op } = claim;
+      const stored = op.result as SafeOutput | null;
+      const output = stored ?? toSafeOutput(action.tool, { executed: false, status: op.status }, 'gatehouse');
+      await publishResult(deps, job, action.call_id, output, op.status === 'failed_unknown' ? { park: 'needs_reconciliation' } : {});
+      await inTransaction(deps.db, async (trx) =>
+        recordAudit(trx, {
+          ...(await executionAuditFields(trx, action, { auditHmacKey: deps.auditHmacKey })),
+          type: 'operation.replayed',
+          outcome: op.status,
+          effectRef: op.evidence_ref,
+        }),
+      );
+      return { kind: 'replayed', status: op.status };
+    }
+    case 'conflict':
+      await inTransaction(deps.db, async (trx) => {
+        await transitionAction(trx, claim.action.id, { to: 'failed' });
+        await recordAudit(trx, {
+          ...(await executionAuditFields(trx, claim.action, { auditHmacKey: deps.auditHmacKey })),
+          type: 'operation.failed',
+          outcome: 'idempotency_conflict',
+        });
+      });
+      deps.log.error({ actionId: claim.action.id }, 'idempotency_conflict: key seen with another digest');
+      await refuse(deps, job, claim.action, 'idempotency_conflict');
+      return { kind: 'conflict' };
+    case 'approval_unusable':
+      return refuse(deps, job, claim.action, claim.reason, claim.reason === 'approval_expired' ? { stop: 'approval_expired' } : {});
+    case 'reevaluated':
+      await deps.relay.publish(claim.rows);
+      return { kind: 'reevaluated', outcome: claim.outcome };
+    case 'deadline':
+      return refuse(deps, job, claim.action, 'budget_exhausted', { stop: 'budget_exhausted' }, 'deadline');
+    case 'outage':
+      return refuse(deps, job, claim.action, DEPENDENCY_UNAVAILABLE, { stop: DEPENDENCY_UNAVAILABLE });
+  }
+}

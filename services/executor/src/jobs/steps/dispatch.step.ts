@@ -1,0 +1,156 @@
+import { hostname } from 'node:os';
+import { loadWorld } from '@gatehouse/contracts';
+import { mintDelegatedToken } from '@gatehouse/credentials';
+import { DependencyUnavailable, inTransaction, isLegalWorkflowTransition, markDispatched, readCredentialEpoch } from '@gatehouse/ledger';
+import { readAuthoritative, type AuthoritativeRecord } from '@gatehouse/policy';
+import { resolveByReadBack, shipmentCount, type AdapterResult } from '../../adapters/index.ts';
+import { claimOperation, type ClaimOutcome } from '../../domain/claim.ts';
+import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
+import { blockEventLoop, crashIfAt } from '../../domain/test-hooks.ts';
+import type { ExecutionDeps } from '../execution-deps.ts';
+import { stopPastCeilingOrHold } from './answer.step.ts';
+import type { ExecutionContext } from './containment.step.ts';
+
+/** Retry classes whose effect may be sent again by a new lease holder (same key, or a read). */
+const RE_DISPATCHABLE = new Set(['idempotent_write', 'bounded_read']);
+
+const owner = `${hostname()}:${process.pid}`;
+
+/** A granted claim: the only state in which the adapter may be called. */
+export type Claimed = Extract<ClaimOutcome, { kind: 'claimed' }>;
+
+/**
+ * True when a read of a system of record failed because it is unavailable: no answer (refused,
+ * reset, timed out) or a 408/429/5xx status ("… answered 503" from the policy's fact readers).
+ */
+function systemOfRecordDown(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  if (err.name === 'TimeoutError' || err.name === 'AbortError' || (err.name === 'TypeError' && err.message === 'fetch failed')) return true;
+  return /answered (5\d\d|408|429)$/.test(err.message);
+}
+
+/** What the claim needs read before its transaction. */
+export interface ClaimInputs {
+  epoch: number;
+  baseline: Record<string, unknown> | null;
+  record: AuthoritativeRecord | null;
+}
+
+/**
+ * The reads before the claim, none holding a lock: the revocation epoch (no token without it,
+ * fail closed — ADR 0170; `hooks.epochFailOpen` mints with 0 in its control-removed test), the
+ * baseline of a tool without downstream keys, and the authoritative facts for the re-evaluation
+ * (an HTTP read, no credential). A run the table does not let move to `executing` reads nothing
+ * from a system of record (docs/product/states.md#transition-table). Returns the inputs, or the
+ * outcome that holds (or past the ceiling stops) the step.
+ */
+export async function readClaimInputs(deps: ExecutionDeps, ctx: ExecutionContext): Promise<ClaimInputs | ExecutionOutcome> {
+  const { wf, preview, tool } = ctx;
+  const mayExecute = isLegalWorkflowTransition(wf.state, 'executing');
+  let epoch: number;
+  try {
+    epoch = await readCredentialEpoch(deps.db);
+  } catch (err) {
+    if (!(err instanceof DependencyUnavailable)) throw err;
+    if (!deps.hooks.epochFailOpen) return stopPastCeilingOrHold(deps, ctx.job, preview, err);
+    epoch = 0;
+  }
+  // Baseline for tools without downstream keys, read before the claim and committed with it.
+  const baseline =
+    mayExecute && tool.retryClass === 'at_most_once_readback'
+      ? { shipments: await shipmentCount(deps.stagingUrl, String(preview.arguments.orderId)) }
+      : null;
+  if (preview.status !== 'approved' || !mayExecute) return { epoch, baseline, record: null };
+  try {
+    const args = preview.arguments as Record<string, string | number | null>;
+    return { epoch, baseline, record: await readAuthoritative(deps.db, deps.stagingUrl, wf, { tool, args }) };
+  } catch (err) {
+    if (!systemOfRecordDown(err)) throw err;
+    const down = new DependencyUnavailable('system_of_record', (err as Error).message, { cause: err });
+    return stopPastCeilingOrHold(deps, ctx.job, preview, down);
+  }
+}
+
+/** The fenced claim in its own transaction (committed before any effect: write-ahead). */
+export function claim(deps: ExecutionDeps, ctx: ExecutionContext, inputs: ClaimInputs): Promise<ClaimOutcome> {
+  const { hooks } = deps;
+  const reevaluation = {
+    wf: ctx.wf,
+    bundles: deps.bundles,
+    record: inputs.record,
+    auditHmacKey: deps.auditHmacKey,
+    disabled: hooks.disableReevaluation,
+  };
+  return inTransaction(deps.db, (trx) =>
+    claimOperation(trx, ctx.job, {
+      owner,
+      leaseMs: deps.leaseMs,
+      baseline: inputs.baseline,
+      auditHmacKey: deps.auditHmacKey,
+      userId: ctx.wf.user_id,
+      reevaluation,
+      bindDigest: !hooks.disableDigestBinding,
+      honourLease: !hooks.disableLease,
+      outagePolicy: deps.outagePolicy,
+    }),
+  );
+}
+
+/**
+ * Sends the effect of a granted claim, or resolves a former holder's: after a lease that expired
+ * past its dispatch mark, a non-idempotent effect is resolved by read-back, never re-sent
+ * (nothing visible yet is not proof: `unknown`). Otherwise the write-ahead mark is committed
+ * under the fence, then the fixed adapter runs with a delegated token minted per request
+ * (bound to key, fence and target; ADR 0170). Returns the adapter's result, or `fenced_out`.
+ */
+export async function dispatchEffect(
+  deps: ExecutionDeps,
+  ctx: ExecutionContext,
+  c: Claimed,
+  epoch: number,
+  started: number,
+): Promise<AdapterResult | { kind: 'fenced_out' }> {
+  const { action, fencingToken } = c;
+  const { hooks } = deps;
+  const { wf, tool } = ctx;
+  if (c.reclaimed && c.previouslyDispatched && !hooks.disableWriteAhead && !RE_DISPATCHABLE.has(tool.retryClass)) {
+    const read =
+      tool.retryClass === 'at_most_once_readback'
+        ? await resolveByReadBack({ stagingUrl: deps.stagingUrl, baseline: c.baseline }, String(action.arguments.orderId), 'lease_expired')
+        : null;
+    return read && read.status === 'succeeded' ? read : { status: 'unknown', reason: 'lease_expired_after_dispatch', attempts: 0 };
+  }
+  if (hooks.blockBeforeDispatchMs) blockEventLoop(hooks.blockBeforeDispatchMs);
+  crashIfAt(hooks, 'before_dispatch', action.tool);
+  if (!hooks.disableWriteAhead && !(await markDispatched(deps.db, action.operation_key, fencingToken))) return { kind: 'fenced_out' };
+  const user = loadWorld().users.find((u) => u.id === wf.user_id && u.tenant === wf.tenant);
+  const result = await ctx.adapter({
+    stagingUrl: deps.stagingUrl,
+    ledger: deps.db,
+    workflow: { id: wf.id, tenant: wf.tenant },
+    args: action.arguments as Record<string, string | number | null>,
+    operationKey: action.operation_key,
+    freshKeyPerAttempt: hooks.disableIdempotencyKey,
+    fencingToken,
+    deadlineMs: started + deps.deadlineMs,
+    baseline: c.baseline,
+    token: (target, op) =>
+      mintDelegatedToken(
+        {
+          sub: wf.user_id,
+          act: { sub: deps.agentId },
+          aud: tool.downstream,
+          scope: tool.scope,
+          tenant: wf.tenant,
+          ceiling: user?.refundCeiling ?? 0,
+          epoch,
+          op: op ?? action.operation_key,
+          fence: fencingToken,
+          target,
+        },
+        deps.signingKey,
+      ),
+  });
+  crashIfAt(hooks, 'after_dispatch', action.tool);
+  return result;
+}

@@ -1,0 +1,59 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type pg from 'pg';
+import { createAction } from '@gatehouse/testing';
+import { createPool, type Db } from '@gatehouse/ledger';
+import { Kysely, PostgresDialect } from 'kysely';
+import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
+import { startHarness, type Harness } from './support/harness.ts';
+
+// docs/decisions/0270-one-operation-protocol.md: how many statements the executor sends the ledger
+// for one ALLOW refund, counted at the pg client (every statement, BEGIN/COMMIT included).
+
+let h: Harness;
+let counted: Db;
+const statements: string[] = [];
+beforeAll(async () => {
+  h = await startHarness();
+  const pool: pg.Pool = createPool(h.tdb.url, 4);
+  pool.on('connect', (client) => {
+    const query = client.query.bind(client) as (...a: unknown[]) => unknown;
+    (client as unknown as { query: (...a: unknown[]) => unknown }).query = (...args: unknown[]) => {
+      const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string }).text;
+      statements.push(String(text));
+      return query(...args);
+    };
+  });
+  counted = new Kysely({ dialect: new PostgresDialect({ pool }) }) as Db;
+});
+afterAll(async () => {
+  await counted?.destroy();
+  await h?.close();
+});
+
+/** The statements of the claim transaction: from the first BEGIN to its COMMIT. */
+function claimTransaction(all: string[]): string[] {
+  const begins = all.flatMap((s, i) => (/^begin/i.test(s) ? [i] : []));
+  // the claim is the transaction that grants the lease (sets status running)
+  for (const b of begins) {
+    const end = all.findIndex((s, i) => i > b && /^commit|^rollback/i.test(s));
+    const tx = all.slice(b, end + 1);
+    if (tx.some((s) => /update "operations" set "status" = \$1, "fencing_token" = fencing_token \+ 1|fencing_token \+ 1/.test(s)))
+      return tx;
+  }
+  return [];
+}
+
+describe('executor: statements for one ALLOW refund', () => {
+  it('counts every statement sent to the ledger and those of the claim transaction', async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { orderId, amountCents: 3100 });
+    statements.length = 0;
+    expect(await processExecution(a.job, h.deps({ db: counted }))).toBe('succeeded');
+    const claim = claimTransaction(statements);
+    console.log(`statements: total ${statements.length}, claim transaction ${claim.length}`);
+    if (process.env.STATEMENTS_VERBOSE) console.log(statements.join('\n'));
+    // ADR 0270: 41 statements (claim transaction 24) before the operation protocol.
+    expect(statements.length).toBeLessThanOrEqual(34);
+    expect(claim.length).toBeLessThanOrEqual(20);
+  });
+});
