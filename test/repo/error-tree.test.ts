@@ -13,14 +13,8 @@ import { errorResponseOf, httpStatusOf } from '@gatehouse/platform';
 /** The only file that may extend the built-in Error. */
 const TREE = 'packages/contracts/src/errors.ts';
 
-/**
- * Files that still extend Error, with the class: services/executor/src/jobs/executions.processor.ts
- * is being refactored in parallel (issue #19), so its `LeaseBusy` moves into the tree (a
- * ConflictError, reason `lease_busy`, 409) once that lands. Nothing may be added here.
- */
-const NOT_YET: Record<string, string[]> = {
-  'services/executor/src/jobs/executions.processor.ts': ['LeaseBusy'],
-};
+/** Files that may still extend Error, with the class: none (nothing may be added here). */
+const NOT_YET: Record<string, string[]> = {};
 
 /** The documented status of every error class (the ADR's table; bases and their subclasses). */
 const STATUS: Record<string, number> = {
@@ -49,6 +43,7 @@ const STATUS: Record<string, number> = {
   TwoPersonRequired: 403,
   OverrideRefused: 422,
   OperatorRefused: 403,
+  LeaseBusy: 409,
   UsageError: 400,
   ActivationRefused: 403,
   CanaryRefused: 403,

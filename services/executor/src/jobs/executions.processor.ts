@@ -1,4 +1,4 @@
-import type { ExecutionJob } from '@gatehouse/contracts';
+import { ConflictError, type ExecutionJob } from '@gatehouse/contracts';
 import { DependencyUnavailable } from '@gatehouse/ledger';
 import { toJobResult, type ExecutionOutcome } from '../domain/execution-outcome.ts';
 import type { ExecutionDeps } from './execution-deps.ts';
@@ -10,9 +10,11 @@ import { recordResult } from './steps/record.step.ts';
 
 export type { ExecutionDeps } from './execution-deps.ts';
 
-/** Thrown when another worker holds a live lease: the queue retries after backoff. */
-export class LeaseBusy extends Error {
-  override name = 'LeaseBusy';
+/** Thrown when another worker holds a live lease (reason `lease_busy`, 409): the queue retries after backoff. */
+export class LeaseBusy extends ConflictError {
+  constructor(message: string) {
+    super('lease_busy', message);
+  }
 }
 
 /**
