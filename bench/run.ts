@@ -1,6 +1,6 @@
 // `./run bench` (and `./run bench --smoke` / BENCH_SMOKE=1): runs every benchmark, prints the
 // tables and writes bench/results/latest.json (smoke: bench/results/smoke.json).
-// BENCH_SECTIONS=governed,scaling,replay,e2e,policy picks sections (the floor always runs);
+// BENCH_SECTIONS=governed,telemetry,scaling,replay,e2e,policy picks sections (the floor always runs);
 // BENCH_SIZES='{"replayActions":200}' overrides sizes of bench/config.ts.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';

@@ -148,6 +148,20 @@ export class BenchWorld {
     this.#services.set(name, await stack);
   }
 
+  /**
+   * Restarts every service started with {@link start} (not extra executors) with `env` merged
+   * into its environment (`undefined` removes a variable), all at once, and waits until each is ready.
+   */
+  async restartAll(env: Record<string, string | undefined>): Promise<void> {
+    this.notePeakRss();
+    await Promise.all(
+      [...this.#services].map(async ([name, stack]) => {
+        await stack.restart(name, env);
+        await stack.ready(name, 90_000);
+      }),
+    );
+  }
+
   /** Process id → service name of every running service process (executors `executor`). */
   pids(): Map<number, string> {
     const out = new Map<number, string>();

@@ -21,6 +21,7 @@ export {
   recordAlert,
   observeQueueDepth,
   observeAuditBacklog,
+  observeStuckRuns,
   setMetricsRelease,
   recordModelCall,
   recordDependencyError,

@@ -109,6 +109,12 @@ export const METRICS = {
     description: "Model spend in micro-USD, priced by the release's model entry as the spend budgets are (ADR 0183), by model and release",
     unit: '{micro_usd}',
   },
+  stuckRuns: {
+    kind: 'gauge',
+    name: 'gatehouse.runs.stuck',
+    description: 'Live runs past their no-progress bound that wait on no person (as `gatehouse reconcile` lists them), by state',
+    unit: '{run}',
+  },
   dependencyErrors: {
     kind: 'counter',
     name: 'gatehouse.dependency.errors',
@@ -434,4 +440,19 @@ export type DependencyErrorKind = (typeof DEPENDENCY_ERROR_KINDS)[number];
 /** Counts one failed request to `dependency` (`gatehouse.dependency.errors`). Never throws. */
 export function recordDependencyError(dependency: DependencyName, kind: DependencyErrorKind): void {
   safely('dependency error', () => add(METRICS.dependencyErrors, { dependency, kind }));
+}
+
+/**
+ * Observes the stuck runs: `read` returns the state of each live run past its no-progress bound
+ * (`listStuckRuns` of the ledger), counted by state at each collection. Registered by the
+ * executor; replicas report the same value (aggregate with max).
+ */
+export function observeStuckRuns(read: () => Promise<string[]>): void {
+  observeGauges([METRICS.stuckRuns], async () => {
+    const byState = new Map<string, number>();
+    for (const state of await read()) byState.set(state, (byState.get(state) ?? 0) + 1);
+    const readings = [...byState].map(([state, n]) => ({ gauge: METRICS.stuckRuns, value: n, attributes: { state } }));
+    // No stuck run still reports a zero, so an alert on the series resolves.
+    return readings.length ? readings : [{ gauge: METRICS.stuckRuns, value: 0, attributes: { state: 'none' } }];
+  });
 }
