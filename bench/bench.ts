@@ -10,6 +10,7 @@ import { runScaling, type ScalingPoint } from './sections/scaling.ts';
 import { runReplay, type ReplayReport } from './sections/replay.ts';
 import { runE2E, type E2EReport } from './sections/e2e.ts';
 import { runPolicy, type PolicyReport } from './sections/policy.ts';
+import { runTelemetry, type TelemetryReport } from './sections/telemetry.ts';
 import { evaluateTargets, type TargetResult } from './targets.ts';
 
 /** Everything one `./run bench` run measured (written to `bench/results/latest.json`). */
@@ -29,6 +30,8 @@ export interface BenchReport {
   scaling: ScalingPoint[] | null;
   replay: ReplayReport | null;
   e2e: E2EReport | null;
+  /** Telemetry on vs off on one governed call (section `telemetry`). */
+  telemetry: TelemetryReport | null;
   /** Peak RSS per service (max over its processes) and of the benchmark process, MB. */
   memory: Record<string, number>;
   policy: PolicyReport | null;
@@ -41,7 +44,7 @@ export interface BenchReport {
 export interface BenchOptions {
   smoke?: boolean;
   /**
-   * Sections to run besides the floor probes: any of `governed`, `scaling`, `replay`, `e2e`,
+   * Sections to run besides the floor probes: any of `governed`, `telemetry`, `scaling`, `replay`, `e2e`,
    * `policy` (default all; `BENCH_SECTIONS=replay,policy` on the command line). Others are null.
    */
   sections?: string[];
@@ -119,6 +122,7 @@ export async function runBench(opts: BenchOptions = {}): Promise<BenchReport> {
       approved: await section('governed', 'governed refund (approved)', () => runGoverned(w, sizes, 'approved', floor, approvedOrders)),
     };
     await ageRefunds(w.db);
+    const telemetry = await section('telemetry', 'telemetry on vs off', () => runTelemetry(w, sizes, plain));
     const scaling = await section('scaling', 'scaling', () => runScaling(w, sizes, tenantLoad));
     await ageRefunds(w.db);
     // The replay takes what the budget leaves after the ticket run, the policy runs and shutdown.
@@ -147,6 +151,7 @@ export async function runBench(opts: BenchOptions = {}): Promise<BenchReport> {
       scaling,
       replay,
       e2e,
+      telemetry,
       memory,
       policy,
       errors,

@@ -23,6 +23,8 @@ export const PG_SERVER = process.env.TEST_PG_SERVER ?? 'postgres://postgres@127.
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 /** The release every benchmark job carries (queues `<base>.rel-1`). */
 export const RELEASE = 'rel-1';
+/** How long a service may take to answer `/readyz` after it starts, ms (`BENCH_READY_TIMEOUT_MS`, default 90 000: a busy shared machine needs more). */
+const READY_TIMEOUT_MS = Number(process.env.BENCH_READY_TIMEOUT_MS ?? 90_000);
 /** Local secret user tokens are signed with (the services' default in local mode). */
 export const AUTH_SECRET = 'local-auth-secret-change-me';
 
@@ -152,9 +154,23 @@ export class BenchWorld {
   /** Starts one service of `SERVICES` as a process (logs in `<dir>/<service>/`). */
   async startService(name: string): Promise<void> {
     if (this.#services.has(name)) return;
-    const stack = startStack({ env: this.env, dir: resolve(this.dir, name), only: [name], readyTimeoutMs: 90_000 });
+    const stack = startStack({ env: this.env, dir: resolve(this.dir, name), only: [name], readyTimeoutMs: READY_TIMEOUT_MS });
     this.#starting.push(stack);
     this.#services.set(name, await stack);
+  }
+
+  /**
+   * Restarts every service started with {@link start} (not extra executors) with `env` merged
+   * into its environment (`undefined` removes a variable), all at once, and waits until each is ready.
+   */
+  async restartAll(env: Record<string, string | undefined>): Promise<void> {
+    this.notePeakRss();
+    await Promise.all(
+      [...this.#services].map(async ([name, stack]) => {
+        await stack.restart(name, env);
+        await stack.ready(name, READY_TIMEOUT_MS);
+      }),
+    );
   }
 
   /** Process id → service name of every running service process (executors `executor`). */
@@ -182,7 +198,7 @@ export class BenchWorld {
     while (this.executorCount < n) {
       const env = { ...this.env, EXECUTOR_PORT: String(await freePort()) };
       const dir = resolve(this.dir, `executor-${this.#extraExecutors.length + 2}`);
-      this.#extraExecutors.push(await startStack({ env, dir, only: ['executor'], readyTimeoutMs: 90_000 }));
+      this.#extraExecutors.push(await startStack({ env, dir, only: ['executor'], readyTimeoutMs: READY_TIMEOUT_MS }));
     }
     while (this.executorCount > n && this.#extraExecutors.length) await this.#extraExecutors.pop()!.stop(10_000);
   }

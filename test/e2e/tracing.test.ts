@@ -15,7 +15,7 @@ import type { Server } from 'node:http';
 // metric, log line or audit event of the run carries the canary or the raw ticket text.
 
 type OtlpAttr = { key: string; value: { stringValue?: string; intValue?: string | number; doubleValue?: number } };
-type OtlpSpan = { traceId: string; spanId: string; parentSpanId?: string; name: string; attributes?: OtlpAttr[] };
+type OtlpSpan = { traceId: string; spanId: string; parentSpanId?: string; name: string; kind?: number; attributes?: OtlpAttr[] };
 type Received = { service: string; span: OtlpSpan };
 type OtlpPoint = { attributes?: OtlpAttr[]; asInt?: string | number; asDouble?: number; count?: string | number };
 type OtlpMetric = {
@@ -115,6 +115,23 @@ describe('OpenTelemetry across the queues', () => {
     expect(executions().length).toBeGreaterThanOrEqual(3);
     // Spans carry no ticket text or arguments.
     expect(rawSpans).not.toContain('cracked item');
+  });
+
+  it('fetch: the model request and the calls to the systems of record are CLIENT spans the model-stub and staging continue (ADR 0260)', async () => {
+    // OTLP span kinds: 2 server, 3 client.
+    const inTrace = () => received.filter((r) => r.span.traceId === workflowTrace);
+    const continued = (service: string, client: string) =>
+      inTrace().filter(
+        (r) =>
+          r.service === service &&
+          r.span.kind === 2 &&
+          inTrace().some((c) => c.service === client && c.span.kind === 3 && c.span.spanId === r.span.parentSpanId),
+      );
+    await settle(() => continued('model-stub', 'agent-loop').length > 0 && continued('staging', 'executor').length > 0);
+    expect(continued('model-stub', 'agent-loop').map((r) => r.span.name)).toContain('POST /v1/responses');
+    expect(continued('staging', 'executor').map((r) => r.span.name)).toContain('POST /ledger/refunds');
+    // The gateway's order read joins too.
+    expect(continued('staging', 'policy-gateway').length).toBeGreaterThan(0);
   });
 
   it('auto-instrumentation: the intake HTTP request, express route, pg queries and ioredis commands join the workflow trace', async () => {

@@ -1,5 +1,5 @@
 import { queueName, type QueueContract } from '@gatehouse/contracts';
-import { currentTraceparent } from '@gatehouse/telemetry';
+import { producerTraceparent } from '@gatehouse/telemetry';
 import type { Trx } from './db.ts';
 
 /** An outbox row ready to publish: BullMQ queue, job name, deterministic job id, payload. */
@@ -14,8 +14,10 @@ export interface OutboxRow {
 /**
  * Writes the next job as an outbox row inside the caller's transaction
  * (docs/product/design.md#transactional-outbox). The payload is validated against the queue's contract first; the queue
- * is the release-specific one named by `payload.release`. The active trace context is stored
- * with the job (`traceparent`) so the consumer's span continues the trace.
+ * is the release-specific one named by `payload.release`. The write is the job's send: a
+ * PRODUCER span (`send <queue>`, messaging conventions) under `payload.traceparent` or the
+ * active span, whose context is stored with the job (`traceparent`) so the consumer's span is
+ * its child and continues the trace (docs/decisions/0020, 0260).
  * @throws ZodError when the payload breaks the contract (the transaction should roll back).
  */
 export async function enqueueInTransaction<T extends { release: string; traceparent?: string }>(
@@ -23,14 +25,17 @@ export async function enqueueInTransaction<T extends { release: string; tracepar
   contract: QueueContract<T>,
   payload: T,
 ): Promise<OutboxRow> {
-  const traceparent = payload.traceparent ?? currentTraceparent();
-  const parsed = contract.schema.parse(traceparent ? { ...payload, traceparent } : payload);
+  const valid = contract.schema.parse(payload);
+  const queue = queueName(contract.base, valid.release);
+  const jobId = contract.jobId(valid);
+  const traceparent = producerTraceparent(queue, jobId, valid.traceparent);
+  const parsed = traceparent ? { ...valid, traceparent } : valid;
   const row = await trx
     .insertInto('outbox')
     .values({
-      queue: queueName(contract.base, parsed.release),
+      queue,
       job_name: contract.jobName,
-      job_id: contract.jobId(parsed),
+      job_id: jobId,
       payload: JSON.stringify(parsed),
       release_id: parsed.release,
     })

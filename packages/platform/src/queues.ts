@@ -1,20 +1,21 @@
 import { Queue, Worker, UnrecoverableError, type Job, type ConnectionOptions } from 'bullmq';
 import { Redis } from 'ioredis';
 import { queueName, type QueueContract } from '@gatehouse/contracts';
-import { recordJob, withJobSpan } from '@gatehouse/telemetry';
+import { messagingAttributes, recordDependencyError, recordJob, withJobSpan } from '@gatehouse/telemetry';
 import { IllegalTransition, isConnectionFault } from '@gatehouse/ledger';
 import type { Logger } from './logger.ts';
 import type { PostgresGate } from './postgres-gate.ts';
 
 /**
  * Opens an ioredis connection suitable for BullMQ workers (`maxRetriesPerRequest: null`: commands
- * wait while it reconnects). Its `error` events are handled: with `log`, the first error of an
- * outage is logged and the reconnection after it.
+ * wait while it reconnects). Its `error` events are handled: each counts as a `redis` dependency
+ * error, and with `log` the first error of an outage is logged and the reconnection after it.
  */
 export function createRedis(url: string, log?: Logger): Redis {
   const redis = new Redis(url, { maxRetriesPerRequest: null, enableReadyCheck: true });
   let failing = false;
   redis.on('error', (err: Error) => {
+    recordDependencyError('redis', 'connection');
     if (!failing) log?.warn({ err: err.message }, 'redis connection lost; reconnecting');
     failing = true;
   });
@@ -158,27 +159,24 @@ export function createWorker<T extends { release: string; traceparent?: string }
       }
       const data = parsed.data;
       // Parented only from the context stored with the job (ADR 0020), never the worker's own.
-      return withJobSpan(
-        `${contract.base} process`,
-        { 'messaging.destination.name': name, 'messaging.message.id': job.id ?? '' },
-        data.traceparent,
-        async () => {
-          const t0 = performance.now();
-          try {
-            const result = await handler(data, job);
-            recordJob(contract.base, 'completed', performance.now() - t0);
-            opts.log.debug({ queue: name, jobId: job.id, attempt: job.attemptsMade + 1 }, 'job processed');
-            return result;
-          } catch (err) {
-            if (isConnectionFault(err) && (await opts.gate.shouldDefer(job, startedMs))) {
-              return opts.gate.defer(job, token, (err as Error).message);
-            }
-            if (err instanceof IllegalTransition) return refuseIllegal(contract.base, name, job, err, opts.log);
-            recordJob(contract.base, 'failed', performance.now() - t0);
-            throw err;
+      // A CONSUMER span in the messaging conventions (ADR 0260): system bullmq, operation process.
+      return withJobSpan(`${contract.base} process`, messagingAttributes(name, job.id ?? '', 'process'), data.traceparent, async () => {
+        const t0 = performance.now();
+        try {
+          const result = await handler(data, job);
+          recordJob(contract.base, 'completed', performance.now() - t0);
+          opts.log.debug({ queue: name, jobId: job.id, attempt: job.attemptsMade + 1 }, 'job processed');
+          return result;
+        } catch (err) {
+          if (isConnectionFault(err)) recordDependencyError('postgres', 'connection');
+          if (isConnectionFault(err) && (await opts.gate.shouldDefer(job, startedMs))) {
+            return opts.gate.defer(job, token, (err as Error).message);
           }
-        },
-      );
+          if (err instanceof IllegalTransition) return refuseIllegal(contract.base, name, job, err, opts.log);
+          recordJob(contract.base, 'failed', performance.now() - t0);
+          throw err;
+        }
+      });
     },
     {
       connection: createRedis(opts.redisUrl, opts.log),

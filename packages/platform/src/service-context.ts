@@ -7,7 +7,11 @@ import { createLogger, type Logger } from './logger.ts';
 import { createRedis, QueueRegistry, readQueueDepth } from './queues.ts';
 import { OutboxRelay } from './outbox-relay.ts';
 import { PostgresGate } from './postgres-gate.ts';
-import { observeQueueDepth, startTelemetry } from '@gatehouse/telemetry';
+import { dependencyRoutes, observeDependencyErrors, observeQueueDepth, recordDependencyError, startTelemetry } from '@gatehouse/telemetry';
+
+/** The model-stub's Responses API on its default port, and the real API: the agent loop's defaults. */
+const LOCAL_MODEL_URL = 'http://127.0.0.1:7103/v1';
+const OPENAI_API_URL = 'https://api.openai.com/v1';
 
 /** What every service process holds: its env, logger, ledger pool, queues and outbox relay. */
 export interface ServiceContext<E> {
@@ -29,7 +33,7 @@ export interface ServiceContext<E> {
 /**
  * Builds the context of one service from the environment (base settings plus `extra`) and
  * starts its telemetry (traces, metrics — including the depth of the queues its workers
- * consume — and the log correlation).
+ * consume and the errors of its dependencies — and the log correlation).
  * @param productionChecks this service's own reasons to refuse production, added to the base ones.
  * @throws Error listing every invalid environment variable (in production, every problem).
  */
@@ -45,6 +49,7 @@ export function createServiceContext<S extends ZodRawShape>(
   // A client that loses its connection fails its statement; the process goes on (see createDb).
   const db = createDb(env.DATABASE_URL, 10, (err) => {
     log.warn({ err: err.message }, 'postgres client lost its connection');
+    recordDependencyError('postgres', 'connection_lost');
     gate.noteClientFault();
   });
   const gate = new PostgresGate(db, log);
@@ -52,6 +57,8 @@ export function createServiceContext<S extends ZodRawShape>(
   const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
   const relay = new OutboxRelay(db, queues, log);
   observeQueueDepth(() => readQueueDepth(queues));
+  // Failed requests to the systems of record and the model (the stub's and the real API's URLs too).
+  observeDependencyErrors(dependencyRoutes(env.STAGING_URL, [env.MODEL_BASE_URL, LOCAL_MODEL_URL, OPENAI_API_URL]));
   return {
     name,
     env,

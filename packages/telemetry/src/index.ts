@@ -3,7 +3,15 @@ import { fileURLToPath } from 'node:url';
 export { startTelemetry, type Telemetry, type TelemetryOptions } from './sdk.ts';
 export { exportConfigured } from './config.ts';
 export { MetricsProbe, sumPoints, type ProbePoint } from './metrics-probe.ts';
-export { currentTraceparent, withSpan, withJobSpan, logCorrelation } from './tracing.ts';
+export {
+  currentTraceparent,
+  withSpan,
+  withJobSpan,
+  logCorrelation,
+  producerTraceparent,
+  messagingAttributes,
+  MESSAGING_SYSTEM,
+} from './tracing.ts';
 export { createInstrumentations, enabledInstrumentations, INSTRUMENTED_MODULES } from './instrumentations.ts';
 export {
   METRICS,
@@ -13,9 +21,29 @@ export {
   recordAlert,
   observeQueueDepth,
   observeAuditBacklog,
+  observeStuckRuns,
   setMetricsRelease,
+  recordModelCall,
+  recordDependencyError,
+  DEPENDENCIES,
+  DEPENDENCY_ERROR_KINDS,
   type AuditMetricEvent,
+  type ModelCall,
+  type ModelOutcome,
+  type DependencyName,
+  type DependencyErrorKind,
 } from './metrics.ts';
+export { observeDependencyErrors, dependencyRoutes, type DependencyRoute } from './dependency-errors.ts';
+export {
+  EXPORTED_METRICS,
+  GATEHOUSE_METRICS,
+  INSTRUMENTATION_METRICS,
+  prometheusName,
+  prometheusSeries,
+  exportedPrometheusSeries,
+  type MetricDef,
+  type MetricKind,
+} from './prometheus-names.ts';
 
 /** Absolute path of the preload that enables the auto-instrumentations (`node --import <path>`). */
 export const TELEMETRY_PRELOAD = fileURLToPath(new URL('./register.ts', import.meta.url));

@@ -5,58 +5,121 @@ import { STOP_REASONS } from '@gatehouse/contracts';
  * The metrics of Gatehouse (docs/product/design.md#observability). Labels are low-cardinality
  * only — tool, outcome, rule, decision, reason, release, policy revision, service, queue — never
  * ids of runs, actors, approvals, operations or calls (those go to traces and audit).
- * Durations are milliseconds.
+ * Durations are milliseconds. `kind` is the instrument each is recorded with (an observable
+ * gauge for `gauge`); the deploy checks derive the Prometheus names from it.
  */
 export const METRICS = {
-  proposals: { name: 'gatehouse.proposals', description: 'Tool calls proposed by the model (one per call), by tool' },
+  proposals: { kind: 'counter', name: 'gatehouse.proposals', description: 'Tool calls proposed by the model (one per call), by tool' },
   decisions: {
+    kind: 'counter',
     name: 'gatehouse.policy.decisions',
     description: 'Policy outcomes for proposals (ALLOW, DENY, REQUIRE_APPROVAL, SUPPRESSED, INVALID), by tool, rule and stage',
   },
-  denials: { name: 'gatehouse.policy.denials', description: 'Proposals denied by policy, by tool and rule' },
+  denials: { kind: 'counter', name: 'gatehouse.policy.denials', description: 'Proposals denied by policy, by tool and rule' },
   approvals: {
+    kind: 'counter',
     name: 'gatehouse.approvals',
     description: 'Approval lifecycle: requested, granted, denied, expired, consumed, voided; by tool and rule',
   },
-  attempts: { name: 'gatehouse.executions.attempts', description: 'Claims of an operation for execution (each try of an effect), by tool' },
+  attempts: {
+    kind: 'counter',
+    name: 'gatehouse.executions.attempts',
+    description: 'Claims of an operation for execution (each try of an effect), by tool',
+  },
   outcomes: {
+    kind: 'counter',
     name: 'gatehouse.executions.outcomes',
     description: 'Execution results: succeeded, failed, unknown, replayed, reconciled; by tool',
   },
   executionDuration: {
+    kind: 'histogram',
     name: 'gatehouse.executions.duration',
     description: 'Adapter time of one execution, by tool and outcome',
     unit: 'ms',
   },
   failedUnknown: {
+    kind: 'counter',
     name: 'gatehouse.executions.failed_unknown',
     description: 'Executions whose outcome is unknown (may have happened), by tool',
   },
   idempotencyConflicts: {
+    kind: 'counter',
     name: 'gatehouse.idempotency.conflicts',
     description: 'Operation keys seen again with other parameters (refused), by tool',
   },
   redrives: {
+    kind: 'counter',
     name: 'gatehouse.watchdog.redrives',
     description: 'Jobs the watchdog re-enqueued for a live run (lost with Redis, failed, stale), by queue and reason',
   },
-  runs: { name: 'gatehouse.runs', description: 'Workflow runs started, completed and stopped' },
-  stops: { name: 'gatehouse.runs.stops', description: 'Workflow stops by reason (docs/product/states.md#stop-reasons)' },
-  budgetStops: { name: 'gatehouse.budget.stops', description: 'Workflow stops because a budget (rounds, calls, time, spend) ran out' },
+  runs: { kind: 'counter', name: 'gatehouse.runs', description: 'Workflow runs started, completed and stopped' },
+  stops: { kind: 'counter', name: 'gatehouse.runs.stops', description: 'Workflow stops by reason (docs/product/states.md#stop-reasons)' },
+  budgetStops: {
+    kind: 'counter',
+    name: 'gatehouse.budget.stops',
+    description: 'Workflow stops because a budget (rounds, calls, time, spend) ran out',
+  },
   auditLag: {
+    kind: 'histogram',
     name: 'gatehouse.audit.lag',
     description: 'Time from an audit event entering the outbox to its place in the chain',
     unit: 'ms',
   },
-  auditBacklog: { name: 'gatehouse.audit.backlog', description: 'Audit events waiting in the outbox to be chained', unit: '{event}' },
+  auditBacklog: {
+    kind: 'gauge',
+    name: 'gatehouse.audit.backlog',
+    description: 'Audit events waiting in the outbox to be chained',
+    unit: '{event}',
+  },
   auditBacklogAge: {
+    kind: 'gauge',
     name: 'gatehouse.audit.backlog_age',
     description: 'Age of the oldest unchained audit event (0 when none)',
     unit: 'ms',
   },
-  alerts: { name: 'gatehouse.monitor.alerts', description: 'Invariant monitor alerts raised, by monitor' },
-  jobDuration: { name: 'gatehouse.jobs.duration', description: 'Processing time of one queue job, by queue and outcome', unit: 'ms' },
-  queueDepth: { name: 'gatehouse.queue.depth', description: 'Jobs in a consumed queue, by queue and state', unit: '{job}' },
+  alerts: { kind: 'counter', name: 'gatehouse.monitor.alerts', description: 'Invariant monitor alerts raised, by monitor' },
+  jobDuration: {
+    kind: 'histogram',
+    name: 'gatehouse.jobs.duration',
+    description: 'Processing time of one queue job, by queue and outcome',
+    unit: 'ms',
+  },
+  queueDepth: { kind: 'gauge', name: 'gatehouse.queue.depth', description: 'Jobs in a consumed queue, by queue and state', unit: '{job}' },
+  modelDuration: {
+    kind: 'histogram',
+    name: 'gatehouse.model.duration',
+    description: 'Time of one model request (the Responses API, the client retries included), by model, release and outcome',
+    unit: 'ms',
+  },
+  modelInputTokens: {
+    kind: 'counter',
+    name: 'gatehouse.model.tokens.input',
+    description: 'Input tokens the model reported (usage.input_tokens), by model and release',
+    unit: '{token}',
+  },
+  modelOutputTokens: {
+    kind: 'counter',
+    name: 'gatehouse.model.tokens.output',
+    description: 'Output tokens the model reported (usage.output_tokens), by model and release',
+    unit: '{token}',
+  },
+  modelSpend: {
+    kind: 'counter',
+    name: 'gatehouse.model.spend_micro_usd',
+    description: "Model spend in micro-USD, priced by the release's model entry as the spend budgets are (ADR 0183), by model and release",
+    unit: '{micro_usd}',
+  },
+  stuckRuns: {
+    kind: 'gauge',
+    name: 'gatehouse.runs.stuck',
+    description: 'Live runs past their no-progress bound that wait on no person (as `gatehouse reconcile` lists them), by state',
+    unit: '{run}',
+  },
+  dependencyErrors: {
+    kind: 'counter',
+    name: 'gatehouse.dependency.errors',
+    description: 'Failed requests to a dependency (model, payments, orders, mail, changes, postgres, redis), by dependency and kind',
+  },
 } as const;
 
 /** Latency buckets, ms: from a fast database step to the adapter deadline and beyond. */
@@ -105,7 +168,7 @@ function instruments(): Instruments {
   return current;
 }
 
-type Def = { name: string; description: string; unit?: string };
+type Def = { kind?: string; name: string; description: string; unit?: string };
 
 function add(def: Def, attrs: Record<string, unknown>, value = 1): void {
   const i = instruments();
@@ -325,5 +388,71 @@ export function observeAuditBacklog(read: () => Promise<{ events: number; oldest
       { gauge: METRICS.auditBacklog, value: r.events },
       { gauge: METRICS.auditBacklogAge, value: r.oldestAgeMs },
     ];
+  });
+}
+
+/** Outcome of one model request: answered, refused by the model (a 4xx), unavailable (408/429/5xx, no answer). */
+export type ModelOutcome = 'ok' | 'rejected' | 'unavailable' | 'error';
+
+/** One model request as {@link recordModelCall} counts it. */
+export interface ModelCall {
+  /** The model the release names (its id, e.g. `gpt-5-mini`): a label. */
+  model: string;
+  outcome: ModelOutcome;
+  /** Wall time of the request, ms. */
+  durationMs: number;
+  /** usage.input_tokens / usage.output_tokens of an answer (absent when none came). */
+  inputTokens?: number;
+  outputTokens?: number;
+  /** Spend of the answer in micro-USD (`modelSpendMicroUsd` of contracts, ADR 0183). */
+  spendMicroUsd?: number;
+}
+
+/**
+ * Records one model request of the agent loop: its duration by model, release and outcome, and
+ * for an answer its input and output tokens and spend (micro-USD, the unit of the spend budgets
+ * and the tenant cap). Counted when the answer arrives: a round re-run later (a follow-up during
+ * the call) was still paid for. Never throws.
+ */
+export function recordModelCall(call: ModelCall): void {
+  safely('model call', () => {
+    const attrs = { model: call.model, release: processRelease, outcome: call.outcome };
+    observe(METRICS.modelDuration, attrs, call.durationMs);
+    const counted = { model: call.model, release: processRelease };
+    if (call.inputTokens) add(METRICS.modelInputTokens, counted, call.inputTokens);
+    if (call.outputTokens) add(METRICS.modelOutputTokens, counted, call.outputTokens);
+    if (call.spendMicroUsd) add(METRICS.modelSpend, counted, call.spendMicroUsd);
+  });
+}
+
+/** Dependencies whose errors are counted (`dependency` label). */
+export const DEPENDENCIES = ['model', 'payments', 'orders', 'mail', 'changes', 'postgres', 'redis'] as const;
+/** One of {@link DEPENDENCIES}. */
+export type DependencyName = (typeof DEPENDENCIES)[number];
+/**
+ * Kinds of dependency error (`kind` label): an HTTP 5xx answer, 429 (throttled), no answer in
+ * time, connection refused, another connection failure, a pooled connection lost.
+ */
+export const DEPENDENCY_ERROR_KINDS = ['http_5xx', 'throttled', 'timeout', 'refused', 'connection', 'connection_lost'] as const;
+/** One of {@link DEPENDENCY_ERROR_KINDS}. */
+export type DependencyErrorKind = (typeof DEPENDENCY_ERROR_KINDS)[number];
+
+/** Counts one failed request to `dependency` (`gatehouse.dependency.errors`). Never throws. */
+export function recordDependencyError(dependency: DependencyName, kind: DependencyErrorKind): void {
+  safely('dependency error', () => add(METRICS.dependencyErrors, { dependency, kind }));
+}
+
+/**
+ * Observes the stuck runs: `read` returns the state of each live run past its no-progress bound
+ * (`listStuckRuns` of the ledger), counted by state at each collection. Registered by the
+ * executor; replicas report the same value (aggregate with max).
+ */
+export function observeStuckRuns(read: () => Promise<string[]>): void {
+  observeGauges([METRICS.stuckRuns], async () => {
+    const byState = new Map<string, number>();
+    for (const state of await read()) byState.set(state, (byState.get(state) ?? 0) + 1);
+    const readings = [...byState].map(([state, n]) => ({ gauge: METRICS.stuckRuns, value: n, attributes: { state } }));
+    // No stuck run still reports a zero, so an alert on the series resolves.
+    return readings.length ? readings : [{ gauge: METRICS.stuckRuns, value: 0, attributes: { state: 'none' } }];
   });
 }

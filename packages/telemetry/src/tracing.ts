@@ -1,4 +1,14 @@
-import { context, isSpanContextValid, propagation, trace, ROOT_CONTEXT, SpanStatusCode, type Context, type Span } from '@opentelemetry/api';
+import {
+  context,
+  isSpanContextValid,
+  propagation,
+  trace,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  type Context,
+  type Span,
+} from '@opentelemetry/api';
 
 const tracer = () => trace.getTracer('gatehouse');
 
@@ -9,13 +19,32 @@ export function currentTraceparent(): string | undefined {
   return carrier.traceparent;
 }
 
+/** `messaging.system` of every queue span: the queues are BullMQ's. */
+export const MESSAGING_SYSTEM = 'bullmq';
+
+/**
+ * Attributes of a queue span in the OpenTelemetry messaging semantic conventions: the system
+ * (`bullmq`), the destination (the full queue name, `executions.rel-1`), the operation type
+ * (`send` for a producer, `process` for a consumer) and the message id (the job id).
+ */
+export function messagingAttributes(queue: string, jobId: string, operation: 'send' | 'process'): Record<string, string> {
+  return {
+    'messaging.system': MESSAGING_SYSTEM,
+    'messaging.destination.name': queue,
+    'messaging.operation.type': operation,
+    'messaging.operation.name': operation,
+    'messaging.message.id': jobId,
+  };
+}
+
 async function inSpan<T>(
   name: string,
   attributes: Record<string, string | number>,
   parent: Context,
   fn: (span: Span) => Promise<T>,
+  kind: SpanKind = SpanKind.INTERNAL,
 ): Promise<T> {
-  return tracer().startActiveSpan(name, { attributes }, parent, async (span) => {
+  return tracer().startActiveSpan(name, { attributes, kind }, parent, async (span) => {
     try {
       return await fn(span);
     } catch (err) {
@@ -44,10 +73,11 @@ export async function withSpan<T>(
 }
 
 /**
- * Runs a queue job in a span parented only from `storedTraceparent`, the context stored with
- * that job when it was enqueued — never from whatever context the worker happens to run in, so
- * a redelivered job joins the trace of the workflow that enqueued it and nothing else. A job
- * stored without context starts a trace of its own. Errors mark the span and are rethrown.
+ * Runs a queue job in a CONSUMER span parented only from `storedTraceparent`, the context stored
+ * with that job when it was enqueued — never from whatever context the worker happens to run
+ * in, so a redelivered job joins the trace of the workflow that enqueued it and nothing else. A
+ * job stored without context starts a trace of its own. Pass {@link messagingAttributes}
+ * (`process`) in `attributes`. Errors mark the span and are rethrown.
  */
 export async function withJobSpan<T>(
   name: string,
@@ -56,7 +86,30 @@ export async function withJobSpan<T>(
   fn: (span: Span) => Promise<T>,
 ): Promise<T> {
   const parent = storedTraceparent ? propagation.extract(ROOT_CONTEXT, { traceparent: storedTraceparent }) : ROOT_CONTEXT;
-  return inSpan(name, attributes, parent, fn);
+  return inSpan(name, attributes, parent, fn, SpanKind.CONSUMER);
+}
+
+/**
+ * Records the sending of one job as a PRODUCER span `send <queue>` (messaging conventions,
+ * operation `send`) and returns the W3C `traceparent` of that span, to store with the job: the
+ * consumer's span is then its child. The parent is `traceparent` when given (e.g. the context
+ * an approval keeps), else the active span. With no valid parent there is no trace to continue:
+ * no span, and `undefined` (the job's consumer then starts a trace of its own, ADR 0020). With
+ * tracing off the parent's own `traceparent` comes back.
+ */
+export function producerTraceparent(queue: string, jobId: string, traceparent?: string): string | undefined {
+  const parent = traceparent ? propagation.extract(ROOT_CONTEXT, { traceparent }) : context.active();
+  const sc = trace.getSpanContext(parent);
+  if (!sc || !isSpanContextValid(sc)) return undefined;
+  const span = tracer().startSpan(
+    `send ${queue}`,
+    { kind: SpanKind.PRODUCER, attributes: messagingAttributes(queue, jobId, 'send') },
+    parent,
+  );
+  span.end();
+  const carrier: Record<string, string> = {};
+  propagation.inject(trace.setSpan(parent, span), carrier);
+  return carrier.traceparent;
 }
 
 /**

@@ -14,7 +14,8 @@ import {
   type QueueJob,
 } from '@gatehouse/platform';
 import { loadDelegationSigningKey } from '@gatehouse/credentials';
-import { noteOutageWait, readOutagePolicy } from '@gatehouse/ledger';
+import { listStuckRuns, noteOutageWait, readOutagePolicy } from '@gatehouse/ledger';
+import { observeStuckRuns } from '@gatehouse/telemetry';
 import { executionsQueue, loadWorld, type ExecutionJob } from '@gatehouse/contracts';
 import { processExecution } from './jobs/executions.processor.ts';
 import { startReconcileJob } from './jobs/reconcile.processor.ts';
@@ -125,6 +126,8 @@ const reconciler = await startReconcileJob(
   },
   { queues: ctx.queues, gate: ctx.gate, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, intervalMs: env.RECONCILE_INTERVAL_MS },
 );
+// Live runs past their no-progress bound, by state, for the stuck-runs alert (ADR 0260).
+observeStuckRuns(async () => (await listStuckRuns(db, Date.now(), 1000)).map((r) => r.state));
 const watchdog = hooks.disableWatchdog
   ? null
   : startWatchdog(

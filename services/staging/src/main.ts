@@ -1,5 +1,6 @@
 import { closeServer, createLogger, installShutdown, listen } from '@gatehouse/platform';
 import { loadDelegationJwks } from '@gatehouse/credentials';
+import { startTelemetry } from '@gatehouse/telemetry';
 import { createStagingApp } from './app.ts';
 import { readTokenBindingSwitch } from './http/token-binding.ts';
 import { openStagingDatabase } from './db/staging.database.ts';
@@ -9,9 +10,11 @@ import { ensureStagingSchema } from './schema.ts';
 /**
  * Process entry of the staging systems: env → pool → schema (idempotent) → HTTP on
  * `STAGING_PORT` on `GATEHOUSE_BIND_HOST` (loopback unless set, as every service; containers set
- * 0.0.0.0) → graceful shutdown (server first, then the pool).
+ * 0.0.0.0) → graceful shutdown (server first, then the pool). Telemetry as every service: its
+ * server spans continue the caller's trace from the `traceparent` header (ADR 0260).
  */
 async function main(): Promise<void> {
+  const telemetry = startTelemetry('staging', process.env.GATEHOUSE_RELEASE ?? 'rel-1');
   const log = createLogger('staging');
   const env = loadStagingEnv();
   const { db } = openStagingDatabase(env.DATABASE_URL, {
@@ -31,7 +34,8 @@ async function main(): Promise<void> {
     : undefined;
   const { app } = createStagingApp({ db, delegationKeys, epochDb: epoch, tokenBindingDisabled, log });
   const { server, port } = await listen(app, env.STAGING_PORT);
-  installShutdown(log, [() => db.destroy(), async () => epoch?.destroy(), () => closeServer(server)]);
+  // Closers run last first: telemetry flushes after the server and pools are closed.
+  installShutdown(log, [() => telemetry.shutdown(), () => db.destroy(), async () => epoch?.destroy(), () => closeServer(server)]);
   log.info({ port }, 'staging systems listening');
 }
 

@@ -20,6 +20,7 @@ import { eligibleTools } from '@gatehouse/policy';
 import { findTool, instructionsFor, toFunctionTool, toolsOfPack } from '@gatehouse/tools';
 import { loadWorld, sha256Hex, canonicalJson, escapeUnstorable, modelSpendMicroUsd, type ReleaseManifest } from '@gatehouse/contracts';
 import { randomUUID } from 'node:crypto';
+import { recordModelCall } from '@gatehouse/telemetry';
 import { loadTranscript } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
 import type { LoopTestHooks } from '../domain/test-hooks.ts';
@@ -166,14 +167,16 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
       { timeout: Math.max(1000, new Date(budget.deadline_at).getTime() - Date.now()) },
     );
   } catch (err) {
-    if (
+    const rejected =
       err instanceof OpenAI.APIError &&
       err.status !== undefined &&
       err.status >= 400 &&
       err.status < 500 &&
       err.status !== 408 &&
-      err.status !== 429
-    ) {
+      err.status !== 429;
+    const outcome = rejected ? 'rejected' : err instanceof OpenAI.APIError ? 'unavailable' : 'error';
+    recordModelCall({ model: deps.modelName, outcome, durationMs: Date.now() - started });
+    if (rejected) {
       log.error({ workflowId: wf.id, status: err.status }, 'model rejected the request');
       await inTransaction(db, (trx) => stopWorkflow(trx, wf, 'model_error'));
       return 'model_error';
@@ -184,6 +187,16 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
     throw new DependencyUnavailable('model', `model unavailable: ${(err as Error).message}`, { cause: err });
   }
 
+  // Latency, tokens and spend of the answer (ADR 0260): the same price table as the spend budget.
+  const answered = { input_tokens: response.usage?.input_tokens ?? 0, output_tokens: response.usage?.output_tokens ?? 0 };
+  recordModelCall({
+    model: deps.modelName,
+    outcome: 'ok',
+    durationMs: Date.now() - started,
+    inputTokens: answered.input_tokens,
+    outputTokens: answered.output_tokens,
+    spendMicroUsd: modelSpendMicroUsd(deps.modelPrice, answered),
+  });
   if (deps.hooks.crashAfterModelResponse) process.kill(process.pid, 'SIGKILL'); // test hook: nothing recorded yet
   // Model text is kept verbatim except what the ledger cannot store (a NUL, a lone surrogate),
   // which becomes its JSON escape: parsing then gives the call a validation result.
