@@ -15,6 +15,7 @@ import { runDemo, printReport } from './demo.ts';
 import { authorizeOperator, bumpEpoch, setSwitch, type Operator } from './ops.ts';
 import { reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
 import { releaseCommand } from './release-commands.ts';
+import { changeCancelCommand } from './change-commands.ts';
 import { withQueues } from './queue-ops.ts';
 import { loadBundle, loadBundleFile, runBoundaryGate, loadGateCases } from '@gatehouse/policy';
 import { portOf, SERVICES, startStack, stateDir, stateRoot, type RunningStack } from './stack.ts';
@@ -36,6 +37,9 @@ const USAGE = `gatehouse — operate a Gatehouse stack
   gatehouse reconcile                   compare the ledger with the systems of record; print the worklist
   gatehouse reconcile resolve <item> --ratify|--reverse|--cancel-shipment|--adopt|--replay
                                         ask a lead to approve a remediation; once approved, run it once
+  gatehouse change cancel <operationKey|workflowId> --reason <why>
+                                        cancel a scheduled change before its window: a change owner
+                                        approves first; run again once approved (runs once)
   gatehouse policy check <bundle.json|revision>   run the boundary-case gate
   gatehouse release digests             print the prompt, catalog, audit-schema digests and schema version of this code
   gatehouse release verify <id>         check a release manifest's digests against this code and database
@@ -61,7 +65,7 @@ const USAGE = `gatehouse — operate a Gatehouse stack
   gatehouse migrate down                 revert the latest migration only (ops token; audited)
   gatehouse migrate down --all --confirm <database>   revert every migration: drops all ledger and audit data
 
-  Ops commands (switch, epoch, reconcile, queues, release, migrate down) need an operator's bearer token:
+  Ops commands (switch, epoch, reconcile, change, queues, release, migrate down) need an operator's bearer token:
   --token <jwt> or GATEHOUSE_TOKEN (locally: gatehouse token --user ops-gus). Each is audited.
 
   --state-dir <dir> or GATEHOUSE_STATE_DIR: where stacks keep logs, pid files and the local audit
@@ -213,6 +217,23 @@ async function main(argv: string[]): Promise<number> {
         });
       });
     }
+    case 'change cancel':
+      return opsCommand(env, values.token, 'change cancel', async (db, op) => {
+        if (!arg) throw new Error('change cancel needs an operation key or workflow id');
+        const signingKey = await cliSigningKey(process.env, stateRoot());
+        if (!signingKey) throw new Error('change cancel needs the delegation signing key (GATEHOUSE_DELEGATION_SIGNING_KEY_PATH)');
+        const ctx = {
+          db,
+          stagingUrl: env.STAGING_URL,
+          hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+          signingKey,
+          release: env.GATEHOUSE_RELEASE,
+          operator: op.id,
+          out,
+          publish: async () => {},
+        };
+        return changeCancelCommand(ctx, arg, values.reason);
+      });
     case 'release digests':
     case 'release verify':
     case 'release activate':

@@ -99,7 +99,11 @@ describe('change service', () => {
       .set('Idempotency-Key', cancelKey)
       .send({ reason: 'x' });
     expect(otherTenant.body.error.reason).toBe('tenant_mismatch');
-    const bad = await request(h.baseUrl).post(url).set('Authorization', await cancelAuth()).set('Idempotency-Key', cancelKey).send({});
+    const bad = await request(h.baseUrl)
+      .post(url)
+      .set('Authorization', await cancelAuth())
+      .set('Idempotency-Key', cancelKey)
+      .send({});
     expect(bad.status).toBe(400);
 
     const first = await request(h.baseUrl)
@@ -133,7 +137,9 @@ describe('change service', () => {
       .set('Idempotency-Key', `${cancelKey}.v2`)
       .send({ reason: 'again' });
     expect(another.body.error.reason).toBe('already_cancelled');
-    const read = await request(h.baseUrl).get(`/changes/operations/${encodeURIComponent(key)}`).expect(200);
+    const read = await request(h.baseUrl)
+      .get(`/changes/operations/${encodeURIComponent(key)}`)
+      .expect(200);
     expect(read.body.status).toBe('cancelled');
 
     const late = newKey('chg');
@@ -143,7 +149,9 @@ describe('change service', () => {
       .set('Idempotency-Key', late)
       .send({ ...body, window: 'manual-window' })
       .expect(201);
-    const started = await request(h.baseUrl).post(`/changes/operations/${encodeURIComponent(late)}/window-start`).expect(200);
+    const started = await request(h.baseUrl)
+      .post(`/changes/operations/${encodeURIComponent(late)}/window-start`)
+      .expect(200);
     expect(started.body.status).toBe('started');
     const tooLate = await request(h.baseUrl)
       .post(`/changes/operations/${encodeURIComponent(late)}/cancel`)
@@ -152,7 +160,9 @@ describe('change service', () => {
       .send({ reason: 'too late' });
     expect(tooLate.status).toBe(409);
     expect(tooLate.body.error.reason).toBe('window_started');
-    const still = await request(h.baseUrl).get(`/changes/operations/${encodeURIComponent(late)}`).expect(200);
+    const still = await request(h.baseUrl)
+      .get(`/changes/operations/${encodeURIComponent(late)}`)
+      .expect(200);
     expect(still.body.status).toBe('started');
   });
 });

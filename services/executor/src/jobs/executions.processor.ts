@@ -309,7 +309,8 @@ export async function processExecution(job: ExecutionJob, deps: ExecutionDeps): 
     if (!hooks.disableWriteAhead) {
       const marked = await db
         .updateTable('operations')
-        .set({ dispatched_at: new Date(), updated_at: new Date() })
+        // The epoch the token will carry, for the containment monitor (docs/decisions/0280).
+        .set({ dispatched_at: new Date(), updated_at: new Date(), token_epoch: epoch })
         .where('key', '=', action.operation_key)
         .where('fencing_token', '=', String(fencingToken))
         .where('status', '=', 'running')
