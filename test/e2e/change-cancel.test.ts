@@ -57,6 +57,12 @@ async function scheduled(ticket: string, text: string): Promise<{ operationKey: 
   const op = await sql<{ operation_key: string }>`select operation_key from staging.change_operations
     where operation_key like ${`${workflowId}:%`}`.execute(s.db.db);
   expect(op.rows).toHaveLength(1);
+  // The write-ahead mark recorded the epoch its token carried (the containment monitor reads it).
+  const epochs = await sql<{ token_epoch: number | null; current: number }>`select o.token_epoch,
+      (select epoch from credential_epochs where id = 1) as current from operations o where o.key = ${op.rows[0]!.operation_key}`.execute(
+    s.db.db,
+  );
+  expect(epochs.rows[0]!.token_epoch).toBe(epochs.rows[0]!.current);
   return { operationKey: op.rows[0]!.operation_key, workflowId };
 }
 
