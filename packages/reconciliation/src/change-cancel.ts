@@ -209,38 +209,12 @@ async function insertCancelRequest(
   const [workflowId, proposalId, actionId, approvalId] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
   const expiresAt = new Date(Date.now() + bundle.approval.ttlSeconds * 1000);
   const nextStep = `A ${bundle.approval.approverRole} must approve cancelling ${change.operationKey} before its window starts.`;
-  await trx
-    .insertInto('workflows')
-    .values({
-      id: workflowId,
-      tenant: change.tenant,
-      ticket_id: cancelKey,
-      user_id: operator,
-      pack: 'change',
-      mode: 'act',
-      text_sha256: sha256Hex(canonicalJson(args)),
-      state: 'awaiting_approval',
-      stop_reason: null,
-      next_step: nextStep,
-      release_id: deps.release,
-      policy_revision: bundle.revision,
-      catalog_digest: catalogDigest(toolsOfPack('change')),
-    })
-    .execute();
-  await trx
-    .insertInto('proposals')
-    .values({
-      id: proposalId,
-      workflow_id: workflowId,
-      round: 0,
-      call_id: cancelKey,
-      tool: CANCEL_CHANGE_TOOL,
-      arguments_sha256: sha256Hex(canonicalJson(args)),
-      status: 'valid',
-      validation_error: null,
-      offered_in_state: null,
-    })
-    .execute();
+  await insertCancelWorkflow(
+    trx,
+    { workflowId, proposalId, cancelKey, nextStep, args, operator, tenant: change.tenant },
+    deps,
+    bundle.revision,
+  );
   await trx
     .insertInto('actions')
     .values({
@@ -302,6 +276,55 @@ async function insertCancelRequest(
   };
   await auditCancelRequest(trx, deps, ticket, operator, bundle.revision);
   return ticket;
+}
+
+/** The cancel request's workflow (state `awaiting_approval`, its next step) and its proposal, in the caller's transaction. */
+async function insertCancelWorkflow(
+  trx: Trx,
+  w: {
+    workflowId: string;
+    proposalId: string;
+    cancelKey: string;
+    nextStep: string;
+    args: Record<string, unknown>;
+    operator: string;
+    tenant: string;
+  },
+  deps: RemediationDeps,
+  policyRevision: string,
+): Promise<void> {
+  await trx
+    .insertInto('workflows')
+    .values({
+      id: w.workflowId,
+      tenant: w.tenant,
+      ticket_id: w.cancelKey,
+      user_id: w.operator,
+      pack: 'change',
+      mode: 'act',
+      text_sha256: sha256Hex(canonicalJson(w.args)),
+      state: 'awaiting_approval',
+      stop_reason: null,
+      next_step: w.nextStep,
+      release_id: deps.release,
+      policy_revision: policyRevision,
+      catalog_digest: catalogDigest(toolsOfPack('change')),
+    })
+    .execute();
+  await trx
+    .insertInto('proposals')
+    .values({
+      id: w.proposalId,
+      workflow_id: w.workflowId,
+      round: 0,
+      call_id: w.cancelKey,
+      tool: CANCEL_CHANGE_TOOL,
+      arguments_sha256: sha256Hex(canonicalJson(w.args)),
+      status: 'valid',
+      validation_error: null,
+      offered_in_state: null,
+    })
+    .execute();
 }
 
 /** `approval.requested` and `compensation.requested` (outcome `change_cancel`) of a new cancel request. */
