@@ -106,6 +106,14 @@ export const COMMANDS: CommandSpec[] = [
     ops: true,
   },
   {
+    name: 'change cancel',
+    synopsis: '<operationKey|workflowId> --reason <why>',
+    summary: 'cancel a scheduled change before its window: a change owner approves first; run again once approved (runs once)',
+    details: ['The first run asks a change owner of the tenant (approval API / inbox); the run after approval sends the cancel once.'],
+    options: ['reason'],
+    ops: true,
+  },
+  {
     name: 'policy check',
     synopsis: '<bundle.json|revision> [--json]',
     summary: 'run the boundary-case gate (exit 1 when the bundle is refused)',

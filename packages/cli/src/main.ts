@@ -15,6 +15,7 @@ import { runDemo, printReport } from './demo.ts';
 import { authorizeOperator, bumpEpoch, setSwitch, type Operator } from './ops.ts';
 import { reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
 import { releaseCommand } from './release-commands.ts';
+import { changeCancelCommand } from './change-commands.ts';
 import { withQueues } from './queue-ops.ts';
 import { loadBundle, loadBundleFile, runBoundaryGate, loadGateCases } from '@gatehouse/policy';
 import { portOf, SERVICES, startStack, stateDir, stateRoot, type RunningStack } from './stack.ts';
@@ -154,6 +155,23 @@ async function main(argv: string[]): Promise<number> {
         });
       });
     }
+    case 'change cancel':
+      if (!arg) throw new UsageError('change cancel needs an operation key or workflow id');
+      return opsCommand(env, values.token, 'change cancel', async (db, op) => {
+        const signingKey = await cliSigningKey(process.env, stateRoot());
+        if (!signingKey) throw new Error('change cancel needs the delegation signing key (GATEHOUSE_DELEGATION_SIGNING_KEY_PATH)');
+        const ctx = {
+          db,
+          stagingUrl: env.STAGING_URL,
+          hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+          signingKey,
+          release: env.GATEHOUSE_RELEASE,
+          operator: op.id,
+          out,
+          publish: async () => {},
+        };
+        return changeCancelCommand(ctx, arg, values.reason);
+      });
     case 'release digests':
     case 'release verify':
     case 'release activate':

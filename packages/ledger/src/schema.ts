@@ -177,6 +177,8 @@ export interface OperationsTable {
   lease_expires_at: Timestamp | null;
   baseline: Json | null;
   dispatched_at: Timestamp | null;
+  /** Revocation epoch of the delegated token the dispatch carried (set with the write-ahead mark); null before. */
+  token_epoch: number | null;
   attempts: Generated<number>;
   result: Json | null;
   evidence_ref: string | null;

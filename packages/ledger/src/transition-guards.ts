@@ -1,4 +1,5 @@
 import { STOP_REASONS } from '@gatehouse/contracts';
+import { sql } from 'kysely';
 import type { Trx } from './db.ts';
 import type { ActionStatus } from './schema.ts';
 
@@ -161,7 +162,8 @@ const OUTCOME_OF: Partial<Record<ActionStatus, string[]>> = {
  *   `failed` for failed or denied, or the key seen with another digest — an idempotency conflict;
  *   `failed_unknown`);
  * - `operation_reset`: read-back proved nothing happened and the operation is `pending` again;
- * - `remediated`: a reconciliation item names the action's operation with a `reverse` remediation.
+ * - `remediated`: a reconciliation item names the action's operation with a `reverse` remediation,
+ *   or a change owner's cancel-before-start of it (`cancel_change`) succeeded at the change service.
  */
 export async function actionGuardHolds(trx: Trx, guard: ActionGuard, action: ActionGuardRow, to: ActionStatus): Promise<boolean> {
   const op = () =>
@@ -194,13 +196,25 @@ export async function actionGuardHolds(trx: Trx, guard: ActionGuard, action: Act
       return (OUTCOME_OF[to] ?? []).includes(o.status);
     }
     case 'remediated':
-      return exists(
-        trx
-          .selectFrom('reconciliation_items')
-          .select('id')
-          .where('operation_key', '=', action.operation_key)
-          .where('remediation', '=', 'reverse')
-          .limit(1),
+      return (
+        (await exists(
+          trx
+            .selectFrom('reconciliation_items')
+            .select('id')
+            .where('operation_key', '=', action.operation_key)
+            .where('remediation', '=', 'reverse')
+            .limit(1),
+        )) ||
+        exists(
+          trx
+            .selectFrom('actions as c')
+            .innerJoin('operations as co', 'co.key', 'c.operation_key')
+            .select('c.id')
+            .where('c.tool', '=', 'cancel_change')
+            .where(sql<boolean>`c.arguments->>'operationKey' = ${action.operation_key}`)
+            .where('co.status', '=', 'succeeded')
+            .limit(1),
+        )
       );
   }
 }

@@ -127,7 +127,12 @@ export const ACTION_TRANSITIONS: readonly ActionTransition[] = [
   act('running', 'denied', 'outcome_recorded', 'executor: the downstream refused on its own authority (401/403)'),
   act('failed_unknown', 'succeeded', 'outcome_recorded', 'reconciliation: the system of record has the effect'),
   act('failed_unknown', 'failed', 'outcome_recorded', 'reconciliation: a lead ratified that it did not happen'),
-  act('succeeded', 'compensated', 'remediated', 'reconciliation: a lead-approved reversal executed'),
+  act(
+    'succeeded',
+    'compensated',
+    'remediated',
+    'reconciliation: a lead-approved reversal, or a change-owner-approved cancel-before-start, executed',
+  ),
   act('failed', 'compensated', 'remediated', 'reconciliation: a lead-approved reversal of an effect a failed step had'),
 ];
 

@@ -66,3 +66,11 @@ export function replayRefund(
 ): Promise<CompensationResult> {
   return post(c, '/ledger/refunds', refund, 'refundId');
 }
+
+/**
+ * `cancel_change`: cancels a scheduled change before its window starts
+ * (`POST /changes/operations/:operationKey/cancel`); a 409 `window_started` is a refusal (`failed`).
+ */
+export function cancelChange(c: CompensationCall, operationKey: string, reason: string): Promise<CompensationResult> {
+  return post(c, `/changes/operations/${encodeURIComponent(operationKey)}/cancel`, { reason }, 'operationKey');
+}

@@ -7,3 +7,4 @@ export * from './pass.ts';
 export * from './compensations.ts';
 export * from './remediation.ts';
 export * from './remediation-execute.ts';
+export * from './change-cancel.ts';

@@ -188,6 +188,39 @@ describe('monitors that fire before damage, and for every invariant', () => {
     ]);
   });
 
+  it('Containment: an effect whose token carried an epoch below the one in force at dispatch fires; a current one does not', async () => {
+    // The epoch in force: 1 until a bump a minute ago (audit event, outcome = the new epoch), 2 since.
+    await sql`update credential_epochs set epoch = 2, changed_at = now() - interval '1 minute' where id = 1`.execute(t.db);
+    await auditEvent('epoch.bumped', '2', { service: 'cli', atMs: Date.now() - 60_000 });
+    const current = await createAction(t.db, { orderId: 'O-1001', amountCents: 1000 });
+    await effect(current);
+    await sql`update operations set dispatched_at = now(), token_epoch = 2 where key = ${current.operationKey}`.execute(t.db);
+    const early = await createAction(t.db, { orderId: 'O-1003', amountCents: 1000 });
+    await effect(early);
+    await sql`update operations set dispatched_at = now() - interval '2 minutes', token_epoch = 1 where key = ${early.operationKey}`.execute(
+      t.db,
+    );
+    const legacy = await createAction(t.db, { orderId: 'O-1004', amountCents: 1000 });
+    await effect(legacy); // no recorded epoch: not judged
+    await sql`update operations set dispatched_at = now() where key = ${legacy.operationKey}`.execute(t.db);
+    // (An earlier test of this file edits the audit chain on purpose: only the effect monitors are asked.)
+    expect((await fired()).filter((m) => m.startsWith('effect_'))).toEqual([]);
+
+    // A stale token's effect after the bump (a system of record that failed to refuse it).
+    const stale = await createAction(t.db, { orderId: 'O-1005', amountCents: 1000 });
+    await effect(stale);
+    await sql`update operations set dispatched_at = now(), token_epoch = 1 where key = ${stale.operationKey}`.execute(t.db);
+    const refused = await createAction(t.db, { orderId: 'O-1002', amountCents: 1000 });
+    await effect(refused);
+    await sql`update operations set dispatched_at = now(), token_epoch = 1, status = 'failed' where key = ${refused.operationKey}`.execute(
+      t.db,
+    );
+    expect((await evaluateMonitors(t.db, cfg)).find((a) => a.monitor === 'effect_after_epoch_bump')?.examples).toEqual([
+      stale.operationKey,
+    ]);
+    await sql`update credential_epochs set epoch = 1, changed_at = now() where id = 1`.execute(t.db);
+  });
+
   it('repeated digest mismatches on approvals fire from three in an hour', async () => {
     for (let i = 0; i < 2; i++) await auditEvent('approval.refused', 'digest_mismatch', { runId: `wf-${i}` });
     expect(await fired()).not.toContain('approval_digest_mismatches');

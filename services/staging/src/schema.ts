@@ -110,6 +110,14 @@ export async function ensureStagingSchema(db: StagingDb, world: World = loadWorl
       actor text NOT NULL,
       created_at timestamptz NOT NULL DEFAULT now()
     )`.execute(trx);
+    // Cancel-before-start (docs/decisions/0280-cancel-and-staged-reenable.md): when the window
+    // starts (null: a manual window nobody started yet) and the cancel, idempotent by its key.
+    await sql`ALTER TABLE staging.change_operations
+      ADD COLUMN IF NOT EXISTS window_starts_at timestamptz,
+      ADD COLUMN IF NOT EXISTS cancel_key text UNIQUE,
+      ADD COLUMN IF NOT EXISTS cancel_reason text,
+      ADD COLUMN IF NOT EXISTS cancelled_by text,
+      ADD COLUMN IF NOT EXISTS cancelled_at timestamptz`.execute(trx);
     await sql`CREATE TABLE IF NOT EXISTS staging.request_log (
       id bigserial PRIMARY KEY,
       at timestamptz NOT NULL DEFAULT clock_timestamp(),

@@ -158,12 +158,14 @@ export async function grantLease(trx: Trx, op: Operation, grant: LeaseGrant): Pr
 
 /**
  * The write-ahead dispatch mark, committed before the effect is sent: holds only for the holder
- * of `fencingToken` on a `running` operation. Returns false when fenced out (a newer holder).
+ * of `fencingToken` on a `running` operation. `tokenEpoch` is the revocation epoch the effect's
+ * delegated token carries, kept for the containment monitor (docs/decisions/0280). Returns false
+ * when fenced out (a newer holder).
  */
-export async function markDispatched(db: Db | Trx, key: string, fencingToken: number): Promise<boolean> {
+export async function markDispatched(db: Db | Trx, key: string, fencingToken: number, tokenEpoch?: number): Promise<boolean> {
   const marked = await db
     .updateTable('operations')
-    .set({ dispatched_at: new Date(), updated_at: new Date() })
+    .set({ dispatched_at: new Date(), updated_at: new Date(), ...(tokenEpoch === undefined ? {} : { token_epoch: tokenEpoch }) })
     .where('key', '=', key)
     .where('fencing_token', '=', String(fencingToken))
     .where('status', '=', 'running')

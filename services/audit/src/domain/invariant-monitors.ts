@@ -51,6 +51,32 @@ export async function effectsAfterSwitchOff(db: Db): Promise<Row[]> {
 }
 
 /**
+ * Containment, epoch half (docs/product/invariants.md#containment): effects whose delegated token
+ * carried a revocation epoch (`operations.token_epoch`, recorded with the write-ahead mark) below
+ * the epoch in force when they were dispatched — an `epoch bump` revokes every outstanding token,
+ * and the systems of record must refuse them, so there must be none. The epoch in force at a time
+ * is the highest of the `epoch.bumped` audit events (outcome = the new epoch) at or before it and
+ * of `credential_epochs` when it last changed at or before it. Operations without a recorded
+ * epoch (dispatched before it was recorded) are not judged.
+ * @returns operation keys.
+ */
+export async function effectsWithRevokedEpoch(db: Db): Promise<Row[]> {
+  return (
+    await sql<Row>`with bumps as (
+        select (event->>'outcome')::int as epoch, (event->>'atMs')::bigint as at_ms from audit_log
+          where event->>'type' = 'epoch.bumped' and event->>'outcome' ~ '^[0-9]{1,9}$'
+        union all select (event->>'outcome')::int, (event->>'atMs')::bigint from audit_outbox
+          where event->>'type' = 'epoch.bumped' and event->>'outcome' ~ '^[0-9]{1,9}$'
+        union all select epoch, (extract(epoch from changed_at) * 1000)::bigint from credential_epochs where id = 1)
+      select o.key as id from operations o
+       where o.token_epoch is not null and o.dispatched_at is not null and o.status in ${EFFECT}
+         and o.token_epoch < (select max(b.epoch) from bumps b where b.at_ms <= (extract(epoch from o.dispatched_at) * 1000)::bigint)`.execute(
+      db,
+    )
+  ).rows;
+}
+
+/**
  * The process shape, before damage: in the last hour at least `minRefunds` refunds ran at the
  * auto limit (between `nearShare` × limit and the limit) while no approval was requested in that
  * hour, though approvals were requested in the day before it — approvals fell to zero while

@@ -7,6 +7,7 @@ import { recordAlert } from '@gatehouse/telemetry';
 import {
   effectsAfterSwitchOff,
   effectsBeyondDelegation,
+  effectsWithRevokedEpoch,
   recentAuditEvents,
   refundsAtLimitWhileApprovalsStopped,
 } from './invariant-monitors.ts';
@@ -56,6 +57,8 @@ const ids = (rows: Row[]) => rows.slice(0, 10).map((r) => r.id);
  * - `effect_beyond_delegation` (Authority): an effect outside its user's scopes, tenant or
  *   refund ceiling, judged from the directory;
  * - `effect_after_switch_off` (Containment): an effect dispatched after its tool was switched off;
+ * - `effect_after_epoch_bump` (Containment): an effect whose token carried an epoch below the one
+ *   in force when it was dispatched;
  * - `approval_digest_mismatches`: repeated approval decisions refused for a digest mismatch
  *   (a client or person approving something other than what is shown);
  * - `release_digest_mismatch`: a service refused to boot because the code's tool catalog,
@@ -131,6 +134,7 @@ async function evaluateShapeAndAuthority(db: Db, cfg: MonitorConfig, fire: (moni
   );
   fire('effect_beyond_delegation', await effectsBeyondDelegation(db, cfg.directory ?? loadWorld()));
   fire('effect_after_switch_off', await effectsAfterSwitchOff(db));
+  fire('effect_after_epoch_bump', await effectsWithRevokedEpoch(db));
   const mismatches = await recentAuditEvents(db, 'approval.refused', 'digest_mismatch');
   if (mismatches.length >= (cfg.maxDigestMismatchesPerHour ?? 3)) fire('approval_digest_mismatches', mismatches);
   fire('release_digest_mismatch', await recentAuditEvents(db, 'service.boot_refused', null));

@@ -117,6 +117,14 @@ export interface ChangeOperationsTable {
   requester: string;
   actor: string;
   created_at: CreatedAt;
+  /** When the change's window starts; null for a manual window not started yet. */
+  window_starts_at: Date | null;
+  /** Idempotency key of the cancel that cancelled it (unique); null while not cancelled. */
+  cancel_key: string | null;
+  cancel_reason: string | null;
+  /** The delegated user (the approving change owner) of the cancel. */
+  cancelled_by: string | null;
+  cancelled_at: Date | null;
 }
 
 /** `staging.request_log`: every effect request, accepted or rejected. */

@@ -18,6 +18,12 @@ export const CHANGES_AUDIENCE = 'changes';
 /** Scope a delegated token needs to schedule a change. */
 export const CHANGE_SCOPE = 'change:schedule';
 
+/** Scope a delegated token needs to cancel a scheduled change (cancel-before-start). */
+export const CHANGE_CANCEL_SCOPE = 'change:cancel';
+
+/** Body of `POST /changes/operations/:operationKey/cancel`: why (1–240 characters). */
+export const CancelBodySchema = z.object({ reason: z.string().min(1).max(240) }).strict();
+
 /** Body of `POST /changes/operations` (docs/product/users-and-tools.md#change-pack: plan id pattern, window enum, note ≤ 240 or null). */
 export const ScheduleBodySchema = z
   .object({
@@ -36,6 +42,13 @@ export const ScheduleBodySchema = z
  *   tenant, requester, createdAt}`; 200 + `Idempotent-Replayed: true` for a replay; 400; 401;
  *   403 (delegation, `tenant_mismatch`); 404 `change_not_found`; 409 `idempotency_key_reuse`,
  *   `stale_fencing_token`.
+ * - `POST /changes/operations/:operationKey/cancel` (Bearer token of scope `change:cancel`,
+ *   `Idempotency-Key` = the cancel's key, `X-Fencing-Token`; body {@link CancelBodySchema}) →
+ *   200 the operation, `status: "cancelled"` (+ `Idempotent-Replayed: true` for the same key
+ *   again); 404 `operation_not_found`; 403 `tenant_mismatch`; 409 `window_started` (too late:
+ *   cancel-before-start), `already_cancelled` (another key), `stale_fencing_token`.
+ * - `POST /changes/operations/:operationKey/window-start` (synthetic clock, no token) → the
+ *   operation with its window started now; 404.
  * - `GET /changes/operations/:operationKey` → the operation; 404 `operation_not_found`.
  * - `GET /changes/operations` → `{operations: [...]}`, every scheduled operation (reconciliation).
  * Every effect POST verifies its delegated token and its binding to the request first
@@ -83,6 +96,39 @@ export function changesRouter(
         : { status: 201, body: operation };
     }),
   );
+
+  router.post(
+    '/changes/operations/:operationKey/cancel',
+    effectRoute(deps, 'changes', async (req) => {
+      const claims = await requireDelegation(req, deps.delegation, { audience: CHANGES_AUDIENCE, scope: CHANGE_CANCEL_SCOPE });
+      const cancelKey = requireIdempotencyKey(req);
+      const headerFence = readFencingToken(req);
+      const body = parseBody(CancelBodySchema, req.body);
+      const operationKey = String(req.params.operationKey);
+      const fencingToken = await bindDelegation(deps.db, deps.delegation, claims, {
+        idempotencyKey: cancelKey,
+        target: { operationKey },
+        headerFence,
+      });
+      const { operation, replayed } = await deps.changes.cancel({
+        operationKey,
+        cancelKey,
+        reason: body.reason,
+        tenant: claims.tenant,
+        by: claims.sub,
+        fencingToken,
+      });
+      return replayed
+        ? { status: 200, body: operation, headers: { 'Idempotent-Replayed': 'true' }, reason: 'idempotent_replay' }
+        : { status: 200, body: operation };
+    }),
+  );
+
+  router.post('/changes/operations/:operationKey/window-start', async (req, res) => {
+    const operation = await deps.changes.startWindow(req.params.operationKey);
+    if (!operation) throw new NotFound('operation_not_found', 'no operation with this key');
+    res.json(operation);
+  });
 
   router.get('/changes/operations', async (_req, res) => {
     res.json({ operations: await deps.changes.listOperations() });

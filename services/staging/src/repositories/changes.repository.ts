@@ -1,4 +1,4 @@
-import { ConflictError } from '@gatehouse/platform';
+import { ConflictError, Forbidden, NotFound } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
 import { observeFencingToken } from './fencing.repository.ts';
 
@@ -12,10 +12,13 @@ export interface ChangeRecord {
   risk: string;
 }
 
-/** A scheduled change operation; `createdAt` ISO 8601. */
+/**
+ * A change operation; times ISO 8601. `status`: `scheduled` until its window starts, `started`
+ * from then (`windowStartsAt` ≤ now), `cancelled` once a cancel-before-start ran.
+ */
 export interface ChangeOperation {
   operationKey: string;
-  status: 'scheduled';
+  status: 'scheduled' | 'started' | 'cancelled';
   planId: string;
   changeId: string;
   window: string;
@@ -23,6 +26,34 @@ export interface ChangeOperation {
   tenant: string;
   requester: string;
   createdAt: string;
+  windowStartsAt: string | null;
+  cancelledAt: string | null;
+  cancelledBy: string | null;
+}
+
+/** What a caller asks the change service to cancel (cancel-before-start). */
+export interface CancelRequest {
+  operationKey: string;
+  /** The cancel's own idempotency key (the `Idempotency-Key` header). */
+  cancelKey: string;
+  reason: string;
+  /** Tenant of the delegation: the operation must be in it. */
+  tenant: string;
+  /** Delegated user (`sub`). */
+  by: string;
+  fencingToken: number | null;
+}
+
+/**
+ * When a window starts, from its scheduling time: the next maintenance window is the next
+ * 02:00 UTC at least one hour ahead; a manual window has no start until someone starts it
+ * (`POST /changes/operations/:operationKey/window-start`, synthetic).
+ */
+export function windowStartFor(window: string, scheduledAt: Date): Date | null {
+  if (window !== 'next-maintenance-window') return null;
+  const start = new Date(Date.UTC(scheduledAt.getUTCFullYear(), scheduledAt.getUTCMonth(), scheduledAt.getUTCDate(), 2));
+  while (start.getTime() < scheduledAt.getTime() + 3_600_000) start.setUTCDate(start.getUTCDate() + 1);
+  return start;
 }
 
 /** What a caller asks the change service to schedule. */
@@ -50,12 +81,20 @@ type OperationRow = {
   tenant: string;
   requester: string;
   created_at: Date;
+  window_starts_at: Date | null;
+  cancelled_at: Date | null;
+  cancelled_by: string | null;
 };
+
+function statusOf(r: OperationRow, now = Date.now()): ChangeOperation['status'] {
+  if (r.cancelled_at) return 'cancelled';
+  return r.window_starts_at && r.window_starts_at.getTime() <= now ? 'started' : 'scheduled';
+}
 
 function toOperation(r: OperationRow): ChangeOperation {
   return {
     operationKey: r.operation_key,
-    status: 'scheduled',
+    status: statusOf(r),
     planId: r.plan_id,
     changeId: r.change_id,
     window: r.window,
@@ -63,6 +102,9 @@ function toOperation(r: OperationRow): ChangeOperation {
     tenant: r.tenant,
     requester: r.requester,
     createdAt: r.created_at.toISOString(),
+    windowStartsAt: r.window_starts_at?.toISOString() ?? null,
+    cancelledAt: r.cancelled_at?.toISOString() ?? null,
+    cancelledBy: r.cancelled_by,
   };
 }
 
@@ -123,6 +165,7 @@ export class ChangesRepository {
           status: 'scheduled',
           requester: req.requester,
           actor: req.actor,
+          window_starts_at: windowStartFor(req.window, new Date()),
         })
         .onConflict((oc) => oc.column('operation_key').doNothing())
         .returningAll()
@@ -141,5 +184,61 @@ export class ChangesRepository {
       if (!same) throw new ConflictError('idempotency_key_reuse', 'this operation key was used with different parameters');
       return { operation: toOperation(existing), replayed: true };
     });
+  }
+
+  /**
+   * Cancels a scheduled operation before its window starts, in one transaction: the fencing
+   * token (namespace `changes-cancel`, per operation) first, then the row locked. Idempotent by
+   * the cancel's key: the same key again answers the cancelled operation (`replayed`).
+   * @throws NotFound(`operation_not_found`, 404); Forbidden(`tenant_mismatch`, 403).
+   * @throws ConflictError(`stale_fencing_token`) — a lower fence than seen for this operation.
+   * @throws ConflictError(`window_started`) — the window started: cancel-before-start no longer applies.
+   * @throws ConflictError(`already_cancelled`) — cancelled before under another key.
+   */
+  async cancel(req: CancelRequest): Promise<{ operation: ChangeOperation; replayed: boolean }> {
+    return this.db.transaction().execute(async (trx) => {
+      if (req.fencingToken !== null) await observeFencingToken(trx, `${FENCE_TARGET}-cancel`, req.operationKey, req.fencingToken);
+      const row = await trx
+        .selectFrom('staging.change_operations')
+        .selectAll()
+        .where('operation_key', '=', req.operationKey)
+        .forUpdate()
+        .executeTakeFirst();
+      if (!row) throw new NotFound('operation_not_found', 'no operation with this key');
+      if (row.tenant !== req.tenant) throw new Forbidden('tenant_mismatch', 'the operation is outside the tenant of the delegation');
+      if (row.cancelled_at) {
+        if (row.cancel_key === req.cancelKey) return { operation: toOperation(row), replayed: true };
+        throw new ConflictError('already_cancelled', `the operation was cancelled at ${row.cancelled_at.toISOString()}`);
+      }
+      if (statusOf(row) === 'started') {
+        throw new ConflictError(
+          'window_started',
+          `the change window started at ${row.window_starts_at!.toISOString()}: cancel-before-start no longer applies`,
+        );
+      }
+      const updated = await trx
+        .updateTable('staging.change_operations')
+        .set({ status: 'cancelled', cancel_key: req.cancelKey, cancel_reason: req.reason, cancelled_by: req.by, cancelled_at: new Date() })
+        .where('operation_key', '=', req.operationKey)
+        .returningAll()
+        .executeTakeFirstOrThrow();
+      return { operation: toOperation(updated), replayed: false };
+    });
+  }
+
+  /**
+   * Starts the operation's window now (the synthetic environment's clock for a window; a no-op
+   * for a cancelled or already started one). Returns the operation, or undefined when unknown.
+   */
+  async startWindow(operationKey: string): Promise<ChangeOperation | undefined> {
+    const row = await this.db
+      .updateTable('staging.change_operations')
+      .set({ window_starts_at: new Date() })
+      .where('operation_key', '=', operationKey)
+      .where('cancelled_at', 'is', null)
+      .where((eb) => eb.or([eb('window_starts_at', 'is', null), eb('window_starts_at', '>', new Date())]))
+      .returningAll()
+      .executeTakeFirst();
+    return row ? toOperation(row) : this.findOperation(operationKey);
   }
 }

@@ -122,7 +122,8 @@ export async function dispatchEffect(
   }
   if (hooks.blockBeforeDispatchMs) blockEventLoop(hooks.blockBeforeDispatchMs);
   crashIfAt(hooks, 'before_dispatch', action.tool);
-  if (!hooks.disableWriteAhead && !(await markDispatched(deps.db, action.operation_key, fencingToken))) return { kind: 'fenced_out' };
+  if (!hooks.disableWriteAhead && !(await markDispatched(deps.db, action.operation_key, fencingToken, epoch)))
+    return { kind: 'fenced_out' };
   const user = loadWorld().users.find((u) => u.id === wf.user_id && u.tenant === wf.tenant);
   const result = await ctx.adapter({
     stagingUrl: deps.stagingUrl,

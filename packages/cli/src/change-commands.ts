@@ -1,0 +1,53 @@
+import type { DelegationSigningKey } from '@gatehouse/credentials';
+import { executeChangeCancel, requestChangeCancel, type CancelOutcome } from '@gatehouse/reconciliation';
+import type { ReconcileContext } from './reconcile-commands.ts';
+
+function say(o: CancelOutcome): string {
+  switch (o.state) {
+    case 'cancelled':
+      return `${o.operationKey}: cancelled before its window (approved by ${o.approver})${o.replayed ? ' — already done, nothing sent again' : ''}`;
+    case 'awaiting_approval':
+      return `${o.operationKey}: refused — approval ${o.approvalId} is still pending; a change owner must approve it (POST /v1/approvals/${o.approvalId}/decision), then run this command again`;
+    case 'busy':
+      return `${o.operationKey}: another process is executing this cancel`;
+    case 'retry':
+      return `${o.operationKey}: the change service did not answer (${o.reason}); run this command again (same key, idempotent)`;
+    case 'refused':
+      return `${o.operationKey}: refused (${o.reason}). Next step: ${o.nextStep}`;
+    case 'not_requested':
+      return `${o.operationKey}: no cancel requested`;
+  }
+}
+
+/**
+ * `gatehouse change cancel <operationKey|workflowId> --reason <why>` (docs/decisions/0280,
+ * docs/runbooks/reenable.md#cancel-a-scheduled-change): the first run asks a change owner of the
+ * change's tenant to approve a cancel-before-start (an approval decided through the approval
+ * API; the operator who asks cannot decide it); a run while it is pending is refused; once
+ * approved, it runs the cancel exactly once; after a denial or expiry, a new request.
+ * Returns the exit code: 0 when requested or cancelled, 1 when refused, pending or busy.
+ * @throws RemediationRefused when the reference names no scheduled change, the step is not
+ *   scheduled any more, or the reason is missing.
+ */
+export async function changeCancelCommand(
+  ctx: ReconcileContext & { signingKey: DelegationSigningKey },
+  ref: string,
+  reason: string | undefined,
+): Promise<number> {
+  const deps = { db: ctx.db, stagingUrl: ctx.stagingUrl, hmacKey: ctx.hmacKey, release: ctx.release, signingKey: ctx.signingKey };
+  const o = await executeChangeCancel(deps, ref);
+  const again = o.state === 'refused' && /^approval_(denied|expired|void)$/.test(o.reason);
+  if (o.state !== 'not_requested' && !again) {
+    ctx.out(say(o));
+    return o.state === 'cancelled' || o.state === 'retry' ? 0 : 1;
+  }
+  if (again) ctx.out(say(o));
+  const t = await requestChangeCancel(deps, { ref, reason, operator: ctx.operator });
+  ctx.out(
+    `${t.existing ? 'already requested' : 'requested'}: cancel of ${t.operationKey} — approval ${t.approvalId} (action v${t.actionVersion}, digest ${t.actionDigest}, key ${t.cancelKey})`,
+  );
+  ctx.out(
+    `  a ${t.approverRole} of ${t.tenant} other than you must decide it before ${t.expiresAt.toISOString()} (POST /v1/approvals/${t.approvalId}/decision); then run this command again`,
+  );
+  return 0;
+}
