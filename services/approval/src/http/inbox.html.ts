@@ -1,4 +1,4 @@
-import type { ApprovalView } from '../domain/approval-view.ts';
+import type { ApprovalView } from '@gatehouse/contracts';
 
 /** Escapes text for HTML element content and attribute values. Everything shown goes through it. */
 export function escapeHtml(value: unknown): string {

@@ -1,5 +1,5 @@
 import type { StuckRun } from '@gatehouse/ledger';
-import type { UnknownOperationRow, WorkflowOverview, Worklist } from '../domain/overview.ts';
+import type { UnknownOperationRow, WorkflowOverview, Worklist } from '@gatehouse/contracts';
 import type { QueueEntry } from '../domain/queue-catalog.ts';
 
 /** Escapes text for HTML element content and attribute values. Everything shown goes through it. */
