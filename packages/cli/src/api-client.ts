@@ -1,5 +1,9 @@
 import { loadWorld } from '@gatehouse/contracts';
 import { signUserToken } from '@gatehouse/credentials';
+import { createApprovalClient, createIntakeClient, type ApprovalSchemas, type ApprovalView, type WorkflowView } from '@gatehouse/client';
+
+/** `GET /v1/workflows/:id` as the intake's OpenAPI document types it (one definition: packages/contracts/src/api/intake.ts). */
+export type { WorkflowView };
 
 /** A bearer token for a user of world.json (local HS256 secret only). */
 export async function tokenFor(userId: string, secret: string, ttlSeconds = 3600): Promise<string> {
@@ -8,7 +12,11 @@ export async function tokenFor(userId: string, secret: string, ttlSeconds = 3600
   return signUserToken({ sub: user.id, tenant: user.tenant, roles: [user.role] }, secret, ttlSeconds);
 }
 
-/** JSON over HTTP with a bearer token; returns status and parsed body. */
+/**
+ * JSON over HTTP with a bearer token, untyped: for surfaces without an OpenAPI document (the
+ * staging systems of record, the model-stub) and for tests that send what a typed client would
+ * refuse to build. The intake, approval and ops APIs have typed clients: `@gatehouse/client`.
+ */
 export async function call(
   method: string,
   url: string,
@@ -25,33 +33,10 @@ export async function call(
   return { status: res.status, body: text ? (JSON.parse(text) as Record<string, unknown>) : {} };
 }
 
-/** Workflow view of `GET /v1/workflows/:id`. */
-export interface WorkflowView {
-  workflowId: string;
-  state: string;
-  stopReason: string | null;
-  nextStep: string | null;
-  actions: Array<{
-    actionId: string;
-    callId: string;
-    tool: string;
-    target: string;
-    version: number;
-    supersedesVersion: number | null;
-    digest: string;
-    decision: string;
-    ruleId: string;
-    policyRevision: string;
-    status: string;
-    operationKey: string;
-    arguments: Record<string, unknown>;
-  }>;
-  pendingApprovals: Array<{ approvalId: string; actionVersion: number; actionDigest: string; status: string }>;
-}
-
 /**
- * Polls a workflow until `done(view)` holds, calling `onView` on each poll (every 150 ms).
- * @throws Error with the last view when `timeoutMs` passes.
+ * Polls a workflow through the intake client until `done(view)` holds, calling `onView` on each
+ * poll (every 150 ms).
+ * @throws Error when the intake answers other than 200, or with the last view when `timeoutMs` passes.
  */
 export async function pollWorkflow(
   intakeUrl: string,
@@ -61,12 +46,13 @@ export async function pollWorkflow(
   onView: (v: WorkflowView) => Promise<void> = async () => {},
   timeoutMs = 60_000,
 ): Promise<WorkflowView> {
+  const intake = createIntakeClient({ baseUrl: intakeUrl, token });
   const until = Date.now() + timeoutMs;
   let last: WorkflowView | undefined;
   while (Date.now() < until) {
-    const r = await call('GET', `${intakeUrl}/v1/workflows/${workflowId}`, token);
-    if (r.status !== 200) throw new Error(`GET workflow answered ${r.status}: ${JSON.stringify(r.body)}`);
-    last = r.body as unknown as WorkflowView;
+    const r = await intake.GET('/v1/workflows/{id}', { params: { path: { id: workflowId } } });
+    if (!r.data) throw new Error(`GET workflow answered ${r.response.status}: ${JSON.stringify(r.error)}`);
+    last = r.data;
     await onView(last);
     if (done(last)) return last;
     await new Promise((res) => setTimeout(res, 150));
@@ -75,21 +61,28 @@ export async function pollWorkflow(
 }
 
 /**
- * Approves one pending approval as an approver, the way the inbox does: reads it from the API
- * and sends back the version and digest it read (docs/product/public-contract.md#approvals).
+ * Approves one pending approval as an approver, the way the inbox does: reads it from the
+ * approval API and sends back the version and digest it read (docs/product/public-contract.md#approvals).
+ * Resolves with the decision's status and body (a `DecisionResult` on 200, else an `ErrorBody`) and the approval as read.
+ * @throws Error when the approval cannot be read (not 200).
  */
 export async function approveAsLead(
   approvalUrl: string,
   leadToken: string,
   approvalId: string,
-): Promise<{ status: number; body: Record<string, unknown>; approval: Record<string, unknown> }> {
-  const shown = await call('GET', `${approvalUrl}/v1/approvals/${approvalId}`, leadToken);
-  if (shown.status !== 200) throw new Error(`GET approval answered ${shown.status}`);
-  const decided = await call('POST', `${approvalUrl}/v1/approvals/${approvalId}/decision`, leadToken, {
-    decision: 'approve',
-    actionVersion: shown.body.actionVersion,
-    actionDigest: shown.body.actionDigest,
-    reason: 'verified with the customer',
+): Promise<{ status: number; body: ApprovalSchemas['DecisionResult'] | ApprovalSchemas['ErrorBody']; approval: ApprovalView }> {
+  const approvals = createApprovalClient({ baseUrl: approvalUrl, token: leadToken });
+  const path = { id: approvalId };
+  const shown = await approvals.GET('/v1/approvals/{id}', { params: { path } });
+  if (!shown.data) throw new Error(`GET approval answered ${shown.response.status}`);
+  const decided = await approvals.POST('/v1/approvals/{id}/decision', {
+    params: { path },
+    body: {
+      decision: 'approve',
+      actionVersion: shown.data.actionVersion,
+      actionDigest: shown.data.actionDigest,
+      reason: 'verified with the customer',
+    },
   });
-  return { ...decided, approval: shown.body };
+  return { status: decided.response.status, body: decided.data ?? decided.error, approval: shown.data };
 }

@@ -2,6 +2,7 @@ import { Queue, QueueEvents } from 'bullmq';
 import { Redis } from 'ioredis';
 import { executionsQueue, loadWorld, queueName } from '@gatehouse/contracts';
 import { createDb, isTerminal, verifyAuditChain, type ChainVerification } from '@gatehouse/ledger';
+import { createIntakeClient } from '@gatehouse/client';
 import { auditPublicKey } from './audit-key.ts';
 import { approveAsLead, call, pollWorkflow, tokenFor, type WorkflowView } from './api-client.ts';
 
@@ -47,9 +48,10 @@ export async function runDemo(t: DemoTarget, log: (line: string) => void = () =>
   const lead = await tokenFor('lead-eli', t.authSecret);
   const failures: string[] = [];
 
-  const submitted = await call('POST', `${t.intakeUrl}/v1/tickets`, rep, { ticketId: ticket.ticketId, text: ticket.text, mode: 'act' });
-  if (submitted.status !== 202) throw new Error(`intake answered ${submitted.status}: ${JSON.stringify(submitted.body)}`);
-  const workflowId = String(submitted.body.workflowId);
+  const intake = createIntakeClient({ baseUrl: t.intakeUrl, token: rep });
+  const submitted = await intake.POST('/v1/tickets', { body: { ticketId: ticket.ticketId, text: ticket.text, mode: 'act' } });
+  if (!submitted.data) throw new Error(`intake answered ${submitted.response.status}: ${JSON.stringify(submitted.error)}`);
+  const workflowId = submitted.data.workflowId;
   log(`submitted ${ticket.ticketId} as ${ticket.user} (act mode) → workflow ${workflowId}`);
 
   const approved = new Set<string>();

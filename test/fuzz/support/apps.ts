@@ -23,6 +23,8 @@ export type Surface = 'agent-loop' | 'approval' | 'ops';
 /** One service app listening on an ephemeral port, with every log line it wrote. */
 export interface RunningApp {
   url: string;
+  /** The express app itself (its registered routes are compared with its OpenAPI document). */
+  app: Express;
   /** Parsed pino lines written by the app's logger since start. */
   logs: Array<Record<string, unknown>>;
 }
@@ -74,9 +76,10 @@ export async function startFuzzApps(opts: { secureCookie?: boolean } = {}): Prom
   const common = { db: db.db, auditHmacKey: AUDIT_KEY, verifier };
   const start = async (service: Surface, build: (log: Logger) => Express): Promise<RunningApp> => {
     const logs: Array<Record<string, unknown>> = [];
-    const { server, port } = await listen(build(capturingLogger(service, logs)), 0, '127.0.0.1');
+    const app = build(capturingLogger(service, logs));
+    const { server, port } = await listen(app, 0, '127.0.0.1');
     servers.push(server);
-    return { url: `http://127.0.0.1:${port}`, logs };
+    return { url: `http://127.0.0.1:${port}`, app, logs };
   };
   const relayOf = (log: Logger) => new OutboxRelay(db.db, queues, log);
   const board = createQueueBoard({ db: db.db, redis, queues });

@@ -1,5 +1,6 @@
 import type { Express } from 'express';
 import type { Request } from 'express';
+import { intakeOpenApi } from '@gatehouse/contracts';
 import type { UserClaims } from '@gatehouse/credentials';
 import {
   createHttpApp,
@@ -27,12 +28,16 @@ export interface IntakeAppOptions extends IntakeConfig {
 /**
  * Builds the agent-loop's intake API as one express app: `POST /v1/tickets`,
  * `GET /v1/workflows/:id`, `POST /v1/workflows/:id/messages`, every `/v1` route behind a verified
- * bearer token, plus `/healthz`, `/readyz` and the shared 404 and error handlers. The caller
+ * bearer token, plus `/openapi.json` (generated from packages/contracts/src/api/intake.ts), `/healthz`, `/readyz` and the shared 404 and error handlers. The caller
  * listens (`listen`, supertest) and owns `db` and `relay`.
  */
 export function createIntakeApp(opts: IntakeAppOptions): Express {
   const { verifier, log, readyChecks, limiter, ...intake } = opts;
   const app = createHttpApp('agent-loop', readyChecks);
+  const openApi = intakeOpenApi();
+  app.get('/openapi.json', (_req, res) => {
+    res.json(openApi);
+  });
   app.use('/v1', requireUser(verifier));
   if (limiter) {
     const subject = (req: Request) => {

@@ -1,6 +1,6 @@
 import { Router } from 'express';
 import { randomUUID } from 'node:crypto';
-import { TicketRequestSchema, turnsQueue, sha256Hex, type PackBudgets } from '@gatehouse/contracts';
+import { TicketRequestSchema, turnsQueue, sha256Hex, type PackBudgets, type TicketAccepted } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, recordAudit, actorHash, routeRelease, type Db } from '@gatehouse/ledger';
 import { ConflictError, parseBody, type OutboxRelay } from '@gatehouse/platform';
 import type { Pack } from '@gatehouse/tools';
@@ -110,7 +110,8 @@ export function ticketsRouter(cfg: IntakeConfig): Router {
       }),
     );
     await cfg.relay.publish(result.rows);
-    res.status(202).json({ workflowId: result.workflowId });
+    const accepted: TicketAccepted = { workflowId: result.workflowId };
+    res.status(202).json(accepted);
   });
   return router;
 }

@@ -1,13 +1,12 @@
 import { Router } from 'express';
 import { z } from 'zod';
-import { storableString, turnsQueue } from '@gatehouse/contracts';
+import { turnsQueue, WorkflowMessageRequestSchema, type WorkflowMessageAccepted, type WorkflowView } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, transitionWorkflow, type Db, type OutboxRow } from '@gatehouse/ledger';
 import { ConflictError, Forbidden, NotFound, type OutboxRelay, parseBody } from '@gatehouse/platform';
 import { supersedeAction } from '@gatehouse/policy';
 import type { AuthedRequest } from '@gatehouse/platform';
 import { unansweredCalls } from '../domain/transcript.ts';
 
-const MessageSchema = z.strictObject({ text: storableString().min(1).max(8000) });
 const Id = z.uuid();
 
 /** Loads a workflow of the caller's tenant; another tenant's id is indistinguishable from none. */
@@ -19,7 +18,8 @@ async function ownWorkflow(db: Db, id: string, tenant: string) {
 }
 
 /**
- * `GET /v1/workflows/:id` (state, actions, pending approvals, terminal reason and next step)
+ * `GET /v1/workflows/:id` (state, actions, pending approvals, terminal reason and next step; its
+ * shape is `WorkflowViewSchema` of packages/contracts/src/api/intake.ts)
  * and `POST /v1/workflows/:id/messages` (the requester's own follow-up — anyone else of the
  * tenant gets 403 `not_the_requester`; unclaimed actions are superseded first, docs/product/public-contract.md#follow-up-messages). The rep
  * may read only their tenant's workflows (404 otherwise).
@@ -35,6 +35,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
       .select(['id', 'action_id', 'action_version', 'action_digest', 'status', 'expires_at', 'rule_id'])
       .where('workflow_id', '=', wf.id)
       .where('status', 'in', ['pending', 'approved'])
+      .$narrowType<{ status: 'pending' | 'approved' }>()
       .execute();
     const last = await cfg.db
       .selectFrom('conversation_items')
@@ -44,7 +45,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
       .orderBy('id', 'desc')
       .limit(1)
       .executeTakeFirst();
-    res.json({
+    const view: WorkflowView = {
       workflowId: wf.id,
       ticketId: wf.ticket_id,
       mode: wf.mode,
@@ -52,7 +53,6 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
       state: wf.state,
       stopReason: wf.stop_reason,
       nextStep: wf.next_step,
-      /** The agent's last message to the rep (model text: display as text). */
       finalMessage: typeof last?.item.content === 'string' ? last.item.content : null,
       release: wf.release_id,
       policyRevision: wf.policy_revision,
@@ -81,12 +81,13 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
         ruleId: p.rule_id,
         expiresAt: new Date(p.expires_at).toISOString(),
       })),
-    });
+    };
+    res.json(view);
   });
 
   router.post('/v1/workflows/:id/messages', async (req, res) => {
     const { user } = req as unknown as AuthedRequest;
-    const body = parseBody(MessageSchema, req.body);
+    const body = parseBody(WorkflowMessageRequestSchema, req.body);
     const wf0 = await ownWorkflow(cfg.db, String(req.params.id), user.tenant);
     // The follow-up is the requester's own (docs/product/public-contract.md#follow-up-messages): the run acts under their delegation, so
     // anyone else of the tenant — a lead who could then approve it, a rep without the scope — is
@@ -94,7 +95,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
     if (wf0.user_id !== user.sub) {
       throw new Forbidden('not_the_requester', 'only the user who submitted this ticket can add a follow-up to it');
     }
-    const superseded: Array<{ version: number; tool: string; voidedApprovals: string[] }> = [];
+    const superseded: WorkflowMessageAccepted['superseded'] = [];
     const rows = await inTransaction(cfg.db, async (trx) => {
       superseded.length = 0; // a retried transaction starts over
       const wf = await trx.selectFrom('workflows').selectAll().where('id', '=', wf0.id).forUpdate().executeTakeFirstOrThrow();
@@ -147,7 +148,8 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
     });
     await cfg.relay.publish(rows);
     // The rep sees what the follow-up voided: each needs a new proposal and a new approval.
-    res.status(202).json({ workflowId: wf0.id, superseded });
+    const accepted: WorkflowMessageAccepted = { workflowId: wf0.id, superseded };
+    res.status(202).json(accepted);
   });
   return router;
 }

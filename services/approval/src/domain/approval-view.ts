@@ -1,38 +1,8 @@
 import { z } from 'zod';
 import { sql } from 'kysely';
 import type { Db } from '@gatehouse/ledger';
+import type { ApprovalPage, ApprovalView } from '@gatehouse/contracts';
 import { authorityRefusal } from './authority.ts';
-
-/**
- * The trusted view of an approval that approvers see (API and inbox alike): tool, target,
- * normalized arguments in human units, the authoritative order facts the rule used, requester,
- * rule, version, digest, policy revision, expiry — built from the ledger, never from model text.
- * `canDecide`/`refusal`: whether the viewer may decide it, and if not, why (docs/product/policy-rules.md#approvals).
- */
-export const ApprovalViewSchema = z.object({
-  approvalId: z.uuid(),
-  workflowId: z.uuid(),
-  tool: z.string(),
-  target: z.string(),
-  arguments: z.record(z.string(), z.unknown()).describe('normalized arguments; amounts also as `amount` in currency units'),
-  orderFacts: z
-    .record(z.string(), z.unknown())
-    .describe('authoritative facts the rule used: the order (cents), or the change and plan with environment, effect and rollback'),
-  requester: z.string(),
-  tenant: z.string(),
-  approverRole: z.string().describe('role that may decide: lead (support) or change_owner (change)'),
-  singleUse: z.literal(true).describe('an approval is consumed by exactly one execution'),
-  ruleId: z.string(),
-  actionVersion: z.number().int(),
-  actionDigest: z.string(),
-  policyRevision: z.string(),
-  amountCents: z.number().int().nullable(),
-  status: z.enum(['pending', 'approved', 'denied', 'expired', 'void', 'used']),
-  expiresAt: z.iso.datetime(),
-  canDecide: z.boolean(),
-  refusal: z.string().nullable(),
-});
-export type ApprovalView = z.infer<typeof ApprovalViewSchema>;
 
 /** Selects approvals joined with their action, scoped to a tenant. */
 export function selectApprovals(db: Db, tenant: string) {
@@ -64,7 +34,10 @@ export function selectApprovals(db: Db, tenant: string) {
 
 type Row = Awaited<ReturnType<ReturnType<typeof selectApprovals>['execute']>>[number];
 
-/** Turns a row into the trusted view for `viewerId` (amounts also shown in currency units). */
+/**
+ * Turns a row into the trusted view for `viewerId` (amounts also shown in currency units); the
+ * view's shape is `ApprovalViewSchema` of packages/contracts/src/api/approval.ts.
+ */
 export function toView(r: Row, viewerId: string): ApprovalView {
   const args: Record<string, unknown> = { ...r.arguments };
   if (typeof args.amountCents === 'number') args.amount = (args.amountCents / 100).toFixed(2);
@@ -97,12 +70,6 @@ export function toView(r: Row, viewerId: string): ApprovalView {
     canDecide: refusal === null && r.status === 'pending',
     refusal,
   };
-}
-
-/** One page of `GET /v1/approvals`: the views and the cursor of the next page (null: the last page). */
-export interface ApprovalPage {
-  approvals: ApprovalView[];
-  nextCursor: string | null;
 }
 
 const CURSOR_PREFIX = 'a1:';

@@ -1,8 +1,8 @@
 import type { Express } from 'express';
+import { approvalOpenApi } from '@gatehouse/contracts';
 import { createHttpApp, finishApp, requireUser, type Logger, type ReadyCheck } from '@gatehouse/platform';
 import { approvalsRouter } from './approvals.router.ts';
 import { inboxRouter, type InboxConfig } from './inbox.router.ts';
-import { approvalOpenApi } from './openapi.ts';
 
 /** Inputs of {@link createApprovalApp}: the inbox's settings (which include the API's) plus the logger. */
 export interface ApprovalAppOptions extends InboxConfig {

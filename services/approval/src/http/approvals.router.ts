@@ -1,6 +1,6 @@
 import { Router, type Request } from 'express';
 import { z } from 'zod';
-import { DecisionRequestSchema } from '@gatehouse/contracts';
+import { ApprovalListQuerySchema, DecisionRequestSchema, MAX_APPROVAL_PAGE, type DecisionResult } from '@gatehouse/contracts';
 import type { UserClaims } from '@gatehouse/credentials';
 import type { Db } from '@gatehouse/ledger';
 import { NotFound, type OutboxRelay, parseBody, UserError } from '@gatehouse/platform';
@@ -10,26 +10,21 @@ import { decodeCursor, listApprovalPage, selectApprovals, toView } from '../doma
 
 const caller = (req: Request): UserClaims => (req as unknown as { user: UserClaims }).user;
 /** Largest page of `GET /v1/approvals` (docs/decisions/0182-approval-pagination.md). */
-export const MAX_PAGE = 100;
-/** Query of `GET /v1/approvals`: status, page size (1–{@link MAX_PAGE}, default 50) and the opaque cursor of the previous page. */
-export const ListQuerySchema = z.object({
-  status: z.enum(['pending', 'approved', 'denied', 'expired', 'void', 'used']).default('pending'),
-  limit: z.coerce.number().int().min(1).max(MAX_PAGE).default(50),
-  cursor: z.string().max(200).optional(),
-});
+export const MAX_PAGE = MAX_APPROVAL_PAGE;
 const Id = z.uuid();
 
 /**
  * Approval API (docs/product/public-contract.md#approvals): `GET /v1/approvals?status=pending&limit=&cursor=` (the caller's tenant; pending ones
  * filtered to what the caller may decide; pages of at most {@link MAX_PAGE} with an opaque `nextCursor`), `GET /v1/approvals/:id` (trusted fields only), and
- * `POST /v1/approvals/:id/decision` → 200 | 403 | 409 | 410.
+ * `POST /v1/approvals/:id/decision` → 200 | 403 | 409 | 410. Bodies, queries and answers are the
+ * schemas of packages/contracts/src/api/approval.ts.
  */
 export function approvalsRouter(cfg: { db: Db; relay: OutboxRelay; auditHmacKey: string }): Router {
   const router = Router();
 
   router.get('/v1/approvals', async (req, res) => {
     const user = caller(req);
-    const q = ListQuerySchema.safeParse(req.query);
+    const q = ApprovalListQuerySchema.safeParse(req.query);
     if (!q.success)
       throw new UserError(
         'invalid_query',
@@ -59,7 +54,8 @@ export function approvalsRouter(cfg: { db: Db; relay: OutboxRelay; auditHmacKey:
       decideApproval(cfg.db, user, id, body, cfg.auditHmacKey),
     );
     await cfg.relay.publish(outcome.rows);
-    res.json({ approvalId: outcome.approvalId, status: outcome.status });
+    const result: DecisionResult = { approvalId: outcome.approvalId, status: outcome.status };
+    res.json(result);
   });
   return router;
 }

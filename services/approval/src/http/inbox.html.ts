@@ -1,5 +1,5 @@
 import { escapeHtml, pageFrame, signInForm, type ChooserUser } from '@gatehouse/platform';
-import type { ApprovalView } from '../domain/approval-view.ts';
+import type { ApprovalView } from '@gatehouse/contracts';
 
 const STYLE = `body{font:15px/1.4 system-ui,sans-serif;margin:2rem;max-width:60rem;color:#1b1f24}
 h1{font-size:1.4rem}.card{border:1px solid #d0d7de;border-radius:8px;padding:1rem;margin:1rem 0}

@@ -1,6 +1,10 @@
+import type { UnknownOperationRow, WorkflowOverview, Worklist } from '@gatehouse/contracts';
 import type { Db, WorkflowState } from '@gatehouse/ledger';
 
-/** Every workflow state (docs/product/states.md#workflow), in the order the dashboard shows them. */
+/**
+ * Every workflow state (docs/product/states.md#workflow), in the order the dashboard shows them.
+ * The rows and lists below have the shapes of packages/contracts/src/api/ops.ts (the ops API's document).
+ */
 export const WORKFLOW_STATES: readonly WorkflowState[] = [
   'received',
   'investigating',
@@ -11,25 +15,6 @@ export const WORKFLOW_STATES: readonly WorkflowState[] = [
   'stopped',
   'completed',
 ];
-
-/** One row of the recent-workflows list: ids and states only, never ticket or model text. */
-export interface WorkflowRow {
-  id: string;
-  tenant: string;
-  ticketId: string;
-  pack: string;
-  state: string;
-  stopReason: string | null;
-  nextStep: string | null;
-  release: string;
-  updatedAt: string;
-}
-
-/** Workflow counts per state (every state present, zero when none) and the most recent ones. */
-export interface WorkflowOverview {
-  counts: Record<string, number>;
-  recent: WorkflowRow[];
-}
 
 /**
  * Counts workflows per state across every tenant (operators are platform-wide, like the ops
@@ -67,19 +52,6 @@ export async function workflowOverview(db: Db, opts: { state?: WorkflowState; li
   };
 }
 
-/** A `failed_unknown` operation: its effect may or may not have happened (docs/product/states.md#operation, docs/product/reconciliation.md). */
-export interface UnknownOperationRow {
-  key: string;
-  tool: string;
-  workflowId: string;
-  workflowState: string;
-  release: string;
-  attempts: number;
-  error: string | null;
-  /** When the row last changed, which for a `failed_unknown` row is when it became unknown. */
-  since: string;
-}
-
 /** Every `failed_unknown` operation, oldest first (the longest-waiting need attention first), at most `limit`. */
 export async function unknownOperations(db: Db, limit: number): Promise<UnknownOperationRow[]> {
   const rows = await db
@@ -102,34 +74,6 @@ export async function unknownOperations(db: Db, limit: number): Promise<UnknownO
     since: r.updated_at.toISOString(),
   }));
 }
-
-/** One open item of the reconciliation worklist (docs/product/reconciliation.md): a difference and who must repair it. */
-export interface WorklistRow {
-  id: string;
-  runId: string;
-  class: string;
-  owner: string;
-  /** `open`, or `frozen` (an amount mismatch holds both records until a lead's remediation). */
-  status: string;
-  /** Natural key of the difference (`op:<key>`, `refund:<refundId>`, `order:<orderId>`). */
-  subject: string;
-  tenant: string | null;
-  operationKey: string | null;
-  workflowId: string | null;
-  tool: string | null;
-  orderId: string | null;
-  amountCents: number | null;
-  ledgerRef: string | null;
-  detail: unknown;
-  /** The lead-approved remediation bound to the item, if one was chosen. */
-  remediation: string | null;
-  createdAt: string;
-  /** When a reconciliation pass last saw the difference. */
-  lastSeenAt: string;
-}
-
-/** The worklist, or why it cannot be read (the table is missing before its migration). */
-export type Worklist = { available: true; items: WorklistRow[] } | { available: false; reason: string; items: [] };
 
 /**
  * The current reconciliation worklist: every live item (status `open` or `frozen`; migration

@@ -1,4 +1,5 @@
 import type { Express } from 'express';
+import { opsOpenApi } from '@gatehouse/contracts';
 import { createHttpApp, finishApp, type ReadyCheck } from '@gatehouse/platform';
 import { operatorAuth, type OperatorAuthConfig } from './operator-auth.ts';
 import { opsRouter } from './ops.router.ts';
@@ -14,13 +15,17 @@ export interface OpsAppOptions extends OperatorAuthConfig {
 /**
  * Builds the ops dashboard as one express app: sign-in (`/signin`, `/session`, `/signout`), the
  * queue board under `/queues`, the pages (`/ops`) and `/api/*`, all but sign-in behind the
- * operator check, plus `/healthz`, `/readyz` and the shared 404 and error handlers. The caller
+ * operator check, plus the JSON API's `/openapi.json` (unauthenticated), `/healthz`, `/readyz` and the shared 404 and error handlers. The caller
  * listens and owns `db` and the board (its discovery timer).
  */
 export function createOpsApp(opts: OpsAppOptions): Express {
   const { board, readyChecks, ...auth } = opts;
   const { router: signIn, requireOperator } = operatorAuth(auth);
   const app = createHttpApp('ops', readyChecks);
+  const openApi = opsOpenApi();
+  app.get('/openapi.json', (_req, res) => {
+    res.json(openApi);
+  });
   app.use(signIn);
   app.use('/queues', requireOperator, board.handler);
   app.use(['/ops', '/api'], requireOperator);

@@ -1,19 +1,22 @@
 import { Router, type Request } from 'express';
-import { z } from 'zod';
-import { listStuckRuns, type Db, type WorkflowState } from '@gatehouse/ledger';
+import type { z } from 'zod';
+import {
+  OpsQuerySchema,
+  type OpsOverview,
+  type OpsQueue,
+  type OpsQueuesSchema,
+  type StuckRunsSchema,
+  type UnknownOperationsSchema,
+} from '@gatehouse/contracts';
+import { listStuckRuns, type Db } from '@gatehouse/ledger';
 import { UserError } from '@gatehouse/platform';
-import { currentWorklist, unknownOperations, workflowOverview, WORKFLOW_STATES } from '../domain/overview.ts';
+import { currentWorklist, unknownOperations, workflowOverview } from '../domain/overview.ts';
 import type { QueueBoard } from './queue-board.ts';
 import { operatorOf, securePage } from './operator-auth.ts';
 import { overviewPage } from './pages.html.ts';
 
-const Query = z.object({
-  state: z.enum(WORKFLOW_STATES as [WorkflowState, ...WorkflowState[]]).optional(),
-  limit: z.coerce.number().int().min(1).max(500).default(50),
-});
-
-function query(req: Request): z.infer<typeof Query> {
-  const r = Query.safeParse(req.query);
+function query(req: Request): z.infer<typeof OpsQuerySchema> {
+  const r = OpsQuerySchema.safeParse(req.query);
   if (!r.success)
     throw new UserError('invalid_query', 'state must be a workflow state and limit 1..500', {
       details: r.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message })),
@@ -26,12 +29,14 @@ function query(req: Request): z.infer<typeof Query> {
  * it): `GET /ops` (HTML overview), `GET /api/overview` (the same data), `GET /api/workflows`
  * (`?state=&limit=`), `GET /api/workflows/stuck` (live runs past their no-progress bound, with
  * the jobs they wait for and the watchdog's re-drives), `GET /api/operations/failed-unknown`, `GET /api/reconciliation/worklist`
- * and `GET /api/queues` (every queue of every release with job counts). Read-only.
+ * and `GET /api/queues` (every queue of every release with job counts). Read-only. Queries and
+ * answers are the schemas of packages/contracts/src/api/ops.ts.
  */
 export function opsRouter(cfg: { db: Db; board: QueueBoard }): Router {
   const router = Router();
-  const queues = async () => Promise.all(cfg.board.entries().map(async (e) => ({ ...e, counts: await cfg.board.counts(e.name) })));
-  const overview = async (req: Request) => {
+  const queues = async (): Promise<OpsQueue[]> =>
+    Promise.all(cfg.board.entries().map(async (e) => ({ ...e, counts: await cfg.board.counts(e.name) })));
+  const overview = async (req: Request): Promise<OpsOverview> => {
     const q = query(req);
     const [workflows, stuck, unknown, worklist, queueList] = await Promise.all([
       workflowOverview(cfg.db, { state: q.state, limit: q.limit }),
@@ -56,16 +61,19 @@ export function opsRouter(cfg: { db: Db; board: QueueBoard }): Router {
     res.json(await workflowOverview(cfg.db, { state: q.state, limit: q.limit }));
   });
   router.get('/api/workflows/stuck', async (req, res) => {
-    res.json({ runs: await listStuckRuns(cfg.db, Date.now(), query(req).limit) });
+    const body: z.infer<typeof StuckRunsSchema> = { runs: await listStuckRuns(cfg.db, Date.now(), query(req).limit) };
+    res.json(body);
   });
   router.get('/api/operations/failed-unknown', async (req, res) => {
-    res.json({ operations: await unknownOperations(cfg.db, query(req).limit) });
+    const body: z.infer<typeof UnknownOperationsSchema> = { operations: await unknownOperations(cfg.db, query(req).limit) };
+    res.json(body);
   });
   router.get('/api/reconciliation/worklist', async (req, res) => {
     res.json(await currentWorklist(cfg.db, query(req).limit));
   });
   router.get('/api/queues', async (_req, res) => {
-    res.json({ queues: await queues() });
+    const body: z.infer<typeof OpsQueuesSchema> = { queues: await queues() };
+    res.json(body);
   });
   return router;
 }

@@ -1,6 +1,6 @@
 import type { StuckRun } from '@gatehouse/ledger';
 import { escapeHtml, pageFrame, signInForm, type ChooserUser } from '@gatehouse/platform';
-import type { UnknownOperationRow, WorkflowOverview, Worklist } from '../domain/overview.ts';
+import type { UnknownOperationRow, WorkflowOverview, Worklist } from '@gatehouse/contracts';
 import type { QueueEntry } from '../domain/queue-catalog.ts';
 
 const STYLE = `body{font:14px/1.4 system-ui,sans-serif;margin:1.5rem;color:#1b1f24}

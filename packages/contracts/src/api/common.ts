@@ -1,0 +1,71 @@
+import { z } from 'zod';
+import type { createDocument, ZodOpenApiObject, ZodOpenApiPathsObject, ZodOpenApiResponseObject } from 'zod-openapi';
+
+/** An OpenAPI 3.1 document as zod-openapi's `createDocument` renders it (plain JSON). */
+export type OpenApiDocument = ReturnType<typeof createDocument>;
+
+/** The error body every Gatehouse HTTP API answers with on 4xx/5xx (packages/platform `finishApp`). */
+export const ErrorBodySchema = z
+  .object({
+    error: z.object({
+      reason: z.string().describe('machine-readable reason, e.g. `invalid_body`, `not_found`, `rate_limited_user`'),
+      message: z.string(),
+      details: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+    }),
+  })
+  .meta({ id: 'ErrorBody' });
+export type ErrorBody = z.infer<typeof ErrorBodySchema>;
+
+/** An error response of `description` with the {@link ErrorBodySchema} body. */
+export const errorResponse = (description: string): ZodOpenApiResponseObject => ({
+  description,
+  content: { 'application/json': { schema: ErrorBodySchema } },
+});
+
+/** A JSON response of `description` whose body is `schema`. */
+export const jsonResponse = (description: string, schema: z.ZodType): ZodOpenApiResponseObject => ({
+  description,
+  content: { 'application/json': { schema } },
+});
+
+/** `GET /healthz` body: the process is up. */
+export const HealthSchema = z.object({ ok: z.literal(true), service: z.string() });
+/** `GET /readyz` body: every dependency answered, or which did not (503). */
+export const ReadySchema = z.object({
+  ready: z.boolean(),
+  service: z.string(),
+  failing: z.record(z.string(), z.string()).optional().describe('dependency → error, on 503'),
+});
+
+/**
+ * The unauthenticated paths every HTTP service serves (`/healthz`, `/readyz`, `/openapi.json`),
+ * as zod-openapi path items.
+ */
+export const commonPaths: ZodOpenApiPathsObject = {
+  '/healthz': {
+    get: { summary: 'The process is up', security: [], responses: { '200': jsonResponse('up', HealthSchema) } },
+  },
+  '/readyz': {
+    get: {
+      summary: 'Its dependencies (Postgres, Redis) are reachable',
+      security: [],
+      responses: { '200': jsonResponse('ready', ReadySchema), '503': jsonResponse('a dependency is down', ReadySchema) },
+    },
+  },
+  '/openapi.json': {
+    get: {
+      summary: 'This OpenAPI 3.1 document',
+      security: [],
+      responses: { '200': jsonResponse('the document', z.record(z.string(), z.unknown())) },
+    },
+  },
+};
+
+/** The bearer-token security scheme the three APIs share. */
+export const bearerSecurity: Pick<ZodOpenApiObject, 'components' | 'security'> = {
+  components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } } },
+  security: [{ bearer: [] }],
+};
+
+/** `:id` path parameter of a uuid-named resource. */
+export const UuidPathSchema = z.object({ id: z.string().describe('uuid; anything else answers 404') });

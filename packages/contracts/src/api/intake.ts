@@ -1,0 +1,185 @@
+import { z } from 'zod';
+import { createDocument, type ZodOpenApiObject } from 'zod-openapi';
+import { storableString } from '../text.ts';
+import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse, UuidPathSchema } from './common.ts';
+
+/** `POST /v1/tickets` body (docs/product/public-contract.md#intake). Tenant and user come from the bearer token only. */
+export const TicketRequestSchema = z
+  .strictObject({
+    ticketId: z
+      .string()
+      .min(1)
+      .max(128)
+      .regex(/^[A-Za-z0-9._:-]+$/),
+    text: storableString().min(1).max(8000),
+    mode: z.enum(['investigate', 'act']).default('investigate'),
+    pack: z.enum(['support', 'change']).default('support'),
+  })
+  .meta({ id: 'TicketRequest' });
+export type TicketRequest = z.infer<typeof TicketRequestSchema>;
+
+/** `202` of `POST /v1/tickets`: the workflow of this tenant's ticket (new, or the one already made for it). */
+export const TicketAcceptedSchema = z.object({ workflowId: z.uuid() }).meta({ id: 'TicketAccepted' });
+export type TicketAccepted = z.infer<typeof TicketAcceptedSchema>;
+
+/** `POST /v1/workflows/:id/messages` body: the requester's follow-up text. */
+export const WorkflowMessageRequestSchema = z.strictObject({ text: storableString().min(1).max(8000) }).meta({ id: 'WorkflowMessage' });
+export type WorkflowMessageRequest = z.infer<typeof WorkflowMessageRequestSchema>;
+
+/** `202` of `POST /v1/workflows/:id/messages`: the actions the follow-up superseded (each needs a new proposal and approval). */
+export const WorkflowMessageAcceptedSchema = z
+  .object({
+    workflowId: z.uuid(),
+    superseded: z.array(z.object({ version: z.number().int(), tool: z.string(), voidedApprovals: z.array(z.string()) })),
+  })
+  .meta({ id: 'WorkflowMessageAccepted' });
+export type WorkflowMessageAccepted = z.infer<typeof WorkflowMessageAcceptedSchema>;
+
+/** Workflow states (docs/product/states.md#workflow); the ledger's `WorkflowState` must stay assignable to it. */
+export const WorkflowStateSchema = z.enum([
+  'received',
+  'investigating',
+  'awaiting_approval',
+  'executing',
+  'paused',
+  'needs_reconciliation',
+  'stopped',
+  'completed',
+]);
+
+/** One action of a workflow as `GET /v1/workflows/:id` shows it (docs/product/public-contract.md#intake). */
+export const WorkflowActionSchema = z
+  .object({
+    actionId: z.string(),
+    callId: z.string().describe("the model's function call id"),
+    tool: z.string(),
+    target: z.string(),
+    arguments: z.record(z.string(), z.unknown()).describe('normalized arguments'),
+    version: z.number().int(),
+    supersedesVersion: z.number().int().nullable(),
+    digest: z.string(),
+    decision: z.enum(['ALLOW', 'DENY', 'REQUIRE_APPROVAL']),
+    ruleId: z.string(),
+    policyRevision: z.string(),
+    status: z
+      .enum([
+        'proposed',
+        'normalized',
+        'pending_approval',
+        'approved',
+        'running',
+        'succeeded',
+        'failed',
+        'failed_unknown',
+        'denied',
+        'suppressed',
+        'superseded',
+        'compensated',
+      ])
+      .describe('docs/product/states.md#action'),
+    operationKey: z.string(),
+  })
+  .meta({ id: 'WorkflowAction' });
+
+/** An approval of a workflow still pending or approved (not yet consumed). */
+export const WorkflowApprovalSchema = z
+  .object({
+    approvalId: z.string(),
+    actionId: z.string(),
+    actionVersion: z.number().int(),
+    actionDigest: z.string(),
+    status: z.enum(['pending', 'approved']),
+    ruleId: z.string(),
+    expiresAt: z.iso.datetime(),
+  })
+  .meta({ id: 'WorkflowApproval' });
+
+/**
+ * `GET /v1/workflows/:id`: where the workflow stands — state, stop reason and next step, the
+ * agent's last message, every action and the approvals still open (docs/product/public-contract.md#intake).
+ */
+export const WorkflowViewSchema = z
+  .object({
+    workflowId: z.uuid(),
+    ticketId: z.string(),
+    mode: z.enum(['investigate', 'act']),
+    pack: z.enum(['support', 'change']),
+    state: WorkflowStateSchema,
+    stopReason: z.string().nullable().describe('docs/product/states.md#stop-reasons; null until it stops'),
+    nextStep: z.string().nullable().describe('what a person should do next, once it has ended or waits'),
+    finalMessage: z.string().nullable().describe("the agent's last message to the rep (model text: display as text)"),
+    release: z.string(),
+    policyRevision: z.string(),
+    round: z.number().int(),
+    actions: z.array(WorkflowActionSchema),
+    pendingApprovals: z.array(WorkflowApprovalSchema),
+  })
+  .meta({ id: 'WorkflowView' });
+export type WorkflowView = z.infer<typeof WorkflowViewSchema>;
+
+const rateLimited = errorResponse('past the per-user or per-tenant limit (`Retry-After` header, seconds)');
+
+/** The intake API's paths (agent-loop, port 7101), as zod-openapi path items. */
+const intakePaths: ZodOpenApiObject['paths'] = {
+  ...commonPaths,
+  '/v1/tickets': {
+    post: {
+      operationId: 'submitTicket',
+      summary: 'Submit a ticket; idempotent per tenant and ticketId (tenant and user from the token)',
+      requestBody: { required: true, content: { 'application/json': { schema: TicketRequestSchema } } },
+      responses: {
+        '202': jsonResponse('accepted: the workflow of this ticket', TicketAcceptedSchema),
+        '400': errorResponse('body failed its schema'),
+        '401': errorResponse('missing or invalid token'),
+        '409': errorResponse('ticket_conflict: the ticketId was already submitted with other content'),
+        '429': rateLimited,
+      },
+    },
+  },
+  '/v1/workflows/{id}': {
+    get: {
+      operationId: 'getWorkflow',
+      summary: "Where a workflow of the caller's tenant stands",
+      requestParams: { path: UuidPathSchema },
+      responses: {
+        '200': jsonResponse('the workflow', WorkflowViewSchema),
+        '401': errorResponse('missing or invalid token'),
+        '404': errorResponse("no such workflow in the caller's tenant"),
+      },
+    },
+  },
+  '/v1/workflows/{id}/messages': {
+    post: {
+      operationId: 'addWorkflowMessage',
+      summary: "The requester's follow-up: unclaimed actions are superseded, the model gets another turn",
+      requestParams: { path: UuidPathSchema },
+      requestBody: { required: true, content: { 'application/json': { schema: WorkflowMessageRequestSchema } } },
+      responses: {
+        '202': jsonResponse('accepted', WorkflowMessageAcceptedSchema),
+        '400': errorResponse('body failed its schema'),
+        '401': errorResponse('missing or invalid token'),
+        '403': errorResponse('not_the_requester'),
+        '404': errorResponse("no such workflow in the caller's tenant"),
+        '409': errorResponse('workflow_not_running'),
+        '429': rateLimited,
+      },
+    },
+  },
+};
+
+/**
+ * The intake API's OpenAPI 3.1 document (served by the agent-loop at `GET /openapi.json`),
+ * generated from the zod schemas above that validate its requests and type its responses.
+ */
+export function intakeOpenApi(): OpenApiDocument {
+  return createDocument({
+    openapi: '3.1.0',
+    info: {
+      title: 'Gatehouse intake API',
+      version: '1',
+      description: 'Tickets and the workflows they start (docs/product/public-contract.md#intake).',
+    },
+    ...bearerSecurity,
+    paths: intakePaths,
+  });
+}

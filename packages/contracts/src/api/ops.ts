@@ -1,0 +1,174 @@
+import { z } from 'zod';
+import { createDocument, type ZodOpenApiObject } from 'zod-openapi';
+import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse } from './common.ts';
+import { WorkflowStateSchema } from './intake.ts';
+
+/** Query of the ops dashboard's JSON routes: an optional workflow state filter and a row limit (1–500, default 50). */
+export const OpsQuerySchema = z.object({
+  state: WorkflowStateSchema.optional(),
+  limit: z.coerce.number().int().min(1).max(500).default(50),
+});
+
+/** One row of the recent-workflows list: ids and states only, never ticket or model text. */
+export const OpsWorkflowRowSchema = z
+  .object({
+    id: z.string(),
+    tenant: z.string(),
+    ticketId: z.string(),
+    pack: z.string(),
+    state: z.string(),
+    stopReason: z.string().nullable(),
+    nextStep: z.string().nullable(),
+    release: z.string(),
+    updatedAt: z.iso.datetime(),
+  })
+  .meta({ id: 'OpsWorkflowRow' });
+export type OpsWorkflowRow = z.infer<typeof OpsWorkflowRowSchema>;
+
+/** Workflow counts per state (every state present, zero when none) and the most recent ones. */
+export const WorkflowOverviewSchema = z
+  .object({ counts: z.record(z.string(), z.number().int()), recent: z.array(OpsWorkflowRowSchema) })
+  .meta({ id: 'WorkflowOverview' });
+export type WorkflowOverview = z.infer<typeof WorkflowOverviewSchema>;
+
+/** A live run with no progress for longer than its state allows (and no legitimate wait). */
+export const StuckRunSchema = z
+  .object({
+    workflowId: z.string(),
+    state: z.string(),
+    ageMs: z.number().describe('milliseconds since the run last changed state'),
+    boundMs: z.number(),
+    waitingFor: z.array(z.string()).describe('job ids it waits for (`turn_…`, `exec_…`), empty when nothing can drive it'),
+    watchdog: z
+      .object({ atMs: z.number(), outcome: z.string(), count: z.number().int() })
+      .nullable()
+      .describe("the watchdog's latest re-drive of this run (audit `run.redriven`)"),
+  })
+  .meta({ id: 'StuckRun' });
+
+/** A `failed_unknown` operation: its effect may or may not have happened (docs/product/reconciliation.md). */
+export const UnknownOperationSchema = z
+  .object({
+    key: z.string(),
+    tool: z.string(),
+    workflowId: z.string(),
+    workflowState: z.string(),
+    release: z.string(),
+    attempts: z.number().int(),
+    error: z.string().nullable(),
+    since: z.iso.datetime().describe('when it became unknown'),
+  })
+  .meta({ id: 'UnknownOperation' });
+export type UnknownOperationRow = z.infer<typeof UnknownOperationSchema>;
+
+/** One open item of the reconciliation worklist (docs/product/reconciliation.md): a difference and who must repair it. */
+export const WorklistItemSchema = z
+  .object({
+    id: z.string(),
+    runId: z.string(),
+    class: z.string(),
+    owner: z.string(),
+    status: z.string().describe('`open`, or `frozen` (an amount mismatch holds both records until a lead’s remediation)'),
+    subject: z.string().describe('natural key of the difference (`op:<key>`, `refund:<refundId>`, `order:<orderId>`)'),
+    tenant: z.string().nullable(),
+    operationKey: z.string().nullable(),
+    workflowId: z.string().nullable(),
+    tool: z.string().nullable(),
+    orderId: z.string().nullable(),
+    amountCents: z.number().int().nullable(),
+    ledgerRef: z.string().nullable(),
+    detail: z.unknown(),
+    remediation: z.string().nullable().describe('the lead-approved remediation bound to the item, if one was chosen'),
+    createdAt: z.iso.datetime(),
+    lastSeenAt: z.iso.datetime().describe('when a reconciliation pass last saw the difference'),
+  })
+  .meta({ id: 'WorklistItem' });
+export type WorklistRow = z.infer<typeof WorklistItemSchema>;
+
+/** The worklist, or why it cannot be read (the table is missing before its migration). */
+export const WorklistSchema = z
+  .union([
+    z.object({ available: z.literal(true), items: z.array(WorklistItemSchema) }),
+    z.object({ available: z.literal(false), reason: z.string(), items: z.array(WorklistItemSchema).max(0) }),
+  ])
+  .meta({ id: 'Worklist' });
+export type Worklist = z.infer<typeof WorklistSchema>;
+
+/** One BullMQ queue of one release on the board, with its job counts per state (null when Redis did not answer). */
+export const OpsQueueSchema = z
+  .object({
+    name: z.string().describe('`<base>.<release>`, e.g. `executions.rel-1`'),
+    base: z.string(),
+    release: z.string(),
+    sources: z.array(z.enum(['manifest', 'releases_table', 'redis'])).describe('where the dashboard learned of the queue'),
+    counts: z.record(z.string(), z.number().int()).nullable(),
+  })
+  .meta({ id: 'OpsQueue' });
+export type OpsQueue = z.infer<typeof OpsQueueSchema>;
+
+/** `GET /api/overview`: everything the `/ops` page shows. */
+export const OpsOverviewSchema = z
+  .object({
+    stateFilter: WorkflowStateSchema.nullable(),
+    workflows: WorkflowOverviewSchema,
+    stuck: z.array(StuckRunSchema),
+    unknown: z.array(UnknownOperationSchema),
+    worklist: WorklistSchema,
+    queues: z.array(OpsQueueSchema),
+  })
+  .meta({ id: 'OpsOverview' });
+export type OpsOverview = z.infer<typeof OpsOverviewSchema>;
+
+/** `GET /api/workflows/stuck`. */
+export const StuckRunsSchema = z.object({ runs: z.array(StuckRunSchema) }).meta({ id: 'StuckRuns' });
+/** `GET /api/operations/failed-unknown`. */
+export const UnknownOperationsSchema = z.object({ operations: z.array(UnknownOperationSchema) }).meta({ id: 'UnknownOperations' });
+/** `GET /api/queues`. */
+export const OpsQueuesSchema = z.object({ queues: z.array(OpsQueueSchema) }).meta({ id: 'OpsQueues' });
+
+/** One read-only JSON route of the dashboard: 200 `schema`, 400 on a bad query, 401/403 for anyone but an operator. */
+const opsGet = (operationId: string, summary: string, schema: z.ZodType, query = true) => ({
+  get: {
+    operationId,
+    summary,
+    ...(query ? { requestParams: { query: OpsQuerySchema } } : {}),
+    responses: {
+      '200': jsonResponse(summary, schema),
+      ...(query ? { '400': errorResponse('invalid_query: state must be a workflow state and limit 1..500') } : {}),
+      '401': errorResponse('missing or invalid token'),
+      '403': errorResponse('not_an_operator (audited)'),
+    },
+  },
+});
+
+const opsPaths: ZodOpenApiObject['paths'] = {
+  ...commonPaths,
+  '/api/overview': opsGet('getOverview', 'everything the /ops page shows', OpsOverviewSchema),
+  '/api/workflows': opsGet('listWorkflows', 'workflow counts per state and the most recently updated', WorkflowOverviewSchema),
+  '/api/workflows/stuck': opsGet('listStuckRuns', 'live runs past their no-progress bound', StuckRunsSchema),
+  '/api/operations/failed-unknown': opsGet(
+    'listUnknownOperations',
+    'every failed_unknown operation, oldest first',
+    UnknownOperationsSchema,
+  ),
+  '/api/reconciliation/worklist': opsGet('getWorklist', 'the open reconciliation worklist', WorklistSchema),
+  '/api/queues': opsGet('listQueues', 'every queue of every release with job counts', OpsQueuesSchema, false),
+};
+
+/**
+ * The ops dashboard's JSON API as an OpenAPI 3.1 document (served by the ops service at
+ * `GET /openapi.json`; the HTML pages and bull-board under `/queues` are not part of it). For
+ * operators only: a bearer token (or the sign-in cookie `gh_ops`).
+ */
+export function opsOpenApi(): OpenApiDocument {
+  return createDocument({
+    openapi: '3.1.0',
+    info: {
+      title: 'Gatehouse ops API',
+      version: '1',
+      description: 'Read-only JSON twins of the ops dashboard, for operators (docs/decisions/0060-ops-dashboard.md).',
+    },
+    ...bearerSecurity,
+    paths: opsPaths,
+  });
+}
