@@ -10,6 +10,7 @@ import * as budgetWaits from './20261130000800-BudgetWaits.ts';
 import * as releaseOverrides from './20261201000100-ReleaseOverrides.ts';
 import * as reasoningItems from './20261201000145-ReasoningItems.ts';
 import * as outboxJobIdIndex from './20261201000200-OutboxJobIdIndex.ts';
+import * as workflowEvents from './20261201000300-WorkflowEvents.ts';
 import * as operationTokenEpoch from './20261201000400-OperationTokenEpoch.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
@@ -25,5 +26,6 @@ export const migrations: Record<string, Migration> = {
   '20261201000100-ReleaseOverrides': releaseOverrides,
   '20261201000145-ReasoningItems': reasoningItems,
   '20261201000200-OutboxJobIdIndex': outboxJobIdIndex,
+  '20261201000300-WorkflowEvents': workflowEvents,
   '20261201000400-OperationTokenEpoch': operationTokenEpoch,
 };

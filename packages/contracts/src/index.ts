@@ -9,3 +9,4 @@ export * from './reconciliation.ts';
 export * from './text.ts';
 export * from './stop-reasons.ts';
 export * from './bounded-body.ts';
+export * from './api/events.ts';

@@ -12,3 +12,4 @@ export * from './transitions.ts';
 export * from './liveness.ts';
 export * from './transition-guards.ts';
 export * from './credential-epoch.ts';
+export * from './workflow-events.ts';

@@ -51,6 +51,8 @@ export interface WorkflowsTable {
   round: Generated<number>;
   created_at: Timestamp;
   updated_at: Timestamp;
+  /** Seq of the workflow's latest `workflow_events` row (0: none yet). */
+  event_seq: Generated<number>;
 }
 
 export interface BudgetsTable {
@@ -370,6 +372,48 @@ export interface AuditHeartbeatTable {
 }
 
 /** The ledger's tables as Kysely sees them. */
+/** One pushed update of a workflow (docs/decisions/0250-pushed-workflow-events.md). */
+export interface WorkflowEventsTable {
+  workflow_id: string;
+  /** Monotonic per workflow from 1: the SSE `id:` and the webhook event's order. */
+  seq: number;
+  tenant: string;
+  state: WorkflowState;
+  /** The event as the public contract names it (`WorkflowEvent`, packages/contracts/src/api/events.ts). */
+  payload: Json<Record<string, unknown>>;
+  created_at: Timestamp;
+}
+
+/** A tenant's webhook receiver (registered by an operator; never model input). */
+export interface WebhookEndpointsTable {
+  id: Generated<string>;
+  tenant: string;
+  url: string;
+  /** `whsec_<base64>` signing secret (Standard Webhooks); never returned after registration. */
+  secret: string;
+  created_by: string;
+  created_at: Generated<Date>;
+  disabled_at: Timestamp | null;
+}
+
+/** Webhook outbox: one row per (endpoint, workflow event), written with the event. */
+export interface WebhookDeliveriesTable {
+  /** The `webhook-id` header: the same on every attempt. */
+  id: Generated<string>;
+  endpoint_id: string;
+  tenant: string;
+  workflow_id: string;
+  event_seq: number;
+  /** The exact JSON body sent (and signed) on every attempt. */
+  body: string;
+  status: Generated<'pending' | 'delivered' | 'failed'>;
+  attempts: Generated<number>;
+  next_attempt_at: Generated<Date>;
+  last_error: string | null;
+  created_at: Generated<Date>;
+  finished_at: Timestamp | null;
+}
+
 export interface DB {
   workflows: WorkflowsTable;
   budgets: BudgetsTable;
@@ -392,4 +436,7 @@ export interface DB {
   reconciliation_items: ReconciliationItemsTable;
   quarantined_jobs: QuarantinedJobsTable;
   release_overrides: ReleaseOverridesTable;
+  workflow_events: WorkflowEventsTable;
+  webhook_endpoints: WebhookEndpointsTable;
+  webhook_deliveries: WebhookDeliveriesTable;
 }

@@ -2,6 +2,7 @@ import { ConflictError, type AuditEventInput } from '@gatehouse/contracts';
 import { recordAudit } from './audit.ts';
 import type { Trx } from './db.ts';
 import type { ActionStatus, WorkflowState } from './schema.ts';
+import { recordWorkflowEvent } from './workflow-events.ts';
 import { actionGuardHolds, workflowGuardHolds, type ActionGuard, type WorkflowGuard } from './transition-guards.ts';
 
 /**
@@ -228,7 +229,8 @@ export async function checkWorkflowTransition(
 /**
  * The one writer of `workflows.state`: locks the row (lock order: workflows first), checks the
  * transition with {@link checkWorkflowTransition}, then writes state, next step, stop reason,
- * round and `updated_at`, plus the audit event — all in the caller's `trx`.
+ * round and `updated_at`, plus the audit event and the workflow event with its webhook deliveries
+ * (docs/decisions/0250-pushed-workflow-events.md) — all in the caller's `trx`.
  * Returns the state it moved from, or null when `onlyFrom` excluded the current state or the
  * workflow does not exist.
  * @throws IllegalTransition when the move is not in the table, misses a required field or its
@@ -251,6 +253,8 @@ export async function transitionWorkflow(trx: Trx, workflowId: string, input: Wo
     .where('id', '=', workflowId)
     .execute();
   if (input.audit) await recordAudit(trx, { runId: workflowId, ...input.audit });
+  // The pushed update of this transition (SSE, webhooks): same transaction, so never lost or early (ADR 0250).
+  await recordWorkflowEvent(trx, workflowId, wf.state);
   return wf.state;
 }
 

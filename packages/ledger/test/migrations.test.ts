@@ -38,6 +38,7 @@ const TABLES_OF: Record<string, string[]> = {
   '20261201000100-ReleaseOverrides': ['release_overrides'],
   '20261201000145-ReasoningItems': [],
   '20261201000200-OutboxJobIdIndex': [],
+  '20261201000300-WorkflowEvents': ['webhook_deliveries', 'webhook_endpoints', 'workflow_events'],
   '20261201000400-OperationTokenEpoch': [],
 };
 const tablesUpTo = (names: string[]): string[] => names.flatMap((n) => TABLES_OF[n] ?? []).sort();

@@ -34,4 +34,21 @@ export const agentLoopEnv = {
   CHANGE_POLICY_REVISION: z.string().optional(),
   /** Folder of policy bundles (default: the repository's `policy/`). */
   POLICY_DIR: z.string().optional(),
+  /** Event streams (`GET /v1/workflows/:id/events`): bounded re-read of the ledger, ms, in case a notification was missed. */
+  EVENTS_POLL_MS: z.coerce.number().int().min(100).max(60_000).default(5_000),
+  /** Event streams: a `: heartbeat` comment line every this many ms. */
+  EVENTS_HEARTBEAT_MS: z.coerce.number().int().min(100).max(120_000).default(15_000),
+  /** Webhook delivery worker (docs/decisions/0250): `off` leaves deliveries to other replicas. */
+  WEBHOOK_DELIVERY: z.enum(['on', 'off']).default('on'),
+  /** How often due webhook deliveries are looked for, ms. */
+  WEBHOOK_POLL_MS: z.coerce.number().int().min(50).max(60_000).default(1_000),
+  /** Attempts before a delivery is marked `failed`. */
+  WEBHOOK_MAX_ATTEMPTS: z.coerce.number().int().min(1).max(100).default(12),
+  /** Age after which a still-failing delivery is marked `failed`, ms (default 24 h). */
+  WEBHOOK_MAX_AGE_MS: z.coerce.number().int().positive().default(86_400_000),
+  /** First retry delay, ms (doubling, jittered), and its ceiling. */
+  WEBHOOK_RETRY_BASE_MS: z.coerce.number().int().positive().default(2_000),
+  WEBHOOK_RETRY_MAX_MS: z.coerce.number().int().positive().default(900_000),
+  /** One delivery attempt's time limit, ms. */
+  WEBHOOK_TIMEOUT_MS: z.coerce.number().int().positive().default(10_000),
 };

@@ -23,6 +23,8 @@ import { processTurn } from './jobs/turns.processor.ts';
 import { readLoopTestHooks } from './domain/test-hooks.ts';
 import { readTenantSpendCap } from './domain/tenant-spend.ts';
 import { processResult } from './jobs/results.processor.ts';
+import { WorkflowEventHub } from './domain/event-hub.ts';
+import { readWebhookTestHooks, WebhookDeliveryWorker } from './jobs/webhook-delivery.worker.ts';
 
 const ctx = createServiceContext('agent-loop', agentLoopEnv);
 const { env, log, db, relay } = ctx;
@@ -70,6 +72,23 @@ packsFor(release.id);
 const baseURL = env.MODEL_BASE_URL ?? (process.env.OPENAI_API_KEY ? undefined : LOCAL_MODEL_STUB_URL);
 const model = createModelClient({ apiKey: env.OPENAI_API_KEY, baseURL, timeoutMs: env.MODEL_TIMEOUT_MS });
 
+// Pushed updates (docs/decisions/0250): streams hear every replica's transitions through Postgres.
+const hub = new WorkflowEventHub(env.DATABASE_URL, log);
+await hub.start();
+const webhooks = new WebhookDeliveryWorker({
+  db,
+  log,
+  pollMs: env.WEBHOOK_POLL_MS,
+  maxAttempts: env.WEBHOOK_MAX_ATTEMPTS,
+  maxAgeMs: env.WEBHOOK_MAX_AGE_MS,
+  retryBaseMs: env.WEBHOOK_RETRY_BASE_MS,
+  retryMaxMs: env.WEBHOOK_RETRY_MAX_MS,
+  timeoutMs: env.WEBHOOK_TIMEOUT_MS,
+  production: env.GATEHOUSE_ENV === 'production',
+  hooks: readWebhookTestHooks(process.env),
+});
+if (env.WEBHOOK_DELIVERY === 'on') webhooks.start();
+
 const app = createIntakeApp({
   db,
   relay,
@@ -80,6 +99,7 @@ const app = createIntakeApp({
   limiter: limiterFromEnv(ctx.redis, env, 'intake'),
   log,
   readyChecks: ctx.readyChecks,
+  events: { hub, pollMs: env.EVENTS_POLL_MS, heartbeatMs: env.EVENTS_HEARTBEAT_MS },
 });
 
 const workers = startWorkers(
@@ -125,4 +145,4 @@ const workers = startWorkers(
 relay.start();
 const { server, port } = await listen(app, env.AGENT_LOOP_PORT);
 log.info({ port, release: env.GATEHOUSE_RELEASE }, 'agent-loop ready');
-installShutdown(log, [() => ctx.close(workers), () => closeServer(server)]);
+installShutdown(log, [() => webhooks.stop(), () => hub.close(), () => ctx.close(workers), () => closeServer(server)]);

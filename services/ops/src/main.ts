@@ -34,6 +34,7 @@ const app = createOpsApp({
   auditHmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
   localSecret: env.GATEHOUSE_AUTH_JWKS_URL || env.GATEHOUSE_ENV === 'production' ? null : env.GATEHOUSE_AUTH_SECRET,
   secureCookie: env.GATEHOUSE_ENV === 'production',
+  production: env.GATEHOUSE_ENV === 'production',
   signInLimiter: limiterFromEnv(ctx.redis, env, 'signin'),
   readyChecks: ctx.readyChecks,
 });

@@ -14,6 +14,7 @@ import {
 } from '@gatehouse/platform';
 import { ticketsRouter, type IntakeConfig } from './tickets.router.ts';
 import { workflowsRouter } from './workflows.router.ts';
+import { eventsRouter, type EventStreamConfig } from './events.router.ts';
 
 /** Inputs of {@link createIntakeApp}: the intake's settings plus how callers are verified and logged. */
 export interface IntakeAppOptions extends IntakeConfig {
@@ -23,16 +24,18 @@ export interface IntakeAppOptions extends IntakeConfig {
   readyChecks?: Record<string, ReadyCheck>;
   /** Per-user and per-tenant limits of `POST /v1/tickets` and `POST /v1/workflows/:id/messages` (the process always passes one). */
   limiter?: AbuseLimiter;
+  /** Event streams (`GET /v1/workflows/:id/events`); absent: the route is not served. */
+  events?: Omit<EventStreamConfig, 'db' | 'log'>;
 }
 
 /**
  * Builds the agent-loop's intake API as one express app: `POST /v1/tickets`,
- * `GET /v1/workflows/:id`, `POST /v1/workflows/:id/messages`, every `/v1` route behind a verified
+ * `GET /v1/workflows/:id`, `GET /v1/workflows/:id/events` (SSE), `POST /v1/workflows/:id/messages`, every `/v1` route behind a verified
  * bearer token, plus `/openapi.json` (generated from packages/contracts/src/api/intake.ts), `/healthz`, `/readyz` and the shared 404 and error handlers. The caller
  * listens (`listen`, supertest) and owns `db` and `relay`.
  */
 export function createIntakeApp(opts: IntakeAppOptions): Express {
-  const { verifier, log, readyChecks, limiter, ...intake } = opts;
+  const { verifier, log, readyChecks, limiter, events, ...intake } = opts;
   const app = createHttpApp('agent-loop', readyChecks);
   const openApi = intakeOpenApi();
   app.get('/openapi.json', (_req, res) => {
@@ -47,6 +50,7 @@ export function createIntakeApp(opts: IntakeAppOptions): Express {
     app.post(['/v1/tickets', '/v1/workflows/:id/messages'], rateLimit(limiter, subject));
   }
   app.use(ticketsRouter(intake));
+  if (events) app.use(eventsRouter({ db: intake.db, log, ...events }));
   app.use(workflowsRouter({ db: intake.db, relay: intake.relay }));
   return finishApp(app, log);
 }

@@ -1,7 +1,7 @@
 import { Router } from 'express';
 import { randomUUID } from 'node:crypto';
 import { TicketRequestSchema, turnsQueue, sha256Hex, type PackBudgets, type TicketAccepted } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, recordAudit, actorHash, routeRelease, type Db } from '@gatehouse/ledger';
+import { enqueueInTransaction, inTransaction, recordAudit, recordWorkflowEvent, actorHash, routeRelease, type Db } from '@gatehouse/ledger';
 import { ConflictError, parseBody, type OutboxRelay } from '@gatehouse/platform';
 import type { Pack } from '@gatehouse/tools';
 import type { AuthedRequest } from '@gatehouse/platform';
@@ -105,6 +105,7 @@ export function ticketsRouter(cfg: IntakeConfig): Router {
           outcome: body.mode,
           revisions: { toolCatalog: pack.catalogDigest, policy: pack.policyRevision, release: releaseId },
         });
+        await recordWorkflowEvent(trx, id, null); // seq 1: `received` (ADR 0250)
         const row = await enqueueInTransaction(trx, turnsQueue, { release: releaseId, workflowId: id, round: 1 });
         return { workflowId: id, rows: [row] };
       }),

@@ -1,7 +1,7 @@
 import { Router } from 'express';
 import { z } from 'zod';
 import { turnsQueue, WorkflowMessageRequestSchema, type WorkflowMessageAccepted, type WorkflowView } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, transitionWorkflow, type Db, type OutboxRow } from '@gatehouse/ledger';
+import { enqueueInTransaction, inTransaction, readActionsView, transitionWorkflow, type Db, type OutboxRow } from '@gatehouse/ledger';
 import { ConflictError, Forbidden, NotFound, type OutboxRelay, parseBody } from '@gatehouse/platform';
 import { supersedeAction } from '@gatehouse/policy';
 import type { AuthedRequest } from '@gatehouse/platform';
@@ -10,7 +10,7 @@ import { unansweredCalls } from '../domain/transcript.ts';
 const Id = z.uuid();
 
 /** Loads a workflow of the caller's tenant; another tenant's id is indistinguishable from none. */
-async function ownWorkflow(db: Db, id: string, tenant: string) {
+export async function ownWorkflow(db: Db, id: string, tenant: string) {
   if (!Id.safeParse(id).success) throw new NotFound('not_found', 'no such workflow');
   const wf = await db.selectFrom('workflows').selectAll().where('id', '=', id).where('tenant', '=', tenant).executeTakeFirst();
   if (!wf) throw new NotFound('not_found', 'no such workflow');
@@ -29,14 +29,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
   router.get('/v1/workflows/:id', async (req, res) => {
     const { user } = req as unknown as AuthedRequest;
     const wf = await ownWorkflow(cfg.db, String(req.params.id), user.tenant);
-    const actions = await cfg.db.selectFrom('actions').selectAll().where('workflow_id', '=', wf.id).orderBy('version').execute();
-    const approvals = await cfg.db
-      .selectFrom('approvals')
-      .select(['id', 'action_id', 'action_version', 'action_digest', 'status', 'expires_at', 'rule_id'])
-      .where('workflow_id', '=', wf.id)
-      .where('status', 'in', ['pending', 'approved'])
-      .$narrowType<{ status: 'pending' | 'approved' }>()
-      .execute();
+    const { actions, pendingApprovals } = await readActionsView(cfg.db, wf.id);
     const last = await cfg.db
       .selectFrom('conversation_items')
       .select('item')
@@ -57,30 +50,8 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
       release: wf.release_id,
       policyRevision: wf.policy_revision,
       round: wf.round,
-      actions: actions.map((a) => ({
-        actionId: a.id,
-        callId: a.call_id,
-        tool: a.tool,
-        target: a.target,
-        arguments: a.arguments,
-        version: a.version,
-        supersedesVersion: a.supersedes_version,
-        digest: a.digest,
-        decision: a.decision,
-        ruleId: a.rule_id,
-        policyRevision: a.policy_revision,
-        status: a.status,
-        operationKey: a.operation_key,
-      })),
-      pendingApprovals: approvals.map((p) => ({
-        approvalId: p.id,
-        actionId: p.action_id,
-        actionVersion: p.action_version,
-        actionDigest: p.action_digest,
-        status: p.status,
-        ruleId: p.rule_id,
-        expiresAt: new Date(p.expires_at).toISOString(),
-      })),
+      actions,
+      pendingApprovals,
     };
     res.json(view);
   });

@@ -3,23 +3,26 @@ import { opsOpenApi } from '@gatehouse/contracts';
 import { createHttpApp, finishApp, type ReadyCheck } from '@gatehouse/platform';
 import { operatorAuth, type OperatorAuthConfig } from './operator-auth.ts';
 import { opsRouter } from './ops.router.ts';
+import { webhooksRouter } from './webhooks.router.ts';
 import type { QueueBoard } from './queue-board.ts';
 
 /** Inputs of {@link createOpsApp}: the sign-in's settings plus the queue board. */
 export interface OpsAppOptions extends OperatorAuthConfig {
   board: QueueBoard;
+  /** Production: webhook URLs must be https. */
+  production?: boolean;
   /** `/readyz` checks (Postgres, Redis). */
   readyChecks?: Record<string, ReadyCheck>;
 }
 
 /**
  * Builds the ops dashboard as one express app: sign-in (`/signin`, `/session`, `/signout`), the
- * queue board under `/queues`, the pages (`/ops`) and `/api/*`, all but sign-in behind the
+ * queue board under `/queues`, the pages (`/ops`) and `/api/*` (webhook endpoints and deliveries included), all but sign-in behind the
  * operator check, plus the JSON API's `/openapi.json` (unauthenticated), `/healthz`, `/readyz` and the shared 404 and error handlers. The caller
  * listens and owns `db` and the board (its discovery timer).
  */
 export function createOpsApp(opts: OpsAppOptions): Express {
-  const { board, readyChecks, ...auth } = opts;
+  const { board, readyChecks, production = false, ...auth } = opts;
   const { router: signIn, requireOperator } = operatorAuth(auth);
   const app = createHttpApp('ops', readyChecks);
   const openApi = opsOpenApi();
@@ -30,5 +33,6 @@ export function createOpsApp(opts: OpsAppOptions): Express {
   app.use('/queues', requireOperator, board.handler);
   app.use(['/ops', '/api'], requireOperator);
   app.use(opsRouter({ db: auth.db, board }));
+  app.use(webhooksRouter({ db: auth.db, auditHmacKey: auth.auditHmacKey, production }));
   return finishApp(app, auth.log);
 }

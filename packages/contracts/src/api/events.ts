@@ -1,0 +1,133 @@
+import { z } from 'zod';
+
+/**
+ * Pushed workflow updates (docs/product/public-contract.md#pushed-updates,
+ * docs/decisions/0250-pushed-workflow-events.md): the event a Server-Sent Events stream
+ * (`GET /v1/workflows/:id/events`) and a tenant's webhook both carry, and the webhook
+ * registration API of the ops service. An event holds the workflow's state, its terminal reason
+ * and next step, and a summary of its actions and open approvals — never tool arguments, model
+ * text, tokens or secrets.
+ */
+
+/** One action of a workflow as an event shows it (a subset of `GET /v1/workflows/:id`'s `actions[]`). */
+export const EventActionSchema = z.strictObject({
+  actionId: z.string(),
+  tool: z.string(),
+  /** Canonical target id (an order id, a change id). */
+  target: z.string(),
+  version: z.number().int().positive(),
+  decision: z.enum(['ALLOW', 'DENY', 'REQUIRE_APPROVAL']),
+  ruleId: z.string(),
+  status: z.string(),
+});
+export type EventAction = z.infer<typeof EventActionSchema>;
+
+/** An open approval as an event shows it (`pendingApprovals[]` of the read, without the digest). */
+export const EventApprovalSchema = z.strictObject({
+  approvalId: z.string(),
+  actionId: z.string(),
+  actionVersion: z.number().int().positive(),
+  status: z.enum(['pending', 'approved']),
+  ruleId: z.string(),
+  /** ISO 8601. */
+  expiresAt: z.string(),
+});
+
+/**
+ * One workflow event: written in the transaction of the transition it reports (or of the intake,
+ * for seq 1), so `seq` is durable and monotonic per workflow. `seq` is the SSE `id:`; a webhook
+ * receiver orders by it.
+ */
+export const WorkflowEventSchema = z.strictObject({
+  type: z.literal('workflow.updated'),
+  workflowId: z.string(),
+  ticketId: z.string(),
+  seq: z.number().int().positive(),
+  state: z.enum(['received', 'investigating', 'awaiting_approval', 'executing', 'completed', 'stopped', 'paused', 'needs_reconciliation']),
+  /** The state before this event (null for the first). */
+  previousState: z.string().nullable(),
+  /** True for `completed`, `stopped`, `needs_reconciliation`: an SSE stream ends after such an event. */
+  terminal: z.boolean(),
+  stopReason: z.string().nullable(),
+  nextStep: z.string().nullable(),
+  actions: z.array(EventActionSchema),
+  pendingApprovals: z.array(EventApprovalSchema),
+  /** ISO 8601 instant of the transition. */
+  at: z.string(),
+});
+export type WorkflowEvent = z.infer<typeof WorkflowEventSchema>;
+
+/** SSE event name of a {@link WorkflowEvent} on `GET /v1/workflows/:id/events`. */
+export const WORKFLOW_EVENT_NAME = 'workflow.updated';
+
+/**
+ * `Last-Event-ID` request header (or `?lastEventId=`): the last `seq` the client saw. A positive
+ * integer; anything else is 400 `bad_last_event_id`.
+ */
+export const LastEventIdSchema = z.coerce.number().int().min(0).max(2_147_483_647);
+
+/** `POST /api/webhooks` (ops service, operators only): register a tenant's receiver. */
+export const WebhookRegistrationSchema = z.strictObject({
+  tenant: z.string().min(1).max(64),
+  /** http(s) only; https only in production. Tenant configuration, never model input. */
+  url: z.string().min(1).max(2000),
+});
+export type WebhookRegistration = z.infer<typeof WebhookRegistrationSchema>;
+
+/** A registered endpoint as the listing shows it (the secret only once, in the 201 answer). */
+export const WebhookEndpointViewSchema = z.strictObject({
+  endpointId: z.string(),
+  tenant: z.string(),
+  url: z.string(),
+  createdBy: z.string(),
+  createdAt: z.string(),
+  disabledAt: z.string().nullable(),
+});
+
+/** The 201 answer of a registration: the view plus the signing secret (`whsec_<base64>`), shown once. */
+export const WebhookRegisteredSchema = WebhookEndpointViewSchema.extend({ secret: z.string().startsWith('whsec_') });
+
+/** `GET /api/webhooks/deliveries?status=&tenant=&limit=`: a delivery as the ops listing shows it. */
+export const WebhookDeliveryViewSchema = z.strictObject({
+  deliveryId: z.string(),
+  endpointId: z.string(),
+  tenant: z.string(),
+  workflowId: z.string(),
+  seq: z.number().int(),
+  status: z.enum(['pending', 'delivered', 'failed']),
+  attempts: z.number().int(),
+  lastError: z.string().nullable(),
+  nextAttemptAt: z.string(),
+  createdAt: z.string(),
+  finishedAt: z.string().nullable(),
+});
+
+/** Query of the delivery listing. */
+export const WebhookDeliveryQuerySchema = z.strictObject({
+  status: z.enum(['pending', 'delivered', 'failed']).optional(),
+  tenant: z.string().min(1).max(64).optional(),
+  limit: z.coerce.number().int().min(1).max(500).default(100),
+});
+
+/** Standard Webhooks header names (the Standard Webhooks naming): id, timestamp (unix seconds), `v1,<base64 HMAC-SHA256>`. */
+export const WEBHOOK_HEADERS = { id: 'webhook-id', timestamp: 'webhook-timestamp', signature: 'webhook-signature' } as const;
+
+/**
+ * Why a webhook URL is refused, or null when it is acceptable: an absolute `http:` or `https:`
+ * URL without credentials (user:password) or fragment; in production (`GATEHOUSE_ENV=production`)
+ * `https:` only. The one owner of this rule: the ops API checks it at registration and the
+ * delivery worker again before every attempt (docs/decisions/0250-pushed-workflow-events.md).
+ */
+export function webhookUrlProblem(url: string, production: boolean): string | null {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return 'not an absolute URL';
+  }
+  if (u.protocol !== 'https:' && u.protocol !== 'http:') return `scheme ${u.protocol} is not http or https`;
+  if (production && u.protocol !== 'https:') return 'production delivers to https URLs only';
+  if (u.username || u.password) return 'credentials in the URL are not allowed (the signature authenticates)';
+  if (u.hash) return 'a fragment is not allowed';
+  return null;
+}

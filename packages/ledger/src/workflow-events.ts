@@ -1,0 +1,159 @@
+import { sql } from 'kysely';
+import type { Db, Trx } from './db.ts';
+import { isTerminal, type ActionStatus, type WorkflowState } from './schema.ts';
+
+/** Postgres channel an insert into `workflow_events` notifies (payload `<workflowId>:<seq>`, at commit; migration 20261201000300). */
+export const WORKFLOW_EVENTS_CHANNEL = 'gatehouse_workflow_events';
+
+/** An action as the workflow read (`GET /v1/workflows/:id`) shows it. */
+export interface ActionView {
+  actionId: string;
+  callId: string;
+  tool: string;
+  target: string;
+  arguments: Record<string, unknown>;
+  version: number;
+  supersedesVersion: number | null;
+  digest: string;
+  decision: 'ALLOW' | 'DENY' | 'REQUIRE_APPROVAL';
+  ruleId: string;
+  policyRevision: string;
+  status: ActionStatus;
+  operationKey: string;
+}
+
+/** An open (pending or approved, not yet used) approval as the workflow read shows it. */
+export interface ApprovalView {
+  approvalId: string;
+  actionId: string;
+  actionVersion: number;
+  actionDigest: string;
+  status: 'pending' | 'approved';
+  ruleId: string;
+  /** ISO 8601. */
+  expiresAt: string;
+}
+
+/**
+ * The actions and open approvals of a workflow, as `GET /v1/workflows/:id` shows them (actions by
+ * version). One owner of that view: the read and every workflow event build on it.
+ */
+export async function readActionsView(
+  db: Db | Trx,
+  workflowId: string,
+): Promise<{ actions: ActionView[]; pendingApprovals: ApprovalView[] }> {
+  const actions = await db.selectFrom('actions').selectAll().where('workflow_id', '=', workflowId).orderBy('version').execute();
+  const approvals = await db
+    .selectFrom('approvals')
+    .select(['id', 'action_id', 'action_version', 'action_digest', 'status', 'expires_at', 'rule_id'])
+    .where('workflow_id', '=', workflowId)
+    .where('status', 'in', ['pending', 'approved'])
+    .orderBy('created_at')
+    .execute();
+  return {
+    actions: actions.map((a) => ({
+      actionId: a.id,
+      callId: a.call_id,
+      tool: a.tool,
+      target: a.target,
+      arguments: a.arguments,
+      version: a.version,
+      supersedesVersion: a.supersedes_version,
+      digest: a.digest,
+      decision: a.decision,
+      ruleId: a.rule_id,
+      policyRevision: a.policy_revision,
+      status: a.status,
+      operationKey: a.operation_key,
+    })),
+    pendingApprovals: approvals.map((p) => ({
+      approvalId: p.id,
+      actionId: p.action_id,
+      actionVersion: p.action_version,
+      actionDigest: p.action_digest,
+      status: p.status as 'pending' | 'approved',
+      ruleId: p.rule_id,
+      expiresAt: new Date(p.expires_at).toISOString(),
+    })),
+  };
+}
+
+/**
+ * Writes the workflow's next event in `trx` (docs/decisions/0250-pushed-workflow-events.md): bumps
+ * `workflows.event_seq` (the row is locked by the caller's transition, or new), stores the event
+ * (`WorkflowEvent` of packages/contracts/src/api/events.ts: state, stop reason, next step, the
+ * action summary — no arguments, no model text) and one pending webhook delivery per active
+ * endpoint of the tenant, with the exact body every attempt will sign. The insert notifies
+ * {@link WORKFLOW_EVENTS_CHANNEL} at commit. Called by the transition table's writer and by intake.
+ * Returns the event's seq.
+ * @throws Error when the workflow does not exist (the caller's transaction rolls back).
+ */
+export async function recordWorkflowEvent(trx: Trx, workflowId: string, previousState: WorkflowState | null): Promise<number> {
+  const wf = await trx
+    .updateTable('workflows')
+    .set({ event_seq: sql`event_seq + 1` })
+    .where('id', '=', workflowId)
+    .returning(['id', 'tenant', 'ticket_id', 'state', 'stop_reason', 'next_step', 'event_seq'])
+    .executeTakeFirstOrThrow();
+  const view = await readActionsView(trx, workflowId);
+  const event = {
+    type: 'workflow.updated',
+    workflowId: wf.id,
+    ticketId: wf.ticket_id,
+    seq: wf.event_seq,
+    state: wf.state,
+    previousState,
+    terminal: isTerminal(wf.state),
+    stopReason: wf.stop_reason,
+    nextStep: wf.next_step,
+    actions: view.actions.map((a) => ({
+      actionId: a.actionId,
+      tool: a.tool,
+      target: a.target,
+      version: a.version,
+      decision: a.decision,
+      ruleId: a.ruleId,
+      status: a.status,
+    })),
+    pendingApprovals: view.pendingApprovals.map(({ actionDigest: _digest, ...p }) => p),
+    at: new Date().toISOString(),
+  };
+  const body = JSON.stringify(event);
+  await trx
+    .insertInto('workflow_events')
+    .values({ workflow_id: wf.id, seq: wf.event_seq, tenant: wf.tenant, state: wf.state, payload: body })
+    .execute();
+  await trx
+    .insertInto('webhook_deliveries')
+    .columns(['endpoint_id', 'tenant', 'workflow_id', 'event_seq', 'body'])
+    .expression((eb) =>
+      eb
+        .selectFrom('webhook_endpoints')
+        .select((s) => ['id', 'tenant', s.val(wf.id).as('workflow_id'), s.val(wf.event_seq).as('event_seq'), s.val(body).as('body')])
+        .where('tenant', '=', wf.tenant)
+        .where('disabled_at', 'is', null),
+    )
+    .execute();
+  return wf.event_seq;
+}
+
+/** A stored event: its seq and the JSON text of the `WorkflowEvent`. */
+export interface StoredWorkflowEvent {
+  seq: number;
+  state: WorkflowState;
+  /** The event's JSON, exactly as stored (what SSE sends as `data:`). */
+  json: string;
+}
+
+/** The workflow's events after `afterSeq`, in seq order (at most `limit`, default 500). */
+export async function readWorkflowEvents(db: Db, workflowId: string, afterSeq: number, limit = 500): Promise<StoredWorkflowEvent[]> {
+  const rows = await db
+    .selectFrom('workflow_events')
+    .select(['seq', 'state', sql<string>`payload::text`.as('json')])
+    .where('workflow_id', '=', workflowId)
+    .where('seq', '>', afterSeq)
+    .orderBy('seq')
+    .limit(limit)
+    .execute();
+  return rows;
+}

@@ -1,0 +1,130 @@
+import { Router, type Response } from 'express';
+import { LastEventIdSchema, WORKFLOW_EVENT_NAME } from '@gatehouse/contracts';
+import { isTerminal, readWorkflowEvents, type Db } from '@gatehouse/ledger';
+import { UserError, type AuthedRequest, type Logger } from '@gatehouse/platform';
+import type { WorkflowEventHub } from '../domain/event-hub.ts';
+import { ownWorkflow } from './workflows.router.ts';
+
+/** Timing of the event streams. */
+export interface EventStreamConfig {
+  db: Db;
+  hub: WorkflowEventHub;
+  log: Logger;
+  /** Bounded re-read of the ledger, ms, in case a notification was missed. */
+  pollMs: number;
+  /** Comment line (`: heartbeat`) every this many ms, so proxies keep an idle stream open. */
+  heartbeatMs: number;
+}
+
+/** The last seq the client saw: `Last-Event-ID` header, else `?lastEventId=`, else 0. @throws UserError 400 `bad_last_event_id`. */
+function lastEventId(header: string | undefined, query: unknown): number {
+  const raw = header ?? (typeof query === 'string' ? query : undefined);
+  if (raw === undefined || raw === '') return 0;
+  const parsed = LastEventIdSchema.safeParse(raw.trim());
+  if (!parsed.success || !/^\d+$/.test(raw.trim()))
+    throw new UserError('bad_last_event_id', 'Last-Event-ID must be a non-negative integer (an event seq)');
+  return parsed.data;
+}
+
+/**
+ * `GET /v1/workflows/:id/events`: the workflow's events as Server-Sent Events
+ * (docs/product/public-contract.md#pushed-updates, docs/decisions/0250-pushed-workflow-events.md).
+ * Same tenant scope as the read (another tenant's workflow is 404). Each event is
+ * `id: <seq>`, `event: workflow.updated`, `data: <WorkflowEvent JSON>`; events after
+ * `Last-Event-ID` are replayed from the ledger, then live ones follow (a Postgres notification
+ * from any replica, or the bounded poll). The stream ends after a terminal event; a request for
+ * a terminal workflow with nothing after `Last-Event-ID` is 204 (an EventSource stops reconnecting).
+ */
+export function eventsRouter(cfg: EventStreamConfig): Router {
+  const router = Router();
+  router.get('/v1/workflows/:id/events', async (req, res) => {
+    const { user } = req as unknown as AuthedRequest;
+    const wf = await ownWorkflow(cfg.db, String(req.params.id), user.tenant);
+    const last = lastEventId(req.get('last-event-id'), req.query.lastEventId);
+    // A workflow that already ended and whose last event the client has: nothing will follow, and
+    // 204 tells an EventSource to stop reconnecting.
+    if (isTerminal(wf.state) && wf.event_seq <= last) return void res.status(204).end();
+    res.status(200).set({
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache, no-transform',
+      connection: 'keep-alive',
+      'x-accel-buffering': 'no',
+    });
+    res.flushHeaders();
+    res.write(`retry: ${Math.max(1000, Math.min(cfg.pollMs, 5000))}\n\n`);
+    const stream = new EventStream(cfg, res, wf.id, last);
+    const unsubscribe = cfg.hub.subscribe(wf.id, (seq) => (seq < 0 ? stream.onEnd() : stream.pump()));
+    const poll = setInterval(() => stream.pump(), cfg.pollMs);
+    const beat = setInterval(() => res.write(': heartbeat\n\n'), cfg.heartbeatMs);
+    const stop = (): void => {
+      unsubscribe();
+      clearInterval(poll);
+      clearInterval(beat);
+    };
+    res.on('close', stop);
+    stream.onEnd = () => {
+      stop();
+      res.end();
+    };
+    stream.pump();
+  });
+  return router;
+}
+
+/** One open stream: writes every event after `last`, one read at a time, and ends after a terminal one. */
+class EventStream {
+  onEnd: () => void = () => {};
+  #reading = false;
+  #again = false;
+  #ended = false;
+  readonly #cfg: EventStreamConfig;
+  readonly #res: Response;
+  readonly #workflowId: string;
+  #last: number;
+
+  constructor(cfg: EventStreamConfig, res: Response, workflowId: string, last: number) {
+    this.#cfg = cfg;
+    this.#res = res;
+    this.#workflowId = workflowId;
+    this.#last = last;
+  }
+
+  /** Reads and writes what is new; a call during a read makes that read go once more. Never throws. */
+  pump(): void {
+    if (this.#ended) return;
+    if (this.#reading) {
+      this.#again = true;
+      return;
+    }
+    this.#reading = true;
+    void this.#drain().finally(() => {
+      this.#reading = false;
+      if (this.#again && !this.#ended) {
+        this.#again = false;
+        this.pump();
+      }
+    });
+  }
+
+  async #drain(): Promise<void> {
+    try {
+      for (;;) {
+        const events = await readWorkflowEvents(this.#cfg.db, this.#workflowId, this.#last);
+        for (const e of events) {
+          if (this.#ended || this.#res.writableEnded) return;
+          this.#res.write(`id: ${e.seq}\nevent: ${WORKFLOW_EVENT_NAME}\ndata: ${e.json}\n\n`);
+          this.#last = e.seq;
+          if (isTerminal(e.state) && e.seq === events.at(-1)!.seq) {
+            this.#ended = true;
+            this.onEnd();
+            return;
+          }
+        }
+        if (events.length < 500) return;
+      }
+    } catch (err) {
+      // The ledger is unreachable: keep the stream; the next poll or notification reads again.
+      this.#cfg.log.warn({ err: (err as Error).message, workflowId: this.#workflowId }, 'event stream read failed');
+    }
+  }
+}

@@ -1,0 +1,191 @@
+import { sql } from 'kysely';
+import { Webhook } from 'standardwebhooks';
+import { WEBHOOK_HEADERS, webhookUrlProblem } from '@gatehouse/contracts';
+import { inTransaction, type Db } from '@gatehouse/ledger';
+import type { Logger } from '@gatehouse/platform';
+
+/** Settings of the webhook delivery worker (agent-loop env `WEBHOOK_*`). */
+export interface WebhookDeliveryConfig {
+  db: Db;
+  log: Logger;
+  /** How often due deliveries are looked for, ms. */
+  pollMs: number;
+  /** Attempts before a delivery is `failed` (the first one included). */
+  maxAttempts: number;
+  /** Age after which a delivery that still fails is `failed`, ms. */
+  maxAgeMs: number;
+  /** Backoff of the first retry, ms; doubles per attempt, up to `retryMaxMs`, with full jitter over its upper half. */
+  retryBaseMs: number;
+  retryMaxMs: number;
+  /** One attempt's time limit (connect to response headers), ms. */
+  timeoutMs: number;
+  /** Production: https endpoints only. */
+  production: boolean;
+  hooks: WebhookTestHooks;
+}
+
+/** Control-removed switches (GATEHOUSE_ENV=test only). */
+export interface WebhookTestHooks {
+  /** `GATEHOUSE_TEST_WEBHOOK_UNSIGNED=1`: no `webhook-signature` header is sent. */
+  unsigned: boolean;
+  /** `GATEHOUSE_TEST_WEBHOOK_NO_RETRY=1`: the first failed attempt marks the delivery `failed`. */
+  noRetry: boolean;
+}
+
+/**
+ * Reads the worker's test switches from `env`.
+ * @throws Error when one is set outside `GATEHOUSE_ENV=test` (docs/decisions/0016-test-only-hooks.md).
+ */
+export function readWebhookTestHooks(env: Record<string, string | undefined>): WebhookTestHooks {
+  const hooks = { unsigned: env.GATEHOUSE_TEST_WEBHOOK_UNSIGNED === '1', noRetry: env.GATEHOUSE_TEST_WEBHOOK_NO_RETRY === '1' };
+  if ((hooks.unsigned || hooks.noRetry) && env.GATEHOUSE_ENV !== 'test')
+    throw new Error('GATEHOUSE_TEST_WEBHOOK_UNSIGNED / GATEHOUSE_TEST_WEBHOOK_NO_RETRY may only be set with GATEHOUSE_ENV=test');
+  return hooks;
+}
+
+/** Delay before attempt `attempts + 1`, ms: `min(max, base·2^(attempts−1))`, jittered uniformly over its upper half. */
+export function retryDelayMs(attempts: number, baseMs: number, maxMs: number, random: () => number = Math.random): number {
+  const ceiling = Math.min(maxMs, baseMs * 2 ** Math.max(0, attempts - 1));
+  return Math.round(ceiling / 2 + (random() * ceiling) / 2);
+}
+
+interface Claimed {
+  id: string;
+  url: string;
+  secret: string;
+  body: string;
+  attempts: number;
+  created_at: Date;
+  disabled_at: Date | null;
+}
+
+/**
+ * Delivers the webhook outbox (docs/decisions/0250-pushed-workflow-events.md): every `pollMs`
+ * it claims due `pending` deliveries — at most one per (endpoint, workflow) at a time and only
+ * the lowest seq, so a receiver sees a workflow's events in order — under a lease (`FOR UPDATE
+ * SKIP LOCKED`, so replicas share the work), and POSTs the stored body with `webhook-id` (the
+ * delivery id, the same on every attempt), `webhook-timestamp` and `webhook-signature`
+ * (`v1,` base64 HMAC-SHA256 of `id.timestamp.body` with the endpoint's secret, Standard
+ * Webhooks). A 2xx marks it `delivered`; anything else is retried with exponential backoff and
+ * jitter until `maxAttempts` or `maxAgeMs`, then marked `failed` with the last error (listed by
+ * the ops API), never dropped; so is a pending one whose endpoint was disabled. A crash mid-attempt leaves the lease to expire: the delivery is
+ * sent again with the same id.
+ */
+export class WebhookDeliveryWorker {
+  readonly #cfg: WebhookDeliveryConfig;
+  #timer: NodeJS.Timeout | undefined;
+  #running: Promise<void> | undefined;
+
+  constructor(cfg: WebhookDeliveryConfig) {
+    this.#cfg = cfg;
+  }
+
+  /** Starts the loop. */
+  start(): void {
+    this.#timer = setInterval(() => {
+      if (!this.#running) this.#running = this.tick().then(() => (this.#running = undefined));
+    }, this.#cfg.pollMs);
+  }
+
+  /** Stops the loop and waits for the pass in progress. */
+  async stop(): Promise<void> {
+    clearInterval(this.#timer);
+    await this.#running;
+  }
+
+  /** One pass: claims due deliveries and attempts each. Never throws (a ledger fault is logged; the next pass retries). */
+  async tick(): Promise<number> {
+    try {
+      const claimed = await this.#claim();
+      await Promise.all(claimed.map((d) => this.#attempt(d)));
+      return claimed.length;
+    } catch (err) {
+      this.#cfg.log.warn({ err: (err as Error).message }, 'webhook delivery pass failed');
+      return 0;
+    }
+  }
+
+  async #claim(): Promise<Claimed[]> {
+    const leaseMs = this.#cfg.timeoutMs + 5_000;
+    return inTransaction(this.#cfg.db, async (trx) => {
+      const due = await sql<Claimed>`
+        SELECT d.id, e.url, e.secret, d.body, d.attempts, d.created_at, e.disabled_at
+        FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
+        WHERE d.status = 'pending' AND d.next_attempt_at <= now()
+          AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p
+            WHERE p.endpoint_id = d.endpoint_id AND p.workflow_id = d.workflow_id
+              AND p.status = 'pending' AND p.event_seq < d.event_seq)
+        ORDER BY d.next_attempt_at LIMIT 20
+        FOR UPDATE OF d SKIP LOCKED`.execute(trx);
+      if (!due.rows.length) return [];
+      await trx
+        .updateTable('webhook_deliveries')
+        .set({ attempts: sql`attempts + 1`, next_attempt_at: sql`now() + ${`${leaseMs} milliseconds`}::interval` })
+        .where(
+          'id',
+          'in',
+          due.rows.map((r) => r.id),
+        )
+        .execute();
+      return due.rows.map((r) => ({ ...r, attempts: r.attempts + 1 }));
+    });
+  }
+
+  async #attempt(d: Claimed): Promise<void> {
+    const error = d.disabled_at ? 'endpoint disabled' : await this.#post(d);
+    const db = this.#cfg.db;
+    if (!error) {
+      await db
+        .updateTable('webhook_deliveries')
+        .set({ status: 'delivered', finished_at: new Date(), last_error: null })
+        .where('id', '=', d.id)
+        .execute();
+      return;
+    }
+    const age = Date.now() - new Date(d.created_at).getTime();
+    const give = !!d.disabled_at || this.#cfg.hooks.noRetry || d.attempts >= this.#cfg.maxAttempts || age >= this.#cfg.maxAgeMs;
+    if (give) {
+      this.#cfg.log.warn({ delivery: d.id, attempts: d.attempts, error }, 'webhook delivery failed for good');
+      await db
+        .updateTable('webhook_deliveries')
+        .set({ status: 'failed', finished_at: new Date(), last_error: error })
+        .where('id', '=', d.id)
+        .execute();
+      return;
+    }
+    const delay = retryDelayMs(d.attempts, this.#cfg.retryBaseMs, this.#cfg.retryMaxMs);
+    await db
+      .updateTable('webhook_deliveries')
+      .set({ last_error: error, next_attempt_at: new Date(Date.now() + delay) })
+      .where('id', '=', d.id)
+      .execute();
+  }
+
+  /** One POST; returns null on a 2xx, else what went wrong (status or network error, ≤ 200 chars). */
+  async #post(d: Claimed): Promise<string | null> {
+    const problem = webhookUrlProblem(d.url, this.#cfg.production);
+    if (problem) return `url refused: ${problem}`;
+    const now = new Date();
+    const headers: Record<string, string> = {
+      'content-type': 'application/json',
+      'user-agent': 'gatehouse-webhooks/1',
+      [WEBHOOK_HEADERS.id]: d.id,
+      [WEBHOOK_HEADERS.timestamp]: String(Math.floor(now.getTime() / 1000)),
+    };
+    if (!this.#cfg.hooks.unsigned) headers[WEBHOOK_HEADERS.signature] = new Webhook(d.secret).sign(d.id, now, d.body);
+    try {
+      const res = await fetch(d.url, {
+        method: 'POST',
+        headers,
+        body: d.body,
+        redirect: 'manual',
+        signal: AbortSignal.timeout(this.#cfg.timeoutMs),
+      });
+      await res.body?.cancel().catch(() => {});
+      return res.status >= 200 && res.status < 300 ? null : `HTTP ${res.status}`;
+    } catch (err) {
+      const e = err as Error & { cause?: { code?: string; message?: string } };
+      return (e.cause?.code ?? e.cause?.message ?? e.message).slice(0, 200);
+    }
+  }
+}

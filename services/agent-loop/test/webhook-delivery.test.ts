@@ -1,0 +1,271 @@
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Webhook } from 'standardwebhooks';
+import { inTransaction, recordWorkflowEvent } from '@gatehouse/ledger';
+import { createLogger } from '@gatehouse/platform';
+import { createAction, createTestDatabase, freePort, type TestDatabase } from '@gatehouse/testing';
+import { readWebhookTestHooks, retryDelayMs, WebhookDeliveryWorker, type WebhookTestHooks } from '../src/jobs/webhook-delivery.worker.ts';
+
+/**
+ * The webhook outbox against real Postgres and a real HTTP receiver (node:http): signatures,
+ * dedup by delivery id, a receiver that refuses connections for a while, order per workflow,
+ * and the two control-removed switches (docs/decisions/0250-pushed-workflow-events.md).
+ * Run with `GATEHOUSE_ENV=test GATEHOUSE_TEST_WEBHOOK_NO_RETRY=1` (or `…_UNSIGNED=1`) the first
+ * test fails: the controls are load-bearing.
+ */
+let t: TestDatabase;
+const log = createLogger('webhook-test');
+
+beforeAll(async () => {
+  t = await createTestDatabase();
+});
+afterAll(async () => {
+  await t?.drop();
+});
+afterEach(async () => {
+  // Each test's endpoint only sees its own workflows' events.
+  await t.db.updateTable('webhook_endpoints').set({ disabled_at: new Date() }).where('disabled_at', 'is', null).execute();
+});
+
+interface Received {
+  id: string;
+  seq: number;
+  workflowId: string;
+  verified: boolean;
+}
+
+/** A receiver on `port` that verifies every request with `secret`, answers 2xx only when verified, and records all. */
+class Receiver {
+  readonly got: Received[] = [];
+  server: Server | undefined;
+  readonly port: number;
+  readonly secret: string;
+  constructor(port: number, secret: string) {
+    this.port = port;
+    this.secret = secret;
+  }
+  async up(): Promise<void> {
+    this.server = createServer((req: IncomingMessage, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString('utf8')));
+      req.on('end', () => {
+        let verified = true;
+        try {
+          new Webhook(this.secret).verify(body, req.headers as Record<string, string>);
+        } catch {
+          verified = false;
+        }
+        const e = JSON.parse(body) as { seq: number; workflowId: string };
+        this.got.push({ id: String(req.headers['webhook-id']), seq: e.seq, workflowId: e.workflowId, verified });
+        res.writeHead(verified ? 204 : 401).end();
+      });
+    });
+    await new Promise<void>((r) => this.server!.listen(this.port, '127.0.0.1', r));
+  }
+  async down(): Promise<void> {
+    const s = this.server;
+    this.server = undefined;
+    s?.closeAllConnections();
+    await new Promise<void>((r) => (s ? s.close(() => r()) : r()));
+  }
+  /** Verified events after dedup by `webhook-id`, in first-arrival order. */
+  accepted(): Received[] {
+    const seen = new Set<string>();
+    return this.got.filter((g) => g.verified && !seen.has(g.id) && seen.add(g.id));
+  }
+}
+
+const SECRET = `whsec_${Buffer.from('a'.repeat(32)).toString('base64')}`;
+
+async function endpoint(tenant: string, url: string, secret = SECRET): Promise<string> {
+  const row = await t.db
+    .insertInto('webhook_endpoints')
+    .values({ tenant, url, secret, created_by: 'ops-gus' })
+    .returning('id')
+    .executeTakeFirstOrThrow();
+  return row.id;
+}
+
+async function workflowWithEvents(n: number): Promise<string> {
+  const a = await createAction(t.db, {
+    tool: 'reship_order',
+    orderId: 'O-1001',
+    release: 'rel-1',
+    decision: 'ALLOW',
+    ruleId: 'ALL',
+    approved: true,
+    workflowState: 'executing',
+  });
+  for (let i = 0; i < n; i++) await inTransaction(t.db, (trx) => recordWorkflowEvent(trx, a.workflowId, 'executing'));
+  return a.workflowId;
+}
+
+function worker(hooks: WebhookTestHooks, over: Partial<ConstructorParameters<typeof WebhookDeliveryWorker>[0]> = {}) {
+  return new WebhookDeliveryWorker({
+    db: t.db,
+    log,
+    pollMs: 50,
+    maxAttempts: 50,
+    maxAgeMs: 60_000,
+    retryBaseMs: 50,
+    retryMaxMs: 400,
+    timeoutMs: 2000,
+    production: false,
+    hooks,
+    ...over,
+  });
+}
+
+async function until(cond: () => Promise<boolean>, ms = 30_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Every delivery of `endpointId` finished (delivered or failed). */
+const settled = (endpointId: string) => async () =>
+  !(await t.db
+    .selectFrom('webhook_deliveries')
+    .select('id')
+    .where('endpoint_id', '=', endpointId)
+    .where('status', '=', 'pending')
+    .executeTakeFirst());
+
+describe('webhook deliveries (outbox, real receiver)', () => {
+  it('a receiver down for a while still gets every event exactly once after dedup, in order, signed', async () => {
+    const port = await freePort();
+    const rx = new Receiver(port, SECRET);
+    const ep = await endpoint('quillfeather', `http://127.0.0.1:${port}/hook`);
+    const wfA = await workflowWithEvents(4);
+    const wfB = await workflowWithEvents(3);
+    // The hooks come from the environment: a control-removed run of this test must fail.
+    const w = worker(readWebhookTestHooks(process.env), { maxAttempts: 10 });
+    w.start();
+    // Down: connections refused; each workflow's first event is retried (later ones wait behind it, in order).
+    await until(async () => {
+      const r = await t.db.selectFrom('webhook_deliveries').select(['attempts', 'status']).where('endpoint_id', '=', ep).execute();
+      return r.filter((x) => x.attempts >= 2).length >= 2 || r.every((x) => x.status !== 'pending');
+    });
+    const refused = await t.db.selectFrom('webhook_deliveries').select('last_error').where('endpoint_id', '=', ep).execute();
+    expect(refused.some((x) => x.last_error === 'ECONNREFUSED')).toBe(true);
+    await rx.up();
+    await until(settled(ep));
+    await w.stop();
+    await rx.down();
+    const rows = await t.db.selectFrom('webhook_deliveries').select(['status', 'last_error']).where('endpoint_id', '=', ep).execute();
+    expect(rows.map((r) => r.status)).toEqual(Array(7).fill('delivered'));
+    const accepted = rx.accepted();
+    expect(rx.got.every((g) => g.verified)).toBe(true);
+    for (const [wf, n] of [
+      [wfA, 4],
+      [wfB, 3],
+    ] as const) {
+      expect(accepted.filter((g) => g.workflowId === wf).map((g) => g.seq)).toEqual(Array.from({ length: n }, (_, i) => i + 1));
+    }
+  });
+
+  it('a delivery id is stable across retries; a 5xx is retried; a delivery past its attempts is failed, never dropped', async () => {
+    const port = await freePort();
+    const ids: string[] = [];
+    let answer = 500;
+    const server = createServer((req, res) => {
+      ids.push(String(req.headers['webhook-id']));
+      req.resume();
+      req.on('end', () => res.writeHead(answer).end());
+    });
+    await new Promise<void>((r) => server.listen(port, '127.0.0.1', r));
+    const ep = await endpoint('quillfeather', `http://127.0.0.1:${port}/x`);
+    await workflowWithEvents(1);
+    const w = worker({ unsigned: false, noRetry: false }, { maxAttempts: 3 });
+    await until(async () => {
+      await w.tick();
+      return settled(ep)();
+    });
+    const row = await t.db.selectFrom('webhook_deliveries').selectAll().where('endpoint_id', '=', ep).executeTakeFirstOrThrow();
+    expect(row).toMatchObject({ status: 'failed', attempts: 3, last_error: 'HTTP 500' });
+    expect(ids).toEqual([row.id, row.id, row.id]);
+    answer = 200;
+    server.closeAllConnections();
+    await new Promise<void>((r) => server.close(() => r()));
+  });
+
+  it('a wrong secret or a changed body fails verification', async () => {
+    const wh = new Webhook(SECRET);
+    const now = new Date();
+    const body = JSON.stringify({ seq: 1, state: 'completed' });
+    const headers = {
+      'webhook-id': 'd1',
+      'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
+      'webhook-signature': wh.sign('d1', now, body),
+    };
+    expect(wh.verify(body, headers)).toEqual({ seq: 1, state: 'completed' });
+    const other = new Webhook(`whsec_${Buffer.from('b'.repeat(32)).toString('base64')}`);
+    expect(() => other.verify(body, headers)).toThrow();
+    expect(() => wh.verify(body.replace('completed', 'stopped'), headers)).toThrow();
+    const old = { ...headers, 'webhook-timestamp': String(Math.floor(now.getTime() / 1000) - 3600) };
+    expect(() => wh.verify(body, old)).toThrow(); // replay of an old delivery: the timestamp is signed
+  });
+
+  it('backoff doubles up to its ceiling, jittered over the upper half', () => {
+    expect([1, 2, 3, 4, 10].map((n) => retryDelayMs(n, 1000, 5000, () => 1))).toEqual([1000, 2000, 4000, 5000, 5000]);
+    expect([1, 2, 3].map((n) => retryDelayMs(n, 1000, 5000, () => 0))).toEqual([500, 1000, 2000]);
+  });
+});
+
+describe('control removed (GATEHOUSE_TEST_WEBHOOK_*)', () => {
+  it('without signing the receiver refuses every delivery', async () => {
+    const port = await freePort();
+    const rx = new Receiver(port, SECRET);
+    await rx.up();
+    const ep = await endpoint('northwind', `http://127.0.0.1:${port}/hook`);
+    const a = await createAction(t.db, {
+      tool: 'reship_order',
+      orderId: 'O-2001',
+      release: 'rel-1',
+      decision: 'ALLOW',
+      ruleId: 'ALL',
+      approved: true,
+      workflowState: 'executing',
+      tenant: 'northwind',
+    });
+    await inTransaction(t.db, (trx) => recordWorkflowEvent(trx, a.workflowId, 'executing'));
+    const w = worker(readWebhookTestHooks({ GATEHOUSE_ENV: 'test', GATEHOUSE_TEST_WEBHOOK_UNSIGNED: '1' }), { maxAttempts: 2 });
+    await until(async () => {
+      await w.tick();
+      return settled(ep)();
+    });
+    await rx.down();
+    expect(rx.got.length).toBeGreaterThan(0);
+    expect(rx.accepted()).toEqual([]);
+  });
+
+  it('without retries a receiver that was down misses events for good', async () => {
+    const port = await freePort();
+    const ep = await endpoint('northwind', `http://127.0.0.1:${port}/hook`);
+    const a = await createAction(t.db, {
+      tool: 'reship_order',
+      orderId: 'O-2001',
+      release: 'rel-1',
+      decision: 'ALLOW',
+      ruleId: 'ALL',
+      approved: true,
+      workflowState: 'executing',
+      tenant: 'northwind',
+    });
+    await inTransaction(t.db, (trx) => recordWorkflowEvent(trx, a.workflowId, 'executing'));
+    const w = worker(readWebhookTestHooks({ GATEHOUSE_ENV: 'test', GATEHOUSE_TEST_WEBHOOK_NO_RETRY: '1' }));
+    await until(async () => {
+      await w.tick();
+      return settled(ep)();
+    });
+    const rows = await t.db.selectFrom('webhook_deliveries').select(['status', 'attempts']).where('endpoint_id', '=', ep).execute();
+    expect(rows).toEqual([{ status: 'failed', attempts: 1 }]);
+  });
+
+  it('the switches are refused outside GATEHOUSE_ENV=test', () => {
+    expect(() => readWebhookTestHooks({ GATEHOUSE_ENV: 'production', GATEHOUSE_TEST_WEBHOOK_UNSIGNED: '1' })).toThrow(/GATEHOUSE_ENV=test/);
+    expect(() => readWebhookTestHooks({ GATEHOUSE_ENV: 'local', GATEHOUSE_TEST_WEBHOOK_NO_RETRY: '1' })).toThrow(/GATEHOUSE_ENV=test/);
+  });
+});
