@@ -151,7 +151,9 @@ describe('OpenTelemetry across the queues', () => {
     expect(server?.span.parentSpanId ?? '').toBe('');
     expect(attrs(server?.span.attributes)['http.route']).toBe('/v1/tickets');
     const scopes = (name: RegExp) => inTrace.filter((r) => name.test(r.span.name)).map((r) => r.service);
-    expect(new Set(scopes(/^pg\.query/))).toEqual(new Set(['agent-loop', 'policy-gateway', 'approval', 'executor']));
+    // Staging (the systems of record) continues the caller's trace too (docs/decisions/0260), so its
+    // own ledger queries join it.
+    expect(new Set(scopes(/^pg\.query/))).toEqual(new Set(['agent-loop', 'policy-gateway', 'approval', 'executor', 'staging']));
     expect(scopes(/^(evalsha|multi|exec|hset|zadd|lpush|rpush)$/).length).toBeGreaterThan(0);
     // Background polling (outbox sweep, audit chain writer, BullMQ) starts no traces of its own.
     const audit = received.filter((r) => r.service === 'audit' && /^pg\./.test(r.span.name));
