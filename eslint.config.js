@@ -30,7 +30,7 @@ export default tseslint.config(
       'import-x/no-extraneous-dependencies': [
         'error',
         {
-          devDependencies: ['**/test/**', 'bench/**', 'scripts/**', '*.config.{ts,js}', 'migrations/test/**'],
+          devDependencies: ['**/test/**', 'bench/**', '**/scripts/**', '*.config.{ts,js}', 'migrations/test/**'],
           includeTypes: false,
         },
       ],

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { CLIENT_ROOT, renderGenerated } from '../src/render-generated.ts';
+import { CLIENT_ROOT, renderGenerated } from '../scripts/render-generated.ts';
 
 // The committed documents and types are what the zod contracts generate today: after a contract
 // change this fails until `pnpm -F @gatehouse/client generate` has run and its output is committed.
