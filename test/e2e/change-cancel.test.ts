@@ -19,7 +19,7 @@ import {
 } from '../hard-cases/helpers.ts';
 
 /**
- * Cancel-before-start of a scheduled change (docs/decisions/0280-cancel-and-staged-reenable.md):
+ * Cancel-before-start of a scheduled change (docs/decisions/0280-cancel-a-scheduled-change.md):
  * the change approval promises "rollback: cancel-before-start"; an operator asks, a change owner
  * approves, the cancel runs once, the change service reads back `cancelled`, and the schedule
  * step ends `compensated`. Too late (window started): refused with a terminal state and a next step.

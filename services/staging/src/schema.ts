@@ -110,7 +110,7 @@ export async function ensureStagingSchema(db: StagingDb, world: World = loadWorl
       actor text NOT NULL,
       created_at timestamptz NOT NULL DEFAULT now()
     )`.execute(trx);
-    // Cancel-before-start (docs/decisions/0280-cancel-and-staged-reenable.md): when the window
+    // Cancel-before-start (docs/decisions/0280-cancel-a-scheduled-change.md): when the window
     // starts (null: a manual window nobody started yet) and the cancel, idempotent by its key.
     await sql`ALTER TABLE staging.change_operations
       ADD COLUMN IF NOT EXISTS window_starts_at timestamptz,
