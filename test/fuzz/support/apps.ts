@@ -8,6 +8,7 @@ import { closeServer, createLogger, listen, OutboxRelay, QueueRegistry, type Log
 import { catalogDigest, toolsOfPack, type Pack } from '@gatehouse/tools';
 import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
 import { createIntakeApp } from '../../../services/agent-loop/src/http/app.ts';
+import { WorkflowEventHub } from '../../../services/agent-loop/src/domain/event-hub.ts';
 import type { PackSettings } from '../../../services/agent-loop/src/http/tickets.router.ts';
 import { createApprovalApp } from '../../../services/approval/src/http/app.ts';
 import { createOpsApp } from '../../../services/ops/src/http/app.ts';
@@ -86,7 +87,15 @@ export async function startFuzzApps(opts: { secureCookie?: boolean } = {}): Prom
   await board.refresh();
   const apps: Record<Surface, RunningApp> = {
     'agent-loop': await start('agent-loop', (log) =>
-      createIntakeApp({ ...common, relay: relayOf(log), release: 'rel-1', packs: rel1Packs, log }),
+      // The event stream route is served (its hub is not started: streams fall back to the ledger poll).
+      createIntakeApp({
+        ...common,
+        relay: relayOf(log),
+        release: 'rel-1',
+        packs: rel1Packs,
+        log,
+        events: { hub: new WorkflowEventHub(db.url, log), pollMs: 1000, heartbeatMs: 15_000 },
+      }),
     ),
     approval: await start('approval', (log) =>
       createApprovalApp({ ...common, relay: relayOf(log), localSecret: SECRET, secureCookie, log }),

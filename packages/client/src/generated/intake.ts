@@ -171,6 +171,23 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/v1/workflows/{id}/events': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Server-Sent Events of a workflow of the caller's tenant: each `workflow.updated` event's id is its seq; `Last-Event-ID` (or `?lastEventId=`) replays the later ones; the stream ends after the terminal event */
+    get: operations['streamWorkflowEvents'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/v1/workflows/{id}/messages': {
     parameters: {
       query?: never;
@@ -390,6 +407,107 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['WorkflowView'];
+        };
+      };
+      /** @description missing or invalid token */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description no such workflow in the caller's tenant */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+    };
+  };
+  streamWorkflowEvents: {
+    parameters: {
+      query?: {
+        lastEventId?: string;
+      };
+      header?: {
+        'last-event-id'?: string;
+      };
+      path: {
+        /** @description uuid; anything else answers 404 */
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description text/event-stream; the data of each event is one WorkflowEvent */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'text/event-stream': {
+            /** @constant */
+            type: 'workflow.updated';
+            workflowId: string;
+            ticketId: string;
+            seq: number;
+            /** @enum {string} */
+            state:
+              | 'received'
+              | 'investigating'
+              | 'awaiting_approval'
+              | 'executing'
+              | 'completed'
+              | 'stopped'
+              | 'paused'
+              | 'needs_reconciliation';
+            previousState: string | null;
+            terminal: boolean;
+            stopReason: string | null;
+            nextStep: string | null;
+            actions: {
+              actionId: string;
+              tool: string;
+              target: string;
+              version: number;
+              /** @enum {string} */
+              decision: 'ALLOW' | 'DENY' | 'REQUIRE_APPROVAL';
+              ruleId: string;
+              status: string;
+            }[];
+            pendingApprovals: {
+              approvalId: string;
+              actionId: string;
+              actionVersion: number;
+              /** @enum {string} */
+              status: 'pending' | 'approved';
+              ruleId: string;
+              expiresAt: string;
+            }[];
+            at: string;
+          };
+        };
+      };
+      /** @description the workflow ended and nothing is newer than Last-Event-ID: stop reconnecting */
+      204: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description bad_last_event_id */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
         };
       };
       /** @description missing or invalid token */

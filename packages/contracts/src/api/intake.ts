@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { createDocument, type ZodOpenApiObject } from 'zod-openapi';
 import { storableString } from '../text.ts';
 import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse, UuidPathSchema } from './common.ts';
+import { WorkflowEventSchema } from './events.ts';
 
 /** `POST /v1/tickets` body (docs/product/public-contract.md#intake). Tenant and user come from the bearer token only. */
 export const TicketRequestSchema = z
@@ -143,6 +144,29 @@ const intakePaths: ZodOpenApiObject['paths'] = {
       requestParams: { path: UuidPathSchema },
       responses: {
         '200': jsonResponse('the workflow', WorkflowViewSchema),
+        '401': errorResponse('missing or invalid token'),
+        '404': errorResponse("no such workflow in the caller's tenant"),
+      },
+    },
+  },
+  '/v1/workflows/{id}/events': {
+    get: {
+      operationId: 'streamWorkflowEvents',
+      summary:
+        "Server-Sent Events of a workflow of the caller's tenant: each `workflow.updated` event's id is its seq; " +
+        '`Last-Event-ID` (or `?lastEventId=`) replays the later ones; the stream ends after the terminal event',
+      requestParams: {
+        path: UuidPathSchema,
+        query: z.object({ lastEventId: z.string().optional() }),
+        header: z.object({ 'last-event-id': z.string().optional() }),
+      },
+      responses: {
+        '200': {
+          description: 'text/event-stream; the data of each event is one WorkflowEvent',
+          content: { 'text/event-stream': { schema: WorkflowEventSchema } },
+        },
+        '204': { description: 'the workflow ended and nothing is newer than Last-Event-ID: stop reconnecting' },
+        '400': errorResponse('bad_last_event_id'),
         '401': errorResponse('missing or invalid token'),
         '404': errorResponse("no such workflow in the caller's tenant"),
       },

@@ -2,6 +2,13 @@ import { z } from 'zod';
 import { createDocument, type ZodOpenApiObject } from 'zod-openapi';
 import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse } from './common.ts';
 import { WorkflowStateSchema } from './intake.ts';
+import {
+  WebhookDeliveryQuerySchema,
+  WebhookDeliveryViewSchema,
+  WebhookEndpointViewSchema,
+  WebhookRegisteredSchema,
+  WebhookRegistrationSchema,
+} from './events.ts';
 
 /** Query of the ops dashboard's JSON routes: an optional workflow state filter and a row limit (1–500, default 50). */
 export const OpsQuerySchema = z.object({
@@ -141,7 +148,55 @@ const opsGet = (operationId: string, summary: string, schema: z.ZodType, query =
   },
 });
 
+/** `GET /api/webhooks`: every registered endpoint, secrets never shown. */
+export const WebhookEndpointsSchema = z.object({ webhooks: z.array(WebhookEndpointViewSchema) }).meta({ id: 'WebhookEndpoints' });
+/** `GET /api/webhooks/deliveries`. */
+export const WebhookDeliveriesSchema = z.object({ deliveries: z.array(WebhookDeliveryViewSchema) }).meta({ id: 'WebhookDeliveries' });
+
+const refused = {
+  '401': errorResponse('missing or invalid token'),
+  '403': errorResponse('not_an_operator (audited), or a change sent with the dashboard cookie instead of a bearer token'),
+};
+
+/** The webhook routes (docs/decisions/0250-pushed-workflow-events.md): changes need an operator's bearer token and are audited. */
+const webhookPaths: ZodOpenApiObject['paths'] = {
+  '/api/webhooks': {
+    get: {
+      operationId: 'listWebhooks',
+      summary: 'every registered webhook endpoint (no secrets)',
+      responses: { '200': jsonResponse('endpoints', WebhookEndpointsSchema), ...refused },
+    },
+    post: {
+      operationId: 'registerWebhook',
+      summary: "register a tenant's receiver; the signing secret is in this answer only",
+      requestBody: { required: true, content: { 'application/json': { schema: WebhookRegistrationSchema } } },
+      responses: {
+        '201': jsonResponse('registered, with its secret', WebhookRegisteredSchema),
+        '400': errorResponse('invalid_body, unknown_tenant or invalid_webhook_url'),
+        ...refused,
+      },
+    },
+  },
+  '/api/webhooks/{id}': {
+    delete: {
+      operationId: 'disableWebhook',
+      summary: 'disable an endpoint; its pending deliveries end failed',
+      requestParams: { path: z.object({ id: z.string() }) },
+      responses: { '200': jsonResponse('the disabled endpoint', WebhookEndpointViewSchema), '404': errorResponse('not_found'), ...refused },
+    },
+  },
+  '/api/webhooks/deliveries': {
+    get: {
+      operationId: 'listWebhookDeliveries',
+      summary: 'webhook deliveries, newest first (status failed: those given up after their retries)',
+      requestParams: { query: WebhookDeliveryQuerySchema },
+      responses: { '200': jsonResponse('deliveries', WebhookDeliveriesSchema), '400': errorResponse('invalid_query'), ...refused },
+    },
+  },
+};
+
 const opsPaths: ZodOpenApiObject['paths'] = {
+  ...webhookPaths,
   ...commonPaths,
   '/api/overview': opsGet('getOverview', 'everything the /ops page shows', OpsOverviewSchema),
   '/api/workflows': opsGet('listWorkflows', 'workflow counts per state and the most recently updated', WorkflowOverviewSchema),
