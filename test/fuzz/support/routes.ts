@@ -36,6 +36,18 @@ const signIn = fc.record(
   { requiredKeys: [] },
 );
 
+const webhook = fc.record(
+  {
+    tenant: fc.oneof(fc.constantFrom('quillfeather', 'northwind', 'nobody'), fc.string({ maxLength: 80 })),
+    url: fc.oneof(
+      fc.webUrl(),
+      fc.constantFrom('file:///etc/passwd', 'javascript:alert(1)', 'https://user:pw@example.com/x', 'http://127.0.0.1:9/#f'),
+      fc.string({ maxLength: 2100 }),
+    ),
+  },
+  { requiredKeys: [] },
+);
+
 /** Who calls the approval service's routes: three leads (two regions' worth of authority, another tenant's) and a rep. */
 const APPROVAL_CALLERS = ['lead-eli', 'lead-fay', 'lead-jon', 'rep-ana'];
 
@@ -106,6 +118,10 @@ export const ROUTES: Record<Surface, RouteSpec[]> = {
     { method: 'GET', path: '/api/operations/failed-unknown', callers: ['ops-gus', 'rep-ana'], auth: 'bearer-or-cookie:gh_ops' },
     { method: 'GET', path: '/api/reconciliation/worklist', callers: ['ops-gus', 'rep-ana'], auth: 'bearer-or-cookie:gh_ops' },
     { method: 'GET', path: '/api/queues', callers: ['ops-gus', 'rep-ana'], auth: 'bearer-or-cookie:gh_ops' },
+    { method: 'GET', path: '/api/webhooks', callers: ['ops-gus', 'rep-ana'], auth: 'bearer-or-cookie:gh_ops' },
+    { method: 'POST', path: '/api/webhooks', callers: ['ops-gus', 'rep-ana'], auth: 'bearer-or-cookie:gh_ops', body: webhook },
+    { method: 'DELETE', path: '/api/webhooks/:id', callers: ['ops-gus', 'rep-ana'], auth: 'bearer-or-cookie:gh_ops' },
+    { method: 'GET', path: '/api/webhooks/deliveries', callers: ['ops-gus', 'rep-ana'], auth: 'bearer-or-cookie:gh_ops' },
     { method: 'GET', path: '/signin', callers: ['ops-gus', 'rep-ana'], auth: 'cookie:gh_ops' },
     { method: 'POST', path: '/session', callers: ['ops-gus', 'rep-ana'], auth: 'cookie:gh_ops', form: signIn },
     { method: 'GET', path: '/queues/api/queues/:id/:id', callers: ['ops-gus', 'rep-ana'], auth: 'bearer-or-cookie:gh_ops' },
