@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import { jsonArrayFrom } from 'kysely/helpers/postgres';
 import type { Db, Trx } from './db.ts';
 import { isTerminal, type ActionStatus, type WorkflowState } from './schema.ts';
 
@@ -42,14 +43,20 @@ export async function readActionsView(
   db: Db | Trx,
   workflowId: string,
 ): Promise<{ actions: ActionView[]; pendingApprovals: ApprovalView[] }> {
-  const actions = await db.selectFrom('actions').selectAll().where('workflow_id', '=', workflowId).orderBy('version').execute();
-  const approvals = await db
-    .selectFrom('approvals')
-    .select(['id', 'action_id', 'action_version', 'action_digest', 'status', 'expires_at', 'rule_id'])
-    .where('workflow_id', '=', workflowId)
-    .where('status', 'in', ['pending', 'approved'])
-    .orderBy('created_at')
-    .execute();
+  // One round trip: both lists as JSON arrays (timestamps arrive as ISO text).
+  const { actions, approvals } = await db
+    .selectNoFrom((eb) => [
+      jsonArrayFrom(eb.selectFrom('actions').selectAll().where('workflow_id', '=', workflowId).orderBy('version')).as('actions'),
+      jsonArrayFrom(
+        eb
+          .selectFrom('approvals')
+          .select(['id', 'action_id', 'action_version', 'action_digest', 'status', 'expires_at', 'rule_id'])
+          .where('workflow_id', '=', workflowId)
+          .where('status', 'in', ['pending', 'approved'])
+          .orderBy('created_at'),
+      ).as('approvals'),
+    ])
+    .executeTakeFirstOrThrow();
   return {
     actions: actions.map((a) => ({
       actionId: a.id,
@@ -119,11 +126,15 @@ export async function recordWorkflowEvent(trx: Trx, workflowId: string, previous
     at: new Date().toISOString(),
   };
   const body = JSON.stringify(event);
+  // One statement: the event, and one delivery per active endpoint of the tenant (a data-modifying
+  // CTE always runs, referenced or not).
   await trx
-    .insertInto('workflow_events')
-    .values({ workflow_id: wf.id, seq: wf.event_seq, tenant: wf.tenant, state: wf.state, payload: body })
-    .execute();
-  await trx
+    .with('event', (db) =>
+      db
+        .insertInto('workflow_events')
+        .values({ workflow_id: wf.id, seq: wf.event_seq, tenant: wf.tenant, state: wf.state, payload: body })
+        .returning('seq'),
+    )
     .insertInto('webhook_deliveries')
     .columns(['endpoint_id', 'tenant', 'workflow_id', 'event_seq', 'body'])
     .expression((eb) =>
