@@ -1,11 +1,11 @@
 import type { ColumnType, Generated, JSONColumnType } from 'kysely';
+import type { ActionStatusSchema, ApprovalStatusSchema, WorkflowStateSchema } from '@gatehouse/contracts';
 
 type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
 type Json<T extends object | null = Record<string, unknown> | unknown[]> = JSONColumnType<T, string, string>;
 
-/** Workflow states (docs/product/states.md#workflow). */
-export type WorkflowState =
-  'received' | 'investigating' | 'awaiting_approval' | 'executing' | 'completed' | 'stopped' | 'paused' | 'needs_reconciliation';
+/** Workflow states (docs/product/states.md#workflow): the public contract's list. */
+export type WorkflowState = (typeof WorkflowStateSchema)['options'][number];
 
 /** Workflow states from which nothing more happens without a person (docs/product/states.md#terminal-states). */
 export const TERMINAL_STATES: readonly WorkflowState[] = ['completed', 'stopped', 'needs_reconciliation'];
@@ -13,23 +13,11 @@ export const TERMINAL_STATES: readonly WorkflowState[] = ['completed', 'stopped'
 /** True when `state` is one of {@link TERMINAL_STATES}. */
 export const isTerminal = (state: string): boolean => (TERMINAL_STATES as readonly string[]).includes(state);
 
-/** Action states (docs/product/states.md#action). */
-export type ActionStatus =
-  | 'proposed'
-  | 'normalized'
-  | 'pending_approval'
-  | 'approved'
-  | 'running'
-  | 'succeeded'
-  | 'failed'
-  | 'failed_unknown'
-  | 'denied'
-  | 'suppressed'
-  | 'superseded'
-  | 'compensated';
+/** Action states (docs/product/states.md#action): the public contract's list. */
+export type ActionStatus = (typeof ActionStatusSchema)['options'][number];
 
-/** Approval states. */
-export type ApprovalStatus = 'pending' | 'approved' | 'denied' | 'expired' | 'void' | 'used';
+/** Approval states: the public contract's list. */
+export type ApprovalStatus = (typeof ApprovalStatusSchema)['options'][number];
 
 /** Operation (idempotency ledger row) states. */
 export type OperationStatus = 'pending' | 'running' | 'succeeded' | 'failed' | 'failed_unknown';

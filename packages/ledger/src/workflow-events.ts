@@ -1,39 +1,17 @@
 import { sql } from 'kysely';
 import { jsonArrayFrom } from 'kysely/helpers/postgres';
+import type { WorkflowView } from '@gatehouse/contracts';
 import type { Db, Trx } from './db.ts';
-import { isTerminal, type ActionStatus, type WorkflowState } from './schema.ts';
+import { isTerminal, type WorkflowState } from './schema.ts';
 
 /** Postgres channel an insert into `workflow_events` notifies (payload `<workflowId>:<seq>`, at commit; migration 20261201000300). */
 export const WORKFLOW_EVENTS_CHANNEL = 'gatehouse_workflow_events';
 
-/** An action as the workflow read (`GET /v1/workflows/:id`) shows it. */
-export interface ActionView {
-  actionId: string;
-  callId: string;
-  tool: string;
-  target: string;
-  arguments: Record<string, unknown>;
-  version: number;
-  supersedesVersion: number | null;
-  digest: string;
-  decision: 'ALLOW' | 'DENY' | 'REQUIRE_APPROVAL';
-  ruleId: string;
-  policyRevision: string;
-  status: ActionStatus;
-  operationKey: string;
-}
+/** An action as the workflow read (`GET /v1/workflows/:id`) shows it: the public contract's type. */
+export type ActionView = WorkflowView['actions'][number];
 
-/** An open (pending or approved, not yet used) approval as the workflow read shows it. */
-export interface ApprovalView {
-  approvalId: string;
-  actionId: string;
-  actionVersion: number;
-  actionDigest: string;
-  status: 'pending' | 'approved';
-  ruleId: string;
-  /** ISO 8601. */
-  expiresAt: string;
-}
+/** An open (pending or approved, not yet used) approval as the workflow read shows it (`expiresAt` ISO 8601). */
+export type ApprovalView = WorkflowView['pendingApprovals'][number];
 
 /**
  * The actions and open approvals of a workflow, as `GET /v1/workflows/:id` shows them (actions by

@@ -37,6 +37,22 @@ export const WorkflowMessageAcceptedSchema = z
 export type WorkflowMessageAccepted = z.infer<typeof WorkflowMessageAcceptedSchema>;
 
 /** Workflow states (docs/product/states.md#workflow); the ledger's `WorkflowState` must stay assignable to it. */
+/** Action states (docs/product/states.md#action); the ledger's `ActionStatus` is this list. */
+export const ActionStatusSchema = z.enum([
+  'proposed',
+  'normalized',
+  'pending_approval',
+  'approved',
+  'running',
+  'succeeded',
+  'failed',
+  'failed_unknown',
+  'denied',
+  'suppressed',
+  'superseded',
+  'compensated',
+]);
+
 export const WorkflowStateSchema = z.enum([
   'received',
   'investigating',
@@ -62,22 +78,7 @@ export const WorkflowActionSchema = z
     decision: z.enum(['ALLOW', 'DENY', 'REQUIRE_APPROVAL']),
     ruleId: z.string(),
     policyRevision: z.string(),
-    status: z
-      .enum([
-        'proposed',
-        'normalized',
-        'pending_approval',
-        'approved',
-        'running',
-        'succeeded',
-        'failed',
-        'failed_unknown',
-        'denied',
-        'suppressed',
-        'superseded',
-        'compensated',
-      ])
-      .describe('docs/product/states.md#action'),
+    status: ActionStatusSchema.describe('docs/product/states.md#action'),
     operationKey: z.string(),
   })
   .meta({ id: 'WorkflowAction' });
