@@ -99,6 +99,58 @@ export async function recordedRefundsCents(
 const HOUR_MS = 3_600_000;
 
 /**
+ * The four refund sums one refund decision reads, integer cents: the order's cumulative basis
+ * (R4, R7), the user's rolling 24 h (R5), the tenant's agent hour (R6) and the tenant's rolling
+ * day (R10) — each the same sum {@link recordedRefundsCents} gives for that filter.
+ */
+export interface RefundSums {
+  orderCents: number;
+  user24hCents: number;
+  tenant1hCents: number;
+  tenant24hCents: number;
+}
+
+const NO_REFUNDS: RefundSums = { orderCents: 0, user24hCents: 0, tenant1hCents: 0, tenant24hCents: 0 };
+
+/**
+ * Reads every {@link RefundSums} of one refund decision in one statement (one aggregate with a
+ * FILTER per limit over the tenant's refunds that are on the order or inside the day), instead
+ * of one statement per limit. Counts {@link COUNTED_REFUND_STATES}, plus
+ * {@link QUEUED_REFUND_STATES} with `includeQueued`; `excludeActionId` leaves out the action
+ * being re-evaluated. Windows are rolling, measured from now (ms).
+ */
+export async function refundSums(
+  db: Db | Trx,
+  opts: { tenant: string; orderId: string; userId: string; excludeActionId?: string; includeQueued: boolean },
+): Promise<RefundSums> {
+  const dayAgo = new Date(Date.now() - 24 * HOUR_MS);
+  const hourAgo = new Date(Date.now() - HOUR_MS);
+  const amount = sql<string>`(a.arguments->>'amountCents')::bigint`;
+  const total = (filter: ReturnType<typeof sql>) => sql<string>`coalesce(sum(${amount}) filter (where ${filter}), 0)`;
+  let q = db
+    .selectFrom('actions as a')
+    .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
+    .select([
+      total(sql`a.target = ${opts.orderId}`).as('order_cents'),
+      total(sql`w.user_id = ${opts.userId} and a.created_at >= ${dayAgo}`).as('user_24h_cents'),
+      total(sql`a.created_at >= ${hourAgo}`).as('tenant_1h_cents'),
+      total(sql`a.created_at >= ${dayAgo}`).as('tenant_24h_cents'),
+    ])
+    .where('a.tool', '=', 'issue_refund')
+    .where('a.status', 'in', opts.includeQueued ? [...COUNTED_REFUND_STATES, ...QUEUED_REFUND_STATES] : [...COUNTED_REFUND_STATES])
+    .where('w.tenant', '=', opts.tenant)
+    .where((eb) => eb.or([eb('a.target', '=', opts.orderId), eb('a.created_at', '>=', dayAgo)]));
+  if (opts.excludeActionId) q = q.where('a.id', '!=', opts.excludeActionId);
+  const row = await q.executeTakeFirstOrThrow();
+  return {
+    orderCents: Number(row.order_cents),
+    user24hCents: Number(row.user_24h_cents),
+    tenant1hCents: Number(row.tenant_1h_cents),
+    tenant24hCents: Number(row.tenant_24h_cents),
+  };
+}
+
+/**
  * Whether the test-only switch `GATEHOUSE_TEST_<name>=1` is set. The switches remove one control
  * each, for the tests that show the control is load-bearing: `DISABLE_CUMULATIVE_BASIS` judges each
  * refund alone (four 4900 refunds then run without approval), `DISABLE_LIMIT_LOCKS` reads the sums
@@ -139,11 +191,19 @@ export async function loadSupportFacts(
   // Control-removed tests only: SHARED_LIMIT_LOCK puts every refund decision behind one lock.
   const keys = testSwitch('SHARED_LIMIT_LOCK') ? ['refund-decision'] : refundLimitKeys(wf.tenant, wf.user_id, orderId, { tenantDay });
   if (refund && !testSwitch('DISABLE_LIMIT_LOCKS')) await lockLimits(trx, keys);
-  const basis = { excludeActionId: opts.excludeActionId, includeQueued: !opts.atExecution };
   // Control-removed test only (refused outside GATEHOUSE_ENV=test): judge each refund alone.
   const noBasis = testSwitch('DISABLE_CUMULATIVE_BASIS');
-  const sum = (o: Parameters<typeof recordedRefundsCents>[1]) =>
-    inTenant && !noBasis ? recordedRefundsCents(trx, { ...o, ...basis }) : Promise.resolve(0);
+  // Only R4–R7 and R10 read the sums, and only for refunds.
+  const sums =
+    inTenant && refund
+      ? await refundSums(trx, {
+          tenant: wf.tenant,
+          orderId,
+          userId: wf.user_id,
+          excludeActionId: opts.excludeActionId,
+          includeQueued: !opts.atExecution,
+        })
+      : NO_REFUNDS;
   return {
     user,
     agentGrantedTools: world.agent.grantedTools,
@@ -152,11 +212,10 @@ export async function loadSupportFacts(
     args: parsed.args,
     // Facts about other tenants never feed the rules: R2 denies on the tenant check first.
     order,
-    priorRefundsOnOrderCents: await sum({ tenant: wf.tenant, orderId }),
-    userRefunds24hCents: await sum({ tenant: wf.tenant, userId: wf.user_id, sinceMs: 24 * HOUR_MS }),
-    agentRefunds1hCents: inTenant ? await recordedRefundsCents(trx, { tenant: wf.tenant, sinceMs: HOUR_MS, ...basis }) : 0,
-    tenantRefunds24hCents:
-      inTenant && tenantDay ? await recordedRefundsCents(trx, { tenant: wf.tenant, sinceMs: 24 * HOUR_MS, ...basis }) : 0,
+    priorRefundsOnOrderCents: noBasis ? 0 : sums.orderCents,
+    userRefunds24hCents: noBasis ? 0 : sums.user24hCents,
+    agentRefunds1hCents: sums.tenant1hCents,
+    tenantRefunds24hCents: tenantDay ? sums.tenant24hCents : 0,
     tenantRefundCap24hCents: lookupTenantRefundCap(wf.tenant),
   };
 }
