@@ -123,6 +123,10 @@ export interface ActionsTable {
   operation_key: string;
   release_id: string;
   facts: Json<Record<string, unknown>>;
+  /** The workflow's tenant, copied by the database at insert (migration 20261201000900); never written by code. */
+  tenant: Generated<string>;
+  /** The workflow's user (its requester), copied like `tenant`. */
+  user_id: Generated<string>;
   created_at: Timestamp;
   updated_at: Timestamp;
 }

@@ -83,13 +83,12 @@ export async function recordedRefundsCents(
 ): Promise<number> {
   let q = db
     .selectFrom('actions as a')
-    .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
     .select(sql<string>`coalesce(sum((a.arguments->>'amountCents')::bigint), 0)`.as('total'))
     .where('a.tool', '=', 'issue_refund')
     .where('a.status', 'in', opts.includeQueued ? [...COUNTED_REFUND_STATES, ...QUEUED_REFUND_STATES] : [...COUNTED_REFUND_STATES]);
-  if (opts.tenant) q = q.where('w.tenant', '=', opts.tenant);
+  if (opts.tenant) q = q.where('a.tenant', '=', opts.tenant);
   if (opts.orderId) q = q.where('a.target', '=', opts.orderId);
-  if (opts.userId) q = q.where('w.user_id', '=', opts.userId);
+  if (opts.userId) q = q.where('a.user_id', '=', opts.userId);
   if (opts.sinceMs !== undefined) q = q.where('a.created_at', '>=', new Date(Date.now() - opts.sinceMs));
   if (opts.excludeActionId) q = q.where('a.id', '!=', opts.excludeActionId);
   const row = await q.executeTakeFirstOrThrow();
@@ -129,16 +128,15 @@ export async function refundSums(
   const total = (filter: ReturnType<typeof sql>) => sql<string>`coalesce(sum(${amount}) filter (where ${filter}), 0)`;
   let q = db
     .selectFrom('actions as a')
-    .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
     .select([
       total(sql`a.target = ${opts.orderId}`).as('order_cents'),
-      total(sql`w.user_id = ${opts.userId} and a.created_at >= ${dayAgo}`).as('user_24h_cents'),
+      total(sql`a.user_id = ${opts.userId} and a.created_at >= ${dayAgo}`).as('user_24h_cents'),
       total(sql`a.created_at >= ${hourAgo}`).as('tenant_1h_cents'),
       total(sql`a.created_at >= ${dayAgo}`).as('tenant_24h_cents'),
     ])
     .where('a.tool', '=', 'issue_refund')
     .where('a.status', 'in', opts.includeQueued ? [...COUNTED_REFUND_STATES, ...QUEUED_REFUND_STATES] : [...COUNTED_REFUND_STATES])
-    .where('w.tenant', '=', opts.tenant)
+    .where('a.tenant', '=', opts.tenant)
     .where((eb) => eb.or([eb('a.target', '=', opts.orderId), eb('a.created_at', '>=', dayAgo)]));
   if (opts.excludeActionId) q = q.where('a.id', '!=', opts.excludeActionId);
   const row = await q.executeTakeFirstOrThrow();
