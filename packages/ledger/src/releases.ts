@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql, type RawBuilder } from 'kysely';
 import type { Db, Trx } from './db.ts';
 
 /** Advisory lock serializing release registration and activation. */
@@ -43,9 +43,16 @@ export async function lockReleases(trx: Trx): Promise<void> {
  * only when no release is registered at all (a bare database in unit tests); otherwise disabled.
  */
 export async function releaseWritesEnabled(db: Db | Trx, releaseId: string): Promise<boolean> {
-  const rows = await db.selectFrom('releases').select(['id', 'writes_enabled']).execute();
-  if (!rows.length) return true;
-  return rows.find((r) => r.id === releaseId)?.writes_enabled ?? false;
+  const row = await db.selectNoFrom(writesEnabledSql(sql`${releaseId}`).as('ok')).executeTakeFirstOrThrow();
+  return row.ok;
+}
+
+/**
+ * The rule of {@link releaseWritesEnabled} as a SQL boolean over a release id expression, so a
+ * statement that locks or reads something else can carry it (one owner of the rule).
+ */
+export function writesEnabledSql(releaseId: RawBuilder<unknown>): RawBuilder<boolean> {
+  return sql<boolean>`coalesce((select r.writes_enabled from releases r where r.id = ${releaseId}), not exists (select 1 from releases))`;
 }
 
 /**

@@ -1,4 +1,4 @@
-import { releaseWritesEnabled, type Db, type Trx } from '@gatehouse/ledger';
+import { releaseWritesEnabled, type DecisionContext, type Db, type Trx } from '@gatehouse/ledger';
 import { loadWorld, fetchCapped } from '@gatehouse/contracts';
 import { toolsOfPack, type ParsedProposal, type Pack } from '@gatehouse/tools';
 import type { PolicyBundles } from './bundle.ts';
@@ -106,12 +106,14 @@ export async function evaluateAction(
     bundles: PolicyBundles;
     excludeActionId?: string;
     atExecution?: boolean;
+    /** Read with the workflow's lock ({@link lockWorkflowForDecision}); read here when absent. */
+    context?: Pick<DecisionContext, 'offeredInState' | 'writesEnabled'>;
   },
 ): Promise<Evaluation> {
-  const { wf, parsed, record } = input;
-  const state = await offeredInState(trx, input.proposalId, wf.state);
+  const { wf, parsed, record, context } = input;
+  const state = context ? (context.offeredInState ?? wf.state) : await offeredInState(trx, input.proposalId, wf.state);
   // A candidate release before `enable-writes` (or one rolled back): no consequential tool is eligible.
-  const writesEnabled = await releaseWritesEnabled(trx, wf.release_id);
+  const writesEnabled = context ? context.writesEnabled : await releaseWritesEnabled(trx, wf.release_id);
   if (record.pack === 'support') {
     const facts = await loadSupportFacts(trx, { ...wf, state, writesEnabled }, parsed, record.order, {
       excludeActionId: input.excludeActionId,

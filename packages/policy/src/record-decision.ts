@@ -4,6 +4,7 @@ import { approvalRequestsQueue, canonicalJson, executionsQueue, resultsQueue } f
 import {
   actorHash,
   enqueueInTransaction,
+  lockWorkflowForDecision,
   operationKeyHash,
   recordAudit,
   transitionAction,
@@ -124,25 +125,16 @@ async function supersede(trx: Trx, wf: Workflow, a: Action, answerCall: boolean,
  */
 export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<DecideOutcome> {
   const { wf, parsed } = input;
-  await trx.selectFrom('workflows').select('id').where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
+  const context = await lockWorkflowForDecision(trx, wf.id, { proposalId: input.proposalId });
+  if (!context) throw new Error(`workflow ${wf.id} not found`);
   const actor = actorHash(input.auditHmacKey, wf.user_id);
   const rows: OutboxRow[] = [];
-  const sameTarget = await trx
-    .selectFrom('actions')
-    .selectAll()
-    .where('workflow_id', '=', wf.id)
-    .where('tool', '=', parsed.tool.name)
-    .where('target', '=', parsed.target)
-    .orderBy('version', 'desc')
-    .execute();
+  // Every version of the run (a run has a few): the same tool and target's, and the last number.
+  const versions = await trx.selectFrom('actions').selectAll().where('workflow_id', '=', wf.id).orderBy('version', 'desc').execute();
+  const sameTarget = versions.filter((a) => a.tool === parsed.tool.name && a.target === parsed.target);
   const amended =
     input.reevaluates ?? sameTarget.find((a) => a.status === 'superseded' && !sameTarget.some((b) => b.supersedes_version === a.version));
-  const last = await trx
-    .selectFrom('actions')
-    .select(({ fn }) => fn.max('version').as('v'))
-    .where('workflow_id', '=', wf.id)
-    .executeTakeFirst();
-  const version = Number(last?.v ?? 0) + 1;
+  const version = (versions[0]?.version ?? 0) + 1;
   const actionId = randomUUID();
   const operationKey = `${wf.id}:action:${version}`;
   const base = {
@@ -219,6 +211,7 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
     parsed,
     record: input.record,
     bundles: input.bundles,
+    context,
     ...(input.reevaluates ? { excludeActionId: input.reevaluates.id, atExecution: true } : {}),
   });
   const digest = digestOf({

@@ -7,6 +7,8 @@ import {
   grantLease,
   leaseIsLive,
   lockActionAndReserve,
+  lockWorkflowForDecision,
+  type DecisionContext,
   type Trx,
   type ActionsTable,
   type OperationsTable,
@@ -83,9 +85,10 @@ export interface ClaimOptions {
  */
 export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOptions): Promise<ClaimOutcome> {
   // Lock order everywhere: workflows → actions → operations → approvals (no deadlock cycles).
-  // Statement 1: the workflow row, locked, with its state. Statement 2: the action, locked, and
-  // its operation reserved and locked (docs/decisions/0270-one-operation-protocol.md).
-  const wf = await trx.selectFrom('workflows').select('state').where('id', '=', job.workflowId).forUpdate().executeTakeFirst();
+  // Statement 1: the workflow row, locked, with its state and what a re-evaluation reads about the
+  // run (release writes, the offered state). Statement 2: the action, locked, and its operation
+  // reserved and locked (docs/decisions/0270-one-operation-protocol.md).
+  const wf = await lockWorkflowForDecision(trx, job.workflowId, { actionId: job.actionId });
   const locked = await lockActionAndReserve(trx, job.actionId, { version: job.actionVersion, statuses: CLAIMABLE });
   if (!locked || locked.action.version !== job.actionVersion) return { kind: 'skip', reason: 'unknown_action_version' };
   const { action, op } = locked;
@@ -98,7 +101,7 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
   // One worker at a time, whichever replica: a live lease sends the others back to the queue (retried).
   if (leaseIsLive(op) && opts.honourLease !== false) return { kind: 'busy' };
   if (op.status === 'pending') {
-    const stop = await firstClaimChecks(trx, job, action, op, wf?.state ?? null, opts);
+    const stop = await firstClaimChecks(trx, job, action, op, wf ?? null, opts);
     if (stop) return stop;
   }
   const audit = await executionAuditFields(trx, action, { auditHmacKey: opts.auditHmacKey, approvalId: job.approvalId });
@@ -136,9 +139,10 @@ async function firstClaimChecks(
   job: ExecutionJob,
   action: Action,
   op: Operation,
-  state: WorkflowsTable['state'] | null,
+  run: DecisionContext | null,
   opts: ClaimOptions,
 ): Promise<ClaimOutcome | null> {
+  const state = run?.state ?? null;
   const unreserve = () =>
     trx.deleteFrom('operations').where('key', '=', op.key).where('status', '=', 'pending').where('fencing_token', '=', '0').execute();
   // Only a run that may move to `executing` starts an effect (terminal states and `received` may not).
@@ -163,6 +167,7 @@ async function firstClaimChecks(
     bundles: r.bundles,
     excludeActionId: action.id,
     atExecution: true,
+    ...(run ? { context: run } : {}),
   });
   if (now.decision === action.decision && now.ruleId === action.rule_id && now.policyRevision === action.policy_revision) return null;
   await unreserve();

@@ -1,0 +1,40 @@
+import { sql } from 'kysely';
+import type { Trx } from './db.ts';
+import { writesEnabledSql } from './releases.ts';
+import type { WorkflowState } from './schema.ts';
+
+/** What a policy decision reads about its run besides the facts of the action, with the run locked. */
+export interface DecisionContext {
+  /** The workflow's state now. */
+  state: WorkflowState;
+  /** Whether its release may make consequential writes ({@link writesEnabledSql}). */
+  writesEnabled: boolean;
+  /** The state the proposal's tools were offered in (null: not recorded, judge by `state`). */
+  offeredInState: string | null;
+}
+
+/**
+ * Locks the workflow row (`FOR UPDATE`: the first lock of every transaction that decides or
+ * claims, docs/decisions/0014-row-lock-order.md) and reads, in the same statement, its state, its
+ * release's writes switch and the state the proposal was offered in — the proposal named by
+ * `by.proposalId`, or that of the action `by.actionId` (the executor's re-evaluation). One round
+ * trip instead of three (docs/decisions/0340-refund-sums-on-the-action-row.md).
+ * @returns undefined when the workflow does not exist.
+ */
+export async function lockWorkflowForDecision(
+  trx: Trx,
+  workflowId: string,
+  by: { proposalId: string } | { actionId: string },
+): Promise<DecisionContext | undefined> {
+  const offered =
+    'proposalId' in by
+      ? sql<string | null>`(select p.offered_in_state from proposals p where p.id = ${by.proposalId})`
+      : sql<string | null>`(select p.offered_in_state from actions a join proposals p on p.id = a.proposal_id where a.id = ${by.actionId})`;
+  const row = await trx
+    .selectFrom('workflows as w')
+    .select(['w.state', writesEnabledSql(sql.ref('w.release_id')).as('writes_enabled'), offered.as('offered_in_state')])
+    .where('w.id', '=', workflowId)
+    .forUpdate()
+    .executeTakeFirst();
+  return row && { state: row.state, writesEnabled: row.writes_enabled, offeredInState: row.offered_in_state };
+}

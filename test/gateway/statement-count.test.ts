@@ -1,0 +1,116 @@
+import { createHash, randomBytes, randomInt, randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type pg from 'pg';
+import { Kysely, PostgresDialect } from 'kysely';
+import { createPool, type Db } from '@gatehouse/ledger';
+import { processProposal } from '../../services/policy-gateway/src/jobs/proposals.processor.ts';
+import { AUDIT_HMAC_KEY, BUNDLES, RELEASE, startHarness, type Harness } from '../executor/support/harness.ts';
+
+// docs/decisions/0340-refund-sums-on-the-action-row.md: how many statements the policy gateway
+// sends the ledger for one ALLOW refund proposal, counted at the pg client (BEGIN/COMMIT
+// included; the order system's HTTP read is not a statement).
+
+let h: Harness;
+let counted: Db;
+const statements: string[] = [];
+beforeAll(async () => {
+  h = await startHarness();
+  const pool: pg.Pool = createPool(h.tdb.url, 4);
+  pool.on('connect', (client) => {
+    const query = client.query.bind(client) as (...a: unknown[]) => unknown;
+    (client as unknown as { query: (...a: unknown[]) => unknown }).query = (...args: unknown[]) => {
+      const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string }).text;
+      statements.push(String(text));
+      return query(...args);
+    };
+  });
+  counted = new Kysely({ dialect: new PostgresDialect({ pool }) }) as Db;
+});
+afterAll(async () => {
+  await counted?.destroy();
+  await h?.close();
+});
+
+/** A workflow of rep-ana (quillfeather, mode act, investigating) with one received `issue_refund` call. */
+async function proposeRefund(orderId: string): Promise<{ workflowId: string; proposalId: string; callId: string }> {
+  const workflowId = randomUUID();
+  const proposalId = randomUUID();
+  const callId = `call_${randomBytes(8).toString('hex')}`;
+  const args = JSON.stringify({ orderId, amount: '31.00', reason: 'damaged item' });
+  await h.db.transaction().execute(async (trx) => {
+    await trx
+      .insertInto('workflows')
+      .values({
+        id: workflowId,
+        tenant: 'quillfeather',
+        ticket_id: `T-${workflowId}`,
+        user_id: 'rep-ana',
+        pack: 'support',
+        mode: 'act',
+        text_sha256: createHash('sha256').update(workflowId).digest('hex'),
+        state: 'investigating',
+        release_id: RELEASE,
+        policy_revision: 'support-p1',
+        catalog_digest: 'f'.repeat(64),
+        round: 1,
+      })
+      .execute();
+    await trx
+      .insertInto('budgets')
+      .values({
+        workflow_id: workflowId,
+        max_rounds: 8,
+        max_tool_calls: 6,
+        deadline_at: new Date(Date.now() + 90_000),
+        max_spend_micro_usd: 100_000,
+      })
+      .execute();
+    await trx
+      .insertInto('conversation_items')
+      .values({
+        workflow_id: workflowId,
+        round: 1,
+        kind: 'function_call',
+        call_id: callId,
+        item: JSON.stringify({ type: 'function_call', call_id: callId, name: 'issue_refund', arguments: args }),
+      })
+      .execute();
+    await trx
+      .insertInto('proposals')
+      .values({
+        id: proposalId,
+        workflow_id: workflowId,
+        round: 1,
+        call_id: callId,
+        tool: 'issue_refund',
+        arguments_sha256: createHash('sha256').update(args).digest('hex'),
+        status: 'received',
+      })
+      .execute();
+  });
+  return { workflowId, proposalId, callId };
+}
+
+describe('policy gateway: statements for one ALLOW refund proposal', () => {
+  it('counts every statement sent to the ledger', async () => {
+    // An order id the tool's argument check accepts (a letter, a dash, four digits), paid 500.00.
+    const orderId = `Q-${randomInt(1000, 9999)}`;
+    await h.staging
+      .insertInto('staging.orders')
+      .values({ id: orderId, tenant: 'quillfeather', region: 'US', customer: 'cust-2', paid_cents: 50_000, status: 'shipped' })
+      .execute();
+    const p = await proposeRefund(orderId);
+    statements.length = 0;
+    const outcome = await processProposal(
+      { release: RELEASE, ...p },
+      { db: counted, relay: h.relay, log: h.log, bundles: BUNDLES, stagingUrl: h.stagingUrl, auditHmacKey: AUDIT_HMAC_KEY },
+    );
+    expect(outcome).toMatch(/^ALLOW/);
+    console.log(`statements: ${statements.length}`);
+    if (process.env.STATEMENTS_VERBOSE) console.log(statements.join('\n'));
+    // ADR 0340: 23 before the run's lock carried its decision context and the run's versions were
+    // read once (the lock, the offered state and the release's writes were three statements; the
+    // same-target versions and the last version number two).
+    expect(statements.length).toBeLessThanOrEqual(20);
+  });
+});
