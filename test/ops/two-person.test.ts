@@ -152,7 +152,13 @@ describe('activating a looser bundle', () => {
     expect(await activateRelease(t.db, 'rel-1', gus)).toMatchObject({ status: 'active' });
     expect(await refusal('rel-long')).toEqual(['raise_limits:used']);
     const events = (await t.db.selectFrom('audit_outbox').select('event').execute()).map((e) => String(e.event.type));
-    for (const type of ['release.override_requested', 'approval.requested', 'approval.decided', 'approval.consumed', 'release.override_used'])
+    for (const type of [
+      'release.override_requested',
+      'approval.requested',
+      'approval.decided',
+      'approval.consumed',
+      'release.override_used',
+    ])
       expect(events).toContain(type);
   });
 

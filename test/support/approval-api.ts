@@ -43,14 +43,19 @@ export function approvalApi(db: Db): ApprovalApi {
   });
   const bearer = async (user: string) => `Bearer ${await tokenFor(user, SECRET)}`;
   const show = async (user: string, id: string): Promise<ApiAnswer> => {
-    const r = await request(app).get(`/v1/approvals/${id}`).set('authorization', await bearer(user));
+    const r = await request(app)
+      .get(`/v1/approvals/${id}`)
+      .set('authorization', await bearer(user));
     return { status: r.status, body: r.body as Record<string, unknown> };
   };
   return {
     app,
     show,
     async pending(user) {
-      const r = await request(app).get('/v1/approvals').query({ status: 'pending' }).set('authorization', await bearer(user));
+      const r = await request(app)
+        .get('/v1/approvals')
+        .query({ status: 'pending' })
+        .set('authorization', await bearer(user));
       return (r.body as { approvals: Array<{ approvalId: string }> }).approvals.map((a) => a.approvalId);
     },
     async decide(user, id, decision = 'approve') {

@@ -68,7 +68,8 @@ export interface OverrideTicket {
  */
 function checkReason(reason: string): string {
   const r = reason.trim();
-  if (!r || r.length > 500 || !/^[\P{Cc}]+$/u.test(r)) throw new Error('release override needs --reason "<why>" (1–500 printable characters)');
+  if (!r || r.length > 500 || !/^[\P{Cc}]+$/u.test(r))
+    throw new Error('release override needs --reason "<why>" (1–500 printable characters)');
   return r;
 }
 

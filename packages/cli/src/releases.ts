@@ -202,7 +202,7 @@ async function activeManifest(db: Db, except: string): Promise<ReleaseManifest |
 }
 
 /**
- * What activating `id` needs a second operator for (ADR 0230): forcing past failing boundary
+ * What activating `id` needs a second person for (ADR 0230): forcing past failing boundary
  * cases (only when `force`), and limits of its bundles looser than the active release's. A caller
  * that already loaded the manifest and ran its gate passes them (`manifest`, `gate`).
  */
@@ -227,7 +227,7 @@ export async function activationNeeds(
  * cases first (its bundles' boundary-case gate and the closed-parsing and strict-schema checks,
  * {@link safetySubset}) against the manifest on disk and refuses when any fails; failing boundary
  * cases are tolerated only for a release that was activated with `--force` (that bypass was
- * audited when it happened). A candidate's canary analysis must pass too, or a second operator's
+ * audited when it happened). A candidate's canary analysis must pass too, or a second person's
  * approved override is consumed ({@link requireCanary}).
  * @throws ActivationRefused listing the failing safety cases.
  * @throws CanaryRefused when a candidate's analysis fails and no approved override applies.
