@@ -211,17 +211,20 @@ describe('incident drill: the units mistake', () => {
 
       // The units-mistake bundle forced active (the gate refuses it without --force).
       await expect(cli(s, ['release', 'activate', 'rel-units'])).rejects.toThrow(/R7 just above auto limit/);
-      // Forcing it, and loosening the active bundle's limits, takes a second operator (ADR 0230).
+      // Forcing it, and loosening the active bundle's limits, takes a second person (ADR 0230).
       await expect(cli(s, ['release', 'activate', 'rel-units', '--force'])).rejects.toThrow(
-        /needs a second operator for: force_gate .*raise_limits/,
+        /needs a second person .*for: force_gate .*raise_limits/,
       );
       for (const kind of ['force', 'raise-limits']) {
         const asked = await cli(s, ['release', 'override', 'rel-units', '--for', kind, '--reason', 'incident drill']);
-        const id = /override ([0-9a-f-]{36}) requested/.exec(asked)?.[1];
+        const id = /approval ([0-9a-f-]{36})/.exec(asked)?.[1];
         expect(id, asked).toBeDefined();
-        expect(await cli(s, ['release', 'override', '--approve', id!], 'ops-ida')).toContain('approved by ops-ida');
+        // The second operator decides it through the approval API, as the inbox does.
+        const shown = await getApproval(s, 'ops-ida', id!);
+        const body = { decision: 'approve', actionVersion: shown.body.actionVersion, actionDigest: shown.body.actionDigest };
+        expect(await decide(s, 'ops-ida', id!, body)).toMatchObject({ status: 200, body: { status: 'approved' } });
       }
-      mark('forcing rel-units: one operator asked, a second approved (force past the gate, raised limits)');
+      mark('forcing rel-units: one operator asked, a second approved through the approval API (force past the gate, raised limits)');
       const forced = await cli(s, ['release', 'activate', 'rel-units', '--force']);
       expect(forced).toContain('FORCED past its boundary-case gate');
       const ports: Record<string, string> = {};

@@ -9,17 +9,18 @@ import { createTestDatabase, seedFinishedRun, TEST_REDIS_URL, testQueuePrefix, t
 import { tokenFor } from '@gatehouse/cli';
 import { activateRelease, enableWrites } from '../../packages/cli/src/releases.ts';
 import { analyzeCanary, CanaryRefused, requestCanaryOverride } from '../../packages/cli/src/canary.ts';
-import { approveOverride, OverrideRefused } from '../../packages/cli/src/overrides.ts';
+import { approvalApi, type ApprovalApi } from '../support/approval-api.ts';
 
 /**
  * Canary analysis (docs/decisions/0210-canary-analysis.md): a candidate's cohort is compared with
  * the baseline over the same window; enable-writes and promotion refuse a candidate whose
- * analysis fails or has too few runs, unless a second operator approved an override — bound to
- * what failed, single use, audited.
+ * analysis fails or has too few runs, unless a second person (a policy owner or another operator)
+ * approved an override through the approval service — bound to what failed, single use, audited.
  */
 const SECRET = 'local-auth-secret-change-me';
 const HMAC = 'test-audit-hmac-key-0123456789';
 let t: TestDatabase;
+let api: ApprovalApi;
 const releasesDir = mkdtempSync(resolve(tmpdir(), 'gh-canary-'));
 const policyDir = mkdtempSync(resolve(tmpdir(), 'gh-canary-policy-'));
 const gus = { operator: 'ops-gus', hmacKey: HMAC };
@@ -36,6 +37,7 @@ function writeRelease(id: string): void {
 const saved = { RELEASES_DIR: process.env.RELEASES_DIR, POLICY_DIR: process.env.POLICY_DIR };
 beforeAll(async () => {
   t = await createTestDatabase();
+  api = approvalApi(t.db);
   for (const f of ['support-p1.json', 'change-c1.json']) copyFileSync(resolve(repoRoot, 'policy', f), resolve(policyDir, f));
   for (const id of ['rel-1', 'rel-good', 'rel-unsafe', 'rel-slow', 'rel-thin']) writeRelease(id);
   process.env.RELEASES_DIR = releasesDir;
@@ -101,29 +103,31 @@ describe('release analyze', () => {
 });
 
 describe('two-person override', () => {
-  it('the requester cannot approve; a second operator can; it is used once and bound to what failed', async () => {
-    const id = await requestCanaryOverride(t.db, 'rel-unsafe', { ...gus, reason: 'the denial is a known test ticket' });
-    await expect(approveOverride(t.db, id, gus)).rejects.toMatchObject({ reason: 'requester_cannot_approve' });
+  it('the requester cannot approve; a second operator can, through the approval API; it is used once and bound to what failed', async () => {
+    const { approvalId: id } = await requestCanaryOverride(t.db, 'rel-unsafe', { ...gus, reason: 'the denial is a known test ticket' });
+    const own = await api.decide('ops-gus', id);
+    expect(own.status).toBe(403);
+    expect(JSON.stringify(own.body)).toContain('requester_cannot_approve');
     // Not approved yet: still refused.
     await expect(enableWrites(t.db, 'rel-unsafe', 'ops-gus', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
-    expect(await approveOverride(t.db, id, ida)).toBe('rel-unsafe');
-    await expect(approveOverride(t.db, id, ida)).rejects.toBeInstanceOf(OverrideRefused);
+    expect(await api.decide('ops-ida', id)).toMatchObject({ status: 200, body: { status: 'approved' } });
+    expect((await api.decide('ops-ida', id)).status).toBe(410);
     expect(await enableWrites(t.db, 'rel-unsafe', 'ops-gus', HMAC)).toMatchObject({ canary: 'override' });
     expect(await releaseWritesEnabled(t.db, 'rel-unsafe')).toBe(true);
     // Single use: promotion needs its own override.
     await expect(activateRelease(t.db, 'rel-unsafe', gus)).rejects.toBeInstanceOf(CanaryRefused);
     const events = (await t.db.selectFrom('audit_outbox').select('event').execute()).map((e) => String(e.event.type));
-    for (const type of ['release.override_requested', 'release.override_approved', 'release.override_used']) expect(events).toContain(type);
+    for (const type of ['release.override_requested', 'approval.decided', 'release.override_used']) expect(events).toContain(type);
   });
 
   it('an override approved for one failure does not cover another', async () => {
-    const id = await requestCanaryOverride(t.db, 'rel-thin', { ...ida, reason: 'low traffic tenant' });
-    await approveOverride(t.db, id, gus);
+    const { approvalId: id } = await requestCanaryOverride(t.db, 'rel-thin', { ...ida, reason: 'low traffic tenant' });
+    expect((await api.decide('ops-gus', id)).status).toBe(200);
     // More runs arrive, now failing cost instead of being insufficient.
     for (let i = 0; i < 6; i++) await seedFinishedRun(t.db, { release: 'rel-thin', spendMicroUsd: 5000 });
     await expect(enableWrites(t.db, 'rel-thin', 'ops-ida', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
     expect(await releaseWritesEnabled(t.db, 'rel-thin')).toBe(false);
-    const o = await t.db.selectFrom('release_overrides').select('status').where('id', '=', id).executeTakeFirstOrThrow();
+    const o = await t.db.selectFrom('approvals').select('status').where('id', '=', id).executeTakeFirstOrThrow();
     expect(o.status).toBe('approved');
   });
 

@@ -32,8 +32,8 @@ import {
 import { CanaryRefused } from '../../packages/cli/src/canary.ts';
 import { tokenFor } from '@gatehouse/cli';
 import { activateRelease, ActivationRefused, activationNeeds, enableWrites, rollbackRelease } from '../../packages/cli/src/releases.ts';
-import { approveOverride } from '../../packages/cli/src/overrides.ts';
 import { requestActivationOverride, TwoPersonRequired } from '../../packages/cli/src/two-person.ts';
+import { approvalApi } from '../support/approval-api.ts';
 import { drainRelease, quarantineRelease, queuedJobs, requeueRelease, RequeueRefused } from '../../packages/cli/src/queue-ops.ts';
 
 /**
@@ -129,8 +129,9 @@ describe('release activation', () => {
     const [forceNeed] = await activationNeeds(t.db, 'rel-bad', { force: true });
     expect(forceNeed?.kind).toBe('force_gate');
     const ask = await requestActivationOverride(t.db, 'rel-bad', forceNeed!, { ...op, reason: 'drill: the units mistake' });
-    await expect(approveOverride(t.db, ask, op)).rejects.toMatchObject({ reason: 'requester_cannot_approve' });
-    await approveOverride(t.db, ask, { operator: 'ops-ida', hmacKey: HMAC });
+    const api = approvalApi(t.db);
+    expect(JSON.stringify((await api.decide(op.operator, ask.approvalId)).body)).toContain('requester_cannot_approve');
+    expect((await api.decide('ops-ida', ask.approvalId)).status).toBe(200);
     const forced = await activateRelease(t.db, 'rel-bad', { ...op, force: true });
     expect(forced).toMatchObject({ status: 'active', forced: true });
     expect(await releaseForced(t.db, 'rel-bad')).toBe(true);

@@ -2,23 +2,30 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
+import request from 'supertest';
 import { loadReleaseManifest, repoRoot } from '@gatehouse/contracts';
+import type { OutboxRelay } from '@gatehouse/platform';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/testing';
+import { tokenFor } from '@gatehouse/cli';
 import { activateRelease, activationNeeds } from '../../packages/cli/src/releases.ts';
-import { approveOverride } from '../../packages/cli/src/overrides.ts';
 import { raisedLimits, requestActivationOverride, TwoPersonRequired } from '../../packages/cli/src/two-person.ts';
+import { sweepExpiredApprovals } from '../../services/approval/src/jobs/expiry.sweep.ts';
+import { approvalApi, type ApprovalApi } from '../support/approval-api.ts';
 
 /**
  * Two-person release changes (docs/decisions/0230-two-person-release-changes.md): activating a
  * bundle looser than the active one, or forcing one past its gate, needs an override one
- * operator asks for and another approves — bound to exactly what it loosens, used once.
+ * operator asks for and a second person — a policy owner or another operator, never the
+ * requester, never a support lead — approves through the approval service (API or inbox):
+ * bound to the manifest and exactly what it loosens, expiring, used once.
  */
 const HMAC = 'test-audit-hmac-key-0123456789';
 let t: TestDatabase;
+let api: ApprovalApi;
 const releasesDir = mkdtempSync(resolve(tmpdir(), 'gh-2p-'));
 const policyDir = mkdtempSync(resolve(tmpdir(), 'gh-2p-policy-'));
 const gus = { operator: 'ops-gus', hmacKey: HMAC };
-const ida = { operator: 'ops-ida', hmacKey: HMAC };
+const REASON = 'longer approval window for the EU night shift';
 
 function writeBundle(revision: string, change: (b: { revision: string; approval: { ttlSeconds: number } }) => void): void {
   const b = JSON.parse(readFileSync(resolve(repoRoot, 'policy/support-p1.json'), 'utf8')) as {
@@ -36,9 +43,32 @@ function writeRelease(id: string, support: string): void {
   writeFileSync(resolve(releasesDir, `${id}.json`), JSON.stringify(m));
 }
 
+/** Activation's refusal: why each unmet need had no usable override. */
+async function refusal(release: string): Promise<string[]> {
+  const err = await activateRelease(t.db, release, gus).catch((e: unknown) => e);
+  expect(err).toBeInstanceOf(TwoPersonRequired);
+  return (err as TwoPersonRequired).needs.map((n) => `${n.kind}:${n.why}`);
+}
+
+/** Asks for the raise-limits override of rel-long as ops-gus; its approval id. */
+async function askRaise(reason = REASON): Promise<string> {
+  const [need] = await activationNeeds(t.db, 'rel-long', {});
+  return (await requestActivationOverride(t.db, 'rel-long', need!, { ...gus, reason })).approvalId;
+}
+
+const approval = (id: string) =>
+  t.db.selectFrom('approvals').select(['status', 'approver', 'workflow_id']).where('id', '=', id).executeTakeFirstOrThrow();
+const runOf = async (id: string) =>
+  t.db
+    .selectFrom('workflows')
+    .select(['state', 'stop_reason'])
+    .where('id', '=', (await approval(id)).workflow_id)
+    .executeTakeFirstOrThrow();
+
 const saved = { RELEASES_DIR: process.env.RELEASES_DIR, POLICY_DIR: process.env.POLICY_DIR };
 beforeAll(async () => {
   t = await createTestDatabase();
+  api = approvalApi(t.db);
   for (const f of ['support-p1.json', 'support-p2.json', 'change-c1.json'])
     copyFileSync(resolve(repoRoot, 'policy', f), resolve(policyDir, f));
   copyFileSync(
@@ -76,39 +106,180 @@ describe('which bundle changes loosen a limit', () => {
 });
 
 describe('activating a looser bundle', () => {
-  it("is refused for one operator and changes nothing; a second operator's approval lets it through once", async () => {
+  it('refused for one operator; the requester and a support lead cannot approve; a policy owner approves through the approval API; used once', async () => {
     const before = await t.db.selectFrom('releases').select(['id', 'status']).orderBy('id').execute();
-    await expect(activateRelease(t.db, 'rel-long', gus)).rejects.toBeInstanceOf(TwoPersonRequired);
+    expect(await refusal('rel-long')).toEqual(['raise_limits:none']);
     expect(await t.db.selectFrom('releases').select(['id', 'status']).orderBy('id').execute()).toEqual(before);
-    const [need] = await activationNeeds(t.db, 'rel-long', {});
-    const id = await requestActivationOverride(t.db, 'rel-long', need!, {
-      ...gus,
-      reason: 'longer approval window for the EU night shift',
+
+    const id = await askRaise();
+    const shown = await api.show('pol-hal', id);
+    expect(shown.status).toBe(200);
+    expect(shown.body).toMatchObject({
+      tool: 'release_override',
+      target: 'rel-long',
+      arguments: { release: 'rel-long', kind: 'raise_limits', covers: ['support.approval.ttlSeconds: 900 → 1200'], reason: REASON },
+      orderFacts: { release: 'rel-long', policy: 'support-long-approvals, change-c1', activeRelease: 'rel-1' },
+      requester: 'ops-gus',
+      approverRole: 'release_approver',
+      ruleId: 'RELEASE',
+      singleUse: true,
+      status: 'pending',
+      canDecide: true,
     });
-    await expect(approveOverride(t.db, id, gus)).rejects.toMatchObject({ reason: 'requester_cannot_approve' });
-    await approveOverride(t.db, id, ida);
+    expect(await refusal('rel-long')).toEqual(['raise_limits:pending']);
+
+    // The requester, a support lead and a change owner may not decide it; it is not in their pending list.
+    for (const [who, why] of [
+      ['ops-gus', 'requester_cannot_approve'],
+      ['lead-eli', 'not_a_release_approver'],
+      ['own-kim', 'not_a_release_approver'],
+    ] as const) {
+      const r = await api.decide(who, id);
+      expect(r.status, `${who}: ${JSON.stringify(r.body)}`).toBe(403);
+      expect(JSON.stringify(r.body)).toContain(why);
+      expect(await api.pending(who)).not.toContain(id);
+    }
+    expect(await api.pending('pol-hal')).toContain(id);
+    expect(await api.pending('ops-ida')).toContain(id);
+
+    const decided = await api.decide('pol-hal', id);
+    expect(decided).toMatchObject({ status: 200, body: { approvalId: id, status: 'approved' } });
     expect(await activateRelease(t.db, 'rel-long', gus)).toMatchObject({ status: 'active' });
-    const used = await t.db
-      .selectFrom('release_overrides')
-      .select(['status', 'approved_by'])
-      .where('id', '=', id)
-      .executeTakeFirstOrThrow();
-    expect(used).toEqual({ status: 'used', approved_by: 'ops-ida' });
+    expect(await approval(id)).toMatchObject({ status: 'used', approver: 'pol-hal' });
+    expect(await runOf(id)).toMatchObject({ state: 'completed' });
+
+    // Single use: back to rel-1 (tighter: nobody else needed), then the same loosening again is refused.
+    expect(await activateRelease(t.db, 'rel-1', gus)).toMatchObject({ status: 'active' });
+    expect(await refusal('rel-long')).toEqual(['raise_limits:used']);
+    const events = (await t.db.selectFrom('audit_outbox').select('event').execute()).map((e) => String(e.event.type));
+    for (const type of [
+      'release.override_requested',
+      'approval.requested',
+      'approval.decided',
+      'approval.consumed',
+      'release.override_used',
+    ])
+      expect(events).toContain(type);
   });
 
-  it('an override for one loosening does not cover another; a tighter or equal bundle needs none', async () => {
-    // Back to rel-1 (tighter than rel-long): no second person needed.
+  it('a denied override, an expired one and a pending one past its expiry are refused', async () => {
+    const denied = await askRaise();
+    expect(await api.decide('ops-ida', denied, 'deny')).toMatchObject({ status: 200, body: { status: 'denied' } });
+    expect(await refusal('rel-long')).toEqual(['raise_limits:denied']);
+    expect(await runOf(denied)).toMatchObject({ state: 'stopped', stop_reason: 'denied' });
+
+    const expired = await askRaise();
+    expect((await api.decide('ops-ida', expired)).status).toBe(200);
+    await t.db
+      .updateTable('approvals')
+      .set({ expires_at: new Date(Date.now() - 1000) })
+      .where('id', '=', expired)
+      .execute();
+    expect(await refusal('rel-long')).toEqual(['raise_limits:expired']);
+    expect(await approval(expired)).toMatchObject({ status: 'approved' });
+
+    const late = await askRaise();
+    await t.db
+      .updateTable('approvals')
+      .set({ expires_at: new Date(Date.now() - 1000) })
+      .where('id', '=', late)
+      .execute();
+    expect((await api.decide('ops-ida', late)).status).toBe(410);
+    await sweepExpiredApprovals({ db: t.db, relay: { publish: async () => {} } as unknown as OutboxRelay });
+    expect(await approval(late)).toMatchObject({ status: 'expired' });
+    expect(await runOf(late)).toMatchObject({ state: 'stopped', stop_reason: 'approval_expired' });
+    expect(await refusal('rel-long')).toEqual(['raise_limits:expired']);
+  });
+
+  it('an approval bound to other limits is refused: the bundle changed after it was approved', async () => {
+    const id = await askRaise();
+    expect((await api.decide('pol-hal', id)).status).toBe(200);
+    writeBundle('support-long-approvals', (b) => (b.approval.ttlSeconds = 1500));
+    try {
+      expect(await refusal('rel-long')).toEqual(['raise_limits:digest_mismatch']);
+      expect(await approval(id)).toMatchObject({ status: 'approved' });
+    } finally {
+      writeBundle('support-long-approvals', (b) => (b.approval.ttlSeconds = 1200));
+    }
+    // What it was approved for is what activates.
+    expect(await activateRelease(t.db, 'rel-long', gus)).toMatchObject({ status: 'active' });
+    expect(await approval(id)).toMatchObject({ status: 'used' });
     await activateRelease(t.db, 'rel-1', gus);
-    // An approved override for the 20-minute window, then a bundle that loosens something else.
+  });
+});
+
+describe('the approval inbox', () => {
+  it('shows the override with the manifest and what it covers, and a policy owner approves it there', async () => {
+    const id = await askRaise('inbox: <b>night shift</b>');
+    const signIn = async (user: string) => {
+      const r = await request(api.app)
+        .post('/inbox/session')
+        .type('form')
+        .send({ token: await tokenFor(user, 'local-auth-secret-change-me') });
+      expect(r.status).toBe(303);
+      return String(r.headers['set-cookie']).split(';')[0]!;
+    };
+    const lead = await request(api.app)
+      .get('/inbox/approvals')
+      .set('cookie', await signIn('lead-eli'));
+    expect(lead.text).toContain(`data-approval="${id}"`);
+    expect(lead.text).toContain('You cannot decide this approval: not_a_release_approver');
+
+    const cookie = await signIn('pol-hal');
+    const page = await request(api.app).get('/inbox/approvals').set('cookie', cookie);
+    const card = page.text.slice(page.text.indexOf(`data-approval="${id}"`));
+    for (const text of [
+      'release_override on rel-long',
+      'raise_limits',
+      'support.approval.ttlSeconds: 900 → 1200',
+      'support-long-approvals, change-c1',
+      'inbox: &#60;b&#62;night shift&#60;/b&#62;',
+      'release override: raise_limits',
+      'Reason (requester text)',
+      'ops-gus',
+    ])
+      expect(card).toContain(text);
+    const field = (name: string) => new RegExp(`name="${name}" value="([^"]+)"`).exec(card)![1]!;
+    const posted = await request(api.app)
+      .post(`/inbox/approvals/${id}/decision`)
+      .set('cookie', cookie)
+      .type('form')
+      .send({ csrf: field('csrf'), actionVersion: field('actionVersion'), actionDigest: field('actionDigest'), decision: 'approve' });
+    expect(posted.status).toBe(303);
+    expect(await activateRelease(t.db, 'rel-long', gus)).toMatchObject({ status: 'active' });
+    await activateRelease(t.db, 'rel-1', gus);
+  });
+});
+
+describe('control removed (GATEHOUSE_TEST_SKIP_TWO_PERSON)', () => {
+  it('one operator activates a looser bundle alone: the second person is what stops it', async () => {
+    expect(await refusal('rel-long')).toEqual(['raise_limits:used']);
+    const env = process.env.GATEHOUSE_ENV;
+    process.env.GATEHOUSE_TEST_SKIP_TWO_PERSON = '1';
+    try {
+      await expect(activateRelease(t.db, 'rel-long', gus)).rejects.toThrow(/only be set with GATEHOUSE_ENV=test/);
+      process.env.GATEHOUSE_ENV = 'test';
+      expect(await activateRelease(t.db, 'rel-long', gus)).toMatchObject({ status: 'active' });
+    } finally {
+      delete process.env.GATEHOUSE_TEST_SKIP_TWO_PERSON;
+      process.env.GATEHOUSE_ENV = env;
+    }
+    await activateRelease(t.db, 'rel-1', gus);
+  });
+});
+
+describe('what an override covers', () => {
+  it('an override for one loosening does not cover another; a tighter or equal bundle needs none', async () => {
+    // An approved override for another raise than the one rel-long makes.
     const [need] = await activationNeeds(t.db, 'rel-long', {});
-    const id = await requestActivationOverride(
+    const other = await requestActivationOverride(
       t.db,
       'rel-long',
       { ...need!, items: ['support.limits.maxRefundCents: 50000 → 60000'] },
       { ...gus, reason: 'x' },
     );
-    await approveOverride(t.db, id, ida);
-    await expect(activateRelease(t.db, 'rel-long', gus)).rejects.toBeInstanceOf(TwoPersonRequired);
+    expect((await api.decide('ops-ida', other.approvalId)).status).toBe(200);
+    expect(await refusal('rel-long')).toEqual(['raise_limits:digest_mismatch']);
     // support-p2 only adds a cap: one operator suffices.
     expect(await activateRelease(t.db, 'rel-p2', gus)).toMatchObject({ status: 'active' });
   });

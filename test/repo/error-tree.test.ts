@@ -41,7 +41,6 @@ const STATUS: Record<string, number> = {
   ReadBackUnavailable: 503,
   RequeueRefused: 409,
   TwoPersonRequired: 403,
-  OverrideRefused: 422,
   OperatorRefused: 403,
   LeaseBusy: 409,
   UsageError: 400,

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { DEFAULT_CANARY_THRESHOLDS, loadReleaseManifest, PolicyDenied, STOP_REASONS, type CanaryThresholds } from '@gatehouse/contracts';
 import { actorHash, inTransaction, recordAudit, TERMINAL_STATES, type Db, type Trx } from '@gatehouse/ledger';
-import { consumeOverride, overrideDigest, requestOverride } from './overrides.ts';
+import { consumeOverride, overrideDigest, requestOverride, type OverrideTicket } from './overrides.ts';
 
 /** Stop reasons that count as errors of the runtime, not outcomes of policy (docs/product/states.md#stop-reasons). */
 export const ERROR_STOP_REASONS: readonly (typeof STOP_REASONS)[number][] = [
@@ -53,7 +53,9 @@ export interface CanaryAnalysis {
   measures: { baseline: ReleaseMeasures; candidate: ReleaseMeasures };
   rows: CanaryRow[];
   verdict: 'pass' | 'fail' | 'insufficient';
-  /** sha256 over candidate, baseline and the failing measures: what an override is bound to. */
+  /** What an override covers: `baseline:<id>` and the failing measures (or `insufficient`). */
+  failureItems: string[];
+  /** sha256 over candidate, its manifest, baseline and the failing measures: what an override is bound to. */
   failureDigest: string;
 }
 
@@ -65,7 +67,7 @@ export class CanaryRefused extends PolicyDenied {
       'canary_analysis',
       `release ${analysis.candidate}: canary analysis ${analysis.verdict} against ${analysis.baseline} — ` +
         `failing: ${failing(analysis).join(', ') || `fewer than ${analysis.thresholds.minRuns} terminal runs`}; ` +
-        `a second operator may approve an override: gatehouse release override ${analysis.candidate} --reason "<why>"`,
+        `a policy owner or another operator may approve an override: gatehouse release override ${analysis.candidate} --reason "<why>"`,
     );
     this.analysis = analysis;
   }
@@ -184,7 +186,8 @@ export async function analyzeCanary(
     opts.baseline ??
     (await db.selectFrom('releases').select('id').where('status', '=', 'active').where('id', '!=', candidate).executeTakeFirst())?.id;
   if (!baseline) throw new Error(`release analyze ${candidate}: no baseline (no other active release; name one with --baseline)`);
-  const thresholds = loadReleaseManifest(candidate).canary ?? DEFAULT_CANARY_THRESHOLDS;
+  const manifest = loadReleaseManifest(candidate);
+  const thresholds = manifest.canary ?? DEFAULT_CANARY_THRESHOLDS;
   const untilMs = opts.nowMs ?? Date.now();
   const sinceMs = opts.sinceMs ?? (rel.activated_at ? new Date(rel.activated_at).getTime() : 0);
   const measures = {
@@ -195,8 +198,9 @@ export async function analyzeCanary(
   const enough = Math.min(measures.baseline.terminal, measures.candidate.terminal) >= thresholds.minRuns;
   const verdict = !enough ? 'insufficient' : rows.every((r) => r.ok) ? 'pass' : 'fail';
   const failed = verdict === 'insufficient' ? ['insufficient'] : failing({ rows });
-  const failureDigest = overrideDigest('canary', candidate, [`baseline:${baseline}`, ...failed]);
-  return { candidate, baseline, sinceMs, untilMs, thresholds, measures, rows, verdict, failureDigest };
+  const failureItems = [`baseline:${baseline}`, ...failed];
+  const failureDigest = overrideDigest('canary', candidate, failureItems, manifest);
+  return { candidate, baseline, sinceMs, untilMs, thresholds, measures, rows, verdict, failureItems, failureDigest };
 }
 
 /** The analysis as the lines `release analyze` prints: a table, then the verdict. */
@@ -233,21 +237,24 @@ export async function auditAnalysis(db: Db, a: CanaryAnalysis, operator: string,
 
 /**
  * `gatehouse release override <id> --reason <why>` (for a canary): asks to go past the release's
- * failing canary analysis; bound to the failing measures ({@link CanaryAnalysis.failureDigest}).
- * A second operator approves it (`approveOverride`). Audited.
- * @returns the override id.
+ * failing canary analysis — an approval of the approval service bound to the failing measures
+ * ({@link CanaryAnalysis.failureDigest}) that a policy owner or another operator decides
+ * (see `requestOverride`). Audited.
+ * @returns the approval to decide.
  * @throws Error when the analysis passes (nothing to override) or the reason is malformed.
  */
 export async function requestCanaryOverride(
   db: Db,
   release: string,
   opts: { operator: string; hmacKey: string; reason: string },
-): Promise<string> {
+): Promise<OverrideTicket> {
   const a = await analyzeCanary(db, release);
   if (a.verdict === 'pass') throw new Error(`release ${release}: the canary analysis passes; there is nothing to override`);
   return requestOverride(db, {
     release,
     kind: 'canary',
+    items: a.failureItems,
+    manifest: loadReleaseManifest(release),
     digest: a.failureDigest,
     summary: `canary:${a.verdict}:${failing(a).join(',') || 'insufficient'}`,
     ...opts,

@@ -140,7 +140,7 @@ export const COMMANDS: CommandSpec[] = [
     summary: 'gate + safety subset, then active (or a candidate for the cohort, writes disabled)',
     details: [
       '--force bypasses failing boundary cases (audited); forcing, or loosening a limit of the active',
-      'bundle, needs an override a second operator approved (gatehouse release override).',
+      'bundle, needs an override a policy owner or another operator approved (gatehouse release override).',
     ],
     options: ['cohort', 'force'],
     ops: true,
@@ -156,10 +156,13 @@ export const COMMANDS: CommandSpec[] = [
   },
   {
     name: 'release override',
-    synopsis: '<id> --reason <why> [--for canary|force|raise-limits] | --approve <override>',
+    synopsis: '<id> --reason <why> [--for canary|force|raise-limits]',
     summary: 'ask to go past a failing analysis, to force past the gate, or to loosen a limit',
-    details: ['A second operator approves it with --approve <override> (single use, 15 min).'],
-    options: ['reason', 'for', 'approve'],
+    details: [
+      'Opens an approval: a policy owner or another operator decides it in the approval inbox or',
+      'with POST /v1/approvals/<approval>/decision; the next activation (or enable-writes) uses it once (15 min).',
+    ],
+    options: ['reason', 'for'],
     ops: true,
   },
   {

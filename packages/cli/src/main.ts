@@ -225,7 +225,6 @@ const OPTIONS = {
   to: { type: 'string' },
   reason: { type: 'string' },
   baseline: { type: 'string' },
-  approve: { type: 'string' },
   json: { type: 'boolean' },
   for: { type: 'string' },
   from: { type: 'string' },

@@ -1,6 +1,16 @@
 import { randomUUID } from 'node:crypto';
-import { canonicalJson, Refused, sha256Hex } from '@gatehouse/contracts';
-import { actorHash, inTransaction, recordAudit, type Db, type Trx } from '@gatehouse/ledger';
+import { sql } from 'kysely';
+import {
+  canonicalJson,
+  loadWorld,
+  RELEASE_APPROVER_ROLE,
+  RELEASE_OVERRIDE_RULE_ID,
+  RELEASE_OVERRIDE_TOOL,
+  sha256Hex,
+  type ReleaseManifest,
+} from '@gatehouse/contracts';
+import { actorHash, inTransaction, recordAudit, transitionWorkflow, type Db, type Trx } from '@gatehouse/ledger';
+import { catalogDigest, toolsOfPack } from '@gatehouse/tools';
 
 /**
  * What a two-person override lets a release command go past (docs/decisions/0210-canary-analysis.md,
@@ -12,15 +22,28 @@ export type OverrideKind = 'canary' | 'force_gate' | 'raise_limits';
 /** How long an override stays usable after it is asked for (ms): like an action approval, 15 minutes. */
 export const OVERRIDE_TTL_MS = 15 * 60_000;
 
-/** sha256 over the kind, the release and what is overridden (sorted): what an override is bound to. */
-export function overrideDigest(kind: OverrideKind, release: string, items: readonly string[]): string {
-  return sha256Hex(canonicalJson({ kind, release, items: [...items].sort() }));
+/**
+ * `workflows.release_id` of an override's run: no deployment serves it, so no watchdog drives it
+ * and no canary analysis counts it (the approval itself names the release it overrides).
+ */
+export const OVERRIDE_RUN_RELEASE = 'release-override';
+
+/**
+ * sha256 over the kind, the release, the sha256 of its manifest and what is overridden (sorted):
+ * what an override's approval is bound to (its action digest). Any change to the manifest or to
+ * the items — another raised limit, another failing case or measure — is another digest.
+ */
+export function overrideDigest(kind: OverrideKind, release: string, items: readonly string[], manifest: ReleaseManifest): string {
+  return sha256Hex(canonicalJson({ kind, release, manifest: sha256Hex(canonicalJson(manifest)), items: [...items].sort() }));
 }
 
-/** An override to ask for: bound to `digest`; `summary` goes into the audit event. */
+/** An override to ask for or to consume: bound to `digest` over `items`; `summary` goes into the audit events. */
 export interface OverrideRequest {
   release: string;
   kind: OverrideKind;
+  /** What it covers: failing boundary cases, raised limits, or `baseline:<id>` and the failing measures. */
+  items: string[];
+  manifest: ReleaseManifest;
   digest: string;
   summary: string;
   reason: string;
@@ -28,125 +51,245 @@ export interface OverrideRequest {
   hmacKey: string;
 }
 
+/** An override asked for: the approval a policy owner or another operator decides through the approval API or inbox. */
+export interface OverrideTicket {
+  approvalId: string;
+  workflowId: string;
+  actionVersion: 1;
+  actionDigest: string;
+  approverRole: string;
+  tenant: string;
+  expiresAt: Date;
+}
+
 /**
- * Records a pending override (`release.override_requested`), expiring after {@link OVERRIDE_TTL_MS}.
- * @returns its id, for the second operator's `release override --approve <id>`.
- * @throws Error when the reason is empty or longer than 500 characters.
+ * Checks an override's reason: 1–500 printable characters (it is shown to the approver and stored).
+ * @throws Error saying what is wrong.
  */
-export async function requestOverride(db: Db, r: OverrideRequest): Promise<string> {
-  const reason = r.reason.trim();
-  if (!reason || reason.length > 500) throw new Error('release override needs --reason "<why>" (1–500 characters)');
-  const id = randomUUID();
+function checkReason(reason: string): string {
+  const r = reason.trim();
+  if (!r || r.length > 500 || !/^[\P{Cc}]+$/u.test(r))
+    throw new Error('release override needs --reason "<why>" (1–500 printable characters)');
+  return r;
+}
+
+/**
+ * Records a pending override as an approval of the approval service (ADR 0230), the way a change
+ * cancel asks a change owner: its own run (state `awaiting_approval`, release
+ * {@link OVERRIDE_RUN_RELEASE}), one `release_override` action whose arguments are the release,
+ * the kind, what it covers and the reason, and whose facts come from the manifest; a pending
+ * approval (rule `RELEASE`, role `release_approver`: a policy owner or an operator, never the
+ * requester) bound to `digest`, expiring after {@link OVERRIDE_TTL_MS}, single use. Audited
+ * (`release.override_requested`, `approval.requested`).
+ * @throws Error when the reason is malformed or the operator is not in the directory.
+ */
+export async function requestOverride(db: Db, r: OverrideRequest): Promise<OverrideTicket> {
+  const reason = checkReason(r.reason);
+  const tenant = loadWorld().users.find((u) => u.id === r.operator)?.tenant;
+  if (!tenant) throw new Error(`${r.operator} is not in the directory`);
+  const active = await db.selectFrom('releases').select('id').where('status', '=', 'active').executeTakeFirst();
+  const t: OverrideTicket = {
+    approvalId: randomUUID(),
+    workflowId: randomUUID(),
+    actionVersion: 1,
+    actionDigest: r.digest,
+    approverRole: RELEASE_APPROVER_ROLE,
+    tenant,
+    expiresAt: new Date(Date.now() + OVERRIDE_TTL_MS),
+  };
+  const args = { release: r.release, kind: r.kind, covers: [...r.items].sort(), reason };
+  const facts = {
+    release: r.release,
+    description: r.manifest.description ?? null,
+    model: r.manifest.model.name,
+    policy: `${r.manifest.policy.support}, ${r.manifest.policy.change}`,
+    schemaVersion: r.manifest.schemaVersion,
+    manifestSha256: sha256Hex(canonicalJson(r.manifest)),
+    activeRelease: active?.id ?? null,
+  };
   await inTransaction(db, async (trx) => {
-    await trx
-      .insertInto('release_overrides')
-      .values({
-        id,
-        release_id: r.release,
-        kind: r.kind,
-        failure_digest: r.digest,
-        reason,
-        requested_by: r.operator,
-        expires_at: new Date(Date.now() + OVERRIDE_TTL_MS),
-        approved_by: null,
-        decided_at: null,
-        used_at: null,
-      })
-      .execute();
+    const proposalId = await insertOverrideRun(trx, t, { args, operator: r.operator, policy: r.manifest.policy.change });
+    await insertOverrideApproval(trx, t, { proposalId, args, facts, r });
+    const audit = { service: 'cli', runId: t.workflowId, actorHash: actorHash(r.hmacKey, r.operator), approvalId: t.approvalId };
+    await recordAudit(trx, { ...audit, type: 'release.override_requested', outcome: r.summary, revisions: { release: r.release } });
     await recordAudit(trx, {
-      type: 'release.override_requested',
-      service: 'cli',
-      runId: null,
-      actorHash: actorHash(r.hmacKey, r.operator),
-      outcome: `${r.summary};override:${id}`,
+      ...audit,
+      type: 'approval.requested',
+      tool: RELEASE_OVERRIDE_TOOL,
+      actionDigest: r.digest,
+      actionVersion: 1,
+      decision: 'REQUIRE_APPROVAL',
+      ruleId: RELEASE_OVERRIDE_RULE_ID,
       revisions: { release: r.release },
     });
   });
-  return id;
+  return t;
 }
 
-/** Why {@link approveOverride} refused. */
-export class OverrideRefused extends Refused {
-  declare readonly reason: 'not_found' | 'requester_cannot_approve' | 'expired' | 'already_decided';
-  constructor(reason: OverrideRefused['reason'], id: string) {
-    super(reason, `override ${id} refused (${reason})`);
-  }
+/** The override's run and its proposal, in the caller's transaction; returns the id its action gets. */
+async function insertOverrideRun(
+  trx: Trx,
+  t: OverrideTicket,
+  w: { args: Record<string, unknown>; operator: string; policy: string },
+): Promise<string> {
+  const key = `override:${t.approvalId}`;
+  await trx
+    .insertInto('workflows')
+    .values({
+      id: t.workflowId,
+      tenant: t.tenant,
+      ticket_id: key,
+      user_id: w.operator,
+      pack: 'change',
+      mode: 'act',
+      text_sha256: sha256Hex(canonicalJson(w.args)),
+      state: 'awaiting_approval',
+      stop_reason: null,
+      next_step: `A policy owner or an operator other than ${w.operator} must approve the ${String(w.args.kind)} override of ${String(w.args.release)} (approval ${t.approvalId}, inbox or POST /v1/approvals/${t.approvalId}/decision) before ${t.expiresAt.toISOString()}.`,
+      release_id: OVERRIDE_RUN_RELEASE,
+      policy_revision: w.policy,
+      catalog_digest: catalogDigest(toolsOfPack('change')),
+    })
+    .execute();
+  const proposalId = randomUUID();
+  await trx
+    .insertInto('proposals')
+    .values({
+      id: proposalId,
+      workflow_id: t.workflowId,
+      round: 0,
+      call_id: key,
+      tool: RELEASE_OVERRIDE_TOOL,
+      arguments_sha256: sha256Hex(canonicalJson(w.args)),
+      status: 'valid',
+      validation_error: null,
+      offered_in_state: null,
+    })
+    .execute();
+  return proposalId;
+}
+
+/** The override's action and its pending approval, in the caller's transaction. */
+async function insertOverrideApproval(
+  trx: Trx,
+  t: OverrideTicket,
+  a: { proposalId: string; args: Record<string, unknown>; facts: Record<string, unknown>; r: OverrideRequest },
+): Promise<void> {
+  const actionId = randomUUID();
+  const policy = `${a.r.manifest.policy.support},${a.r.manifest.policy.change}`;
+  await trx
+    .insertInto('actions')
+    .values({
+      id: actionId,
+      workflow_id: t.workflowId,
+      proposal_id: a.proposalId,
+      call_id: `override:${t.approvalId}`,
+      version: 1,
+      supersedes_version: null,
+      tool: RELEASE_OVERRIDE_TOOL,
+      target: a.r.release,
+      arguments: JSON.stringify(a.args),
+      digest: t.actionDigest,
+      decision: 'REQUIRE_APPROVAL',
+      rule_id: RELEASE_OVERRIDE_RULE_ID,
+      policy_revision: policy,
+      status: 'pending_approval',
+      operation_key: `override:${t.approvalId}`,
+      release_id: a.r.release,
+      facts: JSON.stringify(a.facts),
+    })
+    .execute();
+  await trx
+    .insertInto('approvals')
+    .values({
+      id: t.approvalId,
+      workflow_id: t.workflowId,
+      action_id: actionId,
+      action_version: 1,
+      action_digest: t.actionDigest,
+      policy_revision: policy,
+      tool: RELEASE_OVERRIDE_TOOL,
+      tenant: t.tenant,
+      region: null,
+      amount_cents: null,
+      requester: a.r.operator,
+      rule_id: RELEASE_OVERRIDE_RULE_ID,
+      status: 'pending',
+      approver_role: RELEASE_APPROVER_ROLE,
+      same_region: false,
+      release_id: a.r.release,
+      traceparent: null,
+      expires_at: t.expiresAt,
+    })
+    .execute();
 }
 
 /**
- * `gatehouse release override --approve <override-id>`: a second operator — never the one who
- * asked — approves a pending, unexpired override, in one conditional UPDATE. Audited.
- * @returns the release the override belongs to.
- * @throws OverrideRefused with its reason; nothing changes.
+ * Consumes, in `trx`, one approved and unexpired override approval of `kind` for `release` bound
+ * to `digest` — one conditional UPDATE `approved → used` of the oldest such row, locked
+ * (`SKIP LOCKED`) so two commands cannot both use it, never one its requester decided — then
+ * completes its run and audits it (`approval.consumed`, `release.override_used`).
+ * @returns its approval id, or null when there is none (the caller refuses; see {@link overrideRefusal}).
  */
-export async function approveOverride(db: Db, id: string, opts: { operator: string; hmacKey: string }): Promise<string> {
-  return inTransaction(db, async (trx) => {
-    const row = await trx
-      .updateTable('release_overrides')
-      .set({ status: 'approved', approved_by: opts.operator, decided_at: new Date() })
-      .where('id', '=', id)
-      .where('status', '=', 'pending')
-      .where('requested_by', '!=', opts.operator)
-      .where('expires_at', '>', new Date())
-      .returning(['release_id', 'kind'])
-      .executeTakeFirst();
-    if (!row) {
-      const o = await trx.selectFrom('release_overrides').selectAll().where('id', '=', id).executeTakeFirst();
-      const why = !o
-        ? 'not_found'
-        : o.requested_by === opts.operator
-          ? 'requester_cannot_approve'
-          : o.status !== 'pending'
-            ? 'already_decided'
-            : 'expired';
-      throw new OverrideRefused(why, id);
-    }
-    await recordAudit(trx, {
-      type: 'release.override_approved',
-      service: 'cli',
-      runId: null,
-      actorHash: actorHash(opts.hmacKey, opts.operator),
-      outcome: `${row.kind};override:${id}`,
-      revisions: { release: row.release_id },
-    });
-    return row.release_id;
-  });
-}
-
-/**
- * Consumes, in `trx`, one approved and unexpired override of `kind` for `release` bound to
- * `digest` — the oldest, locked (`SKIP LOCKED`) so two commands cannot both use it — and audits
- * it (`release.override_used`).
- * @returns its id, or null when there is none (the caller refuses).
- */
-export async function consumeOverride(trx: Trx, r: Omit<OverrideRequest, 'reason'>): Promise<string | null> {
+export async function consumeOverride(trx: Trx, r: Omit<OverrideRequest, 'reason' | 'items' | 'manifest'>): Promise<string | null> {
   const used = await trx
-    .updateTable('release_overrides')
+    .updateTable('approvals')
     .set({ status: 'used', used_at: new Date() })
     .where('id', '=', (eb) =>
       eb
-        .selectFrom('release_overrides')
+        .selectFrom('approvals')
         .select('id')
+        .where('rule_id', '=', RELEASE_OVERRIDE_RULE_ID)
+        .where('tool', '=', RELEASE_OVERRIDE_TOOL)
         .where('release_id', '=', r.release)
-        .where('kind', '=', r.kind)
+        .where('action_digest', '=', r.digest)
         .where('status', '=', 'approved')
-        .where('failure_digest', '=', r.digest)
         .where('expires_at', '>', new Date())
+        .whereRef('approver', '!=', 'requester')
         .orderBy('created_at')
         .limit(1)
         .forUpdate()
         .skipLocked(),
     )
-    .returning('id')
+    .returning(['id', 'workflow_id', 'approver'])
     .executeTakeFirst();
   if (!used) return null;
+  await transitionWorkflow(trx, used.workflow_id, {
+    to: 'completed',
+    nextStep: `Used once by ${r.operator} for ${r.release} (${r.kind}), approved by ${used.approver ?? 'nobody'}.`,
+    onlyFrom: ['awaiting_approval'],
+  });
+  const audit = { service: 'cli', runId: used.workflow_id, actorHash: actorHash(r.hmacKey, r.operator), approvalId: used.id };
   await recordAudit(trx, {
-    type: 'release.override_used',
-    service: 'cli',
-    runId: null,
-    actorHash: actorHash(r.hmacKey, r.operator),
-    outcome: `override:${used.id};${r.summary}`,
+    ...audit,
+    type: 'approval.consumed',
+    tool: RELEASE_OVERRIDE_TOOL,
+    actionDigest: r.digest,
+    actionVersion: 1,
     revisions: { release: r.release },
   });
+  await recordAudit(trx, { ...audit, type: 'release.override_used', outcome: r.summary, revisions: { release: r.release } });
   return used.id;
+}
+
+/**
+ * Why no override of `kind` for `release` could be consumed, from its latest request: `none`
+ * (never asked), `pending`, `denied`, `expired`, `used`, `void`, or `digest_mismatch` (it covers
+ * something else than what is being activated now: other items, another manifest).
+ */
+export async function overrideRefusal(trx: Trx, release: string, kind: OverrideKind, digest: string): Promise<string> {
+  const last = await trx
+    .selectFrom('approvals as p')
+    .innerJoin('actions as a', 'a.id', 'p.action_id')
+    .select(['p.status', 'p.action_digest', 'p.expires_at'])
+    .where('p.rule_id', '=', RELEASE_OVERRIDE_RULE_ID)
+    .where('p.release_id', '=', release)
+    .where(sql<boolean>`a.arguments->>'kind' = ${kind}`)
+    .orderBy('p.created_at', 'desc')
+    .executeTakeFirst();
+  if (!last) return 'none';
+  if (last.action_digest !== digest) return 'digest_mismatch';
+  if (last.status === 'approved' || last.status === 'pending')
+    return new Date(last.expires_at).getTime() <= Date.now() ? 'expired' : last.status;
+  return last.status;
 }

@@ -5,8 +5,8 @@ import type { Operator } from './ops.ts';
 import { drainRelease, quarantineRelease, requeueRelease, withQueues } from './queue-ops.ts';
 import { activateRelease, currentDigests, enableWrites, rollbackRelease, verifyManifest } from './releases.ts';
 import { analyzeCanary, auditAnalysis, formatAnalysis, requestCanaryOverride } from './canary.ts';
-import { approveOverride } from './overrides.ts';
 import { requestActivationOverride } from './two-person.ts';
+import type { OverrideTicket } from './overrides.ts';
 import { UsageError } from './commands.ts';
 import { activationNeeds } from './releases.ts';
 
@@ -48,7 +48,6 @@ export async function releaseCommand(
     release?: string;
     reason?: string;
     baseline?: string;
-    approve?: string;
     json?: boolean;
     for?: string;
   },
@@ -101,7 +100,7 @@ export async function releaseCommand(
         for (const f of w.forcedPast) out(`  FORCED past ${f} (at activation; audited)`);
         out(
           `${w.id}: safety cases pass (${w.boundaryCases} boundary cases, closed parsing, strict schemas)` +
-            `${w.canary === 'not_a_candidate' ? '' : w.canary === 'pass' ? '; canary analysis passes' : '; canary analysis OVERRIDDEN by a second operator (audited)'}` +
+            `${w.canary === 'not_a_candidate' ? '' : w.canary === 'pass' ? '; canary analysis passes' : '; canary analysis OVERRIDDEN by a second person (audited)'}` +
             '; consequential writes enabled',
         );
         return 0;
@@ -116,24 +115,20 @@ export async function releaseCommand(
       });
     case 'release override':
       return asOperator(command, async (db, op) => {
-        if (values.approve) {
-          const release = await approveOverride(db, values.approve, actor(op));
-          out(
-            `override ${values.approve} of ${release} approved by ${op.id}; the next enable-writes or promotion of ${release} uses it once`,
-          );
-          return 0;
-        }
         const release = need(arg, 'a release id');
         const ask = { ...actor(op), reason: values.reason ?? '' };
         const kind = values.for ?? 'canary';
-        let id: string;
-        if (kind === 'canary') id = await requestCanaryOverride(db, release, ask);
+        let t: OverrideTicket;
+        if (kind === 'canary') t = await requestCanaryOverride(db, release, ask);
         else if (kind === 'force' || kind === 'raise-limits') {
           const wanted = kind === 'force' ? 'force_gate' : 'raise_limits';
           const found = (await activationNeeds(db, release, { force: true })).find((n) => n.kind === wanted);
-          id = await requestActivationOverride(db, release, found ?? { kind: wanted, items: [] }, ask);
+          t = await requestActivationOverride(db, release, found ?? { kind: wanted, items: [] }, ask);
         } else throw new UsageError(`--for ${kind}: one of canary, force, raise-limits`);
-        out(`override ${id} requested; another operator approves it with: gatehouse release override --approve ${id}`);
+        out(`override requested for ${release} (${kind}): approval ${t.approvalId}, digest ${t.actionDigest}`);
+        out(
+          `  a policy owner or an operator of ${t.tenant} other than you decides it before ${t.expiresAt.toISOString()} — approval inbox, or POST /v1/approvals/${t.approvalId}/decision; the next ${kind === 'canary' ? 'enable-writes or promotion' : 'activation'} of ${release} uses it once`,
+        );
         return 0;
       });
     case 'release rollback':

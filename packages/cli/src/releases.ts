@@ -110,7 +110,8 @@ export class ActivationRefused extends PolicyDenied {
  * consequential writes disabled; without one as the `active` release (the former active one
  * retires). `force` bypasses only failing boundary cases, and the bypass is audited; digest or
  * schema mismatches are never bypassed. Forcing, or a bundle looser than the active one, also
- * needs a second operator's approved override, consumed here ({@link activationNeeds}).
+ * needs a second person's approved override (a policy owner or another operator, through the
+ * approval service), consumed here once ({@link activationNeeds}).
  * @throws ActivationRefused listing the problems.
  * @throws TwoPersonRequired when a needed override is missing (nothing changes).
  */
@@ -129,8 +130,8 @@ export async function activateRelease(
   const needs = await activationNeeds(db, id, { force: opts.force, manifest: m, gate: safety.gate });
   await inTransaction(db, async (trx) => {
     await lockReleases(trx);
-    // Forcing past the gate, or loosening a limit of the active bundle, takes a second operator (ADR 0230).
-    if (needs.length) await requireSecondPerson(trx, id, needs, opts);
+    // Forcing past the gate, or loosening a limit of the active bundle, takes a second person (ADR 0230).
+    if (needs.length) await requireSecondPerson(trx, id, needs, { ...opts, manifest: m });
     // Promoting a candidate to everyone needs its canary analysis to pass (or a two-person override).
     if (status === 'active') await requireCanary(trx, id, opts.operator, opts.hmacKey);
     if (status === 'active') {
@@ -201,7 +202,7 @@ async function activeManifest(db: Db, except: string): Promise<ReleaseManifest |
 }
 
 /**
- * What activating `id` needs a second operator for (ADR 0230): forcing past failing boundary
+ * What activating `id` needs a second person for (ADR 0230): forcing past failing boundary
  * cases (only when `force`), and limits of its bundles looser than the active release's. A caller
  * that already loaded the manifest and ran its gate passes them (`manifest`, `gate`).
  */
@@ -226,7 +227,7 @@ export async function activationNeeds(
  * cases first (its bundles' boundary-case gate and the closed-parsing and strict-schema checks,
  * {@link safetySubset}) against the manifest on disk and refuses when any fails; failing boundary
  * cases are tolerated only for a release that was activated with `--force` (that bypass was
- * audited when it happened). A candidate's canary analysis must pass too, or a second operator's
+ * audited when it happened). A candidate's canary analysis must pass too, or a second person's
  * approved override is consumed ({@link requireCanary}).
  * @throws ActivationRefused listing the failing safety cases.
  * @throws CanaryRefused when a candidate's analysis fails and no approved override applies.

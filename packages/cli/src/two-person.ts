@@ -1,7 +1,7 @@
-import { PolicyDenied, type ReleaseManifest } from '@gatehouse/contracts';
+import { loadReleaseManifest, PolicyDenied, type ReleaseManifest } from '@gatehouse/contracts';
 import type { Db, Trx } from '@gatehouse/ledger';
 import { loadBundle, type PolicyBundle } from '@gatehouse/policy';
-import { consumeOverride, overrideDigest, requestOverride, type OverrideKind } from './overrides.ts';
+import { consumeOverride, overrideDigest, overrideRefusal, requestOverride, type OverrideKind, type OverrideTicket } from './overrides.ts';
 
 const PACKS = ['support', 'change'] as const;
 
@@ -44,63 +44,84 @@ export interface TwoPersonNeed {
   items: string[];
 }
 
-/** An activation that needs a second operator's approved override; `needs` says for what. */
+/** A need no usable override covered, and why ({@link overrideRefusal}: none, pending, denied, expired, used, digest_mismatch). */
+export type UnmetNeed = TwoPersonNeed & { why: string };
+
+const FLAG = { force_gate: 'force', raise_limits: 'raise-limits' } as const;
+
+/** An activation that needs a second person's approved override; `needs` says for what and why none applied. */
 export class TwoPersonRequired extends PolicyDenied {
-  readonly needs: TwoPersonNeed[];
-  constructor(release: string, needs: TwoPersonNeed[]) {
+  readonly needs: UnmetNeed[];
+  constructor(release: string, needs: UnmetNeed[]) {
     super(
       'two_person',
-      `release ${release} needs a second operator for: ` +
-        needs.map((n) => `${n.kind} (${n.items.join('; ')})`).join(', ') +
-        `. Ask with: gatehouse release override ${release} --for ${needs.map((n) => (n.kind === 'force_gate' ? 'force' : 'raise-limits')).join('|')} --reason "<why>"; another operator approves it with --approve <override>`,
+      `release ${release} needs a second person (a policy owner or another operator) for: ` +
+        needs.map((n) => `${n.kind} (${n.items.join('; ')}; override: ${n.why})`).join(', ') +
+        `. Ask with: gatehouse release override ${release} --for ${needs.map((n) => FLAG[n.kind]).join('|')} --reason "<why>"; ` +
+        'they approve it in the approval inbox or with POST /v1/approvals/<approval>/decision',
     );
     this.needs = needs;
   }
 }
 
 /**
- * Asks for the override of an activation need (`gatehouse release override <id> --for force|raise-limits`),
- * bound to exactly what it covers: the failing boundary cases, or the raised limits.
- * @returns the override id.
- * @throws Error when there is nothing of that kind to override.
+ * `GATEHOUSE_TEST_SKIP_TWO_PERSON=1` removes the second person from activation (a needed override
+ * is neither looked for nor consumed), so a test shows the requirement matters
+ * (docs/decisions/0016-test-only-hooks.md).
+ * @throws Error when set outside `GATEHOUSE_ENV=test`.
+ */
+function twoPersonSkipped(): boolean {
+  if (process.env.GATEHOUSE_TEST_SKIP_TWO_PERSON !== '1') return false;
+  if (process.env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_SKIP_TWO_PERSON may only be set with GATEHOUSE_ENV=test');
+  return true;
+}
+
+const summaryOf = (n: TwoPersonNeed): string => `${n.kind}:${n.items.length}`;
+
+/**
+ * Asks for the override of an activation need (`gatehouse release override <id> --for force|raise-limits`):
+ * an approval of the approval service bound to the release's manifest and exactly what it covers
+ * — the failing boundary cases, or the raised limits (see `requestOverride`).
+ * @returns the approval to decide.
+ * @throws Error when there is nothing of that kind to override, or the reason is malformed.
  */
 export async function requestActivationOverride(
   db: Db,
   release: string,
   need: TwoPersonNeed,
   opts: { operator: string; hmacKey: string; reason: string },
-): Promise<string> {
+): Promise<OverrideTicket> {
   if (!need.items.length) throw new Error(`release ${release}: nothing to override for ${need.kind}`);
+  const manifest = loadReleaseManifest(release);
   return requestOverride(db, {
     release,
     kind: need.kind,
-    digest: overrideDigest(need.kind, release, need.items),
-    summary: `${need.kind}:${need.items.length}`,
+    items: need.items,
+    manifest,
+    digest: overrideDigest(need.kind, release, need.items, manifest),
+    summary: summaryOf(need),
     ...opts,
   });
 }
 
 /**
- * Consumes, in the activation's transaction, one approved override per need.
- * @throws TwoPersonRequired naming the needs no approved override covers (nothing is consumed then:
- * the transaction rolls back).
+ * Consumes, in the activation's transaction, one approved override per need, bound to `manifest`
+ * and the need's items.
+ * @throws TwoPersonRequired naming the needs no approved override covers and why (nothing is
+ * consumed then: the transaction rolls back).
  */
 export async function requireSecondPerson(
   trx: Trx,
   release: string,
   needs: TwoPersonNeed[],
-  opts: { operator: string; hmacKey: string },
+  opts: { operator: string; hmacKey: string; manifest: ReleaseManifest },
 ): Promise<void> {
-  const missing: TwoPersonNeed[] = [];
+  if (twoPersonSkipped()) return;
+  const missing: UnmetNeed[] = [];
   for (const n of needs) {
-    const used = await consumeOverride(trx, {
-      release,
-      kind: n.kind,
-      digest: overrideDigest(n.kind, release, n.items),
-      summary: `${n.kind}:${n.items.length}`,
-      ...opts,
-    });
-    if (!used) missing.push(n);
+    const digest = overrideDigest(n.kind, release, n.items, opts.manifest);
+    const used = await consumeOverride(trx, { release, kind: n.kind, digest, summary: summaryOf(n), ...opts });
+    if (!used) missing.push({ ...n, why: await overrideRefusal(trx, release, n.kind, digest) });
   }
   if (missing.length) throw new TwoPersonRequired(release, missing);
 }

@@ -6,6 +6,7 @@ export * from './audit-event.ts';
 export * from './api/index.ts';
 export * from './release-manifest.ts';
 export * from './reconciliation.ts';
+export * from './release-override.ts';
 export * from './text.ts';
 export * from './stop-reasons.ts';
 export * from './bounded-body.ts';

@@ -1,4 +1,5 @@
 import { sql, type Selectable } from 'kysely';
+import { decidedOutOfBand } from '@gatehouse/contracts';
 import type { Db, Trx } from './db.ts';
 import type { WorkflowsTable } from './schema.ts';
 import { LIVE_STATES, STATE_LIVENESS, type AwaitedJob } from './transitions.ts';
@@ -129,12 +130,14 @@ export async function runNeeds(db: Db | Trx, wf: Wf, nowMs = Date.now()): Promis
   const open = await db
     .selectFrom('approvals as ap')
     .innerJoin('actions as a', 'a.id', 'ap.action_id')
-    .select(['ap.id', 'ap.status', 'ap.expires_at', 'a.id as action_id', 'a.version', 'a.status as action_status'])
+    .select(['ap.id', 'ap.status', 'ap.expires_at', 'ap.rule_id', 'a.id as action_id', 'a.version', 'a.status as action_status'])
     .where('ap.workflow_id', '=', wf.id)
     .where('ap.status', 'in', ['pending', 'approved'])
     .execute();
   for (const ap of open) {
-    if (ap.status === 'pending')
+    // An out-of-band approval (remediation, release override) is consumed by the command that
+    // asked for it, never by an execution job: approved, it is still a person's wait until it expires.
+    if (ap.status === 'pending' || decidedOutOfBand(ap.rule_id))
       out.humanWait ??= { reason: `approval ${ap.id} pending`, untilMs: Math.max(new Date(ap.expires_at).getTime(), nowMs) };
     else if (!FINISHED_ACTION.has(ap.action_status)) out.jobs.push(exec(wf, { id: ap.action_id, version: ap.version }, ap.id));
   }

@@ -111,4 +111,24 @@ describe('authorityRefusal (docs/product/hard-cases.md#approver-checks)', () => 
     // And a change owner cannot decide a support refund.
     expect(authorityRefusal('own-kim', tenant, usRefund)).toBe('not_a_lead');
   });
+
+  it('release override: a policy owner or another operator decides it; a lead, a change owner, the requester cannot (ADR 0230)', () => {
+    const tenant = person('ops-gus').tenant;
+    const override: ApprovalSubject = {
+      tenant,
+      region: null,
+      requester: 'ops-gus',
+      amountCents: null,
+      approverRole: 'release_approver',
+      sameRegion: false,
+    };
+    expect(authorityRefusal('pol-hal', tenant, override)).toBeNull();
+    expect(authorityRefusal('ops-ida', tenant, override)).toBeNull();
+    expect(authorityRefusal('ops-gus', tenant, override)).toBe('requester_cannot_approve');
+    expect(authorityRefusal('lead-eli', tenant, override)).toBe('not_a_release_approver');
+    expect(authorityRefusal('own-kim', tenant, override)).toBe('not_a_release_approver');
+    // The roles that hold it hold it for this kind only: an operator or a policy owner decides no refund.
+    expect(authorityRefusal('ops-ida', tenant, usRefund)).toBe('not_a_lead');
+    expect(authorityRefusal('pol-hal', tenant, usRefund)).toBe('not_a_lead');
+  });
 });

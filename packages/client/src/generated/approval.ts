@@ -220,7 +220,7 @@ export interface components {
       };
       requester: string;
       tenant: string;
-      /** @description role that may decide: lead (support) or change_owner (change) */
+      /** @description role that may decide: lead (support), change_owner (change), release_approver (a release override: a policy owner or an operator) */
       approverRole: string;
       /**
        * @description an approval is consumed by exactly one execution
@@ -391,7 +391,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description not authorized: requester, not a lead, other region, limit too low */
+      /** @description not authorized: requester, not a lead (change owner, release approver), other region, limit too low */
       403: {
         headers: {
           [name: string]: unknown;

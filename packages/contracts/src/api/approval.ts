@@ -51,7 +51,11 @@ export const ApprovalViewSchema = z
       .describe('authoritative facts the rule used: the order (cents), or the change and plan with environment, effect and rollback'),
     requester: z.string(),
     tenant: z.string(),
-    approverRole: z.string().describe('role that may decide: lead (support) or change_owner (change)'),
+    approverRole: z
+      .string()
+      .describe(
+        'role that may decide: lead (support), change_owner (change), release_approver (a release override: a policy owner or an operator)',
+      ),
     singleUse: z.literal(true).describe('an approval is consumed by exactly one execution'),
     ruleId: z.string(),
     actionVersion: z.number().int(),
@@ -108,7 +112,7 @@ const approvalPaths: ZodOpenApiObject['paths'] = {
         '200': jsonResponse('decision recorded', DecisionResultSchema),
         '400': errorResponse('body failed its schema'),
         '401': errorResponse('missing or invalid token'),
-        '403': errorResponse('not authorized: requester, not a lead, other region, limit too low'),
+        '403': errorResponse('not authorized: requester, not a lead (change owner, release approver), other region, limit too low'),
         '404': errorResponse('no such approval in your tenant'),
         '409': errorResponse('stale version or digest mismatch'),
         '410': errorResponse('expired, already decided, used or void'),

@@ -1,4 +1,4 @@
-import { loadWorld } from '@gatehouse/contracts';
+import { loadWorld, RELEASE_APPROVER_ROLE, RELEASE_APPROVER_ROLES } from '@gatehouse/contracts';
 import { Forbidden } from '@gatehouse/platform';
 
 /** The approval fields authority depends on. Amount in integer cents. */
@@ -7,7 +7,7 @@ export interface ApprovalSubject {
   region: string | null;
   requester: string;
   amountCents: number | null;
-  /** Role the approver must hold (`lead` for support-p1, `change_owner` for change-c1). */
+  /** Role the approver must hold (`lead` for support-p1, `change_owner` for change-c1, `release_approver` for a release override). */
   approverRole: string;
   /** Whether the approver must be in the requester's region. */
   sameRegion: boolean;
@@ -16,19 +16,26 @@ export interface ApprovalSubject {
 /**
  * Why `approverId` may not decide `approval`, or null when they may (docs/product/policy-rules.md#approvals,
  * docs/product/users-and-tools.md#change-pack): the requester can never approve; the approver must hold the approval's role
- * (`lead` → `not_a_lead`, `change_owner` → `not_a_change_owner`) in the requester's tenant, be in
- * the requester's region when the bundle says so, and have an approve limit covering the amount
- * (when the approval has one).
+ * (`lead` → `not_a_lead`, `change_owner` → `not_a_change_owner`; `release_approver`, a release
+ * override's, is held by a policy owner or an operator → `not_a_release_approver`) in the
+ * requester's tenant, be in the requester's region when the bundle says so, and have an approve
+ * limit covering the amount (when the approval has one).
  */
 export function authorityRefusal(approverId: string, tenant: string, approval: ApprovalSubject): string | null {
   const approver = loadWorld().users.find((u) => u.id === approverId && u.tenant === tenant);
   if (!approver) return 'unknown_approver';
   if (approver.id === approval.requester) return 'requester_cannot_approve';
-  if (approver.role !== approval.approverRole) return `not_a_${approval.approverRole}`;
+  if (!holdsRole(approver.role, approval.approverRole)) return `not_a_${approval.approverRole}`;
   if (approver.tenant !== approval.tenant) return 'wrong_tenant';
   if (approval.sameRegion && (!approval.region || approver.region !== approval.region)) return 'wrong_region';
   if (approval.amountCents !== null && (approver.approveLimit ?? 0) < approval.amountCents) return 'approve_limit_too_low';
   return null;
+}
+
+/** Whether a directory role holds an approval's role: itself, or for a release override a policy owner or an operator (ADR 0230). */
+function holdsRole(directoryRole: string, approverRole: string): boolean {
+  if (approverRole === RELEASE_APPROVER_ROLE) return RELEASE_APPROVER_ROLES.includes(directoryRole);
+  return directoryRole === approverRole;
 }
 
 /** @throws Forbidden (403) with the refusal reason when the approver lacks authority. */

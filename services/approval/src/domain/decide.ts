@@ -1,4 +1,4 @@
-import { executionsQueue, REMEDIATION_RULE_ID, resultsQueue, type DecisionRequest } from '@gatehouse/contracts';
+import { decidedOutOfBand, executionsQueue, resultsQueue, type DecisionRequest } from '@gatehouse/contracts';
 import {
   actorHash,
   creditWait,
@@ -13,6 +13,7 @@ import {
 import { ConflictError, Gone, NotFound } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
 import { assertAuthority } from './authority.ts';
+import { endRefusedOverride } from './release-override.ts';
 
 /** Result of a decision: the approval's new status and the jobs to publish after commit. */
 export interface DecisionOutcome {
@@ -157,10 +158,12 @@ async function decideInTransaction(
       decision: status,
       revisions: { policy: approval.policy_revision, release: approval.release_id },
     });
-    if (approval.rule_id === REMEDIATION_RULE_ID) {
+    if (decidedOutOfBand(approval.rule_id)) {
       // A reconciliation remediation runs in the reconciliation job once approved, never in the
-      // executor or the agent loop (docs/decisions/0050-reconciliation.md): no job to enqueue.
+      // executor or the agent loop (docs/decisions/0050-reconciliation.md); a release override is
+      // consumed by the release command that needs it (0230): no job to enqueue.
       await transitionAction(trx, approval.action_id, { to: status });
+      if (status === 'denied') await endRefusedOverride(trx, approval, 'denied');
       return { approvalId: approval.id, status, rows: [] };
     }
     let row: OutboxRow;

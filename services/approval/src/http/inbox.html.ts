@@ -1,5 +1,5 @@
 import { escapeHtml, pageFrame, signInForm, type ChooserUser } from '@gatehouse/platform';
-import type { ApprovalView } from '@gatehouse/contracts';
+import { RELEASE_OVERRIDE_TOOL, type ApprovalView } from '@gatehouse/contracts';
 
 const STYLE = `body{font:15px/1.4 system-ui,sans-serif;margin:2rem;max-width:60rem;color:#1b1f24}
 h1{font-size:1.4rem}.card{border:1px solid #d0d7de;border-radius:8px;padding:1rem;margin:1rem 0}
@@ -20,10 +20,61 @@ export function signInPage(users: ChooserUser[] | null, error?: string): string 
   );
 }
 
-function fields(v: ApprovalView): string {
+type Rows = Array<[string, unknown]>;
+
+/** A change schedule (docs/product/users-and-tools.md#change-pack): action, plan, window, environment, effect and rollback. */
+function scheduleRows(v: ApprovalView): Rows {
+  const f = v.orderFacts;
+  return [
+    ['Action', v.tool],
+    ['Plan', v.target],
+    ['Change', f.changeId ?? '—'],
+    ['Service', f.service ?? '—'],
+    ['Window', v.arguments.window],
+    ['Note (model text)', v.arguments.note ?? '—'],
+    ['Environment', f.environment ?? '—'],
+    ['Effect', f.effect ?? '—'],
+    ['Rollback', f.rollback ?? '—'],
+  ];
+}
+
+/**
+ * A release override (docs/decisions/0230-two-person-release-changes.md): the kind, exactly what
+ * it covers, the requester's reason, and the release as its manifest names it.
+ */
+function overrideRows(v: ApprovalView): Rows {
+  const f = v.orderFacts;
+  const covers = Array.isArray(v.arguments.covers) ? (v.arguments.covers as unknown[]).map(String) : [];
+  return [
+    ['Action', `release override: ${String(v.arguments.kind)}`],
+    ['Release', v.target],
+    ...covers.map((c, i): [string, unknown] => [i === 0 ? 'Covers' : '', c]),
+    ['Reason (requester text)', v.arguments.reason],
+    ['Model', f.model ?? '—'],
+    ['Policy bundles', f.policy ?? '—'],
+    ['Schema version', f.schemaVersion ?? '—'],
+    ['Manifest sha256', f.manifestSha256 ?? '—'],
+    ['Active release now', f.activeRelease ?? '—'],
+  ];
+}
+
+/** A support action: the order, its arguments in human units, and what the order paid and refunded. */
+function supportRows(v: ApprovalView): Rows {
   const f = v.orderFacts;
   const cents = (x: unknown) => (typeof x === 'number' ? (x / 100).toFixed(2) : '—');
-  const common: Array<[string, unknown]> = [
+  return [
+    ['Tool', v.tool],
+    ['Order', v.target],
+    ...Object.entries(v.arguments)
+      .filter(([k]) => k !== 'amountCents' && k !== 'orderId')
+      .map(([k, val]) => [k === 'amount' ? 'Amount' : k === 'reason' ? 'Reason (model text)' : k, val] as [string, unknown]),
+    ['Order paid', cents(f.orderPaidCents)],
+    ['Refunds already recorded', cents(f.priorRefundsOnOrderCents)],
+  ];
+}
+
+function fields(v: ApprovalView): string {
+  const common: Rows = [
     ['Requested by (actor)', v.requester],
     ['Tenant', v.tenant],
     ['Rule', v.ruleId],
@@ -33,31 +84,8 @@ function fields(v: ApprovalView): string {
     ['Expires', v.expiresAt],
     ['Single use', v.singleUse ? 'yes' : 'no'],
   ];
-  // A change schedule (docs/product/users-and-tools.md#change-pack): action, plan, window, environment, effect and rollback.
-  const rows: Array<[string, unknown]> =
-    v.tool === 'schedule_change'
-      ? [
-          ['Action', v.tool],
-          ['Plan', v.target],
-          ['Change', f.changeId ?? '—'],
-          ['Service', f.service ?? '—'],
-          ['Window', v.arguments.window],
-          ['Note (model text)', v.arguments.note ?? '—'],
-          ['Environment', f.environment ?? '—'],
-          ['Effect', f.effect ?? '—'],
-          ['Rollback', f.rollback ?? '—'],
-          ...common,
-        ]
-      : [
-          ['Tool', v.tool],
-          ['Order', v.target],
-          ...Object.entries(v.arguments)
-            .filter(([k]) => k !== 'amountCents' && k !== 'orderId')
-            .map(([k, val]) => [k === 'amount' ? 'Amount' : k === 'reason' ? 'Reason (model text)' : k, val] as [string, unknown]),
-          ['Order paid', cents(f.orderPaidCents)],
-          ['Refunds already recorded', cents(f.priorRefundsOnOrderCents)],
-          ...common,
-        ];
+  const own = v.tool === 'schedule_change' ? scheduleRows(v) : v.tool === RELEASE_OVERRIDE_TOOL ? overrideRows(v) : supportRows(v);
+  const rows = [...own, ...common];
   return `<dl>${rows.map(([k, val]) => `<dt>${escapeHtml(k)}</dt><dd>${escapeHtml(val)}</dd>`).join('')}<dt>Digest</dt><dd><code>${escapeHtml(v.actionDigest)}</code></dd></dl>`;
 }
 

@@ -1,7 +1,8 @@
-import { REMEDIATION_RULE_ID, resultsQueue } from '@gatehouse/contracts';
+import { decidedOutOfBand, resultsQueue } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, recordAudit, transitionAction, type Db, type OutboxRow, type Trx } from '@gatehouse/ledger';
 import type { OutboxRelay } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
+import { endRefusedOverride } from '../domain/release-override.ts';
 
 /**
  * The UPDATE that expires pending approvals past `expires_at`, conditional on `status = 'pending'`.
@@ -53,8 +54,10 @@ export async function sweepExpiredApprovals(deps: { db: Db; relay: OutboxRelay; 
         outcome: 'expired',
         revisions: { release: a.release_id },
       });
-      // A remediation's call belongs to no model conversation: the reconciliation job reopens its item.
-      if (!action || a.rule_id === REMEDIATION_RULE_ID) continue;
+      // A remediation's call belongs to no model conversation: the reconciliation job reopens its
+      // item; a release override's run ends here (ADR 0230).
+      if (denied) await endRefusedOverride(trx, a, 'approval_expired');
+      if (!action || decidedOutOfBand(a.rule_id)) continue;
       const output = toSafeOutput(a.tool, { executed: false, reason: 'approval_expired' }, 'gatehouse');
       out.push(
         await enqueueInTransaction(trx, resultsQueue, {
