@@ -189,6 +189,9 @@ describe('activating a looser bundle', () => {
     expect(await approval(late)).toMatchObject({ status: 'expired' });
     expect(await runOf(late)).toMatchObject({ state: 'stopped', stop_reason: 'approval_expired' });
     expect(await refusal('rel-long')).toEqual(['raise_limits:expired']);
+    // Approved and never used: the same sweep ends it, so its run does not wait on a person forever.
+    expect(await approval(expired)).toMatchObject({ status: 'expired' });
+    expect(await runOf(expired)).toMatchObject({ state: 'stopped', stop_reason: 'approval_expired' });
   });
 
   it('an approval bound to other limits is refused: the bundle changed after it was approved', async () => {

@@ -1,4 +1,4 @@
-import { decidedOutOfBand, resultsQueue } from '@gatehouse/contracts';
+import { decidedOutOfBand, RELEASE_OVERRIDE_RULE_ID, resultsQueue } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, recordAudit, transitionAction, type Db, type OutboxRow, type Trx } from '@gatehouse/ledger';
 import type { OutboxRelay } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
@@ -22,6 +22,39 @@ async function dueApprovals(trx: Trx, onlyPending: boolean) {
 }
 
 /**
+ * Ends release overrides that were approved and never used before `expires_at`
+ * (docs/decisions/0230-two-person-release-changes.md): the approval becomes `expired` (one
+ * conditional UPDATE, so each replica's sweep ends it once), audited, and its run is stopped with
+ * `approval_expired` and a next step instead of waiting on a person forever. Only release
+ * overrides: every other approved approval is consumed by a job or a command that the watchdog
+ * or reconciliation keeps alive.
+ */
+async function expireUnusedOverrides(trx: Trx): Promise<void> {
+  const unused = await trx
+    .updateTable('approvals')
+    .set({ status: 'expired', decided_at: new Date() })
+    .where('status', '=', 'approved')
+    .where('rule_id', '=', RELEASE_OVERRIDE_RULE_ID)
+    .where('expires_at', '<', new Date())
+    .returning(['id', 'workflow_id', 'tool', 'action_digest', 'action_version', 'release_id', 'rule_id'])
+    .execute();
+  for (const a of unused) {
+    await recordAudit(trx, {
+      type: 'approval.decided',
+      service: 'approval',
+      runId: a.workflow_id,
+      tool: a.tool,
+      actionDigest: a.action_digest,
+      actionVersion: a.action_version,
+      approvalId: a.id,
+      outcome: 'expired_unused',
+      revisions: { release: a.release_id },
+    });
+    await endRefusedOverride(trx, a, 'approval_expired');
+  }
+}
+
+/**
  * Expires pending approvals past `expires_at` (single conditional UPDATE), denies their actions
  * and answers their calls `{executed: false, reason: "approval_expired"}`, stopping the workflow
  * with `stopped(approval_expired)`. Returns how many expired.
@@ -33,6 +66,7 @@ async function dueApprovals(trx: Trx, onlyPending: boolean) {
  */
 export async function sweepExpiredApprovals(deps: { db: Db; relay: OutboxRelay; onlyPending?: boolean }): Promise<number> {
   const rows = await inTransaction(deps.db, async (trx) => {
+    await expireUnusedOverrides(trx);
     const due = await dueApprovals(trx, deps.onlyPending !== false);
     const expired = await due
       .returning(['id', 'action_id', 'workflow_id', 'tool', 'action_digest', 'action_version', 'release_id', 'rule_id'])
