@@ -12,6 +12,7 @@ import * as reasoningItems from './20261201000145-ReasoningItems.ts';
 import * as outboxJobIdIndex from './20261201000200-OutboxJobIdIndex.ts';
 import * as workflowEvents from './20261201000300-WorkflowEvents.ts';
 import * as operationTokenEpoch from './20261201000400-OperationTokenEpoch.ts';
+import * as toolReenables from './20261201000500-ToolReenables.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
 export const migrations: Record<string, Migration> = {
@@ -28,4 +29,5 @@ export const migrations: Record<string, Migration> = {
   '20261201000200-OutboxJobIdIndex': outboxJobIdIndex,
   '20261201000300-WorkflowEvents': workflowEvents,
   '20261201000400-OperationTokenEpoch': operationTokenEpoch,
+  '20261201000500-ToolReenables': toolReenables,
 };

@@ -42,6 +42,8 @@ const STATUS: Record<string, number> = {
   RequeueRefused: 409,
   TwoPersonRequired: 403,
   OverrideRefused: 422,
+  StagedReenableOpen: 422,
+  ReenableRefused: 422,
   OperatorRefused: 403,
   LeaseBusy: 409,
   UsageError: 400,

@@ -5,9 +5,16 @@ import { actorHash, inTransaction, recordAudit, type Db, type Trx } from '@gateh
 /**
  * What a two-person override lets a release command go past (docs/decisions/0210-canary-analysis.md,
  * docs/decisions/0230-two-person-release-changes.md): a failing canary analysis, a failing
- * boundary-case gate (`--force`), or a bundle that raises a limit of the active one.
+ * boundary-case gate (`--force`), or a bundle that raises a limit of the active one — or a staged
+ * re-enable advancing with less evidence than asked (`reenable`, docs/decisions/0310-staged-reenable.md),
+ * whose subject (`release` below, the `release_id` column) is the tool.
  */
-export type OverrideKind = 'canary' | 'force_gate' | 'raise_limits';
+export type OverrideKind = 'canary' | 'force_gate' | 'raise_limits' | 'reenable';
+
+/** The audit fields naming an override's subject: the tool of a `reenable` override, else the release. */
+function subjectFields(kind: OverrideKind, subject: string): { tool: string } | { revisions: { release: string } } {
+  return kind === 'reenable' ? { tool: subject } : { revisions: { release: subject } };
+}
 
 /** How long an override stays usable after it is asked for (ms): like an action approval, 15 minutes. */
 export const OVERRIDE_TTL_MS = 15 * 60_000;
@@ -35,7 +42,7 @@ export interface OverrideRequest {
  */
 export async function requestOverride(db: Db, r: OverrideRequest): Promise<string> {
   const reason = r.reason.trim();
-  if (!reason || reason.length > 500) throw new Error('release override needs --reason "<why>" (1–500 characters)');
+  if (!reason || reason.length > 500) throw new Error('an override needs --reason "<why>" (1–500 characters)');
   const id = randomUUID();
   await inTransaction(db, async (trx) => {
     await trx
@@ -59,7 +66,7 @@ export async function requestOverride(db: Db, r: OverrideRequest): Promise<strin
       runId: null,
       actorHash: actorHash(r.hmacKey, r.operator),
       outcome: `${r.summary};override:${id}`,
-      revisions: { release: r.release },
+      ...subjectFields(r.kind, r.release),
     });
   });
   return id;
@@ -107,7 +114,7 @@ export async function approveOverride(db: Db, id: string, opts: { operator: stri
       runId: null,
       actorHash: actorHash(opts.hmacKey, opts.operator),
       outcome: `${row.kind};override:${id}`,
-      revisions: { release: row.release_id },
+      ...subjectFields(row.kind, row.release_id),
     });
     return row.release_id;
   });
@@ -146,7 +153,7 @@ export async function consumeOverride(trx: Trx, r: Omit<OverrideRequest, 'reason
     runId: null,
     actorHash: actorHash(r.hmacKey, r.operator),
     outcome: `override:${used.id};${r.summary}`,
-    revisions: { release: r.release },
+    ...subjectFields(r.kind, r.release),
   });
   return used.id;
 }

@@ -13,3 +13,4 @@ export * from './liveness.ts';
 export * from './transition-guards.ts';
 export * from './credential-epoch.ts';
 export * from './workflow-events.ts';
+export * from './containment.ts';
