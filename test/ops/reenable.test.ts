@@ -164,7 +164,7 @@ describe('staged re-enable (designed)', () => {
       ['cohort', true, true],
       ['everyone', true, false],
     ]);
-  });
+  }, 600_000);
 });
 
 describe('control removed (GATEHOUSE_TEST_DISABLE_REENABLE_COHORT)', () => {
