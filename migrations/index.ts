@@ -13,6 +13,7 @@ import * as outboxJobIdIndex from './20261201000200-OutboxJobIdIndex.ts';
 import * as workflowEvents from './20261201000300-WorkflowEvents.ts';
 import * as operationTokenEpoch from './20261201000400-OperationTokenEpoch.ts';
 import * as actionTenantAndUser from './20261201000900-ActionTenantAndUser.ts';
+import * as toolReenables from './20261201000500-ToolReenables.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
 export const migrations: Record<string, Migration> = {
@@ -29,5 +30,6 @@ export const migrations: Record<string, Migration> = {
   '20261201000200-OutboxJobIdIndex': outboxJobIdIndex,
   '20261201000300-WorkflowEvents': workflowEvents,
   '20261201000400-OperationTokenEpoch': operationTokenEpoch,
+  '20261201000500-ToolReenables': toolReenables,
   '20261201000900-ActionTenantAndUser': actionTenantAndUser,
 };

@@ -41,6 +41,8 @@ const STATUS: Record<string, number> = {
   ReadBackUnavailable: 503,
   RequeueRefused: 409,
   TwoPersonRequired: 403,
+  StagedReenableOpen: 422,
+  ReenableRefused: 422,
   OperatorRefused: 403,
   LeaseBusy: 409,
   UsageError: 400,

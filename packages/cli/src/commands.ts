@@ -83,6 +83,36 @@ export const COMMANDS: CommandSpec[] = [
   { name: 'switch off', synopsis: '<tool>', summary: 'hold a tool at the moment of execution', options: [], ops: true },
   { name: 'epoch bump', synopsis: '', summary: 'revoke every outstanding delegated credential', options: [], ops: true },
   {
+    name: 'reenable status',
+    synopsis: '[<tool>] [--max-bound 0.05] [--json]',
+    summary: "each contained tool's re-enable stage, cohort, since, clean executions n, 95 % bound and what the next stage needs",
+    details: ['The bound is 1 − 0.05^(1/n) (n = 0: 1); --max-bound sets the bound "next" is judged against (default 0.05: 59 clean).'],
+    options: ['max-bound'],
+    json: true,
+    ops: true,
+  },
+  {
+    name: 'reenable advance',
+    synopsis: '<tool> [--cohort tenant:T,user:U] [--max-bound 0.05] --reason <why>',
+    summary: 'move a switched-off tool to its next stage: read_only → cohort → everyone (switch on), on evidence',
+    details: [
+      'The first run starts read_only (the tool stays held). Advancing needs the open stage to have n clean executions',
+      "and none failed with a bound ≤ --max-bound (exit 1 otherwise), or a second operator's approved reenable override.",
+      'docs/runbooks/reenable.md, docs/decisions/0310-staged-reenable.md',
+    ],
+    options: ['cohort', 'max-bound', 'reason'],
+    ops: true,
+  },
+  {
+    name: 'reenable override',
+    synopsis: '<tool> [--cohort tenant:T,user:U] --reason <why>',
+    summary:
+      "ask a second person (another operator or a policy owner, in the approval inbox) to let a tool's open stage advance with the evidence it has",
+    details: ['Bound to the open stage, the next one, the cohort and n; single use; expires after 15 minutes.'],
+    options: ['cohort', 'reason'],
+    ops: true,
+  },
+  {
     name: 'delegation keys',
     synopsis: '<dir>',
     summary: 'create an Ed25519 delegation key pair in <dir>',

@@ -4,3 +4,4 @@ export * from './demo.ts';
 export * from './api-client.ts';
 export * from './db-admin.ts';
 export * from './ops.ts';
+export * from './reenable.ts';

@@ -16,6 +16,7 @@ import { authorizeOperator, bumpEpoch, setSwitch, type Operator } from './ops.ts
 import { reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
 import { releaseCommand } from './release-commands.ts';
 import { changeCancelCommand } from './change-commands.ts';
+import { reenableCommand } from './reenable-commands.ts';
 import { withQueues } from './queue-ops.ts';
 import { loadBundle, loadBundleFile, runBoundaryGate, loadGateCases } from '@gatehouse/policy';
 import { portOf, SERVICES, startStack, stateDir, stateRoot, type RunningStack } from './stack.ts';
@@ -183,6 +184,10 @@ async function main(argv: string[]): Promise<number> {
     case 'queues quarantine':
     case 'queues requeue':
       return releaseCommand(`${cmd} ${sub}`, arg, values, env, (command, fn) => opsCommand(env, values.token, command, fn), out);
+    case 'reenable status':
+    case 'reenable advance':
+    case 'reenable override':
+      return reenableCommand(`${cmd} ${sub}`, arg, values, env, (command, fn) => opsCommand(env, values.token, command, fn), out);
     case 'migrate':
     case 'migrate up':
     case 'migrate down': {
@@ -224,6 +229,7 @@ const OPTIONS = {
   force: { type: 'boolean' },
   to: { type: 'string' },
   reason: { type: 'string' },
+  'max-bound': { type: 'string' },
   baseline: { type: 'string' },
   json: { type: 'boolean' },
   for: { type: 'string' },

@@ -1,8 +1,11 @@
 import { sql } from 'kysely';
-import { executionsQueue, Forbidden } from '@gatehouse/contracts';
+import { executionsQueue, Forbidden, Refused } from '@gatehouse/contracts';
 import {
   actorHash,
   creditWait,
+  endOpenReenableStage,
+  heldByContainment,
+  openReenableStages,
   enqueueInTransaction,
   inTransaction,
   recordAudit,
@@ -81,65 +84,105 @@ export async function authorizeOperator(
   );
 }
 
+/** `switch on` refused: the tool is coming back in stages (docs/decisions/0310-staged-reenable.md). */
+export class StagedReenableOpen extends Refused {
+  constructor(tool: string, stage: string) {
+    super(
+      'staged_reenable_open',
+      `${tool} is being re-enabled in stages (stage ${stage}): switch it on with "gatehouse reenable advance ${tool} --reason <why>" (see gatehouse reenable status ${tool})`,
+    );
+  }
+}
+
 /**
  * `gatehouse switch on|off TOOL`: read by the executor at the moment of execution
  * (docs/product/hard-cases.md#tool-switched-off-mid-run).
- * Switching on re-enqueues, through the outbox, every approved action of that tool not yet
- * claimed in a live workflow (the held ones), with a fresh job id, on the workflow's current
- * release (after a rollback and requeue, the restored one, whose executor re-evaluates it).
+ * Switching on re-enqueues the held actions ({@link releaseHeld}). Switching off ends the tool's
+ * open staged re-enable, if any (contained again: the stages start over).
  * Returns the rows to publish.
+ * @throws StagedReenableOpen for `on` while a staged re-enable is open (it is `reenable advance`'s to finish).
  */
 export async function setSwitch(db: Db, tool: string, enabled: boolean, operator: string, hmacKey: string): Promise<OutboxRow[]> {
   if (!findTool(tool)) throw new Error(`unknown tool ${tool}`);
   return inTransaction(db, async (trx) => {
-    await trx
-      .insertInto('tool_switches')
-      .values({ tool, enabled, changed_by: operator })
-      .onConflict((oc) => oc.column('tool').doUpdateSet({ enabled, changed_by: operator, changed_at: new Date() }))
-      .execute();
-    await recordAudit(trx, {
-      type: 'switch.changed',
-      service: 'cli',
-      runId: null,
-      actorHash: actorHash(hmacKey, operator),
-      tool,
-      outcome: enabled ? 'on' : 'off',
-    });
-    if (!enabled) return [];
-    const held = await trx
-      .selectFrom('actions as a')
-      .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
-      .leftJoin('approvals as p', (j) => j.onRef('p.action_id', '=', 'a.id').on('p.status', '=', 'approved'))
-      .select(['a.id', 'a.version', 'a.workflow_id', 'w.release_id', 'p.id as approval_id'])
-      .leftJoin('operations as o', 'o.action_id', 'a.id')
-      .where('a.tool', '=', tool)
-      .where('a.status', '=', 'approved')
-      .where('w.state', 'not in', TERMINAL_STATES)
-      .where((eb) => eb.or([eb('o.key', 'is', null), eb('o.status', '=', 'pending')]))
-      .execute();
-    const rows: OutboxRow[] = [];
-    for (const workflowId of new Set(held.map((a) => a.workflow_id))) await resumeIfNothingHeld(trx, workflowId, tool);
-    for (const a of held) {
-      rows.push(
-        await enqueueInTransaction(trx, executionsQueue, {
-          release: a.release_id,
-          workflowId: a.workflow_id,
-          actionId: a.id,
-          actionVersion: a.version,
-          approvalId: a.approval_id,
-          resumeSeq: Date.now(),
-        }),
-      );
-    }
-    return rows;
+    const [open] = await openReenableStages(trx, tool);
+    if (enabled && open) throw new StagedReenableOpen(tool, open.stage);
+    const ended = enabled ? null : await endOpenReenableStage(trx, tool);
+    await writeSwitch(trx, tool, enabled, operator, hmacKey, ended ? `off;reenable_ended:${ended}` : undefined);
+    return enabled ? releaseHeld(trx, tool) : [];
   });
 }
 
 /**
- * After `tool` is switched on: a paused run whose held steps are all of tools now on resumes
+ * Writes `tool`'s switch and its `switch.changed` audit event (outcome `on`/`off`, or `outcome`), in `trx`.
+ */
+export async function writeSwitch(
+  trx: Trx,
+  tool: string,
+  enabled: boolean,
+  operator: string,
+  hmacKey: string,
+  outcome?: string,
+): Promise<void> {
+  await trx
+    .insertInto('tool_switches')
+    .values({ tool, enabled, changed_by: operator })
+    .onConflict((oc) => oc.column('tool').doUpdateSet({ enabled, changed_by: operator, changed_at: new Date() }))
+    .execute();
+  await recordAudit(trx, {
+    type: 'switch.changed',
+    service: 'cli',
+    runId: null,
+    actorHash: actorHash(hmacKey, operator),
+    tool,
+    outcome: outcome ?? (enabled ? 'on' : 'off'),
+  });
+}
+
+/**
+ * Releases, in `trx`, the steps of `tool` that containment no longer holds (the switch on, or an
+ * open cohort stage admitting their workflow — {@link heldByContainment}): every approved action
+ * of that tool not yet claimed in a live workflow is re-enqueued through the outbox with a fresh
+ * job id, on the workflow's current release (after a rollback and requeue, the restored one, whose
+ * executor re-evaluates it), and its paused workflow resumes when nothing else holds it.
+ * Returns the rows to publish.
+ */
+export async function releaseHeld(trx: Trx, tool: string): Promise<OutboxRow[]> {
+  const held = await trx
+    .selectFrom('actions as a')
+    .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
+    .leftJoin('approvals as p', (j) => j.onRef('p.action_id', '=', 'a.id').on('p.status', '=', 'approved'))
+    .select(['a.id', 'a.version', 'a.workflow_id', 'w.release_id', 'p.id as approval_id'])
+    .leftJoin('operations as o', 'o.action_id', 'a.id')
+    .where('a.tool', '=', tool)
+    .where('a.status', '=', 'approved')
+    .where('w.state', 'not in', TERMINAL_STATES)
+    .where((eb) => eb.or([eb('o.key', 'is', null), eb('o.status', '=', 'pending')]))
+    .where((eb) => eb.not(heldByContainment(sql.ref('a.tool'), sql.ref('w.tenant'), sql.ref('w.user_id'))))
+    .execute();
+  const rows: OutboxRow[] = [];
+  for (const workflowId of new Set(held.map((a) => a.workflow_id))) await resumeIfNothingHeld(trx, workflowId, tool);
+  for (const a of held) {
+    rows.push(
+      await enqueueInTransaction(trx, executionsQueue, {
+        release: a.release_id,
+        workflowId: a.workflow_id,
+        actionId: a.id,
+        actionVersion: a.version,
+        approvalId: a.approval_id,
+        resumeSeq: Date.now(),
+      }),
+    );
+  }
+  return rows;
+}
+
+/**
+ * After `tool` is released: a paused run whose held steps are all of tools now on (or admitted by
+ * a cohort stage) resumes
  * (`executing`, audited `run.resumed`), and the time it was paused is credited to its deadline —
  * on-call's pause is not the run's working time (docs/product/invariants.md#bounds), counted once with approval waits
- * (`wait_credited_until`). A run with a step of another tool still switched off stays `paused`,
+ * (`wait_credited_until`). A run with a step of another tool still held stays `paused`,
  * its next step naming those tools (docs/product/states.md).
  */
 async function resumeIfNothingHeld(trx: Trx, workflowId: string, tool: string): Promise<void> {
@@ -152,13 +195,13 @@ async function resumeIfNothingHeld(trx: Trx, workflowId: string, tool: string): 
   if (!wf || wf.state !== 'paused') return;
   const stillOff = await trx
     .selectFrom('actions as a')
-    .innerJoin('tool_switches as t', 't.tool', 'a.tool')
+    .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
     .leftJoin('operations as o', 'o.action_id', 'a.id')
     .select('a.tool')
     .distinct()
     .where('a.workflow_id', '=', workflowId)
     .where('a.status', '=', 'approved')
-    .where('t.enabled', '=', false)
+    .where(heldByContainment(sql.ref('a.tool'), sql.ref('w.tenant'), sql.ref('w.user_id')))
     .where((eb) => eb.or([eb('o.key', 'is', null), eb('o.status', '=', 'pending')]))
     .execute();
   if (stillOff.length) {

@@ -17,7 +17,16 @@ import { catalogDigest, toolsOfPack } from '@gatehouse/tools';
  * docs/decisions/0230-two-person-release-changes.md): a failing canary analysis, a failing
  * boundary-case gate (`--force`), or a bundle that raises a limit of the active one.
  */
-export type OverrideKind = 'canary' | 'force_gate' | 'raise_limits';
+export type OverrideKind = 'canary' | 'force_gate' | 'raise_limits' | 'reenable';
+
+/**
+ * The audit fields naming an override's subject: the tool of a `reenable` override (a staged
+ * re-enable advancing with less evidence than asked, docs/decisions/0310-staged-reenable.md),
+ * else the release.
+ */
+function subjectFields(kind: OverrideKind, subject: string): { tool: string } | { revisions: { release: string } } {
+  return kind === 'reenable' ? { tool: subject } : { revisions: { release: subject } };
+}
 
 /** How long an override stays usable after it is asked for (ms): like an action approval, 15 minutes. */
 export const OVERRIDE_TTL_MS = 15 * 60_000;
@@ -33,17 +42,22 @@ export const OVERRIDE_RUN_RELEASE = 'release-override';
  * what an override's approval is bound to (its action digest). Any change to the manifest or to
  * the items — another raised limit, another failing case or measure — is another digest.
  */
-export function overrideDigest(kind: OverrideKind, release: string, items: readonly string[], manifest: ReleaseManifest): string {
-  return sha256Hex(canonicalJson({ kind, release, manifest: sha256Hex(canonicalJson(manifest)), items: [...items].sort() }));
+export function overrideDigest(kind: OverrideKind, release: string, items: readonly string[], manifest: ReleaseManifest | null): string {
+  const manifestSha = manifest ? sha256Hex(canonicalJson(manifest)) : null;
+  return sha256Hex(canonicalJson({ kind, release, manifest: manifestSha, items: [...items].sort() }));
 }
 
 /** An override to ask for or to consume: bound to `digest` over `items`; `summary` goes into the audit events. */
 export interface OverrideRequest {
   release: string;
   kind: OverrideKind;
-  /** What it covers: failing boundary cases, raised limits, or `baseline:<id>` and the failing measures. */
+  /**
+   * What it covers: failing boundary cases, raised limits, `baseline:<id>` and the failing
+   * measures, or a re-enable's stages, cohort and evidence.
+   */
   items: string[];
-  manifest: ReleaseManifest;
+  /** The release's manifest; null for a `reenable` override, whose subject (`release`) is a tool. */
+  manifest: ReleaseManifest | null;
   digest: string;
   summary: string;
   reason: string;
@@ -98,20 +112,22 @@ export async function requestOverride(db: Db, r: OverrideRequest): Promise<Overr
     expiresAt: new Date(Date.now() + OVERRIDE_TTL_MS),
   };
   const args = { release: r.release, kind: r.kind, covers: [...r.items].sort(), reason };
-  const facts = {
-    release: r.release,
-    description: r.manifest.description ?? null,
-    model: r.manifest.model.name,
-    policy: `${r.manifest.policy.support}, ${r.manifest.policy.change}`,
-    schemaVersion: r.manifest.schemaVersion,
-    manifestSha256: sha256Hex(canonicalJson(r.manifest)),
-    activeRelease: active?.id ?? null,
-  };
+  const facts = r.manifest
+    ? {
+        release: r.release,
+        description: r.manifest.description ?? null,
+        model: r.manifest.model.name,
+        policy: `${r.manifest.policy.support}, ${r.manifest.policy.change}`,
+        schemaVersion: r.manifest.schemaVersion,
+        manifestSha256: sha256Hex(canonicalJson(r.manifest)),
+        activeRelease: active?.id ?? null,
+      }
+    : { tool: r.release, activeRelease: active?.id ?? null };
   await inTransaction(db, async (trx) => {
-    const proposalId = await insertOverrideRun(trx, t, { args, operator: r.operator, policy: r.manifest.policy.change });
+    const proposalId = await insertOverrideRun(trx, t, { args, operator: r.operator, policy: r.manifest?.policy.change ?? 'none' });
     await insertOverrideApproval(trx, t, { proposalId, args, facts, r });
     const audit = { service: 'cli', runId: t.workflowId, actorHash: actorHash(r.hmacKey, r.operator), approvalId: t.approvalId };
-    await recordAudit(trx, { ...audit, type: 'release.override_requested', outcome: r.summary, revisions: { release: r.release } });
+    await recordAudit(trx, { ...audit, type: 'release.override_requested', outcome: r.summary, ...subjectFields(r.kind, r.release) });
     await recordAudit(trx, {
       ...audit,
       type: 'approval.requested',
@@ -120,7 +136,7 @@ export async function requestOverride(db: Db, r: OverrideRequest): Promise<Overr
       actionVersion: 1,
       decision: 'REQUIRE_APPROVAL',
       ruleId: RELEASE_OVERRIDE_RULE_ID,
-      revisions: { release: r.release },
+      ...(r.kind === 'reenable' ? {} : { revisions: { release: r.release } }),
     });
   });
   return t;
@@ -176,7 +192,7 @@ async function insertOverrideApproval(
   a: { proposalId: string; args: Record<string, unknown>; facts: Record<string, unknown>; r: OverrideRequest },
 ): Promise<void> {
   const actionId = randomUUID();
-  const policy = `${a.r.manifest.policy.support},${a.r.manifest.policy.change}`;
+  const policy = a.r.manifest ? `${a.r.manifest.policy.support},${a.r.manifest.policy.change}` : 'none';
   await trx
     .insertInto('actions')
     .values({
@@ -266,9 +282,9 @@ export async function consumeOverride(trx: Trx, r: Omit<OverrideRequest, 'reason
     tool: RELEASE_OVERRIDE_TOOL,
     actionDigest: r.digest,
     actionVersion: 1,
-    revisions: { release: r.release },
+    ...(r.kind === 'reenable' ? {} : { revisions: { release: r.release } }),
   });
-  await recordAudit(trx, { ...audit, type: 'release.override_used', outcome: r.summary, revisions: { release: r.release } });
+  await recordAudit(trx, { ...audit, type: 'release.override_used', outcome: r.summary, ...subjectFields(r.kind, r.release) });
   return used.id;
 }
 

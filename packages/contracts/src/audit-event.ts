@@ -27,6 +27,11 @@ export const AuditEventType = z.enum([
   'operation.reconciled',
   'result.returned',
   'switch.changed',
+  /**
+   * `gatehouse reenable advance`: a switched-off tool's staged re-enable entered a stage (outcome
+   * `<stage>;n:<n>;failures:<f>;bound:<b>;max:<m>[;override:<id>][;cohort:<tenants/users>];reason:<why>`; ADR 0310).
+   */
+  'reenable.advanced',
   'epoch.bumped',
   /** A service refused to boot: its code differs from its release manifest (outcome names the digests). */
   'service.boot_refused',

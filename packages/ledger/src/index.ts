@@ -14,3 +14,4 @@ export * from './transition-guards.ts';
 export * from './credential-epoch.ts';
 export * from './workflow-events.ts';
 export * from './decision-context.ts';
+export * from './containment.ts';

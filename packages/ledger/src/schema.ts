@@ -184,6 +184,30 @@ export interface OperationsTable {
   frozen_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
 }
 
+/** A stage of a switched-off tool's way back (docs/decisions/0310-staged-reenable.md); at most one open (`ended_at` null) per tool. */
+export type ReenableStage = 'read_only' | 'cohort' | 'everyone';
+
+/** One stage of a staged re-enable (migration 20261201000500-ToolReenables). */
+export interface ToolReenableStagesTable {
+  id: string;
+  tool: string;
+  stage: ReenableStage;
+  cohort_tenants: Generated<string[]>;
+  cohort_users: Generated<string[]>;
+  started_at: Generated<Date>;
+  started_by: string;
+  reason: string;
+  /** The evidence of the stage before, when this one started: clean executions, failures, 95 % bound. */
+  evidence_n: number | null;
+  evidence_failures: number | null;
+  evidence_bound: number | null;
+  /** The `--max-bound` the operator asked for. */
+  max_bound: number | null;
+  /** The two-person override that let it start with less evidence. */
+  override_id: string | null;
+  ended_at: Timestamp | null;
+}
+
 export interface ToolSwitchesTable {
   tool: string;
   enabled: boolean;
@@ -245,7 +269,8 @@ export interface ReleasesTable {
 export interface ReleaseOverridesTable {
   id: string;
   release_id: string;
-  kind: 'canary' | 'force_gate' | 'raise_limits';
+  /** `reenable`: advancing a staged re-enable with less evidence; `release_id` then holds the tool. */
+  kind: 'canary' | 'force_gate' | 'raise_limits' | 'reenable';
   /** sha256 over the kind, the release and what is overridden (failing measures, gate cases, raised limits). */
   failure_digest: string;
   reason: string;
@@ -416,6 +441,7 @@ export interface DB {
   approvals: ApprovalsTable;
   operations: OperationsTable;
   tool_switches: ToolSwitchesTable;
+  tool_reenable_stages: ToolReenableStagesTable;
   credential_epochs: CredentialEpochsTable;
   outbox: OutboxTable;
   decision_log: DecisionLogTable;

@@ -2,6 +2,7 @@ import { STOP_REASONS } from '@gatehouse/contracts';
 import { sql } from 'kysely';
 import type { Trx } from './db.ts';
 import type { ActionStatus } from './schema.ts';
+import { heldByContainment } from './containment.ts';
 
 /**
  * The guards of workflow transitions (docs/product/states.md#transition-table): each is one
@@ -62,18 +63,19 @@ const operationIn = (trx: Trx, workflowId: string, statuses: string[]) =>
     .limit(1);
 
 /**
- * Actions of the workflow held by a switched-off tool: approved or running, their tool's switch
- * off, and (with `unclaimedOnly`) no operation past `pending` — the steps the executor holds.
+ * Actions of the workflow held by containment: approved or running, their tool's switch off and
+ * no open cohort stage admitting the workflow ({@link heldByContainment}), and (with
+ * `unclaimedOnly`) no operation past `pending` — the steps the executor holds.
  */
 function heldBySwitch(trx: Trx, workflowId: string, statuses: ActionStatus[], unclaimedOnly: boolean) {
   let q = trx
     .selectFrom('actions as a')
-    .innerJoin('tool_switches as t', 't.tool', 'a.tool')
+    .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
     .leftJoin('operations as o', 'o.action_id', 'a.id')
     .select('a.id')
     .where('a.workflow_id', '=', workflowId)
     .where('a.status', 'in', statuses)
-    .where('t.enabled', '=', false);
+    .where(heldByContainment(sql.ref('a.tool'), sql.ref('w.tenant'), sql.ref('w.user_id')));
   if (unclaimedOnly) q = q.where((eb) => eb.or([eb('o.key', 'is', null), eb('o.status', '=', 'pending')]));
   return q.limit(1);
 }

@@ -40,6 +40,7 @@ const TABLES_OF: Record<string, string[]> = {
   '20261201000200-OutboxJobIdIndex': [],
   '20261201000300-WorkflowEvents': ['webhook_deliveries', 'webhook_endpoints', 'workflow_events'],
   '20261201000400-OperationTokenEpoch': [],
+  '20261201000500-ToolReenables': ['tool_reenable_stages'],
   '20261201000900-ActionTenantAndUser': [],
 };
 const tablesUpTo = (names: string[]): string[] => names.flatMap((n) => TABLES_OF[n] ?? []).sort();

@@ -40,16 +40,21 @@ function scheduleRows(v: ApprovalView): Rows {
 
 /**
  * A release override (docs/decisions/0230-two-person-release-changes.md): the kind, exactly what
- * it covers, the requester's reason, and the release as its manifest names it.
+ * it covers, the requester's reason, and the release as its manifest names it — or, for a staged
+ * re-enable's override (docs/decisions/0310-staged-reenable.md), the tool, its stages and evidence.
  */
 function overrideRows(v: ApprovalView): Rows {
   const f = v.orderFacts;
   const covers = Array.isArray(v.arguments.covers) ? (v.arguments.covers as unknown[]).map(String) : [];
-  return [
-    ['Action', `release override: ${String(v.arguments.kind)}`],
-    ['Release', v.target],
+  const head: Rows = [
+    ['Action', `${v.arguments.kind === 'reenable' ? 'staged re-enable' : 'release'} override: ${String(v.arguments.kind)}`],
+    [v.arguments.kind === 'reenable' ? 'Tool' : 'Release', v.target],
     ...covers.map((c, i): [string, unknown] => [i === 0 ? 'Covers' : '', c]),
     ['Reason (requester text)', v.arguments.reason],
+  ];
+  if (v.arguments.kind === 'reenable') return [...head, ['Active release now', f.activeRelease ?? '—']];
+  return [
+    ...head,
     ['Model', f.model ?? '—'],
     ['Policy bundles', f.policy ?? '—'],
     ['Schema version', f.schemaVersion ?? '—'],

@@ -1,12 +1,9 @@
 import { sql } from 'kysely';
 import type { World } from '@gatehouse/contracts';
-import type { Db } from '@gatehouse/ledger';
+import { EFFECT, type Db } from '@gatehouse/ledger';
 import { findTool } from '@gatehouse/tools';
 
 type Row = { id: string };
-
-/** Operation statuses that are (or may be) an effect in a system of record. */
-const EFFECT = sql`('succeeded', 'running', 'failed_unknown')`;
 
 /**
  * Authority (docs/product/invariants.md#authority): effects that ran outside the delegation of
@@ -35,45 +32,6 @@ export async function effectsBeyondDelegation(db: Db, world: World): Promise<Row
     if (owner !== undefined && owner !== r.tenant) return true;
     return r.tool === 'issue_refund' && Number(r.amount ?? 0) > (user.refundCeiling ?? 0);
   });
-}
-
-/**
- * Containment (docs/product/invariants.md#containment): effects dispatched after their tool was
- * switched off (and while it is still off) — the switch is checked at the moment of execution,
- * so there must be none.
- * @returns operation keys.
- */
-export async function effectsAfterSwitchOff(db: Db): Promise<Row[]> {
-  return (
-    await sql<Row>`select o.key as id from operations o join tool_switches s on s.tool = o.tool
-      where s.enabled = false and o.dispatched_at > s.changed_at and o.status in ${EFFECT}`.execute(db)
-  ).rows;
-}
-
-/**
- * Containment, epoch half (docs/product/invariants.md#containment): effects whose delegated token
- * carried a revocation epoch (`operations.token_epoch`, recorded with the write-ahead mark) below
- * the epoch in force when they were dispatched — an `epoch bump` revokes every outstanding token,
- * and the systems of record must refuse them, so there must be none. The epoch in force at a time
- * is the highest of the `epoch.bumped` audit events (outcome = the new epoch) at or before it and
- * of `credential_epochs` when it last changed at or before it. Operations without a recorded
- * epoch (dispatched before it was recorded) are not judged.
- * @returns operation keys.
- */
-export async function effectsWithRevokedEpoch(db: Db): Promise<Row[]> {
-  return (
-    await sql<Row>`with bumps as (
-        select (event->>'outcome')::int as epoch, (event->>'atMs')::bigint as at_ms from audit_log
-          where event->>'type' = 'epoch.bumped' and event->>'outcome' ~ '^[0-9]{1,9}$'
-        union all select (event->>'outcome')::int, (event->>'atMs')::bigint from audit_outbox
-          where event->>'type' = 'epoch.bumped' and event->>'outcome' ~ '^[0-9]{1,9}$'
-        union all select epoch, (extract(epoch from changed_at) * 1000)::bigint from credential_epochs where id = 1)
-      select o.key as id from operations o
-       where o.token_epoch is not null and o.dispatched_at is not null and o.status in ${EFFECT}
-         and o.token_epoch < (select max(b.epoch) from bumps b where b.at_ms <= (extract(epoch from o.dispatched_at) * 1000)::bigint)`.execute(
-      db,
-    )
-  ).rows;
 }
 
 /**

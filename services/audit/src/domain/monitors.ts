@@ -1,16 +1,10 @@
 import { sql } from 'kysely';
 import type { KeyObject } from 'node:crypto';
 import { loadWorld, type World } from '@gatehouse/contracts';
-import { verifyAuditChain, type Db } from '@gatehouse/ledger';
+import { effectsAfterSwitchOff, effectsWithRevokedEpoch, verifyAuditChain, type Db } from '@gatehouse/ledger';
 import type { Logger } from '@gatehouse/platform';
 import { recordAlert } from '@gatehouse/telemetry';
-import {
-  effectsAfterSwitchOff,
-  effectsBeyondDelegation,
-  effectsWithRevokedEpoch,
-  recentAuditEvents,
-  refundsAtLimitWhileApprovalsStopped,
-} from './invariant-monitors.ts';
+import { effectsBeyondDelegation, recentAuditEvents, refundsAtLimitWhileApprovalsStopped } from './invariant-monitors.ts';
 
 /** One invariant violation found by a standing query over the records. */
 export interface Alert {

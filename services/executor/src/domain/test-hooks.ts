@@ -30,6 +30,11 @@ export interface TestHooks {
    * (control-removed test: a tool switched off after admission still executes).
    */
   switchAtAdmissionOnly: boolean;
+  /**
+   * Let every workflow through a tool at the `cohort` stage of its staged re-enable, not only the
+   * cohort's (control-removed test of docs/decisions/0310-staged-reenable.md).
+   */
+  disableReenableCohort?: boolean;
   /** Claim an operation even while another worker's lease on it is live (control-removed test of the replicas, ADR 0195). */
   disableLease?: boolean;
   /** Mint with epoch 0 when the revocation epoch cannot be read (control-removed test of the fail-closed epoch). */
@@ -67,6 +72,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     'GATEHOUSE_TEST_SWITCH_AT_ADMISSION_ONLY',
     'GATEHOUSE_TEST_DISABLE_LEASE',
     'GATEHOUSE_TEST_EPOCH_FAIL_OPEN',
+    'GATEHOUSE_TEST_DISABLE_REENABLE_COHORT',
   ].filter((k) => env[k]);
   if (!set.length) return NONE;
   if (env.GATEHOUSE_ENV !== 'test') throw new Error(`${set.join(', ')} may only be set with GATEHOUSE_ENV=test`);
@@ -86,6 +92,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     switchAtAdmissionOnly: env.GATEHOUSE_TEST_SWITCH_AT_ADMISSION_ONLY === '1',
     disableLease: env.GATEHOUSE_TEST_DISABLE_LEASE === '1',
     epochFailOpen: env.GATEHOUSE_TEST_EPOCH_FAIL_OPEN === '1',
+    disableReenableCohort: env.GATEHOUSE_TEST_DISABLE_REENABLE_COHORT === '1',
   };
 }
 

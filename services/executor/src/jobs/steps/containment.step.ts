@@ -1,12 +1,14 @@
 import { sql, type Selectable } from 'kysely';
 import type { ExecutionJob } from '@gatehouse/contracts';
 import {
+  cohortAdmits,
   inTransaction,
   LIVE_STATES,
   recordAudit,
   transitionWorkflow,
   type ActionsTable,
   type Db,
+  type ReenableStage,
   type WorkflowsTable,
 } from '@gatehouse/ledger';
 import { findTool, type ToolDefinition } from '@gatehouse/tools';
@@ -25,6 +27,11 @@ export interface ExecutionContext {
   adapter: (call: AdapterCall) => Promise<AdapterResult>;
   /** The tool's switch row (null: never switched). */
   toolSwitch: { enabled: boolean; changed_at: Date } | null;
+  /**
+   * The tool's open staged re-enable (docs/decisions/0310-staged-reenable.md): its stage, and whether
+   * an open cohort stage admits this workflow (null stage: none open).
+   */
+  reenable: { stage: ReenableStage | null; cohortAdmits: boolean };
   /** The audit-health readings, taken with the action. */
   auditHealth: AuditHealthReading;
 }
@@ -41,36 +48,63 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
     .leftJoin('tool_switches as s', 's.tool', 'a.tool')
     .selectAll('a')
     .select(['s.enabled as switch_enabled', 's.changed_at as switch_changed_at', ...auditHealthColumns])
+    .select([
+      cohortAdmits(sql.ref('a.tool'), sql.val(wf.tenant), sql.val(wf.user_id)).as('cohort_admits'),
+      sql<ReenableStage | null>`(select r.stage from tool_reenable_stages r where r.tool = a.tool and r.ended_at is null)`.as(
+        'reenable_stage',
+      ),
+    ])
     .where('a.id', '=', job.actionId)
     .executeTakeFirstOrThrow();
-  const { switch_enabled, switch_changed_at, beatAgeMs, backlogAgeMs, ...preview } = row;
+  const { switch_enabled, switch_changed_at, beatAgeMs, backlogAgeMs, cohort_admits, reenable_stage, ...preview } = row;
   const tool = findTool(preview.tool);
   const adapter = adapters[preview.tool];
   if (!tool || !adapter) throw new Error(`no adapter for ${preview.tool}`);
   const toolSwitch =
     switch_enabled === null || switch_changed_at === null ? null : { enabled: switch_enabled, changed_at: switch_changed_at };
-  return { job, wf, preview, tool, adapter, toolSwitch, auditHealth: { beatAgeMs, backlogAgeMs } };
+  const reenable = { stage: reenable_stage, cohortAdmits: cohort_admits };
+  return { job, wf, preview, tool, adapter, toolSwitch, reenable, auditHealth: { beatAgeMs, backlogAgeMs } };
+}
+
+/**
+ * Whether containment holds the step now: the tool's switch is off and no open cohort stage of its
+ * staged re-enable admits the workflow (the rule of `heldByContainment` in the ledger, read with
+ * the action). `hooks.switchAtAdmissionOnly`: the switch as it stood at admission;
+ * `hooks.disableReenableCohort`: a cohort stage admits everyone (control-removed tests).
+ */
+function containmentHolds(ctx: ExecutionContext, hooks: Pick<TestHooks, 'switchAtAdmissionOnly' | 'disableReenableCohort'>): boolean {
+  const { preview, toolSwitch: sw, reenable } = ctx;
+  if (!sw || sw.enabled) return false;
+  if (hooks.switchAtAdmissionOnly && sw.changed_at > preview.created_at) return false;
+  return !(reenable.cohortAdmits || (hooks.disableReenableCohort && reenable.stage === 'cohort'));
+}
+
+/** The paused run's next step: why the tool holds it, and what releases it. */
+function heldNextStep(ctx: ExecutionContext): string {
+  const tool = ctx.preview.tool;
+  if (ctx.reenable.stage === 'cohort')
+    return `Tool ${tool} is re-enabled for a cohort only; the workflow resumes when on-call advances it to everyone (gatehouse reenable advance ${tool}).`;
+  return `Tool ${tool} is switched off; the workflow resumes when on-call switches it on.`;
 }
 
 /**
  * Containment at the moment of effect (docs/product/invariants.md#containment): a switched-off
- * tool holds the step — the run pauses (once; a redelivery or another held step finds it paused)
- * with the pause's time credited back when it resumes, audited `run.paused`. Nothing is claimed
- * or consumed. Returns `held`, or null when the tool is on.
- * `hooks.switchAtAdmissionOnly` (control-removed test): the switch as it stood at admission.
+ * tool holds the step — unless an open cohort stage of its staged re-enable admits the workflow
+ * (docs/decisions/0310-staged-reenable.md) — the run pauses (once; a redelivery or another held
+ * step finds it paused) with the pause's time credited back when it resumes, audited `run.paused`.
+ * Nothing is claimed or consumed. Returns `held`, or null when the tool may run.
  */
 export async function holdIfSwitchedOff(
   db: Db,
   ctx: ExecutionContext,
-  hooks: Pick<TestHooks, 'switchAtAdmissionOnly'>,
+  hooks: Pick<TestHooks, 'switchAtAdmissionOnly' | 'disableReenableCohort'>,
 ): Promise<ExecutionOutcome | null> {
-  const { wf, preview, toolSwitch: sw } = ctx;
-  const off = sw && hooks.switchAtAdmissionOnly && sw.changed_at > preview.created_at ? false : sw && !sw.enabled;
-  if (!off) return null;
+  const { wf, preview } = ctx;
+  if (!containmentHolds(ctx, hooks)) return null;
   await inTransaction(db, async (trx) => {
     const paused = await transitionWorkflow(trx, wf.id, {
       to: 'paused',
-      nextStep: `Tool ${preview.tool} is switched off; the workflow resumes when on-call switches it on.`,
+      nextStep: heldNextStep(ctx),
       onlyFrom: LIVE_STATES.filter((s) => s !== 'paused'),
     });
     if (!paused) return; // already paused (another held step, a redelivery) or terminal
