@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { mintDelegatedToken } from '../../packages/credentials/src/index.ts';
 import { createAction, freePort } from '@gatehouse/testing';
-import { executionsQueue, jobOptionsFor } from '@gatehouse/contracts';
+import { executionsQueue, jobOptionsFor, resetTestFaultsForTests } from '@gatehouse/contracts';
 import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
 import { issueRefund } from '../../services/executor/src/adapters/payments.adapter.ts';
 import {
@@ -35,6 +35,7 @@ afterEach(async () => {
   delete process.env.GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING;
   if (savedEnv === undefined) delete process.env.GATEHOUSE_ENV;
   else process.env.GATEHOUSE_ENV = savedEnv;
+  resetTestFaultsForTests();
 });
 afterAll(async () => {
   await Promise.all(running.map((p) => p.stop(2000)));
@@ -89,8 +90,9 @@ describe('control: the payments ledger’s own ceiling', () => {
   });
 
   it('control removed (GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING): the same wrong policy pays 60000, above the 50000 ceiling', async () => {
-    // Staging runs in this process: the switch is read per request, and only with GATEHOUSE_ENV=test.
+    // Staging runs in this process: the switches are read once (reset here), and only with GATEHOUSE_ENV=test.
     Object.assign(process.env, { GATEHOUSE_ENV: 'test', GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING: '1' });
+    resetTestFaultsForTests();
     const orderId = await h.newOrder(100_000);
     const a = await createAction(h.db, { orderId, amountCents: 60_000 });
     expect(await processExecution(a.job, h.deps({ bundles: wrongPolicy() }))).toBe('succeeded');

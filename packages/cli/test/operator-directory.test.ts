@@ -3,6 +3,7 @@ import { signUserToken } from '@gatehouse/credentials';
 import { authorizeOperator, OperatorRefused } from '../src/index.ts';
 import { isDirectoryOperator } from '@gatehouse/platform';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/testing';
+import { resetTestFaultsForTests } from '@gatehouse/contracts';
 
 // Operator authority comes from the directory (world.json), not from the token's roles claim
 // (docs/decisions/0180-strict-production-mode.md): a token that calls itself an operator is refused.
@@ -18,6 +19,7 @@ afterAll(async () => {
 });
 afterEach(() => {
   delete process.env.GATEHOUSE_TEST_OPERATOR_FROM_TOKEN;
+  resetTestFaultsForTests();
 });
 
 const refusals = async () =>
@@ -47,14 +49,18 @@ describe('operator authority from the directory', () => {
   it('control removed (GATEHOUSE_TEST_OPERATOR_FROM_TOKEN): the forged token gets in; refused outside GATEHOUSE_ENV=test', async () => {
     const forged = await signUserToken({ sub: 'rep-ana', tenant: 'quillfeather', roles: ['operator'] }, SECRET);
     process.env.GATEHOUSE_TEST_OPERATOR_FROM_TOKEN = '1';
+    resetTestFaultsForTests();
     const saved = process.env.GATEHOUSE_ENV;
     try {
       process.env.GATEHOUSE_ENV = 'local';
+      resetTestFaultsForTests();
       expect(() => isDirectoryOperator({ sub: 'rep-ana', tenant: 'quillfeather', roles: ['operator'] })).toThrow(/GATEHOUSE_ENV=test/);
       process.env.GATEHOUSE_ENV = 'test';
+      resetTestFaultsForTests();
       expect(await authorizeOperator(t.db, forged, opts)).toEqual({ id: 'rep-ana', tenant: 'quillfeather' });
     } finally {
       process.env.GATEHOUSE_ENV = saved;
+      resetTestFaultsForTests();
     }
   });
 });

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Worker } from 'bullmq';
 import { sql } from 'kysely';
 import { createDb } from '@gatehouse/ledger';
-import { queueName, turnsQueue, type TurnJob } from '@gatehouse/contracts';
+import { queueName, turnsQueue, type TurnJob, resetTestFaultsForTests } from '@gatehouse/contracts';
 import { createLogger } from '../src/logger.ts';
 import { createRedis, createWorker, QueueRegistry } from '../src/queues.ts';
 import { PostgresGate } from '../src/postgres-gate.ts';
@@ -154,6 +154,7 @@ describe('workers while Postgres is down', () => {
     const savedEnv = process.env.GATEHOUSE_ENV;
     process.env.GATEHOUSE_TEST_DISABLE_PG_GATE = '1';
     process.env.GATEHOUSE_ENV = 'test';
+    resetTestFaultsForTests();
     const r = rig();
     try {
       await pg.stop();
@@ -169,6 +170,7 @@ describe('workers while Postgres is down', () => {
       else process.env.GATEHOUSE_TEST_DISABLE_PG_GATE = saved;
       if (savedEnv === undefined) delete process.env.GATEHOUSE_ENV;
       else process.env.GATEHOUSE_ENV = savedEnv;
+      resetTestFaultsForTests();
     }
   });
 });

@@ -9,6 +9,7 @@ import { createDb, inTransaction, type Db } from '@gatehouse/ledger';
 import { createAction, createTestDatabase, type TestDatabase } from '@gatehouse/testing';
 import { findTool } from '@gatehouse/tools';
 import { evaluateSupport, loadActiveSupportBundle, loadSupportFacts, refundLimitKeys, type SupportBundle } from '../src/index.ts';
+import { resetTestFaultsForTests } from '@gatehouse/contracts';
 
 const p2 = loadActiveSupportBundle('support-p2');
 /** A small cap so a handful of refunds reach it: three refunds of 3000 fit in 10000, a fourth does not. */
@@ -115,6 +116,7 @@ describe('R10 tenant daily cap under concurrency', () => {
 
   it('control removed: without the limit locks concurrent refunds of one tenant exceed its daily cap', async () => {
     Object.assign(process.env, { GATEHOUSE_ENV: 'test', GATEHOUSE_TEST_DISABLE_LIMIT_LOCKS: '1' });
+    resetTestFaultsForTests();
     try {
       let exceeded = 0;
       for (let t = 0; t < 50 && exceeded === 0; t++) {
@@ -124,6 +126,7 @@ describe('R10 tenant daily cap under concurrency', () => {
       expect(exceeded).toBeGreaterThan(0);
     } finally {
       delete process.env.GATEHOUSE_TEST_DISABLE_LIMIT_LOCKS;
+      resetTestFaultsForTests();
     }
   });
 

@@ -15,6 +15,7 @@ import {
   type DelegationVerifier,
 } from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
+import { testFaults } from '@gatehouse/contracts';
 
 /** Delegation audience of the payments ledger (docs/product/policy-rules.md#delegated-credentials). */
 export const PAYMENTS_AUDIENCE = 'payments';
@@ -26,13 +27,11 @@ export const REVERSE_SCOPE = 'refund:reverse';
 /**
  * Whether the test-only switch `GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING=1` removes the ledger's
  * own ceiling check (control-removed test: a wrong policy upstream then pays above the ceiling).
- * Read per request.
+ * Asked per request; the process's switches are read once (`testFaults` of the contracts).
  * @throws Error when set outside `GATEHOUSE_ENV=test`.
  */
 export function ceilingCheckRemoved(env: Record<string, string | undefined> = process.env): boolean {
-  if (env.GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING !== '1') return false;
-  if (env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING may only be set with GATEHOUSE_ENV=test');
-  return true;
+  return testFaults(env).disableDownstreamCeiling;
 }
 
 /** Largest amount a refund row can hold (Postgres `integer`), cents. */

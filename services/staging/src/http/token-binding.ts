@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { bindingDigest, DelegationRejected, type BindingTarget, type DelegatedClaims, type JWTVerifyGetKey } from '@gatehouse/credentials';
 import type { StagingDb } from '../db/staging.database.ts';
 import { observeFencingToken } from '../repositories/fencing.repository.ts';
+import { testFaults } from '@gatehouse/contracts';
 
 /**
  * How the systems of record verify delegated tokens: the minting side's public keys (a JWKS,
@@ -20,9 +21,7 @@ export interface DelegationVerifier {
  * @throws Error when it is set outside `GATEHOUSE_ENV=test`.
  */
 export function readTokenBindingSwitch(env: Record<string, string | undefined>): boolean {
-  if (!env.GATEHOUSE_TEST_DISABLE_TOKEN_BINDING) return false;
-  if (env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_DISABLE_TOKEN_BINDING may only be set with GATEHOUSE_ENV=test');
-  return env.GATEHOUSE_TEST_DISABLE_TOKEN_BINDING === '1';
+  return testFaults(env).disableTokenBinding;
 }
 
 /** Creates `staging.delegation_jtis` (used token ids until their expiry) if missing; inside the schema transaction. */
