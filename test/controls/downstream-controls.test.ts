@@ -2,15 +2,15 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { mintDelegatedToken } from '../../packages/credentials/src/index.ts';
 import { createAction, freePort } from '@gatehouse/testing';
 import { executionsQueue, jobOptionsFor, resetTestFaultsForTests } from '@gatehouse/contracts';
-import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
-import { issueRefund } from '../../services/executor/src/adapters/payments.adapter.ts';
 import {
   breakerFor,
   CircuitState,
   BREAKER_CONSECUTIVE_FAILURES,
   BREAKER_HALF_OPEN_AFTER_MS,
-} from '../../services/executor/src/adapters/resilience.ts';
-import type { TestHooks } from '../../services/executor/src/domain/test-hooks.ts';
+  issueRefund,
+  processExecution,
+  type TestHooks,
+} from '@gatehouse/executor';
 import type { SupportBundle } from '../../packages/policy/src/index.ts';
 import { BUNDLES, EXECUTIONS_QUEUE, startHarness, waitFor, type Harness } from '../executor/support/harness.ts';
 import { executorEnv, startExecutor, type ExecutorProcess } from '../executor/support/processes.ts';
@@ -291,7 +291,7 @@ describe('coded path: a refused connection sent nothing — safe to repeat, not 
 
 describe('the test-only switches of these controls', () => {
   it('are refused outside GATEHOUSE_ENV=test', async () => {
-    const { ceilingCheckRemoved } = await import('../../services/staging/src/http/payments.router.ts');
+    const { ceilingCheckRemoved } = await import('@gatehouse/staging');
     expect(() => ceilingCheckRemoved({ GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING: '1', GATEHOUSE_ENV: 'production' })).toThrow(
       /GATEHOUSE_ENV=test/,
     );

@@ -14,7 +14,7 @@ import {
   newDelegationKeyPair,
   type DelegationSigningKey,
 } from '../../packages/credentials/src/index.ts';
-import { readTokenBindingSwitch } from '../../services/staging/src/http/token-binding.ts';
+import { readTokenBindingSwitch } from '@gatehouse/staging';
 import { delegationKeyEnv } from '../support/stack.ts';
 
 /**

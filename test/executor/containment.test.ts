@@ -5,7 +5,7 @@ import { executionsQueue, jobOptionsFor, type ExecutionJob } from '@gatehouse/co
 import { createAction, TEST_REDIS_URL } from '@gatehouse/testing';
 import { mintDelegatedToken } from '../../packages/credentials/src/index.ts';
 import { createWorker, PostgresGate } from '../../packages/platform/src/index.ts';
-import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
+import { processExecution } from '@gatehouse/executor';
 import type { SupportBundle } from '../../packages/policy/src/index.ts';
 import {
   AUDIT_HMAC_KEY,

@@ -17,3 +17,5 @@ export {
   type FaultTarget,
 } from './faults/fault-board.service.ts';
 export type { RecordedRequest } from './repositories/request-log.repository.ts';
+export { readTokenBindingSwitch } from './http/token-binding.ts';
+export { ceilingCheckRemoved } from './http/payments.router.ts';

@@ -28,14 +28,14 @@ import {
   type FaultSpec,
   type RecordedRequest,
   type StagingDb,
-} from '../../../services/staging/src/index.ts';
+} from '@gatehouse/staging';
 import {
   jwksVerifier,
   newDelegationKeyPair,
   type DelegationSigningKey,
   type JSONWebKeySet,
 } from '../../../packages/credentials/src/index.ts';
-import type { ExecutionDeps } from '../../../services/executor/src/jobs/executions.processor.ts';
+import type { ExecutionDeps } from '@gatehouse/executor';
 import { loadActiveBundles, type PolicyBundles, type SupportBundle } from '../../../packages/policy/src/index.ts';
 
 export const AUDIT_HMAC_KEY = 'local-audit-hmac-key-change-me';
