@@ -18,8 +18,8 @@ export interface ServiceSpec {
 
 /** Every process of the local stack (docs/product/public-contract.md default ports; worker-only services get health ports). */
 export const SERVICES: readonly ServiceSpec[] = [
-  { name: 'staging', entry: 'services/staging/src/main.ts', portVar: 'STAGING_PORT', defaultPort: 7104 },
-  { name: 'model-stub', entry: 'services/model-stub/src/main.ts', portVar: 'MODEL_STUB_PORT', defaultPort: 7103 },
+  { name: 'staging', entry: 'synthetic/staging/src/main.ts', portVar: 'STAGING_PORT', defaultPort: 7104 },
+  { name: 'model-stub', entry: 'synthetic/model-stub/src/main.ts', portVar: 'MODEL_STUB_PORT', defaultPort: 7103 },
   { name: 'audit', entry: 'services/audit/src/main.ts', portVar: 'AUDIT_PORT', defaultPort: 7113 },
   { name: 'policy-gateway', entry: 'services/policy-gateway/src/main.ts', portVar: 'POLICY_GATEWAY_PORT', defaultPort: 7111 },
   { name: 'approval', entry: 'services/approval/src/main.ts', portVar: 'APPROVAL_PORT', defaultPort: 7102 },
