@@ -1,6 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { mintDelegatedToken } from '../../packages/credentials/src/index.ts';
-import { createAction, freePort } from '@gatehouse/testing';
+import { createAction } from '@gatehouse/testing';
+import { freePort } from '@gatehouse/test-harness';
 import { executionsQueue, jobOptionsFor, resetTestFaultsForTests } from '@gatehouse/contracts';
 import {
   breakerFor,
@@ -14,7 +15,7 @@ import {
 import type { SupportBundle } from '../../packages/policy/src/index.ts';
 import { BUNDLES, EXECUTIONS_QUEUE, startHarness, waitFor, type Harness } from '../executor/support/harness.ts';
 import { executorEnv, startExecutor, type ExecutorProcess } from '../executor/support/processes.ts';
-import { TcpCut } from '../support/tcp-cut.ts';
+import { TcpCut } from '@gatehouse/test-harness';
 
 // Downstream controls shown load-bearing (issue #17): the idempotency key the payments adapter
 // sends, and the payments ledger's own ceiling — each run as designed and with the control

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { executionsQueue, jobOptionsFor } from '@gatehouse/contracts';
-import { createAction, TEST_REDIS_URL } from '@gatehouse/testing';
+import { createAction } from '@gatehouse/testing';
+import { TEST_REDIS_URL } from '@gatehouse/test-harness';
 import { createWorker, PostgresGate } from '../../packages/platform/src/index.ts';
 import { processExecution } from '@gatehouse/executor';
 import { EXECUTIONS_QUEUE, RELEASE, RESULTS_QUEUE, startHarness, type Harness } from './support/harness.ts';

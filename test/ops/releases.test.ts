@@ -20,15 +20,8 @@ import { knownMigrations, registerRelease, releaseForced, releaseWritesEnabled, 
 import { createLogger, createWorker, PostgresGate, QueueRegistry } from '@gatehouse/platform';
 import { evaluateAction, loadActiveBundles } from '@gatehouse/policy';
 import { findTool } from '@gatehouse/tools';
-import {
-  createAction,
-  createTestDatabase,
-  dropQueuePrefix,
-  seedFinishedRun,
-  testQueuePrefix,
-  TEST_REDIS_URL,
-  type TestDatabase,
-} from '@gatehouse/testing';
+import { createAction, seedFinishedRun } from '@gatehouse/testing';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import { CanaryRefused } from '../../packages/cli/src/canary.ts';
 import { tokenFor } from '@gatehouse/cli';
 import { activateRelease, ActivationRefused, activationNeeds, enableWrites, rollbackRelease } from '../../packages/cli/src/releases.ts';

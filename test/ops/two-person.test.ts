@@ -3,7 +3,7 @@ import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { loadReleaseManifest, repoRoot } from '@gatehouse/contracts';
-import { createTestDatabase, type TestDatabase } from '@gatehouse/testing';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { activateRelease, activationNeeds } from '../../packages/cli/src/releases.ts';
 import { approveOverride } from '../../packages/cli/src/overrides.ts';
 import { raisedLimits, requestActivationOverride, TwoPersonRequired } from '../../packages/cli/src/two-person.ts';

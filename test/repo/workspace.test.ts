@@ -66,7 +66,7 @@ describe('the workspace', () => {
     );
     expect(unit.length).toBeGreaterThan(10);
     const markers =
-      /from '(@gatehouse\/testing|pg|ioredis|bullmq|supertest|playwright-core|node:child_process|node:net|node:http)'|\.listen\(|startHarness|createDb\(/;
+      /from '(@gatehouse\/testing|@gatehouse\/test-harness|pg|ioredis|bullmq|supertest|playwright-core|node:child_process|node:net|node:http)'|\.listen\(|startHarness|createDb\(/;
     for (const file of unit) expect(readFileSync(file, 'utf8'), file).not.toMatch(markers);
   });
 });

@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { repoRoot } from '@gatehouse/contracts';
 import { alive } from '@gatehouse/cli';
-import { createTestDatabase, freePort, type TestDatabase } from '@gatehouse/testing';
+import { createTestDatabase, freePort, type TestDatabase } from '@gatehouse/test-harness';
 
 // `gatehouse stack up` as a user runs it: a detached supervisor per state folder. Two stacks
 // (the model-stub only, to stay light) side by side in two state folders on two ports.

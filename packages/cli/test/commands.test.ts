@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { repoRoot } from '@gatehouse/contracts';
-import { createTestDatabase, freePort, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
+import { createTestDatabase, freePort, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import { COMMANDS, EXIT, findCommand } from '../src/commands.ts';
 
 // The CLI's contract with scripts (docs/product/public-contract.md#ops-cli): per-command --help,

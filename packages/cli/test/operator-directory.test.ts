@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { signUserToken } from '@gatehouse/credentials';
 import { authorizeOperator, OperatorRefused } from '../src/index.ts';
 import { isDirectoryOperator } from '@gatehouse/platform';
-import { createTestDatabase, type TestDatabase } from '@gatehouse/testing';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { resetTestFaultsForTests } from '@gatehouse/contracts';
 
 // Operator authority comes from the directory (world.json), not from the token's roles claim

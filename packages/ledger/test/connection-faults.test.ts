@@ -4,8 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { createDb, isConnectionFault, type Db } from '../src/index.ts';
-// @gatehouse/testing is not a dependency of this package; imported by path (the same module).
-import { createTestDatabase, startPrivatePostgres, type PrivatePostgres, type TestDatabase } from '../../testing/src/index.ts';
+import { createTestDatabase, startPrivatePostgres, type PrivatePostgres, type TestDatabase } from '@gatehouse/test-harness';
 import { resetTestFaultsForTests } from '@gatehouse/contracts';
 
 // Postgres restarts and terminated backends under clients of createDb: node-postgres drops the

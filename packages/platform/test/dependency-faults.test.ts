@@ -7,7 +7,6 @@ import { queueName, turnsQueue, type TurnJob, resetTestFaultsForTests } from '@g
 import { createLogger } from '../src/logger.ts';
 import { createRedis, createWorker, QueueRegistry } from '../src/queues.ts';
 import { PostgresGate } from '../src/postgres-gate.ts';
-// @gatehouse/testing is not a dependency of this package; imported by path (the same module).
 import {
   createTestDatabase,
   dropQueuePrefix,
@@ -17,7 +16,7 @@ import {
   TEST_REDIS_URL,
   type PrivatePostgres,
   type TestDatabase,
-} from '../../testing/src/index.ts';
+} from '@gatehouse/test-harness';
 
 // Workers over a Postgres that goes away: a job that meets the outage (before its handler, or
 // between two statements of it) goes back unattempted and runs once Postgres answers again, so a

@@ -11,7 +11,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_WORLD_PATH, resetTestFaultsForTests } from '@gatehouse/contracts';
 import { createDb, type Db } from '@gatehouse/ledger';
-import { createTestDatabase, type TestDatabase } from '@gatehouse/testing';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { findTool } from '@gatehouse/tools';
 import { advisoryLockId, evaluateSupport, loadActiveSupportBundle, loadSupportFacts, refundLimitKeys } from '../src/index.ts';
 

@@ -3,7 +3,7 @@ import { appendFileSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync
 import { tmpdir, userInfo } from 'node:os';
 import { resolve } from 'node:path';
 import pg from 'pg';
-import { freePort } from './index.ts';
+import { freePort } from './infrastructure.ts';
 
 /**
  * Folder of the Postgres server binaries: `PG_BIN`, else the newest Debian layout

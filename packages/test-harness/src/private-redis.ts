@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { Redis } from 'ioredis';
-import { freePort } from './index.ts';
+import { freePort } from './infrastructure.ts';
 
 /**
  * A memory-only `redis-server` of one test, on its own port: a test may kill or restart it (never

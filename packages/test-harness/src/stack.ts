@@ -2,7 +2,7 @@ import { resolve } from 'node:path';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { SERVICES, startStack, type DemoTarget, type RunningStack, type StackOptions } from '@gatehouse/cli';
-import { createTestDatabase, dropQueuePrefix, freePort, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
+import { createTestDatabase, dropQueuePrefix, freePort, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from './infrastructure.ts';
 
 /** A whole Gatehouse stack as real processes over a test database and queue prefix. */
 export interface E2EStack {

@@ -4,14 +4,8 @@ import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import type { Server } from 'node:http';
 import { createDb, type Db } from '@gatehouse/ledger';
-import {
-  createTestDatabase,
-  dropQueuePrefix,
-  setDeadlockTimeout,
-  testQueuePrefix,
-  TEST_REDIS_URL,
-  type TestDatabase,
-} from '@gatehouse/testing';
+import { setDeadlockTimeout } from '@gatehouse/testing';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import {
   closeServer,
   createLogger,

@@ -6,7 +6,7 @@ import { loadReleaseManifest } from '@gatehouse/contracts';
 import { registerRelease } from '@gatehouse/ledger';
 import { closeServer, createLogger, listen, OutboxRelay, QueueRegistry, type Logger } from '@gatehouse/platform';
 import { catalogDigest, toolsOfPack, type Pack } from '@gatehouse/tools';
-import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import { createIntakeApp, WorkflowEventHub, type PackSettings } from '@gatehouse/agent-loop';
 import { createApprovalApp } from '@gatehouse/approval';
 import { createOpsApp, createQueueBoard } from '@gatehouse/ops';
