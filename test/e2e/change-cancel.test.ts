@@ -86,7 +86,7 @@ async function cliOut(args: string[], as = 'ops-gus'): Promise<string> {
   return new Promise((done) => {
     execFile(
       process.execPath,
-      [resolvePath(repoRoot, 'packages/cli/src/main.ts'), ...args],
+      [resolvePath(repoRoot, 'apps/cli/src/main.ts'), ...args],
       { cwd: repoRoot, env: { ...process.env, ...s.env, LOG_LEVEL: 'warn', GATEHOUSE_TOKEN: token }, timeout: 120_000 },
       (err, stdout, stderr) => done(`${stdout}${stderr}${err ? `\nexit ${err.code}` : ''}`),
     );

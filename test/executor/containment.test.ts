@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { bumpEpoch, setSwitch } from '@gatehouse/cli';
+import { bumpEpoch, setSwitch } from '@gatehouse/operations';
 import { runReconciliation } from '@gatehouse/reconciliation';
 import { executionsQueue, jobOptionsFor, type ExecutionJob } from '@gatehouse/contracts';
 import { createAction } from '@gatehouse/testing';

@@ -130,7 +130,7 @@ export async function cli(s: HuntStack, args: string[], as = 'ops-gus'): Promise
   return new Promise((done, fail) => {
     execFile(
       process.execPath,
-      [resolvePath(repoRoot, 'packages/cli/src/main.ts'), ...args],
+      [resolvePath(repoRoot, 'apps/cli/src/main.ts'), ...args],
       { cwd: repoRoot, env: { ...process.env, ...s.env, LOG_LEVEL: 'warn', GATEHOUSE_TOKEN: token }, timeout: 120_000 },
       (err, stdout, stderr) => {
         if (err) fail(new Error(`cli ${args.join(' ')}: ${err.message} ${stderr}`));

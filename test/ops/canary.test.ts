@@ -8,9 +8,15 @@ import { releaseWritesEnabled } from '@gatehouse/ledger';
 import { seedFinishedRun } from '@gatehouse/testing';
 import { createTestDatabase, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/test-harness';
 import { tokenFor } from '@gatehouse/cli';
-import { activateRelease, enableWrites } from '../../packages/cli/src/releases.ts';
-import { analyzeCanary, CanaryRefused, requestCanaryOverride } from '../../packages/cli/src/canary.ts';
-import { approveOverride, OverrideRefused } from '../../packages/cli/src/overrides.ts';
+import {
+  activateRelease,
+  enableWrites,
+  analyzeCanary,
+  CanaryRefused,
+  requestCanaryOverride,
+  approveOverride,
+  OverrideRefused,
+} from '@gatehouse/operations';
 
 /**
  * Canary analysis (docs/decisions/0210-canary-analysis.md): a candidate's cohort is compared with
@@ -140,7 +146,7 @@ describe('the CLI', () => {
       new Promise<{ code: number; out: string }>((done) =>
         execFile(
           process.execPath,
-          [resolve(repoRoot, 'packages/cli/src/main.ts'), ...args],
+          [resolve(repoRoot, 'apps/cli/src/main.ts'), ...args],
           {
             cwd: repoRoot,
             timeout: 60_000,

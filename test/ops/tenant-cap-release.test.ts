@@ -27,7 +27,7 @@ function cli(args: string[], token: string): Promise<{ code: number; out: string
   return new Promise((done) => {
     execFile(
       process.execPath,
-      [resolve(repoRoot, 'packages/cli/src/main.ts'), ...args],
+      [resolve(repoRoot, 'apps/cli/src/main.ts'), ...args],
       {
         cwd: repoRoot,
         timeout: 120_000,

@@ -4,9 +4,14 @@ import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { loadReleaseManifest, repoRoot } from '@gatehouse/contracts';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
-import { activateRelease, activationNeeds } from '../../packages/cli/src/releases.ts';
-import { approveOverride } from '../../packages/cli/src/overrides.ts';
-import { raisedLimits, requestActivationOverride, TwoPersonRequired } from '../../packages/cli/src/two-person.ts';
+import {
+  activateRelease,
+  activationNeeds,
+  approveOverride,
+  raisedLimits,
+  requestActivationOverride,
+  TwoPersonRequired,
+} from '@gatehouse/operations';
 
 /**
  * Two-person release changes (docs/decisions/0230-two-person-release-changes.md): activating a

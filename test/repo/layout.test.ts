@@ -9,7 +9,7 @@ import { repoRoot } from '@gatehouse/contracts';
 // test hooks); nothing outside a service reaches into its other files.
 
 /** Folders holding one process each: the product's services and the synthetic stand-ins. */
-const PROCESS_ROOTS = ['services', 'synthetic'];
+const PROCESS_ROOTS = ['services', 'synthetic', 'apps'];
 
 const processes = PROCESS_ROOTS.flatMap((root) =>
   existsSync(resolve(repoRoot, root)) ? readdirSync(resolve(repoRoot, root)).map((name) => `${root}/${name}`) : [],

@@ -18,7 +18,7 @@ interface PackageJson {
 const read = (file: string): PackageJson => JSON.parse(readFileSync(resolve(repoRoot, file), 'utf8')) as PackageJson;
 const workspaceFiles = [
   'package.json',
-  ...['packages', 'services', 'synthetic'].flatMap((d) => readdirSync(resolve(repoRoot, d)).map((x) => `${d}/${x}/package.json`)),
+  ...['packages', 'services', 'synthetic', 'apps'].flatMap((d) => readdirSync(resolve(repoRoot, d)).map((x) => `${d}/${x}/package.json`)),
   'migrations/package.json',
   'test/package.json',
 ].filter((f) => existsSync(resolve(repoRoot, f)));
@@ -61,7 +61,7 @@ describe('the workspace', () => {
   });
 
   it('unit tests need nothing running: no database, queue, HTTP server or child process', () => {
-    const unit = ['packages', 'services', 'synthetic'].flatMap((d) =>
+    const unit = ['packages', 'services', 'synthetic', 'apps'].flatMap((d) =>
       readdirSync(resolve(repoRoot, d)).flatMap((x) => listFiles(resolve(repoRoot, d, x, 'test'), '.unit.test.ts')),
     );
     expect(unit.length).toBeGreaterThan(10);

@@ -17,7 +17,7 @@ const stacks: Array<{ root: string; port: number }> = [];
 
 async function gatehouse(args: string[], stack: { root: string; port: number }): Promise<string> {
   const env = { ...process.env, DATABASE_URL: db.url, MODEL_STUB_PORT: String(stack.port), GATEHOUSE_ENV: 'test', LOG_LEVEL: 'warn' };
-  const { stdout } = await run(process.execPath, ['packages/cli/src/main.ts', ...args, '--state-dir', stack.root], {
+  const { stdout } = await run(process.execPath, ['apps/cli/src/main.ts', ...args, '--state-dir', stack.root], {
     cwd: repoRoot,
     env,
     timeout: 150_000,

@@ -1,5 +1,5 @@
 import { UserError } from '@gatehouse/platform';
-import { OperatorRefused } from './ops.ts';
+import { OperatorRefused } from '@gatehouse/operations';
 
 /**
  * One `gatehouse` command as `--help` shows it. `name` is the command words (`release activate`);

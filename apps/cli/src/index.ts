@@ -3,4 +3,4 @@ export * from './stack-control.ts';
 export * from './demo.ts';
 export * from './api-client.ts';
 export * from './db-admin.ts';
-export * from './ops.ts';
+export * from './audit-key.ts';

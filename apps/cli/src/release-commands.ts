@@ -1,14 +1,9 @@
 import { loadReleaseManifest } from '@gatehouse/contracts';
 import { createDb, type Db } from '@gatehouse/ledger';
 import type { BaseEnv } from '@gatehouse/platform';
-import type { Operator } from './ops.ts';
-import { drainRelease, quarantineRelease, requeueRelease, withQueues } from './queue-ops.ts';
-import { activateRelease, currentDigests, enableWrites, rollbackRelease, verifyManifest } from './releases.ts';
-import { analyzeCanary, auditAnalysis, formatAnalysis, requestCanaryOverride } from './canary.ts';
-import { approveOverride } from './overrides.ts';
-import { requestActivationOverride } from './two-person.ts';
+import type { Operator } from '@gatehouse/operations';
+import { drainRelease, quarantineRelease, requeueRelease, withQueues, activateRelease, currentDigests, enableWrites, rollbackRelease, verifyManifest, analyzeCanary, auditAnalysis, formatAnalysis, requestCanaryOverride, approveOverride, requestActivationOverride, activationNeeds } from '@gatehouse/operations';
 import { UsageError } from './commands.ts';
-import { activationNeeds } from './releases.ts';
 
 /** Runs `fn` as a verified operator (see `opsCommand` in main.ts). */
 type AsOperator = (command: string, fn: (db: Db, op: Operator) => Promise<number>) => Promise<number>;

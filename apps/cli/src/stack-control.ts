@@ -8,7 +8,7 @@ import { SERVICES, type StackEvent } from './stack.ts';
 export type DaemonMessage =
   { type: 'event'; event: StackEvent } | { type: 'up'; ports: Record<string, number> } | { type: 'failed'; message: string };
 
-const DAEMON = resolve(repoRoot, 'packages/cli/src/stack-daemon.ts');
+const DAEMON = resolve(repoRoot, 'apps/cli/src/stack-daemon.ts');
 /** How often a waiting start prints who it is still waiting for, ms. */
 const PROGRESS_EVERY_MS = 5000;
 

@@ -24,7 +24,7 @@ function gatehouse(args: string[], env: Record<string, string> = {}): Promise<{ 
   return new Promise((done) => {
     execFile(
       process.execPath,
-      [resolve(repoRoot, 'packages/cli/src/main.ts'), ...args],
+      [resolve(repoRoot, 'apps/cli/src/main.ts'), ...args],
       {
         cwd: repoRoot,
         timeout: 150_000,
@@ -38,8 +38,8 @@ function gatehouse(args: string[], env: Record<string, string> = {}): Promise<{ 
 describe('the command catalog', () => {
   it('names exactly the commands main.ts dispatches', () => {
     const main =
-      readFileSync(resolve(repoRoot, 'packages/cli/src/main.ts'), 'utf8') +
-      readFileSync(resolve(repoRoot, 'packages/cli/src/release-commands.ts'), 'utf8');
+      readFileSync(resolve(repoRoot, 'apps/cli/src/main.ts'), 'utf8') +
+      readFileSync(resolve(repoRoot, 'apps/cli/src/release-commands.ts'), 'utf8');
     const dispatched = new Set([...main.matchAll(/case '([a-z][a-z -]*)':/g)].map((m) => m[1]!));
     expect(new Set(COMMANDS.map((c) => c.name))).toEqual(dispatched);
   });

@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { signUserToken } from '@gatehouse/credentials';
-import { authorizeOperator, OperatorRefused } from '../src/index.ts';
+import { authorizeOperator, OperatorRefused } from '@gatehouse/operations';
 import { isDirectoryOperator } from '@gatehouse/platform';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { resetTestFaultsForTests } from '@gatehouse/contracts';
