@@ -2,7 +2,24 @@ import { loadReleaseManifest } from '@gatehouse/contracts';
 import { createDb, type Db } from '@gatehouse/ledger';
 import type { BaseEnv } from '@gatehouse/platform';
 import type { Operator } from '@gatehouse/operations';
-import { drainRelease, quarantineRelease, requeueRelease, withQueues, activateRelease, currentDigests, enableWrites, rollbackRelease, verifyManifest, analyzeCanary, auditAnalysis, formatAnalysis, requestCanaryOverride, approveOverride, requestActivationOverride, activationNeeds } from '@gatehouse/operations';
+import {
+  drainRelease,
+  quarantineRelease,
+  requeueRelease,
+  withQueues,
+  activateRelease,
+  currentDigests,
+  enableWrites,
+  rollbackRelease,
+  verifyManifest,
+  analyzeCanary,
+  auditAnalysis,
+  formatAnalysis,
+  requestCanaryOverride,
+  approveOverride,
+  requestActivationOverride,
+  activationNeeds,
+} from '@gatehouse/operations';
 import { UsageError } from './commands.ts';
 
 /** Runs `fn` as a verified operator (see `opsCommand` in main.ts). */
