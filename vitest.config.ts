@@ -3,9 +3,21 @@ import { defineConfig } from 'vitest/config';
 // Integration tests talk to real Postgres and Redis and spawn real service processes: each
 // file makes its own database and queue prefix, so files may run in parallel (2 at a time on
 // the 2-core machines this project targets).
-const ALL = ['packages/*/test/**/*.test.ts', 'services/*/test/**/*.test.ts', 'migrations/test/**/*.test.ts', 'test/**/*.test.ts'];
+const ALL = [
+  'packages/*/test/**/*.test.ts',
+  'services/*/test/**/*.test.ts',
+  'synthetic/*/test/**/*.test.ts',
+  'apps/*/test/**/*.test.ts',
+  'migrations/test/**/*.test.ts',
+  'test/**/*.test.ts',
+];
 /** Pure logic, no Postgres, Redis, network or child process (test/repo/workspace.test.ts checks the markers). */
-const UNIT = ['packages/*/test/**/*.unit.test.ts', 'services/*/test/**/*.unit.test.ts'];
+const UNIT = [
+  'packages/*/test/**/*.unit.test.ts',
+  'services/*/test/**/*.unit.test.ts',
+  'synthetic/*/test/**/*.unit.test.ts',
+  'apps/*/test/**/*.unit.test.ts',
+];
 
 export default defineConfig({
   test: {

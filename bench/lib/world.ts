@@ -8,7 +8,7 @@ import { Redis } from 'ioredis';
 import { Worker, type Job } from 'bullmq';
 import { SERVICES, startStack, type RunningStack } from '@gatehouse/cli';
 import { createDb, migrate, type Db } from '@gatehouse/ledger';
-import { dropQueuePrefix, freePort } from '@gatehouse/testing';
+import { dropQueuePrefix, freePort } from '@gatehouse/test-harness';
 import { QueueRegistry } from '@gatehouse/platform';
 import { queueName, type ResultJob } from '@gatehouse/contracts';
 import { COUNT_HOOK, readCounts, type CountSnapshot } from './counters.ts';

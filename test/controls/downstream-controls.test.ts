@@ -1,20 +1,21 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { mintDelegatedToken } from '../../packages/credentials/src/index.ts';
-import { createAction, freePort } from '@gatehouse/testing';
-import { executionsQueue, jobOptionsFor } from '@gatehouse/contracts';
-import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
-import { issueRefund } from '../../services/executor/src/adapters/payments.adapter.ts';
+import { createAction } from '@gatehouse/testing';
+import { freePort } from '@gatehouse/test-harness';
+import { executionsQueue, jobOptionsFor, resetTestFaultsForTests } from '@gatehouse/contracts';
 import {
   breakerFor,
   CircuitState,
   BREAKER_CONSECUTIVE_FAILURES,
   BREAKER_HALF_OPEN_AFTER_MS,
-} from '../../services/executor/src/adapters/resilience.ts';
-import type { TestHooks } from '../../services/executor/src/domain/test-hooks.ts';
+  issueRefund,
+  processExecution,
+  type TestHooks,
+} from '@gatehouse/executor';
 import type { SupportBundle } from '../../packages/policy/src/index.ts';
 import { BUNDLES, EXECUTIONS_QUEUE, startHarness, waitFor, type Harness } from '../executor/support/harness.ts';
 import { executorEnv, startExecutor, type ExecutorProcess } from '../executor/support/processes.ts';
-import { TcpCut } from '../support/tcp-cut.ts';
+import { TcpCut } from '@gatehouse/test-harness';
 
 // Downstream controls shown load-bearing (issue #17): the idempotency key the payments adapter
 // sends, and the payments ledger's own ceiling — each run as designed and with the control
@@ -35,6 +36,7 @@ afterEach(async () => {
   delete process.env.GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING;
   if (savedEnv === undefined) delete process.env.GATEHOUSE_ENV;
   else process.env.GATEHOUSE_ENV = savedEnv;
+  resetTestFaultsForTests();
 });
 afterAll(async () => {
   await Promise.all(running.map((p) => p.stop(2000)));
@@ -89,8 +91,9 @@ describe('control: the payments ledger’s own ceiling', () => {
   });
 
   it('control removed (GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING): the same wrong policy pays 60000, above the 50000 ceiling', async () => {
-    // Staging runs in this process: the switch is read per request, and only with GATEHOUSE_ENV=test.
+    // Staging runs in this process: the switches are read once (reset here), and only with GATEHOUSE_ENV=test.
     Object.assign(process.env, { GATEHOUSE_ENV: 'test', GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING: '1' });
+    resetTestFaultsForTests();
     const orderId = await h.newOrder(100_000);
     const a = await createAction(h.db, { orderId, amountCents: 60_000 });
     expect(await processExecution(a.job, h.deps({ bundles: wrongPolicy() }))).toBe('succeeded');
@@ -289,7 +292,7 @@ describe('coded path: a refused connection sent nothing — safe to repeat, not 
 
 describe('the test-only switches of these controls', () => {
   it('are refused outside GATEHOUSE_ENV=test', async () => {
-    const { ceilingCheckRemoved } = await import('../../services/staging/src/http/payments.router.ts');
+    const { ceilingCheckRemoved } = await import('@gatehouse/staging');
     expect(() => ceilingCheckRemoved({ GATEHOUSE_TEST_DISABLE_DOWNSTREAM_CEILING: '1', GATEHOUSE_ENV: 'production' })).toThrow(
       /GATEHOUSE_ENV=test/,
     );

@@ -5,7 +5,7 @@ import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { SERVICES, serviceSecrets, startStack, type RunningStack } from '@gatehouse/cli';
-import { createTestDatabase, freePort, type TestDatabase } from '@gatehouse/testing';
+import { createTestDatabase, freePort, type TestDatabase } from '@gatehouse/test-harness';
 // @gatehouse/credentials is not a dependency of the test package; imported by path (the same module).
 import {
   DELEGATION_ISSUER,
@@ -14,8 +14,8 @@ import {
   newDelegationKeyPair,
   type DelegationSigningKey,
 } from '../../packages/credentials/src/index.ts';
-import { readTokenBindingSwitch } from '../../services/staging/src/http/token-binding.ts';
-import { delegationKeyEnv } from '../support/stack.ts';
+import { readTokenBindingSwitch } from '@gatehouse/staging';
+import { delegationKeyEnv } from '@gatehouse/test-harness';
 
 /**
  * Delegated tokens against the real staging process over HTTP and its real Postgres

@@ -85,7 +85,7 @@ for (const [overlay, objects] of Object.entries(rendered)) {
       const job = byName(objects, 'Job', 'migrate') as { spec: { template: { spec: Pod } } } | undefined;
       expect((job?.spec.template.spec.containers[0] as { command?: string[] }).command).toEqual([
         'node',
-        'packages/cli/src/main.ts',
+        'apps/cli/src/main.ts',
         'migrate',
       ]);
       for (const o of objects.filter((x) => x.kind !== 'Namespace'))

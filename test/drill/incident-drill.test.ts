@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { sql } from 'kysely';
 import { repoRoot } from '@gatehouse/contracts';
 import { startStack, type RunningStack } from '@gatehouse/cli';
-import { freePort } from '@gatehouse/testing';
+import { freePort } from '@gatehouse/test-harness';
 import { loadDelegationSigningKey } from '../../packages/credentials/src/index.ts';
 import {
   executeRemediation,
@@ -15,7 +15,7 @@ import {
   runReconciliation,
   type ReconciliationReport,
 } from '../../packages/reconciliation/src/index.ts';
-import { startE2EStack, type E2EStack } from '../support/stack.ts';
+import { startE2EStack, type E2EStack } from '@gatehouse/test-harness';
 import { cli, decide, getApproval, sleep, submit, view } from '../hard-cases/helpers.ts';
 
 /**

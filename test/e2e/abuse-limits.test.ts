@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { pollWorkflow, tokenFor } from '@gatehouse/cli';
-import { startE2EStack, type E2EStack } from '../support/stack.ts';
+import { startE2EStack, type E2EStack } from '@gatehouse/test-harness';
 
 // Abuse limits against every service as a process (docs/decisions/0181-abuse-limits.md,
 // 0183-tenant-model-spend-cap.md): per-user and per-tenant intake and sign-in limits (429,

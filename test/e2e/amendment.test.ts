@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { approveAsLead, call, pollWorkflow, tokenFor, type WorkflowView } from '@gatehouse/cli';
-import { startE2EStack, type E2EStack } from '../support/stack.ts';
+import { startE2EStack, type E2EStack } from '@gatehouse/test-harness';
 
 const SECRET = 'local-auth-secret-change-me';
 let s: E2EStack;

@@ -4,7 +4,7 @@ import { loadDelegationSigningKey } from '../../packages/credentials/src/index.t
 import { executeChangeCancel, type ExecuteDeps } from '../../packages/reconciliation/src/index.ts';
 import { execFile } from 'node:child_process';
 import { resolve as resolvePath } from 'node:path';
-import { repoRoot } from '@gatehouse/contracts';
+import { repoRoot, resetTestFaultsForTests } from '@gatehouse/contracts';
 import {
   startHuntStack,
   submit,
@@ -38,6 +38,7 @@ beforeAll(async () => {
 }, 600_000); // seven processes start slowly on a loaded 2-core machine
 afterAll(async () => {
   delete process.env.GATEHOUSE_TEST_CANCEL_WITHOUT_APPROVAL;
+  resetTestFaultsForTests();
   await s?.close();
 });
 
@@ -85,7 +86,7 @@ async function cliOut(args: string[], as = 'ops-gus'): Promise<string> {
   return new Promise((done) => {
     execFile(
       process.execPath,
-      [resolvePath(repoRoot, 'packages/cli/src/main.ts'), ...args],
+      [resolvePath(repoRoot, 'apps/cli/src/main.ts'), ...args],
       { cwd: repoRoot, env: { ...process.env, ...s.env, LOG_LEVEL: 'warn', GATEHOUSE_TOKEN: token }, timeout: 120_000 },
       (err, stdout, stderr) => done(`${stdout}${stderr}${err ? `\nexit ${err.code}` : ''}`),
     );
@@ -208,12 +209,14 @@ describe('gatehouse change cancel', () => {
       const { operationKey } = await scheduled('CX-3', 'Please schedule change CHG-101 in the manual window.');
       await cliOut(['change', 'cancel', operationKey, '--reason', 'unilateral']);
       process.env.GATEHOUSE_TEST_CANCEL_WITHOUT_APPROVAL = '1';
+      resetTestFaultsForTests();
       try {
         const out = await cliOut(['change', 'cancel', operationKey]);
         console.log('control removed:', out.trim());
         expect(out).toMatch(/cancelled before its window/);
       } finally {
         delete process.env.GATEHOUSE_TEST_CANCEL_WITHOUT_APPROVAL;
+        resetTestFaultsForTests();
       }
       expect((await call('GET', `${s.url('staging')}/changes/operations/${encodeURIComponent(operationKey)}`, null)).body.status).toBe(
         'cancelled',

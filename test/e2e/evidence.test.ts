@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listen, closeServer } from '@gatehouse/platform';
 import { runDemo } from '@gatehouse/cli';
 import { loadWorld } from '@gatehouse/contracts';
-import { demoTarget, startE2EStack, type E2EStack } from '../support/stack.ts';
+import { demoTarget, startE2EStack, type E2EStack } from '@gatehouse/test-harness';
 import { call, decide, fc, fixtures, mails, msg, refunds, settled, shipments, submit, waitFor } from '../hard-cases/helpers.ts';
 
 // Evidence (docs/product/invariants.md#evidence, docs/decisions/0146-execution-audit-fields.md,

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { call, pollWorkflow, tokenFor } from '@gatehouse/cli';
 import { repoRoot } from '@gatehouse/contracts';
-import { startE2EStack, type E2EStack } from '../support/stack.ts';
+import { startE2EStack, type E2EStack } from '@gatehouse/test-harness';
 
 const SECRET = 'local-auth-secret-change-me';
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';

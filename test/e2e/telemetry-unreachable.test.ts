@@ -2,7 +2,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { readdirSync, readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runDemo } from '@gatehouse/cli';
-import { demoTarget, startE2EStack, type E2EStack } from '../support/stack.ts';
+import { demoTarget, startE2EStack, type E2EStack } from '@gatehouse/test-harness';
 
 // docs/product/design.md#observability: telemetry must never fail or stall work. Every service exports traces and metrics to
 // a collector that accepts connections and never answers; the demo runs exactly as without one,

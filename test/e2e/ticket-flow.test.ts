@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { loadWorld } from '@gatehouse/contracts';
 import { runDemo, pollWorkflow, tokenFor } from '@gatehouse/cli';
-import { demoTarget, startE2EStack, type E2EStack } from '../support/stack.ts';
+import { demoTarget, startE2EStack, type E2EStack } from '@gatehouse/test-harness';
 
 const SECRET = 'local-auth-secret-change-me';
 let s: E2EStack;

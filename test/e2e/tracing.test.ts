@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listen, closeServer } from '@gatehouse/platform';
 import { runDemo } from '@gatehouse/cli';
 import { loadWorld } from '@gatehouse/contracts';
-import { demoTarget, startE2EStack, type E2EStack } from '../support/stack.ts';
+import { demoTarget, startE2EStack, type E2EStack } from '@gatehouse/test-harness';
 import { fc, fixtures, msg, settled, submit, waitFor } from '../hard-cases/helpers.ts';
 import type { Server } from 'node:http';
 

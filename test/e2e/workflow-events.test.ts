@@ -4,8 +4,8 @@ import { EventSource } from 'eventsource';
 import { Webhook } from 'standardwebhooks';
 import { WorkflowEventSchema, type WorkflowEvent } from '@gatehouse/contracts';
 import { pollWorkflow, tokenFor } from '@gatehouse/cli';
-import { freePort } from '@gatehouse/testing';
-import { startE2EStack, type E2EStack } from '../support/stack.ts';
+import { freePort } from '@gatehouse/test-harness';
+import { startE2EStack, type E2EStack } from '@gatehouse/test-harness';
 
 /**
  * Pushed updates against every service as a process (docs/decisions/0250-pushed-workflow-events.md):

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction } from '@gatehouse/testing';
-import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
-import { decideApproval } from '../../services/approval/src/domain/decide.ts';
+import { processExecution } from '@gatehouse/executor';
+import { decideApproval } from '@gatehouse/approval';
 import { AUDIT_HMAC_KEY, startHarness, type Harness } from './support/harness.ts';
 
 // docs/product/invariants.md#approval: an approval is consumed only by the exact action it names, and is decided

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction, deadlockCount, type SeededAction } from '@gatehouse/testing';
-import { LeaseBusy, processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
+import { LeaseBusy, processExecution } from '@gatehouse/executor';
 import { auditEvents, startHarness, type Harness } from './support/harness.ts';
 
 // docs/product/hard-cases.md#duplicate-delivery: delivered to two workers at once behind a

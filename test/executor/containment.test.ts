@@ -1,11 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { bumpEpoch, setSwitch } from '@gatehouse/cli';
+import { bumpEpoch, setSwitch } from '@gatehouse/operations';
 import { runReconciliation } from '@gatehouse/reconciliation';
 import { executionsQueue, jobOptionsFor, type ExecutionJob } from '@gatehouse/contracts';
-import { createAction, TEST_REDIS_URL } from '@gatehouse/testing';
+import { createAction } from '@gatehouse/testing';
+import { TEST_REDIS_URL } from '@gatehouse/test-harness';
 import { mintDelegatedToken } from '../../packages/credentials/src/index.ts';
 import { createWorker, PostgresGate } from '../../packages/platform/src/index.ts';
-import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
+import { processExecution } from '@gatehouse/executor';
 import type { SupportBundle } from '../../packages/policy/src/index.ts';
 import {
   AUDIT_HMAC_KEY,

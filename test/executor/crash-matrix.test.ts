@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, it } from 'vitest';
 import { executionsQueue, jobOptionsFor } from '@gatehouse/contracts';
-import { createAction, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL } from '@gatehouse/testing';
+import { createAction } from '@gatehouse/testing';
+import { dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL } from '@gatehouse/test-harness';
 import { createRedis, QueueRegistry } from '../../packages/platform/src/index.ts';
 import { EXECUTIONS_QUEUE, RESULTS_QUEUE, startHarness, waitFor, type Harness } from './support/harness.ts';
 import { executorEnv, startExecutor, type ExecutorProcess } from './support/processes.ts';

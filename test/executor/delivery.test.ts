@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { executionsQueue, jobOptionsFor } from '@gatehouse/contracts';
-import { createAction, TEST_REDIS_URL } from '@gatehouse/testing';
+import { createAction } from '@gatehouse/testing';
+import { TEST_REDIS_URL } from '@gatehouse/test-harness';
 import { createWorker, PostgresGate } from '../../packages/platform/src/index.ts';
-import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
+import { processExecution } from '@gatehouse/executor';
 import { EXECUTIONS_QUEUE, RELEASE, RESULTS_QUEUE, startHarness, type Harness } from './support/harness.ts';
 
 // docs/product/invariants.md#exactly-once and docs/product/hard-cases.md: duplicate delivery, client retries after a lost response, and 429

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { createAction } from '@gatehouse/testing';
-import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
+import { processExecution } from '@gatehouse/executor';
 import { startHarness, type Harness } from './support/harness.ts';
 
 // docs/decisions/0170-delegated-credentials-bind-the-operation.md: no delegated token is minted

@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { createAction } from '@gatehouse/testing';
 import { createPool, type Db } from '@gatehouse/ledger';
 import { Kysely, PostgresDialect } from 'kysely';
-import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
+import { processExecution } from '@gatehouse/executor';
 import { startHarness, type Harness } from './support/harness.ts';
 
 // docs/decisions/0270-one-operation-protocol.md: how many statements the executor sends the ledger

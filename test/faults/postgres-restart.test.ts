@@ -3,8 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { call, tokenFor } from '@gatehouse/cli';
 import { isConnectionFault, isTerminal, type WorkflowState } from '@gatehouse/ledger';
-import { startPrivatePostgres, type PrivatePostgres } from '@gatehouse/testing';
-import { startE2EStack, type E2EStack } from '../support/stack.ts';
+import { startPrivatePostgres, type PrivatePostgres } from '@gatehouse/test-harness';
+import { startE2EStack, type E2EStack } from '@gatehouse/test-harness';
 
 // Every service process over a private Postgres cluster that the test restarts (pg_ctl restart
 // -m fast) while tickets are in flight: no process exits, every service is ready again after the

@@ -4,7 +4,7 @@ import { resolve } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type RunningStack } from '@gatehouse/cli';
-import { createTestDatabase, dropQueuePrefix, freePort, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
+import { createTestDatabase, dropQueuePrefix, freePort, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import type { Surface } from './support/apps.ts';
 import { send } from './support/client.ts';
 import { sendChecked } from './support/fuzz.ts';

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type pg from 'pg';
 import { Kysely, PostgresDialect } from 'kysely';
 import { createPool, type Db } from '@gatehouse/ledger';
-import { processProposal } from '../../services/policy-gateway/src/jobs/proposals.processor.ts';
+import { processProposal } from '@gatehouse/policy-gateway';
 import { AUDIT_HMAC_KEY, BUNDLES, RELEASE, startHarness, type Harness } from '../executor/support/harness.ts';
 
 // docs/decisions/0340-refund-sums-on-the-action-row.md: how many statements the policy gateway

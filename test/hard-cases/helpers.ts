@@ -1,12 +1,12 @@
 import { tokenFor, call, type WorkflowView } from '@gatehouse/cli';
-import { startE2EStack, type E2EStack } from '../support/stack.ts';
+import { startE2EStack, type E2EStack } from '@gatehouse/test-harness';
 
 export const SECRET = 'local-auth-secret-change-me';
 
-/** A stack of every service as processes (see test/support/stack.ts). */
+/** A stack of every service as processes (see packages/test-harness/src/stack.ts). */
 export type HuntStack = E2EStack;
 
-/** The shared process stack (test/support/stack.ts) with env overrides. */
+/** The shared process stack (packages/test-harness/src/stack.ts) with env overrides. */
 export const startHuntStack = startE2EStack;
 
 export type Entry =
@@ -130,7 +130,7 @@ export async function cli(s: HuntStack, args: string[], as = 'ops-gus'): Promise
   return new Promise((done, fail) => {
     execFile(
       process.execPath,
-      [resolvePath(repoRoot, 'packages/cli/src/main.ts'), ...args],
+      [resolvePath(repoRoot, 'apps/cli/src/main.ts'), ...args],
       { cwd: repoRoot, env: { ...process.env, ...s.env, LOG_LEVEL: 'warn', GATEHOUSE_TOKEN: token }, timeout: 120_000 },
       (err, stdout, stderr) => {
         if (err) fail(new Error(`cli ${args.join(' ')}: ${err.message} ${stderr}`));

@@ -15,8 +15,8 @@ import {
   type Entry,
   type HuntStack,
 } from './helpers.ts';
-import { freePort } from '@gatehouse/testing';
-import { TcpCut } from '../support/tcp-cut.ts';
+import { freePort } from '@gatehouse/test-harness';
+import { TcpCut } from '@gatehouse/test-harness';
 
 // Outage time is not the run's working time (docs/decisions/0110-outage-time.md): a step waiting
 // on an unavailable dependency is held, and the wait is credited to the run's deadline like a

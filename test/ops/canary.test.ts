@@ -5,10 +5,10 @@ import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
 import { releaseWritesEnabled } from '@gatehouse/ledger';
-import { createTestDatabase, seedFinishedRun, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/testing';
+import { seedFinishedRun } from '@gatehouse/testing';
+import { createTestDatabase, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/test-harness';
 import { tokenFor } from '@gatehouse/cli';
-import { activateRelease, enableWrites } from '../../packages/cli/src/releases.ts';
-import { analyzeCanary, CanaryRefused, requestCanaryOverride } from '../../packages/cli/src/canary.ts';
+import { activateRelease, enableWrites, analyzeCanary, CanaryRefused, requestCanaryOverride } from '@gatehouse/operations';
 import { approvalApi, type ApprovalApi } from '../support/approval-api.ts';
 
 /**
@@ -143,7 +143,7 @@ describe('the CLI', () => {
       new Promise<{ code: number; out: string }>((done) =>
         execFile(
           process.execPath,
-          [resolve(repoRoot, 'packages/cli/src/main.ts'), ...args],
+          [resolve(repoRoot, 'apps/cli/src/main.ts'), ...args],
           {
             cwd: repoRoot,
             timeout: 60_000,

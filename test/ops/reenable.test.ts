@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import { resolve as resolvePath } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { repoRoot } from '@gatehouse/contracts';
-import { cleanNeeded, failureBound } from '@gatehouse/cli';
+import { cleanNeeded, failureBound } from '@gatehouse/operations';
 import {
   cli,
   decide,
@@ -43,7 +43,7 @@ function gatehouse(s: HuntStack, args: string[], as = 'ops-gus'): Promise<{ code
       new Promise((done) => {
         execFile(
           process.execPath,
-          [resolvePath(repoRoot, 'packages/cli/src/main.ts'), ...args],
+          [resolvePath(repoRoot, 'apps/cli/src/main.ts'), ...args],
           { cwd: repoRoot, env: { ...process.env, ...s.env, LOG_LEVEL: 'warn', GATEHOUSE_TOKEN: token }, timeout: 120_000 },
           (err, out, errOut) => done({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, out, err: errOut }),
         );

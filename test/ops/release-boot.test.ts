@@ -4,8 +4,8 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
-import { createTestDatabase, dropQueuePrefix, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/testing';
-import { evaluateMonitors } from '../../services/audit/src/domain/monitors.ts';
+import { createTestDatabase, dropQueuePrefix, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/test-harness';
+import { evaluateMonitors } from '@gatehouse/audit';
 
 /**
  * A service whose tool catalog, prompt or audit schema differs from its release manifest

@@ -20,21 +20,25 @@ import { knownMigrations, registerRelease, releaseForced, releaseWritesEnabled, 
 import { createLogger, createWorker, PostgresGate, QueueRegistry } from '@gatehouse/platform';
 import { evaluateAction, loadActiveBundles } from '@gatehouse/policy';
 import { findTool } from '@gatehouse/tools';
+import { createAction, seedFinishedRun } from '@gatehouse/testing';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import {
-  createAction,
-  createTestDatabase,
-  dropQueuePrefix,
-  seedFinishedRun,
-  testQueuePrefix,
-  TEST_REDIS_URL,
-  type TestDatabase,
-} from '@gatehouse/testing';
-import { CanaryRefused } from '../../packages/cli/src/canary.ts';
+  CanaryRefused,
+  activateRelease,
+  ActivationRefused,
+  activationNeeds,
+  enableWrites,
+  rollbackRelease,
+  requestActivationOverride,
+  TwoPersonRequired,
+  drainRelease,
+  quarantineRelease,
+  queuedJobs,
+  requeueRelease,
+  RequeueRefused,
+} from '@gatehouse/operations';
 import { tokenFor } from '@gatehouse/cli';
-import { activateRelease, ActivationRefused, activationNeeds, enableWrites, rollbackRelease } from '../../packages/cli/src/releases.ts';
-import { requestActivationOverride, TwoPersonRequired } from '../../packages/cli/src/two-person.ts';
 import { approvalApi } from '../support/approval-api.ts';
-import { drainRelease, quarantineRelease, queuedJobs, requeueRelease, RequeueRefused } from '../../packages/cli/src/queue-ops.ts';
 
 /**
  * Releases, canary and rollback (docs/product/releases.md): activation verifies digests and gates, a
@@ -346,7 +350,7 @@ describe('ops commands need an operator token', () => {
     return new Promise((done) => {
       execFile(
         process.execPath,
-        [resolve(repoRoot, 'packages/cli/src/main.ts'), ...args],
+        [resolve(repoRoot, 'apps/cli/src/main.ts'), ...args],
         {
           cwd: repoRoot,
           timeout: 120_000,
@@ -447,7 +451,7 @@ describe('ops commands need an operator token', () => {
       const database = new URL(t.url).pathname.slice(1);
       // A rep is refused, and --all without the database's name is refused before anything runs.
       const rep = await run(['migrate', 'down'], await tokenFor('rep-ana', SECRET));
-      expect(rep.code).toBe(3); // not authorized (packages/cli/src/commands.ts EXIT)
+      expect(rep.code).toBe(3); // not authorized (apps/cli/src/commands.ts EXIT)
       expect(rep.out).toContain('refused (not_an_operator)');
       const opsToken = await tokenFor('ops-gus', SECRET);
       const unconfirmed = await run(['migrate', 'down', '--all'], opsToken);

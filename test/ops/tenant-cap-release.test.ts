@@ -7,7 +7,8 @@ import { DEFAULT_CANARY_THRESHOLDS, loadReleaseManifest, repoRoot } from '@gateh
 import { inTransaction } from '@gatehouse/ledger';
 import { evaluateAction, loadServiceBundles, type DecidingWorkflow } from '@gatehouse/policy';
 import { findTool } from '@gatehouse/tools';
-import { createAction, createTestDatabase, seedFinishedRun, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
+import { createAction, seedFinishedRun } from '@gatehouse/testing';
+import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import { tokenFor } from '@gatehouse/cli';
 
 /**
@@ -26,7 +27,7 @@ function cli(args: string[], token: string): Promise<{ code: number; out: string
   return new Promise((done) => {
     execFile(
       process.execPath,
-      [resolve(repoRoot, 'packages/cli/src/main.ts'), ...args],
+      [resolve(repoRoot, 'apps/cli/src/main.ts'), ...args],
       {
         cwd: repoRoot,
         timeout: 120_000,

@@ -3,13 +3,12 @@ import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import request from 'supertest';
-import { loadReleaseManifest, repoRoot } from '@gatehouse/contracts';
+import { loadReleaseManifest, repoRoot, resetTestFaultsForTests } from '@gatehouse/contracts';
 import type { OutboxRelay } from '@gatehouse/platform';
-import { createTestDatabase, type TestDatabase } from '@gatehouse/testing';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { tokenFor } from '@gatehouse/cli';
-import { activateRelease, activationNeeds } from '../../packages/cli/src/releases.ts';
-import { raisedLimits, requestActivationOverride, TwoPersonRequired } from '../../packages/cli/src/two-person.ts';
-import { sweepExpiredApprovals } from '../../services/approval/src/jobs/expiry.sweep.ts';
+import { activateRelease, activationNeeds, raisedLimits, requestActivationOverride, TwoPersonRequired } from '@gatehouse/operations';
+import { sweepExpiredApprovals } from '@gatehouse/approval';
 import { approvalApi, type ApprovalApi } from '../support/approval-api.ts';
 
 /**
@@ -259,13 +258,16 @@ describe('control removed (GATEHOUSE_TEST_SKIP_TWO_PERSON)', () => {
     expect(await refusal('rel-long')).toEqual(['raise_limits:used']);
     const env = process.env.GATEHOUSE_ENV;
     process.env.GATEHOUSE_TEST_SKIP_TWO_PERSON = '1';
+    resetTestFaultsForTests();
     try {
       await expect(activateRelease(t.db, 'rel-long', gus)).rejects.toThrow(/only be set with GATEHOUSE_ENV=test/);
       process.env.GATEHOUSE_ENV = 'test';
+      resetTestFaultsForTests();
       expect(await activateRelease(t.db, 'rel-long', gus)).toMatchObject({ status: 'active' });
     } finally {
       delete process.env.GATEHOUSE_TEST_SKIP_TWO_PERSON;
       process.env.GATEHOUSE_ENV = env;
+      resetTestFaultsForTests();
     }
     await activateRelease(t.db, 'rel-1', gus);
   });

@@ -43,7 +43,7 @@ function run(args: string[], token: string): Promise<{ code: number; out: string
   return new Promise((done) => {
     execFile(
       process.execPath,
-      [resolvePath(repoRoot, 'packages/cli/src/main.ts'), ...args],
+      [resolvePath(repoRoot, 'apps/cli/src/main.ts'), ...args],
       { cwd: repoRoot, env: { ...process.env, ...s.env, LOG_LEVEL: 'warn', GATEHOUSE_TOKEN: token }, timeout: 30_000 },
       (err, stdout, stderr) => done({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, out: stdout + stderr }),
     );

@@ -65,7 +65,7 @@ function tsFiles(dir: string): string[] {
   return out;
 }
 
-const SOURCES = ['packages', 'services'].flatMap((top) =>
+const SOURCES = ['packages', 'services', 'synthetic', 'apps'].flatMap((top) =>
   readdirSync(join(repoRoot, top), { withFileTypes: true })
     .filter((d) => d.isDirectory())
     .flatMap((d) => {

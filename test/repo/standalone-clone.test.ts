@@ -9,7 +9,7 @@ import { resolve } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { SERVICES } from '@gatehouse/cli';
 import { repoRoot } from '@gatehouse/contracts';
-import { dropDatabase, dropQueuePrefix, freePort, testQueuePrefix, TEST_REDIS_URL } from '@gatehouse/testing';
+import { dropDatabase, dropQueuePrefix, freePort, testQueuePrefix, TEST_REDIS_URL } from '@gatehouse/test-harness';
 
 const parent = mkdtempSync(resolve(tmpdir(), 'gh-clone-'));
 const clone = resolve(parent, 'gatehouse');

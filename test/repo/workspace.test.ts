@@ -18,7 +18,7 @@ interface PackageJson {
 const read = (file: string): PackageJson => JSON.parse(readFileSync(resolve(repoRoot, file), 'utf8')) as PackageJson;
 const workspaceFiles = [
   'package.json',
-  ...['packages', 'services'].flatMap((d) => readdirSync(resolve(repoRoot, d)).map((x) => `${d}/${x}/package.json`)),
+  ...['packages', 'services', 'synthetic', 'apps'].flatMap((d) => readdirSync(resolve(repoRoot, d)).map((x) => `${d}/${x}/package.json`)),
   'migrations/package.json',
   'test/package.json',
 ].filter((f) => existsSync(resolve(repoRoot, f)));
@@ -61,12 +61,12 @@ describe('the workspace', () => {
   });
 
   it('unit tests need nothing running: no database, queue, HTTP server or child process', () => {
-    const unit = ['packages', 'services'].flatMap((d) =>
+    const unit = ['packages', 'services', 'synthetic', 'apps'].flatMap((d) =>
       readdirSync(resolve(repoRoot, d)).flatMap((x) => listFiles(resolve(repoRoot, d, x, 'test'), '.unit.test.ts')),
     );
     expect(unit.length).toBeGreaterThan(10);
     const markers =
-      /from '(@gatehouse\/testing|pg|ioredis|bullmq|supertest|playwright-core|node:child_process|node:net|node:http)'|\.listen\(|startHarness|createDb\(/;
+      /from '(@gatehouse\/testing|@gatehouse\/test-harness|pg|ioredis|bullmq|supertest|playwright-core|node:child_process|node:net|node:http)'|\.listen\(|startHarness|createDb\(/;
     for (const file of unit) expect(readFileSync(file, 'utf8'), file).not.toMatch(markers);
   });
 });

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, runDemo, tokenFor } from '@gatehouse/cli';
 import { isTerminal, listStuckRuns, verifyAuditChain } from '@gatehouse/ledger';
-import { auditPublicKey } from '../../packages/cli/src/audit-key.ts';
-import { demoTarget, startE2EStack, type E2EStack } from '../support/stack.ts';
+import { auditPublicKey } from '@gatehouse/cli';
+import { demoTarget, startE2EStack, type E2EStack } from '@gatehouse/test-harness';
 import {
   AUTH_SECRET,
   REPLICATED,

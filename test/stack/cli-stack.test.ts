@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { repoRoot } from '@gatehouse/contracts';
 import { alive } from '@gatehouse/cli';
-import { createTestDatabase, freePort, type TestDatabase } from '@gatehouse/testing';
+import { createTestDatabase, freePort, type TestDatabase } from '@gatehouse/test-harness';
 
 // `gatehouse stack up` as a user runs it: a detached supervisor per state folder. Two stacks
 // (the model-stub only, to stay light) side by side in two state folders on two ports.
@@ -17,7 +17,7 @@ const stacks: Array<{ root: string; port: number }> = [];
 
 async function gatehouse(args: string[], stack: { root: string; port: number }): Promise<string> {
   const env = { ...process.env, DATABASE_URL: db.url, MODEL_STUB_PORT: String(stack.port), GATEHOUSE_ENV: 'test', LOG_LEVEL: 'warn' };
-  const { stdout } = await run(process.execPath, ['packages/cli/src/main.ts', ...args, '--state-dir', stack.root], {
+  const { stdout } = await run(process.execPath, ['apps/cli/src/main.ts', ...args, '--state-dir', stack.root], {
     cwd: repoRoot,
     env,
     timeout: 150_000,

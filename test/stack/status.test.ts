@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { stackStatus, statusRecorder } from '../../packages/cli/src/stack-control.ts';
+import { stackStatus, statusRecorder } from '@gatehouse/cli';
 
 // What `gatehouse stack status` tells on-call, from the supervisor's status file and pid files.
 

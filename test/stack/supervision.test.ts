@@ -5,7 +5,7 @@ import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { startStack, type RunningStack, type StackEvent } from '@gatehouse/cli';
-import { freePort } from '@gatehouse/testing';
+import { freePort } from '@gatehouse/test-harness';
 
 // The model-stub alone (no database, no queues) is enough to exercise the supervisor over a
 // real service process; a short backoff keeps each test to a few seconds.

@@ -3,7 +3,7 @@ import type { Express } from 'express';
 import { tokenFor } from '@gatehouse/cli';
 import type { Db } from '@gatehouse/ledger';
 import { createLogger, type OutboxRelay } from '@gatehouse/platform';
-import { createApprovalApp } from '../../services/approval/src/http/app.ts';
+import { createApprovalApp } from '@gatehouse/approval';
 
 /** The local HS256 secret the in-process approval app verifies tokens with. */
 const SECRET = 'local-auth-secret-change-me';

@@ -5,15 +5,15 @@ import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction } from '@gatehouse/testing';
-import { loadReleaseManifest } from '@gatehouse/contracts';
+import { loadReleaseManifest, resetTestFaultsForTests } from '@gatehouse/contracts';
 import { reserveOperation, type ActionStatus, type OperationStatus, type WorkflowState } from '@gatehouse/ledger';
 import { listen, closeServer } from '../../packages/platform/src/index.ts';
-import { createModelStubApp } from '../../services/model-stub/src/index.ts';
-import { processExecution } from '../../services/executor/src/jobs/executions.processor.ts';
-import { processProposal } from '../../services/policy-gateway/src/jobs/proposals.processor.ts';
-import { processTurn } from '../../services/agent-loop/src/jobs/turns.processor.ts';
-import { processResult } from '../../services/agent-loop/src/jobs/results.processor.ts';
-import { decideApproval } from '../../services/approval/src/domain/decide.ts';
+import { createModelStubApp } from '@gatehouse/model-stub';
+import { processExecution } from '@gatehouse/executor';
+import { processProposal } from '@gatehouse/policy-gateway';
+import { processTurn } from '@gatehouse/agent-loop';
+import { processResult } from '@gatehouse/agent-loop';
+import { decideApproval } from '@gatehouse/approval';
 import { AUDIT_HMAC_KEY, BUNDLES, RELEASE, startHarness, type Harness } from '../executor/support/harness.ts';
 
 /**
@@ -281,6 +281,7 @@ describe('invalid transitions are refused with no model request and no downstrea
     // boundary-case gate at load (which refuses a runtime without it: a second control).
     const saved = { gate: process.env.GATEHOUSE_TEST_DISABLE_STATE_GATE, env: process.env.GATEHOUSE_ENV };
     Object.assign(process.env, { GATEHOUSE_TEST_DISABLE_STATE_GATE: '1', GATEHOUSE_ENV: 'test' });
+    resetTestFaultsForTests();
     try {
       const outcomes: string[] = [];
       downstream.length = 0;

@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { Queue } from 'bullmq';
 import { listStuckRuns, runNeeds, STATE_LIVENESS, type Db } from '@gatehouse/ledger';
-import { startPrivateRedis, type PrivateRedis } from '@gatehouse/testing';
+import { startPrivateRedis, type PrivateRedis } from '@gatehouse/test-harness';
 import { sql } from 'kysely';
 import {
   approve,

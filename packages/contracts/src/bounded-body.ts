@@ -1,4 +1,5 @@
 import { SystemError } from './errors.ts';
+import { testFaults } from './test-faults.ts';
 
 /** Default cap of a downstream response body: 1 MiB (`DOWNSTREAM_BODY_LIMIT_BYTES` overrides). */
 export const DEFAULT_BODY_LIMIT_BYTES = 1024 * 1024;
@@ -22,10 +23,7 @@ export class BodyTooLarge extends SystemError {
  * @throws Error when the switch is set outside `GATEHOUSE_ENV=test`.
  */
 export function downstreamBodyLimit(env: Record<string, string | undefined> = process.env): number {
-  if (env.GATEHOUSE_TEST_DISABLE_BODY_CAP === '1') {
-    if (env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_DISABLE_BODY_CAP may only be set with GATEHOUSE_ENV=test');
-    return Infinity;
-  }
+  if (testFaults(env).disableBodyCap) return Infinity;
   const n = Number(env.DOWNSTREAM_BODY_LIMIT_BYTES);
   return Number.isInteger(n) && n > 0 ? n : DEFAULT_BODY_LIMIT_BYTES;
 }

@@ -11,3 +11,4 @@ export * from './text.ts';
 export * from './stop-reasons.ts';
 export * from './bounded-body.ts';
 export * from './api/events.ts';
+export * from './test-faults.ts';

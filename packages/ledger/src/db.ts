@@ -2,6 +2,7 @@ import { Kysely, Migrator, NO_MIGRATIONS, PostgresDialect, sql, type Transaction
 import pg from 'pg';
 import { migrations } from '@gatehouse/migrations';
 import type { DB } from './schema.ts';
+import { testFaults } from '@gatehouse/contracts';
 
 // bigint (int8) columns come back as strings by default; counts and sequences fit in a JS
 // number for this ledger's scale, but we keep them as strings to stay exact and convert at use.
@@ -47,10 +48,7 @@ export function createDb(databaseUrl: string, max = 10, onClientError?: (err: Er
  * @throws Error when set outside `GATEHOUSE_ENV=test`.
  */
 function pgErrorHandlingDisabled(): boolean {
-  if (process.env.GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING !== '1') return false;
-  if (process.env.GATEHOUSE_ENV !== 'test')
-    throw new Error('GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING may only be set with GATEHOUSE_ENV=test');
-  return true;
+  return testFaults().disablePgErrorHandling;
 }
 
 /** Node socket errors of a refused, reset or unreachable connection. */

@@ -1,4 +1,4 @@
-import { ConflictError, type AuditEventInput } from '@gatehouse/contracts';
+import { ConflictError, type AuditEventInput, testFaults } from '@gatehouse/contracts';
 import { recordAudit } from './audit.ts';
 import type { Trx } from './db.ts';
 import type { ActionStatus, WorkflowState } from './schema.ts';
@@ -181,10 +181,7 @@ export function isLegalActionTransition(from: ActionStatus, to: ActionStatus): b
  * @throws Error when set outside `GATEHOUSE_ENV=test`.
  */
 function tableDisabled(): boolean {
-  if (process.env.GATEHOUSE_TEST_DISABLE_TRANSITION_TABLE !== '1') return false;
-  if (process.env.GATEHOUSE_ENV !== 'test')
-    throw new Error('GATEHOUSE_TEST_DISABLE_TRANSITION_TABLE may only be set with GATEHOUSE_ENV=test');
-  return true;
+  return testFaults().disableTransitionTable;
 }
 
 /** What a workflow transition writes besides the state. */

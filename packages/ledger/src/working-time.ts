@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { SystemError, type OutageMark, type Dependency } from '@gatehouse/contracts';
+import { SystemError, type OutageMark, type Dependency, testFaults } from '@gatehouse/contracts';
 import { inTransaction, type Db, type Trx } from './db.ts';
 import { TERMINAL_STATES } from './schema.ts';
 
@@ -28,10 +28,7 @@ export interface OutagePolicy {
  * @throws Error when the switch is set outside `GATEHOUSE_ENV=test`.
  */
 export function readOutagePolicy(ceilingMs: number, env: Record<string, string | undefined>): OutagePolicy {
-  const disabled = env.GATEHOUSE_TEST_DISABLE_OUTAGE_CREDIT === '1';
-  if (disabled && env.GATEHOUSE_ENV !== 'test')
-    throw new Error('GATEHOUSE_TEST_DISABLE_OUTAGE_CREDIT may only be set with GATEHOUSE_ENV=test');
-  return { ceilingMs, credit: !disabled };
+  return { ceilingMs, credit: !testFaults(env).disableOutageCredit };
 }
 
 /**

@@ -4,8 +4,8 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { createDb, isConnectionFault, type Db } from '../src/index.ts';
-// @gatehouse/testing is not a dependency of this package; imported by path (the same module).
-import { createTestDatabase, startPrivatePostgres, type PrivatePostgres, type TestDatabase } from '../../testing/src/index.ts';
+import { createTestDatabase, startPrivatePostgres, type PrivatePostgres, type TestDatabase } from '@gatehouse/test-harness';
+import { resetTestFaultsForTests } from '@gatehouse/contracts';
 
 // Postgres restarts and terminated backends under clients of createDb: node-postgres drops the
 // pool's error listener while a client is checked out, so without createDb's own listener the
@@ -76,6 +76,7 @@ describe('a checked-out client survives a Postgres restart', () => {
     const saved = { ...process.env };
     process.env.GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING = '1';
     process.env.GATEHOUSE_ENV = 'production';
+    resetTestFaultsForTests();
     try {
       expect(() => createDb(t.url)).toThrow(/only be set with GATEHOUSE_ENV=test/);
     } finally {
@@ -83,6 +84,7 @@ describe('a checked-out client survives a Postgres restart', () => {
       process.env.GATEHOUSE_ENV = saved.GATEHOUSE_ENV;
       if (saved.GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING === undefined) delete process.env.GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING;
       if (saved.GATEHOUSE_ENV === undefined) delete process.env.GATEHOUSE_ENV;
+      resetTestFaultsForTests();
     }
   });
 });

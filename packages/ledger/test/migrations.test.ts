@@ -2,9 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Migrator, sql, type Kysely } from 'kysely';
 import { migrations } from '@gatehouse/migrations';
 import { migrate, type Db } from '../src/index.ts';
-// @gatehouse/testing is not a dependency of this package (no node_modules link), so it is
-// imported by path; it is the same module.
-import { createTestDatabase, type TestDatabase } from '../../testing/src/index.ts';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 
 const LEDGER_TABLES = [
   'actions',

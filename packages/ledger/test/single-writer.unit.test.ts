@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
@@ -28,16 +28,18 @@ function directWrites(text: string, table: string, column: string): string[] {
 }
 
 describe('one writer of workflow and action state', () => {
-  const files = ['packages', 'services'].flatMap((d) =>
-    readdirSync(join(ROOT, d)).flatMap((pkg) => {
-      const src = join(ROOT, d, pkg, 'src');
-      try {
-        return sources(src);
-      } catch {
-        return [];
-      }
-    }),
-  );
+  const files = ['packages', 'services', 'synthetic', 'apps']
+    .filter((d) => existsSync(join(ROOT, d)))
+    .flatMap((d) =>
+      readdirSync(join(ROOT, d)).flatMap((pkg) => {
+        const src = join(ROOT, d, pkg, 'src');
+        try {
+          return sources(src);
+        } catch {
+          return [];
+        }
+      }),
+    );
 
   it('finds the sources it checks', () => {
     expect(files.map((f) => relative(ROOT, f))).toContain(OWNER);

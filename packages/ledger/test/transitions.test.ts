@@ -18,8 +18,8 @@ import {
   type WorkflowState,
   type WorkflowsTable,
 } from '../src/index.ts';
-// @gatehouse/testing is not a dependency of this package (no node_modules link); imported by path.
-import { createAction, createTestDatabase, type TestDatabase } from '../../testing/src/index.ts';
+import { createAction } from '@gatehouse/testing';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 
 const STATES: WorkflowState[] = [
   'received',

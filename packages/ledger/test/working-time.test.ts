@@ -1,9 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { checkWorkingTime, creditWait, inTransaction, outageNextStep, type OutagePolicy, readOutagePolicy } from '../src/index.ts';
-// @gatehouse/testing is not a dependency of this package (no node_modules link), so it is
-// imported by path; it is the same module.
-import { createAction, createTestDatabase, type TestDatabase } from '../../testing/src/index.ts';
+import { createAction } from '@gatehouse/testing';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 
 // The run's working time (ADR 0015, 0110): waits are credited to the deadline once, outages up
 // to a ceiling. Against a real ledger; spans are set in the database, never waited for.

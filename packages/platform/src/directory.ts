@@ -1,4 +1,4 @@
-import { loadWorld } from '@gatehouse/contracts';
+import { loadWorld, testFaults } from '@gatehouse/contracts';
 import type { UserClaims } from '@gatehouse/credentials';
 
 /** The role that may run ops commands and enter the ops dashboard (docs/product/users-and-tools.md#users). */
@@ -10,9 +10,7 @@ export const OPERATOR_ROLE = 'operator';
  * @throws Error when set outside `GATEHOUSE_ENV=test`.
  */
 function operatorFromToken(): boolean {
-  if (process.env.GATEHOUSE_TEST_OPERATOR_FROM_TOKEN !== '1') return false;
-  if (process.env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_OPERATOR_FROM_TOKEN may only be set with GATEHOUSE_ENV=test');
-  return true;
+  return testFaults().operatorFromToken;
 }
 
 /**

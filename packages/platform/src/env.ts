@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { z, type ZodObject, type ZodRawShape } from 'zod';
-import { repoRoot } from '@gatehouse/contracts';
+import { repoRoot, testFaultProblems, testFaults } from '@gatehouse/contracts';
 import { productionProblems } from './production.ts';
 
 /**
@@ -98,8 +98,10 @@ export const delegationJwksEnv = {
 export type BaseEnv = z.output<ZodObject<typeof baseEnvShape>>;
 
 /**
- * Parses `process.env` (or `source`) against the base shape extended by `extra`, once.
- * @throws Error listing every invalid variable (the process should exit at boot).
+ * Parses `process.env` (or `source`) against the base shape extended by `extra`, once, and reads
+ * the test-only switches (`testFaults` of the contracts) so a refused one stops the boot.
+ * @throws Error listing every invalid variable, or every production problem (test switches
+ * included), or every refused test switch (the process should exit at boot).
  */
 export function parseEnv<S extends ZodRawShape>(
   extra: S,
@@ -114,9 +116,11 @@ export function parseEnv<S extends ZodRawShape>(
   }
   const env = r.data as BaseEnv & z.output<ZodObject<S>>;
   if (env.GATEHOUSE_ENV === 'production') {
-    const problems = [...productionProblems(env, source), ...productionChecks(env)];
+    const problems = [...productionProblems(env, source), ...productionChecks(env), ...testFaultProblems(source)];
     if (problems.length)
       throw new Error(`refusing to start in production (GATEHOUSE_ENV=production):\n${problems.map((p) => `  ${p}`).join('\n')}`);
   }
+  // The test-only switches, read and validated once, at boot: a refused one stops the process here.
+  testFaults(source);
   return env;
 }

@@ -3,6 +3,7 @@ import { isConnectionFault, type Db } from '@gatehouse/ledger';
 import type { Logger } from './logger.ts';
 import { markOutage } from './outage-hold.ts';
 import { within } from './timeout.ts';
+import { testFaults } from '@gatehouse/contracts';
 
 /**
  * `GATEHOUSE_TEST_DISABLE_PG_GATE=1` removes the gate (a control-removed test shows a job that
@@ -10,9 +11,7 @@ import { within } from './timeout.ts';
  * @throws Error when set outside `GATEHOUSE_ENV=test`.
  */
 function gateDisabled(): boolean {
-  if (process.env.GATEHOUSE_TEST_DISABLE_PG_GATE !== '1') return false;
-  if (process.env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_DISABLE_PG_GATE may only be set with GATEHOUSE_ENV=test');
-  return true;
+  return testFaults().disablePgGate;
 }
 
 /** Options of {@link PostgresGate}; every duration in milliseconds. */

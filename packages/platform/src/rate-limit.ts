@@ -2,7 +2,7 @@ import type { NextFunction, Request, Response } from 'express';
 import type { Redis } from 'ioredis';
 import { decodeJwt } from 'jose';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
-import { loadWorld } from '@gatehouse/contracts';
+import { loadWorld, testFaults } from '@gatehouse/contracts';
 import type { BaseEnv } from './env.ts';
 
 /** Who a request counts against: the user and the tenant (null: not counted). */
@@ -32,9 +32,7 @@ export interface RateRefusal {
  * @throws Error when set outside `GATEHOUSE_ENV=test`.
  */
 function limitsDisabled(): boolean {
-  if (process.env.GATEHOUSE_TEST_DISABLE_RATE_LIMITS !== '1') return false;
-  if (process.env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_DISABLE_RATE_LIMITS may only be set with GATEHOUSE_ENV=test');
-  return true;
+  return testFaults().disableRateLimits;
 }
 
 /**

@@ -1,6 +1,7 @@
 import { createRemoteJWKSet, errors, jwtVerify, type JWTVerifyGetKey } from 'jose';
 import { InvalidTokenError, UserClaimsSchema, verifyUserToken, type UserClaims } from '@gatehouse/credentials';
 import type { BaseEnv } from './env.ts';
+import { testFaults } from '@gatehouse/contracts';
 
 /**
  * How user bearer tokens are verified: the local HS256 secret (local and test only), or an
@@ -37,10 +38,7 @@ export function userTokenVerifier(
  * @throws Error when set outside `GATEHOUSE_ENV=test`.
  */
 function claimChecksDisabled(): boolean {
-  if (process.env.GATEHOUSE_TEST_DISABLE_TOKEN_CLAIM_CHECKS !== '1') return false;
-  if (process.env.GATEHOUSE_ENV !== 'test')
-    throw new Error('GATEHOUSE_TEST_DISABLE_TOKEN_CLAIM_CHECKS may only be set with GATEHOUSE_ENV=test');
-  return true;
+  return testFaults().disableTokenClaimChecks;
 }
 
 /**

@@ -5,15 +5,8 @@ import { stopRunOnFailedStep } from '@gatehouse/ledger';
 import { createLogger } from '../src/logger.ts';
 import { createRedis, createWorker, QueueRegistry } from '../src/queues.ts';
 import { PostgresGate } from '../src/postgres-gate.ts';
-// @gatehouse/testing is not a dependency of this package; imported by path (the same module).
-import {
-  createAction,
-  createTestDatabase,
-  dropQueuePrefix,
-  testQueuePrefix,
-  TEST_REDIS_URL,
-  type TestDatabase,
-} from '../../testing/src/index.ts';
+import { createAction } from '@gatehouse/testing';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 
 // The dead letter of a workflow step: a job that fails its last attempt leaves the run in an
 // explicit state (stopped(step_failed), audited) instead of a run nothing will ever drive again;

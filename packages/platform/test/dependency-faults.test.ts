@@ -3,11 +3,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Worker } from 'bullmq';
 import { sql } from 'kysely';
 import { createDb } from '@gatehouse/ledger';
-import { queueName, turnsQueue, type TurnJob } from '@gatehouse/contracts';
+import { queueName, turnsQueue, type TurnJob, resetTestFaultsForTests } from '@gatehouse/contracts';
 import { createLogger } from '../src/logger.ts';
 import { createRedis, createWorker, QueueRegistry } from '../src/queues.ts';
 import { PostgresGate } from '../src/postgres-gate.ts';
-// @gatehouse/testing is not a dependency of this package; imported by path (the same module).
 import {
   createTestDatabase,
   dropQueuePrefix,
@@ -17,7 +16,7 @@ import {
   TEST_REDIS_URL,
   type PrivatePostgres,
   type TestDatabase,
-} from '../../testing/src/index.ts';
+} from '@gatehouse/test-harness';
 
 // Workers over a Postgres that goes away: a job that meets the outage (before its handler, or
 // between two statements of it) goes back unattempted and runs once Postgres answers again, so a
@@ -154,6 +153,7 @@ describe('workers while Postgres is down', () => {
     const savedEnv = process.env.GATEHOUSE_ENV;
     process.env.GATEHOUSE_TEST_DISABLE_PG_GATE = '1';
     process.env.GATEHOUSE_ENV = 'test';
+    resetTestFaultsForTests();
     const r = rig();
     try {
       await pg.stop();
@@ -169,6 +169,7 @@ describe('workers while Postgres is down', () => {
       else process.env.GATEHOUSE_TEST_DISABLE_PG_GATE = saved;
       if (savedEnv === undefined) delete process.env.GATEHOUSE_ENV;
       else process.env.GATEHOUSE_ENV = savedEnv;
+      resetTestFaultsForTests();
     }
   });
 });

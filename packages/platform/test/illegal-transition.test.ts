@@ -5,15 +5,8 @@ import { inTransaction, transitionWorkflow } from '@gatehouse/ledger';
 import { createLogger } from '../src/logger.ts';
 import { createRedis, createWorker, QueueRegistry } from '../src/queues.ts';
 import { PostgresGate } from '../src/postgres-gate.ts';
-// @gatehouse/testing is not a dependency of this package; imported by path (the same module).
-import {
-  createAction,
-  createTestDatabase,
-  dropQueuePrefix,
-  testQueuePrefix,
-  TEST_REDIS_URL,
-  type TestDatabase,
-} from '../../testing/src/index.ts';
+import { createAction } from '@gatehouse/testing';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 
 // A job whose handler asks for a move the transition table refuses (docs/product/states.md#transition-table)
 // completes as a refusal on its first attempt: not retried into the dead letter, nothing written.

@@ -4,6 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWTPayload } from 'jose';
 import { InvalidTokenError, signUserToken } from '@gatehouse/credentials';
 import { userTokenVerifier, verifyBearerToken, type BearerVerifier } from '../src/index.ts';
+import { resetTestFaultsForTests } from '@gatehouse/contracts';
 
 // JWKS mode (production): a user token must carry iss, aud, exp and sub, match the configured
 // issuer and audience, and use an allowed algorithm (docs/decisions/0180-strict-production-mode.md).
@@ -39,6 +40,7 @@ beforeAll(async () => {
 afterAll(() => server?.close());
 afterEach(() => {
   delete process.env.GATEHOUSE_TEST_DISABLE_TOKEN_CLAIM_CHECKS;
+  resetTestFaultsForTests();
 });
 
 /** A token with the given registered claims (undefined: left out) and the private claims Gatehouse reads. */
@@ -96,14 +98,18 @@ describe('user tokens in JWKS mode', () => {
 
   it('control removed (GATEHOUSE_TEST_DISABLE_TOKEN_CLAIM_CHECKS): a token without aud and exp gets in', async () => {
     process.env.GATEHOUSE_TEST_DISABLE_TOKEN_CLAIM_CHECKS = '1';
+    resetTestFaultsForTests();
     const saved = process.env.GATEHOUSE_ENV;
     process.env.GATEHOUSE_ENV = 'local';
+    resetTestFaultsForTests();
     try {
       await expect(verifyBearerToken(await token({ ...good(), aud: undefined }), verifier)).rejects.toThrow(/GATEHOUSE_ENV=test/);
       process.env.GATEHOUSE_ENV = 'test';
+      resetTestFaultsForTests();
       expect(await verifyBearerToken(await token({ iss: ISSUER, sub: 'rep-ana' }), verifier)).toMatchObject({ sub: 'rep-ana' });
     } finally {
       process.env.GATEHOUSE_ENV = saved;
+      resetTestFaultsForTests();
     }
   });
 });

@@ -6,8 +6,7 @@ import { createLogger } from '../src/logger.ts';
 import { createRedis, createWorker, QueueRegistry } from '../src/queues.ts';
 import { holdWhileUnavailable, outageRecheckDelayMs } from '../src/outage-hold.ts';
 import { PostgresGate } from '../src/postgres-gate.ts';
-// @gatehouse/testing is not a dependency of this package; imported by path (the same module).
-import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '../../testing/src/index.ts';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 
 // A job whose dependency is down is held, not failed: it keeps the outage's start and goes back
 // to the delayed set without using an attempt (ADR 0110). Real Redis and BullMQ.

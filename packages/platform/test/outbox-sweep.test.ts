@@ -4,8 +4,7 @@ import { enqueueInTransaction, inTransaction, type OutboxRow } from '@gatehouse/
 import { createLogger } from '../src/logger.ts';
 import { OutboxRelay } from '../src/outbox-relay.ts';
 import { createRedis, QueueRegistry } from '../src/queues.ts';
-// @gatehouse/testing is not a dependency of this package; imported by path (the same module).
-import { createTestDatabase, startPrivateRedis, testQueuePrefix, type PrivateRedis, type TestDatabase } from '../../testing/src/index.ts';
+import { createTestDatabase, startPrivateRedis, testQueuePrefix, type PrivateRedis, type TestDatabase } from '@gatehouse/test-harness';
 
 // A job the queue store could not take waits in the outbox until the sweep publishes it: that
 // wait is an outage of Redis, not the run's working time, so the published job carries it

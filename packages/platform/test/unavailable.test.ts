@@ -5,8 +5,7 @@ import { createHttpApp, closeServer, finishApp, listen, READY_CHECK_TIMEOUT_MS }
 import { createLogger } from '../src/logger.ts';
 import { OutboxRelay } from '../src/outbox-relay.ts';
 import { QueueRegistry } from '../src/queues.ts';
-// @gatehouse/testing is not a dependency of this package; imported by path (the same module).
-import { createTestDatabase, type TestDatabase } from '../../testing/src/index.ts';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 
 // A dependency that stops answering (Redis down: ioredis queues commands and retries forever)
 // must not hold a probe or an API request: readiness fails in bounded time, and a request that

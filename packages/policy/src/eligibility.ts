@@ -1,4 +1,5 @@
 import type { ToolDefinition } from '@gatehouse/tools';
+import { testFaults } from '@gatehouse/contracts';
 
 /** Workflow states in which a workflow may be offered tools (a paused one resumes its held step). */
 const LIVE_STATES = ['received', 'investigating', 'awaiting_approval', 'executing', 'paused'];
@@ -35,9 +36,6 @@ export function eligibleTools(
  * @throws Error when the switch is set outside `GATEHOUSE_ENV=test`.
  */
 export function toolOfferedIn(tool: Pick<ToolDefinition, 'states'>, state: string): boolean {
-  if (process.env.GATEHOUSE_TEST_DISABLE_STATE_GATE === '1') {
-    if (process.env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_DISABLE_STATE_GATE may only be set with GATEHOUSE_ENV=test');
-    return true;
-  }
+  if (testFaults().disableStateGate) return true;
   return !tool.states || tool.states.includes(state);
 }

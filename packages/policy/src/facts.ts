@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Db, Trx } from '@gatehouse/ledger';
-import { loadWorld, fetchCapped } from '@gatehouse/contracts';
+import { loadWorld, fetchCapped, testFaults } from '@gatehouse/contracts';
 import { eligibleTools } from './eligibility.ts';
 import { supportTools, type ParsedProposal } from '@gatehouse/tools';
 import type { SupportFacts } from './support.rules.ts';
@@ -157,10 +157,8 @@ export async function refundSums(
  * refunds of different tenants then wait on each other).
  * @throws Error when set outside `GATEHOUSE_ENV=test`.
  */
-function testSwitch(name: 'DISABLE_CUMULATIVE_BASIS' | 'DISABLE_LIMIT_LOCKS' | 'SHARED_LIMIT_LOCK'): boolean {
-  if (process.env[`GATEHOUSE_TEST_${name}`] !== '1') return false;
-  if (process.env.GATEHOUSE_ENV !== 'test') throw new Error(`GATEHOUSE_TEST_${name} may only be set with GATEHOUSE_ENV=test`);
-  return true;
+function testSwitch(name: 'disableCumulativeBasis' | 'disableLimitLocks' | 'sharedLimitLock'): boolean {
+  return testFaults()[name];
 }
 
 /**
@@ -187,10 +185,10 @@ export async function loadSupportFacts(
   const refund = parsed.tool.name === 'issue_refund';
   const tenantDay = refund && opts.tenantCap === true;
   // Control-removed tests only: SHARED_LIMIT_LOCK puts every refund decision behind one lock.
-  const keys = testSwitch('SHARED_LIMIT_LOCK') ? ['refund-decision'] : refundLimitKeys(wf.tenant, wf.user_id, orderId, { tenantDay });
-  if (refund && !testSwitch('DISABLE_LIMIT_LOCKS')) await lockLimits(trx, keys);
+  const keys = testSwitch('sharedLimitLock') ? ['refund-decision'] : refundLimitKeys(wf.tenant, wf.user_id, orderId, { tenantDay });
+  if (refund && !testSwitch('disableLimitLocks')) await lockLimits(trx, keys);
   // Control-removed test only (refused outside GATEHOUSE_ENV=test): judge each refund alone.
-  const noBasis = testSwitch('DISABLE_CUMULATIVE_BASIS');
+  const noBasis = testSwitch('disableCumulativeBasis');
   // Only R4–R7 and R10 read the sums, and only for refunds.
   const sums =
     inTenant && refund

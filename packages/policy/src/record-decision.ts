@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Selectable } from 'kysely';
-import { approvalRequestsQueue, canonicalJson, executionsQueue, resultsQueue } from '@gatehouse/contracts';
+import { approvalRequestsQueue, canonicalJson, executionsQueue, resultsQueue, testFaults } from '@gatehouse/contracts';
 import {
   actorHash,
   enqueueInTransaction,
@@ -32,10 +32,7 @@ const LIVE = ['pending_approval', 'approved', 'running', 'succeeded', 'failed_un
  * @throws Error when set outside `GATEHOUSE_ENV=test`.
  */
 export function proposalDedupeRemoved(): boolean {
-  if (process.env.GATEHOUSE_TEST_DISABLE_PROPOSAL_DEDUPE !== '1') return false;
-  if (process.env.GATEHOUSE_ENV !== 'test')
-    throw new Error('GATEHOUSE_TEST_DISABLE_PROPOSAL_DEDUPE may only be set with GATEHOUSE_ENV=test');
-  return true;
+  return testFaults().disableProposalDedupe;
 }
 
 /** Input of {@link decideAndRecord}. */

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { proposalDedupeRemoved } from '../src/record-decision.ts';
+import { resetTestFaultsForTests } from '@gatehouse/contracts';
 
 // The control-removed switch of the proposal dedupe (docs/decisions/0140-more-control-removed-switches.md).
 
@@ -17,11 +18,14 @@ afterEach(() => {
 describe('GATEHOUSE_TEST_DISABLE_PROPOSAL_DEDUPE', () => {
   it('is off unless set, refused outside GATEHOUSE_ENV=test, on with it', () => {
     delete process.env.GATEHOUSE_TEST_DISABLE_PROPOSAL_DEDUPE;
+    resetTestFaultsForTests();
     expect(proposalDedupeRemoved()).toBe(false);
     process.env.GATEHOUSE_TEST_DISABLE_PROPOSAL_DEDUPE = '1';
     process.env.GATEHOUSE_ENV = 'production';
+    resetTestFaultsForTests();
     expect(() => proposalDedupeRemoved()).toThrow(/GATEHOUSE_ENV=test/);
     process.env.GATEHOUSE_ENV = 'test';
+    resetTestFaultsForTests();
     expect(proposalDedupeRemoved()).toBe(true);
   });
 });

@@ -45,7 +45,7 @@ describe('boundary-case gate', () => {
 
   it('`gatehouse policy check` exits 1 for the broken bundle and 0 for support-p1', () => {
     const run = (arg: string) =>
-      spawnSync(process.execPath, [resolve(repoRoot, 'packages/cli/src/main.ts'), 'policy', 'check', arg], { encoding: 'utf8' });
+      spawnSync(process.execPath, [resolve(repoRoot, 'apps/cli/src/main.ts'), 'policy', 'check', arg], { encoding: 'utf8' });
     const bad = run(broken);
     expect(bad.status).toBe(1);
     expect(bad.stdout).toContain('FAIL R7 just above auto limit');
@@ -68,7 +68,7 @@ describe('boundary-case gate', () => {
     expect(loadGateCases(loadBundle('support-p1'))).toEqual(loadBoundaryCases('support'));
     // support-p1 would fail p2's cases: the gate really tries R10.
     expect(runBoundaryGate(loadBundle('support-p1'), own).map((f) => f.got.ruleId)).toContain('ALL');
-    const run = spawnSync(process.execPath, [resolve(repoRoot, 'packages/cli/src/main.ts'), 'policy', 'check', 'support-p2'], {
+    const run = spawnSync(process.execPath, [resolve(repoRoot, 'apps/cli/src/main.ts'), 'policy', 'check', 'support-p2'], {
       encoding: 'utf8',
     });
     expect(run.status, run.stdout + run.stderr).toBe(0);

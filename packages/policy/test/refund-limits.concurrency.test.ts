@@ -5,9 +5,11 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDb, inTransaction, type Db } from '@gatehouse/ledger';
-import { createAction, createTestDatabase, type TestDatabase } from '@gatehouse/testing';
+import { createAction } from '@gatehouse/testing';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { findTool } from '@gatehouse/tools';
 import { evaluateSupport, loadActiveSupportBundle, loadSupportFacts, refundLimitKeys, type SupportFacts } from '../src/index.ts';
+import { resetTestFaultsForTests } from '@gatehouse/contracts';
 
 const bundle = loadActiveSupportBundle('support-p1');
 const tool = findTool('issue_refund')!;
@@ -114,6 +116,7 @@ describe('refund limits without a global lock', () => {
 
   it('control removed: without the limit locks concurrent refunds dodge the auto limit', async () => {
     Object.assign(process.env, { GATEHOUSE_ENV: 'test', GATEHOUSE_TEST_DISABLE_LIMIT_LOCKS: '1' });
+    resetTestFaultsForTests();
     try {
       let dodged = 0;
       for (let trial = 0; trial < 50 && dodged === 0; trial++) {
@@ -125,6 +128,7 @@ describe('refund limits without a global lock', () => {
       expect(dodged).toBeGreaterThan(0);
     } finally {
       delete process.env.GATEHOUSE_TEST_DISABLE_LIMIT_LOCKS;
+      resetTestFaultsForTests();
     }
   });
 

@@ -9,9 +9,9 @@ import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_WORLD_PATH } from '@gatehouse/contracts';
+import { DEFAULT_WORLD_PATH, resetTestFaultsForTests } from '@gatehouse/contracts';
 import { createDb, type Db } from '@gatehouse/ledger';
-import { createTestDatabase, type TestDatabase } from '@gatehouse/testing';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { findTool } from '@gatehouse/tools';
 import { advisoryLockId, evaluateSupport, loadActiveSupportBundle, loadSupportFacts, refundLimitKeys } from '../src/index.ts';
 
@@ -126,11 +126,13 @@ describe('refunds on different orders and tenants never wait on one another', ()
 
   it('control removed: with one lock shared by every refund decision (the former global lock), other tenants wait', async () => {
     Object.assign(process.env, { GATEHOUSE_ENV: 'test', GATEHOUSE_TEST_SHARED_LIMIT_LOCK: '1' });
+    resetTestFaultsForTests();
     try {
       const outcomes = await holdTogether(eightTenants(TRIALS + 1));
       expect(outcomes.filter((o) => o === 'WAITED')).toHaveLength(TENANTS - 1);
     } finally {
       delete process.env.GATEHOUSE_TEST_SHARED_LIMIT_LOCK;
+      resetTestFaultsForTests();
     }
   });
 

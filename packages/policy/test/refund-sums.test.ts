@@ -5,7 +5,8 @@
 // refunds and with one action left out (the re-evaluation at execution).
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createAction, createTestDatabase, type TestDatabase } from '@gatehouse/testing';
+import { createAction } from '@gatehouse/testing';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { recordedRefundsCents, refundSums } from '../src/index.ts';
 
 const HOUR_MS = 3_600_000;

@@ -6,9 +6,11 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDb, inTransaction, type Db } from '@gatehouse/ledger';
-import { createAction, createTestDatabase, type TestDatabase } from '@gatehouse/testing';
+import { createAction } from '@gatehouse/testing';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { findTool } from '@gatehouse/tools';
 import { evaluateSupport, loadActiveSupportBundle, loadSupportFacts, refundLimitKeys, type SupportBundle } from '../src/index.ts';
+import { resetTestFaultsForTests } from '@gatehouse/contracts';
 
 const p2 = loadActiveSupportBundle('support-p2');
 /** A small cap so a handful of refunds reach it: three refunds of 3000 fit in 10000, a fourth does not. */
@@ -115,6 +117,7 @@ describe('R10 tenant daily cap under concurrency', () => {
 
   it('control removed: without the limit locks concurrent refunds of one tenant exceed its daily cap', async () => {
     Object.assign(process.env, { GATEHOUSE_ENV: 'test', GATEHOUSE_TEST_DISABLE_LIMIT_LOCKS: '1' });
+    resetTestFaultsForTests();
     try {
       let exceeded = 0;
       for (let t = 0; t < 50 && exceeded === 0; t++) {
@@ -124,6 +127,7 @@ describe('R10 tenant daily cap under concurrency', () => {
       expect(exceeded).toBeGreaterThan(0);
     } finally {
       delete process.env.GATEHOUSE_TEST_DISABLE_LIMIT_LOCKS;
+      resetTestFaultsForTests();
     }
   });
 

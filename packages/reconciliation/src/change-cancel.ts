@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { sql } from 'kysely';
-import { canonicalJson, REMEDIATION_RULE_ID, sha256Hex } from '@gatehouse/contracts';
+import { canonicalJson, REMEDIATION_RULE_ID, sha256Hex, testFaults } from '@gatehouse/contracts';
 import { mintDelegatedToken } from '@gatehouse/credentials';
 import {
   actorHash,
@@ -76,10 +76,7 @@ export type CancelOutcome =
  * @throws Error when set outside `GATEHOUSE_ENV=test`.
  */
 function approvalSkipped(): boolean {
-  if (process.env.GATEHOUSE_TEST_CANCEL_WITHOUT_APPROVAL !== '1') return false;
-  if (process.env.GATEHOUSE_ENV !== 'test')
-    throw new Error('GATEHOUSE_TEST_CANCEL_WITHOUT_APPROVAL may only be set with GATEHOUSE_ENV=test');
-  return true;
+  return testFaults().cancelWithoutApproval;
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;

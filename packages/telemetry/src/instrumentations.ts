@@ -6,6 +6,7 @@ import { PgInstrumentation } from '@opentelemetry/instrumentation-pg';
 import { IORedisInstrumentation } from '@opentelemetry/instrumentation-ioredis';
 import { UndiciInstrumentation } from '@opentelemetry/instrumentation-undici';
 import { RuntimeNodeInstrumentation } from '@opentelemetry/instrumentation-runtime-node';
+import { testFaults } from '@gatehouse/contracts';
 
 /** Event-loop delay histogram resolution of the runtime metrics, ms (the library's default). */
 export const RUNTIME_PRECISION_MS = 10;
@@ -53,9 +54,7 @@ export function createInstrumentations(env: Record<string, string | undefined> =
  * @throws Error when set outside `GATEHOUSE_ENV=test`.
  */
 export function fetchTracingDisabled(env: Record<string, string | undefined> = process.env): boolean {
-  if (env.GATEHOUSE_TEST_DISABLE_FETCH_TRACING !== '1') return false;
-  if (env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_DISABLE_FETCH_TRACING may only be set with GATEHOUSE_ENV=test');
-  return true;
+  return testFaults(env).disableFetchTracing;
 }
 
 /** Modules whose ESM imports the loader hook must intercept for these instrumentations. */

@@ -1,6 +1,7 @@
 import { findTool, type NormalizedArgs, type ToolDefinition } from './catalog.ts';
 import { NormalizationError } from './normalize.ts';
 import { redactSecrets } from './output-boundary.ts';
+import { testFaults } from '@gatehouse/contracts';
 
 /** A bounded validation result returned to the model as the call's function_call_output. */
 export interface ValidationFailure {
@@ -60,10 +61,7 @@ function unsafeTextAt(value: unknown, path: string): string | null {
  * @throws Error when set outside `GATEHOUSE_ENV=test`.
  */
 function strictParsingRemoved(): boolean {
-  if (process.env.GATEHOUSE_TEST_DISABLE_STRICT_PARSING !== '1') return false;
-  if (process.env.GATEHOUSE_ENV !== 'test')
-    throw new Error('GATEHOUSE_TEST_DISABLE_STRICT_PARSING may only be set with GATEHOUSE_ENV=test');
-  return true;
+  return testFaults().disableStrictParsing;
 }
 
 /** The fields of `data` the tool's contract does not name, kept when they are strings or numbers. */

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseProposal } from '../src/parse.ts';
+import { resetTestFaultsForTests } from '@gatehouse/contracts';
 
 // The control-removed switch of strict parsing (docs/decisions/0140-more-control-removed-switches.md):
 // only with GATEHOUSE_ENV=test, and then unknown fields are kept in the normalized arguments.
@@ -25,12 +26,14 @@ describe('GATEHOUSE_TEST_DISABLE_STRICT_PARSING', () => {
   it('set outside GATEHOUSE_ENV=test: refused', () => {
     process.env.GATEHOUSE_ENV = 'production';
     process.env.GATEHOUSE_TEST_DISABLE_STRICT_PARSING = '1';
+    resetTestFaultsForTests();
     expect(() => parseProposal('issue_refund', args)).toThrow(/GATEHOUSE_ENV=test/);
   });
 
   it('set with GATEHOUSE_ENV=test: the unknown field is carried into the arguments', () => {
     process.env.GATEHOUSE_ENV = 'test';
     process.env.GATEHOUSE_TEST_DISABLE_STRICT_PARSING = '1';
+    resetTestFaultsForTests();
     expect(parseProposal('issue_refund', args)).toMatchObject({
       ok: true,
       args: { orderId: 'O-1002', amountCents: 3000, reason: 'late', approved_by: 'lead-eli' },

@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { createDb, closeDb, inTransaction, readWorkflowEvents, recordWorkflowEvent } from '@gatehouse/ledger';
 import { createLogger } from '@gatehouse/platform';
-import { createAction, createTestDatabase, type TestDatabase } from '@gatehouse/testing';
+import { createAction } from '@gatehouse/testing';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { WorkflowEventHub } from '../src/domain/event-hub.ts';
 
 /**

@@ -3,7 +3,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Webhook } from 'standardwebhooks';
 import { inTransaction, recordWorkflowEvent } from '@gatehouse/ledger';
 import { createLogger } from '@gatehouse/platform';
-import { createAction, createTestDatabase, freePort, type TestDatabase } from '@gatehouse/testing';
+import { createAction } from '@gatehouse/testing';
+import { createTestDatabase, freePort, type TestDatabase } from '@gatehouse/test-harness';
 import { readWebhookTestHooks, retryDelayMs, WebhookDeliveryWorker, type WebhookTestHooks } from '../src/jobs/webhook-delivery.worker.ts';
 
 /**

@@ -4,14 +4,8 @@ import { createLogger, createRedis, OutboxRelay, QueueRegistry } from '@gatehous
 import type { Db } from '@gatehouse/ledger';
 import { sweepExpiredApprovals } from '../src/jobs/expiry.sweep.ts';
 // @gatehouse/testing is not linked into this service's node_modules; imported by path.
-import {
-  createAction,
-  createTestDatabase,
-  dropQueuePrefix,
-  testQueuePrefix,
-  TEST_REDIS_URL,
-  type TestDatabase,
-} from '../../../packages/testing/src/index.ts';
+import { createAction } from '@gatehouse/testing';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 
 // Two approval replicas run the expiry sweep on their own timers (docs/decisions/0195-services-as-replicas.md):
 // sweeping at the same moment, each expired approval must be expired, audited and answered once.

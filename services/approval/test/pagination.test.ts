@@ -3,7 +3,8 @@ import request from 'supertest';
 import type { Express } from 'express';
 import { signUserToken } from '@gatehouse/credentials';
 import { createLogger, type OutboxRelay } from '@gatehouse/platform';
-import { createAction, createTestDatabase, type TestDatabase } from '@gatehouse/testing';
+import { createAction } from '@gatehouse/testing';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { createApprovalApp } from '../src/http/app.ts';
 import { encodeCursor } from '../src/domain/approval-view.ts';
 

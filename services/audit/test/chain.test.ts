@@ -9,7 +9,7 @@ import { chainHash, GENESIS_HASH, inTransaction, recordAudit, verifyAuditChain, 
 import { chainPending } from '../src/jobs/chain.writer.ts';
 import { anchorHead, loadSigningKey } from '../src/domain/anchor.ts';
 // @gatehouse/testing is not linked into this service's node_modules; imported by path.
-import { createTestDatabase, type TestDatabase } from '../../../packages/testing/src/index.ts';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 
 let t: TestDatabase;
 let db: Db;

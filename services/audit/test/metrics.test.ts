@@ -4,7 +4,8 @@ import { sql } from 'kysely';
 import { inTransaction, recordAudit } from '@gatehouse/ledger';
 import { createLogger } from '@gatehouse/platform';
 import { METRICS, MetricsProbe, observeAuditBacklog, startTelemetry, type Telemetry } from '@gatehouse/telemetry';
-import { createAction, createTestDatabase, type TestDatabase } from '@gatehouse/testing';
+import { createAction } from '@gatehouse/testing';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { chainPending, readAuditBacklog } from '../src/jobs/chain.writer.ts';
 import { evaluateMonitors, raiseAlerts } from '../src/domain/monitors.ts';
 

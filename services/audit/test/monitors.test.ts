@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
-import { createAction, createTestDatabase, type SeededAction, type TestDatabase } from '@gatehouse/testing';
+import { createAction, type SeededAction } from '@gatehouse/testing';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { evaluateMonitors } from '../src/domain/monitors.ts';
 
 // Invariant monitors are standing queries over the records: they must fire on the outcome of a

@@ -1,7 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { BodyTooLarge, fetchCapped } from '@gatehouse/contracts';
+import { BodyTooLarge, fetchCapped, resetTestFaultsForTests } from '@gatehouse/contracts';
 import { attempt } from '../src/adapters/http-call.ts';
 
 // Downstream response bodies are read with a cap (1 MiB by default): an oversized body is a
@@ -44,6 +44,7 @@ beforeAll(async () => {
 afterAll(() => server?.close());
 afterEach(() => {
   delete process.env.GATEHOUSE_TEST_DISABLE_BODY_CAP;
+  resetTestFaultsForTests();
   delete process.env.DOWNSTREAM_BODY_LIMIT_BYTES;
 });
 
@@ -78,14 +79,18 @@ describe('downstream body cap', () => {
 
   it('control removed (GATEHOUSE_TEST_DISABLE_BODY_CAP): the oversized body is read whole; refused outside GATEHOUSE_ENV=test', async () => {
     process.env.GATEHOUSE_TEST_DISABLE_BODY_CAP = '1';
+    resetTestFaultsForTests();
     const saved = process.env.GATEHOUSE_ENV;
     try {
       process.env.GATEHOUSE_ENV = 'local';
+      resetTestFaultsForTests();
       await expect(fetchCapped(`${base}/declared`)).rejects.toThrow(/GATEHOUSE_ENV=test/);
       process.env.GATEHOUSE_ENV = 'test';
+      resetTestFaultsForTests();
       expect((await (await fetchCapped(`${base}/declared`)).text()).length).toBe(2 * MiB);
     } finally {
       process.env.GATEHOUSE_ENV = saved;
+      resetTestFaultsForTests();
     }
   });
 });

@@ -5,15 +5,8 @@ import { executionsQueue, queueName, resultsQueue, turnsQueue } from '@gatehouse
 import { enqueueInTransaction, inTransaction, type Db } from '@gatehouse/ledger';
 import { createLogger, createRedis, OutboxRelay, QueueRegistry } from '@gatehouse/platform';
 // @gatehouse/testing is not a dependency of this service; imported by path (the same module).
-import {
-  createAction,
-  createTestDatabase,
-  dropQueuePrefix,
-  testQueuePrefix,
-  TEST_REDIS_URL,
-  type SeededAction,
-  type TestDatabase,
-} from '../../../packages/testing/src/index.ts';
+import { createAction, type SeededAction } from '@gatehouse/testing';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import { watchdogPass, type WatchdogDeps } from '../src/jobs/watchdog.ts';
 
 // The watchdog against a real ledger and real Redis (its own prefix): a job published and then

@@ -7,15 +7,8 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { repoRoot } from '@gatehouse/contracts';
 import { startStack, type RunningStack } from '@gatehouse/cli';
-import {
-  createAction,
-  createTestDatabase,
-  dropQueuePrefix,
-  freePort,
-  testQueuePrefix,
-  TEST_REDIS_URL,
-  type TestDatabase,
-} from '@gatehouse/testing';
+import { createAction } from '@gatehouse/testing';
+import { createTestDatabase, dropQueuePrefix, freePort, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const OUT = resolve(repoRoot, 'test-results');

@@ -8,15 +8,8 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { queueContracts } from '@gatehouse/contracts';
 import { startStack, tokenFor, type RunningStack } from '@gatehouse/cli';
-import {
-  createAction,
-  createTestDatabase,
-  dropQueuePrefix,
-  freePort,
-  testQueuePrefix,
-  TEST_REDIS_URL,
-  type TestDatabase,
-} from '@gatehouse/testing';
+import { createAction } from '@gatehouse/testing';
+import { createTestDatabase, dropQueuePrefix, freePort, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 
 const SECRET = 'local-auth-secret-change-me';
 const HOSTILE = '<img src=x onerror="alert(1)"><script>alert(2)</script> timeout';

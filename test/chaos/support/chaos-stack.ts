@@ -12,7 +12,7 @@ import {
   type PrivatePostgres,
   type PrivateRedis,
   type TestDatabase,
-} from '@gatehouse/testing';
+} from '@gatehouse/test-harness';
 
 /** A service process that ended without the harness asking it to. */
 export interface Crash {

@@ -1,7 +1,7 @@
 import { call } from '@gatehouse/cli';
 import { isTerminal, verifyAuditChain } from '@gatehouse/ledger';
 import { runReconciliation } from '@gatehouse/reconciliation';
-import { auditPublicKey } from '../../../packages/cli/src/audit-key.ts';
+import { auditPublicKey } from '@gatehouse/cli';
 import type { ChaosStack } from './chaos-stack.ts';
 import type { Run } from './load.ts';
 

@@ -4,14 +4,8 @@ import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import type { Server } from 'node:http';
 import { createDb, type Db } from '@gatehouse/ledger';
-import {
-  createTestDatabase,
-  dropQueuePrefix,
-  setDeadlockTimeout,
-  testQueuePrefix,
-  TEST_REDIS_URL,
-  type TestDatabase,
-} from '@gatehouse/testing';
+import { setDeadlockTimeout } from '@gatehouse/testing';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import {
   closeServer,
   createLogger,
@@ -28,14 +22,14 @@ import {
   type FaultSpec,
   type RecordedRequest,
   type StagingDb,
-} from '../../../services/staging/src/index.ts';
+} from '@gatehouse/staging';
 import {
   jwksVerifier,
   newDelegationKeyPair,
   type DelegationSigningKey,
   type JSONWebKeySet,
 } from '../../../packages/credentials/src/index.ts';
-import type { ExecutionDeps } from '../../../services/executor/src/jobs/executions.processor.ts';
+import type { ExecutionDeps } from '@gatehouse/executor';
 import { loadActiveBundles, type PolicyBundles, type SupportBundle } from '../../../packages/policy/src/index.ts';
 
 export const AUDIT_HMAC_KEY = 'local-audit-hmac-key-change-me';

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { repoRoot } from '@gatehouse/contracts';
-import { TEST_REDIS_URL } from '@gatehouse/testing';
+import { TEST_REDIS_URL } from '@gatehouse/test-harness';
 
 /** An executor started as its own Node process (services/executor/src/main.ts). */
 export interface ExecutorProcess {

@@ -6,13 +6,10 @@ import { loadReleaseManifest } from '@gatehouse/contracts';
 import { registerRelease } from '@gatehouse/ledger';
 import { closeServer, createLogger, listen, OutboxRelay, QueueRegistry, type Logger } from '@gatehouse/platform';
 import { catalogDigest, toolsOfPack, type Pack } from '@gatehouse/tools';
-import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/testing';
-import { createIntakeApp } from '../../../services/agent-loop/src/http/app.ts';
-import { WorkflowEventHub } from '../../../services/agent-loop/src/domain/event-hub.ts';
-import type { PackSettings } from '../../../services/agent-loop/src/http/tickets.router.ts';
-import { createApprovalApp } from '../../../services/approval/src/http/app.ts';
-import { createOpsApp } from '../../../services/ops/src/http/app.ts';
-import { createQueueBoard } from '../../../services/ops/src/http/queue-board.ts';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
+import { createIntakeApp, WorkflowEventHub, type PackSettings } from '@gatehouse/agent-loop';
+import { createApprovalApp } from '@gatehouse/approval';
+import { createOpsApp, createQueueBoard } from '@gatehouse/ops';
 
 /** The local HS256 secret the in-process apps verify tokens with (the repository's local default). */
 export const SECRET = 'local-auth-secret-change-me';

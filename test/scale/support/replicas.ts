@@ -5,8 +5,8 @@ import { sql } from 'kysely';
 import { Queue } from 'bullmq';
 import { SERVICES, approveAsLead, call, startStack, tokenFor, type RunningStack } from '@gatehouse/cli';
 import { executionsQueue, queueName } from '@gatehouse/contracts';
-import { freePort } from '@gatehouse/testing';
-import type { E2EStack } from '../../support/stack.ts';
+import { freePort } from '@gatehouse/test-harness';
+import type { E2EStack } from '@gatehouse/test-harness';
 // The ticket kinds of the chaos load (one effect each at a system of record), reused here.
 import { KIND_CYCLE, KINDS, type RunKind } from '../../chaos/support/load.ts';
 

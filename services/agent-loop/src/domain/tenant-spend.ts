@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { modelSpendMicroUsd, type ReleaseManifest } from '@gatehouse/contracts';
+import { modelSpendMicroUsd, type ReleaseManifest, testFaults } from '@gatehouse/contracts';
 import type { Db, Trx } from '@gatehouse/ledger';
 
 /** The per-tenant daily model-spend cap: micro-USD per UTC day (docs/decisions/0183-tenant-model-spend-cap.md). */
@@ -15,10 +15,7 @@ export interface TenantSpendCap {
  * @throws Error when the switch is set outside `GATEHOUSE_ENV=test`.
  */
 export function readTenantSpendCap(dailyMicroUsd: number, env: Record<string, string | undefined>): TenantSpendCap {
-  const disabled = env.GATEHOUSE_TEST_DISABLE_TENANT_SPEND_CAP === '1';
-  if (disabled && env.GATEHOUSE_ENV !== 'test')
-    throw new Error('GATEHOUSE_TEST_DISABLE_TENANT_SPEND_CAP may only be set with GATEHOUSE_ENV=test');
-  return { dailyMicroUsd, disabled };
+  return { dailyMicroUsd, disabled: testFaults(env).disableTenantSpendCap };
 }
 
 /**

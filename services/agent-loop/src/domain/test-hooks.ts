@@ -1,3 +1,5 @@
+import { testFaults } from '@gatehouse/contracts';
+
 /**
  * Fault and control-removal hooks of the agent loop that only tests set, honoured only with
  * `GATEHOUSE_ENV=test`: kill the process right after the model answered (before anything is
@@ -16,10 +18,10 @@ export interface LoopTestHooks {
  * @throws Error when a hook is set outside `GATEHOUSE_ENV=test`.
  */
 export function readLoopTestHooks(env: Record<string, string | undefined>): LoopTestHooks {
-  const crash = env.GATEHOUSE_TEST_CRASH_AT === 'after_model_response';
-  const noFilter = env.GATEHOUSE_TEST_DISABLE_TOOL_FILTER === '1';
-  const dropReasoning = env.GATEHOUSE_TEST_DROP_REASONING === '1';
-  if ((crash || noFilter || dropReasoning) && env.GATEHOUSE_ENV !== 'test')
-    throw new Error('agent-loop test hooks may only be set with GATEHOUSE_ENV=test');
-  return { crashAfterModelResponse: crash, disableToolFilter: noFilter, dropReasoning };
+  const faults = testFaults(env);
+  return {
+    crashAfterModelResponse: faults.crashAt === 'after_model_response',
+    disableToolFilter: faults.disableToolFilter,
+    dropReasoning: faults.dropReasoning,
+  };
 }

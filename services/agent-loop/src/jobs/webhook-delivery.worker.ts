@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { Webhook } from 'standardwebhooks';
-import { WEBHOOK_HEADERS, webhookUrlProblem } from '@gatehouse/contracts';
+import { WEBHOOK_HEADERS, webhookUrlProblem, testFaults } from '@gatehouse/contracts';
 import { inTransaction, type Db } from '@gatehouse/ledger';
 import type { Logger } from '@gatehouse/platform';
 
@@ -37,10 +37,8 @@ export interface WebhookTestHooks {
  * @throws Error when one is set outside `GATEHOUSE_ENV=test` (docs/decisions/0016-test-only-hooks.md).
  */
 export function readWebhookTestHooks(env: Record<string, string | undefined>): WebhookTestHooks {
-  const hooks = { unsigned: env.GATEHOUSE_TEST_WEBHOOK_UNSIGNED === '1', noRetry: env.GATEHOUSE_TEST_WEBHOOK_NO_RETRY === '1' };
-  if ((hooks.unsigned || hooks.noRetry) && env.GATEHOUSE_ENV !== 'test')
-    throw new Error('GATEHOUSE_TEST_WEBHOOK_UNSIGNED / GATEHOUSE_TEST_WEBHOOK_NO_RETRY may only be set with GATEHOUSE_ENV=test');
-  return hooks;
+  const faults = testFaults(env);
+  return { unsigned: faults.webhookUnsigned, noRetry: faults.webhookNoRetry };
 }
 
 /** Delay before attempt `attempts + 1`, ms: `min(max, base·2^(attempts−1))`, jittered uniformly over its upper half. */

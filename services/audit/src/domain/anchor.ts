@@ -2,6 +2,7 @@ import { generateKeyPairSync, createPrivateKey, createPublicKey, randomBytes, si
 import { existsSync, linkSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Db } from '@gatehouse/ledger';
+import { testFaults } from '@gatehouse/contracts';
 
 /**
  * Loads the Ed25519 anchoring key from a PEM file, creating it (mode 0600) on first use when
@@ -41,9 +42,7 @@ export function loadSigningKey(path: string, create = true, env: Record<string, 
 
 /** The control-removed switch of {@link loadSigningKey}. @throws Error outside `GATEHOUSE_ENV=test`. */
 function checkThenWrite(env: Record<string, string | undefined>): boolean {
-  if (env.GATEHOUSE_TEST_KEY_CHECK_THEN_WRITE !== '1') return false;
-  if (env.GATEHOUSE_ENV !== 'test') throw new Error('GATEHOUSE_TEST_KEY_CHECK_THEN_WRITE may only be set with GATEHOUSE_ENV=test');
-  return true;
+  return testFaults(env).keyCheckThenWrite;
 }
 
 /**

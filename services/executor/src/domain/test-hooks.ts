@@ -1,3 +1,5 @@
+import { testFaults } from '@gatehouse/contracts';
+
 /** Points at which a test may make the executor process die (docs/product/hard-cases.md#crash-points). */
 export type CrashPoint = 'before_dispatch' | 'after_dispatch' | 'after_record';
 
@@ -41,58 +43,30 @@ export interface TestHooks {
   epochFailOpen?: boolean;
 }
 
-const NONE: TestHooks = {
-  crashAt: null,
-  crashTool: null,
-  blockBeforeDispatchMs: 0,
-  disableWriteAhead: false,
-  disableReevaluation: false,
-  disableDigestBinding: false,
-  disableOutputBoundary: false,
-  disableWatchdog: false,
-  disableIdempotencyKey: false,
-  switchAtAdmissionOnly: false,
-  disableLease: false,
-};
+/** The executor's crash points (the agent loop's `after_model_response` is not one). */
+const EXECUTOR_POINTS: readonly string[] = ['before_dispatch', 'after_dispatch', 'after_record'];
 
 /**
- * Reads the hooks from `env`.
- * @throws Error when a hook is set outside `GATEHOUSE_ENV=test` (never in production).
+ * The executor's view of the process's test switches ({@link testFaults}: read once, validated
+ * once; `env` other than `process.env` is parsed on its own, for tests).
+ * @throws Error when a switch is set outside `GATEHOUSE_ENV=test` (never in production), every problem listed.
  */
 export function readTestHooks(env: Record<string, string | undefined>): TestHooks {
-  const set = [
-    'GATEHOUSE_TEST_CRASH_AT',
-    'GATEHOUSE_TEST_BLOCK_BEFORE_DISPATCH_MS',
-    'GATEHOUSE_TEST_DISABLE_WRITE_AHEAD',
-    'GATEHOUSE_TEST_DISABLE_REEVALUATION',
-    'GATEHOUSE_TEST_DISABLE_DIGEST_BINDING',
-    'GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY',
-    'GATEHOUSE_TEST_DISABLE_WATCHDOG',
-    'GATEHOUSE_TEST_DISABLE_IDEMPOTENCY_KEY',
-    'GATEHOUSE_TEST_SWITCH_AT_ADMISSION_ONLY',
-    'GATEHOUSE_TEST_DISABLE_LEASE',
-    'GATEHOUSE_TEST_EPOCH_FAIL_OPEN',
-    'GATEHOUSE_TEST_DISABLE_REENABLE_COHORT',
-  ].filter((k) => env[k]);
-  if (!set.length) return NONE;
-  if (env.GATEHOUSE_ENV !== 'test') throw new Error(`${set.join(', ')} may only be set with GATEHOUSE_ENV=test`);
-  const crashAt = env.GATEHOUSE_TEST_CRASH_AT ?? null;
-  if (crashAt && !['before_dispatch', 'after_dispatch', 'after_record'].includes(crashAt))
-    throw new Error(`unknown crash point ${crashAt}`);
+  const f = testFaults(env);
   return {
-    crashAt: crashAt as CrashPoint | null,
-    crashTool: env.GATEHOUSE_TEST_CRASH_TOOL ?? null,
-    blockBeforeDispatchMs: Number(env.GATEHOUSE_TEST_BLOCK_BEFORE_DISPATCH_MS ?? 0),
-    disableWriteAhead: env.GATEHOUSE_TEST_DISABLE_WRITE_AHEAD === '1',
-    disableReevaluation: env.GATEHOUSE_TEST_DISABLE_REEVALUATION === '1',
-    disableDigestBinding: env.GATEHOUSE_TEST_DISABLE_DIGEST_BINDING === '1',
-    disableOutputBoundary: env.GATEHOUSE_TEST_DISABLE_OUTPUT_BOUNDARY === '1',
-    disableWatchdog: env.GATEHOUSE_TEST_DISABLE_WATCHDOG === '1',
-    disableIdempotencyKey: env.GATEHOUSE_TEST_DISABLE_IDEMPOTENCY_KEY === '1',
-    switchAtAdmissionOnly: env.GATEHOUSE_TEST_SWITCH_AT_ADMISSION_ONLY === '1',
-    disableLease: env.GATEHOUSE_TEST_DISABLE_LEASE === '1',
-    epochFailOpen: env.GATEHOUSE_TEST_EPOCH_FAIL_OPEN === '1',
-    disableReenableCohort: env.GATEHOUSE_TEST_DISABLE_REENABLE_COHORT === '1',
+    crashAt: f.crashAt && EXECUTOR_POINTS.includes(f.crashAt) ? (f.crashAt as CrashPoint) : null,
+    crashTool: f.crashTool,
+    blockBeforeDispatchMs: f.blockBeforeDispatchMs,
+    disableWriteAhead: f.disableWriteAhead,
+    disableReevaluation: f.disableReevaluation,
+    disableDigestBinding: f.disableDigestBinding,
+    disableOutputBoundary: f.disableOutputBoundary,
+    disableWatchdog: f.disableWatchdog,
+    disableIdempotencyKey: f.disableIdempotencyKey,
+    switchAtAdmissionOnly: f.switchAtAdmissionOnly,
+    disableLease: f.disableLease,
+    epochFailOpen: f.epochFailOpen,
+    disableReenableCohort: f.disableReenableCohort,
   };
 }
 

@@ -1,0 +1,329 @@
+import { UserError } from '@gatehouse/platform';
+import { OperatorRefused } from '@gatehouse/operations';
+
+/**
+ * One `gatehouse` command as `--help` shows it. `name` is the command words (`release activate`);
+ * `options` the flags it accepts besides the global ones (`--help`, `--json` where `json` is set,
+ * `--token`, `--state-dir`); `ops` marks a command that needs an operator token and is audited.
+ */
+export interface CommandSpec {
+  name: string;
+  /** Arguments and flags after the command words, as typed. */
+  synopsis: string;
+  /** One line for the command list. */
+  summary: string;
+  /** More lines for `gatehouse <command> --help`. */
+  details?: string[];
+  options: string[];
+  /** The command reads and reports: `--json` prints one JSON document instead of lines. */
+  json?: boolean;
+  ops?: boolean;
+}
+
+/**
+ * The `gatehouse` exit codes (docs/product/public-contract.md#ops-cli). Scripts branch on them:
+ * 0 done; 1 the command ran and its answer is no (a broken chain, a refused bundle, a failing
+ * analysis or safety case, a refused remediation) or it failed; 2 a usage error (unknown command
+ * or flag, a missing argument) — nothing ran; 3 not authorized (no operator token, an invalid one,
+ * or not an operator's) — refused and audited, nothing ran; 4 a dependency (Postgres, Redis, a
+ * service) is unreachable.
+ */
+export const EXIT = { ok: 0, failed: 1, usage: 2, unauthorized: 3, unavailable: 4 } as const;
+
+/** A usage error: unknown command or flag, or a missing argument (exit 2; nothing ran). */
+export class UsageError extends UserError {
+  constructor(message: string) {
+    super('usage', message);
+  }
+}
+
+const STATE = '--state-dir <dir>';
+
+/** Every command of the CLI, in the order the command list shows them. */
+export const COMMANDS: CommandSpec[] = [
+  {
+    name: 'demo',
+    synopsis: '[--keep-running]',
+    summary: 'run ticket T-1 through every service (fresh demo database)',
+    details: ['--keep-running leaves the stack up (supervised) after the report; stop it with: gatehouse stack down'],
+    options: ['keep-running'],
+  },
+  {
+    name: 'stack up',
+    synopsis: '[--fresh] [--only svc,svc]',
+    summary: 'start every service (or those) under a supervisor that restarts any that exits; wait until ready',
+    details: [
+      'Prints a line as each service becomes ready and, every 5 s, the services still awaited.',
+      '--fresh empties the database first; --only starts the named services only.',
+    ],
+    options: ['fresh', 'only'],
+  },
+  { name: 'stack down', synopsis: '', summary: 'stop the supervisor and every service', options: [] },
+  {
+    name: 'stack status',
+    synopsis: '[--json]',
+    summary: "each service's state, restarts and last exit (crash loops)",
+    options: [],
+    json: true,
+  },
+  {
+    name: 'token',
+    synopsis: '--user <id>',
+    summary: 'print a bearer token for a user of world.json (local secret)',
+    options: ['user'],
+  },
+  {
+    name: 'audit verify',
+    synopsis: '[--json]',
+    summary: 'walk the audit chain and its anchors (exit 1 when broken)',
+    options: [],
+    json: true,
+  },
+  { name: 'switch on', synopsis: '<tool>', summary: 'release a tool held at the moment of execution', options: [], ops: true },
+  { name: 'switch off', synopsis: '<tool>', summary: 'hold a tool at the moment of execution', options: [], ops: true },
+  { name: 'epoch bump', synopsis: '', summary: 'revoke every outstanding delegated credential', options: [], ops: true },
+  {
+    name: 'reenable status',
+    synopsis: '[<tool>] [--max-bound 0.05] [--json]',
+    summary: "each contained tool's re-enable stage, cohort, since, clean executions n, 95 % bound and what the next stage needs",
+    details: ['The bound is 1 − 0.05^(1/n) (n = 0: 1); --max-bound sets the bound "next" is judged against (default 0.05: 59 clean).'],
+    options: ['max-bound'],
+    json: true,
+    ops: true,
+  },
+  {
+    name: 'reenable advance',
+    synopsis: '<tool> [--cohort tenant:T,user:U] [--max-bound 0.05] --reason <why>',
+    summary: 'move a switched-off tool to its next stage: read_only → cohort → everyone (switch on), on evidence',
+    details: [
+      'The first run starts read_only (the tool stays held). Advancing needs the open stage to have n clean executions',
+      "and none failed with a bound ≤ --max-bound (exit 1 otherwise), or a second operator's approved reenable override.",
+      'docs/runbooks/reenable.md, docs/decisions/0310-staged-reenable.md',
+    ],
+    options: ['cohort', 'max-bound', 'reason'],
+    ops: true,
+  },
+  {
+    name: 'reenable override',
+    synopsis: '<tool> [--cohort tenant:T,user:U] --reason <why>',
+    summary:
+      "ask a second person (another operator or a policy owner, in the approval inbox) to let a tool's open stage advance with the evidence it has",
+    details: ['Bound to the open stage, the next one, the cohort and n; single use; expires after 15 minutes.'],
+    options: ['cohort', 'reason'],
+    ops: true,
+  },
+  {
+    name: 'delegation keys',
+    synopsis: '<dir>',
+    summary: 'create an Ed25519 delegation key pair in <dir>',
+    details: ['With an existing delegation-ed25519.pem in <dir>, adds its key to delegation-jwks.json (rotation).'],
+    options: [],
+  },
+  {
+    name: 'reconcile',
+    synopsis: '[--json]',
+    summary: 'compare the ledger with the systems of record; print the worklist and stuck runs',
+    details: ['Executes remediations a lead approved first (when this machine holds the delegation signing key).'],
+    options: [],
+    json: true,
+    ops: true,
+  },
+  {
+    name: 'reconcile resolve',
+    synopsis: '<item> --ratify|--reverse|--cancel-shipment|--adopt|--replay',
+    summary: 'ask a lead to approve a remediation; once approved, run it once',
+    options: ['ratify', 'reverse', 'cancel-shipment', 'adopt', 'replay'],
+    ops: true,
+  },
+  {
+    name: 'change cancel',
+    synopsis: '<operationKey|workflowId> --reason <why>',
+    summary: 'cancel a scheduled change before its window: a change owner approves first; run again once approved (runs once)',
+    details: ['The first run asks a change owner of the tenant (approval API / inbox); the run after approval sends the cancel once.'],
+    options: ['reason'],
+    ops: true,
+  },
+  {
+    name: 'policy check',
+    synopsis: '<bundle.json|revision> [--json]',
+    summary: 'run the boundary-case gate (exit 1 when the bundle is refused)',
+    options: [],
+    json: true,
+  },
+  {
+    name: 'release digests',
+    synopsis: '[--json]',
+    summary: 'print the prompt, catalog, audit-schema digests and schema version of this code',
+    options: [],
+    json: true,
+  },
+  {
+    name: 'release verify',
+    synopsis: '<id> [--json]',
+    summary: "check a release manifest's digests against this code and database",
+    options: [],
+    json: true,
+  },
+  {
+    name: 'release activate',
+    synopsis: '<id> [--cohort tenant:T,user:U] [--force]',
+    summary: 'gate + safety subset, then active (or a candidate for the cohort, writes disabled)',
+    details: [
+      '--force bypasses failing boundary cases (audited); forcing, or loosening a limit of the active',
+      'bundle, needs an override a policy owner or another operator approved (gatehouse release override).',
+    ],
+    options: ['cohort', 'force'],
+    ops: true,
+  },
+  {
+    name: 'release analyze',
+    synopsis: '<candidate> [--baseline <id>] [--json]',
+    summary: "compare the candidate's cohort with the baseline over the same window",
+    details: ['Exit 0 only when the verdict is pass.'],
+    options: ['baseline'],
+    json: true,
+    ops: true,
+  },
+  {
+    name: 'release override',
+    synopsis: '<id> --reason <why> [--for canary|force|raise-limits]',
+    summary: 'ask to go past a failing analysis, to force past the gate, or to loosen a limit',
+    details: [
+      'Opens an approval: a policy owner or another operator decides it in the approval inbox or',
+      'with POST /v1/approvals/<approval>/decision; the next activation (or enable-writes) uses it once (15 min).',
+    ],
+    options: ['reason', 'for'],
+    ops: true,
+  },
+  {
+    name: 'release enable-writes',
+    synopsis: '<id>',
+    summary: "run <id>'s safety cases (and a candidate's canary analysis), then let its consequential tools run",
+    options: [],
+    ops: true,
+  },
+  {
+    name: 'release rollback',
+    synopsis: '--to <id> --reason <why>',
+    summary: 'writes off, drain, expire approvals, inventory, restore <id> with writes OFF, run its safety cases',
+    details: ['The runbook: docs/runbooks/rollback.md.'],
+    options: ['to', 'reason'],
+    ops: true,
+  },
+  {
+    name: 'queues drain',
+    synopsis: '--release <id>',
+    summary: "stop claiming the release's jobs; in-flight work finishes",
+    options: ['release'],
+    ops: true,
+  },
+  {
+    name: 'queues quarantine',
+    synopsis: '--release <id>',
+    summary: "set the release's queued jobs aside in the ledger, stop their workflows",
+    options: ['release'],
+    ops: true,
+  },
+  {
+    name: 'queues requeue',
+    synopsis: '--from <id> --to <id>',
+    summary: "move one release's queued jobs to another (same payload version only)",
+    options: ['from', 'to'],
+    ops: true,
+  },
+  { name: 'migrate', synopsis: '[up]', summary: 'apply every pending migration', options: [] },
+  { name: 'migrate up', synopsis: '', summary: 'apply every pending migration', options: [] },
+  {
+    name: 'migrate down',
+    synopsis: '[--all --confirm <database>]',
+    summary: 'revert the latest migration only (audited); --all drops all ledger and audit data',
+    options: ['all', 'confirm'],
+    ops: true,
+  },
+];
+
+/** Flags every command accepts. */
+const GLOBAL_OPTIONS = ['help', 'token', 'state-dir'];
+
+/**
+ * The command `positionals` name (two words when the first two form one, else one), or
+ * undefined when they name none.
+ */
+export function findCommand(positionals: string[]): CommandSpec | undefined {
+  const [cmd, sub] = positionals;
+  return COMMANDS.find((c) => c.name === `${cmd} ${sub ?? ''}`.trim()) ?? COMMANDS.find((c) => c.name === cmd);
+}
+
+/**
+ * Checks the flags given to `spec`.
+ * @throws UsageError naming a flag the command does not take (`--json` included, on a command that does not read).
+ */
+export function checkOptions(spec: CommandSpec, given: Record<string, unknown>): void {
+  for (const [flag, value] of Object.entries(given)) {
+    if (value === undefined || GLOBAL_OPTIONS.includes(flag) || spec.options.includes(flag)) continue;
+    if (flag === 'json' && spec.json) continue;
+    throw new UsageError(`gatehouse ${spec.name} does not take --${flag} (see: gatehouse ${spec.name} --help)`);
+  }
+}
+
+/** The command list of `gatehouse --help`. */
+export function usage(): string {
+  const lines = COMMANDS.filter((c) => c.name !== 'migrate up').map((c) => {
+    const head = `  gatehouse ${c.name} ${c.synopsis}`.trimEnd();
+    return head.length < 40 ? `${head.padEnd(40)}${c.summary}` : `${head}\n${' '.repeat(40)}${c.summary}`;
+  });
+  return [
+    'gatehouse — operate a Gatehouse stack',
+    '',
+    ...lines,
+    '',
+    '  gatehouse <command> --help shows one command. Commands that read take --json.',
+    '  Ops commands (marked "operator" in their help) need an operator\'s bearer token: --token <jwt> or',
+    '  GATEHOUSE_TOKEN (locally: gatehouse token --user ops-gus). Each is audited.',
+    `  ${STATE} or GATEHOUSE_STATE_DIR: where stacks keep logs, pid files and the local audit key`,
+    '  (default .gatehouse/). Two stacks side by side need two state folders, and their own ports',
+    '  (<SERVICE>_PORT), database (DATABASE_URL) and queue prefix (QUEUE_PREFIX).',
+    '',
+    EXIT_CODES_HELP,
+  ].join('\n');
+}
+
+const EXIT_CODES_HELP = [
+  '  exit codes: 0 done · 1 the answer is no, or the command failed · 2 usage error (nothing ran)',
+  '              3 not authorized (refused, audited) · 4 a dependency is unreachable',
+].join('\n');
+
+/** The help of one command (`gatehouse release activate --help`). */
+export function commandHelp(spec: CommandSpec): string {
+  return [
+    `gatehouse ${spec.name} ${spec.synopsis}`.trimEnd(),
+    '',
+    `  ${spec.summary}`,
+    ...(spec.details ?? []).map((d) => `  ${d}`),
+    '',
+    ...(spec.ops ? ['  operator: needs --token <jwt> or GATEHOUSE_TOKEN of an operator; audited.'] : []),
+    ...(spec.json ? ['  --json prints one JSON document instead of lines.'] : []),
+    `  ${STATE} (or GATEHOUSE_STATE_DIR) selects the state folder.`,
+    '',
+    EXIT_CODES_HELP,
+  ].join('\n');
+}
+
+const UNREACHABLE = new Set(['ECONNREFUSED', 'ECONNRESET', 'ENOTFOUND', 'EHOSTUNREACH', 'ETIMEDOUT', 'EAI_AGAIN', '57P01', '57P03']);
+
+/** Whether `err` (or an error it wraps: `cause`, `errors` of an AggregateError) is a connection fault. */
+function isUnreachable(err: unknown, depth = 0): boolean {
+  if (!(err instanceof Error) || depth > 4) return false;
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === 'string' && UNREACHABLE.has(code)) return true;
+  const inner = [(err as { cause?: unknown }).cause, ...((err as { errors?: unknown[] }).errors ?? [])];
+  return inner.some((e) => isUnreachable(e, depth + 1));
+}
+
+/** The exit code of a command that threw `err` ({@link EXIT}). */
+export function exitCodeFor(err: unknown): number {
+  if (err instanceof UsageError) return EXIT.usage;
+  if (err instanceof OperatorRefused) return EXIT.unauthorized;
+  if (isUnreachable(err)) return EXIT.unavailable;
+  return EXIT.failed;
+}

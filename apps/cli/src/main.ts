@@ -1,0 +1,392 @@
+#!/usr/bin/env node
+import { parseArgs } from 'node:util';
+import { existsSync } from 'node:fs';
+import { resolve as resolvePath } from 'node:path';
+import { repoRoot } from '@gatehouse/contracts';
+import { Redis } from 'ioredis';
+import { parseEnv, OutboxRelay, createLogger, userTokenVerifier, type BaseEnv } from '@gatehouse/platform';
+import { createDb, migrate, migrateOneDown, verifyAuditChain, type Db } from '@gatehouse/ledger';
+import { tokenFor } from './api-client.ts';
+import { auditPublicKey } from './audit-key.ts';
+import { prepareDatabase } from './db-admin.ts';
+import { ensureDelegationKeyPair } from '@gatehouse/credentials';
+import { cliSigningKey, delegationKeyPaths } from './delegation-keys.ts';
+import { runDemo, printReport } from './demo.ts';
+import { authorizeOperator, bumpEpoch, setSwitch, type Operator, withQueues } from '@gatehouse/operations';
+import { reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
+import { releaseCommand } from './release-commands.ts';
+import { changeCancelCommand } from './change-commands.ts';
+import { reenableCommand } from './reenable-commands.ts';
+import { loadBundle, loadBundleFile, runBoundaryGate, loadGateCases } from '@gatehouse/policy';
+import { portOf, SERVICES, startStack, stateDir, stateRoot, type RunningStack } from './stack.ts';
+import { launchStackDaemon, progressPrinter, readStackStatus, stackStatus, stopStack } from './stack-control.ts';
+import { checkOptions, commandHelp, exitCodeFor, findCommand, usage, UsageError, EXIT } from './commands.ts';
+
+const out = (line: string): void => {
+  process.stdout.write(`${line}\n`);
+};
+
+async function main(argv: string[]): Promise<number> {
+  const { values, positionals } = parseCommandLine(argv);
+  // Before anything reads it: the state folder of this command and of the processes it starts.
+  if (values['state-dir']) process.env.GATEHOUSE_STATE_DIR = resolvePath(values['state-dir']);
+  const [cmd, sub, arg] = positionals;
+  const spec = findCommand(positionals);
+  if (!cmd || (values.help && !spec)) {
+    if (cmd && !spec) throw new UsageError(`unknown command: ${positionals.join(' ')} (see: gatehouse --help)`);
+    out(usage());
+    return values.help ? EXIT.ok : EXIT.usage;
+  }
+  if (!spec) throw new UsageError(`unknown command: ${positionals.join(' ')} (see: gatehouse --help)`);
+  if (values.help) {
+    out(commandHelp(spec));
+    return EXIT.ok;
+  }
+  checkOptions(spec, values);
+  const env = parseEnv({});
+  switch (`${cmd} ${sub ?? ''}`.trim()) {
+    case 'delegation keys': {
+      if (!arg) throw new UsageError('delegation keys needs a folder');
+      const paths = delegationKeyPaths({}, resolvePath(arg));
+      const kid = await ensureDelegationKeyPair(paths.signing, paths.jwks);
+      out(`signing key ${paths.signing} (kid ${kid}) — the executor's only; JWKS ${paths.jwks} — the systems of record's`);
+      return 0;
+    }
+    case 'token': {
+      if (!values.user) throw new UsageError('token needs --user <id>');
+      out(await tokenFor(values.user, env.GATEHOUSE_AUTH_SECRET));
+      return 0;
+    }
+    case 'stack up': {
+      out('preparing the database (migrations)…');
+      await prepareDatabase(env.DATABASE_URL, { fresh: values.fresh });
+      const dir = stateDir('stack');
+      const restarted = await stopStack(dir, 5000);
+      if (restarted.length) out(`restarting the running stack (${restarted.join(', ')})`);
+      const ports = await launchStackDaemon({ env: stackEnv({}), dir, only: values.only?.split(','), out });
+      for (const [name, port] of Object.entries(ports)) out(`  ${name.padEnd(15)} http://127.0.0.1:${port}`);
+      out(`stack up, supervised; logs in ${dir}`);
+      return 0;
+    }
+    case 'stack status': {
+      if (values.json) out(JSON.stringify(readStackStatus(stateDir('stack')), null, 2));
+      else for (const line of stackStatus(stateDir('stack'))) out(line);
+      return 0;
+    }
+    case 'stack down': {
+      const stopped = [...(await stopStack(stateDir('stack'))), ...(await stopStack(stateDir('demo')))];
+      out(stopped.length ? `stopped ${stopped.join(', ')}` : 'nothing was running');
+      return 0;
+    }
+    case 'demo':
+      return demo(Boolean(values['keep-running']));
+    case 'audit verify': {
+      const db = createDb(env.DATABASE_URL, 2);
+      try {
+        const r = await verifyAuditChain(db, { trustedPublicKey: auditPublicKey() });
+        if (values.json) out(JSON.stringify(r, null, 2));
+        else
+          out(
+            r.intact
+              ? `intact ${r.events} events, head ${r.headHash}, ${r.anchorsChecked} anchor(s) (pinned key)`
+              : `BROKEN at seq ${r.firstBadSeq}: ${r.reason}`,
+          );
+        return r.intact ? 0 : 1;
+      } finally {
+        await db.destroy();
+      }
+    }
+    case 'switch on':
+    case 'switch off': {
+      if (!arg) throw new UsageError('switch needs a tool name');
+      return opsCommand(env, values.token, `switch ${sub}`, (db, op) =>
+        withQueues(env, async (queues) => {
+          const rows = await setSwitch(db, arg, sub === 'on', op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
+          await new OutboxRelay(db, queues, createLogger('cli')).publish(rows);
+          out(`${arg} switched ${sub}${rows.length ? `; ${rows.length} held action(s) re-enqueued` : ''}`);
+          return 0;
+        }),
+      );
+    }
+    case 'epoch bump':
+      return opsCommand(env, values.token, 'epoch bump', async (db, op) => {
+        out(`revocation epoch is now ${await bumpEpoch(db, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY)}`);
+        return 0;
+      });
+    case 'policy check': {
+      if (!arg) throw new UsageError('policy check needs a bundle file or revision');
+      const file = arg.endsWith('.json') ? resolvePath(arg) : resolvePath(repoRoot, 'policy', `${arg}.json`);
+      if (!existsSync(file)) throw new UsageError(`no policy bundle ${arg} (looked for ${file})`);
+      const bundle = arg.endsWith('.json') ? loadBundleFile(file) : loadBundle(arg);
+      const cases = loadGateCases(bundle);
+      const failures = runBoundaryGate(bundle, cases);
+      if (values.json) {
+        out(JSON.stringify({ revision: bundle.revision, cases: cases.length, passed: cases.length - failures.length, failures }, null, 2));
+        return failures.length ? 1 : 0;
+      }
+      for (const f of failures)
+        out(`  FAIL ${f.name}: expected ${f.expected.decision} ${f.expected.ruleId}, got ${f.got.decision} ${f.got.ruleId}`);
+      out(
+        `${bundle.revision}: ${cases.length - failures.length} of ${cases.length} boundary cases pass${failures.length ? ' — bundle REFUSED' : ''}`,
+      );
+      return failures.length ? 1 : 0;
+    }
+    case 'reconcile':
+    case 'reconcile resolve': {
+      const flags = Object.keys(REMEDIATION_FLAGS).filter((f) => (values as Record<string, unknown>)[f]);
+      return opsCommand(env, values.token, sub ? 'reconcile resolve' : 'reconcile', async (db, op) => {
+        if (sub && !arg) throw new UsageError('reconcile resolve needs an item id');
+        if (flags.length > 1) throw new UsageError(`choose one remediation, not ${flags.join(' and ')}`);
+        const signingKey = await cliSigningKey(process.env, stateRoot());
+        return withQueues(env, (queues) => {
+          const relay = new OutboxRelay(db, queues, createLogger('cli'));
+          const ctx = {
+            db,
+            stagingUrl: env.STAGING_URL,
+            hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+            signingKey,
+            release: env.GATEHOUSE_RELEASE,
+            operator: op.id,
+            json: values.json,
+            out,
+            publish: (rows: Parameters<OutboxRelay['publish']>[0]) => relay.publish(rows),
+          };
+          return sub ? resolveCommand(ctx, arg!, flags[0] ? REMEDIATION_FLAGS[flags[0]] : undefined) : reconcileCommand(ctx);
+        });
+      });
+    }
+    case 'change cancel':
+      if (!arg) throw new UsageError('change cancel needs an operation key or workflow id');
+      return opsCommand(env, values.token, 'change cancel', async (db, op) => {
+        const signingKey = await cliSigningKey(process.env, stateRoot());
+        if (!signingKey) throw new Error('change cancel needs the delegation signing key (GATEHOUSE_DELEGATION_SIGNING_KEY_PATH)');
+        const ctx = {
+          db,
+          stagingUrl: env.STAGING_URL,
+          hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+          signingKey,
+          release: env.GATEHOUSE_RELEASE,
+          operator: op.id,
+          out,
+          publish: async () => {},
+        };
+        return changeCancelCommand(ctx, arg, values.reason);
+      });
+    case 'release digests':
+    case 'release verify':
+    case 'release activate':
+    case 'release enable-writes':
+    case 'release analyze':
+    case 'release override':
+    case 'release rollback':
+    case 'queues drain':
+    case 'queues quarantine':
+    case 'queues requeue':
+      return releaseCommand(`${cmd} ${sub}`, arg, values, env, (command, fn) => opsCommand(env, values.token, command, fn), out);
+    case 'reenable status':
+    case 'reenable advance':
+    case 'reenable override':
+      return reenableCommand(`${cmd} ${sub}`, arg, values, env, (command, fn) => opsCommand(env, values.token, command, fn), out);
+    case 'migrate':
+    case 'migrate up':
+    case 'migrate down': {
+      if (sub !== 'down') {
+        await prepareDatabase(env.DATABASE_URL);
+        out('migrated up');
+        return 0;
+      }
+      // Destructive: an operator's command, audited before it runs, one step unless told otherwise.
+      const database = new URL(env.DATABASE_URL).pathname.slice(1);
+      if (values.all && values.confirm !== database)
+        throw new UsageError(`migrate down --all drops every table of ${database}: repeat with --confirm ${database}`);
+      return opsCommand(env, values.token, values.all ? 'migrate down --all' : 'migrate down', async (db) => {
+        if (values.all) {
+          await migrate(db as never, 'down');
+          out(`reverted every migration of ${database}`);
+          return 0;
+        }
+        const reverted = await migrateOneDown(db as never);
+        out(reverted ? `reverted ${reverted} (run "gatehouse migrate up" to apply it again)` : 'no migration is applied');
+        return 0;
+      });
+    }
+    default:
+      throw new UsageError(`unknown command: ${positionals.join(' ')} (see: gatehouse --help)`);
+  }
+}
+
+/** Every flag of every command; {@link checkOptions} then refuses those the command does not take. */
+const OPTIONS = {
+  user: { type: 'string' },
+  token: { type: 'string' },
+  ratify: { type: 'boolean' },
+  reverse: { type: 'boolean' },
+  'cancel-shipment': { type: 'boolean' },
+  adopt: { type: 'boolean' },
+  replay: { type: 'boolean' },
+  cohort: { type: 'string' },
+  force: { type: 'boolean' },
+  to: { type: 'string' },
+  reason: { type: 'string' },
+  'max-bound': { type: 'string' },
+  baseline: { type: 'string' },
+  json: { type: 'boolean' },
+  for: { type: 'string' },
+  from: { type: 'string' },
+  release: { type: 'string' },
+  all: { type: 'boolean' },
+  confirm: { type: 'string' },
+  fresh: { type: 'boolean' },
+  only: { type: 'string' },
+  'state-dir': { type: 'string' },
+  'keep-running': { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+/**
+ * Parses the command line (node:util parseArgs, strict).
+ * @throws UsageError for an unknown flag or a flag without its value.
+ */
+function parseCommandLine(argv: string[]) {
+  try {
+    return parseArgs({ args: argv, allowPositionals: true, options: OPTIONS });
+  } catch (err) {
+    throw new UsageError(`${err instanceof Error ? err.message : String(err)} (see: gatehouse --help)`);
+  }
+}
+
+/**
+ * Runs one ops command: opens the ledger, verifies the operator token (`--token` or
+ * `GATEHOUSE_TOKEN`; a refusal is audited and exits 1), then `fn` with the operator.
+ */
+async function opsCommand(
+  env: BaseEnv,
+  token: string | undefined,
+  command: string,
+  fn: (db: Db, op: Operator) => Promise<number>,
+): Promise<number> {
+  const db = createDb(env.DATABASE_URL, 2);
+  try {
+    const op = await authorizeOperator(db, token ?? process.env.GATEHOUSE_TOKEN, {
+      verifier: userTokenVerifier(env),
+      hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+      command,
+    });
+    return await fn(db, op);
+  } finally {
+    await db.destroy();
+  }
+}
+
+/**
+ * The environment of a local stack: this process's, the model-stub as model and the staging
+ * systems on their configured ports unless a URL is set (a second stack on other ports must not
+ * reach the first one's systems of record), the audit key in the state folder unless set, then
+ * `overrides`.
+ */
+function stackEnv(overrides: Record<string, string | undefined>): Record<string, string | undefined> {
+  return {
+    ...process.env,
+    // Local unless the caller says otherwise: production refuses the local secrets and the test doubles.
+    GATEHOUSE_ENV: process.env.GATEHOUSE_ENV ?? 'local',
+    MODEL_BASE_URL: process.env.MODEL_BASE_URL ?? stubUrl(process.env),
+    STAGING_URL:
+      process.env.STAGING_URL ??
+      `http://127.0.0.1:${portOf(
+        SERVICES.find((s) => s.name === 'staging')!,
+        process.env,
+      )}`,
+    AUDIT_SIGNING_KEY_PATH: process.env.AUDIT_SIGNING_KEY_PATH ?? resolvePath(stateRoot(), 'audit-ed25519.pem'),
+    // The delegation key pair beside it (created by startStack when absent, outside production).
+    GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: delegationKeyPaths(process.env, stateRoot()).signing,
+    GATEHOUSE_DELEGATION_JWKS_PATH: delegationKeyPaths(process.env, stateRoot()).jwks,
+    ...overrides,
+  };
+}
+
+/** The model-stub's Responses API URL on its configured port. */
+function stubUrl(env: Record<string, string | undefined>): string {
+  return `http://127.0.0.1:${portOf(
+    SERVICES.find((s) => s.name === 'model-stub')!,
+    env,
+  )}/v1`;
+}
+
+/**
+ * `gatehouse demo`: a fresh demo database and queue prefix, the whole stack, ticket T-1. The
+ * database (`DEMO_DATABASE`, default `gatehouse_demo`, on `DATABASE_URL`'s server) and the queue
+ * prefix (`DEMO_QUEUE_PREFIX`, default `gh-demo`) are emptied first.
+ */
+async function demo(keepRunning: boolean): Promise<number> {
+  const base = parseEnv({});
+  const name = process.env.DEMO_DATABASE ?? 'gatehouse_demo';
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(name))
+    throw new Error(`DEMO_DATABASE must be a plain lower-case database name, got ${JSON.stringify(name)}`);
+  const databaseUrl = base.DATABASE_URL.replace(/\/[^/]+$/, `/${name}`);
+  const prefix = process.env.DEMO_QUEUE_PREFIX ?? 'gh-demo';
+  const redis = new Redis(base.REDIS_URL, { maxRetriesPerRequest: null });
+  for (const key of await redis.keys(`${prefix}:*`)) await redis.del(key);
+  redis.disconnect();
+  out('preparing a fresh demo database and starting every service…');
+  await prepareDatabase(databaseUrl, { fresh: true });
+  const env = stackEnv({
+    DATABASE_URL: databaseUrl,
+    QUEUE_PREFIX: prefix,
+    LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
+    AUDIT_ANCHOR_INTERVAL_MS: '500',
+    // The demo always runs on the model-stub, whatever OPENAI_API_KEY the shell holds.
+    MODEL_BASE_URL: stubUrl(process.env),
+  });
+  const dir = keepRunning ? stateDir('stack') : stateDir('demo');
+  const stopped = [...(await stopStack(stateDir('stack'), 5000)), ...(await stopStack(stateDir('demo'), 5000))];
+  if (stopped.length) out(`stopped the running stack first (the demo needs its ports): ${stopped.join(', ')}`);
+  const stack = keepRunning ? undefined : await startForeground(env, dir);
+  if (keepRunning) await launchStackDaemon({ env, dir, out });
+  const url = (name: string): string =>
+    `http://127.0.0.1:${portOf(
+      SERVICES.find((s) => s.name === name)!,
+      env,
+    )}`;
+  try {
+    const report = await runDemo(
+      {
+        intakeUrl: url('agent-loop'),
+        approvalUrl: url('approval'),
+        stagingUrl: url('staging'),
+        databaseUrl,
+        redisUrl: base.REDIS_URL,
+        queuePrefix: prefix,
+        release: base.GATEHOUSE_RELEASE,
+        authSecret: base.GATEHOUSE_AUTH_SECRET,
+        auditKeyPath: env.AUDIT_SIGNING_KEY_PATH,
+      },
+      out,
+    );
+    printReport(report, out);
+    return report.ok ? 0 : 1;
+  } finally {
+    if (stack) await stack.stop();
+    else out(`stack left running (logs in ${dir}); stop it with: ./run stack down`);
+  }
+}
+
+/** The demo's own stack, in this process (supervised; stopped with it), printing start-up progress. */
+async function startForeground(env: Record<string, string | undefined>, dir: string): Promise<RunningStack> {
+  const progress = progressPrinter(
+    SERVICES.map((s) => s.name),
+    out,
+  );
+  try {
+    return await startStack({ env, dir, stopOnSignals: true, onEvent: progress.onEvent });
+  } finally {
+    progress.done();
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    process.stderr.write(`gatehouse: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(exitCodeFor(err));
+  },
+);

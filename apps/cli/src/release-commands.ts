@@ -1,0 +1,195 @@
+import { loadReleaseManifest } from '@gatehouse/contracts';
+import { createDb, type Db } from '@gatehouse/ledger';
+import type { BaseEnv } from '@gatehouse/platform';
+import {
+  drainRelease,
+  quarantineRelease,
+  requeueRelease,
+  withQueues,
+  activateRelease,
+  currentDigests,
+  enableWrites,
+  rollbackRelease,
+  verifyManifest,
+  analyzeCanary,
+  auditAnalysis,
+  formatAnalysis,
+  requestCanaryOverride,
+  requestActivationOverride,
+  activationNeeds,
+  type Operator,
+  type OverrideTicket,
+} from '@gatehouse/operations';
+import { UsageError } from './commands.ts';
+
+/** Runs `fn` as a verified operator (see `opsCommand` in main.ts). */
+type AsOperator = (command: string, fn: (db: Db, op: Operator) => Promise<number>) => Promise<number>;
+
+/**
+ * Parses `--cohort tenant:quillfeather,user:rep-ana` into tenant and user lists.
+ * @throws UsageError for an entry that is not `tenant:<id>` or `user:<id>`.
+ */
+export function parseCohort(text: string): { tenants: string[]; users: string[] } {
+  const cohort = { tenants: [] as string[], users: [] as string[] };
+  for (const part of text
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean)) {
+    const [kind, id] = part.split(':');
+    if (!id || (kind !== 'tenant' && kind !== 'user')) throw new UsageError(`cohort entry ${part} must be tenant:<id> or user:<id>`);
+    (kind === 'tenant' ? cohort.tenants : cohort.users).push(id);
+  }
+  if (!cohort.tenants.length && !cohort.users.length) throw new UsageError('--cohort names no tenant or user');
+  return cohort;
+}
+
+/**
+ * `gatehouse release …` and `gatehouse queues …` (docs/product/releases.md,
+ * docs/product/public-contract.md#ops-cli). Everything but `release verify`
+ * needs an operator token and is audited. Exit codes: 0 done, 1 refused or failed checks.
+ * @throws UsageError for missing arguments (exit 2).
+ */
+export async function releaseCommand(
+  command: string,
+  arg: string | undefined,
+  values: {
+    cohort?: string;
+    force?: boolean;
+    to?: string;
+    from?: string;
+    release?: string;
+    reason?: string;
+    baseline?: string;
+    json?: boolean;
+    for?: string;
+  },
+  env: BaseEnv,
+  asOperator: AsOperator,
+  out: (line: string) => void,
+): Promise<number> {
+  const actor = (op: Operator) => ({ operator: op.id, hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY });
+  const need = (v: string | undefined, what: string): string => {
+    if (!v) throw new UsageError(`${command} needs ${what}`);
+    return v;
+  };
+  switch (command) {
+    case 'release digests':
+      out(JSON.stringify(currentDigests(), null, 2));
+      return 0;
+    case 'release verify': {
+      const db = createDb(env.DATABASE_URL, 1);
+      try {
+        const problems = await verifyManifest(db, loadReleaseManifest(need(arg, 'a release id')));
+        if (values.json) {
+          out(JSON.stringify({ release: arg, matches: problems.length === 0, problems }, null, 2));
+          return problems.length ? 1 : 0;
+        }
+        for (const p of problems) out(`  ${p}`);
+        out(problems.length ? `${arg}: ${problems.length} problem(s)` : `${arg}: every digest matches this code; schema applied`);
+        return problems.length ? 1 : 0;
+      } finally {
+        await db.destroy();
+      }
+    }
+    case 'release activate':
+      return asOperator(command, async (db, op) => {
+        const a = await activateRelease(db, need(arg, 'a release id'), {
+          cohort: values.cohort ? parseCohort(values.cohort) : undefined,
+          force: values.force,
+          ...actor(op),
+        });
+        for (const b of a.bypassed) out(`  FORCED past ${b}`);
+        out(
+          a.status === 'candidate'
+            ? `${a.id} is a candidate for ${values.cohort}; consequential writes stay disabled until: gatehouse release enable-writes ${a.id}`
+            : `${a.id} is the active release${a.forced ? ' (FORCED past its boundary-case gate; audited)' : ''}`,
+        );
+        return 0;
+      });
+    case 'release enable-writes':
+      return asOperator(command, async (db, op) => {
+        const w = await enableWrites(db, need(arg, 'a release id'), op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
+        for (const f of w.forcedPast) out(`  FORCED past ${f} (at activation; audited)`);
+        out(
+          `${w.id}: safety cases pass (${w.boundaryCases} boundary cases, closed parsing, strict schemas)` +
+            `${w.canary === 'not_a_candidate' ? '' : w.canary === 'pass' ? '; canary analysis passes' : '; canary analysis OVERRIDDEN by a second person (audited)'}` +
+            '; consequential writes enabled',
+        );
+        return 0;
+      });
+    case 'release analyze':
+      return asOperator(command, async (db, op) => {
+        const a = await analyzeCanary(db, need(arg, 'a candidate release id'), { baseline: values.baseline });
+        await auditAnalysis(db, a, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
+        if (values.json) out(JSON.stringify(a, null, 2));
+        else for (const line of formatAnalysis(a)) out(line);
+        return a.verdict === 'pass' ? 0 : 1;
+      });
+    case 'release override':
+      return asOperator(command, async (db, op) => {
+        const release = need(arg, 'a release id');
+        const ask = { ...actor(op), reason: values.reason ?? '' };
+        const kind = values.for ?? 'canary';
+        let t: OverrideTicket;
+        if (kind === 'canary') t = await requestCanaryOverride(db, release, ask);
+        else if (kind === 'force' || kind === 'raise-limits') {
+          const wanted = kind === 'force' ? 'force_gate' : 'raise_limits';
+          const found = (await activationNeeds(db, release, { force: true })).find((n) => n.kind === wanted);
+          t = await requestActivationOverride(db, release, found ?? { kind: wanted, items: [] }, ask);
+        } else throw new UsageError(`--for ${kind}: one of canary, force, raise-limits`);
+        out(`override requested for ${release} (${kind}): approval ${t.approvalId}, digest ${t.actionDigest}`);
+        out(
+          `  a policy owner or an operator of ${t.tenant} other than you decides it before ${t.expiresAt.toISOString()} — approval inbox, or POST /v1/approvals/${t.approvalId}/decision; the next ${kind === 'canary' ? 'enable-writes or promotion' : 'activation'} of ${release} uses it once`,
+        );
+        return 0;
+      });
+    case 'release rollback':
+      return asOperator(command, (db, op) =>
+        withQueues(env, async (queues) => {
+          const to = need(values.to, '--to <release>');
+          const r = await rollbackRelease(db, queues, { to, reason: values.reason ?? '', onStep: out, ...actor(op) });
+          out(`rolled back ${r.rolledBack.join(', ') || 'nothing'} to ${r.to}`);
+          for (const f of r.safety) out(`  SAFETY ${f}`);
+          if (r.queuedJobs) {
+            out(`  ${r.queuedJobs} job(s) still queued on ${r.rolledBack.join(', ')}: choose for each release —`);
+            for (const c of r.rolledBack)
+              out(`    gatehouse queues requeue --from ${c} --to ${r.to}   or   gatehouse queues quarantine --release ${c}`);
+          }
+          out(
+            r.safety.length
+              ? `  consequential writes stay OFF: ${r.to} fails its safety cases (docs/runbooks/rollback.md)`
+              : `  next: gatehouse release enable-writes ${r.to}   (consequential writes are off until then; docs/runbooks/rollback.md)`,
+          );
+          return r.safety.length ? 1 : 0;
+        }),
+      );
+    case 'queues drain':
+      return asOperator(command, (db, op) =>
+        withQueues(env, async (queues) => {
+          const names = await drainRelease(db, queues, need(values.release, '--release <id>'), actor(op));
+          out(`draining ${values.release}: ${names.join(', ')} paused; in-flight jobs finish or their leases expire`);
+          return 0;
+        }),
+      );
+    case 'queues quarantine':
+      return asOperator(command, (db, op) =>
+        withQueues(env, async (queues) => {
+          const n = await quarantineRelease(db, queues, need(values.release, '--release <id>'), actor(op));
+          out(`quarantined ${n} job(s) of ${values.release} into the ledger (quarantined_jobs)`);
+          return 0;
+        }),
+      );
+    case 'queues requeue':
+      return asOperator(command, (db, op) =>
+        withQueues(env, async (queues) => {
+          const r = await requeueRelease(db, queues, need(values.from, '--from <release>'), need(values.to, '--to <release>'), actor(op));
+          out(
+            `requeued ${r.moved} job(s) from ${values.from} to ${values.to}${r.refused ? `; ${r.refused} refused (quarantine them)` : ''}`,
+          );
+          return r.refused ? 1 : 0;
+        }),
+      );
+    default:
+      throw new UsageError(`unknown command ${command}`);
+  }
+}

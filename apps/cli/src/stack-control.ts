@@ -1,0 +1,205 @@
+import { spawn } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { repoRoot } from '@gatehouse/contracts';
+import { SERVICES, type StackEvent } from './stack.ts';
+
+/** What the stack supervisor process tells the CLI that started it (over the IPC channel). */
+export type DaemonMessage =
+  { type: 'event'; event: StackEvent } | { type: 'up'; ports: Record<string, number> } | { type: 'failed'; message: string };
+
+const DAEMON = resolve(repoRoot, 'apps/cli/src/stack-daemon.ts');
+/** How often a waiting start prints who it is still waiting for, ms. */
+const PROGRESS_EVERY_MS = 5000;
+
+/**
+ * Prints start-up progress of a stack through `out`: each service when it is ready, each exit,
+ * and every 5 s the services still awaited. Call `done()` when the wait is over.
+ */
+export function progressPrinter(services: string[], out: (line: string) => void): { onEvent: (e: StackEvent) => void; done: () => void } {
+  const waiting = new Set(services);
+  const since = Date.now();
+  const ticker = setInterval(() => {
+    if (waiting.size) out(`  … waiting for ${[...waiting].join(', ')} (${Math.round((Date.now() - since) / 1000)} s)`);
+  }, PROGRESS_EVERY_MS);
+  const onEvent = (e: StackEvent): void => {
+    if (e.type === 'ready' && waiting.delete(e.service))
+      out(`  ready  ${e.service} (${services.length - waiting.size}/${services.length})`);
+    if (e.type === 'exited' && e.delayMs !== null)
+      out(`  ${e.service} exited (${e.signal ?? `code ${e.code}`}); restart ${e.restarts} in ${e.delayMs} ms`);
+    if (e.type === 'crash-loop') out(`  ${e.service} is crash-looping (${e.restarts} restarts); see its log`);
+  };
+  return { onEvent, done: () => clearInterval(ticker) };
+}
+
+/**
+ * Starts the stack supervisor as a detached process (it outlives this one) over `dir`, printing
+ * progress through `out`, and resolves with the services' ports once every one is ready. The
+ * supervisor writes `<dir>/supervisor.pid` and logs to `<dir>/supervisor.log`. SIGINT/SIGTERM
+ * while waiting stop the supervisor and its services.
+ * @throws Error when a service cannot start (the supervisor has stopped them all and exited).
+ */
+export async function launchStackDaemon(opts: {
+  env: Record<string, string | undefined>;
+  dir: string;
+  only?: string[];
+  out: (line: string) => void;
+}): Promise<Record<string, number>> {
+  mkdirSync(opts.dir, { recursive: true });
+  const log = openSync(resolve(opts.dir, 'supervisor.log'), 'a');
+  const args = [DAEMON, '--dir', opts.dir, ...(opts.only ? ['--only', opts.only.join(',')] : [])];
+  const child = spawn(process.execPath, args, { cwd: repoRoot, env: opts.env, detached: true, stdio: ['ignore', log, log, 'ipc'] });
+  closeSync(log);
+  const names = SERVICES.filter((s) => !opts.only || opts.only.includes(s.name)).map((s) => s.name);
+  const progress = progressPrinter(names, opts.out);
+  // Ctrl-C while waiting: the supervisor (in its own session, so it does not see it) stops the stack.
+  const abort = (): void => void child.kill('SIGTERM');
+  process.once('SIGINT', abort).once('SIGTERM', abort);
+  try {
+    return await new Promise<Record<string, number>>((done, fail) => {
+      child.on('message', (m: DaemonMessage) => {
+        if (m.type === 'event') progress.onEvent(m.event);
+        else if (m.type === 'up') done(m.ports);
+        else fail(new Error(m.message));
+      });
+      child.once('exit', (code, signal) =>
+        fail(new Error(`the stack supervisor ended (${signal ?? `code ${code}`}) before the stack was up; see ${opts.dir}/supervisor.log`)),
+      );
+    });
+  } finally {
+    progress.done();
+    process.off('SIGINT', abort).off('SIGTERM', abort);
+    child.removeAllListeners();
+    if (child.connected) child.disconnect();
+    child.unref();
+  }
+}
+
+/** One service as the supervisor last saw it (`<dir>/status.json`). */
+export interface ServiceStatus {
+  state: 'starting' | 'ready' | 'exited' | 'crash-looping';
+  restarts: number;
+  /** The last exit: `signal SIGKILL` or `code 1`, and when (ISO 8601). */
+  lastExit?: string;
+  lastExitAt?: string;
+  /** When the supervisor last reported a crash loop (ISO 8601); kept after the service is up again. */
+  crashLoopAt?: string;
+}
+
+/** Keeps `<dir>/status.json` up to date from the supervisor's events (for `gatehouse stack status`). */
+export function statusRecorder(dir: string): (e: StackEvent) => void {
+  const status: Record<string, ServiceStatus> = {};
+  return (e) => {
+    const prev = status[e.service] ?? { state: 'starting', restarts: 0 };
+    const next: ServiceStatus = { ...prev, restarts: e.restarts };
+    if (e.type === 'starting' || e.type === 'ready') next.state = e.type;
+    if (e.type === 'exited')
+      Object.assign(next, {
+        state: 'exited',
+        lastExit: e.signal ? `signal ${e.signal}` : `code ${e.code}`,
+        lastExitAt: new Date().toISOString(),
+      });
+    if (e.type === 'crash-loop') Object.assign(next, { state: 'crash-looping', crashLoopAt: new Date().toISOString() });
+    // A crash loop stays reported until the service has been ready again.
+    if (prev.state === 'crash-looping' && e.type !== 'ready') next.state = 'crash-looping';
+    status[e.service] = next;
+    writeFileSync(resolve(dir, 'status.json'), JSON.stringify(status, null, 2));
+  };
+}
+
+/** The stack kept in one state folder, as `gatehouse stack status --json` prints it. */
+export interface StackStatusReport {
+  dir: string;
+  /** The supervisor's pid when it runs, else null. */
+  supervisorPid: number | null;
+  /** Services whose pid file names a live process although no supervisor runs. */
+  unsupervised: string[];
+  /** Each service as the supervisor last saw it (empty without a supervisor). */
+  services: Record<string, ServiceStatus>;
+}
+
+/** Reads the stack kept in `dir`: its supervisor, unsupervised leftovers and `<dir>/status.json`. */
+export function readStackStatus(dir: string): StackStatusReport {
+  const supervisor = pidIn(dir, 'supervisor');
+  if (!alive(supervisor)) {
+    const unsupervised = SERVICES.map((s) => s.name).filter((name) => alive(pidIn(dir, name)));
+    return { dir, supervisorPid: null, unsupervised, services: {} };
+  }
+  const file = resolve(dir, 'status.json');
+  const services = existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as Record<string, ServiceStatus>) : {};
+  return { dir, supervisorPid: supervisor!, unsupervised: [], services };
+}
+
+/**
+ * Lines describing the stack kept in `dir`: whether its supervisor runs, then each service's
+ * state, restart count and last exit (from `<dir>/status.json`).
+ */
+export function stackStatus(dir: string): string[] {
+  const r = readStackStatus(dir);
+  if (r.supervisorPid === null)
+    return r.unsupervised.length
+      ? [
+          `no stack supervisor running for ${dir}, but these services still run unsupervised: ${r.unsupervised.join(', ')}`,
+          '  stop them with: ./run stack down',
+        ]
+      : [`no stack supervisor running for ${dir}`];
+  return [
+    `supervisor pid ${r.supervisorPid} (${dir})`,
+    ...Object.entries(r.services).map(
+      ([name, s]) =>
+        `  ${name.padEnd(15)} ${s.state.padEnd(13)} restarts ${s.restarts}${s.lastExit ? `, last exit ${s.lastExit} at ${s.lastExitAt}` : ''}${s.crashLoopAt ? `, crash loop reported at ${s.crashLoopAt}` : ''}`,
+    ),
+  ];
+}
+
+/**
+ * Stops the stack kept in `dir`: SIGTERM to its supervisor (which ends supervision, then stops
+ * every service), SIGKILL after `graceMs` + 5 s, then any service a dead supervisor left behind
+ * (by pid file). Resolves with the services that were running.
+ */
+export async function stopStack(dir: string, graceMs = 10_000): Promise<string[]> {
+  const running = SERVICES.map((s) => s.name).filter((name) => alive(pidIn(dir, name)));
+  const supervisor = pidIn(dir, 'supervisor');
+  if (alive(supervisor)) {
+    process.kill(supervisor!, 'SIGTERM');
+    const until = Date.now() + graceMs + 5000;
+    while (alive(supervisor) && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
+    if (alive(supervisor)) process.kill(supervisor!, 'SIGKILL');
+  }
+  rmSync(resolve(dir, 'supervisor.pid'), { force: true });
+  rmSync(resolve(dir, 'status.json'), { force: true });
+  const leftovers = await stopLeftovers(dir, graceMs);
+  return [...new Set([...running, ...leftovers])];
+}
+
+/** Services still running by their pid files (a supervisor that died): SIGTERM, SIGKILL after `graceMs`. */
+async function stopLeftovers(dir: string, graceMs: number): Promise<string[]> {
+  const stopped: string[] = [];
+  for (const spec of [...SERVICES].reverse()) {
+    const pid = pidIn(dir, spec.name);
+    rmSync(resolve(dir, `${spec.name}.pid`), { force: true });
+    if (!alive(pid)) continue;
+    process.kill(pid!, 'SIGTERM');
+    const until = Date.now() + graceMs;
+    while (alive(pid) && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
+    if (alive(pid)) process.kill(pid!, 'SIGKILL');
+    stopped.push(spec.name);
+  }
+  return stopped;
+}
+
+function pidIn(dir: string, name: string): number | undefined {
+  const file = resolve(dir, `${name}.pid`);
+  return existsSync(file) ? Number(readFileSync(file, 'utf8')) : undefined;
+}
+
+/** Whether a process with this pid exists (signal 0). */
+export function alive(pid: number | undefined): boolean {
+  if (!pid) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}

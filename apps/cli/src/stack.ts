@@ -1,0 +1,303 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { appendFileSync, closeSync, mkdirSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { repoRoot } from '@gatehouse/contracts';
+import { createLogger, type Logger } from '@gatehouse/platform';
+import { delegationKeyPaths, ensureLocalDelegationKeys, type DelegationKeyPaths } from './delegation-keys.ts';
+import { DEFAULT_RESTART_POLICY, SupervisedService, type RestartPolicy, type StackEvent } from './supervisor.ts';
+
+export { DEFAULT_RESTART_POLICY, type RestartPolicy, type StackEvent } from './supervisor.ts';
+
+/** A service process of the stack, its entry file and the env var that sets its port. */
+export interface ServiceSpec {
+  name: string;
+  entry: string;
+  portVar: string;
+  defaultPort: number;
+}
+
+/** Every process of the local stack (docs/product/public-contract.md default ports; worker-only services get health ports). */
+export const SERVICES: readonly ServiceSpec[] = [
+  { name: 'staging', entry: 'synthetic/staging/src/main.ts', portVar: 'STAGING_PORT', defaultPort: 7104 },
+  { name: 'model-stub', entry: 'synthetic/model-stub/src/main.ts', portVar: 'MODEL_STUB_PORT', defaultPort: 7103 },
+  { name: 'audit', entry: 'services/audit/src/main.ts', portVar: 'AUDIT_PORT', defaultPort: 7113 },
+  { name: 'policy-gateway', entry: 'services/policy-gateway/src/main.ts', portVar: 'POLICY_GATEWAY_PORT', defaultPort: 7111 },
+  { name: 'approval', entry: 'services/approval/src/main.ts', portVar: 'APPROVAL_PORT', defaultPort: 7102 },
+  { name: 'executor', entry: 'services/executor/src/main.ts', portVar: 'EXECUTOR_PORT', defaultPort: 7112 },
+  { name: 'agent-loop', entry: 'services/agent-loop/src/main.ts', portVar: 'AGENT_LOOP_PORT', defaultPort: 7101 },
+  { name: 'ops', entry: 'services/ops/src/main.ts', portVar: 'OPS_PORT', defaultPort: 7105 },
+];
+
+/**
+ * Preloaded into every service process: enables the http/express/pg/ioredis
+ * auto-instrumentations before the service's modules load (packages/telemetry/src/register.ts).
+ */
+const TELEMETRY_PRELOAD = resolve(repoRoot, 'packages/telemetry/src/register.ts');
+
+/** The folder under which stacks keep state (logs, pid files): `GATEHOUSE_STATE_DIR`, else `<repo>/.gatehouse`. */
+export function stateRoot(env: Record<string, string | undefined> = process.env): string {
+  return env.GATEHOUSE_STATE_DIR ? resolve(env.GATEHOUSE_STATE_DIR) : resolve(repoRoot, '.gatehouse');
+}
+
+/** Where a stack keeps logs and pid files: `<state root>/<name>`. */
+export function stateDir(name = 'stack', env: Record<string, string | undefined> = process.env): string {
+  return resolve(stateRoot(env), name);
+}
+
+/** Port of a service under `env` (its port variable, else the default). */
+export function portOf(spec: ServiceSpec, env: Record<string, string | undefined>): number {
+  return Number(env[spec.portVar] ?? spec.defaultPort);
+}
+
+/** A running stack: its processes and their ports, under supervision (see {@link startStack}). */
+export interface RunningStack {
+  /** The current process of each service (replaced when one is restarted). */
+  processes: Map<string, ChildProcess>;
+  ports: Record<string, number>;
+  /** Ends supervision, then SIGTERM to every process, waiting up to `graceMs` (default 10 000 ms) before SIGKILL. */
+  stop: (graceMs?: number) => Promise<void>;
+  /**
+   * Starts one service again (after it died or was killed; a live one is SIGKILLed first), with
+   * `env` overrides merged into that service's environment (e.g. to drop a test hook), waits until
+   * it is ready, and supervises it again (ends a `hold`).
+   * @throws Error when the new process exits before it is ready or is not ready in time.
+   */
+  restart: (name: string, env?: Record<string, string | undefined>) => Promise<void>;
+  /**
+   * Sends `signal` (default SIGKILL) to a service's current process and resolves with how it
+   * ended. The supervisor restarts it as after any crash, unless `keepDown` (a `hold` first):
+   * then it stays down until `restart`.
+   */
+  kill: (name: string, signal?: NodeJS.Signals, opts?: { keepDown?: boolean }) => Promise<{ code: number | null; signal: string | null }>;
+  /** Suspends supervision of one service until `restart(name)`: if it exits, it stays down. */
+  hold: (name: string) => void;
+  /** How many times the supervisor restarted `name` (explicit `restart` calls not counted). */
+  restarts: (name: string) => number;
+  /** Resolves when the service's current process answers `/readyz` (default `timeoutMs` 120 000). @throws Error after the deadline. */
+  ready: (name: string, timeoutMs?: number) => Promise<void>;
+}
+
+/** Options of {@link startStack}. */
+export interface StackOptions {
+  env: Record<string, string | undefined>;
+  /** Logs (`<service>.log`, `supervisor.log`) and pid files. */
+  dir: string;
+  /** Per service, ms (default 120 000). */
+  readyTimeoutMs?: number;
+  only?: string[];
+  stopOnSignals?: boolean;
+  /** Restart services that exit (default true); false: a dead service stays dead. */
+  supervise?: boolean;
+  restartPolicy?: Partial<RestartPolicy>;
+  onEvent?: (event: StackEvent) => void;
+}
+
+async function answers(port: number): Promise<string | null> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}/healthz`, { signal: AbortSignal.timeout(500) });
+    const body = (await res.json().catch(() => ({}))) as { service?: string };
+    return body.service ?? 'something';
+  } catch {
+    return null;
+  }
+}
+
+async function isReady(port: number, name: string): Promise<boolean> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(1000) });
+    const body = (await res.json().catch(() => ({}))) as { service?: string };
+    return res.ok && body.service === name;
+  } catch {
+    return false; // not listening yet
+  }
+}
+
+const exited = (child: ChildProcess): boolean => child.exitCode !== null || child.signalCode !== null;
+
+async function waitReady(port: number, deadlineMs: number, child: ChildProcess, name: string): Promise<void> {
+  for (;;) {
+    if (exited(child))
+      throw new Error(`${name} exited (${child.signalCode ?? `code ${child.exitCode}`}) before it was ready (see its log)`);
+    if (await isReady(port, name)) return;
+    if (Date.now() > deadlineMs) throw new Error(`${name} not ready on port ${port} in time`);
+    await new Promise((r) => setTimeout(r, 150));
+  }
+}
+
+/** SIGTERM, SIGKILL after `graceMs`; resolves once the process is gone. */
+function terminate(child: ChildProcess, graceMs: number): Promise<void> {
+  return new Promise<void>((done) => {
+    if (exited(child)) return done();
+    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+    child.once('exit', () => {
+      clearTimeout(timer);
+      done();
+    });
+    child.kill('SIGTERM');
+  });
+}
+
+/** Refuses to start over a port something else holds (a leftover stack would answer for us). */
+async function assertPortsFree(selected: readonly ServiceSpec[], env: Record<string, string | undefined>): Promise<void> {
+  for (const spec of selected) {
+    const holder = await answers(portOf(spec, env));
+    if (holder)
+      throw new Error(
+        holder === 'something'
+          ? `port ${portOf(spec, env)} for ${spec.name} is held by another program; stop it, or give ${spec.name} another port (${spec.portVar}=<port>)`
+          : `port ${portOf(spec, env)} for ${spec.name} is already in use by a Gatehouse ${holder}; stop the other stack first: ./run stack down`,
+      );
+  }
+}
+
+/** The supervisor's log: JSON lines appended (synchronously, so nothing is lost at exit) to `file`. */
+function supervisorLog(file: string): Logger {
+  const log = createLogger('supervisor', { write: (line: string) => appendFileSync(file, line) });
+  log.level = 'info';
+  return log;
+}
+
+/**
+ * Starts every service (or `only` those) as a separate Node process with `env` (and the
+ * telemetry preload), in order, logs to `<dir>/<service>.log`, and waits until each answers
+ * `GET /readyz` (each with its own deadline `readyTimeoutMs`). Then supervises them: a service
+ * that exits is restarted with capped exponential backoff (see {@link RestartPolicy}), each
+ * exit and restart logged to `<dir>/supervisor.log` and reported to `onEvent`; `supervise: false`
+ * leaves a dead service dead. The processes die with this one (stopped on SIGINT/SIGTERM/SIGHUP
+ * with `stopOnSignals`); pid files go to `<dir>`. Refuses to start when a port already answers.
+ * @throws Error naming the service that exited or did not become ready (all are stopped first).
+ */
+export async function startStack(opts: StackOptions): Promise<RunningStack> {
+  mkdirSync(opts.dir, { recursive: true });
+  const keys = delegationKeyPaths(opts.env, opts.dir);
+  await ensureLocalDelegationKeys(opts.env, keys);
+  const selected = SERVICES.filter((s) => !opts.only || opts.only.includes(s.name));
+  await assertPortsFree(selected, opts.env);
+  const readyTimeoutMs = opts.readyTimeoutMs ?? 120_000;
+  const policy = { ...DEFAULT_RESTART_POLICY, ...opts.restartPolicy };
+  const log = supervisorLog(resolve(opts.dir, 'supervisor.log'));
+  const emit = (event: StackEvent): void => opts.onEvent?.(event);
+  const processes = new Map<string, ChildProcess>();
+  const ports: Record<string, number> = {};
+  const services = new Map<string, SupervisedService>();
+  const envs = new Map<string, Record<string, string | undefined>>();
+  for (const spec of selected) {
+    ports[spec.name] = portOf(spec, opts.env);
+    envs.set(spec.name, opts.env);
+    const spawnIt = (): ChildProcess => {
+      const env = serviceSecrets(spec.name, { ...envs.get(spec.name), [spec.portVar]: String(ports[spec.name]) }, keys);
+      const child = spawnService(spec, env, opts.dir);
+      processes.set(spec.name, child);
+      return child;
+    };
+    const ready = (child: ChildProcess): Promise<void> => waitReady(ports[spec.name]!, Date.now() + readyTimeoutMs, child, spec.name);
+    services.set(
+      spec.name,
+      new SupervisedService(spec.name, policy, opts.supervise ?? true, { spawn: spawnIt, waitReady: ready, log, emit }),
+    );
+  }
+  const service = (name: string): SupervisedService => {
+    const svc = services.get(name);
+    if (!svc) throw new Error(`no service ${name} in this stack`);
+    return svc;
+  };
+  const stop = async (graceMs = 10_000): Promise<void> => {
+    for (const svc of services.values()) svc.stopSupervising();
+    log.info({ services: [...services.keys()] }, 'stack stopping: supervision ended');
+    await Promise.all([...processes.values()].map((child) => terminate(child, graceMs)));
+    for (const name of processes.keys()) rmSync(resolve(opts.dir, `${name}.pid`), { force: true });
+  };
+  stopWithThisProcess(processes, services, opts.stopOnSignals ? stop : undefined);
+  const start = (name: string): Promise<void> => service(name).start();
+  try {
+    // In order (the systems of record before the services that read them at start-up), each with
+    // its own deadline: on a loaded machine one slow start must not eat the others' time.
+    for (const spec of selected) await start(spec.name);
+    log.info({ services: [...services.keys()], policy }, `stack up: supervising ${[...services.keys()].join(', ')}`);
+  } catch (err) {
+    await stop(2000);
+    throw err;
+  }
+  const kill: RunningStack['kill'] = async (name, signal = 'SIGKILL', killOpts = {}) => {
+    const svc = service(name);
+    if (killOpts.keepDown) svc.hold();
+    const child = svc.child!;
+    const gone = new Promise<void>((r) => (exited(child) ? r() : child.once('exit', () => r())));
+    child.kill(signal);
+    await gone;
+    return { code: child.exitCode, signal: child.signalCode };
+  };
+  const restart: RunningStack['restart'] = async (name, env = {}) => {
+    const svc = service(name);
+    await kill(name, 'SIGKILL', { keepDown: true });
+    envs.set(name, { ...envs.get(name), ...env });
+    svc.release();
+    await start(name);
+  };
+  const ready: RunningStack['ready'] = async (name, timeoutMs = 120_000) => {
+    const deadline = Date.now() + timeoutMs;
+    while (!(await isReady(ports[name]!, name))) {
+      if (Date.now() > deadline) throw new Error(`${name} not ready on port ${ports[name]} in time`);
+      await new Promise((r) => setTimeout(r, 150));
+    }
+  };
+  return { processes, ports, stop, restart, kill, hold: (name) => service(name).hold(), restarts: (name) => service(name).restarts, ready };
+}
+
+/** Variables naming delegation material; {@link serviceSecrets} hands each to one service at most. */
+const DELEGATION_VARS = ['GATEHOUSE_DELEGATION_SECRET', 'GATEHOUSE_DELEGATION_SIGNING_KEY_PATH', 'GATEHOUSE_DELEGATION_JWKS_PATH'];
+
+function withoutDelegation(env: Record<string, string | undefined>): Record<string, string | undefined> {
+  const out = { ...env };
+  for (const k of DELEGATION_VARS) delete out[k];
+  return out;
+}
+
+/**
+ * Each service gets only the delegation material it uses: the executor (the minting side) the
+ * signing key's path, staging (the verifying side) the JWKS path, no other service either
+ * (docs/decisions/0170-delegated-credentials-bind-the-operation.md). The retired shared secret
+ * `GATEHOUSE_DELEGATION_SECRET` reaches none.
+ */
+export function serviceSecrets(
+  service: string,
+  env: Record<string, string | undefined>,
+  keys: DelegationKeyPaths,
+): Record<string, string | undefined> {
+  const out = withoutDelegation(env);
+  if (service === 'executor') out.GATEHOUSE_DELEGATION_SIGNING_KEY_PATH = keys.signing;
+  if (service === 'staging') out.GATEHOUSE_DELEGATION_JWKS_PATH = keys.jwks;
+  return out;
+}
+
+function spawnService(spec: ServiceSpec, env: Record<string, string | undefined>, dir: string): ChildProcess {
+  const log = openSync(resolve(dir, `${spec.name}.log`), 'a');
+  // The service's env replaces this process's delegation variables rather than adding to them.
+  const inherited = withoutDelegation(process.env);
+  const child = spawn(process.execPath, ['--import', TELEMETRY_PRELOAD, resolve(repoRoot, spec.entry)], {
+    cwd: repoRoot,
+    env: { ...inherited, ...env },
+    stdio: ['ignore', log, log],
+  });
+  closeSync(log);
+  writeFileSync(resolve(dir, `${spec.name}.pid`), String(child.pid));
+  return child;
+}
+
+/** The stack's processes die with this one, whatever ends it; with `stop`, also on SIGINT/SIGTERM/SIGHUP. */
+function stopWithThisProcess(
+  processes: Map<string, ChildProcess>,
+  services: Map<string, SupervisedService>,
+  stop: ((graceMs?: number) => Promise<void>) | undefined,
+): void {
+  process.once('exit', () => {
+    for (const svc of services.values()) svc.stopSupervising();
+    for (const child of processes.values()) if (!exited(child)) child.kill('SIGTERM');
+  });
+  if (!stop) return;
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+    process.once(sig, () => {
+      void stop(5000).finally(() => process.exit(130));
+    });
+  }
+}

@@ -1,0 +1,117 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { repoRoot } from '@gatehouse/contracts';
+import { createTestDatabase, freePort, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
+import { COMMANDS, EXIT, findCommand } from '../src/commands.ts';
+
+// The CLI's contract with scripts (docs/product/public-contract.md#ops-cli): per-command --help,
+// --json on every command that reads, and documented exit codes.
+let t: TestDatabase;
+let stateDir: string;
+beforeAll(async () => {
+  t = await createTestDatabase();
+  stateDir = mkdtempSync(resolve(tmpdir(), 'gh-cli-'));
+});
+afterAll(async () => {
+  await t?.drop();
+  rmSync(stateDir, { recursive: true, force: true });
+});
+
+function gatehouse(args: string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((done) => {
+    execFile(
+      process.execPath,
+      [resolve(repoRoot, 'apps/cli/src/main.ts'), ...args],
+      {
+        cwd: repoRoot,
+        timeout: 150_000,
+        env: { ...process.env, DATABASE_URL: t.url, REDIS_URL: TEST_REDIS_URL, GATEHOUSE_STATE_DIR: stateDir, GATEHOUSE_TOKEN: '', ...env },
+      },
+      (err, stdout, stderr) => done({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+describe('the command catalog', () => {
+  it('names exactly the commands main.ts dispatches', () => {
+    const main =
+      readFileSync(resolve(repoRoot, 'apps/cli/src/main.ts'), 'utf8') +
+      readFileSync(resolve(repoRoot, 'apps/cli/src/release-commands.ts'), 'utf8');
+    const dispatched = new Set([...main.matchAll(/case '([a-z][a-z -]*)':/g)].map((m) => m[1]!));
+    expect(new Set(COMMANDS.map((c) => c.name))).toEqual(dispatched);
+  });
+
+  it('finds two-word commands before one-word ones', () => {
+    expect(findCommand(['release', 'activate', 'rel-2'])?.name).toBe('release activate');
+    expect(findCommand(['reconcile'])?.name).toBe('reconcile');
+    expect(findCommand(['reconcile', 'resolve', 'x'])?.name).toBe('reconcile resolve');
+    expect(findCommand(['nonsense'])).toBeUndefined();
+  });
+});
+
+describe('gatehouse <command> --help', () => {
+  it('prints that command: its synopsis, what it needs and the exit codes; exit 0, nothing runs', async () => {
+    const r = await gatehouse(['release', 'activate', '--help']);
+    expect(r.code).toBe(EXIT.ok);
+    expect(r.stdout).toMatch(/^gatehouse release activate <id> \[--cohort/);
+    expect(r.stdout).toContain('operator: needs --token');
+    expect(r.stdout).toContain('exit codes:');
+    expect(r.stdout).not.toContain('queues drain');
+    const json = await gatehouse(['audit', 'verify', '-h']);
+    expect(json.stdout).toContain('--json prints one JSON document');
+  });
+
+  it('the global --help lists every command', async () => {
+    const r = await gatehouse(['--help']);
+    expect(r.code).toBe(EXIT.ok);
+    for (const c of COMMANDS.filter((x) => x.name !== 'migrate up')) expect(r.stdout).toContain(`gatehouse ${c.name}`);
+  });
+});
+
+describe('exit codes', () => {
+  it('2 for an unknown command, an unknown flag, a flag the command does not take, a missing argument', async () => {
+    const cases = [['frobnicate'], ['audit', 'verify', '--frob'], ['stack', 'down', '--json'], ['token'], ['switch', 'off']];
+    const results = await Promise.all(cases.map((args) => gatehouse(args)));
+    results.forEach((r, i) => {
+      expect(r.code, `${cases[i]!.join(' ')}: ${r.stderr}`).toBe(EXIT.usage);
+      expect(r.stderr).toMatch(/^gatehouse: /);
+    });
+  });
+
+  it('3 when an ops command has no operator token (refused before anything runs)', async () => {
+    const r = await gatehouse(['epoch', 'bump']);
+    expect(r.code, r.stderr).toBe(EXIT.unauthorized);
+    expect(r.stderr).toContain('refused (missing_token)');
+  });
+
+  it('4 when the database is unreachable', async () => {
+    const r = await gatehouse(['audit', 'verify'], { DATABASE_URL: `postgres://postgres@127.0.0.1:${await freePort()}/nothing` });
+    expect(r.code, r.stderr).toBe(EXIT.unavailable);
+  });
+});
+
+describe('--json on commands that read', () => {
+  it('audit verify, policy check, release verify and stack status print one JSON document', async () => {
+    const audit = await gatehouse(['audit', 'verify', '--json']);
+    expect(audit.code, audit.stderr).toBe(0);
+    expect(JSON.parse(audit.stdout)).toMatchObject({ intact: true, events: 0 });
+    const gate = await gatehouse(['policy', 'check', 'support-p1', '--json']);
+    expect(gate.code, gate.stderr).toBe(0);
+    expect(JSON.parse(gate.stdout)).toMatchObject({ revision: 'support-p1', failures: [] });
+    const refused = await gatehouse([
+      'policy',
+      'check',
+      resolve(repoRoot, 'packages/policy/test/fixtures/support-units-mistake.json'),
+      '--json',
+    ]);
+    expect(refused.code).toBe(EXIT.failed);
+    expect(JSON.parse(refused.stdout).failures.length).toBeGreaterThan(0);
+    const verify = await gatehouse(['release', 'verify', 'rel-1', '--json']);
+    expect(JSON.parse(verify.stdout)).toMatchObject({ release: 'rel-1', matches: true, problems: [] });
+    const status = await gatehouse(['stack', 'status', '--json']);
+    expect(JSON.parse(status.stdout)).toEqual({ dir: resolve(stateDir, 'stack'), supervisorPid: null, unsupervised: [], services: {} });
+  });
+});

@@ -1,7 +1,0 @@
-export * from './stack.ts';
-export * from './stack-control.ts';
-export * from './demo.ts';
-export * from './api-client.ts';
-export * from './db-admin.ts';
-export * from './ops.ts';
-export * from './reenable.ts';

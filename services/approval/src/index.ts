@@ -1,0 +1,7 @@
+/**
+ * `@gatehouse/approval`: the approval API's app factory and the decision it records, for
+ * in-process tests. The process itself is `src/main.ts` (port 7102).
+ */
+export { createApprovalApp, type ApprovalAppOptions } from './http/app.ts';
+export { decideApproval, type DecisionOutcome } from './domain/decide.ts';
+export { sweepExpiredApprovals } from './jobs/expiry.sweep.ts';

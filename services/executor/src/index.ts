@@ -1,0 +1,15 @@
+/**
+ * `@gatehouse/executor`: what runs outside this service's process — in-process tests and
+ * benchmarks — may use of it. The process itself is `src/main.ts` (health port 7112).
+ */
+export { processExecution, executeSteps, LeaseBusy, SafeToRepeat, type ExecutionDeps } from './jobs/executions.processor.ts';
+export { issueRefund } from './adapters/payments.adapter.ts';
+export { adapters, shipmentCount, resolveByReadBack } from './adapters/index.ts';
+export {
+  breakerFor,
+  CircuitState,
+  BREAKER_CONSECUTIVE_FAILURES,
+  BREAKER_HALF_OPEN_AFTER_MS,
+  BACKOFF_CAP_MS,
+} from './adapters/resilience.ts';
+export { readTestHooks, type TestHooks, type CrashPoint } from './domain/test-hooks.ts';
