@@ -7,12 +7,12 @@ import { sql, type Kysely } from 'kysely';
  * (docs/decisions/0340-refund-sums-on-the-action-row.md). One owner fills them: a BEFORE INSERT
  * trigger copies them from the action's workflow, which is immutable in both, so no writer can
  * set them wrong and a former release's inserts (which do not name them) stay valid — backward
- * compatible. Existing rows are back-filled.
+ * compatible. Existing rows are back-filled. The columns stay nullable (a candidate's migration
+ * adds nothing a former release could violate); the trigger leaves no row without them.
  */
 export async function up(db: Kysely<unknown>): Promise<void> {
   await sql`ALTER TABLE actions ADD COLUMN tenant text, ADD COLUMN user_id text`.execute(db);
   await sql`UPDATE actions a SET tenant = w.tenant, user_id = w.user_id FROM workflows w WHERE w.id = a.workflow_id`.execute(db);
-  await sql`ALTER TABLE actions ALTER COLUMN tenant SET NOT NULL, ALTER COLUMN user_id SET NOT NULL`.execute(db);
   await sql`
     CREATE FUNCTION actions_carry_workflow_identity() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
