@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { createAction, createTestDatabase, type SeededAction, type TestDatabase } from '@gatehouse/testing';
-import { evaluateMonitors } from '../src/domain/monitors.ts';
+import { disabledMonitors, evaluateMonitors } from '../src/domain/monitors.ts';
 
 // Invariant monitors are standing queries over the records: they must fire on the outcome of a
 // bad release (e.g. a units mistake that let a 9900 refund through without approval), whatever
@@ -63,6 +63,16 @@ describe('invariant monitors', () => {
     const over = alerts.find((a) => a.monitor === 'refund_over_auto_limit_without_approval');
     expect(over?.examples).toEqual([bad.operationKey]);
     expect(alerts.map((a) => a.monitor)).toContain('approvals_stopped_while_refunds_continue');
+    // control removed (GATEHOUSE_TEST_DISABLE_MONITORS, the incident drill's): that monitor is silent, refused outside test
+    const env = process.env.GATEHOUSE_ENV;
+    Object.assign(process.env, { GATEHOUSE_ENV: 'test', GATEHOUSE_TEST_DISABLE_MONITORS: 'refund_over_auto_limit_without_approval' });
+    try {
+      expect((await evaluateMonitors(t.db, cfg)).map((a) => a.monitor)).not.toContain('refund_over_auto_limit_without_approval');
+      expect(() => disabledMonitors({ ...process.env, GATEHOUSE_ENV: 'production' })).toThrow(/GATEHOUSE_ENV=test/);
+    } finally {
+      delete process.env.GATEHOUSE_TEST_DISABLE_MONITORS;
+      process.env.GATEHOUSE_ENV = env;
+    }
   });
 
   it('split refunds cannot hide: the cumulative total over the auto limit without approval fires', async () => {

@@ -30,6 +30,11 @@ export interface TestHooks {
    * (control-removed test: a tool switched off after admission still executes).
    */
   switchAtAdmissionOnly: boolean;
+  /**
+   * Do not check the tool switch at execution at all (control-removed test of the incident drill:
+   * after containment switches a tool off, its effects continue).
+   */
+  ignoreSwitch?: boolean;
   /** Claim an operation even while another worker's lease on it is live (control-removed test of the replicas, ADR 0195). */
   disableLease?: boolean;
   /** Mint with epoch 0 when the revocation epoch cannot be read (control-removed test of the fail-closed epoch). */
@@ -65,6 +70,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     'GATEHOUSE_TEST_DISABLE_WATCHDOG',
     'GATEHOUSE_TEST_DISABLE_IDEMPOTENCY_KEY',
     'GATEHOUSE_TEST_SWITCH_AT_ADMISSION_ONLY',
+    'GATEHOUSE_TEST_DISABLE_SWITCH',
     'GATEHOUSE_TEST_DISABLE_LEASE',
     'GATEHOUSE_TEST_EPOCH_FAIL_OPEN',
   ].filter((k) => env[k]);
@@ -84,6 +90,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     disableWatchdog: env.GATEHOUSE_TEST_DISABLE_WATCHDOG === '1',
     disableIdempotencyKey: env.GATEHOUSE_TEST_DISABLE_IDEMPOTENCY_KEY === '1',
     switchAtAdmissionOnly: env.GATEHOUSE_TEST_SWITCH_AT_ADMISSION_ONLY === '1',
+    ignoreSwitch: env.GATEHOUSE_TEST_DISABLE_SWITCH === '1',
     disableLease: env.GATEHOUSE_TEST_DISABLE_LEASE === '1',
     epochFailOpen: env.GATEHOUSE_TEST_EPOCH_FAIL_OPEN === '1',
   };

@@ -57,14 +57,16 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
  * tool holds the step — the run pauses (once; a redelivery or another held step finds it paused)
  * with the pause's time credited back when it resumes, audited `run.paused`. Nothing is claimed
  * or consumed. Returns `held`, or null when the tool is on.
- * `hooks.switchAtAdmissionOnly` (control-removed test): the switch as it stood at admission.
+ * `hooks.switchAtAdmissionOnly` (control-removed test): the switch as it stood at admission;
+ * `hooks.ignoreSwitch` (control-removed test): not checked at all.
  */
 export async function holdIfSwitchedOff(
   db: Db,
   ctx: ExecutionContext,
-  hooks: Pick<TestHooks, 'switchAtAdmissionOnly'>,
+  hooks: Pick<TestHooks, 'switchAtAdmissionOnly' | 'ignoreSwitch'>,
 ): Promise<ExecutionOutcome | null> {
   const { wf, preview, toolSwitch: sw } = ctx;
+  if (hooks.ignoreSwitch) return null;
   const off = sw && hooks.switchAtAdmissionOnly && sw.changed_at > preview.created_at ? false : sw && !sw.enabled;
   if (!off) return null;
   await inTransaction(db, async (trx) => {
