@@ -13,12 +13,12 @@ import { formatReport, writeReport, type DrillReport } from './support/report.ts
  * (docs/decisions/0320-drill-on-a-simulated-clock.md; report format: docs/runbooks/incident-drill.md):
  * three hours of traffic, one ticket per 90 s (120 tickets) across both tenants and all four reps
  * who may refund, under rel-1 (support-p1); the units-mistake bundle forced through the two-person
- * path at 71 min, just before tickets asking above the 500.00 delegation ceiling (seed 32: three
+ * path at 47.5 min, just before tickets asking above the 500.00 delegation ceiling (seed 54: three
  * of them, then one between 50.00 and 500.00); the monitor pass every 30 simulated seconds; its alert starts containment
  * (switch off + epoch bump); on-call rolls back to rel-1 ten minutes later and the held work resumes
  * under it; reconciliation selects the violations by their own properties, a lead ratifies or
- * reverses each; zero unexplained differences. Then the same drill, shorter, with a control removed
- * (the monitor; the switch at execution) fails.
+ * reverses each; zero unexplained differences. Then the same drill, shorter, with two controls
+ * removed — the monitor for its first 10 minutes, the switch at execution — fails on each.
  */
 const DAY_MS = 86_400_000;
 const releasesDir = mkdtempSync(resolve(tmpdir(), 'gh-drill-releases-'));
@@ -43,7 +43,7 @@ function writeReleases(ids: string[]): void {
 }
 
 beforeAll(async () => {
-  writeReleases(['rel-units', 'rel-units-m', 'rel-units-c']);
+  writeReleases(['rel-units', 'rel-units-c']);
   s = await startE2EStack({
     RELEASES_DIR: releasesDir,
     POLICY_DIR: policyDir,
@@ -86,7 +86,7 @@ describe('incident drill at scale: the units mistake on a simulated clock', () =
       );
       const report = await new DrillRun(
         ctx,
-        plan({ tag: 'D', seed: 32, tickets: 120, firstOrder: 4000, badRelease: 'rel-units', forceAtS: 4260 }),
+        plan({ tag: 'D', seed: 54, tickets: 120, firstOrder: 4000, badRelease: 'rel-units', forceAtS: 2850 }),
       ).run();
       show(report);
       writeReport(resolve(repoRoot, 'test-results/drill-report.json'), report);
@@ -98,52 +98,43 @@ describe('incident drill at scale: the units mistake on a simulated clock', () =
       expect(report.effectsAfterContainment).toBe(0);
       expect(report.reconciliation.unexplainedAfter).toBe(0);
       expect(report.paymentsDisagreements).toEqual([]);
-      expect(report.times.secondsToAlert).toBeLessThanOrEqual(30);
+      // One 30 s cadence plus the pass itself.
+      expect(report.times.secondsToAlert).toBeLessThan(40);
     },
   );
 
   it(
-    'control removed (GATEHOUSE_TEST_DISABLE_MONITORS): no alert, so no containment, and the violations go on',
+    'controls removed: without the monitor (GATEHOUSE_TEST_DISABLE_MONITORS) no alert for 10 minutes while violations go on; without the switch at execution (GATEHOUSE_TEST_DISABLE_SWITCH) containment runs, yet refunds are paid',
     { timeout: 300_000 },
     async () => {
       const env = process.env.GATEHOUSE_ENV;
-      Object.assign(process.env, { GATEHOUSE_ENV: 'test', GATEHOUSE_TEST_DISABLE_MONITORS: 'refund_over_auto_limit_without_approval' });
+      process.env.GATEHOUSE_ENV = 'test';
       try {
         const report = await new DrillRun(
           ctx,
-          plan({ tag: 'M', seed: 21, tickets: 14, firstOrder: 5000, badRelease: 'rel-units-m', aheadMs: 2 * DAY_MS }),
+          plan({
+            tag: 'C',
+            seed: 28,
+            tickets: 14,
+            firstOrder: 5000,
+            badRelease: 'rel-units-c',
+            aheadMs: 2 * DAY_MS,
+            monitorRemovedUntilS: 600,
+            badEnv: { GATEHOUSE_TEST_DISABLE_SWITCH: '1' },
+          }),
         ).run();
         show(report);
-        expect(report.verdict).toContain('no alert: the monitor never fired');
-        expect(report.verdict).toContain('no containment');
-        expect(report.lateViolations).toBeGreaterThan(0);
+        // The monitor removed: the first violation goes unreported past two passes, and more follow.
+        expect(report.times.secondsToAlert).toBeGreaterThan(60);
+        expect(report.verdict.some((v) => /^alert .* after the first violation$/.test(v))).toBe(true);
+        // The switch removed at execution: containment ran on the (late) alert, yet refunds were paid after it.
+        expect(report.times.containedAt).not.toBeNull();
+        expect(report.effectsAfterContainment).toBeGreaterThan(0);
+        expect(report.verdict.some((v) => /refund effect\(s\) after containment/.test(v))).toBe(true);
       } finally {
         delete process.env.GATEHOUSE_TEST_DISABLE_MONITORS;
         process.env.GATEHOUSE_ENV = env;
       }
-    },
-  );
-
-  it(
-    'control removed (GATEHOUSE_TEST_DISABLE_SWITCH in the executor): containment runs on the alert, yet effects continue',
-    { timeout: 300_000 },
-    async () => {
-      const report = await new DrillRun(
-        ctx,
-        plan({
-          tag: 'C',
-          seed: 22,
-          tickets: 14,
-          firstOrder: 6000,
-          badRelease: 'rel-units-c',
-          aheadMs: 4 * DAY_MS,
-          badEnv: { GATEHOUSE_TEST_DISABLE_SWITCH: '1' },
-        }),
-      ).run();
-      show(report);
-      expect(report.times.containedAt).not.toBeNull();
-      expect(report.effectsAfterContainment).toBeGreaterThan(0);
-      expect(report.verdict.some((v) => /refund effect\(s\) after containment/.test(v))).toBe(true);
     },
   );
 });

@@ -181,6 +181,23 @@ describe('monitors that fire before damage, and for every invariant', () => {
     expect(alert?.examples.sort()).toEqual([overCeiling.operationKey, noScope.operationKey, otherTenant.operationKey].sort());
   });
 
+  it("Authority: a lead-approved reconciliation remediation (an operator's reversal) is not an effect beyond delegation; one without a used approval is", async () => {
+    const remedy = {
+      orderId: 'O-1001',
+      amountCents: 3000,
+      tool: 'reverse_refund',
+      userId: 'ops-gus',
+      decision: 'REQUIRE_APPROVAL',
+      ruleId: 'RECON',
+    } as const;
+    await effect(await createAction(t.db, { ...remedy, approved: true }));
+    expect(await fired()).not.toContain('effect_beyond_delegation');
+    const unapproved = await createAction(t.db, { ...remedy, orderId: 'O-1002', approved: false });
+    await effect(unapproved);
+    const alert = (await evaluateMonitors(t.db, cfg)).find((a) => a.monitor === 'effect_beyond_delegation');
+    expect(alert?.examples).toEqual([unapproved.operationKey]);
+  });
+
   it('Containment: an effect dispatched after its tool was switched off fires; one dispatched before does not', async () => {
     const before = await createAction(t.db, { orderId: 'O-1001', amountCents: 1000 });
     await effect(before);

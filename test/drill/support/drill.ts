@@ -55,6 +55,11 @@ export interface DrillPlan {
   aheadMs: number;
   /** Extra environment of the bad release's services (a control-removed switch). */
   badEnv?: Record<string, string>;
+  /**
+   * Control-removed run only: until this second the units monitor is removed
+   * (`GATEHOUSE_TEST_DISABLE_MONITORS`, needs `GATEHOUSE_ENV=test` in this process).
+   */
+  monitorRemovedUntilS?: number;
 }
 
 /** Where a run's stack keeps what the drill forces and restores. */
@@ -73,7 +78,7 @@ export interface DrillContext {
  * their own properties, a lead ratifies or reverses each, and the report is built.
  */
 export class DrillRun {
-  private readonly clock: DrillClock;
+  private clock: DrillClock;
   private readonly stream: Ticket[];
   private readonly timeline: string[] = [];
   private readonly decided = new Set<string>();
@@ -104,6 +109,7 @@ export class DrillRun {
   /** Runs the drill to its end and returns its report (the verdict lists failed checks; it never throws on them). */
   async run(): Promise<DrillReport> {
     await this.prepare();
+    this.clock = new DrillClock(this.ctx.clockFile, this.plan.aheadMs);
     this.mark(`clock started: ${this.plan.tickets} tickets, one per ${this.plan.everyS} s, under rel-1`);
     try {
       for (let tick = 0; !(await this.over()); tick++) await this.step(tick * MONITOR_EVERY_S);
@@ -198,10 +204,11 @@ export class DrillRun {
   /** The audit service's monitor pass, on the simulated cadence; its first units alert starts containment. */
   private async monitorPass(): Promise<void> {
     // A pass over the same records finds what the former found: skipped (see recordsMark).
-    const mark = await recordsMark(this.ctx.s.db.db);
+    const mark = `${await recordsMark(this.ctx.s.db.db)}:${this.clock.seconds() < (this.plan.monitorRemovedUntilS ?? 0)}`;
     if (mark === this.lastMark) return;
     this.lastMark = mark;
     const t0 = Date.now();
+    this.removeMonitorUntil(this.plan.monitorRemovedUntilS ?? 0);
     const alerts = await evaluateMonitors(this.ctx.s.db.db, { autoApproveLimitCents: AUTO_LIMIT_CENTS, maxFailedUnknownPerHour: 3 });
     if (alerts.length && this.t.forced === undefined) {
       this.alertsBefore.push(...alerts.map((a) => a.monitor));
@@ -214,6 +221,12 @@ export class DrillRun {
     await this.contain();
   }
 
+  /** Sets or clears the test-only switch removing the units monitor, by the simulated second. */
+  private removeMonitorUntil(s: number): void {
+    if (this.clock.seconds() < s) process.env.GATEHOUSE_TEST_DISABLE_MONITORS = UNITS_MONITOR;
+    else delete process.env.GATEHOUSE_TEST_DISABLE_MONITORS;
+  }
+
   /** Containment at the moment of effect: `switch off issue_refund` and `epoch bump`, as on-call runs them. */
   private async contain(): Promise<void> {
     await cli(this.ctx.s, ['switch', 'off', 'issue_refund']);
@@ -224,8 +237,8 @@ export class DrillRun {
   }
 
   /**
-   * Before the clock starts: every ticket's order in the order system, the bad release's services
-   * deployed (idle until it is active), and the two-person overrides forcing it asks for (ADR 0230:
+   * Before the clock starts: every ticket's order in the order system, and the two-person
+   * overrides forcing the bad release asks for (ADR 0230:
    * ops-gus asks, ops-ida approves force past the gate and raised limits) — prepared ahead, used once
    * by the activation at `forceAtS`.
    */
@@ -245,7 +258,6 @@ export class DrillRun {
       if (!id) throw new Error(`no override id in: ${asked}`);
       await cli(this.ctx.s, ['release', 'override', '--approve', id], 'ops-ida');
     }
-    await this.startBadServices();
   }
 
   /** The units-mistake bundle forced active with the overrides prepared (audited). */
@@ -254,6 +266,9 @@ export class DrillRun {
     if (!forced.includes('FORCED past its boundary-case gate')) throw new Error(`activation: ${forced}`);
     this.t.forced = this.clock.seconds();
     this.mark(`${this.plan.badRelease} (support-units-mistake) forced active, with ops-ida's overrides (force, raise-limits)`);
+    // Its services boot only once it is forced active (a failing bundle refuses to load otherwise).
+    await this.startBadServices();
+    this.mark(`${this.plan.badRelease}'s services up`);
   }
 
   private async startBadServices(): Promise<void> {

@@ -48,14 +48,15 @@ export interface Ticket {
 }
 
 /**
- * Refund amounts as support sees them: 62 % up to 50.00 (under the auto limit), 26 % 50.01–300.00,
- * 5 % 300.01–500.00, 7 % 500.01–900.00 (above the maximum of 500.00 and the delegation ceiling of
- * 500.00 — policy denies them unless a bundle is wrong, and then the payments ledger's ceiling).
+ * Refund amounts as support sees them: 70 % up to 40.00 (under the auto limit of 50.00), 20 %
+ * 50.01–150.00, 3 % 150.01–500.00, 7 % 500.01–900.00 (above the maximum of 500.00 and the
+ * delegation ceiling of 500.00 — policy denies them unless a bundle is wrong, and then the payments
+ * ledger's ceiling does). A rep's ~30 tickets in three hours then come near their 1,000.00 a day (R5).
  */
 function refundCents(r: number, rand: () => number): number {
-  if (r < 0.62) return 500 + Math.floor(rand() * 4501);
-  if (r < 0.88) return 5001 + Math.floor(rand() * 25000);
-  if (r < 0.93) return 30001 + Math.floor(rand() * 20000);
+  if (r < 0.7) return 500 + Math.floor(rand() * 3501);
+  if (r < 0.9) return 5001 + Math.floor(rand() * 10000);
+  if (r < 0.93) return 15001 + Math.floor(rand() * 35000);
   return 50001 + Math.floor(rand() * 40000);
 }
 
