@@ -333,8 +333,12 @@ export class DrillRun {
     return this.clock.at(this.clock.simOf(o.dispatchedAt!));
   }
 
+  /**
+   * The incident's times. The first violation counts from its operation's claim: the monitor sees
+   * a `running` refund over the limit, so it may alert before the call's write-ahead mark.
+   */
   private times(ops: RefundOp[]): DrillReport['times'] {
-    const first = ops.filter((o) => o.violation && o.dispatchedAt).map((o) => this.simOfOp(o));
+    const first = ops.filter((o) => o.violation).map((o) => this.clock.at(this.clock.simOf(o.createdAt)));
     const firstViolationAt = first.length ? Math.min(...first) : null;
     const since = (at: number | undefined): number | null => (at === undefined || firstViolationAt === null ? null : at - firstViolationAt);
     return {
