@@ -334,13 +334,15 @@ export class DrillRun {
   }
 
   /**
-   * The incident's times. The first violation counts from its operation's claim: the monitor sees
-   * a `running` refund over the limit, so it may alert before the call's write-ahead mark.
+   * The incident's times, from the first violating refund's dispatch (its write-ahead mark). The
+   * monitor counts a claimed (`running`) refund too, so a pass may catch it a moment before the
+   * mark: such an alert counts as 0 s after it.
    */
   private times(ops: RefundOp[]): DrillReport['times'] {
-    const first = ops.filter((o) => o.violation).map((o) => this.clock.at(this.clock.simOf(o.createdAt)));
+    const first = ops.filter((o) => o.violation && o.dispatchedAt).map((o) => this.simOfOp(o));
     const firstViolationAt = first.length ? Math.min(...first) : null;
-    const since = (at: number | undefined): number | null => (at === undefined || firstViolationAt === null ? null : at - firstViolationAt);
+    const since = (at: number | undefined): number | null =>
+      at === undefined || firstViolationAt === null ? null : Math.max(0, at - firstViolationAt);
     return {
       forcedAt: this.t.forced ?? null,
       firstViolationAt,

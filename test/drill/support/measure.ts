@@ -55,7 +55,6 @@ export async function pendingApprovals(db: Db, tag: string): Promise<PendingAppr
     where w.ticket_id like ${`${tag}-%`} and p.status = 'pending' order by p.created_at, p.id`.execute(db);
   return r.rows.map((x) => ({
     id: x.id,
-    createdAt: x.created_at,
     tenant: x.tenant,
     region: x.region,
     ticketId: x.ticket_id,
@@ -71,8 +70,6 @@ export interface RefundOp {
   error: string | null;
   policyRevision: string;
   amountCents: number;
-  /** When the executor claimed it (the ledger's first record of the effect under way). */
-  createdAt: Date;
   dispatchedAt: Date | null;
   /** Executed (or may have) above the auto limit, cumulatively on its order, without a used approval. */
   violation: boolean;
@@ -90,11 +87,10 @@ export async function refundOps(db: Db, tag: string, autoLimitCents: number): Pr
     error: string | null;
     policy_revision: string;
     amount: string;
-    created_at: Date;
     dispatched_at: Date | null;
     cumulative: string | null;
     used: boolean;
-  }>`select o.key, o.status, o.error, a.policy_revision, a.arguments->>'amountCents' as amount, o.created_at, o.dispatched_at,
+  }>`select o.key, o.status, o.error, a.policy_revision, a.arguments->>'amountCents' as amount, o.dispatched_at,
       case when o.status in ${EFFECT} then (select sum((a2.arguments->>'amountCents')::bigint) from operations o2
         join actions a2 on a2.id = o2.action_id where a2.tool = 'issue_refund' and a2.target = a.target
         and o2.status in ${EFFECT} and o2.created_at <= o.created_at) end as cumulative,
@@ -107,7 +103,6 @@ export async function refundOps(db: Db, tag: string, autoLimitCents: number): Pr
     error: x.error,
     policyRevision: x.policy_revision,
     amountCents: Number(x.amount),
-    createdAt: x.created_at,
     dispatchedAt: x.dispatched_at,
     violation: x.cumulative !== null && Number(x.cumulative) > autoLimitCents && !x.used,
   }));
