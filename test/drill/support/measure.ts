@@ -55,6 +55,7 @@ export async function pendingApprovals(db: Db, tag: string): Promise<PendingAppr
     where w.ticket_id like ${`${tag}-%`} and p.status = 'pending' order by p.created_at, p.id`.execute(db);
   return r.rows.map((x) => ({
     id: x.id,
+    createdAt: x.created_at,
     tenant: x.tenant,
     region: x.region,
     ticketId: x.ticket_id,
