@@ -93,6 +93,14 @@ export interface TestFaults {
   epochFailOpen: boolean;
   /** `DISABLE_REENABLE_COHORT`: a staged re-enable's cohort stage admits everyone. */
   disableReenableCohort: boolean;
+  /** `DISABLE_SWITCH`: the tool switch is not checked at execution at all. */
+  ignoreSwitch: boolean;
+  // audit
+  /** `DISABLE_MONITORS`: these invariant monitors (comma-separated ids) never fire. */
+  disableMonitors: string | null;
+  // policy's rolling windows
+  /** `SIM_CLOCK_FILE`: the incident drill's simulated clock (a JSON file of anchors) for R5, R6 and R10. */
+  simClockFile: string | null;
   // operations
   /** `SKIP_TWO_PERSON`: a release change that needs a second person goes through without one. */
   skipTwoPerson: boolean;
@@ -142,6 +150,9 @@ const SWITCHES: { [K in keyof TestFaults]: [name: string, kind: Kind] } = {
   disableLease: ['DISABLE_LEASE', 'flag'],
   epochFailOpen: ['EPOCH_FAIL_OPEN', 'flag'],
   disableReenableCohort: ['DISABLE_REENABLE_COHORT', 'flag'],
+  ignoreSwitch: ['DISABLE_SWITCH', 'flag'],
+  disableMonitors: ['DISABLE_MONITORS', 'text'],
+  simClockFile: ['SIM_CLOCK_FILE', 'text'],
   skipTwoPerson: ['SKIP_TWO_PERSON', 'flag'],
   disableTokenBinding: ['DISABLE_TOKEN_BINDING', 'flag'],
   disableDownstreamCeiling: ['DISABLE_DOWNSTREAM_CEILING', 'flag'],

@@ -5,6 +5,7 @@ import { loadWorld, fetchCapped, testFaults } from '@gatehouse/contracts';
 import { eligibleTools } from './eligibility.ts';
 import { supportTools, type ParsedProposal } from '@gatehouse/tools';
 import type { SupportFacts } from './support.rules.ts';
+import { windowStart } from './window-clock.ts';
 
 /**
  * Action states whose refund counts toward the cumulative basis (R4, R7) and the rolling caps
@@ -75,7 +76,8 @@ export async function fetchOrder(stagingUrl: string, orderId: string): Promise<S
 /**
  * Sum of refunds recorded in the ledger's actions ({@link COUNTED_REFUND_STATES}, plus
  * {@link QUEUED_REFUND_STATES} with `includeQueued`), integer cents, optionally restricted to a
- * tenant, an order, a user and a window (ms), excluding one action (the one re-evaluated).
+ * tenant, an order, a user and a window (ms, ending now: {@link windowStart}), excluding one action
+ * (the one re-evaluated).
  */
 export async function recordedRefundsCents(
   db: Db | Trx,
@@ -89,7 +91,7 @@ export async function recordedRefundsCents(
   if (opts.tenant) q = q.where('a.tenant', '=', opts.tenant);
   if (opts.orderId) q = q.where('a.target', '=', opts.orderId);
   if (opts.userId) q = q.where('a.user_id', '=', opts.userId);
-  if (opts.sinceMs !== undefined) q = q.where('a.created_at', '>=', new Date(Date.now() - opts.sinceMs));
+  if (opts.sinceMs !== undefined) q = q.where('a.created_at', '>=', windowStart(opts.sinceMs));
   if (opts.excludeActionId) q = q.where('a.id', '!=', opts.excludeActionId);
   const row = await q.executeTakeFirstOrThrow();
   return Number(row.total);
@@ -122,8 +124,8 @@ export async function refundSums(
   db: Db | Trx,
   opts: { tenant: string; orderId: string; userId: string; excludeActionId?: string; includeQueued: boolean },
 ): Promise<RefundSums> {
-  const dayAgo = new Date(Date.now() - 24 * HOUR_MS);
-  const hourAgo = new Date(Date.now() - HOUR_MS);
+  const dayAgo = windowStart(24 * HOUR_MS);
+  const hourAgo = windowStart(HOUR_MS);
   const amount = sql<string>`(a.arguments->>'amountCents')::bigint`;
   const total = (filter: ReturnType<typeof sql>) => sql<string>`coalesce(sum(${amount}) filter (where ${filter}), 0)`;
   let q = db

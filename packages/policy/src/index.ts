@@ -6,3 +6,4 @@ export * from './facts.ts';
 export * from './record-decision.ts';
 export * from './change.rules.ts';
 export * from './evaluate.ts';
+export * from './window-clock.ts';

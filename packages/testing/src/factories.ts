@@ -20,7 +20,8 @@ export interface SeededAction {
 
 /** Options of {@link createAction}. */
 export interface ActionSeed {
-  tool?: 'issue_refund' | 'reship_order';
+  /** The tool (`reverse_refund`: a reconciliation remediation, with `ruleId: 'RECON'`). */
+  tool?: 'issue_refund' | 'reship_order' | 'reverse_refund';
   orderId: string;
   /** issue_refund only; integer cents (default 3000). */
   amountCents?: number;

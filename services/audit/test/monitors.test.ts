@@ -2,7 +2,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { createAction, type SeededAction } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
-import { evaluateMonitors } from '../src/domain/monitors.ts';
+import { disabledMonitors, evaluateMonitors } from '../src/domain/monitors.ts';
 
 // Invariant monitors are standing queries over the records: they must fire on the outcome of a
 // bad release (e.g. a units mistake that let a 9900 refund through without approval), whatever
@@ -64,6 +64,16 @@ describe('invariant monitors', () => {
     const over = alerts.find((a) => a.monitor === 'refund_over_auto_limit_without_approval');
     expect(over?.examples).toEqual([bad.operationKey]);
     expect(alerts.map((a) => a.monitor)).toContain('approvals_stopped_while_refunds_continue');
+    // control removed (GATEHOUSE_TEST_DISABLE_MONITORS, the incident drill's): that monitor is silent, refused outside test
+    const env = process.env.GATEHOUSE_ENV;
+    Object.assign(process.env, { GATEHOUSE_ENV: 'test', GATEHOUSE_TEST_DISABLE_MONITORS: 'refund_over_auto_limit_without_approval' });
+    try {
+      expect((await evaluateMonitors(t.db, cfg)).map((a) => a.monitor)).not.toContain('refund_over_auto_limit_without_approval');
+      expect(() => disabledMonitors({ ...process.env, GATEHOUSE_ENV: 'production' })).toThrow(/GATEHOUSE_ENV=test/);
+    } finally {
+      delete process.env.GATEHOUSE_TEST_DISABLE_MONITORS;
+      process.env.GATEHOUSE_ENV = env;
+    }
   });
 
   it('split refunds cannot hide: the cumulative total over the auto limit without approval fires', async () => {
@@ -170,6 +180,23 @@ describe('monitors that fire before damage, and for every invariant', () => {
     await effect(otherTenant);
     const alert = (await evaluateMonitors(t.db, cfg)).find((a) => a.monitor === 'effect_beyond_delegation');
     expect(alert?.examples.sort()).toEqual([overCeiling.operationKey, noScope.operationKey, otherTenant.operationKey].sort());
+  });
+
+  it("Authority: a lead-approved reconciliation remediation (an operator's reversal) is not an effect beyond delegation; one without a used approval is", async () => {
+    const remedy = {
+      orderId: 'O-1001',
+      amountCents: 3000,
+      tool: 'reverse_refund',
+      userId: 'ops-gus',
+      decision: 'REQUIRE_APPROVAL',
+      ruleId: 'RECON',
+    } as const;
+    await effect(await createAction(t.db, { ...remedy, approved: true }));
+    expect(await fired()).not.toContain('effect_beyond_delegation');
+    const unapproved = await createAction(t.db, { ...remedy, orderId: 'O-1002', approved: false });
+    await effect(unapproved);
+    const alert = (await evaluateMonitors(t.db, cfg)).find((a) => a.monitor === 'effect_beyond_delegation');
+    expect(alert?.examples).toEqual([unapproved.operationKey]);
   });
 
   it('Containment: an effect dispatched after its tool was switched off fires; one dispatched before does not', async () => {

@@ -14,6 +14,7 @@ describe('executor test hooks', () => {
     GATEHOUSE_TEST_SWITCH_AT_ADMISSION_ONLY: '1',
     GATEHOUSE_TEST_DISABLE_LEASE: '1',
     GATEHOUSE_TEST_DISABLE_REENABLE_COHORT: '1',
+    GATEHOUSE_TEST_DISABLE_SWITCH: '1',
   };
 
   it('each hook is read on its own', () => {

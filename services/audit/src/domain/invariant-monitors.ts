@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { World } from '@gatehouse/contracts';
+import { REMEDIATION_RULE_ID, type World } from '@gatehouse/contracts';
 import { EFFECT, type Db } from '@gatehouse/ledger';
 import { findTool } from '@gatehouse/tools';
 
@@ -10,6 +10,9 @@ type Row = { id: string };
  * the user they ran for, judged from the directory, never from the runtime's own decisions — the
  * user is unknown, lacks the tool's scope, belongs to another tenant than the run, the target
  * (order or change) is another tenant's, or a refund is above the user's refund ceiling.
+ * A reconciliation remediation (`reverse_refund`, …: rule `RECON`) is not a delegated effect: its
+ * authority is a lead's used approval (docs/product/reconciliation.md#remediations), so it is
+ * judged only by that — one without a used approval still fires.
  * @returns operation keys of the violating effects.
  */
 export async function effectsBeyondDelegation(db: Db, world: World): Promise<Row[]> {
@@ -17,7 +20,8 @@ export async function effectsBeyondDelegation(db: Db, world: World): Promise<Row
     await sql<{ id: string; tool: string; user_id: string; tenant: string; target: string; amount: string | null }>`
       select o.key as id, a.tool, w.user_id, w.tenant, a.target, a.arguments->>'amountCents' as amount
         from operations o join actions a on a.id = o.action_id join workflows w on w.id = o.workflow_id
-       where o.status in ${EFFECT}`.execute(db)
+       where o.status in ${EFFECT} and not (a.rule_id = ${REMEDIATION_RULE_ID}
+         and exists (select 1 from approvals p where p.action_id = a.id and p.status = 'used'))`.execute(db)
   ).rows;
   const users = new Map(world.users.map((u) => [u.id, u]));
   const targetTenant = new Map<string, string>([

@@ -37,6 +37,11 @@ export interface TestHooks {
    * cohort's (control-removed test of docs/decisions/0310-staged-reenable.md).
    */
   disableReenableCohort?: boolean;
+  /**
+   * Do not check the tool switch at execution at all (control-removed test of the incident drill:
+   * after containment switches a tool off, its effects continue).
+   */
+  ignoreSwitch?: boolean;
   /** Claim an operation even while another worker's lease on it is live (control-removed test of the replicas, ADR 0195). */
   disableLease?: boolean;
   /** Mint with epoch 0 when the revocation epoch cannot be read (control-removed test of the fail-closed epoch). */
@@ -67,6 +72,7 @@ export function readTestHooks(env: Record<string, string | undefined>): TestHook
     disableLease: f.disableLease,
     epochFailOpen: f.epochFailOpen,
     disableReenableCohort: f.disableReenableCohort,
+    ignoreSwitch: f.ignoreSwitch,
   };
 }
 

@@ -70,11 +70,15 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
  * Whether containment holds the step now: the tool's switch is off and no open cohort stage of its
  * staged re-enable admits the workflow (the rule of `heldByContainment` in the ledger, read with
  * the action). `hooks.switchAtAdmissionOnly`: the switch as it stood at admission;
- * `hooks.disableReenableCohort`: a cohort stage admits everyone (control-removed tests).
+ * `hooks.disableReenableCohort`: a cohort stage admits everyone; `hooks.ignoreSwitch`: the switch
+ * is not checked at all (control-removed tests).
  */
-function containmentHolds(ctx: ExecutionContext, hooks: Pick<TestHooks, 'switchAtAdmissionOnly' | 'disableReenableCohort'>): boolean {
+function containmentHolds(
+  ctx: ExecutionContext,
+  hooks: Pick<TestHooks, 'switchAtAdmissionOnly' | 'disableReenableCohort' | 'ignoreSwitch'>,
+): boolean {
   const { preview, toolSwitch: sw, reenable } = ctx;
-  if (!sw || sw.enabled) return false;
+  if (hooks.ignoreSwitch || !sw || sw.enabled) return false;
   if (hooks.switchAtAdmissionOnly && sw.changed_at > preview.created_at) return false;
   return !(reenable.cohortAdmits || (hooks.disableReenableCohort && reenable.stage === 'cohort'));
 }
@@ -97,7 +101,7 @@ function heldNextStep(ctx: ExecutionContext): string {
 export async function holdIfSwitchedOff(
   db: Db,
   ctx: ExecutionContext,
-  hooks: Pick<TestHooks, 'switchAtAdmissionOnly' | 'disableReenableCohort'>,
+  hooks: Pick<TestHooks, 'switchAtAdmissionOnly' | 'disableReenableCohort' | 'ignoreSwitch'>,
 ): Promise<ExecutionOutcome | null> {
   const { wf, preview } = ctx;
   if (!containmentHolds(ctx, hooks)) return null;
