@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
+import { resetTestFaultsForTests } from '@gatehouse/contracts';
 import { createAction, type SeededAction } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { disabledMonitors, evaluateMonitors } from '../src/domain/monitors.ts';
@@ -67,12 +68,14 @@ describe('invariant monitors', () => {
     // control removed (GATEHOUSE_TEST_DISABLE_MONITORS, the incident drill's): that monitor is silent, refused outside test
     const env = process.env.GATEHOUSE_ENV;
     Object.assign(process.env, { GATEHOUSE_ENV: 'test', GATEHOUSE_TEST_DISABLE_MONITORS: 'refund_over_auto_limit_without_approval' });
+    resetTestFaultsForTests(); // the switches are read once per process
     try {
       expect((await evaluateMonitors(t.db, cfg)).map((a) => a.monitor)).not.toContain('refund_over_auto_limit_without_approval');
       expect(() => disabledMonitors({ ...process.env, GATEHOUSE_ENV: 'production' })).toThrow(/GATEHOUSE_ENV=test/);
     } finally {
       delete process.env.GATEHOUSE_TEST_DISABLE_MONITORS;
       process.env.GATEHOUSE_ENV = env;
+      resetTestFaultsForTests();
     }
   });
 
