@@ -79,10 +79,10 @@ describe('incident drill at scale: the units mistake on a simulated clock', () =
     '120 tickets over three simulated hours: forced → alert → containment → rollback → reconciliation, zero unexplained',
     { timeout: 480_000 },
     async () => {
-      // The gate refuses the bundle, and forcing it alone is refused: it takes a second operator (ADR 0230).
+      // The gate refuses the bundle, and forcing it alone is refused: it takes a second person (ADR 0230).
       await expect(cli(s, ['release', 'activate', 'rel-units'])).rejects.toThrow(/R7 just above auto limit/);
       await expect(cli(s, ['release', 'activate', 'rel-units', '--force'])).rejects.toThrow(
-        /needs a second operator for: force_gate .*raise_limits/,
+        /needs a second person \(a policy owner or another operator\) for: force_gate .*raise_limits/,
       );
       const report = await new DrillRun(
         ctx,

@@ -5,6 +5,7 @@ import { resolve } from 'node:path';
 import { generateKeyPairSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { repoRoot } from '@gatehouse/contracts';
+import { SERVICES } from '@gatehouse/cli';
 
 // Each service entry, started as a process in production with a bad configuration, must refuse
 // to boot: exit non-zero and name every problem (docs/decisions/0180-strict-production-mode.md).
@@ -23,7 +24,9 @@ const GOOD: Record<string, string> = {
 /** Runs a service entry with exactly `env` (GATEHOUSE_ENV unset unless given: the default is production). */
 function boot(service: string, env: Record<string, string | undefined>): Promise<{ code: number | null; output: string }> {
   return new Promise((done, fail) => {
-    const child = spawn(process.execPath, [resolve(repoRoot, `services/${service}/src/main.ts`)], {
+    const entry = SERVICES.find((x) => x.name === service)?.entry;
+    if (!entry) throw new Error(`no service ${service}`);
+    const child = spawn(process.execPath, [resolve(repoRoot, entry)], {
       cwd: repoRoot,
       env: { PATH: process.env.PATH, LOG_LEVEL: 'warn', OTEL_SDK_DISABLED: 'true', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -11,9 +11,6 @@ export interface SimClockAnchor {
   simMs: number;
 }
 
-/** The test-only switch naming the simulated clock's file (JSON `{anchors: SimClockAnchor[]}`, ascending). */
-export const SIM_CLOCK_ENV = 'GATEHOUSE_TEST_SIM_CLOCK_FILE';
-
 /** The last anchor at or before `at` by `key`, or null before the first. Anchors ascend in both keys. */
 function anchorAt(anchors: readonly SimClockAnchor[], key: 'realMs' | 'simMs', at: number): number {
   let i = -1;

@@ -239,9 +239,9 @@ export class DrillRun {
 
   /**
    * Before the clock starts: every ticket's order in the order system, and the two-person
-   * overrides forcing the bad release asks for (ADR 0230:
-   * ops-gus asks, ops-ida approves force past the gate and raised limits) — prepared ahead, used once
-   * by the activation at `forceAtS`.
+   * overrides forcing the bad release asks for (ADR 0230: ops-gus asks, ops-ida approves force
+   * past the gate and raised limits through the approval service) — prepared ahead, used once by
+   * the activation at `forceAtS`.
    */
   private async prepare(): Promise<void> {
     await this.createOrders();
@@ -255,9 +255,15 @@ export class DrillRun {
         '--reason',
         `incident drill ${this.plan.tag}`,
       ]);
-      const id = /override ([0-9a-f-]{36}) requested/.exec(asked)?.[1];
-      if (!id) throw new Error(`no override id in: ${asked}`);
-      await cli(this.ctx.s, ['release', 'override', '--approve', id], 'ops-ida');
+      const id = /approval ([0-9a-f-]{36})/.exec(asked)?.[1];
+      if (!id) throw new Error(`no override approval id in: ${asked}`);
+      const shown = await getApproval(this.ctx.s, 'ops-ida', id);
+      const ok = await decide(this.ctx.s, 'ops-ida', id, {
+        decision: 'approve',
+        actionVersion: shown.body.actionVersion,
+        actionDigest: shown.body.actionDigest,
+      });
+      if (ok.status !== 200) throw new Error(`ops-ida could not approve override ${id}: ${ok.status} ${JSON.stringify(ok.body)}`);
     }
   }
 
