@@ -30,7 +30,7 @@ export default defineConfig({
     pool: 'forks',
     maxWorkers: 2,
     testTimeout: 180_000,
-    hookTimeout: 120_000,
+    hookTimeout: 240_000,
     reporters: ['default', './test/summary-reporter.ts'],
     // Services default to production (docs/decisions/0180-strict-production-mode.md); tests and
     // the processes they spawn run locally unless a test sets GATEHOUSE_ENV itself.
