@@ -81,6 +81,9 @@ export async function runTelemetry(w: BenchWorld, sizes: BenchSizes, orders: str
     const offBefore = await measure(w, sizes, orders);
     await w.restartAll({ OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_METRIC_EXPORT_INTERVAL: '5000' });
     const on = await measure(w, sizes, orders);
+    // Spans leave in batches (every 5 s by default): on a short run, wait for the first batch
+    // (at most 15 s) before reading what the collector got; the timing above is unaffected.
+    for (const until = Date.now() + 15_000; sink.counts.traces === 0 && Date.now() < until;) await new Promise((r) => setTimeout(r, 250));
     const exports = { ...sink.counts };
     await w.restartAll({ OTEL_EXPORTER_OTLP_ENDPOINT: undefined, OTEL_METRIC_EXPORT_INTERVAL: undefined });
     const offAfter = await measure(w, sizes, orders);
