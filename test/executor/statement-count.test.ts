@@ -1,9 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type pg from 'pg';
 import { createAction } from '@gatehouse/testing';
-import { createPool, type Db } from '@gatehouse/ledger';
-import { Kysely, PostgresDialect } from 'kysely';
+import type { Db } from '@gatehouse/ledger';
 import { processExecution } from '@gatehouse/executor';
+import { countingDb } from './support/counting-db.ts';
 import { startHarness, type Harness } from './support/harness.ts';
 
 // docs/decisions/0270-one-operation-protocol.md: how many statements the executor sends the ledger
@@ -14,16 +13,7 @@ let counted: Db;
 const statements: string[] = [];
 beforeAll(async () => {
   h = await startHarness();
-  const pool: pg.Pool = createPool(h.tdb.url, 4);
-  pool.on('connect', (client) => {
-    const query = client.query.bind(client) as (...a: unknown[]) => unknown;
-    (client as unknown as { query: (...a: unknown[]) => unknown }).query = (...args: unknown[]) => {
-      const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string }).text;
-      statements.push(String(text));
-      return query(...args);
-    };
-  });
-  counted = new Kysely({ dialect: new PostgresDialect({ pool }) }) as Db;
+  counted = countingDb(h.tdb.url, statements);
 });
 afterAll(async () => {
   await counted?.destroy();

@@ -1,9 +1,8 @@
 import { createHash, randomBytes, randomInt, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type pg from 'pg';
-import { Kysely, PostgresDialect } from 'kysely';
-import { createPool, type Db } from '@gatehouse/ledger';
+import type { Db } from '@gatehouse/ledger';
 import { processProposal } from '@gatehouse/policy-gateway';
+import { countingDb } from '../executor/support/counting-db.ts';
 import { AUDIT_HMAC_KEY, BUNDLES, RELEASE, startHarness, type Harness } from '../executor/support/harness.ts';
 
 // docs/decisions/0340-refund-sums-on-the-action-row.md: how many statements the policy gateway
@@ -15,16 +14,7 @@ let counted: Db;
 const statements: string[] = [];
 beforeAll(async () => {
   h = await startHarness();
-  const pool: pg.Pool = createPool(h.tdb.url, 4);
-  pool.on('connect', (client) => {
-    const query = client.query.bind(client) as (...a: unknown[]) => unknown;
-    (client as unknown as { query: (...a: unknown[]) => unknown }).query = (...args: unknown[]) => {
-      const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string }).text;
-      statements.push(String(text));
-      return query(...args);
-    };
-  });
-  counted = new Kysely({ dialect: new PostgresDialect({ pool }) }) as Db;
+  counted = countingDb(h.tdb.url, statements);
 });
 afterAll(async () => {
   await counted?.destroy();
