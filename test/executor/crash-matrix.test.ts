@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, it } from 'vitest';
+import { afterAll, describe, it } from 'vitest';
 import { executionsQueue, jobOptionsFor } from '@gatehouse/contracts';
 import { createAction } from '@gatehouse/testing';
 import { dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL } from '@gatehouse/test-harness';
@@ -15,21 +15,22 @@ import { executorEnv, startExecutor, type ExecutorProcess } from './support/proc
 type Tool = 'issue_refund' | 'reship_order';
 type CrashPoint = 'before_dispatch' | 'after_dispatch' | 'after_record';
 
-let h: Harness;
+// Each case has its own database: the executors' outbox sweeps publish every unpublished row of
+// their database into their own queue prefix, so cases sharing one would take each other's results.
+const harnesses: Harness[] = [];
 const redis = createRedis(TEST_REDIS_URL);
 const prefixes: string[] = [];
 const running: ExecutorProcess[] = [];
-beforeAll(async () => {
-  h = await startHarness({ poolSize: 6 });
-});
 afterAll(async () => {
   await Promise.all(running.map((p) => p.stop(2000)));
   redis.disconnect();
   for (const p of prefixes) await dropQueuePrefix(TEST_REDIS_URL, p);
-  await h?.close();
+  await Promise.all(harnesses.map((h) => h.close()));
 });
 
 async function crashThenRecover(tool: Tool, crashAt: CrashPoint, opts: { disableWriteAhead?: boolean } = {}) {
+  const h = await startHarness({ poolSize: 4 });
+  harnesses.push(h);
   const prefix = testQueuePrefix();
   prefixes.push(prefix);
   const queues = new QueueRegistry(redis, prefix);

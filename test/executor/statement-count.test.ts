@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction } from '@gatehouse/testing';
 import type { Db } from '@gatehouse/ledger';
@@ -51,3 +52,30 @@ describe('executor: statements for one ALLOW refund', () => {
     expect(claim.length).toBeLessThanOrEqual(19);
   });
 });
+
+describe('executor: a redelivery answered without a claim (ADR 0350)', () => {
+  it('a finished refund delivered again replays its stored outcome in at most 7 statements, without a row lock or a second result', async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { orderId, amountCents: 3200 });
+    expect(await processExecution(a.job, h.deps())).toBe('succeeded');
+    // the first result is published (as the relay does right after the record commits)
+    await h.db.updateTable('outbox').set({ published_at: new Date() }).where('job_id', '=', `result_${a.workflowId}_${a.callId}`).execute();
+    statements.length = 0;
+    expect(await processExecution(a.job, h.deps({ db: counted }))).toBe('replay:succeeded');
+    if (process.env.STATEMENTS_VERBOSE) console.log(statements.join('\n'));
+    // the workflow; the action with its operation; then BEGIN, the published result, the audit
+    // fields, the `operation.replayed` event, COMMIT — 7 before ADR 0350 answered it from the
+    // action's read: 14, with the claim's locks and a second result job.
+    expect(statements.length).toBeLessThanOrEqual(7);
+    expect(statements.filter((s) => /for update|for no key update/i.test(s))).toEqual([]);
+    const results = await h.db.selectFrom('outbox').select('id').where('job_id', '=', `result_${a.workflowId}_${a.callId}`).execute();
+    expect(results).toHaveLength(1);
+    const replays = await h.db
+      .selectFrom('audit_outbox')
+      .select('event')
+      .where(sql<boolean>`event->>'type' = 'operation.replayed' and event->>'runId' = ${a.workflowId}`)
+      .execute();
+    expect(replays).toHaveLength(1);
+  });
+});
+

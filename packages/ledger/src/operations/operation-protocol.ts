@@ -260,3 +260,11 @@ export async function raiseFence(trx: Trx, key: string): Promise<number | null> 
 export function leaseIsLive(op: Pick<Operation, 'status' | 'lease_expires_at'>, now = Date.now()): boolean {
   return op.status === 'running' && op.lease_expires_at !== null && new Date(op.lease_expires_at).getTime() > now;
 }
+
+/** Operation statuses that end it (docs/product/states.md): a claim replays them, never runs them again. */
+export const FINISHED_OPERATION_STATUSES = ['succeeded', 'failed', 'failed_unknown'] as const;
+
+/** Whether an operation with `status` has finished ({@link FINISHED_OPERATION_STATUSES}). */
+export function isFinishedOperation(status: string): boolean {
+  return (FINISHED_OPERATION_STATUSES as readonly string[]).includes(status);
+}

@@ -5,12 +5,14 @@ import {
   recordAudit,
   consumeApproval,
   grantLease,
+  isFinishedOperation,
   leaseIsLive,
   lockActionAndReserve,
   lockWorkflowForDecision,
   type DecisionContext,
   type Trx,
   type ActionsTable,
+  type ActionStatus,
   type OperationsTable,
   type OutagePolicy,
   type OutboxRow,
@@ -96,8 +98,7 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
   if (op.action_digest !== action.digest) return { kind: 'conflict', action };
   // Reconciliation froze it (amount mismatch): only a lead's remediation may touch it now.
   if (op.frozen_at) return { kind: 'skip', reason: 'operation_frozen' };
-  if (op.status === 'succeeded' || op.status === 'failed' || op.status === 'failed_unknown')
-    return { kind: 'replay', action, operation: op };
+  if (isFinishedOperation(op.status)) return { kind: 'replay', action, operation: op };
   // One worker at a time, whichever replica: a live lease sends the others back to the queue (retried).
   if (leaseIsLive(op) && opts.honourLease !== false) return { kind: 'busy' };
   if (op.status === 'pending') {
@@ -128,7 +129,7 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
 }
 
 /** Action statuses a claim may look at (the others are skipped). */
-const CLAIMABLE = ['approved', 'running', 'succeeded', 'failed', 'failed_unknown'] as const;
+export const CLAIMABLE: readonly ActionStatus[] = ['approved', 'running', 'succeeded', 'failed', 'failed_unknown'];
 
 /**
  * The checks of a first claim (nothing was sent yet, so the run's state, deadline and facts may

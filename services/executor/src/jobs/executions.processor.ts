@@ -7,6 +7,7 @@ import { gateOnAuditHealth } from './steps/audit-gate.step.ts';
 import { holdIfSwitchedOff, loadExecutionContext } from './steps/containment.step.ts';
 import { claim, dispatchEffect, readClaimInputs } from './steps/dispatch.step.ts';
 import { recordResult } from './steps/record.step.ts';
+import { answerRedelivery } from './steps/redelivery.step.ts';
 
 export type { ExecutionDeps } from './execution-deps.ts';
 
@@ -30,7 +31,8 @@ export class SafeToRepeat extends DependencyUnavailable {
 
 /**
  * The steps of one execution, each returning an {@link ExecutionOutcome} or handing over:
- * containment (switch → pause), the audit gate, the reads before the claim, the fenced claim
+ * containment (switch → pause), the audit gate, a redelivery answered from the ledger
+ * (ADR 0350), the reads before the claim, the fenced claim
  * (with approval consumption and the re-evaluation), the effect (write-ahead mark, token, adapter
  * or read-back) and the fenced record (docs/decisions/0270-one-operation-protocol.md).
  */
@@ -38,6 +40,8 @@ export async function executeSteps(job: ExecutionJob, deps: ExecutionDeps): Prom
   const ctx = await loadExecutionContext(deps.db, job);
   const held = (await holdIfSwitchedOff(deps.db, ctx, deps.hooks)) ?? (await gateOnAuditHealth(deps, ctx));
   if (held) return held;
+  const redelivered = await answerRedelivery(deps, ctx);
+  if (redelivered) return redelivered;
   const inputs = await readClaimInputs(deps, ctx);
   if ('kind' in inputs) return inputs;
   const c = await claim(deps, ctx, inputs);

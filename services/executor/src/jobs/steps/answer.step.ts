@@ -6,8 +6,11 @@ import {
   recordAudit,
   transitionAction,
   DEPENDENCY_UNAVAILABLE,
+  type ActionsTable,
   type DependencyUnavailable,
+  type OperationsTable,
 } from '@gatehouse/ledger';
+import type { Selectable } from 'kysely';
 import { toSafeOutput, type SafeOutput } from '@gatehouse/tools';
 import type { ClaimOutcome } from '../../domain/claim.ts';
 import { executionAuditFields } from '../../domain/execution-audit.ts';
@@ -68,6 +71,48 @@ export async function stopPastCeilingOrHold(
 }
 
 /**
+ * Replays a finished operation's stored outcome (operation protocol, ADR 0270; docs/decisions/0350-redelivery-without-a-claim.md),
+ * in one transaction: the call's `results` job is written and published again only when none was
+ * published yet (a published one was delivered, or is re-driven by the watchdog if Redis lost
+ * it; one its writer died before publishing is published now rather than after the relay's
+ * sweep), a `failed_unknown` one parking the run for reconciliation; and the redelivery is
+ * audited `operation.replayed`. Returns `replayed` with the operation's status.
+ */
+export async function replayStoredOutcome(
+  deps: Pick<ExecutionDeps, 'db' | 'relay' | 'auditHmacKey'>,
+  job: ExecutionJob,
+  action: Selectable<ActionsTable>,
+  op: Pick<Selectable<OperationsTable>, 'status' | 'result' | 'evidence_ref'>,
+): Promise<ExecutionOutcome> {
+  const payload = {
+    release: job.release,
+    workflowId: job.workflowId,
+    callId: action.call_id,
+    output: (op.result as SafeOutput | null) ?? toSafeOutput(action.tool, { executed: false, status: op.status }, 'gatehouse'),
+    ...(op.status === 'failed_unknown' ? { park: 'needs_reconciliation' as const } : {}),
+  };
+  const rows = await inTransaction(deps.db, async (trx) => {
+    const published = await trx
+      .selectFrom('outbox')
+      .select('id')
+      .where('job_id', '=', resultsQueue.jobId(payload))
+      .where('published_at', 'is not', null)
+      .limit(1)
+      .executeTakeFirst();
+    const written = published ? [] : [await enqueueInTransaction(trx, resultsQueue, payload)];
+    await recordAudit(trx, {
+      ...(await executionAuditFields(trx, action, { auditHmacKey: deps.auditHmacKey })),
+      type: 'operation.replayed',
+      outcome: op.status,
+      effectRef: op.evidence_ref,
+    });
+    return written;
+  });
+  if (rows.length) await deps.relay.publish(rows);
+  return { kind: 'replayed', status: op.status };
+}
+
+/**
  * Answers a claim that did not grant the lease (docs/decisions/0270-one-operation-protocol.md):
  * a finished operation replays its stored outcome (parking the run for reconciliation when it is
  * `failed_unknown`) audited `operation.replayed`; a key seen with another digest fails the action
@@ -84,21 +129,8 @@ export async function answerUnclaimed(
       return { kind: 'skipped', reason: claim.reason };
     case 'busy':
       return { kind: 'busy', actionId: job.actionId };
-    case 'replay': {
-      const { action, operation: op } = claim;
-      const stored = op.result as SafeOutput | null;
-      const output = stored ?? toSafeOutput(action.tool, { executed: false, status: op.status }, 'gatehouse');
-      await publishResult(deps, job, action.call_id, output, op.status === 'failed_unknown' ? { park: 'needs_reconciliation' } : {});
-      await inTransaction(deps.db, async (trx) =>
-        recordAudit(trx, {
-          ...(await executionAuditFields(trx, action, { auditHmacKey: deps.auditHmacKey })),
-          type: 'operation.replayed',
-          outcome: op.status,
-          effectRef: op.evidence_ref,
-        }),
-      );
-      return { kind: 'replayed', status: op.status };
-    }
+    case 'replay':
+      return replayStoredOutcome(deps, job, claim.action, claim.operation);
     case 'conflict':
       await inTransaction(deps.db, async (trx) => {
         await transitionAction(trx, claim.action.id, { to: 'failed' });

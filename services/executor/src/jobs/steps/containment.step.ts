@@ -8,6 +8,7 @@ import {
   transitionWorkflow,
   type ActionsTable,
   type Db,
+  type OperationsTable,
   type ReenableStage,
   type WorkflowsTable,
 } from '@gatehouse/ledger';
@@ -34,11 +35,23 @@ export interface ExecutionContext {
   reenable: { stage: ReenableStage | null; cohortAdmits: boolean };
   /** The audit-health readings, taken with the action. */
   auditHealth: AuditHealthReading;
+  /**
+   * The action's operation as read with it (not locked; null: not reserved yet): what a
+   * redelivery is answered from without a claim (docs/decisions/0350-redelivery-without-a-claim.md).
+   */
+  operation: OperationPreview | null;
 }
+
+/** The columns of the action's operation a redelivery is judged on. */
+export type OperationPreview = Pick<
+  Selectable<OperationsTable>,
+  'status' | 'lease_expires_at' | 'action_digest' | 'frozen_at' | 'result' | 'evidence_ref'
+>;
 
 /**
  * Reads what the steps need before the claim, in two statements: the workflow row, and the
- * action with its tool's switch and the audit-health readings (docs/decisions/0270-one-operation-protocol.md).
+ * action with its tool's switch, the audit-health readings and its operation, unlocked
+ * (docs/decisions/0270-one-operation-protocol.md).
  * @throws Error when the workflow or action is missing, or the tool has no adapter.
  */
 export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<ExecutionContext> {
@@ -46,9 +59,16 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
   const row = await db
     .selectFrom('actions as a')
     .leftJoin('tool_switches as s', 's.tool', 'a.tool')
+    .leftJoin('operations as o', 'o.key', 'a.operation_key')
     .selectAll('a')
     .select(['s.enabled as switch_enabled', 's.changed_at as switch_changed_at', ...auditHealthColumns])
     .select([
+      'o.status as op_status',
+      'o.lease_expires_at as op_lease_expires_at',
+      'o.action_digest as op_action_digest',
+      'o.frozen_at as op_frozen_at',
+      'o.result as op_result',
+      'o.evidence_ref as op_evidence_ref',
       cohortAdmits(sql.ref('a.tool'), sql.val(wf.tenant), sql.val(wf.user_id)).as('cohort_admits'),
       sql<ReenableStage | null>`(select r.stage from tool_reenable_stages r where r.tool = a.tool and r.ended_at is null)`.as(
         'reenable_stage',
@@ -56,14 +76,39 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
     ])
     .where('a.id', '=', job.actionId)
     .executeTakeFirstOrThrow();
-  const { switch_enabled, switch_changed_at, beatAgeMs, backlogAgeMs, cohort_admits, reenable_stage, ...preview } = row;
+  const {
+    switch_enabled,
+    switch_changed_at,
+    beatAgeMs,
+    backlogAgeMs,
+    cohort_admits,
+    reenable_stage,
+    op_status,
+    op_lease_expires_at,
+    op_action_digest,
+    op_frozen_at,
+    op_result,
+    op_evidence_ref,
+    ...preview
+  } = row;
   const tool = findTool(preview.tool);
   const adapter = adapters[preview.tool];
   if (!tool || !adapter) throw new Error(`no adapter for ${preview.tool}`);
   const toolSwitch =
     switch_enabled === null || switch_changed_at === null ? null : { enabled: switch_enabled, changed_at: switch_changed_at };
   const reenable = { stage: reenable_stage, cohortAdmits: cohort_admits };
-  return { job, wf, preview, tool, adapter, toolSwitch, reenable, auditHealth: { beatAgeMs, backlogAgeMs } };
+  const operation: OperationPreview | null =
+    op_status === null || op_action_digest === null
+      ? null
+      : {
+          status: op_status,
+          lease_expires_at: op_lease_expires_at,
+          action_digest: op_action_digest,
+          frozen_at: op_frozen_at,
+          result: op_result,
+          evidence_ref: op_evidence_ref,
+        };
+  return { job, wf, preview, tool, adapter, toolSwitch, reenable, auditHealth: { beatAgeMs, backlogAgeMs }, operation };
 }
 
 /**
