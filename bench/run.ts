@@ -3,6 +3,7 @@
 // BENCH_SECTIONS=governed,telemetry,scaling,replay,e2e,policy picks sections (the floor always runs);
 // BENCH_SIZES='{"replayActions":200}' overrides sizes of bench/config.ts.
 // BENCH_READY_TIMEOUT_MS: how long each service may take to boot (default 90 000).
+// BENCH_NODE_OPTIONS: node flags added to every service process (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`).
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { runBench } from './bench.ts';

@@ -134,7 +134,7 @@ export class BenchWorld {
       // One delegation key pair for every service started apart (created by the first startStack).
       GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: resolve(this.dir, 'delegation-ed25519.pem'),
       GATEHOUSE_DELEGATION_JWKS_PATH: resolve(this.dir, 'delegation-jwks.json'),
-      NODE_OPTIONS: `--import=${COUNT_HOOK}`,
+      NODE_OPTIONS: `--import=${COUNT_HOOK} ${process.env.BENCH_NODE_OPTIONS ?? ''}`.trim(),
       BENCH_COUNTERS_DIR: this.countersDir,
     };
     for (const svc of SERVICES) env[svc.portVar] = String(await freePort());
