@@ -43,6 +43,10 @@ describe('service heap settings', () => {
 
   it('a change to the image’s flags alone is caught', () => {
     const drifted = dockerfile.replace('--max-old-space-size=192', '--max-old-space-size=512');
-    expect(imageNodeOptions(drifted).split(/\s+/).filter((f) => !f.startsWith('--import='))).not.toEqual([...SERVICE_V8_FLAGS]);
+    expect(
+      imageNodeOptions(drifted)
+        .split(/\s+/)
+        .filter((f) => !f.startsWith('--import=')),
+    ).not.toEqual([...SERVICE_V8_FLAGS]);
   });
 });

@@ -1,8 +1,9 @@
 import { ConflictError, type AuditEventInput, testFaults } from '@gatehouse/contracts';
+import { sql } from 'kysely';
 import { recordAudit } from './audit.ts';
 import type { Trx } from './db.ts';
 import type { ActionStatus, WorkflowState } from './schema.ts';
-import { recordWorkflowEvent } from './workflow-events.ts';
+import { EVENT_SOURCE_COLUMNS, writeWorkflowEvent } from './workflow-events.ts';
 import { actionGuardHolds, workflowGuardHolds, type ActionGuard, type WorkflowGuard } from './transition-guards.ts';
 
 /**
@@ -238,20 +239,23 @@ export async function transitionWorkflow(trx: Trx, workflowId: string, input: Wo
   if (!wf || (input.onlyFrom && !input.onlyFrom.includes(wf.state))) return null;
   const illegal = await checkWorkflowTransition(trx, workflowId, wf.state, input);
   if (illegal) throw illegal;
-  await trx
+  // The state and the event's seq in one statement; the pushed update of this transition (SSE,
+  // webhooks) is written in the same transaction, so never lost or early (ADR 0250).
+  const moved = await trx
     .updateTable('workflows')
     .set({
       state: input.to,
       updated_at: new Date(),
+      event_seq: sql`event_seq + 1`,
       ...(input.nextStep !== undefined ? { next_step: input.nextStep } : {}),
       ...(input.stopReason !== undefined ? { stop_reason: input.stopReason } : {}),
       ...(input.round !== undefined ? { round: input.round } : {}),
     })
     .where('id', '=', workflowId)
-    .execute();
+    .returning([...EVENT_SOURCE_COLUMNS])
+    .executeTakeFirstOrThrow();
   if (input.audit) await recordAudit(trx, { runId: workflowId, ...input.audit });
-  // The pushed update of this transition (SSE, webhooks): same transaction, so never lost or early (ADR 0250).
-  await recordWorkflowEvent(trx, workflowId, wf.state);
+  await writeWorkflowEvent(trx, moved, wf.state);
   return wf.state;
 }
 

@@ -1,8 +1,8 @@
-import { sql } from 'kysely';
+import { sql, type Selectable } from 'kysely';
 import { jsonArrayFrom } from 'kysely/helpers/postgres';
 import type { WorkflowView } from '@gatehouse/contracts';
 import type { Db, Trx } from './db.ts';
-import { isTerminal, type WorkflowState } from './schema.ts';
+import { isTerminal, type WorkflowsTable, type WorkflowState } from './schema.ts';
 
 /** Postgres channel an insert into `workflow_events` notifies (payload `<workflowId>:<seq>`, at commit; migration 20261201000300). */
 export const WORKFLOW_EVENTS_CHANNEL = 'gatehouse_workflow_events';
@@ -63,14 +63,17 @@ export async function readActionsView(
   };
 }
 
+/** The workflow columns an event is built from, as `nextEventSeq` and the transition writer return them. */
+export const EVENT_SOURCE_COLUMNS = ['id', 'tenant', 'ticket_id', 'state', 'stop_reason', 'next_step', 'event_seq'] as const;
+
+/** The workflow row an event is built from, with its `event_seq` already bumped. */
+export type EventSource = Pick<Selectable<WorkflowsTable>, (typeof EVENT_SOURCE_COLUMNS)[number]>;
+
 /**
  * Writes the workflow's next event in `trx` (docs/decisions/0250-pushed-workflow-events.md): bumps
- * `workflows.event_seq` (the row is locked by the caller's transition, or new), stores the event
- * (`WorkflowEvent` of packages/contracts/src/api/events.ts: state, stop reason, next step, the
- * action summary — no arguments, no model text) and one pending webhook delivery per active
- * endpoint of the tenant, with the exact body every attempt will sign. The insert notifies
- * {@link WORKFLOW_EVENTS_CHANNEL} at commit. Called by the transition table's writer and by intake.
- * Returns the event's seq.
+ * `workflows.event_seq` (the row is locked by the caller's transition, or new), then
+ * {@link writeWorkflowEvent}. Called by intake; the transition writer bumps the seq in its own
+ * state update. Returns the event's seq.
  * @throws Error when the workflow does not exist (the caller's transaction rolls back).
  */
 export async function recordWorkflowEvent(trx: Trx, workflowId: string, previousState: WorkflowState | null): Promise<number> {
@@ -78,9 +81,20 @@ export async function recordWorkflowEvent(trx: Trx, workflowId: string, previous
     .updateTable('workflows')
     .set({ event_seq: sql`event_seq + 1` })
     .where('id', '=', workflowId)
-    .returning(['id', 'tenant', 'ticket_id', 'state', 'stop_reason', 'next_step', 'event_seq'])
+    .returning([...EVENT_SOURCE_COLUMNS])
     .executeTakeFirstOrThrow();
-  const view = await readActionsView(trx, workflowId);
+  return writeWorkflowEvent(trx, wf, previousState);
+}
+
+/**
+ * Stores the event of `wf`, whose `event_seq` the caller has just bumped in `trx`
+ * (`WorkflowEvent` of packages/contracts/src/api/events.ts: state, stop reason, next step, the
+ * action summary — no arguments, no model text), and one pending webhook delivery per active
+ * endpoint of the tenant, with the exact body every attempt will sign. The insert notifies
+ * {@link WORKFLOW_EVENTS_CHANNEL} at commit. Returns the event's seq.
+ */
+export async function writeWorkflowEvent(trx: Trx, wf: EventSource, previousState: WorkflowState | null): Promise<number> {
+  const view = await readActionsView(trx, wf.id);
   const event = {
     type: 'workflow.updated',
     workflowId: wf.id,

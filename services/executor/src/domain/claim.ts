@@ -21,7 +21,7 @@ import {
 import type { Selectable } from 'kysely';
 import { decideAndRecord, evaluateAction, type AuthoritativeRecord, type PolicyBundles } from '@gatehouse/policy';
 import { findTool } from '@gatehouse/tools';
-import { executionAuditFields } from './execution-audit.ts';
+import { executionAuditFields, type ExecutionAuditFields } from './execution-audit.ts';
 
 type Action = Selectable<ActionsTable>;
 type Operation = Selectable<OperationsTable>;
@@ -35,6 +35,8 @@ export type ClaimOutcome =
       reclaimed: boolean;
       previouslyDispatched: boolean;
       baseline: Record<string, unknown> | null;
+      /** The correlation fields the claim's audit events carried, for the record's event (same action, same approval). */
+      audit: ExecutionAuditFields;
     }
   | { kind: 'replay'; action: Action; operation: Operation }
   | { kind: 'busy' }
@@ -125,6 +127,7 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
     reclaimed: op.status === 'running',
     previouslyDispatched: op.dispatched_at !== null,
     baseline: (granted.baseline as Record<string, unknown> | null) ?? null,
+    audit,
   };
 }
 

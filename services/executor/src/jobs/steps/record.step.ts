@@ -2,7 +2,6 @@ import { resultsQueue } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, recordAudit, recordOutcome, resetToPending, type OutboxRow } from '@gatehouse/ledger';
 import { toSafeOutput } from '@gatehouse/tools';
 import type { AdapterResult } from '../../adapters/index.ts';
-import { executionAuditFields } from '../../domain/execution-audit.ts';
 import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
 import { crashIfAt } from '../../domain/test-hooks.ts';
 import type { ExecutionDeps } from '../execution-deps.ts';
@@ -77,7 +76,7 @@ export async function recordResult(
     });
     if (!recorded) return null; // fenced out: a newer lease holder owns the outcome
     await recordAudit(trx, {
-      ...(await executionAuditFields(trx, action, { auditHmacKey: deps.auditHmacKey })),
+      ...c.audit,
       type: opStatus === 'succeeded' ? 'operation.succeeded' : opStatus === 'failed' ? 'operation.failed' : 'operation.unknown',
       outcome: ok ? 'succeeded' : result.reason.slice(0, 120),
       effectRef: ok ? result.evidenceRef : null,
