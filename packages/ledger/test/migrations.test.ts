@@ -40,6 +40,7 @@ const TABLES_OF: Record<string, string[]> = {
   '20261201000400-OperationTokenEpoch': [],
   '20261201000500-ToolReenables': ['tool_reenable_stages'],
   '20261201000900-ActionTenantAndUser': [],
+  '20261202000100-EpochBumpIndex': [],
 };
 const tablesUpTo = (names: string[]): string[] => names.flatMap((n) => TABLES_OF[n] ?? []).sort();
 const ALL_TABLES = tablesUpTo(Object.keys(migrations));

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { resetTestFaultsForTests } from '@gatehouse/contracts';
 import { createAction, type SeededAction } from '@gatehouse/testing';
+import { effectsWithRevokedEpoch } from '@gatehouse/ledger';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { disabledMonitors, evaluateMonitors } from '../src/domain/monitors.ts';
 
@@ -217,6 +218,35 @@ describe('monitors that fire before damage, and for every invariant', () => {
     expect((await evaluateMonitors(t.db, cfg)).find((a) => a.monitor === 'effect_after_switch_off')?.examples).toEqual([
       after.operationKey,
     ]);
+  });
+
+  it('Containment: the epoch bumps are read through their partial index, never a scan of the whole chain', async () => {
+    // A chain of 5000 events, none a bump (the table only grows; a pass must not read it all).
+    await sql`insert into audit_log (seq, outbox_id, event, prev_hash, hash)
+      select 9000000 + g, 9000000 + g, jsonb_build_object('type', 'operation.claimed', 'atMs', g), 'x', 'y' from generate_series(1, 5000) g`.execute(
+      t.db,
+    );
+    await sql`analyze audit_log`.execute(t.db);
+    // One effect with a recorded epoch, so the pass looks up the epoch in force at its dispatch.
+    const a = await createAction(t.db, { orderId: 'O-1001', amountCents: 1000 });
+    await effect(a);
+    await sql`update operations set dispatched_at = now(), token_epoch = 1 where key = ${a.operationKey}`.execute(t.db);
+    // The backend's scan counters not yet reported (pg_stat_xact_*), before and after one pass.
+    const scans = await t.db.transaction().execute(async (trx) => {
+      const read = async () =>
+        (
+          await sql<{
+            seq_scan: string;
+            idx_scan: string;
+          }>`select seq_scan, idx_scan from pg_stat_xact_user_tables where relname = 'audit_log'`.execute(trx)
+        ).rows[0]!;
+      const before = await read();
+      await effectsWithRevokedEpoch(trx);
+      const after = await read();
+      return { seq_scan: Number(after.seq_scan) - Number(before.seq_scan), idx_scan: Number(after.idx_scan) - Number(before.idx_scan) };
+    });
+    expect(scans.seq_scan).toBe(0);
+    expect(scans.idx_scan).toBeGreaterThan(0);
   });
 
   it('Containment: an effect whose token carried an epoch below the one in force at dispatch fires; a current one does not', async () => {
