@@ -13,17 +13,12 @@ function withQueueOutage(payload: unknown, since: Date): unknown {
   return { ...p, outage };
 }
 
-/** Marks rows published (in `db`, or the sweep's transaction). */
-async function markPublished(db: Db | Trx, rows: OutboxRow[]): Promise<void> {
-  await db
-    .updateTable('outbox')
-    .set({ published_at: new Date() })
-    .where(
-      'id',
-      'in',
-      rows.map((r) => r.id),
-    )
-    .execute();
+/** How long a published row may wait for its batched `published_at` mark, ms (far below the sweep's 2 s grace). */
+export const MARK_DELAY_MS = 25;
+
+/** Marks rows `ids` published (in `db`, or the sweep's transaction). */
+async function markPublished(db: Db | Trx, ids: string[]): Promise<void> {
+  await db.updateTable('outbox').set({ published_at: new Date() }).where('id', 'in', ids).execute();
 }
 
 /**
@@ -40,6 +35,10 @@ export class OutboxRelay {
   readonly #log: Logger;
   #timer: NodeJS.Timeout | undefined;
   #sweeping: Promise<void> | undefined;
+  /** Ids published but not yet marked, and the timer of their one batched mark (docs/decisions/0370-batched-outbox-marks.md). */
+  readonly #unmarked = new Set<string>();
+  #markTimer: NodeJS.Timeout | undefined;
+  #marking: Promise<void> | undefined;
 
   constructor(db: Db, queues: QueueRegistry, log: Logger) {
     this.#db = db;
@@ -48,10 +47,12 @@ export class OutboxRelay {
   }
 
   /**
-   * Publishes committed rows and marks them published, waiting at most `waitMs` (default 2000 ms):
-   * with Redis down the request that committed them answers anyway, the publish goes on in the
-   * background and the sweep retries (deterministic job ids make a second add a no-op). Errors
-   * are logged, never thrown.
+   * Publishes committed rows, waiting at most `waitMs` (default 2000 ms): with Redis down the
+   * request that committed them answers anyway, the publish goes on in the background and the
+   * sweep retries (deterministic job ids make a second add a no-op). Published rows are marked
+   * `published_at` by one batched UPDATE at most {@link MARK_DELAY_MS} later, off the caller's
+   * path; a row whose mark is lost (a crash, the ledger down) is published again by the sweep,
+   * which is harmless. Errors are logged, never thrown.
    */
   async publish(rows: OutboxRow[], waitMs = 2000): Promise<void> {
     if (!rows.length) return;
@@ -62,7 +63,7 @@ export class OutboxRelay {
     }
     const work = (async () => {
       await this.#add(rows);
-      await markPublished(this.#db, rows);
+      this.#markLater(rows);
     })().catch((err: unknown) => {
       this.#log.warn({ err: (err as Error).message, rows: rows.length }, 'outbox publish failed; sweep will retry');
     });
@@ -108,7 +109,10 @@ export class OutboxRelay {
       if (!found.length) return 0;
       const rows = found.map(({ created_at, ...r }) => ({ ...r, payload: withQueueOutage(r.payload, created_at) }));
       await this.#add(rows as OutboxRow[]);
-      await markPublished(trx, rows as OutboxRow[]);
+      await markPublished(
+        trx,
+        rows.map((r) => r.id),
+      );
       return rows.length;
     });
   }
@@ -129,8 +133,37 @@ export class OutboxRelay {
     this.#timer.unref();
   }
 
+  /** Queues the published `rows` for the next batched mark. */
+  #markLater(rows: OutboxRow[]): void {
+    for (const r of rows) this.#unmarked.add(r.id);
+    this.#markTimer ??= setTimeout(() => void this.flushMarks(), MARK_DELAY_MS);
+  }
+
+  /**
+   * Marks every published row not yet marked, in one UPDATE (also what {@link stop} does last).
+   * A failure is logged and the rows stay unmarked: the sweep publishes them again.
+   */
+  async flushMarks(): Promise<void> {
+    clearTimeout(this.#markTimer);
+    this.#markTimer = undefined;
+    await this.#marking;
+    if (!this.#unmarked.size) return;
+    const ids = [...this.#unmarked];
+    this.#unmarked.clear();
+    this.#marking = markPublished(this.#db, ids)
+      .catch((err: unknown) =>
+        this.#log.warn({ err: (err as Error).message, rows: ids.length }, 'outbox mark failed; sweep will republish'),
+      )
+      .finally(() => {
+        this.#marking = undefined;
+      });
+    await this.#marking;
+  }
+
+  /** Stops the sweep and writes the marks still pending. */
   async stop(): Promise<void> {
     clearInterval(this.#timer);
     await this.#sweeping;
+    await this.flushMarks();
   }
 }

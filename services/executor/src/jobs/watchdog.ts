@@ -255,6 +255,9 @@ export async function watchdogPass(deps: WatchdogDeps, nowMs = Date.now()): Prom
       .catch((err: unknown) => deps.log.warn({ err: (err as Error).message, jobId: r.jobId }, 'watchdog could not remove a job'));
   }
   await deps.relay.publish(plan.rows);
+  // The pass ends with its re-drives marked published, so the next pass judges them as sent
+  // (not as rows the sweep still has to publish; docs/decisions/0370-batched-outbox-marks.md).
+  await deps.relay.flushMarks();
   for (const r of plan.redriven) deps.log.warn(r, 'watchdog re-drove a job a live run was waiting for');
   for (const id of plan.stopped) deps.log.warn({ workflowId: id }, 'watchdog stopped a run that re-drives could not move');
   return { kind: 'ran', checked, redriven: plan.redriven, stopped: plan.stopped };
