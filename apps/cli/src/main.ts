@@ -102,7 +102,7 @@ async function main(argv: string[]): Promise<number> {
       return opsCommand(env, values.token, `switch ${sub}`, (db, op) =>
         withQueues(env, async (queues) => {
           const rows = await setSwitch(db, arg, sub === 'on', op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
-          await new OutboxRelay(db, queues, createLogger('cli')).publish(rows);
+          await new OutboxRelay(db, queues, createLogger('cli')).publishAndMark(rows);
           out(`${arg} switched ${sub}${rows.length ? `; ${rows.length} held action(s) re-enqueued` : ''}`);
           return 0;
         }),
@@ -149,7 +149,7 @@ async function main(argv: string[]): Promise<number> {
             operator: op.id,
             json: values.json,
             out,
-            publish: (rows: Parameters<OutboxRelay['publish']>[0]) => relay.publish(rows),
+            publish: (rows: Parameters<OutboxRelay['publish']>[0]) => relay.publishAndMark(rows),
           };
           return sub ? resolveCommand(ctx, arg!, flags[0] ? REMEDIATION_FLAGS[flags[0]] : undefined) : reconcileCommand(ctx);
         });

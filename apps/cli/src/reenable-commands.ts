@@ -87,7 +87,7 @@ export async function reenableCommand(
   return asOperator(command, (db, op) =>
     withQueues(env, async (queues) => {
       const r = await advanceReenable(db, { tool, cohort, maxBound, reason: values.reason!, ...actor(op) });
-      await new OutboxRelay(db, queues, createLogger('cli')).publish(r.rows);
+      await new OutboxRelay(db, queues, createLogger('cli')).publishAndMark(r.rows);
       const ev = r.evidence ? ` on n=${r.evidence.n} clean (bound ${r.evidence.bound.toFixed(4)})` : '';
       out(
         `${tool}: stage ${r.stage}${ev}${r.overrideId ? ` with override ${r.overrideId}` : ''}${r.rows.length ? `; ${r.rows.length} held action(s) released` : ''}`,

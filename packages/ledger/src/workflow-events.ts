@@ -63,7 +63,7 @@ export async function readActionsView(
   };
 }
 
-/** The workflow columns an event is built from, as `nextEventSeq` and the transition writer return them. */
+/** The workflow columns an event is built from, as {@link recordWorkflowEvent} and the transition writer return them. */
 export const EVENT_SOURCE_COLUMNS = ['id', 'tenant', 'ticket_id', 'state', 'stop_reason', 'next_step', 'event_seq'] as const;
 
 /** The workflow row an event is built from, with its `event_seq` already bumped. */
@@ -71,7 +71,7 @@ export type EventSource = Pick<Selectable<WorkflowsTable>, (typeof EVENT_SOURCE_
 
 /**
  * Writes the workflow's next event in `trx` (docs/decisions/0250-pushed-workflow-events.md): bumps
- * `workflows.event_seq` (the row is locked by the caller's transition, or new), then
+ * `workflows.event_seq` of the new run (intake's first event, seq 1), then
  * {@link writeWorkflowEvent}. Called by intake; the transition writer bumps the seq in its own
  * state update. Returns the event's seq.
  * @throws Error when the workflow does not exist (the caller's transaction rolls back).

@@ -136,28 +136,42 @@ export class OutboxRelay {
   /** Queues the published `rows` for the next batched mark. */
   #markLater(rows: OutboxRow[]): void {
     for (const r of rows) this.#unmarked.add(r.id);
-    this.#markTimer ??= setTimeout(() => void this.flushMarks(), MARK_DELAY_MS);
+    if (this.#markTimer) return;
+    this.#markTimer = setTimeout(() => void this.flushMarks(), MARK_DELAY_MS);
+    this.#markTimer.unref();
   }
 
   /**
-   * Marks every published row not yet marked, in one UPDATE (also what {@link stop} does last).
-   * A failure is logged and the rows stay unmarked: the sweep publishes them again.
+   * Writes the marks of every row published so far, in one UPDATE per batch (also what
+   * {@link stop} does last). Returns once no mark is pending or being written, whoever started
+   * the batch. A failure is logged and its rows stay unmarked: the sweep publishes them again.
    */
   async flushMarks(): Promise<void> {
     clearTimeout(this.#markTimer);
     this.#markTimer = undefined;
-    await this.#marking;
-    if (!this.#unmarked.size) return;
-    const ids = [...this.#unmarked];
-    this.#unmarked.clear();
-    this.#marking = markPublished(this.#db, ids)
-      .catch((err: unknown) =>
-        this.#log.warn({ err: (err as Error).message, rows: ids.length }, 'outbox mark failed; sweep will republish'),
-      )
-      .finally(() => {
-        this.#marking = undefined;
-      });
-    await this.#marking;
+    while (this.#marking || this.#unmarked.size) {
+      if (!this.#marking) {
+        const ids = [...this.#unmarked];
+        this.#unmarked.clear();
+        this.#marking = markPublished(this.#db, ids)
+          .catch((err: unknown) =>
+            this.#log.warn({ err: (err as Error).message, rows: ids.length }, 'outbox mark failed; sweep will republish'),
+          )
+          .finally(() => {
+            this.#marking = undefined;
+          });
+      }
+      await this.#marking;
+    }
+  }
+
+  /**
+   * {@link publish}, then {@link flushMarks}: for a short-lived caller (the CLI) that ends its
+   * process right after, so its rows are not left for the sweep to publish again.
+   */
+  async publishAndMark(rows: OutboxRow[], waitMs = 2000): Promise<void> {
+    await this.publish(rows, waitMs);
+    await this.flushMarks();
   }
 
   /** Stops the sweep and writes the marks still pending. */

@@ -35,7 +35,11 @@ export type ClaimOutcome =
       reclaimed: boolean;
       previouslyDispatched: boolean;
       baseline: Record<string, unknown> | null;
-      /** The correlation fields the claim's audit events carried, for the record's event (same action, same approval). */
+      /**
+       * The correlation fields the claim's audit events carried, reused by the record's event: the
+       * same action, and the approval the job names (the one this claim consumed, or on a reclaim
+       * the one consumed before), else the approval used for the action (ADR 0146, ADR 0350).
+       */
       audit: ExecutionAuditFields;
     }
   | { kind: 'replay'; action: Action; operation: Operation }

@@ -257,7 +257,9 @@ export async function watchdogPass(deps: WatchdogDeps, nowMs = Date.now()): Prom
   await deps.relay.publish(plan.rows);
   // The pass ends with its re-drives marked published, so the next pass judges them as sent
   // (not as rows the sweep still has to publish; docs/decisions/0370-batched-outbox-marks.md).
-  await deps.relay.flushMarks();
+  await within(deps.relay.flushMarks(), settings.redisTimeoutMs).catch(() =>
+    deps.log.warn('watchdog: marking its re-drives published is slow; the next pass may judge them unpublished'),
+  );
   for (const r of plan.redriven) deps.log.warn(r, 'watchdog re-drove a job a live run was waiting for');
   for (const id of plan.stopped) deps.log.warn({ workflowId: id }, 'watchdog stopped a run that re-drives could not move');
   return { kind: 'ran', checked, redriven: plan.redriven, stopped: plan.stopped };

@@ -1,4 +1,4 @@
-import { resultsQueue, type ExecutionJob } from '@gatehouse/contracts';
+import { queueName, resultsQueue, type ExecutionJob } from '@gatehouse/contracts';
 import {
   enqueueInTransaction,
   inTransaction,
@@ -96,6 +96,7 @@ export async function replayStoredOutcome(
       .selectFrom('outbox')
       .select('id')
       .where('job_id', '=', resultsQueue.jobId(payload))
+      .where('queue', '=', queueName(resultsQueue.base, job.release))
       .where('published_at', 'is not', null)
       .limit(1)
       .executeTakeFirst();
