@@ -82,9 +82,9 @@ describe('containment step', () => {
       expect(await state(a.workflowId)).toBe('paused');
       expect(await tdb.db.selectFrom('operations').select('key').where('key', '=', a.operationKey).execute()).toHaveLength(0);
       // control removed: judged as at admission (switched after it), the step would go on
-      expect(await holdIfSwitchedOff(tdb.db, ctx, { switchAtAdmissionOnly: true })).toBeNull();
+      expect(await holdIfSwitchedOff(tdb.db, ctx, { ...deps.hooks, switchAtAdmissionOnly: true })).toBeNull();
       // control removed (GATEHOUSE_TEST_DISABLE_SWITCH): not checked at all, the step goes on
-      expect(await holdIfSwitchedOff(tdb.db, ctx, { switchAtAdmissionOnly: false, ignoreSwitch: true })).toBeNull();
+      expect(await holdIfSwitchedOff(tdb.db, ctx, { ...deps.hooks, ignoreSwitch: true })).toBeNull();
     } finally {
       await tdb.db.deleteFrom('tool_switches').where('tool', '=', 'issue_refund').execute();
     }

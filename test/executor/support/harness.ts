@@ -29,7 +29,7 @@ import {
   type DelegationSigningKey,
   type JSONWebKeySet,
 } from '../../../packages/credentials/src/index.ts';
-import type { ExecutionDeps } from '@gatehouse/executor';
+import { readTestHooks, type ExecutionDeps } from '@gatehouse/executor';
 import { loadActiveBundles, type PolicyBundles, type SupportBundle } from '../../../packages/policy/src/index.ts';
 
 export const AUDIT_HMAC_KEY = 'local-audit-hmac-key-change-me';
@@ -104,18 +104,8 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
     leaseMs: 5000,
     deadlineMs: 10_000,
     agentId: 'support-agent',
-    hooks: {
-      crashAt: null,
-      crashTool: null,
-      blockBeforeDispatchMs: 0,
-      disableWriteAhead: false,
-      disableReevaluation: false,
-      disableDigestBinding: false,
-      disableOutputBoundary: false,
-      disableWatchdog: false,
-      disableIdempotencyKey: false,
-      switchAtAdmissionOnly: false,
-    },
+    // Every test switch off (GATEHOUSE_TEST_* unset); a test turns one on in its own deps.
+    hooks: readTestHooks({}),
     bundles: BUNDLES,
     // No audit service runs here: a heartbeat is written at start and the gate is wide.
     auditGate: { maxHeartbeatAgeMs: 3_600_000, maxBacklogAgeMs: 3_600_000 },

@@ -1,52 +1,31 @@
-import { testFaults } from '@gatehouse/contracts';
+import { testFaults, type TestFaults } from '@gatehouse/contracts';
 
 /** Points at which a test may make the executor process die (docs/product/hard-cases.md#crash-points). */
 export type CrashPoint = 'before_dispatch' | 'after_dispatch' | 'after_record';
 
 /**
- * Fault hooks that only tests set (through the environment, honoured only when
- * `GATEHOUSE_ENV=test`): kill the process at a crash point, block the event loop before
- * dispatch (a lost queue lock), or remove the write-ahead dispatch mark (control-removed test).
+ * The executor's test switches ({@link TestFaults}, where each is documented), read once at boot:
+ * kill the process at a crash point, block the event loop before dispatch (a lost queue lock), or
+ * remove one control for its control-removed test.
  */
-export interface TestHooks {
-  crashAt: CrashPoint | null;
-  /** Only crash for this tool (all tools when null). */
-  crashTool: string | null;
-  blockBeforeDispatchMs: number;
-  disableWriteAhead: boolean;
-  /** Skip the policy re-evaluation at execution (control-removed test). */
-  disableReevaluation: boolean;
-  /** Consume an approval without checking it names this action (control-removed test). */
-  disableDigestBinding: boolean;
-  /** Hand raw adapter results to the model, without the untrusted-output boundary (control-removed test). */
-  disableOutputBoundary: boolean;
-  /** Do not start the watchdog (control-removed test of the Redis-loss recovery). */
-  disableWatchdog: boolean;
-  /**
-   * Send a fresh `Idempotency-Key` with every attempt of an idempotent write instead of the
-   * operation key (control-removed test: a lost response then pays twice).
-   */
-  disableIdempotencyKey: boolean;
-  /**
-   * Judge the tool switch as it stood when the action was admitted, not at execution
-   * (control-removed test: a tool switched off after admission still executes).
-   */
-  switchAtAdmissionOnly: boolean;
-  /**
-   * Let every workflow through a tool at the `cohort` stage of its staged re-enable, not only the
-   * cohort's (control-removed test of docs/decisions/0310-staged-reenable.md).
-   */
-  disableReenableCohort?: boolean;
-  /**
-   * Do not check the tool switch at execution at all (control-removed test of the incident drill:
-   * after containment switches a tool off, its effects continue).
-   */
-  ignoreSwitch?: boolean;
-  /** Claim an operation even while another worker's lease on it is live (control-removed test of the replicas, ADR 0195). */
-  disableLease?: boolean;
-  /** Mint with epoch 0 when the revocation epoch cannot be read (control-removed test of the fail-closed epoch). */
-  epochFailOpen?: boolean;
-}
+const EXECUTOR_SWITCHES = [
+  'crashTool',
+  'blockBeforeDispatchMs',
+  'disableWriteAhead',
+  'disableReevaluation',
+  'disableDigestBinding',
+  'disableOutputBoundary',
+  'disableWatchdog',
+  'disableIdempotencyKey',
+  'switchAtAdmissionOnly',
+  'disableLease',
+  'epochFailOpen',
+  'disableReenableCohort',
+  'ignoreSwitch',
+] as const satisfies readonly (keyof TestFaults)[];
+
+/** The executor's fields of {@link TestFaults}, with the crash point narrowed to the executor's own. */
+export type TestHooks = Pick<TestFaults, (typeof EXECUTOR_SWITCHES)[number]> & { crashAt: CrashPoint | null };
 
 /** The executor's crash points (the agent loop's `after_model_response` is not one). */
 const EXECUTOR_POINTS: readonly string[] = ['before_dispatch', 'after_dispatch', 'after_record'];
@@ -58,22 +37,8 @@ const EXECUTOR_POINTS: readonly string[] = ['before_dispatch', 'after_dispatch',
  */
 export function readTestHooks(env: Record<string, string | undefined>): TestHooks {
   const f = testFaults(env);
-  return {
-    crashAt: f.crashAt && EXECUTOR_POINTS.includes(f.crashAt) ? (f.crashAt as CrashPoint) : null,
-    crashTool: f.crashTool,
-    blockBeforeDispatchMs: f.blockBeforeDispatchMs,
-    disableWriteAhead: f.disableWriteAhead,
-    disableReevaluation: f.disableReevaluation,
-    disableDigestBinding: f.disableDigestBinding,
-    disableOutputBoundary: f.disableOutputBoundary,
-    disableWatchdog: f.disableWatchdog,
-    disableIdempotencyKey: f.disableIdempotencyKey,
-    switchAtAdmissionOnly: f.switchAtAdmissionOnly,
-    disableLease: f.disableLease,
-    epochFailOpen: f.epochFailOpen,
-    disableReenableCohort: f.disableReenableCohort,
-    ignoreSwitch: f.ignoreSwitch,
-  };
+  const picked = Object.fromEntries(EXECUTOR_SWITCHES.map((k) => [k, f[k]])) as Pick<TestFaults, (typeof EXECUTOR_SWITCHES)[number]>;
+  return { ...picked, crashAt: f.crashAt && EXECUTOR_POINTS.includes(f.crashAt) ? (f.crashAt as CrashPoint) : null };
 }
 
 /** Kills the process with SIGKILL (no graceful shutdown) when `point` is the configured one. */
