@@ -1,6 +1,7 @@
-import { createHash, randomBytes, randomInt, randomUUID } from 'node:crypto';
+import { randomInt } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Db } from '@gatehouse/ledger';
+import { createProposal } from '@gatehouse/testing';
 import { processProposal } from '@gatehouse/policy-gateway';
 import { countingDb } from '../executor/support/counting-db.ts';
 import { AUDIT_HMAC_KEY, BUNDLES, RELEASE, startHarness, type Harness } from '../executor/support/harness.ts';
@@ -21,66 +22,6 @@ afterAll(async () => {
   await h?.close();
 });
 
-/** A workflow of rep-ana (quillfeather, mode act, investigating) with one received `issue_refund` call. */
-async function proposeRefund(orderId: string): Promise<{ workflowId: string; proposalId: string; callId: string }> {
-  const workflowId = randomUUID();
-  const proposalId = randomUUID();
-  const callId = `call_${randomBytes(8).toString('hex')}`;
-  const args = JSON.stringify({ orderId, amount: '31.00', reason: 'damaged item' });
-  await h.db.transaction().execute(async (trx) => {
-    await trx
-      .insertInto('workflows')
-      .values({
-        id: workflowId,
-        tenant: 'quillfeather',
-        ticket_id: `T-${workflowId}`,
-        user_id: 'rep-ana',
-        pack: 'support',
-        mode: 'act',
-        text_sha256: createHash('sha256').update(workflowId).digest('hex'),
-        state: 'investigating',
-        release_id: RELEASE,
-        policy_revision: 'support-p1',
-        catalog_digest: 'f'.repeat(64),
-        round: 1,
-      })
-      .execute();
-    await trx
-      .insertInto('budgets')
-      .values({
-        workflow_id: workflowId,
-        max_rounds: 8,
-        max_tool_calls: 6,
-        deadline_at: new Date(Date.now() + 90_000),
-        max_spend_micro_usd: 100_000,
-      })
-      .execute();
-    await trx
-      .insertInto('conversation_items')
-      .values({
-        workflow_id: workflowId,
-        round: 1,
-        kind: 'function_call',
-        call_id: callId,
-        item: JSON.stringify({ type: 'function_call', call_id: callId, name: 'issue_refund', arguments: args }),
-      })
-      .execute();
-    await trx
-      .insertInto('proposals')
-      .values({
-        id: proposalId,
-        workflow_id: workflowId,
-        round: 1,
-        call_id: callId,
-        tool: 'issue_refund',
-        arguments_sha256: createHash('sha256').update(args).digest('hex'),
-        status: 'received',
-      })
-      .execute();
-  });
-  return { workflowId, proposalId, callId };
-}
-
 describe('policy gateway: statements for one ALLOW refund proposal', () => {
   it('counts every statement sent to the ledger', async () => {
     // An order id the tool's argument check accepts (a letter, a dash, four digits), paid 500.00.
@@ -89,7 +30,7 @@ describe('policy gateway: statements for one ALLOW refund proposal', () => {
       .insertInto('staging.orders')
       .values({ id: orderId, tenant: 'quillfeather', region: 'US', customer: 'cust-2', paid_cents: 50_000, status: 'shipped' })
       .execute();
-    const p = await proposeRefund(orderId);
+    const p = await createProposal(h.db, { tool: 'issue_refund', arguments: { orderId, amount: '31.00', reason: 'damaged item' } });
     statements.length = 0;
     const outcome = await processProposal(
       { release: RELEASE, ...p },

@@ -1,7 +1,7 @@
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { ExecutionJob } from '@gatehouse/contracts';
-import { inTransaction, type Db } from '@gatehouse/ledger';
+import { inTransaction, type Db, type Trx } from '@gatehouse/ledger';
 
 /** What {@link createAction} inserted: ids, key and the execution job payload for it. */
 export interface SeededAction {
@@ -76,32 +76,19 @@ export async function createAction(db: Db, seed: ActionSeed): Promise<SeededActi
       : { orderId: seed.orderId };
   const now = new Date();
   await inTransaction(db, async (trx) => {
-    await trx
-      .insertInto('workflows')
-      .values({
-        id: workflowId,
+    await insertRun(
+      trx,
+      {
+        workflowId,
         tenant,
-        ticket_id: `T-${randomBytes(6).toString('hex')}`,
-        user_id: userId,
-        pack: 'support',
-        mode: 'act',
-        text_sha256: createHash('sha256').update(workflowId).digest('hex'),
+        userId,
         state: seed.workflowState ?? 'executing',
-        release_id: release,
-        policy_revision: policy,
-        catalog_digest: 'f'.repeat(64),
-      })
-      .execute();
-    await trx
-      .insertInto('budgets')
-      .values({
-        workflow_id: workflowId,
-        max_rounds: 8,
-        max_tool_calls: 6,
-        deadline_at: new Date(now.getTime() + (seed.budgetMs ?? 90_000)),
-        max_spend_micro_usd: 100_000,
-      })
-      .execute();
+        release,
+        policyRevision: policy,
+        budgetMs: seed.budgetMs,
+      },
+      now,
+    );
     await trx
       .insertInto('proposals')
       .values({
@@ -162,6 +149,116 @@ export async function createAction(db: Db, seed: ActionSeed): Promise<SeededActi
   });
   const job: ExecutionJob = { release, workflowId, actionId, actionVersion: version, approvalId };
   return { workflowId, actionId, version, callId, digest, operationKey, approvalId, job, jobId: `exec_${actionId}_v${version}` };
+}
+
+/** The run a seeded call belongs to (see {@link insertRun}). */
+interface RunSeed {
+  workflowId: string;
+  tenant: string;
+  userId: string;
+  state: 'investigating' | 'executing' | 'completed' | 'stopped' | 'needs_reconciliation';
+  release: string;
+  policyRevision: string;
+  /** The run's wall-time budget from `now`, ms (default 90 s). */
+  budgetMs?: number;
+  /** The workflow's model round (default: the column's default). */
+  round?: number;
+}
+
+/** Writes a support run (mode `act`) in state `r.state` and its budget (8 rounds, 6 calls, `budgetMs`), in `trx`; seeds only, never a transition. */
+async function insertRun(trx: Trx, r: RunSeed, now: Date): Promise<void> {
+  await trx
+    .insertInto('workflows')
+    .values({
+      id: r.workflowId,
+      tenant: r.tenant,
+      ticket_id: `T-${randomBytes(6).toString('hex')}`,
+      user_id: r.userId,
+      pack: 'support',
+      mode: 'act',
+      text_sha256: createHash('sha256').update(r.workflowId).digest('hex'),
+      state: r.state,
+      release_id: r.release,
+      policy_revision: r.policyRevision,
+      catalog_digest: 'f'.repeat(64),
+      ...(r.round === undefined ? {} : { round: r.round }),
+    })
+    .execute();
+  await trx
+    .insertInto('budgets')
+    .values({
+      workflow_id: r.workflowId,
+      max_rounds: 8,
+      max_tool_calls: 6,
+      deadline_at: new Date(now.getTime() + (r.budgetMs ?? 90_000)),
+      max_spend_micro_usd: 100_000,
+    })
+    .execute();
+}
+
+/** Options of {@link createProposal}. */
+export interface ProposalSeed {
+  tool: string;
+  /** The model's arguments, as it sent them (serialized into the `function_call`). */
+  arguments: Record<string, unknown>;
+  /** A user of world.json (default rep-ana of quillfeather). */
+  userId?: string;
+  tenant?: string;
+  release?: string;
+  policyRevision?: string;
+}
+
+/** What {@link createProposal} inserted. */
+export interface SeededProposal {
+  workflowId: string;
+  proposalId: string;
+  callId: string;
+}
+
+/**
+ * Writes a run waiting for the policy gateway, as the agent loop leaves it before it enqueues the
+ * `proposals` job: a workflow `investigating` in round 1 (mode `act`), its budget, the model's
+ * `function_call` item and the proposal `received`, with the sha256 of the raw arguments. One
+ * transaction.
+ */
+export async function createProposal(db: Db, seed: ProposalSeed): Promise<SeededProposal> {
+  const workflowId = randomUUID();
+  const proposalId = randomUUID();
+  const callId = `call_${randomBytes(8).toString('hex')}`;
+  const args = JSON.stringify(seed.arguments);
+  await inTransaction(db, async (trx) => {
+    await insertRun(
+      trx,
+      {
+        workflowId,
+        tenant: seed.tenant ?? 'quillfeather',
+        userId: seed.userId ?? 'rep-ana',
+        state: 'investigating',
+        release: seed.release ?? 'rel-1',
+        policyRevision: seed.policyRevision ?? 'support-p1',
+        round: 1,
+      },
+      new Date(),
+    );
+    const item = { type: 'function_call', call_id: callId, name: seed.tool, arguments: args };
+    await trx
+      .insertInto('conversation_items')
+      .values({ workflow_id: workflowId, round: 1, kind: 'function_call', call_id: callId, item: JSON.stringify(item) })
+      .execute();
+    await trx
+      .insertInto('proposals')
+      .values({
+        id: proposalId,
+        workflow_id: workflowId,
+        round: 1,
+        call_id: callId,
+        tool: seed.tool,
+        arguments_sha256: createHash('sha256').update(args).digest('hex'),
+        status: 'received',
+      })
+      .execute();
+  });
+  return { workflowId, proposalId, callId };
 }
 
 /** Options of {@link seedFinishedRun}. */
