@@ -1,5 +1,15 @@
 import { decidedOutOfBand, RELEASE_OVERRIDE_RULE_ID, resultsQueue } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, recordAudit, transitionAction, type Db, type OutboxRow, type Trx } from '@gatehouse/ledger';
+import {
+  enqueueInTransaction,
+  inTransaction,
+  recordAudit,
+  transitionAction,
+  type ApprovalsTable,
+  type Db,
+  type OutboxRow,
+  type Trx,
+} from '@gatehouse/ledger';
+import type { Selectable } from 'kysely';
 import type { OutboxRelay } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
 import { endRefusedOverride } from '../domain/release-override.ts';
@@ -21,6 +31,27 @@ async function dueApprovals(trx: Trx, onlyPending: boolean) {
   return update.where('id', 'in', seen.length ? seen.map((a) => a.id) : ['00000000-0000-4000-8000-000000000000']);
 }
 
+/** The expired approval row as the sweep's UPDATEs return it. */
+type ExpiredApproval = Pick<
+  Selectable<ApprovalsTable>,
+  'id' | 'workflow_id' | 'tool' | 'action_digest' | 'action_version' | 'release_id' | 'rule_id'
+>;
+
+/** Audits an approval the sweep expired (`approval.decided`): `expired` while pending, `expired_unused` once approved and never used. */
+async function auditExpiry(trx: Trx, a: ExpiredApproval, outcome: 'expired' | 'expired_unused'): Promise<void> {
+  await recordAudit(trx, {
+    type: 'approval.decided',
+    service: 'approval',
+    runId: a.workflow_id,
+    tool: a.tool,
+    actionDigest: a.action_digest,
+    actionVersion: a.action_version,
+    approvalId: a.id,
+    outcome,
+    revisions: { release: a.release_id },
+  });
+}
+
 /**
  * Ends release overrides that were approved and never used before `expires_at`
  * (docs/decisions/0230-two-person-release-changes.md): the approval becomes `expired` (one
@@ -39,17 +70,7 @@ async function expireUnusedOverrides(trx: Trx): Promise<void> {
     .returning(['id', 'workflow_id', 'tool', 'action_digest', 'action_version', 'release_id', 'rule_id'])
     .execute();
   for (const a of unused) {
-    await recordAudit(trx, {
-      type: 'approval.decided',
-      service: 'approval',
-      runId: a.workflow_id,
-      tool: a.tool,
-      actionDigest: a.action_digest,
-      actionVersion: a.action_version,
-      approvalId: a.id,
-      outcome: 'expired_unused',
-      revisions: { release: a.release_id },
-    });
+    await auditExpiry(trx, a, 'expired_unused');
     await endRefusedOverride(trx, a, 'approval_expired');
   }
 }
@@ -77,17 +98,7 @@ export async function sweepExpiredApprovals(deps: { db: Db; relay: OutboxRelay; 
       const action = denied
         ? await trx.selectFrom('actions').select(['call_id']).where('id', '=', a.action_id).executeTakeFirstOrThrow()
         : undefined;
-      await recordAudit(trx, {
-        type: 'approval.decided',
-        service: 'approval',
-        runId: a.workflow_id,
-        tool: a.tool,
-        actionDigest: a.action_digest,
-        actionVersion: a.action_version,
-        approvalId: a.id,
-        outcome: 'expired',
-        revisions: { release: a.release_id },
-      });
+      await auditExpiry(trx, a, 'expired');
       // A remediation's call belongs to no model conversation: the reconciliation job reopens its
       // item; a release override's run ends here (ADR 0230).
       if (denied) await endRefusedOverride(trx, a, 'approval_expired');
