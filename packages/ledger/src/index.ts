@@ -15,3 +15,4 @@ export * from './credential-epoch.ts';
 export * from './workflow-events.ts';
 export * from './decision-context.ts';
 export * from './containment.ts';
+export * from './out-of-band-request.ts';

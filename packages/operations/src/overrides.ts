@@ -9,7 +9,7 @@ import {
   sha256Hex,
   type ReleaseManifest,
 } from '@gatehouse/contracts';
-import { actorHash, inTransaction, recordAudit, transitionWorkflow, type Db, type Trx } from '@gatehouse/ledger';
+import { actorHash, inTransaction, insertOutOfBandRequest, recordAudit, transitionWorkflow, type Db, type Trx } from '@gatehouse/ledger';
 import { catalogDigest, toolsOfPack } from '@gatehouse/tools';
 
 /**
@@ -148,40 +148,21 @@ async function insertOverrideRun(
   t: OverrideTicket,
   w: { args: Record<string, unknown>; operator: string; policy: string },
 ): Promise<string> {
-  const key = `override:${t.approvalId}`;
-  await trx
-    .insertInto('workflows')
-    .values({
-      id: t.workflowId,
-      tenant: t.tenant,
-      ticket_id: key,
-      user_id: w.operator,
-      pack: 'change',
-      mode: 'act',
-      text_sha256: sha256Hex(canonicalJson(w.args)),
-      state: 'awaiting_approval',
-      stop_reason: null,
-      next_step: `A policy owner or an operator other than ${w.operator} must approve the ${String(w.args.kind)} override of ${String(w.args.release)} (approval ${t.approvalId}, inbox or POST /v1/approvals/${t.approvalId}/decision) before ${t.expiresAt.toISOString()}.`,
-      release_id: OVERRIDE_RUN_RELEASE,
-      policy_revision: w.policy,
-      catalog_digest: catalogDigest(toolsOfPack('change')),
-    })
-    .execute();
   const proposalId = randomUUID();
-  await trx
-    .insertInto('proposals')
-    .values({
-      id: proposalId,
-      workflow_id: t.workflowId,
-      round: 0,
-      call_id: key,
-      tool: RELEASE_OVERRIDE_TOOL,
-      arguments_sha256: sha256Hex(canonicalJson(w.args)),
-      status: 'valid',
-      validation_error: null,
-      offered_in_state: null,
-    })
-    .execute();
+  await insertOutOfBandRequest(trx, {
+    workflowId: t.workflowId,
+    proposalId,
+    key: `override:${t.approvalId}`,
+    tenant: t.tenant,
+    operator: w.operator,
+    pack: 'change',
+    tool: RELEASE_OVERRIDE_TOOL,
+    args: w.args,
+    nextStep: `A policy owner or an operator other than ${w.operator} must approve the ${String(w.args.kind)} override of ${String(w.args.release)} (approval ${t.approvalId}, inbox or POST /v1/approvals/${t.approvalId}/decision) before ${t.expiresAt.toISOString()}.`,
+    release: OVERRIDE_RUN_RELEASE,
+    policyRevision: w.policy,
+    catalogDigest: catalogDigest(toolsOfPack('change')),
+  });
   return proposalId;
 }
 

@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { sql } from 'kysely';
-import { canonicalJson, REMEDIATION_RULE_ID, sha256Hex, testFaults } from '@gatehouse/contracts';
+import { REMEDIATION_RULE_ID, testFaults } from '@gatehouse/contracts';
 import { mintDelegatedToken } from '@gatehouse/credentials';
 import {
+  insertOutOfBandRequest,
   actorHash,
   consumeApproval as consumeBoundApproval,
   grantLease,
@@ -212,12 +213,20 @@ async function insertCancelRequest(
   const [workflowId, proposalId, actionId, approvalId] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
   const expiresAt = new Date(Date.now() + bundle.approval.ttlSeconds * 1000);
   const nextStep = `A ${bundle.approval.approverRole} must approve cancelling ${change.operationKey} before its window starts.`;
-  await insertCancelWorkflow(
-    trx,
-    { workflowId, proposalId, cancelKey, nextStep, args, operator, tenant: change.tenant },
-    deps,
-    bundle.revision,
-  );
+  await insertOutOfBandRequest(trx, {
+    workflowId,
+    proposalId,
+    key: cancelKey,
+    tenant: change.tenant,
+    operator,
+    pack: 'change',
+    tool: CANCEL_CHANGE_TOOL,
+    args,
+    nextStep,
+    release: deps.release,
+    policyRevision: bundle.revision,
+    catalogDigest: catalogDigest(toolsOfPack('change')),
+  });
   await trx
     .insertInto('actions')
     .values({
@@ -279,55 +288,6 @@ async function insertCancelRequest(
   };
   await auditCancelRequest(trx, deps, ticket, operator, bundle.revision);
   return ticket;
-}
-
-/** The cancel request's workflow (state `awaiting_approval`, its next step) and its proposal, in the caller's transaction. */
-async function insertCancelWorkflow(
-  trx: Trx,
-  w: {
-    workflowId: string;
-    proposalId: string;
-    cancelKey: string;
-    nextStep: string;
-    args: Record<string, unknown>;
-    operator: string;
-    tenant: string;
-  },
-  deps: RemediationDeps,
-  policyRevision: string,
-): Promise<void> {
-  await trx
-    .insertInto('workflows')
-    .values({
-      id: w.workflowId,
-      tenant: w.tenant,
-      ticket_id: w.cancelKey,
-      user_id: w.operator,
-      pack: 'change',
-      mode: 'act',
-      text_sha256: sha256Hex(canonicalJson(w.args)),
-      state: 'awaiting_approval',
-      stop_reason: null,
-      next_step: w.nextStep,
-      release_id: deps.release,
-      policy_revision: policyRevision,
-      catalog_digest: catalogDigest(toolsOfPack('change')),
-    })
-    .execute();
-  await trx
-    .insertInto('proposals')
-    .values({
-      id: w.proposalId,
-      workflow_id: w.workflowId,
-      round: 0,
-      call_id: w.cancelKey,
-      tool: CANCEL_CHANGE_TOOL,
-      arguments_sha256: sha256Hex(canonicalJson(w.args)),
-      status: 'valid',
-      validation_error: null,
-      offered_in_state: null,
-    })
-    .execute();
 }
 
 /** `approval.requested` and `compensation.requested` (outcome `change_cancel`) of a new cancel request. */

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { canonicalJson, loadWorld, REMEDIATION_RULE_ID, Refused, sha256Hex, fetchCapped } from '@gatehouse/contracts';
+import { loadWorld, REMEDIATION_RULE_ID, Refused, fetchCapped } from '@gatehouse/contracts';
 import {
+  insertOutOfBandRequest,
   actorHash,
   inTransaction,
   operationKeyHash,
@@ -227,38 +228,20 @@ export async function requestRemediation(
     const actionId = randomUUID();
     const approvalId = randomUUID();
     const digest = digestOf({ tool, target, arguments: args, actor: req.operator, tenant, policyRevision: bundle.revision, version: 1 });
-    await trx
-      .insertInto('workflows')
-      .values({
-        id: workflowId,
-        tenant,
-        ticket_id: operationKey,
-        user_id: req.operator,
-        pack,
-        mode: 'act',
-        text_sha256: sha256Hex(canonicalJson(args)),
-        state: 'awaiting_approval',
-        stop_reason: null,
-        next_step: `A ${bundle.approval.approverRole} must approve ${tool} for reconciliation item ${item.id}.`,
-        release_id: deps.release,
-        policy_revision: bundle.revision,
-        catalog_digest: catalogDigest(toolsOfPack(pack)),
-      })
-      .execute();
-    await trx
-      .insertInto('proposals')
-      .values({
-        id: proposalId,
-        workflow_id: workflowId,
-        round: 0,
-        call_id: operationKey,
-        tool,
-        arguments_sha256: sha256Hex(canonicalJson(args)),
-        status: 'valid',
-        validation_error: null,
-        offered_in_state: null,
-      })
-      .execute();
+    await insertOutOfBandRequest(trx, {
+      workflowId,
+      proposalId,
+      key: operationKey,
+      tenant,
+      operator: req.operator,
+      pack,
+      tool,
+      args,
+      nextStep: `A ${bundle.approval.approverRole} must approve ${tool} for reconciliation item ${item.id}.`,
+      release: deps.release,
+      policyRevision: bundle.revision,
+      catalogDigest: catalogDigest(toolsOfPack(pack)),
+    });
     await trx
       .insertInto('actions')
       .values({
