@@ -23,6 +23,11 @@ export interface BenchReport {
     sizes: BenchSizes;
     /** 1-minute load average at start and end: how busy the shared machine was. */
     loadAverage: { start: number; end: number };
+    /**
+     * Runs the executor's watchdog re-drove during the benchmark (`run.redriven` audit events):
+     * 0 in a sound run; more means the figures paid for recovery work (a run the benchmark left open).
+     */
+    redrives: number;
   };
   floor: FloorReport;
   /** Sections are null when they failed (their error is in {@link BenchReport.errors}). */
@@ -135,6 +140,7 @@ export async function runBench(opts: BenchOptions = {}): Promise<BenchReport> {
     w.notePeakRss();
     const memory = { ...w.peakRss };
     const machine = await machineInfo(w);
+    const redrives = await w.redrives();
     await step('stopping services', () => w.close({ keepLogs: Object.keys(errors).length > 0 }));
     const policy = await section('policy', 'policy decisions', () => runPolicy(sizes));
     const report: Omit<BenchReport, 'targets'> = {
@@ -145,6 +151,7 @@ export async function runBench(opts: BenchOptions = {}): Promise<BenchReport> {
         machine,
         sizes,
         loadAverage: { start: loadStart, end: round(loadavg()[0] ?? 0) },
+        redrives,
       },
       floor,
       governed,

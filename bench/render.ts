@@ -23,7 +23,7 @@ export function renderReport(r: BenchReport): string {
   const governed = Object.values(r.governed).filter((x): x is GovernedReport => x !== null);
   const parts: string[] = [];
   parts.push(
-    `# Gatehouse benchmarks (${r.meta.mode}, ${r.meta.startedAt}, ${r.meta.durationS} s, ${r.meta.machine.cpus} CPUs, load average ${r.meta.loadAverage.start} → ${r.meta.loadAverage.end})`,
+    `# Gatehouse benchmarks (${r.meta.mode}, ${r.meta.startedAt}, ${r.meta.durationS} s, ${r.meta.machine.cpus} CPUs, load average ${r.meta.loadAverage.start} → ${r.meta.loadAverage.end}, watchdog re-drives ${r.meta.redrives})`,
   );
   parts.push('## Summary (ratio = Gatehouse / floor of the same run)');
   parts.push(summaryTable(r));

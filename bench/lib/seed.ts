@@ -332,6 +332,29 @@ export async function ageRefunds(db: Db): Promise<void> {
     WHERE tool = 'issue_refund' AND created_at > now() - interval '1 day'`.execute(db);
 }
 
+/** States a seeded run is left in once the stand-in agent loop took its result. */
+const OPEN_SEEDED_STATES = ['received', 'investigating', 'awaiting_approval', 'executing'] as const;
+
+/**
+ * Ends seeded runs the benchmark is done with (`workflowIds`): state `completed`, as the agent
+ * loop would after its next turn. Two kinds: runs whose result the stand-in agent loop took, and
+ * runs seeded for a time-boxed loop that ended before firing them. Left open, either is what the
+ * executor's watchdog exists to find — a run whose result job finished without progress, or a
+ * proposal that was never enqueued — and past the state's liveness bound (120 s) every pass
+ * re-drives it: later sections then paid for re-driven results and for unfired proposals run
+ * in bulk, which disturbed every figure measured after the first two minutes. A run another
+ * writer already ended is left alone. One statement per call, any number of ids.
+ */
+export async function endSeededRuns(db: Db, workflowIds: string[]): Promise<void> {
+  if (!workflowIds.length) return;
+  await db
+    .updateTable('workflows')
+    .set({ state: 'completed', updated_at: new Date(), next_step: 'Benchmark run: ended by the benchmark.' })
+    .where('id', 'in', workflowIds)
+    .where('state', 'in', [...OPEN_SEEDED_STATES])
+    .execute();
+}
+
 const sha256 = (text: string): string => createHash('sha256').update(text).digest('hex');
 
 /** Splits `xs` into arrays of at most `size`. */

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { Kysely, PostgresDialect } from 'kysely';
+import { Kysely, PostgresDialect, sql } from 'kysely';
 import { Redis } from 'ioredis';
 import { Worker, type Job } from 'bullmq';
 import { SERVICES, startStack, type RunningStack } from '@gatehouse/cli';
@@ -16,6 +16,7 @@ import { peakRssMb } from './proc.ts';
 import { Waiters } from './driver.ts';
 import { nowMs } from './stats.ts';
 import { writeBenchWorld, type BenchActor } from './tenants.ts';
+import { endSeededRuns } from './seed.ts';
 
 /** Postgres server of the benchmarks (same variable as the tests). */
 export const PG_SERVER = process.env.TEST_PG_SERVER ?? 'postgres://postgres@127.0.0.1:5432';
@@ -25,6 +26,10 @@ export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 export const RELEASE = 'rel-1';
 /** How long a service may take to answer `/readyz` after it starts, ms (`BENCH_READY_TIMEOUT_MS`, default 90 000: a busy shared machine needs more). */
 const READY_TIMEOUT_MS = Number(process.env.BENCH_READY_TIMEOUT_MS ?? 90_000);
+/** How often the stand-in agent loop ends the runs whose result it took, ms. */
+const CLOSE_EVERY_MS = 5_000;
+/** How long after its result a run is ended, ms: well past any duplicate delivery, well inside the watchdog's 120 s bound. */
+const CLOSE_AFTER_MS = 20_000;
 /** Local secret user tokens are signed with (the services' default in local mode). */
 export const AUTH_SECRET = 'local-auth-secret-change-me';
 
@@ -94,6 +99,10 @@ export class BenchWorld {
   readonly #extraExecutors: RunningStack[] = [];
   #resultsWorker: Worker | undefined;
   #resultsConnection: Redis | undefined;
+  /** Runs whose result the stand-in took, with when (ms), not yet ended ({@link endSeededRuns}). */
+  #settled: Array<{ workflowId: string; atMs: number }> = [];
+  #closer: NodeJS.Timeout | undefined;
+  #closing: Promise<void> = Promise.resolve();
   #closed = false;
 
   constructor() {
@@ -218,14 +227,41 @@ export class BenchWorld {
     if (own !== null) this.peakRss.bench = Math.max(this.peakRss.bench ?? 0, own);
   }
 
-  /** Starts the stand-in agent loop: a worker on `results.rel-1` that settles {@link results}. */
+  /** How many runs the executor's watchdog re-drove so far (`run.redriven` audit events, chained or not). */
+  async redrives(): Promise<number> {
+    const r = await sql<{ n: string }>`SELECT
+      (SELECT count(*) FROM audit_outbox WHERE event->>'type' = 'run.redriven') +
+      (SELECT count(*) FROM audit_log WHERE event->>'type' = 'run.redriven') AS n`.execute(this.db);
+    return Number(r.rows[0]?.n ?? 0);
+  }
+
+  /** Ends the settled runs taken at or before `untilMs` (one statement, after the previous one). */
+  #closeSettled(untilMs: number): void {
+    const due = this.#settled.filter((r) => r.atMs <= untilMs).map((r) => r.workflowId);
+    if (!due.length || !this.database) return;
+    this.#settled = this.#settled.filter((r) => r.atMs > untilMs);
+    const db = this.database.db;
+    this.#closing = this.#closing
+      .then(() => endSeededRuns(db, due))
+      .catch((err: unknown) => console.error(`bench: could not end ${due.length} settled runs: ${(err as Error).message}`));
+  }
+
+  /**
+   * Starts the stand-in agent loop: a worker on `results.rel-1` that settles {@link results}
+   * and, like the agent loop, ends each run once its result is in ({@link endSeededRuns}):
+   * every {@link CLOSE_EVERY_MS}, the runs settled at least {@link CLOSE_AFTER_MS} before, so a
+   * duplicate delivery still in flight (the replay section) meets the run as the first did.
+   */
   startResultsConsumer(): void {
     if (this.#resultsWorker) return;
+    this.#closer = setInterval(() => this.#closeSettled(nowMs() - CLOSE_AFTER_MS), CLOSE_EVERY_MS);
     this.#resultsConnection = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
     this.#resultsWorker = new Worker(
       queueName('results', RELEASE),
       async (job: Job<ResultJob>) => {
-        this.results.settle(`${job.data.workflowId}/${job.data.callId}`, { atMs: nowMs(), job });
+        const atMs = nowMs();
+        this.results.settle(`${job.data.workflowId}/${job.data.callId}`, { atMs, job });
+        this.#settled.push({ workflowId: job.data.workflowId, atMs });
         return 'received';
       },
       { connection: this.#resultsConnection, prefix: this.prefix, concurrency: 200 },
@@ -234,7 +270,10 @@ export class BenchWorld {
 
   /** Stops the stand-in consumer (before the real agent loop takes the queue over). */
   async stopResultsConsumer(): Promise<void> {
+    clearInterval(this.#closer);
     await this.#resultsWorker?.close();
+    this.#closeSettled(Number.POSITIVE_INFINITY);
+    await this.#closing;
     this.#resultsConnection?.disconnect();
     this.#resultsWorker = undefined;
     this.#resultsConnection = undefined;

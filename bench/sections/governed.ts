@@ -4,7 +4,7 @@ import { tokenFor } from '@gatehouse/cli';
 import type { BenchSizes } from '../config.ts';
 import { closedLoop, sleep, type LoadResult } from '../lib/driver.ts';
 import { diffCounts, perMs, perOperation, total, type CountSnapshot } from '../lib/counters.ts';
-import { seedApprovals, seedProposals, LEAD, type CallSpec } from '../lib/seed.ts';
+import { endSeededRuns, seedApprovals, seedProposals, LEAD, type CallSpec } from '../lib/seed.ts';
 import { dominantStage, jobTimes, StageBreakdown, type StageSummary } from '../lib/stages.ts';
 import { nowMs, ratio, round } from '../lib/stats.ts';
 import { sampleWaits, type WaitProfile } from '../lib/pg-waits.ts';
@@ -142,6 +142,10 @@ export async function runGoverned(
   const after = await w.counts(450);
   const outboxAfter = await outboxByQueue(w);
   const fired1 = set1.slice(0, c1.ops);
+  await endSeededRuns(
+    w.db,
+    set1.slice(c1.ops).map((c) => c.workflowId),
+  );
   const byService = perOperation(diffCounts(after, before), idle, elapsed + 450, fired1.length);
   const path = total(byService, CRITICAL);
   const hopsByQueue: Record<string, number> = kind === 'approved' ? {} : { proposals: 1 };
@@ -163,6 +167,10 @@ export async function runGoverned(
   const sampler = sampleWaits(w.db, w.database!.name);
   const c50 = await closedLoop(set50.length, 50, (i) => fire(set50[i]!), { maxMs: sizes.loadMaxMs });
   const pgWaits = await sampler.stop();
+  await endSeededRuns(
+    w.db,
+    set50.slice(c50.ops).map((c) => c.workflowId),
+  );
   w.notePeakRss();
   const outcomes = await actionOutcomes(
     w,

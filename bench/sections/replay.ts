@@ -63,9 +63,9 @@ export interface ReplayReport {
 }
 
 /**
- * Seeds `2 × replayActions` approved refunds (1 cent, R7, approved by lead-eli) on `orders`,
- * starts `replayExecutors` executor processes, then delivers the first half's execution jobs
- * once (clean) and the second half's `replayDeliveries` times each (distinct job ids, so BullMQ
+ * Starts `replayExecutors` executor processes and seeds `replayActions` approved refunds (1 cent,
+ * R7, approved by lead-eli) on `orders` twice, each set just before its run: the first set's
+ * execution jobs are delivered once (clean), the second set's `replayDeliveries` times each (distinct job ids, so BullMQ
  * does not collapse them), every delivery delayed by a random 0…`replayJitterMs` ms. Effects are
  * counted at the payments ledger's read-back and request log, not by the executor. A run that
  * has not finished when its share of `budgetMs` is spent is cut short (its waiting jobs
@@ -73,10 +73,14 @@ export interface ReplayReport {
  */
 export async function runReplay(w: BenchWorld, sizes: BenchSizes, orders: string[], budgetMs: number): Promise<ReplayReport> {
   await w.setExecutors(sizes.replayExecutors);
-  const seeded = await seedApprovals(w.db, 2 * sizes.replayActions, orders, { amountCents: 1, approved: true });
+  // Each half is seeded just before its run: a seeded approved action nobody delivers is, past
+  // two minutes, a run the watchdog re-drives, which would execute the second half early.
+  const seed = (): Promise<SeededApproval[]> => seedApprovals(w.db, sizes.replayActions, orders, { amountCents: 1, approved: true });
+  const first = await seed();
   const t0 = nowMs();
-  const clean = await deliver(w, sizes, seeded.slice(0, sizes.replayActions), 1, budgetMs / 3);
-  const duplicate = await deliver(w, sizes, seeded.slice(sizes.replayActions), sizes.replayDeliveries, budgetMs - (nowMs() - t0));
+  const clean = await deliver(w, sizes, first, 1, budgetMs / 3);
+  const second = await seed();
+  const duplicate = await deliver(w, sizes, second, sizes.replayDeliveries, budgetMs - (nowMs() - t0));
   w.notePeakRss();
   const ok = (r: ReplayRun): boolean =>
     r.effects === sizes.replayActions &&

@@ -3,7 +3,7 @@ import { closedLoop, type LoadResult } from '../lib/driver.ts';
 import { jobOptionsFor, queueName } from '@gatehouse/contracts';
 import { cpuBetween, cpuSnapshot, type CpuUse } from '../lib/proc.ts';
 import { sampleWaits, type WaitProfile } from '../lib/pg-waits.ts';
-import { seedProposals } from '../lib/seed.ts';
+import { endSeededRuns, seedProposals } from '../lib/seed.ts';
 import { dominantStage, jobTimes, StageBreakdown, type StageSummary } from '../lib/stages.ts';
 import { ratio } from '../lib/stats.ts';
 import { RELEASE, type BenchWorld } from '../lib/world.ts';
@@ -76,6 +76,10 @@ export async function runScaling(w: BenchWorld, sizes: BenchSizes, tenants: Tena
       { maxMs: sizes.loadMaxMs },
     );
     const pgWaits = await sampler.stop();
+    await endSeededRuns(
+      w.db,
+      calls.slice(result.ops).map((c) => c.workflowId),
+    );
     const b = await cpuSnapshot(w.pids(), w.db, w.database!.name, w.redis);
     w.notePeakRss();
     const cpu = cpuBetween(a, b);
