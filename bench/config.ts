@@ -32,6 +32,8 @@ export interface BenchSizes {
   /** End-to-end tickets and how many are in flight at once. */
   tickets: number;
   ticketConcurrency: number;
+  /** Telemetry: on/off rounds (off, on, off, … — `2 × rounds + 1` phases, each on bracketed by two offs). */
+  telemetryRounds: number;
   /** Time box of each timed concurrency-1 run and of the floor's loops, ms. */
   latencyMaxMs: number;
   /** Time box of each concurrency-50 run and of the ticket run, ms (no new call starts after it). */
@@ -69,6 +71,7 @@ export const FULL: BenchSizes = {
   replayJitterMs: 1000,
   tickets: 200,
   ticketConcurrency: 20,
+  telemetryRounds: 3,
   latencyMaxMs: 6000,
   loadMaxMs: 12_000,
   idleMs: 2000,
@@ -101,6 +104,7 @@ export const SMOKE: BenchSizes = {
   replayJitterMs: 200,
   tickets: 2,
   ticketConcurrency: 2,
+  telemetryRounds: 1,
   latencyMaxMs: 3000,
   loadMaxMs: 5000,
   idleMs: 500,

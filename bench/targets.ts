@@ -22,6 +22,7 @@ export const TARGETS = {
   twoExecutorSpeedup: 1.3,
   replayCost: 1.5,
   rssMb: 200,
+  telemetryCost: 1.1,
 };
 
 /** Checks the figures of a run against the targets the project steers towards (a failed section: not met). */
@@ -92,6 +93,7 @@ export function evaluateTargets(r: Omit<BenchReport, 'targets'>): TargetResult[]
     met: services.every(([, mb]) => mb <= TARGETS.rssMb),
     note: services.map(([k, v]) => `${k} ${v}`).join(', '),
   });
+  out.push(telemetryTarget(r));
   const policy = r.policy?.withLedger ?? [];
   const worst = [...policy].sort((a, b) => b.p99 - a.p99)[0];
   out.push({
@@ -101,6 +103,21 @@ export function evaluateTargets(r: Omit<BenchReport, 'targets'>): TargetResult[]
     note: policy.map((t) => `${t.ledgerRefunds} refunds: p50 ${t.p50} ms, p99 ${t.p99} ms, ${t.decisionsPerSec}/s`).join('; '),
   });
   return out;
+}
+
+/** Telemetry on costs under 10 %: services' CPU per call and c=1 p50 at most 1.1× off, c=8 throughput at least 1/1.1 of off (issue #14, part 3). */
+function telemetryTarget(r: Omit<BenchReport, 'targets'>): TargetResult {
+  const target = `telemetry on costs < ${pct(TARGETS.telemetryCost - 1)} (services' CPU per call, c=1 p50, c=8 throughput; on/off)`;
+  const t = r.telemetry;
+  if (!t) return { target, value: 'not measured', met: false, note: 'section not run' };
+  const within = (x: number | null, higherIsWorse: boolean): boolean =>
+    x !== null && (higherIsWorse ? x <= TARGETS.telemetryCost : x >= 1 / TARGETS.telemetryCost);
+  return {
+    target,
+    value: `CPU ×${t.cpuRatio ?? '–'}, p50 ×${t.p50Ratio ?? '–'}, throughput ×${t.throughputRatio ?? '–'}`,
+    met: within(t.cpuRatio, true) && within(t.p50Ratio, true) && within(t.throughputRatio, false),
+    note: `median over ${(t.phases.length - 1) / 2} on phases, each against the off phases around it`,
+  };
 }
 
 /** 2 executors give ≥ 1.3× the throughput of 1 on the multi-tenant load, and no lock is the bottleneck. */

@@ -2,21 +2,33 @@ import { createServer, type Server } from 'node:http';
 import { jobOptionsFor, queueName } from '@gatehouse/contracts';
 import type { BenchSizes } from '../config.ts';
 import { closedLoop, type LoadResult } from '../lib/driver.ts';
-import { ageRefunds, seedProposals } from '../lib/seed.ts';
-import { ratio } from '../lib/stats.ts';
+import { cpuSeconds } from '../lib/proc.ts';
+import { ageRefunds, endSeededRuns, seedProposals } from '../lib/seed.ts';
+import { ratio, round } from '../lib/stats.ts';
 import { RELEASE, type BenchWorld } from '../lib/world.ts';
+
+/** One phase of the telemetry section: the same governed call, telemetry off or on. */
+export interface TelemetryPhase {
+  telemetry: 'off' | 'on';
+  c1: LoadResult;
+  c8: LoadResult;
+  /** CPU the service processes used per call over the phase (warm-up, c=1 and c=8), ms. */
+  cpuMsPerCall: number | null;
+}
 
 /** Telemetry's cost on one governed call (issue #14: under 10 %), docs/decisions/0260. */
 export interface TelemetryReport {
   what: string;
-  /** Concurrency-1 latency and concurrency-8 throughput with telemetry off, before and after the run with it on. */
-  offBefore: { c1: LoadResult; c8: LoadResult };
-  on: { c1: LoadResult; c8: LoadResult };
-  offAfter: { c1: LoadResult; c8: LoadResult };
-  /** On p50 over the mean of the two off p50s (1.05 = 5 % slower). */
+  /** Phases in the order run: off, on, off, …, off. */
+  phases: TelemetryPhase[];
+  /**
+   * On over off, each on phase against the mean of the two off phases around it, median over
+   * the rounds: c=1 p50 (1.05 = 5 % slower), c=8 throughput (0.95 = 5 % fewer calls/s) and the
+   * services' CPU per call (1.05 = 5 % more).
+   */
   p50Ratio: number | null;
-  /** On throughput over the mean of the two off throughputs (0.95 = 5 % fewer calls/s). */
   throughputRatio: number | null;
+  cpuRatio: number | null;
   /** Spans and metric requests the stand-in collector received while telemetry was on. */
   exports: { traces: number; metrics: number; bytes: number };
 }
@@ -37,8 +49,20 @@ async function startSink(): Promise<{ url: string; counts: TelemetryReport['expo
   return { url, counts, close: () => new Promise((r) => server.close(() => r())) };
 }
 
-/** Governed refunds (ALLOW, 0.10) from the gateway's queue to the result: `n1` one at a time, `n8` eight in flight. */
-async function measure(w: BenchWorld, sizes: BenchSizes, orders: string[]): Promise<{ c1: LoadResult; c8: LoadResult }> {
+/** CPU seconds used so far by the service processes (the benchmark, Postgres and Redis left out). */
+function servicesCpuS(w: BenchWorld): number {
+  let s = 0;
+  for (const pid of w.pids().keys()) s += cpuSeconds(pid);
+  return s;
+}
+
+/**
+ * Governed refunds (ALLOW, 0.10) from the gateway's queue to the result: a warm-up, then one at
+ * a time for half the latency time box, then eight in flight for half the load time box (each
+ * phase is one of several, so each is shorter than the governed section's runs). Runs seeded
+ * and not fired are ended, like the ones whose result came back.
+ */
+async function measure(w: BenchWorld, sizes: BenchSizes, orders: string[], telemetry: 'off' | 'on'): Promise<TelemetryPhase> {
   const n1 = sizes.refund1;
   const n8 = Math.max(8, Math.round(sizes.refund50 / 4));
   const calls = await seedProposals(
@@ -60,42 +84,72 @@ async function measure(w: BenchWorld, sizes: BenchSizes, orders: string[]): Prom
     );
     await done;
   };
+  const cpuBefore = servicesCpuS(w);
   await closedLoop(sizes.warmup, 1, (i) => fire(i));
-  const c1 = await closedLoop(n1, 1, (i) => fire(sizes.warmup + i), { maxMs: sizes.latencyMaxMs });
-  const c8 = await closedLoop(n8, 8, (i) => fire(sizes.warmup + n1 + i), { maxMs: sizes.loadMaxMs });
+  const c1 = await closedLoop(n1, 1, (i) => fire(sizes.warmup + i), { maxMs: sizes.latencyMaxMs / 2 });
+  const c8 = await closedLoop(n8, 8, (i) => fire(sizes.warmup + n1 + i), { maxMs: sizes.loadMaxMs / 2 });
+  const cpuS = servicesCpuS(w) - cpuBefore;
+  const fired = sizes.warmup + c1.ops + c8.ops;
+  await endSeededRuns(
+    w.db,
+    [...calls.slice(sizes.warmup + c1.ops, sizes.warmup + n1), ...calls.slice(sizes.warmup + n1 + c8.ops)].map((c) => c.workflowId),
+  );
   await ageRefunds(w.db);
-  return { c1, c8 };
+  return { telemetry, c1, c8, cpuMsPerCall: fired ? round((cpuS * 1000) / fired) : null };
+}
+
+/** Median of the non-null values, or null when there is none. */
+function median(xs: Array<number | null>): number | null {
+  const v = xs.filter((x): x is number => x !== null).sort((a, b) => a - b);
+  if (!v.length) return null;
+  const mid = Math.floor(v.length / 2);
+  return v.length % 2 ? v[mid]! : (v[mid - 1]! + v[mid]!) / 2;
+}
+
+/** For each on phase, `pick(on)` over the mean of `pick` of the off phases before and after it; the median of those. */
+function bracketedRatio(phases: TelemetryPhase[], pick: (p: TelemetryPhase) => number | null): number | null {
+  const ratios: Array<number | null> = [];
+  for (let i = 1; i + 1 < phases.length; i += 2) {
+    const [before, on, after] = [pick(phases[i - 1]!), pick(phases[i]!), pick(phases[i + 1]!)];
+    ratios.push(before === null || after === null ? null : ratio(on, (before + after) / 2));
+  }
+  const m = median(ratios);
+  return m === null ? null : round(m);
 }
 
 /**
- * The same governed call with telemetry off, on, and off again (docs/decisions/0030: one run,
- * one world; off–on–off brackets the drift of a shared machine). "Off" is the default without
- * a collector (no endpoint: the preload does nothing, no providers); "on" restarts every service
- * with `OTEL_EXPORTER_OTLP_ENDPOINT` at a stand-in collector that discards what it gets, every
- * auto-instrumentation (http, express, pg, ioredis, undici, runtime) and metrics exported every
- * 5 s, so export work falls inside the timed runs.
+ * The same governed call with telemetry off and on in turn — off, on, off, …, off, with
+ * `telemetryRounds` on phases (docs/decisions/0030: one run, one world). A shared machine's
+ * speed drifts by tens of percent within minutes (other tenants of the host), so each on phase
+ * is compared with the two off phases around it and the median over the rounds is reported.
+ * "Off" is the default without a collector (no endpoint: the preload does nothing, no
+ * providers); "on" restarts every service with `OTEL_EXPORTER_OTLP_ENDPOINT` at a stand-in
+ * collector that discards what it gets, every auto-instrumentation and metrics exported every
+ * 5 s, so export work falls inside the timed runs. Every phase starts from freshly started
+ * services, off ones included, so both pay the same warm-up.
  */
 export async function runTelemetry(w: BenchWorld, sizes: BenchSizes, orders: string[]): Promise<TelemetryReport> {
   const sink = await startSink();
+  const on = { OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_METRIC_EXPORT_INTERVAL: '5000' };
+  const off = { OTEL_EXPORTER_OTLP_ENDPOINT: undefined, OTEL_METRIC_EXPORT_INTERVAL: undefined };
   try {
-    const offBefore = await measure(w, sizes, orders);
-    await w.restartAll({ OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_METRIC_EXPORT_INTERVAL: '5000' });
-    const on = await measure(w, sizes, orders);
-    // Spans leave in batches (every 5 s by default): on a short run, wait for the first batch
-    // (at most 15 s) before reading what the collector got; the timing above is unaffected.
-    for (const until = Date.now() + 15_000; sink.counts.traces === 0 && Date.now() < until;) await new Promise((r) => setTimeout(r, 250));
-    const exports = { ...sink.counts };
-    await w.restartAll({ OTEL_EXPORTER_OTLP_ENDPOINT: undefined, OTEL_METRIC_EXPORT_INTERVAL: undefined });
-    const offAfter = await measure(w, sizes, orders);
-    const mean = (a: number, b: number): number => (a + b) / 2;
+    const phases: TelemetryPhase[] = [];
+    for (let i = 0; i < 2 * sizes.telemetryRounds + 1; i++) {
+      const telemetry = i % 2 ? 'on' : 'off';
+      await w.restartAll(telemetry === 'on' ? on : off);
+      phases.push(await measure(w, sizes, orders, telemetry));
+      // Spans leave in batches (every 5 s by default): on a short run, wait for the first batch
+      // (at most 15 s) before the restart that ends this on phase; the timing above is unaffected.
+      for (const until = Date.now() + 15_000; telemetry === 'on' && sink.counts.traces === 0 && Date.now() < until;)
+        await new Promise((r) => setTimeout(r, 250));
+    }
     return {
       what: 'issue_refund 0.10 (ALLOW): proposal enqueued → result ready; telemetry on vs off',
-      offBefore,
-      on,
-      offAfter,
-      p50Ratio: ratio(on.c1.latency.p50, mean(offBefore.c1.latency.p50, offAfter.c1.latency.p50)),
-      throughputRatio: ratio(on.c8.opsPerSec, mean(offBefore.c8.opsPerSec, offAfter.c8.opsPerSec)),
-      exports,
+      phases,
+      p50Ratio: bracketedRatio(phases, (p) => p.c1.latency.p50),
+      throughputRatio: bracketedRatio(phases, (p) => p.c8.opsPerSec),
+      cpuRatio: bracketedRatio(phases, (p) => p.cpuMsPerCall),
+      exports: { ...sink.counts },
     };
   } finally {
     await sink.close();

@@ -33,7 +33,9 @@ describe('bench smoke (small N, correctness only)', () => {
     // Telemetry on vs off (docs/decisions/0260): every call succeeds either way, and with it on the
     // stand-in collector received spans.
     const t = r.telemetry!;
-    for (const run of [t.offBefore, t.on, t.offAfter]) expect(run.c1.errors + run.c8.errors).toBe(0);
+    expect(t.phases.map((p) => p.telemetry)).toEqual(['off', 'on', 'off']);
+    for (const p of t.phases) expect(p.c1.errors + p.c8.errors).toBe(0);
+    for (const p of t.phases) expect(p.cpuMsPerCall).toBeGreaterThan(0);
     expect(t.exports.traces).toBeGreaterThan(0);
 
     expect(r.scaling!.map((p) => p.executors)).toEqual(r.meta.sizes.scalingExecutors);
