@@ -28,6 +28,8 @@ export interface BenchReport {
      * 0 in a sound run; more means the figures paid for recovery work (a run the benchmark left open).
      */
     redrives: number;
+    /** Runs still live at the end, once the stand-in agent loop has stopped: 0 when the benchmark ended every run it seeded. */
+    liveRuns: number;
   };
   floor: FloorReport;
   /** Sections are null when they failed (their error is in {@link BenchReport.errors}). */
@@ -141,6 +143,8 @@ export async function runBench(opts: BenchOptions = {}): Promise<BenchReport> {
     const memory = { ...w.peakRss };
     const machine = await machineInfo(w);
     const redrives = await w.redrives();
+    await w.stopResultsConsumer();
+    const liveRuns = await w.liveRuns();
     await step('stopping services', () => w.close({ keepLogs: Object.keys(errors).length > 0 }));
     const policy = await section('policy', 'policy decisions', () => runPolicy(sizes));
     const report: Omit<BenchReport, 'targets'> = {
@@ -152,6 +156,7 @@ export async function runBench(opts: BenchOptions = {}): Promise<BenchReport> {
         sizes,
         loadAverage: { start: loadStart, end: round(loadavg()[0] ?? 0) },
         redrives,
+        liveRuns,
       },
       floor,
       governed,

@@ -23,7 +23,7 @@ export function renderReport(r: BenchReport): string {
   const governed = Object.values(r.governed).filter((x): x is GovernedReport => x !== null);
   const parts: string[] = [];
   parts.push(
-    `# Gatehouse benchmarks (${r.meta.mode}, ${r.meta.startedAt}, ${r.meta.durationS} s, ${r.meta.machine.cpus} CPUs, load average ${r.meta.loadAverage.start} → ${r.meta.loadAverage.end}, watchdog re-drives ${r.meta.redrives})`,
+    `# Gatehouse benchmarks (${r.meta.mode}, ${r.meta.startedAt}, ${r.meta.durationS} s, ${r.meta.machine.cpus} CPUs, load average ${r.meta.loadAverage.start} → ${r.meta.loadAverage.end}, watchdog re-drives ${r.meta.redrives}, runs left live ${r.meta.liveRuns})`,
   );
   parts.push('## Summary (ratio = Gatehouse / floor of the same run)');
   parts.push(summaryTable(r));
@@ -186,8 +186,17 @@ export function renderReport(r: BenchReport): string {
     parts.push(`## Telemetry on vs off (${t.what})`);
     parts.push(
       markdownTable(
-        ['phase', 'telemetry', 'c=1 calls', 'c=1 p50 ms', 'c=1 p90 ms', 'c=8 calls/s', 'services CPU ms/call'],
-        t.phases.map((p, i) => [i + 1, p.telemetry, p.c1.ops, p.c1.latency.p50, p.c1.latency.p90, p.c8.opsPerSec, p.cpuMsPerCall ?? '–']),
+        ['phase', 'telemetry', 'warm-up calls', 'c=1 calls', 'c=1 p50 ms', 'c=1 p90 ms', 'c=8 calls/s', 'services CPU ms/call'],
+        t.phases.map((p, i) => [
+          i + 1,
+          p.telemetry,
+          p.warmUpCalls,
+          p.c1.ops,
+          p.c1.latency.p50,
+          p.c1.latency.p90,
+          p.c8.opsPerSec,
+          p.cpuMsPerCall ?? '–',
+        ]),
       ),
     );
     parts.push(

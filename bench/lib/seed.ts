@@ -343,7 +343,9 @@ const OPEN_SEEDED_STATES = ['received', 'investigating', 'awaiting_approval', 'e
  * proposal that was never enqueued — and past the state's liveness bound (120 s) every pass
  * re-drives it: later sections then paid for re-driven results and for unfired proposals run
  * in bulk, which disturbed every figure measured after the first two minutes. A run another
- * writer already ended is left alone. One statement per call, any number of ids.
+ * writer already ended is left alone. One statement per call (ids are bind parameters: up to
+ * Postgres's 65,535; the benchmark's largest list is about 1,500). A call that failed on the
+ * benchmark's side (a result that never came) leaves its run live: `meta.liveRuns` counts them.
  */
 export async function endSeededRuns(db: Db, workflowIds: string[]): Promise<void> {
   if (!workflowIds.length) return;

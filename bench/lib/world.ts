@@ -7,7 +7,7 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import { Redis } from 'ioredis';
 import { Worker, type Job } from 'bullmq';
 import { SERVICES, startStack, type RunningStack } from '@gatehouse/cli';
-import { createDb, migrate, type Db } from '@gatehouse/ledger';
+import { createDb, LIVE_STATES, migrate, type Db } from '@gatehouse/ledger';
 import { dropQueuePrefix, freePort } from '@gatehouse/test-harness';
 import { QueueRegistry } from '@gatehouse/platform';
 import { queueName, type ResultJob } from '@gatehouse/contracts';
@@ -28,7 +28,11 @@ export const RELEASE = 'rel-1';
 const READY_TIMEOUT_MS = Number(process.env.BENCH_READY_TIMEOUT_MS ?? 90_000);
 /** How often the stand-in agent loop ends the runs whose result it took, ms. */
 const CLOSE_EVERY_MS = 5_000;
-/** How long after its result a run is ended, ms: well past any duplicate delivery, well inside the watchdog's 120 s bound. */
+/**
+ * How long after its result a run is ended, ms (20–25 s with the timer): well inside the watchdog's 120 s bound. A
+ * duplicate delivery that arrives later (the replay) meets an ended run, which changes nothing: a redelivery of a
+ * finished operation is answered from the operation before any check of the run's state (ADR 0350).
+ */
 const CLOSE_AFTER_MS = 20_000;
 /** Local secret user tokens are signed with (the services' default in local mode). */
 export const AUTH_SECRET = 'local-auth-secret-change-me';
@@ -225,6 +229,16 @@ export class BenchWorld {
     }
     const own = peakRssMb(process.pid);
     if (own !== null) this.peakRss.bench = Math.max(this.peakRss.bench ?? 0, own);
+  }
+
+  /** Runs still live (any state the watchdog watches) in the benchmark's database now. */
+  async liveRuns(): Promise<number> {
+    const r = await this.db
+      .selectFrom('workflows')
+      .select((eb) => eb.fn.countAll<string>().as('n'))
+      .where('state', 'in', [...LIVE_STATES])
+      .executeTakeFirst();
+    return Number(r?.n ?? 0);
   }
 
   /** How many runs the executor's watchdog re-drove so far (`run.redriven` audit events, chained or not). */

@@ -4,7 +4,7 @@ import { Redis } from 'ioredis';
 import { executionsQueue, jobOptionsFor, queueName, type ExecutionJob } from '@gatehouse/contracts';
 import type { BenchSizes } from '../config.ts';
 import { diffCounts, total, type ProcessCounts } from '../lib/counters.ts';
-import { chunks, seedApprovals, type SeededApproval } from '../lib/seed.ts';
+import { chunks, endSeededRuns, seedApprovals, type SeededApproval } from '../lib/seed.ts';
 import { nowMs, ratio, round } from '../lib/stats.ts';
 import { sampleWaits, type WaitProfile } from '../lib/pg-waits.ts';
 
@@ -176,6 +176,22 @@ async function deliver(
     // Out of time: remove what has not started and let the started jobs finish.
     await queue.drain(true);
     for (let i = 0; i < 100 && (await queue.getActiveCount()) > 0; i++) await new Promise((r) => setTimeout(r, 200));
+    // Actions whose every delivery was drained were never claimed: end their runs, or two minutes
+    // on the watchdog would rebuild their execution and run it during a later section.
+    const unclaimed = await w.db
+      .selectFrom('actions')
+      .select('workflow_id')
+      .where(
+        'id',
+        'in',
+        actions.map((a) => a.actionId),
+      )
+      .where('status', '=', 'approved')
+      .execute();
+    await endSeededRuns(
+      w.db,
+      unclaimed.map((r) => r.workflow_id),
+    );
   }
   const pgWaits = await sampler.stop();
   const durationMs = (completed ? lastMs : nowMs()) - t0;

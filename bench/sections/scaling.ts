@@ -76,11 +76,11 @@ export async function runScaling(w: BenchWorld, sizes: BenchSizes, tenants: Tena
       { maxMs: sizes.loadMaxMs },
     );
     const pgWaits = await sampler.stop();
+    const b = await cpuSnapshot(w.pids(), w.db, w.database!.name, w.redis);
     await endSeededRuns(
       w.db,
       calls.slice(result.ops).map((c) => c.workflowId),
     );
-    const b = await cpuSnapshot(w.pids(), w.db, w.database!.name, w.redis);
     w.notePeakRss();
     const cpu = cpuBetween(a, b);
     const stages = await queueStages(w, calls.slice(0, result.ops));

@@ -10,6 +10,8 @@ import { RELEASE, type BenchWorld } from '../lib/world.ts';
 /** One phase of the telemetry section: the same governed call, telemetry off or on. */
 export interface TelemetryPhase {
   telemetry: 'off' | 'on';
+  /** Calls of the warm-up (not timed, CPU not counted). */
+  warmUpCalls: number;
   c1: LoadResult;
   c8: LoadResult;
   /** CPU the service processes used per call over the timed runs (c=1 and c=8, warm-up left out), ms. */
@@ -50,7 +52,9 @@ async function startSink(): Promise<{ url: string; counts: TelemetryReport['expo
 }
 
 /** Warm-up calls of a phase, as a multiple of the sizes' `warmup`. */
-const WARM_UP_FACTOR = 5;
+const WARM_UP_FACTOR = 20;
+/** Time box of a phase's warm-up, ms: past the 4–6 s a freshly started service with the preload keeps loading modules. */
+const WARM_UP_MS = 8_000;
 
 /** CPU seconds used so far by the service processes (the benchmark, Postgres and Redis left out). */
 function servicesCpuS(w: BenchWorld): number {
@@ -60,8 +64,9 @@ function servicesCpuS(w: BenchWorld): number {
 }
 
 /**
- * Governed refunds (ALLOW, 0.10) from the gateway's queue to the result: a warm-up of
- * {@link WARM_UP_FACTOR} × `warmup` calls, then one at a time for half the latency time box,
+ * Governed refunds (ALLOW, 0.10) from the gateway's queue to the result: a warm-up of up to
+ * {@link WARM_UP_FACTOR} × `warmup` calls within {@link WARM_UP_MS} (at most twice the latency
+ * time box), then one at a time for half the latency time box,
  * then eight in flight for half the load time box (each phase is one of several, so each is
  * shorter than the governed section's runs). The warm-up is longer than other sections': a
  * service started with the telemetry preload loads the modules its first calls import through
@@ -91,7 +96,7 @@ async function measure(w: BenchWorld, sizes: BenchSizes, orders: string[], telem
     );
     await done;
   };
-  const warm = await closedLoop(nw, 1, (i) => fire(i), { maxMs: sizes.latencyMaxMs / 2 });
+  const warm = await closedLoop(nw, 1, (i) => fire(i), { maxMs: Math.min(WARM_UP_MS, 2 * sizes.latencyMaxMs) });
   const cpuBefore = servicesCpuS(w);
   const c1 = await closedLoop(n1, 1, (i) => fire(nw + i), { maxMs: sizes.latencyMaxMs / 2 });
   const c8 = await closedLoop(n8, 8, (i) => fire(nw + n1 + i), { maxMs: sizes.loadMaxMs / 2 });
@@ -103,7 +108,7 @@ async function measure(w: BenchWorld, sizes: BenchSizes, orders: string[], telem
     unfired.map((c) => c.workflowId),
   );
   await ageRefunds(w.db);
-  return { telemetry, c1, c8, cpuMsPerCall: fired ? round((cpuS * 1000) / fired) : null };
+  return { telemetry, warmUpCalls: warm.ops, c1, c8, cpuMsPerCall: fired ? round((cpuS * 1000) / fired) : null };
 }
 
 /** Median of the non-null values, or null when there is none. */

@@ -11,6 +11,7 @@ describe('bench smoke (small N, correctness only)', () => {
     expect(r.errors).toEqual({});
     // Every run the benchmark seeds ends: none is left for the watchdog to re-drive into later figures.
     expect(r.meta.redrives).toBe(0);
+    expect(r.meta.liveRuns).toBe(0);
 
     for (const g of Object.values(r.governed)) {
       expect(g).not.toBeNull();
@@ -44,5 +45,5 @@ describe('bench smoke (small N, correctness only)', () => {
     expect(r.policy!.withLedger).toHaveLength(r.meta.sizes.policyLedger.length);
     expect(Object.keys(r.memory)).toEqual(expect.arrayContaining(['policy-gateway', 'executor', 'approval', 'audit', 'agent-loop']));
     expect(r.targets.length).toBeGreaterThan(0);
-  }, 420_000); // 300 s before the telemetry section, which restarts the services twice
+  }, 420_000); // 300 s before the telemetry section, which restarts the services once per phase (three in smoke)
 });
