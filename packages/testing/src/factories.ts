@@ -89,18 +89,7 @@ export async function createAction(db: Db, seed: ActionSeed): Promise<SeededActi
       },
       now,
     );
-    await trx
-      .insertInto('proposals')
-      .values({
-        id: proposalId,
-        workflow_id: workflowId,
-        round: 1,
-        call_id: callId,
-        tool,
-        arguments_sha256: createHash('sha256').update(JSON.stringify(args)).digest('hex'),
-        status: 'valid',
-      })
-      .execute();
+    await insertProposal(trx, { id: proposalId, workflowId, callId, tool, argumentsJson: JSON.stringify(args), status: 'valid' });
     await trx
       .insertInto('actions')
       .values({
@@ -163,6 +152,25 @@ interface RunSeed {
   budgetMs?: number;
   /** The workflow's model round (default: the column's default). */
   round?: number;
+}
+
+/** The round-1 proposal row of a seeded call: its arguments' SHA-256 over `argumentsJson`, as the gateway records it. */
+async function insertProposal(
+  trx: Trx,
+  p: { id: string; workflowId: string; callId: string; tool: string; argumentsJson: string; status: 'valid' | 'received' },
+): Promise<void> {
+  await trx
+    .insertInto('proposals')
+    .values({
+      id: p.id,
+      workflow_id: p.workflowId,
+      round: 1,
+      call_id: p.callId,
+      tool: p.tool,
+      arguments_sha256: createHash('sha256').update(p.argumentsJson).digest('hex'),
+      status: p.status,
+    })
+    .execute();
 }
 
 /** Writes a support run (mode `act`) in state `r.state` and its budget (8 rounds, 6 calls, `budgetMs`), in `trx`; seeds only, never a transition. */
@@ -245,18 +253,7 @@ export async function createProposal(db: Db, seed: ProposalSeed): Promise<Seeded
       .insertInto('conversation_items')
       .values({ workflow_id: workflowId, round: 1, kind: 'function_call', call_id: callId, item: JSON.stringify(item) })
       .execute();
-    await trx
-      .insertInto('proposals')
-      .values({
-        id: proposalId,
-        workflow_id: workflowId,
-        round: 1,
-        call_id: callId,
-        tool: seed.tool,
-        arguments_sha256: createHash('sha256').update(args).digest('hex'),
-        status: 'received',
-      })
-      .execute();
+    await insertProposal(trx, { id: proposalId, workflowId, callId, tool: seed.tool, argumentsJson: args, status: 'received' });
   });
   return { workflowId, proposalId, callId };
 }
