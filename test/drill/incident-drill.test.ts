@@ -30,16 +30,30 @@ let ctx: DrillContext;
 /** rel-1 as shipped, and `ids` as copies of it naming the units-mistake bundle. */
 function writeReleases(ids: string[]): void {
   for (const f of ['support-p1.json', 'change-c1.json']) copyFileSync(resolve(repoRoot, 'policy', f), resolve(policyDir, f));
-  copyFileSync(
-    resolve(repoRoot, 'packages/policy/test/fixtures/support-units-mistake.json'),
-    resolve(policyDir, 'support-units-mistake.json'),
-  );
+  writeFileSync(resolve(policyDir, 'support-units-mistake.json'), JSON.stringify(wholeBundleInDollars()));
   const rel1 = JSON.parse(readFileSync(resolve(repoRoot, 'releases/rel-1.json'), 'utf8')) as Record<string, unknown>;
   writeFileSync(resolve(releasesDir, 'rel-1.json'), JSON.stringify(rel1));
   for (const id of ids) {
     const manifest = { ...rel1, id, description: 'the units mistake', policy: { support: 'support-units-mistake', change: 'change-c1' } };
     writeFileSync(resolve(releasesDir, `${id}.json`), JSON.stringify(manifest));
   }
+}
+
+/**
+ * The units mistake as the drill plays it: the fixture's bundle with every money limit written in
+ * dollars where cents are read — the per-user day (R5) and the agent's hour (R6) too, not only the
+ * maximum and the auto limit. With R5 still in cents, a rep's day (near its 1,000.00 by then)
+ * decided by timing whether any ticket above the 500.00 delegation ceiling passed policy, so the
+ * payments ledger's ceiling was exercised in some runs and not in others; now every such ticket
+ * under the mistake reaches the ledger, which refuses it on the token's ceiling.
+ */
+function wholeBundleInDollars(): Record<string, unknown> {
+  const fixture = resolve(repoRoot, 'packages/policy/test/fixtures/support-units-mistake.json');
+  const bundle = JSON.parse(readFileSync(fixture, 'utf8')) as { limits: Record<string, number>; description: string };
+  const limits = { ...bundle.limits };
+  limits.userRolling24hCents = limits.userRolling24hCents! * 100;
+  limits.agentRolling1hCents = limits.agentRolling1hCents! * 100;
+  return { ...bundle, limits, description: `${bundle.description} The drill's copy: the user's day and the agent's hour in dollars too.` };
 }
 
 beforeAll(async () => {

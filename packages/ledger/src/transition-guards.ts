@@ -1,13 +1,15 @@
 import { STOP_REASONS } from '@gatehouse/contracts';
-import { sql } from 'kysely';
-import type { Trx } from './db.ts';
+import { sql, type RawBuilder } from 'kysely';
+import type { Db, Trx } from './db.ts';
 import type { ActionStatus } from './schema.ts';
 import { heldByContainment } from './containment.ts';
 
 /**
  * The guards of workflow transitions (docs/product/states.md#transition-table): each is one
- * deterministic predicate over the ledger (read in the caller's transaction, after the row lock)
- * and the transition's input. A transition is written only when its guard holds.
+ * deterministic predicate over the ledger and the transition's input, written once as SQL
+ * ({@link workflowGuardSql}) so the writer can put it in the WHERE of its conditional UPDATE
+ * (docs/decisions/0390-guards-in-the-update.md) and a check can read it. A transition is written
+ * only when its guard holds.
  */
 export type WorkflowGuard =
   | 'all_calls_answered'
@@ -20,7 +22,7 @@ export type WorkflowGuard =
   | 'tool_switched_off'
   | 'outcome_unknown';
 
-/** The guards of action transitions, each one predicate over the ledger (see {@link actionGuardHolds}). */
+/** The guards of action transitions, each one predicate over the ledger (see {@link actionGuardSql}). */
 export type ActionGuard =
   'approval_granted' | 'approval_refused' | 'unclaimed' | 'lease_granted' | 'outcome_recorded' | 'operation_reset' | 'remediated';
 
@@ -30,11 +32,15 @@ export interface WorkflowGuardInput {
   stopReason?: string;
 }
 
-const exists = async (q: { executeTakeFirst: () => Promise<unknown> }): Promise<boolean> => (await q.executeTakeFirst()) !== undefined;
+type Q = Trx | Db;
+
+/** `exists (<query>)` as an SQL boolean. */
+const exists = (q: { compile: unknown }): RawBuilder<boolean> => sql<boolean>`exists (${q as never})`;
+const notExists = (q: { compile: unknown }): RawBuilder<boolean> => sql<boolean>`not exists (${q as never})`;
 
 /** Function calls of the workflow without their `function_call_output`. */
-function unansweredCall(trx: Trx, workflowId: string) {
-  return trx
+function unansweredCall(db: Q, workflowId: string) {
+  return db
     .selectFrom('conversation_items as c')
     .select('c.id')
     .where('c.workflow_id', '=', workflowId)
@@ -54,8 +60,8 @@ function unansweredCall(trx: Trx, workflowId: string) {
 }
 
 /** An operation of the workflow in one of `statuses`. */
-const operationIn = (trx: Trx, workflowId: string, statuses: string[]) =>
-  trx
+const operationIn = (db: Q, workflowId: string, statuses: string[]) =>
+  db
     .selectFrom('operations')
     .select('key')
     .where('workflow_id', '=', workflowId)
@@ -67,8 +73,8 @@ const operationIn = (trx: Trx, workflowId: string, statuses: string[]) =>
  * no open cohort stage admitting the workflow ({@link heldByContainment}), and (with
  * `unclaimedOnly`) no operation past `pending` — the steps the executor holds.
  */
-function heldBySwitch(trx: Trx, workflowId: string, statuses: ActionStatus[], unclaimedOnly: boolean) {
-  let q = trx
+function heldBySwitch(db: Q, workflowId: string, statuses: ActionStatus[], unclaimedOnly: boolean) {
+  let q = db
     .selectFrom('actions as a')
     .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
     .leftJoin('operations as o', 'o.action_id', 'a.id')
@@ -81,8 +87,8 @@ function heldBySwitch(trx: Trx, workflowId: string, statuses: ActionStatus[], un
 }
 
 /** A draft plan of the workflow (change pack) that no live or finished `schedule_change` names. */
-function unscheduledPlan(trx: Trx, workflowId: string) {
-  return trx
+function unscheduledPlan(db: Q, workflowId: string) {
+  return db
     .selectFrom('change_plans as p')
     .select('p.id')
     .where('p.workflow_id', '=', workflowId)
@@ -101,11 +107,12 @@ function unscheduledPlan(trx: Trx, workflowId: string) {
     .limit(1);
 }
 
-const actionIn = (trx: Trx, workflowId: string, statuses: ActionStatus[]) =>
-  trx.selectFrom('actions').select('id').where('workflow_id', '=', workflowId).where('status', 'in', statuses).limit(1);
+const actionIn = (db: Q, workflowId: string, statuses: ActionStatus[]) =>
+  db.selectFrom('actions').select('id').where('workflow_id', '=', workflowId).where('status', 'in', statuses).limit(1);
 
 /**
- * Evaluates one workflow guard:
+ * One workflow guard as an SQL boolean over the ledger (any statement of `db`'s transaction may
+ * embed it):
  * - `all_calls_answered`: every function call of the run has its output (a new round may start);
  * - `action_to_execute`: an action of the run is approved or running;
  * - `held_tools_on`: no approved, unclaimed action of the run has its tool switched off;
@@ -116,35 +123,34 @@ const actionIn = (trx: Trx, workflowId: string, statuses: ActionStatus[]) =>
  * - `tool_switched_off`: an approved or running action of the run has its tool switched off;
  * - `outcome_unknown`: an operation of the run is `failed_unknown`.
  */
-export async function workflowGuardHolds(trx: Trx, guard: WorkflowGuard, input: WorkflowGuardInput): Promise<boolean> {
+export function workflowGuardSql(db: Q, guard: WorkflowGuard, input: WorkflowGuardInput): RawBuilder<boolean> {
   const id = input.workflowId;
   switch (guard) {
     case 'all_calls_answered':
-      return !(await exists(unansweredCall(trx, id)));
+      return notExists(unansweredCall(db, id));
     case 'action_to_execute':
-      return exists(actionIn(trx, id, ['approved', 'running']));
+      return exists(actionIn(db, id, ['approved', 'running']));
     case 'held_tools_on':
-      return !(await exists(heldBySwitch(trx, id, ['approved'], true)));
+      return notExists(heldBySwitch(db, id, ['approved'], true));
     case 'approval_awaited':
-      return (await exists(actionIn(trx, id, ['pending_approval']))) || exists(unscheduledPlan(trx, id));
+      return sql<boolean>`(${exists(actionIn(db, id, ['pending_approval']))} or ${exists(unscheduledPlan(db, id))})`;
     case 'nothing_outstanding':
-      return !(await exists(unansweredCall(trx, id))) && !(await exists(operationIn(trx, id, ['running', 'failed_unknown'])));
+      return sql<boolean>`(${notExists(unansweredCall(db, id))} and ${notExists(operationIn(db, id, ['running', 'failed_unknown']))})`;
     case 'reconciled':
-      return !(await exists(operationIn(trx, id, ['running', 'failed_unknown'])));
+      return notExists(operationIn(db, id, ['running', 'failed_unknown']));
     case 'stop_reason_known':
-      return (STOP_REASONS as readonly string[]).includes(input.stopReason ?? '');
+      return sql<boolean>`${sql.lit((STOP_REASONS as readonly string[]).includes(input.stopReason ?? ''))}`;
     case 'tool_switched_off':
-      return exists(heldBySwitch(trx, id, ['approved', 'running'], false));
+      return exists(heldBySwitch(db, id, ['approved', 'running'], false));
     case 'outcome_unknown':
-      return exists(operationIn(trx, id, ['failed_unknown']));
+      return exists(operationIn(db, id, ['failed_unknown']));
   }
 }
 
-/** The action row fields an action guard reads. */
-export interface ActionGuardRow {
-  id: string;
-  operation_key: string;
-  digest: string;
+/** Evaluates one workflow guard ({@link workflowGuardSql}) in `trx`: one statement. */
+export async function workflowGuardHolds(trx: Trx, guard: WorkflowGuard, input: WorkflowGuardInput): Promise<boolean> {
+  const { rows } = await sql<{ holds: boolean }>`select ${workflowGuardSql(trx, guard, input)} as holds`.execute(trx);
+  return rows[0]?.holds === true;
 }
 
 /** Operation statuses that record each action outcome (a key seen with another digest is a failure). */
@@ -155,68 +161,47 @@ const OUTCOME_OF: Partial<Record<ActionStatus, string[]>> = {
   failed_unknown: ['failed_unknown'],
 };
 
+/** A column of the `actions` row the guard is evaluated on (the row being updated or selected). */
+const row = (column: 'id' | 'operation_key' | 'digest') => sql.ref(`actions.${column}`);
+
+/** The action's operation (by its key) in one of `statuses`. */
+const operationOf = (statuses: readonly string[]) =>
+  sql<boolean>`exists (select 1 from operations o where o.key = ${row('operation_key')} and o.status = any(${[...statuses]}::text[]))`;
+
 /**
- * Evaluates one action guard:
+ * One action guard as an SQL boolean over the `actions` row it is evaluated on (the WHERE of an
+ * `update actions`, or a `select … from actions`):
  * - `approval_granted` / `approval_refused`: an approval of this action is approved / denied or expired;
  * - `unclaimed`: no operation of this action has gone past `pending` (nothing may be in flight);
  * - `lease_granted`: the action's operation is `running` (the fenced claim was just written);
- * - `outcome_recorded`: the action's operation records the target outcome (`succeeded`;
+ * - `outcome_recorded`: the action's operation records the target outcome `to` (`succeeded`;
  *   `failed` for failed or denied, or the key seen with another digest — an idempotency conflict;
  *   `failed_unknown`);
  * - `operation_reset`: read-back proved nothing happened and the operation is `pending` again;
  * - `remediated`: a reconciliation item names the action's operation with a `reverse` remediation,
  *   or a change owner's cancel-before-start of it (`cancel_change`) succeeded at the change service.
  */
-export async function actionGuardHolds(trx: Trx, guard: ActionGuard, action: ActionGuardRow, to: ActionStatus): Promise<boolean> {
-  const op = () =>
-    trx.selectFrom('operations').select(['status', 'action_digest']).where('key', '=', action.operation_key).executeTakeFirst();
+export function actionGuardSql(guard: ActionGuard, to: ActionStatus): RawBuilder<boolean> {
   switch (guard) {
     case 'approval_granted':
     case 'approval_refused': {
       const statuses = guard === 'approval_granted' ? ['approved'] : ['denied', 'expired'];
-      return exists(
-        trx
-          .selectFrom('approvals')
-          .select('id')
-          .where('action_id', '=', action.id)
-          .where('status', 'in', statuses as never)
-          .limit(1),
-      );
+      return sql<boolean>`exists (select 1 from approvals ap where ap.action_id = ${row('id')} and ap.status = any(${statuses}::text[]))`;
     }
     case 'unclaimed':
-      return !(await exists(
-        trx.selectFrom('operations').select('key').where('action_id', '=', action.id).where('status', '!=', 'pending').limit(1),
-      ));
+      return sql<boolean>`not exists (select 1 from operations o where o.action_id = ${row('id')} and o.status <> 'pending')`;
     case 'lease_granted':
-      return (await op())?.status === 'running';
+      return operationOf(['running']);
     case 'operation_reset':
-      return (await op())?.status === 'pending';
+      return operationOf(['pending']);
     case 'outcome_recorded': {
-      const o = await op();
-      if (!o) return false;
-      if (to === 'failed' && o.action_digest !== action.digest) return true;
-      return (OUTCOME_OF[to] ?? []).includes(o.status);
+      const conflict = to === 'failed' ? sql`or o.action_digest <> ${row('digest')}` : sql``;
+      return sql<boolean>`exists (select 1 from operations o where o.key = ${row('operation_key')}
+        and (o.status = any(${OUTCOME_OF[to] ?? []}::text[]) ${conflict}))`;
     }
     case 'remediated':
-      return (
-        (await exists(
-          trx
-            .selectFrom('reconciliation_items')
-            .select('id')
-            .where('operation_key', '=', action.operation_key)
-            .where('remediation', '=', 'reverse')
-            .limit(1),
-        )) ||
-        exists(
-          trx
-            .selectFrom('actions as c')
-            .innerJoin('operations as co', 'co.key', 'c.operation_key')
-            .select('c.id')
-            .where('c.tool', '=', 'cancel_change')
-            .where(sql<boolean>`c.arguments->>'operationKey' = ${action.operation_key}`)
-            .where('co.status', '=', 'succeeded')
-            .limit(1),
-        )
-      );
+      return sql<boolean>`(exists (select 1 from reconciliation_items ri where ri.operation_key = ${row('operation_key')} and ri.remediation = 'reverse')
+        or exists (select 1 from actions c join operations co on co.key = c.operation_key where c.tool = 'cancel_change'
+          and c.arguments->>'operationKey' = ${row('operation_key')} and co.status = 'succeeded'))`;
   }
 }

@@ -4,7 +4,7 @@ import { recordAudit } from './audit.ts';
 import type { Trx } from './db.ts';
 import type { ActionStatus, WorkflowState } from './schema.ts';
 import { EVENT_SOURCE_COLUMNS, writeWorkflowEvent } from './workflow-events.ts';
-import { actionGuardHolds, workflowGuardHolds, type ActionGuard, type WorkflowGuard } from './transition-guards.ts';
+import { actionGuardSql, workflowGuardHolds, workflowGuardSql, type ActionGuard, type WorkflowGuard } from './transition-guards.ts';
 
 /**
  * What a target state requires the caller to write with it: a next step the rep can read for
@@ -201,11 +201,34 @@ export interface WorkflowTransitionInput {
   onlyFrom?: readonly WorkflowState[];
   /** Audit event written in the same transaction (its `runId` defaults to the workflow). */
   audit?: Omit<AuditEventInput, 'atMs' | 'runId'> & { runId?: string | null };
+  /**
+   * The state the caller read under the workflow's row lock earlier in this transaction: the
+   * transition then skips its own lock read (one statement instead of two). Should the state
+   * differ after all, the conditional UPDATE writes nothing and the transition reads it again.
+   */
+  lockedFrom?: WorkflowState;
+}
+
+/**
+ * The table's part of a workflow transition check, without the ledger: the row of
+ * {@link WORKFLOW_TRANSITIONS} for `from → input.to` and the fields its target requires
+ * ({@link STATE_REQUIRES}). Returns the row, or the {@link IllegalTransition} to throw.
+ */
+function tableRow(
+  workflowId: string,
+  from: WorkflowState,
+  input: Pick<WorkflowTransitionInput, 'to' | 'nextStep' | 'stopReason'>,
+): WorkflowTransition | IllegalTransition {
+  const row = WORKFLOW_TRANSITIONS.find((t) => t.from === from && t.to === input.to);
+  if (!row) return new IllegalTransition('workflow', workflowId, from, input.to);
+  const missing = (STATE_REQUIRES[input.to] ?? []).filter((g) => (g === 'stop_reason' ? !input.stopReason : !input.nextStep));
+  if (missing.length) return new IllegalTransition('workflow', workflowId, from, input.to, missing);
+  return row;
 }
 
 /**
  * Checks `from → input.to` against {@link WORKFLOW_TRANSITIONS}: the row, the fields its target
- * requires ({@link STATE_REQUIRES}) and its guard, read in `trx`. Writes nothing.
+ * requires ({@link STATE_REQUIRES}) and its guard, read in `trx` (one statement). Writes nothing.
  * Returns null when legal, else the {@link IllegalTransition} to throw.
  */
 export async function checkWorkflowTransition(
@@ -215,32 +238,36 @@ export async function checkWorkflowTransition(
   input: Pick<WorkflowTransitionInput, 'to' | 'nextStep' | 'stopReason'>,
 ): Promise<IllegalTransition | null> {
   if (tableDisabled()) return null;
-  const row = WORKFLOW_TRANSITIONS.find((t) => t.from === from && t.to === input.to);
-  if (!row) return new IllegalTransition('workflow', workflowId, from, input.to);
-  const missing = (STATE_REQUIRES[input.to] ?? []).filter((g) => (g === 'stop_reason' ? !input.stopReason : !input.nextStep));
-  if (missing.length) return new IllegalTransition('workflow', workflowId, from, input.to, missing);
+  const row = tableRow(workflowId, from, input);
+  if (row instanceof IllegalTransition) return row;
   if (!(await workflowGuardHolds(trx, row.guard, { workflowId, stopReason: input.stopReason })))
     return new IllegalTransition('workflow', workflowId, from, input.to, [row.guard]);
   return null;
 }
 
 /**
- * The one writer of `workflows.state`: locks the row (lock order: workflows first), checks the
- * transition with {@link checkWorkflowTransition}, then writes state, next step, stop reason,
- * round and `updated_at`, plus the audit event and the workflow event with its webhook deliveries
- * (docs/decisions/0250-pushed-workflow-events.md) — all in the caller's `trx`.
- * Returns the state it moved from, or null when `onlyFrom` excluded the current state or the
- * workflow does not exist.
+ * The one writer of `workflows.state`: locks the row (lock order: workflows first; skipped when
+ * the caller names the state it holds locked, `lockedFrom`), checks the move against
+ * {@link WORKFLOW_TRANSITIONS} and its required fields, then writes state, next step, stop reason,
+ * round and `updated_at` with ONE conditional UPDATE whose WHERE holds the row's guard
+ * ({@link workflowGuardSql}; docs/decisions/0390-guards-in-the-update.md), plus the audit event and
+ * the workflow event with its webhook deliveries (docs/decisions/0250-pushed-workflow-events.md) —
+ * all in the caller's `trx`. Returns the state it moved from, or null when `onlyFrom` excluded the
+ * current state or the workflow does not exist.
  * @throws IllegalTransition when the move is not in the table, misses a required field or its
  * guard does not hold (nothing written).
  */
 export async function transitionWorkflow(trx: Trx, workflowId: string, input: WorkflowTransitionInput): Promise<WorkflowState | null> {
-  const wf = await trx.selectFrom('workflows').select(['state']).where('id', '=', workflowId).forUpdate().executeTakeFirst();
-  if (!wf || (input.onlyFrom && !input.onlyFrom.includes(wf.state))) return null;
-  const illegal = await checkWorkflowTransition(trx, workflowId, wf.state, input);
-  if (illegal) throw illegal;
-  // The state and the event's seq in one statement; the pushed update of this transition (SSE,
-  // webhooks) is written in the same transaction, so never lost or early (ADR 0250).
+  const from =
+    input.lockedFrom ??
+    (await trx.selectFrom('workflows').select(['state']).where('id', '=', workflowId).forUpdate().executeTakeFirst())?.state;
+  if (!from || (input.onlyFrom && !input.onlyFrom.includes(from))) return null;
+  const row = tableDisabled() ? null : tableRow(workflowId, from, input);
+  // A state the caller held may be stale only by its own earlier write: read it again under the lock.
+  const again = () => transitionWorkflow(trx, workflowId, { ...input, lockedFrom: undefined });
+  if (row instanceof IllegalTransition) return input.lockedFrom ? again() : Promise.reject(row);
+  // The state, the guard and the event's seq in one statement; the pushed update of this
+  // transition (SSE, webhooks) is written in the same transaction, so never lost or early (ADR 0250).
   const moved = await trx
     .updateTable('workflows')
     .set({
@@ -252,11 +279,17 @@ export async function transitionWorkflow(trx: Trx, workflowId: string, input: Wo
       ...(input.round !== undefined ? { round: input.round } : {}),
     })
     .where('id', '=', workflowId)
+    .where('state', '=', from)
+    .where(row ? workflowGuardSql(trx, row.guard, { workflowId, stopReason: input.stopReason }) : sql<boolean>`true`)
     .returning([...EVENT_SOURCE_COLUMNS])
-    .executeTakeFirstOrThrow();
+    .executeTakeFirst();
+  if (!moved) {
+    if (input.lockedFrom) return again();
+    throw new IllegalTransition('workflow', workflowId, from, input.to, row ? [row.guard] : []);
+  }
   if (input.audit) await recordAudit(trx, { runId: workflowId, ...input.audit });
-  await writeWorkflowEvent(trx, moved, wf.state);
-  return wf.state;
+  await writeWorkflowEvent(trx, moved, from);
+  return from;
 }
 
 /** What an action transition writes. */
@@ -264,29 +297,41 @@ export interface ActionTransitionInput {
   to: ActionStatus;
   /** Only move from these statuses; otherwise return null and change nothing. */
   onlyFrom?: readonly ActionStatus[];
+  /**
+   * The status the caller read under the action's row lock earlier in this transaction: the
+   * transition then skips its own lock read. Should it differ after all, the conditional UPDATE
+   * writes nothing and the transition reads it again.
+   */
+  lockedFrom?: ActionStatus;
 }
 
 /**
- * The one writer of `actions.status`: locks the row, checks {@link ACTION_TRANSITIONS} and the
- * row's guard, writes status and `updated_at` in `trx`. Repeating the current status writes
- * nothing. Returns the status it moved from, or null (absent, or excluded by `onlyFrom`).
+ * The one writer of `actions.status`: locks the row (skipped with `lockedFrom`), checks
+ * {@link ACTION_TRANSITIONS}, and writes status and `updated_at` with ONE conditional UPDATE whose
+ * WHERE holds the row's guard ({@link actionGuardSql}; docs/decisions/0390-guards-in-the-update.md),
+ * in `trx`. Repeating the current status writes nothing. Returns the status it moved from, or
+ * null (absent, or excluded by `onlyFrom`).
  * @throws IllegalTransition when the move is not in the table or its guard does not hold (nothing written).
  */
 export async function transitionAction(trx: Trx, actionId: string, input: ActionTransitionInput): Promise<ActionStatus | null> {
-  const a = await trx
-    .selectFrom('actions')
-    .select(['id', 'status', 'operation_key', 'digest'])
+  const from =
+    input.lockedFrom ??
+    (await trx.selectFrom('actions').select(['status']).where('id', '=', actionId).forUpdate().executeTakeFirst())?.status;
+  if (!from || (input.onlyFrom && !input.onlyFrom.includes(from))) return null;
+  const again = () => transitionAction(trx, actionId, { ...input, lockedFrom: undefined });
+  // A repeat (redelivery, settle of a settled step) writes nothing — so a held status is read again first.
+  if (from === input.to && from !== 'running') return input.lockedFrom ? again() : from;
+  const row = tableDisabled() ? null : ACTION_TRANSITIONS.find((t) => t.from === from && t.to === input.to);
+  if (row === undefined) return input.lockedFrom ? again() : Promise.reject(new IllegalTransition('action', actionId, from, input.to));
+  const moved = await trx
+    .updateTable('actions')
+    .set({ status: input.to, updated_at: new Date() })
     .where('id', '=', actionId)
-    .forUpdate()
+    .where('status', '=', from)
+    .where(row ? actionGuardSql(row.guard, input.to) : sql<boolean>`true`)
+    .returning('id')
     .executeTakeFirst();
-  if (!a || (input.onlyFrom && !input.onlyFrom.includes(a.status))) return null;
-  if (a.status === input.to && a.status !== 'running') return a.status; // a repeat (redelivery, settle of a settled step): nothing to write
-  if (!tableDisabled()) {
-    const row = ACTION_TRANSITIONS.find((t) => t.from === a.status && t.to === input.to);
-    if (!row) throw new IllegalTransition('action', actionId, a.status, input.to);
-    if (!(await actionGuardHolds(trx, row.guard, a, input.to)))
-      throw new IllegalTransition('action', actionId, a.status, input.to, [row.guard]);
-  }
-  await trx.updateTable('actions').set({ status: input.to, updated_at: new Date() }).where('id', '=', actionId).execute();
-  return a.status;
+  if (moved) return from;
+  if (input.lockedFrom) return again();
+  throw new IllegalTransition('action', actionId, from, input.to, row ? [row.guard] : []);
 }

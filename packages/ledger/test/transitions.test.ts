@@ -320,3 +320,86 @@ describe('action transition table', () => {
     expect(await actionRow(actionId)).toEqual(before);
   });
 });
+
+// ADR 0390: a caller that holds the row lock names the state it read (`lockedFrom`) and the
+// transition is one conditional UPDATE; a stale `lockedFrom` must never write from the wrong state.
+describe('transitions with the state the caller holds locked (lockedFrom)', () => {
+  it.each(WORKFLOW_TRANSITIONS.map((x) => [x.from, x.to, x.guard] as const))(
+    'workflow %s → %s: accepted when %s holds, refused (nothing written) when it does not',
+    async (from, to, guard) => {
+      const ok = await seed(from);
+      await satisfyWorkflow(guard, ok);
+      expect(await inTransaction(db, (trx) => transitionWorkflow(trx, ok.workflowId, { ...input(to), lockedFrom: from }))).toBe(from);
+      expect((await row(ok.workflowId)).state).toBe(to);
+      const no = await seed(from);
+      await satisfyWorkflow(guard, no);
+      const bad = await violateWorkflow(guard, no);
+      const before = await row(no.workflowId);
+      const inp = bad ? input(to) : { ...input(to), stopReason: 'because' };
+      const err = await inTransaction(db, (trx) =>
+        transitionWorkflow(trx, no.workflowId, { ...inp, lockedFrom: from }).catch((e: unknown) => e),
+      );
+      expect(err).toMatchObject({ name: 'IllegalTransition', entity: 'workflow', from, to, missing: [guard] });
+      expect(await row(no.workflowId)).toEqual(before);
+    },
+  );
+
+  it('a stale workflow lockedFrom reads the state again: moves from the real state, or refuses by it', async () => {
+    const a = await seed('awaiting_approval');
+    const moved = await inTransaction(db, (trx) =>
+      transitionWorkflow(trx, a.workflowId, { to: 'executing', nextStep: null, lockedFrom: 'investigating' }),
+    );
+    expect(moved).toBe('awaiting_approval');
+    expect((await row(a.workflowId)).state).toBe('executing');
+    const done = await seed('completed');
+    const before = await row(done.workflowId);
+    const err = await inTransaction(db, (trx) =>
+      transitionWorkflow(trx, done.workflowId, { to: 'executing', lockedFrom: 'investigating' }).catch((e: unknown) => e),
+    );
+    expect(err).toMatchObject({ name: 'IllegalTransition', from: 'completed', to: 'executing', missing: [] });
+    expect(await row(done.workflowId)).toEqual(before);
+    // onlyFrom is judged on the real state, not on the stale one.
+    const held = await seed('paused');
+    expect(
+      await inTransaction(db, (trx) =>
+        transitionWorkflow(trx, held.workflowId, { to: 'executing', onlyFrom: ['investigating'], lockedFrom: 'investigating' }),
+      ),
+    ).toBeNull();
+    expect((await row(held.workflowId)).state).toBe('paused');
+  });
+
+  it.each(ACTION_TRANSITIONS.map((x) => [x.from, x.to, x.guard] as const))(
+    'action %s → %s: accepted when %s holds, refused (nothing written) when it does not',
+    async (from, to, guard) => {
+      const ok = await seed('executing', from);
+      await satisfyAction(guard, to, ok.actionId);
+      expect(await inTransaction(db, (trx) => transitionAction(trx, ok.actionId, { to, lockedFrom: from }))).toBe(from);
+      expect((await actionRow(ok.actionId)).status).toBe(to);
+      const no = await seed('executing', from);
+      await satisfyAction(guard, to, no.actionId);
+      await violateAction(guard, no.actionId);
+      const before = await actionRow(no.actionId);
+      const err = await inTransaction(db, (trx) => transitionAction(trx, no.actionId, { to, lockedFrom: from }).catch((e: unknown) => e));
+      expect(err).toMatchObject({ name: 'IllegalTransition', entity: 'action', from, to, missing: [guard] });
+      expect(await actionRow(no.actionId)).toEqual(before);
+    },
+  );
+
+  it('a stale action lockedFrom reads the status again: never a move the real status does not allow', async () => {
+    const a = await seed('executing', 'succeeded');
+    const before = await actionRow(a.actionId);
+    // Stale `approved`: approved → running would be legal; succeeded → running is not.
+    const err = await inTransaction(db, (trx) =>
+      transitionAction(trx, a.actionId, { to: 'running', lockedFrom: 'approved' }).catch((e: unknown) => e),
+    );
+    expect(err).toMatchObject({ name: 'IllegalTransition', from: 'succeeded', to: 'running', missing: [] });
+    expect(await actionRow(a.actionId)).toEqual(before);
+    // Stale and equal to the target (a repeat would write nothing): the real status is read and moves.
+    const r = await seed('executing', 'running');
+    await operation(r.actionId, 'failed_unknown');
+    expect(
+      await inTransaction(db, (trx) => transitionAction(trx, r.actionId, { to: 'failed_unknown', lockedFrom: 'failed_unknown' })),
+    ).toBe('running');
+    expect((await actionRow(r.actionId)).status).toBe('failed_unknown');
+  });
+});

@@ -267,7 +267,7 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
   });
   const live: WorkflowState[] = ['received', 'investigating', 'awaiting_approval', 'executing'];
   if (decision.decision === 'ALLOW') {
-    await transitionWorkflow(trx, wf.id, { to: 'executing', nextStep: null, onlyFrom: live });
+    await transitionWorkflow(trx, wf.id, { to: 'executing', nextStep: null, onlyFrom: live, lockedFrom: context.state });
     rows.push(
       await enqueueInTransaction(trx, executionsQueue, {
         release: wf.release_id,
@@ -282,6 +282,7 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
       to: 'awaiting_approval',
       nextStep: `Waiting for ${wf.pack === 'change' ? 'a change owner' : 'a lead'} to approve ${parsed.tool.name} on ${parsed.target} (version ${version}).`,
       onlyFrom: live,
+      lockedFrom: context.state,
     });
     rows.push(
       await enqueueInTransaction(trx, approvalRequestsQueue, {

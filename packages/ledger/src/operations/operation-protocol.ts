@@ -122,8 +122,10 @@ export interface LeaseGrant {
   baseline?: Record<string, unknown> | null;
   /** Write the dispatch mark with the claim itself (a remediation dispatches at once). */
   dispatchNow?: boolean;
-  /** The workflow's move to `executing` (through the transition table). */
+  /** The workflow's move to `executing` (through the transition table; `lockedFrom` when the caller holds its row lock). */
   workflow: Omit<WorkflowTransitionInput, 'to'>;
+  /** The action's status as the caller read it under its row lock in this transaction (skips a re-read). */
+  actionStatus?: ActionStatus;
 }
 
 /**
@@ -151,7 +153,7 @@ export async function grantLease(trx: Trx, op: Operation, grant: LeaseGrant): Pr
     .where('fencing_token', '=', op.fencing_token)
     .returning(['fencing_token', 'baseline'])
     .executeTakeFirstOrThrow();
-  await transitionAction(trx, op.action_id, { to: 'running' });
+  await transitionAction(trx, op.action_id, { to: 'running', ...(grant.actionStatus ? { lockedFrom: grant.actionStatus } : {}) });
   await transitionWorkflow(trx, op.workflow_id, { to: 'executing', ...grant.workflow });
   return { fencingToken: Number(granted.fencing_token), baseline: granted.baseline };
 }
@@ -172,6 +174,15 @@ export async function markDispatched(db: Db | Trx, key: string, fencingToken: nu
     .returning('key')
     .executeTakeFirst();
   return marked !== undefined;
+}
+
+/**
+ * Locks the action row first (lock order: the action, then its operation) and returns its status
+ * as the `lockedFrom` of the transition that follows in the same transaction (none when absent).
+ */
+async function lockActionStatus(trx: Trx, actionId: string): Promise<{ lockedFrom?: ActionStatus }> {
+  const a = await trx.selectFrom('actions').select('status').where('id', '=', actionId).forUpdate().executeTakeFirst();
+  return a ? { lockedFrom: a.status } : {};
 }
 
 /** The fenced outcome {@link recordOutcome} writes. */
@@ -195,7 +206,7 @@ export interface FencedOutcome {
  * a newer lease holder owns the outcome and nothing is written.
  */
 export async function recordOutcome(trx: Trx, o: FencedOutcome): Promise<boolean> {
-  await trx.selectFrom('actions').select('id').where('id', '=', o.actionId).forUpdate().execute();
+  const action = await lockActionStatus(trx, o.actionId);
   const recorded = await trx
     .updateTable('operations')
     .set({
@@ -213,7 +224,7 @@ export async function recordOutcome(trx: Trx, o: FencedOutcome): Promise<boolean
     .returning('key')
     .executeTakeFirst();
   if (!recorded) return false;
-  await transitionAction(trx, o.actionId, { to: o.actionStatus ?? o.status });
+  await transitionAction(trx, o.actionId, { to: o.actionStatus ?? o.status, ...action });
   return true;
 }
 
@@ -226,7 +237,7 @@ export async function resetToPending(
   trx: Trx,
   o: { actionId: string; key: string; fencingToken: number; reason: string },
 ): Promise<boolean> {
-  await trx.selectFrom('actions').select('id').where('id', '=', o.actionId).forUpdate().execute();
+  const action = await lockActionStatus(trx, o.actionId);
   const reset = await trx
     .updateTable('operations')
     .set({ status: 'pending', lease_owner: null, lease_expires_at: null, dispatched_at: null, error: o.reason, updated_at: new Date() })
@@ -236,7 +247,7 @@ export async function resetToPending(
     .returning('key')
     .executeTakeFirst();
   if (!reset) return false;
-  await transitionAction(trx, o.actionId, { to: 'approved' });
+  await transitionAction(trx, o.actionId, { to: 'approved', ...action });
   return true;
 }
 

@@ -110,6 +110,7 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
         to: 'needs_reconciliation',
         nextStep: 'An effect has an unknown outcome; on-call must run `gatehouse reconcile` before anything is retried.',
         onlyFrom: [...LIVE_STATES, 'stopped'],
+        lockedFrom: wf.state,
       });
       return { outcome: 'parked', rows: [] as OutboxRow[] };
     }
@@ -134,8 +135,9 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
         ? {
             to: 'awaiting_approval',
             nextStep: `Plan ${planReady} is prepared; the agent proposes scheduling it for a change owner's approval.`,
+            lockedFrom: wf.state,
           }
-        : { to: 'investigating', nextStep: null },
+        : { to: 'investigating', nextStep: null, lockedFrom: wf.state },
     );
     const row = await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 });
     return { outcome: 'next_turn', rows: [row] };

@@ -268,6 +268,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
         .execute();
       await transitionWorkflow(trx, wf.id, {
         to: 'completed',
+        lockedFrom: locked.state,
         round: job.round,
         nextStep: 'Done: read the agent’s final message (finalMessage).',
         audit: {
@@ -291,7 +292,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
       .set({ tool_calls_used: b.tool_calls_used + calls.length })
       .where('workflow_id', '=', wf.id)
       .execute();
-    await transitionWorkflow(trx, wf.id, { to: 'investigating', round: job.round });
+    await transitionWorkflow(trx, wf.id, { to: 'investigating', round: job.round, lockedFrom: locked.state });
 
     // Reasoning items are kept with the calls they preceded, so the next round sends them back
     // right before those calls, where the Responses API expects them; their content goes nowhere else.

@@ -132,7 +132,9 @@ async function decideInTransaction(
     if (isTerminal(wf.state)) throw new Gone(`workflow_${wf.state}`, `the workflow is ${wf.state}; nothing more will run`);
     if (new Date(approval.expires_at).getTime() <= Date.now()) throw new Gone('expired', 'approval expired');
 
-    await trx.selectFrom('actions').select('id').where('id', '=', approval.action_id).forUpdate().execute(); // lock order: actions → approvals
+    // Lock order: actions → approvals; the status read under the lock is the transition's `lockedFrom` (ADR 0390).
+    const held = await trx.selectFrom('actions').select('status').where('id', '=', approval.action_id).forUpdate().executeTakeFirst();
+    const lockedFrom = held ? { lockedFrom: held.status } : {};
     const status = body.decision === 'approve' ? 'approved' : 'denied';
     const decided = await trx
       .updateTable('approvals')
@@ -162,13 +164,13 @@ async function decideInTransaction(
       // A reconciliation remediation runs in the reconciliation job once approved, never in the
       // executor or the agent loop (docs/decisions/0050-reconciliation.md); a release override is
       // consumed by the release command that needs it (0230): no job to enqueue.
-      await transitionAction(trx, approval.action_id, { to: status });
+      await transitionAction(trx, approval.action_id, { to: status, ...lockedFrom });
       if (status === 'denied') await endRefusedOverride(trx, approval, 'denied');
       return { approvalId: approval.id, status, rows: [] };
     }
     let row: OutboxRow;
     if (status === 'approved') {
-      await transitionAction(trx, approval.action_id, { to: 'approved' });
+      await transitionAction(trx, approval.action_id, { to: 'approved', ...lockedFrom });
       row = await enqueueInTransaction(trx, executionsQueue, {
         release: approval.release_id,
         traceparent: approval.traceparent ?? undefined,
@@ -178,7 +180,7 @@ async function decideInTransaction(
         approvalId: approval.id,
       });
     } else {
-      await transitionAction(trx, approval.action_id, { to: 'denied' });
+      await transitionAction(trx, approval.action_id, { to: 'denied', ...lockedFrom });
       const action = await trx.selectFrom('actions').select(['call_id']).where('id', '=', approval.action_id).executeTakeFirstOrThrow();
       const output = toSafeOutput(approval.tool, { executed: false, reason: 'rejected' }, 'gatehouse');
       row = await enqueueInTransaction(trx, resultsQueue, {

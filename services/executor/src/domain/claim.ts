@@ -121,7 +121,9 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
     owner: opts.owner,
     leaseMs: opts.leaseMs,
     baseline: opts.baseline,
-    workflow: { nextStep: null, onlyFrom: ['investigating', 'awaiting_approval', 'executing'] },
+    // Both rows were locked and read by this claim's first two statements (ADR 0390).
+    actionStatus: action.status,
+    workflow: { nextStep: null, onlyFrom: ['investigating', 'awaiting_approval', 'executing'], ...(wf ? { lockedFrom: wf.state } : {}) },
   });
   await recordAudit(trx, { ...audit, type: 'operation.claimed', attempts: op.attempts + 1 });
   return {
