@@ -11,14 +11,17 @@ export interface DecisionContext {
   writesEnabled: boolean;
   /** The state the proposal's tools were offered in (null: not recorded, judge by `state`). */
   offeredInState: string | null;
+  /** The run's wall-time deadline (epoch ms; null: no budget row), for `checkWorkingTime`. */
+  deadlineAtMs: number | null;
 }
 
 /**
  * Locks the workflow row (`FOR UPDATE`: the first lock of every transaction that decides or
  * claims, docs/decisions/0014-row-lock-order.md) and reads, in the same statement, its state, its
- * release's writes switch and the state the proposal was offered in — the proposal named by
- * `by.proposalId`, or that of the action `by.actionId` (the executor's re-evaluation). One round
- * trip instead of three (docs/decisions/0340-refund-sums-on-the-action-row.md).
+ * release's writes switch, its wall-time deadline and the state the proposal was offered in — the
+ * proposal named by `by.proposalId`, or that of the action `by.actionId` (the executor's
+ * re-evaluation). One round trip instead of four (docs/decisions/0340-refund-sums-on-the-action-row.md,
+ * 0390-guards-in-the-update.md).
  * @returns undefined when the workflow does not exist.
  */
 export async function lockWorkflowForDecision(
@@ -32,9 +35,21 @@ export async function lockWorkflowForDecision(
       : sql<string | null>`(select p.offered_in_state from actions a join proposals p on p.id = a.proposal_id where a.id = ${by.actionId})`;
   const row = await trx
     .selectFrom('workflows as w')
-    .select(['w.state', writesEnabledSql(sql.ref('w.release_id')).as('writes_enabled'), offered.as('offered_in_state')])
+    .select([
+      'w.state',
+      writesEnabledSql(sql.ref('w.release_id')).as('writes_enabled'),
+      offered.as('offered_in_state'),
+      sql<Date | null>`(select b.deadline_at from budgets b where b.workflow_id = w.id)`.as('deadline_at'),
+    ])
     .where('w.id', '=', workflowId)
     .forUpdate()
     .executeTakeFirst();
-  return row && { state: row.state, writesEnabled: row.writes_enabled, offeredInState: row.offered_in_state };
+  return (
+    row && {
+      state: row.state,
+      writesEnabled: row.writes_enabled,
+      offeredInState: row.offered_in_state,
+      deadlineAtMs: row.deadline_at === null ? null : new Date(row.deadline_at).getTime(),
+    }
+  );
 }

@@ -1,9 +1,9 @@
 import { ConflictError, type AuditEventInput, testFaults } from '@gatehouse/contracts';
-import { sql } from 'kysely';
+import { sql, type ExpressionBuilder } from 'kysely';
 import { recordAudit } from './audit.ts';
 import type { Trx } from './db.ts';
-import type { ActionStatus, WorkflowState } from './schema.ts';
-import { EVENT_SOURCE_COLUMNS, writeWorkflowEvent } from './workflow-events.ts';
+import type { ActionStatus, DB, WorkflowState } from './schema.ts';
+import { actionsViewColumns, EVENT_SOURCE_COLUMNS, writeWorkflowEvent, type RawActionsView } from './workflow-events.ts';
 import { actionGuardSql, workflowGuardHolds, workflowGuardSql, type ActionGuard, type WorkflowGuard } from './transition-guards.ts';
 
 /**
@@ -281,14 +281,16 @@ export async function transitionWorkflow(trx: Trx, workflowId: string, input: Wo
     .where('id', '=', workflowId)
     .where('state', '=', from)
     .where(row ? workflowGuardSql(trx, row.guard, { workflowId, stopReason: input.stopReason }) : sql<boolean>`true`)
-    .returning([...EVENT_SOURCE_COLUMNS])
+    // The event's actions view read in the same statement (ADR 0390).
+    .returning((eb) => [...EVENT_SOURCE_COLUMNS, ...actionsViewColumns(eb as unknown as ExpressionBuilder<DB, never>, workflowId)])
     .executeTakeFirst();
   if (!moved) {
     if (input.lockedFrom) return again();
     throw new IllegalTransition('workflow', workflowId, from, input.to, row ? [row.guard] : []);
   }
   if (input.audit) await recordAudit(trx, { runId: workflowId, ...input.audit });
-  await writeWorkflowEvent(trx, moved, from);
+  const { view_actions, view_approvals, ...source } = moved;
+  await writeWorkflowEvent(trx, source, from, { view_actions, view_approvals } as unknown as RawActionsView);
   return from;
 }
 

@@ -1,8 +1,8 @@
-import { sql, type Selectable } from 'kysely';
+import { sql, type ExpressionBuilder, type Selectable } from 'kysely';
 import { jsonArrayFrom } from 'kysely/helpers/postgres';
 import type { WorkflowView } from '@gatehouse/contracts';
 import type { Db, Trx } from './db.ts';
-import { isTerminal, type WorkflowsTable, type WorkflowState } from './schema.ts';
+import { isTerminal, type ActionsTable, type ApprovalsTable, type DB, type WorkflowsTable, type WorkflowState } from './schema.ts';
 
 /** Postgres channel an insert into `workflow_events` notifies (payload `<workflowId>:<seq>`, at commit; migration 20261201000300). */
 export const WORKFLOW_EVENTS_CHANNEL = 'gatehouse_workflow_events';
@@ -14,29 +14,37 @@ export type ActionView = WorkflowView['actions'][number];
 export type ApprovalView = WorkflowView['pendingApprovals'][number];
 
 /**
- * The actions and open approvals of a workflow, as `GET /v1/workflows/:id` shows them (actions by
- * version). One owner of that view: the read and every workflow event build on it.
+ * The two JSON arrays the actions view is built from — the run's actions by version and its open
+ * approvals — as select expressions of any statement (timestamps arrive as ISO text). One owner
+ * of what the view reads: {@link readActionsView} selects them alone, the transition writer in
+ * the RETURNING of its UPDATE (docs/decisions/0390-guards-in-the-update.md).
  */
-export async function readActionsView(
-  db: Db | Trx,
-  workflowId: string,
-): Promise<{ actions: ActionView[]; pendingApprovals: ApprovalView[] }> {
-  // One round trip: both lists as JSON arrays (timestamps arrive as ISO text).
-  const { actions, approvals } = await db
-    .selectNoFrom((eb) => [
-      jsonArrayFrom(eb.selectFrom('actions').selectAll().where('workflow_id', '=', workflowId).orderBy('version')).as('actions'),
-      jsonArrayFrom(
-        eb
-          .selectFrom('approvals')
-          .select(['id', 'action_id', 'action_version', 'action_digest', 'status', 'expires_at', 'rule_id'])
-          .where('workflow_id', '=', workflowId)
-          .where('status', 'in', ['pending', 'approved'])
-          .orderBy('created_at'),
-      ).as('approvals'),
-    ])
-    .executeTakeFirstOrThrow();
+export function actionsViewColumns(eb: ExpressionBuilder<DB, never>, workflowId: string) {
+  return [
+    jsonArrayFrom(eb.selectFrom('actions').selectAll().where('workflow_id', '=', workflowId).orderBy('version')).as('view_actions'),
+    jsonArrayFrom(
+      eb
+        .selectFrom('approvals')
+        .select(['id', 'action_id', 'action_version', 'action_digest', 'status', 'expires_at', 'rule_id'])
+        .where('workflow_id', '=', workflowId)
+        .where('status', 'in', ['pending', 'approved'])
+        .orderBy('created_at'),
+    ).as('view_approvals'),
+  ] as const;
+}
+
+/** What {@link actionsViewColumns} returns, as it arrives from the driver. */
+export type RawActionsView = {
+  view_actions: Array<Selectable<ActionsTable>>;
+  view_approvals: Array<
+    Pick<Selectable<ApprovalsTable>, 'id' | 'action_id' | 'action_version' | 'action_digest' | 'status' | 'expires_at' | 'rule_id'>
+  >;
+};
+
+/** The actions view from its raw JSON arrays ({@link actionsViewColumns}). */
+export function toActionsView(raw: RawActionsView): { actions: ActionView[]; pendingApprovals: ApprovalView[] } {
   return {
-    actions: actions.map((a) => ({
+    actions: raw.view_actions.map((a) => ({
       actionId: a.id,
       callId: a.call_id,
       tool: a.tool,
@@ -51,7 +59,7 @@ export async function readActionsView(
       status: a.status,
       operationKey: a.operation_key,
     })),
-    pendingApprovals: approvals.map((p) => ({
+    pendingApprovals: raw.view_approvals.map((p) => ({
       approvalId: p.id,
       actionId: p.action_id,
       actionVersion: p.action_version,
@@ -61,6 +69,18 @@ export async function readActionsView(
       expiresAt: new Date(p.expires_at).toISOString(),
     })),
   };
+}
+
+/**
+ * The actions and open approvals of a workflow, as `GET /v1/workflows/:id` shows them (actions by
+ * version), in one round trip. The read and every workflow event build on it.
+ */
+export async function readActionsView(
+  db: Db | Trx,
+  workflowId: string,
+): Promise<{ actions: ActionView[]; pendingApprovals: ApprovalView[] }> {
+  const raw = await db.selectNoFrom((eb) => actionsViewColumns(eb as ExpressionBuilder<DB, never>, workflowId)).executeTakeFirstOrThrow();
+  return toActionsView(raw as unknown as RawActionsView);
 }
 
 /** The workflow columns an event is built from, as {@link recordWorkflowEvent} and the transition writer return them. */
@@ -91,10 +111,16 @@ export async function recordWorkflowEvent(trx: Trx, workflowId: string, previous
  * (`WorkflowEvent` of packages/contracts/src/api/events.ts: state, stop reason, next step, the
  * action summary — no arguments, no model text), and one pending webhook delivery per active
  * endpoint of the tenant, with the exact body every attempt will sign. The insert notifies
- * {@link WORKFLOW_EVENTS_CHANNEL} at commit. Returns the event's seq.
+ * {@link WORKFLOW_EVENTS_CHANNEL} at commit. `read`: the actions view the caller's own statement
+ * already returned ({@link actionsViewColumns}); otherwise it is read here. Returns the event's seq.
  */
-export async function writeWorkflowEvent(trx: Trx, wf: EventSource, previousState: WorkflowState | null): Promise<number> {
-  const view = await readActionsView(trx, wf.id);
+export async function writeWorkflowEvent(
+  trx: Trx,
+  wf: EventSource,
+  previousState: WorkflowState | null,
+  read?: RawActionsView,
+): Promise<number> {
+  const view = read ? toActionsView(read) : await readActionsView(trx, wf.id);
   const event = {
     type: 'workflow.updated',
     workflowId: wf.id,

@@ -97,13 +97,17 @@ export function outageOutlasted(outage: OutageMark | undefined, policy: OutagePo
  * first credited like a person's wait — unless `policy.credit` is off — and an outage longer
  * than `policy.ceilingMs` ends the run's waiting: `dependency_unavailable`, never
  * `budget_exhausted`. Otherwise the deadline decides. Runs in the caller's transaction.
+ * `known.deadlineAtMs`: the deadline the caller read under the run's lock in this transaction
+ * (`lockWorkflowForDecision`); used unless a credit just moved it, else the budget row is read.
  */
 export async function checkWorkingTime(
   trx: Trx,
   workflowId: string,
   outage: OutageMark | undefined,
   policy: OutagePolicy,
+  known?: { deadlineAtMs: number | null },
 ): Promise<WorkingTimeVerdict> {
+  let deadline = known;
   if (outage) {
     if (outageOutlasted(outage, policy))
       return {
@@ -111,10 +115,19 @@ export async function checkWorkingTime(
         dependency: outage.dependency,
         nextStep: outageNextStep(outage.dependency, policy.ceilingMs),
       };
-    if (policy.credit) await creditWait(trx, workflowId, new Date(outage.sinceMs));
+    if (policy.credit) {
+      await creditWait(trx, workflowId, new Date(outage.sinceMs));
+      deadline = undefined; // moved by the credit: read it again
+    }
   }
+  deadline ??= await readDeadline(trx, workflowId);
+  return deadline.deadlineAtMs !== null && deadline.deadlineAtMs <= Date.now() ? { kind: 'budget_exhausted' } : { kind: 'ok' };
+}
+
+/** The run's wall-time deadline (epoch ms; null without a budget row). */
+async function readDeadline(trx: Trx, workflowId: string): Promise<{ deadlineAtMs: number | null }> {
   const budget = await trx.selectFrom('budgets').select('deadline_at').where('workflow_id', '=', workflowId).executeTakeFirst();
-  return budget && new Date(budget.deadline_at).getTime() <= Date.now() ? { kind: 'budget_exhausted' } : { kind: 'ok' };
+  return { deadlineAtMs: budget ? new Date(budget.deadline_at).getTime() : null };
 }
 
 /**

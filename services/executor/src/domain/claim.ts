@@ -160,7 +160,7 @@ async function firstClaimChecks(
     await unreserve();
     return { kind: 'skip', reason: `workflow_${state}` };
   }
-  const time = await checkWorkingTime(trx, action.workflow_id, job.outage, opts.outagePolicy);
+  const time = await checkWorkingTime(trx, action.workflow_id, job.outage, opts.outagePolicy, run ?? undefined);
   if (time.kind !== 'ok') {
     await unreserve();
     return { kind: time.kind === 'budget_exhausted' ? 'deadline' : 'outage', action };
