@@ -1,4 +1,4 @@
-import { sql, type Selectable } from 'kysely';
+import { sql, type Selectable, type Updateable } from 'kysely';
 import type { Db, Trx } from '../db.ts';
 import type { ActionsTable, ActionStatus, OperationsTable } from '../schema.ts';
 import { transitionAction, transitionWorkflow, type WorkflowTransitionInput } from '../transitions.ts';
@@ -177,12 +177,27 @@ export async function markDispatched(db: Db | Trx, key: string, fencingToken: nu
 }
 
 /**
- * Locks the action row first (lock order: the action, then its operation) and returns its status
- * as the `lockedFrom` of the transition that follows in the same transaction (none when absent).
+ * The fenced write of a `running` operation, in ONE statement that keeps the lock order: a CTE
+ * locks the action row (`FOR UPDATE`) and the UPDATE of the operation joins it, so the action is
+ * locked before the operation row (docs/decisions/0014-row-lock-order.md). The UPDATE holds only
+ * for the holder of `fencingToken`. Returns the action's status read under its lock (the
+ * `lockedFrom` of the action's transition that follows), or undefined when fenced out.
  */
-async function lockActionStatus(trx: Trx, actionId: string): Promise<{ lockedFrom?: ActionStatus }> {
-  const a = await trx.selectFrom('actions').select('status').where('id', '=', actionId).forUpdate().executeTakeFirst();
-  return a ? { lockedFrom: a.status } : {};
+async function fencedUpdate(
+  trx: Trx,
+  o: { actionId: string; key: string; fencingToken: number },
+  set: Updateable<OperationsTable>,
+): Promise<{ status: ActionStatus } | undefined> {
+  return trx
+    .with('a', (db) => db.selectFrom('actions').select('status').where('id', '=', o.actionId).forUpdate())
+    .updateTable('operations')
+    .from('a')
+    .set({ ...set, updated_at: new Date() })
+    .where('operations.key', '=', o.key)
+    .where('operations.fencing_token', '=', String(o.fencingToken))
+    .where('operations.status', '=', 'running')
+    .returning('a.status')
+    .executeTakeFirst();
 }
 
 /** The fenced outcome {@link recordOutcome} writes. */
@@ -206,25 +221,16 @@ export interface FencedOutcome {
  * a newer lease holder owns the outcome and nothing is written.
  */
 export async function recordOutcome(trx: Trx, o: FencedOutcome): Promise<boolean> {
-  const action = await lockActionStatus(trx, o.actionId);
-  const recorded = await trx
-    .updateTable('operations')
-    .set({
-      status: o.status,
-      result: o.result === null ? null : JSON.stringify(o.result),
-      evidence_ref: o.evidenceRef,
-      error: o.error,
-      lease_owner: null,
-      lease_expires_at: null,
-      updated_at: new Date(),
-    })
-    .where('key', '=', o.key)
-    .where('fencing_token', '=', String(o.fencingToken))
-    .where('status', '=', 'running')
-    .returning('key')
-    .executeTakeFirst();
+  const recorded = await fencedUpdate(trx, o, {
+    status: o.status,
+    result: o.result === null ? null : JSON.stringify(o.result),
+    evidence_ref: o.evidenceRef,
+    error: o.error,
+    lease_owner: null,
+    lease_expires_at: null,
+  });
   if (!recorded) return false;
-  await transitionAction(trx, o.actionId, { to: o.actionStatus ?? o.status, ...action });
+  await transitionAction(trx, o.actionId, { to: o.actionStatus ?? o.status, lockedFrom: recorded.status });
   return true;
 }
 
@@ -237,17 +243,15 @@ export async function resetToPending(
   trx: Trx,
   o: { actionId: string; key: string; fencingToken: number; reason: string },
 ): Promise<boolean> {
-  const action = await lockActionStatus(trx, o.actionId);
-  const reset = await trx
-    .updateTable('operations')
-    .set({ status: 'pending', lease_owner: null, lease_expires_at: null, dispatched_at: null, error: o.reason, updated_at: new Date() })
-    .where('key', '=', o.key)
-    .where('fencing_token', '=', String(o.fencingToken))
-    .where('status', '=', 'running')
-    .returning('key')
-    .executeTakeFirst();
+  const reset = await fencedUpdate(trx, o, {
+    status: 'pending',
+    lease_owner: null,
+    lease_expires_at: null,
+    dispatched_at: null,
+    error: o.reason,
+  });
   if (!reset) return false;
-  await transitionAction(trx, o.actionId, { to: 'approved', ...action });
+  await transitionAction(trx, o.actionId, { to: 'approved', lockedFrom: reset.status });
   return true;
 }
 

@@ -3,6 +3,7 @@ import { actorHash, enqueueInTransaction, inTransaction, recordAudit, type Db, t
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
 import { decideAndRecord, readAuthoritative, type PolicyBundles } from '@gatehouse/policy';
 import { parseProposal, toSafeOutput } from '@gatehouse/tools';
+import { jsonObjectFrom } from 'kysely/helpers/postgres';
 
 /** Dependencies of {@link processProposal}. */
 export interface ProposalDeps {
@@ -16,6 +17,42 @@ export interface ProposalDeps {
 }
 
 /**
+ * What a proposal job reads before deciding, in one statement (docs/decisions/0390-guards-in-the-update.md):
+ * the workflow row, the proposal the job names (only if it is this workflow's), and the
+ * `function_call` item the model sent under the job's call id. Undefined when the workflow or
+ * its proposal is gone.
+ * @throws Error when the proposal exists but its call item does not (the queue retries; the agent
+ *   loop writes both in one transaction, so this is a fault, not an input).
+ */
+async function readProposalInputs(db: Db, job: ProposalJob) {
+  const row = await db
+    .selectFrom('workflows as w')
+    .selectAll('w')
+    .select((eb) => [
+      jsonObjectFrom(
+        eb
+          .selectFrom('proposals as p')
+          .select(['p.id', 'p.status', 'p.round', 'p.tool', 'p.offered_in_state'])
+          .where('p.id', '=', job.proposalId)
+          .whereRef('p.workflow_id', '=', 'w.id'),
+      ).as('proposal'),
+      eb
+        .selectFrom('conversation_items as c')
+        .select('c.item')
+        .whereRef('c.workflow_id', '=', 'w.id')
+        .where('c.kind', '=', 'function_call')
+        .where('c.call_id', '=', job.callId)
+        .as('call_item'),
+    ])
+    .where('w.id', '=', job.workflowId)
+    .executeTakeFirst();
+  if (!row?.proposal) return undefined;
+  const { proposal, call_item: callItem, ...wf } = row;
+  if (!callItem) throw new Error(`proposal ${proposal.id}: no function_call item for call ${job.callId}`);
+  return { wf, proposal, callItem };
+}
+
+/**
  * Turns one proposal into a decided action (queue `proposals`): closed parsing of the
  * function_call as the model sent it, one normalization, identity from the workflow's
  * authenticated record, the authoritative read (order, or change and plan), then {@link decideAndRecord} in one
@@ -24,17 +61,10 @@ export interface ProposalDeps {
  */
 export async function processProposal(job: ProposalJob, deps: ProposalDeps): Promise<string> {
   const { db, bundles } = deps;
-  const proposal = await db.selectFrom('proposals').selectAll().where('id', '=', job.proposalId).executeTakeFirst();
-  if (!proposal || proposal.status !== 'received') return 'already_decided';
-  const wf = await db.selectFrom('workflows').selectAll().where('id', '=', job.workflowId).executeTakeFirstOrThrow();
-  const callItem = await db
-    .selectFrom('conversation_items')
-    .select('item')
-    .where('workflow_id', '=', wf.id)
-    .where('kind', '=', 'function_call')
-    .where('call_id', '=', job.callId)
-    .executeTakeFirstOrThrow();
-  const parsed = parseProposal(String(callItem.item.name ?? ''), String(callItem.item.arguments ?? ''));
+  const read = await readProposalInputs(db, job);
+  if (!read || read.proposal.status !== 'received') return 'already_decided';
+  const { wf, proposal, callItem } = read;
+  const parsed = parseProposal(String(callItem.name ?? ''), String(callItem.arguments ?? ''));
 
   if (!parsed.ok) {
     const rows = await inTransaction(db, async (trx) => {
