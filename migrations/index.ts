@@ -15,6 +15,7 @@ import * as operationTokenEpoch from './20261201000400-OperationTokenEpoch.ts';
 import * as actionTenantAndUser from './20261201000900-ActionTenantAndUser.ts';
 import * as toolReenables from './20261201000500-ToolReenables.ts';
 import * as epochBumpIndex from './20261202000100-EpochBumpIndex.ts';
+import * as monitorPasses from './20261202000200-MonitorPasses.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
 export const migrations: Record<string, Migration> = {
@@ -34,4 +35,5 @@ export const migrations: Record<string, Migration> = {
   '20261201000500-ToolReenables': toolReenables,
   '20261201000900-ActionTenantAndUser': actionTenantAndUser,
   '20261202000100-EpochBumpIndex': epochBumpIndex,
+  '20261202000200-MonitorPasses': monitorPasses,
 };

@@ -98,6 +98,8 @@ export interface TestFaults {
   // audit
   /** `DISABLE_MONITORS`: these invariant monitors (comma-separated ids) never fire. */
   disableMonitors: string | null;
+  /** `EVERY_REPLICA_MONITORS`: each audit replica runs its own monitor pass, unclaimed (ADR 0400). */
+  everyReplicaMonitors: boolean;
   // policy's rolling windows
   /** `SIM_CLOCK_FILE`: the incident drill's simulated clock (a JSON file of anchors) for R5, R6 and R10. */
   simClockFile: string | null;
@@ -152,6 +154,7 @@ const SWITCHES: { [K in keyof TestFaults]: [name: string, kind: Kind] } = {
   disableReenableCohort: ['DISABLE_REENABLE_COHORT', 'flag'],
   ignoreSwitch: ['DISABLE_SWITCH', 'flag'],
   disableMonitors: ['DISABLE_MONITORS', 'text'],
+  everyReplicaMonitors: ['EVERY_REPLICA_MONITORS', 'flag'],
   simClockFile: ['SIM_CLOCK_FILE', 'text'],
   skipTwoPerson: ['SKIP_TWO_PERSON', 'flag'],
   disableTokenBinding: ['DISABLE_TOKEN_BINDING', 'flag'],

@@ -388,6 +388,13 @@ export interface AuditHeartbeatTable {
   beat_at: Timestamp;
 }
 
+/** When the invariant monitors' last pass started, and on which audit replica (one row, id 1; ADR 0400). */
+export interface MonitorPassesTable {
+  id: number;
+  started_at: Timestamp;
+  replica: string | null;
+}
+
 /** The ledger's tables as Kysely sees them. */
 /** One pushed update of a workflow (docs/decisions/0250-pushed-workflow-events.md). */
 export interface WorkflowEventsTable {
@@ -450,6 +457,7 @@ export interface DB {
   audit_log: AuditLogTable;
   audit_anchors: AuditAnchorsTable;
   audit_heartbeat: AuditHeartbeatTable;
+  monitor_passes: MonitorPassesTable;
   change_plans: ChangePlansTable;
   reconciliation_items: ReconciliationItemsTable;
   quarantined_jobs: QuarantinedJobsTable;

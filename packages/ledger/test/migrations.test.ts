@@ -41,6 +41,7 @@ const TABLES_OF: Record<string, string[]> = {
   '20261201000500-ToolReenables': ['tool_reenable_stages'],
   '20261201000900-ActionTenantAndUser': [],
   '20261202000100-EpochBumpIndex': [],
+  '20261202000200-MonitorPasses': ['monitor_passes'],
 };
 const tablesUpTo = (names: string[]): string[] => names.flatMap((n) => TABLES_OF[n] ?? []).sort();
 const ALL_TABLES = tablesUpTo(Object.keys(migrations));

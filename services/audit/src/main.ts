@@ -1,4 +1,5 @@
 import { createPublicKey } from 'node:crypto';
+import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import { z } from 'zod';
 import {
@@ -15,6 +16,7 @@ import { repoRoot } from '@gatehouse/contracts';
 import { observeAuditBacklog } from '@gatehouse/telemetry';
 import { chainPending, readAuditBacklog } from './jobs/chain.writer.ts';
 import { anchorHead, loadSigningKey } from './domain/anchor.ts';
+import { claimMonitorPass } from './domain/monitor-pass.ts';
 import { evaluateMonitors, raiseAlerts } from './domain/monitors.ts';
 
 const ctx = createServiceContext(
@@ -64,15 +66,21 @@ const anchorTimer = setInterval(() => {
 }, env.AUDIT_ANCHOR_INTERVAL_MS);
 
 let monitoring = false;
+// One pass per interval across the audit replicas, whichever claims it (ADR 0400).
+const replica = `${hostname()}:${process.pid}`;
 const monitorTimer = setInterval(() => {
   if (monitoring) return;
   monitoring = true;
-  evaluateMonitors(db, {
-    autoApproveLimitCents: env.MONITOR_AUTO_APPROVE_LIMIT_CENTS,
-    maxFailedUnknownPerHour: env.MONITOR_MAX_FAILED_UNKNOWN_PER_HOUR,
-    trustedPublicKey: createPublicKey(key),
-  })
-    .then((alerts) => raiseAlerts(alerts, log, env.ALERT_WEBHOOK_URL))
+  claimMonitorPass(db, replica, env.MONITOR_INTERVAL_MS)
+    .then(async (mine) => {
+      if (!mine) return;
+      const alerts = await evaluateMonitors(db, {
+        autoApproveLimitCents: env.MONITOR_AUTO_APPROVE_LIMIT_CENTS,
+        maxFailedUnknownPerHour: env.MONITOR_MAX_FAILED_UNKNOWN_PER_HOUR,
+        trustedPublicKey: createPublicKey(key),
+      });
+      await raiseAlerts(alerts, log, env.ALERT_WEBHOOK_URL);
+    })
     .catch((err: unknown) => log.error({ err: (err as Error).message }, 'monitors failed'))
     .finally(() => {
       monitoring = false;
