@@ -261,10 +261,11 @@ export async function transitionWorkflow(trx: Trx, workflowId: string, input: Wo
   const from =
     input.lockedFrom ??
     (await trx.selectFrom('workflows').select(['state']).where('id', '=', workflowId).forUpdate().executeTakeFirst())?.state;
-  if (!from || (input.onlyFrom && !input.onlyFrom.includes(from))) return null;
-  const row = tableDisabled() ? null : tableRow(workflowId, from, input);
   // A state the caller held may be stale only by its own earlier write: read it again under the lock.
   const again = () => transitionWorkflow(trx, workflowId, { ...input, lockedFrom: undefined });
+  if (!from) return null;
+  if (input.onlyFrom && !input.onlyFrom.includes(from)) return input.lockedFrom ? again() : null;
+  const row = tableDisabled() ? null : tableRow(workflowId, from, input);
   if (row instanceof IllegalTransition) return input.lockedFrom ? again() : Promise.reject(row);
   // The state, the guard and the event's seq in one statement; the pushed update of this
   // transition (SSE, webhooks) is written in the same transaction, so never lost or early (ADR 0250).
@@ -319,8 +320,9 @@ export async function transitionAction(trx: Trx, actionId: string, input: Action
   const from =
     input.lockedFrom ??
     (await trx.selectFrom('actions').select(['status']).where('id', '=', actionId).forUpdate().executeTakeFirst())?.status;
-  if (!from || (input.onlyFrom && !input.onlyFrom.includes(from))) return null;
   const again = () => transitionAction(trx, actionId, { ...input, lockedFrom: undefined });
+  if (!from) return null;
+  if (input.onlyFrom && !input.onlyFrom.includes(from)) return input.lockedFrom ? again() : null;
   // A repeat (redelivery, settle of a settled step) writes nothing — so a held status is read again first.
   if (from === input.to && from !== 'running') return input.lockedFrom ? again() : from;
   const row = tableDisabled() ? null : ACTION_TRANSITIONS.find((t) => t.from === from && t.to === input.to);

@@ -97,8 +97,9 @@ export function outageOutlasted(outage: OutageMark | undefined, policy: OutagePo
  * first credited like a person's wait — unless `policy.credit` is off — and an outage longer
  * than `policy.ceilingMs` ends the run's waiting: `dependency_unavailable`, never
  * `budget_exhausted`. Otherwise the deadline decides. Runs in the caller's transaction.
- * `known.deadlineAtMs`: the deadline the caller read under the run's lock in this transaction
- * (`lockWorkflowForDecision`); used unless a credit just moved it, else the budget row is read.
+ * `known.deadlineAtMs`: the deadline the caller read in this transaction with the run's lock
+ * (`lockWorkflowForDecision`; the budget row itself is not locked, as it was not before); used
+ * unless this call's credit just moved it, else the budget row is read.
  */
 export async function checkWorkingTime(
   trx: Trx,

@@ -366,6 +366,19 @@ describe('transitions with the state the caller holds locked (lockedFrom)', () =
       ),
     ).toBeNull();
     expect((await row(held.workflowId)).state).toBe('paused');
+    // A stale state that onlyFrom excludes is read again: the real state may be one it allows.
+    const live = await seed('awaiting_approval');
+    expect(
+      await inTransaction(db, (trx) =>
+        transitionWorkflow(trx, live.workflowId, {
+          to: 'executing',
+          nextStep: null,
+          onlyFrom: ['awaiting_approval'],
+          lockedFrom: 'investigating',
+        }),
+      ),
+    ).toBe('awaiting_approval');
+    expect((await row(live.workflowId)).state).toBe('executing');
   });
 
   it.each(ACTION_TRANSITIONS.map((x) => [x.from, x.to, x.guard] as const))(
@@ -401,5 +414,14 @@ describe('transitions with the state the caller holds locked (lockedFrom)', () =
       await inTransaction(db, (trx) => transitionAction(trx, r.actionId, { to: 'failed_unknown', lockedFrom: 'failed_unknown' })),
     ).toBe('running');
     expect((await actionRow(r.actionId)).status).toBe('failed_unknown');
+    // Stale and outside onlyFrom: the real status, which onlyFrom allows, moves.
+    const p = await seed('executing', 'pending_approval');
+    await satisfyAction('approval_granted', 'approved', p.actionId);
+    expect(
+      await inTransaction(db, (trx) =>
+        transitionAction(trx, p.actionId, { to: 'approved', onlyFrom: ['pending_approval'], lockedFrom: 'approved' }),
+      ),
+    ).toBe('pending_approval');
+    expect((await actionRow(p.actionId)).status).toBe('approved');
   });
 });

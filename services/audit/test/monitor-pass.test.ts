@@ -60,6 +60,12 @@ describe('one monitor pass per interval across audit replicas', () => {
     expect(row.replica).toBe('audit-b');
   });
 
+  it('a missing row (a restore without it) is written again by the next claim: the monitors never go silent', async () => {
+    await sql`DELETE FROM monitor_passes`.execute(t.db);
+    expect(await claimMonitorPass(t.db, 'audit-a', 30_000)).toBe(true);
+    expect(await claimMonitorPass(other, 'audit-b', 30_000)).toBe(false);
+  });
+
   it('control removed (GATEHOUSE_TEST_EVERY_REPLICA_MONITORS=1): both replicas run the same pass', async () => {
     process.env.GATEHOUSE_ENV = 'test';
     process.env.GATEHOUSE_TEST_EVERY_REPLICA_MONITORS = '1';

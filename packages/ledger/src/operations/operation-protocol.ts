@@ -178,9 +178,10 @@ export async function markDispatched(db: Db | Trx, key: string, fencingToken: nu
 
 /**
  * The fenced write of a `running` operation, in ONE statement that keeps the lock order: a CTE
- * locks the action row (`FOR UPDATE`) and the UPDATE of the operation joins it, so the action is
- * locked before the operation row (docs/decisions/0014-row-lock-order.md). The UPDATE holds only
- * for the holder of `fencingToken`. Returns the action's status read under its lock (the
+ * locks the action row (`FOR UPDATE`) and the UPDATE of the operation joins it, so when it writes,
+ * the action is locked before the operation row (docs/decisions/0014-row-lock-order.md); when the
+ * token is fenced out the action may be left unlocked, and nothing is written. The UPDATE holds
+ * only for the holder of `fencingToken`. Returns the action's status read under its lock (the
  * `lockedFrom` of the action's transition that follows), or undefined when fenced out.
  */
 async function fencedUpdate(

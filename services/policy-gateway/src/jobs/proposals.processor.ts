@@ -19,10 +19,11 @@ export interface ProposalDeps {
 /**
  * What a proposal job reads before deciding, in one statement (docs/decisions/0390-guards-in-the-update.md):
  * the workflow row, the proposal the job names (only if it is this workflow's), and the
- * `function_call` item the model sent under the job's call id. Undefined when the workflow or
- * its proposal is gone.
- * @throws Error when the proposal exists but its call item does not (the queue retries; the agent
- *   loop writes both in one transaction, so this is a fault, not an input).
+ * `function_call` item the model sent under the job's call id. Undefined when the workflow is
+ * gone or the proposal is not this workflow's (a redelivery for a decided run, or a job naming the
+ * wrong run: answered `already_decided`, nothing written).
+ * @throws Error when an undecided proposal exists but its call item does not (the queue retries;
+ *   the agent loop writes both in one transaction, so this is a fault, not an input).
  */
 async function readProposalInputs(db: Db, job: ProposalJob) {
   const row = await db
@@ -48,8 +49,9 @@ async function readProposalInputs(db: Db, job: ProposalJob) {
     .executeTakeFirst();
   if (!row?.proposal) return undefined;
   const { proposal, call_item: callItem, ...wf } = row;
-  if (!callItem) throw new Error(`proposal ${proposal.id}: no function_call item for call ${job.callId}`);
-  return { wf, proposal, callItem };
+  // A decided proposal is answered as such whatever else is missing; only an undecided one needs its call.
+  if (!callItem && proposal.status === 'received') throw new Error(`proposal ${proposal.id}: no function_call item for call ${job.callId}`);
+  return { wf, proposal, callItem: callItem ?? {} };
 }
 
 /**
