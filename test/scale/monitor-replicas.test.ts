@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type RunningStack } from '@gatehouse/cli';
-import { createAction } from '@gatehouse/testing';
+import { createAction, recordEffect } from '@gatehouse/testing';
 import { createTestDatabase, freePort, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 
 // ADR 0400: two audit processes over one ledger raise each alert once per monitor interval
@@ -22,25 +22,7 @@ let webhook = '';
 beforeAll(async () => {
   t = await createTestDatabase();
   const a = await createAction(t.db, { orderId: 'O-1002', amountCents: 12_000 });
-  const row = await t.db
-    .selectFrom('actions')
-    .select(['digest', 'tool', 'release_id'])
-    .where('id', '=', a.actionId)
-    .executeTakeFirstOrThrow();
-  await t.db
-    .insertInto('operations')
-    .values({
-      key: a.operationKey,
-      workflow_id: a.workflowId,
-      action_id: a.actionId,
-      action_digest: row.digest,
-      tool: row.tool,
-      status: 'succeeded',
-      fencing_token: 1,
-      release_id: row.release_id,
-    })
-    .execute();
-  await t.db.updateTable('actions').set({ status: 'succeeded' }).where('id', '=', a.actionId).execute();
+  await recordEffect(t.db, a, { approvalUsed: false });
   receiver = createServer((req, res) => {
     req.resume();
     req.on('end', () => {

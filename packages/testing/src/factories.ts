@@ -258,6 +258,41 @@ export async function createProposal(db: Db, seed: ProposalSeed): Promise<Seeded
   return { workflowId, proposalId, callId };
 }
 
+/**
+ * Records the effect of a seeded action as the executor would leave it, without running it: its
+ * operation row `status` (fencing token 1, the action's digest, tool and release) and the action in
+ * the same status; with `approvalUsed` (default true) its approval, if any, is `used`. For the
+ * standing queries (invariant monitors, metrics) that judge effects by their records.
+ */
+export async function recordEffect(
+  db: Db,
+  a: SeededAction,
+  opts: { status?: 'succeeded' | 'failed_unknown'; approvalUsed?: boolean } = {},
+): Promise<void> {
+  const status = opts.status ?? 'succeeded';
+  const row = await db
+    .selectFrom('actions')
+    .select(['digest', 'tool', 'release_id'])
+    .where('id', '=', a.actionId)
+    .executeTakeFirstOrThrow();
+  await db
+    .insertInto('operations')
+    .values({
+      key: a.operationKey,
+      workflow_id: a.workflowId,
+      action_id: a.actionId,
+      action_digest: row.digest,
+      tool: row.tool,
+      status,
+      fencing_token: 1,
+      release_id: row.release_id,
+    })
+    .execute();
+  await db.updateTable('actions').set({ status }).where('id', '=', a.actionId).execute();
+  if (a.approvalId && (opts.approvalUsed ?? true))
+    await db.updateTable('approvals').set({ status: 'used', used_at: new Date() }).where('id', '=', a.approvalId).execute();
+}
+
 /** Options of {@link seedFinishedRun}. */
 export interface FinishedRunSeed {
   release: string;

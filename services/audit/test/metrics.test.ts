@@ -4,7 +4,7 @@ import { sql } from 'kysely';
 import { inTransaction, recordAudit } from '@gatehouse/ledger';
 import { createLogger } from '@gatehouse/platform';
 import { METRICS, MetricsProbe, observeAuditBacklog, startTelemetry, type Telemetry } from '@gatehouse/telemetry';
-import { createAction } from '@gatehouse/testing';
+import { createAction, recordEffect } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { chainPending, readAuditBacklog } from '../src/jobs/chain.writer.ts';
 import { evaluateMonitors, raiseAlerts } from '../src/domain/monitors.ts';
@@ -92,24 +92,7 @@ describe('metrics from the chain writer', () => {
 
   it('a monitor alert raises gatehouse.monitor.alerts{monitor} with its log line', async () => {
     const bad = await createAction(t.db, { orderId: 'O-1006', amountCents: 9900, decision: 'ALLOW', approved: false });
-    const row = await t.db
-      .selectFrom('actions')
-      .select(['digest', 'tool', 'release_id'])
-      .where('id', '=', bad.actionId)
-      .executeTakeFirstOrThrow();
-    await t.db
-      .insertInto('operations')
-      .values({
-        key: bad.operationKey,
-        workflow_id: bad.workflowId,
-        action_id: bad.actionId,
-        action_digest: row.digest,
-        tool: row.tool,
-        status: 'succeeded',
-        fencing_token: 1,
-        release_id: row.release_id,
-      })
-      .execute();
+    await recordEffect(t.db, bad);
     let logged = '';
     const sink = new Writable({
       write(chunk: Buffer, _e, done) {

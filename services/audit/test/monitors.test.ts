@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { resetTestFaultsForTests } from '@gatehouse/contracts';
-import { createAction, type SeededAction } from '@gatehouse/testing';
+import { createAction, recordEffect, type SeededAction } from '@gatehouse/testing';
 import { effectsWithRevokedEpoch } from '@gatehouse/ledger';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { disabledMonitors, evaluateMonitors } from '../src/domain/monitors.ts';
@@ -26,29 +26,8 @@ beforeEach(async () => {
 });
 
 /** Records the effect of a seeded action as the executor would: an operation in `status`. */
-async function effect(a: SeededAction, status: 'succeeded' | 'failed_unknown' = 'succeeded', approvalUsed = true): Promise<void> {
-  const row = await t.db
-    .selectFrom('actions')
-    .select(['digest', 'tool', 'release_id'])
-    .where('id', '=', a.actionId)
-    .executeTakeFirstOrThrow();
-  await t.db
-    .insertInto('operations')
-    .values({
-      key: a.operationKey,
-      workflow_id: a.workflowId,
-      action_id: a.actionId,
-      action_digest: row.digest,
-      tool: row.tool,
-      status,
-      fencing_token: 1,
-      release_id: row.release_id,
-    })
-    .execute();
-  await t.db.updateTable('actions').set({ status }).where('id', '=', a.actionId).execute();
-  if (a.approvalId && approvalUsed)
-    await t.db.updateTable('approvals').set({ status: 'used', used_at: new Date() }).where('id', '=', a.approvalId).execute();
-}
+const effect = (a: SeededAction, status: 'succeeded' | 'failed_unknown' = 'succeeded', approvalUsed = true): Promise<void> =>
+  recordEffect(t.db, a, { status, approvalUsed });
 
 const fired = async () => (await evaluateMonitors(t.db, cfg)).map((x) => x.monitor).sort();
 
