@@ -3,7 +3,7 @@ import { sql, type Kysely } from 'kysely';
 /**
  * One row that says when the invariant monitors' last pass started and which audit replica ran
  * it (docs/decisions/0400-one-monitor-pass-per-interval.md). Each replica's timer claims the
- * pass with one conditional UPDATE, so N replicas run one pass per interval and send one alert
+ * pass with one conditional upsert, so N replicas run one pass per interval and send one alert
  * per violation per interval, not N. A new table only: a former release never reads it, and its
  * replicas keep running their own passes as before (backward compatible).
  */
