@@ -214,8 +214,13 @@ describe('GET /v1/workflows/:id/events (SSE) and signed webhooks, every service 
     const n = (await s.db.db.selectFrom('workflows').select('event_seq').where('id', '=', wf2).executeTakeFirstOrThrow()).event_seq;
     await until(async () => rx.seqsOf(wf2).length === n);
     expect(rx.seqsOf(wf2)).toEqual(Array.from({ length: n }, (_, i) => i + 1));
-    const statuses = await s.db.db.selectFrom('webhook_deliveries').select('status').where('workflow_id', '=', wf2).execute();
-    expect(statuses.every((r) => r.status === 'delivered')).toBe(true);
+    // The receiver answers before the delivery worker marks the row: wait for the marks, then assert.
+    const allDelivered = async () =>
+      (await s.db.db.selectFrom('webhook_deliveries').select('status').where('workflow_id', '=', wf2).execute()).every(
+        (r) => r.status === 'delivered',
+      );
+    await until(allDelivered, 15_000).catch(() => undefined);
+    expect(await allDelivered()).toBe(true);
     // The ops listing shows them; none failed.
     const listing = await fetch(`${s.url('ops')}/api/webhooks/deliveries?status=failed`, { headers: { authorization: `Bearer ${ops}` } });
     expect(((await listing.json()) as { deliveries: unknown[] }).deliveries).toEqual([]);
