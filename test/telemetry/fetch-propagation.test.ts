@@ -115,4 +115,16 @@ describe('trace context over fetch to the systems of record', () => {
     const server = off.spans.find((s) => s.kind === SERVER && s.name === 'POST /ledger/refunds')!;
     expect(server.traceId).not.toBe(consumer.traceId);
   });
+
+  it('OTEL_NODE_DISABLED_INSTRUMENTATIONS leaves the named instrumentations out of the process, the rest still trace', async () => {
+    const scopes = (r: Run): Set<string> => new Set(r.spans.map((s) => s.scope));
+    expect([...scopes(run)]).toEqual(
+      expect.arrayContaining(['@opentelemetry/instrumentation-pg', '@opentelemetry/instrumentation-undici']),
+    );
+    const without = await runRefund({ OTEL_NODE_DISABLED_INSTRUMENTATIONS: 'pg,ioredis' });
+    expect(without.outcome).toBe('succeeded');
+    expect([...scopes(without)].filter((s) => /instrumentation-(pg|ioredis)$/.test(s))).toEqual([]);
+    expect(without.spans.find((s) => s.kind === CLIENT && refundPost(s))).toBeDefined();
+    expect(without.spans.find((s) => s.name === 'executions process')).toBeDefined();
+  });
 });

@@ -12,7 +12,14 @@ export {
   messagingAttributes,
   MESSAGING_SYSTEM,
 } from './tracing.ts';
-export { createInstrumentations, enabledInstrumentations, INSTRUMENTED_MODULES } from './instrumentations.ts';
+export {
+  createInstrumentations,
+  enabledInstrumentations,
+  INSTRUMENTATION_NAMES,
+  instrumentedModules,
+  selectedInstrumentations,
+  type InstrumentationName,
+} from './instrumentations.ts';
 export {
   METRICS,
   GAUGE_READ_TIMEOUT_MS,

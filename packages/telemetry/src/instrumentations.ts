@@ -14,38 +14,107 @@ export const RUNTIME_PRECISION_MS = 10;
 /** Probe paths polled by orchestrators: no span for each poll. */
 const PROBES = /^\/(healthz|readyz)(\?|$)/;
 
+/** Names of the auto-instrumentations, as `OTEL_NODE_ENABLED_INSTRUMENTATIONS` spells them (the package name after `instrumentation-`). */
+export type InstrumentationName = 'undici' | 'runtime-node' | 'http' | 'express' | 'pg' | 'ioredis';
+
+/** One auto-instrumentation: how to make it, and the modules the ESM loader hook must intercept for it. */
+interface InstrumentationSpec {
+  name: InstrumentationName;
+  create: () => Instrumentation;
+  hooks: readonly string[];
+}
+
 /**
- * The auto-instrumentations every service runs (docs/product/design.md#observability): http (server spans for the APIs),
- * express (route names), pg and ioredis (queries and commands inside a traced job or request).
- * Settings that keep content out of spans and background noise out of traces:
- * - pg: statements only with their `$n` placeholders (`enhancedDatabaseReporting` off, so no
- *   values), no connect spans, and only inside a span — the outbox sweep, the audit chain writer
- *   and the monitors poll every few hundred ms and would otherwise start a trace per query;
- * - ioredis: only inside a span, and the statement is the command name alone — BullMQ adds jobs
- *   with EVALSHA, whose arguments are the job payload (tool results included);
- * - http: no spans for `/healthz` and `/readyz` polls, no outgoing span without a parent;
- * - express: request handlers and routers, not every middleware;
+ * Every auto-instrumentation a service can run (docs/product/design.md#observability), with the
+ * settings that keep content out of spans and background noise out of traces:
  * - undici (Node's `fetch`: the `openai` client, every adapter and read of a system of record):
  *   a CLIENT span per request, only inside a span, carrying the W3C `traceparent` downstream, so
  *   staging and the model-stub continue the trace; its `http.client.request.duration`;
  * - runtime-node: event-loop delay and utilization, heap, GC durations (`nodejs.*`, `v8js.*`),
- *   sampled every {@link RUNTIME_PRECISION_MS}.
+ *   sampled every {@link RUNTIME_PRECISION_MS};
+ * - http: server spans for the APIs, no spans for `/healthz` and `/readyz` polls, no outgoing
+ *   span without a parent;
+ * - express: route names; request handlers and routers, not every middleware;
+ * - pg: statements only with their `$n` placeholders (`enhancedDatabaseReporting` off, so no
+ *   values), no connect spans, and only inside a span — the outbox sweep, the audit chain writer
+ *   and the monitors poll every few hundred ms and would otherwise start a trace per query;
+ * - ioredis: only inside a span, and the statement is the command name alone — BullMQ adds jobs
+ *   with EVALSHA, whose arguments are the job payload (tool results included).
  * undici and runtime-node need no loader hook (diagnostics channels and perf_hooks).
- * `GATEHOUSE_TEST_DISABLE_FETCH_TRACING=1` leaves undici out (the control-removed test only).
- * @throws Error when that switch is set outside `GATEHOUSE_ENV=test`.
+ */
+const SPECS: readonly InstrumentationSpec[] = [
+  { name: 'undici', create: () => new UndiciInstrumentation({ requireParentforSpans: true }), hooks: [] },
+  { name: 'runtime-node', create: () => new RuntimeNodeInstrumentation({ monitoringPrecision: RUNTIME_PRECISION_MS }), hooks: [] },
+  {
+    name: 'http',
+    create: () =>
+      new HttpInstrumentation({
+        ignoreIncomingRequestHook: (req: IncomingMessage) => PROBES.test(req.url ?? ''),
+        requireParentforOutgoingSpans: true,
+      }),
+    hooks: ['http', 'https', 'node:http', 'node:https'],
+  },
+  { name: 'express', create: () => new ExpressInstrumentation({ ignoreLayersType: [ExpressLayerType.MIDDLEWARE] }), hooks: ['express'] },
+  {
+    name: 'pg',
+    create: () => new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false, ignoreConnectSpans: true }),
+    hooks: ['pg', 'pg-pool'],
+  },
+  {
+    name: 'ioredis',
+    create: () => new IORedisInstrumentation({ requireParentSpan: true, dbStatementSerializer: (command: string) => command }),
+    hooks: ['ioredis'],
+  },
+];
+
+/** Every instrumentation name, in the order {@link createInstrumentations} enables them. */
+export const INSTRUMENTATION_NAMES: readonly InstrumentationName[] = SPECS.map((s) => s.name);
+
+/** Parses one comma-separated list of instrumentation names; an unknown name is a configuration error. */
+function namesFrom(variable: string, env: Record<string, string | undefined>): Set<InstrumentationName> | undefined {
+  const raw = env[variable]?.trim();
+  if (!raw) return undefined;
+  const names = raw
+    .split(',')
+    .map((n) => n.trim())
+    .filter(Boolean);
+  const unknown = names.filter((n) => !(INSTRUMENTATION_NAMES as readonly string[]).includes(n));
+  if (unknown.length)
+    throw new Error(`${variable}: unknown instrumentation ${unknown.join(', ')}; known: ${INSTRUMENTATION_NAMES.join(', ')}`);
+  return new Set(names as InstrumentationName[]);
+}
+
+/**
+ * The instrumentations this process runs, chosen by the standard variables of OpenTelemetry's
+ * Node auto-instrumentation: `OTEL_NODE_ENABLED_INSTRUMENTATIONS` (comma-separated names; unset:
+ * every one) minus `OTEL_NODE_DISABLED_INSTRUMENTATIONS`. `GATEHOUSE_TEST_DISABLE_FETCH_TRACING=1`
+ * also leaves undici out (the control-removed test only).
+ * @throws Error on a name not in {@link INSTRUMENTATION_NAMES}, or when the test switch is set outside `GATEHOUSE_ENV=test`.
+ */
+export function selectedInstrumentations(env: Record<string, string | undefined> = process.env): InstrumentationName[] {
+  const enabled = namesFrom('OTEL_NODE_ENABLED_INSTRUMENTATIONS', env);
+  const disabled = namesFrom('OTEL_NODE_DISABLED_INSTRUMENTATIONS', env) ?? new Set();
+  if (fetchTracingDisabled(env)) disabled.add('undici');
+  return INSTRUMENTATION_NAMES.filter((n) => (!enabled || enabled.has(n)) && !disabled.has(n));
+}
+
+/**
+ * New instances of the selected instrumentations ({@link selectedInstrumentations}; settings in {@link SPECS}).
+ * @throws Error as {@link selectedInstrumentations}.
  */
 export function createInstrumentations(env: Record<string, string | undefined> = process.env): Instrumentation[] {
-  return [
-    ...(fetchTracingDisabled(env) ? [] : [new UndiciInstrumentation({ requireParentforSpans: true })]),
-    new RuntimeNodeInstrumentation({ monitoringPrecision: RUNTIME_PRECISION_MS }),
-    new HttpInstrumentation({
-      ignoreIncomingRequestHook: (req: IncomingMessage) => PROBES.test(req.url ?? ''),
-      requireParentforOutgoingSpans: true,
-    }),
-    new ExpressInstrumentation({ ignoreLayersType: [ExpressLayerType.MIDDLEWARE] }),
-    new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false, ignoreConnectSpans: true }),
-    new IORedisInstrumentation({ requireParentSpan: true, dbStatementSerializer: (command: string) => command }),
-  ];
+  const names = new Set(selectedInstrumentations(env));
+  return SPECS.filter((s) => names.has(s.name)).map((s) => s.create());
+}
+
+/**
+ * Modules whose ESM imports the loader hook must intercept for the selected instrumentations
+ * (none when only undici and runtime-node run).
+ * @throws Error as {@link selectedInstrumentations}.
+ */
+export function instrumentedModules(env: Record<string, string | undefined> = process.env): string[] {
+  const names = new Set(selectedInstrumentations(env));
+  return SPECS.filter((s) => names.has(s.name)).flatMap((s) => s.hooks);
 }
 
 /**
@@ -56,9 +125,6 @@ export function createInstrumentations(env: Record<string, string | undefined> =
 export function fetchTracingDisabled(env: Record<string, string | undefined> = process.env): boolean {
   return testFaults(env).disableFetchTracing;
 }
-
-/** Modules whose ESM imports the loader hook must intercept for these instrumentations. */
-export const INSTRUMENTED_MODULES = ['express', 'pg', 'pg-pool', 'ioredis', 'http', 'https', 'node:http', 'node:https'];
 
 let registered: Instrumentation[] | undefined;
 
