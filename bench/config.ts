@@ -34,6 +34,10 @@ export interface BenchSizes {
   ticketConcurrency: number;
   /** Telemetry: on/off rounds (off, on, off, … — `2 × rounds + 1` phases, each on bracketed by two offs). */
   telemetryRounds: number;
+  /** Telemetry: each phase's warm-up at concurrency 1 before anything is timed, ms (steady state, not start-up). */
+  telemetryWarmUpMs: number;
+  /** Telemetry: each phase's timed run at concurrency 8, ms (CPU per call is counted over it and the c=1 run). */
+  telemetryLoadMs: number;
   /** Time box of each timed concurrency-1 run and of the floor's loops, ms. */
   latencyMaxMs: number;
   /** Time box of each concurrency-50 run and of the ticket run, ms (no new call starts after it). */
@@ -71,11 +75,13 @@ export const FULL: BenchSizes = {
   replayJitterMs: 1000,
   tickets: 200,
   ticketConcurrency: 20,
-  telemetryRounds: 3,
+  telemetryRounds: 2,
+  telemetryWarmUpMs: 40_000,
+  telemetryLoadMs: 30_000,
   latencyMaxMs: 6000,
   loadMaxMs: 12_000,
   idleMs: 2000,
-  budgetMs: 540_000,
+  budgetMs: 740_000,
   policyLedger: [1000, 10_000, 50_000],
   policyTimeMs: 2000,
 };
@@ -105,6 +111,8 @@ export const SMOKE: BenchSizes = {
   tickets: 2,
   ticketConcurrency: 2,
   telemetryRounds: 1,
+  telemetryWarmUpMs: 6000,
+  telemetryLoadMs: 2500,
   latencyMaxMs: 3000,
   loadMaxMs: 5000,
   idleMs: 500,

@@ -186,10 +186,11 @@ export function renderReport(r: BenchReport): string {
     parts.push(`## Telemetry on vs off (${t.what})`);
     parts.push(
       markdownTable(
-        ['phase', 'telemetry', 'warm-up calls', 'c=1 calls', 'c=1 p50 ms', 'c=1 p90 ms', 'c=8 calls/s', 'services CPU ms/call'],
+        ['phase', 'telemetry', 'start ms', 'warm-up calls', 'c=1 calls', 'c=1 p50 ms', 'c=1 p90 ms', 'c=8 calls/s', 'services CPU ms/call'],
         t.phases.map((p, i) => [
           i + 1,
           p.telemetry,
+          p.startMs,
           p.warmUpCalls,
           p.c1.ops,
           p.c1.latency.p50,
@@ -200,7 +201,11 @@ export function renderReport(r: BenchReport): string {
       ),
     );
     parts.push(
-      `On/off, each on phase against the off phases around it, median over ${(t.phases.length - 1) / 2} rounds: p50 ×${t.p50Ratio ?? '–'}, throughput ×${t.throughputRatio ?? '–'}, services' CPU per call ×${t.cpuRatio ?? '–'} (issue #14: cost under 10 %); the stand-in collector took ${t.exports.traces} span and ${t.exports.metrics} metric exports (${t.exports.bytes} bytes).`,
+      `On/off, each on phase against the off phases around it, median over ${(t.phases.length - 1) / 2} rounds: p50 ×${t.p50Ratio ?? '–'}, throughput ×${t.throughputRatio ?? '–'}, services' CPU per call ×${t.cpuRatio ?? '–'} (issue #14: cost under 10 %), start-up until ready ×${t.startRatio ?? '–'} (paid once per process); the stand-in collector took ${t.exports.traces} span and ${t.exports.metrics} metric exports (${t.exports.bytes} bytes). CPU per call on/off by service: ${Object.entries(
+        t.cpuRatioByService,
+      )
+        .map(([name, x]) => `${name} ×${x ?? '–'}`)
+        .join(', ')}.`,
     );
   }
 

@@ -10,12 +10,16 @@ import { RELEASE, type BenchWorld } from '../lib/world.ts';
 /** One phase of the telemetry section: the same governed call, telemetry off or on. */
 export interface TelemetryPhase {
   telemetry: 'off' | 'on';
+  /** Restart of every service until all report ready, ms (start-up, paid once per process). */
+  startMs: number;
   /** Calls of the warm-up (not timed, CPU not counted). */
   warmUpCalls: number;
   c1: LoadResult;
   c8: LoadResult;
   /** CPU the service processes used per call over the timed runs (c=1 and c=8, warm-up left out), ms. */
   cpuMsPerCall: number | null;
+  /** The same by service (staging and the model-stub are the stand-in systems of record and model), ms. */
+  cpuMsPerCallByService: Record<string, number>;
 }
 
 /** Telemetry's cost on one governed call (issue #14: under 10 %), docs/decisions/0260. */
@@ -31,6 +35,10 @@ export interface TelemetryReport {
   p50Ratio: number | null;
   throughputRatio: number | null;
   cpuRatio: number | null;
+  /** `cpuRatio` by service: where the cost falls. */
+  cpuRatioByService: Record<string, number | null>;
+  /** On over off for the restart until ready (`startMs`), bracketed the same way: the start-up cost, apart from the cost per call. */
+  startRatio: number | null;
   /** Spans and metric requests the stand-in collector received while telemetry was on. */
   exports: { traces: number; metrics: number; bytes: number };
 }
@@ -51,32 +59,37 @@ async function startSink(): Promise<{ url: string; counts: TelemetryReport['expo
   return { url, counts, close: () => new Promise((r) => server.close(() => r())) };
 }
 
-/** Warm-up calls of a phase, as a multiple of the sizes' `warmup`. */
-const WARM_UP_FACTOR = 20;
-/** Time box of a phase's warm-up, ms: past the 4–6 s a freshly started service with the preload keeps loading modules. */
-const WARM_UP_MS = 8_000;
+/** Calls seeded per second of a time box: above the fastest rate seen (about 28 calls/s at c=8), so a run ends by time, not by running out. */
+const SEEDED_PER_S = 40;
 
-/** CPU seconds used so far by the service processes (the benchmark, Postgres and Redis left out). */
-function servicesCpuS(w: BenchWorld): number {
-  let s = 0;
-  for (const pid of w.pids().keys()) s += cpuSeconds(pid);
-  return s;
+/** CPU seconds used so far by each service process, by service name (the benchmark, Postgres and Redis left out). */
+function servicesCpuS(w: BenchWorld): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const [pid, name] of w.pids()) out.set(name, (out.get(name) ?? 0) + cpuSeconds(pid));
+  return out;
 }
 
 /**
- * Governed refunds (ALLOW, 0.10) from the gateway's queue to the result: a warm-up of up to
- * {@link WARM_UP_FACTOR} × `warmup` calls within {@link WARM_UP_MS} (at most twice the latency
- * time box), then one at a time for half the latency time box,
- * then eight in flight for half the load time box (each phase is one of several, so each is
- * shorter than the governed section's runs). The warm-up is longer than other sections': a
- * service started with the telemetry preload loads the modules its first calls import through
- * the loader hook's thread, seconds of start-up work that is not a cost per call. CPU is counted
- * over the two timed runs. Runs seeded and not fired are ended, like those whose result came back.
+ * Governed refunds (ALLOW, 0.10) from the gateway's queue to the result, in steady state: a
+ * warm-up of `telemetryWarmUpMs` at concurrency 1 (not timed, CPU not counted), then one at a
+ * time for half the latency time box, then eight in flight for `telemetryLoadMs`. The warm-up is
+ * long because a service started with the telemetry preload keeps resolving and loading modules
+ * through the loader hook's thread after it reports ready, and its first calls run before the JIT
+ * has settled: start-up work that is paid once per process, reported apart (`startMs`), not a
+ * cost per call. CPU is counted over the two timed runs. Runs seeded and not fired are ended,
+ * like those whose result came back.
  */
-async function measure(w: BenchWorld, sizes: BenchSizes, orders: string[], telemetry: 'off' | 'on'): Promise<TelemetryPhase> {
-  const nw = WARM_UP_FACTOR * sizes.warmup;
+async function measure(
+  w: BenchWorld,
+  sizes: BenchSizes,
+  orders: string[],
+  telemetry: 'off' | 'on',
+  startMs: number,
+): Promise<TelemetryPhase> {
+  const perS = (ms: number): number => Math.max(8, Math.ceil((SEEDED_PER_S * ms) / 1000));
+  const nw = perS(sizes.telemetryWarmUpMs);
   const n1 = sizes.refund1;
-  const n8 = Math.max(8, Math.round(sizes.refund50 / 4));
+  const n8 = perS(sizes.telemetryLoadMs);
   const calls = await seedProposals(
     w.db,
     Array.from({ length: nw + n1 + n8 }, (_, i) => ({
@@ -96,19 +109,30 @@ async function measure(w: BenchWorld, sizes: BenchSizes, orders: string[], telem
     );
     await done;
   };
-  const warm = await closedLoop(nw, 1, (i) => fire(i), { maxMs: Math.min(WARM_UP_MS, 2 * sizes.latencyMaxMs) });
+  const warm = await closedLoop(nw, 1, (i) => fire(i), { maxMs: sizes.telemetryWarmUpMs });
   const cpuBefore = servicesCpuS(w);
   const c1 = await closedLoop(n1, 1, (i) => fire(nw + i), { maxMs: sizes.latencyMaxMs / 2 });
-  const c8 = await closedLoop(n8, 8, (i) => fire(nw + n1 + i), { maxMs: sizes.loadMaxMs / 2 });
-  const cpuS = servicesCpuS(w) - cpuBefore;
+  const c8 = await closedLoop(n8, 8, (i) => fire(nw + n1 + i), { maxMs: sizes.telemetryLoadMs });
   const fired = c1.ops + c8.ops;
+  const cpuByService: Record<string, number> = {};
+  for (const [name, seconds] of servicesCpuS(w))
+    cpuByService[name] = fired ? round(((seconds - (cpuBefore.get(name) ?? 0)) * 1000) / fired) : 0;
+  const cpuMs = Object.values(cpuByService).reduce((a, b) => a + b, 0);
   const unfired = [...calls.slice(warm.ops, nw), ...calls.slice(nw + c1.ops, nw + n1), ...calls.slice(nw + n1 + c8.ops)];
   await endSeededRuns(
     w.db,
     unfired.map((c) => c.workflowId),
   );
   await ageRefunds(w.db);
-  return { telemetry, warmUpCalls: warm.ops, c1, c8, cpuMsPerCall: fired ? round((cpuS * 1000) / fired) : null };
+  return {
+    telemetry,
+    startMs,
+    warmUpCalls: warm.ops,
+    c1,
+    c8,
+    cpuMsPerCall: fired ? round(cpuMs) : null,
+    cpuMsPerCallByService: cpuByService,
+  };
 }
 
 /** Median of the non-null values, or null when there is none. */
@@ -149,8 +173,9 @@ export async function runTelemetry(w: BenchWorld, sizes: BenchSizes, orders: str
     const phases: TelemetryPhase[] = [];
     for (let i = 0; i < 2 * sizes.telemetryRounds + 1; i++) {
       const telemetry = i % 2 ? 'on' : 'off';
+      const restarted = Date.now();
       await w.restartAll(telemetry === 'on' ? on : off);
-      phases.push(await measure(w, sizes, orders, telemetry));
+      phases.push(await measure(w, sizes, orders, telemetry, Date.now() - restarted));
       // Spans leave in batches (every 5 s by default): on a short run, wait for the first batch
       // (at most 15 s) before the restart that ends this on phase; the timing above is unaffected.
       for (const until = Date.now() + 15_000; telemetry === 'on' && sink.counts.traces === 0 && Date.now() < until;)
@@ -162,6 +187,13 @@ export async function runTelemetry(w: BenchWorld, sizes: BenchSizes, orders: str
       p50Ratio: bracketedRatio(phases, (p) => p.c1.latency.p50),
       throughputRatio: bracketedRatio(phases, (p) => p.c8.opsPerSec),
       cpuRatio: bracketedRatio(phases, (p) => p.cpuMsPerCall),
+      startRatio: bracketedRatio(phases, (p) => p.startMs),
+      cpuRatioByService: Object.fromEntries(
+        Object.keys(phases[0]?.cpuMsPerCallByService ?? {}).map((name) => [
+          name,
+          bracketedRatio(phases, (p) => p.cpuMsPerCallByService[name] || null),
+        ]),
+      ),
       exports: { ...sink.counts },
     };
   } finally {
