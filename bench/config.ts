@@ -81,7 +81,7 @@ export const FULL: BenchSizes = {
   latencyMaxMs: 6000,
   loadMaxMs: 12_000,
   idleMs: 2000,
-  budgetMs: 740_000,
+  budgetMs: 820_000,
   policyLedger: [1000, 10_000, 50_000],
   policyTimeMs: 2000,
 };

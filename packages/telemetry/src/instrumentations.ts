@@ -70,26 +70,37 @@ const SPECS: readonly InstrumentationSpec[] = [
 /** Every instrumentation name, in the order {@link createInstrumentations} enables them. */
 export const INSTRUMENTATION_NAMES: readonly InstrumentationName[] = SPECS.map((s) => s.name);
 
-/** Parses one comma-separated list of instrumentation names; an unknown name is a configuration error. */
+/**
+ * Parses one comma-separated list of instrumentation names as OpenTelemetry's Node
+ * auto-instrumentation does: unset or empty means "not given"; blank entries are dropped; a
+ * name this process does not run (a typo, or one of OpenTelemetry's others such as `fs`) is
+ * ignored with a warning on stderr, so a setting shared with other Node services never stops one.
+ */
 function namesFrom(variable: string, env: Record<string, string | undefined>): Set<InstrumentationName> | undefined {
-  const raw = env[variable]?.trim();
+  const raw = env[variable];
   if (!raw) return undefined;
   const names = raw
     .split(',')
     .map((n) => n.trim())
     .filter(Boolean);
-  const unknown = names.filter((n) => !(INSTRUMENTATION_NAMES as readonly string[]).includes(n));
+  const known = names.filter((n): n is InstrumentationName => (INSTRUMENTATION_NAMES as readonly string[]).includes(n));
+  const unknown = names.filter((n) => !known.includes(n as InstrumentationName));
   if (unknown.length)
-    throw new Error(`${variable}: unknown instrumentation ${unknown.join(', ')}; known: ${INSTRUMENTATION_NAMES.join(', ')}`);
-  return new Set(names as InstrumentationName[]);
+    process.stderr.write(
+      `telemetry: ${variable} names ${unknown.join(', ')}, not run by Gatehouse (ignored); known: ${INSTRUMENTATION_NAMES.join(', ')}\n`,
+    );
+  return new Set(known);
 }
 
 /**
  * The instrumentations this process runs, chosen by the standard variables of OpenTelemetry's
- * Node auto-instrumentation: `OTEL_NODE_ENABLED_INSTRUMENTATIONS` (comma-separated names; unset:
- * every one) minus `OTEL_NODE_DISABLED_INSTRUMENTATIONS`. `GATEHOUSE_TEST_DISABLE_FETCH_TRACING=1`
- * also leaves undici out (the control-removed test only).
- * @throws Error on a name not in {@link INSTRUMENTATION_NAMES}, or when the test switch is set outside `GATEHOUSE_ENV=test`.
+ * Node auto-instrumentation: `OTEL_NODE_ENABLED_INSTRUMENTATIONS` (comma-separated names; unset
+ * or empty: every one) minus `OTEL_NODE_DISABLED_INSTRUMENTATIONS`. Names not in
+ * {@link INSTRUMENTATION_NAMES} are ignored with a warning. Some depend on others: express
+ * records its route spans only inside http's server span, and http also extracts the incoming
+ * `traceparent`; without runtime-node the event-loop metrics (and their alert) are gone.
+ * `GATEHOUSE_TEST_DISABLE_FETCH_TRACING=1` also leaves undici out (the control-removed test only).
+ * @throws Error when that test switch is set outside `GATEHOUSE_ENV=test`.
  */
 export function selectedInstrumentations(env: Record<string, string | undefined> = process.env): InstrumentationName[] {
   const enabled = namesFrom('OTEL_NODE_ENABLED_INSTRUMENTATIONS', env);
@@ -99,7 +110,8 @@ export function selectedInstrumentations(env: Record<string, string | undefined>
 }
 
 /**
- * New instances of the selected instrumentations ({@link selectedInstrumentations}; settings in {@link SPECS}).
+ * New instances of the selected instrumentations ({@link selectedInstrumentations}), with the
+ * settings listed above. Each is enabled by its constructor (it patches modules as they load).
  * @throws Error as {@link selectedInstrumentations}.
  */
 export function createInstrumentations(env: Record<string, string | undefined> = process.env): Instrumentation[] {

@@ -13,7 +13,8 @@ export interface MetricDef {
 }
 
 /**
- * Metrics the auto-instrumentations create in every service (packages/telemetry/src/instrumentations.ts):
+ * Metrics the default auto-instrumentations create in every service (packages/telemetry/src/instrumentations.ts;
+ * fewer when `OTEL_NODE_ENABLED_INSTRUMENTATIONS` / `OTEL_NODE_DISABLED_INSTRUMENTATIONS` leave some out):
  * http server durations (http), client durations of `fetch` (undici), and the runtime metrics
  * (runtime-node: event-loop delay and utilization, heap, GC). `test/telemetry/metric-registry`
  * asserts each is produced by the libraries as listed (name, kind, unit).
