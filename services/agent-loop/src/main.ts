@@ -99,7 +99,12 @@ const app = createIntakeApp({
   limiter: limiterFromEnv(ctx.redis, env, 'intake'),
   log,
   readyChecks: ctx.readyChecks,
-  events: { hub, pollMs: env.EVENTS_POLL_MS, heartbeatMs: env.EVENTS_HEARTBEAT_MS },
+  events: {
+    hub,
+    pollMs: env.EVENTS_POLL_MS,
+    heartbeatMs: env.EVENTS_HEARTBEAT_MS,
+    limits: { perUser: env.EVENTS_MAX_STREAMS_PER_USER, perTenant: env.EVENTS_MAX_STREAMS_PER_TENANT },
+  },
 });
 
 const workers = startWorkers(

@@ -170,6 +170,9 @@ const intakePaths: ZodOpenApiObject['paths'] = {
         '400': errorResponse('bad_last_event_id'),
         '401': errorResponse('missing or invalid token'),
         '404': errorResponse("no such workflow in the caller's tenant"),
+        '429': errorResponse(
+          'too_many_streams_user or too_many_streams_tenant: open streams past the per-user or per-tenant limit of this server; Retry-After in seconds',
+        ),
       },
     },
   },

@@ -4,6 +4,7 @@ import { isTerminal, readWorkflowEvents, type Db } from '@gatehouse/ledger';
 import { UserError, type AuthedRequest, type Logger } from '@gatehouse/platform';
 import type { WorkflowEventHub } from '../domain/event-hub.ts';
 import { ownWorkflow } from './workflows.router.ts';
+import { StreamSlots, type StreamLimits } from './stream-slots.ts';
 
 /** Timing of the event streams. */
 export interface EventStreamConfig {
@@ -14,7 +15,15 @@ export interface EventStreamConfig {
   pollMs: number;
   /** Comment line (`: heartbeat`) every this many ms, so proxies keep an idle stream open. */
   heartbeatMs: number;
+  /** Open streams this process admits per user and per tenant (default {@link DEFAULT_STREAM_LIMITS}). */
+  limits?: StreamLimits;
 }
+
+/** Default caps on open streams per process: a user's few tabs and apps; a tenant's whole support floor. */
+export const DEFAULT_STREAM_LIMITS: StreamLimits = { perUser: 20, perTenant: 500 };
+
+/** Seconds a client refused for too many streams is told to wait (`Retry-After`). */
+const STREAM_RETRY_AFTER_S = 30;
 
 /** The last seq the client saw: `Last-Event-ID` header, else `?lastEventId=`, else 0. @throws UserError 400 `bad_last_event_id`. */
 function lastEventId(header: string | undefined, query: unknown): number {
@@ -34,9 +43,12 @@ function lastEventId(header: string | undefined, query: unknown): number {
  * `Last-Event-ID` are replayed from the ledger, then live ones follow (a Postgres notification
  * from any replica, or the bounded poll). The stream ends after a terminal event; a request for
  * a terminal workflow with nothing after `Last-Event-ID` is 204 (an EventSource stops reconnecting).
+ * Past the open-stream limits of this process (`cfg.limits`), 429 `too_many_streams_user` or
+ * `too_many_streams_tenant` with `Retry-After`; the slot is freed when the stream closes.
  */
 export function eventsRouter(cfg: EventStreamConfig): Router {
   const router = Router();
+  const slots = new StreamSlots(cfg.limits ?? DEFAULT_STREAM_LIMITS);
   router.get('/v1/workflows/:id/events', async (req, res) => {
     const { user } = req as unknown as AuthedRequest;
     const wf = await ownWorkflow(cfg.db, String(req.params.id), user.tenant);
@@ -44,6 +56,16 @@ export function eventsRouter(cfg: EventStreamConfig): Router {
     // A workflow that already ended and whose last event the client has: nothing will follow, and
     // 204 tells an EventSource to stop reconnecting.
     if (isTerminal(wf.state) && wf.event_seq <= last) return void res.status(204).end();
+    const slot = slots.take(user.tenant, user.sub);
+    if ('refused' in slot) {
+      res.setHeader('retry-after', String(STREAM_RETRY_AFTER_S));
+      return void res.status(429).json({
+        error: {
+          reason: `too_many_streams_${slot.refused}`,
+          message: `at most ${slot.limit} open event streams per ${slot.refused} on this server; close one or retry after ${STREAM_RETRY_AFTER_S} s`,
+        },
+      });
+    }
     res.status(200).set({
       'content-type': 'text/event-stream; charset=utf-8',
       'cache-control': 'no-cache, no-transform',
@@ -57,6 +79,7 @@ export function eventsRouter(cfg: EventStreamConfig): Router {
     const poll = setInterval(() => stream.pump(), cfg.pollMs);
     const beat = setInterval(() => res.write(': heartbeat\n\n'), cfg.heartbeatMs);
     const stop = (): void => {
+      slot.release();
       unsubscribe();
       clearInterval(poll);
       clearInterval(beat);
