@@ -1,6 +1,6 @@
 import type { Server } from 'node:http';
 import express from 'express';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi, type MockInstance } from 'vitest';
 import { closeServer, createLogger, finishApp, listen } from '@gatehouse/platform';
 import { createAction } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
@@ -19,6 +19,7 @@ let base = '';
 let quill = '';
 let north = '';
 const open: AbortController[] = [];
+let subscribed: MockInstance<WorkflowEventHub['subscribe']>;
 const log = createLogger('stream-limits-test');
 
 beforeAll(async () => {
@@ -32,6 +33,7 @@ beforeAll(async () => {
     next();
   });
   const hub = new WorkflowEventHub(t.url, log); // not started: streams fall back to the ledger poll
+  subscribed = vi.spyOn(hub, 'subscribe');
   app.use(eventsRouter({ db: t.db, log, hub, pollMs: 1000, heartbeatMs: 15_000, limits: { perUser: 2, perTenant: 3 } }));
   ({ server, port: base } = await listen(finishApp(app, log), 0, '127.0.0.1').then((l) => ({ ...l, port: `http://127.0.0.1:${l.port}` })));
 });
@@ -66,6 +68,8 @@ describe('event stream limits', () => {
     expect((await stream('rep-ben@quillfeather', quill)).status).toBe(200);
     expect(await stream('rep-ben@quillfeather', quill)).toMatchObject({ status: 429, reason: 'too_many_streams_tenant' });
     expect((await stream('rep-ivy@northwind', north)).status).toBe(200);
+    // Deny path: a refused request subscribed to nothing (and so started no poll): 4 admitted, 4 subscriptions.
+    expect(subscribed).toHaveBeenCalledTimes(4);
 
     first.close();
     let again = 0;
@@ -77,7 +81,7 @@ describe('event stream limits', () => {
     expect(again).toBe(200);
   });
 
-  it("a refused request reads nothing: another tenant's workflow is still 404 before any limit", async () => {
+  it("another tenant's workflow is 404 before any limit is counted", async () => {
     expect((await fetch(`${base}/v1/workflows/${north}/events`, { headers: { 'x-test-user': 'rep-ana@quillfeather' } })).status).toBe(404);
   });
 });
