@@ -91,17 +91,25 @@ export class AbuseLimiter {
 }
 
 /**
+ * Answers 429 Too Many Requests: `Retry-After` in seconds and the error body `{ error: { reason,
+ * message } }` every API answers with (RFC 6585 §4; the reason names the limit).
+ */
+export function sendTooManyRequests(res: Response, retryAfterSeconds: number, reason: string, message: string): void {
+  res.setHeader('retry-after', String(retryAfterSeconds));
+  res.status(429).json({ error: { reason, message } });
+}
+
+/**
  * Answers a refusal: 429 with `Retry-After` and a reason (`rate_limited_user` /
  * `rate_limited_tenant`) saying which limit and for how long.
  */
 export function sendRateRefusal(res: Response, refusal: RateRefusal, settings: RateLimitSettings): void {
-  res.setHeader('retry-after', String(refusal.retryAfterSeconds));
-  res.status(429).json({
-    error: {
-      reason: `rate_limited_${refusal.scope}`,
-      message: `more than ${refusal.limit} ${settings.surface} requests per ${refusal.scope} in ${settings.windowSeconds} s; retry after ${refusal.retryAfterSeconds} s`,
-    },
-  });
+  sendTooManyRequests(
+    res,
+    refusal.retryAfterSeconds,
+    `rate_limited_${refusal.scope}`,
+    `more than ${refusal.limit} ${settings.surface} requests per ${refusal.scope} in ${settings.windowSeconds} s; retry after ${refusal.retryAfterSeconds} s`,
+  );
 }
 
 /**

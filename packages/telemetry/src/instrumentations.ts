@@ -110,23 +110,23 @@ export function selectedInstrumentations(env: Record<string, string | undefined>
 }
 
 /**
- * New instances of the selected instrumentations ({@link selectedInstrumentations}), with the
- * settings listed above. Each is enabled by its constructor (it patches modules as they load).
- * @throws Error as {@link selectedInstrumentations}.
+ * New instances of the named instrumentations (default: {@link selectedInstrumentations} of
+ * `process.env`), with the settings listed above. Each is enabled by its constructor (it
+ * patches modules as they load).
+ * @throws Error as {@link selectedInstrumentations} when `names` is left to its default.
  */
-export function createInstrumentations(env: Record<string, string | undefined> = process.env): Instrumentation[] {
-  const names = new Set(selectedInstrumentations(env));
-  return SPECS.filter((s) => names.has(s.name)).map((s) => s.create());
+export function createInstrumentations(names: readonly InstrumentationName[] = selectedInstrumentations()): Instrumentation[] {
+  return SPECS.filter((s) => names.includes(s.name)).map((s) => s.create());
 }
 
 /**
- * Modules whose ESM imports the loader hook must intercept for the selected instrumentations
- * (none when only undici and runtime-node run).
- * @throws Error as {@link selectedInstrumentations}.
+ * Modules whose ESM imports the loader hook must intercept for the named instrumentations
+ * (default: {@link selectedInstrumentations} of `process.env`; none when only undici and
+ * runtime-node run).
+ * @throws Error as {@link selectedInstrumentations} when `names` is left to its default.
  */
-export function instrumentedModules(env: Record<string, string | undefined> = process.env): string[] {
-  const names = new Set(selectedInstrumentations(env));
-  return SPECS.filter((s) => names.has(s.name)).flatMap((s) => s.hooks);
+export function instrumentedModules(names: readonly InstrumentationName[] = selectedInstrumentations()): string[] {
+  return SPECS.filter((s) => names.includes(s.name)).flatMap((s) => s.hooks);
 }
 
 /**

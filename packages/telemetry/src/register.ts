@@ -12,12 +12,14 @@
 import { register } from 'node:module';
 import { registerInstrumentations } from '@opentelemetry/instrumentation';
 import { exportConfigured } from './config.ts';
-import { createInstrumentations, instrumentedModules, rememberInstrumentations } from './instrumentations.ts';
+import { createInstrumentations, instrumentedModules, rememberInstrumentations, selectedInstrumentations } from './instrumentations.ts';
 
 if (exportConfigured('traces') || exportConfigured('metrics')) {
-  const include = instrumentedModules();
+  // Selected once: an ignored name is warned about once.
+  const names = selectedInstrumentations();
+  const include = instrumentedModules(names);
   if (include.length) register('@opentelemetry/instrumentation/hook.mjs', import.meta.url, { data: { include } });
-  const instrumentations = createInstrumentations();
+  const instrumentations = createInstrumentations(names);
   registerInstrumentations({ instrumentations });
   rememberInstrumentations(instrumentations);
 }

@@ -35,7 +35,9 @@ beforeAll(async () => {
   const hub = new WorkflowEventHub(t.url, log); // not started: streams fall back to the ledger poll
   subscribed = vi.spyOn(hub, 'subscribe');
   app.use(eventsRouter({ db: t.db, log, hub, pollMs: 1000, heartbeatMs: 15_000, limits: { perUser: 2, perTenant: 3 } }));
-  ({ server, port: base } = await listen(finishApp(app, log), 0, '127.0.0.1').then((l) => ({ ...l, port: `http://127.0.0.1:${l.port}` })));
+  const listening = await listen(finishApp(app, log), 0, '127.0.0.1');
+  server = listening.server;
+  base = `http://127.0.0.1:${listening.port}`;
 });
 afterAll(async () => {
   for (const c of open) c.abort();

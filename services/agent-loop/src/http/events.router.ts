@@ -1,7 +1,7 @@
 import { Router, type Response } from 'express';
 import { LastEventIdSchema, WORKFLOW_EVENT_NAME } from '@gatehouse/contracts';
 import { isTerminal, readWorkflowEvents, type Db } from '@gatehouse/ledger';
-import { UserError, type AuthedRequest, type Logger } from '@gatehouse/platform';
+import { sendTooManyRequests, UserError, type AuthedRequest, type Logger } from '@gatehouse/platform';
 import type { WorkflowEventHub } from '../domain/event-hub.ts';
 import { ownWorkflow } from './workflows.router.ts';
 import { StreamSlots, type StreamLimits } from './stream-slots.ts';
@@ -57,15 +57,13 @@ export function eventsRouter(cfg: EventStreamConfig): Router {
     // 204 tells an EventSource to stop reconnecting.
     if (isTerminal(wf.state) && wf.event_seq <= last) return void res.status(204).end();
     const slot = slots.take(user.tenant, user.sub);
-    if ('refused' in slot) {
-      res.setHeader('retry-after', String(STREAM_RETRY_AFTER_S));
-      return void res.status(429).json({
-        error: {
-          reason: `too_many_streams_${slot.refused}`,
-          message: `at most ${slot.limit} open event streams per ${slot.refused} on this server; close one or retry after ${STREAM_RETRY_AFTER_S} s`,
-        },
-      });
-    }
+    if ('refused' in slot)
+      return sendTooManyRequests(
+        res,
+        STREAM_RETRY_AFTER_S,
+        `too_many_streams_${slot.refused}`,
+        `at most ${slot.limit} open event streams per ${slot.refused} on this server; close one or retry after ${STREAM_RETRY_AFTER_S} s`,
+      );
     res.status(200).set({
       'content-type': 'text/event-stream; charset=utf-8',
       'cache-control': 'no-cache, no-transform',
