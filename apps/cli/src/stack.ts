@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { appendFileSync, closeSync, mkdirSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, closeSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
 import { createLogger, type Logger } from '@gatehouse/platform';
@@ -114,10 +114,26 @@ async function isReady(port: number, name: string): Promise<boolean> {
 
 const exited = (child: ChildProcess): boolean => child.exitCode !== null || child.signalCode !== null;
 
-async function waitReady(port: number, deadlineMs: number, child: ChildProcess, name: string): Promise<void> {
+/** The last `lines` lines of a service's log (empty when it cannot be read), for an error message. */
+function logTail(file: string, lines = 15): string {
+  try {
+    return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+  } catch {
+    return '';
+  }
+}
+
+/**
+ * Polls `/readyz` until the service answers as `name`.
+ * @throws Error when the process exits first (naming its log `logFile` and quoting its last
+ * lines, so a CI run that keeps no temp folders still shows why) or after `deadlineMs`.
+ */
+async function waitReady(port: number, deadlineMs: number, child: ChildProcess, name: string, logFile: string): Promise<void> {
   for (;;) {
     if (exited(child))
-      throw new Error(`${name} exited (${child.signalCode ?? `code ${child.exitCode}`}) before it was ready (see its log)`);
+      throw new Error(
+        `${name} exited (${child.signalCode ?? `code ${child.exitCode}`}) before it was ready; ${logFile} ends:\n${logTail(logFile)}`,
+      );
     if (await isReady(port, name)) return;
     if (Date.now() > deadlineMs) throw new Error(`${name} not ready on port ${port} in time`);
     await new Promise((r) => setTimeout(r, 150));
@@ -190,7 +206,9 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
       processes.set(spec.name, child);
       return child;
     };
-    const ready = (child: ChildProcess): Promise<void> => waitReady(ports[spec.name]!, Date.now() + readyTimeoutMs, child, spec.name);
+    const logFile = resolve(opts.dir, `${spec.name}.log`);
+    const ready = (child: ChildProcess): Promise<void> =>
+      waitReady(ports[spec.name]!, Date.now() + readyTimeoutMs, child, spec.name, logFile);
     services.set(
       spec.name,
       new SupervisedService(spec.name, policy, opts.supervise ?? true, { spawn: spawnIt, waitReady: ready, log, emit }),

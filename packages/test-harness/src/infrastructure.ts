@@ -66,7 +66,23 @@ export function testQueuePrefix(): string {
 /** Lowest and highest port handed to test services: below Linux's ephemeral range (32768+). */
 const PORT_MIN = 15_000;
 const PORT_MAX = 32_000;
+/** Slices of that range, one per vitest worker (maxWorkers is 2; room for more). */
+const PORT_SLICES = 4;
 const handedOut = new Set<number>();
+
+/**
+ * This process's part of the test port range, `[min, max)`. Each vitest worker (`VITEST_POOL_ID`,
+ * 1-based) gets its own slice: a port checked free here stays unbound until its service starts,
+ * seconds later, and a worker beside this one must not pick it meanwhile — the check cannot see
+ * a port another process has chosen but not yet bound. Outside vitest: the whole range.
+ */
+export function testPortRange(poolId = process.env.VITEST_POOL_ID): { min: number; max: number } {
+  const id = Number(poolId);
+  if (!Number.isInteger(id) || id < 1) return { min: PORT_MIN, max: PORT_MAX };
+  const width = Math.floor((PORT_MAX - PORT_MIN) / PORT_SLICES);
+  const min = PORT_MIN + ((id - 1) % PORT_SLICES) * width;
+  return { min, max: min + width };
+}
 
 async function canBind(port: number): Promise<boolean> {
   const { createServer } = await import('node:net');
@@ -79,12 +95,13 @@ async function canBind(port: number): Promise<boolean> {
 
 /**
  * A port for a test service: random below the kernel's ephemeral range (so no outgoing
- * connection can take it between now and the service's bind), checked free by binding it, and
- * never handed out twice by this process.
+ * connection can take it between now and the service's bind), in this worker's slice of it
+ * ({@link testPortRange}), checked free by binding it, and never handed out twice by this process.
  */
 export async function freePort(): Promise<number> {
+  const { min, max } = testPortRange();
   for (let i = 0; i < 200; i++) {
-    const port = PORT_MIN + Math.floor(Math.random() * (PORT_MAX - PORT_MIN));
+    const port = min + Math.floor(Math.random() * (max - min));
     if (handedOut.has(port) || !(await canBind(port))) continue;
     handedOut.add(port);
     return port;
