@@ -52,14 +52,16 @@ describe('executor: statements for one ALLOW refund', () => {
     // the claim's audit fields 1 (ADR 0350); the action's and the run's transitions as one
     // conditional UPDATE each on the rows the claim and the record hold locked, 6 (claim 4), the
     // event's actions view returned by the run's UPDATE and the deadline read with the run's lock,
-    // 2 more, the record's action lock joined to its fenced UPDATE 1 more (ADR 0390).
-    expect(statements.length).toBeLessThanOrEqual(22);
-    expect(claim.length).toBeLessThanOrEqual(12);
+    // 2 more, the record's action lock joined to its fenced UPDATE 1 more (ADR 0390); the workflow
+    // read with the action, and the audit fields' basis with them (read once per job), 2 more
+    // (claim 1; ADR 0350).
+    expect(statements.length).toBeLessThanOrEqual(20);
+    expect(claim.length).toBeLessThanOrEqual(11);
   });
 });
 
 describe('executor: a redelivery answered without a claim (ADR 0350)', () => {
-  it('a finished refund delivered again replays its stored outcome in at most 7 statements, without a row lock or a second result', async () => {
+  it('a finished refund delivered again replays its stored outcome in 2 statements, without a transaction, a row lock or a second result', async () => {
     const orderId = await h.newOrder();
     const a = await createAction(h.db, { orderId, amountCents: 3200 });
     expect(await processExecution(a.job, h.deps())).toBe('succeeded');
@@ -68,13 +70,42 @@ describe('executor: a redelivery answered without a claim (ADR 0350)', () => {
     statements.length = 0;
     expect(await processExecution(a.job, h.deps({ db: counted }))).toBe('replay:succeeded');
     if (process.env.STATEMENTS_VERBOSE) console.log(statements.join('\n'));
-    // the workflow; the action with its operation; then BEGIN, the published result, the audit
-    // fields, the `operation.replayed` event, COMMIT — 7 before ADR 0350 answered it from the
-    // action's read: 14, with the claim's locks and a second result job.
-    expect(statements.length).toBeLessThanOrEqual(7);
+    // the action with its run, operation and audit basis; the `operation.replayed` event, written
+    // only if the result was published. 14 with the claim's locks and a second result job before
+    // ADR 0350 answered it from the action's read; 7 after (a separate workflow read, a transaction
+    // around the published check, the audit fields read apart).
+    expect(statements.length).toBeLessThanOrEqual(2);
+    expect(statements.filter((s) => /^(begin|commit)/i.test(s))).toEqual([]);
     expect(statements.filter((s) => /for update|for no key update/i.test(s))).toEqual([]);
     const results = await h.db.selectFrom('outbox').select('id').where('job_id', '=', `result_${a.workflowId}_${a.callId}`).execute();
     expect(results).toHaveLength(1);
+    const replays = await h.db
+      .selectFrom('audit_outbox')
+      .select('event')
+      .where(sql<boolean>`event->>'type' = 'operation.replayed' and event->>'runId' = ${a.workflowId}`)
+      .execute();
+    expect(replays).toHaveLength(1);
+  });
+
+  it('a redelivery whose result was never published writes it again with the event, in one transaction, and publishes it', async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { orderId, amountCents: 3300 });
+    expect(await processExecution(a.job, h.deps())).toBe('succeeded');
+    await h.relay.flushMarks(); // the relay marks rows published in batches
+    const jobId = `result_${a.workflowId}_${a.callId}`;
+    // as if the record's writer died after its commit, before publishing
+    await h.db.updateTable('outbox').set({ published_at: null }).where('job_id', '=', jobId).execute();
+    statements.length = 0;
+    expect(await processExecution(a.job, h.deps({ db: counted }))).toBe('replay:succeeded');
+    const begin = statements.findIndex((s) => /^begin/i.test(s));
+    const commit = statements.findIndex((s) => /^commit/i.test(s));
+    expect(begin).toBeGreaterThan(-1);
+    const inTx = statements.slice(begin, commit);
+    expect(inTx.some((s) => /insert into "outbox"/.test(s))).toBe(true);
+    expect(inTx.some((s) => /insert into "audit_outbox"/.test(s))).toBe(true);
+    await h.relay.flushMarks();
+    const rows = await h.db.selectFrom('outbox').select(['published_at']).where('job_id', '=', jobId).execute();
+    expect(rows.filter((r) => r.published_at !== null)).toHaveLength(1);
     const replays = await h.db
       .selectFrom('audit_outbox')
       .select('event')

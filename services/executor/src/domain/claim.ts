@@ -21,7 +21,7 @@ import {
 import type { Selectable } from 'kysely';
 import { decideAndRecord, evaluateAction, type AuthoritativeRecord, type PolicyBundles } from '@gatehouse/policy';
 import { findTool } from '@gatehouse/tools';
-import { executionAuditFields, type ExecutionAuditFields } from './execution-audit.ts';
+import { executionAuditFields, type AuditBasis, type ExecutionAuditFields } from './execution-audit.ts';
 
 type Action = Selectable<ActionsTable>;
 type Operation = Selectable<OperationsTable>;
@@ -71,6 +71,8 @@ export interface ClaimOptions {
   leaseMs: number;
   baseline: Record<string, unknown> | null;
   auditHmacKey: string;
+  /** The basis of the claim's audit events, read with the action before the claim; absent: read in the claim's transaction. */
+  auditBasis?: AuditBasis;
   userId: string;
   reevaluation: Reevaluation;
   /** Require the approval to name exactly this action (false only in control-removed tests). */
@@ -111,7 +113,11 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
     const stop = await firstClaimChecks(trx, job, action, op, wf ?? null, opts);
     if (stop) return stop;
   }
-  const audit = await executionAuditFields(trx, action, { auditHmacKey: opts.auditHmacKey, approvalId: job.approvalId });
+  const audit = await executionAuditFields(trx, action, {
+    auditHmacKey: opts.auditHmacKey,
+    approvalId: job.approvalId,
+    basis: opts.auditBasis,
+  });
   if (op.status === 'pending' && action.decision === 'REQUIRE_APPROVAL') {
     const refused = await consumeForClaim(trx, job, action, opts.bindDigest);
     if (refused) return refused;

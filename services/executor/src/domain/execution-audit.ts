@@ -1,4 +1,4 @@
-import type { Selectable } from 'kysely';
+import { sql, type Expression, type RawBuilder, type Selectable } from 'kysely';
 import type { AuditEventInput } from '@gatehouse/contracts';
 import { actorHash, operationKeyHash, type ActionsTable, type Db, type Trx } from '@gatehouse/ledger';
 
@@ -22,57 +22,90 @@ export type ExecutionAuditFields = Required<
 >;
 
 /**
+ * What an execution audit event carries beyond the action's own columns: the run's user and
+ * tool catalog, the model and prompt digest of the model turn that proposed the call
+ * (`model_turns` of the proposal's round; null when none is recorded), and the approval used for
+ * the action, if any. All of it is fixed once the action exists, save the used approval, which a
+ * claim names itself when it consumes one.
+ */
+export interface AuditBasis {
+  userId: string;
+  catalogDigest: string;
+  model: string | null;
+  promptHash: string | null;
+  usedApprovalId: string | null;
+}
+
+type Operand = Expression<unknown> | RawBuilder<unknown>;
+
+/**
+ * The select list of an {@link AuditBasis}, for a query over `workflows as w` (the action's run),
+ * given the action's `proposal_id` and `id`: the one definition the execution context's read
+ * and {@link executionAuditFields}' own read share. Read it back with {@link auditBasisOf}.
+ */
+export function auditBasisColumns(proposalId: Operand, actionId: Operand) {
+  const turn = (column: 'model' | 'instructions_sha256') =>
+    sql<
+      string | null
+    >`(select m.${sql.ref(column)} from proposals p join model_turns m on m.workflow_id = p.workflow_id and m.round = p.round
+      where p.id = ${proposalId} limit 1)`;
+  return [
+    sql<string>`w.user_id`.as('audit_user_id'),
+    sql<string>`w.catalog_digest`.as('audit_catalog_digest'),
+    turn('model').as('audit_model'),
+    turn('instructions_sha256').as('audit_prompt_hash'),
+    sql<string | null>`(select id from approvals where action_id = ${actionId} and status = 'used' limit 1)`.as('audit_used_approval_id'),
+  ] as const;
+}
+
+/** The {@link AuditBasis} of a row selected with {@link auditBasisColumns}. */
+export function auditBasisOf(row: {
+  audit_user_id: string;
+  audit_catalog_digest: string;
+  audit_model: string | null;
+  audit_prompt_hash: string | null;
+  audit_used_approval_id: string | null;
+}): AuditBasis {
+  return {
+    userId: row.audit_user_id,
+    catalogDigest: row.audit_catalog_digest,
+    model: row.audit_model,
+    promptHash: row.audit_prompt_hash,
+    usedApprovalId: row.audit_used_approval_id,
+  };
+}
+
+/**
  * The correlation fields of an execution audit event (`operation.claimed`, `approval.consumed`,
- * `operation.succeeded|failed|unknown|replayed`), read from the ledger in the caller's
- * transaction (docs/product/invariants.md#evidence): the hashed actor, the action (tool, digest,
- * version, call id, rule), the hashed operation key, the approval — `approvalId` when one was
- * consumed for it, else `noApprovalReason: 'policy_allowed'` for an ALLOW action — and the
- * model, prompt (instructions digest), tool catalog, policy and release revisions. The model and
- * prompt are those of the model turn that proposed the call (`model_turns` of the proposal's
- * round). `approvalId`, when given, is the approval the caller has just consumed; otherwise the
- * approval used for this action is looked up.
+ * `operation.succeeded|failed|unknown|replayed`) (docs/product/invariants.md#evidence): the
+ * hashed actor, the action (tool, digest, version, call id, rule), the hashed operation key, the
+ * approval — `approvalId` when one was consumed for it, else `noApprovalReason: 'policy_allowed'`
+ * for an ALLOW action — and the model, prompt (instructions digest), tool catalog, policy and
+ * release revisions. `opts.basis` is the {@link AuditBasis} read with the action (the execution
+ * context's one statement); without it, it is read here in one statement, in the caller's
+ * transaction when `db` is one. `approvalId`, when given, is the approval the caller has just
+ * consumed; otherwise the basis's used approval.
  * @throws when the action's workflow row is missing (a broken ledger).
  */
 export async function executionAuditFields(
   db: Db | Trx,
   action: Selectable<ActionsTable>,
-  opts: { auditHmacKey: string; approvalId?: string | null },
+  opts: { auditHmacKey: string; approvalId?: string | null; basis?: AuditBasis },
 ): Promise<ExecutionAuditFields> {
-  // One statement: the workflow, the proposing model turn and the used approval (ADR 0270).
-  const wf = await db
-    .selectFrom('workflows as w')
-    .leftJoinLateral(
-      (eb) =>
-        eb
-          .selectFrom('proposals as p')
-          .innerJoin('model_turns as m', (j) => j.onRef('m.workflow_id', '=', 'p.workflow_id').onRef('m.round', '=', 'p.round'))
-          .select(['m.model', 'm.instructions_sha256'])
-          .where('p.id', '=', action.proposal_id)
-          .limit(1)
-          .as('turn'),
-      (j) => j.onTrue(),
-    )
-    .select((eb) => [
-      'w.user_id',
-      'w.catalog_digest',
-      'turn.model',
-      'turn.instructions_sha256',
-      eb
-        .selectFrom('approvals')
-        .select('id')
-        .where('action_id', '=', action.id)
-        .where('status', '=', 'used')
-        .limit(1)
-        .as('used_approval_id'),
-    ])
-    .where('w.id', '=', action.workflow_id)
-    .executeTakeFirstOrThrow();
-  const turn = wf.model === null && wf.instructions_sha256 === null ? undefined : wf;
-  const approvalId = opts.approvalId ?? (action.decision === 'REQUIRE_APPROVAL' ? (wf.used_approval_id ?? null) : null);
+  const basis =
+    opts.basis ??
+    auditBasisOf(
+      await db
+        .selectFrom('workflows as w')
+        .select(auditBasisColumns(sql.val(action.proposal_id), sql.val(action.id)))
+        .where('w.id', '=', action.workflow_id)
+        .executeTakeFirstOrThrow(),
+    );
+  const approvalId = opts.approvalId ?? (action.decision === 'REQUIRE_APPROVAL' ? basis.usedApprovalId : null);
   return {
     service: 'executor',
     runId: action.workflow_id,
-    actorHash: actorHash(opts.auditHmacKey, wf.user_id),
+    actorHash: actorHash(opts.auditHmacKey, basis.userId),
     tool: action.tool,
     actionDigest: action.digest,
     actionVersion: action.version,
@@ -82,9 +115,9 @@ export async function executionAuditFields(
     callId: action.call_id,
     ruleId: action.rule_id,
     revisions: {
-      model: turn?.model ?? null,
-      promptHash: turn?.instructions_sha256 ?? null,
-      toolCatalog: wf.catalog_digest,
+      model: basis.model,
+      promptHash: basis.promptHash,
+      toolCatalog: basis.catalogDigest,
       policy: action.policy_revision,
       release: action.release_id,
     },

@@ -45,7 +45,7 @@ export async function executeSteps(job: ExecutionJob, deps: ExecutionDeps): Prom
   const inputs = await readClaimInputs(deps, ctx);
   if ('kind' in inputs) return inputs;
   const c = await claim(deps, ctx, inputs);
-  if (c.kind !== 'claimed') return answerUnclaimed(deps, job, c);
+  if (c.kind !== 'claimed') return answerUnclaimed(deps, job, c, ctx.auditBasis);
   const started = Date.now();
   const result = await dispatchEffect(deps, ctx, c, inputs.epoch, started);
   if ('kind' in result) return result;

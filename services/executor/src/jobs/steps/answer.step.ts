@@ -4,6 +4,7 @@ import {
   inTransaction,
   outageOutlasted,
   recordAudit,
+  recordAuditIfPublished,
   transitionAction,
   DEPENDENCY_UNAVAILABLE,
   type ActionsTable,
@@ -13,7 +14,7 @@ import {
 import type { Selectable } from 'kysely';
 import { toSafeOutput, type SafeOutput } from '@gatehouse/tools';
 import type { ClaimOutcome } from '../../domain/claim.ts';
-import { executionAuditFields } from '../../domain/execution-audit.ts';
+import { executionAuditFields, type AuditBasis } from '../../domain/execution-audit.ts';
 import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
 import type { ExecutionDeps } from '../execution-deps.ts';
 
@@ -71,18 +72,21 @@ export async function stopPastCeilingOrHold(
 }
 
 /**
- * Replays a finished operation's stored outcome (operation protocol, ADR 0270; docs/decisions/0350-redelivery-without-a-claim.md),
- * in one transaction: the call's `results` job is written and published again only when none was
- * published yet (a published one was delivered, or is re-driven by the watchdog if Redis lost
- * it; one its writer died before publishing is published now rather than after the relay's
- * sweep), a `failed_unknown` one parking the run for reconciliation; and the redelivery is
- * audited `operation.replayed`. Returns `replayed` with the operation's status.
+ * Replays a finished operation's stored outcome (operation protocol, ADR 0270; docs/decisions/0350-redelivery-without-a-claim.md):
+ * the redelivery is audited `operation.replayed`, and the call's `results` job is written and
+ * published again only when none was published yet (a published one was delivered, or is
+ * re-driven by the watchdog if Redis lost it; one its writer died before publishing is published
+ * now rather than after the relay's sweep), a `failed_unknown` one parking the run for
+ * reconciliation. The usual case — the result already published — is one conditional insert of
+ * the event, with no transaction; otherwise the job and the event are written in one
+ * transaction. Returns `replayed` with the operation's status.
  */
 export async function replayStoredOutcome(
   deps: Pick<ExecutionDeps, 'db' | 'relay' | 'auditHmacKey'>,
   job: ExecutionJob,
   action: Selectable<ActionsTable>,
   op: Pick<Selectable<OperationsTable>, 'status' | 'result' | 'evidence_ref'>,
+  basis?: AuditBasis,
 ): Promise<ExecutionOutcome> {
   const payload = {
     release: job.release,
@@ -91,25 +95,21 @@ export async function replayStoredOutcome(
     output: (op.result as SafeOutput | null) ?? toSafeOutput(action.tool, { executed: false, status: op.status }, 'gatehouse'),
     ...(op.status === 'failed_unknown' ? { park: 'needs_reconciliation' as const } : {}),
   };
-  const rows = await inTransaction(deps.db, async (trx) => {
-    const published = await trx
-      .selectFrom('outbox')
-      .select('id')
-      .where('job_id', '=', resultsQueue.jobId(payload))
-      .where('queue', '=', queueName(resultsQueue.base, job.release))
-      .where('published_at', 'is not', null)
-      .limit(1)
-      .executeTakeFirst();
-    const written = published ? [] : [await enqueueInTransaction(trx, resultsQueue, payload)];
-    await recordAudit(trx, {
-      ...(await executionAuditFields(trx, action, { auditHmacKey: deps.auditHmacKey })),
-      type: 'operation.replayed',
-      outcome: op.status,
-      effectRef: op.evidence_ref,
+  const event = {
+    ...(await executionAuditFields(deps.db, action, { auditHmacKey: deps.auditHmacKey, basis })),
+    type: 'operation.replayed' as const,
+    outcome: op.status,
+    effectRef: op.evidence_ref,
+  };
+  const result = { queue: queueName(resultsQueue.base, job.release), jobId: resultsQueue.jobId(payload) };
+  if (!(await recordAuditIfPublished(deps.db, event, result))) {
+    const row = await inTransaction(deps.db, async (trx) => {
+      const written = await enqueueInTransaction(trx, resultsQueue, payload);
+      await recordAudit(trx, event);
+      return written;
     });
-    return written;
-  });
-  if (rows.length) await deps.relay.publish(rows);
+    await deps.relay.publish([row]);
+  }
   return { kind: 'replayed', status: op.status };
 }
 
@@ -124,6 +124,7 @@ export async function answerUnclaimed(
   deps: ExecutionDeps,
   job: ExecutionJob,
   claim: Exclude<ClaimOutcome, { kind: 'claimed' }>,
+  basis?: AuditBasis,
 ): Promise<ExecutionOutcome> {
   switch (claim.kind) {
     case 'skip':
@@ -131,12 +132,12 @@ export async function answerUnclaimed(
     case 'busy':
       return { kind: 'busy', actionId: job.actionId };
     case 'replay':
-      return replayStoredOutcome(deps, job, claim.action, claim.operation);
+      return replayStoredOutcome(deps, job, claim.action, claim.operation, basis);
     case 'conflict':
       await inTransaction(deps.db, async (trx) => {
         await transitionAction(trx, claim.action.id, { to: 'failed' });
         await recordAudit(trx, {
-          ...(await executionAuditFields(trx, claim.action, { auditHmacKey: deps.auditHmacKey })),
+          ...(await executionAuditFields(trx, claim.action, { auditHmacKey: deps.auditHmacKey, basis })),
           type: 'operation.failed',
           outcome: 'idempotency_conflict',
         });

@@ -5,6 +5,7 @@ import {
   inTransaction,
   LIVE_STATES,
   recordAudit,
+  reviveWorkflow,
   transitionWorkflow,
   type ActionsTable,
   type Db,
@@ -15,6 +16,7 @@ import {
 import { findTool, type ToolDefinition } from '@gatehouse/tools';
 import { adapters, type AdapterCall, type AdapterResult } from '../../adapters/index.ts';
 import { auditHealthColumns, type AuditHealthReading } from '../../domain/audit-health.ts';
+import { auditBasisColumns, auditBasisOf, type AuditBasis } from '../../domain/execution-audit.ts';
 import type { TestHooks } from '../../domain/test-hooks.ts';
 import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
 
@@ -40,6 +42,8 @@ export interface ExecutionContext {
    * redelivery is answered from without a claim (docs/decisions/0350-redelivery-without-a-claim.md).
    */
   operation: OperationPreview | null;
+  /** What the step's audit events carry beyond the action, read with it (one statement, ADR 0270). */
+  auditBasis: AuditBasis;
 }
 
 /** The columns of the action's operation a redelivery is judged on. */
@@ -49,18 +53,20 @@ export type OperationPreview = Pick<
 >;
 
 /**
- * Reads what the steps need before the claim, in two statements: the workflow row, and the
- * action with its tool's switch, the audit-health readings and its operation, unlocked
- * (docs/decisions/0270-one-operation-protocol.md).
+ * Reads what the steps need before the claim, in one statement, unlocked: the action with its
+ * workflow row, its tool's switch and staged re-enable, the audit-health readings, its operation
+ * and the basis of its audit events (docs/decisions/0270-one-operation-protocol.md).
  * @throws Error when the workflow or action is missing, or the tool has no adapter.
  */
 export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<ExecutionContext> {
-  const wf = await db.selectFrom('workflows').selectAll().where('id', '=', job.workflowId).executeTakeFirstOrThrow();
   const row = await db
     .selectFrom('actions as a')
+    .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
     .leftJoin('tool_switches as s', 's.tool', 'a.tool')
     .leftJoin('operations as o', 'o.key', 'a.operation_key')
     .selectAll('a')
+    .select(sql<unknown>`to_jsonb(w)`.as('wf_row'))
+    .select(auditBasisColumns(sql.ref('a.proposal_id'), sql.ref('a.id')))
     .select(['s.enabled as switch_enabled', 's.changed_at as switch_changed_at', ...auditHealthColumns])
     .select([
       'o.status as op_status',
@@ -69,7 +75,7 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
       'o.frozen_at as op_frozen_at',
       'o.result as op_result',
       'o.evidence_ref as op_evidence_ref',
-      cohortAdmits(sql.ref('a.tool'), sql.val(wf.tenant), sql.val(wf.user_id)).as('cohort_admits'),
+      cohortAdmits(sql.ref('a.tool'), sql.ref('w.tenant'), sql.ref('w.user_id')).as('cohort_admits'),
       sql<ReenableStage | null>`(select r.stage from tool_reenable_stages r where r.tool = a.tool and r.ended_at is null)`.as(
         'reenable_stage',
       ),
@@ -77,6 +83,12 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
     .where('a.id', '=', job.actionId)
     .executeTakeFirstOrThrow();
   const {
+    wf_row,
+    audit_user_id,
+    audit_catalog_digest,
+    audit_model,
+    audit_prompt_hash,
+    audit_used_approval_id,
     switch_enabled,
     switch_changed_at,
     beatAgeMs,
@@ -91,6 +103,8 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
     op_evidence_ref,
     ...preview
   } = row;
+  const wf = reviveWorkflow(wf_row);
+  const auditBasis = auditBasisOf({ audit_user_id, audit_catalog_digest, audit_model, audit_prompt_hash, audit_used_approval_id });
   const tool = findTool(preview.tool);
   const adapter = adapters[preview.tool];
   if (!tool || !adapter) throw new Error(`no adapter for ${preview.tool}`);
@@ -108,7 +122,7 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
           result: op_result,
           evidence_ref: op_evidence_ref,
         };
-  return { job, wf, preview, tool, adapter, toolSwitch, reenable, auditHealth: { beatAgeMs, backlogAgeMs }, operation };
+  return { job, wf, preview, tool, adapter, toolSwitch, reenable, auditHealth: { beatAgeMs, backlogAgeMs }, operation, auditBasis };
 }
 
 /**

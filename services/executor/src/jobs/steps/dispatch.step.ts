@@ -87,6 +87,7 @@ export function claim(deps: ExecutionDeps, ctx: ExecutionContext, inputs: ClaimI
       leaseMs: deps.leaseMs,
       baseline: inputs.baseline,
       auditHmacKey: deps.auditHmacKey,
+      auditBasis: ctx.auditBasis,
       userId: ctx.wf.user_id,
       reevaluation,
       bindDigest: !hooks.disableDigestBinding,

@@ -22,7 +22,7 @@ export async function answerRedelivery(
   const { operation: op, preview: action, job } = ctx;
   if (!op || op.frozen_at || op.action_digest !== action.digest) return null;
   if (action.version !== job.actionVersion || !CLAIMABLE.includes(action.status)) return null;
-  if (isFinishedOperation(op.status)) return replayStoredOutcome(deps, job, action, op);
+  if (isFinishedOperation(op.status)) return replayStoredOutcome(deps, job, action, op, ctx.auditBasis);
   if (leaseIsLive(op) && !deps.hooks.disableLease) return { kind: 'busy', actionId: job.actionId };
   return null;
 }
