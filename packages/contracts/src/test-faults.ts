@@ -65,6 +65,9 @@ export interface TestFaults {
   webhookNoRetry: boolean;
   /** `DISABLE_TENANT_SPEND_CAP`: a tenant's daily model spend is not capped. */
   disableTenantSpendCap: boolean;
+  // services: ops
+  /** `DISABLE_WEBHOOK_CAP_LOCK`: a tenant's active webhook endpoints are counted without the tenant's lock. */
+  disableWebhookCapLock: boolean;
   // services: audit
   /** `KEY_CHECK_THEN_WRITE`: the audit key is written in place after an existence check (the race). */
   keyCheckThenWrite: boolean;
@@ -139,6 +142,7 @@ const SWITCHES: { [K in keyof TestFaults]: [name: string, kind: Kind] } = {
   webhookUnsigned: ['WEBHOOK_UNSIGNED', 'flag'],
   webhookNoRetry: ['WEBHOOK_NO_RETRY', 'flag'],
   disableTenantSpendCap: ['DISABLE_TENANT_SPEND_CAP', 'flag'],
+  disableWebhookCapLock: ['DISABLE_WEBHOOK_CAP_LOCK', 'flag'],
   keyCheckThenWrite: ['KEY_CHECK_THEN_WRITE', 'flag'],
   crashTool: ['CRASH_TOOL', 'text'],
   blockBeforeDispatchMs: ['BLOCK_BEFORE_DISPATCH_MS', 'ms'],

@@ -2,6 +2,7 @@ export * from './schema.ts';
 export * from './db.ts';
 export * from './outbox.ts';
 export * from './audit.ts';
+export * from './advisory-locks.ts';
 export * from './audit-chain.ts';
 export * from './audit-verify.ts';
 export * from './releases.ts';

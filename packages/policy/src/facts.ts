@@ -1,6 +1,5 @@
-import { createHash } from 'node:crypto';
 import { sql } from 'kysely';
-import type { Db, Trx } from '@gatehouse/ledger';
+import { advisoryLockId, takeAdvisoryLocks, type Db, type Trx } from '@gatehouse/ledger';
 import { loadWorld, fetchCapped, testFaults } from '@gatehouse/contracts';
 import { eligibleTools } from './eligibility.ts';
 import { supportTools, type ParsedProposal } from '@gatehouse/tools';
@@ -34,19 +33,8 @@ export function refundLimitKeys(tenant: string, userId: string, orderId: string,
   return opts.tenantDay ? [...keys, `refund-tenant-24h:${tenant}`] : keys;
 }
 
-/** A signed 64-bit advisory lock id for `key` (the first 8 bytes of its SHA-256), as a decimal string. */
-export function advisoryLockId(key: string): string {
-  return createHash('sha256').update(key).digest().readBigInt64BE(0).toString();
-}
-
-/**
- * Takes the transaction-scoped advisory locks of `keys` in one statement, in ascending lock-id
- * order, so any two transactions take shared locks in the same order and cannot deadlock on them.
- */
-async function lockLimits(trx: Trx, keys: string[]): Promise<void> {
-  const ids = keys.map(advisoryLockId).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : BigInt(a) > BigInt(b) ? 1 : 0));
-  await sql`SELECT ${sql.join(ids.map((id) => sql`pg_advisory_xact_lock(${id}::bigint)`))}`.execute(trx);
-}
+/** The lock id of a limit key (the ledger's {@link advisoryLockId}; re-exported for the isolation tests). */
+export { advisoryLockId };
 
 /** The tenant's own daily refund cap in the directory (world.json `refundCap24hCents`), or null (R10). */
 export function lookupTenantRefundCap(tenant: string): number | null {
@@ -188,7 +176,7 @@ export async function loadSupportFacts(
   const tenantDay = refund && opts.tenantCap === true;
   // Control-removed tests only: SHARED_LIMIT_LOCK puts every refund decision behind one lock.
   const keys = testSwitch('sharedLimitLock') ? ['refund-decision'] : refundLimitKeys(wf.tenant, wf.user_id, orderId, { tenantDay });
-  if (refund && !testSwitch('disableLimitLocks')) await lockLimits(trx, keys);
+  if (refund && !testSwitch('disableLimitLocks')) await takeAdvisoryLocks(trx, keys);
   // Control-removed test only (refused outside GATEHOUSE_ENV=test): judge each refund alone.
   const noBasis = testSwitch('disableCumulativeBasis');
   // Only R4–R7 and R10 read the sums, and only for refunds.

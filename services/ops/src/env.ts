@@ -7,4 +7,10 @@ export const opsEnv = {
   OPS_QUEUE_DISCOVERY_MS: z.coerce.number().int().positive().default(30_000),
   /** Folder of release manifests (default: the repository's `releases/`). */
   RELEASES_DIR: z.string().optional(),
+  /**
+   * Active webhook endpoints one tenant may have (docs/decisions/0250-pushed-workflow-events.md):
+   * every workflow event of a tenant becomes one delivery per active endpoint, so this bounds
+   * the deliveries one tenant's events can cause.
+   */
+  WEBHOOK_MAX_ENDPOINTS_PER_TENANT: z.coerce.number().int().min(1).max(1000).default(10),
 };

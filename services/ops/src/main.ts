@@ -35,6 +35,7 @@ const app = createOpsApp({
   localSecret: env.GATEHOUSE_AUTH_JWKS_URL || env.GATEHOUSE_ENV === 'production' ? null : env.GATEHOUSE_AUTH_SECRET,
   secureCookie: env.GATEHOUSE_ENV === 'production',
   production: env.GATEHOUSE_ENV === 'production',
+  maxWebhooksPerTenant: env.WEBHOOK_MAX_ENDPOINTS_PER_TENANT,
   signInLimiter: limiterFromEnv(ctx.redis, env, 'signin'),
   readyChecks: ctx.readyChecks,
 });

@@ -556,6 +556,15 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      /** @description too_many_webhooks: the tenant has WEBHOOK_MAX_ENDPOINTS_PER_TENANT active endpoints; disable one first */
+      409: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
     };
   };
   disableWebhook: {

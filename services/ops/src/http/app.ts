@@ -11,6 +11,8 @@ export interface OpsAppOptions extends OperatorAuthConfig {
   board: QueueBoard;
   /** Production: webhook URLs must be https. */
   production?: boolean;
+  /** Active webhook endpoints per tenant (default 10; `WEBHOOK_MAX_ENDPOINTS_PER_TENANT`). */
+  maxWebhooksPerTenant?: number;
   /** `/readyz` checks (Postgres, Redis). */
   readyChecks?: Record<string, ReadyCheck>;
 }
@@ -22,7 +24,7 @@ export interface OpsAppOptions extends OperatorAuthConfig {
  * listens and owns `db` and the board (its discovery timer).
  */
 export function createOpsApp(opts: OpsAppOptions): Express {
-  const { board, readyChecks, production = false, ...auth } = opts;
+  const { board, readyChecks, production = false, maxWebhooksPerTenant = 10, ...auth } = opts;
   const { router: signIn, requireOperator } = operatorAuth(auth);
   const app = createHttpApp('ops', readyChecks);
   const openApi = opsOpenApi();
@@ -33,6 +35,6 @@ export function createOpsApp(opts: OpsAppOptions): Express {
   app.use('/queues', requireOperator, board.handler);
   app.use(['/ops', '/api'], requireOperator);
   app.use(opsRouter({ db: auth.db, board }));
-  app.use(webhooksRouter({ db: auth.db, auditHmacKey: auth.auditHmacKey, production }));
+  app.use(webhooksRouter({ db: auth.db, auditHmacKey: auth.auditHmacKey, production, maxPerTenant: maxWebhooksPerTenant }));
   return finishApp(app, auth.log);
 }

@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { Router, type Request, type Response } from 'express';
-import { loadWorld, webhookUrlProblem, WebhookDeliveryQuerySchema, WebhookRegistrationSchema } from '@gatehouse/contracts';
-import { actorHash, inTransaction, recordAudit, type Db } from '@gatehouse/ledger';
-import { Forbidden, NotFound, parseBody, UserError } from '@gatehouse/platform';
+import { loadWorld, testFaults, webhookUrlProblem, WebhookDeliveryQuerySchema, WebhookRegistrationSchema } from '@gatehouse/contracts';
+import { actorHash, inTransaction, recordAudit, takeAdvisoryLocks, type Db, type Trx } from '@gatehouse/ledger';
+import { ConflictError, Forbidden, NotFound, parseBody, UserError } from '@gatehouse/platform';
 import { operatorOf } from './operator-auth.ts';
 
 const iso = (d: Date | string | null): string | null => (d === null ? null : new Date(d).toISOString());
@@ -12,26 +12,30 @@ function requireBearer(req: Request): void {
   if (!req.header('authorization')) throw new Forbidden('bearer_required', 'changing webhooks needs an operator bearer token');
 }
 
+/** The advisory lock key that serializes registrations of one tenant's webhook endpoints. */
+const endpointsLockKey = (tenant: string): string => `webhook-endpoints:${tenant}`;
+
 /**
  * Webhook endpoints of tenants and their deliveries (docs/product/public-contract.md#webhooks,
  * docs/decisions/0250-pushed-workflow-events.md), for operators only (mounted behind the operator
  * check): `POST /api/webhooks` `{tenant, url}` registers and answers the signing secret once
- * (201); `DELETE /api/webhooks/:id` disables (no new deliveries); `GET /api/webhooks` lists
- * (without secrets); `GET /api/webhooks/deliveries?status=&tenant=&limit=` lists deliveries,
- * `failed` ones with their last error. Each change is audited (`ops.command`).
+ * (201), or 409 `too_many_webhooks` when the tenant already has `maxPerTenant` active endpoints
+ * (nothing written); `DELETE /api/webhooks/:id` disables (no new deliveries); `GET /api/webhooks`
+ * lists (without secrets); `GET /api/webhooks/deliveries?status=&tenant=&limit=` lists
+ * deliveries, `failed` ones with their last error. Each change is audited (`ops.command`) in the
+ * transaction that makes it. `GATEHOUSE_TEST_DISABLE_WEBHOOK_CAP_LOCK=1` counts without the
+ * tenant's lock (the control-removed test only).
  */
-export function webhooksRouter(cfg: { db: Db; auditHmacKey: string; production: boolean }): Router {
+export function webhooksRouter(cfg: { db: Db; auditHmacKey: string; production: boolean; maxPerTenant: number }): Router {
   const router = Router();
-  const audit = (res: Response, outcome: string) =>
-    inTransaction(cfg.db, (trx) =>
-      recordAudit(trx, {
-        type: 'ops.command',
-        service: 'ops',
-        runId: null,
-        actorHash: actorHash(cfg.auditHmacKey, operatorOf(res).sub),
-        outcome,
-      }),
-    );
+  const audit = (trx: Trx, res: Response, outcome: string) =>
+    recordAudit(trx, {
+      type: 'ops.command',
+      service: 'ops',
+      runId: null,
+      actorHash: actorHash(cfg.auditHmacKey, operatorOf(res).sub),
+      outcome,
+    });
 
   router.post('/api/webhooks', async (req, res) => {
     requireBearer(req);
@@ -40,12 +44,28 @@ export function webhooksRouter(cfg: { db: Db; auditHmacKey: string; production: 
     const problem = webhookUrlProblem(body.url, cfg.production);
     if (problem) throw new UserError('invalid_webhook_url', problem);
     const secret = `whsec_${randomBytes(32).toString('base64')}`;
-    const row = await cfg.db
-      .insertInto('webhook_endpoints')
-      .values({ tenant: body.tenant, url: body.url, secret, created_by: operatorOf(res).sub })
-      .returningAll()
-      .executeTakeFirstOrThrow();
-    await audit(res, `webhook.registered:${row.id}:${row.tenant}`);
+    const row = await inTransaction(cfg.db, async (trx) => {
+      // Registrations of one tenant wait on each other here, so two at the limit cannot both pass the count.
+      if (!testFaults().disableWebhookCapLock) await takeAdvisoryLocks(trx, [endpointsLockKey(body.tenant)]);
+      const { active } = await trx
+        .selectFrom('webhook_endpoints')
+        .select((eb) => eb.fn.countAll<string>().as('active'))
+        .where('tenant', '=', body.tenant)
+        .where('disabled_at', 'is', null)
+        .executeTakeFirstOrThrow();
+      if (Number(active) >= cfg.maxPerTenant)
+        throw new ConflictError(
+          'too_many_webhooks',
+          `tenant ${body.tenant} already has ${active} active webhook endpoints (limit ${cfg.maxPerTenant}); disable one first (DELETE /api/webhooks/:id)`,
+        );
+      const created = await trx
+        .insertInto('webhook_endpoints')
+        .values({ tenant: body.tenant, url: body.url, secret, created_by: operatorOf(res).sub })
+        .returningAll()
+        .executeTakeFirstOrThrow();
+      await audit(trx, res, `webhook.registered:${created.id}:${created.tenant}`);
+      return created;
+    });
     res.status(201).json({ ...endpointView(row), secret });
   });
 
@@ -53,15 +73,18 @@ export function webhooksRouter(cfg: { db: Db; auditHmacKey: string; production: 
     requireBearer(req);
     const id = String(req.params.id);
     if (!/^[0-9a-f-]{36}$/.test(id)) throw new NotFound('not_found', 'no such webhook');
-    const row = await cfg.db
-      .updateTable('webhook_endpoints')
-      .set({ disabled_at: new Date() })
-      .where('id', '=', id)
-      .where('disabled_at', 'is', null)
-      .returningAll()
-      .executeTakeFirst();
+    const row = await inTransaction(cfg.db, async (trx) => {
+      const disabled = await trx
+        .updateTable('webhook_endpoints')
+        .set({ disabled_at: new Date() })
+        .where('id', '=', id)
+        .where('disabled_at', 'is', null)
+        .returningAll()
+        .executeTakeFirst();
+      if (disabled) await audit(trx, res, `webhook.disabled:${disabled.id}:${disabled.tenant}`);
+      return disabled;
+    });
     if (!row) throw new NotFound('not_found', 'no such active webhook');
-    await audit(res, `webhook.disabled:${row.id}:${row.tenant}`);
     res.json(endpointView(row));
   });
 

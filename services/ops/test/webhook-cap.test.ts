@@ -1,0 +1,122 @@
+import type { Server } from 'node:http';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { resetTestFaultsForTests } from '@gatehouse/contracts';
+import { closeServer, createLogger, listen, QueueRegistry } from '@gatehouse/platform';
+import { tokenFor } from '@gatehouse/cli';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
+import { createOpsApp, createQueueBoard } from '../src/index.ts';
+
+// A tenant's active webhook endpoints are capped (every workflow event of the tenant becomes one
+// delivery per endpoint): past the cap, 409 too_many_webhooks and nothing written. Registrations
+// of one tenant are serialized by the tenant's lock, so concurrent ones at the cap cannot all
+// pass the count; with the lock removed (GATEHOUSE_TEST_DISABLE_WEBHOOK_CAP_LOCK) they do.
+
+const SECRET = 'local-auth-secret-change-me';
+const CAP = 3;
+let tdb: TestDatabase;
+let server: Server;
+let url: string;
+let ops: string;
+let redis: Redis;
+let queues: QueueRegistry;
+const prefix = testQueuePrefix();
+
+beforeAll(async () => {
+  tdb = await createTestDatabase();
+  redis = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: null });
+  queues = new QueueRegistry(redis, prefix);
+  const log = createLogger('ops-webhook-cap-test');
+  log.level = 'silent';
+  const board = createQueueBoard({ db: tdb.db, redis, queues });
+  const app = createOpsApp({
+    db: tdb.db,
+    log,
+    board,
+    verifier: { secret: SECRET },
+    auditHmacKey: 'k',
+    localSecret: SECRET,
+    secureCookie: false,
+    maxWebhooksPerTenant: CAP,
+  });
+  const listening = await listen(app, 0, '127.0.0.1');
+  server = listening.server;
+  url = `http://127.0.0.1:${listening.port}`;
+  ops = await tokenFor('ops-gus', SECRET);
+});
+afterAll(async () => {
+  delete process.env.GATEHOUSE_TEST_DISABLE_WEBHOOK_CAP_LOCK;
+  resetTestFaultsForTests();
+  if (server) await closeServer(server);
+  await queues?.close();
+  redis?.disconnect();
+  await dropQueuePrefix(TEST_REDIS_URL, prefix);
+  await tdb?.drop();
+});
+beforeEach(async () => {
+  await tdb.db.deleteFrom('webhook_endpoints').execute();
+});
+
+const register = (tenant: string, n: number) =>
+  fetch(`${url}/api/webhooks`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${ops}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ tenant, url: `http://127.0.0.1:9/hook-${n}` }),
+  });
+const active = async (tenant: string) =>
+  (await tdb.db.selectFrom('webhook_endpoints').select('id').where('tenant', '=', tenant).where('disabled_at', 'is', null).execute())
+    .length;
+
+/** `n` registrations for `tenant` sent at once; their statuses. */
+const burst = (tenant: string, n: number) => Promise.all(Array.from({ length: n }, (_, i) => register(tenant, i).then((r) => r.status)));
+
+describe('webhook endpoints per tenant', () => {
+  it('past the cap: 409 too_many_webhooks, nothing written; another tenant unaffected; a disabled one frees a place', async () => {
+    for (let i = 0; i < CAP; i++) expect((await register('quillfeather', i)).status).toBe(201);
+    const refused = await register('quillfeather', 99);
+    expect(refused.status).toBe(409);
+    const body = (await refused.json()) as { error: { reason: string; message: string } };
+    expect(body.error.reason).toBe('too_many_webhooks');
+    expect(body.error.message).toContain(`limit ${CAP}`);
+    expect(await active('quillfeather')).toBe(CAP);
+    const audits = await tdb.db.selectFrom('audit_outbox').select('event').execute();
+    expect(audits.filter((a) => JSON.stringify(a.event).includes('webhook.registered'))).toHaveLength(CAP);
+
+    expect((await register('northwind', 0)).status).toBe(201);
+
+    const one = await tdb.db.selectFrom('webhook_endpoints').select('id').where('tenant', '=', 'quillfeather').executeTakeFirstOrThrow();
+    const del = await fetch(`${url}/api/webhooks/${one.id}`, { method: 'DELETE', headers: { authorization: `Bearer ${ops}` } });
+    expect(del.status).toBe(200);
+    expect((await register('quillfeather', 100)).status).toBe(201);
+  });
+
+  it('8 registrations at once never leave more than the cap active (× 25)', async () => {
+    for (let trial = 0; trial < 25; trial++) {
+      await tdb.db.deleteFrom('webhook_endpoints').execute();
+      const statuses = await burst('quillfeather', 8);
+      expect(statuses.filter((s) => s === 201)).toHaveLength(CAP);
+      expect(statuses.filter((s) => s === 409)).toHaveLength(8 - CAP);
+      expect(await active('quillfeather')).toBe(CAP);
+    }
+  });
+
+  it('control removed (no tenant lock): concurrent registrations pass the count together', async () => {
+    const env = process.env.GATEHOUSE_ENV;
+    process.env.GATEHOUSE_ENV = 'test';
+    process.env.GATEHOUSE_TEST_DISABLE_WEBHOOK_CAP_LOCK = '1';
+    resetTestFaultsForTests();
+    try {
+      let over = 0;
+      for (let trial = 0; trial < 25 && over === 0; trial++) {
+        await tdb.db.deleteFrom('webhook_endpoints').execute();
+        await burst('quillfeather', 8);
+        if ((await active('quillfeather')) > CAP) over++;
+      }
+      expect(over).toBeGreaterThan(0);
+    } finally {
+      delete process.env.GATEHOUSE_TEST_DISABLE_WEBHOOK_CAP_LOCK;
+      process.env.GATEHOUSE_ENV = env;
+      resetTestFaultsForTests();
+    }
+  });
+});
