@@ -21,6 +21,14 @@ afterAll(async () => {
   await h?.close();
 });
 
+/** The `operation.replayed` audit events written for a run. */
+const replayedEvents = (workflowId: string) =>
+  h.db
+    .selectFrom('audit_outbox')
+    .select('event')
+    .where(sql<boolean>`event->>'type' = 'operation.replayed' and event->>'runId' = ${workflowId}`)
+    .execute();
+
 /** The statements of the claim transaction: from the first BEGIN to its COMMIT. */
 function claimTransaction(all: string[]): string[] {
   const begins = all.flatMap((s, i) => (/^begin/i.test(s) ? [i] : []));
@@ -79,12 +87,7 @@ describe('executor: a redelivery answered without a claim (ADR 0350)', () => {
     expect(statements.filter((s) => /for update|for no key update/i.test(s))).toEqual([]);
     const results = await h.db.selectFrom('outbox').select('id').where('job_id', '=', `result_${a.workflowId}_${a.callId}`).execute();
     expect(results).toHaveLength(1);
-    const replays = await h.db
-      .selectFrom('audit_outbox')
-      .select('event')
-      .where(sql<boolean>`event->>'type' = 'operation.replayed' and event->>'runId' = ${a.workflowId}`)
-      .execute();
-    expect(replays).toHaveLength(1);
+    expect(await replayedEvents(a.workflowId)).toHaveLength(1);
   });
 
   it('a redelivery whose result was never published writes it again with the event, in one transaction, and publishes it', async () => {
@@ -106,11 +109,6 @@ describe('executor: a redelivery answered without a claim (ADR 0350)', () => {
     await h.relay.flushMarks();
     const rows = await h.db.selectFrom('outbox').select(['published_at']).where('job_id', '=', jobId).execute();
     expect(rows.filter((r) => r.published_at !== null)).toHaveLength(1);
-    const replays = await h.db
-      .selectFrom('audit_outbox')
-      .select('event')
-      .where(sql<boolean>`event->>'type' = 'operation.replayed' and event->>'runId' = ${a.workflowId}`)
-      .execute();
-    expect(replays).toHaveLength(1);
+    expect(await replayedEvents(a.workflowId)).toHaveLength(1);
   });
 });

@@ -115,7 +115,8 @@ describe('webhook endpoints per tenant', () => {
       expect(over).toBeGreaterThan(0);
     } finally {
       delete process.env.GATEHOUSE_TEST_DISABLE_WEBHOOK_CAP_LOCK;
-      process.env.GATEHOUSE_ENV = env;
+      if (env === undefined) delete process.env.GATEHOUSE_ENV;
+      else process.env.GATEHOUSE_ENV = env;
       resetTestFaultsForTests();
     }
   });

@@ -25,8 +25,9 @@ export type ExecutionAuditFields = Required<
  * What an execution audit event carries beyond the action's own columns: the run's user and
  * tool catalog, the model and prompt digest of the model turn that proposed the call
  * (`model_turns` of the proposal's round; null when none is recorded), and the approval used for
- * the action, if any. All of it is fixed once the action exists, save the used approval, which a
- * claim names itself when it consumes one.
+ * the action, if any. All of it is fixed once the action exists, save the used approval: a claim
+ * names the one it consumes, and {@link executionAuditFields} reads again a basis that names
+ * none for an action that needs one.
  */
 export interface AuditBasis {
   userId: string;
@@ -82,18 +83,22 @@ export function auditBasisOf(row: {
  * approval — `approvalId` when one was consumed for it, else `noApprovalReason: 'policy_allowed'`
  * for an ALLOW action — and the model, prompt (instructions digest), tool catalog, policy and
  * release revisions. `opts.basis` is the {@link AuditBasis} read with the action (the execution
- * context's one statement); without it, it is read here in one statement, in the caller's
- * transaction when `db` is one. `approvalId`, when given, is the approval the caller has just
- * consumed; otherwise the basis's used approval.
- * @throws when the action's workflow row is missing (a broken ledger).
+ * context's one statement); without it — or when it names no used approval for an action that
+ * needs one and the caller names none (another worker may have consumed it since the read) — it
+ * is read here in one statement, in the caller's transaction when `db` is one. `approvalId`,
+ * when given, is the approval the caller has just consumed; otherwise the basis's used approval.
+ * @throws when it reads the basis and the action's workflow row is missing (a broken ledger).
  */
 export async function executionAuditFields(
   db: Db | Trx,
   action: Selectable<ActionsTable>,
   opts: { auditHmacKey: string; approvalId?: string | null; basis?: AuditBasis },
 ): Promise<ExecutionAuditFields> {
+  // A basis read before another worker consumed the action's approval names none: read it again
+  // rather than write an approval-requiring action's event without its approval.
+  const stale = opts.basis && !opts.approvalId && action.decision === 'REQUIRE_APPROVAL' && opts.basis.usedApprovalId === null;
   const basis =
-    opts.basis ??
+    (stale ? undefined : opts.basis) ??
     auditBasisOf(
       await db
         .selectFrom('workflows as w')

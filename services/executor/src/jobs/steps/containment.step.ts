@@ -56,7 +56,7 @@ export type OperationPreview = Pick<
  * Reads what the steps need before the claim, in one statement, unlocked: the action with its
  * workflow row, its tool's switch and staged re-enable, the audit-health readings, its operation
  * and the basis of its audit events (docs/decisions/0270-one-operation-protocol.md).
- * @throws Error when the workflow or action is missing, or the tool has no adapter.
+ * @throws Error when the action or its workflow is missing, or the tool has no adapter.
  */
 export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<ExecutionContext> {
   const row = await db
