@@ -45,16 +45,13 @@ type Operand = Expression<unknown> | RawBuilder<unknown>;
  * and {@link executionAuditFields}' own read share. Read it back with {@link auditBasisOf}.
  */
 export function auditBasisColumns(proposalId: Operand, actionId: Operand) {
-  const turn = (column: 'model' | 'instructions_sha256') =>
-    sql<
-      string | null
-    >`(select m.${sql.ref(column)} from proposals p join model_turns m on m.workflow_id = p.workflow_id and m.round = p.round
-      where p.id = ${proposalId} limit 1)`;
   return [
     sql<string>`w.user_id`.as('audit_user_id'),
     sql<string>`w.catalog_digest`.as('audit_catalog_digest'),
-    turn('model').as('audit_model'),
-    turn('instructions_sha256').as('audit_prompt_hash'),
+    // The proposing turn, one lookup for both its columns (null when no turn is recorded).
+    sql<{ model: string; instructions_sha256: string | null } | null>`(select jsonb_build_object('model', m.model,
+      'instructions_sha256', m.instructions_sha256) from proposals p join model_turns m on m.workflow_id = p.workflow_id
+      and m.round = p.round where p.id = ${proposalId} limit 1)`.as('audit_turn'),
     sql<string | null>`(select id from approvals where action_id = ${actionId} and status = 'used' limit 1)`.as('audit_used_approval_id'),
   ] as const;
 }
@@ -63,15 +60,14 @@ export function auditBasisColumns(proposalId: Operand, actionId: Operand) {
 export function auditBasisOf(row: {
   audit_user_id: string;
   audit_catalog_digest: string;
-  audit_model: string | null;
-  audit_prompt_hash: string | null;
+  audit_turn: { model: string; instructions_sha256: string | null } | null;
   audit_used_approval_id: string | null;
 }): AuditBasis {
   return {
     userId: row.audit_user_id,
     catalogDigest: row.audit_catalog_digest,
-    model: row.audit_model,
-    promptHash: row.audit_prompt_hash,
+    model: row.audit_turn?.model ?? null,
+    promptHash: row.audit_turn?.instructions_sha256 ?? null,
     usedApprovalId: row.audit_used_approval_id,
   };
 }

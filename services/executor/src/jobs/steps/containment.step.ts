@@ -86,8 +86,7 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
     wf_row,
     audit_user_id,
     audit_catalog_digest,
-    audit_model,
-    audit_prompt_hash,
+    audit_turn,
     audit_used_approval_id,
     switch_enabled,
     switch_changed_at,
@@ -104,7 +103,7 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
     ...preview
   } = row;
   const wf = reviveWorkflow(wf_row);
-  const auditBasis = auditBasisOf({ audit_user_id, audit_catalog_digest, audit_model, audit_prompt_hash, audit_used_approval_id });
+  const auditBasis = auditBasisOf({ audit_user_id, audit_catalog_digest, audit_turn, audit_used_approval_id });
   const tool = findTool(preview.tool);
   const adapter = adapters[preview.tool];
   if (!tool || !adapter) throw new Error(`no adapter for ${preview.tool}`);
