@@ -14,7 +14,7 @@ export * from './liveness.ts';
 export * from './transition-guards.ts';
 export * from './credential-epoch.ts';
 export * from './workflow-events.ts';
-export * from './workflow-row.ts';
+export * from './json-row.ts';
 export * from './decision-context.ts';
 export * from './containment.ts';
 export * from './out-of-band-request.ts';

@@ -1,6 +1,7 @@
 import { sql, type Selectable, type Updateable } from 'kysely';
 import type { Db, Trx } from '../db.ts';
 import type { ActionsTable, ActionStatus, OperationsTable } from '../schema.ts';
+import { reviveJsonRow } from '../json-row.ts';
 import { transitionAction, transitionWorkflow, type WorkflowTransitionInput } from '../transitions.ts';
 
 /**
@@ -43,16 +44,10 @@ export async function reserveOperation(trx: Trx | Db, action: ReservedAction): P
 
 /** Operation row as `to_jsonb` returns it: the bigint and timestamps revived to the row's types. */
 function reviveOperation(o: Record<string, unknown>): Operation {
-  const at = (v: unknown) => (v === null || v === undefined ? null : new Date(String(v)));
-  return {
-    ...(o as unknown as Operation),
-    fencing_token: String(o.fencing_token),
-    lease_expires_at: at(o.lease_expires_at),
-    dispatched_at: at(o.dispatched_at),
-    frozen_at: at(o.frozen_at),
-    created_at: at(o.created_at) as Date,
-    updated_at: at(o.updated_at) as Date,
-  };
+  return reviveJsonRow<Operation>(o, {
+    timestamps: ['lease_expires_at', 'dispatched_at', 'frozen_at', 'created_at', 'updated_at'],
+    bigints: ['fencing_token'],
+  });
 }
 
 /**
