@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { DEFAULT_STREAM_LIMITS } from './http/stream-slots.ts';
 
 /** agent-loop settings beyond the base ones. Budgets are per workflow. */
 export const agentLoopEnv = {
@@ -39,8 +40,8 @@ export const agentLoopEnv = {
   /** Event streams: a `: heartbeat` comment line every this many ms. */
   EVENTS_HEARTBEAT_MS: z.coerce.number().int().min(100).max(120_000).default(15_000),
   /** Event streams: open at once per user and per tenant in this process; past them 429 (docs/decisions/0250). */
-  EVENTS_MAX_STREAMS_PER_USER: z.coerce.number().int().min(1).max(10_000).default(20),
-  EVENTS_MAX_STREAMS_PER_TENANT: z.coerce.number().int().min(1).max(100_000).default(500),
+  EVENTS_MAX_STREAMS_PER_USER: z.coerce.number().int().min(1).max(10_000).default(DEFAULT_STREAM_LIMITS.perUser),
+  EVENTS_MAX_STREAMS_PER_TENANT: z.coerce.number().int().min(1).max(100_000).default(DEFAULT_STREAM_LIMITS.perTenant),
   /** Webhook delivery worker (docs/decisions/0250): `off` leaves deliveries to other replicas. */
   WEBHOOK_DELIVERY: z.enum(['on', 'off']).default('on'),
   /** How often due webhook deliveries are looked for, ms. */

@@ -4,7 +4,7 @@ import { isTerminal, readWorkflowEvents, type Db } from '@gatehouse/ledger';
 import { sendTooManyRequests, UserError, type AuthedRequest, type Logger } from '@gatehouse/platform';
 import type { WorkflowEventHub } from '../domain/event-hub.ts';
 import { ownWorkflow } from './workflows.router.ts';
-import { StreamSlots, type StreamLimits } from './stream-slots.ts';
+import { DEFAULT_STREAM_LIMITS, StreamSlots, type StreamLimits } from './stream-slots.ts';
 
 /** Timing of the event streams. */
 export interface EventStreamConfig {
@@ -18,9 +18,6 @@ export interface EventStreamConfig {
   /** Open streams this process admits per user and per tenant (default {@link DEFAULT_STREAM_LIMITS}). */
   limits?: StreamLimits;
 }
-
-/** Default caps on open streams per process: a user's few tabs and apps; a tenant's whole support floor. */
-export const DEFAULT_STREAM_LIMITS: StreamLimits = { perUser: 20, perTenant: 500 };
 
 /** Seconds a client refused for too many streams is told to wait (`Retry-After`). */
 const STREAM_RETRY_AFTER_S = 30;

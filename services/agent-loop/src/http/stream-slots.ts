@@ -9,6 +9,9 @@ export interface StreamLimits {
   perTenant: number;
 }
 
+/** Default caps on open streams per process: a user's few tabs and apps; a tenant's whole support floor. */
+export const DEFAULT_STREAM_LIMITS: StreamLimits = { perUser: 20, perTenant: 500 };
+
 /** A stream admitted by {@link StreamSlots.take}: `release` frees its slot (idempotent). */
 export interface StreamSlot {
   release: () => void;

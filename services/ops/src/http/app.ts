@@ -3,7 +3,7 @@ import { opsOpenApi } from '@gatehouse/contracts';
 import { createHttpApp, finishApp, type ReadyCheck } from '@gatehouse/platform';
 import { operatorAuth, type OperatorAuthConfig } from './operator-auth.ts';
 import { opsRouter } from './ops.router.ts';
-import { webhooksRouter } from './webhooks.router.ts';
+import { DEFAULT_MAX_WEBHOOKS_PER_TENANT, webhooksRouter } from './webhooks.router.ts';
 import type { QueueBoard } from './queue-board.ts';
 
 /** Inputs of {@link createOpsApp}: the sign-in's settings plus the queue board. */
@@ -11,7 +11,7 @@ export interface OpsAppOptions extends OperatorAuthConfig {
   board: QueueBoard;
   /** Production: webhook URLs must be https. */
   production?: boolean;
-  /** Active webhook endpoints per tenant (default 10; `WEBHOOK_MAX_ENDPOINTS_PER_TENANT`). */
+  /** Active webhook endpoints per tenant (default {@link DEFAULT_MAX_WEBHOOKS_PER_TENANT}; `WEBHOOK_MAX_ENDPOINTS_PER_TENANT`). */
   maxWebhooksPerTenant?: number;
   /** `/readyz` checks (Postgres, Redis). */
   readyChecks?: Record<string, ReadyCheck>;
@@ -24,7 +24,7 @@ export interface OpsAppOptions extends OperatorAuthConfig {
  * listens and owns `db` and the board (its discovery timer).
  */
 export function createOpsApp(opts: OpsAppOptions): Express {
-  const { board, readyChecks, production = false, maxWebhooksPerTenant = 10, ...auth } = opts;
+  const { board, readyChecks, production = false, maxWebhooksPerTenant = DEFAULT_MAX_WEBHOOKS_PER_TENANT, ...auth } = opts;
   const { router: signIn, requireOperator } = operatorAuth(auth);
   const app = createHttpApp('ops', readyChecks);
   const openApi = opsOpenApi();

@@ -12,6 +12,9 @@ function requireBearer(req: Request): void {
   if (!req.header('authorization')) throw new Forbidden('bearer_required', 'changing webhooks needs an operator bearer token');
 }
 
+/** Active webhook endpoints a tenant may have unless `WEBHOOK_MAX_ENDPOINTS_PER_TENANT` says otherwise. */
+export const DEFAULT_MAX_WEBHOOKS_PER_TENANT = 10;
+
 /** The advisory lock key that serializes registrations of one tenant's webhook endpoints. */
 const endpointsLockKey = (tenant: string): string => `webhook-endpoints:${tenant}`;
 
