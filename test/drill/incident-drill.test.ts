@@ -104,7 +104,8 @@ describe('incident drill at scale: the units mistake on a simulated clock', () =
       ).run();
       show(report);
       writeReport(resolve(repoRoot, 'test-results/drill-report.json'), report);
-      expect(report.verdict).toEqual([]);
+      // The whole report in the failure's message: CI keeps the message, not the test's output.
+      expect(report.verdict, `${formatReport(report)}\ntimeline:\n${report.timeline.join('\n')}`).toEqual([]);
       const units = report.rows.find((r) => r.revision === 'support-units-mistake')!;
       expect(units.overLimitWithoutApproval, 'the mistake did damage').toBeGreaterThan(0);
       expect(units.blockedByCeiling, "the payments ledger's token ceiling bounded it").toBeGreaterThan(0);

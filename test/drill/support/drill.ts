@@ -17,6 +17,7 @@ import {
   pendingApprovals,
   recordsMark,
   refundOps,
+  ticketFates,
   workflowStates,
   type RefundOp,
 } from './measure.ts';
@@ -82,6 +83,8 @@ export class DrillRun {
   private readonly stream: Ticket[];
   private readonly timeline: string[] = [];
   private readonly decided = new Set<string>();
+  /** Tickets that arrived while the bad release was active (forced, not yet restored). */
+  private readonly underMistake: string[] = [];
   private readonly realStart = Date.now();
   private next = 0;
   private lastMark = '';
@@ -120,9 +123,16 @@ export class DrillRun {
     }
   }
 
-  /** One 30-second tick: the monitor pass, then what on-call, the leads and the customers do now. */
+  /**
+   * One 30-second tick: the monitor pass, then what on-call, the leads and the customers do now.
+   * While the mistake is live and not yet contained, the run's work rests before the pass (ADR
+   * 0320, "the incident window"): a pass then sees each refund's outcome, never one still in
+   * flight at the payments ledger, as it would when a ticket's few seconds are far shorter than
+   * the 30 s between passes.
+   */
   private async step(at: number): Promise<void> {
     this.clock.advanceTo(at);
+    if (this.t.forced !== undefined && this.t.contained === undefined) await this.settle();
     await this.monitorPass();
     if (this.t.contained !== undefined && this.t.restored === undefined && at >= this.t.contained + this.plan.rollbackAfterS) {
       await this.restore('rollback to rel-1');
@@ -178,6 +188,7 @@ export class DrillRun {
   private async arrive(t: Ticket): Promise<void> {
     await this.settle(MAX_IN_FLIGHT);
     await submit(this.ctx.s, t.rep.user, t.ticketId, ticketText(t));
+    if (this.t.forced !== undefined && this.t.restored === undefined) this.underMistake.push(t.ticketId);
     if (process.env.DRILL_VERBOSE) this.mark(`${t.ticketId} arrived (${t.rep.user}, ${t.amountCents ?? 'reship'})`);
   }
 
@@ -333,6 +344,8 @@ export class DrillRun {
       verdict: [],
     };
     report.verdict = verdictOf(report);
+    if (report.verdict.length || process.env.DRILL_VERBOSE)
+      report.fatesUnderMistake = await ticketFates(db, this.plan.tag, this.underMistake);
     return report;
   }
 
@@ -342,8 +355,8 @@ export class DrillRun {
 
   /**
    * The incident's times, from the first violating refund's dispatch (its write-ahead mark). The
-   * monitor counts a claimed (`running`) refund too, so a pass may catch it a moment before the
-   * mark: such an alert counts as 0 s after it.
+   * monitor counts a claimed (`running`) refund too, so a pass that met one before its mark would
+   * count as 0 s after it (the incident window rests its work before each pass, so it should not).
    */
   private times(ops: RefundOp[]): DrillReport['times'] {
     const first = ops.filter((o) => o.violation && o.dispatchedAt).map((o) => this.simOfOp(o));

@@ -158,3 +158,18 @@ export async function paymentsRecord(stagingUrl: string): Promise<PaymentsRecord
     reversed: new Map(reversals.map((x) => [keyOf.get(x.refundId) ?? x.refundId, x.amountCents])),
   };
 }
+
+/**
+ * One line per workflow of the run whose ticket matches `ticketIds`: its release, state and stop
+ * reason, and each refund action's decision, rule, status and operation outcome — what a failed
+ * verdict needs to say which ticket went otherwise than planned.
+ */
+export async function ticketFates(db: Db, tag: string, ticketIds: string[]): Promise<string[]> {
+  if (!ticketIds.length) return [];
+  const r = await sql<{ line: string }>`select concat_ws(' ', w.ticket_id, w.release_id, w.state, w.stop_reason,
+      (select string_agg(concat_ws(':', a.tool, a.arguments->>'amountCents', a.decision, a.rule_id, a.status, o.status, o.error), ', ' order by a.version)
+        from actions a left join operations o on o.action_id = a.id where a.workflow_id = w.id)) as line
+    from workflows w where w.ticket_id like ${`${tag}-%`} and w.ticket_id in (${sql.join(ticketIds)})
+    order by w.created_at`.execute(db);
+  return r.rows.map((x) => x.line);
+}

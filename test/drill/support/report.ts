@@ -69,6 +69,8 @@ export interface DrillReport {
   timeline: string[];
   /** The drill's failed checks (empty: the drill passes). */
   verdict: string[];
+  /** On a failed verdict: each ticket that arrived under the mistake, its run and refunds (ticketFates). */
+  fatesUnderMistake?: string[];
 }
 
 /** The rows per revision from the ledger's refund operations and denials, in order of first use. */
@@ -153,6 +155,7 @@ export function formatReport(r: DrillReport): string {
     `payments ledger agrees: ${r.paymentsDisagreements.length === 0 ? 'yes' : r.paymentsDisagreements.join('; ')}; audit chain intact: ${r.auditIntact}`,
     `workflows: ${JSON.stringify(r.workflowStates)}`,
     `verdict: ${r.verdict.length === 0 ? 'pass' : r.verdict.join('; ')}`,
+    ...(r.fatesUnderMistake ? ['tickets under the mistake:', ...r.fatesUnderMistake] : []),
   ].join('\n');
 }
 
