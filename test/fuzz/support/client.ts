@@ -22,7 +22,8 @@ export interface RawResponse {
  * control characters in the path or header values), on a connection of its own: a connection the
  * server closed after refusing one request must not fail the next. Resolves with the response;
  * rejects on a socket error, which a test treats as a failure (the server hung up instead of
- * answering).
+ * answering). An event stream (`text/event-stream`), which stays open, resolves with its first
+ * chunk and is closed by the client, as a browser's EventSource that navigates away.
  */
 export function send(baseUrl: string, req: RawRequest): Promise<RawResponse> {
   const url = new URL(baseUrl);
@@ -33,7 +34,13 @@ export function send(baseUrl: string, req: RawRequest): Promise<RawResponse> {
     const headers = { ...req.headers, ...(req.body === undefined ? {} : { 'content-length': String(Buffer.byteLength(req.body)) }) };
     const r = httpRequest({ agent, host: url.hostname, port: url.port, method: req.method, path: req.path, headers }, (res) => {
       const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
+      const stream = String(res.headers['content-type'] ?? '').startsWith('text/event-stream');
+      res.on('data', (c: Buffer) => {
+        chunks.push(c);
+        if (!stream) return;
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString('utf8') });
+        r.destroy();
+      });
       res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString('utf8') }));
       res.on('error', reject);
     });

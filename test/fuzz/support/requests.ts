@@ -20,6 +20,8 @@ export interface RouteSpec {
   callers: string[];
   /** Ids that exist (a seeded workflow or approval), so fuzzing also reaches the found-it branch. */
   ids?: () => string[];
+  /** Headers the route reads (beside the token), fuzzed into every request (e.g. `Last-Event-ID`). */
+  headers?: fc.Arbitrary<Record<string, string>>;
 }
 
 /** Characters that percent-decoding, routers and query parsers treat specially (printable ASCII only). */
@@ -52,6 +54,7 @@ const query: fc.Arbitrary<string> = fc.oneof(
               'state',
               'limit',
               'done',
+              'lastEventId',
               'status[]',
               'limit[0]',
               'a[b][c]',
@@ -261,6 +264,7 @@ export function requestArb(route: RouteSpec): fc.Arbitrary<RawRequest> {
       encoding: fc.oneof({ weight: 9, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.constantFrom(...ENCODINGS) }),
       gzipIt: fc.boolean(),
       extra: fc.dictionary(headerName, headerValue, { maxKeys: 3 }),
+      own: route.headers ?? fc.constant({}),
       body: bodySpec(route),
     })
     .map((r): RawRequest => {
@@ -268,7 +272,7 @@ export function requestArb(route: RouteSpec): fc.Arbitrary<RawRequest> {
       const path = route.path.replace(/:id|\*/g, (m) => (m === '*' ? r.segs.join('/') : r.segs[i++ % r.segs.length]!)) + r.tail + r.query;
       let body = bodyBytes(r.body);
       const fitting = r.body.kind === 'form' || r.body.kind === 'formText' ? 'application/x-www-form-urlencoded' : 'application/json';
-      const headers: Record<string, string> = { ...r.extra, ...r.auth };
+      const headers: Record<string, string> = { ...r.extra, ...r.own, ...r.auth };
       if (body !== undefined) headers['content-type'] = r.contentType ?? fitting;
       if (body !== undefined && r.encoding) {
         headers['content-encoding'] = r.encoding;

@@ -48,6 +48,21 @@ const webhook = fc.record(
   { requiredKeys: [] },
 );
 
+/** `Last-Event-ID` as an EventSource resends it, and as it should not: negative, huge, padded, hex, float, text. */
+const lastEventId = fc.oneof(
+  { weight: 1, arbitrary: fc.constant<Record<string, string>>({}) },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      'last-event-id': fc.oneof(
+        fc.nat({ max: 50 }).map(String),
+        fc.constantFrom('-1', '1e3', '0x10', ' 7 ', '', 'NaN', '9'.repeat(30), '1.5', '+3'),
+        fc.string({ unit: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)), maxLength: 30 }),
+      ),
+    }),
+  },
+);
+
 /** Who calls the approval service's routes: three leads (two regions' worth of authority, another tenant's) and a rep. */
 const APPROVAL_CALLERS = ['lead-eli', 'lead-fay', 'lead-jon', 'rep-ana'];
 
@@ -69,6 +84,14 @@ export const ROUTES: Record<Surface, RouteSpec[]> = {
       auth: 'bearer',
       body: fc.record({ text: fc.string({ maxLength: 200 }) }),
       ids: () => seededIds.workflows,
+    },
+    {
+      method: 'GET',
+      path: '/v1/workflows/:id/events',
+      callers: ['rep-ana', 'rep-ivy', 'lead-eli'],
+      auth: 'bearer',
+      ids: () => seededIds.workflows,
+      headers: lastEventId,
     },
     { method: 'GET', path: '/healthz', callers: ['rep-ana', 'rep-ivy', 'lead-eli'], auth: 'bearer' },
     { method: 'GET', path: '/:id/*', callers: ['rep-ana', 'rep-ivy', 'lead-eli'], auth: 'bearer' },
