@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { SERVICE_V8_FLAGS } from '@gatehouse/cli';
 import { repoRoot } from '@gatehouse/contracts';
 import { TEST_REDIS_URL } from '@gatehouse/test-harness';
 
@@ -44,9 +45,17 @@ export function executorEnv(
   };
 }
 
-/** Spawns an executor process with exactly `env` (plus nothing from the parent but PATH/HOME). */
+/**
+ * Spawns an executor process with exactly `env` (plus nothing from the parent but PATH/HOME) and
+ * the heap settings every deployment gives it (`SERVICE_V8_FLAGS`, ADR 0360), so a crash or
+ * shutdown test runs the process as it runs in production.
+ */
 export function startExecutor(env: Record<string, string>): ExecutorProcess {
-  const child = spawn(process.execPath, ['services/executor/src/main.ts'], { cwd: repoRoot, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...SERVICE_V8_FLAGS, 'services/executor/src/main.ts'], {
+    cwd: repoRoot,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   let markReady: () => void = () => {};
   let failReady: (e: Error) => void = () => {};
