@@ -1,20 +1,39 @@
 import { currentTraceparent } from '@gatehouse/telemetry';
 import { createHash, createHmac } from 'node:crypto';
 import { AuditEventSchema, type AuditEventInput } from '@gatehouse/contracts';
-import { sql } from 'kysely';
+import { sql, type QueryCreator } from 'kysely';
 import type { Db, Trx } from './db.ts';
+import type { DB } from './schema.ts';
 
 /**
  * Writes an audit event to `audit_outbox` in the caller's transaction, so the event exists if
  * and only if the state change it describes commits. The audit service chains it later.
  * @throws ZodError when the event carries a field the audit schema does not allow.
  */
-export async function recordAudit(trx: Trx, event: Omit<AuditEventInput, 'atMs'> & { atMs?: number }): Promise<void> {
+export async function recordAudit(trx: Trx, event: AuditEventDraft): Promise<void> {
   await trx.insertInto('audit_outbox').values(auditOutboxRow(event)).execute();
 }
 
+/** An audit event as its writers give it: `atMs` defaults to now. */
+export type AuditEventDraft = Omit<AuditEventInput, 'atMs'> & { atMs?: number };
+
+/**
+ * The same write as {@link recordAudit}, carried by the caller's next statement instead of one of
+ * its own: returns a query creator on `trx` whose statement (`.insertInto`, `.updateTable`…) also
+ * inserts `event` into `audit_outbox`, as a data-modifying CTE named `audit_event`. The event and
+ * the state change it describes then take one round trip (docs/decisions/0420-audit-events-ride-on-their-statement.md).
+ * Postgres runs a data-modifying CTE whether or not the main statement writes a row, so carry an
+ * event only on a statement that always writes it, or whose failure to write aborts the
+ * transaction (it throws).
+ * @throws ZodError as {@link recordAudit}, before any statement is sent.
+ */
+export function withAuditEvent(trx: Trx, event: AuditEventDraft): QueryCreator<DB> {
+  const row = auditOutboxRow(event);
+  return trx.with('audit_event', (db) => db.insertInto('audit_outbox').values(row)) as unknown as QueryCreator<DB>;
+}
+
 /** The `audit_outbox` row of `event`, validated. @throws ZodError as {@link recordAudit}. */
-function auditOutboxRow(event: Omit<AuditEventInput, 'atMs'> & { atMs?: number }): { event: string; traceparent: string | null } {
+function auditOutboxRow(event: AuditEventDraft): { event: string; traceparent: string | null } {
   const parsed = AuditEventSchema.parse({ atMs: Date.now(), ...event });
   return { event: JSON.stringify(parsed), traceparent: currentTraceparent() ?? null };
 }
@@ -27,11 +46,7 @@ function auditOutboxRow(event: Omit<AuditEventInput, 'atMs'> & { atMs?: number }
  * one transaction instead.
  * @throws ZodError as {@link recordAudit}.
  */
-export async function recordAuditIfPublished(
-  db: Db,
-  event: Omit<AuditEventInput, 'atMs'> & { atMs?: number },
-  job: { queue: string; jobId: string },
-): Promise<boolean> {
+export async function recordAuditIfPublished(db: Db, event: AuditEventDraft, job: { queue: string; jobId: string }): Promise<boolean> {
   const row = auditOutboxRow(event);
   const written = await db
     .insertInto('audit_outbox')

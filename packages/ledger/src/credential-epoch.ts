@@ -1,11 +1,47 @@
+import { sql, type RawBuilder } from 'kysely';
 import type { Db, Trx } from './db.ts';
 import { DependencyUnavailable } from './working-time.ts';
 
+// The revocation epoch fails closed (docs/decisions/0170-delegated-credentials-bind-the-operation.md):
+// when `credential_epochs` or its row 1 cannot be read, no delegated token is minted — the caller
+// holds the step as a dependency fault instead of minting with an epoch it made up. This module
+// owns that rule; callers read the epoch either on its own (`readCredentialEpoch`) or with
+// another read (`credentialEpochColumn`, then `requireCredentialEpoch`).
+
 /**
- * The current revocation epoch (`credential_epochs`, row id 1), read before a delegated token is
- * minted. Fails closed (docs/decisions/0170-delegated-credentials-bind-the-operation.md): when the
- * table or its row cannot be read no token is minted — the caller holds the step as a dependency
- * fault instead of minting with an epoch it made up.
+ * The current revocation epoch (`credential_epochs`, row id 1) as a scalar subquery, for a read
+ * that takes it along (null when the row is missing). Pass the value to
+ * {@link requireCredentialEpoch}; a read that selects it fails when the table is gone, which the
+ * caller maps with {@link epochReadFailure}.
+ */
+export const credentialEpochColumn: RawBuilder<number | string | null> = sql<
+  number | string | null
+>`(select epoch from credential_epochs where id = 1)`;
+
+/**
+ * The epoch a {@link credentialEpochColumn} read returned, as a number.
+ * @throws DependencyUnavailable(`postgres`) when it is null (row 1 is missing).
+ */
+export function requireCredentialEpoch(value: number | string | null | undefined): number {
+  if (value === null || value === undefined)
+    throw new DependencyUnavailable('postgres', 'no revocation epoch is recorded (credential_epochs row 1 is missing)');
+  return Number(value);
+}
+
+/**
+ * The failure of a statement that read the revocation epoch, as the dependency fault it is
+ * (`DependencyUnavailable('postgres')`, cause kept): a table that is gone (SQLSTATE 42P01, e.g.
+ * a migration rolled back under a running executor) holds the step like a lost connection.
+ * Any other error is returned unchanged.
+ */
+export function epochReadFailure(err: unknown): unknown {
+  if ((err as { code?: unknown } | null)?.code !== '42P01') return err;
+  return new DependencyUnavailable('postgres', `a table of the ledger is missing: ${(err as Error).message}`, { cause: err });
+}
+
+/**
+ * The current revocation epoch (`credential_epochs`, row id 1), read on its own before a
+ * delegated token is minted (fails closed, see above).
  * @throws DependencyUnavailable(`postgres`) when the table, its row or the database is unavailable.
  */
 export async function readCredentialEpoch(db: Db | Trx): Promise<number> {
@@ -15,6 +51,5 @@ export async function readCredentialEpoch(db: Db | Trx): Promise<number> {
   } catch (err) {
     throw new DependencyUnavailable('postgres', `the revocation epoch cannot be read: ${(err as Error).message}`, { cause: err });
   }
-  if (!row) throw new DependencyUnavailable('postgres', 'no revocation epoch is recorded (credential_epochs row 1 is missing)');
-  return Number(row.epoch);
+  return requireCredentialEpoch(row?.epoch);
 }

@@ -1,6 +1,7 @@
 import { queueName, type QueueContract } from '@gatehouse/contracts';
 import { producerTraceparent } from '@gatehouse/telemetry';
 import type { Trx } from './db.ts';
+import { withAuditEvent, type AuditEventDraft } from './audit.ts';
 
 /** An outbox row ready to publish: BullMQ queue, job name, deterministic job id, payload. */
 export interface OutboxRow {
@@ -18,19 +19,22 @@ export interface OutboxRow {
  * PRODUCER span (`send <queue>`, messaging conventions) under `payload.traceparent` or the
  * active span, whose context is stored with the job (`traceparent`) so the consumer's span is
  * its child and continues the trace (docs/decisions/0020, 0260).
- * @throws ZodError when the payload breaks the contract (the transaction should roll back).
+ * `audit`, when given, is the audit event of the same step, written by the same statement
+ * (`withAuditEvent`): the job and its event in one round trip.
+ * @throws ZodError when the payload or the event breaks its contract (the transaction should roll back).
  */
 export async function enqueueInTransaction<T extends { release: string; traceparent?: string }>(
   trx: Trx,
   contract: QueueContract<T>,
   payload: T,
+  audit?: AuditEventDraft,
 ): Promise<OutboxRow> {
   const valid = contract.schema.parse(payload);
   const queue = queueName(contract.base, valid.release);
   const jobId = contract.jobId(valid);
   const traceparent = producerTraceparent(queue, jobId, valid.traceparent);
   const parsed = traceparent ? { ...valid, traceparent } : valid;
-  const row = await trx
+  const row = await (audit ? withAuditEvent(trx, audit) : trx)
     .insertInto('outbox')
     .values({
       queue,

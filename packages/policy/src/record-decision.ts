@@ -9,6 +9,7 @@ import {
   recordAudit,
   transitionAction,
   transitionWorkflow,
+  withAuditEvent,
   type ActionsTable,
   type OutboxRow,
   type Trx,
@@ -221,35 +222,9 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
     actionVersion: version,
   });
   const status = decision.decision === 'DENY' ? 'denied' : decision.decision === 'ALLOW' ? 'approved' : 'pending_approval';
-  await trx
-    .insertInto('actions')
-    .values({
-      ...base,
-      digest,
-      decision: decision.decision,
-      rule_id: decision.ruleId,
-      policy_revision: decision.policyRevision,
-      status,
-      facts: JSON.stringify({
-        ...snapshot,
-        ...(input.reevaluates ? { reevaluatedFromVersion: input.reevaluates.version } : {}),
-      }),
-    })
-    .execute();
-  await trx
-    .insertInto('decision_log')
-    .values({
-      workflow_id: wf.id,
-      proposal_id: input.proposalId,
-      action_id: actionId,
-      tool: parsed.tool.name,
-      decision: decision.decision,
-      rule_id: decision.ruleId,
-      policy_revision: decision.policyRevision,
-      detail: JSON.stringify({ reason: decision.reason, version, digest, reevaluated: Boolean(input.reevaluates) }),
-    })
-    .execute();
-  await recordAudit(trx, {
+  // The action, its decision_log row and its audit event in one statement (ADR 0420; the
+  // decision_log's reference to the action is checked at the statement's end).
+  await withAuditEvent(trx, {
     type: 'policy.decision',
     service: input.service,
     runId: wf.id,
@@ -264,7 +239,33 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
     decision: decision.decision,
     outcome: input.reevaluates ? `reevaluated_v${input.reevaluates.version}` : null,
     revisions: { toolCatalog: wf.catalog_digest, policy: decision.policyRevision, release: wf.release_id },
-  });
+  })
+    .with('decision', (db) =>
+      db.insertInto('decision_log').values({
+        workflow_id: wf.id,
+        proposal_id: input.proposalId,
+        action_id: actionId,
+        tool: parsed.tool.name,
+        decision: decision.decision,
+        rule_id: decision.ruleId,
+        policy_revision: decision.policyRevision,
+        detail: JSON.stringify({ reason: decision.reason, version, digest, reevaluated: Boolean(input.reevaluates) }),
+      }),
+    )
+    .insertInto('actions')
+    .values({
+      ...base,
+      digest,
+      decision: decision.decision,
+      rule_id: decision.ruleId,
+      policy_revision: decision.policyRevision,
+      status,
+      facts: JSON.stringify({
+        ...snapshot,
+        ...(input.reevaluates ? { reevaluatedFromVersion: input.reevaluates.version } : {}),
+      }),
+    })
+    .execute();
   const live: WorkflowState[] = ['received', 'investigating', 'awaiting_approval', 'executing'];
   if (decision.decision === 'ALLOW') {
     await transitionWorkflow(trx, wf.id, { to: 'executing', nextStep: null, onlyFrom: live, lockedFrom: context.state });

@@ -2,6 +2,7 @@ import { sql, type Selectable, type Updateable } from 'kysely';
 import type { Db, Trx } from '../db.ts';
 import type { ActionsTable, ActionStatus, OperationsTable } from '../schema.ts';
 import { reviveJsonRow } from '../json-row.ts';
+import { withAuditEvent, type AuditEventDraft } from '../audit.ts';
 import { transitionAction, transitionWorkflow, type WorkflowTransitionInput } from '../transitions.ts';
 
 /**
@@ -121,6 +122,8 @@ export interface LeaseGrant {
   workflow: Omit<WorkflowTransitionInput, 'to'>;
   /** The action's status as the caller read it under its row lock in this transaction (skips a re-read). */
   actionStatus?: ActionStatus;
+  /** The claim's audit event, written by the lease's UPDATE itself (`withAuditEvent`, ADR 0420). */
+  audit?: AuditEventDraft;
 }
 
 /**
@@ -128,11 +131,12 @@ export interface LeaseGrant {
  * still the one read under the lock: the token is incremented (a former holder's writes are then
  * refused), the `running` mark, owner, expiry and attempt written; then the action moves to
  * `running` and its workflow to `executing` (packages/ledger/src/transitions.ts). The caller
- * commits this before any effect (write-ahead).
+ * commits this before any effect (write-ahead). `grant.audit` rides on the UPDATE: it is written
+ * exactly when the lease is (an UPDATE that matches no row throws, and the transaction rolls back).
  * @throws when the token moved (the caller holds the row lock, so it cannot).
  */
 export async function grantLease(trx: Trx, op: Operation, grant: LeaseGrant): Promise<{ fencingToken: number; baseline: unknown }> {
-  const granted = await trx
+  const granted = await (grant.audit ? withAuditEvent(trx, grant.audit) : trx)
     .updateTable('operations')
     .set({
       status: 'running',

@@ -130,8 +130,8 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
     // Both rows were locked and read by this claim's first two statements (ADR 0390).
     actionStatus: action.status,
     workflow: { nextStep: null, onlyFrom: ['investigating', 'awaiting_approval', 'executing'], ...(wf ? { lockedFrom: wf.state } : {}) },
+    audit: { ...audit, type: 'operation.claimed', attempts: op.attempts + 1 },
   });
-  await recordAudit(trx, { ...audit, type: 'operation.claimed', attempts: op.attempts + 1 });
   return {
     kind: 'claimed',
     action: { ...action, status: 'running' },

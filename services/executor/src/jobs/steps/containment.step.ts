@@ -2,6 +2,8 @@ import { sql, type Selectable } from 'kysely';
 import type { ExecutionJob } from '@gatehouse/contracts';
 import {
   cohortAdmits,
+  credentialEpochColumn,
+  epochReadFailure,
   inTransaction,
   LIVE_STATES,
   recordAudit,
@@ -44,6 +46,11 @@ export interface ExecutionContext {
   operation: OperationPreview | null;
   /** What the step's audit events carry beyond the action, read with it (one statement, ADR 0270). */
   auditBasis: AuditBasis;
+  /**
+   * The revocation epoch read with the action (`credentialEpochColumn`; null: its row is missing,
+   * which `requireCredentialEpoch` refuses — no token without it, ADR 0170).
+   */
+  credentialEpoch: number | string | null;
 }
 
 /** The columns of the action's operation a redelivery is judged on. */
@@ -55,33 +62,14 @@ export type OperationPreview = Pick<
 /**
  * Reads what the steps need before the claim, in one statement, unlocked: the action with its
  * workflow row, its tool's switch and staged re-enable, the audit-health readings, its operation
- * and the basis of its audit events (docs/decisions/0270-one-operation-protocol.md).
- * @throws Error when the action or its workflow is missing, or the tool has no adapter.
+ * the basis of its audit events and the revocation epoch (docs/decisions/0270-one-operation-protocol.md).
+ * @throws Error when the action or its workflow is missing, or the tool has no adapter;
+ *   DependencyUnavailable(`postgres`) when a table it reads is missing (`epochReadFailure`).
  */
 export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<ExecutionContext> {
-  const row = await db
-    .selectFrom('actions as a')
-    .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
-    .leftJoin('tool_switches as s', 's.tool', 'a.tool')
-    .leftJoin('operations as o', 'o.key', 'a.operation_key')
-    .selectAll('a')
-    .select(sql<unknown>`to_jsonb(w)`.as('wf_row'))
-    .select(auditBasisColumns(sql.ref('a.proposal_id'), sql.ref('a.id')))
-    .select(['s.enabled as switch_enabled', 's.changed_at as switch_changed_at', ...auditHealthColumns])
-    .select([
-      'o.status as op_status',
-      'o.lease_expires_at as op_lease_expires_at',
-      'o.action_digest as op_action_digest',
-      'o.frozen_at as op_frozen_at',
-      'o.result as op_result',
-      'o.evidence_ref as op_evidence_ref',
-      cohortAdmits(sql.ref('a.tool'), sql.ref('w.tenant'), sql.ref('w.user_id')).as('cohort_admits'),
-      sql<ReenableStage | null>`(select r.stage from tool_reenable_stages r where r.tool = a.tool and r.ended_at is null)`.as(
-        'reenable_stage',
-      ),
-    ])
-    .where('a.id', '=', job.actionId)
-    .executeTakeFirstOrThrow();
+  const row = await readExecutionRow(db, job).catch((err: unknown) => {
+    throw epochReadFailure(err);
+  });
   const {
     wf_row,
     audit_user_id,
@@ -94,6 +82,7 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
     backlogAgeMs,
     cohort_admits,
     reenable_stage,
+    credential_epoch,
     op_status,
     op_lease_expires_at,
     op_action_digest,
@@ -121,7 +110,36 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
           result: op_result,
           evidence_ref: op_evidence_ref,
         };
-  return { job, wf, preview, tool, adapter, toolSwitch, reenable, auditHealth: { beatAgeMs, backlogAgeMs }, operation, auditBasis };
+  const auditHealth = { beatAgeMs, backlogAgeMs };
+  return { job, wf, preview, tool, adapter, toolSwitch, reenable, auditHealth, operation, auditBasis, credentialEpoch: credential_epoch };
+}
+
+/** The one statement {@link loadExecutionContext} reads (see there). @throws Error when the action or its workflow is missing. */
+function readExecutionRow(db: Db, job: ExecutionJob) {
+  return db
+    .selectFrom('actions as a')
+    .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
+    .leftJoin('tool_switches as s', 's.tool', 'a.tool')
+    .leftJoin('operations as o', 'o.key', 'a.operation_key')
+    .selectAll('a')
+    .select(sql<unknown>`to_jsonb(w)`.as('wf_row'))
+    .select(auditBasisColumns(sql.ref('a.proposal_id'), sql.ref('a.id')))
+    .select(['s.enabled as switch_enabled', 's.changed_at as switch_changed_at', ...auditHealthColumns])
+    .select([
+      'o.status as op_status',
+      'o.lease_expires_at as op_lease_expires_at',
+      'o.action_digest as op_action_digest',
+      'o.frozen_at as op_frozen_at',
+      'o.result as op_result',
+      'o.evidence_ref as op_evidence_ref',
+      cohortAdmits(sql.ref('a.tool'), sql.ref('w.tenant'), sql.ref('w.user_id')).as('cohort_admits'),
+      sql<ReenableStage | null>`(select r.stage from tool_reenable_stages r where r.tool = a.tool and r.ended_at is null)`.as(
+        'reenable_stage',
+      ),
+    ])
+    .select(credentialEpochColumn.as('credential_epoch'))
+    .where('a.id', '=', job.actionId)
+    .executeTakeFirstOrThrow();
 }
 
 /**

@@ -1,7 +1,7 @@
 import { hostname } from 'node:os';
 import { loadWorld } from '@gatehouse/contracts';
 import { mintDelegatedToken } from '@gatehouse/credentials';
-import { DependencyUnavailable, inTransaction, isLegalWorkflowTransition, markDispatched, readCredentialEpoch } from '@gatehouse/ledger';
+import { DependencyUnavailable, inTransaction, isLegalWorkflowTransition, markDispatched, requireCredentialEpoch } from '@gatehouse/ledger';
 import { readAuthoritative, type AuthoritativeRecord } from '@gatehouse/policy';
 import { resolveByReadBack, shipmentCount, type AdapterResult } from '../../adapters/index.ts';
 import { claimOperation, type ClaimOutcome } from '../../domain/claim.ts';
@@ -37,8 +37,8 @@ export interface ClaimInputs {
 }
 
 /**
- * The reads before the claim, none holding a lock: the revocation epoch (no token without it,
- * fail closed — ADR 0170; `hooks.epochFailOpen` mints with 0 in its control-removed test), the
+ * The reads before the claim, none holding a lock: the revocation epoch read with the action (no
+ * token without it, fail closed — ADR 0170; `hooks.epochFailOpen` mints with 0 in its control-removed test), the
  * baseline of a tool without downstream keys, and the authoritative facts for the re-evaluation
  * (an HTTP read, no credential). A run the table does not let move to `executing` reads nothing
  * from a system of record (docs/product/states.md#transition-table). Returns the inputs, or the
@@ -49,7 +49,7 @@ export async function readClaimInputs(deps: ExecutionDeps, ctx: ExecutionContext
   const mayExecute = isLegalWorkflowTransition(wf.state, 'executing');
   let epoch: number;
   try {
-    epoch = await readCredentialEpoch(deps.db);
+    epoch = requireCredentialEpoch(ctx.credentialEpoch);
   } catch (err) {
     if (!(err instanceof DependencyUnavailable)) throw err;
     if (!deps.hooks.epochFailOpen) return stopPastCeilingOrHold(deps, ctx.job, preview, err);

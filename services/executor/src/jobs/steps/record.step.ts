@@ -1,5 +1,5 @@
 import { resultsQueue } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, recordAudit, recordOutcome, resetToPending, type OutboxRow } from '@gatehouse/ledger';
+import { enqueueInTransaction, inTransaction, recordOutcome, resetToPending, type OutboxRow } from '@gatehouse/ledger';
 import { toSafeOutput } from '@gatehouse/tools';
 import type { AdapterResult } from '../../adapters/index.ts';
 import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
@@ -75,17 +75,18 @@ export async function recordResult(
       error: ok ? null : result.reason,
     });
     if (!recorded) return null; // fenced out: a newer lease holder owns the outcome
-    await recordAudit(trx, {
+    const park = opStatus === 'failed_unknown' ? ({ park: 'needs_reconciliation' } as const) : {};
+    const payload = { release: ctx.job.release, workflowId: ctx.wf.id, callId: action.call_id, output, ...park };
+    // The `results` job and the outcome's audit event in one statement (ADR 0420).
+    const event = {
       ...c.audit,
       type: opStatus === 'succeeded' ? 'operation.succeeded' : opStatus === 'failed' ? 'operation.failed' : 'operation.unknown',
       outcome: ok ? 'succeeded' : result.reason.slice(0, 120),
       effectRef: ok ? result.evidenceRef : null,
       attempts: result.attempts,
       latencyMs: Date.now() - started,
-    });
-    const park = opStatus === 'failed_unknown' ? ({ park: 'needs_reconciliation' } as const) : {};
-    const payload = { release: ctx.job.release, workflowId: ctx.wf.id, callId: action.call_id, output, ...park };
-    return [await enqueueInTransaction(trx, resultsQueue, payload)] as OutboxRow[];
+    } as const;
+    return [await enqueueInTransaction(trx, resultsQueue, payload, event)] as OutboxRow[];
   });
   if (!rows) {
     deps.log.warn({ actionId: action.id, fencingToken }, 'result refused: stale fencing token');
