@@ -57,6 +57,24 @@ describe('executor: the revocation epoch fails closed', () => {
     expect(await h.requests(orderId)).toHaveLength(1);
   });
 
+  it('without the table past the outage ceiling: the call is refused with the stop of its run (dependency_unavailable), zero downstream calls, the approval unused', async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { orderId, amountCents: 6600 });
+    // the job has been held on Postgres for longer than the harness's 15-minute ceiling
+    const job = { ...a.job, outage: { dependency: 'postgres' as const, sinceMs: Date.now() - 16 * 60_000 } };
+    await sql`alter table credential_epochs rename to credential_epochs_away`.execute(h.db);
+    let result: string;
+    try {
+      result = await processExecution(job, h.deps());
+    } finally {
+      await sql`alter table credential_epochs_away rename to credential_epochs`.execute(h.db);
+    }
+    // the call is answered with the stop the agent loop applies to the run (not held forever)
+    expect(result).toBe('refused:dependency_unavailable');
+    expect(await h.requests(orderId)).toHaveLength(0);
+    expect(await status(a)).toMatchObject({ approval: 'approved', dispatched: null });
+  });
+
   it('control removed: minting with epoch 0 when the epoch is unreadable sends the call downstream', async () => {
     const orderId = await h.newOrder();
     const a = await createAction(h.db, { orderId, amountCents: 6500 });

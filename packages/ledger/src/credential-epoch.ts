@@ -11,8 +11,8 @@ import { DependencyUnavailable } from './working-time.ts';
 /**
  * The current revocation epoch (`credential_epochs`, row id 1) as a scalar subquery, for a read
  * that takes it along (null when the row is missing). Pass the value to
- * {@link requireCredentialEpoch}; a read that selects it fails when the table is gone, which the
- * caller maps with {@link epochReadFailure}.
+ * {@link requireCredentialEpoch}; a read that selects it fails when the table is gone
+ * ({@link isUndefinedTable}).
  */
 export const credentialEpochColumn: RawBuilder<number | string | null> = sql<
   number | string | null
@@ -24,19 +24,19 @@ export const credentialEpochColumn: RawBuilder<number | string | null> = sql<
  */
 export function requireCredentialEpoch(value: number | string | null | undefined): number {
   if (value === null || value === undefined)
-    throw new DependencyUnavailable('postgres', 'no revocation epoch is recorded (credential_epochs row 1 is missing)');
+    throw new DependencyUnavailable('postgres', 'no revocation epoch can be read (credential_epochs or its row 1 is missing)');
   return Number(value);
 }
 
 /**
- * The failure of a statement that read the revocation epoch, as the dependency fault it is
- * (`DependencyUnavailable('postgres')`, cause kept): a table that is gone (SQLSTATE 42P01, e.g.
- * a migration rolled back under a running executor) holds the step like a lost connection.
- * Any other error is returned unchanged.
+ * Whether `err` is Postgres's "undefined table" (SQLSTATE 42P01), as a read that selects
+ * {@link credentialEpochColumn} fails when `credential_epochs` is gone (e.g. a migration rolled
+ * back under a running executor). The caller reads again without the column and hands null to
+ * {@link requireCredentialEpoch}, so the step is held (or stopped past the outage ceiling) like
+ * any unreadable epoch.
  */
-export function epochReadFailure(err: unknown): unknown {
-  if ((err as { code?: unknown } | null)?.code !== '42P01') return err;
-  return new DependencyUnavailable('postgres', `a table of the ledger is missing: ${(err as Error).message}`, { cause: err });
+export function isUndefinedTable(err: unknown): boolean {
+  return (err as { code?: unknown } | null)?.code === '42P01';
 }
 
 /**

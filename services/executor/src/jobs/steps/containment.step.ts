@@ -3,7 +3,7 @@ import type { ExecutionJob } from '@gatehouse/contracts';
 import {
   cohortAdmits,
   credentialEpochColumn,
-  epochReadFailure,
+  isUndefinedTable,
   inTransaction,
   LIVE_STATES,
   recordAudit,
@@ -63,12 +63,14 @@ export type OperationPreview = Pick<
  * Reads what the steps need before the claim, in one statement, unlocked: the action with its
  * workflow row, its tool's switch and staged re-enable, the audit-health readings, its operation
  * the basis of its audit events and the revocation epoch (docs/decisions/0270-one-operation-protocol.md).
- * @throws Error when the action or its workflow is missing, or the tool has no adapter;
- *   DependencyUnavailable(`postgres`) when a table it reads is missing (`epochReadFailure`).
+ * @throws Error when the action or its workflow is missing, or the tool has no adapter.
  */
 export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<ExecutionContext> {
-  const row = await readExecutionRow(db, job).catch((err: unknown) => {
-    throw epochReadFailure(err);
+  const row = await readExecutionRow(db, job, true).catch(async (err: unknown) => {
+    // `credential_epochs` gone: read the rest, and let the missing epoch fail closed in
+    // `readClaimInputs`, where the step is held or, past the outage ceiling, stopped (ADR 0420).
+    if (!isUndefinedTable(err)) throw err;
+    return { credential_epoch: null, ...(await readExecutionRow(db, job, false)) };
   });
   const {
     wf_row,
@@ -111,11 +113,26 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
           evidence_ref: op_evidence_ref,
         };
   const auditHealth = { beatAgeMs, backlogAgeMs };
-  return { job, wf, preview, tool, adapter, toolSwitch, reenable, auditHealth, operation, auditBasis, credentialEpoch: credential_epoch };
+  return {
+    job,
+    wf,
+    preview,
+    tool,
+    adapter,
+    toolSwitch,
+    reenable,
+    auditHealth,
+    operation,
+    auditBasis,
+    credentialEpoch: credential_epoch ?? null,
+  };
 }
 
-/** The one statement {@link loadExecutionContext} reads (see there). @throws Error when the action or its workflow is missing. */
-function readExecutionRow(db: Db, job: ExecutionJob) {
+/**
+ * The one statement {@link loadExecutionContext} reads (see there), the revocation epoch with it
+ * when `withEpoch`. @throws Error when the action or its workflow is missing.
+ */
+function readExecutionRow(db: Db, job: ExecutionJob, withEpoch: boolean) {
   return db
     .selectFrom('actions as a')
     .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
@@ -137,7 +154,7 @@ function readExecutionRow(db: Db, job: ExecutionJob) {
         'reenable_stage',
       ),
     ])
-    .select(credentialEpochColumn.as('credential_epoch'))
+    .$if(withEpoch, (qb) => qb.select(credentialEpochColumn.as('credential_epoch')))
     .where('a.id', '=', job.actionId)
     .executeTakeFirstOrThrow();
 }
