@@ -67,8 +67,15 @@ describe('executor: statements for one ALLOW refund', () => {
     // (claim 1; ADR 0420).
     expect(statements.length).toBeLessThanOrEqual(17);
     expect(claim.length).toBeLessThanOrEqual(10);
-    // no audit event is a statement of its own: each rides on the state change it describes
+    // no audit event is a statement of its own: each rides on the state change it describes, and
+    // each is still written, once
     expect(statements.filter((s) => /^insert into "audit_outbox"/.test(s))).toEqual([]);
+    const events = await h.db
+      .selectFrom('audit_outbox')
+      .select(sql<string>`event->>'type'`.as('type'))
+      .where(sql<boolean>`event->>'runId' = ${a.workflowId}`)
+      .execute();
+    expect(events.map((e) => e.type).filter((t) => t.startsWith('operation.'))).toEqual(['operation.claimed', 'operation.succeeded']);
   });
 });
 

@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { randomInt } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Db } from '@gatehouse/ledger';
@@ -49,5 +50,14 @@ describe('policy gateway: statements for one ALLOW refund proposal', () => {
     // written by the action's insert (ADR 0420).
     expect(statements.length).toBeLessThanOrEqual(12);
     expect(statements.filter((s) => /^insert into "(audit_outbox|decision_log)"/.test(s))).toEqual([]);
+    // both are still written, once each
+    const decisions = await h.db.selectFrom('decision_log').select('decision').where('proposal_id', '=', p.proposalId).execute();
+    expect(decisions).toEqual([{ decision: 'ALLOW' }]);
+    const events = await h.db
+      .selectFrom('audit_outbox')
+      .select(sql<string>`event->>'type'`.as('type'))
+      .where(sql<boolean>`event->>'runId' = ${p.workflowId}`)
+      .execute();
+    expect(events.filter((e) => e.type === 'policy.decision')).toHaveLength(1);
   });
 });

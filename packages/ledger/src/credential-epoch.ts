@@ -11,8 +11,8 @@ import { DependencyUnavailable } from './working-time.ts';
 /**
  * The current revocation epoch (`credential_epochs`, row id 1) as a scalar subquery, for a read
  * that takes it along (null when the row is missing). Pass the value to
- * {@link requireCredentialEpoch}; a read that selects it fails when the table is gone
- * ({@link isUndefinedTable}).
+ * {@link requireCredentialEpoch}. A read that selects it fails as a whole when the table is gone
+ * or unreadable: the caller reads again without it and passes null.
  */
 export const credentialEpochColumn: RawBuilder<number | string | null> = sql<
   number | string | null
@@ -26,17 +26,6 @@ export function requireCredentialEpoch(value: number | string | null | undefined
   if (value === null || value === undefined)
     throw new DependencyUnavailable('postgres', 'no revocation epoch can be read (credential_epochs or its row 1 is missing)');
   return Number(value);
-}
-
-/**
- * Whether `err` is Postgres's "undefined table" (SQLSTATE 42P01), as a read that selects
- * {@link credentialEpochColumn} fails when `credential_epochs` is gone (e.g. a migration rolled
- * back under a running executor). The caller reads again without the column and hands null to
- * {@link requireCredentialEpoch}, so the step is held (or stopped past the outage ceiling) like
- * any unreadable epoch.
- */
-export function isUndefinedTable(err: unknown): boolean {
-  return (err as { code?: unknown } | null)?.code === '42P01';
 }
 
 /**

@@ -3,7 +3,6 @@ import type { ExecutionJob } from '@gatehouse/contracts';
 import {
   cohortAdmits,
   credentialEpochColumn,
-  isUndefinedTable,
   inTransaction,
   LIVE_STATES,
   recordAudit,
@@ -62,16 +61,20 @@ export type OperationPreview = Pick<
 /**
  * Reads what the steps need before the claim, in one statement, unlocked: the action with its
  * workflow row, its tool's switch and staged re-enable, the audit-health readings, its operation
- * the basis of its audit events and the revocation epoch (docs/decisions/0270-one-operation-protocol.md).
- * @throws Error when the action or its workflow is missing, or the tool has no adapter.
+ * the basis of its audit events and the revocation epoch (null when it cannot be read; docs/decisions/0270-one-operation-protocol.md,
+ * 0420-audit-events-ride-on-their-statement.md).
+ * @throws Error when the action or its workflow is missing, the read fails without the epoch too,
+ *   or the tool has no adapter.
  */
 export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<ExecutionContext> {
-  const row = await readExecutionRow(db, job, true).catch(async (err: unknown) => {
-    // `credential_epochs` gone: read the rest, and let the missing epoch fail closed in
-    // `readClaimInputs`, where the step is held or, past the outage ceiling, stopped (ADR 0420).
-    if (!isUndefinedTable(err)) throw err;
-    return { credential_epoch: null, ...(await readExecutionRow(db, job, false)) };
-  });
+  // When the read with the epoch fails (its table gone or not readable, ADR 0420), the rest is
+  // read again without it: the unreadable epoch then fails closed in `readClaimInputs`, where the
+  // step is held or, past the outage ceiling, stopped, and the steps before it (the switch, the
+  // audit gate, a redelivery's answer) never depend on the epoch. An error of the rest is thrown.
+  const row = await readExecutionRow(db, job, true).catch(async () => ({
+    credential_epoch: null,
+    ...(await readExecutionRow(db, job, false)),
+  }));
   const {
     wf_row,
     audit_user_id,
