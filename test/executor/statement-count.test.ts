@@ -67,6 +67,12 @@ describe('executor: statements for one ALLOW refund', () => {
     // (claim 1; ADR 0420).
     expect(statements.length).toBeLessThanOrEqual(17);
     expect(claim.length).toBeLessThanOrEqual(10);
+    // the limit locks are taken last (ADR 0430): held for their sums and the COMMIT only
+    expect(claim.slice(-3).map((s) => s.trim().slice(0, 40))).toEqual([
+      expect.stringMatching(/^SELECT pg_advisory_xact_lock/),
+      expect.stringMatching(/^select coalesce\(sum\(/),
+      'commit',
+    ]);
     // no audit event is a statement of its own: each rides on the state change it describes, and
     // each is still written, once
     expect(statements.filter((s) => /^insert into "audit_outbox"/.test(s))).toEqual([]);

@@ -81,6 +81,28 @@ export interface ClaimOptions {
   honourLease?: boolean;
   /** Credits the outage this job waited through (`job.outage`) before the deadline check. */
   outagePolicy: OutagePolicy;
+  /**
+   * Where a first claim re-evaluates the policy (docs/decisions/0430-limit-locks-last-in-the-claim.md):
+   * `last` (default) after the grant, so the limit locks are held only for their sums and the
+   * COMMIT, throwing {@link FactsChangedAtClaim} (the caller's transaction rolls back) when the
+   * decision changed; `first` before the grant, recording the new decision as a new action version.
+   */
+  reevaluate?: 'last' | 'first';
+}
+
+/**
+ * Thrown by a claim whose re-evaluation, made last under the limit locks, found another decision
+ * than the action's: the transaction must roll back (nothing of the grant survives), and the
+ * claim runs again with `reevaluate: 'first'`, which records the new decision
+ * (docs/decisions/0430-limit-locks-last-in-the-claim.md).
+ */
+export class FactsChangedAtClaim extends Error {
+  override name = 'FactsChangedAtClaim';
+  readonly actionId: string;
+  constructor(actionId: string) {
+    super(`the policy decision of action ${actionId} changed since it was recorded; re-evaluated before the grant`);
+    this.actionId = actionId;
+  }
 }
 
 /**
@@ -91,10 +113,15 @@ export interface ClaimOptions {
  * increments the fencing token and writes the `running` mark and baseline. The caller commits
  * this before calling the adapter (write-ahead). The checks before the grant take two statements
  * (the workflow row; the action row with its reserved operation) and the writes go through the
- * operation protocol of the ledger (docs/decisions/0270-one-operation-protocol.md).
+ * operation protocol of the ledger (docs/decisions/0270-one-operation-protocol.md). A first
+ * claim re-evaluates the policy last, after the grant, under the limit locks (ADR 0430).
+ * @throws FactsChangedAtClaim when that re-evaluation finds another decision (`reevaluate: 'last'`):
+ *   the caller rolls the transaction back and claims again with `reevaluate: 'first'`.
  */
 export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOptions): Promise<ClaimOutcome> {
-  // Lock order everywhere: workflows → actions → operations → approvals (no deadlock cycles).
+  // Lock order everywhere: workflows → actions → operations → approvals (no deadlock cycles). The
+  // limit locks of a first claim's re-evaluation come after them: whatever a claim locks after
+  // its limit locks belongs to its own action, whose rows it locked first (ADR 0430).
   // Statement 1: the workflow row, locked, with its state and what a re-evaluation reads about the
   // run (release writes, the offered state). Statement 2: the action, locked, and its operation
   // reserved and locked (docs/decisions/0270-one-operation-protocol.md).
@@ -109,9 +136,15 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
   if (isFinishedOperation(op.status)) return { kind: 'replay', action, operation: op };
   // One worker at a time, whichever replica: a live lease sends the others back to the queue (retried).
   if (leaseIsLive(op) && opts.honourLease !== false) return { kind: 'busy' };
-  if (op.status === 'pending') {
+  const first = op.status === 'pending';
+  const reevaluateLast = opts.reevaluate !== 'first';
+  if (first) {
     const stop = await firstClaimChecks(trx, job, action, op, wf ?? null, opts);
     if (stop) return stop;
+    if (!reevaluateLast) {
+      const changed = await reevaluateBeforeGrant(trx, action, op, wf ?? null, opts.reevaluation);
+      if (changed) return changed;
+    }
   }
   const audit = await executionAuditFields(trx, action, {
     auditHmacKey: opts.auditHmacKey,
@@ -132,6 +165,9 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
     workflow: { nextStep: null, onlyFrom: ['investigating', 'awaiting_approval', 'executing'], ...(wf ? { lockedFrom: wf.state } : {}) },
     audit: { ...audit, type: 'operation.claimed', attempts: op.attempts + 1 },
   });
+  // The limit locks are taken last, so they are held for their sums and the COMMIT only (ADR 0430).
+  if (first && reevaluateLast && (await decisionChanged(trx, action, wf ?? null, opts.reevaluation)))
+    throw new FactsChangedAtClaim(action.id);
   return {
     kind: 'claimed',
     action: { ...action, status: 'running' },
@@ -147,8 +183,8 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
 export const CLAIMABLE: readonly ActionStatus[] = ['approved', 'running', 'succeeded', 'failed', 'failed_unknown'];
 
 /**
- * The checks of a first claim (nothing was sent yet, so the run's state, deadline and facts may
- * still stop it). On a stop the reservation just made is removed (no orphan pending rows).
+ * The checks of a first claim (nothing was sent yet, so the run's state and deadline may still
+ * stop it). On a stop the reservation just made is removed (no orphan pending rows).
  */
 async function firstClaimChecks(
   trx: Trx,
@@ -159,40 +195,68 @@ async function firstClaimChecks(
   opts: ClaimOptions,
 ): Promise<ClaimOutcome | null> {
   const state = run?.state ?? null;
-  const unreserve = () =>
-    trx.deleteFrom('operations').where('key', '=', op.key).where('status', '=', 'pending').where('fencing_token', '=', '0').execute();
   // Only a run that may move to `executing` starts an effect (terminal states and `received` may not).
   if (!state || !isLegalWorkflowTransition(state, 'executing')) {
-    await unreserve();
+    await unreserve(trx, op);
     return { kind: 'skip', reason: `workflow_${state}` };
   }
   const time = await checkWorkingTime(trx, action.workflow_id, job.outage, opts.outagePolicy, run ?? undefined);
   if (time.kind !== 'ok') {
-    await unreserve();
+    await unreserve(trx, op);
     return { kind: time.kind === 'budget_exhausted' ? 'deadline' : 'outage', action };
   }
-  const r = opts.reevaluation;
+  return null;
+}
+
+/** Removes a reservation this claim just made and did not use. */
+async function unreserve(trx: Trx, op: Operation): Promise<void> {
+  await trx.deleteFrom('operations').where('key', '=', op.key).where('status', '=', 'pending').where('fencing_token', '=', '0').execute();
+}
+
+/**
+ * The policy re-evaluation at execution (docs/product/invariants.md#policy): the action's tool and
+ * arguments judged again on the authoritative record read before the claim and the ledger's sums
+ * read under the limit locks (taken here, held to the end of the transaction). True when the
+ * decision, its rule or its policy revision differ from the action's. False without a
+ * re-evaluation (no record read, or the test-only switch).
+ */
+async function decisionChanged(trx: Trx, action: Action, run: DecisionContext | null, r: Reevaluation): Promise<boolean> {
   const tool = findTool(action.tool);
-  if (r.disabled || !tool || !r.record) return null;
-  const parsed = { tool, args: action.arguments as Record<string, string | number | null>, target: action.target };
+  if (r.disabled || !tool || !r.record) return false;
   const { decision: now } = await evaluateAction(trx, {
     wf: r.wf,
     proposalId: action.proposal_id,
-    parsed,
+    parsed: { tool, args: action.arguments as Record<string, string | number | null> },
     record: r.record,
     bundles: r.bundles,
     excludeActionId: action.id,
     atExecution: true,
     ...(run ? { context: run } : {}),
   });
-  if (now.decision === action.decision && now.ruleId === action.rule_id && now.policyRevision === action.policy_revision) return null;
-  await unreserve();
+  return !(now.decision === action.decision && now.ruleId === action.rule_id && now.policyRevision === action.policy_revision);
+}
+
+/**
+ * The re-evaluation made before the grant (`reevaluate: 'first'`, after a claim threw
+ * {@link FactsChangedAtClaim}): when the decision changed, the reservation is removed and the new
+ * decision recorded as the action's next version, with the jobs it publishes (`reevaluated`).
+ */
+async function reevaluateBeforeGrant(
+  trx: Trx,
+  action: Action,
+  op: Operation,
+  run: DecisionContext | null,
+  r: Reevaluation,
+): Promise<ClaimOutcome | null> {
+  const tool = findTool(action.tool);
+  if (!tool || !r.record || !(await decisionChanged(trx, action, run, r))) return null;
+  await unreserve(trx, op);
   const out = await decideAndRecord(trx, {
     wf: r.wf,
     proposalId: action.proposal_id,
     round: r.wf.round,
     callId: action.call_id,
-    parsed,
+    parsed: { tool, args: action.arguments as Record<string, string | number | null>, target: action.target },
     record: r.record,
     bundles: r.bundles,
     auditHmacKey: r.auditHmacKey,

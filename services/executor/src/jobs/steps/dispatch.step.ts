@@ -4,7 +4,7 @@ import { mintDelegatedToken } from '@gatehouse/credentials';
 import { DependencyUnavailable, inTransaction, isLegalWorkflowTransition, markDispatched, requireCredentialEpoch } from '@gatehouse/ledger';
 import { readAuthoritative, type AuthoritativeRecord } from '@gatehouse/policy';
 import { resolveByReadBack, shipmentCount, type AdapterResult } from '../../adapters/index.ts';
-import { claimOperation, type ClaimOutcome } from '../../domain/claim.ts';
+import { claimOperation, FactsChangedAtClaim, type ClaimOutcome } from '../../domain/claim.ts';
 import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
 import { blockEventLoop, crashIfAt } from '../../domain/test-hooks.ts';
 import type { ExecutionDeps } from '../execution-deps.ts';
@@ -71,8 +71,13 @@ export async function readClaimInputs(deps: ExecutionDeps, ctx: ExecutionContext
   }
 }
 
-/** The fenced claim in its own transaction (committed before any effect: write-ahead). */
-export function claim(deps: ExecutionDeps, ctx: ExecutionContext, inputs: ClaimInputs): Promise<ClaimOutcome> {
+/**
+ * The fenced claim in its own transaction (committed before any effect: write-ahead). Its policy
+ * re-evaluation comes last, under the limit locks; when the decision changed, that transaction
+ * rolls back and the claim runs again re-evaluating first, which records the new decision
+ * (docs/decisions/0430-limit-locks-last-in-the-claim.md).
+ */
+export async function claim(deps: ExecutionDeps, ctx: ExecutionContext, inputs: ClaimInputs): Promise<ClaimOutcome> {
   const { hooks } = deps;
   const reevaluation = {
     wf: ctx.wf,
@@ -81,20 +86,28 @@ export function claim(deps: ExecutionDeps, ctx: ExecutionContext, inputs: ClaimI
     auditHmacKey: deps.auditHmacKey,
     disabled: hooks.disableReevaluation,
   };
-  return inTransaction(deps.db, (trx) =>
-    claimOperation(trx, ctx.job, {
-      owner,
-      leaseMs: deps.leaseMs,
-      baseline: inputs.baseline,
-      auditHmacKey: deps.auditHmacKey,
-      auditBasis: ctx.auditBasis,
-      userId: ctx.wf.user_id,
-      reevaluation,
-      bindDigest: !hooks.disableDigestBinding,
-      honourLease: !hooks.disableLease,
-      outagePolicy: deps.outagePolicy,
-    }),
-  );
+  const attempt = (reevaluate: 'last' | 'first') =>
+    inTransaction(deps.db, (trx) =>
+      claimOperation(trx, ctx.job, {
+        owner,
+        leaseMs: deps.leaseMs,
+        baseline: inputs.baseline,
+        auditHmacKey: deps.auditHmacKey,
+        auditBasis: ctx.auditBasis,
+        userId: ctx.wf.user_id,
+        reevaluation,
+        bindDigest: !hooks.disableDigestBinding,
+        honourLease: !hooks.disableLease,
+        outagePolicy: deps.outagePolicy,
+        reevaluate,
+      }),
+    );
+  try {
+    return await attempt('last');
+  } catch (err) {
+    if (!(err instanceof FactsChangedAtClaim)) throw err;
+    return attempt('first');
+  }
 }
 
 /**
