@@ -100,7 +100,9 @@ export class FactsChangedAtClaim extends Error {
   override name = 'FactsChangedAtClaim';
   readonly actionId: string;
   constructor(actionId: string) {
-    super(`the policy decision of action ${actionId} changed since it was recorded; re-evaluated before the grant`);
+    super(
+      `the policy decision of action ${actionId} changed since it was recorded; the claim is rolled back, to be re-evaluated before the grant`,
+    );
     this.actionId = actionId;
   }
 }
@@ -120,8 +122,9 @@ export class FactsChangedAtClaim extends Error {
  */
 export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOptions): Promise<ClaimOutcome> {
   // Lock order everywhere: workflows → actions → operations → approvals (no deadlock cycles). The
-  // limit locks of a first claim's re-evaluation come after them: whatever a claim locks after
-  // its limit locks belongs to its own action, whose rows it locked first (ADR 0430).
+  // limit locks of a first claim's re-evaluation come last, after every row lock of the claim;
+  // with `reevaluate: 'first'` they come earlier, and what the claim locks after them belongs to
+  // its own action, whose rows it locked first (ADR 0430).
   // Statement 1: the workflow row, locked, with its state and what a re-evaluation reads about the
   // run (release writes, the offered state). Statement 2: the action, locked, and its operation
   // reserved and locked (docs/decisions/0270-one-operation-protocol.md).
@@ -153,6 +156,9 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
   });
   if (op.status === 'pending' && action.decision === 'REQUIRE_APPROVAL') {
     const refused = await consumeForClaim(trx, job, action, opts.bindDigest);
+    // A changed decision still comes before an unusable approval, as when the re-evaluation came
+    // first: nothing was written yet, so its new version is recorded here (ADR 0430).
+    if (refused && reevaluateLast) return (await reevaluateBeforeGrant(trx, action, op, wf ?? null, opts.reevaluation)) ?? refused;
     if (refused) return refused;
     if (refused === null) await recordAudit(trx, { ...audit, type: 'approval.consumed' });
   }
