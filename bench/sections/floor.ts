@@ -1,7 +1,6 @@
 import pg from 'pg';
 import { Queue, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
-import { prepareStatements } from '@gatehouse/ledger';
 import type { BenchSizes } from '../config.ts';
 import { closedLoop, Waiters, type LoadResult } from '../lib/driver.ts';
 import { Latencies, nowMs, round, type LatencySummary } from '../lib/stats.ts';
@@ -29,8 +28,6 @@ export interface FloorReport {
 /** Runs every floor probe against the world's Postgres database and Redis prefix. */
 export async function runFloor(w: BenchWorld, sizes: BenchSizes, orderId: string): Promise<FloorReport> {
   const pool = new pg.Pool({ connectionString: w.database!.url, max: 10 });
-  // The floor's statements are prepared once per connection, as Gatehouse's are (ADR 0440).
-  prepareStatements(pool);
   const connections: Redis[] = [];
   const conn = (): Redis => {
     const c = new Redis(REDIS_URL, { maxRetriesPerRequest: null });

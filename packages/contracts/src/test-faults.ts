@@ -24,8 +24,6 @@ export interface TestFaults {
   disableTransitionTable: boolean;
   /** `DISABLE_PG_ERROR_HANDLING`: Postgres client errors are not handled (a restart kills the process). */
   disablePgErrorHandling: boolean;
-  /** `DISABLE_PREPARED_STATEMENTS`: the ledger's pools send every statement unnamed (ADR 0440). */
-  disablePreparedStatements: boolean;
   /** `DISABLE_OUTAGE_CREDIT`: dependency outages count against a run's wall time. */
   disableOutageCredit: boolean;
   // policy
@@ -126,7 +124,6 @@ const SWITCHES: { [K in keyof TestFaults]: [name: string, kind: Kind] } = {
   disableFetchTracing: ['DISABLE_FETCH_TRACING', 'flag'],
   disableTransitionTable: ['DISABLE_TRANSITION_TABLE', 'flag'],
   disablePgErrorHandling: ['DISABLE_PG_ERROR_HANDLING', 'flag'],
-  disablePreparedStatements: ['DISABLE_PREPARED_STATEMENTS', 'flag'],
   disableOutageCredit: ['DISABLE_OUTAGE_CREDIT', 'flag'],
   disableCumulativeBasis: ['DISABLE_CUMULATIVE_BASIS', 'flag'],
   disableLimitLocks: ['DISABLE_LIMIT_LOCKS', 'flag'],

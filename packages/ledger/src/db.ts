@@ -3,7 +3,6 @@ import pg from 'pg';
 import { migrations } from '@gatehouse/migrations';
 import type { DB } from './schema.ts';
 import { testFaults } from '@gatehouse/contracts';
-import { isResultTypeChanged, prepareStatements } from './prepared-statements.ts';
 
 // bigint (int8) columns come back as strings by default; counts and sequences fit in a JS
 // number for this ledger's scale, but we keep them as strings to stay exact and convert at use.
@@ -20,14 +19,12 @@ export type Trx = Transaction<DB>;
  * process. A client that loses its connection (server restart, terminated backend) fails the
  * statement that was running, or the next one, with an error {@link isConnectionFault}
  * recognises; the pool discards it on release and opens a new one for the next checkout.
- * `onClientError` (optional) is told about each such error. Every pool of the runtime opens here,
- * and its statements are prepared once per connection ({@link prepareStatements}, ADR 0440).
- * @throws Error when the test-only switch `GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING` or
- *   `GATEHOUSE_TEST_DISABLE_PREPARED_STATEMENTS` is set outside `GATEHOUSE_ENV=test`.
+ * `onClientError` (optional) is told about each such error. Every pool of the runtime opens here.
+ * @throws Error when the test-only switch `GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING` is set
+ *   outside `GATEHOUSE_ENV=test`.
  */
 export function createPool(databaseUrl: string, max: number, onClientError?: (err: Error) => void): pg.Pool {
   const pool = new pg.Pool({ connectionString: databaseUrl, max });
-  prepareStatements(pool);
   if (!pgErrorHandlingDisabled()) {
     const report = (err: Error): void => onClientError?.(err);
     pool.on('error', report); // an idle client died; the pool already removed it
@@ -113,9 +110,8 @@ const RETRYABLE = new Set(['40001', '40P01']);
 
 /**
  * Runs `fn` in one transaction, retrying serialization failures and deadlocks (SQLSTATE 40001,
- * 40P01) and a prepared statement whose result type a migration changed ({@link isResultTypeChanged};
- * the retry prepares it again, ADR 0440) up to `attempts` times (default 5) with bounded jittered
- * backoff (≤ 200 ms). Kysely releases the connection whether COMMIT succeeds or fails.
+ * 40P01) up to `attempts` times (default 5) with bounded jittered backoff (≤ 200 ms).
+ * Kysely releases the connection whether COMMIT succeeds or fails.
  */
 export async function inTransaction<T>(db: Db, fn: (trx: Trx) => Promise<T>, attempts = 5): Promise<T> {
   for (let i = 1; ; i++) {
@@ -123,7 +119,7 @@ export async function inTransaction<T>(db: Db, fn: (trx: Trx) => Promise<T>, att
       return await db.transaction().execute(fn);
     } catch (err) {
       const code = (err as { code?: string }).code;
-      if (!code || !(RETRYABLE.has(code) || isResultTypeChanged(err)) || i >= attempts) throw err;
+      if (!code || !RETRYABLE.has(code) || i >= attempts) throw err;
       await new Promise((r) => setTimeout(r, Math.random() * Math.min(200, 10 * 2 ** i)));
     }
   }

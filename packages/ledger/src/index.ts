@@ -1,6 +1,5 @@
 export * from './schema.ts';
 export * from './db.ts';
-export * from './prepared-statements.ts';
 export * from './outbox.ts';
 export * from './audit.ts';
 export * from './advisory-locks.ts';
