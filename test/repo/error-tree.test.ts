@@ -45,6 +45,7 @@ const STATUS: Record<string, number> = {
   ReenableRefused: 422,
   OperatorRefused: 403,
   LeaseBusy: 409,
+  FactsChangedAtClaim: 409,
   UsageError: 400,
   ActivationRefused: 403,
   CanaryRefused: 403,

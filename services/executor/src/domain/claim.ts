@@ -1,4 +1,4 @@
-import type { ExecutionJob } from '@gatehouse/contracts';
+import { ConflictError, type ExecutionJob } from '@gatehouse/contracts';
 import {
   checkWorkingTime,
   isLegalWorkflowTransition,
@@ -96,11 +96,11 @@ export interface ClaimOptions {
  * claim runs again with `reevaluate: 'first'`, which records the new decision
  * (docs/decisions/0430-limit-locks-last-in-the-claim.md).
  */
-export class FactsChangedAtClaim extends Error {
-  override name = 'FactsChangedAtClaim';
+export class FactsChangedAtClaim extends ConflictError {
   readonly actionId: string;
   constructor(actionId: string) {
     super(
+      'facts_changed_at_claim',
       `the policy decision of action ${actionId} changed since it was recorded; the claim is rolled back, to be re-evaluated before the grant`,
     );
     this.actionId = actionId;
@@ -220,7 +220,7 @@ async function unreserve(trx: Trx, op: Operation): Promise<void> {
 }
 
 /**
- * The policy re-evaluation at execution (docs/product/invariants.md#policy): the action's tool and
+ * The policy re-evaluation at execution (docs/product/design.md#flow-of-a-ticket): the action's tool and
  * arguments judged again on the authoritative record read before the claim and the ledger's sums
  * read under the limit locks (taken here, held to the end of the transaction). True when the
  * decision, its rule or its policy revision differ from the action's. False without a
