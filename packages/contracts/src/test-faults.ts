@@ -33,6 +33,8 @@ export interface TestFaults {
   disableLimitLocks: boolean;
   /** `SHARED_LIMIT_LOCK`: one lock shared by every refund decision instead of one per limit. */
   sharedLimitLock: boolean;
+  /** `DISABLE_DECISION_RECHECK`: a decision written on unlocked refund sums is not checked again under the limit locks. */
+  disableDecisionRecheck: boolean;
   /** `DISABLE_PROPOSAL_DEDUPE`: a repeated proposal is not suppressed. */
   disableProposalDedupe: boolean;
   /** `DISABLE_STATE_GATE`: tools are eligible in every workflow state. */
@@ -128,6 +130,7 @@ const SWITCHES: { [K in keyof TestFaults]: [name: string, kind: Kind] } = {
   disableCumulativeBasis: ['DISABLE_CUMULATIVE_BASIS', 'flag'],
   disableLimitLocks: ['DISABLE_LIMIT_LOCKS', 'flag'],
   sharedLimitLock: ['SHARED_LIMIT_LOCK', 'flag'],
+  disableDecisionRecheck: ['DISABLE_DECISION_RECHECK', 'flag'],
   disableProposalDedupe: ['DISABLE_PROPOSAL_DEDUPE', 'flag'],
   disableStateGate: ['DISABLE_STATE_GATE', 'flag'],
   disableStrictParsing: ['DISABLE_STRICT_PARSING', 'flag'],

@@ -4,7 +4,7 @@ import { toolsOfPack, type ParsedProposal, type Pack } from '@gatehouse/tools';
 import type { PolicyBundles } from './bundle.ts';
 import { evaluateChange, type ChangeFacts, type ChangeRecordFacts, type PlanFacts } from './change.rules.ts';
 import { eligibleTools, toolOfferedIn } from './eligibility.ts';
-import { fetchOrder, loadSupportFacts, lookupUser } from './facts.ts';
+import { fetchOrder, loadSupportFacts, lookupUser, type RefundSums } from './facts.ts';
 import { evaluateSupport, type PolicyDecision, type SupportFacts } from './support.rules.ts';
 
 /**
@@ -108,6 +108,11 @@ export async function evaluateAction(
     atExecution?: boolean;
     /** Read with the workflow's lock ({@link lockWorkflowForDecision}); read here when absent. */
     context?: Pick<DecisionContext, 'offeredInState' | 'writesEnabled'>;
+    /**
+     * Refund sums read beforehand without the limit locks ({@link unlockedRefundSums}): decided on
+     * as they are, no lock taken — the caller confirms under the locks before it commits (ADR 0450).
+     */
+    unlockedSums?: RefundSums;
   },
 ): Promise<Evaluation> {
   const { wf, parsed, record, context } = input;
@@ -119,6 +124,7 @@ export async function evaluateAction(
       excludeActionId: input.excludeActionId,
       atExecution: input.atExecution,
       tenantCap: input.bundles.support.ruleOrder.includes('R10'),
+      unlockedSums: input.unlockedSums,
     });
     const inTenant = facts.order && facts.user && facts.order.tenant === facts.user.tenant ? facts.order : null;
     return {

@@ -151,6 +151,27 @@ function testSwitch(name: 'disableCumulativeBasis' | 'disableLimitLocks' | 'shar
   return testFaults()[name];
 }
 
+/** Whether a decision on `toolName` reads and adds to the refund limits (R4–R7, R10): only `issue_refund`. */
+export function readsRefundLimits(toolName: string): boolean {
+  return toolName === 'issue_refund';
+}
+
+/**
+ * The refund sums of one proposal read without the limit locks, outside any transaction, beside
+ * the order system's read (docs/decisions/0450-limit-locks-last-in-the-decision.md): the
+ * gateway decides and writes on them, then confirms the decision under the locks. Same filter
+ * and counting as the decision's own read ({@link refundSums} with queued refunds); undefined for
+ * a tool that reads no refund limit.
+ */
+export async function unlockedRefundSums(
+  db: Db,
+  wf: { tenant: string; user_id: string },
+  parsed: Pick<ParsedProposal, 'tool' | 'args'>,
+): Promise<RefundSums | undefined> {
+  if (!readsRefundLimits(parsed.tool.name)) return undefined;
+  return refundSums(db, { tenant: wf.tenant, orderId: String(parsed.args.orderId), userId: wf.user_id, includeQueued: true });
+}
+
 /**
  * Loads every fact R0–R10 need for one parsed proposal, tenant-scoped, inside `trx`. For refunds
  * it first takes the advisory locks of the limits the refund competes for
@@ -159,37 +180,41 @@ function testSwitch(name: 'disableCumulativeBasis' | 'disableLimitLocks' | 'shar
  * and tenants go on in parallel. Every limit is tenant-scoped: the agent's hour (R6) counts the
  * refunds it made for this tenant only, the tenant's day (R10) every refund of the tenant.
  * `opts.tenantCap`: the bundle runs R10, so the tenant's day is locked and summed (else its sum
- * is 0 and unused). `order` is read beforehand from the order system (outside the transaction).
+ * is 0 and unused). `opts.unlockedSums`: sums read beforehand without the locks
+ * ({@link unlockedRefundSums}); neither locks nor sums are taken here, and the caller must confirm
+ * the decision under the locks before it commits (ADR 0450). `order` is read beforehand from the
+ * order system (outside the transaction).
  */
 export async function loadSupportFacts(
   trx: Trx,
   wf: { tenant: string; user_id: string; mode: 'investigate' | 'act'; state: string; writesEnabled?: boolean },
   parsed: Pick<ParsedProposal, 'tool' | 'args'>,
   order: SupportFacts['order'],
-  opts: { excludeActionId?: string; atExecution?: boolean; tenantCap?: boolean } = {},
+  opts: { excludeActionId?: string; atExecution?: boolean; tenantCap?: boolean; unlockedSums?: RefundSums } = {},
 ): Promise<SupportFacts> {
   const world = loadWorld();
   const user = lookupUser(wf.user_id, wf.tenant);
   const orderId = String(parsed.args.orderId);
   const inTenant = Boolean(order && user && order.tenant === user.tenant);
-  const refund = parsed.tool.name === 'issue_refund';
+  const refund = readsRefundLimits(parsed.tool.name);
   const tenantDay = refund && opts.tenantCap === true;
+  const locked = refund && !opts.unlockedSums;
   // Control-removed tests only: SHARED_LIMIT_LOCK puts every refund decision behind one lock.
   const keys = testSwitch('sharedLimitLock') ? ['refund-decision'] : refundLimitKeys(wf.tenant, wf.user_id, orderId, { tenantDay });
-  if (refund && !testSwitch('disableLimitLocks')) await takeAdvisoryLocks(trx, keys);
+  if (locked && !testSwitch('disableLimitLocks')) await takeAdvisoryLocks(trx, keys);
   // Control-removed test only (refused outside GATEHOUSE_ENV=test): judge each refund alone.
   const noBasis = testSwitch('disableCumulativeBasis');
   // Only R4–R7 and R10 read the sums, and only for refunds.
-  const sums =
-    inTenant && refund
-      ? await refundSums(trx, {
-          tenant: wf.tenant,
-          orderId,
-          userId: wf.user_id,
-          excludeActionId: opts.excludeActionId,
-          includeQueued: !opts.atExecution,
-        })
-      : NO_REFUNDS;
+  const sums = !(inTenant && refund)
+    ? NO_REFUNDS
+    : (opts.unlockedSums ??
+      (await refundSums(trx, {
+        tenant: wf.tenant,
+        orderId,
+        userId: wf.user_id,
+        excludeActionId: opts.excludeActionId,
+        includeQueued: !opts.atExecution,
+      })));
   return {
     user,
     agentGrantedTools: world.agent.grantedTools,

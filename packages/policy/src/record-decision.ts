@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Selectable } from 'kysely';
-import { approvalRequestsQueue, canonicalJson, executionsQueue, resultsQueue, testFaults } from '@gatehouse/contracts';
+import { approvalRequestsQueue, canonicalJson, ConflictError, executionsQueue, resultsQueue, testFaults } from '@gatehouse/contracts';
 import {
   actorHash,
   enqueueInTransaction,
@@ -12,13 +12,15 @@ import {
   withAuditEvent,
   type ActionsTable,
   type OutboxRow,
+  type DecisionContext,
   type Trx,
   type WorkflowsTable,
   type WorkflowState,
 } from '@gatehouse/ledger';
 import { digestOf, toSafeOutput, type ParsedProposal } from '@gatehouse/tools';
 import type { PolicyBundles } from './bundle.ts';
-import { evaluateAction, type AuthoritativeRecord } from './evaluate.ts';
+import { evaluateAction, type AuthoritativeRecord, type Evaluation } from './evaluate.ts';
+import type { RefundSums } from './facts.ts';
 import type { PolicyDecision } from './support.rules.ts';
 
 type Workflow = Selectable<WorkflowsTable>;
@@ -36,6 +38,25 @@ export function proposalDedupeRemoved(): boolean {
   return testFaults().disableProposalDedupe;
 }
 
+/**
+ * Thrown by a decision written on refund sums read without the limit locks when the same check,
+ * made last under the locks, gives another decision, rule, reason or facts snapshot: the
+ * transaction must roll back (nothing of the decision survives), and the proposal is decided
+ * again with `limitLocks: 'first'`, which decides on what the locks protect
+ * (docs/decisions/0450-limit-locks-last-in-the-decision.md). HTTP 409 if it ever escaped; it never
+ * leaves the policy gateway.
+ */
+export class FactsChangedAtDecision extends ConflictError {
+  readonly actionId: string;
+  constructor(actionId: string) {
+    super(
+      'facts_changed_at_decision',
+      `the refund limits of action ${actionId} changed while it was decided; the decision is rolled back, to be made again under the limit locks`,
+    );
+    this.actionId = actionId;
+  }
+}
+
 /** Input of {@link decideAndRecord}. */
 export interface DecideInput {
   wf: Workflow;
@@ -51,6 +72,19 @@ export interface DecideInput {
   service: string;
   /** Set by the executor: the approved action whose facts changed before it could run. */
   reevaluates?: Action;
+  /**
+   * Refund sums read before the transaction without the limit locks ({@link unlockedRefundSums}):
+   * the decision is written on them and confirmed last, under the locks, so the locks are held
+   * for their sums and the COMMIT only (ADR 0450). Ignored with `reevaluates` or
+   * `limitLocks: 'first'`.
+   */
+  unlockedSums?: RefundSums;
+  /**
+   * `last` (default): with `unlockedSums`, confirm under the limit locks after the writes,
+   * throwing {@link FactsChangedAtDecision} when the check differs. `first`: take the locks
+   * before the sums and decide on them (the second attempt after that error).
+   */
+  limitLocks?: 'last' | 'first';
 }
 
 /** What was decided and the jobs to publish after commit. */
@@ -114,19 +148,21 @@ async function supersede(trx: Trx, wf: Workflow, a: Action, answerCall: boolean,
  * - another proposal for the same tool and target is a separate action (four refunds of one
  *   order are four refunds); after a follow-up message superseded an earlier one, it records
  *   that version in `supersedes_version` (the amendment);
- * - facts are loaded under the refund-decision lock, policy decides, and the action version is
- *   written with its digest (RFC 8785 JCS over tool, target, arguments, actor, tenant, policy
- *   revision, version), the decision log, the audit event and the next job: execution (ALLOW),
- *   approval request (REQUIRE_APPROVAL) or the bounded denial for the model (DENY).
+ * - facts are loaded, policy decides, and the action version is written with its digest
+ *   (RFC 8785 JCS over tool, target, arguments, actor, tenant, policy revision, version), the
+ *   decision log, the audit event and the next job: execution (ALLOW), approval request
+ *   (REQUIRE_APPROVAL) or the bounded denial for the model (DENY);
+ * - a refund's limits are read under their locks: with `unlockedSums`, the same check runs again
+ *   last, under the locks, and must agree (ADR 0450); otherwise the locks come before the sums.
  * With `reevaluates`, the executor found the facts changed: that action is superseded and its
  * call is answered by the new version's outcome.
+ * @throws FactsChangedAtDecision when the check under the locks disagrees (`limitLocks: 'last'`):
+ *   the caller rolls back and decides again with `limitLocks: 'first'`.
  */
 export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<DecideOutcome> {
   const { wf, parsed } = input;
   const context = await lockWorkflowForDecision(trx, wf.id, { proposalId: input.proposalId });
   if (!context) throw new Error(`workflow ${wf.id} not found`);
-  const actor = actorHash(input.auditHmacKey, wf.user_id);
-  const rows: OutboxRow[] = [];
   // Every version of the run (a run has a few): the same tool and target's, and the last number.
   const versions = await trx.selectFrom('actions').selectAll().where('workflow_id', '=', wf.id).orderBy('version', 'desc').execute();
   const sameTarget = versions.filter((a) => a.tool === parsed.tool.name && a.target === parsed.target);
@@ -135,7 +171,7 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
   const version = (versions[0]?.version ?? 0) + 1;
   const actionId = randomUUID();
   const operationKey = `${wf.id}:action:${version}`;
-  const base = {
+  const base: NewAction = {
     id: actionId,
     workflow_id: wf.id,
     proposal_id: input.proposalId,
@@ -154,45 +190,9 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
     input.reevaluates || proposalDedupeRemoved()
       ? undefined
       : sameTarget.find((a) => LIVE.includes(a.status) && canonicalJson(a.arguments) === args);
-  if (previous) {
-    const op = await trx.selectFrom('operations').select(['status', 'result']).where('action_id', '=', previous.id).executeTakeFirst();
-    await trx
-      .insertInto('actions')
-      .values({
-        ...base,
-        digest: previous.digest,
-        decision: previous.decision,
-        rule_id: previous.rule_id,
-        policy_revision: previous.policy_revision,
-        status: 'suppressed',
-        facts: JSON.stringify({ duplicateOf: previous.version }),
-      })
-      .execute();
-    await recordAudit(trx, {
-      type: 'policy.decision',
-      service: input.service,
-      runId: wf.id,
-      step: input.round,
-      actorHash: actor,
-      tool: parsed.tool.name,
-      actionVersion: version,
-      callId: input.callId,
-      decision: 'SUPPRESSED',
-      outcome: `duplicate_of_v${previous.version}`,
-      revisions: { policy: previous.policy_revision, release: wf.release_id },
-    });
-    const output =
-      op?.status === 'succeeded' && op.result
-        ? { ...(op.result as Record<string, unknown>), duplicateOf: previous.version }
-        : toSafeOutput(
-            parsed.tool.name,
-            { executed: false, status: 'suppressed', duplicateOf: previous.version, originalStatus: previous.status },
-            'gatehouse',
-          );
-    rows.push(await enqueueInTransaction(trx, resultsQueue, { release: wf.release_id, workflowId: wf.id, callId: input.callId, output }));
-    return { outcome: `suppressed:v${previous.version}`, actionId, version, decision: null, rows };
-  }
+  if (previous) return recordSuppressed(trx, input, base, previous);
 
+  const rows: OutboxRow[] = [];
   if (input.reevaluates) {
     const claimed = await trx
       .selectFrom('operations')
@@ -203,15 +203,83 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
     if (!claimed) rows.push(...(await supersede(trx, wf, input.reevaluates, input.reevaluates.call_id !== input.callId, input.service)));
   }
 
-  const { decision, snapshot } = await evaluateAction(trx, {
+  const unlockedSums = input.reevaluates || input.limitLocks === 'first' ? undefined : input.unlockedSums;
+  const evaluation = await evaluateAction(trx, {
     wf,
     proposalId: input.proposalId,
     parsed,
     record: input.record,
     bundles: input.bundles,
     context,
+    unlockedSums,
     ...(input.reevaluates ? { excludeActionId: input.reevaluates.id, atExecution: true } : {}),
   });
+  const { decision } = evaluation;
+  await insertDecidedAction(trx, input, base, evaluation);
+  rows.push(await routeDecision(trx, input, context, { actionId, version, decision }));
+  // Last, so the limit locks are held for their sums and the COMMIT only (ADR 0450).
+  if (unlockedSums) await confirmUnderLimitLocks(trx, input, context, { actionId, evaluation });
+  return { outcome: `${decision.decision}:${decision.ruleId}`, actionId, version, decision, rows };
+}
+
+/** The columns of an action version that do not depend on its decision. */
+type NewAction = Pick<
+  Action,
+  'id' | 'workflow_id' | 'proposal_id' | 'call_id' | 'version' | 'supersedes_version' | 'tool' | 'target' | 'operation_key' | 'release_id'
+> & { arguments: string };
+
+/**
+ * Records a repeated proposal as `suppressed` against the live version `previous` and answers its
+ * call with the original's outcome (its stored result once it succeeded), with its audit event.
+ */
+async function recordSuppressed(trx: Trx, input: DecideInput, base: NewAction, previous: Action): Promise<DecideOutcome> {
+  const { wf, parsed } = input;
+  const op = await trx.selectFrom('operations').select(['status', 'result']).where('action_id', '=', previous.id).executeTakeFirst();
+  await trx
+    .insertInto('actions')
+    .values({
+      ...base,
+      digest: previous.digest,
+      decision: previous.decision,
+      rule_id: previous.rule_id,
+      policy_revision: previous.policy_revision,
+      status: 'suppressed',
+      facts: JSON.stringify({ duplicateOf: previous.version }),
+    })
+    .execute();
+  await recordAudit(trx, {
+    type: 'policy.decision',
+    service: input.service,
+    runId: wf.id,
+    step: input.round,
+    actorHash: actorHash(input.auditHmacKey, wf.user_id),
+    tool: parsed.tool.name,
+    actionVersion: base.version,
+    callId: input.callId,
+    decision: 'SUPPRESSED',
+    outcome: `duplicate_of_v${previous.version}`,
+    revisions: { policy: previous.policy_revision, release: wf.release_id },
+  });
+  const output =
+    op?.status === 'succeeded' && op.result
+      ? { ...(op.result as Record<string, unknown>), duplicateOf: previous.version }
+      : toSafeOutput(
+          parsed.tool.name,
+          { executed: false, status: 'suppressed', duplicateOf: previous.version, originalStatus: previous.status },
+          'gatehouse',
+        );
+  const row = await enqueueInTransaction(trx, resultsQueue, { release: wf.release_id, workflowId: wf.id, callId: input.callId, output });
+  return { outcome: `suppressed:v${previous.version}`, actionId: base.id, version: base.version, decision: null, rows: [row] };
+}
+
+/**
+ * Writes the decided action version with its digest, its decision_log row and its `policy.decision`
+ * audit event in one statement (ADR 0420; the decision_log's reference to the action is checked
+ * at the statement's end).
+ */
+async function insertDecidedAction(trx: Trx, input: DecideInput, base: NewAction, evaluation: Evaluation): Promise<void> {
+  const { wf, parsed } = input;
+  const { decision, snapshot } = evaluation;
   const digest = digestOf({
     tool: parsed.tool.name,
     target: parsed.target,
@@ -219,21 +287,19 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
     actor: wf.user_id,
     tenant: wf.tenant,
     policyRevision: decision.policyRevision,
-    actionVersion: version,
+    actionVersion: base.version,
   });
   const status = decision.decision === 'DENY' ? 'denied' : decision.decision === 'ALLOW' ? 'approved' : 'pending_approval';
-  // The action, its decision_log row and its audit event in one statement (ADR 0420; the
-  // decision_log's reference to the action is checked at the statement's end).
   await withAuditEvent(trx, {
     type: 'policy.decision',
     service: input.service,
     runId: wf.id,
     step: input.round,
-    actorHash: actor,
+    actorHash: actorHash(input.auditHmacKey, wf.user_id),
     tool: parsed.tool.name,
     actionDigest: digest,
-    actionVersion: version,
-    operationKeyHash: operationKeyHash(operationKey),
+    actionVersion: base.version,
+    operationKeyHash: operationKeyHash(base.operation_key),
     callId: input.callId,
     ruleId: decision.ruleId,
     decision: decision.decision,
@@ -244,12 +310,12 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
       db.insertInto('decision_log').values({
         workflow_id: wf.id,
         proposal_id: input.proposalId,
-        action_id: actionId,
+        action_id: base.id,
         tool: parsed.tool.name,
         decision: decision.decision,
         rule_id: decision.ruleId,
         policy_revision: decision.policyRevision,
-        detail: JSON.stringify({ reason: decision.reason, version, digest, reevaluated: Boolean(input.reevaluates) }),
+        detail: JSON.stringify({ reason: decision.reason, version: base.version, digest, reevaluated: Boolean(input.reevaluates) }),
       }),
     )
     .insertInto('actions')
@@ -266,41 +332,84 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
       }),
     })
     .execute();
+}
+
+/**
+ * The run's next step after a decision: ALLOW moves it to `executing` with the execution job,
+ * REQUIRE_APPROVAL to `awaiting_approval` with the approval request, DENY answers the call with
+ * the bounded denial (the rule id, never other tenants' data or the full reason). Returns the
+ * outbox row to publish.
+ */
+async function routeDecision(
+  trx: Trx,
+  input: DecideInput,
+  context: DecisionContext,
+  d: { actionId: string; version: number; decision: PolicyDecision },
+): Promise<OutboxRow> {
+  const { wf, parsed } = input;
   const live: WorkflowState[] = ['received', 'investigating', 'awaiting_approval', 'executing'];
-  if (decision.decision === 'ALLOW') {
+  const job = { release: wf.release_id, workflowId: wf.id, actionId: d.actionId, actionVersion: d.version };
+  if (d.decision.decision === 'ALLOW') {
     await transitionWorkflow(trx, wf.id, { to: 'executing', nextStep: null, onlyFrom: live, lockedFrom: context.state });
-    rows.push(
-      await enqueueInTransaction(trx, executionsQueue, {
-        release: wf.release_id,
-        workflowId: wf.id,
-        actionId,
-        actionVersion: version,
-        approvalId: null,
-      }),
-    );
-  } else if (decision.decision === 'REQUIRE_APPROVAL') {
+    return enqueueInTransaction(trx, executionsQueue, { ...job, approvalId: null });
+  }
+  if (d.decision.decision === 'REQUIRE_APPROVAL') {
     await transitionWorkflow(trx, wf.id, {
       to: 'awaiting_approval',
-      nextStep: `Waiting for ${wf.pack === 'change' ? 'a change owner' : 'a lead'} to approve ${parsed.tool.name} on ${parsed.target} (version ${version}).`,
+      nextStep: `Waiting for ${wf.pack === 'change' ? 'a change owner' : 'a lead'} to approve ${parsed.tool.name} on ${parsed.target} (version ${d.version}).`,
       onlyFrom: live,
       lockedFrom: context.state,
     });
-    rows.push(
-      await enqueueInTransaction(trx, approvalRequestsQueue, {
-        release: wf.release_id,
-        workflowId: wf.id,
-        actionId,
-        actionVersion: version,
-      }),
-    );
-  } else {
-    // Bounded denial: the rule id, never other tenants' data or the full reason.
-    const output = toSafeOutput(
-      parsed.tool.name,
-      { executed: false, status: 'denied', ruleId: decision.ruleId, policyRevision: decision.policyRevision },
-      'gatehouse',
-    );
-    rows.push(await enqueueInTransaction(trx, resultsQueue, { release: wf.release_id, workflowId: wf.id, callId: input.callId, output }));
+    return enqueueInTransaction(trx, approvalRequestsQueue, job);
   }
-  return { outcome: `${decision.decision}:${decision.ruleId}`, actionId, version, decision, rows };
+  const output = toSafeOutput(
+    parsed.tool.name,
+    { executed: false, status: 'denied', ruleId: d.decision.ruleId, policyRevision: d.decision.policyRevision },
+    'gatehouse',
+  );
+  return enqueueInTransaction(trx, resultsQueue, { release: wf.release_id, workflowId: wf.id, callId: input.callId, output });
+}
+
+/**
+ * Whether the test-only switch `GATEHOUSE_TEST_DISABLE_DECISION_RECHECK=1` removes the check under
+ * the limit locks of a decision written on unlocked sums (control-removed test: concurrent
+ * refunds on one order then dodge the auto limit).
+ * @throws Error when set outside `GATEHOUSE_ENV=test`.
+ */
+function decisionRecheckRemoved(): boolean {
+  return testFaults().disableDecisionRecheck;
+}
+
+/**
+ * The check that makes a decision written on unlocked sums safe (ADR 0450): the limit locks are
+ * taken now, the sums read again (the action just written left out), and the rules run on them.
+ * Every decision that adds to one of these limits and committed before is counted, as if the
+ * locks had been taken first; a decision committing later waits for this transaction's locks.
+ * @throws FactsChangedAtDecision when the decision, rule, reason, policy revision or facts
+ *   snapshot differ from what was written: the recorded figures must be the ones the locks protect.
+ */
+async function confirmUnderLimitLocks(
+  trx: Trx,
+  input: DecideInput,
+  context: DecisionContext,
+  written: { actionId: string; evaluation: Evaluation },
+): Promise<void> {
+  if (decisionRecheckRemoved()) return;
+  const now = await evaluateAction(trx, {
+    wf: input.wf,
+    proposalId: input.proposalId,
+    parsed: input.parsed,
+    record: input.record,
+    bundles: input.bundles,
+    context,
+    excludeActionId: written.actionId,
+  });
+  const was = written.evaluation;
+  const same =
+    now.decision.decision === was.decision.decision &&
+    now.decision.ruleId === was.decision.ruleId &&
+    now.decision.reason === was.decision.reason &&
+    now.decision.policyRevision === was.decision.policyRevision &&
+    canonicalJson(now.snapshot) === canonicalJson(was.snapshot);
+  if (!same) throw new FactsChangedAtDecision(written.actionId);
 }

@@ -1,7 +1,7 @@
 import { resultsQueue, type ProposalJob } from '@gatehouse/contracts';
 import { actorHash, enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
-import { decideAndRecord, readAuthoritative, type PolicyBundles } from '@gatehouse/policy';
+import { decideAndRecord, FactsChangedAtDecision, readAuthoritative, unlockedRefundSums, type PolicyBundles } from '@gatehouse/policy';
 import { parseProposal, toSafeOutput } from '@gatehouse/tools';
 import { jsonObjectFrom } from 'kysely/helpers/postgres';
 
@@ -57,9 +57,13 @@ async function readProposalInputs(db: Db, job: ProposalJob) {
 /**
  * Turns one proposal into a decided action (queue `proposals`): closed parsing of the
  * function_call as the model sent it, one normalization, identity from the workflow's
- * authenticated record, the authoritative read (order, or change and plan), then {@link decideAndRecord} in one
- * transaction. An invalid proposal is answered with a bounded validation result and nothing
- * else runs. A redelivered job for a decided proposal is a no-op.
+ * authenticated record, the authoritative read (order, or change and plan) and, for a refund, its
+ * limits' sums read without the locks, then {@link decideAndRecord} in one transaction, which
+ * confirms the decision under the limit locks last; when that check disagrees the transaction
+ * rolls back and the proposal is decided again with the locks first (outcome suffixed
+ * `:rechecked`; docs/decisions/0450-limit-locks-last-in-the-decision.md). An invalid proposal is
+ * answered with a bounded validation result and nothing else runs. A redelivered job for a
+ * decided proposal is a no-op.
  */
 export async function processProposal(job: ProposalJob, deps: ProposalDeps): Promise<string> {
   const { db, bundles } = deps;
@@ -101,28 +105,41 @@ export async function processProposal(job: ProposalJob, deps: ProposalDeps): Pro
   }
 
   // Read only for a known user and a tool of the workflow's pack offered in the proposal's state;
-  // R2/C2 check the tenant before any rule uses it.
-  const record = await readAuthoritative(db, deps.stagingUrl, { ...wf, offeredInState: proposal.offered_in_state ?? wf.state }, parsed);
-  const result = await inTransaction(db, async (trx) => {
-    const claimed = await trx
-      .updateTable('proposals')
-      .set({ status: 'valid' })
-      .where('id', '=', proposal.id)
-      .where('status', '=', 'received')
-      .returning('id')
-      .executeTakeFirst();
-    if (!claimed) return { outcome: 'already_decided', rows: [] as OutboxRow[] };
-    return decideAndRecord(trx, {
-      wf,
-      proposalId: proposal.id,
-      round: proposal.round,
-      callId: job.callId,
-      parsed,
-      record,
-      bundles,
-      auditHmacKey: deps.auditHmacKey,
-      service: 'policy-gateway',
+  // R2/C2 check the tenant before any rule uses it. A refund's sums are read beside the order,
+  // without the limit locks: the decision is confirmed under them last (ADR 0450).
+  const [record, unlockedSums] = await Promise.all([
+    readAuthoritative(db, deps.stagingUrl, { ...wf, offeredInState: proposal.offered_in_state ?? wf.state }, parsed),
+    unlockedRefundSums(db, wf, parsed),
+  ]);
+  const decide = (limitLocks: 'last' | 'first') =>
+    inTransaction(db, async (trx) => {
+      const claimed = await trx
+        .updateTable('proposals')
+        .set({ status: 'valid' })
+        .where('id', '=', proposal.id)
+        .where('status', '=', 'received')
+        .returning('id')
+        .executeTakeFirst();
+      if (!claimed) return { outcome: 'already_decided', rows: [] as OutboxRow[] };
+      return decideAndRecord(trx, {
+        wf,
+        proposalId: proposal.id,
+        round: proposal.round,
+        callId: job.callId,
+        parsed,
+        record,
+        bundles,
+        auditHmacKey: deps.auditHmacKey,
+        service: 'policy-gateway',
+        unlockedSums,
+        limitLocks,
+      });
     });
+  const result = await decide('last').catch(async (err: unknown) => {
+    // The limits changed under the decision: it rolled back whole; decide under the locks.
+    if (!(err instanceof FactsChangedAtDecision)) throw err;
+    const again = await decide('first');
+    return { ...again, outcome: `${again.outcome}:rechecked` };
   });
   await deps.relay.publish(result.rows);
   return result.outcome;
