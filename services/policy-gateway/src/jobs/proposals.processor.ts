@@ -138,6 +138,10 @@ export async function processProposal(job: ProposalJob, deps: ProposalDeps): Pro
   const result = await decide('last').catch(async (err: unknown) => {
     // The limits changed under the decision: it rolled back whole; decide under the locks.
     if (!(err instanceof FactsChangedAtDecision)) throw err;
+    deps.log.info(
+      { workflowId: wf.id, proposalId: proposal.id },
+      'refund limits changed while deciding; deciding again under the limit locks',
+    );
     const again = await decide('first');
     return { ...again, outcome: `${again.outcome}:rechecked` };
   });
