@@ -64,15 +64,17 @@ describe('executor: statements for one ALLOW refund', () => {
     // read with the action, and the audit fields' basis with them (read once per job), 2 more
     // (claim 1; ADR 0350); the revocation epoch read with the action, and the claim's and the
     // record's audit events written by the lease's UPDATE and the `results` job's insert, 3 more
-    // (claim 1; ADR 0420).
-    expect(statements.length).toBeLessThanOrEqual(17);
-    expect(claim.length).toBeLessThanOrEqual(10);
-    // the limit locks are taken last (ADR 0430): held for their sums and the COMMIT only
-    expect(claim.slice(-3).map((s) => s.trim().slice(0, 40))).toEqual([
-      expect.stringMatching(/^SELECT pg_advisory_xact_lock/),
-      expect.stringMatching(/^select coalesce\(sum\(/),
+    // (claim 1; ADR 0420); the re-evaluation's limit locks and its sums as one statement, 1 more
+    // (claim 1; ADR 0470).
+    expect(statements.length).toBeLessThanOrEqual(16);
+    expect(claim.length).toBeLessThanOrEqual(9);
+    // the limit locks are taken last (ADR 0430), with their sums in one statement (ADR 0470): held
+    // for that statement and the COMMIT only
+    expect(claim.slice(-2).map((s) => s.trim().slice(0, 40))).toEqual([
+      expect.stringMatching(/^SELECT \* FROM refund_limit_sums_locked\(/),
       'commit',
     ]);
+    expect(claim.filter((s) => /pg_advisory_xact_lock/.test(s))).toEqual([]);
     // no audit event is a statement of its own: each rides on the state change it describes, and
     // each is still written, once
     expect(statements.filter((s) => /^insert into "audit_outbox"/.test(s))).toEqual([]);

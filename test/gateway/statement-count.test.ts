@@ -48,17 +48,18 @@ describe('policy gateway: statements for one ALLOW refund proposal', () => {
     // actions view with it, and 16 before the proposal, its run and its call item were read in one
     // statement (ADR 0390); 14 before the action's decision_log row and its audit event were
     // written by the action's insert (ADR 0420). 13 since ADR 0450: the refund's sums are read once
-    // more, without the limit locks and outside the transaction, beside the order system's read.
-    expect(statements.length).toBeLessThanOrEqual(13);
-    // the limit locks are taken last (ADR 0450): held for their sums and the COMMIT only
+    // more, without the limit locks and outside the transaction, beside the order system's read; 12
+    // since ADR 0470: the limit locks and the sums under them are one statement.
+    expect(statements.length).toBeLessThanOrEqual(12);
+    // the limit locks are taken last (ADR 0450), with their sums in one statement (ADR 0470): held
+    // for that statement and the COMMIT only
     const decide = statements.slice(statements.indexOf('begin'));
-    expect(decide.slice(-3).map((s) => s.trim().slice(0, 40))).toEqual([
-      expect.stringMatching(/^SELECT pg_advisory_xact_lock/),
-      expect.stringMatching(/^select coalesce\(sum\(/),
+    expect(decide.slice(-2).map((s) => s.trim().slice(0, 40))).toEqual([
+      expect.stringMatching(/^SELECT \* FROM refund_limit_sums_locked\(/),
       'commit',
     ]);
-    expect(decide.filter((s) => /pg_advisory_xact_lock/.test(s))).toHaveLength(1);
-    expect(statements.slice(0, statements.indexOf('begin')).filter((s) => /^select coalesce\(sum\(/.test(s))).toHaveLength(1);
+    expect(decide.filter((s) => /pg_advisory_xact_lock|refund_limit_sums/.test(s))).toHaveLength(1);
+    expect(statements.slice(0, statements.indexOf('begin')).filter((s) => /^SELECT \* FROM refund_limit_sums\(/.test(s))).toHaveLength(1);
     expect(statements.filter((s) => /^insert into "(audit_outbox|decision_log)"/.test(s))).toEqual([]);
     // both are still written, once each
     const decisions = await h.db.selectFrom('decision_log').select('decision').where('proposal_id', '=', p.proposalId).execute();

@@ -42,6 +42,7 @@ const TABLES_OF: Record<string, string[]> = {
   '20261201000900-ActionTenantAndUser': [],
   '20261202000100-EpochBumpIndex': [],
   '20261202000200-MonitorPasses': ['monitor_passes'],
+  '20261203000100-LockedRefundSums': [],
 };
 const tablesUpTo = (names: string[]): string[] => names.flatMap((n) => TABLES_OF[n] ?? []).sort();
 const ALL_TABLES = tablesUpTo(Object.keys(migrations));
@@ -84,6 +85,8 @@ describe('migrations on an empty database', () => {
     );
     expect(await appTables()).toEqual(ALL_TABLES);
     expect(await appFunctions()).toContain('audit_log_append_only');
+    // The refund limits' sums, plain and under their locks (ADR 0470).
+    expect(await appFunctions()).toEqual(expect.arrayContaining(['refund_limit_sums', 'refund_limit_sums_locked']));
     // The rolling-window index the R5/R6 sums read (0700).
     const indexes = await sql<{ indexdef: string }>`SELECT indexdef FROM pg_indexes WHERE indexname = 'actions_by_tool_time'`.execute(k);
     expect(indexes.rows.map((r) => r.indexdef)).toEqual([expect.stringContaining('(tool, created_at)')]);
@@ -101,6 +104,8 @@ describe('migrations on an empty database', () => {
     await migrate(k, 'down');
     expect(await appTables()).toEqual([]);
     expect(await appFunctions()).not.toContain('audit_log_append_only');
+    expect(await appFunctions()).not.toContain('refund_limit_sums');
+    expect(await appFunctions()).not.toContain('refund_limit_sums_locked');
   });
 
   it('each migration goes up and down on its own', async () => {

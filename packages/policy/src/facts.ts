@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { advisoryLockId, takeAdvisoryLocks, type Db, type Trx } from '@gatehouse/ledger';
+import { advisoryLockId, advisoryLockOrder, takeAdvisoryLocks, type Db, type Trx } from '@gatehouse/ledger';
 import { loadWorld, fetchCapped, testFaults } from '@gatehouse/contracts';
 import { eligibleTools } from './eligibility.ts';
 import { supportTools, type ParsedProposal } from '@gatehouse/tools';
@@ -106,30 +106,47 @@ const NO_REFUNDS: RefundSums = { orderCents: 0, user24hCents: 0, tenant1hCents: 
  * FILTER per limit over the tenant's refunds that are on the order or inside the day), instead
  * of one statement per limit. Counts {@link COUNTED_REFUND_STATES}, plus
  * {@link QUEUED_REFUND_STATES} with `includeQueued`; `excludeActionId` leaves out the action
- * being re-evaluated. Windows are rolling, measured from now (ms).
+ * being re-evaluated. Windows are rolling, measured from now (ms). The aggregate is the database
+ * function `refund_limit_sums` (migration 20261203000100-LockedRefundSums), its one definition.
+ * With `lockKeys`, `refund_limit_sums_locked` first takes those limits' advisory locks in
+ * {@link advisoryLockOrder}, and the sums read a snapshot taken after they were granted: lock and
+ * read in one round trip (docs/decisions/0470-locked-refund-sums-in-one-statement.md).
+ * @throws Error from the database (e.g. a lock wait cancelled by `lock_timeout`).
  */
 export async function refundSums(
   db: Db | Trx,
-  opts: { tenant: string; orderId: string; userId: string; excludeActionId?: string; includeQueued: boolean },
+  opts: {
+    tenant: string;
+    orderId: string;
+    userId: string;
+    excludeActionId?: string;
+    includeQueued: boolean;
+    /** Take these limits' advisory locks first, in the same statement (`db` must be a transaction). */
+    lockKeys?: readonly string[];
+  },
 ): Promise<RefundSums> {
-  const dayAgo = windowStart(24 * HOUR_MS);
-  const hourAgo = windowStart(HOUR_MS);
-  const amount = sql<string>`(a.arguments->>'amountCents')::bigint`;
-  const total = (filter: ReturnType<typeof sql>) => sql<string>`coalesce(sum(${amount}) filter (where ${filter}), 0)`;
-  let q = db
-    .selectFrom('actions as a')
-    .select([
-      total(sql`a.target = ${opts.orderId}`).as('order_cents'),
-      total(sql`a.user_id = ${opts.userId} and a.created_at >= ${dayAgo}`).as('user_24h_cents'),
-      total(sql`a.created_at >= ${hourAgo}`).as('tenant_1h_cents'),
-      total(sql`a.created_at >= ${dayAgo}`).as('tenant_24h_cents'),
-    ])
-    .where('a.tool', '=', 'issue_refund')
-    .where('a.status', 'in', opts.includeQueued ? [...COUNTED_REFUND_STATES, ...QUEUED_REFUND_STATES] : [...COUNTED_REFUND_STATES])
-    .where('a.tenant', '=', opts.tenant)
-    .where((eb) => eb.or([eb('a.target', '=', opts.orderId), eb('a.created_at', '>=', dayAgo)]));
-  if (opts.excludeActionId) q = q.where('a.id', '!=', opts.excludeActionId);
-  const row = await q.executeTakeFirstOrThrow();
+  const statuses = opts.includeQueued ? [...COUNTED_REFUND_STATES, ...QUEUED_REFUND_STATES] : [...COUNTED_REFUND_STATES];
+  const args = sql.join([
+    sql`${opts.tenant}`,
+    sql`${opts.orderId}`,
+    sql`${opts.userId}`,
+    sql`${windowStart(24 * HOUR_MS)}::timestamptz`,
+    sql`${windowStart(HOUR_MS)}::timestamptz`,
+    sql`${statuses}::text[]`,
+    sql`${opts.excludeActionId ?? null}::uuid`,
+  ]);
+  // The database owns the aggregate (migration 20261203000100-LockedRefundSums); with lock keys
+  // it takes the locks, then sums on a snapshot taken after they were granted (ADR 0470).
+  const call = opts.lockKeys
+    ? sql`refund_limit_sums_locked(${advisoryLockOrder(opts.lockKeys)}::bigint[], ${args})`
+    : sql`refund_limit_sums(${args})`;
+  const { rows } = await sql<{
+    order_cents: string;
+    user_24h_cents: string;
+    tenant_1h_cents: string;
+    tenant_24h_cents: string;
+  }>`SELECT * FROM ${call}`.execute(db);
+  const row = rows[0]!;
   return {
     orderCents: Number(row.order_cents),
     user24hCents: Number(row.user_24h_cents),
@@ -201,20 +218,24 @@ export async function loadSupportFacts(
   const locked = refund && !opts.unlockedSums;
   // Control-removed tests only: SHARED_LIMIT_LOCK puts every refund decision behind one lock.
   const keys = testSwitch('sharedLimitLock') ? ['refund-decision'] : refundLimitKeys(wf.tenant, wf.user_id, orderId, { tenantDay });
-  if (locked && !testSwitch('disableLimitLocks')) await takeAdvisoryLocks(trx, keys);
+  const lockKeys = locked && !testSwitch('disableLimitLocks') ? keys : undefined;
   // Control-removed test only (refused outside GATEHOUSE_ENV=test): judge each refund alone.
   const noBasis = testSwitch('disableCumulativeBasis');
-  // Only R4–R7 and R10 read the sums, and only for refunds.
-  const sums = !(inTenant && refund)
-    ? NO_REFUNDS
-    : (opts.unlockedSums ??
+  // Only R4–R7 and R10 read the sums, and only for refunds: in the statement that takes the
+  // locks (ADR 0470); a refund on another tenant's order (R2) takes the locks and reads none.
+  let sums = NO_REFUNDS;
+  if (inTenant && refund) {
+    sums =
+      opts.unlockedSums ??
       (await refundSums(trx, {
         tenant: wf.tenant,
         orderId,
         userId: wf.user_id,
         excludeActionId: opts.excludeActionId,
         includeQueued: !opts.atExecution,
-      })));
+        lockKeys,
+      }));
+  } else if (lockKeys) await takeAdvisoryLocks(trx, lockKeys);
   return {
     user,
     agentGrantedTools: world.agent.grantedTools,
