@@ -228,6 +228,20 @@ type NewAction = Pick<
   'id' | 'workflow_id' | 'proposal_id' | 'call_id' | 'version' | 'supersedes_version' | 'tool' | 'target' | 'operation_key' | 'release_id'
 > & { arguments: string };
 
+/** The fields every `policy.decision` audit event of one proposal carries: run, step, actor, tool, version, call. */
+function decisionEventBase(input: DecideInput, actionVersion: number) {
+  return {
+    type: 'policy.decision' as const,
+    service: input.service,
+    runId: input.wf.id,
+    step: input.round,
+    actorHash: actorHash(input.auditHmacKey, input.wf.user_id),
+    tool: input.parsed.tool.name,
+    actionVersion,
+    callId: input.callId,
+  };
+}
+
 /**
  * Records a repeated proposal as `suppressed` against the live version `previous` and answers its
  * call with the original's outcome (its stored result once it succeeded), with its audit event.
@@ -248,14 +262,7 @@ async function recordSuppressed(trx: Trx, input: DecideInput, base: NewAction, p
     })
     .execute();
   await recordAudit(trx, {
-    type: 'policy.decision',
-    service: input.service,
-    runId: wf.id,
-    step: input.round,
-    actorHash: actorHash(input.auditHmacKey, wf.user_id),
-    tool: parsed.tool.name,
-    actionVersion: base.version,
-    callId: input.callId,
+    ...decisionEventBase(input, base.version),
     decision: 'SUPPRESSED',
     outcome: `duplicate_of_v${previous.version}`,
     revisions: { policy: previous.policy_revision, release: wf.release_id },
@@ -291,16 +298,9 @@ async function insertDecidedAction(trx: Trx, input: DecideInput, base: NewAction
   });
   const status = decision.decision === 'DENY' ? 'denied' : decision.decision === 'ALLOW' ? 'approved' : 'pending_approval';
   await withAuditEvent(trx, {
-    type: 'policy.decision',
-    service: input.service,
-    runId: wf.id,
-    step: input.round,
-    actorHash: actorHash(input.auditHmacKey, wf.user_id),
-    tool: parsed.tool.name,
+    ...decisionEventBase(input, base.version),
     actionDigest: digest,
-    actionVersion: base.version,
     operationKeyHash: operationKeyHash(base.operation_key),
-    callId: input.callId,
     ruleId: decision.ruleId,
     decision: decision.decision,
     outcome: input.reevaluates ? `reevaluated_v${input.reevaluates.version}` : null,
