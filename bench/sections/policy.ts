@@ -137,18 +137,21 @@ function summarize(b: Bench, ledgerRefunds: number, decisions: Record<string, nu
  * `size` refund actions of quillfeather in one statement each table: users rep-ana/rep-ben/rep-eva
  * in turn, orders `P-0000…` round robin, created evenly over the last 30 days, 90 % succeeded and
  * the rest approved, running, failed_unknown or denied. Amounts are 0.01–0.09, so no cap trips and
- * the decision walks every rule to ALLOW (the sums are read whatever the outcome).
+ * the decision walks every rule to ALLOW (the sums are read whatever the outcome). Rows are
+ * written in the order of their `created_at`, as a ledger is appended to, so one day's refunds
+ * share pages (about 20 rows a page). Written in `generate_series` order, as before 2026-12-04,
+ * each of the last day's 1,667 refunds at 50,000 sat on a page of its own, and the 24 h sums read
+ * 1,400 pages per decision (p50 4.9 ms, against 1.2–2.1 ms in time order).
  */
 async function seedLedger(db: Awaited<ReturnType<typeof createBenchDatabase>>['db'], size: number, orders: number): Promise<void> {
   await sql`INSERT INTO workflows (id, tenant, ticket_id, user_id, pack, mode, text_sha256, state, release_id, policy_revision, catalog_digest, created_at, updated_at)
     SELECT gen_random_uuid(), 'quillfeather', 'P-' || g, (ARRAY['rep-ana','rep-ben','rep-eva'])[1 + g % 3], 'support', 'act',
       md5(g::text) || md5(g::text), 'completed', 'rel-1', 'support-p1', repeat('f', 64), t, t
-    FROM generate_series(1, ${size}::int) g, LATERAL (SELECT now() - ((g::bigint * 7919) % 43200) * interval '1 minute' AS t) x`.execute(
-    db,
-  );
+    FROM generate_series(1, ${size}::int) g, LATERAL (SELECT now() - ((g::bigint * 7919) % 43200) * interval '1 minute' AS t) x
+    ORDER BY t`.execute(db);
   await sql`INSERT INTO proposals (id, workflow_id, round, call_id, tool, arguments_sha256, status, created_at)
     SELECT gen_random_uuid(), w.id, 1, 'call_' || w.ticket_id, 'issue_refund', repeat('0', 64), 'valid', w.created_at
-    FROM workflows w`.execute(db);
+    FROM workflows w ORDER BY w.created_at`.execute(db);
   await sql`INSERT INTO actions (id, workflow_id, proposal_id, call_id, version, tool, target, arguments, digest, decision, rule_id,
       policy_revision, status, operation_key, release_id, created_at, updated_at)
     SELECT gen_random_uuid(), p.workflow_id, p.id, p.call_id, 1, 'issue_refund', o.target,
@@ -158,6 +161,7 @@ async function seedLedger(db: Awaited<ReturnType<typeof createBenchDatabase>>['d
            WHEN n % 40 = 29 THEN 'failed_unknown' ELSE 'denied' END,
       p.workflow_id || ':action:1', 'rel-1', p.created_at, p.created_at
     FROM (SELECT p.*, row_number() OVER () AS n FROM proposals p) p,
-      LATERAL (SELECT 'P-' || lpad((p.n % ${orders}::int)::text, 4, '0') AS target) o`.execute(db);
+      LATERAL (SELECT 'P-' || lpad((p.n % ${orders}::int)::text, 4, '0') AS target) o
+    ORDER BY p.created_at`.execute(db);
   await sql`ANALYZE`.execute(db);
 }
