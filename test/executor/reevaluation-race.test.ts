@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resetTestFaultsForTests } from '@gatehouse/contracts';
 import { createAction, type SeededAction } from '@gatehouse/testing';
 import { processExecution } from '@gatehouse/executor';
-import { auditEvents, startHarness, type Harness } from './support/harness.ts';
+import { METRICS, MetricsProbe, startTelemetry, type Telemetry } from '../../packages/telemetry/src/index.ts';
+import { auditEvents, RELEASE, startHarness, type Harness } from './support/harness.ts';
 
 // docs/decisions/0430-limit-locks-last-in-the-claim.md: a first claim re-evaluates the policy
 // last, after its grant, under the limit locks. Refunds allowed one by one whose sum exceeds what
@@ -16,11 +17,16 @@ const PAID = 3000;
 const AMOUNT = 1000;
 
 let h: Harness;
+// The claims made again are counted (gatehouse.limits.rechecks), read through the real SDK.
+const probe = new MetricsProbe();
+let telemetry: Telemetry;
 beforeAll(async () => {
+  telemetry = startTelemetry('executor', RELEASE, { spanProcessors: [], metricReaders: [probe] });
   h = await startHarness({ poolSize: 12 });
 });
 afterAll(async () => {
   await h?.close();
+  await telemetry?.shutdown();
 });
 
 /**
@@ -56,6 +62,7 @@ async function overClaims(userId: string, trials: number, deps = h.deps()): Prom
 describe('executor: the re-evaluation at execution under concurrent claims (ADR 0430)', () => {
   it(`${LANES} concurrent claims on one order never refund more than it paid; the one that no longer fits is re-evaluated, nothing of its grant left (× ${TRIALS})`, async () => {
     const anomalies: string[] = [];
+    let reevaluatedTotal = 0;
     for (let trial = 0; trial < TRIALS; trial++) {
       const { orderId, actions } = await seedTrial('rep-ana');
       const outcomes = await race(actions);
@@ -64,6 +71,7 @@ describe('executor: the re-evaluation at execution under concurrent claims (ADR 
       const requests = (await h.requests(orderId)).length;
       const succeeded = outcomes.filter((o) => o === 'succeeded').length;
       const reevaluated = outcomes.filter((o) => o.startsWith('reevaluated:')).length;
+      reevaluatedTotal += reevaluated;
       if (refunded > PAID || requests !== PAID / AMOUNT || succeeded !== PAID / AMOUNT || reevaluated !== LANES - succeeded)
         anomalies.push(`trial ${trial}: refunded ${refunded} of ${PAID} in ${requests} requests, outcomes ${outcomes.join(', ')}`);
       // the re-evaluated action kept no lease and no running mark: its rolled-back grant left nothing
@@ -80,6 +88,10 @@ describe('executor: the re-evaluation at execution under concurrent claims (ADR 
       if (stale.length) anomalies.push(`trial ${trial}: operations left ${JSON.stringify(stale)}`);
     }
     expect(anomalies).toEqual([]);
+    // every re-evaluated refund was a claim rolled back and made again, and is counted as one
+    const rechecks = await probe.total(METRICS.limitRechecks.name, { stage: 'claim', tool: 'issue_refund' });
+    expect(rechecks).toBeGreaterThanOrEqual(reevaluatedTotal);
+    expect(reevaluatedTotal).toBeGreaterThan(0);
     // a claim audited `operation.claimed` for every refund paid, none for a rolled-back grant
     const claimed = await auditEvents(h.db, 'operation.claimed', null);
     const succeeded = await auditEvents(h.db, 'operation.succeeded', null);

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resetTestFaultsForTests } from '@gatehouse/contracts';
 import { createAction, createProposal, type SeededProposal } from '@gatehouse/testing';
 import { processProposal, type ProposalDeps } from '@gatehouse/policy-gateway';
+import { METRICS, MetricsProbe, startTelemetry, type Telemetry } from '../../packages/telemetry/src/index.ts';
 import { AUDIT_HMAC_KEY, BUNDLES, RELEASE, startHarness, type Harness } from '../executor/support/harness.ts';
 
 // docs/decisions/0450-limit-locks-last-in-the-decision.md: the gateway decides a refund on sums
@@ -18,12 +19,17 @@ const PAID = 10_000;
 
 let h: Harness;
 let deps: ProposalDeps;
+// The decisions made again are counted (gatehouse.limits.rechecks), read through the real SDK.
+const probe = new MetricsProbe();
+let telemetry: Telemetry;
 beforeAll(async () => {
+  telemetry = startTelemetry('policy-gateway', RELEASE, { spanProcessors: [], metricReaders: [probe] });
   h = await startHarness({ poolSize: 16 });
   deps = { db: h.db, relay: h.relay, log: h.log, bundles: BUNDLES, stagingUrl: h.stagingUrl, auditHmacKey: AUDIT_HMAC_KEY };
 });
 afterAll(async () => {
   await h?.close();
+  await telemetry?.shutdown();
 });
 
 /** A fresh order of quillfeather in `region` that paid {@link PAID}; `id` must match the tool's order id form (`X-1234`). */
@@ -122,6 +128,8 @@ describe('policy gateway: refund decisions confirmed under the limit locks (ADR 
     expect(anomalies).toEqual([]);
     // the rolled-back path is taken: the decisions made on sums read before the first commit
     expect(rechecked).toBeGreaterThan(0);
+    // and each is counted once, by stage and tool, for operators to see limits competed for
+    expect(await probe.total(METRICS.limitRechecks.name, { stage: 'decision', tool: 'issue_refund' })).toBe(rechecked);
   });
 
   it("refunds of one user on different orders compete for the user's day only: one fits, the other is denied (R5)", async () => {

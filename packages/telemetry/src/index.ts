@@ -32,6 +32,7 @@ export {
   setMetricsRelease,
   recordModelCall,
   recordDependencyError,
+  recordLimitRecheck,
   DEPENDENCIES,
   DEPENDENCY_ERROR_KINDS,
   type AuditMetricEvent,

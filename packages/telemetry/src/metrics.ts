@@ -115,6 +115,12 @@ export const METRICS = {
     description: 'Live runs past their no-progress bound that wait on no person (as `gatehouse reconcile` lists them), by state',
     unit: '{run}',
   },
+  limitRechecks: {
+    kind: 'counter',
+    name: 'gatehouse.limits.rechecks',
+    description:
+      'Refund decisions and claims rolled back and made again under the limit locks because the limits changed while they were made (ADR 0430, 0450), by stage and tool',
+  },
   dependencyErrors: {
     kind: 'counter',
     name: 'gatehouse.dependency.errors',
@@ -312,6 +318,18 @@ export function recordChainedAuditEvents(
 /** Records one processed queue job: `queue` is the contract's base name (`executions`). Never throws. */
 export function recordJob(queue: string, outcome: 'completed' | 'failed' | 'rejected', durationMs: number): void {
   safely('job', () => observe(METRICS.jobDuration, { queue, outcome, release: processRelease }, durationMs));
+}
+
+/**
+ * Counts one decision (`stage` `decision`, the policy gateway; ADR 0450) or first claim (`claim`,
+ * the executor; ADR 0430) of `tool` whose check under the limit locks found the limits changed:
+ * its transaction rolled back and it is made again with the locks taken first
+ * (`gatehouse.limits.rechecks`). Counted where it happens, not from the audit chain: the
+ * rolled-back attempt leaves no event. A rising rate means refunds competing for one limit (one
+ * order, one user's day, one tenant's hour) — each recheck is a transaction done twice. Never throws.
+ */
+export function recordLimitRecheck(stage: 'decision' | 'claim', tool: string): void {
+  safely('limit recheck', () => add(METRICS.limitRechecks, { stage, tool, release: processRelease }));
 }
 
 /** Records `count` (default 1) alerts raised by the invariant monitor `monitor`. Never throws. */

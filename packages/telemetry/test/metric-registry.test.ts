@@ -14,6 +14,7 @@ import {
   recordChainedAuditEvents,
   recordDependencyError,
   recordJob,
+  recordLimitRecheck,
   recordModelCall,
   startTelemetry,
   sumPoints,
@@ -80,6 +81,7 @@ describe('the metric registry', () => {
     observeStuckRuns(async () => ['executing', 'executing', 'planning']);
     recordModelCall({ model: 'gpt-test', outcome: 'ok', durationMs: 120, inputTokens: 1000, outputTokens: 200, spendMicroUsd: 450 });
     recordDependencyError('redis', 'connection');
+    recordLimitRecheck('decision', 'issue_refund');
 
     const created = (await collect()).filter((m) => m.descriptor.name.startsWith('gatehouse.'));
     const seen = Object.fromEntries(created.map((m) => [m.descriptor.name, { kind: kindOf(m), unit: m.descriptor.unit }]));

@@ -2,6 +2,7 @@ import { resultsQueue, type ProposalJob } from '@gatehouse/contracts';
 import { actorHash, enqueueInTransaction, inTransaction, recordAudit, type Db, type OutboxRow } from '@gatehouse/ledger';
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
 import { decideAndRecord, FactsChangedAtDecision, readAuthoritative, unlockedRefundSums, type PolicyBundles } from '@gatehouse/policy';
+import { recordLimitRecheck } from '@gatehouse/telemetry';
 import { parseProposal, toSafeOutput } from '@gatehouse/tools';
 import { jsonObjectFrom } from 'kysely/helpers/postgres';
 
@@ -138,6 +139,7 @@ export async function processProposal(job: ProposalJob, deps: ProposalDeps): Pro
   const result = await decide('last').catch(async (err: unknown) => {
     // The limits changed under the decision: it rolled back whole; decide under the locks.
     if (!(err instanceof FactsChangedAtDecision)) throw err;
+    recordLimitRecheck('decision', proposal.tool);
     deps.log.info(
       { workflowId: wf.id, proposalId: proposal.id },
       'refund limits changed while deciding; deciding again under the limit locks',

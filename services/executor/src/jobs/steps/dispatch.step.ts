@@ -3,6 +3,7 @@ import { loadWorld } from '@gatehouse/contracts';
 import { mintDelegatedToken } from '@gatehouse/credentials';
 import { DependencyUnavailable, inTransaction, isLegalWorkflowTransition, markDispatched, requireCredentialEpoch } from '@gatehouse/ledger';
 import { readAuthoritative, type AuthoritativeRecord } from '@gatehouse/policy';
+import { recordLimitRecheck } from '@gatehouse/telemetry';
 import { resolveByReadBack, shipmentCount, type AdapterResult } from '../../adapters/index.ts';
 import { claimOperation, FactsChangedAtClaim, type ClaimOutcome } from '../../domain/claim.ts';
 import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
@@ -106,6 +107,7 @@ export async function claim(deps: ExecutionDeps, ctx: ExecutionContext, inputs: 
     return await attempt('last');
   } catch (err) {
     if (!(err instanceof FactsChangedAtClaim)) throw err;
+    recordLimitRecheck('claim', ctx.preview.tool);
     return attempt('first');
   }
 }
