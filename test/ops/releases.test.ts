@@ -342,6 +342,7 @@ describe('ops commands need an operator token', () => {
     ['release', 'enable-writes', 'rel-1'],
     ['release', 'rollback', '--to', 'rel-1', '--reason', 'rehearsal'],
     ['queues', 'drain', '--release', 'rel-2'],
+    ['queues', 'resume', '--release', 'rel-2'],
     ['queues', 'quarantine', '--release', 'rel-2'],
     ['queues', 'requeue', '--from', 'rel-2', '--to', 'rel-1'],
   ];

@@ -8,7 +8,7 @@ import { inTransaction } from '@gatehouse/ledger';
 import { evaluateAction, loadServiceBundles, type DecidingWorkflow } from '@gatehouse/policy';
 import { findTool } from '@gatehouse/tools';
 import { createAction, seedFinishedRun } from '@gatehouse/testing';
-import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import { tokenFor } from '@gatehouse/cli';
 
 /**
@@ -21,6 +21,8 @@ import { tokenFor } from '@gatehouse/cli';
 const SECRET = 'local-auth-secret-change-me';
 const HMAC = 'test-audit-hmac-key-0123456789';
 let t: TestDatabase;
+// Activation resumes the release's queues (ADR 0480): under this test's own prefix, never the default one.
+const prefix = testQueuePrefix();
 const log = { error: () => {} };
 
 function cli(args: string[], token: string): Promise<{ code: number; out: string }> {
@@ -37,6 +39,7 @@ function cli(args: string[], token: string): Promise<{ code: number; out: string
           POLICY_DIR: resolve(repoRoot, 'policy'),
           DATABASE_URL: t.url,
           REDIS_URL: TEST_REDIS_URL,
+          QUEUE_PREFIX: prefix,
           GATEHOUSE_AUDIT_HMAC_KEY: HMAC,
           GATEHOUSE_TOKEN: token,
           LOG_LEVEL: 'warn',
@@ -89,6 +92,7 @@ beforeAll(async () => {
   }
 });
 afterAll(async () => {
+  await dropQueuePrefix(TEST_REDIS_URL, prefix);
   await t?.drop();
 });
 

@@ -218,6 +218,13 @@ export const COMMANDS: CommandSpec[] = [
     ops: true,
   },
   {
+    name: 'queues resume',
+    synopsis: '--release <id>',
+    summary: "undo a drain: clear the release's draining mark and resume its queues",
+    options: ['release'],
+    ops: true,
+  },
+  {
     name: 'queues quarantine',
     synopsis: '--release <id>',
     summary: "set the release's queued jobs aside in the ledger, stop their workflows",

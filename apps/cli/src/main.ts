@@ -180,6 +180,7 @@ async function main(argv: string[]): Promise<number> {
     case 'release override':
     case 'release rollback':
     case 'queues drain':
+    case 'queues resume':
     case 'queues quarantine':
     case 'queues requeue':
       return releaseCommand(`${cmd} ${sub}`, arg, values, env, (command, fn) => opsCommand(env, values.token, command, fn), out);

@@ -3,6 +3,8 @@ import { createDb, type Db } from '@gatehouse/ledger';
 import type { BaseEnv } from '@gatehouse/platform';
 import {
   drainRelease,
+  resumeRelease,
+  resumeReleaseQueues,
   quarantineRelease,
   requeueRelease,
   withQueues,
@@ -98,6 +100,8 @@ export async function releaseCommand(
           force: values.force,
           ...actor(op),
         });
+        // Activation clears a drain's mark; its queues paused in Redis resume with it.
+        await withQueues(env, (queues) => resumeReleaseQueues(queues, a.id));
         for (const b of a.bypassed) out(`  FORCED past ${b}`);
         out(
           a.status === 'candidate'
@@ -168,6 +172,14 @@ export async function releaseCommand(
         withQueues(env, async (queues) => {
           const names = await drainRelease(db, queues, need(values.release, '--release <id>'), actor(op));
           out(`draining ${values.release}: ${names.join(', ')} paused; in-flight jobs finish or their leases expire`);
+          return 0;
+        }),
+      );
+    case 'queues resume':
+      return asOperator(command, (db, op) =>
+        withQueues(env, async (queues) => {
+          const names = await resumeRelease(db, queues, need(values.release, '--release <id>'), actor(op));
+          out(`resumed ${values.release}: ${names.join(', ')}; its workers take jobs again within a few seconds`);
           return 0;
         }),
       );

@@ -38,6 +38,7 @@ export const AuditEventType = z.enum([
   'ops.command',
   'ops.refused',
   'queues.drained',
+  'queues.resumed',
   'queues.quarantined',
   'queues.requeued',
   'release.activated',

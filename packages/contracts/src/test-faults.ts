@@ -51,6 +51,8 @@ export interface TestFaults {
   disableRateLimits: boolean;
   /** `DISABLE_PG_GATE`: workers do not hold jobs while Postgres is down. */
   disablePgGate: boolean;
+  /** `DISABLE_DRAIN_GATE`: workers take jobs of a release the ledger marks draining (only Redis's pause holds them). */
+  disableDrainGate: boolean;
   // reconciliation
   /** `CANCEL_WITHOUT_APPROVAL`: a scheduled change is cancelled without its owner's approval. */
   cancelWithoutApproval: boolean;
@@ -138,6 +140,7 @@ const SWITCHES: { [K in keyof TestFaults]: [name: string, kind: Kind] } = {
   disableTokenClaimChecks: ['DISABLE_TOKEN_CLAIM_CHECKS', 'flag'],
   disableRateLimits: ['DISABLE_RATE_LIMITS', 'flag'],
   disablePgGate: ['DISABLE_PG_GATE', 'flag'],
+  disableDrainGate: ['DISABLE_DRAIN_GATE', 'flag'],
   cancelWithoutApproval: ['CANCEL_WITHOUT_APPROVAL', 'flag'],
   crashAt: ['CRASH_AT', 'crash'],
   disableToolFilter: ['DISABLE_TOOL_FILTER', 'flag'],

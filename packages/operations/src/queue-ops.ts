@@ -54,7 +54,10 @@ async function assertRegistered(db: Db, release: string): Promise<void> {
 /**
  * `gatehouse queues drain --release R`: pauses every queue of R in Redis, so no worker of any
  * process claims another of its jobs, while jobs already running finish or their lease expires;
- * marks the release draining. Audited. Returns the queues paused.
+ * marks the release draining. The mark is what lasts: every worker's drain gate holds R's jobs
+ * while it is set, also after a Redis that restarted empty forgot the pause
+ * (docs/decisions/0480-drain-held-by-the-ledger.md). Audited. Returns the queues paused.
+ * Undone by {@link resumeRelease}.
  * @throws Error when R is not registered.
  */
 export async function drainRelease(db: Db, queues: QueueRegistry, release: string, actor: OpsActor): Promise<string[]> {
@@ -73,6 +76,29 @@ export async function drainRelease(db: Db, queues: QueueRegistry, release: strin
     });
   });
   return names;
+}
+
+/**
+ * `gatehouse queues resume --release R`: undoes {@link drainRelease} — clears R's draining mark in
+ * the ledger (the workers' drain gates let its jobs through again within a poll) and resumes R's
+ * queues in Redis. Audited `queues.resumed`, with whether R was draining. Returns the queues resumed.
+ * @throws Error when R is not registered.
+ */
+export async function resumeRelease(db: Db, queues: QueueRegistry, release: string, actor: OpsActor): Promise<string[]> {
+  await assertRegistered(db, release);
+  await inTransaction(db, async (trx) => {
+    const was = await trx.selectFrom('releases').select('draining').where('id', '=', release).forUpdate().executeTakeFirst();
+    await trx.updateTable('releases').set({ draining: false }).where('id', '=', release).execute();
+    await recordAudit(trx, {
+      type: 'queues.resumed',
+      service: 'cli',
+      runId: null,
+      actorHash: actorHash(actor.hmacKey, actor.operator),
+      outcome: was?.draining ? 'was_draining' : 'was_not_draining',
+      revisions: { release },
+    });
+  });
+  return resumeReleaseQueues(queues, release);
 }
 
 /**

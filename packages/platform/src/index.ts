@@ -12,6 +12,7 @@ export * from './auth.ts';
 export * from './timeout.ts';
 export * from './outage-hold.ts';
 export * from './postgres-gate.ts';
+export * from './drain-gate.ts';
 export * from './release-check.ts';
 export * from './user-token.ts';
 export * from './production.ts';

@@ -51,6 +51,8 @@ export class PostgresGate {
   #lastClientFaultMs = 0;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
+  /** Whether another gate holds the workers (the drain gate): then they stay paused when Postgres is back. */
+  #heldElsewhere: () => boolean = () => false;
   /** The test-only switch: the gate always lets jobs through and never defers. */
   readonly #disabled: boolean;
 
@@ -72,6 +74,14 @@ export class PostgresGate {
     this.#workers.add(worker);
     worker.once('closing', () => this.#workers.delete(worker));
     if (!this.#state.up) void this.#pause(worker);
+  }
+
+  /**
+   * Names another reason to keep the workers paused (the {@link DrainGate}'s): when Postgres
+   * answers again, a worker is resumed only if `held` returns false.
+   */
+  alsoHeldBy(held: () => boolean): void {
+    this.#heldElsewhere = held;
   }
 
   /** Notes that a pooled client lost its connection (wire to `createDb`'s `onClientError`). */
@@ -177,8 +187,12 @@ export class PostgresGate {
     if (this.#state.up || this.#closed) return;
     const downMs = Date.now() - this.#state.since;
     this.#state = { up: true };
-    this.#log.warn({ downMs, workers: this.#workers.size }, 'postgres answers again: workers resumed');
-    for (const w of this.#workers) w.resume();
+    const held = this.#heldElsewhere();
+    this.#log.warn(
+      { downMs, workers: this.#workers.size, held },
+      held ? 'postgres answers again: workers stay paused' : 'postgres answers again: workers resumed',
+    );
+    if (!held) for (const w of this.#workers) w.resume();
   }
 
   async #pause(worker: Worker): Promise<void> {

@@ -4,6 +4,7 @@ import { queueName, type QueueContract } from '@gatehouse/contracts';
 import { messagingAttributes, recordDependencyError, recordJob, withJobSpan } from '@gatehouse/telemetry';
 import { IllegalTransition, isConnectionFault } from '@gatehouse/ledger';
 import type { Logger } from './logger.ts';
+import type { DrainGate } from './drain-gate.ts';
 import type { PostgresGate } from './postgres-gate.ts';
 
 /**
@@ -101,6 +102,11 @@ export interface WorkerOptions {
   stalledIntervalMs?: number;
   /** Pauses the worker and hands jobs back unattempted while Postgres is down (the context's). */
   gate: PostgresGate;
+  /**
+   * Pauses the worker and hands jobs back unattempted while the ledger marks this release draining
+   * (the context's; docs/decisions/0480-drain-held-by-the-ledger.md). Every service passes it.
+   */
+  drain?: DrainGate;
 }
 
 /**
@@ -146,6 +152,7 @@ export function createWorker<T extends { release: string; traceparent?: string }
     async (job: Job, token?: string) => {
       const startedMs = Date.now();
       if (!(await opts.gate.answers())) return opts.gate.defer(job, token, 'postgres down before the job started');
+      if (opts.drain && (await opts.drain.holds())) return opts.drain.hold(job, token);
       const parsed = contract.schema.safeParse(job.data);
       if (!parsed.success) {
         recordJob(contract.base, 'rejected', 0);
@@ -201,6 +208,7 @@ export function createWorker<T extends { release: string; traceparent?: string }
   });
   worker.on('error', (err) => opts.log.error({ queue: name, err: err.message }, 'worker error'));
   opts.gate.attach(worker);
+  opts.drain?.attach(worker);
   return worker;
 }
 

@@ -7,6 +7,7 @@ import { createLogger, type Logger } from './logger.ts';
 import { createRedis, QueueRegistry, readQueueDepth } from './queues.ts';
 import { OutboxRelay } from './outbox-relay.ts';
 import { PostgresGate } from './postgres-gate.ts';
+import { DrainGate } from './drain-gate.ts';
 import { dependencyRoutes, observeDependencyErrors, observeQueueDepth, recordDependencyError, startTelemetry } from '@gatehouse/telemetry';
 
 /** The model-stub's Responses API on its default port, and the real API: the agent loop's defaults. */
@@ -24,6 +25,8 @@ export interface ServiceContext<E> {
   relay: OutboxRelay;
   /** Whether Postgres answers; pass to every worker (pauses them during an outage). */
   gate: PostgresGate;
+  /** Whether the ledger marks this release draining; pass to every worker (holds them while it does). */
+  drain: DrainGate;
   /** Readiness checks for `/readyz`: Postgres and Redis answer. */
   readyChecks: Record<string, () => Promise<void>>;
   /** Closes workers, relay, queues, Redis and the pool (in that order). */
@@ -53,6 +56,8 @@ export function createServiceContext<S extends ZodRawShape>(
     gate.noteClientFault();
   });
   const gate = new PostgresGate(db, log);
+  const drain = new DrainGate(db, env.GATEHOUSE_RELEASE, log, { postgres: gate });
+  void drain.start();
   const redis = createRedis(env.REDIS_URL, log);
   const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
   const relay = new OutboxRelay(db, queues, log);
@@ -68,6 +73,7 @@ export function createServiceContext<S extends ZodRawShape>(
     queues,
     relay,
     gate,
+    drain,
     readyChecks: {
       postgres: gate.readyCheck,
       redis: async () => {
@@ -78,6 +84,7 @@ export function createServiceContext<S extends ZodRawShape>(
     },
     close: async (workers = []) => {
       gate.close();
+      drain.close();
       await Promise.all(workers.map((w) => w.close()));
       await relay.stop();
       await queues.close();

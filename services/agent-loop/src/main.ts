@@ -143,6 +143,7 @@ const workers = startWorkers(
     redisUrl: env.REDIS_URL,
     log,
     gate: ctx.gate,
+    drain: ctx.drain,
     lockDurationMs: env.AGENT_LOOP_LOCK_MS,
     stalledIntervalMs: env.AGENT_LOOP_STALLED_INTERVAL_MS,
   },

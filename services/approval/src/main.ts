@@ -60,7 +60,7 @@ const workers = startWorkers(
       onExhausted: (p: ApprovalRequestJob) => stopRunOnFailedStep(db, p.workflowId, 'approval-requests', 'approval').then(() => {}),
     },
   ] as never,
-  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log, gate: ctx.gate },
+  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log, gate: ctx.gate, drain: ctx.drain },
 );
 relay.start();
 const sweep = setInterval(() => {

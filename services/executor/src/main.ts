@@ -106,6 +106,7 @@ const worker = createWorker(
     redisUrl: env.REDIS_URL,
     log,
     gate: ctx.gate,
+    drain: ctx.drain,
     concurrency: env.EXECUTOR_CONCURRENCY,
     lockDurationMs: env.EXECUTOR_LOCK_MS,
     stalledIntervalMs: env.EXECUTOR_STALLED_INTERVAL_MS,
@@ -124,7 +125,14 @@ const reconciler = await startReconcileJob(
     changeRevision: bundles.change.revision,
     policyDir: env.POLICY_DIR,
   },
-  { queues: ctx.queues, gate: ctx.gate, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, intervalMs: env.RECONCILE_INTERVAL_MS },
+  {
+    queues: ctx.queues,
+    gate: ctx.gate,
+    drain: ctx.drain,
+    prefix: env.QUEUE_PREFIX,
+    redisUrl: env.REDIS_URL,
+    intervalMs: env.RECONCILE_INTERVAL_MS,
+  },
 );
 // Live runs past their no-progress bound, by state, for the stuck-runs alert (ADR 0260).
 observeStuckRuns(async () => (await listStuckRuns(db, Date.now(), 1000)).map((r) => r.state));

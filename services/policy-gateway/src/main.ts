@@ -47,7 +47,7 @@ const workers = startWorkers(
       onExhausted: (p: ProposalJob) => stopRunOnFailedStep(db, p.workflowId, 'proposals', 'policy-gateway').then(() => {}),
     },
   ] as never,
-  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log, gate: ctx.gate },
+  { release: env.GATEHOUSE_RELEASE, prefix: env.QUEUE_PREFIX, redisUrl: env.REDIS_URL, log, gate: ctx.gate, drain: ctx.drain },
 );
 relay.start();
 const app = finishApp(createHttpApp('policy-gateway', ctx.readyChecks), log);

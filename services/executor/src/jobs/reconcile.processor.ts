@@ -2,7 +2,7 @@ import type { Worker } from 'bullmq';
 import { queueName, reconcileQueue, type ReconcileJob } from '@gatehouse/contracts';
 import type { DelegationSigningKey } from '@gatehouse/credentials';
 import type { Db } from '@gatehouse/ledger';
-import { createWorker, type Logger, type OutboxRelay, type PostgresGate, type QueueRegistry } from '@gatehouse/platform';
+import { createWorker, type DrainGate, type Logger, type OutboxRelay, type PostgresGate, type QueueRegistry } from '@gatehouse/platform';
 import { executeApprovedRemediations, runReconciliation } from '@gatehouse/reconciliation';
 
 /** Who the job's passes are attributed to in the audit chain (hashed). */
@@ -61,7 +61,7 @@ export async function processReconcile(job: ReconcileJob, deps: ReconcileDeps): 
  */
 export async function startReconcileJob(
   deps: ReconcileDeps,
-  opts: { queues: QueueRegistry; gate: PostgresGate; prefix: string; redisUrl: string; intervalMs: number },
+  opts: { queues: QueueRegistry; gate: PostgresGate; drain?: DrainGate; prefix: string; redisUrl: string; intervalMs: number },
 ): Promise<Worker> {
   const worker = createWorker(reconcileQueue, (p: ReconcileJob) => processReconcile(p, deps), {
     release: deps.release,
@@ -69,6 +69,7 @@ export async function startReconcileJob(
     redisUrl: opts.redisUrl,
     log: deps.log,
     gate: opts.gate,
+    drain: opts.drain,
     concurrency: 1,
   });
   const queue = opts.queues.get(queueName(reconcileQueue.base, deps.release));
