@@ -300,6 +300,22 @@ const EXIT_CODES_HELP = [
   '              3 not authorized (refused, audited) · 4 a dependency is unreachable',
 ].join('\n');
 
+/**
+ * The help of a command group (`gatehouse queues --help`): the commands whose first word is
+ * `group`, one line each; null when no command starts with it.
+ */
+export function groupHelp(group: string): string | null {
+  const members = COMMANDS.filter((c) => c.name.startsWith(`${group} `) && c.name !== 'migrate up');
+  if (!members.length) return null;
+  return [
+    `gatehouse ${group} — ${members.length} commands:`,
+    '',
+    ...members.map((c) => `  gatehouse ${c.name} ${c.synopsis}`.trimEnd() + `\n      ${c.summary}`),
+    '',
+    `  gatehouse ${group} <command> --help shows one.`,
+  ].join('\n');
+}
+
 /** The help of one command (`gatehouse release activate --help`). */
 export function commandHelp(spec: CommandSpec): string {
   return [

@@ -20,7 +20,7 @@ import { reenableCommand } from './reenable-commands.ts';
 import { loadBundle, loadBundleFile, runBoundaryGate, loadGateCases } from '@gatehouse/policy';
 import { portOf, SERVICES, startStack, stateDir, stateRoot, type RunningStack } from './stack.ts';
 import { launchStackDaemon, progressPrinter, readStackStatus, stackStatus, stopStack } from './stack-control.ts';
-import { checkOptions, commandHelp, exitCodeFor, findCommand, usage, UsageError, EXIT } from './commands.ts';
+import { checkOptions, commandHelp, exitCodeFor, findCommand, groupHelp, usage, UsageError, EXIT } from './commands.ts';
 
 const out = (line: string): void => {
   process.stdout.write(`${line}\n`);
@@ -32,6 +32,12 @@ async function main(argv: string[]): Promise<number> {
   if (values['state-dir']) process.env.GATEHOUSE_STATE_DIR = resolvePath(values['state-dir']);
   const [cmd, sub, arg] = positionals;
   const spec = findCommand(positionals);
+  // A group's first word alone (`gatehouse queues`, `gatehouse stack --help`) lists its commands.
+  const group = cmd && !spec && positionals.length === 1 ? groupHelp(cmd) : null;
+  if (group) {
+    out(group);
+    return values.help ? EXIT.ok : EXIT.usage;
+  }
   if (!cmd || (values.help && !spec)) {
     if (cmd && !spec) throw new UsageError(`unknown command: ${positionals.join(' ')} (see: gatehouse --help)`);
     out(usage());

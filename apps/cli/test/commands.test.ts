@@ -64,6 +64,15 @@ describe('gatehouse <command> --help', () => {
     expect(json.stdout).toContain('--json prints one JSON document');
   });
 
+  it('a group word alone lists its commands: with --help exit 0, without it exit 2', async () => {
+    const [help, bare] = await Promise.all([gatehouse(['queues', '--help']), gatehouse(['stack'])]);
+    expect(help.code, help.stderr).toBe(EXIT.ok);
+    for (const c of COMMANDS.filter((x) => x.name.startsWith('queues '))) expect(help.stdout).toContain(`gatehouse ${c.name}`);
+    expect(help.stdout).not.toContain('gatehouse stack up');
+    expect(bare.code).toBe(EXIT.usage);
+    expect(bare.stdout).toContain('gatehouse stack up');
+  });
+
   it('the global --help lists every command', async () => {
     const r = await gatehouse(['--help']);
     expect(r.code).toBe(EXIT.ok);

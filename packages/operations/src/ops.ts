@@ -89,7 +89,7 @@ export class StagedReenableOpen extends Refused {
   constructor(tool: string, stage: string) {
     super(
       'staged_reenable_open',
-      `${tool} is being re-enabled in stages (stage ${stage}): switch it on with "gatehouse reenable advance ${tool} --reason <why>" (see gatehouse reenable status ${tool})`,
+      `${tool} is being re-enabled in stages (stage ${stage}): advance it with "gatehouse reenable advance ${tool}${stage === 'read_only' ? ' --cohort <tenant:…|user:…>' : ''} --reason <why>" once its clean executions meet the bound, or ask another operator for "gatehouse reenable override ${tool}" (see gatehouse reenable status ${tool}); "gatehouse switch off ${tool}" ends the stages`,
     );
   }
 }

@@ -145,7 +145,7 @@ export async function quarantineRelease(db: Db, queues: QueueRegistry, release: 
       await transitionWorkflow(trx, id, {
         to: 'stopped',
         stopReason: 'quarantined',
-        nextStep: `Release ${release} was rolled back and this workflow's queued work quarantined; resubmit the ticket.`,
+        nextStep: `On-call quarantined the queued work of release ${release} (gatehouse queues quarantine); resubmit the ticket.`,
         onlyFrom: LIVE_STATES,
       });
     }
