@@ -1,10 +1,10 @@
-import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { executionsQueue, queueName, repoRoot, resetTestFaultsForTests, type ExecutionJob } from '@gatehouse/contracts';
 import { tokenFor } from '@gatehouse/cli';
+import { runCli, type CliRun } from '../support/cli-process.ts';
 import { registerRelease } from '@gatehouse/ledger';
 import { createLogger, createWorker, DrainGate, PostgresGate, QueueRegistry } from '@gatehouse/platform';
 import { drainRelease, resumeRelease } from '@gatehouse/operations';
@@ -110,28 +110,15 @@ describe('a drain is held by the ledger, not only by Redis', () => {
 });
 
 /** The `gatehouse` CLI as a process on this test's database, private Redis and `prefix`. */
-function cli(args: string[], prefix: string, token: string): Promise<{ code: number; out: string }> {
-  return new Promise((done) => {
-    execFile(
-      process.execPath,
-      [resolve(repoRoot, 'apps/cli/src/main.ts'), ...args],
-      {
-        cwd: repoRoot,
-        timeout: 120_000,
-        env: {
-          ...process.env,
-          RELEASES_DIR: resolve(repoRoot, 'releases'),
-          POLICY_DIR: resolve(repoRoot, 'policy'),
-          DATABASE_URL: t.url,
-          REDIS_URL: r.url,
-          QUEUE_PREFIX: prefix,
-          GATEHOUSE_AUDIT_HMAC_KEY: op.hmacKey,
-          GATEHOUSE_TOKEN: token,
-          LOG_LEVEL: 'warn',
-        },
-      },
-      (err, stdout, stderr) => done({ code: err ? Number(err.code ?? 1) : 0, out: stdout + stderr }),
-    );
+function cli(args: string[], prefix: string, token: string): Promise<CliRun> {
+  return runCli(args, {
+    RELEASES_DIR: resolve(repoRoot, 'releases'),
+    POLICY_DIR: resolve(repoRoot, 'policy'),
+    DATABASE_URL: t.url,
+    REDIS_URL: r.url,
+    QUEUE_PREFIX: prefix,
+    GATEHOUSE_AUDIT_HMAC_KEY: op.hmacKey,
+    GATEHOUSE_TOKEN: token,
   });
 }
 

@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { execFile } from 'node:child_process';
 import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
@@ -39,6 +38,7 @@ import {
 } from '@gatehouse/operations';
 import { tokenFor } from '@gatehouse/cli';
 import { approvalApi } from '../support/approval-api.ts';
+import { runCli, type CliRun } from '../support/cli-process.ts';
 
 /**
  * Releases, canary and rollback (docs/product/releases.md): activation verifies digests and gates, a
@@ -347,27 +347,14 @@ describe('ops commands need an operator token', () => {
     ['queues', 'requeue', '--from', 'rel-2', '--to', 'rel-1'],
   ];
 
-  function run(args: string[], token: string | null): Promise<{ code: number; out: string }> {
-    return new Promise((done) => {
-      execFile(
-        process.execPath,
-        [resolve(repoRoot, 'apps/cli/src/main.ts'), ...args],
-        {
-          cwd: repoRoot,
-          timeout: 120_000,
-          env: {
-            ...process.env,
-            DATABASE_URL: t.url,
-            REDIS_URL: TEST_REDIS_URL,
-            QUEUE_PREFIX: prefix,
-            GATEHOUSE_AUDIT_HMAC_KEY: HMAC,
-            STAGING_URL: 'http://127.0.0.1:9',
-            LOG_LEVEL: 'warn',
-            ...(token ? { GATEHOUSE_TOKEN: token } : { GATEHOUSE_TOKEN: '' }),
-          },
-        },
-        (err, stdout, stderr) => done({ code: err ? Number(err.code ?? 1) : 0, out: stdout + stderr }),
-      );
+  function run(args: string[], token: string | null): Promise<CliRun> {
+    return runCli(args, {
+      DATABASE_URL: t.url,
+      REDIS_URL: TEST_REDIS_URL,
+      QUEUE_PREFIX: prefix,
+      GATEHOUSE_AUDIT_HMAC_KEY: HMAC,
+      STAGING_URL: 'http://127.0.0.1:9',
+      GATEHOUSE_TOKEN: token ?? '',
     });
   }
 

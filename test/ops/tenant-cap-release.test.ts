@@ -1,4 +1,3 @@
-import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
 import { sql } from 'kysely';
@@ -10,6 +9,7 @@ import { findTool } from '@gatehouse/tools';
 import { createAction, seedFinishedRun } from '@gatehouse/testing';
 import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import { tokenFor } from '@gatehouse/cli';
+import { runCli, type CliRun } from '../support/cli-process.ts';
 
 /**
  * Release rel-2 brings support-p2 (R10, the tenant's daily refund cap,
@@ -25,28 +25,15 @@ let t: TestDatabase;
 const prefix = testQueuePrefix();
 const log = { error: () => {} };
 
-function cli(args: string[], token: string): Promise<{ code: number; out: string }> {
-  return new Promise((done) => {
-    execFile(
-      process.execPath,
-      [resolve(repoRoot, 'apps/cli/src/main.ts'), ...args],
-      {
-        cwd: repoRoot,
-        timeout: 120_000,
-        env: {
-          ...process.env,
-          RELEASES_DIR: resolve(repoRoot, 'releases'),
-          POLICY_DIR: resolve(repoRoot, 'policy'),
-          DATABASE_URL: t.url,
-          REDIS_URL: TEST_REDIS_URL,
-          QUEUE_PREFIX: prefix,
-          GATEHOUSE_AUDIT_HMAC_KEY: HMAC,
-          GATEHOUSE_TOKEN: token,
-          LOG_LEVEL: 'warn',
-        },
-      },
-      (err, stdout, stderr) => done({ code: err ? Number(err.code ?? 1) : 0, out: stdout + stderr }),
-    );
+function cli(args: string[], token: string): Promise<CliRun> {
+  return runCli(args, {
+    RELEASES_DIR: resolve(repoRoot, 'releases'),
+    POLICY_DIR: resolve(repoRoot, 'policy'),
+    DATABASE_URL: t.url,
+    REDIS_URL: TEST_REDIS_URL,
+    QUEUE_PREFIX: prefix,
+    GATEHOUSE_AUDIT_HMAC_KEY: HMAC,
+    GATEHOUSE_TOKEN: token,
   });
 }
 
