@@ -8,7 +8,14 @@ import { runCli, type CliRun } from '../support/cli-process.ts';
 import { registerRelease } from '@gatehouse/ledger';
 import { createLogger, createWorker, DrainGate, PostgresGate, QueueRegistry } from '@gatehouse/platform';
 import { drainRelease, resumeRelease } from '@gatehouse/operations';
-import { createTestDatabase, startPrivateRedis, testQueuePrefix, type PrivateRedis, type TestDatabase } from '@gatehouse/test-harness';
+import {
+  createTestDatabase,
+  freePort,
+  startPrivateRedis,
+  testQueuePrefix,
+  type PrivateRedis,
+  type TestDatabase,
+} from '@gatehouse/test-harness';
 
 // docs/decisions/0480-drain-held-by-the-ledger.md: `queues drain` pauses the release's queues in
 // Redis and marks the release draining in the ledger. A Redis restarted without persistence forgets
@@ -110,12 +117,12 @@ describe('a drain is held by the ledger, not only by Redis', () => {
 });
 
 /** The `gatehouse` CLI as a process on this test's database, private Redis and `prefix`. */
-function cli(args: string[], prefix: string, token: string): Promise<CliRun> {
+function cli(args: string[], prefix: string, token: string, redisUrl = r.url): Promise<CliRun> {
   return runCli(args, {
     RELEASES_DIR: resolve(repoRoot, 'releases'),
     POLICY_DIR: resolve(repoRoot, 'policy'),
     DATABASE_URL: t.url,
-    REDIS_URL: r.url,
+    REDIS_URL: redisUrl,
     QUEUE_PREFIX: prefix,
     GATEHOUSE_AUDIT_HMAC_KEY: op.hmacKey,
     GATEHOUSE_TOKEN: token,
@@ -147,5 +154,17 @@ describe('undoing a drain', () => {
       await queues.close();
       redis.disconnect();
     }
+  }, 120_000);
+
+  it('`release activate` with Redis unreachable still activates, says the queues were not resumed, and exits 4 (never hangs)', async () => {
+    const ops = await tokenFor('ops-gus', 'local-auth-secret-change-me');
+    const started = Date.now();
+    const res = await cli(['release', 'activate', RELEASE], testQueuePrefix(), ops, `redis://127.0.0.1:${await freePort()}`);
+    expect(res.code, res.out).toBe(4);
+    expect(res.out).toContain(`${RELEASE} is the active release`);
+    expect(res.out).toContain(`run gatehouse queues resume --release ${RELEASE}`);
+    expect(Date.now() - started).toBeLessThan(60_000);
+    const row = await t.db.selectFrom('releases').select(['status', 'draining']).where('id', '=', RELEASE).executeTakeFirstOrThrow();
+    expect(row).toEqual({ status: 'active', draining: false });
   }, 120_000);
 });
