@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadReleaseManifest, modelSpendMicroUsd } from '@gatehouse/contracts';
+import { MAX_STRING_CHARS, TRUNCATION_MARKER } from '@gatehouse/tools';
 import {
   call,
   decide,
@@ -136,6 +137,29 @@ describe('agent loop', () => {
     expect(readdirSync(s.dir).filter((f) => f.endsWith('.log') && readFileSync(`${s.dir}/${f}`, 'utf8').includes('CANARY'))).toEqual([]);
   });
 
+  it("the model's final message is untrusted output: redacted, at most 1000 characters, the cut marked", async () => {
+    const long = `Summary: ${'x'.repeat(2000)} key ${CANARY} ${'y'.repeat(1000)}`;
+    const early = `Your key is ${CANARY}; ${'z'.repeat(3200)}`;
+    await fixtures(s, 'L-final-long', [msg(long)]);
+    await fixtures(s, 'L-final-early', [msg(early)]);
+    await fixtures(s, 'L-final-short', [msg('All good.')]);
+    const ends = await Promise.all(
+      ['L-final-long', 'L-final-early', 'L-final-short'].map(async (ticket) => {
+        const { token, workflowId } = await submit(s, 'rep-ana', ticket, 'What is the status of order O-1001?', 'investigate');
+        return waitFor(s, token, workflowId, settled);
+      }),
+    );
+    expect(ends.map((e) => e.state)).toEqual(['completed', 'completed', 'completed']);
+    const [cut, redacted, short] = ends.map((e) => String(e.finalMessage)) as [string, string, string];
+    expect(cut).toBe(long.slice(0, MAX_STRING_CHARS) + TRUNCATION_MARKER);
+    expect(redacted.startsWith('Your key is [redacted]; zzz')).toBe(true);
+    expect(redacted.endsWith(TRUNCATION_MARKER)).toBe(true);
+    expect(redacted.length).toBe(MAX_STRING_CHARS + TRUNCATION_MARKER.length);
+    expect(short).toBe('All good.');
+    const stored = await sql<{ n: string }>`select count(*) as n from conversation_items where item::text like '%CANARY%'`.execute(s.db.db);
+    expect(Number(stored.rows[0]!.n)).toBe(0);
+  });
+
   it('model errors: a 429 is retried by the client with the same request; a 400 stops the run with a reason', async () => {
     await fixtures(s, 'L-429', [{ type: 'error', status: 429, headers: { 'retry-after-ms': '0' } } as never, msg('All good.')]);
     const a = await submit(s, 'rep-ana', 'L-429', 'hello', 'investigate');
@@ -189,6 +213,13 @@ describe('controls removed (a stack with the test-only switches on)', () => {
     await waitFor(off, token, workflowId, settled);
     const seen = (await modelRequests(off, 'C-boundary')).requests;
     expect(JSON.stringify(seen.at(-1)!.input)).toContain(CANARY);
+  });
+
+  it("without the output boundary, the model's final message is stored whole, its secret included", async () => {
+    const early = `Your key is ${CANARY}; ${'z'.repeat(3200)}`;
+    await fixtures(off, 'C-final', [msg(early)]);
+    const { token, workflowId } = await submit(off, 'rep-ana', 'C-final', 'What is the status of order O-1001?', 'investigate');
+    expect((await waitFor(off, token, workflowId, settled)).finalMessage).toBe(early);
   });
 
   it('without the cumulative basis, four refunds of 4900 on one order all run without approval', async () => {

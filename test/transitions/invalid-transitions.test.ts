@@ -207,7 +207,7 @@ async function drive(c: Case): Promise<{ outcome: string; workflowId: string; ac
         model,
         modelName: modelPrice.name,
         modelPrice,
-        hooks: { crashAfterModelResponse: false, disableToolFilter: false, dropReasoning: false },
+        hooks: { crashAfterModelResponse: false, disableToolFilter: false, dropReasoning: false, disableOutputBoundary: false },
         outagePolicy,
         tenantCap: { dailyMicroUsd: 100_000_000, disabled: false },
       },

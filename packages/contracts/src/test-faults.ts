@@ -86,7 +86,7 @@ export interface TestFaults {
   disableReevaluation: boolean;
   /** `DISABLE_DIGEST_BINDING`: an approval is consumed without checking it names this action. */
   disableDigestBinding: boolean;
-  /** `DISABLE_OUTPUT_BOUNDARY`: raw adapter results reach the model. */
+  /** `DISABLE_OUTPUT_BOUNDARY`: raw adapter results reach the model; the model's final message is stored unbounded. */
   disableOutputBoundary: boolean;
   /** `DISABLE_WATCHDOG`: the watchdog does not start. */
   disableWatchdog: boolean;

@@ -55,14 +55,22 @@ export function redactSecrets(text: string): string {
  */
 const REDACTION_MARGIN_CHARS = 8 * 1024;
 
+/**
+ * One untrusted string made safe to store and show: secrets redacted, then cut to
+ * {@link MAX_STRING_CHARS} characters with {@link TRUNCATION_MARKER} appended where cut (so at
+ * most 1000 + 12 characters). Used for every string of a tool output and for the model's own
+ * final message (docs/product/invariants.md#untrusted-output). Never throws.
+ */
+export function boundText(value: string): string {
+  // Cut first (with a margin), then redact: the work per string is bounded whatever its size.
+  const clean = redactSecrets(
+    value.length > MAX_STRING_CHARS + REDACTION_MARGIN_CHARS ? value.slice(0, MAX_STRING_CHARS + REDACTION_MARGIN_CHARS) : value,
+  );
+  return clean.length > MAX_STRING_CHARS ? clean.slice(0, MAX_STRING_CHARS) + TRUNCATION_MARKER : clean;
+}
+
 function boundValue(value: unknown, depth: number, sensitive: ReadonlySet<string>): unknown {
-  if (typeof value === 'string') {
-    // Cut first (with a margin), then redact: the work per string is bounded whatever its size.
-    const clean = redactSecrets(
-      value.length > MAX_STRING_CHARS + REDACTION_MARGIN_CHARS ? value.slice(0, MAX_STRING_CHARS + REDACTION_MARGIN_CHARS) : value,
-    );
-    return clean.length > MAX_STRING_CHARS ? clean.slice(0, MAX_STRING_CHARS) + TRUNCATION_MARKER : clean;
-  }
+  if (typeof value === 'string') return boundText(value);
   if (value === null || typeof value === 'number' || typeof value === 'boolean') return value;
   if (depth > 6) return TRUNCATION_MARKER;
   if (Array.isArray(value)) return value.slice(0, 50).map((v) => boundValue(v, depth + 1, sensitive));

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { MAX_OUTPUT_BYTES, MAX_STRING_CHARS, redactSecrets, toSafeOutput, TRUNCATION_MARKER } from '../src/index.ts';
+import { boundText, MAX_OUTPUT_BYTES, MAX_STRING_CHARS, redactSecrets, toSafeOutput, TRUNCATION_MARKER } from '../src/index.ts';
 
 const bytes = (v: unknown): number => Buffer.byteLength(JSON.stringify(v));
 
@@ -83,6 +83,20 @@ describe('toSafeOutput bounds and labels', () => {
   it('output stays ≤ 8 KiB even when the data is escape-heavy', () => {
     const data = Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`f${i}`, '"'.repeat(1000)]));
     expect(bytes(toSafeOutput('lookup_order', data))).toBeLessThanOrEqual(MAX_OUTPUT_BYTES);
+  });
+});
+
+describe("boundText (one string: the model's final message)", () => {
+  it('short text is kept as it is; long text is cut at 1000 characters and marked', () => {
+    expect(boundText('All good.')).toBe('All good.');
+    expect(boundText('a'.repeat(MAX_STRING_CHARS))).toBe('a'.repeat(MAX_STRING_CHARS));
+    expect(boundText('a'.repeat(MAX_STRING_CHARS + 1))).toBe('a'.repeat(MAX_STRING_CHARS) + TRUNCATION_MARKER);
+  });
+
+  it('a secret straddling the cut is redacted, not half kept', () => {
+    const out = boundText(`${'a'.repeat(MAX_STRING_CHARS - 5)}sk-test-CANARYstraddle ${'b'.repeat(50)}`);
+    expect(out).toBe(`${'a'.repeat(MAX_STRING_CHARS - 5)}[reda${TRUNCATION_MARKER}`);
+    expect(out).not.toContain('sk-');
   });
 });
 

@@ -17,7 +17,7 @@ import {
 } from '@gatehouse/ledger';
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
 import { eligibleTools } from '@gatehouse/policy';
-import { findTool, instructionsFor, toFunctionTool, toolsOfPack } from '@gatehouse/tools';
+import { boundText, findTool, instructionsFor, toFunctionTool, toolsOfPack } from '@gatehouse/tools';
 import { loadWorld, sha256Hex, canonicalJson, escapeUnstorable, modelSpendMicroUsd, type ReleaseManifest } from '@gatehouse/contracts';
 import { randomUUID } from 'node:crypto';
 import { recordModelCall } from '@gatehouse/telemetry';
@@ -255,7 +255,8 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
     });
 
     if (!calls.length) {
-      const text = escapeUnstorable(response.output_text.slice(0, 4000));
+      // The model's final message is untrusted output too: redacted, ≤ 1000 chars, cut marked.
+      const text = escapeUnstorable(deps.hooks.disableOutputBoundary ? response.output_text : boundText(response.output_text));
       await trx
         .insertInto('conversation_items')
         .values({
