@@ -1,14 +1,13 @@
 import { loadReleaseManifest } from '@gatehouse/contracts';
 import { createDb, type Db } from '@gatehouse/ledger';
-import { within, type BaseEnv } from '@gatehouse/platform';
+import { type BaseEnv } from '@gatehouse/platform';
 import {
   drainRelease,
   resumeRelease,
-  resumeReleaseQueues,
   quarantineRelease,
   requeueRelease,
   withQueues,
-  activateRelease,
+  activateReleaseWithQueues,
   currentDigests,
   enableWrites,
   rollbackRelease,
@@ -23,9 +22,6 @@ import {
   type OverrideTicket,
 } from '@gatehouse/operations';
 import { EXIT, UsageError } from './commands.ts';
-
-/** How long `release activate` waits for Redis to resume the release's queues, ms. */
-const RESUME_TIMEOUT_MS = 10_000;
 
 /** Runs `fn` as a verified operator (see `opsCommand` in main.ts). */
 type AsOperator = (command: string, fn: (db: Db, op: Operator) => Promise<number>) => Promise<number>;
@@ -98,28 +94,19 @@ export async function releaseCommand(
     }
     case 'release activate':
       return asOperator(command, async (db, op) => {
-        const a = await activateRelease(db, need(arg, 'a release id'), {
+        const a = await activateReleaseWithQueues(db, env, need(arg, 'a release id'), {
           cohort: values.cohort ? parseCohort(values.cohort) : undefined,
           force: values.force,
           ...actor(op),
         });
-        // Activation clears a drain's mark; its queues paused in Redis resume with it (ADR 0480).
-        // Bounded: an unreachable Redis must not hang a committed activation.
-        const notResumed = await within(
-          withQueues(env, (queues) => resumeReleaseQueues(queues, a.id)),
-          RESUME_TIMEOUT_MS,
-        ).then(
-          () => null,
-          (err: unknown) => err as Error,
-        );
         for (const b of a.bypassed) out(`  FORCED past ${b}`);
         out(
           a.status === 'candidate'
             ? `${a.id} is a candidate for ${values.cohort}; consequential writes stay disabled until: gatehouse release enable-writes ${a.id}`
             : `${a.id} is the active release${a.forced ? ' (FORCED past its boundary-case gate; audited)' : ''}`,
         );
-        if (!notResumed) return EXIT.ok;
-        out(`  its queues could not be resumed in Redis (${notResumed.message}): run gatehouse queues resume --release ${a.id}`);
+        if (!a.queuesNotResumed) return EXIT.ok;
+        out(`  its queues could not be resumed in Redis (${a.queuesNotResumed}): run gatehouse queues resume --release ${a.id}`);
         return EXIT.unavailable;
       });
     case 'release enable-writes':

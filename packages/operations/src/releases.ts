@@ -19,8 +19,8 @@ import {
   toFunctionTool,
   type Pack,
 } from '@gatehouse/tools';
-import type { QueueRegistry } from '@gatehouse/platform';
-import { drainRelease, queuedJobs, resumeReleaseQueues } from './queue-ops.ts';
+import { within, type BaseEnv, type QueueRegistry } from '@gatehouse/platform';
+import { drainRelease, queuedJobs, resumeReleaseQueues, withQueues } from './queue-ops.ts';
 import { requireCanary } from './canary.ts';
 import { raisedLimits, requireSecondPerson, type TwoPersonNeed } from './two-person.ts';
 
@@ -177,6 +177,39 @@ export async function activateRelease(
     });
   });
   return { id, status, forced: safety.gate.length > 0, bypassed: safety.gate };
+}
+
+/** How long {@link activateReleaseWithQueues} waits for Redis to resume the release's queues, ms. */
+export const QUEUE_RESUME_TIMEOUT_MS = 10_000;
+
+/** Outcome of {@link activateReleaseWithQueues}: the activation, and why its queues were not resumed (null when they were). */
+export interface ActivationWithQueues extends Activation {
+  queuesNotResumed: string | null;
+}
+
+/**
+ * {@link activateRelease}, then resumes the release's queues in Redis (ADR 0480): activation
+ * clears a drain's mark in the ledger, and queues left paused in Redis would hold its runs for
+ * ever. The activation commits first; the resume waits at most {@link QUEUE_RESUME_TIMEOUT_MS},
+ * and its failure is returned (the caller names `gatehouse queues resume --release <id>`), not
+ * thrown, since the activation itself stands.
+ * @throws ActivationRefused, TwoPersonRequired as {@link activateRelease} (nothing changes).
+ */
+export async function activateReleaseWithQueues(
+  db: Db,
+  env: Pick<BaseEnv, 'REDIS_URL' | 'QUEUE_PREFIX'>,
+  id: string,
+  opts: Parameters<typeof activateRelease>[2],
+): Promise<ActivationWithQueues> {
+  const a = await activateRelease(db, id, opts);
+  const queuesNotResumed = await within(
+    withQueues(env, (queues) => resumeReleaseQueues(queues, a.id)),
+    QUEUE_RESUME_TIMEOUT_MS,
+  ).then(
+    () => null,
+    (err: unknown) => (err instanceof Error ? err.message : String(err)),
+  );
+  return { ...a, queuesNotResumed };
 }
 
 /** What {@link enableWrites} checked before it enabled a release's consequential writes. */
