@@ -1,6 +1,6 @@
 import type { Job } from 'bullmq';
 import { ConflictError, loadReleaseManifest, queueContracts, queueName } from '@gatehouse/contracts';
-import { actorHash, inTransaction, LIVE_STATES, recordAudit, transitionWorkflow, type Db } from '@gatehouse/ledger';
+import { actorHash, inTransaction, LIVE_STATES, recordAudit, transitionWorkflow, type Db, type Trx } from '@gatehouse/ledger';
 import { Redis } from 'ioredis';
 import { QueueRegistry, type BaseEnv } from '@gatehouse/platform';
 
@@ -51,6 +51,21 @@ async function assertRegistered(db: Db, release: string): Promise<void> {
   if (!r) throw new Error(`release ${release} is not registered`);
 }
 
+/** The audited queue operations, as their audit event types. */
+type QueueOpsEvent = 'queues.drained' | 'queues.resumed' | 'queues.quarantined' | 'queues.requeued';
+
+/** Records one queue operation in the audit chain, inside the transaction that made it: who, what, on which release. */
+async function recordQueueOps(trx: Trx, type: QueueOpsEvent, actor: OpsActor, outcome: string, release: string): Promise<void> {
+  await recordAudit(trx, {
+    type,
+    service: 'cli',
+    runId: null,
+    actorHash: actorHash(actor.hmacKey, actor.operator),
+    outcome,
+    revisions: { release },
+  });
+}
+
 /**
  * `gatehouse queues drain --release R`: pauses every queue of R in Redis, so no worker of any
  * process claims another of its jobs, while jobs already running finish or their lease expires;
@@ -66,14 +81,7 @@ export async function drainRelease(db: Db, queues: QueueRegistry, release: strin
   for (const name of names) await queues.get(name).pause();
   await inTransaction(db, async (trx) => {
     await trx.updateTable('releases').set({ draining: true }).where('id', '=', release).execute();
-    await recordAudit(trx, {
-      type: 'queues.drained',
-      service: 'cli',
-      runId: null,
-      actorHash: actorHash(actor.hmacKey, actor.operator),
-      outcome: `paused:${names.length}`,
-      revisions: { release },
-    });
+    await recordQueueOps(trx, 'queues.drained', actor, `paused:${names.length}`, release);
   });
   return names;
 }
@@ -89,14 +97,7 @@ export async function resumeRelease(db: Db, queues: QueueRegistry, release: stri
   await inTransaction(db, async (trx) => {
     const was = await trx.selectFrom('releases').select('draining').where('id', '=', release).forUpdate().executeTakeFirst();
     await trx.updateTable('releases').set({ draining: false }).where('id', '=', release).execute();
-    await recordAudit(trx, {
-      type: 'queues.resumed',
-      service: 'cli',
-      runId: null,
-      actorHash: actorHash(actor.hmacKey, actor.operator),
-      outcome: was?.draining ? 'was_draining' : 'was_not_draining',
-      revisions: { release },
-    });
+    await recordQueueOps(trx, 'queues.resumed', actor, was?.draining ? 'was_draining' : 'was_not_draining', release);
   });
   return resumeReleaseQueues(queues, release);
 }
@@ -149,14 +150,7 @@ export async function quarantineRelease(db: Db, queues: QueueRegistry, release: 
         onlyFrom: LIVE_STATES,
       });
     }
-    await recordAudit(trx, {
-      type: 'queues.quarantined',
-      service: 'cli',
-      runId: null,
-      actorHash: actorHash(actor.hmacKey, actor.operator),
-      outcome: `jobs:${jobs.length};workflows:${workflows.size}`,
-      revisions: { release },
-    });
+    await recordQueueOps(trx, 'queues.quarantined', actor, `jobs:${jobs.length};workflows:${workflows.size}`, release);
   });
   // Removed only after the ledger holds them: a crash in between leaves a job both quarantined
   // (recorded) and queued on a paused queue — never lost.
@@ -228,14 +222,13 @@ export async function requeueRelease(
         .returning('id')
         .execute()
     ).length;
-    await recordAudit(trx, {
-      type: 'queues.requeued',
-      service: 'cli',
-      runId: null,
-      actorHash: actorHash(actor.hmacKey, actor.operator),
-      outcome: `from:${from};moved:${movable.length};refused:${refused};paused_workflows:${paused}`,
-      revisions: { release: to },
-    });
+    await recordQueueOps(
+      trx,
+      'queues.requeued',
+      actor,
+      `from:${from};moved:${movable.length};refused:${refused};paused_workflows:${paused}`,
+      to,
+    );
   });
   // Same deterministic job id on the former release's queue: a repeated requeue (after a crash
   // here) is a no-op for the jobs already moved and moves the rest.
