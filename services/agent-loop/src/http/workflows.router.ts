@@ -1,7 +1,16 @@
 import { Router } from 'express';
 import { z } from 'zod';
 import { turnsQueue, WorkflowMessageRequestSchema, type WorkflowMessageAccepted, type WorkflowView } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, readActionsView, transitionWorkflow, type Db, type OutboxRow } from '@gatehouse/ledger';
+import {
+  enqueueInTransaction,
+  inTransaction,
+  LIVE_STATES,
+  readActionsView,
+  transitionWorkflow,
+  type Db,
+  type OutboxRow,
+  type WorkflowState,
+} from '@gatehouse/ledger';
 import { ConflictError, Forbidden, NotFound, type OutboxRelay, parseBody } from '@gatehouse/platform';
 import { supersedeAction } from '@gatehouse/policy';
 import type { AuthedRequest } from '@gatehouse/platform';
@@ -15,6 +24,21 @@ export async function ownWorkflow(db: Db, id: string, tenant: string) {
   const wf = await db.selectFrom('workflows').selectAll().where('id', '=', id).where('tenant', '=', tenant).executeTakeFirst();
   if (!wf) throw new NotFound('not_found', 'no such workflow');
   return wf;
+}
+
+/**
+ * The next step shown for a run of `wf`: its own, or — while on-call drains its release and the
+ * run is still live — that it is held and what lets it go on (ADR 0480: the drain gate holds its
+ * jobs; the run itself is not rewritten). Reads the release's mark; `null` when there is nothing to do.
+ */
+async function shownNextStep(db: Db, wf: { release_id: string; state: WorkflowState; next_step: string | null }): Promise<string | null> {
+  if (!LIVE_STATES.includes(wf.state)) return wf.next_step;
+  const r = await db.selectFrom('releases').select('draining').where('id', '=', wf.release_id).executeTakeFirst();
+  if (!r?.draining) return wf.next_step;
+  const held =
+    `Held: on-call is draining release ${wf.release_id}; this run goes on when they resume it ` +
+    `(gatehouse queues resume --release ${wf.release_id}) or move its work (queues requeue / quarantine).`;
+  return wf.next_step ? `${held} Then: ${wf.next_step}` : held;
 }
 
 /**
@@ -45,7 +69,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
       pack: wf.pack,
       state: wf.state,
       stopReason: wf.stop_reason,
-      nextStep: wf.next_step,
+      nextStep: await shownNextStep(cfg.db, wf),
       finalMessage: typeof last?.item.content === 'string' ? last.item.content : null,
       release: wf.release_id,
       policyRevision: wf.policy_revision,

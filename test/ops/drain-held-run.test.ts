@@ -1,0 +1,56 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { QueueRegistry } from '@gatehouse/platform';
+import { drainRelease, resumeRelease } from '@gatehouse/operations';
+import { TEST_REDIS_URL } from '@gatehouse/test-harness';
+import {
+  fixtures,
+  modelRequests,
+  msg,
+  settled,
+  sleep,
+  startHuntStack,
+  submit,
+  view,
+  waitFor,
+  type HuntStack,
+} from '../hard-cases/helpers.ts';
+
+// docs/decisions/0480-drain-held-by-the-ledger.md: a run of a drained release is held — its jobs
+// wait, nothing downstream is called — and GET /v1/workflows/:id says so and names what lets it
+// go on (SPEC invariant 6: a run that waits shows a human-readable next step).
+
+const op = { operator: 'ops-gus', hmacKey: 'test-audit-hmac-key-0123456789' };
+let s: HuntStack;
+let redis: Redis;
+let queues: QueueRegistry;
+
+beforeAll(async () => {
+  s = await startHuntStack();
+  redis = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: null });
+  queues = new QueueRegistry(redis, s.prefix);
+});
+afterAll(async () => {
+  await queues?.close();
+  redis?.disconnect();
+  await s?.close();
+});
+
+describe('a run held by a drain', () => {
+  it('waits without calling the model, shows why and what to run, and completes after queues resume', async () => {
+    await fixtures(s, 'D-held', [msg('All good.')]);
+    await drainRelease(s.db.db, queues, 'rel-1', op);
+    const { token, workflowId } = await submit(s, 'rep-ana', 'D-held', 'What is the status of order O-1001?', 'investigate');
+    await sleep(3000);
+    const held = await view(s, token, workflowId);
+    expect(held.state).toBe('received');
+    expect(held.nextStep).toMatch(/^Held: on-call is draining release rel-1; .*gatehouse queues resume --release rel-1/);
+    expect((await modelRequests(s, 'D-held')).requests).toHaveLength(0);
+
+    await resumeRelease(s.db.db, queues, 'rel-1', op);
+    const end = await waitFor(s, token, workflowId, settled);
+    expect(end.state).toBe('completed');
+    expect(end.finalMessage).toBe('All good.');
+    expect(end.nextStep).not.toMatch(/Held/);
+  }, 120_000);
+});
