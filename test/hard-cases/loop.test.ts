@@ -118,6 +118,17 @@ describe('agent loop', () => {
     expect(ops).toEqual([]);
   });
 
+  it('a tool result cut inside a surrogate pair (an emoji at character 1000) is stored and answered, not a lone half', async () => {
+    const status = `${'s'.repeat(MAX_STRING_CHARS - 1)}\u{1F600} shipped`;
+    await sql`update staging.orders set status = ${status} where id = 'O-1007'`.execute(s.db.db);
+    const { token, workflowId } = await submit(s, 'rep-ana', 'L-surrogate', 'What is the status of order O-1007?', 'investigate');
+    expect((await waitFor(s, token, workflowId, settled)).state).toBe('completed');
+    const seen = (await modelRequests(s, 'L-surrogate')).requests;
+    expect(seen).toHaveLength(2);
+    const input = JSON.stringify(seen[1]!.input);
+    expect(input).toContain(`${'s'.repeat(MAX_STRING_CHARS - 1)}${TRUNCATION_MARKER}`);
+  });
+
   it('an injected tool result changes neither the tool set nor reaches the model with its secret', async () => {
     await injectCanary(s, 'O-1008');
     const { token, workflowId } = await submit(s, 'rep-ana', 'L-inject', 'What is the status of order O-1008?', 'investigate');

@@ -4,6 +4,8 @@
  * logs or audit.
  */
 
+import { escapeUnstorable } from '@gatehouse/contracts';
+
 /** Largest serialized output handed to the model, bytes (8 KiB). */
 export const MAX_OUTPUT_BYTES = 8 * 1024;
 /** Longest string kept, characters. */
@@ -50,6 +52,16 @@ export function redactSecrets(text: string): string {
 }
 
 /**
+ * The first `n` UTF-16 code units of `s`, one fewer when the cut would split a surrogate pair (an
+ * emoji, say): a lone half is not Unicode, and the ledger's `jsonb` refuses it.
+ */
+function cutAt(s: string, n: number): string {
+  if (s.length <= n) return s;
+  const last = s.charCodeAt(n - 1);
+  return s.slice(0, last >= 0xd800 && last <= 0xdbff ? n - 1 : n);
+}
+
+/**
  * Characters read past {@link MAX_STRING_CHARS} before a long string is cut: a secret that
  * straddles the cut (up to this long) is still whole when it is redacted.
  */
@@ -58,15 +70,14 @@ const REDACTION_MARGIN_CHARS = 8 * 1024;
 /**
  * One untrusted string made safe to store and show: secrets redacted, then cut to
  * {@link MAX_STRING_CHARS} characters with {@link TRUNCATION_MARKER} appended where cut (so at
- * most 1000 + 12 characters). Used for every string of a tool output and for the model's own
+ * most 1000 + 12 characters; never inside a surrogate pair). A NUL or a lone surrogate, which the
+ * ledger cannot store, becomes its JSON escape first (`escapeUnstorable`). Used for every string of a tool output and for the model's own
  * final message (docs/product/invariants.md#untrusted-output). Never throws.
  */
 export function boundText(value: string): string {
   // Cut first (with a margin), then redact: the work per string is bounded whatever its size.
-  const clean = redactSecrets(
-    value.length > MAX_STRING_CHARS + REDACTION_MARGIN_CHARS ? value.slice(0, MAX_STRING_CHARS + REDACTION_MARGIN_CHARS) : value,
-  );
-  return clean.length > MAX_STRING_CHARS ? clean.slice(0, MAX_STRING_CHARS) + TRUNCATION_MARKER : clean;
+  const clean = redactSecrets(escapeUnstorable(cutAt(value, MAX_STRING_CHARS + REDACTION_MARGIN_CHARS)));
+  return clean.length > MAX_STRING_CHARS ? cutAt(clean, MAX_STRING_CHARS) + TRUNCATION_MARKER : clean;
 }
 
 function boundValue(value: unknown, depth: number, sensitive: ReadonlySet<string>): unknown {
@@ -77,7 +88,7 @@ function boundValue(value: unknown, depth: number, sensitive: ReadonlySet<string
   if (typeof value === 'object') {
     const out: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(value as Record<string, unknown>).slice(0, 50)) {
-      out[redactSecrets(k).slice(0, 100)] = sensitive.has(k) ? '[redacted]' : boundValue(v, depth + 1, sensitive);
+      out[cutAt(redactSecrets(escapeUnstorable(k)), 100)] = sensitive.has(k) ? '[redacted]' : boundValue(v, depth + 1, sensitive);
     }
     return out;
   }
@@ -112,10 +123,10 @@ export function toSafeOutput(
   // Too large: keep the label and a cut, still-valid JSON preview of the data.
   // The limit is checked on the final serialization, since JSON escaping can grow the preview.
   text = redactSecrets(JSON.stringify(bounded));
-  let preview = text.slice(0, MAX_OUTPUT_BYTES);
+  let preview = cutAt(text, MAX_OUTPUT_BYTES);
   let cut: SafeOutput = { source, trust, truncated: true, preview: preview + TRUNCATION_MARKER };
   while (Buffer.byteLength(JSON.stringify(cut)) > MAX_OUTPUT_BYTES) {
-    preview = preview.slice(0, Math.floor(preview.length * 0.9));
+    preview = cutAt(preview, Math.floor(preview.length * 0.9));
     cut = { source, trust, truncated: true, preview: preview + TRUNCATION_MARKER };
   }
   return cut;

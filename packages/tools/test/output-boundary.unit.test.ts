@@ -100,6 +100,32 @@ describe("boundText (one string: the model's final message)", () => {
   });
 });
 
+describe('text the ledger can store', () => {
+  it('a cut never splits a surrogate pair: an emoji at the 1000th character is dropped whole', () => {
+    const s = `${'a'.repeat(MAX_STRING_CHARS - 1)}\u{1F600}tail`;
+    expect(boundText(s)).toBe(`${'a'.repeat(MAX_STRING_CHARS - 1)}${TRUNCATION_MARKER}`);
+    const out = toSafeOutput('lookup_order', { status: s, [`${'k'.repeat(99)}\u{1F600}`]: 1 });
+    expect(JSON.stringify(out).isWellFormed()).toBe(true);
+    expect(Object.values(out).every((v) => typeof v !== 'string' || v.isWellFormed())).toBe(true);
+    expect(Object.keys(out).every((k) => k.isWellFormed())).toBe(true);
+  });
+
+  it('the preview of an oversized output is cut between pairs too', () => {
+    // A leading field of 0–5 characters moves every later emoji by one code unit, so some cut falls inside a pair.
+    for (let shift = 0; shift < 6; shift++) {
+      const emoji = Object.fromEntries(Array.from({ length: 30 }, (_, i) => [`f${i}`, '\u{1F600}'.repeat(400)]));
+      const out = toSafeOutput('lookup_order', { lead: 'x'.repeat(shift), ...emoji });
+      expect(out.truncated).toBe(true);
+      expect(String(out.preview).isWellFormed()).toBe(true);
+    }
+  });
+
+  it('a NUL or a lone surrogate becomes its JSON escape (Postgres refuses both)', () => {
+    expect(boundText('a\u0000b\ud800c')).toBe('a\\u0000b\\ud800c');
+    expect(toSafeOutput('lookup_order', { 'k\u0000': 'v\udc00' })).toMatchObject({ 'k\\u0000': 'v\\udc00' });
+  });
+});
+
 describe('fields the tool contract marks sensitive', () => {
   it('are redacted wherever they appear, whatever their content', () => {
     const out = toSafeOutput(

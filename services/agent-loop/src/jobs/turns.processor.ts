@@ -256,7 +256,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
 
     if (!calls.length) {
       // The model's final message is untrusted output too: redacted, ≤ 1000 chars, cut marked.
-      const text = escapeUnstorable(deps.hooks.disableOutputBoundary ? response.output_text : boundText(response.output_text));
+      const text = deps.hooks.disableOutputBoundary ? escapeUnstorable(response.output_text) : boundText(response.output_text);
       await trx
         .insertInto('conversation_items')
         .values({
