@@ -130,4 +130,72 @@ describe('a follow-up message amends a pending refund', () => {
     expect(((await request(s.url('staging')).get('/ledger/refunds?orderId=O-1008')).body.refunds as unknown[]).length).toBe(1);
     expect(((await request(s.url('staging')).get('/ledger/refunds?orderId=O-1007')).body.refunds as unknown[]).length).toBe(0);
   });
+
+  /**
+   * The follow-up arrives after the model proposed a refund but before the gateway decided it
+   * (a gateway backlog: here the gateway is held down). The proposal is decided on its own facts,
+   * then superseded before anything runs, and the model proposes again with the follow-up.
+   * Returns the run's end, the O-order's refunds and the first version's row.
+   */
+  async function followUpBeforeDecision(ticket: string, orderId: string, gatewayEnv: Record<string, string | undefined>) {
+    const refund = (amount: string) => ({
+      type: 'function_calls',
+      calls: [{ name: 'issue_refund', arguments: { orderId, amount, reason: 'cracked' } }],
+    });
+    const fixtures = await call('POST', `${s.url('model-stub')}/fixtures`, null, {
+      ticketId: ticket,
+      responses: [refund('30.00'), refund('45.00'), { type: 'message', text: 'Refunded 45.00.' }],
+    });
+    expect(fixtures.status).toBe(201);
+    const rep = await tokenFor('rep-ana', SECRET);
+    const intake = s.url('agent-loop');
+    await s.stack.kill('policy-gateway', 'SIGKILL', { keepDown: true });
+    const submitted = await call('POST', `${intake}/v1/tickets`, rep, {
+      ticketId: ticket,
+      text: `Refund $30 on order ${orderId}.`,
+      mode: 'act',
+    });
+    const id = String(submitted.body.workflowId);
+    const proposed = async () => (await s.db.db.selectFrom('proposals').select('id').where('workflow_id', '=', id).execute()).length;
+    for (const until = Date.now() + 60_000; (await proposed()) === 0;) {
+      if (Date.now() > until) throw new Error('no proposal recorded');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const followUp = await call('POST', `${intake}/v1/workflows/${id}/messages`, rep, {
+      text: `Make it $45 on ${orderId} instead of $30.`,
+    });
+    expect(followUp.status).toBe(202);
+    expect(followUp.body.superseded).toEqual([]); // nothing decided yet
+    await s.stack.restart('policy-gateway', gatewayEnv);
+    const end = await pollWorkflow(
+      intake,
+      rep,
+      id,
+      (v) => ['completed', 'stopped', 'paused', 'needs_reconciliation'].includes(v.state) || v.pendingApprovals.length > 0,
+    );
+    const refunds = (await request(s.url('staging')).get(`/ledger/refunds?orderId=${orderId}`)).body.refunds as Array<{
+      amountCents: number;
+    }>;
+    return { end, refunds: refunds.map((r) => r.amountCents) };
+  }
+
+  it('a follow-up that beats the gateway to an undecided refund: that refund never runs, the amended one does', async () => {
+    const { end, refunds } = await followUpBeforeDecision('T-undecided', 'O-1006', {});
+    expect(end.state).toBe('completed');
+    const [v1, v2] = end.actions.filter((a) => a.tool === 'issue_refund');
+    expect(v1).toMatchObject({ version: 1, arguments: { amountCents: 3000 }, decision: 'ALLOW', status: 'superseded' });
+    expect(v2).toMatchObject({ arguments: { amountCents: 4500 }, decision: 'ALLOW', status: 'succeeded', supersedesVersion: 1 });
+    expect(refunds).toEqual([4500]);
+    const ops = await s.db.db.selectFrom('operations').select('action_id').where('action_id', '=', v1!.actionId).execute();
+    expect(ops).toEqual([]); // no operation was ever opened for the superseded version
+  });
+
+  it('control removed (GATEHOUSE_TEST_DISABLE_FOLLOW_UP_CHECK): the outdated refund is paid as well', async () => {
+    try {
+      const { refunds } = await followUpBeforeDecision('T-undecided-off', 'O-1001', { GATEHOUSE_TEST_DISABLE_FOLLOW_UP_CHECK: '1' });
+      expect(refunds).toContain(3000);
+    } finally {
+      await s.stack.restart('policy-gateway', { GATEHOUSE_TEST_DISABLE_FOLLOW_UP_CHECK: undefined });
+    }
+  });
 });

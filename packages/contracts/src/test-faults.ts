@@ -35,6 +35,8 @@ export interface TestFaults {
   sharedLimitLock: boolean;
   /** `DISABLE_DECISION_RECHECK`: a decision written on unlocked refund sums is not checked again under the limit locks. */
   disableDecisionRecheck: boolean;
+  /** `DISABLE_FOLLOW_UP_CHECK`: a proposal made before the requester's follow-up is routed as if none came. */
+  disableFollowUpCheck: boolean;
   /** `DISABLE_PROPOSAL_DEDUPE`: a repeated proposal is not suppressed. */
   disableProposalDedupe: boolean;
   /** `DISABLE_STATE_GATE`: tools are eligible in every workflow state. */
@@ -133,6 +135,7 @@ const SWITCHES: { [K in keyof TestFaults]: [name: string, kind: Kind] } = {
   disableLimitLocks: ['DISABLE_LIMIT_LOCKS', 'flag'],
   sharedLimitLock: ['SHARED_LIMIT_LOCK', 'flag'],
   disableDecisionRecheck: ['DISABLE_DECISION_RECHECK', 'flag'],
+  disableFollowUpCheck: ['DISABLE_FOLLOW_UP_CHECK', 'flag'],
   disableProposalDedupe: ['DISABLE_PROPOSAL_DEDUPE', 'flag'],
   disableStateGate: ['DISABLE_STATE_GATE', 'flag'],
   disableStrictParsing: ['DISABLE_STRICT_PARSING', 'flag'],

@@ -13,14 +13,20 @@ export interface DecisionContext {
   offeredInState: string | null;
   /** The run's wall-time deadline (epoch ms; null: no budget row), for `checkWorkingTime`. */
   deadlineAtMs: number | null;
+  /**
+   * True when the requester added a follow-up message after the model made the proposal's call
+   * (a later `user_message` item than its `function_call`): the call was made on an outdated
+   * transcript (docs/product/public-contract.md#follow-up-messages). Always false for an action's re-evaluation.
+   */
+  followedUp: boolean;
 }
 
 /**
  * Locks the workflow row (`FOR UPDATE`: the first lock of every transaction that decides or
  * claims, docs/decisions/0014-row-lock-order.md) and reads, in the same statement, its state, its
- * release's writes switch, its wall-time deadline and the state the proposal was offered in — the
+ * release's writes switch, its wall-time deadline, the state the proposal was offered in — the
  * proposal named by `by.proposalId`, or that of the action `by.actionId` (the executor's
- * re-evaluation). One round trip instead of four (docs/decisions/0340-refund-sums-on-the-action-row.md,
+ * re-evaluation) — and whether a follow-up message came after the proposal's call. One round trip instead of four (docs/decisions/0340-refund-sums-on-the-action-row.md,
  * 0390-guards-in-the-update.md).
  * @returns undefined when the workflow does not exist.
  */
@@ -33,6 +39,14 @@ export async function lockWorkflowForDecision(
     'proposalId' in by
       ? sql<string | null>`(select p.offered_in_state from proposals p where p.id = ${by.proposalId})`
       : sql<string | null>`(select p.offered_in_state from actions a join proposals p on p.id = a.proposal_id where a.id = ${by.actionId})`;
+  // Both items are written under this row's lock, so their ids follow the order of their commits.
+  const followedUp =
+    'proposalId' in by
+      ? sql<boolean>`exists (select 1 from conversation_items u where u.workflow_id = w.id and u.kind = 'user_message' and u.id > (
+          select c.id from proposals p join conversation_items c
+            on c.workflow_id = p.workflow_id and c.kind = 'function_call' and c.call_id = p.call_id
+          where p.id = ${by.proposalId}))`
+      : sql<boolean>`false`;
   const row = await trx
     .selectFrom('workflows as w')
     .select([
@@ -40,6 +54,7 @@ export async function lockWorkflowForDecision(
       writesEnabledSql(sql.ref('w.release_id')).as('writes_enabled'),
       offered.as('offered_in_state'),
       sql<Date | null>`(select b.deadline_at from budgets b where b.workflow_id = w.id)`.as('deadline_at'),
+      followedUp.as('followed_up'),
     ])
     .where('w.id', '=', workflowId)
     .forUpdate()
@@ -50,6 +65,7 @@ export async function lockWorkflowForDecision(
       writesEnabled: row.writes_enabled,
       offeredInState: row.offered_in_state,
       deadlineAtMs: row.deadline_at === null ? null : new Date(row.deadline_at).getTime(),
+      followedUp: row.followed_up,
     }
   );
 }

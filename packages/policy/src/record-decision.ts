@@ -133,7 +133,13 @@ export async function supersedeAction(
   return voided.map((v) => v.id);
 }
 
-async function supersede(trx: Trx, wf: Workflow, a: Action, answerCall: boolean, service: string): Promise<OutboxRow[]> {
+async function supersede(
+  trx: Trx,
+  wf: Workflow,
+  a: Pick<Action, 'id' | 'tool' | 'version' | 'digest' | 'call_id'>,
+  answerCall: boolean,
+  service: string,
+): Promise<OutboxRow[]> {
   await supersedeAction(trx, wf, a, service);
   if (!answerCall) return [];
   const output = toSafeOutput(a.tool, { executed: false, reason: 'superseded' }, 'gatehouse');
@@ -155,7 +161,10 @@ async function supersede(trx: Trx, wf: Workflow, a: Action, answerCall: boolean,
  * - a refund's limits are read under their locks: with `unlockedSums`, the same check runs again
  *   last, under the locks, and must agree (ADR 0450); otherwise the locks come before the sums.
  * With `reevaluates`, the executor found the facts changed: that action is superseded and its
- * call is answered by the new version's outcome.
+ * call is answered by the new version's outcome. A proposal whose call was made before the
+ * requester's latest follow-up is decided and recorded, then superseded at once (unless denied)
+ * and its call answered `superseded`: the model proposes again on the transcript with the
+ * follow-up (docs/product/public-contract.md#follow-up-messages).
  * @throws FactsChangedAtDecision when the check under the locks disagrees (`limitLocks: 'last'`):
  *   the caller rolls back and decides again with `limitLocks: 'first'`.
  */
@@ -215,7 +224,13 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
     ...(input.reevaluates ? { excludeActionId: input.reevaluates.id, atExecution: true } : {}),
   });
   const { decision } = evaluation;
-  await insertDecidedAction(trx, input, base, evaluation);
+  const digest = await insertDecidedAction(trx, input, base, evaluation);
+  if (context.followedUp && decision.decision !== 'DENY' && !followUpCheckRemoved()) {
+    // The rep wrote after the model made this call: like an action not yet claimed when a
+    // follow-up arrives, it is superseded before anything runs, and its call answered so.
+    rows.push(...(await supersede(trx, wf, { ...base, digest }, true, input.service)));
+    return { outcome: `${decision.decision}:${decision.ruleId}:superseded_by_follow_up`, actionId, version, decision, rows };
+  }
   rows.push(await routeDecision(trx, input, context, { actionId, version, decision }));
   // Last, so the limit locks are held for their sums and the COMMIT only (ADR 0450).
   if (unlockedSums) await confirmUnderLimitLocks(trx, input, context, { actionId, evaluation });
@@ -282,9 +297,9 @@ async function recordSuppressed(trx: Trx, input: DecideInput, base: NewAction, p
 /**
  * Writes the decided action version with its digest, its decision_log row and its `policy.decision`
  * audit event in one statement (ADR 0420; the decision_log's reference to the action is checked
- * at the statement's end).
+ * at the statement's end). Returns the action digest.
  */
-async function insertDecidedAction(trx: Trx, input: DecideInput, base: NewAction, evaluation: Evaluation): Promise<void> {
+async function insertDecidedAction(trx: Trx, input: DecideInput, base: NewAction, evaluation: Evaluation): Promise<string> {
   const { wf, parsed } = input;
   const { decision, snapshot } = evaluation;
   const digest = digestOf({
@@ -332,6 +347,7 @@ async function insertDecidedAction(trx: Trx, input: DecideInput, base: NewAction
       }),
     })
     .execute();
+  return digest;
 }
 
 /**
@@ -368,6 +384,15 @@ async function routeDecision(
     'gatehouse',
   );
   return enqueueInTransaction(trx, resultsQueue, { release: wf.release_id, workflowId: wf.id, callId: input.callId, output });
+}
+
+/**
+ * Whether the test-only switch `GATEHOUSE_TEST_DISABLE_FOLLOW_UP_CHECK=1` lets a proposal made
+ * before a follow-up be routed as if none came (control-removed test: the outdated refund runs).
+ * @throws Error when set outside `GATEHOUSE_ENV=test`.
+ */
+function followUpCheckRemoved(): boolean {
+  return testFaults().disableFollowUpCheck;
 }
 
 /**
