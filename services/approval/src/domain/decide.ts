@@ -128,7 +128,11 @@ async function decideInTransaction(
     }
     if (body.actionDigest !== approval.action_digest) throw new ConflictError('digest_mismatch', 'action digest does not match');
     if (approval.status !== 'pending') throw new Gone(`already_${approval.status}`, `approval is ${approval.status}`);
-    const wf = await trx.selectFrom('workflows').select('state').where('id', '=', approval.workflow_id).executeTakeFirstOrThrow();
+    const wf = await trx
+      .selectFrom('workflows')
+      .select(['state', 'release_id'])
+      .where('id', '=', approval.workflow_id)
+      .executeTakeFirstOrThrow();
     if (isTerminal(wf.state)) throw new Gone(`workflow_${wf.state}`, `the workflow is ${wf.state}; nothing more will run`);
     if (new Date(approval.expires_at).getTime() <= Date.now()) throw new Gone('expired', 'approval expired');
 
@@ -172,7 +176,7 @@ async function decideInTransaction(
     if (status === 'approved') {
       await transitionAction(trx, approval.action_id, { to: 'approved', ...lockedFrom });
       row = await enqueueInTransaction(trx, executionsQueue, {
-        release: approval.release_id,
+        release: wf.release_id, // the run's queues: a requeue may have moved it since the approval opened
         traceparent: approval.traceparent ?? undefined,
         workflowId: approval.workflow_id,
         actionId: approval.action_id,
@@ -184,7 +188,7 @@ async function decideInTransaction(
       const action = await trx.selectFrom('actions').select(['call_id']).where('id', '=', approval.action_id).executeTakeFirstOrThrow();
       const output = toSafeOutput(approval.tool, { executed: false, reason: 'rejected' }, 'gatehouse');
       row = await enqueueInTransaction(trx, resultsQueue, {
-        release: approval.release_id,
+        release: wf.release_id,
         traceparent: approval.traceparent ?? undefined,
         workflowId: approval.workflow_id,
         callId: action.call_id,

@@ -9,7 +9,8 @@ import type { PolicyBundles } from '@gatehouse/policy';
  * The amount an approver's limit must cover is the refund amount, or for a reship the order's
  * paid amount (docs/decisions); a change schedule has none. Lifetime, approver role and region
  * rule from the bundle of the workflow's pack (support-p1: a lead of the region, 15 minutes;
- * change-c1: a change owner of the tenant, 600 s).
+ * change-c1: a change owner of the tenant, 600 s). The approval carries the run's release at
+ * the time it opens (docs/product/releases.md).
  */
 export async function processApprovalRequest(job: ApprovalRequestJob, deps: { db: Db; bundles: PolicyBundles }): Promise<string> {
   return inTransaction(deps.db, async (trx) => {
@@ -43,7 +44,9 @@ export async function processApprovalRequest(job: ApprovalRequestJob, deps: { db
         status: 'pending',
         approver: null,
         reason: null,
-        release_id: action.release_id,
+        // The run's release now, not the action's: after a rollback and `queues requeue` the run is on
+        // the former release, and what this approval starts must go to that release's queues.
+        release_id: wf.release_id,
         traceparent: job.traceparent ?? null,
         approver_role: rules.approverRole,
         same_region: rules.sameRegion,
@@ -65,7 +68,7 @@ export async function processApprovalRequest(job: ApprovalRequestJob, deps: { db
       approvalId: id,
       callId: action.call_id,
       ruleId: action.rule_id,
-      revisions: { policy: action.policy_revision, release: action.release_id },
+      revisions: { policy: action.policy_revision, release: wf.release_id },
     });
     return 'opened';
   });

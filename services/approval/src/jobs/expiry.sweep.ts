@@ -96,7 +96,12 @@ export async function sweepExpiredApprovals(deps: { db: Db; relay: OutboxRelay; 
     for (const a of expired) {
       const denied = await transitionAction(trx, a.action_id, { to: 'denied', onlyFrom: ['pending_approval'] });
       const action = denied
-        ? await trx.selectFrom('actions').select(['call_id']).where('id', '=', a.action_id).executeTakeFirstOrThrow()
+        ? await trx
+            .selectFrom('actions as ac')
+            .innerJoin('workflows as w', 'w.id', 'ac.workflow_id')
+            .select(['ac.call_id', 'w.release_id'])
+            .where('ac.id', '=', a.action_id)
+            .executeTakeFirstOrThrow()
         : undefined;
       await auditExpiry(trx, a, 'expired');
       // A remediation's call belongs to no model conversation: the reconciliation job reopens its
@@ -106,7 +111,7 @@ export async function sweepExpiredApprovals(deps: { db: Db; relay: OutboxRelay; 
       const output = toSafeOutput(a.tool, { executed: false, reason: 'approval_expired' }, 'gatehouse');
       out.push(
         await enqueueInTransaction(trx, resultsQueue, {
-          release: a.release_id,
+          release: action.release_id, // the run's queues now (a requeue may have moved it)
           workflowId: a.workflow_id,
           callId: action.call_id,
           output,

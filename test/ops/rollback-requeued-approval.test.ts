@@ -1,0 +1,125 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { resolve } from 'node:path';
+import { Redis } from 'ioredis';
+import { DEFAULT_CANARY_THRESHOLDS, approvalRequestsQueue, queueName, repoRoot, type ApprovalRequestJob } from '@gatehouse/contracts';
+import type { OutboxRelay } from '@gatehouse/platform';
+import { QueueRegistry } from '@gatehouse/platform';
+import { loadActiveBundles } from '@gatehouse/policy';
+import { createAction, seedFinishedRun } from '@gatehouse/testing';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
+import { activateRelease, enableWrites, requeueRelease, rollbackRelease } from '@gatehouse/operations';
+import { approvalApi } from '../support/approval-api.ts';
+import { processApprovalRequest } from '../../services/approval/src/jobs/approval-requests.processor.ts';
+import { sweepExpiredApprovals } from '../../services/approval/src/jobs/expiry.sweep.ts';
+
+// docs/product/releases.md: after a rollback to F, `queues requeue --from C --to F` moves C's
+// queued jobs and their runs to F, "so their next jobs are F's". What the approval service starts
+// for such a run — the approval it opens, the execution an approval grants, the answer an expired
+// approval gives — must go to F's queues, where workers run, not to C's drained ones.
+
+const HMAC = 'test-audit-hmac-key-0123456789';
+const op = { operator: 'ops-gus', hmacKey: HMAC };
+const noRelay = { publish: async () => {} } as unknown as OutboxRelay;
+let t: TestDatabase;
+let prefix: string;
+let redis: Redis;
+let queues: QueueRegistry;
+const releasesDir = mkdtempSync(resolve(tmpdir(), 'gh-requeue-releases-'));
+const policyDir = mkdtempSync(resolve(tmpdir(), 'gh-requeue-policy-'));
+const saved = { RELEASES_DIR: process.env.RELEASES_DIR, POLICY_DIR: process.env.POLICY_DIR };
+
+/** rel-1's manifest under another id: a candidate that differs only in its description. */
+function writeRelease(id: string, description: string): void {
+  const m = JSON.parse(readFileSync(resolve(repoRoot, 'releases/rel-1.json'), 'utf8')) as Record<string, unknown>;
+  writeFileSync(resolve(releasesDir, `${id}.json`), JSON.stringify({ ...m, id, description }));
+}
+
+beforeAll(async () => {
+  t = await createTestDatabase();
+  prefix = testQueuePrefix();
+  redis = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: null });
+  queues = new QueueRegistry(redis, prefix);
+  for (const f of ['support-p1.json', 'change-c1.json']) copyFileSync(resolve(repoRoot, 'policy', f), resolve(policyDir, f));
+  writeRelease('rel-1', 'former');
+  writeRelease('rel-2', 'candidate');
+  Object.assign(process.env, { RELEASES_DIR: releasesDir, POLICY_DIR: policyDir });
+  await activateRelease(t.db, 'rel-1', op);
+  await activateRelease(t.db, 'rel-2', { ...op, cohort: { tenants: [], users: ['rep-ana'] } });
+  for (let i = 0; i < DEFAULT_CANARY_THRESHOLDS.minRuns; i++) {
+    await seedFinishedRun(t.db, { release: 'rel-1' });
+    await seedFinishedRun(t.db, { release: 'rel-2' });
+  }
+  await enableWrites(t.db, 'rel-2', 'ops-gus', HMAC);
+});
+afterAll(async () => {
+  for (const [k, v] of Object.entries(saved)) {
+    if (v === undefined) delete process.env[k];
+    else process.env[k] = v;
+  }
+  await queues?.close();
+  redis?.disconnect();
+  await dropQueuePrefix(TEST_REDIS_URL, prefix);
+  await t?.drop();
+});
+
+/** A rel-2 refund of `cents` waiting for approval on O-1002, with its approval request queued on rel-2 when `queued`. */
+async function candidateRefund(cents: number) {
+  const a = await createAction(t.db, {
+    orderId: 'O-1002',
+    amountCents: cents,
+    release: 'rel-2',
+    approved: false,
+    decision: 'REQUIRE_APPROVAL',
+  });
+  await t.db.updateTable('workflows').set({ state: 'awaiting_approval' }).where('id', '=', a.workflowId).execute();
+  await t.db
+    .updateTable('actions')
+    .set({ status: 'pending_approval', facts: JSON.stringify({ orderPaidCents: 50000, requesterRegion: 'US', orderRegion: 'US' }) })
+    .where('id', '=', a.actionId)
+    .execute();
+  const job = approvalRequestsQueue.schema.parse({ release: 'rel-2', workflowId: a.workflowId, actionId: a.actionId, actionVersion: 1 });
+  return { ...a, job: job as ApprovalRequestJob };
+}
+
+/** The release each outbox row of `queue` (`executions`, `results`) of the run was written for. */
+async function outboxReleases(base: string, workflowId: string): Promise<string[]> {
+  const rows = await t.db.selectFrom('outbox').select(['queue', 'payload']).where('queue', 'like', `${base}.%`).execute();
+  return rows.filter((r) => (r.payload as { workflowId?: string }).workflowId === workflowId).map((r) => r.queue);
+}
+
+describe('after rollback and requeue, the approval service works on the former release', () => {
+  it('an approval opened for a requeued run carries rel-1, and granting it queues the execution on rel-1', async () => {
+    const a = await candidateRefund(12000);
+    await queues.get(queueName('approval-requests', 'rel-2')).add(approvalRequestsQueue.jobName, a.job as never, {
+      jobId: approvalRequestsQueue.jobId(a.job as never),
+    });
+    expect((await rollbackRelease(t.db, queues, { to: 'rel-1', reason: 'canary denials doubled', ...op })).rolledBack).toEqual(['rel-2']);
+    await enableWrites(t.db, 'rel-1', 'ops-gus', HMAC);
+    expect((await requeueRelease(t.db, queues, 'rel-2', 'rel-1', op)).moved).toBe(1);
+
+    const [moved] = await queues.get(queueName('approval-requests', 'rel-1')).getJobs(['waiting', 'paused', 'delayed', 'prioritized']);
+    const bundles = loadActiveBundles({ support: 'support-p1', change: 'change-c1' });
+    expect(await processApprovalRequest(moved!.data as ApprovalRequestJob, { db: t.db, bundles })).toBe('opened');
+    const approval = await t.db.selectFrom('approvals').selectAll().where('action_id', '=', a.actionId).executeTakeFirstOrThrow();
+    expect(approval.release_id).toBe('rel-1');
+    expect((await approvalApi(t.db).decide('lead-eli', approval.id)).status).toBe(200);
+    expect(await outboxReleases('executions', a.workflowId)).toEqual(['executions.rel-1']);
+  }, 120_000);
+
+  it('an approval of rel-2 that expires after its run was moved to rel-1 answers the run on rel-1', async () => {
+    const a = await candidateRefund(13000);
+    const bundles = loadActiveBundles({ support: 'support-p1', change: 'change-c1' });
+    expect(await processApprovalRequest(a.job, { db: t.db, bundles })).toBe('opened'); // opened while on rel-2
+    // On-call moved the run to rel-1 (requeue) before the sweep saw the approval expire.
+    await t.db.updateTable('workflows').set({ release_id: 'rel-1' }).where('id', '=', a.workflowId).execute();
+    await t.db
+      .updateTable('approvals')
+      .set({ expires_at: new Date(Date.now() - 1000) })
+      .where('action_id', '=', a.actionId)
+      .execute();
+    expect(await sweepExpiredApprovals({ db: t.db, relay: noRelay })).toBeGreaterThanOrEqual(1);
+    expect(await outboxReleases('results', a.workflowId)).toEqual(['results.rel-1']);
+  }, 60_000);
+});
