@@ -1,7 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execFile } from 'node:child_process';
-import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
 import { releaseWritesEnabled } from '@gatehouse/ledger';
@@ -10,6 +8,7 @@ import { createTestDatabase, TEST_REDIS_URL, testQueuePrefix, type TestDatabase 
 import { tokenFor } from '@gatehouse/cli';
 import { activateRelease, enableWrites, analyzeCanary, CanaryRefused, requestCanaryOverride } from '@gatehouse/operations';
 import { approvalApi, type ApprovalApi } from '../support/approval-api.ts';
+import { useReleaseDirs, type ReleaseDirs } from '../support/release-dirs.ts';
 
 /**
  * Canary analysis (docs/decisions/0210-canary-analysis.md): a candidate's cohort is compared with
@@ -21,27 +20,16 @@ const SECRET = 'local-auth-secret-change-me';
 const HMAC = 'test-audit-hmac-key-0123456789';
 let t: TestDatabase;
 let api: ApprovalApi;
-const releasesDir = mkdtempSync(resolve(tmpdir(), 'gh-canary-'));
-const policyDir = mkdtempSync(resolve(tmpdir(), 'gh-canary-policy-'));
+let dirs: ReleaseDirs;
 const gus = { operator: 'ops-gus', hmacKey: HMAC };
 const ida = { operator: 'ops-ida', hmacKey: HMAC };
 const THRESHOLDS = { minRuns: 5, maxTaskSuccessDrop: 0.1, maxP95TerminalRatio: 1.5, maxErrorRateIncrease: 0.1, maxCostPerRunRatio: 1.25 };
 
-function writeRelease(id: string): void {
-  const m = JSON.parse(readFileSync(resolve(repoRoot, 'releases/rel-1.json'), 'utf8')) as Record<string, unknown>;
-  m.id = id;
-  m.canary = THRESHOLDS;
-  writeFileSync(resolve(releasesDir, `${id}.json`), JSON.stringify(m));
-}
-
-const saved = { RELEASES_DIR: process.env.RELEASES_DIR, POLICY_DIR: process.env.POLICY_DIR };
 beforeAll(async () => {
   t = await createTestDatabase();
   api = approvalApi(t.db);
-  for (const f of ['support-p1.json', 'change-c1.json']) copyFileSync(resolve(repoRoot, 'policy', f), resolve(policyDir, f));
-  for (const id of ['rel-1', 'rel-good', 'rel-unsafe', 'rel-slow', 'rel-thin']) writeRelease(id);
-  process.env.RELEASES_DIR = releasesDir;
-  process.env.POLICY_DIR = policyDir;
+  dirs = useReleaseDirs();
+  for (const id of ['rel-1', 'rel-good', 'rel-unsafe', 'rel-slow', 'rel-thin']) dirs.writeRelease(id, (m) => (m.canary = THRESHOLDS));
   await activateRelease(t.db, 'rel-1', gus);
 });
 
@@ -50,9 +38,7 @@ async function baselineRuns(): Promise<void> {
   for (let i = 0; i < 8; i++) await seedFinishedRun(t.db, { release: 'rel-1', seconds: 10 });
 }
 afterAll(async () => {
-  for (const [k, v] of Object.entries(saved))
-    if (v === undefined) delete process.env[k];
-    else process.env[k] = v;
+  dirs?.restore();
   await t?.drop();
 });
 

@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
@@ -39,6 +38,7 @@ import {
 import { tokenFor } from '@gatehouse/cli';
 import { approvalApi } from '../support/approval-api.ts';
 import { runCli, type CliRun } from '../support/cli-process.ts';
+import { useReleaseDirs, type ReleaseDirs } from '../support/release-dirs.ts';
 
 /**
  * Releases, canary and rollback (docs/product/releases.md): activation verifies digests and gates, a
@@ -51,41 +51,26 @@ let t: TestDatabase;
 let prefix: string;
 let redis: Redis;
 let queues: QueueRegistry;
-const releasesDir = mkdtempSync(resolve(tmpdir(), 'gh-releases-'));
-const policyDir = mkdtempSync(resolve(tmpdir(), 'gh-policy-'));
+let dirs: ReleaseDirs;
 
-/** A release manifest in the test's releases folder, derived from rel-1. */
-function writeRelease(id: string, change: (m: Record<string, unknown>) => void = () => {}): void {
-  const m = JSON.parse(readFileSync(resolve(repoRoot, 'releases/rel-1.json'), 'utf8')) as Record<string, unknown>;
-  m.id = id;
-  change(m);
-  writeFileSync(resolve(releasesDir, `${id}.json`), JSON.stringify(m));
-}
-
-const savedEnv = { RELEASES_DIR: process.env.RELEASES_DIR, POLICY_DIR: process.env.POLICY_DIR };
 beforeAll(async () => {
   t = await createTestDatabase();
   prefix = testQueuePrefix();
   redis = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: null });
   queues = new QueueRegistry(redis, prefix);
-  for (const f of ['support-p1.json', 'change-c1.json']) copyFileSync(resolve(repoRoot, 'policy', f), resolve(policyDir, f));
+  dirs = useReleaseDirs();
   copyFileSync(
     resolve(repoRoot, 'packages/policy/test/fixtures/support-units-mistake.json'),
-    resolve(policyDir, 'support-units-mistake.json'),
+    resolve(dirs.policyDir, 'support-units-mistake.json'),
   );
-  writeRelease('rel-1');
-  writeRelease('rel-2', (m) => (m.description = 'candidate'));
-  writeRelease('rel-3', (m) => (m.payloadVersion = 2));
-  writeRelease('rel-bad', (m) => ((m.policy as Record<string, string>).support = 'support-units-mistake'));
-  writeRelease('rel-tampered', (m) => ((m.toolCatalog as Record<string, string>).support = '0'.repeat(64)));
-  process.env.RELEASES_DIR = releasesDir;
-  process.env.POLICY_DIR = policyDir;
+  dirs.writeRelease('rel-1');
+  dirs.writeRelease('rel-2', (m) => (m.description = 'candidate'));
+  dirs.writeRelease('rel-3', (m) => (m.payloadVersion = 2));
+  dirs.writeRelease('rel-bad', (m) => ((m.policy as Record<string, string>).support = 'support-units-mistake'));
+  dirs.writeRelease('rel-tampered', (m) => ((m.toolCatalog as Record<string, string>).support = '0'.repeat(64)));
 });
 afterAll(async () => {
-  process.env.RELEASES_DIR = savedEnv.RELEASES_DIR;
-  process.env.POLICY_DIR = savedEnv.POLICY_DIR;
-  if (savedEnv.RELEASES_DIR === undefined) delete process.env.RELEASES_DIR;
-  if (savedEnv.POLICY_DIR === undefined) delete process.env.POLICY_DIR;
+  dirs?.restore();
   await queues?.close();
   redis?.disconnect();
   await dropQueuePrefix(TEST_REDIS_URL, prefix);
@@ -313,7 +298,7 @@ describe('rollback as a runbook (docs/runbooks/rollback.md)', () => {
   it('a restored release that fails its safety cases keeps writes off: enable-writes refuses it', async () => {
     // rel-bad (units mistake) was registered by the forced activation above; a rollback to a
     // never-forced copy of it restores a bundle that fails its gate.
-    writeRelease('rel-bad-unforced', (m) => ((m.policy as Record<string, string>).support = 'support-units-mistake'));
+    dirs.writeRelease('rel-bad-unforced', (m) => ((m.policy as Record<string, string>).support = 'support-units-mistake'));
     const steps: string[] = [];
     const r = await rollbackRelease(t.db, queues, { to: 'rel-bad-unforced', reason: 'drill', onStep: (l) => steps.push(l), ...op });
     expect(r.safety.join('\n')).toContain('R7 just above auto limit');

@@ -1,9 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { resolve } from 'node:path';
 import { Redis } from 'ioredis';
-import { DEFAULT_CANARY_THRESHOLDS, approvalRequestsQueue, queueName, repoRoot, type ApprovalRequestJob } from '@gatehouse/contracts';
+import { DEFAULT_CANARY_THRESHOLDS, approvalRequestsQueue, queueName, type ApprovalRequestJob } from '@gatehouse/contracts';
 import type { OutboxRelay } from '@gatehouse/platform';
 import { QueueRegistry } from '@gatehouse/platform';
 import { loadActiveBundles } from '@gatehouse/policy';
@@ -11,6 +8,7 @@ import { createAction, seedFinishedRun } from '@gatehouse/testing';
 import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import { activateRelease, enableWrites, requeueRelease, rollbackRelease } from '@gatehouse/operations';
 import { approvalApi } from '../support/approval-api.ts';
+import { useReleaseDirs, type ReleaseDirs } from '../support/release-dirs.ts';
 import { processApprovalRequest } from '../../services/approval/src/jobs/approval-requests.processor.ts';
 import { sweepExpiredApprovals } from '../../services/approval/src/jobs/expiry.sweep.ts';
 
@@ -26,25 +24,16 @@ let t: TestDatabase;
 let prefix: string;
 let redis: Redis;
 let queues: QueueRegistry;
-const releasesDir = mkdtempSync(resolve(tmpdir(), 'gh-requeue-releases-'));
-const policyDir = mkdtempSync(resolve(tmpdir(), 'gh-requeue-policy-'));
-const saved = { RELEASES_DIR: process.env.RELEASES_DIR, POLICY_DIR: process.env.POLICY_DIR };
-
-/** rel-1's manifest under another id: a candidate that differs only in its description. */
-function writeRelease(id: string, description: string): void {
-  const m = JSON.parse(readFileSync(resolve(repoRoot, 'releases/rel-1.json'), 'utf8')) as Record<string, unknown>;
-  writeFileSync(resolve(releasesDir, `${id}.json`), JSON.stringify({ ...m, id, description }));
-}
+let dirs: ReleaseDirs;
 
 beforeAll(async () => {
   t = await createTestDatabase();
   prefix = testQueuePrefix();
   redis = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: null });
   queues = new QueueRegistry(redis, prefix);
-  for (const f of ['support-p1.json', 'change-c1.json']) copyFileSync(resolve(repoRoot, 'policy', f), resolve(policyDir, f));
-  writeRelease('rel-1', 'former');
-  writeRelease('rel-2', 'candidate');
-  Object.assign(process.env, { RELEASES_DIR: releasesDir, POLICY_DIR: policyDir });
+  dirs = useReleaseDirs();
+  dirs.writeRelease('rel-1');
+  dirs.writeRelease('rel-2', (m) => (m.description = 'candidate'));
   await activateRelease(t.db, 'rel-1', op);
   await activateRelease(t.db, 'rel-2', { ...op, cohort: { tenants: [], users: ['rep-ana'] } });
   for (let i = 0; i < DEFAULT_CANARY_THRESHOLDS.minRuns; i++) {
@@ -54,10 +43,7 @@ beforeAll(async () => {
   await enableWrites(t.db, 'rel-2', 'ops-gus', HMAC);
 });
 afterAll(async () => {
-  for (const [k, v] of Object.entries(saved)) {
-    if (v === undefined) delete process.env[k];
-    else process.env[k] = v;
-  }
+  dirs?.restore();
   await queues?.close();
   redis?.disconnect();
   await dropQueuePrefix(TEST_REDIS_URL, prefix);
