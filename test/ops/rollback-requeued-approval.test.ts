@@ -1,12 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { DEFAULT_CANARY_THRESHOLDS, approvalRequestsQueue, queueName, type ApprovalRequestJob } from '@gatehouse/contracts';
+import { DEFAULT_CANARY_THRESHOLDS, approvalRequestsQueue, queueName, reconcileQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
 import type { OutboxRelay } from '@gatehouse/platform';
 import { QueueRegistry } from '@gatehouse/platform';
 import { loadActiveBundles } from '@gatehouse/policy';
 import { createAction, seedFinishedRun } from '@gatehouse/testing';
 import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
-import { activateRelease, enableWrites, requeueRelease, rollbackRelease } from '@gatehouse/operations';
+import { activateRelease, enableWrites, quarantineRelease, requeueRelease, rollbackRelease } from '@gatehouse/operations';
 import { approvalApi } from '../support/approval-api.ts';
 import { useReleaseDirs, type ReleaseDirs } from '../support/release-dirs.ts';
 import { processApprovalRequest } from '../../services/approval/src/jobs/approval-requests.processor.ts';
@@ -107,5 +107,24 @@ describe('after rollback and requeue, the approval service works on the former r
       .execute();
     expect(await sweepExpiredApprovals({ db: t.db, relay: noRelay })).toBeGreaterThanOrEqual(1);
     expect(await outboxReleases('results', a.workflowId)).toEqual(['results.rel-1']);
+  }, 60_000);
+
+  it("the candidate's scheduled reconcile job is neither requeued nor quarantined, and neither command fails on it", async () => {
+    const reconcile = queues.get(queueName(reconcileQueue.base, 'rel-2'));
+    await reconcile.upsertJobScheduler(
+      'reconcile-every',
+      { every: 60_000 },
+      { name: reconcileQueue.jobName, data: { release: 'rel-2', trigger: 'schedule' }, opts: reconcileQueue.options },
+    );
+    const scheduled = async () => (await reconcile.getJobs(['delayed', 'waiting', 'paused'])).filter((j) => j.repeatJobKey).length;
+    expect(await scheduled()).toBe(1);
+    const a = await candidateRefund(14000);
+    await queues.get(queueName('approval-requests', 'rel-2')).add(approvalRequestsQueue.jobName, a.job as never, {
+      jobId: approvalRequestsQueue.jobId(a.job as never),
+    });
+    expect(await requeueRelease(t.db, queues, 'rel-2', 'rel-1', op)).toMatchObject({ moved: 1, refused: 0 });
+    expect(await quarantineRelease(t.db, queues, 'rel-2', op)).toBe(0);
+    expect(await scheduled()).toBe(1);
+    await reconcile.removeJobScheduler('reconcile-every');
   }, 60_000);
 });

@@ -36,11 +36,15 @@ export function releaseQueueNames(release: string): Array<{ base: keyof typeof q
   return (Object.keys(queueContracts) as Array<keyof typeof queueContracts>).map((base) => ({ base, name: queueName(base, release) }));
 }
 
-/** Every queued (not running) job of `release`'s queues, with its queue's base name. */
+/**
+ * Every queued (not running) job of `release`'s queues that belongs to a run, with its queue's
+ * base name. The next job of a job scheduler (the executor's `reconcile-every`) is no run's work
+ * and BullMQ refuses to remove it by itself: it is left to its scheduler, never moved or quarantined.
+ */
 export async function queuedJobs(queues: QueueRegistry, release: string): Promise<Array<{ base: keyof typeof queueContracts; job: Job }>> {
   const out: Array<{ base: keyof typeof queueContracts; job: Job }> = [];
   for (const q of releaseQueueNames(release)) {
-    for (const job of await queues.get(q.name).getJobs([...QUEUED_STATES])) if (job) out.push({ base: q.base, job });
+    for (const job of await queues.get(q.name).getJobs([...QUEUED_STATES])) if (job && !job.repeatJobKey) out.push({ base: q.base, job });
   }
   return out;
 }
