@@ -6,6 +6,7 @@ import { resolve } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
 import { createTestDatabase, dropQueuePrefix, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/test-harness';
 import { evaluateMonitors } from '@gatehouse/audit';
+import { knownMigrations, migrateOneDown } from '@gatehouse/ledger';
 
 /**
  * A service whose tool catalog, prompt or audit schema differs from its release manifest
@@ -28,6 +29,11 @@ afterAll(async () => {
 });
 
 function boot(service: string, releasesDir: string | undefined): Promise<{ code: number | null; out: string }> {
+  return bootOn(service, t.url, releasesDir);
+}
+
+/** Starts `service` on the database `databaseUrl` (with `releasesDir` as RELEASES_DIR when given) and reports how it ended. */
+function bootOn(service: string, databaseUrl: string, releasesDir?: string): Promise<{ code: number | null; out: string }> {
   return new Promise((done) => {
     const child = execFile(
       process.execPath,
@@ -38,7 +44,7 @@ function boot(service: string, releasesDir: string | undefined): Promise<{ code:
         env: {
           ...process.env,
           GATEHOUSE_ENV: 'test',
-          DATABASE_URL: t.url,
+          DATABASE_URL: databaseUrl,
           REDIS_URL: TEST_REDIS_URL,
           QUEUE_PREFIX: prefix,
           POLICY_GATEWAY_PORT: '0',
@@ -74,6 +80,20 @@ describe('a service boots only as the release it serves', () => {
       expect(alert?.examples).toEqual(['policy-gateway']);
     },
   );
+
+  it('a database without the newest migration: boot refused, naming the migration and `migrate up`', { timeout: 120_000 }, async () => {
+    const other = await createTestDatabase();
+    try {
+      const down = await migrateOneDown(other.db as never);
+      expect(down).toBe(knownMigrations().at(-1));
+      const r = await bootOn('policy-gateway', other.url);
+      expect(r.code, r.out).toBe(1);
+      expect(r.out).toContain('release_digest_mismatch');
+      expect(r.out).toContain(`migration(s) not applied: ${down} (run gatehouse migrate up)`);
+    } finally {
+      await other.drop();
+    }
+  });
 
   it('the manifest that matches the code boots', { timeout: 120_000 }, async () => {
     const r = await boot('policy-gateway', undefined);

@@ -68,6 +68,7 @@ beforeAll(async () => {
   dirs.writeRelease('rel-3', (m) => (m.payloadVersion = 2));
   dirs.writeRelease('rel-bad', (m) => ((m.policy as Record<string, string>).support = 'support-units-mistake'));
   dirs.writeRelease('rel-tampered', (m) => ((m.toolCatalog as Record<string, string>).support = '0'.repeat(64)));
+  dirs.writeRelease('rel-old-schema', (m) => (m.schemaVersion = '20261130000100-CreateLedger'));
 });
 afterAll(async () => {
   dirs?.restore();
@@ -106,6 +107,10 @@ async function enqueueAll(release: string, workflowId: string): Promise<void> {
 describe('release activation', () => {
   it('refuses a manifest whose digests differ from the code, and a bundle that fails its gate unless forced (audited)', async () => {
     await expect(activateRelease(t.db, 'rel-tampered', op)).rejects.toThrow(/toolCatalog.support digest differs/);
+    // A manifest naming an older schema than the code needs (the newest migration) is refused too.
+    await expect(activateRelease(t.db, 'rel-old-schema', op)).rejects.toThrow(
+      /schemaVersion 20261130000100-CreateLedger is not the newest migration of this code/,
+    );
     const refused = await activateRelease(t.db, 'rel-bad', op).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(ActivationRefused);
     expect((refused as ActivationRefused).problems.join('\n')).toContain('R7 just above auto limit');

@@ -130,6 +130,24 @@ export function knownMigrations(): string[] {
   return Object.keys(migrations).sort();
 }
 
+/**
+ * What keeps this code from running on `db` as release `schemaVersion` says
+ * (docs/product/releases.md: the schema version is the newest migration the release needs):
+ * a `schemaVersion` other than this code's newest migration, and every migration of this code
+ * not applied (`gatehouse migrate up` applies them). Empty when the schema is what the code needs.
+ * @throws the database error when `db` does not answer.
+ */
+export async function schemaProblems(db: Db, schemaVersion: string): Promise<string[]> {
+  const known = knownMigrations();
+  const newest = known.at(-1) ?? '';
+  const problems: string[] = [];
+  if (schemaVersion !== newest) problems.push(`schemaVersion ${schemaVersion} is not the newest migration of this code (${newest})`);
+  const applied = new Set(await appliedMigrations(db));
+  const missing = known.filter((m) => !applied.has(m));
+  if (missing.length) problems.push(`migration(s) not applied: ${missing.join(', ')} (run gatehouse migrate up)`);
+  return problems;
+}
+
 /** Names of the migrations applied to the database `db` (Kysely's migration table). */
 export async function appliedMigrations(db: Db): Promise<string[]> {
   const r = await sql<{ name: string }>`SELECT name FROM kysely_migration ORDER BY name`.execute(db);

@@ -1,11 +1,11 @@
 import { listReleaseManifests, loadReleaseManifest, PolicyDenied, ReleaseManifestSchema, type ReleaseManifest } from '@gatehouse/contracts';
 import {
   actorHash,
-  appliedMigrations,
   inTransaction,
   knownMigrations,
   lockReleases,
   recordAudit,
+  schemaProblems,
   type Db,
   type OperationStatus,
 } from '@gatehouse/ledger';
@@ -33,8 +33,8 @@ export function currentDigests(): Pick<ReleaseManifest, 'prompt' | 'toolCatalog'
 
 /**
  * Checks a manifest against the code and the database: prompt, tool catalog and audit schema
- * digests equal what the code computes; its schema version is a known migration already
- * applied; its policy revisions exist and are bundles of the right pack. Returns the problems
+ * digests equal what the code computes; its schema version is the code's newest migration, and
+ * every migration of the code is applied; its policy revisions exist and are bundles of the right pack. Returns the problems
  * (empty: the manifest describes this code).
  */
 export async function verifyManifest(db: Db, m: ReleaseManifest): Promise<string[]> {
@@ -47,8 +47,7 @@ export async function verifyManifest(db: Db, m: ReleaseManifest): Promise<string
       problems.push(`policy.${pack}: ${(err as Error).message.split('\n')[0]}`);
     }
   }
-  if (!knownMigrations().includes(m.schemaVersion)) problems.push(`schemaVersion ${m.schemaVersion} is not a migration of this code`);
-  else if (!(await appliedMigrations(db)).includes(m.schemaVersion)) problems.push(`schemaVersion ${m.schemaVersion} is not applied`);
+  problems.push(...(await schemaProblems(db, m.schemaVersion)));
   return problems;
 }
 
