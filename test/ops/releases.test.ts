@@ -348,6 +348,14 @@ describe('ops commands need an operator token', () => {
     });
   }
 
+  it('a rollback without a reason is a usage error: exit 2 and nothing recorded, before the token is even checked', async () => {
+    const events = (await t.db.selectFrom('audit_outbox').select('id').execute()).length;
+    const r = await run(['release', 'rollback', '--to', 'rel-1'], await tokenFor('ops-gus', SECRET));
+    expect(r.code, r.out).toBe(2);
+    expect(r.out).toContain('release rollback needs --reason');
+    expect((await t.db.selectFrom('audit_outbox').select('id').execute()).length).toBe(events);
+  });
+
   it(
     'every ops command refuses a rep token, a forged token and no token — each refusal audited, nothing changed',
     { timeout: 240_000 },

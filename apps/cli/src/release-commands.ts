@@ -11,6 +11,7 @@ import {
   currentDigests,
   enableWrites,
   rollbackRelease,
+  checkRollbackReason,
   verifyManifest,
   analyzeCanary,
   auditAnalysis,
@@ -147,6 +148,11 @@ export async function releaseCommand(
         return 0;
       });
     case 'release rollback':
+      try {
+        checkRollbackReason(values.reason); // a missing or malformed reason is a usage error: nothing runs
+      } catch (err) {
+        throw new UsageError((err as Error).message);
+      }
       return asOperator(command, (db, op) =>
         withQueues(env, async (queues) => {
           const to = need(values.to, '--to <release>');
