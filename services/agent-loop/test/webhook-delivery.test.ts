@@ -209,6 +209,58 @@ describe('webhook deliveries (outbox, real receiver)', () => {
     expect(() => wh.verify(body, old)).toThrow(); // replay of an old delivery: the timestamp is signed
   });
 
+  it("a tenant's receiver that never answers holds at most 4 attempts and does not delay another tenant's events", async () => {
+    // quillfeather's receiver holds every request open; northwind's answers at once.
+    const slowPort = await freePort();
+    const held: Array<() => void> = [];
+    let open = 0;
+    let maxOpen = 0;
+    const slow = createServer((req, res) => {
+      open++;
+      maxOpen = Math.max(maxOpen, open);
+      req.resume();
+      res.on('close', () => open--);
+      held.push(() => res.writeHead(204).end());
+    });
+    await new Promise<void>((r) => slow.listen(slowPort, '127.0.0.1', r));
+    const fastPort = await freePort();
+    const rx = new Receiver(fastPort, SECRET);
+    await rx.up();
+    const slowEp = await endpoint('quillfeather', `http://127.0.0.1:${slowPort}/hook`);
+    const fastEp = await endpoint('northwind', `http://127.0.0.1:${fastPort}/hook`);
+    for (let i = 0; i < 10; i++) await workflowWithEvents(1); // ten deliveries to the slow receiver
+    const a = await createAction(t.db, {
+      tool: 'reship_order',
+      orderId: 'O-2001',
+      release: 'rel-1',
+      decision: 'ALLOW',
+      ruleId: 'ALL',
+      approved: true,
+      workflowState: 'executing',
+      tenant: 'northwind',
+    });
+    for (let i = 0; i < 3; i++) await inTransaction(t.db, (trx) => recordWorkflowEvent(trx, a.workflowId, 'executing'));
+    const w = worker(readWebhookTestHooks(process.env), { timeoutMs: 60_000 });
+    w.start();
+    try {
+      // Northwind's three events go one after another (in order), all while quillfeather's receiver has answered nothing.
+      await until(settled(fastEp), 20_000);
+      expect(held.length).toBeGreaterThan(0);
+      expect(rx.accepted().map((g) => g.seq)).toEqual([1, 2, 3]);
+      expect(maxOpen).toBeLessThanOrEqual(4);
+    } finally {
+      for (const answer of held.splice(0)) answer();
+      await until(async () => {
+        for (const answer of held.splice(0)) answer();
+        return settled(slowEp)();
+      });
+      await w.stop();
+      slow.closeAllConnections();
+      await new Promise<void>((r) => slow.close(() => r()));
+      await rx.down();
+    }
+  });
+
   it('backoff doubles up to its ceiling, jittered over the upper half', () => {
     expect([1, 2, 3, 4, 10].map((n) => retryDelayMs(n, 1000, 5000, () => 1))).toEqual([1000, 2000, 4000, 5000, 5000]);
     expect([1, 2, 3].map((n) => retryDelayMs(n, 1000, 5000, () => 0))).toEqual([500, 1000, 2000]);

@@ -49,6 +49,7 @@ export function retryDelayMs(attempts: number, baseMs: number, maxMs: number, ra
 
 interface Claimed {
   id: string;
+  endpoint_id: string;
   url: string;
   secret: string;
   body: string;
@@ -57,10 +58,17 @@ interface Claimed {
   disabled_at: Date | null;
 }
 
+/** Attempts one process runs at once, over every endpoint. */
+const MAX_IN_FLIGHT = 20;
+/** Attempts one process runs at once to one endpoint: a slow receiver holds no more slots than this. */
+const PER_ENDPOINT_IN_FLIGHT = 4;
+
 /**
  * Delivers the webhook outbox (docs/decisions/0250-pushed-workflow-events.md): every `pollMs`
  * it claims due `pending` deliveries — at most one per (endpoint, workflow) at a time and only
- * the lowest seq, so a receiver sees a workflow's events in order — under a lease (`FOR UPDATE
+ * the lowest seq, so a receiver sees a workflow's events in order; at most 20 attempts in flight
+ * per process and 4 per endpoint, none waiting for another, so a receiver that hangs until the
+ * timeout delays no other tenant's events — under a lease (`FOR UPDATE
  * SKIP LOCKED`, so replicas share the work), and POSTs the stored body with `webhook-id` (the
  * delivery id, the same on every attempt), `webhook-timestamp` and `webhook-signature`
  * (`v1,` base64 HMAC-SHA256 of `id.timestamp.body` with the endpoint's secret, Standard
@@ -72,48 +80,82 @@ interface Claimed {
 export class WebhookDeliveryWorker {
   readonly #cfg: WebhookDeliveryConfig;
   #timer: NodeJS.Timeout | undefined;
-  #running: Promise<void> | undefined;
+  #claiming: Promise<unknown> | undefined;
+  /** Attempts in progress in this process, by delivery id, with their endpoint. */
+  readonly #inFlight = new Map<string, { endpointId: string; done: Promise<void> }>();
 
   constructor(cfg: WebhookDeliveryConfig) {
     this.#cfg = cfg;
   }
 
-  /** Starts the loop. */
+  /**
+   * Starts the loop: every `pollMs` it claims what there is room for and starts those attempts
+   * without waiting for earlier ones, so one endpoint that answers slowly (or never, until the
+   * timeout) holds at most {@link PER_ENDPOINT_IN_FLIGHT} slots and never delays other endpoints.
+   */
   start(): void {
     this.#timer = setInterval(() => {
-      if (!this.#running) this.#running = this.tick().then(() => (this.#running = undefined));
+      if (!this.#claiming) this.#claiming = this.#claimAndStart().finally(() => (this.#claiming = undefined));
     }, this.#cfg.pollMs);
   }
 
-  /** Stops the loop and waits for the pass in progress. */
+  /** Stops the loop and waits for the attempts in progress. */
   async stop(): Promise<void> {
     clearInterval(this.#timer);
-    await this.#running;
+    await this.#claiming;
+    await Promise.all([...this.#inFlight.values()].map((f) => f.done));
   }
 
-  /** One pass: claims due deliveries and attempts each. Never throws (a ledger fault is logged; the next pass retries). */
+  /** One pass, awaited whole (tests): claims due deliveries and attempts each. Never throws. */
   async tick(): Promise<number> {
+    const started = await this.#claimAndStart();
+    await Promise.all(started);
+    return started.length;
+  }
+
+  /** Claims what there is room for and starts each attempt; returns them. Never throws (a ledger fault is logged; the next pass retries). */
+  async #claimAndStart(): Promise<Array<Promise<void>>> {
     try {
       const claimed = await this.#claim();
-      await Promise.all(claimed.map((d) => this.#attempt(d)));
-      return claimed.length;
+      return claimed.map((d) => {
+        const done = this.#attempt(d)
+          .catch((err: unknown) => this.#cfg.log.warn({ delivery: d.id, err: (err as Error).message }, 'webhook attempt not recorded'))
+          .finally(() => this.#inFlight.delete(d.id));
+        this.#inFlight.set(d.id, { endpointId: d.endpoint_id, done });
+        return done;
+      });
     } catch (err) {
       this.#cfg.log.warn({ err: (err as Error).message }, 'webhook delivery pass failed');
-      return 0;
+      return [];
     }
   }
 
+  /**
+   * Claims due deliveries under a lease: at most {@link MAX_IN_FLIGHT} in flight in this process,
+   * at most {@link PER_ENDPOINT_IN_FLIGHT} per endpoint (none for an endpoint already at that many
+   * here), and per (endpoint, workflow) only the lowest pending seq.
+   */
   async #claim(): Promise<Claimed[]> {
+    const room = MAX_IN_FLIGHT - this.#inFlight.size;
+    if (room <= 0) return [];
+    const perEndpoint = new Map<string, number>();
+    for (const f of this.#inFlight.values()) perEndpoint.set(f.endpointId, (perEndpoint.get(f.endpointId) ?? 0) + 1);
+    const busy = [...perEndpoint].filter(([, n]) => n >= PER_ENDPOINT_IN_FLIGHT).map(([id]) => id);
     const leaseMs = this.#cfg.timeoutMs + 5_000;
     return inTransaction(this.#cfg.db, async (trx) => {
       const due = await sql<Claimed>`
-        SELECT d.id, e.url, e.secret, d.body, d.attempts, d.created_at, e.disabled_at
+        SELECT d.id, d.endpoint_id, e.url, e.secret, d.body, d.attempts, d.created_at, e.disabled_at
         FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
-        WHERE d.status = 'pending' AND d.next_attempt_at <= now()
-          AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p
-            WHERE p.endpoint_id = d.endpoint_id AND p.workflow_id = d.workflow_id
-              AND p.status = 'pending' AND p.event_seq < d.event_seq)
-        ORDER BY d.next_attempt_at LIMIT 20
+        WHERE d.id IN (
+          SELECT x.id FROM (
+            SELECT c.id, row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.next_attempt_at) AS rn
+            FROM webhook_deliveries c
+            WHERE c.status = 'pending' AND c.next_attempt_at <= now() AND c.endpoint_id <> ALL(${busy}::uuid[])
+              AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p
+                WHERE p.endpoint_id = c.endpoint_id AND p.workflow_id = c.workflow_id
+                  AND p.status = 'pending' AND p.event_seq < c.event_seq)
+          ) x WHERE x.rn <= ${PER_ENDPOINT_IN_FLIGHT})
+        ORDER BY d.next_attempt_at LIMIT ${room}
         FOR UPDATE OF d SKIP LOCKED`.execute(trx);
       if (!due.rows.length) return [];
       await trx
