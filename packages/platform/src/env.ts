@@ -49,6 +49,8 @@ export const baseEnvShape = {
    */
   MODEL_BASE_URL: z.string().url().optional(),
   LOG_LEVEL: z.string().default('info'),
+  /** How long an API request may go unanswered before 503 `dependency_unavailable`, ms (`responseDeadline`). */
+  HTTP_RESPONSE_DEADLINE_MS: z.coerce.number().int().positive().default(10_000),
   /** Window of the abuse limits, seconds (docs/decisions/0181-abuse-limits.md). */
   RATE_LIMIT_WINDOW_SECONDS: z.coerce.number().int().positive().default(60),
   /** Intake requests (`POST /v1/tickets`, `POST /v1/workflows/:id/messages`) per user per window. */

@@ -43,6 +43,34 @@ export function createHttpApp(service: string, checks: Record<string, ReadyCheck
   return app;
 }
 
+/** Default of `HTTP_RESPONSE_DEADLINE_MS`: how long an API request may go unanswered, ms. */
+export const RESPONSE_DEADLINE_MS = 10_000;
+
+/**
+ * Express middleware: a request with no answer after `ms` milliseconds gets 503
+ * `dependency_unavailable` with `Retry-After: 5` (seconds) — a Postgres or Redis that hangs
+ * rather than refuses must not hold the caller. The handler goes on; what it answers later is
+ * dropped (the error middleware leaves a sent response alone), so routes behind this must be
+ * safe to retry (intake is idempotent per ticket id; an approval decision is decided once).
+ * Not for streams (Server-Sent Events).
+ */
+export function responseDeadline(ms: number) {
+  return (_req: Request, res: Response, next: NextFunction): void => {
+    const timer = setTimeout(() => {
+      if (res.headersSent) return;
+      res.setHeader('retry-after', '5');
+      res.status(503).json({
+        error: {
+          reason: 'dependency_unavailable',
+          message: `no answer within ${ms} ms: the ledger or the queue is not answering; retry (a repeated request is not done twice)`,
+        },
+      });
+    }, ms);
+    res.on('close', () => clearTimeout(timer));
+    next();
+  };
+}
+
 /**
  * Installs the 404 handler and the one error middleware of every HTTP service: the answer comes
  * from {@link errorResponseOf} — a malformed request its 4xx, an error of the tree (contracts'
@@ -55,6 +83,8 @@ export function finishApp(app: Express, log: Logger): Express {
     res.status(404).json({ error: { reason: 'not_found', message: `no route ${req.method} ${req.path}` } });
   });
   app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+    // Already answered (a response deadline passed): the late outcome has nowhere to go.
+    if (res.headersSent) return void log.warn({ err: (err as Error).message }, 'late outcome after the response was sent');
     const answer = errorResponseOf(err);
     if (!answer) {
       log.error({ err }, 'unhandled error');

@@ -35,6 +35,9 @@ function limitsDisabled(): boolean {
   return testFaults().disableRateLimits;
 }
 
+/** The user's counter key: the user within their tenant (ids are unique per tenant only). */
+const userKey = (subject: RateSubject): string => `${subject.tenant}\u0000${subject.user}`;
+
 /**
  * Per-user and per-tenant fixed-window counters in Redis (`rate-limiter-flexible`), shared by
  * every replica. While Redis is not ready each process counts in memory instead (the insurance
@@ -70,7 +73,7 @@ export class AbuseLimiter {
   async take(subject: RateSubject): Promise<RateRefusal | null> {
     if (this.#disabled) return null;
     const steps: [RateRefusal['scope'], RateLimiterRedis, string, number][] = [
-      ['user', this.#user, `${subject.tenant}\u0000${subject.user}`, this.#settings.perUser],
+      ['user', this.#user, userKey(subject), this.#settings.perUser],
       ['tenant', this.#tenant, subject.tenant, this.#settings.perTenant],
     ];
     for (const [scope, limiter, key, limit] of steps) {
@@ -82,6 +85,15 @@ export class AbuseLimiter {
       }
     }
     return null;
+  }
+
+  /**
+   * Gives back the point {@link take} counted for `subject`, user and tenant (best effort: a
+   * failure is ignored). For a request the server failed (5xx): an outage must not use up limits.
+   */
+  async giveBack(subject: RateSubject): Promise<void> {
+    if (this.#disabled) return;
+    await Promise.all([this.#user.reward(userKey(subject), 1), this.#tenant.reward(subject.tenant, 1)]).catch(() => undefined);
   }
 
   /** Settings in force (for messages and documentation). */
@@ -114,16 +126,23 @@ export function sendRateRefusal(res: Response, refusal: RateRefusal, settings: R
 
 /**
  * Express middleware counting each request against `subjectOf(req)` (skipped when it returns
- * null) and answering 429 past a limit.
+ * null) and answering 429 past a limit. A request answered 5xx gives its point back.
  */
 export function rateLimit(limiter: AbuseLimiter, subjectOf: (req: Request) => RateSubject | null) {
   return async (req: Request, res: Response, next: NextFunction): Promise<void> => {
     const subject = subjectOf(req);
     if (!subject) return next();
     try {
+      // A request the server failed (a dependency down or hanging) does not count.
+      let counted = false;
+      res.on('finish', () => void (counted && res.statusCode >= 500 && limiter.giveBack(subject)));
       const refusal = await limiter.take(subject);
-      if (refusal) sendRateRefusal(res, refusal, limiter.settings);
-      else next();
+      if (refusal) return sendRateRefusal(res, refusal, limiter.settings);
+      counted = true;
+      // Answered meanwhile (the response deadline passed while the counter's store hung): the
+      // caller was told to retry, so the request must not run late behind its back.
+      if (res.headersSent) return void limiter.giveBack(subject);
+      next();
     } catch (err) {
       next(err);
     }

@@ -17,6 +17,10 @@ export interface PrivateRedis {
   restartEmpty: () => Promise<void>;
   /** {@link kill}, then {@link restartEmpty}. */
   restart: () => Promise<void>;
+  /** SIGSTOP: the server keeps its connections open and answers nothing — a Redis that hangs, not one that is down. */
+  freeze: () => void;
+  /** SIGCONT after {@link freeze}: it answers what was sent meanwhile. */
+  thaw: () => void;
   /** Kills the server for good (no exit hook left behind). */
   stop: () => Promise<void>;
 }
@@ -75,6 +79,8 @@ export async function startPrivateRedis(port?: number): Promise<PrivateRedis> {
       await kill();
       await restartEmpty();
     },
+    freeze: () => void (child as ChildProcess | null)?.kill('SIGSTOP'),
+    thaw: () => void (child as ChildProcess | null)?.kill('SIGCONT'),
     stop: async () => {
       process.off('exit', onExit);
       await kill();

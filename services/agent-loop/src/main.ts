@@ -99,6 +99,7 @@ const app = createIntakeApp({
   limiter: limiterFromEnv(ctx.redis, env, 'intake'),
   log,
   readyChecks: ctx.readyChecks,
+  responseDeadlineMs: env.HTTP_RESPONSE_DEADLINE_MS,
   events: {
     hub,
     pollMs: env.EVENTS_POLL_MS,

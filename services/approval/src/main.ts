@@ -45,6 +45,7 @@ const app = createApprovalApp({
   signInLimiter: limiterFromEnv(ctx.redis, env, 'signin'),
   log,
   readyChecks: ctx.readyChecks,
+  responseDeadlineMs: env.HTTP_RESPONSE_DEADLINE_MS,
 });
 
 const workers = startWorkers(

@@ -7,6 +7,8 @@ import {
   finishApp,
   rateLimit,
   requireUser,
+  RESPONSE_DEADLINE_MS,
+  responseDeadline,
   type AbuseLimiter,
   type BearerVerifier,
   type Logger,
@@ -26,6 +28,8 @@ export interface IntakeAppOptions extends IntakeConfig {
   limiter?: AbuseLimiter;
   /** Event streams (`GET /v1/workflows/:id/events`); absent: the route is not served. */
   events?: Omit<EventStreamConfig, 'db' | 'log'>;
+  /** How long a request (not a stream) may go unanswered before 503, ms (default {@link RESPONSE_DEADLINE_MS}). */
+  responseDeadlineMs?: number;
 }
 
 /**
@@ -35,12 +39,16 @@ export interface IntakeAppOptions extends IntakeConfig {
  * listens (`listen`, supertest) and owns `db` and `relay`.
  */
 export function createIntakeApp(opts: IntakeAppOptions): Express {
-  const { verifier, log, readyChecks, limiter, events, ...intake } = opts;
+  const { verifier, log, readyChecks, limiter, events, responseDeadlineMs, ...intake } = opts;
   const app = createHttpApp('agent-loop', readyChecks);
   const openApi = intakeOpenApi();
   app.get('/openapi.json', (_req, res) => {
     res.json(openApi);
   });
+  // A hanging ledger or queue answers 503, never holds the caller (the event stream is long-lived by design).
+  const deadline = responseDeadline(responseDeadlineMs ?? RESPONSE_DEADLINE_MS);
+  app.post(['/v1/tickets', '/v1/workflows/:id/messages'], deadline);
+  app.get('/v1/workflows/:id', deadline);
   app.use('/v1', requireUser(verifier));
   if (limiter) {
     const subject = (req: Request) => {

@@ -1,6 +1,14 @@
 import type { Express } from 'express';
 import { approvalOpenApi } from '@gatehouse/contracts';
-import { createHttpApp, finishApp, requireUser, type Logger, type ReadyCheck } from '@gatehouse/platform';
+import {
+  createHttpApp,
+  finishApp,
+  requireUser,
+  RESPONSE_DEADLINE_MS,
+  responseDeadline,
+  type Logger,
+  type ReadyCheck,
+} from '@gatehouse/platform';
 import { approvalsRouter } from './approvals.router.ts';
 import { inboxRouter, type InboxConfig } from './inbox.router.ts';
 
@@ -9,6 +17,8 @@ export interface ApprovalAppOptions extends InboxConfig {
   log: Logger;
   /** `/readyz` checks (Postgres, Redis). */
   readyChecks?: Record<string, ReadyCheck>;
+  /** How long an API request may go unanswered before 503, ms (default {@link RESPONSE_DEADLINE_MS}). */
+  responseDeadlineMs?: number;
 }
 
 /**
@@ -18,7 +28,7 @@ export interface ApprovalAppOptions extends InboxConfig {
  * supertest) and owns `db` and `relay`.
  */
 export function createApprovalApp(opts: ApprovalAppOptions): Express {
-  const { log, readyChecks, ...inbox } = opts;
+  const { log, readyChecks, responseDeadlineMs, ...inbox } = opts;
   const app = createHttpApp('approval', readyChecks);
   const openApi = approvalOpenApi();
   app.get('/openapi.json', (_req, res) => {
@@ -26,7 +36,7 @@ export function createApprovalApp(opts: ApprovalAppOptions): Express {
   });
   app.get('/', (_req, res) => res.redirect(303, '/inbox'));
   app.use(inboxRouter(inbox));
-  app.use('/v1', requireUser(inbox.verifier));
+  app.use('/v1', responseDeadline(responseDeadlineMs ?? RESPONSE_DEADLINE_MS), requireUser(inbox.verifier));
   app.use(approvalsRouter({ db: inbox.db, relay: inbox.relay, auditHmacKey: inbox.auditHmacKey }));
   return finishApp(app, log);
 }
