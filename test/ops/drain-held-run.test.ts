@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { QueueRegistry } from '@gatehouse/platform';
 import { drainRelease, resumeRelease } from '@gatehouse/operations';
+import { workflowOverview } from '../../services/ops/src/domain/overview.ts';
 import { TEST_REDIS_URL } from '@gatehouse/test-harness';
 import {
   fixtures,
@@ -46,6 +47,9 @@ describe('a run held by a drain', () => {
     expect(held.state).toBe('received');
     expect(held.nextStep).toMatch(/^Held: on-call is draining release rel-1; .*gatehouse queues resume --release rel-1/);
     expect((await modelRequests(s, 'D-held')).requests).toHaveLength(0);
+    // The ops dashboard's list says the same.
+    const listed = (await workflowOverview(s.db.db, { limit: 50 })).recent.find((w) => w.id === workflowId);
+    expect(listed?.nextStep).toBe(held.nextStep);
 
     await resumeRelease(s.db.db, queues, 'rel-1', op);
     const end = await waitFor(s, token, workflowId, settled);

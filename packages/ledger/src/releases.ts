@@ -1,5 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Db, Trx } from './db.ts';
+import type { WorkflowState } from './schema.ts';
+import { LIVE_STATES } from './transitions.ts';
 
 /** Advisory lock serializing release registration and activation. */
 const RELEASES_LOCK = 0x72_65_6c_73; // "rels"
@@ -79,4 +81,27 @@ export async function releaseForced(db: Db | Trx, id: string): Promise<boolean> 
   } catch {
     return false;
   }
+}
+
+/**
+ * The next step shown for a run (API and ops dashboard): its own, or — while on-call drains its
+ * release (`releaseDraining`) and the run is still live — that it is held and what lets it go on
+ * (docs/decisions/0480-drain-held-by-the-ledger.md: the drain gate holds its jobs; the run itself
+ * is not rewritten), before its own next step if it has one.
+ */
+export function shownNextStep(
+  wf: { state: WorkflowState; next_step: string | null; release_id: string },
+  releaseDraining: boolean,
+): string | null {
+  if (!releaseDraining || !LIVE_STATES.includes(wf.state)) return wf.next_step;
+  const held =
+    `Held: on-call is draining release ${wf.release_id}; this run goes on when they resume it ` +
+    `(gatehouse queues resume --release ${wf.release_id}) or move its work (queues requeue / quarantine).`;
+  return wf.next_step ? `${held} Then: ${wf.next_step}` : held;
+}
+
+/** Whether release `id` is marked draining (`gatehouse queues drain`); false for an unknown id. */
+export async function releaseDraining(db: Db | Trx, id: string): Promise<boolean> {
+  const r = await db.selectFrom('releases').select('draining').where('id', '=', id).executeTakeFirst();
+  return r?.draining ?? false;
 }

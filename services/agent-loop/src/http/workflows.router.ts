@@ -6,10 +6,11 @@ import {
   inTransaction,
   LIVE_STATES,
   readActionsView,
+  releaseDraining,
+  shownNextStep,
   transitionWorkflow,
   type Db,
   type OutboxRow,
-  type WorkflowState,
 } from '@gatehouse/ledger';
 import { ConflictError, Forbidden, NotFound, type OutboxRelay, parseBody } from '@gatehouse/platform';
 import { supersedeAction } from '@gatehouse/policy';
@@ -24,21 +25,6 @@ export async function ownWorkflow(db: Db, id: string, tenant: string) {
   const wf = await db.selectFrom('workflows').selectAll().where('id', '=', id).where('tenant', '=', tenant).executeTakeFirst();
   if (!wf) throw new NotFound('not_found', 'no such workflow');
   return wf;
-}
-
-/**
- * The next step shown for a run of `wf`: its own, or — while on-call drains its release and the
- * run is still live — that it is held and what lets it go on (ADR 0480: the drain gate holds its
- * jobs; the run itself is not rewritten). Reads the release's mark; `null` when there is nothing to do.
- */
-async function shownNextStep(db: Db, wf: { release_id: string; state: WorkflowState; next_step: string | null }): Promise<string | null> {
-  if (!LIVE_STATES.includes(wf.state)) return wf.next_step;
-  const r = await db.selectFrom('releases').select('draining').where('id', '=', wf.release_id).executeTakeFirst();
-  if (!r?.draining) return wf.next_step;
-  const held =
-    `Held: on-call is draining release ${wf.release_id}; this run goes on when they resume it ` +
-    `(gatehouse queues resume --release ${wf.release_id}) or move its work (queues requeue / quarantine).`;
-  return wf.next_step ? `${held} Then: ${wf.next_step}` : held;
 }
 
 /**
@@ -69,7 +55,8 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
       pack: wf.pack,
       state: wf.state,
       stopReason: wf.stop_reason,
-      nextStep: await shownNextStep(cfg.db, wf),
+      // A live run of a draining release is held: say so (the release's mark, not the run, holds it).
+      nextStep: shownNextStep(wf, LIVE_STATES.includes(wf.state) && (await releaseDraining(cfg.db, wf.release_id))),
       finalMessage: typeof last?.item.content === 'string' ? last.item.content : null,
       release: wf.release_id,
       policyRevision: wf.policy_revision,

@@ -1,5 +1,5 @@
 import type { UnknownOperationRow, WorkflowOverview, Worklist } from '@gatehouse/contracts';
-import type { Db, WorkflowState } from '@gatehouse/ledger';
+import { shownNextStep, type Db, type WorkflowState } from '@gatehouse/ledger';
 
 /**
  * Every workflow state (docs/product/states.md#workflow), in the order the dashboard shows them.
@@ -18,7 +18,8 @@ export const WORKFLOW_STATES: readonly WorkflowState[] = [
 
 /**
  * Counts workflows per state across every tenant (operators are platform-wide, like the ops
- * commands) and lists the `limit` most recently updated, optionally only those in `state`.
+ * commands) and lists the `limit` most recently updated, optionally only those in `state`; a
+ * live run of a draining release shows that it is held ({@link shownNextStep}).
  */
 export async function workflowOverview(db: Db, opts: { state?: WorkflowState; limit: number }): Promise<WorkflowOverview> {
   const grouped = await db
@@ -29,12 +30,14 @@ export async function workflowOverview(db: Db, opts: { state?: WorkflowState; li
   const counts: Record<string, number> = Object.fromEntries(WORKFLOW_STATES.map((s) => [s, 0]));
   for (const g of grouped) counts[g.state] = Number(g.n);
   let q = db
-    .selectFrom('workflows')
-    .select(['id', 'tenant', 'ticket_id', 'pack', 'state', 'stop_reason', 'next_step', 'release_id', 'updated_at'])
-    .orderBy('updated_at', 'desc')
-    .orderBy('id')
+    .selectFrom('workflows as w')
+    .leftJoin('releases as r', 'r.id', 'w.release_id')
+    .select(['w.id', 'w.tenant', 'w.ticket_id', 'w.pack', 'w.state', 'w.stop_reason', 'w.next_step', 'w.release_id', 'w.updated_at'])
+    .select((eb) => eb.fn.coalesce('r.draining', eb.val(false)).as('draining'))
+    .orderBy('w.updated_at', 'desc')
+    .orderBy('w.id')
     .limit(opts.limit);
-  if (opts.state) q = q.where('state', '=', opts.state);
+  if (opts.state) q = q.where('w.state', '=', opts.state);
   const rows = await q.execute();
   return {
     counts,
@@ -45,7 +48,7 @@ export async function workflowOverview(db: Db, opts: { state?: WorkflowState; li
       pack: r.pack,
       state: r.state,
       stopReason: r.stop_reason,
-      nextStep: r.next_step,
+      nextStep: shownNextStep(r, r.draining),
       release: r.release_id,
       updatedAt: r.updated_at.toISOString(),
     })),
