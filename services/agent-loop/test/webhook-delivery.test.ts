@@ -261,6 +261,43 @@ describe('webhook deliveries (outbox, real receiver)', () => {
     }
   });
 
+  it('an endpoint with attempts already in flight is topped up to 4, not given 4 more', async () => {
+    const port = await freePort();
+    const held: Array<() => void> = [];
+    let open = 0;
+    let maxOpen = 0;
+    const slow = createServer((req, res) => {
+      maxOpen = Math.max(maxOpen, ++open);
+      req.resume();
+      res.on('close', () => open--);
+      held.push(() => res.writeHead(204).end());
+    });
+    await new Promise<void>((r) => slow.listen(port, '127.0.0.1', r));
+    const ep = await endpoint('quillfeather', `http://127.0.0.1:${port}/hook`);
+    await workflowWithEvents(1);
+    const w = worker(readWebhookTestHooks(process.env), { timeoutMs: 60_000 });
+    w.start();
+    try {
+      await until(async () => open === 1);
+      // Nine more deliveries become due in one commit while one attempt is in flight.
+      const runs = await Promise.all(Array.from({ length: 9 }, () => workflowWithEvents(0)));
+      await inTransaction(t.db, async (trx) => {
+        for (const id of runs) await recordWorkflowEvent(trx, id, 'executing');
+      });
+      await until(async () => open >= 4);
+      await new Promise((r) => setTimeout(r, 500)); // ten more passes
+      expect(maxOpen).toBe(4);
+    } finally {
+      await until(async () => {
+        for (const answer of held.splice(0)) answer();
+        return settled(ep)();
+      });
+      await w.stop();
+      slow.closeAllConnections();
+      await new Promise<void>((r) => slow.close(() => r()));
+    }
+  });
+
   it('backoff doubles up to its ceiling, jittered over the upper half', () => {
     expect([1, 2, 3, 4, 10].map((n) => retryDelayMs(n, 1000, 5000, () => 1))).toEqual([1000, 2000, 4000, 5000, 5000]);
     expect([1, 2, 3].map((n) => retryDelayMs(n, 1000, 5000, () => 0))).toEqual([500, 1000, 2000]);

@@ -132,15 +132,17 @@ export class WebhookDeliveryWorker {
 
   /**
    * Claims due deliveries under a lease: at most {@link MAX_IN_FLIGHT} in flight in this process,
-   * at most {@link PER_ENDPOINT_IN_FLIGHT} per endpoint (none for an endpoint already at that many
-   * here), and per (endpoint, workflow) only the lowest pending seq.
+   * at most {@link PER_ENDPOINT_IN_FLIGHT} per endpoint counting those already in flight here
+   * (their lease makes them not due, so the claim is told how many), and per (endpoint,
+   * workflow) only the lowest pending seq.
    */
   async #claim(): Promise<Claimed[]> {
     const room = MAX_IN_FLIGHT - this.#inFlight.size;
     if (room <= 0) return [];
     const perEndpoint = new Map<string, number>();
     for (const f of this.#inFlight.values()) perEndpoint.set(f.endpointId, (perEndpoint.get(f.endpointId) ?? 0) + 1);
-    const busy = [...perEndpoint].filter(([, n]) => n >= PER_ENDPOINT_IN_FLIGHT).map(([id]) => id);
+    const endpoints = [...perEndpoint.keys()];
+    const inFlight = endpoints.map((id) => perEndpoint.get(id)!);
     const leaseMs = this.#cfg.timeoutMs + 5_000;
     return inTransaction(this.#cfg.db, async (trx) => {
       const due = await sql<Claimed>`
@@ -148,13 +150,14 @@ export class WebhookDeliveryWorker {
         FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
         WHERE d.id IN (
           SELECT x.id FROM (
-            SELECT c.id, row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.next_attempt_at) AS rn
+            SELECT c.id, c.endpoint_id, row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.next_attempt_at) AS rn
             FROM webhook_deliveries c
-            WHERE c.status = 'pending' AND c.next_attempt_at <= now() AND c.endpoint_id <> ALL(${busy}::uuid[])
+            WHERE c.status = 'pending' AND c.next_attempt_at <= now()
               AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p
                 WHERE p.endpoint_id = c.endpoint_id AND p.workflow_id = c.workflow_id
                   AND p.status = 'pending' AND p.event_seq < c.event_seq)
-          ) x WHERE x.rn <= ${PER_ENDPOINT_IN_FLIGHT})
+          ) x LEFT JOIN unnest(${endpoints}::uuid[], ${inFlight}::int[]) AS busy(endpoint_id, n) ON busy.endpoint_id = x.endpoint_id
+          WHERE x.rn <= ${PER_ENDPOINT_IN_FLIGHT} - coalesce(busy.n, 0))
         ORDER BY d.next_attempt_at LIMIT ${room}
         FOR UPDATE OF d SKIP LOCKED`.execute(trx);
       if (!due.rows.length) return [];
