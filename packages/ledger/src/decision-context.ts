@@ -16,7 +16,8 @@ export interface DecisionContext {
   /**
    * True when the requester added a follow-up message after the model made the proposal's call
    * (a later `user_message` item than its `function_call`): the call was made on an outdated
-   * transcript (docs/product/public-contract.md#follow-up-messages). Always false for an action's re-evaluation.
+   * transcript (docs/product/public-contract.md#follow-up-messages). Always false when read by
+   * `actionId`; the executor's re-evaluation, which reads by the action's proposal, ignores it.
    */
   followedUp: boolean;
 }

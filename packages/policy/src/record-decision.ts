@@ -225,7 +225,7 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
   });
   const { decision } = evaluation;
   const digest = await insertDecidedAction(trx, input, base, evaluation);
-  if (context.followedUp && decision.decision !== 'DENY' && !followUpCheckRemoved()) {
+  if (!input.reevaluates && context.followedUp && decision.decision !== 'DENY' && !followUpCheckRemoved()) {
     // The rep wrote after the model made this call: like an action not yet claimed when a
     // follow-up arrives, it is superseded before anything runs, and its call answered so.
     rows.push(...(await supersede(trx, wf, { ...base, digest }, true, input.service)));
