@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { QueueRegistry } from '@gatehouse/platform';
 import { drainRelease, resumeRelease } from '@gatehouse/operations';
-import { workflowOverview } from '../../services/ops/src/domain/overview.ts';
+import { workflowOverview } from '@gatehouse/ops';
 import { TEST_REDIS_URL } from '@gatehouse/test-harness';
 import {
   fixtures,

@@ -9,8 +9,7 @@ import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, t
 import { activateRelease, enableWrites, quarantineRelease, requeueRelease, rollbackRelease } from '@gatehouse/operations';
 import { approvalApi } from '../support/approval-api.ts';
 import { useReleaseDirs, type ReleaseDirs } from '../support/release-dirs.ts';
-import { processApprovalRequest } from '../../services/approval/src/jobs/approval-requests.processor.ts';
-import { sweepExpiredApprovals } from '../../services/approval/src/jobs/expiry.sweep.ts';
+import { processApprovalRequest, sweepExpiredApprovals } from '@gatehouse/approval';
 
 // docs/product/releases.md: after a rollback to F, `queues requeue --from C --to F` moves C's
 // queued jobs and their runs to F, "so their next jobs are F's". What the approval service starts

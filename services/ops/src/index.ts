@@ -1,6 +1,7 @@
 /**
- * `@gatehouse/ops`: the ops dashboard's app factory and its queue board, for in-process tests.
+ * `@gatehouse/ops`: the ops dashboard's app factory, its queue board and its workflow list, for in-process tests.
  * The process itself is `src/main.ts` (port 7105).
  */
 export { createOpsApp, type OpsAppOptions } from './http/app.ts';
 export { createQueueBoard, type QueueBoard } from './http/queue-board.ts';
+export { workflowOverview } from './domain/overview.ts';
