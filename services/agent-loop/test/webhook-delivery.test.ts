@@ -87,15 +87,17 @@ async function endpoint(tenant: string, url: string, secret = SECRET): Promise<s
   return row.id;
 }
 
-async function workflowWithEvents(n: number): Promise<string> {
+/** A run of `tenant` (quillfeather or northwind) with `n` workflow events recorded; returns its id. */
+async function workflowWithEvents(n: number, tenant: 'quillfeather' | 'northwind' = 'quillfeather'): Promise<string> {
   const a = await createAction(t.db, {
     tool: 'reship_order',
-    orderId: 'O-1001',
+    orderId: tenant === 'northwind' ? 'O-2001' : 'O-1001',
     release: 'rel-1',
     decision: 'ALLOW',
     ruleId: 'ALL',
     approved: true,
     workflowState: 'executing',
+    tenant,
   });
   for (let i = 0; i < n; i++) await inTransaction(t.db, (trx) => recordWorkflowEvent(trx, a.workflowId, 'executing'));
   return a.workflowId;
@@ -117,6 +119,36 @@ function worker(hooks: WebhookTestHooks, over: Partial<ConstructorParameters<typ
   });
 }
 
+/**
+ * A receiver on `port` that holds every request open until {@link HangingReceiver.answerAll}:
+ * a tenant's endpoint that never answers. Counts the requests open now and at most.
+ */
+class HangingReceiver {
+  open = 0;
+  maxOpen = 0;
+  readonly #held: Array<() => void> = [];
+  readonly #server = createServer((req, res) => {
+    this.maxOpen = Math.max(this.maxOpen, ++this.open);
+    req.resume();
+    res.on('close', () => this.open--);
+    this.#held.push(() => res.writeHead(204).end());
+  });
+  get held(): number {
+    return this.#held.length;
+  }
+  async up(port: number): Promise<void> {
+    await new Promise<void>((r) => this.#server.listen(port, '127.0.0.1', r));
+  }
+  /** Answers 204 to every request held now. */
+  answerAll(): void {
+    for (const answer of this.#held.splice(0)) answer();
+  }
+  async down(): Promise<void> {
+    this.#server.closeAllConnections();
+    await new Promise<void>((r) => this.#server.close(() => r()));
+  }
+}
+
 async function until(cond: () => Promise<boolean>, ms = 30_000): Promise<void> {
   const end = Date.now() + ms;
   while (!(await cond())) {
@@ -133,6 +165,16 @@ const settled = (endpointId: string) => async () =>
     .where('endpoint_id', '=', endpointId)
     .where('status', '=', 'pending')
     .executeTakeFirst());
+
+/** Answers the hanging receiver until every delivery of `endpointId` is settled, then stops `w` and the receiver. */
+async function drainHanging(w: WebhookDeliveryWorker, slow: HangingReceiver, endpointId: string): Promise<void> {
+  await until(async () => {
+    slow.answerAll();
+    return settled(endpointId)();
+  });
+  await w.stop();
+  await slow.down();
+}
 
 describe('webhook deliveries (outbox, real receiver)', () => {
   it('a receiver down for a while still gets every event exactly once after dedup, in order, signed', async () => {
@@ -211,90 +253,50 @@ describe('webhook deliveries (outbox, real receiver)', () => {
 
   it("a tenant's receiver that never answers holds at most 4 attempts and does not delay another tenant's events", async () => {
     // quillfeather's receiver holds every request open; northwind's answers at once.
+    const slow = new HangingReceiver();
     const slowPort = await freePort();
-    const held: Array<() => void> = [];
-    let open = 0;
-    let maxOpen = 0;
-    const slow = createServer((req, res) => {
-      open++;
-      maxOpen = Math.max(maxOpen, open);
-      req.resume();
-      res.on('close', () => open--);
-      held.push(() => res.writeHead(204).end());
-    });
-    await new Promise<void>((r) => slow.listen(slowPort, '127.0.0.1', r));
+    await slow.up(slowPort);
     const fastPort = await freePort();
     const rx = new Receiver(fastPort, SECRET);
     await rx.up();
     const slowEp = await endpoint('quillfeather', `http://127.0.0.1:${slowPort}/hook`);
     const fastEp = await endpoint('northwind', `http://127.0.0.1:${fastPort}/hook`);
     for (let i = 0; i < 10; i++) await workflowWithEvents(1); // ten deliveries to the slow receiver
-    const a = await createAction(t.db, {
-      tool: 'reship_order',
-      orderId: 'O-2001',
-      release: 'rel-1',
-      decision: 'ALLOW',
-      ruleId: 'ALL',
-      approved: true,
-      workflowState: 'executing',
-      tenant: 'northwind',
-    });
-    for (let i = 0; i < 3; i++) await inTransaction(t.db, (trx) => recordWorkflowEvent(trx, a.workflowId, 'executing'));
+    await workflowWithEvents(3, 'northwind');
     const w = worker(readWebhookTestHooks(process.env), { timeoutMs: 60_000 });
     w.start();
     try {
       // Northwind's three events go one after another (in order), all while quillfeather's receiver has answered nothing.
       await until(settled(fastEp), 20_000);
-      expect(held.length).toBeGreaterThan(0);
+      expect(slow.held).toBeGreaterThan(0);
       expect(rx.accepted().map((g) => g.seq)).toEqual([1, 2, 3]);
-      expect(maxOpen).toBeLessThanOrEqual(4);
+      expect(slow.maxOpen).toBeLessThanOrEqual(4);
     } finally {
-      for (const answer of held.splice(0)) answer();
-      await until(async () => {
-        for (const answer of held.splice(0)) answer();
-        return settled(slowEp)();
-      });
-      await w.stop();
-      slow.closeAllConnections();
-      await new Promise<void>((r) => slow.close(() => r()));
+      await drainHanging(w, slow, slowEp);
       await rx.down();
     }
   });
 
   it('an endpoint with attempts already in flight is topped up to 4, not given 4 more', async () => {
+    const slow = new HangingReceiver();
     const port = await freePort();
-    const held: Array<() => void> = [];
-    let open = 0;
-    let maxOpen = 0;
-    const slow = createServer((req, res) => {
-      maxOpen = Math.max(maxOpen, ++open);
-      req.resume();
-      res.on('close', () => open--);
-      held.push(() => res.writeHead(204).end());
-    });
-    await new Promise<void>((r) => slow.listen(port, '127.0.0.1', r));
+    await slow.up(port);
     const ep = await endpoint('quillfeather', `http://127.0.0.1:${port}/hook`);
     await workflowWithEvents(1);
     const w = worker(readWebhookTestHooks(process.env), { timeoutMs: 60_000 });
     w.start();
     try {
-      await until(async () => open === 1);
+      await until(async () => slow.open === 1);
       // Nine more deliveries become due in one commit while one attempt is in flight.
       const runs = await Promise.all(Array.from({ length: 9 }, () => workflowWithEvents(0)));
       await inTransaction(t.db, async (trx) => {
         for (const id of runs) await recordWorkflowEvent(trx, id, 'executing');
       });
-      await until(async () => open >= 4);
+      await until(async () => slow.open >= 4);
       await new Promise((r) => setTimeout(r, 500)); // ten more passes
-      expect(maxOpen).toBe(4);
+      expect(slow.maxOpen).toBe(4);
     } finally {
-      await until(async () => {
-        for (const answer of held.splice(0)) answer();
-        return settled(ep)();
-      });
-      await w.stop();
-      slow.closeAllConnections();
-      await new Promise<void>((r) => slow.close(() => r()));
+      await drainHanging(w, slow, ep);
     }
   });
 
@@ -310,17 +312,7 @@ describe('control removed (GATEHOUSE_TEST_WEBHOOK_*)', () => {
     const rx = new Receiver(port, SECRET);
     await rx.up();
     const ep = await endpoint('northwind', `http://127.0.0.1:${port}/hook`);
-    const a = await createAction(t.db, {
-      tool: 'reship_order',
-      orderId: 'O-2001',
-      release: 'rel-1',
-      decision: 'ALLOW',
-      ruleId: 'ALL',
-      approved: true,
-      workflowState: 'executing',
-      tenant: 'northwind',
-    });
-    await inTransaction(t.db, (trx) => recordWorkflowEvent(trx, a.workflowId, 'executing'));
+    await workflowWithEvents(1, 'northwind');
     const w = worker(readWebhookTestHooks({ GATEHOUSE_ENV: 'test', GATEHOUSE_TEST_WEBHOOK_UNSIGNED: '1' }), { maxAttempts: 2 });
     await until(async () => {
       await w.tick();
@@ -334,17 +326,7 @@ describe('control removed (GATEHOUSE_TEST_WEBHOOK_*)', () => {
   it('without retries a receiver that was down misses events for good', async () => {
     const port = await freePort();
     const ep = await endpoint('northwind', `http://127.0.0.1:${port}/hook`);
-    const a = await createAction(t.db, {
-      tool: 'reship_order',
-      orderId: 'O-2001',
-      release: 'rel-1',
-      decision: 'ALLOW',
-      ruleId: 'ALL',
-      approved: true,
-      workflowState: 'executing',
-      tenant: 'northwind',
-    });
-    await inTransaction(t.db, (trx) => recordWorkflowEvent(trx, a.workflowId, 'executing'));
+    await workflowWithEvents(1, 'northwind');
     const w = worker(readWebhookTestHooks({ GATEHOUSE_ENV: 'test', GATEHOUSE_TEST_WEBHOOK_NO_RETRY: '1' }));
     await until(async () => {
       await w.tick();
