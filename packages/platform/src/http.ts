@@ -50,9 +50,10 @@ export const RESPONSE_DEADLINE_MS = 10_000;
  * Express middleware: a request with no answer after `ms` milliseconds gets 503
  * `dependency_unavailable` with `Retry-After: 5` (seconds) — a Postgres or Redis that hangs
  * rather than refuses must not hold the caller. The handler goes on; what it answers later is
- * dropped (the error middleware leaves a sent response alone), so routes behind this must be
- * safe to retry (intake is idempotent per ticket id; an approval decision is decided once).
- * Not for streams (Server-Sent Events).
+ * dropped (the error middleware leaves a sent response alone). The request may still complete:
+ * a retried ticket returns the same workflow (idempotent per ticket id), a retried approval
+ * decision finds it decided; a retried follow-up message is added again, as it would be after
+ * any client-side timeout. Not for streams (Server-Sent Events).
  */
 export function responseDeadline(ms: number) {
   return (_req: Request, res: Response, next: NextFunction): void => {
@@ -62,7 +63,7 @@ export function responseDeadline(ms: number) {
       res.status(503).json({
         error: {
           reason: 'dependency_unavailable',
-          message: `no answer within ${ms} ms: the ledger or the queue is not answering; retry (a repeated request is not done twice)`,
+          message: `no answer within ${ms} ms: the ledger or the queue is not answering; retry later (the request may still complete)`,
         },
       });
     }, ms);
