@@ -55,6 +55,8 @@ export interface TestFaults {
   disablePgGate: boolean;
   /** `DISABLE_DRAIN_GATE`: workers take jobs of a release the ledger marks draining (only Redis's pause holds them). */
   disableDrainGate: boolean;
+  /** `DISABLE_TENANT_FAIRNESS`: jobs are published without a tenant-fair priority (one FIFO for every tenant). */
+  disableTenantFairness: boolean;
   // reconciliation
   /** `CANCEL_WITHOUT_APPROVAL`: a scheduled change is cancelled without its owner's approval. */
   cancelWithoutApproval: boolean;
@@ -144,6 +146,7 @@ const SWITCHES: { [K in keyof TestFaults]: [name: string, kind: Kind] } = {
   disableRateLimits: ['DISABLE_RATE_LIMITS', 'flag'],
   disablePgGate: ['DISABLE_PG_GATE', 'flag'],
   disableDrainGate: ['DISABLE_DRAIN_GATE', 'flag'],
+  disableTenantFairness: ['DISABLE_TENANT_FAIRNESS', 'flag'],
   cancelWithoutApproval: ['CANCEL_WITHOUT_APPROVAL', 'flag'],
   crashAt: ['CRASH_AT', 'crash'],
   disableToolFilter: ['DISABLE_TOOL_FILTER', 'flag'],

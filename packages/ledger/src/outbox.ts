@@ -1,16 +1,29 @@
+import { sql } from 'kysely';
 import { queueName, type QueueContract } from '@gatehouse/contracts';
 import { producerTraceparent } from '@gatehouse/telemetry';
 import type { Trx } from './db.ts';
 import { withAuditEvent, type AuditEventDraft } from './audit.ts';
 
-/** An outbox row ready to publish: BullMQ queue, job name, deterministic job id, payload. */
+/**
+ * An outbox row ready to publish: BullMQ queue, job name, deterministic job id, payload, and
+ * the tenant of the job's workflow (`fair_key`; null for a job of no workflow), which orders the
+ * queue fairly between tenants (docs/decisions/0500-tenant-fair-queues.md) and is not stored.
+ */
 export interface OutboxRow {
   id: string;
   queue: string;
   job_name: string;
   job_id: string;
   payload: Record<string, unknown>;
+  fair_key: string | null;
 }
+
+/**
+ * The tenant of the workflow an outbox row's payload names (`payload.workflowId`; null for none),
+ * as a scalar subquery over `outbox.payload`: returned by the statement that writes a row (no
+ * extra round trip) and selected by the relay's sweep.
+ */
+export const outboxFairKey = sql<string | null>`(select w.tenant from workflows w where w.id = (outbox.payload->>'workflowId')::uuid)`;
 
 /**
  * Writes the next job as an outbox row inside the caller's transaction
@@ -44,6 +57,7 @@ export async function enqueueInTransaction<T extends { release: string; tracepar
       release_id: parsed.release,
     })
     .returning(['id', 'queue', 'job_name', 'job_id', 'payload'])
+    .returning(outboxFairKey.as('fair_key'))
     .executeTakeFirstOrThrow();
   return row as OutboxRow;
 }

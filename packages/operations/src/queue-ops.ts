@@ -207,13 +207,16 @@ export async function requeueRelease(
   // The workflows move first, committed before any job does: a moved job that runs at once on F
   // must find its workflow on F, or its next job would be enqueued on C's drained queue.
   let paused = 0;
+  const tenants = new Map<string, string>();
   await inTransaction(db, async (trx) => {
     if (workflows.size) {
-      await trx
+      const moved = await trx
         .updateTable('workflows')
         .set({ release_id: to, updated_at: new Date() })
         .where('id', 'in', [...workflows])
+        .returning(['id', 'tenant'])
         .execute();
+      for (const w of moved) tenants.set(w.id, w.tenant);
     }
     // Workflows of C paused on a held step have no queued job: they move too, so switching the
     // tool back on resumes them on F (whose executor re-evaluates the held action under F's policy).
@@ -238,9 +241,14 @@ export async function requeueRelease(
   // here) is a no-op for the jobs already moved and moves the rest.
   for (const { base, job, payload } of movable) {
     const contract = queueContracts[base];
-    await queues
-      .get(queueName(base, to))
-      .add(contract.jobName, payload as never, { ...contract.options, jobId: contract.jobId(payload as never) });
+    const fairKey = payload.workflowId ? tenants.get(payload.workflowId) : undefined;
+    await queues.add(
+      queueName(base, to),
+      contract.jobName,
+      payload,
+      { ...contract.options, jobId: contract.jobId(payload as never) },
+      fairKey,
+    );
     await job.remove();
   }
   const moved = movable.length;

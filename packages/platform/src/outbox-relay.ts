@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { jobOptionsFor, type OutageMark } from '@gatehouse/contracts';
-import type { Db, OutboxRow, Trx } from '@gatehouse/ledger';
+import { outboxFairKey, type Db, type OutboxRow, type Trx } from '@gatehouse/ledger';
 import type { QueueRegistry } from './queues.ts';
 import type { Logger } from './logger.ts';
 import { within } from './timeout.ts';
@@ -81,7 +81,7 @@ export class OutboxRelay {
 
   async #add(rows: OutboxRow[]): Promise<void> {
     for (const r of rows) {
-      await this.#queues.get(r.queue).add(r.job_name, r.payload, { ...jobOptionsFor(r.queue), jobId: r.job_id });
+      await this.#queues.add(r.queue, r.job_name, r.payload, { ...jobOptionsFor(r.queue), jobId: r.job_id }, r.fair_key);
     }
   }
 
@@ -98,7 +98,7 @@ export class OutboxRelay {
     return this.#db.transaction().execute(async (trx) => {
       const found = await trx
         .selectFrom('outbox')
-        .select(['id', 'queue', 'job_name', 'job_id', 'payload', 'created_at'])
+        .select(['id', 'queue', 'job_name', 'job_id', 'payload', 'created_at', outboxFairKey.as('fair_key')])
         .where('published_at', 'is', null)
         .where(sql<boolean>`created_at < now() - make_interval(secs => ${graceMs / 1000})`)
         .orderBy('id')

@@ -1,4 +1,4 @@
-import { Queue, Worker, UnrecoverableError, type Job, type ConnectionOptions } from 'bullmq';
+import { Queue, Worker, UnrecoverableError, type Job, type JobsOptions, type ConnectionOptions } from 'bullmq';
 import { Redis } from 'ioredis';
 import { queueName, type QueueContract } from '@gatehouse/contracts';
 import { messagingAttributes, recordDependencyError, recordJob, withJobSpan } from '@gatehouse/telemetry';
@@ -6,6 +6,7 @@ import { IllegalTransition, isConnectionFault } from '@gatehouse/ledger';
 import type { Logger } from './logger.ts';
 import type { DrainGate } from './drain-gate.ts';
 import type { PostgresGate } from './postgres-gate.ts';
+import { fairPriority } from './tenant-fairness.ts';
 
 /**
  * Opens an ioredis connection suitable for BullMQ workers (`maxRetriesPerRequest: null`: commands
@@ -34,11 +35,27 @@ export function createRedis(url: string, log?: Logger): Redis {
 export class QueueRegistry {
   readonly connection: ConnectionOptions;
   readonly prefix: string;
+  readonly #redis: Redis;
   readonly #queues = new Map<string, Queue>();
 
   constructor(connection: Redis, prefix: string) {
     this.connection = connection;
+    this.#redis = connection;
     this.prefix = prefix;
+  }
+
+  /**
+   * Adds job `jobName` with `payload` to queue `name` (BullMQ `add` with `opts`, whose `jobId`
+   * makes a repeated add a no-op). With `fairKey` (the job's tenant) the job gets its tenant-fair
+   * priority ({@link fairPriority}, one more Redis round trip), so tenants take the queue's workers
+   * in turn; without one (a job of no tenant) it is plain FIFO and runs before prioritized jobs.
+   * Every producer of workflow jobs adds through here: the outbox relay and the requeue.
+   * @throws what BullMQ's `add` throws (Redis unavailable).
+   */
+  async add(name: string, jobName: string, payload: unknown, opts: JobsOptions, fairKey?: string | null): Promise<void> {
+    const queue = this.get(name);
+    const priority = fairKey ? await fairPriority(queue, this.#redis, fairKey) : undefined;
+    await queue.add(jobName, payload, priority ? { ...opts, priority } : opts);
   }
 
   /** The queue called `name` (e.g. `executions.rel-1`). */

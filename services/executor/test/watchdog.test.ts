@@ -231,7 +231,8 @@ describe('watchdog', () => {
     }
     const r = await ran();
     expect(r.redriven).toContainEqual({ workflowId: a.workflowId, jobId: a.jobId, reason: 'failed' });
-    expect(await q.getJobState(a.jobId)).toBe('waiting');
+    // Waiting again, with its tenant's fair priority (ADR 0500): the re-drive's outbox row names the tenant.
+    expect(await q.getJobState(a.jobId)).toBe('prioritized');
     expect(await redrivesOf(a.workflowId)).toEqual(['executions:failed']);
   });
 });

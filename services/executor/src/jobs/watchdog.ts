@@ -13,6 +13,7 @@ import {
   stopRun,
   type AwaitedJobRef,
   type Db,
+  outboxFairKey,
   type OutboxRow,
   type Trx,
 } from '@gatehouse/ledger';
@@ -119,7 +120,7 @@ async function writeRedrive(
         payload: JSON.stringify(payload),
         release_id: source.release_id,
       })
-      .returning(['id', 'queue', 'job_name', 'job_id', 'payload'])
+      .returning(['id', 'queue', 'job_name', 'job_id', 'payload', outboxFairKey.as('fair_key')])
       .executeTakeFirstOrThrow();
     return row as OutboxRow;
   }
