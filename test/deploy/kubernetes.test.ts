@@ -153,9 +153,11 @@ for (const [overlay, objects] of Object.entries(rendered)) {
       expect(holders('gatehouse-audit-key')).toEqual(overlay === 'production' ? ['audit'] : []);
     });
 
-    it('each queue-driven scaler reads the BullMQ wait list of a queue of this release', () => {
+    it('each queue-driven scaler reads the BullMQ wait list and prioritized set of a queue of this release', () => {
       const env = configEnv(objects, podOf(objects, 'executor'));
-      const lists = new Set(Object.keys(queueContracts).map((base) => `${env.QUEUE_PREFIX}:${base}.${env.GATEHOUSE_RELEASE}:wait`));
+      // Every workflow job has a tenant-fair priority (ADR 0500): its backlog is the prioritized set.
+      const keysOf = (base: string) => ['wait', 'prioritized'].map((k) => `${env.QUEUE_PREFIX}:${base}.${env.GATEHOUSE_RELEASE}:${k}`);
+      const lists = new Set(Object.keys(queueContracts).flatMap(keysOf));
       const want: Record<string, string[]> = {
         'agent-loop': ['turns', 'results'],
         'policy-gateway': ['proposals'],
@@ -167,7 +169,7 @@ for (const [overlay, objects] of Object.entries(rendered)) {
           spec: { triggers: Array<{ type: string; metadata: Record<string, string> }> };
         };
         const listNames = so.spec.triggers.filter((t) => t.type === 'redis').map((t) => t.metadata.listName!);
-        expect(listNames, name).toEqual(bases.map((b) => `${env.QUEUE_PREFIX}:${b}.${env.GATEHOUSE_RELEASE}:wait`));
+        expect(listNames, name).toEqual(bases.flatMap(keysOf));
         for (const l of listNames) expect(lists.has(l)).toBe(true);
       }
     });

@@ -109,6 +109,8 @@ async function seed(): Promise<void> {
   const redis = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: null });
   const q = new Queue('turns.rel-cand', { connection: redis, prefix });
   await q.add('turn', { release: 'rel-cand', workflowId: randomUUID() }, { jobId: 'cand-1' });
+  // A workflow job as the relay adds it: with its tenant-fair priority (BullMQ state `prioritized`).
+  await q.add('turn', { release: 'rel-cand', workflowId: randomUUID() }, { jobId: 'cand-2', priority: 3 });
   await q.close();
   redis.disconnect();
 }
@@ -251,7 +253,8 @@ describe('bull-board over every queue of every release', () => {
     const cand = (res.body.queues as Array<{ name: string; sources: string[]; counts: Record<string, number> }>).find(
       (q) => q.name === 'turns.rel-cand',
     );
-    expect(cand).toMatchObject({ sources: ['redis'], counts: { waiting: 1 } });
+    // The overview counts a prioritized job as waiting (ADR 0500): without that it would show 1.
+    expect(cand).toMatchObject({ sources: ['redis'], counts: { waiting: 2 } });
   });
 });
 

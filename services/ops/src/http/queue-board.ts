@@ -7,8 +7,12 @@ import type { Db } from '@gatehouse/ledger';
 import type { QueueRegistry } from '@gatehouse/platform';
 import { discoverQueues, type QueueEntry } from '../domain/queue-catalog.ts';
 
-/** Job states the overview counts per queue. */
-const COUNTED = ['waiting', 'active', 'delayed', 'failed', 'completed'] as const;
+/**
+ * Job states the overview counts per queue. `prioritized` is BullMQ's waiting state of a job with
+ * a priority, which every workflow job has (docs/decisions/0500-tenant-fair-queues.md): it is
+ * counted as `waiting`.
+ */
+const COUNTED = ['waiting', 'prioritized', 'active', 'delayed', 'failed', 'completed'] as const;
 
 /** bull-board over every queue of every release, kept current by {@link QueueBoard.refresh}. */
 export interface QueueBoard {
@@ -18,7 +22,7 @@ export interface QueueBoard {
   entries: () => QueueEntry[];
   /** Re-discovers queues (manifests, `releases` table, Redis) and replaces the board's set. */
   refresh: () => Promise<QueueEntry[]>;
-  /** Job counts per state of one queue on the board (null when Redis did not answer). */
+  /** Job counts per state of one queue on the board: waiting (with prioritized), active, delayed, failed, completed (null when Redis did not answer). */
   counts: (name: string) => Promise<Record<string, number> | null>;
 }
 
@@ -89,7 +93,8 @@ export function createQueueBoard(opts: {
     },
     counts: async (name) => {
       try {
-        return await opts.queues.get(name).getJobCounts(...COUNTED);
+        const { prioritized = 0, ...counts } = await opts.queues.get(name).getJobCounts(...COUNTED);
+        return { ...counts, waiting: (counts.waiting ?? 0) + prioritized };
       } catch {
         return null;
       }
