@@ -7,6 +7,7 @@ import { round } from './lib/stats.ts';
 import { runFloor, type FloorReport } from './sections/floor.ts';
 import { runGoverned, type GovernedReport } from './sections/governed.ts';
 import { runScaling, type ScalingPoint } from './sections/scaling.ts';
+import { runIsolation, type IsolationReport } from './sections/isolation.ts';
 import { runReplay, type ReplayReport } from './sections/replay.ts';
 import { runE2E, type E2EReport } from './sections/e2e.ts';
 import { runPolicy, type PolicyReport } from './sections/policy.ts';
@@ -35,6 +36,8 @@ export interface BenchReport {
   /** Sections are null when they failed (their error is in {@link BenchReport.errors}). */
   governed: Record<'read' | 'refund' | 'approved', GovernedReport | null>;
   scaling: ScalingPoint[] | null;
+  /** A quiet tenant's reads alone and behind another tenant's backlog (section `isolation`). */
+  isolation: IsolationReport | null;
   replay: ReplayReport | null;
   e2e: E2EReport | null;
   /** Telemetry on vs off on one governed call (section `telemetry`). */
@@ -51,7 +54,7 @@ export interface BenchReport {
 export interface BenchOptions {
   smoke?: boolean;
   /**
-   * Sections to run besides the floor probes: any of `governed`, `telemetry`, `scaling`, `replay`, `e2e`,
+   * Sections to run besides the floor probes: any of `governed`, `telemetry`, `scaling`, `isolation`, `replay`, `e2e`,
    * `policy` (default all; `BENCH_SECTIONS=replay,policy` on the command line). Others are null.
    */
   sections?: string[];
@@ -131,6 +134,8 @@ export async function runBench(opts: BenchOptions = {}): Promise<BenchReport> {
     await ageRefunds(w.db);
     const telemetry = await section('telemetry', 'telemetry on vs off', () => runTelemetry(w, sizes, plain));
     const scaling = await section('scaling', 'scaling', () => runScaling(w, sizes, tenantLoad));
+    await w.setExecutors(1);
+    const isolation = await section('isolation', 'tenant isolation', () => runIsolation(w, sizes, tenantLoad[0]!, tenantLoad[1]!));
     await ageRefunds(w.db);
     // The replay takes what the budget leaves after the ticket run, the policy runs and shutdown.
     const reserveMs = sizes.loadMaxMs + 45_000 + sizes.policyLedger.length * (2 * sizes.policyTimeMs + 15_000);
@@ -161,6 +166,7 @@ export async function runBench(opts: BenchOptions = {}): Promise<BenchReport> {
       floor,
       governed,
       scaling,
+      isolation,
       replay,
       e2e,
       telemetry,

@@ -24,6 +24,9 @@ export interface BenchSizes {
   /** Scaling: governed refunds at concurrency 50 per executor count. */
   scaling: number;
   scalingExecutors: number[];
+  /** Isolation: the quiet tenant's reads per run (alone, then loaded) and the busy tenant's backlog of reads. */
+  isolation1: number;
+  isolationBacklog: number;
   /** Duplicate-delivery replay: distinct actions, deliveries of each, executor processes, jitter (ms). */
   replayActions: number;
   replayDeliveries: number;
@@ -69,6 +72,8 @@ export const FULL: BenchSizes = {
   approved50: 1000,
   scaling: 1000,
   scalingExecutors: [1, 2, 4],
+  isolation1: 40,
+  isolationBacklog: 600,
   replayActions: 1000,
   replayDeliveries: 10,
   replayExecutors: 4,
@@ -104,6 +109,8 @@ export const SMOKE: BenchSizes = {
   approved50: 15,
   scaling: 10,
   scalingExecutors: [1, 2],
+  isolation1: 3,
+  isolationBacklog: 20,
   replayActions: 10,
   replayDeliveries: 3,
   replayExecutors: 2,

@@ -129,6 +129,25 @@ export function renderReport(r: BenchReport): string {
     );
   }
 
+  const iso = r.isolation;
+  if (iso) {
+    parts.push(
+      `## Tenant isolation (${iso.quietTenant}'s reads at c=1, alone and right after ${iso.busyTenant} put ${iso.backlog} reads on the same queues)`,
+    );
+    parts.push(
+      markdownTable(
+        ['run', 'calls', 'p50 ms', 'p90 ms', 'p99 ms'],
+        [
+          ['alone', iso.alone.ops, iso.alone.latency.p50, iso.alone.latency.p90, iso.alone.latency.p99],
+          ['behind the backlog', iso.loaded.ops, iso.loaded.latency.p50, iso.loaded.latency.p90, iso.loaded.latency.p99],
+        ],
+      ),
+    );
+    parts.push(
+      `Slowdown (p50 behind the backlog / alone): ${iso.slowdown ?? '–'}×. The backlog drained in ${iso.backlogDrainMs} ms; ${iso.backlogLeft} of its calls were still unanswered when the quiet run ended.`,
+    );
+  }
+
   if (rp) {
     parts.push(`## Duplicate-delivery replay (${rp.actions} approved refunds, ${rp.executors} executors, jitter 0–${rp.jitterMs} ms)`);
     parts.push(
@@ -284,6 +303,13 @@ export function summaryTable(r: BenchReport): string {
       p.load.opsPerSec,
       f.pipeline50.opsPerSec,
       Math.round((p.load.opsPerSec / f.pipeline50.opsPerSec) * 1000) / 1000,
+    ]);
+  if (r.isolation)
+    rows.push([
+      `a quiet tenant's read, c=1 p50 ms, behind another tenant's ${r.isolation.backlog} reads (floor: alone)`,
+      r.isolation.loaded.latency.p50,
+      r.isolation.alone.latency.p50,
+      r.isolation.slowdown,
     ]);
   if (rp) {
     const cut = rp.clean.completed && rp.duplicate.completed ? '' : '; the budget cut the run';

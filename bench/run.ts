@@ -1,6 +1,6 @@
 // `./run bench` (and `./run bench --smoke` / BENCH_SMOKE=1): runs every benchmark, prints the
 // tables and writes bench/results/latest.json (smoke: bench/results/smoke.json).
-// BENCH_SECTIONS=governed,telemetry,scaling,replay,e2e,policy picks sections (the floor always runs);
+// BENCH_SECTIONS=governed,telemetry,scaling,isolation,replay,e2e,policy picks sections (the floor always runs);
 // BENCH_SIZES='{"replayActions":200}' overrides sizes of bench/config.ts.
 // BENCH_READY_TIMEOUT_MS: how long each service may take to boot (default 90 000).
 // BENCH_NODE_OPTIONS: node flags added to every service process (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`).

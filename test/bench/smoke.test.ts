@@ -42,6 +42,14 @@ describe('bench smoke (small N, correctness only)', () => {
     expect(t.exports.traces).toBeGreaterThan(0);
 
     expect(r.scaling!.map((p) => p.executors)).toEqual(r.meta.sizes.scalingExecutors);
+    // Tenant isolation: every quiet read of both runs and the whole backlog were answered.
+    const iso = r.isolation!;
+    expect([iso.alone, iso.loaded].map((x) => [x.ops, x.errors])).toEqual([
+      [r.meta.sizes.isolation1, 0],
+      [r.meta.sizes.isolation1, 0],
+    ]);
+    expect(iso.backlog).toBe(r.meta.sizes.isolationBacklog);
+    expect(iso.quietTenant).not.toBe(iso.busyTenant);
     expect(r.e2e!.states).toEqual({ completed: r.e2e!.tickets });
     expect(r.e2e!.effects).toBe(r.e2e!.tickets);
     expect(r.policy!.withLedger).toHaveLength(r.meta.sizes.policyLedger.length);
