@@ -199,3 +199,60 @@ describe('a follow-up message amends a pending refund', () => {
     }
   });
 });
+
+describe('a follow-up with an Idempotency-Key (docs/decisions/0510)', () => {
+  it('a retry is added once and answered replayed, even after the run ended; the key with another text is 409', async () => {
+    const rep = await tokenFor('rep-ana', SECRET);
+    const intake = s.url('agent-loop');
+    const submitted = await call('POST', `${intake}/v1/tickets`, rep, {
+      ticketId: 'T-idem',
+      text: 'Refund $80 on order O-1005, it arrived broken.',
+      mode: 'act',
+    });
+    const id = String(submitted.body.workflowId);
+    await pollWorkflow(intake, rep, id, (v) => v.pendingApprovals.some((p) => p.status === 'pending'));
+    const send = (key: string | null, text: string) => {
+      const r = request(intake).post(`/v1/workflows/${id}/messages`).set('authorization', `Bearer ${rep}`);
+      return (key === null ? r : r.set('idempotency-key', key)).send({ text });
+    };
+    const text = 'Never mind the refund, just look up order O-1001.';
+    const messages = async (t: string) =>
+      (
+        await s.db.db
+          .selectFrom('conversation_items')
+          .select('item')
+          .where('workflow_id', '=', id)
+          .where('kind', '=', 'user_message')
+          .execute()
+      ).filter((m) => m.item.content === t).length;
+
+    const first = await send('retry-7f3a', text);
+    expect(first.status).toBe(202);
+    expect(first.body.superseded).toHaveLength(1);
+    expect(first.body.replayed).toBeUndefined();
+    const retry = await send('retry-7f3a', text);
+    expect(retry.status).toBe(202);
+    expect(retry.body).toEqual({ workflowId: id, superseded: [], replayed: true });
+    expect(await messages(text)).toBe(1);
+
+    const reused = await send('retry-7f3a', 'Refund $5 on order O-1001.');
+    expect([reused.status, reused.body.error?.reason]).toEqual([409, 'idempotency_key_reused']);
+    const bad = await send('has space', text);
+    expect([bad.status, bad.body.error?.reason]).toEqual([400, 'invalid_idempotency_key']);
+    expect(await messages('Refund $5 on order O-1001.')).toBe(0);
+
+    // The model looks O-1001 up and proposes the refund again (a new version): approved, the run completes.
+    const again = await pollWorkflow(intake, rep, id, (v) => v.pendingApprovals.some((p) => p.status === 'pending'));
+    const lead = await tokenFor('lead-eli', SECRET);
+    expect((await approveAsLead(s.url('approval'), lead, again.pendingApprovals[0]!.approvalId)).status).toBe(200);
+    const done = await pollWorkflow(intake, rep, id, (v) => ['completed', 'stopped', 'needs_reconciliation'].includes(v.state));
+    expect(done.state).toBe('completed');
+    const late = await send('retry-7f3a', text);
+    expect([late.status, late.body.replayed]).toEqual([202, true]);
+    const fresh = await send('retry-8b1c', text);
+    expect([fresh.status, fresh.body.error?.reason]).toEqual([409, 'workflow_not_running']);
+    expect(await messages(text)).toBe(1);
+    const paid = (await request(s.url('staging')).get('/ledger/refunds?orderId=O-1005')).body.refunds as Array<{ amountCents: number }>;
+    expect(paid.map((r) => r.amountCents)).toEqual([8000]);
+  });
+});

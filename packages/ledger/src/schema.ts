@@ -73,6 +73,11 @@ export interface ConversationItemsTable {
    * in order, resent before it each round (ADR 0145); null otherwise. Never leaves the loop.
    */
   reasoning: ColumnType<Array<Record<string, unknown>> | null, string | null | undefined, string | null>;
+  /**
+   * On a `user_message` row of a follow-up: the client's `Idempotency-Key`, unique per workflow
+   * (a retried follow-up is added once; docs/decisions/0510); null otherwise.
+   */
+  idempotency_key: ColumnType<string | null, string | null | undefined, never>;
   created_at: Timestamp;
 }
 

@@ -43,6 +43,7 @@ const TABLES_OF: Record<string, string[]> = {
   '20261202000100-EpochBumpIndex': [],
   '20261202000200-MonitorPasses': ['monitor_passes'],
   '20261203000100-LockedRefundSums': [],
+  '20261205000100-FollowUpIdempotencyKey': [],
 };
 const tablesUpTo = (names: string[]): string[] => names.flatMap((n) => TABLES_OF[n] ?? []).sort();
 const ALL_TABLES = tablesUpTo(Object.keys(migrations));

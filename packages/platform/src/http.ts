@@ -52,8 +52,9 @@ export const RESPONSE_DEADLINE_MS = 10_000;
  * rather than refuses must not hold the caller. The handler goes on; what it answers later is
  * dropped (the error middleware leaves a sent response alone). The request may still complete:
  * a retried ticket returns the same workflow (idempotent per ticket id), a retried approval
- * decision finds it decided; a retried follow-up message is added again, as it would be after
- * any client-side timeout. Not for streams (Server-Sent Events).
+ * decision finds it decided; a retried follow-up message is added once when it carries an
+ * `Idempotency-Key` (docs/decisions/0510), and again without one, as after any client-side
+ * timeout. Not for streams (Server-Sent Events).
  */
 export function responseDeadline(ms: number) {
   return (_req: Request, res: Response, next: NextFunction): void => {

@@ -27,11 +27,22 @@ export type TicketAccepted = z.infer<typeof TicketAcceptedSchema>;
 export const WorkflowMessageRequestSchema = z.strictObject({ text: storableString().min(1).max(8000) }).meta({ id: 'WorkflowMessage' });
 export type WorkflowMessageRequest = z.infer<typeof WorkflowMessageRequestSchema>;
 
+/**
+ * An `Idempotency-Key` header of a follow-up: 1–255 visible ASCII characters, e.g. a UUID (the
+ * form of the IETF httpapi draft's keys; docs/decisions/0510-follow-up-idempotency-key.md).
+ */
+export const IdempotencyKeySchema = z.string().regex(/^[\x21-\x7e]{1,255}$/);
+
 /** `202` of `POST /v1/workflows/:id/messages`: the actions the follow-up superseded (each needs a new proposal and approval). */
 export const WorkflowMessageAcceptedSchema = z
   .object({
     workflowId: z.uuid(),
     superseded: z.array(z.object({ version: z.number().int(), tool: z.string(), voidedApprovals: z.array(z.string()) })),
+    /**
+     * True when a follow-up with the same `Idempotency-Key` was already accepted: nothing was
+     * added again and `superseded` is empty (the first answer listed what it superseded).
+     */
+    replayed: z.literal(true).optional(),
   })
   .meta({ id: 'WorkflowMessageAccepted' });
 export type WorkflowMessageAccepted = z.infer<typeof WorkflowMessageAcceptedSchema>;
@@ -180,15 +191,20 @@ const intakePaths: ZodOpenApiObject['paths'] = {
     post: {
       operationId: 'addWorkflowMessage',
       summary: "The requester's follow-up: unclaimed actions are superseded, the model gets another turn",
-      requestParams: { path: UuidPathSchema },
+      description:
+        'With an `Idempotency-Key` header (1–255 visible ASCII characters, e.g. a UUID), a retry of an accepted follow-up adds nothing and is answered 202 with `replayed: true`',
+      requestParams: {
+        path: UuidPathSchema,
+        header: z.object({ 'idempotency-key': IdempotencyKeySchema.optional() }),
+      },
       requestBody: { required: true, content: { 'application/json': { schema: WorkflowMessageRequestSchema } } },
       responses: {
         '202': jsonResponse('accepted', WorkflowMessageAcceptedSchema),
-        '400': errorResponse('body failed its schema'),
+        '400': errorResponse('invalid_body or invalid_idempotency_key'),
         '401': errorResponse('missing or invalid token'),
         '403': errorResponse('not_the_requester'),
         '404': errorResponse("no such workflow in the caller's tenant"),
-        '409': errorResponse('workflow_not_running'),
+        '409': errorResponse('workflow_not_running, or idempotency_key_reused (the key came with another text)'),
         '429': rateLimited,
       },
     },

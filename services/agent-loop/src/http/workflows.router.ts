@@ -1,6 +1,12 @@
 import { Router } from 'express';
 import { z } from 'zod';
-import { turnsQueue, WorkflowMessageRequestSchema, type WorkflowMessageAccepted, type WorkflowView } from '@gatehouse/contracts';
+import {
+  IdempotencyKeySchema,
+  turnsQueue,
+  WorkflowMessageRequestSchema,
+  type WorkflowMessageAccepted,
+  type WorkflowView,
+} from '@gatehouse/contracts';
 import {
   enqueueInTransaction,
   inTransaction,
@@ -11,8 +17,9 @@ import {
   transitionWorkflow,
   type Db,
   type OutboxRow,
+  type Trx,
 } from '@gatehouse/ledger';
-import { ConflictError, Forbidden, NotFound, type OutboxRelay, parseBody } from '@gatehouse/platform';
+import { ConflictError, Forbidden, NotFound, type OutboxRelay, parseBody, UserError } from '@gatehouse/platform';
 import { supersedeAction } from '@gatehouse/policy';
 import type { AuthedRequest } from '@gatehouse/platform';
 import { unansweredCalls } from '../domain/transcript.ts';
@@ -28,10 +35,43 @@ export async function ownWorkflow(db: Db, id: string, tenant: string) {
 }
 
 /**
+ * The follow-up's `Idempotency-Key` header, or null without one.
+ * @throws UserError 400 `invalid_idempotency_key` when it is empty, too long or not visible ASCII.
+ */
+function idempotencyKeyOf(header: string | undefined): string | null {
+  if (header === undefined) return null;
+  if (!IdempotencyKeySchema.safeParse(header).success) {
+    throw new UserError('invalid_idempotency_key', 'Idempotency-Key must be 1–255 visible ASCII characters (for example a UUID)');
+  }
+  return header;
+}
+
+/**
+ * Whether the run `workflowId` already holds the follow-up sent with `key` (docs/decisions/0510):
+ * true for the same text (the retry is answered, nothing is added).
+ * @throws ConflictError 409 `idempotency_key_reused` when that key came with another text.
+ */
+async function alreadyAdded(trx: Trx, workflowId: string, key: string, text: string): Promise<boolean> {
+  const earlier = await trx
+    .selectFrom('conversation_items')
+    .select('item')
+    .where('workflow_id', '=', workflowId)
+    .where('kind', '=', 'user_message')
+    .where('idempotency_key', '=', key)
+    .executeTakeFirst();
+  if (!earlier) return false;
+  if (earlier.item.content !== text) {
+    throw new ConflictError('idempotency_key_reused', 'this Idempotency-Key was sent with another message on this workflow; use a new key');
+  }
+  return true;
+}
+
+/**
  * `GET /v1/workflows/:id` (state, actions, pending approvals, terminal reason and next step; its
  * shape is `WorkflowViewSchema` of packages/contracts/src/api/intake.ts)
  * and `POST /v1/workflows/:id/messages` (the requester's own follow-up — anyone else of the
- * tenant gets 403 `not_the_requester`; unclaimed actions are superseded first, docs/product/public-contract.md#follow-up-messages). The rep
+ * tenant gets 403 `not_the_requester`; unclaimed actions are superseded first, docs/product/public-contract.md#follow-up-messages;
+ * with an `Idempotency-Key` header a retry is answered `replayed: true` and adds nothing). The rep
  * may read only their tenant's workflows (404 otherwise).
  */
 export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
@@ -77,10 +117,15 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
     if (wf0.user_id !== user.sub) {
       throw new Forbidden('not_the_requester', 'only the user who submitted this ticket can add a follow-up to it');
     }
+    const key = idempotencyKeyOf(req.get('idempotency-key'));
     const superseded: WorkflowMessageAccepted['superseded'] = [];
+    let replayed = false;
     const rows = await inTransaction(cfg.db, async (trx) => {
       superseded.length = 0; // a retried transaction starts over
       const wf = await trx.selectFrom('workflows').selectAll().where('id', '=', wf0.id).forUpdate().executeTakeFirstOrThrow();
+      // Under the run's lock: a retry of an accepted follow-up is answered, even once the run has ended.
+      replayed = key !== null && (await alreadyAdded(trx, wf.id, key, body.text));
+      if (replayed) return [] as OutboxRow[];
       if (!['received', 'investigating', 'awaiting_approval', 'executing', 'paused'].includes(wf.state)) {
         throw new ConflictError('workflow_not_running', `workflow is ${wf.state}; submit a new ticket`);
       }
@@ -121,6 +166,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
           kind: 'user_message',
           call_id: null,
           item: JSON.stringify({ role: 'user', content: body.text }),
+          idempotency_key: key,
         })
         .execute();
       // The next round starts now if no call is still in flight; otherwise the last result starts it.
@@ -130,7 +176,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
     });
     await cfg.relay.publish(rows);
     // The rep sees what the follow-up voided: each needs a new proposal and a new approval.
-    const accepted: WorkflowMessageAccepted = { workflowId: wf0.id, superseded };
+    const accepted: WorkflowMessageAccepted = { workflowId: wf0.id, superseded, ...(replayed ? { replayed } : {}) };
     res.status(202).json(accepted);
   });
   return router;
