@@ -6,7 +6,7 @@ import { IllegalTransition, isConnectionFault } from '@gatehouse/ledger';
 import type { Logger } from './logger.ts';
 import type { DrainGate } from './drain-gate.ts';
 import type { PostgresGate } from './postgres-gate.ts';
-import { fairPriority } from './tenant-fairness.ts';
+import { attachFairClock, fairPriority } from './tenant-fairness.ts';
 
 /**
  * Opens an ioredis connection suitable for BullMQ workers (`maxRetriesPerRequest: null`: commands
@@ -155,7 +155,8 @@ function refuseIllegal(base: string, queue: string, job: Job, err: IllegalTransi
  * `UnrecoverableError` (never retried; it stays in the failed set as quarantined). While
  * `opts.gate` finds Postgres down the worker is paused, and a job that meets the outage (before
  * its handler, or as a connection fault out of it) goes back delayed without consuming an attempt.
- * A handler that throws `IllegalTransition` completes refused (see {@link refuseIllegal}).
+ * A handler that throws `IllegalTransition` completes refused (see {@link refuseIllegal}). Each
+ * job it starts advances its queue's fair clock ({@link attachFairClock}).
  */
 export function createWorker<T extends { release: string; traceparent?: string }>(
   contract: QueueContract<T>,
@@ -164,6 +165,7 @@ export function createWorker<T extends { release: string; traceparent?: string }
 ): Worker {
   const name = queueName(contract.base, opts.release);
   consumedQueues.set(name, contract.base);
+  const connection = createRedis(opts.redisUrl, opts.log);
   const worker = new Worker(
     name,
     async (job: Job, token?: string) => {
@@ -203,7 +205,7 @@ export function createWorker<T extends { release: string; traceparent?: string }
       });
     },
     {
-      connection: createRedis(opts.redisUrl, opts.log),
+      connection,
       prefix: opts.prefix,
       concurrency: opts.concurrency ?? 8,
       lockDuration: opts.lockDurationMs ?? 15_000,
@@ -226,6 +228,7 @@ export function createWorker<T extends { release: string; traceparent?: string }
   worker.on('error', (err) => opts.log.error({ queue: name, err: err.message }, 'worker error'));
   opts.gate.attach(worker);
   opts.drain?.attach(worker);
+  attachFairClock(worker, connection, opts.log);
   return worker;
 }
 

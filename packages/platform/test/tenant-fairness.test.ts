@@ -1,27 +1,35 @@
-import { Worker, type Job } from 'bullmq';
+import { randomUUID } from 'node:crypto';
+import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { queueName, resetTestFaultsForTests, turnsQueue } from '@gatehouse/contracts';
+import { queueName, resetTestFaultsForTests, turnsQueue, type TurnJob } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, type OutboxRow } from '@gatehouse/ledger';
 import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import { createProposal } from '@gatehouse/testing';
 import { createLogger } from '../src/logger.ts';
 import { OutboxRelay } from '../src/outbox-relay.ts';
-import { createRedis, QueueRegistry } from '../src/queues.ts';
+import { PostgresGate } from '../src/postgres-gate.ts';
+import { createRedis, createWorker, QueueRegistry } from '../src/queues.ts';
 import { fairPriority } from '../src/tenant-fairness.ts';
 
 // docs/decisions/0500-tenant-fair-queues.md: a tenant with a backlog on a queue delays another
-// tenant's next job by about one of its own jobs, not by its whole backlog (real Postgres, Redis, BullMQ).
+// tenant's next job by about one of its own jobs, not by its whole backlog (real Postgres, Redis,
+// BullMQ, and the services' own worker factory, which keeps each queue's fair clock).
 
 let t: TestDatabase;
 let queues: QueueRegistry;
+let gate: PostgresGate;
+const log = createLogger('test');
+log.level = 'silent';
 const prefix = testQueuePrefix();
 let release = 0;
 
 beforeAll(async () => {
   t = await createTestDatabase();
   queues = new QueueRegistry(createRedis(TEST_REDIS_URL), prefix);
+  gate = new PostgresGate(t.db, log);
 });
 afterAll(async () => {
+  gate?.close();
   await queues?.close();
   await dropQueuePrefix(TEST_REDIS_URL, prefix);
   await t?.drop();
@@ -31,12 +39,6 @@ afterEach(() => {
   delete process.env.GATEHOUSE_ENV;
   resetTestFaultsForTests();
 });
-
-const silentRelay = (): OutboxRelay => {
-  const log = createLogger('test');
-  log.level = 'silent';
-  return new OutboxRelay(t.db, queues, log);
-};
 
 /** Writes one turn job per new workflow of `tenant` on release `rel`, in order. */
 async function writeTurns(tenant: string, n: number, rel: string): Promise<OutboxRow[]> {
@@ -48,36 +50,46 @@ async function writeTurns(tenant: string, n: number, rel: string): Promise<Outbo
   return rows;
 }
 
-/** Runs every job of `queue` on one worker slot; returns the tenants in the order they ran. */
-async function runInOrder(name: string, total: number, tenantOf: Map<string, string>): Promise<string[]> {
+/**
+ * A `turns` worker of release `rel` with one slot, as the services start theirs; each job calls
+ * `onJob` with its workflow id and waits for what it returns.
+ */
+function oneSlotWorker(rel: string, onJob: (workflowId: string) => Promise<void> | void) {
+  return createWorker(turnsQueue, async (job: TurnJob) => onJob(job.workflowId), {
+    release: rel,
+    prefix,
+    redisUrl: TEST_REDIS_URL,
+    log,
+    gate,
+    concurrency: 1,
+  });
+}
+
+/** Runs `total` jobs of `rel`'s turns queue on one slot; returns the workflow ids in the order they ran. */
+async function runInOrder(rel: string, total: number): Promise<string[]> {
   const order: string[] = [];
   let done!: () => void;
   const finished = new Promise<void>((res) => (done = res));
-  const worker = new Worker(
-    name,
-    async (job: Job) => {
-      order.push(tenantOf.get((job.data as { workflowId: string }).workflowId) ?? '?');
-      if (order.length === total) done();
-    },
-    { connection: createRedis(TEST_REDIS_URL), prefix, concurrency: 1 },
-  );
+  const worker = oneSlotWorker(rel, (workflowId) => {
+    order.push(workflowId);
+    if (order.length === total) done();
+  });
   await finished;
   await worker.close();
   return order;
 }
 
+const workflowOf = (r: OutboxRow): string => (r.payload as { workflowId: string }).workflowId;
+
 /**
  * quillfeather's 30 jobs are published, then northwind's 3, through the relay's fast path or its
- * sweep; one worker slot takes them all. Returns the 1-based positions of northwind's jobs and
- * quillfeather's workflows in the order they ran.
+ * sweep; one worker slot takes them all. Returns the 1-based positions of northwind's jobs.
  */
-async function backlogThenNeighbour(
-  path: 'publish' | 'sweep',
-): Promise<{ northwind: number[]; quillfeather: string[]; rows: OutboxRow[] }> {
+async function backlogThenNeighbour(path: 'publish' | 'sweep'): Promise<{ northwind: number[]; rows: OutboxRow[] }> {
   const rel = `rel-fair-${++release}`;
   const busy = await writeTurns('quillfeather', 30, rel);
   const quiet = await writeTurns('northwind', 3, rel);
-  const relay = silentRelay();
+  const relay = new OutboxRelay(t.db, queues, log);
   if (path === 'publish') {
     await relay.publish(busy);
     await relay.publish(quiet);
@@ -86,21 +98,18 @@ async function backlogThenNeighbour(
     while ((await relay.sweep(0)) > 0);
   }
   await relay.stop();
-  const tenantOf = new Map<string, string>();
-  for (const r of busy) tenantOf.set((r.payload as { workflowId: string }).workflowId, 'quillfeather');
-  for (const r of quiet) tenantOf.set((r.payload as { workflowId: string }).workflowId, 'northwind');
-  const worker: string[] = [];
-  const order = await runInOrder(queueName('turns', rel), 33, tenantOf);
-  order.forEach((tenant, i) => tenant === 'northwind' && worker.push(String(i + 1)));
-  return { northwind: worker.map(Number), quillfeather: order.filter((x) => x === 'quillfeather'), rows: [...busy, ...quiet] };
+  const quietIds = new Set(quiet.map(workflowOf));
+  const order = await runInOrder(rel, 33);
+  const northwind = order.flatMap((id, i) => (quietIds.has(id) ? [i + 1] : []));
+  return { northwind, rows: [...busy, ...quiet] };
 }
 
 describe('tenant-fair queues', () => {
   it.each(['publish', 'sweep'] as const)('a neighbour backlog of 30 delays northwind by about one job each (%s)', async (path) => {
     const { northwind, rows } = await backlogThenNeighbour(path);
-    expect(rows.every((r) => r.fair_key === (rows.indexOf(r) < 30 ? 'quillfeather' : 'northwind'))).toBe(true);
-    // Tags: quillfeather 1…30; northwind max(head 1, 0) + 1 = 2, 3, 4 — so they alternate from the 3rd job.
-    expect(northwind).toEqual([3, 5, 7]);
+    expect(rows.map((r) => r.fair_key)).toEqual([...Array(30).fill('quillfeather'), ...Array(3).fill('northwind')]);
+    // Tags: quillfeather 1…30, northwind 1, 2, 3 (nothing started yet): they alternate.
+    expect(northwind).toEqual([2, 4, 6]);
   });
 
   it('control removed (GATEHOUSE_TEST_DISABLE_TENANT_FAIRNESS=1): northwind waits behind the whole backlog', async () => {
@@ -111,30 +120,57 @@ describe('tenant-fair queues', () => {
     expect(northwind).toEqual([31, 32, 33]);
   });
 
-  it("a tenant's own jobs keep their order, and a tenant arriving late starts at the queue's head, not at 1", async () => {
+  it('a burst of adds racing each other on an empty queue: each tenant still gets its own 1, 2, 3 …', async () => {
+    // Every tag is asked for before any job lands on the queue (the bench's backlog of concurrent
+    // adds): a reset on an empty queue would give all of them tag 1 and northwind would run last.
+    for (let trial = 0; trial < 5; trial++) {
+      const rel = `rel-fair-${++release}`;
+      const queue = queues.get(queueName('turns', rel));
+      const ask = (tenant: string) => fairPriority(queue, queues.connection as never, tenant);
+      const tags = await Promise.all([...Array.from({ length: 40 }, () => ask('quillfeather')), ask('northwind')]);
+      expect(tags.slice(0, 40).sort((a, b) => a! - b!)).toEqual(Array.from({ length: 40 }, (_, i) => i + 1));
+      expect(tags[40]).toBe(1);
+    }
+  });
+
+  it("a tenant's own jobs keep their order, and a tenant arriving late starts at the started jobs' clock, not at 1", async () => {
     const rel = `rel-fair-${++release}`;
     const queue = queues.get(queueName('turns', rel));
-    const add = async (tenant: string, id: string) => {
+    const add = async (tenant: string, id: string): Promise<number | undefined> => {
       const priority = await fairPriority(queue, queues.connection as never, tenant);
-      await queue.add('turn', { id }, { jobId: id, priority });
+      const job: TurnJob = { release: rel, workflowId: id, round: 1 };
+      await queue.add(turnsQueue.jobName, job, { jobId: id, priority });
       return priority;
     };
-    const tags: number[] = [];
-    for (let i = 1; i <= 10; i++) tags.push((await add('quillfeather', `q${i}`)) ?? 0);
+    const q = Array.from({ length: 11 }, () => randomUUID());
+    const n1 = randomUUID();
+    const tags: Array<number | undefined> = [];
+    for (const id of q.slice(0, 10)) tags.push(await add('quillfeather', id));
     expect(tags).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
-    // Five jobs start (manual fetch): the head of the waiting jobs is now quillfeather's tag 6.
-    const worker = new Worker(queue.name, null, { connection: createRedis(TEST_REDIS_URL), prefix });
-    const started = [];
-    for (let i = 0; i < 5; i++) started.push((await worker.getNextJob(`token-${i}`))?.id);
-    expect(started).toEqual(['q1', 'q2', 'q3', 'q4', 'q5']);
-    // northwind joins at head + 1: ahead of quillfeather's 7…10, behind its 6 (no catch-up burst from 1).
-    expect(await add('northwind', 'n1')).toBe(7);
-    expect(await add('quillfeather', 'q11')).toBe(11);
-    const next = [];
-    for (let i = 0; i < 7; i++) next.push((await worker.getNextJob(`token-n${i}`))?.id);
-    expect(next).toEqual(['q6', 'q7', 'n1', 'q8', 'q9', 'q10', 'q11']);
+    // One slot: five jobs run, the sixth starts and is held, so the clock reads 6.
+    const order: string[] = [];
+    let release6!: () => void;
+    const held = new Promise<void>((res) => (release6 = res));
+    let sixthStarted!: () => void;
+    const sixth = new Promise<void>((res) => (sixthStarted = res));
+    const worker = oneSlotWorker(rel, async (id) => {
+      order.push(id);
+      if (order.length === 6) {
+        sixthStarted();
+        await held;
+      }
+    });
+    await sixth;
+    // The clock moves on BullMQ's `active` event, sent without waiting: let it land.
+    const clock = async () => Number(await (queues.connection as Redis).zscore(`${queue.keys['']}fair-clock`, 'v'));
+    for (let i = 0; i < 50 && (await clock()) < 6; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(await clock()).toBe(6);
+    // northwind joins at the clock + 1: ahead of quillfeather's 8…10, behind its 7 (no catch-up burst from 1).
+    expect(await add('northwind', n1)).toBe(7);
+    expect(await add('quillfeather', q[10]!)).toBe(11);
+    release6();
+    for (let i = 0; i < 200 && order.length < 12; i++) await new Promise((r) => setTimeout(r, 20));
     await worker.close();
-    // Nothing waits now: the numbering starts again for everyone.
-    expect(await add('quillfeather', 'q12')).toBe(1);
+    expect(order).toEqual([...q.slice(0, 7), n1, ...q.slice(7)]);
   });
 });
