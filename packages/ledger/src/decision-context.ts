@@ -16,8 +16,9 @@ export interface DecisionContext {
   /**
    * True when the requester added a follow-up message after the model made the proposal's call
    * (a later `user_message` item than its `function_call`): the call was made on an outdated
-   * transcript (docs/product/public-contract.md#follow-up-messages). Always false when read by
-   * `actionId`; the executor's re-evaluation, which reads by the action's proposal, ignores it.
+   * transcript (docs/product/public-contract.md#follow-up-messages). Computed only when asked
+   * for (`{ proposalId, followUp: true }`: the policy gateway's decision); always false otherwise,
+   * as when read by `actionId` or by the executor's re-evaluation of an action's proposal.
    */
   followedUp: boolean;
 }
@@ -25,16 +26,19 @@ export interface DecisionContext {
 /**
  * Locks the workflow row (`FOR UPDATE`: the first lock of every transaction that decides or
  * claims, docs/decisions/0014-row-lock-order.md) and reads, in the same statement, its state, its
- * release's writes switch, its wall-time deadline, the state the proposal was offered in — the
- * proposal named by `by.proposalId`, or that of the action `by.actionId` (the executor's
- * re-evaluation) — and whether a follow-up message came after the proposal's call. One round trip instead of four (docs/decisions/0340-refund-sums-on-the-action-row.md,
+ * release's writes switch, its wall-time deadline and the state the proposal was offered in — the
+ * proposal named by `by.proposalId`, or that of the action `by.actionId` (the executor's claim).
+ * With `by.followUp: true` (the policy gateway's decision, docs/decisions/0490-follow-up-before-the-decision.md)
+ * it also reads whether a follow-up message came after the proposal's call (an `EXISTS` over the
+ * run's conversation items); otherwise that subquery is not run and `followedUp` is false. One
+ * round trip instead of four (docs/decisions/0340-refund-sums-on-the-action-row.md,
  * 0390-guards-in-the-update.md).
  * @returns undefined when the workflow does not exist.
  */
 export async function lockWorkflowForDecision(
   trx: Trx,
   workflowId: string,
-  by: { proposalId: string } | { actionId: string },
+  by: { proposalId: string; followUp?: boolean } | { actionId: string },
 ): Promise<DecisionContext | undefined> {
   const offered =
     'proposalId' in by
@@ -42,7 +46,7 @@ export async function lockWorkflowForDecision(
       : sql<string | null>`(select p.offered_in_state from actions a join proposals p on p.id = a.proposal_id where a.id = ${by.actionId})`;
   // Both items are written under this row's lock, so their ids follow the order of their commits.
   const followedUp =
-    'proposalId' in by
+    'proposalId' in by && by.followUp
       ? sql<boolean>`exists (select 1 from conversation_items u where u.workflow_id = w.id and u.kind = 'user_message' and u.id > (
           select c.id from proposals p join conversation_items c
             on c.workflow_id = p.workflow_id and c.kind = 'function_call' and c.call_id = p.call_id

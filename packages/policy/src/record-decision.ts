@@ -170,7 +170,8 @@ async function supersede(
  */
 export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<DecideOutcome> {
   const { wf, parsed } = input;
-  const context = await lockWorkflowForDecision(trx, wf.id, { proposalId: input.proposalId });
+  // The follow-up check is the gateway's (ADR 0490): the executor's re-evaluation does not run it.
+  const context = await lockWorkflowForDecision(trx, wf.id, { proposalId: input.proposalId, followUp: !input.reevaluates });
   if (!context) throw new Error(`workflow ${wf.id} not found`);
   // Every version of the run (a run has a few): the same tool and target's, and the last number.
   const versions = await trx.selectFrom('actions').selectAll().where('workflow_id', '=', wf.id).orderBy('version', 'desc').execute();
