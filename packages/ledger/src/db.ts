@@ -131,15 +131,28 @@ export function knownMigrations(): string[] {
 }
 
 /**
+ * The newest migration this code knows (the last of {@link knownMigrations}): the schema version
+ * a release of this code names (docs/product/releases.md). Returns the migration's name, such as
+ * `20261203000100-LockedRefundSums`.
+ * @throws Error when the code knows no migration.
+ */
+export function newestMigration(): string {
+  const newest = knownMigrations().at(-1);
+  if (newest === undefined) throw new Error('this code knows no migration: no schema version to name');
+  return newest;
+}
+
+/**
  * What keeps this code from running on `db` as release `schemaVersion` says
  * (docs/product/releases.md: the schema version is the newest migration the release needs):
  * a `schemaVersion` other than this code's newest migration, and every migration of this code
  * not applied (`gatehouse migrate up` applies them). Empty when the schema is what the code needs.
- * @throws the database error when `db` does not answer.
+ * @throws the database error when `db` does not answer; {@link newestMigration}'s when the code
+ *   knows no migration.
  */
 export async function schemaProblems(db: Db, schemaVersion: string): Promise<string[]> {
   const known = knownMigrations();
-  const newest = known.at(-1) ?? '';
+  const newest = newestMigration();
   const problems: string[] = [];
   if (schemaVersion !== newest) problems.push(`schemaVersion ${schemaVersion} is not the newest migration of this code (${newest})`);
   const applied = new Set(await appliedMigrations(db));

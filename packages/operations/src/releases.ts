@@ -2,8 +2,8 @@ import { listReleaseManifests, loadReleaseManifest, PolicyDenied, ReleaseManifes
 import {
   actorHash,
   inTransaction,
-  knownMigrations,
   lockReleases,
+  newestMigration,
   recordAudit,
   schemaProblems,
   type Db,
@@ -26,9 +26,12 @@ import { raisedLimits, requireSecondPerson, type TwoPersonNeed } from './two-per
 
 const PACKS: readonly Pack[] = ['support', 'change'];
 
-/** The digests a release manifest must carry for this code (docs/product/releases.md), recomputed from the code. */
+/**
+ * The digests a release manifest must carry for this code (docs/product/releases.md), recomputed from the code.
+ * @throws Error when the code knows no migration ({@link newestMigration}).
+ */
 export function currentDigests(): Pick<ReleaseManifest, 'prompt' | 'toolCatalog' | 'auditSchema' | 'schemaVersion'> {
-  return { ...codeDigests(), schemaVersion: knownMigrations().at(-1) ?? '' };
+  return { ...codeDigests(), schemaVersion: newestMigration() };
 }
 
 /**
