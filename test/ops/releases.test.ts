@@ -1,9 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { copyFileSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
-import { Redis } from 'ioredis';
 import type { Worker } from 'bullmq';
 import {
   DEFAULT_CANARY_THRESHOLDS,
@@ -15,11 +14,11 @@ import {
   type ExecutionJob,
 } from '@gatehouse/contracts';
 import { knownMigrations, registerRelease, releaseForced, releaseWritesEnabled, routeRelease } from '@gatehouse/ledger';
-import { createLogger, createWorker, PostgresGate, QueueRegistry } from '@gatehouse/platform';
+import { createLogger, createWorker, PostgresGate } from '@gatehouse/platform';
 import { evaluateAction, loadActiveBundles } from '@gatehouse/policy';
 import { findTool } from '@gatehouse/tools';
 import { createAction, seedFinishedRun } from '@gatehouse/testing';
-import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
+import { TEST_REDIS_URL } from '@gatehouse/test-harness';
 import {
   CanaryRefused,
   activateRelease,
@@ -38,7 +37,7 @@ import {
 import { tokenFor } from '@gatehouse/cli';
 import { approvalApi } from '../support/approval-api.ts';
 import { runCli, type CliRun } from '../support/cli-process.ts';
-import { useReleaseDirs, type ReleaseDirs } from '../support/release-dirs.ts';
+import { useReleaseSuite } from '../support/release-suite.ts';
 
 /**
  * Releases, canary and rollback (docs/product/releases.md): activation verifies digests and gates, a
@@ -47,35 +46,19 @@ import { useReleaseDirs, type ReleaseDirs } from '../support/release-dirs.ts';
  */
 const SECRET = 'local-auth-secret-change-me';
 const HMAC = 'test-audit-hmac-key-0123456789';
-let t: TestDatabase;
-let prefix: string;
-let redis: Redis;
-let queues: QueueRegistry;
-let dirs: ReleaseDirs;
+const t = useReleaseSuite();
 
 beforeAll(async () => {
-  t = await createTestDatabase();
-  prefix = testQueuePrefix();
-  redis = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: null });
-  queues = new QueueRegistry(redis, prefix);
-  dirs = useReleaseDirs();
   copyFileSync(
     resolve(repoRoot, 'packages/policy/test/fixtures/support-units-mistake.json'),
-    resolve(dirs.policyDir, 'support-units-mistake.json'),
+    resolve(t.dirs.policyDir, 'support-units-mistake.json'),
   );
-  dirs.writeRelease('rel-1');
-  dirs.writeRelease('rel-2', (m) => (m.description = 'candidate'));
-  dirs.writeRelease('rel-3', (m) => (m.payloadVersion = 2));
-  dirs.writeRelease('rel-bad', (m) => ((m.policy as Record<string, string>).support = 'support-units-mistake'));
-  dirs.writeRelease('rel-tampered', (m) => ((m.toolCatalog as Record<string, string>).support = '0'.repeat(64)));
-  dirs.writeRelease('rel-old-schema', (m) => (m.schemaVersion = '20261130000100-CreateLedger'));
-});
-afterAll(async () => {
-  dirs?.restore();
-  await queues?.close();
-  redis?.disconnect();
-  await dropQueuePrefix(TEST_REDIS_URL, prefix);
-  await t?.drop();
+  t.dirs.writeRelease('rel-1');
+  t.dirs.writeRelease('rel-2', (m) => (m.description = 'candidate'));
+  t.dirs.writeRelease('rel-3', (m) => (m.payloadVersion = 2));
+  t.dirs.writeRelease('rel-bad', (m) => ((m.policy as Record<string, string>).support = 'support-units-mistake'));
+  t.dirs.writeRelease('rel-tampered', (m) => ((m.toolCatalog as Record<string, string>).support = '0'.repeat(64)));
+  t.dirs.writeRelease('rel-old-schema', (m) => (m.schemaVersion = '20261130000100-CreateLedger'));
 });
 
 const op = { operator: 'ops-gus', hmacKey: HMAC };
@@ -100,7 +83,7 @@ async function enqueueAll(release: string, workflowId: string): Promise<void> {
   for (const { base, payload } of jobsFor(release, workflowId)) {
     const contract = queueContracts[base];
     const parsed = contract.schema.parse(payload);
-    await queues.get(queueName(base, release)).add(contract.jobName, parsed as never, { jobId: contract.jobId(parsed as never) });
+    await t.queues.get(queueName(base, release)).add(contract.jobName, parsed as never, { jobId: contract.jobId(parsed as never) });
   }
 }
 
@@ -190,7 +173,7 @@ describe('rollback rehearsal', () => {
       },
       {
         release: 'rel-1',
-        prefix,
+        prefix: t.prefix,
         redisUrl: TEST_REDIS_URL,
         log: createLogger('test'),
         gate: new PostgresGate(t.db, createLogger('test')),
@@ -198,7 +181,7 @@ describe('rollback rehearsal', () => {
     );
     try {
       const stray = executionsQueue.schema.parse(jobsFor('rel-2', wf2.workflowId)[3]!.payload) as ExecutionJob;
-      const q1 = queues.get(queueName('executions', 'rel-1'));
+      const q1 = t.queues.get(queueName('executions', 'rel-1'));
       await q1.add('execution', stray, { jobId: 'stray_rel2', attempts: 1 });
       // The worker has just started (connect, first fetch): give it a deadline, not 100 polls of 50 ms.
       for (const until = Date.now() + 60_000; (await q1.getJobState('stray_rel2')) !== 'failed' && Date.now() < until;)
@@ -208,7 +191,7 @@ describe('rollback rehearsal', () => {
       expect(handled).toBe(0);
 
       const steps: string[] = [];
-      const report = await rollbackRelease(t.db, queues, {
+      const report = await rollbackRelease(t.db, t.queues, {
         to: 'rel-1',
         reason: 'canary denials doubled',
         onStep: (l) => steps.push(l),
@@ -230,21 +213,21 @@ describe('rollback rehearsal', () => {
       expect(await enableWrites(t.db, 'rel-1', 'ops-gus', HMAC)).toMatchObject({ id: 'rel-1', forcedPast: [] });
       expect(await releaseWritesEnabled(t.db, 'rel-1')).toBe(true);
       expect(await releaseWritesEnabled(t.db, 'rel-2')).toBe(false);
-      expect(await queues.get(queueName('turns', 'rel-2')).isPaused()).toBe(true);
+      expect(await t.queues.get(queueName('turns', 'rel-2')).isPaused()).toBe(true);
       const approval = await t.db.selectFrom('approvals').select('expires_at').where('id', '=', wf2.approvalId!).executeTakeFirstOrThrow();
       expect(new Date(approval.expires_at).getTime()).toBeLessThanOrEqual(Date.now());
       expect(await routeRelease(t.db, { id: 'rep-ana', tenant: 'quillfeather' }, 'rel-1')).toBe('rel-1');
       // Rollback moves nothing by itself.
-      expect(await queuedJobs(queues, 'rel-2')).toHaveLength(6);
+      expect(await queuedJobs(t.queues, 'rel-2')).toHaveLength(6);
       expect(handled).toBe(0);
 
-      const moved = await requeueRelease(t.db, queues, 'rel-2', 'rel-1', op);
+      const moved = await requeueRelease(t.db, t.queues, 'rel-2', 'rel-1', op);
       expect(moved).toEqual({ moved: 6, refused: 0, pausedWorkflows: 0 });
-      expect(await queuedJobs(queues, 'rel-2')).toHaveLength(0);
+      expect(await queuedJobs(t.queues, 'rel-2')).toHaveLength(0);
       const wf = await t.db.selectFrom('workflows').select('release_id').where('id', '=', wf2.workflowId).executeTakeFirstOrThrow();
       expect(wf.release_id).toBe('rel-1');
       for (const base of ['turns', 'proposals', 'approval-requests', 'results'] as const) {
-        const jobs = await queues.get(queueName(base, 'rel-1')).getJobs(['waiting', 'paused', 'delayed', 'prioritized']);
+        const jobs = await t.queues.get(queueName(base, 'rel-1')).getJobs(['waiting', 'paused', 'delayed', 'prioritized']);
         expect(jobs.map((j) => (j.data as { release: string }).release)).toEqual(['rel-1']);
       }
       // The moved execution job ran on rel-1's worker at once, and its workflow was already on rel-1
@@ -267,11 +250,11 @@ describe('rollback rehearsal', () => {
       release: 'rel-3',
     });
     await enqueueAll('rel-3', wf3.workflowId);
-    await rollbackRelease(t.db, queues, { to: 'rel-1', reason: 'payload version 2 rejected', ...op });
-    await expect(requeueRelease(t.db, queues, 'rel-3', 'rel-1', op)).rejects.toBeInstanceOf(RequeueRefused);
-    expect(await queuedJobs(queues, 'rel-3')).toHaveLength(6);
-    expect(await quarantineRelease(t.db, queues, 'rel-3', op)).toBe(6);
-    expect(await queuedJobs(queues, 'rel-3')).toHaveLength(0);
+    await rollbackRelease(t.db, t.queues, { to: 'rel-1', reason: 'payload version 2 rejected', ...op });
+    await expect(requeueRelease(t.db, t.queues, 'rel-3', 'rel-1', op)).rejects.toBeInstanceOf(RequeueRefused);
+    expect(await queuedJobs(t.queues, 'rel-3')).toHaveLength(6);
+    expect(await quarantineRelease(t.db, t.queues, 'rel-3', op)).toBe(6);
+    expect(await queuedJobs(t.queues, 'rel-3')).toHaveLength(0);
     const kept = await t.db.selectFrom('quarantined_jobs').selectAll().where('release_id', '=', 'rel-3').execute();
     expect(kept.map((k) => k.queue).sort()).toEqual(
       Object.keys(queueContracts)
@@ -295,7 +278,7 @@ describe('rollback as a runbook (docs/runbooks/rollback.md)', () => {
     const before = await t.db.selectFrom('releases').select(['id', 'status', 'writes_enabled']).orderBy('id').execute();
     const events = (await t.db.selectFrom('audit_outbox').select('id').execute()).length;
     for (const reason of ['', '   ', 'x'.repeat(501), 'bad\u0000reason'])
-      await expect(rollbackRelease(t.db, queues, { to: 'rel-1', reason, ...op })).rejects.toThrow(/reason/);
+      await expect(rollbackRelease(t.db, t.queues, { to: 'rel-1', reason, ...op })).rejects.toThrow(/reason/);
     expect(await t.db.selectFrom('releases').select(['id', 'status', 'writes_enabled']).orderBy('id').execute()).toEqual(before);
     expect((await t.db.selectFrom('audit_outbox').select('id').execute()).length).toBe(events);
   });
@@ -303,9 +286,9 @@ describe('rollback as a runbook (docs/runbooks/rollback.md)', () => {
   it('a restored release that fails its safety cases keeps writes off: enable-writes refuses it', async () => {
     // rel-bad (units mistake) was registered by the forced activation above; a rollback to a
     // never-forced copy of it restores a bundle that fails its gate.
-    dirs.writeRelease('rel-bad-unforced', (m) => ((m.policy as Record<string, string>).support = 'support-units-mistake'));
+    t.dirs.writeRelease('rel-bad-unforced', (m) => ((m.policy as Record<string, string>).support = 'support-units-mistake'));
     const steps: string[] = [];
-    const r = await rollbackRelease(t.db, queues, { to: 'rel-bad-unforced', reason: 'drill', onStep: (l) => steps.push(l), ...op });
+    const r = await rollbackRelease(t.db, t.queues, { to: 'rel-bad-unforced', reason: 'drill', onStep: (l) => steps.push(l), ...op });
     expect(r.safety.join('\n')).toContain('R7 just above auto limit');
     expect(steps[5]).toMatch(/FAIL — writes stay off/);
     expect(await releaseWritesEnabled(t.db, 'rel-bad-unforced')).toBe(false);
@@ -314,11 +297,11 @@ describe('rollback as a runbook (docs/runbooks/rollback.md)', () => {
     expect((refused as ActivationRefused).problems.join('\n')).toContain('R7 just above auto limit');
     expect(await releaseWritesEnabled(t.db, 'rel-bad-unforced')).toBe(false);
     // Back to rel-1 with writes on for the rest of the suite.
-    await rollbackRelease(t.db, queues, { to: 'rel-1', reason: 'restore the corrected bundle', ...op });
+    await rollbackRelease(t.db, t.queues, { to: 'rel-1', reason: 'restore the corrected bundle', ...op });
     await enableWrites(t.db, 'rel-1', 'ops-gus', HMAC);
     expect(await releaseWritesEnabled(t.db, 'rel-1')).toBe(true);
     // A drain by the rollback away from rel-1 does not outlive the rollback back to it.
-    expect(await queues.get(queueName('turns', 'rel-1')).isPaused()).toBe(false);
+    expect(await t.queues.get(queueName('turns', 'rel-1')).isPaused()).toBe(false);
   });
 });
 
@@ -341,7 +324,7 @@ describe('ops commands need an operator token', () => {
     return runCli(args, {
       DATABASE_URL: t.url,
       REDIS_URL: TEST_REDIS_URL,
-      QUEUE_PREFIX: prefix,
+      QUEUE_PREFIX: t.prefix,
       GATEHOUSE_AUDIT_HMAC_KEY: HMAC,
       STAGING_URL: 'http://127.0.0.1:9',
       GATEHOUSE_TOKEN: token ?? '',
@@ -390,7 +373,7 @@ describe('ops commands need an operator token', () => {
       );
       expect(await t.db.selectFrom('tool_switches').selectAll().execute()).toEqual([]);
       expect(await t.db.selectFrom('credential_epochs').select('epoch').executeTakeFirstOrThrow()).toEqual(epochBefore);
-      expect(await queues.get(queueName('turns', 'rel-1')).isPaused()).toBe(false);
+      expect(await t.queues.get(queueName('turns', 'rel-1')).isPaused()).toBe(false);
     },
   );
 
@@ -513,9 +496,9 @@ describe('schema changes stay backward compatible until acceptance', () => {
 
 describe('operator typos are refused, not reported as done', () => {
   it('drain and quarantine of a release that is not registered are refused; a missing manifest is named', async () => {
-    await expect(drainRelease(t.db, queues, 'rel-9', op)).rejects.toThrow('release rel-9 is not registered');
-    await expect(quarantineRelease(t.db, queues, 'rel-9', op)).rejects.toThrow('release rel-9 is not registered');
-    expect(await queues.get(queueName('turns', 'rel-9')).isPaused()).toBe(false);
+    await expect(drainRelease(t.db, t.queues, 'rel-9', op)).rejects.toThrow('release rel-9 is not registered');
+    await expect(quarantineRelease(t.db, t.queues, 'rel-9', op)).rejects.toThrow('release rel-9 is not registered');
+    expect(await t.queues.get(queueName('turns', 'rel-9')).isPaused()).toBe(false);
     expect(() => loadReleaseManifest('rel-9')).toThrow(/no release manifest rel-9 \(looked for .*rel-9\.json\)/);
   });
 });

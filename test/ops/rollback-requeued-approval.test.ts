@@ -1,14 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_CANARY_THRESHOLDS, approvalRequestsQueue, queueName, reconcileQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
 import type { OutboxRelay } from '@gatehouse/platform';
-import { QueueRegistry } from '@gatehouse/platform';
 import { loadActiveBundles } from '@gatehouse/policy';
 import { createAction, seedFinishedRun } from '@gatehouse/testing';
-import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import { activateRelease, enableWrites, quarantineRelease, requeueRelease, rollbackRelease } from '@gatehouse/operations';
 import { approvalApi } from '../support/approval-api.ts';
-import { useReleaseDirs, type ReleaseDirs } from '../support/release-dirs.ts';
+import { useReleaseSuite } from '../support/release-suite.ts';
 import { processApprovalRequest, sweepExpiredApprovals } from '@gatehouse/approval';
 
 // docs/product/releases.md: after a rollback to F, `queues requeue --from C --to F` moves C's
@@ -19,20 +16,11 @@ import { processApprovalRequest, sweepExpiredApprovals } from '@gatehouse/approv
 const HMAC = 'test-audit-hmac-key-0123456789';
 const op = { operator: 'ops-gus', hmacKey: HMAC };
 const noRelay = { publish: async () => {} } as unknown as OutboxRelay;
-let t: TestDatabase;
-let prefix: string;
-let redis: Redis;
-let queues: QueueRegistry;
-let dirs: ReleaseDirs;
+const t = useReleaseSuite();
 
 beforeAll(async () => {
-  t = await createTestDatabase();
-  prefix = testQueuePrefix();
-  redis = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: null });
-  queues = new QueueRegistry(redis, prefix);
-  dirs = useReleaseDirs();
-  dirs.writeRelease('rel-1');
-  dirs.writeRelease('rel-2', (m) => (m.description = 'candidate'));
+  t.dirs.writeRelease('rel-1');
+  t.dirs.writeRelease('rel-2', (m) => (m.description = 'candidate'));
   await activateRelease(t.db, 'rel-1', op);
   await activateRelease(t.db, 'rel-2', { ...op, cohort: { tenants: [], users: ['rep-ana'] } });
   for (let i = 0; i < DEFAULT_CANARY_THRESHOLDS.minRuns; i++) {
@@ -40,13 +28,6 @@ beforeAll(async () => {
     await seedFinishedRun(t.db, { release: 'rel-2' });
   }
   await enableWrites(t.db, 'rel-2', 'ops-gus', HMAC);
-});
-afterAll(async () => {
-  dirs?.restore();
-  await queues?.close();
-  redis?.disconnect();
-  await dropQueuePrefix(TEST_REDIS_URL, prefix);
-  await t?.drop();
 });
 
 /** A rel-2 refund of `cents` waiting for approval on O-1002, with its approval request queued on rel-2 when `queued`. */
@@ -77,14 +58,14 @@ async function outboxReleases(base: string, workflowId: string): Promise<string[
 describe('after rollback and requeue, the approval service works on the former release', () => {
   it('an approval opened for a requeued run carries rel-1, and granting it queues the execution on rel-1', async () => {
     const a = await candidateRefund(12000);
-    await queues.get(queueName('approval-requests', 'rel-2')).add(approvalRequestsQueue.jobName, a.job as never, {
+    await t.queues.get(queueName('approval-requests', 'rel-2')).add(approvalRequestsQueue.jobName, a.job as never, {
       jobId: approvalRequestsQueue.jobId(a.job as never),
     });
-    expect((await rollbackRelease(t.db, queues, { to: 'rel-1', reason: 'canary denials doubled', ...op })).rolledBack).toEqual(['rel-2']);
+    expect((await rollbackRelease(t.db, t.queues, { to: 'rel-1', reason: 'canary denials doubled', ...op })).rolledBack).toEqual(['rel-2']);
     await enableWrites(t.db, 'rel-1', 'ops-gus', HMAC);
-    expect((await requeueRelease(t.db, queues, 'rel-2', 'rel-1', op)).moved).toBe(1);
+    expect((await requeueRelease(t.db, t.queues, 'rel-2', 'rel-1', op)).moved).toBe(1);
 
-    const [moved] = await queues.get(queueName('approval-requests', 'rel-1')).getJobs(['waiting', 'paused', 'delayed', 'prioritized']);
+    const [moved] = await t.queues.get(queueName('approval-requests', 'rel-1')).getJobs(['waiting', 'paused', 'delayed', 'prioritized']);
     const bundles = loadActiveBundles({ support: 'support-p1', change: 'change-c1' });
     expect(await processApprovalRequest(moved!.data as ApprovalRequestJob, { db: t.db, bundles })).toBe('opened');
     const approval = await t.db.selectFrom('approvals').selectAll().where('action_id', '=', a.actionId).executeTakeFirstOrThrow();
@@ -109,7 +90,7 @@ describe('after rollback and requeue, the approval service works on the former r
   }, 60_000);
 
   it("the candidate's scheduled reconcile job is neither requeued nor quarantined, and neither command fails on it", async () => {
-    const reconcile = queues.get(queueName(reconcileQueue.base, 'rel-2'));
+    const reconcile = t.queues.get(queueName(reconcileQueue.base, 'rel-2'));
     await reconcile.upsertJobScheduler(
       'reconcile-every',
       { every: 60_000 },
@@ -118,11 +99,11 @@ describe('after rollback and requeue, the approval service works on the former r
     const scheduled = async () => (await reconcile.getJobs(['delayed', 'waiting', 'paused'])).filter((j) => j.repeatJobKey).length;
     expect(await scheduled()).toBe(1);
     const a = await candidateRefund(14000);
-    await queues.get(queueName('approval-requests', 'rel-2')).add(approvalRequestsQueue.jobName, a.job as never, {
+    await t.queues.get(queueName('approval-requests', 'rel-2')).add(approvalRequestsQueue.jobName, a.job as never, {
       jobId: approvalRequestsQueue.jobId(a.job as never),
     });
-    expect(await requeueRelease(t.db, queues, 'rel-2', 'rel-1', op)).toMatchObject({ moved: 1, refused: 0 });
-    expect(await quarantineRelease(t.db, queues, 'rel-2', op)).toBe(0);
+    expect(await requeueRelease(t.db, t.queues, 'rel-2', 'rel-1', op)).toMatchObject({ moved: 1, refused: 0 });
+    expect(await quarantineRelease(t.db, t.queues, 'rel-2', op)).toBe(0);
     expect(await scheduled()).toBe(1);
     await reconcile.removeJobScheduler('reconcile-every');
   }, 60_000);

@@ -1,0 +1,51 @@
+import { afterAll, beforeAll } from 'vitest';
+import { Redis } from 'ioredis';
+import type { Db } from '@gatehouse/ledger';
+import { QueueRegistry } from '@gatehouse/platform';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
+import { useReleaseDirs, type ReleaseDirs } from './release-dirs.ts';
+
+/** What a release operations test file works on, see {@link useReleaseSuite}. Set in its `beforeAll`. */
+export interface ReleaseSuite {
+  /** The file's own migrated test database. */
+  db: Db;
+  /** That database's URL (for the CLI run as a process). */
+  url: string;
+  /** The file's own BullMQ key prefix. */
+  prefix: string;
+  /** Queues under `prefix`, on one Redis connection. */
+  queues: QueueRegistry;
+  /** The file's own releases and policy folders ({@link useReleaseDirs}), with no release written yet. */
+  dirs: ReleaseDirs;
+}
+
+/**
+ * Registers the `beforeAll` and `afterAll` of a test file that activates, rolls back, drains and
+ * requeues releases: a fresh test database, a BullMQ queue prefix with a Redis connection and
+ * its queue registry, and the file's own releases and policy folders. `afterAll` puts the
+ * folders back, closes the queues and the connection, drops the prefix's keys and the database.
+ * The returned object is filled when the `beforeAll` has run; the file's own `beforeAll`, if
+ * registered after this call, runs after it (writes its releases, activates them).
+ */
+export function useReleaseSuite(): ReleaseSuite {
+  const suite = {} as ReleaseSuite;
+  let t: TestDatabase | undefined;
+  let redis: Redis | undefined;
+  beforeAll(async () => {
+    t = await createTestDatabase();
+    suite.db = t.db;
+    suite.url = t.url;
+    suite.prefix = testQueuePrefix();
+    redis = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: null });
+    suite.queues = new QueueRegistry(redis, suite.prefix);
+    suite.dirs = useReleaseDirs();
+  });
+  afterAll(async () => {
+    suite.dirs?.restore();
+    await suite.queues?.close();
+    redis?.disconnect();
+    if (suite.prefix) await dropQueuePrefix(TEST_REDIS_URL, suite.prefix);
+    await t?.drop();
+  });
+  return suite;
+}
