@@ -1,7 +1,9 @@
 import { ConflictError, loadReleaseManifest } from '@gatehouse/contracts';
-import { inTransaction, recordAudit, schemaProblems, type Db } from '@gatehouse/ledger';
+import { inTransaction, isConnectionFault, knownMigrations, recordAudit, schemaProblems, type Db } from '@gatehouse/ledger';
 import { releaseDigestProblems } from '@gatehouse/tools';
+import type { ReadyCheck } from './http.ts';
 import type { Logger } from './logger.ts';
+import type { PostgresState } from './postgres-gate.ts';
 import { within } from './timeout.ts';
 
 /** A service's code differs from its release manifest; it must not boot (ADR 0220). ConflictError `release_digest_mismatch`. */
@@ -52,4 +54,60 @@ export async function assertReleaseMatchesCode(service: string, release: string,
     log.warn({ err: (err as Error).message }, 'could not record the refused boot in the audit outbox'),
   );
   throw new ReleaseMismatch(service, release, problems);
+}
+
+/** How long `/readyz` reuses one answer of the schema check (ms): see {@link schemaReadyCheck}. */
+export const SCHEMA_CHECK_TTL_MS = 5000;
+
+/** Options of {@link schemaReadyCheck}; durations in milliseconds. */
+export interface SchemaReadyCheckOptions {
+  /** How long one answer is reused (default {@link SCHEMA_CHECK_TTL_MS}). */
+  ttlMs?: number;
+  /** How long the query may take before this probe counts it as unknown (default 1500: within the readiness timeout). */
+  timeoutMs?: number;
+  /** The Postgres gate's state: while it says down the query is not sent (the `postgres` check reports the outage). */
+  postgres?: { readonly state: PostgresState };
+}
+
+/**
+ * The `schema` readiness check: the database holds every migration of this code (the boot check
+ * of {@link assertReleaseMatchesCode}, kept true while the service runs). A `gatehouse migrate
+ * down` under running services makes their `/readyz` answer 503 naming the migration not applied
+ * and `gatehouse migrate up`, instead of staying ready while statements fail on what it removed.
+ *
+ * Cheap by caching, not by a weaker signal: readiness is polled every few seconds by every
+ * orchestrator and load balancer, so one answer of {@link schemaProblems} (one indexed read of
+ * Kysely's small migration table) is reused for `ttlMs` (default 5 s), and concurrent probes share
+ * the query in flight — at most one query per service process per 5 s, however often it is polled.
+ * The cost is that a rollback shows up to `ttlMs` late; a probe period is already that coarse.
+ * The applied migrations themselves are the signal (not, say, the release row), because a
+ * `migrate down` changes nothing else.
+ *
+ * A database that does not answer (the gate says down, a connection fault, or no answer within
+ * `timeoutMs`) leaves this check passing and nothing cached: the outage is the `postgres` check's
+ * to report, once. Any other error (e.g. no migration table) fails the check with its message.
+ */
+export function schemaReadyCheck(db: Db, opts: SchemaReadyCheckOptions = {}): ReadyCheck {
+  const ttlMs = opts.ttlMs ?? SCHEMA_CHECK_TTL_MS;
+  const timeoutMs = opts.timeoutMs ?? 1500;
+  const newest = knownMigrations().at(-1) ?? '';
+  let cached: { at: number; problems: string[] } | undefined;
+  let inFlight: Promise<void> | undefined;
+  const refresh = async (): Promise<void> => {
+    try {
+      cached = { at: Date.now(), problems: await within(schemaProblems(db, newest), timeoutMs) };
+    } catch (err) {
+      cached = undefined;
+      const unknown = isConnectionFault(err) || (err instanceof Error && err.message.startsWith('timed out after'));
+      if (!unknown) throw err;
+    }
+  };
+  return async () => {
+    if (opts.postgres && !opts.postgres.state.up) return;
+    if (!cached || Date.now() - cached.at >= ttlMs) {
+      inFlight ??= refresh().finally(() => (inFlight = undefined));
+      await inFlight;
+    }
+    if (cached?.problems.length) throw new Error(`database schema is not this code's: ${cached.problems.join('; ')}`);
+  };
 }

@@ -8,6 +8,7 @@ import { createRedis, QueueRegistry, readQueueDepth } from './queues.ts';
 import { OutboxRelay } from './outbox-relay.ts';
 import { PostgresGate } from './postgres-gate.ts';
 import { DrainGate } from './drain-gate.ts';
+import { schemaReadyCheck } from './release-check.ts';
 import { dependencyRoutes, observeDependencyErrors, observeQueueDepth, recordDependencyError, startTelemetry } from '@gatehouse/telemetry';
 
 /** The model-stub's Responses API on its default port, and the real API: the agent loop's defaults. */
@@ -27,7 +28,10 @@ export interface ServiceContext<E> {
   gate: PostgresGate;
   /** Whether the ledger marks this release draining; pass to every worker (holds them while it does). */
   drain: DrainGate;
-  /** Readiness checks for `/readyz`: Postgres and Redis answer. */
+  /**
+   * Readiness checks for `/readyz`: Postgres and Redis answer, and the database holds every
+   * migration of this code (`schema`, answered from a 5 s cache: {@link schemaReadyCheck}).
+   */
   readyChecks: Record<string, () => Promise<void>>;
   /** Closes workers, relay, queues, Redis and the pool (in that order). */
   close: (workers?: Worker[]) => Promise<void>;
@@ -76,6 +80,7 @@ export function createServiceContext<S extends ZodRawShape>(
     drain,
     readyChecks: {
       postgres: gate.readyCheck,
+      schema: schemaReadyCheck(db, { postgres: gate }),
       redis: async () => {
         // Commands queue while the connection is down (they are retried, never dropped): say so at once.
         if (redis.status !== 'ready') throw new Error(`redis connection is ${redis.status}`);
