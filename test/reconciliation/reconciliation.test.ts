@@ -270,6 +270,12 @@ describe('reconciliation', () => {
     });
     expect((await decideAs('ops-gus', approvalId, 'approve')).status).toBe(403); // the requester
     expect((await decideAs('lead-dee', approvalId, 'approve')).body).toMatchObject({ error: { reason: 'wrong_region' } });
+    // Run again while the approval is pending: nothing done, and the exit code says so (as `change cancel`).
+    const pending = await asUser(['reconcile', 'resolve', over.id, '--reverse']);
+    expect(pending.code, pending.out).toBe(1);
+    expect(pending.out).toContain(`item ${over.id}: refused — approval ${approvalId} is still pending`);
+    expect(pending.out).toContain(`POST /v1/approvals/${approvalId}/decision`);
+    expect(await effectCalls()).toBe(calls);
     expect((await decideAs('lead-eli', approvalId, 'deny')).status).toBe(200);
     const after = await asUser(['reconcile', 'resolve', over.id, '--reverse']);
     expect(after.code).toBe(1);

@@ -132,6 +132,10 @@ export const COMMANDS: CommandSpec[] = [
     name: 'reconcile resolve',
     synopsis: '<item> --ratify|--reverse|--cancel-shipment|--adopt|--replay',
     summary: 'ask a lead to approve a remediation; once approved, run it once',
+    details: [
+      'Exit 1 when it did nothing: its approval is still pending (run it again once a lead approved),',
+      'another process is executing it, or it was refused or failed.',
+    ],
     options: ['ratify', 'reverse', 'cancel-shipment', 'adopt', 'replay'],
     ops: true,
   },

@@ -10,6 +10,7 @@ import {
   type RemediationOutcome,
   type WorklistItem,
 } from '@gatehouse/reconciliation';
+import { EXIT } from './commands.ts';
 
 /** What the reconcile commands need from the CLI: ledger, systems of record, secrets, output. */
 export interface ReconcileContext {
@@ -74,7 +75,7 @@ function formatOutcome(o: RemediationOutcome): string {
     case 'resolved':
       return `item ${o.itemId} resolved: ${o.resolution}`;
     case 'awaiting_approval':
-      return `item ${o.itemId}: approval ${o.approvalId} is still pending`;
+      return `item ${o.itemId}: refused — approval ${o.approvalId} is still pending; a lead must decide it (POST /v1/approvals/${o.approvalId}/decision), then run this command again`;
     case 'busy':
       return `item ${o.itemId}: another process is executing its remediation`;
     default:
@@ -129,7 +130,10 @@ export async function reconcileCommand(ctx: ReconcileContext): Promise<number> {
  * with a remediation flag, asks a lead for it (an approval request decided through the approval
  * API) — or, once the lead approved that same remediation, executes it exactly once; without a
  * flag, executes the remediation already requested. Prints what a lead must decide or the outcome.
- * Returns the exit code: 0 when requested, pending or resolved; 1 when refused or failed.
+ * Returns the exit code, as `change cancel` does (`EXIT` in commands.ts): 0 when requested,
+ * resolved, to be retried (same key) or left to the executor's reconcile job; 1 when nothing was
+ * done — its approval still pending, another process executing it, refused or failed — so a
+ * script can tell a run that did nothing.
  * @throws RemediationRefused when the item, class or state does not allow it.
  */
 export async function resolveCommand(ctx: ReconcileContext, itemId: string, remediation: Remediation | undefined): Promise<number> {
@@ -156,5 +160,5 @@ export async function resolveCommand(ctx: ReconcileContext, itemId: string, reme
   const o = await executeRemediation(deps(ctx, ctx.signingKey), item.id);
   if (o.state === 'resolved') await ctx.publish(o.rows);
   ctx.out(formatOutcome(o));
-  return o.state === 'refused' || o.state === 'failed' ? 1 : 0;
+  return o.state === 'resolved' || o.state === 'retry' ? EXIT.ok : EXIT.failed;
 }
