@@ -1,5 +1,5 @@
 import { ConflictError, loadReleaseManifest } from '@gatehouse/contracts';
-import { inTransaction, isConnectionFault, knownMigrations, recordAudit, schemaProblems, type Db } from '@gatehouse/ledger';
+import { inTransaction, isConnectionFault, newestMigration, recordAudit, schemaProblems, type Db } from '@gatehouse/ledger';
 import { releaseDigestProblems } from '@gatehouse/tools';
 import type { ReadyCheck } from './http.ts';
 import type { Logger } from './logger.ts';
@@ -90,16 +90,20 @@ export interface SchemaReadyCheckOptions {
 export function schemaReadyCheck(db: Db, opts: SchemaReadyCheckOptions = {}): ReadyCheck {
   const ttlMs = opts.ttlMs ?? SCHEMA_CHECK_TTL_MS;
   const timeoutMs = opts.timeoutMs ?? 1500;
-  const newest = knownMigrations().at(-1) ?? '';
+  const newest = newestMigration();
   let cached: { at: number; problems: string[] } | undefined;
   let inFlight: Promise<void> | undefined;
   const refresh = async (): Promise<void> => {
+    cached = undefined;
+    let timer: NodeJS.Timeout | undefined;
+    const unanswered = new Promise<'unanswered'>((res) => (timer = setTimeout(() => res('unanswered'), timeoutMs)));
     try {
-      cached = { at: Date.now(), problems: await within(schemaProblems(db, newest), timeoutMs) };
+      const problems = await Promise.race([schemaProblems(db, newest), unanswered]);
+      if (problems !== 'unanswered') cached = { at: Date.now(), problems };
     } catch (err) {
-      cached = undefined;
-      const unknown = isConnectionFault(err) || (err instanceof Error && err.message.startsWith('timed out after'));
-      if (!unknown) throw err;
+      if (!isConnectionFault(err)) throw err;
+    } finally {
+      clearTimeout(timer);
     }
   };
   return async () => {
