@@ -197,7 +197,10 @@ export interface paths {
     };
     get?: never;
     put?: never;
-    /** The requester's follow-up: unclaimed actions are superseded, the model gets another turn */
+    /**
+     * The requester's follow-up: unclaimed actions are superseded, the model gets another turn
+     * @description With an `Idempotency-Key` header (1–255 visible ASCII characters, e.g. a UUID), a retry of an accepted follow-up adds nothing and is answered 202 with `replayed: true`
+     */
     post: operations['addWorkflowMessage'];
     delete?: never;
     options?: never;
@@ -318,6 +321,8 @@ export interface components {
         tool: string;
         voidedApprovals: string[];
       }[];
+      /** @constant */
+      replayed?: true;
     };
   };
   responses: never;
@@ -542,7 +547,9 @@ export interface operations {
   addWorkflowMessage: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        'idempotency-key'?: string;
+      };
       path: {
         /** @description uuid; anything else answers 404 */
         id: string;
@@ -564,7 +571,7 @@ export interface operations {
           'application/json': components['schemas']['WorkflowMessageAccepted'];
         };
       };
-      /** @description body failed its schema */
+      /** @description invalid_body or invalid_idempotency_key */
       400: {
         headers: {
           [name: string]: unknown;
@@ -600,7 +607,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description workflow_not_running */
+      /** @description workflow_not_running, or idempotency_key_reused (the key came with another text) */
       409: {
         headers: {
           [name: string]: unknown;
