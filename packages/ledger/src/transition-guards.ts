@@ -164,10 +164,6 @@ const OUTCOME_OF: Partial<Record<ActionStatus, string[]>> = {
 /** A column of the `actions` row the guard is evaluated on (the row being updated or selected). */
 const row = (column: 'id' | 'operation_key' | 'digest') => sql.ref(`actions.${column}`);
 
-/** The action's operation (by its key) in one of `statuses`. */
-const operationOf = (statuses: readonly string[]) =>
-  sql<boolean>`exists (select 1 from operations o where o.key = ${row('operation_key')} and o.status = any(${[...statuses]}::text[]))`;
-
 /**
  * One action guard as an SQL boolean over the `actions` row it is evaluated on (the WHERE of an
  * `update actions`, or a `select … from actions`):
@@ -180,8 +176,16 @@ const operationOf = (statuses: readonly string[]) =>
  * - `operation_reset`: read-back proved nothing happened and the operation is `pending` again;
  * - `remediated`: a reconciliation item names the action's operation with a `reverse` remediation,
  *   or a change owner's cancel-before-start of it (`cancel_change`) succeeded at the change service.
+ *
+ * `operations` names the relation the guard reads the action's own operation from: the table, or
+ * the CTE of the statement that just wrote it and returns its new row (every column), when the
+ * action's move rides on that statement (docs/decisions/0530-action-moves-with-its-operation.md;
+ * the statement's snapshot would still show the table's old row).
  */
-export function actionGuardSql(guard: ActionGuard, to: ActionStatus): RawBuilder<boolean> {
+export function actionGuardSql(guard: ActionGuard, to: ActionStatus, operations = 'operations'): RawBuilder<boolean> {
+  const ops = sql.table(operations);
+  const operationOf = (statuses: readonly string[]) =>
+    sql<boolean>`exists (select 1 from ${ops} o where o.key = ${row('operation_key')} and o.status = any(${[...statuses]}::text[]))`;
   switch (guard) {
     case 'approval_granted':
     case 'approval_refused': {
@@ -189,14 +193,14 @@ export function actionGuardSql(guard: ActionGuard, to: ActionStatus): RawBuilder
       return sql<boolean>`exists (select 1 from approvals ap where ap.action_id = ${row('id')} and ap.status = any(${statuses}::text[]))`;
     }
     case 'unclaimed':
-      return sql<boolean>`not exists (select 1 from operations o where o.action_id = ${row('id')} and o.status <> 'pending')`;
+      return sql<boolean>`not exists (select 1 from ${ops} o where o.action_id = ${row('id')} and o.status <> 'pending')`;
     case 'lease_granted':
       return operationOf(['running']);
     case 'operation_reset':
       return operationOf(['pending']);
     case 'outcome_recorded': {
       const conflict = to === 'failed' ? sql`or o.action_digest <> ${row('digest')}` : sql``;
-      return sql<boolean>`exists (select 1 from operations o where o.key = ${row('operation_key')}
+      return sql<boolean>`exists (select 1 from ${ops} o where o.key = ${row('operation_key')}
         and (o.status = any(${OUTCOME_OF[to] ?? []}::text[]) ${conflict}))`;
     }
     case 'remediated':

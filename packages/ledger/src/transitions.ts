@@ -1,5 +1,5 @@
 import { ConflictError, type AuditEventInput, testFaults } from '@gatehouse/contracts';
-import { sql, type ExpressionBuilder } from 'kysely';
+import { sql, type ExpressionBuilder, type QueryCreator } from 'kysely';
 import { recordAudit } from './audit.ts';
 import type { Trx } from './db.ts';
 import type { ActionStatus, DB, WorkflowState } from './schema.ts';
@@ -323,9 +323,9 @@ export async function transitionAction(trx: Trx, actionId: string, input: Action
   const again = () => transitionAction(trx, actionId, { ...input, lockedFrom: undefined });
   if (!from) return null;
   if (input.onlyFrom && !input.onlyFrom.includes(from)) return input.lockedFrom ? again() : null;
+  const row = actionTableRow(from, input.to);
   // A repeat (redelivery, settle of a settled step) writes nothing — so a held status is read again first.
-  if (from === input.to && from !== 'running') return input.lockedFrom ? again() : from;
-  const row = tableDisabled() ? null : ACTION_TRANSITIONS.find((t) => t.from === from && t.to === input.to);
+  if (row === 'repeat') return input.lockedFrom ? again() : from;
   if (row === undefined) return input.lockedFrom ? again() : Promise.reject(new IllegalTransition('action', actionId, from, input.to));
   const moved = await trx
     .updateTable('actions')
@@ -338,4 +338,37 @@ export async function transitionAction(trx: Trx, actionId: string, input: Action
   if (moved) return from;
   if (input.lockedFrom) return again();
   throw new IllegalTransition('action', actionId, from, input.to, row ? [row.guard] : []);
+}
+
+/**
+ * The row of {@link ACTION_TRANSITIONS} for `from → to`: `repeat` when the move writes nothing
+ * (the status again, except `running`, which a new lease writes), null with the table switched
+ * off in a test (any move, no guard), undefined when the move is illegal.
+ */
+function actionTableRow(from: ActionStatus, to: ActionStatus): ActionTransition | 'repeat' | null | undefined {
+  if (from === to && from !== 'running') return 'repeat';
+  if (tableDisabled()) return null;
+  return ACTION_TRANSITIONS.find((t) => t.from === from && t.to === to);
+}
+
+/**
+ * The action transition `from → to` as an `update actions … returning id` that rides, as a
+ * data-modifying CTE, on the statement of the operation change it follows: one round trip for
+ * both (docs/decisions/0530-action-moves-with-its-operation.md). Its guard ({@link actionGuardSql})
+ * reads the operation's new row from `operations`, the CTE of that statement returning every
+ * column, since the statement's snapshot still shows the table's old row. Returns null when the
+ * move cannot ride — a repeat, which writes nothing, or a move outside {@link ACTION_TRANSITIONS}.
+ * The caller then calls {@link transitionAction}, as it does when the CTE moved no row (the status
+ * was not `from` after all): that repeats, reads again under the lock or throws, as always.
+ */
+export function actionTransitionRiding(db: QueryCreator<DB>, actionId: string, from: ActionStatus, to: ActionStatus, operations: string) {
+  const row = actionTableRow(from, to);
+  if (row === 'repeat' || row === undefined) return null;
+  return db
+    .updateTable('actions')
+    .set({ status: to, updated_at: new Date() })
+    .where('id', '=', actionId)
+    .where('status', '=', from)
+    .where(row ? actionGuardSql(row.guard, to, operations) : sql<boolean>`true`)
+    .returning('id');
 }

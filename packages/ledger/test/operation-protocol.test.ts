@@ -12,6 +12,7 @@ import {
   recordOutcome,
   reserveOperation,
   resetToPending,
+  IllegalTransition,
 } from '../src/index.ts';
 
 // The operation protocol (docs/decisions/0270-one-operation-protocol.md), against a real ledger:
@@ -123,5 +124,36 @@ describe('operation protocol', () => {
       .execute();
     expect(await inTransaction(tdb.db, (trx) => raiseFence(trx, a.operationKey))).toBe(g.fencingToken + 1);
     expect(await markDispatched(tdb.db, a.operationKey, g.fencingToken)).toBe(false);
+  });
+
+  // ADR 0530: the action's move rides on the operation's own statement when its status is known;
+  // a status that turns out stale falls back to the transition read under the lock, which moves
+  // it or refuses the move, as before.
+  it('moves the action with the grant and the record, and falls back to the table when the status it was given is stale', async () => {
+    const a = await createAction(tdb.db, { orderId: 'O-P7' });
+    const grant = (actionStatus: 'approved' | 'running') =>
+      inTransaction(tdb.db, async (trx) => {
+        const locked = await lockActionAndReserve(trx, a.actionId);
+        return grantLease(trx, locked!.op!, { owner: 'test', leaseMs: 60_000, baseline: null, actionStatus, workflow: { nextStep: null } });
+      });
+    expect((await grant('approved')).fencingToken).toBe(1);
+    expect(await actionStatus(a.actionId)).toBe('running');
+    await tdb.db
+      .updateTable('operations')
+      .set({ lease_expires_at: new Date(0) })
+      .where('key', '=', a.operationKey)
+      .execute();
+    // told `approved`, but the action is `running` (a reclaim): the transition reads it again
+    const g2 = await grant('approved');
+    expect(g2.fencingToken).toBe(2);
+    expect(await actionStatus(a.actionId)).toBe('running');
+    // an action that is not `running` under a running operation: the record's move does not ride,
+    // and the table refuses approved → succeeded (nothing of the record is kept)
+    await tdb.db.updateTable('actions').set({ status: 'approved' }).where('id', '=', a.actionId).execute();
+    const outcome = { actionId: a.actionId, key: a.operationKey, fencingToken: g2.fencingToken, status: 'succeeded' as const };
+    const record = inTransaction(tdb.db, (trx) => recordOutcome(trx, { ...outcome, result: null, evidenceRef: null, error: null }));
+    await expect(record).rejects.toBeInstanceOf(IllegalTransition);
+    expect((await op(a.operationKey)).status).toBe('running');
+    expect(await actionStatus(a.actionId)).toBe('approved');
   });
 });

@@ -1,9 +1,9 @@
-import { sql, type Selectable, type Updateable } from 'kysely';
+import { sql, type QueryCreator, type Selectable, type Updateable } from 'kysely';
 import type { Db, Trx } from '../db.ts';
-import type { ActionsTable, ActionStatus, OperationsTable } from '../schema.ts';
+import type { ActionsTable, ActionStatus, DB, OperationsTable } from '../schema.ts';
 import { reviveJsonRow } from '../json-row.ts';
 import { withAuditEvent, type AuditEventDraft } from '../audit.ts';
-import { transitionAction, transitionWorkflow, type WorkflowTransitionInput } from '../transitions.ts';
+import { actionTransitionRiding, transitionAction, transitionWorkflow, type WorkflowTransitionInput } from '../transitions.ts';
 
 /**
  * The operation protocol (docs/product/design.md#correctness-rules, docs/decisions/0270-one-operation-protocol.md):
@@ -130,29 +130,44 @@ export interface LeaseGrant {
  * Grants the lease on `op` with one conditional UPDATE that holds only while the fencing token is
  * still the one read under the lock: the token is incremented (a former holder's writes are then
  * refused), the `running` mark, owner, expiry and attempt written; then the action moves to
- * `running` and its workflow to `executing` (packages/ledger/src/transitions.ts). The caller
- * commits this before any effect (write-ahead). `grant.audit` rides on the UPDATE: it is written
+ * `running` and its workflow to `executing` (packages/ledger/src/transitions.ts); with
+ * `grant.actionStatus` the action's move rides on the same UPDATE (docs/decisions/0530-action-moves-with-its-operation.md).
+ * The caller commits this before any effect (write-ahead). `grant.audit` rides on the UPDATE: it is written
  * exactly when the lease is (an UPDATE that matches no row throws, and the transaction rolls back).
  * @throws when the token moved (the caller holds the row lock, so it cannot).
  */
 export async function grantLease(trx: Trx, op: Operation, grant: LeaseGrant): Promise<{ fencingToken: number; baseline: unknown }> {
-  const granted = await (grant.audit ? withAuditEvent(trx, grant.audit) : trx)
-    .updateTable('operations')
-    .set({
-      status: 'running',
-      fencing_token: sql`fencing_token + 1`,
-      lease_owner: grant.owner,
-      lease_expires_at: new Date(Date.now() + grant.leaseMs),
-      attempts: sql`attempts + 1`,
-      ...(grant.baseline !== undefined ? { baseline: JSON.stringify(op.baseline ?? grant.baseline) } : {}),
-      ...(grant.dispatchNow ? { dispatched_at: new Date() } : {}),
-      updated_at: new Date(),
-    })
-    .where('key', '=', op.key)
-    .where('fencing_token', '=', op.fencing_token)
-    .returning(['fencing_token', 'baseline'])
-    .executeTakeFirstOrThrow();
-  await transitionAction(trx, op.action_id, { to: 'running', ...(grant.actionStatus ? { lockedFrom: grant.actionStatus } : {}) });
+  const withGrant = (grant.audit ? withAuditEvent(trx, grant.audit) : trx).with('granted', (db) =>
+    db
+      .updateTable('operations')
+      .set({
+        status: 'running',
+        fencing_token: sql`fencing_token + 1`,
+        lease_owner: grant.owner,
+        lease_expires_at: new Date(Date.now() + grant.leaseMs),
+        attempts: sql`attempts + 1`,
+        ...(grant.baseline !== undefined ? { baseline: JSON.stringify(op.baseline ?? grant.baseline) } : {}),
+        ...(grant.dispatchNow ? { dispatched_at: new Date() } : {}),
+        updated_at: new Date(),
+      })
+      .where('key', '=', op.key)
+      .where('fencing_token', '=', op.fencing_token)
+      .returningAll(),
+  );
+  // The action's move to `running` rides on the same statement when its status is known (ADR 0530).
+  const from = grant.actionStatus;
+  const rides = from !== undefined && actionTransitionRiding(trx, op.action_id, from, 'running', 'granted') !== null;
+  const granted = await (
+    rides
+      ? withGrant
+          .with('action_moved', (db) =>
+            actionTransitionRiding(db as unknown as QueryCreator<DB>, op.action_id, from, 'running', 'granted')!,
+          )
+          .selectFrom('granted')
+          .select(['fencing_token', 'baseline', sql<boolean>`exists (select 1 from action_moved)`.as('action_moved')])
+      : withGrant.selectFrom('granted').select(['fencing_token', 'baseline', sql<boolean>`false`.as('action_moved')])
+  ).executeTakeFirstOrThrow();
+  if (!granted.action_moved) await transitionAction(trx, op.action_id, { to: 'running', ...(from ? { lockedFrom: from } : {}) });
   await transitionWorkflow(trx, op.workflow_id, { to: 'executing', ...grant.workflow });
   return { fencingToken: Number(granted.fencing_token), baseline: granted.baseline };
 }
@@ -180,24 +195,42 @@ export async function markDispatched(db: Db | Trx, key: string, fencingToken: nu
  * locks the action row (`FOR UPDATE`) and the UPDATE of the operation joins it, so when it writes,
  * the action is locked before the operation row (docs/decisions/0014-row-lock-order.md); when the
  * token is fenced out the action may be left unlocked, and nothing is written. The UPDATE holds
- * only for the holder of `fencingToken`. Returns the action's status read under its lock (the
- * `lockedFrom` of the action's transition that follows), or undefined when fenced out.
+ * only for the holder of `fencingToken`. The action's move to `actionTo` rides on the statement
+ * when the action is `running`, as it is after a claim (docs/decisions/0530-action-moves-with-its-operation.md).
+ * Returns the action's status read under its lock and whether it moved, or undefined when fenced
+ * out; when it did not move, the caller transitions it from that status.
  */
 async function fencedUpdate(
   trx: Trx,
   o: { actionId: string; key: string; fencingToken: number },
   set: Updateable<OperationsTable>,
-): Promise<{ status: ActionStatus } | undefined> {
-  return trx
+  actionTo: ActionStatus,
+): Promise<{ status: ActionStatus; moved: boolean } | undefined> {
+  const fenced = trx
     .with('a', (db) => db.selectFrom('actions').select('status').where('id', '=', o.actionId).forUpdate())
-    .updateTable('operations')
-    .from('a')
-    .set({ ...set, updated_at: new Date() })
-    .where('operations.key', '=', o.key)
-    .where('operations.fencing_token', '=', String(o.fencingToken))
-    .where('operations.status', '=', 'running')
-    .returning('a.status')
-    .executeTakeFirst();
+    .with('fenced', (db) =>
+      db
+        .updateTable('operations')
+        .from('a')
+        .set({ ...set, updated_at: new Date() })
+        .where('operations.key', '=', o.key)
+        .where('operations.fencing_token', '=', String(o.fencingToken))
+        .where('operations.status', '=', 'running')
+        .returningAll('operations')
+        .returning('a.status as action_status'),
+    );
+  const move = actionTransitionRiding(trx, o.actionId, 'running', actionTo, 'fenced');
+  const row = await (
+    move
+      ? fenced
+          .with('action_moved', (db) =>
+            actionTransitionRiding(db as unknown as QueryCreator<DB>, o.actionId, 'running', actionTo, 'fenced')!,
+          )
+          .selectFrom('fenced')
+          .select(['action_status', sql<boolean>`exists (select 1 from action_moved)`.as('moved')])
+      : fenced.selectFrom('fenced').select(['action_status', sql<boolean>`false`.as('moved')])
+  ).executeTakeFirst();
+  return row ? { status: row.action_status, moved: row.moved } : undefined;
 }
 
 /** The fenced outcome {@link recordOutcome} writes. */
@@ -221,16 +254,22 @@ export interface FencedOutcome {
  * a newer lease holder owns the outcome and nothing is written.
  */
 export async function recordOutcome(trx: Trx, o: FencedOutcome): Promise<boolean> {
-  const recorded = await fencedUpdate(trx, o, {
-    status: o.status,
-    result: o.result === null ? null : JSON.stringify(o.result),
-    evidence_ref: o.evidenceRef,
-    error: o.error,
-    lease_owner: null,
-    lease_expires_at: null,
-  });
+  const to = o.actionStatus ?? o.status;
+  const recorded = await fencedUpdate(
+    trx,
+    o,
+    {
+      status: o.status,
+      result: o.result === null ? null : JSON.stringify(o.result),
+      evidence_ref: o.evidenceRef,
+      error: o.error,
+      lease_owner: null,
+      lease_expires_at: null,
+    },
+    to,
+  );
   if (!recorded) return false;
-  await transitionAction(trx, o.actionId, { to: o.actionStatus ?? o.status, lockedFrom: recorded.status });
+  if (!recorded.moved) await transitionAction(trx, o.actionId, { to, lockedFrom: recorded.status });
   return true;
 }
 
@@ -243,15 +282,14 @@ export async function resetToPending(
   trx: Trx,
   o: { actionId: string; key: string; fencingToken: number; reason: string },
 ): Promise<boolean> {
-  const reset = await fencedUpdate(trx, o, {
-    status: 'pending',
-    lease_owner: null,
-    lease_expires_at: null,
-    dispatched_at: null,
-    error: o.reason,
-  });
+  const reset = await fencedUpdate(
+    trx,
+    o,
+    { status: 'pending', lease_owner: null, lease_expires_at: null, dispatched_at: null, error: o.reason },
+    'approved',
+  );
   if (!reset) return false;
-  await transitionAction(trx, o.actionId, { to: 'approved', lockedFrom: reset.status });
+  if (!reset.moved) await transitionAction(trx, o.actionId, { to: 'approved', lockedFrom: reset.status });
   return true;
 }
 
