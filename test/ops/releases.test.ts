@@ -4,6 +4,7 @@ import { resolve } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Worker } from 'bullmq';
+import type { Redis } from 'ioredis';
 import {
   DEFAULT_CANARY_THRESHOLDS,
   executionsQueue,
@@ -83,7 +84,8 @@ async function enqueueAll(release: string, workflowId: string): Promise<void> {
   for (const { base, payload } of jobsFor(release, workflowId)) {
     const contract = queueContracts[base];
     const parsed = contract.schema.parse(payload);
-    await t.queues.get(queueName(base, release)).add(contract.jobName, parsed as never, { jobId: contract.jobId(parsed as never) });
+    // As the outbox relay adds them: with the tenant's fair priority (ADR 0500).
+    await t.queues.add(queueName(base, release), contract.jobName, parsed, { jobId: contract.jobId(parsed as never) }, 'northwind');
   }
 }
 
@@ -255,6 +257,9 @@ describe('rollback rehearsal', () => {
     expect(await queuedJobs(t.queues, 'rel-3')).toHaveLength(6);
     expect(await quarantineRelease(t.db, t.queues, 'rel-3', op)).toBe(6);
     expect(await queuedJobs(t.queues, 'rel-3')).toHaveLength(0);
+    // the tenant's fair tags went with the jobs (ADR 0500): its next job starts at the clock
+    const tags = Object.keys(queueContracts).map((b) => `${t.queues.get(queueName(b, 'rel-3')).keys['']}fair-tags`);
+    expect(await (t.queues.connection as Redis).exists(...tags)).toBe(0);
     const kept = await t.db.selectFrom('quarantined_jobs').selectAll().where('release_id', '=', 'rel-3').execute();
     expect(kept.map((k) => k.queue).sort()).toEqual(
       Object.keys(queueContracts)

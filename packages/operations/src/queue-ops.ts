@@ -159,6 +159,8 @@ export async function quarantineRelease(db: Db, queues: QueueRegistry, release: 
   // Removed only after the ledger holds them: a crash in between leaves a job both quarantined
   // (recorded) and queued on a paused queue — never lost.
   for (const { job } of jobs) await job.remove();
+  // Their tenants' fair tags went with them: the release's next jobs start at each queue's clock.
+  for (const q of releaseQueueNames(release)) await queues.forgetFairTags(q.name);
   return jobs.length;
 }
 

@@ -6,7 +6,7 @@ import { IllegalTransition, isConnectionFault } from '@gatehouse/ledger';
 import type { Logger } from './logger.ts';
 import type { DrainGate } from './drain-gate.ts';
 import type { PostgresGate } from './postgres-gate.ts';
-import { attachFairClock, fairPriority } from './tenant-fairness.ts';
+import { attachFairClock, fairPriority, forgetFairTags } from './tenant-fairness.ts';
 
 /**
  * Opens an ioredis connection suitable for BullMQ workers (`maxRetriesPerRequest: null`: commands
@@ -56,6 +56,15 @@ export class QueueRegistry {
     const queue = this.get(name);
     const priority = fairKey ? await fairPriority(queue, this.#redis, fairKey) : undefined;
     await queue.add(jobName, payload, priority ? { ...opts, priority } : opts);
+  }
+
+  /**
+   * Forgets the tenant-fair tags of queue `name` ({@link forgetFairTags}): for a queue whose queued
+   * jobs were just removed without starting.
+   * @throws what the Redis command throws.
+   */
+  async forgetFairTags(name: string): Promise<void> {
+    await forgetFairTags(this.get(name), this.#redis);
   }
 
   /** The queue called `name` (e.g. `executions.rel-1`). */

@@ -81,6 +81,18 @@ export async function fairPriority(queue: Queue, connection: Redis, fairKey: str
 }
 
 /**
+ * Forgets the per-tenant tags of `queue`, keeping its clock: after its queued jobs were removed
+ * without starting (`gatehouse queues quarantine`), the tags they took would keep their tenants
+ * behind the others until the clock passed them or the tags expired
+ * (docs/decisions/0500-tenant-fair-queues.md). Every tenant's next job then starts at the clock;
+ * jobs still on the queue keep their priorities. One Redis command.
+ * @throws what the Redis command throws.
+ */
+export async function forgetFairTags(queue: QueueBase, connection: Redis): Promise<void> {
+  await connection.del(fairKeys(queue).tags);
+}
+
+/**
  * Keeps the virtual time of `worker`'s queue: each job it starts with a priority moves the
  * queue's clock up to that priority (`ZADD … GT`, Redis ≥ 6.2), sent on `connection` without
  * waiting. A lost update only makes the next tags a little low, and the next start corrects it.

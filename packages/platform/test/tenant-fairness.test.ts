@@ -173,4 +173,25 @@ describe('tenant-fair queues', () => {
     await worker.close();
     expect(order).toEqual([...q.slice(0, 7), n1, ...q.slice(7)]);
   });
+
+  // ADR 0500: jobs removed without starting (quarantine) leave their tenant's tags ahead of the
+  // clock; forgetting the tags puts every tenant's next job back at the clock.
+  it.each([true, false])(
+    'after its queued jobs were removed, forgetting the tags lets a tenant start at the clock again (forget: %s)',
+    async (forget) => {
+      const rel = `rel-fair-${++release}`;
+      const name = queueName('turns', rel);
+      const queue = queues.get(name);
+      for (let i = 0; i < 20; i++) {
+        const id = randomUUID();
+        await queues.add(name, turnsQueue.jobName, { release: rel, workflowId: id, round: 1 }, { jobId: id }, 'quillfeather');
+      }
+      await queue.obliterate({ force: true }); // the jobs go without starting (as quarantine removes them)
+      if (forget) await queues.forgetFairTags(name);
+      const next = await fairPriority(queue, queues.connection as never, 'quillfeather');
+      // Without the forget, quillfeather's next job would wait behind 20 jobs of any other tenant.
+      expect(next).toBe(forget ? 1 : 21);
+      expect(await fairPriority(queue, queues.connection as never, 'northwind')).toBe(1);
+    },
+  );
 });
