@@ -31,13 +31,24 @@ const op = (key: string) => tdb.db.selectFrom('operations').selectAll().where('k
 const actionStatus = async (id: string) =>
   (await tdb.db.selectFrom('actions').select('status').where('id', '=', id).executeTakeFirstOrThrow()).status;
 
-/** Claims the seeded action's operation (lock, reserve, grant) in one transaction. */
-async function claimOnce(actionId: string) {
+/**
+ * Claims the seeded action's operation (lock, reserve, grant) in one transaction; with
+ * `actionStatus`, the grant is told the action's status (its move then rides on the grant, ADR 0530).
+ */
+async function claimOnce(actionId: string, actionStatus?: 'approved' | 'running') {
   return inTransaction(tdb.db, async (trx) => {
     const locked = await lockActionAndReserve(trx, actionId);
-    return grantLease(trx, locked!.op!, { owner: 'test', leaseMs: 60_000, baseline: null, workflow: { nextStep: null } });
+    return grantLease(trx, locked!.op!, { owner: 'test', leaseMs: 60_000, baseline: null, actionStatus, workflow: { nextStep: null } });
   });
 }
+
+/** Lets the operation's lease lapse, so another claim may take it. */
+const expireLease = (key: string) =>
+  tdb.db
+    .updateTable('operations')
+    .set({ lease_expires_at: new Date(0) })
+    .where('key', '=', key)
+    .execute();
 
 describe('operation protocol', () => {
   it('reserves once: a second reservation returns the same row, and the filter reserves nothing for another version', async () => {
@@ -59,11 +70,7 @@ describe('operation protocol', () => {
     expect(leaseIsLive(await op(a.operationKey))).toBe(true);
     expect(await actionStatus(a.actionId)).toBe('running');
     // a newer holder (e.g. after the lease expired) raises the token: the old one is refused everywhere
-    await tdb.db
-      .updateTable('operations')
-      .set({ lease_expires_at: new Date(0) })
-      .where('key', '=', a.operationKey)
-      .execute();
+    await expireLease(a.operationKey);
     const g2 = await claimOnce(a.actionId);
     expect(g2.fencingToken).toBe(2);
     expect(await markDispatched(tdb.db, a.operationKey, g1.fencingToken)).toBe(false);
@@ -117,11 +124,7 @@ describe('operation protocol', () => {
     const a = await createAction(tdb.db, { orderId: 'O-P6' });
     const g = await claimOnce(a.actionId);
     expect(await inTransaction(tdb.db, (trx) => raiseFence(trx, a.operationKey))).toBeNull();
-    await tdb.db
-      .updateTable('operations')
-      .set({ lease_expires_at: new Date(0) })
-      .where('key', '=', a.operationKey)
-      .execute();
+    await expireLease(a.operationKey);
     expect(await inTransaction(tdb.db, (trx) => raiseFence(trx, a.operationKey))).toBe(g.fencingToken + 1);
     expect(await markDispatched(tdb.db, a.operationKey, g.fencingToken)).toBe(false);
   });
@@ -131,20 +134,11 @@ describe('operation protocol', () => {
   // it or refuses the move, as before.
   it('moves the action with the grant and the record, and falls back to the table when the status it was given is stale', async () => {
     const a = await createAction(tdb.db, { orderId: 'O-P7' });
-    const grant = (actionStatus: 'approved' | 'running') =>
-      inTransaction(tdb.db, async (trx) => {
-        const locked = await lockActionAndReserve(trx, a.actionId);
-        return grantLease(trx, locked!.op!, { owner: 'test', leaseMs: 60_000, baseline: null, actionStatus, workflow: { nextStep: null } });
-      });
-    expect((await grant('approved')).fencingToken).toBe(1);
+    expect((await claimOnce(a.actionId, 'approved')).fencingToken).toBe(1);
     expect(await actionStatus(a.actionId)).toBe('running');
-    await tdb.db
-      .updateTable('operations')
-      .set({ lease_expires_at: new Date(0) })
-      .where('key', '=', a.operationKey)
-      .execute();
+    await expireLease(a.operationKey);
     // told `approved`, but the action is `running` (a reclaim): the transition reads it again
-    const g2 = await grant('approved');
+    const g2 = await claimOnce(a.actionId, 'approved');
     expect(g2.fencingToken).toBe(2);
     expect(await actionStatus(a.actionId)).toBe('running');
     // an action that is not `running` under a running operation: the record's move does not ride,
