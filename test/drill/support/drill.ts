@@ -309,7 +309,14 @@ export class DrillRun {
     await cli(this.ctx.s, ['queues', 'requeue', '--from', rel, '--to', 'rel-1']).catch((e: Error) => e.message);
     await cli(this.ctx.s, ['switch', 'on', 'issue_refund']);
     this.t.restored = this.clock.seconds();
-    this.t.restoredReal = new Date();
+    // The switch's own time, not the moment the command's process has exited: held work runs as
+    // soon as the switch commits, and a refund dispatched in between is not one under containment.
+    const on = await this.ctx.s.db.db
+      .selectFrom('tool_switches')
+      .select('changed_at')
+      .where('tool', '=', 'issue_refund')
+      .executeTakeFirst();
+    this.t.restoredReal = on ? new Date(on.changed_at) : new Date();
     this.mark(`${why}: rel-1 restored, writes enabled, held work requeued, issue_refund on`);
   }
 
