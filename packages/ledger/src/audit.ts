@@ -1,7 +1,7 @@
 import { currentTraceparent } from '@gatehouse/telemetry';
 import { createHash, createHmac } from 'node:crypto';
 import { AuditEventSchema, type AuditEventInput } from '@gatehouse/contracts';
-import { sql, type QueryCreator } from 'kysely';
+import { sql, type QueryCreator, type RawBuilder } from 'kysely';
 import type { Db, Trx } from './db.ts';
 import type { DB } from './schema.ts';
 
@@ -30,6 +30,20 @@ export type AuditEventDraft = Omit<AuditEventInput, 'atMs'> & { atMs?: number };
 export function withAuditEvent(trx: Trx, event: AuditEventDraft): QueryCreator<DB> {
   const row = auditOutboxRow(event);
   return trx.with('audit_event', (db) => db.insertInto('audit_outbox').values(row)) as unknown as QueryCreator<DB>;
+}
+
+/**
+ * The same write as {@link recordAudit}, as the body of a data-modifying CTE that inserts `event`
+ * only when the statement's earlier CTE `source` returned a row: the event of a conditional
+ * UPDATE (the workflow transition's) rides on it and exists exactly when the change does (ADR
+ * 0420, ADR 0540). Name the CTE after `source` in the statement's WITH list.
+ * @throws ZodError as {@link recordAudit}, before any statement is sent.
+ */
+export function auditEventWhen(event: AuditEventDraft, source: string): RawBuilder<Record<string, never>> {
+  const row = auditOutboxRow(event);
+  // Kysely writes a raw CTE body as is: the parentheses are ours.
+  return sql`(insert into audit_outbox (event, traceparent)
+    select ${row.event}::jsonb, ${row.traceparent}::text where exists (select 1 from ${sql.table(source)}))`;
 }
 
 /** The `audit_outbox` row of `event`, validated. @throws ZodError as {@link recordAudit}. */

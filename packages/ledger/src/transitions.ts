@@ -1,9 +1,9 @@
 import { ConflictError, type AuditEventInput, testFaults } from '@gatehouse/contracts';
-import { sql, type ExpressionBuilder, type QueryCreator } from 'kysely';
-import { recordAudit } from './audit.ts';
+import { sql, type QueryCreator } from 'kysely';
+import { auditEventWhen } from './audit.ts';
 import type { Trx } from './db.ts';
 import type { ActionStatus, DB, WorkflowState } from './schema.ts';
-import { actionsViewColumns, EVENT_SOURCE_COLUMNS, writeWorkflowEvent, type RawActionsView } from './workflow-events.ts';
+import { EVENT_SOURCE_COLUMNS, workflowEventCtes } from './workflow-events.ts';
 import { actionGuardSql, workflowGuardHolds, workflowGuardSql, type ActionGuard, type WorkflowGuard } from './transition-guards.ts';
 
 /**
@@ -267,31 +267,39 @@ export async function transitionWorkflow(trx: Trx, workflowId: string, input: Wo
   if (input.onlyFrom && !input.onlyFrom.includes(from)) return input.lockedFrom ? again() : null;
   const row = tableDisabled() ? null : tableRow(workflowId, from, input);
   if (row instanceof IllegalTransition) return input.lockedFrom ? again() : Promise.reject(row);
-  // The state, the guard and the event's seq in one statement; the pushed update of this
-  // transition (SSE, webhooks) is written in the same transaction, so never lost or early (ADR 0250).
-  const moved = await trx
-    .updateTable('workflows')
-    .set({
-      state: input.to,
-      updated_at: new Date(),
-      event_seq: sql`event_seq + 1`,
-      ...(input.nextStep !== undefined ? { next_step: input.nextStep } : {}),
-      ...(input.stopReason !== undefined ? { stop_reason: input.stopReason } : {}),
-      ...(input.round !== undefined ? { round: input.round } : {}),
-    })
-    .where('id', '=', workflowId)
-    .where('state', '=', from)
-    .where(row ? workflowGuardSql(trx, row.guard, { workflowId, stopReason: input.stopReason }) : sql<boolean>`true`)
-    // The event's actions view read in the same statement (ADR 0390).
-    .returning((eb) => [...EVENT_SOURCE_COLUMNS, ...actionsViewColumns(eb as unknown as ExpressionBuilder<DB, never>, workflowId)])
+  // The state, the guard, the event's seq, the event and its webhook deliveries in one statement:
+  // the pushed update of this transition (SSE, webhooks) is written in the same transaction, so
+  // never lost or early (ADR 0250), and built in SQL on the moved row (ADR 0540).
+  const event = workflowEventCtes('moved', from);
+  const audit = input.audit ? { runId: workflowId, ...input.audit } : null;
+  const writes = trx
+    .with('moved', (db) =>
+      db
+        .updateTable('workflows')
+        .set({
+          state: input.to,
+          updated_at: new Date(),
+          event_seq: sql`event_seq + 1`,
+          ...(input.nextStep !== undefined ? { next_step: input.nextStep } : {}),
+          ...(input.stopReason !== undefined ? { stop_reason: input.stopReason } : {}),
+          ...(input.round !== undefined ? { round: input.round } : {}),
+        })
+        .where('id', '=', workflowId)
+        .where('state', '=', from)
+        .where(row ? workflowGuardSql(trx, row.guard, { workflowId, stopReason: input.stopReason }) : sql<boolean>`true`)
+        .returning([...EVENT_SOURCE_COLUMNS]),
+    )
+    .with('workflow_event', () => event.event)
+    .with('event_deliveries', () => event.deliveries);
+  // The transition's audit event rides on it too, written only when the move is (ADR 0540).
+  const moved = await (audit ? (writes.with('audit_event', () => auditEventWhen(audit, 'moved')) as unknown as typeof writes) : writes)
+    .selectFrom('moved')
+    .select('id')
     .executeTakeFirst();
   if (!moved) {
     if (input.lockedFrom) return again();
     throw new IllegalTransition('workflow', workflowId, from, input.to, row ? [row.guard] : []);
   }
-  if (input.audit) await recordAudit(trx, { runId: workflowId, ...input.audit });
-  const { view_actions, view_approvals, ...source } = moved;
-  await writeWorkflowEvent(trx, source, from, { view_actions, view_approvals } as unknown as RawActionsView);
   return from;
 }
 

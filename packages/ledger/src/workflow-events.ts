@@ -1,8 +1,8 @@
-import { sql, type ExpressionBuilder, type Selectable } from 'kysely';
+import { sql, type ExpressionBuilder, type RawBuilder, type Selectable } from 'kysely';
 import { jsonArrayFrom } from 'kysely/helpers/postgres';
 import type { WorkflowView } from '@gatehouse/contracts';
 import type { Db, Trx } from './db.ts';
-import { isTerminal, type ActionsTable, type ApprovalsTable, type DB, type WorkflowsTable, type WorkflowState } from './schema.ts';
+import { TERMINAL_STATES, type ActionsTable, type ApprovalsTable, type DB, type WorkflowState } from './schema.ts';
 
 /** Postgres channel an insert into `workflow_events` notifies (payload `<workflowId>:<seq>`, at commit; migration 20261201000300). */
 export const WORKFLOW_EVENTS_CHANNEL = 'gatehouse_workflow_events';
@@ -15,9 +15,9 @@ export type ApprovalView = WorkflowView['pendingApprovals'][number];
 
 /**
  * The two JSON arrays the actions view is built from — the run's actions by version and its open
- * approvals — as select expressions of any statement (timestamps arrive as ISO text). One owner
- * of what the view reads: {@link readActionsView} selects them alone, the transition writer in
- * the RETURNING of its UPDATE (docs/decisions/0390-guards-in-the-update.md).
+ * approvals — as select expressions of any statement (timestamps arrive as ISO text), for
+ * {@link readActionsView}. An event's summary of the same rows is built in SQL by
+ * {@link workflowEventCtes} (ADR 0540).
  */
 export function actionsViewColumns(eb: ExpressionBuilder<DB, never>, workflowId: string) {
   return [
@@ -86,84 +86,74 @@ export async function readActionsView(
 /** The workflow columns an event is built from, as {@link recordWorkflowEvent} and the transition writer return them. */
 export const EVENT_SOURCE_COLUMNS = ['id', 'tenant', 'ticket_id', 'state', 'stop_reason', 'next_step', 'event_seq'] as const;
 
-/** The workflow row an event is built from, with its `event_seq` already bumped. */
-export type EventSource = Pick<Selectable<WorkflowsTable>, (typeof EVENT_SOURCE_COLUMNS)[number]>;
+/** An instant as JSON shows it: ISO 8601 in UTC with milliseconds, as `Date.prototype.toISOString` writes it. */
+const isoInstant = (instant: RawBuilder<unknown>) => sql<string>`to_char(${instant} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
 
 /**
- * Writes the workflow's next event in `trx` (docs/decisions/0250-pushed-workflow-events.md): bumps
- * `workflows.event_seq` of the new run (intake's first event, seq 1), then
- * {@link writeWorkflowEvent}. Called by intake; the transition writer bumps the seq in its own
- * state update. Returns the event's seq.
- * @throws Error when the workflow does not exist (the caller's transaction rolls back).
+ * The `WorkflowEvent` of the workflow row `w` (packages/contracts/src/api/events.ts: state, stop
+ * reason, next step, the action summary by version and the open approvals — no arguments, no
+ * digest, no model text), as one jsonb expression. The view is read on the statement's snapshot:
+ * every earlier write of the transaction, and none of the statement's own other CTEs.
  */
-export async function recordWorkflowEvent(trx: Trx, workflowId: string, previousState: WorkflowState | null): Promise<number> {
-  const wf = await trx
-    .updateTable('workflows')
-    .set({ event_seq: sql`event_seq + 1` })
-    .where('id', '=', workflowId)
-    .returning([...EVENT_SOURCE_COLUMNS])
-    .executeTakeFirstOrThrow();
-  return writeWorkflowEvent(trx, wf, previousState);
+function eventPayloadSql(previousState: WorkflowState | null): RawBuilder<unknown> {
+  const actions = sql`(select coalesce(jsonb_agg(jsonb_build_object('actionId', a.id, 'tool', a.tool, 'target', a.target,
+      'version', a.version, 'decision', a.decision, 'ruleId', a.rule_id, 'status', a.status) order by a.version), '[]'::jsonb)
+    from actions a where a.workflow_id = w.id)`;
+  const approvals = sql`(select coalesce(jsonb_agg(jsonb_build_object('approvalId', p.id, 'actionId', p.action_id,
+      'actionVersion', p.action_version, 'status', p.status, 'ruleId', p.rule_id, 'expiresAt', ${isoInstant(sql`p.expires_at`)})
+      order by p.created_at), '[]'::jsonb)
+    from approvals p where p.workflow_id = w.id and p.status in ('pending', 'approved'))`;
+  return sql`jsonb_build_object('type', 'workflow.updated', 'workflowId', w.id, 'ticketId', w.ticket_id, 'seq', w.event_seq,
+    'state', w.state, 'previousState', ${previousState}::text, 'terminal', w.state = any(${[...TERMINAL_STATES]}::text[]),
+    'stopReason', w.stop_reason, 'nextStep', w.next_step, 'actions', ${actions}, 'pendingApprovals', ${approvals},
+    'at', ${isoInstant(sql`clock_timestamp()`)})`;
 }
 
 /**
- * Stores the event of `wf`, whose `event_seq` the caller has just bumped in `trx`
- * (`WorkflowEvent` of packages/contracts/src/api/events.ts: state, stop reason, next step, the
- * action summary — no arguments, no model text), and one pending webhook delivery per active
- * endpoint of the tenant, with the exact body every attempt will sign. The insert notifies
- * {@link WORKFLOW_EVENTS_CHANNEL} at commit. `read`: the actions view the caller's own statement
- * already returned ({@link actionsViewColumns}); otherwise it is read here. Returns the event's seq.
+ * The two data-modifying CTEs that store a workflow's event, for a statement whose CTE `source`
+ * returns {@link EVENT_SOURCE_COLUMNS} of the workflow with its `event_seq` just bumped
+ * (docs/decisions/0250-pushed-workflow-events.md, ADR 0540): `workflow_event` inserts the event
+ * (built in SQL, {@link eventPayloadSql}; returns `seq`), `event_deliveries` one pending webhook
+ * delivery per active endpoint of the tenant, with the exact body every attempt will sign (the
+ * stored event's text). The insert notifies {@link WORKFLOW_EVENTS_CHANNEL} at commit. Nothing
+ * is written when `source` returns no row.
  */
-export async function writeWorkflowEvent(
-  trx: Trx,
-  wf: EventSource,
-  previousState: WorkflowState | null,
-  read?: RawActionsView,
-): Promise<number> {
-  const view = read ? toActionsView(read) : await readActionsView(trx, wf.id);
-  const event = {
-    type: 'workflow.updated',
-    workflowId: wf.id,
-    ticketId: wf.ticket_id,
-    seq: wf.event_seq,
-    state: wf.state,
-    previousState,
-    terminal: isTerminal(wf.state),
-    stopReason: wf.stop_reason,
-    nextStep: wf.next_step,
-    actions: view.actions.map((a) => ({
-      actionId: a.actionId,
-      tool: a.tool,
-      target: a.target,
-      version: a.version,
-      decision: a.decision,
-      ruleId: a.ruleId,
-      status: a.status,
-    })),
-    pendingApprovals: view.pendingApprovals.map(({ actionDigest: _digest, ...p }) => p),
-    at: new Date().toISOString(),
+export function workflowEventCtes(source: string, previousState: WorkflowState | null) {
+  return {
+    // Kysely writes a raw CTE body as is: the parentheses are ours.
+    event: sql<{ seq: number }>`(insert into workflow_events (workflow_id, seq, tenant, state, payload)
+      select w.id, w.event_seq, w.tenant, w.state, ${eventPayloadSql(previousState)} from ${sql.table(source)} w
+      returning workflow_id, seq, tenant, payload)`,
+    deliveries: sql<Record<string, never>>`(insert into webhook_deliveries (endpoint_id, tenant, workflow_id, event_seq, body)
+      select e.id, e.tenant, ev.workflow_id, ev.seq, ev.payload::text
+      from workflow_event ev join webhook_endpoints e on e.tenant = ev.tenant and e.disabled_at is null)`,
   };
-  const body = JSON.stringify(event);
-  // One statement: the event, and one delivery per active endpoint of the tenant (a data-modifying
-  // CTE always runs, referenced or not).
-  await trx
-    .with('event', (db) =>
+}
+
+/**
+ * Writes the workflow's next event in `trx` (docs/decisions/0250-pushed-workflow-events.md): bumps
+ * `workflows.event_seq` of the run and stores the event with its webhook deliveries
+ * ({@link workflowEventCtes}), in one statement. Called by intake (its first event, seq 1, with
+ * `previousState` null); the transition writer bumps the seq in its own state update. Returns the
+ * event's seq.
+ * @throws Error when the workflow does not exist (the caller's transaction rolls back).
+ */
+export async function recordWorkflowEvent(trx: Trx, workflowId: string, previousState: WorkflowState | null): Promise<number> {
+  const ctes = workflowEventCtes('bumped', previousState);
+  const written = await trx
+    .with('bumped', (db) =>
       db
-        .insertInto('workflow_events')
-        .values({ workflow_id: wf.id, seq: wf.event_seq, tenant: wf.tenant, state: wf.state, payload: body })
-        .returning('seq'),
+        .updateTable('workflows')
+        .set({ event_seq: sql`event_seq + 1` })
+        .where('id', '=', workflowId)
+        .returning([...EVENT_SOURCE_COLUMNS]),
     )
-    .insertInto('webhook_deliveries')
-    .columns(['endpoint_id', 'tenant', 'workflow_id', 'event_seq', 'body'])
-    .expression((eb) =>
-      eb
-        .selectFrom('webhook_endpoints')
-        .select((s) => ['id', 'tenant', s.val(wf.id).as('workflow_id'), s.val(wf.event_seq).as('event_seq'), s.val(body).as('body')])
-        .where('tenant', '=', wf.tenant)
-        .where('disabled_at', 'is', null),
-    )
-    .execute();
-  return wf.event_seq;
+    .with('workflow_event', () => ctes.event)
+    .with('event_deliveries', () => ctes.deliveries)
+    .selectFrom('workflow_event')
+    .select('seq')
+    .executeTakeFirstOrThrow();
+  return written.seq;
 }
 
 /** A stored event: its seq and the JSON text of the `WorkflowEvent`. */

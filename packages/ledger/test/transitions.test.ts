@@ -5,6 +5,9 @@ import {
   ACTION_INITIAL_STATUSES,
   ACTION_TRANSITIONS,
   IllegalTransition,
+  readActionsView,
+  readWorkflowEvents,
+  recordWorkflowEvent,
   reserveOperation,
   inTransaction,
   transitionAction,
@@ -19,6 +22,7 @@ import {
   type WorkflowsTable,
 } from '../src/index.ts';
 import { createAction } from '@gatehouse/testing';
+import { WorkflowEventSchema } from '@gatehouse/contracts';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 
 const STATES: WorkflowState[] = [
@@ -174,7 +178,9 @@ describe('workflow transition table', () => {
       expect(err).toBeInstanceOf(IllegalTransition);
       expect(err).toMatchObject({ entity: 'workflow', from, to, missing: [guard] });
       expect(await row(s.workflowId)).toEqual(before);
+      // the UPDATE ran and matched no row: its audit event and workflow event are not written (ADR 0540)
       expect(await auditCount(s.workflowId)).toBe(0);
+      expect(await readWorkflowEvents(db, s.workflowId, 0)).toEqual([]);
     },
   );
 
@@ -423,5 +429,87 @@ describe('transitions with the state the caller holds locked (lockedFrom)', () =
       ),
     ).toBe('pending_approval');
     expect((await actionRow(p.actionId)).status).toBe('approved');
+  });
+});
+
+describe('the workflow event a transition writes (ADR 0540: built in SQL by the same statement)', () => {
+  /** The stored events of a run after `seq`, parsed with the public contract's schema, and their webhook bodies. */
+  async function eventsAfter(workflowId: string, seq: number) {
+    const events = (await readWorkflowEvents(db, workflowId, seq)).map((e) => WorkflowEventSchema.parse(JSON.parse(e.json)));
+    const bodies = await db
+      .selectFrom('webhook_deliveries')
+      .select(['event_seq', 'body'])
+      .where('workflow_id', '=', workflowId)
+      .where('event_seq', '>', seq)
+      .orderBy('event_seq')
+      .execute();
+    return { events, bodies };
+  }
+
+  it('shows the moved state, the state before, the actions and open approvals as the API reads them, and is the webhook body', async () => {
+    const a = await seed('awaiting_approval', 'approved');
+    const endpoint = await db
+      .insertInto('webhook_endpoints')
+      .values({ tenant: 'quillfeather', url: 'http://127.0.0.1:9/hook', secret: 'whsec_test', created_by: 'test' })
+      .returning('id')
+      .executeTakeFirstOrThrow();
+    const { event_seq: before } = await row(a.workflowId);
+    const startedMs = Date.now();
+    expect(await inTransaction(db, (trx) => transitionWorkflow(trx, a.workflowId, { to: 'executing', nextStep: 'paying' }))).toBe(
+      'awaiting_approval',
+    );
+    const { events, bodies } = await eventsAfter(a.workflowId, before);
+    const view = await readActionsView(db, a.workflowId);
+    expect(events).toHaveLength(1);
+    const e = events[0]!;
+    expect(e).toMatchObject({
+      type: 'workflow.updated',
+      workflowId: a.workflowId,
+      seq: before + 1,
+      state: 'executing',
+      previousState: 'awaiting_approval',
+      terminal: false,
+      nextStep: 'paying',
+      stopReason: null,
+    });
+    expect(e.actions).toEqual(
+      view.actions.map((x) => ({
+        actionId: x.actionId,
+        tool: x.tool,
+        target: x.target,
+        version: x.version,
+        decision: x.decision,
+        ruleId: x.ruleId,
+        status: x.status,
+      })),
+    );
+    expect(e.pendingApprovals).toHaveLength(1);
+    expect(e.pendingApprovals).toEqual(view.pendingApprovals.map(({ actionDigest: _d, ...p }) => p));
+    // `at`: the instant of the transition, as Date#toISOString writes it
+    expect(new Date(e.at).toISOString()).toBe(e.at);
+    expect(Math.abs(new Date(e.at).getTime() - startedMs)).toBeLessThan(60_000);
+    // one delivery per active endpoint of the tenant, whose body is the stored event
+    expect(bodies).toEqual([{ event_seq: before + 1, body: expect.any(String) }]);
+    expect(WorkflowEventSchema.parse(JSON.parse(bodies[0]!.body))).toEqual(e);
+    await db.deleteFrom('webhook_deliveries').where('endpoint_id', '=', endpoint.id).execute();
+    await db.deleteFrom('webhook_endpoints').where('id', '=', endpoint.id).execute();
+  });
+
+  it('a terminal move says so; a move that is not taken writes no event; the intake event has no state before', async () => {
+    const a = await seed('executing', 'succeeded');
+    const { event_seq: before } = await row(a.workflowId);
+    expect(
+      await inTransaction(db, (trx) => transitionWorkflow(trx, a.workflowId, { to: 'completed', onlyFrom: ['investigating'] })),
+    ).toBeNull();
+    expect((await eventsAfter(a.workflowId, before)).events).toEqual([]);
+    await inTransaction(db, (trx) => transitionWorkflow(trx, a.workflowId, { to: 'completed' }));
+    expect((await eventsAfter(a.workflowId, before)).events).toMatchObject([
+      { seq: before + 1, state: 'completed', previousState: 'executing', terminal: true },
+    ]);
+    const first = await inTransaction(db, (trx) => recordWorkflowEvent(trx, a.workflowId, null));
+    expect(first).toBe(before + 2);
+    expect((await eventsAfter(a.workflowId, before + 1)).events).toMatchObject([
+      { seq: before + 2, state: 'completed', previousState: null },
+    ]);
   });
 });
