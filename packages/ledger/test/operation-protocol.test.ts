@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction } from '@gatehouse/testing';
+import { resultsQueue } from '@gatehouse/contracts';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import {
   consumeApproval,
@@ -9,7 +10,9 @@ import {
   lockActionAndReserve,
   markDispatched,
   raiseFence,
+  outboxJob,
   recordOutcome,
+  recordOutcomeWithJob,
   reserveOperation,
   resetToPending,
   IllegalTransition,
@@ -89,6 +92,52 @@ describe('operation protocol', () => {
     expect(await inTransaction(tdb.db, (trx) => recordOutcome(trx, { ...outcome, fencingToken: g2.fencingToken }))).toBe(true);
     expect(await op(a.operationKey)).toMatchObject({ status: 'succeeded', evidence_ref: 'R-1', lease_owner: null, result: { ok: 1 } });
     expect(await actionStatus(a.actionId)).toBe('succeeded');
+  });
+
+  it('the next job and its audit event ride on the fenced record: written with the outcome, and not at all when fenced out (ADR 0540)', async () => {
+    const a = await createAction(tdb.db, { orderId: 'O-P9', tenant: 'northwind' });
+    const g1 = await claimOnce(a.actionId);
+    await expireLease(a.operationKey);
+    const g2 = await claimOnce(a.actionId);
+    const payload = { release: a.job.release, workflowId: a.workflowId, callId: a.callId, output: { executed: true } };
+    const carried = () => ({
+      job: outboxJob(resultsQueue, payload),
+      audit: { type: 'operation.succeeded' as const, service: 'test', runId: a.workflowId },
+    });
+    const outcome = {
+      actionId: a.actionId,
+      key: a.operationKey,
+      status: 'succeeded' as const,
+      result: { ok: 1 },
+      evidenceRef: 'R-9',
+      error: null,
+    };
+    const jobs = () => tdb.db.selectFrom('outbox').select(['job_id', 'payload']).where('job_id', '=', carried().job.job_id).execute();
+    const events = async () =>
+      (await tdb.db.selectFrom('audit_outbox').select('event').execute()).filter(
+        (r) =>
+          (r.event as { runId?: string; type: string }).runId === a.workflowId &&
+          (r.event as { type: string }).type === 'operation.succeeded',
+      );
+    // a stale token: no outcome, no job, no event
+    expect(
+      await inTransaction(tdb.db, (trx) => recordOutcomeWithJob(trx, { ...outcome, fencingToken: g1.fencingToken }, carried())),
+    ).toBeNull();
+    expect((await op(a.operationKey)).status).toBe('running');
+    expect(await jobs()).toEqual([]);
+    expect(await events()).toEqual([]);
+    // the holder: the outcome, the action's move, one job (returned ready to publish, with its tenant) and one event
+    const row = await inTransaction(tdb.db, (trx) => recordOutcomeWithJob(trx, { ...outcome, fencingToken: g2.fencingToken }, carried()));
+    expect(row).toMatchObject({
+      job_id: carried().job.job_id,
+      queue: carried().job.queue,
+      fair_key: 'northwind',
+      payload: { callId: a.callId },
+    });
+    expect(await op(a.operationKey)).toMatchObject({ status: 'succeeded', evidence_ref: 'R-9' });
+    expect(await actionStatus(a.actionId)).toBe('succeeded');
+    expect(await jobs()).toHaveLength(1);
+    expect(await events()).toHaveLength(1);
   });
 
   it('resets a proven non-effect to pending only under the current token', async () => {

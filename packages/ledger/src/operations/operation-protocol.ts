@@ -2,7 +2,8 @@ import { sql, type QueryCreator, type Selectable, type Updateable } from 'kysely
 import type { Db, Trx } from '../db.ts';
 import type { ActionsTable, ActionStatus, DB, OperationsTable } from '../schema.ts';
 import { reviveJsonRow } from '../json-row.ts';
-import { withAuditEvent, type AuditEventDraft } from '../audit.ts';
+import { auditEventWhen, withAuditEvent, type AuditEventDraft } from '../audit.ts';
+import { outboxInsertWhen, type OutboxJob, type OutboxRow } from '../outbox.ts';
 import { actionTransitionRiding, transitionAction, transitionWorkflow, type WorkflowTransitionInput } from '../transitions.ts';
 
 /**
@@ -205,7 +206,8 @@ async function fencedUpdate(
   o: { actionId: string; key: string; fencingToken: number },
   set: Updateable<OperationsTable>,
   actionTo: ActionStatus,
-): Promise<{ status: ActionStatus; moved: boolean } | undefined> {
+  carry?: CarriedJob,
+): Promise<{ status: ActionStatus; moved: boolean; next: OutboxRow | null } | undefined> {
   const fenced = trx
     .with('a', (db) => db.selectFrom('actions').select('status').where('id', '=', o.actionId).forUpdate())
     .with('fenced', (db) =>
@@ -219,18 +221,31 @@ async function fencedUpdate(
         .returningAll('operations')
         .returning('a.status as action_status'),
     );
-  const move = actionTransitionRiding(trx, o.actionId, 'running', actionTo, 'fenced');
-  const row = await (
-    move
-      ? fenced
-          .with('action_moved', (db) =>
-            actionTransitionRiding(db as unknown as QueryCreator<DB>, o.actionId, 'running', actionTo, 'fenced')!,
-          )
-          .selectFrom('fenced')
-          .select(['action_status', sql<boolean>`exists (select 1 from action_moved)`.as('moved')])
-      : fenced.selectFrom('fenced').select(['action_status', sql<boolean>`false`.as('moved')])
-  ).executeTakeFirst();
-  return row ? { status: row.action_status, moved: row.moved } : undefined;
+  type Carrier = typeof fenced;
+  const moves = actionTransitionRiding(trx, o.actionId, 'running', actionTo, 'fenced') !== null;
+  let q: Carrier = fenced;
+  if (moves)
+    q = q.with('action_moved', (db) =>
+      actionTransitionRiding(db as unknown as QueryCreator<DB>, o.actionId, 'running', actionTo, 'fenced')!,
+    ) as unknown as Carrier;
+  // The next job and its audit event ride on the record too, written only when it is (ADR 0540).
+  if (carry) q = q.with('next_job', () => outboxInsertWhen(carry.job, 'fenced')) as unknown as Carrier;
+  if (carry?.audit) q = q.with('audit_event', () => auditEventWhen(carry.audit!, 'fenced')) as unknown as Carrier;
+  const row = await q
+    .selectFrom('fenced')
+    .select([
+      'action_status',
+      (moves ? sql<boolean>`exists (select 1 from action_moved)` : sql<boolean>`false`).as('moved'),
+      (carry ? sql<OutboxRow | null>`(select to_jsonb(j) from next_job j)` : sql<null>`null`).as('next'),
+    ])
+    .executeTakeFirst();
+  return row ? { status: row.action_status, moved: row.moved, next: row.next } : undefined;
+}
+
+/** The next job a fenced record writes with its outcome (an {@link outboxJob}), and that job's audit event. */
+export interface CarriedJob {
+  job: OutboxJob;
+  audit?: AuditEventDraft;
 }
 
 /** The fenced outcome {@link recordOutcome} writes. */
@@ -254,6 +269,21 @@ export interface FencedOutcome {
  * a newer lease holder owns the outcome and nothing is written.
  */
 export async function recordOutcome(trx: Trx, o: FencedOutcome): Promise<boolean> {
+  return (await recordFenced(trx, o)) !== undefined;
+}
+
+/**
+ * {@link recordOutcome} with the next job: the fenced UPDATE also writes `next.job` to the outbox
+ * and `next.audit` to the audit outbox, both only when the outcome is recorded — one statement
+ * for the outcome, the action's move, the job and its event (ADR 0540). Returns the job's outbox
+ * row to publish after the commit, or null when fenced out (nothing written).
+ */
+export async function recordOutcomeWithJob(trx: Trx, o: FencedOutcome, next: CarriedJob): Promise<OutboxRow | null> {
+  return (await recordFenced(trx, o, next))?.next ?? null;
+}
+
+/** The fenced record of {@link recordOutcome}, carrying `next` when given; undefined when fenced out. */
+async function recordFenced(trx: Trx, o: FencedOutcome, next?: CarriedJob): Promise<{ next: OutboxRow | null } | undefined> {
   const to = o.actionStatus ?? o.status;
   const recorded = await fencedUpdate(
     trx,
@@ -267,10 +297,11 @@ export async function recordOutcome(trx: Trx, o: FencedOutcome): Promise<boolean
       lease_expires_at: null,
     },
     to,
+    next,
   );
-  if (!recorded) return false;
+  if (!recorded) return undefined;
   if (!recorded.moved) await transitionAction(trx, o.actionId, { to, lockedFrom: recorded.status });
-  return true;
+  return { next: recorded.next };
 }
 
 /**

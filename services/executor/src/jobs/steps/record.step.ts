@@ -1,5 +1,5 @@
 import { resultsQueue } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, recordOutcome, resetToPending, type OutboxRow } from '@gatehouse/ledger';
+import { inTransaction, outboxJob, recordOutcomeWithJob, resetToPending, type OutboxRow } from '@gatehouse/ledger';
 import { toSafeOutput } from '@gatehouse/tools';
 import type { AdapterResult } from '../../adapters/index.ts';
 import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
@@ -46,8 +46,8 @@ export function outcomeOf(ctx: Pick<ExecutionContext, 'tool'>, action: Claimed['
 /**
  * Records a result under the fencing token (operation protocol): read-back that proved nothing
  * happened resets the operation to pending (`retry_safe`: the queue repeats it); any other result
- * is written with the action's transition, its audit event and the `results` job in one
- * transaction, then published. A stale token writes nothing (`fenced_out`).
+ * is written with the action's transition, its audit event and the `results` job by one
+ * statement (ADR 0540), then published. A stale token writes nothing (`fenced_out`).
  */
 export async function recordResult(
   deps: ExecutionDeps,
@@ -65,29 +65,33 @@ export async function recordResult(
   const result = projectResult(ctx, raw, deps.hooks.disableOutputBoundary);
   const { opStatus, actionStatus, output } = outcomeOf(ctx, action, result, deps.hooks.disableOutputBoundary);
   const ok = result.status === 'succeeded';
-  const rows = await inTransaction(deps.db, async (trx) => {
-    const recorded = await recordOutcome(trx, {
-      ...fenced,
-      status: opStatus,
-      actionStatus,
-      result: output,
-      evidenceRef: ok ? result.evidenceRef : null,
-      error: ok ? null : result.reason,
-    });
-    if (!recorded) return null; // fenced out: a newer lease holder owns the outcome
-    const park = opStatus === 'failed_unknown' ? ({ park: 'needs_reconciliation' } as const) : {};
-    const payload = { release: ctx.job.release, workflowId: ctx.wf.id, callId: action.call_id, output, ...park };
-    // The `results` job and the outcome's audit event in one statement (ADR 0420).
-    const event = {
-      ...c.audit,
-      type: opStatus === 'succeeded' ? 'operation.succeeded' : opStatus === 'failed' ? 'operation.failed' : 'operation.unknown',
-      outcome: ok ? 'succeeded' : result.reason.slice(0, 120),
-      effectRef: ok ? result.evidenceRef : null,
-      attempts: result.attempts,
-      latencyMs: Date.now() - started,
-    } as const;
-    return [await enqueueInTransaction(trx, resultsQueue, payload, event)] as OutboxRow[];
-  });
+  const park = opStatus === 'failed_unknown' ? ({ park: 'needs_reconciliation' } as const) : {};
+  const payload = { release: ctx.job.release, workflowId: ctx.wf.id, callId: action.call_id, output, ...park };
+  const event = {
+    ...c.audit,
+    type: opStatus === 'succeeded' ? 'operation.succeeded' : opStatus === 'failed' ? 'operation.failed' : 'operation.unknown',
+    outcome: ok ? 'succeeded' : result.reason.slice(0, 120),
+    effectRef: ok ? result.evidenceRef : null,
+    attempts: result.attempts,
+    latencyMs: Date.now() - started,
+  } as const;
+  // The outcome, the action's move, the `results` job and its audit event in one statement, written
+  // only for the holder of the fencing token (ADR 0540); null when a newer lease holder owns it.
+  const next = await inTransaction(deps.db, (trx) =>
+    recordOutcomeWithJob(
+      trx,
+      {
+        ...fenced,
+        status: opStatus,
+        actionStatus,
+        result: output,
+        evidenceRef: ok ? result.evidenceRef : null,
+        error: ok ? null : result.reason,
+      },
+      { job: outboxJob(resultsQueue, payload), audit: event },
+    ),
+  );
+  const rows: OutboxRow[] | null = next ? [next] : null;
   if (!rows) {
     deps.log.warn({ actionId: action.id, fencingToken }, 'result refused: stale fencing token');
     return { kind: 'fenced_out' };
