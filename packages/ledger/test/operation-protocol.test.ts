@@ -53,6 +53,16 @@ const expireLease = (key: string) =>
     .where('key', '=', key)
     .execute();
 
+/** A succeeded outcome of the seeded action with `evidenceRef`, to record under some fencing token. */
+const succeeded = (a: { actionId: string; operationKey: string }, evidenceRef: string) => ({
+  actionId: a.actionId,
+  key: a.operationKey,
+  status: 'succeeded' as const,
+  result: { ok: 1 },
+  evidenceRef,
+  error: null,
+});
+
 describe('operation protocol', () => {
   it('reserves once: a second reservation returns the same row, and the filter reserves nothing for another version', async () => {
     const a = await createAction(tdb.db, { orderId: 'O-P1' });
@@ -79,14 +89,7 @@ describe('operation protocol', () => {
     expect(await markDispatched(tdb.db, a.operationKey, g1.fencingToken)).toBe(false);
     expect((await op(a.operationKey)).dispatched_at).toBeNull();
     expect(await markDispatched(tdb.db, a.operationKey, g2.fencingToken)).toBe(true);
-    const outcome = {
-      actionId: a.actionId,
-      key: a.operationKey,
-      status: 'succeeded' as const,
-      result: { ok: 1 },
-      evidenceRef: 'R-1',
-      error: null,
-    };
+    const outcome = succeeded(a, 'R-1');
     expect(await inTransaction(tdb.db, (trx) => recordOutcome(trx, { ...outcome, fencingToken: g1.fencingToken }))).toBe(false);
     expect((await op(a.operationKey)).status).toBe('running');
     expect(await inTransaction(tdb.db, (trx) => recordOutcome(trx, { ...outcome, fencingToken: g2.fencingToken }))).toBe(true);
@@ -104,14 +107,7 @@ describe('operation protocol', () => {
       job: outboxJob(resultsQueue, payload),
       audit: { type: 'operation.succeeded' as const, service: 'test', runId: a.workflowId },
     });
-    const outcome = {
-      actionId: a.actionId,
-      key: a.operationKey,
-      status: 'succeeded' as const,
-      result: { ok: 1 },
-      evidenceRef: 'R-9',
-      error: null,
-    };
+    const outcome = succeeded(a, 'R-9');
     const jobs = () => tdb.db.selectFrom('outbox').select(['job_id', 'payload']).where('job_id', '=', carried().job.job_id).execute();
     const events = async () =>
       (await tdb.db.selectFrom('audit_outbox').select('event').execute()).filter(
