@@ -14,6 +14,8 @@ import {
   decide,
   call,
   tokenFor,
+  waitUntil,
+  auditHeartbeatOlderThan,
   SECRET,
   type HuntStack,
 } from '../hard-cases/helpers.ts';
@@ -81,13 +83,13 @@ async function scheduleStatus(operationKey: string): Promise<string> {
 }
 
 /** Runs the real `gatehouse` CLI as `as` (an operator): its stdout and stderr whatever the exit code. */
-async function cliOut(args: string[], as = 'ops-gus'): Promise<string> {
+async function cliOut(args: string[], as = 'ops-gus', env: Record<string, string> = {}): Promise<string> {
   const token = await tokenFor(as, SECRET);
   return new Promise((done) => {
     execFile(
       process.execPath,
       [resolvePath(repoRoot, 'apps/cli/src/main.ts'), ...args],
-      { cwd: repoRoot, env: { ...process.env, ...s.env, LOG_LEVEL: 'warn', GATEHOUSE_TOKEN: token }, timeout: 120_000 },
+      { cwd: repoRoot, env: { ...process.env, ...s.env, ...env, LOG_LEVEL: 'warn', GATEHOUSE_TOKEN: token }, timeout: 120_000 },
       (err, stdout, stderr) => done(`${stdout}${stderr}${err ? `\nexit ${err.code}` : ''}`),
     );
   });
@@ -221,6 +223,40 @@ describe('gatehouse change cancel', () => {
       expect((await call('GET', `${s.url('staging')}/changes/operations/${encodeURIComponent(operationKey)}`, null)).body.status).toBe(
         'cancelled',
       );
+    },
+  );
+
+  it(
+    'audit storage unavailable: the approved cancel is held (exit 4), its approval left unused and nothing sent; once audit is back it runs once',
+    { timeout: 600_000 },
+    async () => {
+      const { operationKey } = await scheduled('CX-4', 'Please schedule change CHG-101 in the next maintenance window.');
+      const approvalId = approvalIdIn(await cliOut(['change', 'cancel', operationKey, '--reason', 'postpone']));
+      const shown = await getApproval(s, 'own-kim', approvalId);
+      const body = { decision: 'approve', actionVersion: shown.body.actionVersion, actionDigest: shown.body.actionDigest };
+      expect((await decide(s, 'own-kim', approvalId, body)).status).toBe(200);
+      const gate = { AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: '1500' };
+      const heartbeatOlderThan = (seconds: number) => auditHeartbeatOlderThan(s.db.db, seconds);
+      await s.stack.kill('audit', 'SIGKILL', { keepDown: true });
+      try {
+        await waitUntil(() => heartbeatOlderThan(2), 'the audit heartbeat to go stale');
+        const held = await cliOut(['change', 'cancel', operationKey], 'ops-gus', gate);
+        console.log('held:', held.trim());
+        expect(held).toMatch(
+          /audit storage is unavailable \(audit heartbeat \d+ ms old\): nothing was sent and the approval is left unused/,
+        );
+        expect(held).toMatch(/exit 4$/);
+        expect(await cancelCalls(operationKey)).toEqual([]);
+        const approval = await s.db.db.selectFrom('approvals').select('status').where('id', '=', approvalId).executeTakeFirstOrThrow();
+        expect(approval.status).toBe('approved');
+      } finally {
+        await s.stack.restart('audit');
+      }
+      await waitUntil(async () => !(await heartbeatOlderThan(1)), 'a fresh audit heartbeat', 120_000);
+      expect(await cliOut(['change', 'cancel', operationKey], 'ops-gus', gate)).toMatch(
+        /cancelled before its window \(approved by own-kim\)/,
+      );
+      expect((await cancelCalls(operationKey)).filter(([st, reason]) => st === 200 && reason === null)).toHaveLength(1);
     },
   );
 });

@@ -1,5 +1,7 @@
 import { tokenFor, call, type WorkflowView } from '@gatehouse/cli';
 import { startE2EStack, type E2EStack } from '@gatehouse/test-harness';
+import { sql, type Kysely } from 'kysely';
+import type { DB } from '@gatehouse/ledger';
 
 export const SECRET = 'local-auth-secret-change-me';
 
@@ -74,6 +76,24 @@ export function summary(v: (WorkflowView & Record<string, unknown>) | undefined)
 
 export const settled = (v: { state: string }): boolean => ['completed', 'stopped', 'needs_reconciliation', 'paused'].includes(v.state);
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Whether the audit service's last heartbeat is older than `seconds` (the audit-health gate reads it). */
+export async function auditHeartbeatOlderThan(db: Kysely<DB>, seconds: number): Promise<boolean> {
+  const r = await sql<{
+    old: boolean;
+  }>`select now() - beat_at > make_interval(secs => ${seconds}) as old from audit_heartbeat where id = 1`.execute(db);
+  return r.rows[0]?.old === true;
+}
+
+/** Polls `cond` every 150 ms until it holds. @throws Error naming `what` after `timeoutMs`. */
+export async function waitUntil(cond: () => Promise<boolean>, what: string, timeoutMs = 45_000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (Date.now() < until) {
+    if (await cond()) return;
+    await sleep(150);
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
 
 export async function refunds(s: HuntStack, orderId: string): Promise<Array<{ amountCents: number; idempotencyKey: string }>> {
   return ((await call('GET', `${s.url('staging')}/ledger/refunds?orderId=${orderId}`, null)).body.refunds ?? []) as never;

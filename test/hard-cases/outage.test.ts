@@ -12,6 +12,7 @@ import {
   fault,
   sleep,
   call,
+  waitUntil,
   type Entry,
   type HuntStack,
 } from './helpers.ts';
@@ -102,15 +103,6 @@ async function stackBehindCut(extra: Record<string, string>): Promise<{ s: HuntS
   const pg = new TcpCut(await freePort(), { host: '127.0.0.1', port: 5432 });
   await pg.open();
   return { s: await startHuntStack(extra, { pgServer: `postgres://postgres@127.0.0.1:${pg.port}` }), pg };
-}
-
-async function waitUntil(cond: () => Promise<boolean>, what: string, timeoutMs = 45_000): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  while (Date.now() < until) {
-    if (await cond()) return;
-    await sleep(150);
-  }
-  throw new Error(`timed out waiting for ${what}`);
 }
 
 describe('outage time is not working time', () => {

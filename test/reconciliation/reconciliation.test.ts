@@ -7,7 +7,17 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { repoRoot } from '@gatehouse/contracts';
 import type { Db } from '@gatehouse/ledger';
-import { call, SECRET, sleep, stagingRequests, startHuntStack, tokenFor, type HuntStack } from '../hard-cases/helpers.ts';
+import {
+  auditHeartbeatOlderThan,
+  call,
+  SECRET,
+  sleep,
+  stagingRequests,
+  startHuntStack,
+  tokenFor,
+  waitUntil,
+  type HuntStack,
+} from '../hard-cases/helpers.ts';
 import { seedRefund, seedShipment, seedStep, type SeededStep } from './seed.ts';
 
 // docs/product/invariants.md#agreement and #containment, docs/product/reconciliation.md: one example of each reconciliation
@@ -39,12 +49,12 @@ afterAll(async () => {
 });
 
 /** Runs the real CLI with `token` in GATEHOUSE_TOKEN; never throws on a non-zero exit. */
-function run(args: string[], token: string): Promise<{ code: number; out: string }> {
+function run(args: string[], token: string, env: Record<string, string> = {}): Promise<{ code: number; out: string }> {
   return new Promise((done) => {
     execFile(
       process.execPath,
       [resolvePath(repoRoot, 'apps/cli/src/main.ts'), ...args],
-      { cwd: repoRoot, env: { ...process.env, ...s.env, LOG_LEVEL: 'warn', GATEHOUSE_TOKEN: token }, timeout: 30_000 },
+      { cwd: repoRoot, env: { ...process.env, ...s.env, ...env, LOG_LEVEL: 'warn', GATEHOUSE_TOKEN: token }, timeout: 30_000 },
       (err, stdout, stderr) => done({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, out: stdout + stderr }),
     );
   });
@@ -84,6 +94,30 @@ async function decideAs(lead: string, approvalId: string, decision: 'approve' | 
   });
 }
 const approvalIdIn = (out: string) => /approval ([0-9a-f-]{36})/.exec(out)![1]!;
+
+/**
+ * With the audit service down, an approved remediation is held: exit 4 naming audit, zero calls
+ * downstream, its approval left unused (docs/product/invariants.md#evidence). Audit is back after.
+ */
+async function heldWhileAuditIsDown(itemId: string, flag: string, approvalId: string): Promise<void> {
+  const stale = (seconds: number) => auditHeartbeatOlderThan(db, seconds);
+  const calls = await effectCalls();
+  await s.stack.kill('audit', 'SIGKILL', { keepDown: true });
+  try {
+    await waitUntil(() => stale(2), 'the audit heartbeat to go stale');
+    const held = await run(['reconcile', 'resolve', itemId, flag], await tokenFor('ops-gus', SECRET), {
+      AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: '1500',
+    });
+    expect(held.code, held.out).toBe(4);
+    expect(held.out).toMatch(/audit storage is unavailable .*: nothing was sent and the approval is left unused/);
+    expect(await effectCalls()).toBe(calls);
+    const approval = await db.selectFrom('approvals').select('status').where('id', '=', approvalId).executeTakeFirstOrThrow();
+    expect(approval.status).toBe('approved');
+  } finally {
+    await s.stack.restart('audit');
+  }
+  await waitUntil(async () => !(await stale(1)), 'a fresh audit heartbeat', 120_000);
+}
 
 const seeded: Record<string, SeededStep> = {};
 const refundIds: Record<string, string> = {};
@@ -300,6 +334,7 @@ describe('reconciliation', () => {
       const asked = await asUser(['reconcile', 'resolve', it.id, p.flag]);
       expect(asked.code, asked.out).toBe(0);
       expect((await decideAs(p.lead, approvalIdIn(asked.out), 'approve')).status).toBe(200);
+      if (p.cls === 'amount_mismatch') await heldWhileAuditIsDown(it.id, p.flag, approvalIdIn(asked.out));
       // The adoption is left to the repeatable job; the others run on demand (a reversal twice: the second is a no-op).
       if (p.cls === 'ledger_entry_without_step') continue;
       for (let n = 0; n < (p.flag === '--reverse' ? 2 : 1); n++) {

@@ -1,6 +1,6 @@
 import type { DelegationSigningKey } from '@gatehouse/credentials';
 import { executeChangeCancel, requestChangeCancel, type CancelOutcome } from '@gatehouse/reconciliation';
-import type { ReconcileContext } from './reconcile-commands.ts';
+import { auditGateFromEnv, type ReconcileContext } from './reconcile-commands.ts';
 
 function say(o: CancelOutcome): string {
   switch (o.state) {
@@ -26,6 +26,7 @@ function say(o: CancelOutcome): string {
  * API; the operator who asks cannot decide it); a run while it is pending is refused; once
  * approved, it runs the cancel exactly once; after a denial or expiry, a new request.
  * Returns the exit code: 0 when requested or cancelled, 1 when refused, pending or busy.
+ * @throws AuditUnavailable when audit storage is unhealthy (exit 4): nothing sent, the approval left unused.
  * @throws RemediationRefused when the reference names no scheduled change, the step is not
  *   scheduled any more, or the reason is missing.
  */
@@ -34,7 +35,14 @@ export async function changeCancelCommand(
   ref: string,
   reason: string | undefined,
 ): Promise<number> {
-  const deps = { db: ctx.db, stagingUrl: ctx.stagingUrl, hmacKey: ctx.hmacKey, release: ctx.release, signingKey: ctx.signingKey };
+  const deps = {
+    db: ctx.db,
+    stagingUrl: ctx.stagingUrl,
+    hmacKey: ctx.hmacKey,
+    release: ctx.release,
+    signingKey: ctx.signingKey,
+    auditGate: auditGateFromEnv(),
+  };
   const o = await executeChangeCancel(deps, ref);
   const again = o.state === 'refused' && /^approval_(denied|expired|void)$/.test(o.reason);
   if (o.state !== 'not_requested' && !again) {

@@ -1,5 +1,6 @@
 import { UserError } from '@gatehouse/platform';
 import { OperatorRefused } from '@gatehouse/operations';
+import { DependencyUnavailable } from '@gatehouse/ledger';
 
 /**
  * One `gatehouse` command as `--help` shows it. `name` is the command words (`release activate`);
@@ -351,6 +352,6 @@ function isUnreachable(err: unknown, depth = 0): boolean {
 export function exitCodeFor(err: unknown): number {
   if (err instanceof UsageError) return EXIT.usage;
   if (err instanceof OperatorRefused) return EXIT.unauthorized;
-  if (isUnreachable(err)) return EXIT.unavailable;
+  if (isUnreachable(err) || err instanceof DependencyUnavailable) return EXIT.unavailable;
   return EXIT.failed;
 }

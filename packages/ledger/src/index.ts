@@ -18,3 +18,4 @@ export * from './json-row.ts';
 export * from './decision-context.ts';
 export * from './containment.ts';
 export * from './out-of-band-request.ts';
+export * from './audit-health.ts';

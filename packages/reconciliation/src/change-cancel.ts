@@ -19,6 +19,8 @@ import {
   transitionAction,
   transitionWorkflow,
   DependencyUnavailable,
+  DEFAULT_AUDIT_GATE,
+  requireAuditHealthy,
   type ApprovalBinding,
   type Db,
   type Trx,
@@ -465,6 +467,7 @@ async function recordCancel(
  * token whose subject is the approving change owner. Safe to call repeatedly and concurrently:
  * the operation row and the change service's idempotency key make a duplicate a no-op.
  * @throws RemediationRefused(`unknown_change`) when the reference names no scheduled change.
+ * @throws AuditUnavailable when audit storage is unhealthy (`deps.auditGate`): nothing claimed or sent.
  */
 export async function executeChangeCancel(deps: ExecuteDeps, ref: string): Promise<CancelOutcome> {
   const change = await findScheduledChange(deps.db, ref);
@@ -487,6 +490,8 @@ export async function executeChangeCancel(deps: ExecuteDeps, ref: string): Promi
     );
     return { state: 'refused', operationKey: change.operationKey, reason, nextStep };
   }
+  // No effect without audit: the approval is left unused (docs/product/invariants.md#evidence).
+  await requireAuditHealthy(deps.db, deps.auditGate ?? DEFAULT_AUDIT_GATE);
   let epoch: number;
   try {
     epoch = await readCredentialEpoch(deps.db);

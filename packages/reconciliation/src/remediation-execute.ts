@@ -20,6 +20,9 @@ import {
   resetToPending,
   readCredentialEpoch,
   DependencyUnavailable,
+  DEFAULT_AUDIT_GATE,
+  requireAuditHealthy,
+  type AuditGate,
 } from '@gatehouse/ledger';
 import { cancelShipment, replayRefund, reverseRefund, type CompensationResult } from './compensations.ts';
 import { approverCeilingCents, findItem, RemediationRefused, type RemediationDeps } from './remediation.ts';
@@ -34,6 +37,8 @@ export interface ExecuteDeps extends RemediationDeps {
   leaseMs?: number;
   /** `act.sub` of the delegated token (default `gatehouse-reconciliation`). */
   actorId?: string;
+  /** The audit-health gate checked before any claim (default `DEFAULT_AUDIT_GATE`; docs/product/invariants.md#evidence). */
+  auditGate?: AuditGate;
 }
 
 /** Where a remediation stands after {@link executeRemediation}. */
@@ -284,6 +289,7 @@ async function settleOriginal(
  * `reconciliation.resolved`. Pending: nothing happens. Denied, expired or void: the item opens
  * again for another request. Safe to call repeatedly and concurrently (CLI and job).
  * @throws RemediationRefused when the item has no remediation requested or is unknown.
+ * @throws AuditUnavailable when audit storage is unhealthy (`deps.auditGate`): nothing claimed or sent.
  */
 export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: string): Promise<RemediationOutcome> {
   const item = await findItem(deps.db, itemIdOrPrefix);
@@ -297,6 +303,8 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
     await inTransaction(deps.db, (trx) => reopen(trx, item, approvalId, `approval_${ap.status}`));
     return { state: 'refused', itemId: item.id, reason: `approval_${ap.status}` };
   }
+  // No effect without audit: the approval is left unused (the caller holds or reports it).
+  await requireAuditHealthy(deps.db, deps.auditGate ?? DEFAULT_AUDIT_GATE);
   // No token without the revocation epoch (fail closed): nothing is claimed, the next pass retries.
   let epoch: number;
   try {

@@ -1,8 +1,7 @@
 import type { DelegationSigningKey } from '@gatehouse/credentials';
-import type { Db, OutagePolicy } from '@gatehouse/ledger';
+import type { AuditGate, Db, OutagePolicy } from '@gatehouse/ledger';
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
 import type { PolicyBundles } from '@gatehouse/policy';
-import type { AuditGate } from '../domain/audit-health.ts';
 import type { TestHooks } from '../domain/test-hooks.ts';
 
 /** Dependencies of `processExecution` and of each of its steps. */

@@ -1,7 +1,7 @@
 import type { Worker } from 'bullmq';
 import { queueName, reconcileQueue, type ReconcileJob } from '@gatehouse/contracts';
 import type { DelegationSigningKey } from '@gatehouse/credentials';
-import type { Db } from '@gatehouse/ledger';
+import type { AuditGate, Db } from '@gatehouse/ledger';
 import { createWorker, type DrainGate, type Logger, type OutboxRelay, type PostgresGate, type QueueRegistry } from '@gatehouse/platform';
 import { executeApprovedRemediations, runReconciliation } from '@gatehouse/reconciliation';
 
@@ -22,6 +22,8 @@ export interface ReconcileDeps {
   supportRevision: string;
   changeRevision: string;
   policyDir?: string;
+  /** The audit-health gate a remediation checks before its claim (the executor's). */
+  auditGate?: AuditGate;
 }
 
 /**
@@ -40,7 +42,12 @@ export async function processReconcile(job: ReconcileJob, deps: ReconcileDeps): 
     changeRevision: deps.changeRevision,
     policyDir: deps.policyDir,
   };
-  const remediated = await executeApprovedRemediations({ ...common, release: deps.release, signingKey: deps.signingKey });
+  const remediated = await executeApprovedRemediations({
+    ...common,
+    release: deps.release,
+    signingKey: deps.signingKey,
+    auditGate: deps.auditGate,
+  });
   for (const r of remediated) if (r.state === 'resolved') await deps.relay.publish(r.rows);
   const report = await runReconciliation({ ...common, actor: RECONCILIATION_JOB_ACTOR });
   await deps.relay.publish(report.rows);

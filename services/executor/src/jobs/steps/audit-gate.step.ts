@@ -1,5 +1,5 @@
 import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
-import { auditHealthProblem, AuditUnavailable } from '../../domain/audit-health.ts';
+import { auditHealthProblem, AuditUnavailable } from '@gatehouse/ledger';
 import type { ExecutionDeps } from '../execution-deps.ts';
 import { stopPastCeilingOrHold } from './answer.step.ts';
 import type { ExecutionContext } from './containment.step.ts';

@@ -13,10 +13,11 @@ import {
   type OperationsTable,
   type ReenableStage,
   type WorkflowsTable,
+  auditHealthColumns,
+  type AuditHealthReading,
 } from '@gatehouse/ledger';
 import { findTool, type ToolDefinition } from '@gatehouse/tools';
 import { adapters, type AdapterCall, type AdapterResult } from '../../adapters/index.ts';
-import { auditHealthColumns, type AuditHealthReading } from '../../domain/audit-health.ts';
 import { auditBasisColumns, auditBasisOf, type AuditBasis } from '../../domain/execution-audit.ts';
 import type { TestHooks } from '../../domain/test-hooks.ts';
 import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
