@@ -73,22 +73,47 @@ function unknownFields(tool: ToolDefinition, data: Record<string, unknown>): Nor
 }
 
 /**
+ * Whether a JSON number token `source` is a plain decimal that parses to exactly the value it
+ * shows: no exponent, and equal to `value`'s own decimal text once trailing fractional zeros are
+ * dropped (`30.0` and `1.10` are; `3e1` and `49.999999999999999`, which parses to 50, are not).
+ */
+function writtenAsParsed(source: string, value: number): boolean {
+  if (!/^-?\d+(\.\d+)?$/.test(source)) return false;
+  const shown = source.includes('.') ? source.replace(/\.?0+$/, '') : source;
+  return shown === String(value) || (shown === '-0' && Object.is(value, -0));
+}
+
+/**
  * Closed parsing of a function_call: known tool, `arguments` a JSON object text (one value, no
- * trailing data) whose strings carry no NUL, control character or unpaired surrogate, exactly the
- * contract's fields with the right types, then normalization.
+ * trailing data) whose numbers are plain decimals the parse keeps exactly ({@link writtenAsParsed})
+ * and whose strings carry no NUL, control character or unpaired surrogate, exactly the contract's
+ * fields with the right types, then normalization.
  * Never throws; any failure is a {@link ValidationFailure}.
  */
 export function parseProposal(name: string, rawArguments: string): ParsedProposal | ValidationFailure {
   const tool = findTool(name);
   if (!tool) return { ok: false, error: 'unknown_tool', issues: [`no tool named ${redactSecrets(name).slice(0, 64)}`] };
   let value: unknown;
+  const altered: string[] = [];
   try {
-    value = JSON.parse(rawArguments);
+    value = JSON.parse(rawArguments, (key, v: unknown, context?: { source?: string }) => {
+      if (typeof v === 'number' && context?.source !== undefined && !writtenAsParsed(context.source, v)) altered.push(key);
+      return v;
+    });
   } catch {
     return { ok: false, error: 'malformed_arguments', issues: ['arguments are not one JSON object'] };
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     return { ok: false, error: 'malformed_arguments', issues: ['arguments must be a JSON object'] };
+  }
+  // A number the parse would change (an exponent, more digits than a double keeps) is refused, so
+  // what is normalized is what the model wrote: `3e1` is not "30.00" (docs/product/policy-rules.md#amounts).
+  if (altered.length) {
+    return {
+      ok: false,
+      error: 'invalid_arguments',
+      issues: altered.slice(0, 5).map((k) => bound(`${k}: write numbers as plain decimals, without an exponent or more digits than kept`)),
+    };
   }
   const unsafe = unsafeTextAt(value, '');
   if (unsafe) {

@@ -45,6 +45,16 @@ describe('parseProposal rejects before any adapter call', () => {
     ['reason over 240 chars', 'issue_refund', refund({ reason: 'x'.repeat(241) }), 'invalid_arguments'],
     ['three-decimal amount', 'issue_refund', refund({ amount: '30.001' }), 'invalid_arguments'],
     ['exponent amount', 'issue_refund', refund({ amount: '1e3' }), 'invalid_arguments'],
+    // JSON numbers whose written form the parse would lose (helper-51: 3e1 and 49.999999999999999 were paid as 30.00 and 50.00)
+    ['exponent amount as a JSON number', 'issue_refund', '{"orderId":"O-1002","amount":3e1,"reason":"x"}', 'invalid_arguments'],
+    ['a capital exponent', 'issue_refund', '{"orderId":"O-1002","amount":30E0,"reason":"x"}', 'invalid_arguments'],
+    [
+      'more digits than a double keeps',
+      'issue_refund',
+      '{"orderId":"O-1002","amount":49.999999999999999,"reason":"x"}',
+      'invalid_arguments',
+    ],
+    ['three decimals as a JSON number', 'issue_refund', '{"orderId":"O-1002","amount":30.001,"reason":"x"}', 'invalid_arguments'],
     ['malformed order id', 'lookup_order', '{"orderId":"order 1002"}', 'invalid_arguments'],
     ['enum outside the template list', 'notify_customer', '{"orderId":"O-1002","template":"free_text"}', 'invalid_arguments'],
     // Valid JSON the ledger cannot store (jsonb refuses U+0000) or a person should not be shown.
@@ -64,6 +74,14 @@ describe('parseProposal rejects before any adapter call', () => {
 
   it('tabs and line breaks in a reason are text, not control: accepted', () => {
     expect(parseProposal('issue_refund', refund({ reason: 'box\tcracked\r\nlid missing' })).ok).toBe(true);
+  });
+
+  it('JSON numbers written as plain decimals keep their value: 30, 30.0, 1.10, 4900', () => {
+    const cents = (raw: string) => {
+      const r = parseProposal('issue_refund', `{"orderId":"O-1002","amount":${raw},"reason":"x"}`);
+      return r.ok ? r.args.amountCents : r.issues;
+    };
+    expect([cents('30'), cents('30.0'), cents('30.00'), cents('1.10'), cents('4900')]).toEqual([3000, 3000, 3000, 110, 490000]);
   });
 
   it('a reason of exactly 240 chars is accepted', () => {
