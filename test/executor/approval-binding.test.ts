@@ -45,6 +45,46 @@ describe('approval binding at consumption', () => {
   });
 });
 
+/** A reship decided when its order had paid `decidedPaidCents`, approved by lead-eli (limit 50000) for that amount. */
+async function approvedReship(orderId: string, decidedPaidCents: number) {
+  const a = await createAction(h.db, { orderId, tool: 'reship_order' });
+  await h.db
+    .updateTable('actions')
+    .set({ facts: JSON.stringify({ orderPaidCents: decidedPaidCents }) })
+    .where('id', '=', a.actionId)
+    .execute();
+  await h.db.updateTable('approvals').set({ amount_cents: decidedPaidCents }).where('id', '=', a.approvalId!).execute();
+  return a;
+}
+
+// docs/product/policy-rules.md#approvals: the approver's limit covers the amount at stake; helper-51 found a reship approved
+// for 45000 shipped after its order's paid amount rose to 90000, above the approving lead's limit.
+describe('the amount an approval was granted for, at execution', () => {
+  it('a reship whose order paid more since the decision (45000 → 90000) needs a new approval: zero shipments, the approval unused', async () => {
+    const orderId = await h.newOrder(90_000);
+    const a = await approvedReship(orderId, 45_000);
+    expect(await processExecution(a.job, h.deps())).toMatch(/^reevaluated:/);
+    expect(await h.shipments(orderId)).toEqual([]);
+    expect((await h.requests(orderId)).filter((r) => r.method === 'POST')).toEqual([]);
+    const approval = await h.db.selectFrom('approvals').select('status').where('id', '=', a.approvalId!).executeTakeFirstOrThrow();
+    expect(approval.status).not.toBe('used');
+    const next = await h.db
+      .selectFrom('actions')
+      .select(['version', 'decision', 'facts'])
+      .where('workflow_id', '=', a.workflowId)
+      .where('version', '>', 1)
+      .execute();
+    expect(next).toMatchObject([{ version: 2, decision: 'REQUIRE_APPROVAL', facts: expect.objectContaining({ orderPaidCents: 90_000 }) }]);
+  });
+
+  it('the same reship whose order paid what was approved ships once', async () => {
+    const orderId = await h.newOrder(45_000);
+    const a = await approvedReship(orderId, 45_000);
+    expect(await processExecution(a.job, h.deps())).toBe('succeeded');
+    expect(await h.shipments(orderId)).toHaveLength(1);
+  });
+});
+
 describe('approval decisions under concurrency', () => {
   it('50 trials of two deciders at once (barrier): exactly one decision recorded, the other refused', { timeout: 60_000 }, async () => {
     const orderId = await h.newOrder();

@@ -166,3 +166,16 @@ export async function evaluateAction(
     },
   };
 }
+
+/**
+ * The amount an approval of an action is granted for, integer cents (docs/product/policy-rules.md#approvals:
+ * the approver's approve limit must cover it): a refund's own amount (`args.amountCents`), else
+ * for the support pack the order's paid amount in the decision's facts (`orderPaidCents`, a
+ * reship); null for the change pack, or when the facts do not say. The approval service writes
+ * it on the approval; the executor compares it with the amount the re-evaluation finds.
+ */
+export function approvalAmountCents(pack: string, args: Record<string, unknown>, facts: { orderPaidCents?: number | null }): number | null {
+  if (pack === 'change') return null;
+  if (typeof args.amountCents === 'number') return args.amountCents;
+  return typeof facts.orderPaidCents === 'number' ? facts.orderPaidCents : null;
+}

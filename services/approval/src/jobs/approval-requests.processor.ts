@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { ApprovalRequestJob } from '@gatehouse/contracts';
 import { inTransaction, recordAudit, type Db } from '@gatehouse/ledger';
-import type { PolicyBundles } from '@gatehouse/policy';
+import { approvalAmountCents, type PolicyBundles } from '@gatehouse/policy';
 
 /**
  * Opens the approval record for an action version that policy sent to approval (queue
@@ -19,12 +19,7 @@ export async function processApprovalRequest(job: ApprovalRequestJob, deps: { db
     const wf = await trx.selectFrom('workflows').selectAll().where('id', '=', action.workflow_id).executeTakeFirstOrThrow();
     const rules = deps.bundles[wf.pack].approval;
     const facts = action.facts as { orderPaidCents?: number | null; requesterRegion?: string | null };
-    const amountCents =
-      wf.pack === 'change'
-        ? null
-        : typeof action.arguments.amountCents === 'number'
-          ? action.arguments.amountCents
-          : (facts.orderPaidCents ?? null);
+    const amountCents = approvalAmountCents(wf.pack, action.arguments, facts);
     const id = randomUUID();
     const inserted = await trx
       .insertInto('approvals')

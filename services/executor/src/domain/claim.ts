@@ -19,7 +19,7 @@ import {
   type WorkflowsTable,
 } from '@gatehouse/ledger';
 import type { Selectable } from 'kysely';
-import { decideAndRecord, evaluateAction, type AuthoritativeRecord, type PolicyBundles } from '@gatehouse/policy';
+import { approvalAmountCents, decideAndRecord, evaluateAction, type AuthoritativeRecord, type PolicyBundles } from '@gatehouse/policy';
 import { findTool } from '@gatehouse/tools';
 import { executionAuditFields, type AuditBasis, type ExecutionAuditFields } from './execution-audit.ts';
 
@@ -223,13 +223,14 @@ async function unreserve(trx: Trx, op: Operation): Promise<void> {
  * The policy re-evaluation at execution (docs/product/design.md#flow-of-a-ticket): the action's tool and
  * arguments judged again on the authoritative record read before the claim and the ledger's sums
  * read under the limit locks (taken here, held to the end of the transaction). True when the
- * decision, its rule or its policy revision differ from the action's. False without a
+ * decision, its rule or its policy revision differ from the action's, or when an approval is
+ * needed and more is at stake than it was granted for ({@link stakeGrew}). False without a
  * re-evaluation (no record read, or the test-only switch).
  */
 async function decisionChanged(trx: Trx, action: Action, run: DecisionContext | null, r: Reevaluation): Promise<boolean> {
   const tool = findTool(action.tool);
   if (r.disabled || !tool || !r.record) return false;
-  const { decision: now } = await evaluateAction(trx, {
+  const { decision: now, snapshot } = await evaluateAction(trx, {
     wf: r.wf,
     proposalId: action.proposal_id,
     parsed: { tool, args: action.arguments as Record<string, string | number | null> },
@@ -239,7 +240,21 @@ async function decisionChanged(trx: Trx, action: Action, run: DecisionContext | 
     atExecution: true,
     ...(run ? { context: run } : {}),
   });
-  return !(now.decision === action.decision && now.ruleId === action.rule_id && now.policyRevision === action.policy_revision);
+  if (!(now.decision === action.decision && now.ruleId === action.rule_id && now.policyRevision === action.policy_revision)) return true;
+  return action.decision === 'REQUIRE_APPROVAL' && stakeGrew(r.wf.pack, action, snapshot);
+}
+
+/**
+ * Whether more is at stake now than the action's approval was granted for (a reship of an order
+ * whose paid amount rose since the decision): the approver's limit was checked against the
+ * amount then (docs/product/policy-rules.md#approvals), so the action needs a new approval.
+ * False when either amount is unknown.
+ */
+function stakeGrew(pack: string, action: Action, snapshot: Record<string, unknown>): boolean {
+  const args = action.arguments as Record<string, unknown>;
+  const granted = approvalAmountCents(pack, args, (action.facts ?? {}) as { orderPaidCents?: number | null });
+  const now = approvalAmountCents(pack, args, snapshot as { orderPaidCents?: number | null });
+  return granted !== null && now !== null && now > granted;
 }
 
 /**
