@@ -34,6 +34,8 @@ import {
   queuedJobs,
   requeueRelease,
   RequeueRefused,
+  QueueOpRefused,
+  resumeRelease,
 } from '@gatehouse/operations';
 import { tokenFor } from '@gatehouse/cli';
 import { approvalApi } from '../support/approval-api.ts';
@@ -319,10 +321,11 @@ describe('ops commands need an operator token', () => {
     ['release', 'activate', 'rel-2', '--cohort', 'user:rep-ana'],
     ['release', 'enable-writes', 'rel-1'],
     ['release', 'rollback', '--to', 'rel-1', '--reason', 'rehearsal'],
+    // In the order an operator runs them: a release's queued work is moved or set aside while it drains.
     ['queues', 'drain', '--release', 'rel-2'],
-    ['queues', 'resume', '--release', 'rel-2'],
     ['queues', 'quarantine', '--release', 'rel-2'],
     ['queues', 'requeue', '--from', 'rel-2', '--to', 'rel-1'],
+    ['queues', 'resume', '--release', 'rel-2'],
   ];
 
   function run(args: string[], token: string | null): Promise<CliRun> {
@@ -414,6 +417,22 @@ describe('ops commands need an operator token', () => {
     }
   });
 
+  it('typos are usage errors (exit 2, nothing ran): an unknown tool, a requeue onto the release it comes from', async () => {
+    const opsToken = await tokenFor('ops-gus', SECRET);
+    const events = (await t.db.selectFrom('audit_outbox').select('id').execute()).length;
+    for (const args of [
+      ['switch', 'off', 'no_such_tool'],
+      ['reenable', 'advance', 'no_such_tool', '--reason', 'typo'],
+      ['queues', 'requeue', '--from', 'rel-2', '--to', 'rel-2'],
+    ]) {
+      const r = await run(args, opsToken);
+      expect(r.code, `${args.join(' ')}: ${r.out}`).toBe(2);
+    }
+    expect((await run(['switch', 'off', 'no_such_tool'], opsToken)).out).toContain('unknown tool no_such_tool: one of lookup_order');
+    expect((await t.db.selectFrom('audit_outbox').select('id').execute()).length).toBe(events);
+    expect(await t.db.selectFrom('tool_switches').selectAll().where('tool', '=', 'no_such_tool').execute()).toEqual([]);
+  });
+
   it(
     'migrate down reverts only the latest migration, for an operator; --all needs --confirm <database>',
     { timeout: 240_000 },
@@ -496,6 +515,48 @@ describe('schema changes stay backward compatible until acceptance', () => {
       ])
       .execute();
     expect(approvals.length).toBeGreaterThan(0);
+  });
+});
+
+describe('queued work is moved or set aside only from a draining release', () => {
+  it('quarantine and requeue refuse a release whose workers still serve it; requeue refuses a target that would not run the jobs', async () => {
+    const active = await t.db.selectFrom('releases').select('id').where('status', '=', 'active').executeTakeFirstOrThrow();
+    await t.db.updateTable('releases').set({ draining: false }).where('id', '=', active.id).execute();
+    const wf = await createAction(t.db, {
+      orderId: 'O-1001',
+      amountCents: 1000,
+      decision: 'ALLOW',
+      userId: 'rep-ana',
+      tenant: 'quillfeather',
+      release: active.id,
+    });
+    const earlier = new Set((await queuedJobs(t.queues, active.id)).map((q) => q.job.id));
+    await enqueueAll(active.id, wf.workflowId);
+    const queued = (await queuedJobs(t.queues, active.id)).length;
+    expect(queued).toBeGreaterThan(earlier.size);
+    const live = await t.db.selectFrom('workflows').select('state').where('id', '=', wf.workflowId).executeTakeFirstOrThrow();
+    try {
+      await expect(quarantineRelease(t.db, t.queues, active.id, op)).rejects.toThrow(
+        new RegExp(`release ${active.id} is active and not draining.*gatehouse queues drain --release ${active.id}`),
+      );
+      await expect(quarantineRelease(t.db, t.queues, active.id, op)).rejects.toBeInstanceOf(QueueOpRefused);
+      await expect(requeueRelease(t.db, t.queues, active.id, 'rel-2', op)).rejects.toBeInstanceOf(QueueOpRefused);
+      await expect(requeueRelease(t.db, t.queues, active.id, active.id, op)).rejects.toThrow('the two releases must differ');
+      // Nothing moved, nothing set aside, the live run goes on.
+      expect(await queuedJobs(t.queues, active.id)).toHaveLength(queued);
+      expect(await t.db.selectFrom('quarantined_jobs').select('job_id').where('release_id', '=', active.id).execute()).toEqual([]);
+      expect(await t.db.selectFrom('workflows').select('state').where('id', '=', wf.workflowId).executeTakeFirstOrThrow()).toEqual(live);
+
+      // From a draining release, onto a release that is not registered, retired or draining: refused.
+      await drainRelease(t.db, t.queues, active.id, op);
+      await expect(requeueRelease(t.db, t.queues, active.id, 'rel-9', op)).rejects.toThrow('release rel-9 is not registered');
+      const retired = await t.db.selectFrom('releases').select('id').where('status', '=', 'retired').executeTakeFirstOrThrow();
+      await expect(requeueRelease(t.db, t.queues, active.id, retired.id, op)).rejects.toThrow(`release ${retired.id} is retired`);
+      expect(await queuedJobs(t.queues, active.id)).toHaveLength(queued);
+    } finally {
+      for (const { job } of await queuedJobs(t.queues, active.id)) if (!earlier.has(job.id)) await job.remove();
+      await resumeRelease(t.db, t.queues, active.id, op);
+    }
   });
 });
 

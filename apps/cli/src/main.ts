@@ -12,14 +12,14 @@ import { prepareDatabase } from './db-admin.ts';
 import { ensureDelegationKeyPair } from '@gatehouse/credentials';
 import { cliSigningKey, delegationKeyPaths } from './delegation-keys.ts';
 import { runDemo, printReport } from './demo.ts';
-import { authorizeOperator, bumpEpoch, setSwitch, type Operator, withQueues } from '@gatehouse/operations';
+import { authorizeOperator, bumpEpoch, requireKnownTool, setSwitch, type Operator, withQueues } from '@gatehouse/operations';
 import { reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
 import { releaseCommand } from './release-commands.ts';
 import { changeCancelCommand } from './change-commands.ts';
 import { reenableCommand } from './reenable-commands.ts';
 import { loadBundle, loadBundleFile, runBoundaryGate, loadGateCases } from '@gatehouse/policy';
 import { portOf, SERVICES, startStack, stateDir, stateRoot, type RunningStack } from './stack.ts';
-import { launchStackDaemon, progressPrinter, readStackStatus, stackStatus, stopStack } from './stack-control.ts';
+import { launchStackDaemon, probeStackStatus, progressPrinter, stackStatus, stopStack } from './stack-control.ts';
 import { checkOptions, commandHelp, exitCodeFor, findCommand, groupHelp, usage, UsageError, EXIT } from './commands.ts';
 
 const out = (line: string): void => {
@@ -75,8 +75,8 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     case 'stack status': {
-      if (values.json) out(JSON.stringify(readStackStatus(stateDir('stack')), null, 2));
-      else for (const line of stackStatus(stateDir('stack'))) out(line);
+      if (values.json) out(JSON.stringify(await probeStackStatus(stateDir('stack')), null, 2));
+      else for (const line of await stackStatus(stateDir('stack'))) out(line);
       return 0;
     }
     case 'stack down': {
@@ -105,6 +105,7 @@ async function main(argv: string[]): Promise<number> {
     case 'switch on':
     case 'switch off': {
       if (!arg) throw new UsageError('switch needs a tool name');
+      requireKnownTool(arg); // a typo is a usage error (exit 2): nothing ran, not even the token check
       return opsCommand(env, values.token, `switch ${sub}`, (db, op) =>
         withQueues(env, async (queues) => {
           const rows = await setSwitch(db, arg, sub === 'on', op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);

@@ -7,6 +7,7 @@ import {
   DEFAULT_MAX_BOUND,
   reenableStatus,
   requestReenableOverride,
+  requireKnownTool,
   withQueues,
   type Operator,
   type ReenableStatus,
@@ -75,6 +76,7 @@ export async function reenableCommand(
       return 0;
     });
   if (!tool) throw new UsageError(`${command} needs a tool`);
+  requireKnownTool(tool);
   if (!values.reason) throw new UsageError(`${command} needs --reason "<why>"`);
   if (command === 'reenable override')
     return asOperator(command, async (db, op) => {

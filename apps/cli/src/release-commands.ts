@@ -197,6 +197,9 @@ export async function releaseCommand(
         }),
       );
     case 'queues requeue':
+      if (values.from !== undefined && values.from === values.to) {
+        throw new UsageError(`queues requeue --from ${values.from} --to ${values.to}: the two releases must differ`);
+      }
       return asOperator(command, (db, op) =>
         withQueues(env, async (queues) => {
           const r = await requeueRelease(db, queues, need(values.from, '--from <release>'), need(values.to, '--to <release>'), actor(op));

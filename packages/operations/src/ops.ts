@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { executionsQueue, Forbidden, Refused } from '@gatehouse/contracts';
+import { executionsQueue, Forbidden, Refused, UserError } from '@gatehouse/contracts';
 import {
   actorHash,
   creditWait,
@@ -15,9 +15,24 @@ import {
   type OutboxRow,
   type Trx,
 } from '@gatehouse/ledger';
-import { findTool } from '@gatehouse/tools';
+import { allTools, findTool } from '@gatehouse/tools';
 import { InvalidTokenError } from '@gatehouse/credentials';
 import { isDirectoryOperator, verifyBearerToken, type BearerVerifier } from '@gatehouse/platform';
+
+/** An ops command named a tool no pack has (a typo): nothing ran. The CLI exits 2 (usage). */
+export class UnknownTool extends UserError {
+  constructor(tool: string) {
+    super('unknown_tool', `unknown tool ${tool}: one of ${allTools.map((t) => t.name).join(', ')}`);
+  }
+}
+
+/**
+ * The one check that an ops command's tool exists (switches, staged re-enables).
+ * @throws UnknownTool when no pack has a tool called `tool`.
+ */
+export function requireKnownTool(tool: string): void {
+  if (!findTool(tool)) throw new UnknownTool(tool);
+}
 
 /** An ops command was refused: no token, an invalid one, or a caller without the operator role. */
 export class OperatorRefused extends Forbidden {
@@ -103,7 +118,7 @@ export class StagedReenableOpen extends Refused {
  * @throws StagedReenableOpen for `on` while a staged re-enable is open (it is `reenable advance`'s to finish).
  */
 export async function setSwitch(db: Db, tool: string, enabled: boolean, operator: string, hmacKey: string): Promise<OutboxRow[]> {
-  if (!findTool(tool)) throw new Error(`unknown tool ${tool}`);
+  requireKnownTool(tool);
   return inTransaction(db, async (trx) => {
     const [open] = await openReenableStages(trx, tool);
     if (enabled && open) throw new StagedReenableOpen(tool, open.stage);

@@ -50,9 +50,36 @@ export async function queuedJobs(queues: QueueRegistry, release: string): Promis
 }
 
 /** @throws Error when `release` is not in the ledger's releases (a typo must not report success). */
-async function assertRegistered(db: Db, release: string): Promise<void> {
-  const r = await db.selectFrom('releases').select('id').where('id', '=', release).executeTakeFirst();
+async function assertRegistered(db: Db, release: string): Promise<{ status: string; draining: boolean }> {
+  const r = await db.selectFrom('releases').select(['status', 'draining']).where('id', '=', release).executeTakeFirst();
   if (!r) throw new Error(`release ${release} is not registered`);
+  return r;
+}
+
+/**
+ * Thrown when a queue operation would move or set aside the work of a release whose workers still
+ * take it, or would send jobs where no worker runs them (docs/runbooks/rollback.md step 2).
+ */
+export class QueueOpRefused extends ConflictError {
+  constructor(message: string) {
+    super('queue_op_refused', message);
+  }
+}
+
+/**
+ * The source of a requeue or a quarantine must be draining (a rollback drains the releases it
+ * rolls back; `gatehouse queues drain` drains one by hand): only then no worker claims its jobs
+ * while they are moved, and no live ticket of the serving release is stopped by a mistyped id.
+ * @throws Error when `release` is not registered; QueueOpRefused when it is not draining.
+ */
+async function assertDraining(db: Db, release: string, command: string): Promise<void> {
+  const r = await assertRegistered(db, release);
+  if (!r.draining) {
+    throw new QueueOpRefused(
+      `release ${release} is ${r.status} and not draining: its workers still take its jobs, so ${command} would race them ` +
+        `(and stop its live runs). Roll it back, or drain it first: gatehouse queues drain --release ${release}`,
+    );
+  }
 }
 
 /** The audited queue operations, as their audit event types. */
@@ -121,9 +148,11 @@ export async function resumeReleaseQueues(queues: QueueRegistry, release: string
  * `quarantined_jobs` (payload kept, never run) and removes it from its queue; the workflows it
  * belonged to stop with `stopped(quarantined)` and a next step. Running jobs are left to finish.
  * Audited. Returns how many jobs were quarantined.
+ * @throws Error when R is not registered; QueueOpRefused when R is not draining (the serving
+ *   release's live runs are never stopped by this command alone).
  */
 export async function quarantineRelease(db: Db, queues: QueueRegistry, release: string, actor: OpsActor): Promise<number> {
-  await assertRegistered(db, release);
+  await assertDraining(db, release, 'quarantine');
   const jobs = await queuedJobs(queues, release);
   await inTransaction(db, async (trx) => {
     const workflows = new Set<string>();
@@ -177,7 +206,9 @@ export class RequeueRefused extends ConflictError {
  * queue contract (others are left in place and reported, for quarantine). The workflows move to
  * release F so their next jobs are F's, and so do C's workflows paused on a held step. Audited.
  * Returns the counts.
- * @throws RequeueRefused when the payload versions differ.
+ * @throws QueueOpRefused when C and F are the same release, C is not draining, or F is retired
+ *   or draining (its workers would not run the jobs); Error when either is not registered;
+ *   RequeueRefused when the payload versions differ.
  */
 export async function requeueRelease(
   db: Db,
@@ -186,6 +217,14 @@ export async function requeueRelease(
   to: string,
   actor: OpsActor,
 ): Promise<{ moved: number; refused: number; pausedWorkflows: number }> {
+  if (from === to) throw new QueueOpRefused(`requeue --from ${from} --to ${to}: the two releases must differ`);
+  await assertDraining(db, from, 'requeue');
+  const target = await assertRegistered(db, to);
+  if (target.status === 'retired' || target.draining) {
+    throw new QueueOpRefused(
+      `release ${to} is ${target.draining ? 'draining' : 'retired'}: no worker would run the jobs moved there; requeue to the serving release`,
+    );
+  }
   const [c, f] = [loadReleaseManifest(from), loadReleaseManifest(to)];
   if (c.payloadVersion !== f.payloadVersion) {
     throw new RequeueRefused(

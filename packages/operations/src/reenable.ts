@@ -15,7 +15,7 @@ import {
   type Trx,
 } from '@gatehouse/ledger';
 import { findTool, toolsOfPack } from '@gatehouse/tools';
-import { releaseHeld, writeSwitch } from './ops.ts';
+import { releaseHeld, requireKnownTool, UnknownTool, writeSwitch } from './ops.ts';
 import { consumeOverride, overrideDigest, requestOverride } from './overrides.ts';
 
 /** The confidence of the bound: 95 % (the "rule of three", docs/decisions/0310-staged-reenable.md). */
@@ -68,7 +68,7 @@ export interface StageEvidence {
 /** The tools whose executions are a stage's evidence (read_only: the pack's non-consequential tools). */
 function evidenceTools(tool: string, stage: ReenableStage): string[] {
   const def = findTool(tool);
-  if (!def) throw new Error(`unknown tool ${tool}`);
+  if (!def) throw new UnknownTool(tool);
   if (stage !== 'read_only') return [tool];
   return toolsOfPack(def.pack)
     .filter((t) => !t.consequential && t.name !== tool)
@@ -256,7 +256,7 @@ async function judgeEvidence(
 export async function advanceReenable(db: Db, r: AdvanceRequest): Promise<AdvanceResult> {
   const reason = r.reason.trim();
   if (!reason || reason.length > 500) throw new Error('reenable advance needs --reason "<why>" (1–500 characters)');
-  if (!findTool(r.tool)) throw new Error(`unknown tool ${r.tool}`);
+  requireKnownTool(r.tool);
   return inTransaction(db, async (trx) => {
     await trx.selectFrom('tool_switches').select('tool').where('tool', '=', r.tool).forUpdate().execute();
     const [open] = await openReenableStages(trx, r.tool);
