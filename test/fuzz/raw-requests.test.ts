@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFuzzApps, type FuzzApps, type Surface } from './support/apps.ts';
-import { send, sendRaw } from './support/client.ts';
+import { send, sendRaw, sendRawAll } from './support/client.ts';
 import { unhandledLines } from './support/fuzz.ts';
 import { validToken } from './support/tokens.ts';
 
@@ -57,6 +57,25 @@ describe.each<Surface>(['agent-loop', 'approval', 'ops'])('%s refuses a malforme
     // 0: the parser closed the connection after its 400/431 without the answer reaching us first.
     if (status !== 0) expect(status).toBeGreaterThanOrEqual(400);
     expect(status).toBeLessThan(500);
+  });
+
+  it.each(RAW)('%s: the refusal carries a reason', async (_name, bytes) => {
+    for (const r of await sendRawAll(f.apps[surface].url, bytes())) {
+      expect(r.status).toBeGreaterThanOrEqual(400);
+      expect(typeof JSON.parse(r.body).error.reason, r.body).toBe('string');
+    }
+  });
+
+  it('bytes past a short Content-Length: the body is refused, then the leftover, each with a reason, and the connection closes', async () => {
+    const body = '{"ticketId":"T-cl","text":"y"}';
+    const answers = await sendRawAll(
+      f.apps[surface].url,
+      `POST /v1/tickets HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\n${body}`,
+    );
+    // The first five bytes are the body express parses (a truncated JSON document); the rest is
+    // read as a second request, which the HTTP parser refuses.
+    expect(answers.map((a) => a.status)).toEqual([400, 400]);
+    expect(answers.map((a) => JSON.parse(a.body).error.reason)).toEqual(['invalid_body', 'malformed_request']);
   });
 
   it('still answers /healthz and logged no unhandled error', async () => {

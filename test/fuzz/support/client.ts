@@ -74,6 +74,45 @@ export function sendRaw(baseUrl: string, bytes: string | Buffer): Promise<number
   });
 }
 
+/**
+ * Writes `bytes` to a fresh connection, reads until the server closes it (or `waitMs` pass), and
+ * resolves with every response on it, in order: status and body text (framed by Content-Length).
+ * For a request whose framing leaves bytes over, which the server then reads as a second request.
+ */
+export function sendRawAll(baseUrl: string, bytes: string | Buffer, waitMs = 5000): Promise<Array<{ status: number; body: string }>> {
+  const url = new URL(baseUrl);
+  return new Promise((resolve) => {
+    const socket = connect(Number(url.port), url.hostname);
+    const chunks: Buffer[] = [];
+    const done = () => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(splitResponses(Buffer.concat(chunks).toString('latin1')));
+    };
+    const timer = setTimeout(done, waitMs);
+    socket.on('data', (c: Buffer) => chunks.push(c));
+    socket.on('close', done);
+    socket.on('error', done);
+    socket.write(bytes);
+  });
+}
+
+/** Splits what a connection received into responses framed by their Content-Length. */
+function splitResponses(wire: string): Array<{ status: number; body: string }> {
+  const out: Array<{ status: number; body: string }> = [];
+  let rest = wire;
+  for (
+    let m = /^HTTP\/1\.[01] (\d{3})[^\r]*\r\n([\s\S]*?)\r\n\r\n/.exec(rest);
+    m;
+    m = /^HTTP\/1\.[01] (\d{3})[^\r]*\r\n([\s\S]*?)\r\n\r\n/.exec(rest)
+  ) {
+    const length = Number(/^content-length: *(\d+)/im.exec(m[2]!)?.[1] ?? 0);
+    out.push({ status: Number(m[1]), body: rest.slice(m[0].length, m[0].length + length) });
+    rest = rest.slice(m[0].length + length);
+  }
+  return out;
+}
+
 /** Node's default `--max-http-header-size` (bytes): a longer request head is refused by its HTTP parser. */
 export const MAX_HEAD_BYTES = 16 * 1024;
 
