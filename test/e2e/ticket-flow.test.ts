@@ -117,6 +117,27 @@ describe('a real ticket through every service (processes, Postgres, Redis)', () 
     expect((await approval.get('/v1/approvals/not-a-uuid').set('authorization', `Bearer ${rep}`)).status).toBe(404);
   });
 
+  it('only a representative or an engineer submits a ticket: an approver, operator or policy owner gets 403 and nothing is recorded', async () => {
+    const intake = request(s.url('agent-loop'));
+    const workflows = async () => (await s.db.db.selectFrom('workflows').select('id').execute()).length;
+    const before = await workflows();
+    for (const user of ['lead-eli', 'ops-gus', 'pol-hal', 'own-kim']) {
+      const r = await intake
+        .post('/v1/tickets')
+        .set('authorization', `Bearer ${await tokenFor(user, SECRET)}`)
+        .send({ ticketId: `T-role-${user}`, text: 'Refund 30.00 on order O-1001.', mode: 'act' });
+      expect(r.status, user).toBe(403);
+      expect(r.body.error.reason).toBe('not_a_requester');
+    }
+    expect(await workflows()).toBe(before);
+    // An engineer opens a change-pack run.
+    const eng = await intake
+      .post('/v1/tickets')
+      .set('authorization', `Bearer ${await tokenFor('eng-max', SECRET)}`)
+      .send({ ticketId: 'T-role-eng', text: 'What is the status of change plan P-1?', pack: 'change' });
+    expect(eng.status).toBe(202);
+  });
+
   it("another tenant's order: accepted at intake, refund denied by R2, zero downstream calls", async () => {
     const rep = await tokenFor('rep-ana', SECRET);
     const foreign = loadWorld().orders.find((o) => o.tenant !== 'quillfeather')!;

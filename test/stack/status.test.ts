@@ -1,8 +1,10 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
-import { stackStatus, statusRecorder } from '@gatehouse/cli';
+import { probeStackStatus, stackStatus, statusRecorder } from '@gatehouse/cli';
 
 // What `gatehouse stack status` tells on-call, from the supervisor's status file and pid files.
 
@@ -17,7 +19,7 @@ afterEach(() => {
 });
 
 describe('stack status', () => {
-  it('keeps reporting a crash loop after the service is up again', () => {
+  it('keeps reporting a crash loop after the service is up again', async () => {
     const dir = fresh();
     const record = statusRecorder(dir);
     record({ type: 'exited', service: 'model-stub', code: null, signal: 'SIGKILL', restarts: 5, delayMs: 8000 });
@@ -25,20 +27,50 @@ describe('stack status', () => {
     record({ type: 'starting', service: 'model-stub', restarts: 5 });
     record({ type: 'ready', service: 'model-stub', restarts: 5 });
     writeFileSync(resolve(dir, 'supervisor.pid'), String(process.pid));
-    const [, line] = stackStatus(dir);
+    const [, line] = await stackStatus(dir);
     expect(line).toMatch(/model-stub\s+ready\s+restarts 5, last exit signal SIGKILL at .*, crash loop reported at /);
     expect(JSON.parse(readFileSync(resolve(dir, 'status.json'), 'utf8'))['model-stub'].crashLoopAt).toEqual(expect.any(String));
   });
 
-  it('names services that still run when the supervisor is gone', () => {
+  it('names services that still run when the supervisor is gone', async () => {
     const dir = fresh();
     writeFileSync(resolve(dir, 'supervisor.pid'), '2147483646'); // no such process
     writeFileSync(resolve(dir, 'executor.pid'), String(process.pid)); // a live process stands in for the service
-    expect(stackStatus(dir)).toEqual([
+    expect(await stackStatus(dir)).toEqual([
       `no stack supervisor running for ${dir}, but these services still run unsupervised: executor`,
       '  stop them with: ./run stack down',
     ]);
     rmSync(resolve(dir, 'executor.pid'));
-    expect(stackStatus(dir)).toEqual([`no stack supervisor running for ${dir}`]);
+    expect(await stackStatus(dir)).toEqual([`no stack supervisor running for ${dir}`]);
+  });
+
+  it('probes a ready service now: a SIGSTOPped process is reported not-answering, and ready again once continued', async () => {
+    const dir = fresh();
+    // A real process answering /readyz as the audit service does, then stopped as on-call might find it.
+    const child: ChildProcess = spawn(
+      process.execPath,
+      [
+        '-e',
+        `const s = require('node:http').createServer((q, r) => r.end(JSON.stringify({ ready: true, service: 'audit' })));
+         s.listen(0, '127.0.0.1', () => console.log(s.address().port));`,
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    try {
+      const [chunk] = (await once(child.stdout!, 'data')) as [Buffer];
+      const port = Number(chunk.toString().trim());
+      const record = statusRecorder(dir, { audit: port });
+      record({ type: 'starting', service: 'audit', restarts: 0 });
+      record({ type: 'ready', service: 'audit', restarts: 0 });
+      writeFileSync(resolve(dir, 'supervisor.pid'), String(process.pid));
+      expect((await stackStatus(dir))[1]).toMatch(/audit\s+ready\s+restarts 0/);
+      process.kill(child.pid!, 'SIGSTOP');
+      expect((await stackStatus(dir))[1]).toMatch(/audit\s+not-answering\s+restarts 0/);
+      expect((await probeStackStatus(dir)).services.audit).toMatchObject({ state: 'not-answering', port });
+      process.kill(child.pid!, 'SIGCONT');
+      expect((await stackStatus(dir))[1]).toMatch(/audit\s+ready\s+restarts 0/);
+    } finally {
+      child.kill('SIGKILL');
+    }
   });
 });

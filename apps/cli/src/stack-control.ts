@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
-import { SERVICES, type StackEvent } from './stack.ts';
+import { isReady, SERVICES, type StackEvent } from './stack.ts';
 
 /** What the stack supervisor process tells the CLI that started it (over the IPC channel). */
 export type DaemonMessage =
@@ -75,10 +75,16 @@ export async function launchStackDaemon(opts: {
   }
 }
 
-/** One service as the supervisor last saw it (`<dir>/status.json`). */
+/**
+ * One service as the supervisor last saw it (`<dir>/status.json`). `not-answering` is never
+ * recorded: `stack status` reports it for a service recorded `ready` whose `/readyz` does not
+ * answer now (a stopped, hung or overloaded process the supervisor still sees alive).
+ */
 export interface ServiceStatus {
-  state: 'starting' | 'ready' | 'exited' | 'crash-looping';
+  state: 'starting' | 'ready' | 'exited' | 'crash-looping' | 'not-answering';
   restarts: number;
+  /** The port its `/readyz` answers on (as the supervisor started it). */
+  port?: number;
   /** The last exit: `signal SIGKILL` or `code 1`, and when (ISO 8601). */
   lastExit?: string;
   lastExitAt?: string;
@@ -86,12 +92,15 @@ export interface ServiceStatus {
   crashLoopAt?: string;
 }
 
-/** Keeps `<dir>/status.json` up to date from the supervisor's events (for `gatehouse stack status`). */
-export function statusRecorder(dir: string): (e: StackEvent) => void {
+/**
+ * Keeps `<dir>/status.json` up to date from the supervisor's events (for `gatehouse stack status`),
+ * with each service's port from `ports` (service name → port).
+ */
+export function statusRecorder(dir: string, ports: Record<string, number> = {}): (e: StackEvent) => void {
   const status: Record<string, ServiceStatus> = {};
   return (e) => {
     const prev = status[e.service] ?? { state: 'starting', restarts: 0 };
-    const next: ServiceStatus = { ...prev, restarts: e.restarts };
+    const next: ServiceStatus = { ...prev, restarts: e.restarts, ...(ports[e.service] ? { port: ports[e.service] } : {}) };
     if (e.type === 'starting' || e.type === 'ready') next.state = e.type;
     if (e.type === 'exited')
       Object.assign(next, {
@@ -131,11 +140,26 @@ export function readStackStatus(dir: string): StackStatusReport {
 }
 
 /**
- * Lines describing the stack kept in `dir`: whether its supervisor runs, then each service's
- * state, restart count and last exit (from `<dir>/status.json`).
+ * {@link readStackStatus}, with each service recorded `ready` probed now: one whose `/readyz`
+ * does not answer within 1 s (e.g. a SIGSTOPped process) is reported `not-answering`. The
+ * probes run in parallel.
  */
-export function stackStatus(dir: string): string[] {
+export async function probeStackStatus(dir: string): Promise<StackStatusReport> {
   const r = readStackStatus(dir);
+  await Promise.all(
+    Object.entries(r.services).map(async ([name, s]) => {
+      if (s.state === 'ready' && s.port && !(await isReady(s.port, name))) s.state = 'not-answering';
+    }),
+  );
+  return r;
+}
+
+/**
+ * Lines describing the stack kept in `dir`: whether its supervisor runs, then each service's
+ * state (probed now, {@link probeStackStatus}), restart count and last exit.
+ */
+export async function stackStatus(dir: string): Promise<string[]> {
+  const r = await probeStackStatus(dir);
   if (r.supervisorPid === null)
     return r.unsupervised.length
       ? [

@@ -5,7 +5,7 @@
 import { parseArgs } from 'node:util';
 import { rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { startStack } from './stack.ts';
+import { portOf, SERVICES, startStack } from './stack.ts';
 import { statusRecorder, type DaemonMessage } from './stack-control.ts';
 
 const { values } = parseArgs({ options: { dir: { type: 'string' }, only: { type: 'string' } } });
@@ -20,7 +20,7 @@ process.once('exit', () => {
 const send = (message: DaemonMessage): void => {
   if (process.connected) process.send!(message);
 };
-const record = statusRecorder(dir);
+const record = statusRecorder(dir, Object.fromEntries(SERVICES.map((s) => [s.name, portOf(s, process.env)])));
 try {
   const stack = await startStack({
     env: process.env,

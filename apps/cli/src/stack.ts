@@ -102,7 +102,11 @@ async function answers(port: number): Promise<string | null> {
   }
 }
 
-async function isReady(port: number, name: string): Promise<boolean> {
+/**
+ * Whether the process on `port` answers `GET /readyz` as service `name` within 1 s (a stopped or
+ * hung process does not: its socket accepts, nothing answers).
+ */
+export async function isReady(port: number, name: string): Promise<boolean> {
   try {
     const res = await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(1000) });
     const body = (await res.json().catch(() => ({}))) as { service?: string };

@@ -23,3 +23,20 @@ export function isDirectoryOperator(user: UserClaims): boolean {
   const entry = loadWorld().users.find((u) => u.id === user.sub && u.tenant === user.tenant);
   return entry?.role === OPERATOR_ROLE;
 }
+
+/**
+ * The roles that submit tickets and follow up on them (SPEC §1: a representative for the support
+ * pack; an engineer, who holds the change scopes, for the change pack). Approvers, operators and
+ * policy owners act through their own surfaces, never as a run's requester.
+ */
+export const REQUESTER_ROLES: readonly string[] = ['rep', 'engineer'];
+
+/**
+ * Whether the verified caller may open a run at intake: the identity directory must know the
+ * user in the token's tenant with one of {@link REQUESTER_ROLES}. The token's `roles` claim is
+ * not read (as for {@link isDirectoryOperator}).
+ */
+export function isDirectoryRequester(user: UserClaims): boolean {
+  const entry = loadWorld().users.find((u) => u.id === user.sub && u.tenant === user.tenant);
+  return entry !== undefined && REQUESTER_ROLES.includes(entry.role);
+}

@@ -373,6 +373,15 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      /** @description not_a_requester: the directory does not know the caller as a representative or an engineer */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       /** @description ticket_conflict: the ticketId was already submitted with other content */
       409: {
         headers: {

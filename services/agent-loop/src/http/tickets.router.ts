@@ -2,7 +2,7 @@ import { Router } from 'express';
 import { randomUUID } from 'node:crypto';
 import { TicketRequestSchema, turnsQueue, sha256Hex, type PackBudgets, type TicketAccepted } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, recordAudit, recordWorkflowEvent, actorHash, routeRelease, type Db } from '@gatehouse/ledger';
-import { ConflictError, parseBody, type OutboxRelay } from '@gatehouse/platform';
+import { ConflictError, Forbidden, isDirectoryRequester, parseBody, type OutboxRelay } from '@gatehouse/platform';
 import type { Pack } from '@gatehouse/tools';
 import type { AuthedRequest } from '@gatehouse/platform';
 import { withSpan } from '@gatehouse/telemetry';
@@ -29,13 +29,20 @@ export interface IntakeConfig {
 /**
  * `POST /v1/tickets` (docs/product/public-contract.md#intake): 202 `{workflowId}`; idempotent per tenant + ticketId (a repeat
  * with the same text returns the same workflow, other text is 409 `ticket_conflict`); 400 for
- * a body that fails its schema. `pack` (`support` default, or `change`) picks the catalog,
+ * a body that fails its schema; 403 `not_a_requester` for a caller the directory does not know as a
+ * representative or an engineer (an approver's or operator's token). `pack` (`support` default, or `change`) picks the catalog,
  * policy bundle and budgets the workflow keeps for its whole life.
  */
 export function ticketsRouter(cfg: IntakeConfig): Router {
   const router = Router();
   router.post('/v1/tickets', async (req, res) => {
     const { user } = req as unknown as AuthedRequest;
+    if (!isDirectoryRequester(user)) {
+      throw new Forbidden(
+        'not_a_requester',
+        'only a representative or an engineer of the directory submits tickets; approvers and operators act through their own surfaces',
+      );
+    }
     const body = parseBody(TicketRequestSchema, req.body);
     const textHash = sha256Hex(body.text);
     const result = await withSpan('intake ticket', { 'gatehouse.tenant': user.tenant }, () =>
