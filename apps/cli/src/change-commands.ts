@@ -1,6 +1,7 @@
 import type { DelegationSigningKey } from '@gatehouse/credentials';
 import { executeChangeCancel, requestChangeCancel, type CancelOutcome } from '@gatehouse/reconciliation';
-import { auditGateFromEnv, type ReconcileContext } from './reconcile-commands.ts';
+import { auditGateFromEnv } from '@gatehouse/platform';
+import { type ReconcileContext } from './reconcile-commands.ts';
 
 function say(o: CancelOutcome): string {
   switch (o.state) {

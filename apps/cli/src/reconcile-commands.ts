@@ -1,13 +1,6 @@
 import type { DelegationSigningKey } from '@gatehouse/credentials';
-import {
-  DEFAULT_AUDIT_GATE,
-  listStuckRuns,
-  type AuditGate,
-  type Db,
-  type OutboxRow,
-  type Remediation,
-  type StuckRun,
-} from '@gatehouse/ledger';
+import { auditGateFromEnv } from '@gatehouse/platform';
+import { listStuckRuns, type Db, type OutboxRow, type Remediation, type StuckRun } from '@gatehouse/ledger';
 import {
   executeApprovedRemediations,
   executeRemediation,
@@ -56,19 +49,6 @@ function remediationDeps(ctx: ReconcileContext) {
 
 function deps(ctx: ReconcileContext, signingKey: DelegationSigningKey): ExecuteDeps {
   return { ...remediationDeps(ctx), signingKey, auditGate: auditGateFromEnv() };
-}
-
-/**
- * The audit-health gate an effect run from this CLI checks: the executor's settings
- * (`AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS`, `AUDIT_HEALTH_MAX_BACKLOG_AGE_MS`, ms) when set to positive
- * integers, else `DEFAULT_AUDIT_GATE`.
- */
-export function auditGateFromEnv(env: Record<string, string | undefined> = process.env): AuditGate {
-  const ms = (raw: string | undefined, fallback: number) => (raw && /^[1-9]\d{0,9}$/.test(raw.trim()) ? Number(raw) : fallback);
-  return {
-    maxHeartbeatAgeMs: ms(env.AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS, DEFAULT_AUDIT_GATE.maxHeartbeatAgeMs),
-    maxBacklogAgeMs: ms(env.AUDIT_HEALTH_MAX_BACKLOG_AGE_MS, DEFAULT_AUDIT_GATE.maxBacklogAgeMs),
-  };
 }
 
 /** Said when this CLI holds no signing key: the executor's reconcile job executes approved remediations. */

@@ -1,6 +1,7 @@
 import { resolve } from 'node:path';
 import { z, type ZodObject, type ZodRawShape } from 'zod';
 import { repoRoot, testFaultProblems, testFaults } from '@gatehouse/contracts';
+import { DEFAULT_AUDIT_GATE, type AuditGate } from '@gatehouse/ledger';
 import { productionProblems } from './production.ts';
 
 /**
@@ -95,6 +96,33 @@ export const delegationSigningKeyEnv = {
 export const delegationJwksEnv = {
   GATEHOUSE_DELEGATION_JWKS_PATH: z.string().min(1).default(resolve(repoRoot, '.gatehouse/delegation-jwks.json')),
 };
+
+/**
+ * The audit-health gate's settings, ms (docs/product/invariants.md#evidence), for every process
+ * that starts effects: the executor, and the operator CLI's remediations and change cancels.
+ */
+export const auditGateEnv = {
+  /** The newest audit heartbeat may be this old. */
+  AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: z.coerce.number().int().positive().default(DEFAULT_AUDIT_GATE.maxHeartbeatAgeMs),
+  /** The oldest event still waiting in `audit_outbox` may be this old. */
+  AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: z.coerce.number().int().positive().default(DEFAULT_AUDIT_GATE.maxBacklogAgeMs),
+};
+
+/** The {@link AuditGate} of settings parsed with {@link auditGateEnv}. */
+export function auditGateOf(env: z.output<ZodObject<typeof auditGateEnv>>): AuditGate {
+  return { maxHeartbeatAgeMs: env.AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS, maxBacklogAgeMs: env.AUDIT_HEALTH_MAX_BACKLOG_AGE_MS };
+}
+
+/**
+ * The audit-health gate of `source` (default `process.env`), parsed with {@link auditGateEnv}
+ * alone: for a process that parsed its other settings without it (the CLI).
+ * @throws Error naming each invalid setting (a value that is not a positive integer).
+ */
+export function auditGateFromEnv(source: Record<string, string | undefined> = process.env): AuditGate {
+  const r = z.object(auditGateEnv).safeParse(source);
+  if (!r.success) throw new Error(`invalid environment:\n${r.error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`).join('\n')}`);
+  return auditGateOf(r.data);
+}
 
 /** The parsed base settings. */
 export type BaseEnv = z.output<ZodObject<typeof baseEnvShape>>;

@@ -11,10 +11,12 @@ import {
   createWorker,
   holdWhileUnavailable,
   delegationSigningKeyEnv,
+  auditGateEnv,
+  auditGateOf,
   type QueueJob,
 } from '@gatehouse/platform';
 import { loadDelegationSigningKey } from '@gatehouse/credentials';
-import { DEFAULT_AUDIT_GATE, listStuckRuns, noteOutageWait, readOutagePolicy } from '@gatehouse/ledger';
+import { listStuckRuns, noteOutageWait, readOutagePolicy } from '@gatehouse/ledger';
 import { observeStuckRuns } from '@gatehouse/telemetry';
 import { executionsQueue, loadWorld, type ExecutionJob } from '@gatehouse/contracts';
 import { processExecution } from './jobs/executions.processor.ts';
@@ -36,9 +38,7 @@ const ctx = createServiceContext(
     /** BullMQ job lock and stalled-job check, ms: how soon a dead worker's job is redelivered. */
     EXECUTOR_LOCK_MS: z.coerce.number().int().positive().default(15_000),
     EXECUTOR_STALLED_INTERVAL_MS: z.coerce.number().int().positive().default(5_000),
-    /** Audit-health gate: the newest heartbeat and the oldest unchained event may be this old, ms. */
-    AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: z.coerce.number().int().positive().default(DEFAULT_AUDIT_GATE.maxHeartbeatAgeMs),
-    AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: z.coerce.number().int().positive().default(DEFAULT_AUDIT_GATE.maxBacklogAgeMs),
+    ...auditGateEnv,
     /** Support bundle override (default: the release manifest's). */
     POLICY_REVISION: z.string().optional(),
     /** Active change-pack bundle (docs/product/policy-rules.md#change-rules). */
@@ -75,7 +75,7 @@ const bundles = await loadServiceBundles(db, env, log);
 const agentId = loadWorld().agent.id;
 // Only the minting side holds the private key; the systems of record verify with its JWKS.
 const signingKey = await loadDelegationSigningKey(env.GATEHOUSE_DELEGATION_SIGNING_KEY_PATH);
-const auditGate = { maxHeartbeatAgeMs: env.AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS, maxBacklogAgeMs: env.AUDIT_HEALTH_MAX_BACKLOG_AGE_MS };
+const auditGate = auditGateOf(env);
 
 const worker = createWorker(
   executionsQueue,
