@@ -18,7 +18,7 @@ import { releaseCommand } from './release-commands.ts';
 import { changeCancelCommand } from './change-commands.ts';
 import { reenableCommand } from './reenable-commands.ts';
 import { loadBundle, loadBundleFile, runBoundaryGate, loadGateCases } from '@gatehouse/policy';
-import { portOf, SERVICES, startStack, stateDir, stateRoot, type RunningStack } from './stack.ts';
+import { portOf, SERVICES, stagingUrlOf, startStack, stateDir, stateRoot, type RunningStack } from './stack.ts';
 import { launchStackDaemon, probeStackStatus, progressPrinter, stackStatus, stopStack } from './stack-control.ts';
 import { checkOptions, commandHelp, exitCodeFor, findCommand, groupHelp, usage, UsageError, EXIT } from './commands.ts';
 
@@ -49,7 +49,8 @@ async function main(argv: string[]): Promise<number> {
     return EXIT.ok;
   }
   checkOptions(spec, values);
-  const env = parseEnv({});
+  // The staging URL as the stack's services have it (STAGING_PORT alone moves it too).
+  const env = parseEnv({}, { ...process.env, STAGING_URL: stagingUrlOf(process.env) });
   switch (`${cmd} ${sub ?? ''}`.trim()) {
     case 'delegation keys': {
       if (!arg) throw new UsageError('delegation keys needs a folder');
@@ -298,12 +299,7 @@ function stackEnv(overrides: Record<string, string | undefined>): Record<string,
     // Local unless the caller says otherwise: production refuses the local secrets and the test doubles.
     GATEHOUSE_ENV: process.env.GATEHOUSE_ENV ?? 'local',
     MODEL_BASE_URL: process.env.MODEL_BASE_URL ?? stubUrl(process.env),
-    STAGING_URL:
-      process.env.STAGING_URL ??
-      `http://127.0.0.1:${portOf(
-        SERVICES.find((s) => s.name === 'staging')!,
-        process.env,
-      )}`,
+    STAGING_URL: stagingUrlOf(process.env),
     AUDIT_SIGNING_KEY_PATH: process.env.AUDIT_SIGNING_KEY_PATH ?? resolvePath(stateRoot(), 'audit-ed25519.pem'),
     // The delegation key pair beside it (created by startStack when absent, outside production).
     GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: delegationKeyPaths(process.env, stateRoot()).signing,

@@ -49,6 +49,15 @@ export function portOf(spec: ServiceSpec, env: Record<string, string | undefined
   return Number(env[spec.portVar] ?? spec.defaultPort);
 }
 
+/**
+ * The staging systems' URL of a local stack under `env`: `STAGING_URL` when set, else the staging
+ * service on its configured port (`STAGING_PORT`, default 7104) — a second stack on other ports
+ * reaches its own systems of record, from its services and from the CLI alike.
+ */
+export function stagingUrlOf(env: Record<string, string | undefined>): string {
+  return env.STAGING_URL ?? `http://127.0.0.1:${portOf(SERVICES.find((s) => s.name === 'staging')!, env)}`;
+}
+
 /** A running stack: its processes and their ports, under supervision (see {@link startStack}). */
 export interface RunningStack {
   /** The current process of each service (replaced when one is restarted). */

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { repoRoot } from '@gatehouse/contracts';
 import { createTestDatabase, freePort, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import { COMMANDS, EXIT, findCommand } from '../src/commands.ts';
+import { stagingUrlOf } from '../src/stack.ts';
 
 // The CLI's contract with scripts (docs/product/public-contract.md#ops-cli): per-command --help,
 // --json on every command that reads, and documented exit codes.
@@ -122,5 +123,13 @@ describe('--json on commands that read', () => {
     expect(JSON.parse(verify.stdout)).toMatchObject({ release: 'rel-1', matches: true, problems: [] });
     const status = await gatehouse(['stack', 'status', '--json']);
     expect(JSON.parse(status.stdout)).toEqual({ dir: resolve(stateDir, 'stack'), supervisorPid: null, unsupervised: [], services: {} });
+  });
+});
+
+describe('the staging URL of a local stack', () => {
+  it('follows STAGING_PORT when STAGING_URL is not set, as the stack services do; STAGING_URL wins', () => {
+    expect(stagingUrlOf({})).toBe('http://127.0.0.1:7104');
+    expect(stagingUrlOf({ STAGING_PORT: '8204' })).toBe('http://127.0.0.1:8204');
+    expect(stagingUrlOf({ STAGING_PORT: '8204', STAGING_URL: 'http://staging.internal:80' })).toBe('http://staging.internal:80');
   });
 });
