@@ -230,6 +230,7 @@ describe('the overlays differ where they must', () => {
       'DATABASE_URL',
       'GATEHOUSE_AUTH_SECRET',
       'GATEHOUSE_AUDIT_HMAC_KEY',
+      'GATEHOUSE_WEBHOOK_SECRET_KEY',
       'OPENAI_API_KEY',
       'audit-ed25519.pem',
       'delegation-ed25519.pem',

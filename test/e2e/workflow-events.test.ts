@@ -244,5 +244,13 @@ describe('GET /v1/workflows/:id/events (SSE) and signed webhooks, every service 
     const text = await list.text();
     expect(text).toContain(`127.0.0.1:${rx.port}`);
     expect(text).not.toContain('whsec_');
+    // At rest the secret is sealed (ADR 0550): the row holds neither it nor any whsec_ value, and
+    // the deliveries above were signed with it all the same (the agent-loop opened it).
+    const rows = await s.db.db.selectFrom('webhook_endpoints').select('secret').execute();
+    expect(rows.length).toBeGreaterThan(0);
+    for (const r of rows) {
+      expect(r.secret).toMatch(/^sealed:v1:/);
+      expect(r.secret).not.toContain(rx.secret.slice('whsec_'.length));
+    }
   });
 });

@@ -73,10 +73,22 @@ describe('production refuses to boot a bad configuration (each service entry as 
     ],
     ['an HS algorithm', { GATEHOUSE_AUTH_ALGORITHMS: 'HS256' }, /HS256 not allowed/],
     ['no audience', { GATEHOUSE_AUTH_AUDIENCE: undefined }, /GATEHOUSE_AUTH_AUDIENCE: must be set/],
+    ['no webhook sealing key', {}, /GATEHOUSE_WEBHOOK_SECRET_KEY: must be set/],
+    [
+      'a webhook sealing key shared with the audit HMAC',
+      { GATEHOUSE_WEBHOOK_SECRET_KEY: 'h'.repeat(32) },
+      /GATEHOUSE_WEBHOOK_SECRET_KEY: the same value/,
+    ],
   ])('agent-loop with %s', async (_name, change, expected) => {
     const { code, output } = await boot('agent-loop', { ...GOOD, ...change });
     expect(code, output).not.toBe(0);
     expect(output).toMatch(expected);
+  });
+
+  it('ops without its webhook sealing key: refused', async () => {
+    const { code, output } = await boot('ops', GOOD);
+    expect(code, output).not.toBe(0);
+    expect(output).toMatch(/GATEHOUSE_WEBHOOK_SECRET_KEY: must be set/);
   });
 
   it('audit without a signing key: refused, and no key is generated', async () => {

@@ -55,7 +55,13 @@ export function portOf(spec: ServiceSpec, env: Record<string, string | undefined
  * reaches its own systems of record, from its services and from the CLI alike.
  */
 export function stagingUrlOf(env: Record<string, string | undefined>): string {
-  return env.STAGING_URL ?? `http://127.0.0.1:${portOf(SERVICES.find((s) => s.name === 'staging')!, env)}`;
+  return (
+    env.STAGING_URL ??
+    `http://127.0.0.1:${portOf(
+      SERVICES.find((s) => s.name === 'staging')!,
+      env,
+    )}`
+  );
 }
 
 /** A running stack: its processes and their ports, under supervision (see {@link startStack}). */

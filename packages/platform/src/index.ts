@@ -16,5 +16,6 @@ export * from './drain-gate.ts';
 export * from './release-check.ts';
 export * from './user-token.ts';
 export * from './production.ts';
+export * from './webhook-secrets.ts';
 export * from './rate-limit.ts';
 export * from './directory.ts';

@@ -1,8 +1,10 @@
 import { z } from 'zod';
+import { webhookSecretKeyEnv } from '@gatehouse/platform';
 import { DEFAULT_STREAM_LIMITS } from './http/stream-slots.ts';
 
 /** agent-loop settings beyond the base ones. Budgets are per workflow. */
 export const agentLoopEnv = {
+  ...webhookSecretKeyEnv,
   AGENT_LOOP_PORT: z.coerce.number().int().min(0).max(65535).default(7101),
   /** Overrides the release manifest's model name. */
   MODEL_NAME: z.string().optional(),

@@ -8,6 +8,8 @@ import {
   startWorkers,
   userTokenVerifier,
   limiterFromEnv,
+  webhookSecretKey,
+  webhookSecretKeyProblems,
   type QueueJob,
 } from '@gatehouse/platform';
 import { turnsQueue, resultsQueue, loadReleaseManifest, type TurnJob, type ResultJob } from '@gatehouse/contracts';
@@ -26,7 +28,8 @@ import { processResult } from './jobs/results.processor.ts';
 import { WorkflowEventHub } from './domain/event-hub.ts';
 import { readWebhookTestHooks, WebhookDeliveryWorker } from './jobs/webhook-delivery.worker.ts';
 
-const ctx = createServiceContext('agent-loop', agentLoopEnv);
+// Production refuses the local key that seals webhook signing secrets (ADR 0550).
+const ctx = createServiceContext('agent-loop', agentLoopEnv, process.env, (env) => webhookSecretKeyProblems(env));
 const { env, log, db, relay } = ctx;
 // The code must be the release it serves: a differing catalog, prompt or audit schema refuses to boot (ADR 0220).
 await assertReleaseMatchesCode(ctx.name, env.GATEHOUSE_RELEASE, db, log);
@@ -86,6 +89,7 @@ const webhooks = new WebhookDeliveryWorker({
   timeoutMs: env.WEBHOOK_TIMEOUT_MS,
   production: env.GATEHOUSE_ENV === 'production',
   hooks: readWebhookTestHooks(process.env),
+  secretKey: webhookSecretKey(env.GATEHOUSE_WEBHOOK_SECRET_KEY),
 });
 if (env.WEBHOOK_DELIVERY === 'on') webhooks.start();
 

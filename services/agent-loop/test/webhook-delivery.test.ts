@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Webhook } from 'standardwebhooks';
 import { inTransaction, recordWorkflowEvent } from '@gatehouse/ledger';
-import { createLogger } from '@gatehouse/platform';
+import { createLogger, sealWebhookSecret, webhookSecretKey } from '@gatehouse/platform';
 import { createAction } from '@gatehouse/testing';
 import { createTestDatabase, freePort, type TestDatabase } from '@gatehouse/test-harness';
 import { readWebhookTestHooks, retryDelayMs, WebhookDeliveryWorker, type WebhookTestHooks } from '../src/jobs/webhook-delivery.worker.ts';
@@ -232,6 +232,41 @@ describe('webhook deliveries (outbox, real receiver)', () => {
     answer = 200;
     server.closeAllConnections();
     await new Promise<void>((r) => server.close(() => r()));
+  });
+
+  it('a sealed secret is opened to sign (ADR 0550); one sealed under another key or moved to another endpoint fails the attempt, never sent unsigned', async () => {
+    const key = webhookSecretKey('a-production-key-of-at-least-32-bytes!!');
+    const port = await freePort();
+    const rx = new Receiver(port, SECRET);
+    await rx.up();
+    try {
+      const url = `http://127.0.0.1:${port}/sealed`;
+      const sealed = await endpoint('quillfeather', url, sealWebhookSecret(SECRET, key, { tenant: 'quillfeather', url }));
+      const otherKey = await endpoint(
+        'quillfeather',
+        `${url}-k`,
+        sealWebhookSecret(SECRET, webhookSecretKey('another-key-of-at-least-32-bytes!!!!!'), { tenant: 'quillfeather', url: `${url}-k` }),
+      );
+      // Copied from the first endpoint's row: sealed for another URL.
+      const moved = await endpoint('quillfeather', `${url}-m`, sealWebhookSecret(SECRET, key, { tenant: 'quillfeather', url }));
+      await workflowWithEvents(1);
+      const w = worker({ unsigned: false, noRetry: true }, { secretKey: key });
+      await until(async () => {
+        await w.tick();
+        return (await settled(sealed)()) && (await settled(otherKey)()) && (await settled(moved)());
+      });
+      const status = async (ep: string) =>
+        t.db.selectFrom('webhook_deliveries').select(['status', 'last_error']).where('endpoint_id', '=', ep).executeTakeFirstOrThrow();
+      expect(await status(sealed)).toMatchObject({ status: 'delivered', last_error: null });
+      expect((await status(otherKey)).last_error).toMatch(
+        /^secret unreadable: webhook secret sealed under key [0-9a-f]{8}, not the configured key/,
+      );
+      expect((await status(moved)).last_error).toMatch(/^secret unreadable: webhook secret does not open/);
+      // Only the sealed endpoint's delivery reached the receiver, verified.
+      expect(rx.got.map((g) => g.verified)).toEqual([true]);
+    } finally {
+      await rx.down();
+    }
   });
 
   it('a wrong secret or a changed body fails verification', async () => {

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { webhookSecretKeyEnv } from '@gatehouse/platform';
 import { DEFAULT_MAX_WEBHOOKS_PER_TENANT } from './http/webhooks.router.ts';
 
 /** ops dashboard settings beyond the base ones (docs/product/public-contract.md: port 7105). */
@@ -13,5 +14,6 @@ export const opsEnv = {
    * every workflow event of a tenant becomes one delivery per active endpoint, so this bounds
    * the deliveries one tenant's events can cause.
    */
+  ...webhookSecretKeyEnv,
   WEBHOOK_MAX_ENDPOINTS_PER_TENANT: z.coerce.number().int().min(1).max(1000).default(DEFAULT_MAX_WEBHOOKS_PER_TENANT),
 };

@@ -6,12 +6,15 @@ import {
   installShutdown,
   userTokenVerifier,
   limiterFromEnv,
+  webhookSecretKey,
+  webhookSecretKeyProblems,
 } from '@gatehouse/platform';
 import { opsEnv } from './env.ts';
 import { createOpsApp } from './http/app.ts';
 import { createQueueBoard } from './http/queue-board.ts';
 
-const ctx = createServiceContext('ops', opsEnv);
+// Production refuses the local key that seals webhook signing secrets (ADR 0550).
+const ctx = createServiceContext('ops', opsEnv, process.env, (env) => webhookSecretKeyProblems(env));
 const { env, log, db, redis, queues } = ctx;
 // The code must be the release it serves: a differing catalog, prompt or audit schema refuses to boot (ADR 0220).
 await assertReleaseMatchesCode(ctx.name, env.GATEHOUSE_RELEASE, db, log);
@@ -27,6 +30,7 @@ const discovery = setInterval(() => {
 }, env.OPS_QUEUE_DISCOVERY_MS);
 
 const app = createOpsApp({
+  webhookSecretKey: webhookSecretKey(env.GATEHOUSE_WEBHOOK_SECRET_KEY),
   db,
   log,
   board,

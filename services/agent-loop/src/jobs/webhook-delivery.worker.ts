@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { Webhook } from 'standardwebhooks';
 import { WEBHOOK_HEADERS, webhookUrlProblem, testFaults } from '@gatehouse/contracts';
 import { inTransaction, type Db } from '@gatehouse/ledger';
-import type { Logger } from '@gatehouse/platform';
+import { localWebhookSecretKey, openWebhookSecret, type Logger, type WebhookSecretKey } from '@gatehouse/platform';
 
 /** Settings of the webhook delivery worker (agent-loop env `WEBHOOK_*`). */
 export interface WebhookDeliveryConfig {
@@ -22,6 +22,8 @@ export interface WebhookDeliveryConfig {
   /** Production: https endpoints only. */
   production: boolean;
   hooks: WebhookTestHooks;
+  /** Opens the endpoints' sealed signing secrets (default: the local key; ADR 0550). */
+  secretKey?: WebhookSecretKey;
 }
 
 /** Control-removed switches (GATEHOUSE_ENV=test only). */
@@ -51,6 +53,8 @@ interface Claimed {
   id: string;
   endpoint_id: string;
   url: string;
+  tenant: string;
+  /** As stored: sealed (ADR 0550), or a plain `whsec_` secret of a row stored before sealing. */
   secret: string;
   body: string;
   attempts: number;
@@ -146,7 +150,7 @@ export class WebhookDeliveryWorker {
     const leaseMs = this.#cfg.timeoutMs + 5_000;
     return inTransaction(this.#cfg.db, async (trx) => {
       const due = await sql<Claimed>`
-        SELECT d.id, d.endpoint_id, e.url, e.secret, d.body, d.attempts, d.created_at, e.disabled_at
+        SELECT d.id, d.endpoint_id, e.url, e.tenant, e.secret, d.body, d.attempts, d.created_at, e.disabled_at
         FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
         WHERE d.id IN (
           SELECT x.id FROM (
@@ -215,7 +219,16 @@ export class WebhookDeliveryWorker {
       [WEBHOOK_HEADERS.id]: d.id,
       [WEBHOOK_HEADERS.timestamp]: String(Math.floor(now.getTime() / 1000)),
     };
-    if (!this.#cfg.hooks.unsigned) headers[WEBHOOK_HEADERS.signature] = new Webhook(d.secret).sign(d.id, now, d.body);
+    if (!this.#cfg.hooks.unsigned) {
+      // An unreadable secret (sealed under another key, altered) fails the attempt with its reason; nothing is sent unsigned.
+      let secret: string;
+      try {
+        secret = openWebhookSecret(d.secret, this.#cfg.secretKey ?? localWebhookSecretKey(), d);
+      } catch (err) {
+        return `secret unreadable: ${(err as Error).message}`.slice(0, 200);
+      }
+      headers[WEBHOOK_HEADERS.signature] = new Webhook(secret).sign(d.id, now, d.body);
+    }
     try {
       const res = await fetch(d.url, {
         method: 'POST',

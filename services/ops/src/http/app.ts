@@ -1,6 +1,6 @@
 import type { Express } from 'express';
 import { opsOpenApi } from '@gatehouse/contracts';
-import { createHttpApp, finishApp, type ReadyCheck } from '@gatehouse/platform';
+import { createHttpApp, finishApp, localWebhookSecretKey, type ReadyCheck, type WebhookSecretKey } from '@gatehouse/platform';
 import { operatorAuth, type OperatorAuthConfig } from './operator-auth.ts';
 import { opsRouter } from './ops.router.ts';
 import { DEFAULT_MAX_WEBHOOKS_PER_TENANT, webhooksRouter } from './webhooks.router.ts';
@@ -13,6 +13,8 @@ export interface OpsAppOptions extends OperatorAuthConfig {
   production?: boolean;
   /** Active webhook endpoints per tenant (default {@link DEFAULT_MAX_WEBHOOKS_PER_TENANT}; `WEBHOOK_MAX_ENDPOINTS_PER_TENANT`). */
   maxWebhooksPerTenant?: number;
+  /** Seals webhook signing secrets at rest (default: the local key; ADR 0550). */
+  webhookSecretKey?: WebhookSecretKey;
   /** `/readyz` checks (Postgres, Redis). */
   readyChecks?: Record<string, ReadyCheck>;
 }
@@ -24,7 +26,14 @@ export interface OpsAppOptions extends OperatorAuthConfig {
  * listens and owns `db` and the board (its discovery timer).
  */
 export function createOpsApp(opts: OpsAppOptions): Express {
-  const { board, readyChecks, production = false, maxWebhooksPerTenant = DEFAULT_MAX_WEBHOOKS_PER_TENANT, ...auth } = opts;
+  const {
+    board,
+    readyChecks,
+    production = false,
+    maxWebhooksPerTenant = DEFAULT_MAX_WEBHOOKS_PER_TENANT,
+    webhookSecretKey = localWebhookSecretKey(),
+    ...auth
+  } = opts;
   const { router: signIn, requireOperator } = operatorAuth(auth);
   const app = createHttpApp('ops', readyChecks);
   const openApi = opsOpenApi();
@@ -35,6 +44,14 @@ export function createOpsApp(opts: OpsAppOptions): Express {
   app.use('/queues', requireOperator, board.handler);
   app.use(['/ops', '/api'], requireOperator);
   app.use(opsRouter({ db: auth.db, board }));
-  app.use(webhooksRouter({ db: auth.db, auditHmacKey: auth.auditHmacKey, production, maxPerTenant: maxWebhooksPerTenant }));
+  app.use(
+    webhooksRouter({
+      db: auth.db,
+      auditHmacKey: auth.auditHmacKey,
+      production,
+      maxPerTenant: maxWebhooksPerTenant,
+      secretKey: webhookSecretKey,
+    }),
+  );
   return finishApp(app, auth.log);
 }

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Router, type Request, type Response } from 'express';
 import { loadWorld, testFaults, webhookUrlProblem, WebhookDeliveryQuerySchema, WebhookRegistrationSchema } from '@gatehouse/contracts';
 import { actorHash, inTransaction, recordAudit, takeAdvisoryLocks, type Db, type Trx } from '@gatehouse/ledger';
-import { ConflictError, Forbidden, NotFound, parseBody, UserError } from '@gatehouse/platform';
+import { ConflictError, Forbidden, NotFound, parseBody, sealWebhookSecret, UserError, type WebhookSecretKey } from '@gatehouse/platform';
 import { operatorOf } from './operator-auth.ts';
 
 const iso = (d: Date | string | null): string | null => (d === null ? null : new Date(d).toISOString());
@@ -22,14 +22,21 @@ const endpointsLockKey = (tenant: string): string => `webhook-endpoints:${tenant
  * Webhook endpoints of tenants and their deliveries (docs/product/public-contract.md#webhooks,
  * docs/decisions/0250-pushed-workflow-events.md), for operators only (mounted behind the operator
  * check): `POST /api/webhooks` `{tenant, url}` registers and answers the signing secret once
- * (201), or 409 `too_many_webhooks` when the tenant already has `maxPerTenant` active endpoints
+ * (201; the row keeps it sealed, ADR 0550), or 409 `too_many_webhooks` when the tenant already has `maxPerTenant` active endpoints
  * (nothing written); `DELETE /api/webhooks/:id` disables (no new deliveries); `GET /api/webhooks`
  * lists (without secrets); `GET /api/webhooks/deliveries?status=&tenant=&limit=` lists
  * deliveries, `failed` ones with their last error. Each change is audited (`ops.command`) in the
  * transaction that makes it. `GATEHOUSE_TEST_DISABLE_WEBHOOK_CAP_LOCK=1` counts without the
  * tenant's lock (the control-removed test only).
  */
-export function webhooksRouter(cfg: { db: Db; auditHmacKey: string; production: boolean; maxPerTenant: number }): Router {
+export function webhooksRouter(cfg: {
+  db: Db;
+  auditHmacKey: string;
+  production: boolean;
+  maxPerTenant: number;
+  /** Seals the signing secret before it is stored (ADR 0550). */
+  secretKey: WebhookSecretKey;
+}): Router {
   const router = Router();
   const audit = (trx: Trx, res: Response, outcome: string) =>
     recordAudit(trx, {
@@ -63,7 +70,12 @@ export function webhooksRouter(cfg: { db: Db; auditHmacKey: string; production: 
         );
       const created = await trx
         .insertInto('webhook_endpoints')
-        .values({ tenant: body.tenant, url: body.url, secret, created_by: operatorOf(res).sub })
+        .values({
+          tenant: body.tenant,
+          url: body.url,
+          secret: sealWebhookSecret(secret, cfg.secretKey, body),
+          created_by: operatorOf(res).sub,
+        })
         .returningAll()
         .executeTakeFirstOrThrow();
       await audit(trx, res, `webhook.registered:${created.id}:${created.tenant}`);
