@@ -1,6 +1,7 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
 import { SystemError } from '@gatehouse/contracts';
 import { z } from 'zod';
+import { inTransaction, type Db } from '@gatehouse/ledger';
 import { MIN_SECRET_BYTES } from './production.ts';
 
 /**
@@ -19,6 +20,11 @@ const LOCAL_KEY = 'local-webhook-secret-key-change-me';
 export const webhookSecretKeyEnv = {
   /** Key material (≥ 32 bytes in production) of the key that seals webhook signing secrets at rest. */
   GATEHOUSE_WEBHOOK_SECRET_KEY: z.string().min(16).default(LOCAL_KEY),
+  /**
+   * Key materials that sealed secrets before a rotation, comma-separated: secrets sealed under
+   * them still open, and ops reseals them under the current key at boot ({@link resealWebhookSecrets}).
+   */
+  GATEHOUSE_WEBHOOK_SECRET_KEYS_PREVIOUS: z.string().default(''),
 };
 
 /** The sealed form: `sealed:v1:<key id>:<iv>:<ciphertext>:<tag>` (base64url parts; key id = 8 hex of SHA-256 of the key). */
@@ -31,17 +37,37 @@ export class WebhookSecretUnreadable extends SystemError {
   }
 }
 
-/** The 256-bit AES key derived from the key material (SHA-256), with its id. */
-export interface WebhookSecretKey {
+/** One 256-bit AES key derived from key material (SHA-256), with its id. */
+export interface DerivedKey {
   key: Buffer;
   /** First 8 hex digits of SHA-256 over the derived key: names the key in a sealed value. */
   id: string;
 }
 
-/** Derives the sealing key from `GATEHOUSE_WEBHOOK_SECRET_KEY`'s material. */
-export function webhookSecretKey(material: string): WebhookSecretKey {
+/** The sealing key, and the keys of before a rotation that still open what they sealed. */
+export interface WebhookSecretKey extends DerivedKey {
+  previous?: readonly DerivedKey[];
+}
+
+function derive(material: string): DerivedKey {
   const key = createHash('sha256').update(`gatehouse-webhook-secret\0${material}`).digest();
   return { key, id: createHash('sha256').update(key).digest('hex').slice(0, 8) };
+}
+
+/** Derives the sealing key from `GATEHOUSE_WEBHOOK_SECRET_KEY`'s material, with the `previous` materials of earlier keys. */
+export function webhookSecretKey(material: string, previous: readonly string[] = []): WebhookSecretKey {
+  return { ...derive(material), previous: previous.map(derive) };
+}
+
+/** The key ring of settings parsed with {@link webhookSecretKeyEnv}. */
+export function webhookSecretKeyOf(env: {
+  GATEHOUSE_WEBHOOK_SECRET_KEY: string;
+  GATEHOUSE_WEBHOOK_SECRET_KEYS_PREVIOUS: string;
+}): WebhookSecretKey {
+  const previous = env.GATEHOUSE_WEBHOOK_SECRET_KEYS_PREVIOUS.split(',')
+    .map((m) => m.trim())
+    .filter(Boolean);
+  return webhookSecretKey(env.GATEHOUSE_WEBHOOK_SECRET_KEY, previous);
 }
 
 /** The key of local and test runs (the default material); production refuses it. */
@@ -74,12 +100,13 @@ export function openWebhookSecret(stored: string, k: WebhookSecretKey, owner: Se
   const m = SEALED.exec(stored);
   if (!m) throw new WebhookSecretUnreadable('stored webhook secret is neither sealed nor a whsec_ secret');
   const [, id, iv, body, tag] = m;
-  if (id !== k.id)
+  const under = [k, ...(k.previous ?? [])].find((d) => d.id === id);
+  if (!under)
     throw new WebhookSecretUnreadable(
-      `webhook secret sealed under key ${id}, not the configured key ${k.id} (GATEHOUSE_WEBHOOK_SECRET_KEY)`,
+      `webhook secret sealed under key ${id}, not the configured key ${k.id} nor a previous one (GATEHOUSE_WEBHOOK_SECRET_KEY, _KEYS_PREVIOUS)`,
     );
   try {
-    const decipher = createDecipheriv('aes-256-gcm', k.key, Buffer.from(iv!, 'base64url'))
+    const decipher = createDecipheriv('aes-256-gcm', under.key, Buffer.from(iv!, 'base64url'))
       .setAAD(aad(owner))
       .setAuthTag(Buffer.from(tag!, 'base64url'));
     return Buffer.concat([decipher.update(Buffer.from(body!, 'base64url')), decipher.final()]).toString('utf8');
@@ -103,4 +130,38 @@ export function webhookSecretKeyProblems(
   if (env[name] === env.GATEHOUSE_AUDIT_HMAC_KEY)
     return [`${name}: the same value as GATEHOUSE_AUDIT_HMAC_KEY; each purpose needs its own secret`];
   return [];
+}
+
+/**
+ * Reseals, under the current key, every endpoint's secret stored otherwise: sealed under a
+ * previous key, or in clear (stored before sealing). Run by ops at boot, so a rotation completes
+ * with a restart and the previous key can then be dropped. One transaction, rows locked; a
+ * secret that does not open is left as it is and counted. Returns the counts.
+ */
+export async function resealWebhookSecrets(db: Db, k: WebhookSecretKey): Promise<{ resealed: number; unreadable: number }> {
+  return inTransaction(db, async (trx) => {
+    const rows = await trx
+      .selectFrom('webhook_endpoints')
+      .select(['id', 'tenant', 'url', 'secret'])
+      .where('secret', 'not like', `sealed:v1:${k.id}:%`)
+      .orderBy('id')
+      .forUpdate()
+      .execute();
+    let resealed = 0;
+    for (const row of rows) {
+      let secret: string;
+      try {
+        secret = openWebhookSecret(row.secret, k, row);
+      } catch {
+        continue;
+      }
+      await trx
+        .updateTable('webhook_endpoints')
+        .set({ secret: sealWebhookSecret(secret, k, row) })
+        .where('id', '=', row.id)
+        .execute();
+      resealed++;
+    }
+    return { resealed, unreadable: rows.length - resealed };
+  });
 }

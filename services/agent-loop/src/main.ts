@@ -8,7 +8,7 @@ import {
   startWorkers,
   userTokenVerifier,
   limiterFromEnv,
-  webhookSecretKey,
+  webhookSecretKeyOf,
   webhookSecretKeyProblems,
   type QueueJob,
 } from '@gatehouse/platform';
@@ -89,7 +89,7 @@ const webhooks = new WebhookDeliveryWorker({
   timeoutMs: env.WEBHOOK_TIMEOUT_MS,
   production: env.GATEHOUSE_ENV === 'production',
   hooks: readWebhookTestHooks(process.env),
-  secretKey: webhookSecretKey(env.GATEHOUSE_WEBHOOK_SECRET_KEY),
+  secretKey: webhookSecretKeyOf(env),
 });
 if (env.WEBHOOK_DELIVERY === 'on') webhooks.start();
 

@@ -6,7 +6,8 @@ import {
   installShutdown,
   userTokenVerifier,
   limiterFromEnv,
-  webhookSecretKey,
+  webhookSecretKeyOf,
+  resealWebhookSecrets,
   webhookSecretKeyProblems,
 } from '@gatehouse/platform';
 import { opsEnv } from './env.ts';
@@ -19,6 +20,12 @@ const { env, log, db, redis, queues } = ctx;
 // The code must be the release it serves: a differing catalog, prompt or audit schema refuses to boot (ADR 0220).
 await assertReleaseMatchesCode(ctx.name, env.GATEHOUSE_RELEASE, db, log);
 
+// Completes a key rotation (ADR 0550): secrets sealed under a previous key, or stored in clear, are resealed.
+const secretKey = webhookSecretKeyOf(env);
+const sealed = await resealWebhookSecrets(db, secretKey);
+if (sealed.resealed) log.info(sealed, 'webhook secrets resealed under the current key');
+if (sealed.unreadable) log.warn(sealed, 'webhook secrets that no configured key opens: register those endpoints again');
+
 const board = createQueueBoard({ db, redis, queues, releasesDir: env.RELEASES_DIR, basePath: '/queues' });
 // A failed first discovery (Redis not up yet) is retried by the timer; /readyz reports Redis.
 await board
@@ -30,7 +37,7 @@ const discovery = setInterval(() => {
 }, env.OPS_QUEUE_DISCOVERY_MS);
 
 const app = createOpsApp({
-  webhookSecretKey: webhookSecretKey(env.GATEHOUSE_WEBHOOK_SECRET_KEY),
+  webhookSecretKey: secretKey,
   db,
   log,
   board,
