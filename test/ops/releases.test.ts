@@ -35,6 +35,7 @@ import {
   requeueRelease,
   RequeueRefused,
   QueueOpRefused,
+  OpsUsageError,
   resumeRelease,
 } from '@gatehouse/operations';
 import { tokenFor } from '@gatehouse/cli';
@@ -542,6 +543,7 @@ describe('queued work is moved or set aside only from a draining release', () =>
       await expect(quarantineRelease(t.db, t.queues, active.id, op)).rejects.toBeInstanceOf(QueueOpRefused);
       await expect(requeueRelease(t.db, t.queues, active.id, 'rel-2', op)).rejects.toBeInstanceOf(QueueOpRefused);
       await expect(requeueRelease(t.db, t.queues, active.id, active.id, op)).rejects.toThrow('the two releases must differ');
+      await expect(requeueRelease(t.db, t.queues, active.id, active.id, op)).rejects.toBeInstanceOf(OpsUsageError);
       // Nothing moved, nothing set aside, the live run goes on.
       expect(await queuedJobs(t.queues, active.id)).toHaveLength(queued);
       expect(await t.db.selectFrom('quarantined_jobs').select('job_id').where('release_id', '=', active.id).execute()).toEqual([]);

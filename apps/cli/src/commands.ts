@@ -1,5 +1,5 @@
 import { UserError } from '@gatehouse/platform';
-import { OperatorRefused, UnknownTool } from '@gatehouse/operations';
+import { OperatorRefused, OpsUsageError } from '@gatehouse/operations';
 import { DependencyUnavailable } from '@gatehouse/ledger';
 
 /**
@@ -350,7 +350,7 @@ function isUnreachable(err: unknown, depth = 0): boolean {
 
 /** The exit code of a command that threw `err` ({@link EXIT}). */
 export function exitCodeFor(err: unknown): number {
-  if (err instanceof UsageError || err instanceof UnknownTool) return EXIT.usage;
+  if (err instanceof UsageError || err instanceof OpsUsageError) return EXIT.usage;
   if (err instanceof OperatorRefused) return EXIT.unauthorized;
   if (isUnreachable(err) || err instanceof DependencyUnavailable) return EXIT.unavailable;
   return EXIT.failed;

@@ -6,6 +6,7 @@ import {
   resumeRelease,
   quarantineRelease,
   requeueRelease,
+  requireDistinctReleases,
   withQueues,
   activateReleaseWithQueues,
   currentDigests,
@@ -197,9 +198,8 @@ export async function releaseCommand(
         }),
       );
     case 'queues requeue':
-      if (values.from !== undefined && values.from === values.to) {
-        throw new UsageError(`queues requeue --from ${values.from} --to ${values.to}: the two releases must differ`);
-      }
+      // A usage error (exit 2) before the token is checked: nothing runs.
+      if (values.from !== undefined && values.to !== undefined) requireDistinctReleases(values.from, values.to);
       return asOperator(command, (db, op) =>
         withQueues(env, async (queues) => {
           const r = await requeueRelease(db, queues, need(values.from, '--from <release>'), need(values.to, '--to <release>'), actor(op));

@@ -19,8 +19,11 @@ import { allTools, findTool } from '@gatehouse/tools';
 import { InvalidTokenError } from '@gatehouse/credentials';
 import { isDirectoryOperator, verifyBearerToken, type BearerVerifier } from '@gatehouse/platform';
 
-/** An ops command named a tool no pack has (a typo): nothing ran. The CLI exits 2 (usage). */
-export class UnknownTool extends UserError {
+/** An ops command asked for something that cannot be meant (a typo): nothing ran. The CLI exits 2 (usage). */
+export class OpsUsageError extends UserError {}
+
+/** An ops command named a tool no pack has. */
+export class UnknownTool extends OpsUsageError {
   constructor(tool: string) {
     super('unknown_tool', `unknown tool ${tool}: one of ${allTools.map((t) => t.name).join(', ')}`);
   }

@@ -3,6 +3,7 @@ import { ConflictError, loadReleaseManifest, queueContracts, queueName } from '@
 import { actorHash, inTransaction, LIVE_STATES, recordAudit, transitionWorkflow, type Db, type Trx } from '@gatehouse/ledger';
 import { Redis } from 'ioredis';
 import { QueueRegistry, type BaseEnv } from '@gatehouse/platform';
+import { OpsUsageError } from './ops.ts';
 
 /**
  * Runs `fn` with a queue registry on the configured Redis and key prefix, and closes both after
@@ -193,6 +194,14 @@ export async function quarantineRelease(db: Db, queues: QueueRegistry, release: 
   return jobs.length;
 }
 
+/**
+ * The one check that a requeue names two releases.
+ * @throws OpsUsageError (`same_release`) when `from` and `to` are the same release.
+ */
+export function requireDistinctReleases(from: string, to: string): void {
+  if (from === to) throw new OpsUsageError('same_release', `queues requeue --from ${from} --to ${to}: the two releases must differ`);
+}
+
 /** Thrown when the former release cannot accept the candidate's job payloads. */
 export class RequeueRefused extends ConflictError {
   constructor(message: string) {
@@ -206,7 +215,7 @@ export class RequeueRefused extends ConflictError {
  * queue contract (others are left in place and reported, for quarantine). The workflows move to
  * release F so their next jobs are F's, and so do C's workflows paused on a held step. Audited.
  * Returns the counts.
- * @throws QueueOpRefused when C and F are the same release, C is not draining, or F is retired
+ * @throws OpsUsageError when C and F are the same release; QueueOpRefused when C is not draining, or F is retired
  *   or draining (its workers would not run the jobs); Error when either is not registered;
  *   RequeueRefused when the payload versions differ.
  */
@@ -217,7 +226,7 @@ export async function requeueRelease(
   to: string,
   actor: OpsActor,
 ): Promise<{ moved: number; refused: number; pausedWorkflows: number }> {
-  if (from === to) throw new QueueOpRefused(`requeue --from ${from} --to ${to}: the two releases must differ`);
+  requireDistinctReleases(from, to);
   await assertDraining(db, from, 'requeue');
   const target = await assertRegistered(db, to);
   if (target.status === 'retired' || target.draining) {

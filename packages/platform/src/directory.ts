@@ -20,8 +20,12 @@ function operatorFromToken(): boolean {
  */
 export function isDirectoryOperator(user: UserClaims): boolean {
   if (operatorFromToken()) return user.roles.includes(OPERATOR_ROLE);
-  const entry = loadWorld().users.find((u) => u.id === user.sub && u.tenant === user.tenant);
-  return entry?.role === OPERATOR_ROLE;
+  return directoryRole(user) === OPERATOR_ROLE;
+}
+
+/** The directory's role of the verified caller: the user of the token's `sub` in its tenant, or undefined. */
+function directoryRole(user: UserClaims): string | undefined {
+  return loadWorld().users.find((u) => u.id === user.sub && u.tenant === user.tenant)?.role;
 }
 
 /**
@@ -37,6 +41,6 @@ export const REQUESTER_ROLES: readonly string[] = ['rep', 'engineer'];
  * not read (as for {@link isDirectoryOperator}).
  */
 export function isDirectoryRequester(user: UserClaims): boolean {
-  const entry = loadWorld().users.find((u) => u.id === user.sub && u.tenant === user.tenant);
-  return entry !== undefined && REQUESTER_ROLES.includes(entry.role);
+  const role = directoryRole(user);
+  return role !== undefined && REQUESTER_ROLES.includes(role);
 }

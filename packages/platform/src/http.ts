@@ -128,7 +128,8 @@ const CLIENT_ERROR_STATUS: Record<string, number> = {
  * `Content-Length`, a malformed request line or header, a header section too large) with the
  * same `{error: {reason, message}}` body as every other 4xx, instead of Node's empty default,
  * then closes the connection (its framing is lost). When a request before the refused bytes is
- * still being answered, its answer is written first. A socket already reset is only destroyed. Reason `malformed_request` (431 `headers_too_large`, 408 `request_timeout`).
+ * still being answered, its answer is written first. A socket already reset is only destroyed.
+ * Reason `malformed_request` (431 `headers_too_large`, 408 `request_timeout`).
  */
 export function answerClientError(err: Error & { code?: string }, socket: Socket): void {
   if (err.code === 'ECONNRESET' || !socket.writable) {

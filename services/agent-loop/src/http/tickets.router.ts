@@ -29,9 +29,10 @@ export interface IntakeConfig {
 /**
  * `POST /v1/tickets` (docs/product/public-contract.md#intake): 202 `{workflowId}`; idempotent per tenant + ticketId (a repeat
  * with the same text returns the same workflow, other text is 409 `ticket_conflict`); 400 for
- * a body that fails its schema; 403 `not_a_requester` for a caller the directory does not know as a
- * representative or an engineer (an approver's or operator's token). `pack` (`support` default, or `change`) picks the catalog,
- * policy bundle and budgets the workflow keeps for its whole life.
+ * a body that fails its schema; 403 `not_a_requester` for a caller the directory does not know
+ * as a representative or an engineer (an approver's or operator's token). `pack` (`support`
+ * default, or `change`) picks the catalog, policy bundle and budgets the workflow keeps for its
+ * whole life.
  */
 export function ticketsRouter(cfg: IntakeConfig): Router {
   const router = Router();
