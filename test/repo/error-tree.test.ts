@@ -54,6 +54,10 @@ const STATUS: Record<string, number> = {
   AuditUnavailable: 503,
   SafeToRepeat: 503,
   TranscriptChanged: 409,
+  OpsUsageError: 400,
+  UnknownTool: 400,
+  QueueOpRefused: 409,
+  WebhookSecretUnreadable: 503,
 };
 
 /** Every `.ts` file under `dir`, repository-relative. */

@@ -29,8 +29,8 @@ function directoryRole(user: UserClaims): string | undefined {
 }
 
 /**
- * The roles that submit tickets and follow up on them (SPEC §1: a representative for the support
- * pack; an engineer, who holds the change scopes, for the change pack). Approvers, operators and
+ * The roles that submit tickets and follow up on them (docs/product/users-and-tools.md#users: a
+ * representative for the support pack; an engineer, who holds the change scopes, for the change pack). Approvers, operators and
  * policy owners act through their own surfaces, never as a run's requester.
  */
 export const REQUESTER_ROLES: readonly string[] = ['rep', 'engineer'];
