@@ -14,14 +14,19 @@ export interface RunState {
   nextStep: string | null;
   /** True when an approval of the run waits for a person's decision. */
   pendingApproval: boolean;
+  /** Operations of the run claimed and not yet recorded (`running`): an effect may be in flight. */
+  running: number;
 }
 
 /**
- * Settled: terminal, or parked with a next step a person owns — `paused` with its next step
- * (a tool switched off), or `awaiting_approval` with an approval still pending. A run waiting on
- * anything else after recovery (a lost job, a held execution whose hold has lifted) is stuck.
+ * Settled: no operation of the run still `running` (an effect whose outcome the executor has not
+ * recorded yet — after a fault, its lease expires and it is claimed again and read back), and
+ * terminal, or parked with a next step a person owns — `paused` with its next step (a tool
+ * switched off), or `awaiting_approval` with an approval still pending. A run waiting on anything
+ * else after recovery (a lost job, a held execution whose hold has lifted) is stuck.
  */
 export function isSettled(r: RunState): boolean {
+  if (r.running > 0) return false;
   if (isTerminal(r.state)) return true;
   if (r.state === 'paused') return Boolean(r.nextStep);
   return r.state === 'awaiting_approval' && r.pendingApproval;
@@ -37,6 +42,11 @@ export async function runStates(s: ChaosStack, runs: readonly Run[]): Promise<Ru
     ? await s.db.selectFrom('approvals').select('workflow_id').where('workflow_id', 'in', ids).where('status', '=', 'pending').execute()
     : [];
   const waiting = new Set(pending.map((p) => p.workflow_id));
+  const claimed = ids.length
+    ? await s.db.selectFrom('operations').select('workflow_id').where('workflow_id', 'in', ids).where('status', '=', 'running').execute()
+    : [];
+  const running = new Map<string, number>();
+  for (const o of claimed) running.set(o.workflow_id, (running.get(o.workflow_id) ?? 0) + 1);
   const byId = new Map(rows.map((w) => [w.id, w]));
   return runs.map((r) => {
     const w = r.workflowId ? byId.get(r.workflowId) : undefined;
@@ -47,6 +57,7 @@ export async function runStates(s: ChaosStack, runs: readonly Run[]): Promise<Ru
       stopReason: w?.stop_reason ?? r.lastError,
       nextStep: w?.next_step ?? null,
       pendingApproval: r.workflowId !== null && waiting.has(r.workflowId),
+      running: (r.workflowId && running.get(r.workflowId)) || 0,
     };
   });
 }
