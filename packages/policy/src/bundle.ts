@@ -36,9 +36,14 @@ export const SupportBundleSchema = z
       tenantRolling24hCents: z.number().int().positive().optional(),
     }),
     approval: z.strictObject({
-      /** Approval lifetime, seconds (docs/product/policy-rules.md#approvals: 15 minutes). */
-      ttlSeconds: z.number().int().positive(),
-      approverRole: z.string(),
+      /**
+       * Approval lifetime, seconds (docs/product/policy-rules.md#approvals: 15 minutes). A longer
+       * one is a loosening that takes a second person at activation (ADR 0230); over a day is
+       * refused outright, as the units slip it most likely is (milliseconds written as seconds).
+       */
+      ttlSeconds: z.number().int().positive().max(86_400),
+      /** Support actions are approved by a lead (docs/product/policy-rules.md#approvals); no bundle names another role. */
+      approverRole: z.literal('lead'),
       sameRegion: z.boolean(),
     }),
     /** Every base rule (R0–R9) exactly once, plus each optional rule the bundle runs (R10), in evaluation order. */

@@ -111,6 +111,19 @@ describe('boundary-case gate', () => {
     expect(failures.every((f) => f.got.ruleId === 'C5')).toBe(true);
   });
 
+  it('a support bundle whose approver is not a lead, or whose approvals last over a day, does not load', () => {
+    const b = JSON.parse(readFileSync(resolve(repoRoot, 'policy/support-p1.json'), 'utf8')) as Record<string, unknown>;
+    const dir = mkdtempSync(resolve(tmpdir(), 'gh-policy-'));
+    for (const [name, approval, issue] of [
+      ['support-rep-approves', { ttlSeconds: 900, approverRole: 'rep', sameRegion: true }, /approval\.approverRole: /],
+      ['support-ms-as-s', { ttlSeconds: 900_000, approverRole: 'lead', sameRegion: true }, /approval\.ttlSeconds: .*86400/],
+    ] as const) {
+      const file = resolve(dir, `${name}.json`);
+      writeFileSync(file, JSON.stringify({ ...b, revision: name, approval }));
+      expect(() => loadBundleFile(file), name).toThrow(issue);
+    }
+  });
+
   it('a change bundle with an approval lifetime above 600 s does not load', () => {
     const b = JSON.parse(readFileSync(resolve(repoRoot, 'policy/change-c1.json'), 'utf8')) as Record<string, unknown>;
     const file = resolve(mkdtempSync(resolve(tmpdir(), 'gh-policy-')), 'change-long.json');

@@ -70,6 +70,26 @@ const active = async (tenant: string) =>
 /** `n` registrations for `tenant` sent at once; their statuses. */
 const burst = (tenant: string, n: number) => Promise.all(Array.from({ length: n }, (_, i) => register(tenant, i).then((r) => r.status)));
 
+describe('webhook input the ledger cannot store, or no receiver could be at', () => {
+  it('a NUL in the delivery filter, a NUL, a space or a control character in a URL: 400 with a reason, nothing written', async () => {
+    const auth = { authorization: `Bearer ${ops}` };
+    for (const q of ['tenant=%00', 'tenant=a%00b']) {
+      const r = await fetch(`${url}/api/webhooks/deliveries?${q}`, { headers: auth });
+      expect(r.status, q).toBe(400);
+      expect(((await r.json()) as { error: { reason: string } }).error.reason).toBe('invalid_query');
+    }
+    for (const bad of ['http://127.0.0.1:9/x\u0000', 'http://127.0.0.1:9/a b', 'http://127.0.0.1:9/\u0001', 'http://127.0.0.1:9/\ud800']) {
+      const r = await fetch(`${url}/api/webhooks`, {
+        method: 'POST',
+        headers: { ...auth, 'content-type': 'application/json' },
+        body: JSON.stringify({ tenant: 'quillfeather', url: bad }),
+      });
+      expect(r.status, JSON.stringify(bad)).toBe(400);
+    }
+    expect(await active('quillfeather')).toBe(0);
+  });
+});
+
 describe('webhook endpoints per tenant', () => {
   it('past the cap: 409 too_many_webhooks, nothing written; another tenant unaffected; a disabled one frees a place', async () => {
     for (let i = 0; i < CAP; i++) expect((await register('quillfeather', i)).status).toBe(201);

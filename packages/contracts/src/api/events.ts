@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { storableString } from '../text.ts';
 
 /**
  * Pushed workflow updates (docs/product/public-contract.md#pushed-updates,
@@ -68,9 +69,14 @@ export const LastEventIdSchema = z.coerce.number().int().min(0).max(2_147_483_64
 
 /** `POST /api/webhooks` (ops service, operators only): register a tenant's receiver. */
 export const WebhookRegistrationSchema = z.strictObject({
-  tenant: z.string().min(1).max(64),
-  /** http(s) only; https only in production. Tenant configuration, never model input. */
-  url: z.string().min(1).max(2000),
+  tenant: storableString().min(1).max(64),
+  /** http(s) only; https only in production; no whitespace or control characters. Tenant configuration, never model input. */
+  url: storableString()
+    .min(1)
+    .max(2000)
+    .refine((u) => !/\s/.test(u) && ![...u].some((c) => c.charCodeAt(0) < 0x20 || c.charCodeAt(0) === 0x7f), {
+      message: 'a URL may not contain whitespace or control characters',
+    }),
 });
 export type WebhookRegistration = z.infer<typeof WebhookRegistrationSchema>;
 
@@ -105,7 +111,7 @@ export const WebhookDeliveryViewSchema = z.strictObject({
 /** Query of the delivery listing. */
 export const WebhookDeliveryQuerySchema = z.strictObject({
   status: z.enum(['pending', 'delivered', 'failed']).optional(),
-  tenant: z.string().min(1).max(64).optional(),
+  tenant: storableString().min(1).max(64).optional(),
   limit: z.coerce.number().int().min(1).max(500).default(100),
 });
 
