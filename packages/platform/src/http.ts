@@ -126,7 +126,8 @@ const CLIENT_ERROR_STATUS: Record<string, number> = {
 /**
  * Answers a request Node's HTTP parser refused before express saw it (bytes past a short
  * `Content-Length`, a malformed request line or header, a header section too large) with the
- * same `{error: {reason, message}}` body as every other 4xx, instead of Node's empty default,
+ * same `{error: {reason, message}}` body as every other 4xx, instead of Node's empty default
+ * (the status line alone for a HEAD request and for a head section too large),
  * then closes the connection (its framing is lost). When a request before the refused bytes is
  * still being answered, its answer is written first. A socket already reset is only destroyed.
  * Reason `malformed_request` (431 `headers_too_large`, 408 `request_timeout`).
@@ -152,14 +153,20 @@ export function answerClientError(err: Error & { code?: string }, socket: Socket
 function writeClientError(err: Error & { code?: string }, socket: Socket): void {
   const status = CLIENT_ERROR_STATUS[err.code ?? ''] ?? 400;
   const reason = status === 431 ? 'headers_too_large' : status === 408 ? 'request_timeout' : 'malformed_request';
-  const body = JSON.stringify({
-    error: {
-      reason,
-      message: `the request could not be parsed as HTTP/1.1 (${err.code ?? 'parse error'}); check Content-Length and framing`,
-    },
-  });
+  // A HEAD request's answer has no body (its client would read one as the next response), and a
+  // head section too large may not show its method: those get the status line alone.
+  const head = (err as { rawPacket?: Buffer }).rawPacket?.toString('latin1', 0, 5);
+  const body =
+    status === 431 || head === undefined || head === 'HEAD '
+      ? ''
+      : JSON.stringify({
+          error: {
+            reason,
+            message: `the request could not be parsed as HTTP/1.1 (${err.code ?? 'parse error'}); check Content-Length and framing`,
+          },
+        });
   socket.end(
-    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json; charset=utf-8\r\n` +
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\n${body ? 'content-type: application/json; charset=utf-8\r\n' : ''}` +
       `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
   );
 }
