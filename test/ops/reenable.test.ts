@@ -113,6 +113,25 @@ describe('staged re-enable (designed)', () => {
     expect(refused.code).toBe(1);
     expect(refused.err).toMatch(/0 clean execution\(s\), bound 1\.0000 > --max-bound 0\.05: it needs 59/);
 
+    // A denied override ends its own run with the command that asks again (not a release's).
+    const first = /override ([0-9a-f-]{36})/.exec(
+      await cli(on, ['reenable', 'override', 'issue_refund', '--cohort', 'tenant:northwind', '--reason', 'first ask']),
+    )![1]!;
+    const firstShown = await getApproval(on, 'ops-ida', first);
+    const deny = { decision: 'deny', actionVersion: firstShown.body.actionVersion, actionDigest: firstShown.body.actionDigest };
+    expect((await decide(on, 'ops-ida', first, deny)).status).toBe(200);
+    const ended = await on.db.db
+      .selectFrom('workflows')
+      .select(['state', 'next_step'])
+      .where(
+        'id',
+        '=',
+        (await on.db.db.selectFrom('approvals').select('workflow_id').where('id', '=', first).executeTakeFirstOrThrow()).workflow_id,
+      )
+      .executeTakeFirstOrThrow();
+    expect(ended).toMatchObject({ state: 'stopped' });
+    expect(ended.next_step).toContain('ask again with gatehouse reenable override issue_refund');
+
     // A second operator's override, bound to this stage, cohort and n.
     const asked = await cli(on, [
       'reenable',

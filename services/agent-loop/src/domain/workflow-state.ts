@@ -7,7 +7,8 @@ export type { StopReason } from '@gatehouse/contracts';
 export const NEXT_STEP: Record<StopReason, string> = {
   validation_failed: 'The agent kept proposing invalid actions; handle the ticket by hand or resubmit it with clearer text.',
   denied: 'Policy denied the request; see the denied actions and their rules.',
-  approval_expired: 'The approval expired before its step ran (undecided, or approved but held); send a follow-up message to ask again.',
+  approval_expired:
+    'The approval expired before its step ran (undecided, or approved but held); the run has stopped: submit a new ticket to ask again.',
   budget_exhausted: 'The run used its whole budget; review what it did and resubmit the remaining work as a new ticket.',
   audit_unavailable: 'Audit storage was unavailable, so nothing consequential ran; retry once on-call reports audit healthy.',
   tool_disabled: 'A tool was switched off by on-call; the workflow resumes when it is switched back on.',

@@ -1,4 +1,5 @@
 import { RELEASE_OVERRIDE_RULE_ID } from '@gatehouse/contracts';
+import { sql } from 'kysely';
 import { transitionWorkflow, type Trx } from '@gatehouse/ledger';
 
 /**
@@ -9,10 +10,20 @@ import { transitionWorkflow, type Trx } from '@gatehouse/ledger';
  */
 export async function endRefusedOverride(
   trx: Trx,
-  approval: { rule_id: string; workflow_id: string; release_id: string },
+  approval: { id: string; rule_id: string; workflow_id: string; release_id: string },
   reason: 'denied' | 'approval_expired',
 ): Promise<void> {
   if (approval.rule_id !== RELEASE_OVERRIDE_RULE_ID) return;
-  const nextStep = `The release override for ${approval.release_id} was ${reason === 'denied' ? 'denied' : 'not decided in time'}; ask again with gatehouse release override ${approval.release_id} if it is still needed.`;
+  // A staged re-enable's override shares the rule; its `release_id` holds the tool (ADR 0230).
+  const ask = await trx
+    .selectFrom('approvals as p')
+    .innerJoin('actions as a', 'a.id', 'p.action_id')
+    .select(sql<string | null>`a.arguments->>'kind'`.as('kind'))
+    .where('p.id', '=', approval.id)
+    .executeTakeFirst();
+  const what = ask?.kind === 'reenable' ? `re-enable override for ${approval.release_id}` : `release override for ${approval.release_id}`;
+  const command =
+    ask?.kind === 'reenable' ? `gatehouse reenable override ${approval.release_id}` : `gatehouse release override ${approval.release_id}`;
+  const nextStep = `The ${what} was ${reason === 'denied' ? 'denied' : 'not decided in time'}; ask again with ${command} if it is still needed.`;
   await transitionWorkflow(trx, approval.workflow_id, { to: 'stopped', stopReason: reason, nextStep, onlyFrom: ['awaiting_approval'] });
 }
