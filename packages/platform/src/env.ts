@@ -120,8 +120,13 @@ export function auditGateOf(env: z.output<ZodObject<typeof auditGateEnv>>): Audi
  */
 export function auditGateFromEnv(source: Record<string, string | undefined> = process.env): AuditGate {
   const r = z.object(auditGateEnv).safeParse(source);
-  if (!r.success) throw new Error(`invalid environment:\n${r.error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`).join('\n')}`);
+  if (!r.success) throw invalidEnvironment(r.error);
   return auditGateOf(r.data);
+}
+
+/** The error of settings that fail their schema: one `  NAME: message` line per issue. */
+function invalidEnvironment(error: z.ZodError): Error {
+  return new Error(`invalid environment:\n${error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`).join('\n')}`);
 }
 
 /** The parsed base settings. */
@@ -140,10 +145,7 @@ export function parseEnv<S extends ZodRawShape>(
 ): BaseEnv & z.output<ZodObject<S>> {
   const schema = z.object({ ...baseEnvShape, ...extra });
   const r = schema.safeParse(source);
-  if (!r.success) {
-    const lines = r.error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`).join('\n');
-    throw new Error(`invalid environment:\n${lines}`);
-  }
+  if (!r.success) throw invalidEnvironment(r.error);
   const env = r.data as BaseEnv & z.output<ZodObject<S>>;
   if (env.GATEHOUSE_ENV === 'production') {
     const problems = [...productionProblems(env, source), ...productionChecks(env), ...testFaultProblems(source)];

@@ -14,6 +14,27 @@ const SECRETS: { name: keyof BaseEnv; purpose: string; required: boolean }[] = [
   { name: 'GATEHOUSE_AUDIT_HMAC_KEY', purpose: 'actor hashes and CSRF tokens', required: true },
 ];
 
+/** Whether a secret was set explicitly and is not a local default (whose values say `change-me`). */
+const isSet = (value: string, explicit: boolean): boolean => explicit && !value.includes('change-me');
+
+/**
+ * The production problems of one secret, as `NAME: problem` lines: not set explicitly or a local
+ * default (a problem when `required`), under {@link MIN_SECRET_BYTES} bytes, or the value of a
+ * secret of another purpose (`others`: value → name).
+ */
+export function secretProblems(
+  s: { name: string; value: string; explicit: boolean; purpose: string; required: boolean },
+  others: ReadonlyMap<string, string>,
+): string[] {
+  if (!isSet(s.value, s.explicit))
+    return s.required ? [`${s.name}: must be set (the local default is refused) — key for ${s.purpose}`] : [];
+  const problems: string[] = [];
+  if (Buffer.byteLength(s.value) < MIN_SECRET_BYTES) problems.push(`${s.name}: too weak, at least ${MIN_SECRET_BYTES} bytes are required`);
+  const other = others.get(s.value);
+  if (other) problems.push(`${s.name}: the same value as ${other}; each purpose needs its own secret`);
+  return problems;
+}
+
 /** Algorithms a production user token may never use: shared-secret MACs and `none`. */
 const REFUSED_ALGORITHMS = /^(HS\d+|none)$/i;
 
@@ -29,14 +50,9 @@ export function productionProblems(env: BaseEnv, source: Record<string, string |
   const seen = new Map<string, string>();
   for (const s of SECRETS) {
     const value = String(env[s.name]);
-    if (source[s.name] === undefined || value.includes('change-me')) {
-      if (s.required) problems.push(`${s.name}: must be set (the local default is refused) — key for ${s.purpose}`);
-      continue;
-    }
-    if (Buffer.byteLength(value) < MIN_SECRET_BYTES) problems.push(`${s.name}: too weak, at least ${MIN_SECRET_BYTES} bytes are required`);
-    const other = seen.get(value);
-    if (other) problems.push(`${s.name}: the same value as ${other}; each purpose needs its own secret`);
-    else seen.set(value, s.name);
+    const explicit = source[s.name] !== undefined;
+    problems.push(...secretProblems({ ...s, value, explicit }, seen));
+    if (isSet(value, explicit) && !seen.has(value)) seen.set(value, s.name);
   }
   if (!env.GATEHOUSE_AUTH_JWKS_URL)
     problems.push('GATEHOUSE_AUTH_JWKS_URL: must be set (production verifies user tokens by JWKS, never HS256)');

@@ -2,7 +2,7 @@ import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:
 import { SystemError } from '@gatehouse/contracts';
 import { z } from 'zod';
 import { inTransaction, type Db } from '@gatehouse/ledger';
-import { MIN_SECRET_BYTES } from './production.ts';
+import { secretProblems } from './production.ts';
 
 /**
  * Webhook signing secrets at rest (docs/decisions/0550-webhook-secrets-sealed-at-rest.md): the
@@ -117,19 +117,17 @@ export function openWebhookSecret(stored: string, k: WebhookSecretKey, owner: Se
 
 /**
  * Production problems of the sealing key (pass with the process's `productionChecks`): it must be
- * set, at least {@link MIN_SECRET_BYTES} bytes, and not the audit HMAC key.
+ * set, as long as every production secret ({@link secretProblems}), and not the audit HMAC key.
  */
 export function webhookSecretKeyProblems(
   env: { GATEHOUSE_WEBHOOK_SECRET_KEY: string; GATEHOUSE_AUDIT_HMAC_KEY: string },
   source: Record<string, string | undefined> = process.env,
 ): string[] {
   const name = 'GATEHOUSE_WEBHOOK_SECRET_KEY';
-  if (source[name] === undefined || env[name].includes('change-me'))
-    return [`${name}: must be set (the local default is refused) — key that seals webhook signing secrets at rest`];
-  if (Buffer.byteLength(env[name]) < MIN_SECRET_BYTES) return [`${name}: too weak, at least ${MIN_SECRET_BYTES} bytes are required`];
-  if (env[name] === env.GATEHOUSE_AUDIT_HMAC_KEY)
-    return [`${name}: the same value as GATEHOUSE_AUDIT_HMAC_KEY; each purpose needs its own secret`];
-  return [];
+  return secretProblems(
+    { name, value: env[name], explicit: source[name] !== undefined, purpose: 'sealing webhook signing secrets at rest', required: true },
+    new Map([[env.GATEHOUSE_AUDIT_HMAC_KEY, 'GATEHOUSE_AUDIT_HMAC_KEY']]),
+  );
 }
 
 /**
