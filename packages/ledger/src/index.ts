@@ -7,6 +7,7 @@ export * from './audit-chain.ts';
 export * from './audit-verify.ts';
 export * from './releases.ts';
 export * from './operations/operation-protocol.ts';
+export * from './operations/overlapping-dispatches.ts';
 export * from './failed-step.ts';
 export * from './working-time.ts';
 export * from './transitions.ts';

@@ -4,7 +4,7 @@
  */
 export { processExecution, executeSteps, LeaseBusy, SafeToRepeat, type ExecutionDeps } from './jobs/executions.processor.ts';
 export { issueRefund } from './adapters/payments.adapter.ts';
-export { adapters, shipmentCount, resolveByReadBack } from './adapters/index.ts';
+export { adapters, reshipBaseline, resolveByReadBack } from './adapters/index.ts';
 export {
   breakerFor,
   CircuitState,

@@ -5,7 +5,7 @@ import { notifyCustomer } from './mail.adapter.ts';
 import { lookupChange, prepareChange, scheduleChange } from './changes.adapter.ts';
 
 export * from './adapter.ts';
-export { shipmentCount, resolveByReadBack } from './orders.adapter.ts';
+export { reshipBaseline, resolveByReadBack } from './orders.adapter.ts';
 
 /** The fixed adapters, by tool name. No adapter runs model-written code, SQL, URLs or paths. */
 export const adapters: Record<string, (call: AdapterCall) => Promise<AdapterResult>> = {

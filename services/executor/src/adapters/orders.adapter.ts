@@ -1,3 +1,4 @@
+import { baselineReadAt, overlappingDispatches } from '@gatehouse/ledger';
 import { attempt, reasonOf } from './http-call.ts';
 import type { AdapterCall, AdapterResult } from './adapter.ts';
 
@@ -46,7 +47,7 @@ async function shipmentIds(stagingUrl: string, orderId: string): Promise<string[
 }
 
 /** Shipment count of an order, or null when read-back cannot tell. */
-export async function shipmentCount(stagingUrl: string, orderId: string): Promise<number | null> {
+async function shipmentCount(stagingUrl: string, orderId: string): Promise<number | null> {
   return (await shipmentIds(stagingUrl, orderId))?.length ?? null;
 }
 
@@ -83,11 +84,23 @@ export async function reshipOrder(call: AdapterCall): Promise<AdapterResult> {
 }
 
 /**
+ * The baseline a reship commits with its claim: the order's shipment count (null when the read
+ * failed) and when it was read (ISO 8601), which bounds the read-back's window.
+ */
+export async function reshipBaseline(stagingUrl: string, orderId: string): Promise<{ shipments: number | null; readAt: string }> {
+  const readAt = new Date().toISOString();
+  return { shipments: await shipmentCount(stagingUrl, orderId), readAt };
+}
+
+/**
  * Decides a shipment whose response was lost by reading the order's shipments back and comparing
- * with the baseline count committed before dispatch. Never re-dispatches.
+ * with the baseline count committed before dispatch. Never re-dispatches. One shipment more is
+ * this operation's only when no other reship of the order may have landed since the baseline was
+ * read (`overlappingDispatches`): otherwise the new shipment may be the other's, and the outcome
+ * is `unknown` for reconciliation (docs/decisions/0560-read-back-with-a-rival.md).
  */
 export async function resolveByReadBack(
-  call: Pick<AdapterCall, 'stagingUrl' | 'baseline'>,
+  call: Pick<AdapterCall, 'stagingUrl' | 'baseline' | 'ledger' | 'operationKey'>,
   orderId: string,
   cause: string,
 ): Promise<AdapterResult> {
@@ -96,11 +109,13 @@ export async function resolveByReadBack(
   const now = ids?.length ?? null;
   if (ids === null || now === null || !Number.isFinite(baseline))
     return { status: 'unknown', reason: `read_back_unavailable:${cause}`, attempts: 1 };
-  if (now === baseline + 1) {
-    // The one new shipment is the newest listed: its id is the evidence, as if the 201 had arrived.
-    const shipmentId = ids.at(-1)!;
-    return { status: 'succeeded', data: { orderId, shipmentId, resolvedBy: 'read_back' }, evidenceRef: shipmentId, attempts: 1 };
-  }
   if (now === baseline) return { status: 'retry_safe', reason: `not_executed:${cause}`, attempts: 1 };
-  return { status: 'unknown', reason: `read_back_ambiguous:${baseline}->${now}`, attempts: 1 };
+  if (now !== baseline + 1) return { status: 'unknown', reason: `read_back_ambiguous:${baseline}->${now}`, attempts: 1 };
+  // A baseline without its read time (stored before it had one) counts from the epoch: any rival is one.
+  const since = baselineReadAt(call.baseline) ?? new Date(0);
+  const rivals = await overlappingDispatches(call.ledger, { tool: 'reship_order', target: orderId, exceptKey: call.operationKey, since });
+  if (rivals.length) return { status: 'unknown', reason: `read_back_ambiguous:concurrent_reship:${rivals.join(',')}`, attempts: 1 };
+  // The one new shipment is the newest listed: its id is the evidence, as if the 201 had arrived.
+  const shipmentId = ids.at(-1)!;
+  return { status: 'succeeded', data: { orderId, shipmentId, resolvedBy: 'read_back' }, evidenceRef: shipmentId, attempts: 1 };
 }

@@ -4,7 +4,7 @@ import { mintDelegatedToken } from '@gatehouse/credentials';
 import { DependencyUnavailable, inTransaction, isLegalWorkflowTransition, markDispatched, requireCredentialEpoch } from '@gatehouse/ledger';
 import { readAuthoritative, type AuthoritativeRecord } from '@gatehouse/policy';
 import { recordLimitRecheck } from '@gatehouse/telemetry';
-import { resolveByReadBack, shipmentCount, type AdapterResult } from '../../adapters/index.ts';
+import { reshipBaseline, resolveByReadBack, type AdapterResult } from '../../adapters/index.ts';
 import { claimOperation, FactsChangedAtClaim, type ClaimOutcome } from '../../domain/claim.ts';
 import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
 import { blockEventLoop, crashIfAt } from '../../domain/test-hooks.ts';
@@ -59,7 +59,7 @@ export async function readClaimInputs(deps: ExecutionDeps, ctx: ExecutionContext
   // Baseline for tools without downstream keys, read before the claim and committed with it.
   const baseline =
     mayExecute && tool.retryClass === 'at_most_once_readback'
-      ? { shipments: await shipmentCount(deps.stagingUrl, String(preview.arguments.orderId)) }
+      ? await reshipBaseline(deps.stagingUrl, String(preview.arguments.orderId))
       : null;
   if (preview.status !== 'approved' || !mayExecute) return { epoch, baseline, record: null };
   try {
@@ -132,7 +132,11 @@ export async function dispatchEffect(
   if (c.reclaimed && c.previouslyDispatched && !hooks.disableWriteAhead && !RE_DISPATCHABLE.has(tool.retryClass)) {
     const read =
       tool.retryClass === 'at_most_once_readback'
-        ? await resolveByReadBack({ stagingUrl: deps.stagingUrl, baseline: c.baseline }, String(action.arguments.orderId), 'lease_expired')
+        ? await resolveByReadBack(
+            { stagingUrl: deps.stagingUrl, baseline: c.baseline, ledger: deps.db, operationKey: action.operation_key },
+            String(action.arguments.orderId),
+            'lease_expired',
+          )
         : null;
     return read && read.status === 'succeeded' ? read : { status: 'unknown', reason: 'lease_expired_after_dispatch', attempts: 0 };
   }
