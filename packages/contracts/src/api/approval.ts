@@ -37,7 +37,8 @@ export const ApprovalListQuerySchema = z.object({
  * The trusted view of an approval that approvers see (API and inbox alike): tool, target,
  * normalized arguments in human units, the authoritative order facts the rule used, requester,
  * rule, version, digest, policy revision, expiry — built from the ledger, never from model text.
- * `canDecide`/`refusal`: whether the viewer may decide it, and if not, why (docs/product/policy-rules.md#approvals).
+ * `canDecide`/`refusal`: whether the viewer may decide it, and if not, why: an authority refusal
+ * (docs/product/policy-rules.md#approvals), or for a pending approval `expired` or `workflow_<state>` once its run ended.
  */
 export const ApprovalViewSchema = z
   .object({

@@ -2,14 +2,16 @@ import { z } from 'zod';
 import { sql } from 'kysely';
 import type { Db } from '@gatehouse/ledger';
 import type { ApprovalPage, ApprovalView } from '@gatehouse/contracts';
-import { authorityRefusal } from './authority.ts';
+import { authorityRefusal, lateRefusal } from './authority.ts';
 
 /** Selects approvals joined with their action, scoped to a tenant. */
 export function selectApprovals(db: Db, tenant: string) {
   return db
     .selectFrom('approvals as p')
     .innerJoin('actions as a', 'a.id', 'p.action_id')
+    .innerJoin('workflows as w', 'w.id', 'p.workflow_id')
     .select([
+      'w.state as workflow_state',
       'p.id',
       'p.workflow_id',
       'p.tool',
@@ -36,12 +38,14 @@ type Row = Awaited<ReturnType<ReturnType<typeof selectApprovals>['execute']>>[nu
 
 /**
  * Turns a row into the trusted view for `viewerId` (amounts also shown in currency units); the
- * view's shape is `ApprovalViewSchema` of packages/contracts/src/api/approval.ts.
+ * view's shape is `ApprovalViewSchema` of packages/contracts/src/api/approval.ts. A pending
+ * approval is decidable when the viewer has the authority and it is not late (its run ended, or
+ * it expired: `lateRefusal`, what the decision answers 410 with).
  */
 export function toView(r: Row, viewerId: string): ApprovalView {
   const args: Record<string, unknown> = { ...r.arguments };
   if (typeof args.amountCents === 'number') args.amount = (args.amountCents / 100).toFixed(2);
-  const refusal = authorityRefusal(viewerId, r.tenant, {
+  const authority = authorityRefusal(viewerId, r.tenant, {
     tenant: r.tenant,
     region: r.region,
     requester: r.requester,
@@ -49,6 +53,8 @@ export function toView(r: Row, viewerId: string): ApprovalView {
     approverRole: r.approver_role,
     sameRegion: r.same_region,
   });
+  const refusal =
+    authority ?? (r.status === 'pending' ? (lateRefusal({ expiresAt: r.expires_at }, r.workflow_state)?.reason ?? null) : null);
   return {
     approvalId: r.id,
     workflowId: r.workflow_id,

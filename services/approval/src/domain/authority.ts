@@ -1,4 +1,5 @@
 import { loadWorld, RELEASE_APPROVER_ROLE, RELEASE_APPROVER_ROLES } from '@gatehouse/contracts';
+import { isTerminal, type WorkflowState } from '@gatehouse/ledger';
 import { Forbidden } from '@gatehouse/platform';
 
 /** The approval fields authority depends on. Amount in integer cents. */
@@ -42,4 +43,24 @@ function holdsRole(directoryRole: string, approverRole: string): boolean {
 export function assertAuthority(approverId: string, tenant: string, approval: ApprovalSubject): void {
   const refusal = authorityRefusal(approverId, tenant, approval);
   if (refusal) throw new Forbidden(refusal, `not authorized to decide this approval: ${refusal}`);
+}
+
+/** Why a pending approval can no longer be decided by anyone (410), with the sentence the answer carries. */
+export interface LateRefusal {
+  /** `workflow_<state>` (its run ended) or `expired`. */
+  reason: string;
+  message: string;
+}
+
+/**
+ * Why a pending approval can no longer be decided, whoever asks: its run is terminal
+ * (`workflow_stopped`, `workflow_completed`, `workflow_needs_reconciliation`) or it expired
+ * (`expired_at` ≤ now). Null while it can. The decision answers 410 with it, and the views show
+ * it as the refusal (`canDecide: false`), so nothing offers what the decision would refuse.
+ */
+export function lateRefusal(approval: { expiresAt: Date | string }, workflowState: WorkflowState, nowMs = Date.now()): LateRefusal | null {
+  if (isTerminal(workflowState))
+    return { reason: `workflow_${workflowState}`, message: `the workflow is ${workflowState}; nothing more will run` };
+  if (new Date(approval.expiresAt).getTime() <= nowMs) return { reason: 'expired', message: 'approval expired' };
+  return null;
 }

@@ -4,7 +4,6 @@ import {
   creditWait,
   enqueueInTransaction,
   inTransaction,
-  isTerminal,
   recordAudit,
   transitionAction,
   type Db,
@@ -12,7 +11,7 @@ import {
 } from '@gatehouse/ledger';
 import { ConflictError, Gone, NotFound } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
-import { assertAuthority } from './authority.ts';
+import { assertAuthority, lateRefusal } from './authority.ts';
 import { endRefusedOverride } from './release-override.ts';
 
 /** Result of a decision: the approval's new status and the jobs to publish after commit. */
@@ -133,8 +132,8 @@ async function decideInTransaction(
       .select(['state', 'release_id'])
       .where('id', '=', approval.workflow_id)
       .executeTakeFirstOrThrow();
-    if (isTerminal(wf.state)) throw new Gone(`workflow_${wf.state}`, `the workflow is ${wf.state}; nothing more will run`);
-    if (new Date(approval.expires_at).getTime() <= Date.now()) throw new Gone('expired', 'approval expired');
+    const late = lateRefusal({ expiresAt: approval.expires_at }, wf.state);
+    if (late) throw new Gone(late.reason, late.message);
 
     // Lock order: actions → approvals; the status read under the lock is the transition's `lockedFrom` (ADR 0390).
     const held = await trx.selectFrom('actions').select('status').where('id', '=', approval.action_id).forUpdate().executeTakeFirst();

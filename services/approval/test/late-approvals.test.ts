@@ -1,0 +1,88 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import request from 'supertest';
+import type { Express } from 'express';
+import { signUserToken } from '@gatehouse/credentials';
+import { createLogger, type OutboxRelay } from '@gatehouse/platform';
+import { createAction, type SeededAction } from '@gatehouse/testing';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
+import { createApprovalApp } from '../src/http/app.ts';
+
+// A pending approval the decision would refuse with 410 — its run ended, or it expired — is not
+// offered as decidable: its view says `canDecide: false` with the decision's reason as the
+// refusal, and the pending list leaves it out (one rule, `lateRefusal`, for both).
+const SECRET = 'local-auth-secret-change-me';
+let t: TestDatabase;
+let app: Express;
+let lead: string;
+let live: SeededAction;
+let stopped: SeededAction;
+let expired: SeededAction;
+
+/** A seeded refund of 60.00 on O-1002 whose approval is pending (nobody decided it yet). */
+async function pending(seed: Partial<Parameters<typeof createAction>[1]> = {}): Promise<SeededAction> {
+  const a = await createAction(t.db, { orderId: 'O-1002', amountCents: 6000, ...seed });
+  await t.db
+    .updateTable('approvals')
+    .set({ status: 'pending', approver: null, decided_at: null })
+    .where('id', '=', a.approvalId!)
+    .execute();
+  return a;
+}
+
+beforeAll(async () => {
+  t = await createTestDatabase();
+  const log = createLogger('approval-test');
+  log.level = 'silent';
+  app = createApprovalApp({
+    db: t.db,
+    relay: { publish: async () => undefined } as unknown as OutboxRelay,
+    auditHmacKey: 'local-audit-hmac-key-change-me',
+    verifier: { secret: SECRET },
+    localSecret: null,
+    secureCookie: false,
+    log,
+  });
+  lead = await signUserToken({ sub: 'lead-eli', tenant: 'quillfeather', roles: ['lead'] }, SECRET);
+  live = await pending();
+  stopped = await pending({ workflowState: 'stopped' });
+  expired = await pending();
+  await t.db
+    .updateTable('approvals')
+    .set({ expires_at: new Date(Date.now() - 1000) })
+    .where('id', '=', expired.approvalId!)
+    .execute();
+});
+afterAll(async () => {
+  await t?.drop();
+});
+
+const viewOf = async (a: SeededAction) => {
+  const res = await request(app).get(`/v1/approvals/${a.approvalId}`).set('authorization', `Bearer ${lead}`);
+  expect(res.status).toBe(200);
+  return res.body as { canDecide: boolean; refusal: string | null; status: string };
+};
+
+describe('late approvals are not offered as decidable', () => {
+  it("a stopped run's or an expired pending approval: canDecide false, with the reason the decision gives", async () => {
+    expect(await viewOf(live)).toMatchObject({ status: 'pending', canDecide: true, refusal: null });
+    expect(await viewOf(stopped)).toMatchObject({ status: 'pending', canDecide: false, refusal: 'workflow_stopped' });
+    expect(await viewOf(expired)).toMatchObject({ status: 'pending', canDecide: false, refusal: 'expired' });
+    for (const [a, reason] of [
+      [stopped, 'workflow_stopped'],
+      [expired, 'expired'],
+    ] as const) {
+      const res = await request(app)
+        .post(`/v1/approvals/${a.approvalId}/decision`)
+        .set('authorization', `Bearer ${lead}`)
+        .send({ decision: 'approve', actionVersion: a.version, actionDigest: a.digest });
+      expect(res.status).toBe(410);
+      expect(res.body.error.reason).toBe(reason);
+    }
+  });
+
+  it('the pending list holds only the approval that can still be decided', async () => {
+    const res = await request(app).get('/v1/approvals?status=pending').set('authorization', `Bearer ${lead}`);
+    expect(res.status).toBe(200);
+    expect(res.body.approvals.map((a: { approvalId: string }) => a.approvalId)).toEqual([live.approvalId]);
+  });
+});
