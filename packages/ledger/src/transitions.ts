@@ -45,11 +45,21 @@ const fromEach = (froms: WorkflowState[], to: WorkflowState, guard: WorkflowGuar
 
 const TURN = 'agent loop: a model turn with calls, the last result answered, or a follow-up message';
 const DECIDED = 'policy gateway: an action allowed; executor: the fenced claim of an approved action';
-const AWAITS = 'policy gateway: REQUIRE_APPROVAL; agent loop: a change plan prepared and not yet scheduled';
+const AWAITS =
+  'policy gateway: REQUIRE_APPROVAL; agent loop: a change plan prepared and not yet scheduled, or an action answered while another waits for its approval';
 const FINAL = "agent loop: the model's final message; reconciliation: a remediation executed";
 const STOP = 'any service: a stop reason (budgets, denial, expiry, outage, dead letter, quarantine, watchdog)';
 const PAUSE = "executor: the step's tool is switched off at the moment of execution";
 const PARK = 'agent loop: a result whose operation ended failed_unknown';
+
+/**
+ * The next step of a run waiting for a person to approve one action: who must approve (a change
+ * owner for the change pack, a lead otherwise), the tool, its target and the action version, e.g.
+ * "Waiting for a lead to approve reship_order on O-1007 (version 2)."
+ */
+export function approvalAwaitedStep(pack: string, action: { tool: string; target: string; version: number }): string {
+  return `Waiting for ${pack === 'change' ? 'a change owner' : 'a lead'} to approve ${action.tool} on ${action.target} (version ${action.version}).`;
+}
 
 /**
  * Every legal workflow transition (the run lifecycle of docs/product/states.md#transition-table;

@@ -9,6 +9,7 @@ import {
   recordAudit,
   transitionAction,
   transitionWorkflow,
+  approvalAwaitedStep,
   withAuditEvent,
   type ActionsTable,
   type OutboxRow,
@@ -373,7 +374,7 @@ async function routeDecision(
   if (d.decision.decision === 'REQUIRE_APPROVAL') {
     await transitionWorkflow(trx, wf.id, {
       to: 'awaiting_approval',
-      nextStep: `Waiting for ${wf.pack === 'change' ? 'a change owner' : 'a lead'} to approve ${parsed.tool.name} on ${parsed.target} (version ${d.version}).`,
+      nextStep: approvalAwaitedStep(wf.pack, { tool: parsed.tool.name, target: parsed.target, version: d.version }),
       onlyFrom: live,
       lockedFrom: context.state,
     });

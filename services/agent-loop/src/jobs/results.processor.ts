@@ -1,6 +1,7 @@
 import type { ResultJob } from '@gatehouse/contracts';
 import { turnsQueue } from '@gatehouse/contracts';
 import {
+  approvalAwaitedStep,
   checkWorkingTime,
   enqueueInTransaction,
   inTransaction,
@@ -11,6 +12,7 @@ import {
   type OutagePolicy,
   type OutboxRow,
   type Trx,
+  type WorkflowState,
 } from '@gatehouse/ledger';
 import type { OutboxRelay } from '@gatehouse/platform';
 import { unansweredCalls } from '../domain/transcript.ts';
@@ -39,6 +41,28 @@ async function unscheduledPlan(trx: Trx, workflowId: string): Promise<string | n
     .where('status', 'in', ['pending_approval', 'approved', 'running', 'succeeded', 'failed_unknown'])
     .executeTakeFirst();
   return scheduled ? null : plan.id;
+}
+
+/**
+ * A run left `executing` by an action that has now answered goes back to `awaiting_approval` when
+ * all that is left of its live work is an approval a person has yet to give: an action
+ * `pending_approval`, and none approved (queued) or running. Its next step names that action, as
+ * when the approval was requested (`approvalAwaitedStep`); with several, the newest version.
+ * Returns whether the run moved. The caller holds the workflow row lock (`state` is what it read).
+ */
+async function backToAwaitingApproval(trx: Trx, wf: { id: string; pack: string; state: WorkflowState }): Promise<boolean> {
+  if (wf.state !== 'executing') return false;
+  const live = await trx
+    .selectFrom('actions')
+    .select(['tool', 'target', 'version', 'status'])
+    .where('workflow_id', '=', wf.id)
+    .where('status', 'in', ['pending_approval', 'approved', 'running'])
+    .orderBy('version')
+    .execute();
+  const awaited = live.at(-1);
+  if (!awaited || live.some((a) => a.status !== 'pending_approval')) return false;
+  await transitionWorkflow(trx, wf.id, { to: 'awaiting_approval', nextStep: approvalAwaitedStep(wf.pack, awaited), lockedFrom: wf.state });
+  return true;
 }
 
 /** Failed validations in a row that stop a run with `stopped(validation_failed)` (docs/product/states.md#stop-reasons). */
@@ -119,7 +143,9 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
       return { outcome: `stopped:${stop}`, rows: [] as OutboxRow[] };
     }
     if (TERMINAL_STATES.has(wf.state)) return { outcome: 'answered_terminal', rows: [] as OutboxRow[] };
-    if ((await unansweredCalls(trx, wf.id)).length) return { outcome: 'waiting_for_other_calls', rows: [] as OutboxRow[] };
+    const awaiting = await backToAwaitingApproval(trx, wf);
+    if ((await unansweredCalls(trx, wf.id)).length)
+      return { outcome: awaiting ? 'waiting_for_approval' : 'waiting_for_other_calls', rows: [] as OutboxRow[] };
     const pendingApprovals = await trx
       .selectFrom('approvals')
       .select('id')
