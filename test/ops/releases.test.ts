@@ -278,6 +278,11 @@ describe('rollback rehearsal', () => {
       .where('id', '=', wf3.workflowId)
       .executeTakeFirstOrThrow();
     expect(wf).toEqual({ state: 'stopped', stop_reason: 'quarantined' });
+    // The stop is in the audit trail like any other (stopRun: one run.stopped event per stopped run).
+    const stops = (await t.db.selectFrom('audit_outbox').select('event').execute())
+      .map((r) => r.event as { type: string; runId: string | null; outcome: string | null; service: string })
+      .filter((e) => e.type === 'run.stopped' && e.runId === wf3.workflowId);
+    expect(stops).toEqual([expect.objectContaining({ outcome: 'quarantined', service: 'ops' })]);
   });
 });
 

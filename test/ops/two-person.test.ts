@@ -166,6 +166,11 @@ describe('activating a looser bundle', () => {
     expect(await api.decide('ops-ida', denied, 'deny')).toMatchObject({ status: 200, body: { status: 'denied' } });
     expect(await refusal('rel-long')).toEqual(['raise_limits:denied']);
     expect(await runOf(denied)).toMatchObject({ state: 'stopped', stop_reason: 'denied' });
+    const runId = (await approval(denied)).workflow_id;
+    const stops = (await t.db.selectFrom('audit_outbox').select('event').execute())
+      .map((r) => r.event as { type: string; runId: string | null; outcome: string | null; service: string })
+      .filter((e) => e.type === 'run.stopped' && e.runId === runId);
+    expect(stops, 'the stop is audited').toEqual([expect.objectContaining({ outcome: 'denied', service: 'approval' })]);
 
     const expired = await askRaise();
     expect((await api.decide('ops-ida', expired)).status).toBe(200);

@@ -1,24 +1,38 @@
 import { inTransaction, type Db, type Trx } from './db.ts';
-import { isTerminal } from './schema.ts';
-import { transitionWorkflow } from './transitions.ts';
+import { isTerminal, type WorkflowState } from './schema.ts';
+import { transitionWorkflow, type WorkflowTransitionInput } from './transitions.ts';
 
 /**
- * Moves a workflow to `stopped(reason)` with the rep's next step and a `run.stopped` audit event
- * (outcome = reason), in the caller's transaction, through {@link transitionWorkflow}.
- * @throws IllegalTransition when the run is already `completed` or `stopped`.
+ * The one way a workflow stops: moves it to `stopped(reason)` with the rep's next step and a
+ * `run.stopped` audit event (outcome = reason, the run's release), in the caller's transaction,
+ * through {@link transitionWorkflow} — whose table refuses a stop without that event. Without
+ * `wf.release_id` the run's row is read under its lock first (lock order: workflows first).
+ * `opts.onlyFrom` stops only from those states (else nothing changes and null is returned).
+ * Returns the state the run left, or null.
+ * @throws IllegalTransition when the run cannot stop from its state (already `completed` or `stopped`).
  */
 export async function stopRun(
   trx: Trx,
-  wf: { id: string; release_id: string },
+  wf: { id: string; release_id?: string },
   reason: string,
   nextStep: string,
   service: string,
-): Promise<void> {
-  await transitionWorkflow(trx, wf.id, {
+  opts: Pick<WorkflowTransitionInput, 'onlyFrom' | 'lockedFrom'> = {},
+): Promise<WorkflowState | null> {
+  let { lockedFrom } = opts;
+  let release = wf.release_id;
+  if (release === undefined) {
+    const row = await trx.selectFrom('workflows').select(['state', 'release_id']).where('id', '=', wf.id).forUpdate().executeTakeFirst();
+    if (!row) return null;
+    [release, lockedFrom] = [row.release_id, row.state];
+  }
+  return transitionWorkflow(trx, wf.id, {
     to: 'stopped',
     stopReason: reason,
     nextStep,
-    audit: { type: 'run.stopped', service, outcome: reason, revisions: { release: wf.release_id } },
+    ...(opts.onlyFrom ? { onlyFrom: opts.onlyFrom } : {}),
+    ...(lockedFrom ? { lockedFrom } : {}),
+    audit: { type: 'run.stopped', service, outcome: reason, revisions: { release } },
   });
 }
 

@@ -8,10 +8,11 @@ import { actionGuardSql, workflowGuardHolds, workflowGuardSql, type ActionGuard,
 
 /**
  * What a target state requires the caller to write with it: a next step the rep can read for
- * `stopped`, `paused` and `needs_reconciliation`. Not a guard: the shape of the row, checked for
- * every transition into that state.
+ * `stopped`, `paused` and `needs_reconciliation`, a stop reason and the `run.stopped` audit event
+ * for `stopped` (`stopRun` writes both, so no stop leaves the audit trail silent). Not a guard:
+ * the shape of the write, checked for every transition into that state.
  */
-export type StateRequirement = 'stop_reason' | 'next_step';
+export type StateRequirement = 'stop_reason' | 'next_step' | 'run_stopped_event';
 
 /** One legal workflow transition: from, to, and the one guard that must hold (docs/product/states.md#transition-table). */
 export interface WorkflowTransition {
@@ -82,7 +83,7 @@ export const WORKFLOW_TRANSITIONS: readonly WorkflowTransition[] = [
 
 /** What each target state requires written with it (the row's shape, for every transition into it). */
 export const STATE_REQUIRES: Readonly<Partial<Record<WorkflowState, readonly StateRequirement[]>>> = {
-  stopped: ['stop_reason', 'next_step'],
+  stopped: ['stop_reason', 'next_step', 'run_stopped_event'],
   paused: ['next_step'],
   needs_reconciliation: ['next_step'],
 };
@@ -219,6 +220,13 @@ export interface WorkflowTransitionInput {
   lockedFrom?: WorkflowState;
 }
 
+/** Whether `input` writes what `requirement` asks for (see {@link StateRequirement}). */
+function requirementMet(requirement: StateRequirement, input: Pick<WorkflowTransitionInput, 'nextStep' | 'stopReason' | 'audit'>): boolean {
+  if (requirement === 'stop_reason') return Boolean(input.stopReason);
+  if (requirement === 'next_step') return Boolean(input.nextStep);
+  return input.audit?.type === 'run.stopped';
+}
+
 /**
  * The table's part of a workflow transition check, without the ledger: the row of
  * {@link WORKFLOW_TRANSITIONS} for `from → input.to` and the fields its target requires
@@ -227,11 +235,11 @@ export interface WorkflowTransitionInput {
 function tableRow(
   workflowId: string,
   from: WorkflowState,
-  input: Pick<WorkflowTransitionInput, 'to' | 'nextStep' | 'stopReason'>,
+  input: Pick<WorkflowTransitionInput, 'to' | 'nextStep' | 'stopReason' | 'audit'>,
 ): WorkflowTransition | IllegalTransition {
   const row = WORKFLOW_TRANSITIONS.find((t) => t.from === from && t.to === input.to);
   if (!row) return new IllegalTransition('workflow', workflowId, from, input.to);
-  const missing = (STATE_REQUIRES[input.to] ?? []).filter((g) => (g === 'stop_reason' ? !input.stopReason : !input.nextStep));
+  const missing = (STATE_REQUIRES[input.to] ?? []).filter((g) => !requirementMet(g, input));
   if (missing.length) return new IllegalTransition('workflow', workflowId, from, input.to, missing);
   return row;
 }
@@ -245,7 +253,7 @@ export async function checkWorkflowTransition(
   trx: Trx,
   workflowId: string,
   from: WorkflowState,
-  input: Pick<WorkflowTransitionInput, 'to' | 'nextStep' | 'stopReason'>,
+  input: Pick<WorkflowTransitionInput, 'to' | 'nextStep' | 'stopReason' | 'audit'>,
 ): Promise<IllegalTransition | null> {
   if (tableDisabled()) return null;
   const row = tableRow(workflowId, from, input);

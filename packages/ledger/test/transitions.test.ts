@@ -138,7 +138,10 @@ const input = (to: WorkflowState) => ({
   to,
   nextStep: 'after',
   stopReason: to === 'stopped' ? 'denied' : undefined,
-  audit: { type: 'run.resumed' as const, service: 'test', outcome: `->${to}` },
+  audit:
+    to === 'stopped'
+      ? { type: 'run.stopped' as const, service: 'test', outcome: 'denied' }
+      : { type: 'run.resumed' as const, service: 'test', outcome: `->${to}` },
 });
 
 describe('workflow transition table', () => {
@@ -214,8 +217,18 @@ describe('workflow transition table', () => {
   it('refuses a transition that misses what its target requires (stopped without a reason, paused without a next step)', async () => {
     const a = await seed('investigating');
     await expect(inTransaction(db, (trx) => transitionWorkflow(trx, a.workflowId, { to: 'stopped', nextStep: 'x' }))).rejects.toMatchObject(
-      { name: 'IllegalTransition', missing: ['stop_reason'] },
+      { name: 'IllegalTransition', missing: ['stop_reason', 'run_stopped_event'] },
     );
+    // A stop that would leave the audit trail silent (no run.stopped event) is refused.
+    const silent = { to: 'stopped' as const, stopReason: 'denied', nextStep: 'x' };
+    await expect(inTransaction(db, (trx) => transitionWorkflow(trx, a.workflowId, silent))).rejects.toMatchObject({
+      name: 'IllegalTransition',
+      missing: ['run_stopped_event'],
+    });
+    const otherEvent = { ...silent, audit: { type: 'run.resumed' as const, service: 'test', outcome: 'denied' } };
+    await expect(inTransaction(db, (trx) => transitionWorkflow(trx, a.workflowId, otherEvent))).rejects.toMatchObject({
+      missing: ['run_stopped_event'],
+    });
     await satisfyWorkflow('tool_switched_off', a);
     await expect(inTransaction(db, (trx) => transitionWorkflow(trx, a.workflowId, { to: 'paused' }))).rejects.toMatchObject({
       missing: ['next_step'],

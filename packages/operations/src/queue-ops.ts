@@ -1,6 +1,6 @@
 import type { Job } from 'bullmq';
 import { ConflictError, loadReleaseManifest, queueContracts, queueName } from '@gatehouse/contracts';
-import { actorHash, inTransaction, LIVE_STATES, recordAudit, transitionWorkflow, type Db, type Trx } from '@gatehouse/ledger';
+import { actorHash, inTransaction, LIVE_STATES, recordAudit, stopRun, type Db, type Trx } from '@gatehouse/ledger';
 import { Redis } from 'ioredis';
 import { QueueRegistry, type BaseEnv } from '@gatehouse/platform';
 import { OpsUsageError } from './ops.ts';
@@ -177,12 +177,8 @@ export async function quarantineRelease(db: Db, queues: QueueRegistry, release: 
     }
     // Sorted: every writer locks workflows in id order, so two quarantines never deadlock.
     for (const id of [...workflows].sort()) {
-      await transitionWorkflow(trx, id, {
-        to: 'stopped',
-        stopReason: 'quarantined',
-        nextStep: `On-call quarantined the queued work of release ${release} (gatehouse queues quarantine); resubmit the ticket.`,
-        onlyFrom: LIVE_STATES,
-      });
+      const nextStep = `On-call quarantined the queued work of release ${release} (gatehouse queues quarantine); resubmit the ticket.`;
+      await stopRun(trx, { id }, 'quarantined', nextStep, 'ops', { onlyFrom: LIVE_STATES });
     }
     await recordQueueOps(trx, 'queues.quarantined', actor, `jobs:${jobs.length};workflows:${workflows.size}`, release);
   });

@@ -17,6 +17,7 @@ import {
   recordAudit,
   reserveOperation,
   transitionAction,
+  stopRun,
   transitionWorkflow,
   DependencyUnavailable,
   DEFAULT_AUDIT_GATE,
@@ -439,7 +440,8 @@ async function recordCancel(
     const nextStep = done
       ? `Cancelled ${change.operationKey} before its window (approved by ${claim.approver}).`
       : cancelNextStep(change.operationKey, result.reason);
-    await transitionWorkflow(trx, c.workflow_id, done ? { to: 'completed', nextStep } : { to: 'stopped', stopReason: 'denied', nextStep });
+    if (done) await transitionWorkflow(trx, c.workflow_id, { to: 'completed', nextStep });
+    else await stopRun(trx, { id: c.workflow_id }, 'denied', nextStep, 'reconciliation');
     if (done) await transitionAction(trx, change.actionId, { to: 'compensated' });
     await recordAudit(trx, {
       type: done ? 'operation.succeeded' : 'operation.failed',
@@ -457,6 +459,11 @@ async function recordCancel(
       ? { state: 'cancelled', operationKey: change.operationKey, approver: claim.approver, replayed: false }
       : { state: 'refused', operationKey: change.operationKey, reason: result.reason, nextStep };
   });
+}
+
+/** Stops a cancel's run that will not send (`denied`, with `nextStep`), while it is still live. */
+async function stopCancelRun(trx: Trx, workflowId: string, nextStep: string): Promise<void> {
+  await stopRun(trx, { id: workflowId }, 'denied', nextStep, 'reconciliation', { onlyFrom: ['awaiting_approval', 'executing'] });
 }
 
 /**
@@ -480,14 +487,7 @@ export async function executeChangeCancel(deps: ExecuteDeps, ref: string): Promi
   if (['denied', 'expired', 'void'].includes(c.approval_status) || c.op_status === 'failed') {
     const reason = c.op_status === 'failed' ? 'refused_downstream' : `approval_${c.approval_status}`;
     const nextStep = cancelNextStep(change.operationKey, reason);
-    await inTransaction(deps.db, (trx) =>
-      transitionWorkflow(trx, c.workflow_id, {
-        to: 'stopped',
-        stopReason: 'denied',
-        nextStep,
-        onlyFrom: ['awaiting_approval', 'executing'],
-      }),
-    );
+    await inTransaction(deps.db, (trx) => stopCancelRun(trx, c.workflow_id, nextStep));
     return { state: 'refused', operationKey: change.operationKey, reason, nextStep };
   }
   // No effect without audit: the approval is left unused (docs/product/invariants.md#evidence).
@@ -504,14 +504,7 @@ export async function executeChangeCancel(deps: ExecuteDeps, ref: string): Promi
   if (claim.kind === 'done') return { state: 'cancelled', operationKey: change.operationKey, approver: c.approver ?? '', replayed: true };
   if (claim.kind === 'refused') {
     const nextStep = cancelNextStep(change.operationKey, claim.reason);
-    await inTransaction(deps.db, (trx) =>
-      transitionWorkflow(trx, c.workflow_id, {
-        to: 'stopped',
-        stopReason: 'denied',
-        nextStep,
-        onlyFrom: ['awaiting_approval', 'executing'],
-      }),
-    );
+    await inTransaction(deps.db, (trx) => stopCancelRun(trx, c.workflow_id, nextStep));
     return { state: 'refused', operationKey: change.operationKey, reason: claim.reason, nextStep };
   }
   const result = await sendCancel(deps, c, claim, epoch);

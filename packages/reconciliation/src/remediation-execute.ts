@@ -7,6 +7,7 @@ import {
   operationKeyHash,
   recordAudit,
   transitionAction,
+  stopRun,
   transitionWorkflow,
   type ActionsTable,
   type OutboxRow,
@@ -63,12 +64,14 @@ type Action = Selectable<ActionsTable>;
  */
 async function reopen(trx: Trx, item: WorklistItem, approvalId: string, reason: string): Promise<void> {
   const ap = await trx.selectFrom('approvals').select('workflow_id').where('id', '=', approvalId).executeTakeFirstOrThrow();
-  await transitionWorkflow(trx, ap.workflow_id, {
-    to: 'stopped',
-    stopReason: reason === 'approval_expired' ? 'approval_expired' : 'denied',
-    nextStep: `Remediation ${item.remediation} not executed (${reason}); request another with gatehouse reconcile resolve.`,
-    onlyFrom: ['awaiting_approval', 'executing'],
-  });
+  await stopRun(
+    trx,
+    { id: ap.workflow_id },
+    reason === 'approval_expired' ? 'approval_expired' : 'denied',
+    `Remediation ${item.remediation} not executed (${reason}); request another with gatehouse reconcile resolve.`,
+    'reconciliation',
+    { onlyFrom: ['awaiting_approval', 'executing'] },
+  );
   await trx
     .updateTable('reconciliation_items')
     .set({ remediation: null, approval_id: null })
@@ -352,13 +355,19 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
     };
     if (result.status === 'retry') return { state: 'retry', itemId: item.id, reason: result.reason };
     const done = result.status === 'succeeded';
-    await transitionWorkflow(
-      trx,
-      c.action.workflow_id,
-      done
-        ? { to: 'completed', nextStep: `Remediation ${item.remediation} executed for item ${item.id}.` }
-        : { to: 'stopped', stopReason: 'denied', nextStep: `The downstream refused (${result.reason}); request another remediation.` },
-    );
+    if (done)
+      await transitionWorkflow(trx, c.action.workflow_id, {
+        to: 'completed',
+        nextStep: `Remediation ${item.remediation} executed for item ${item.id}.`,
+      });
+    else
+      await stopRun(
+        trx,
+        { id: c.action.workflow_id, release_id: c.action.release_id },
+        'denied',
+        `The downstream refused (${result.reason}); request another remediation.`,
+        'reconciliation',
+      );
     await recordAudit(trx, {
       ...audit,
       type: done ? 'operation.succeeded' : 'operation.failed',

@@ -7,7 +7,7 @@ import {
   operationKeyHash,
   recordAudit,
   transitionAction,
-  transitionWorkflow,
+  stopRun,
   type Db,
   type Remediation,
 } from '@gatehouse/ledger';
@@ -194,10 +194,7 @@ export async function requestRemediation(
         .executeTakeFirst();
       if (voided) {
         await transitionAction(trx, voided.action_id, { to: 'superseded' });
-        await transitionWorkflow(trx, voided.workflow_id, {
-          to: 'stopped',
-          stopReason: 'denied',
-          nextStep: `Replaced by a ${req.remediation} request.`,
+        await stopRun(trx, { id: voided.workflow_id }, 'denied', `Replaced by a ${req.remediation} request.`, 'reconciliation', {
           onlyFrom: ['awaiting_approval'],
         });
         await recordAudit(trx, {

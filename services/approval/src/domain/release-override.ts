@@ -1,6 +1,6 @@
 import { RELEASE_OVERRIDE_RULE_ID } from '@gatehouse/contracts';
 import { sql } from 'kysely';
-import { transitionWorkflow, type Trx } from '@gatehouse/ledger';
+import { stopRun, type Trx } from '@gatehouse/ledger';
 
 /**
  * Ends the run of a release override that was denied or expired (docs/decisions/0230-two-person-release-changes.md):
@@ -25,5 +25,5 @@ export async function endRefusedOverride(
   const command =
     ask?.kind === 'reenable' ? `gatehouse reenable override ${approval.release_id}` : `gatehouse release override ${approval.release_id}`;
   const nextStep = `The ${what} was ${reason === 'denied' ? 'denied' : 'not decided in time'}; ask again with ${command} if it is still needed.`;
-  await transitionWorkflow(trx, approval.workflow_id, { to: 'stopped', stopReason: reason, nextStep, onlyFrom: ['awaiting_approval'] });
+  await stopRun(trx, { id: approval.workflow_id }, reason, nextStep, 'approval', { onlyFrom: ['awaiting_approval'] });
 }
