@@ -179,6 +179,15 @@ describe('GET /v1/workflows/:id/events (SSE) and signed webhooks, every service 
     expect(r.ids).toEqual(all.slice(k).map((e) => e.seq));
     expect((await raw(wf, rep, String(all.length))).status).toBe(204);
     expect((await raw(wf, rep, 'abc')).status).toBe(400);
+    // The query form: once is read like the header; repeated is refused, never read as "from the start".
+    const q = (query: string) =>
+      fetch(`${s.url('agent-loop')}/v1/workflows/${wf}/events?${query}`, { headers: { authorization: `Bearer ${rep}` } });
+    expect((await q(`lastEventId=${all.length}`)).status).toBe(204);
+    for (const bad of [`lastEventId=${all.length}&lastEventId=${all.length}`, `lastEventId=1&lastEventId=2`]) {
+      const res = await q(bad);
+      expect(res.status, bad).toBe(400);
+      expect(((await res.json()) as { error: { reason: string } }).error.reason).toBe('bad_last_event_id');
+    }
   });
 
   it("another tenant's token gets 404, like the read; no token 401", async () => {

@@ -22,9 +22,15 @@ export interface EventStreamConfig {
 /** Seconds a client refused for too many streams is told to wait (`Retry-After`). */
 const STREAM_RETRY_AFTER_S = 30;
 
-/** The last seq the client saw: `Last-Event-ID` header, else `?lastEventId=`, else 0. @throws UserError 400 `bad_last_event_id`. */
+/**
+ * The last seq the client saw: `Last-Event-ID` header, else `?lastEventId=`, else 0.
+ * @throws UserError 400 `bad_last_event_id` when it is not one non-negative integer (a repeated
+ * query parameter is refused, never read as absent: that would replay from seq 1).
+ */
 function lastEventId(header: string | undefined, query: unknown): number {
-  const raw = header ?? (typeof query === 'string' ? query : undefined);
+  if (header === undefined && query !== undefined && typeof query !== 'string')
+    throw new UserError('bad_last_event_id', 'lastEventId must be given once, as a non-negative integer (an event seq)');
+  const raw = header ?? (query as string | undefined);
   if (raw === undefined || raw === '') return 0;
   const parsed = LastEventIdSchema.safeParse(raw.trim());
   if (!parsed.success || !/^\d+$/.test(raw.trim()))
