@@ -49,6 +49,22 @@ async function injectCanary(stack: HuntStack, orderId: string): Promise<void> {
 }
 
 describe('agent loop', () => {
+  it('a refusal completes the run with the reason to read; an empty answer stops it model_error with a next step', async () => {
+    await fixtures(s, 'L-refusal', [{ type: 'refusal', text: `I cannot help with that. ${CANARY}` } as never]);
+    const r = await submit(s, 'rep-ana', 'L-refusal', 'What is the status of order O-1001?', 'investigate');
+    const refused = await waitFor(s, r.token, r.workflowId, settled);
+    expect(refused.state).toBe('completed');
+    expect(refused.finalMessage).toMatch(/^The agent declined: I cannot help with that\./);
+    expect(refused.finalMessage).not.toContain(CANARY); // redacted like any final message
+    expect(refused.nextStep).toMatch(/declined this ticket/);
+
+    await fixtures(s, 'L-empty', [msg('  ')]);
+    const e = await submit(s, 'rep-ana', 'L-empty', 'What is the status of order O-1001?', 'investigate');
+    const empty = await waitFor(s, e.token, e.workflowId, settled);
+    expect(empty).toMatchObject({ state: 'stopped', stopReason: 'model_error' });
+    expect(empty.nextStep).toMatch(/no text and no tool call/);
+  });
+
   it('a follow-up sent while the model is answering is in the next request: the stale answer is not recorded', async () => {
     // The first request is rate-limited for 4 s (the client waits and retries inside the call),
     // so the follow-up lands while round 1 is in flight; its turn job merges with round 1's.

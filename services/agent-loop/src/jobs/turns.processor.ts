@@ -14,6 +14,7 @@ import {
   type OutagePolicy,
   type OutboxRow,
   type Trx,
+  type WorkflowState,
 } from '@gatehouse/ledger';
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
 import { eligibleTools } from '@gatehouse/policy';
@@ -25,6 +26,76 @@ import { loadTranscript } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
 import type { LoopTestHooks } from '../domain/test-hooks.ts';
 import { tenantCapReached, type TenantSpendCap } from '../domain/tenant-spend.ts';
+
+/**
+ * What a turn without function calls answers: the model's text (`message`), else the text of its
+ * refusal content parts (`refusal`: it declined), else nothing usable (`empty`: no text, or only
+ * whitespace). The text is raw model output; the caller bounds and redacts it.
+ */
+export function finalAnswer(response: Pick<OpenAI.Responses.Response, 'output_text' | 'output'>): {
+  kind: 'message' | 'refusal' | 'empty';
+  text: string;
+} {
+  if (response.output_text.trim()) return { kind: 'message', text: response.output_text };
+  const refusals = response.output.flatMap((item) =>
+    item.type === 'message' ? item.content.flatMap((part) => (part.type === 'refusal' ? [part.refusal] : [])) : [],
+  );
+  const refusal = refusals.join('\n').trim();
+  return refusal ? { kind: 'refusal', text: refusal } : { kind: 'empty', text: '' };
+}
+
+/**
+ * Ends a run whose turn has no function calls. A message completes it with the text as its final
+ * message; a refusal completes it with the model's reason, so the rep sees why it declined; an
+ * empty answer stops it `model_error` with a next step (never a completed run with nothing to
+ * read). The final message is untrusted output too: redacted, ≤ 1000 chars, cut marked.
+ */
+async function finishWithMessage(
+  trx: Trx,
+  deps: TurnDeps,
+  wf: { id: string; release_id: string; state: WorkflowState },
+  round: number,
+  response: OpenAI.Responses.Response,
+): Promise<void> {
+  const answer = finalAnswer(response);
+  if (answer.kind === 'empty') {
+    await stopWorkflow(
+      trx,
+      wf,
+      'model_error',
+      'The model answered with no text and no tool call; resubmit the ticket, and on-call should check the model service if it repeats.',
+    );
+    return;
+  }
+  const bounded = deps.hooks.disableOutputBoundary ? escapeUnstorable(answer.text) : boundText(answer.text);
+  const text = answer.kind === 'refusal' ? `The agent declined: ${bounded}` : bounded;
+  await trx
+    .insertInto('conversation_items')
+    .values({
+      workflow_id: wf.id,
+      round,
+      kind: 'assistant_message',
+      call_id: null,
+      item: JSON.stringify({ role: 'assistant', content: text }),
+    })
+    .execute();
+  await transitionWorkflow(trx, wf.id, {
+    to: 'completed',
+    lockedFrom: wf.state,
+    round,
+    nextStep:
+      answer.kind === 'refusal'
+        ? 'The agent declined this ticket: read why (finalMessage); handle it yourself, or resubmit it with more detail.'
+        : 'Done: read the agent’s final message (finalMessage).',
+    audit: {
+      type: 'run.completed',
+      service: 'agent-loop',
+      step: round,
+      outcome: answer.kind === 'refusal' ? 'declined' : 'completed',
+      revisions: { release: wf.release_id },
+    },
+  });
+}
 
 /** Dependencies of {@link processTurn}. */
 export interface TurnDeps {
@@ -243,7 +314,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
       service: 'agent-loop',
       runId: wf.id,
       step: job.round,
-      outcome: calls.length ? `function_calls:${calls.length}` : 'message',
+      outcome: calls.length ? `function_calls:${calls.length}` : finalAnswer(response).kind,
       latencyMs: Date.now() - started,
       revisions: {
         model: response.model,
@@ -255,31 +326,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
     });
 
     if (!calls.length) {
-      // The model's final message is untrusted output too: redacted, ≤ 1000 chars, cut marked.
-      const text = deps.hooks.disableOutputBoundary ? escapeUnstorable(response.output_text) : boundText(response.output_text);
-      await trx
-        .insertInto('conversation_items')
-        .values({
-          workflow_id: wf.id,
-          round: job.round,
-          kind: 'assistant_message',
-          call_id: null,
-          item: JSON.stringify({ role: 'assistant', content: text }),
-        })
-        .execute();
-      await transitionWorkflow(trx, wf.id, {
-        to: 'completed',
-        lockedFrom: locked.state,
-        round: job.round,
-        nextStep: 'Done: read the agent’s final message (finalMessage).',
-        audit: {
-          type: 'run.completed',
-          service: 'agent-loop',
-          step: job.round,
-          outcome: 'completed',
-          revisions: { release: wf.release_id },
-        },
-      });
+      await finishWithMessage(trx, deps, { id: wf.id, release_id: wf.release_id, state: locked.state }, job.round, response);
       return [] as OutboxRow[];
     }
 
