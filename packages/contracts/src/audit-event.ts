@@ -17,7 +17,7 @@ export const AuditEventType = z.enum([
   'approval.decided',
   'approval.consumed',
   'approval.voided',
-  /** A decision refused for a digest mismatch (outcome `digest_mismatch`); nothing changed. */
+  /** A decision attempt refused (outcome = the reason: `digest_mismatch`, `not_a_lead`, `stale_version`, `expired`…); nothing changed. */
   'approval.refused',
   'operation.claimed',
   'operation.succeeded',

@@ -80,6 +80,27 @@ describe('late approvals are not offered as decidable', () => {
     }
   });
 
+  it('every refused decision attempt on an approval of the tenant is audited with its reason; nothing is decided', async () => {
+    const rep = await signUserToken({ sub: 'rep-ben', tenant: 'quillfeather', roles: ['rep'] }, SECRET);
+    const res = await request(app)
+      .post(`/v1/approvals/${live.approvalId}/decision`)
+      .set('authorization', `Bearer ${rep}`)
+      .send({ decision: 'approve', actionVersion: live.version, actionDigest: live.digest });
+    expect(res.status).toBe(403);
+    const refused = (await t.db.selectFrom('audit_outbox').select('event').execute())
+      .map((r) => r.event as { type: string; approvalId: string | null; outcome: string | null; actorHash: string | null })
+      .filter((e) => e.type === 'approval.refused');
+    expect(refused.map((e) => [e.approvalId, e.outcome])).toEqual(
+      expect.arrayContaining([
+        [stopped.approvalId, 'workflow_stopped'],
+        [expired.approvalId, 'expired'],
+        [live.approvalId, 'not_a_lead'],
+      ]),
+    );
+    expect(refused.every((e) => typeof e.actorHash === 'string' && e.actorHash.length > 0)).toBe(true);
+    expect(await viewOf(live)).toMatchObject({ status: 'pending' });
+  });
+
   it('the pending list holds only the approval that can still be decided', async () => {
     const res = await request(app).get('/v1/approvals?status=pending').set('authorization', `Bearer ${lead}`);
     expect(res.status).toBe(200);

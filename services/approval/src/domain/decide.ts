@@ -9,7 +9,7 @@ import {
   type Db,
   type OutboxRow,
 } from '@gatehouse/ledger';
-import { ConflictError, Gone, NotFound } from '@gatehouse/platform';
+import { ConflictError, Forbidden, Gone, NotFound } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
 import { assertAuthority, lateRefusal } from './authority.ts';
 import { endRefusedOverride } from './release-override.ts';
@@ -42,21 +42,26 @@ export async function decideApproval(
   try {
     return await decideInTransaction(db, caller, approvalId, body, auditHmacKey);
   } catch (err) {
-    if (err instanceof ConflictError && err.reason === 'digest_mismatch') await auditDigestMismatch(db, caller, approvalId, auditHmacKey);
+    if (err instanceof Forbidden || err instanceof ConflictError || err instanceof Gone)
+      await auditRefusedDecision(db, caller, approvalId, auditHmacKey, err.reason);
     throw err;
   }
 }
 
 /**
- * Records a decision refused for a digest mismatch (`approval.refused`, outcome
- * `digest_mismatch`) in its own transaction — the decision's was rolled back — so the audit
- * service's `approval_digest_mismatches` monitor sees repeated attempts.
+ * Records a refused decision attempt on an approval of the caller's tenant (`approval.refused`,
+ * outcome = the refusal's reason: `not_a_lead`, `requester_cannot_approve`, `stale_version`,
+ * `digest_mismatch`, `expired`, `workflow_stopped`…) in its own transaction — the decision's was
+ * rolled back — with the caller's actor hash, so who tried what is in the audit trail and the
+ * audit service's `approval_digest_mismatches` monitor sees repeated mismatches. An id outside
+ * the caller's tenant (404) records nothing: there is no approval of theirs to name.
  */
-async function auditDigestMismatch(
+async function auditRefusedDecision(
   db: Db,
   caller: { sub: string; tenant: string },
   approvalId: string,
   auditHmacKey: string,
+  reason: string,
 ): Promise<void> {
   const a = await db
     .selectFrom('approvals')
@@ -74,7 +79,7 @@ async function auditDigestMismatch(
       tool: a.tool,
       actionVersion: a.action_version,
       approvalId,
-      outcome: 'digest_mismatch',
+      outcome: reason,
       revisions: { policy: a.policy_revision, release: a.release_id },
     }),
   );
