@@ -1,15 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction } from '@gatehouse/testing';
-import { processExecution, type ExecutionDeps } from '@gatehouse/executor';
-import { loadExecutionContext } from '../../services/executor/src/jobs/steps/containment.step.ts';
-import {
-  claim,
-  dispatchEffect,
-  readClaimInputs,
-  type Claimed,
-  type ClaimInputs,
-} from '../../services/executor/src/jobs/steps/dispatch.step.ts';
-import { startHarness, type Harness } from './support/harness.ts';
+import { processExecution, type ExecutionDeps } from '../src/jobs/executions.processor.ts';
+import { loadExecutionContext } from '../src/jobs/steps/containment.step.ts';
+import { claim, dispatchEffect, readClaimInputs, type Claimed, type ClaimInputs } from '../src/jobs/steps/dispatch.step.ts';
+import { startHarness, type Harness } from '../../../test/executor/support/harness.ts';
 
 // A reship has no idempotency key: a lost answer is decided by counting the order's shipments
 // against the baseline committed with the claim (ADR 0017). When another reship of the same order
