@@ -13,8 +13,20 @@ export const MAX_STRING_CHARS = 1000;
 /** Marker appended where something was cut. */
 export const TRUNCATION_MARKER = '…[truncated]';
 
-/** Secret shapes that never leave the boundary: API keys, bearer tokens, canaries (JWTs: below). */
-const SECRET_PATTERNS: RegExp[] = [/CANARY_SECRET_[A-Za-z0-9_-]*/g, /sk-[A-Za-z0-9_-]{6,}/g, /Bearer\s+[A-Za-z0-9._~+/=-]{8,}/gi];
+/** Secret shapes that never leave the boundary: canaries, bearer tokens (API keys and JWTs: below). */
+const SECRET_PATTERNS: RegExp[] = [/CANARY_SECRET_[A-Za-z0-9_-]*/g, /Bearer\s+[A-Za-z0-9._~+/=-]{8,}/gi];
+
+/** Candidates for an API key: `sk-` and the run of key characters after it, matched whole (linear). */
+const API_KEY_RUN = /sk-[A-Za-z0-9_-]{6,}/g;
+
+/**
+ * Whether the `sk-` run `run`, found at `at` of `text`, is English inside a word rather than a key:
+ * glued to a letter or digit before it and only lowercase letters and hyphens ("task-related",
+ * "desk-organizer"). A key has a digit, a capital or an underscore, or starts a word.
+ */
+function wordNotKey(run: string, at: number, text: string): boolean {
+  return at > 0 && /[A-Za-z0-9]/.test(text[at - 1]!) && /^[a-z-]+$/.test(run);
+}
 
 /**
  * Dotted runs of base64url characters, each matched once from where it starts (the lookbehind):
@@ -47,8 +59,21 @@ function redactJwtsInRun(run: string): string {
  * run such as `eyJeyJeyJ…` without a dot costs one pass, not one pass per `eyJ`.
  */
 export function redactSecrets(text: string): string {
-  const patterned = SECRET_PATTERNS.reduce((t, re) => t.replace(re, '[redacted]'), text);
+  const patterned = SECRET_PATTERNS.reduce((t, re) => t.replace(re, '[redacted]'), text).replace(
+    API_KEY_RUN,
+    (run: string, at: number, whole: string) => (wordNotKey(run, at, whole) ? run : '[redacted]'),
+  );
   return patterned.replace(DOTTED_RUN, (run) => (run.includes('eyJ') ? redactJwtsInRun(run) : run));
+}
+
+/**
+ * Whether `text` holds anything {@link redactSecrets} would redact (a `CANARY_SECRET_` canary, an
+ * `sk-` API key, a bearer token or a JWT). Defined by the redaction itself, so the redaction of
+ * final messages and tool outputs and the refusal of a tool call whose arguments carry a secret
+ * (`parseProposal`) share one rule set: no shape is written twice. Linear in `text.length`; never throws.
+ */
+export function containsSecret(text: string): boolean {
+  return redactSecrets(text) !== text;
 }
 
 /**

@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { boundText, MAX_OUTPUT_BYTES, MAX_STRING_CHARS, redactSecrets, toSafeOutput, TRUNCATION_MARKER } from '../src/index.ts';
+import {
+  boundText,
+  containsSecret,
+  MAX_OUTPUT_BYTES,
+  MAX_STRING_CHARS,
+  redactSecrets,
+  toSafeOutput,
+  TRUNCATION_MARKER,
+} from '../src/index.ts';
 
 const bytes = (v: unknown): number => Buffer.byteLength(JSON.stringify(v));
 
@@ -155,5 +163,32 @@ describe('redaction in linear time', () => {
     expect(redactSecrets(`a.b.${JWT}.tail`)).toBe('a.b.[redacted].tail');
     expect(redactSecrets(`${JWT}.${JWT}`)).toBe('[redacted].[redacted]');
     expect(redactSecrets('eyJab.c.d')).toBe('eyJab.c.d');
+  });
+});
+
+describe('containsSecret (the one detector: final-message redaction and the refusal of tool arguments)', () => {
+  it.each(SECRETS)('finds %s alone and inside text', (secret) => {
+    expect(containsSecret(secret)).toBe(true);
+    expect(containsSecret(`customer asked: please note ${secret} for the refund`)).toBe(true);
+  });
+
+  it('holds exactly when the redaction would change the text', () => {
+    const texts = [...SECRETS.map((x) => `a ${x} b`), 'order O-1002 shipped', 'the risk-assessment was task-related', ''];
+    for (const t of texts) expect(containsSecret(t)).toBe(redactSecrets(t) !== t);
+  });
+
+  it('English around a hyphen is no API key: "task-related", "desk-organizer" are kept and not secrets', () => {
+    for (const t of ['task-related refund', 'the desk-organizer arrived cracked', 'a risk-assessment', 'whisk-attachment']) {
+      expect(containsSecret(t)).toBe(false);
+      expect(redactSecrets(t)).toBe(t);
+      expect(boundText(t)).toBe(t);
+    }
+  });
+
+  it('a key still counts when it starts a word, or glued to one when it has a digit, a capital or an underscore', () => {
+    for (const t of ['key=sk-abcdefgh', '"sk-test-abcdef1"', 'sk-lowercase-only', 'zsk-live-9abcdef', 'xsk-Abcdefgh', 'ask-proj_abcdef']) {
+      expect(containsSecret(t), t).toBe(true);
+      expect(redactSecrets(t), t).not.toMatch(/sk-/);
+    }
   });
 });
