@@ -1,6 +1,6 @@
 import { findTool, type NormalizedArgs, type ToolDefinition } from './catalog.ts';
 import { NormalizationError } from './normalize.ts';
-import { redactSecrets } from './output-boundary.ts';
+import { containsSecret, redactSecrets } from './output-boundary.ts';
 import { testFaults } from '@gatehouse/contracts';
 
 /** A bounded validation result returned to the model as the call's function_call_output. */
@@ -24,35 +24,47 @@ const bound = (raw: string): string => {
   return s.length > 200 ? `${s.slice(0, 197)}...` : s;
 };
 
+/**
+ * Why an argument holding a secret shape is refused (after its path). Names no shape's literal
+ * marker, so the issue itself is never redacted.
+ */
+const SECRET_ISSUE =
+  'text may not contain a secret or a token (an API key, a bearer token, a JWT or a planted canary); write the argument without it';
+
 /** C0 control characters other than tab, line feed and carriage return (NUL included). */
 // eslint-disable-next-line no-control-regex
 const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/;
 
 /**
- * The path of the first key or string in `value` that the ledger cannot store or a person should
- * never be shown: a NUL (Postgres `jsonb` and `text` refuse U+0000), another C0 control character
- * (terminal escapes in an approver's view), or an unpaired UTF-16 surrogate (not valid Unicode).
- * Returns null when every string is clean.
+ * The path of the first key or string in `value` for which `bad` holds (dot-separated, `(root)`
+ * for the top; a bad key is reported at the path of its object, so the key itself is never
+ * echoed). Returns null when no string is bad.
  */
-function unsafeTextAt(value: unknown, path: string): string | null {
-  if (typeof value === 'string') return CONTROL.test(value) || !value.isWellFormed() ? path || '(root)' : null;
+function firstTextAt(value: unknown, path: string, bad: (text: string) => boolean): string | null {
+  if (typeof value === 'string') return bad(value) ? path || '(root)' : null;
   if (Array.isArray(value)) {
     for (const [i, v] of value.entries()) {
-      const hit = unsafeTextAt(v, `${path}.${i}`);
+      const hit = firstTextAt(v, `${path}.${i}`, bad);
       if (hit) return hit;
     }
     return null;
   }
   if (typeof value === 'object' && value !== null) {
     for (const [k, v] of Object.entries(value)) {
-      const at = path ? `${path}.${k}` : k;
-      if (CONTROL.test(k) || !k.isWellFormed()) return path || '(root)';
-      const hit = unsafeTextAt(v, at);
+      if (bad(k)) return path || '(root)';
+      const hit = firstTextAt(v, path ? `${path}.${k}` : k, bad);
       if (hit) return hit;
     }
   }
   return null;
 }
+
+/**
+ * Text the ledger cannot store or a person should never be shown: a NUL (Postgres `jsonb` and
+ * `text` refuse U+0000), another C0 control character (terminal escapes in an approver's view),
+ * or an unpaired UTF-16 surrogate (not valid Unicode).
+ */
+const unstorable = (text: string): boolean => CONTROL.test(text) || !text.isWellFormed();
 
 /**
  * Whether the test-only switch `GATEHOUSE_TEST_DISABLE_STRICT_PARSING=1` opens the closed
@@ -86,8 +98,9 @@ function writtenAsParsed(source: string, value: number): boolean {
 /**
  * Closed parsing of a function_call: known tool, `arguments` a JSON object text (one value, no
  * trailing data) whose numbers are plain decimals the parse keeps exactly ({@link writtenAsParsed})
- * and whose strings carry no NUL, control character or unpaired surrogate, exactly the contract's
- * fields with the right types, then normalization.
+ * and whose keys and strings carry no NUL, control character or unpaired surrogate and no secret
+ * shape ({@link containsSecret}: what the final message's redaction would redact), exactly the
+ * contract's fields with the right types, then normalization.
  * Never throws; any failure is a {@link ValidationFailure}.
  */
 export function parseProposal(name: string, rawArguments: string): ParsedProposal | ValidationFailure {
@@ -115,7 +128,7 @@ export function parseProposal(name: string, rawArguments: string): ParsedProposa
       issues: altered.slice(0, 5).map((k) => bound(`${k}: write numbers as plain decimals, without an exponent or more digits than kept`)),
     };
   }
-  const unsafe = unsafeTextAt(value, '');
+  const unsafe = firstTextAt(value, '', unstorable);
   if (unsafe) {
     return {
       ok: false,
@@ -123,6 +136,10 @@ export function parseProposal(name: string, rawArguments: string): ParsedProposa
       issues: [bound(`${unsafe}: text may not contain NUL, control characters or unpaired surrogates`)],
     };
   }
+  // A secret or canary in an argument would reach an approver, the audit and a downstream system
+  // (docs/decisions/0580-secrets-in-tool-arguments.md): refused, named by its path, never echoed.
+  const secret = firstTextAt(value, '', containsSecret);
+  if (secret) return { ok: false, error: 'invalid_arguments', issues: [bound(`${secret}: ${SECRET_ISSUE}`)] };
   const loose = strictParsingRemoved();
   const checked = (loose ? tool.args.loose() : tool.args).safeParse(value);
   if (!checked.success) {

@@ -89,6 +89,42 @@ describe('parseProposal rejects before any adapter call', () => {
   });
 });
 
+describe('parseProposal refuses secrets in arguments (docs/decisions/0580-secrets-in-tool-arguments.md)', () => {
+  const JWT = 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJyZXAtYW5hIn0.c2lnbmF0dXJlX2J5dGVz';
+  const SECRETS = ['CANARY_SECRET_q7', 'sk-test-4f9aK2mQ8zX1', 'Bearer xyz0123456789abcdef', JWT];
+
+  it.each(SECRETS)('a refund reason carrying %s: invalid_arguments naming the reason, the secret not echoed', (secret) => {
+    const r = parseProposal('issue_refund', refund({ reason: `damaged; also ${secret}` }));
+    expectBoundedFailure(r, 'invalid_arguments');
+    if (r.ok) return;
+    expect(r.issues).toHaveLength(1);
+    expect(r.issues[0]).toMatch(/^reason: text may not contain a secret/);
+    expect(JSON.stringify(r)).not.toContain(secret);
+    expect(JSON.stringify(r)).not.toContain('[redacted]');
+  });
+
+  it('every tool and field: a change note, an order id, an unknown key and a nested value', () => {
+    const cases: Array<[string, string, string]> = [
+      ['prepare_change', '{"changeId":"CHG-101","window":"manual-window","note":"ok CANARY_SECRET_n"}', 'note'],
+      ['lookup_order', '{"orderId":"sk-test-abcdef12"}', 'orderId'],
+      ['issue_refund', refund({ CANARY_SECRET_k: 1 }), '(root)'],
+      ['issue_refund', refund({ extra: { deeper: ['x', 'CANARY_SECRET_d'] } }), 'extra.deeper.1'],
+    ];
+    for (const [tool, raw, path] of cases) {
+      const r = parseProposal(tool, raw);
+      expectBoundedFailure(r, 'invalid_arguments');
+      if (!r.ok) expect(r.issues[0]).toMatch(new RegExp(`^${path.replace(/[().]/g, '\\$&')}: text may not contain a secret`));
+      expect(JSON.stringify(r)).not.toMatch(/CANARY_SECRET_|sk-test/);
+    }
+  });
+
+  it('a reason without a secret shape is accepted, hyphenated English included', () => {
+    for (const reason of ['damaged in transit', 'task-related: the desk-organizer arrived cracked', 'bearer of receipt']) {
+      expect(parseProposal('issue_refund', refund({ reason })).ok).toBe(true);
+    }
+  });
+});
+
 describe('parseProposal normalizes valid proposals', () => {
   it('o-1002 / "120.00" → O-1002 and 12000 cents', () => {
     const r = parseProposal('issue_refund', JSON.stringify({ orderId: 'o-1002', amount: '120.00', reason: ' cracked item ' }));
