@@ -1,6 +1,9 @@
 import { verify, createPublicKey, type KeyObject } from 'node:crypto';
+import type { Selectable } from 'kysely';
 import type { Db } from './db.ts';
+import type { AuditAnchorsTable } from './schema.ts';
 import { chainHash, GENESIS_HASH } from './audit-chain.ts';
+import type { WitnessedAnchor } from './audit-witness.ts';
 
 /** Result of walking the chain. `firstBadSeq` is the first sequence number that fails. */
 export interface ChainVerification {
@@ -12,6 +15,47 @@ export interface ChainVerification {
   anchorsChecked: number;
   /** True when anchors were checked against a pinned trusted key, not the key stored with them. */
   anchorsTrusted: boolean;
+  /** Anchors of the witness checked against the chain and `audit_anchors` (0 without a witness, or when broken). */
+  witnessChecked: number;
+  /** The highest anchored sequence number, in `audit_anchors` or the witness; null when there is none. */
+  newestAnchorSeq: number | null;
+}
+
+/** What {@link verifyAuditChain} checks besides the chain itself. */
+export interface VerifyOptions {
+  /** The audit service's pinned public key; without it each anchor's own stored key is used. */
+  trustedPublicKey?: KeyObject;
+  /** The anchors of the witness kept outside Postgres (`readWitness`); none: not checked. */
+  witness?: readonly WitnessedAnchor[];
+  /**
+   * How long an event may stay in the chain with no anchor at or after it, ms (the anchoring
+   * interval plus slack, {@link anchorFreshnessLimitMs}); undefined: freshness is not checked.
+   */
+  maxUnanchoredAgeMs?: number;
+  /** The instant freshness is judged at (default: now). */
+  now?: Date;
+}
+
+/**
+ * How long an event may wait for an anchor before verification calls the anchors stale, ms: the
+ * anchoring interval plus slack (a timer tick delayed, a chaining batch in flight, a restart).
+ */
+export function anchorFreshnessLimitMs(anchorIntervalMs: number, slackMs: number): number {
+  return anchorIntervalMs + slackMs;
+}
+
+type Anchor = Selectable<AuditAnchorsTable>;
+type Problem = { seq: number; reason: string };
+
+/** What {@link walkChain} saw: the chain up to its head or its first bad link. */
+interface Walk {
+  events: number;
+  headHash: string;
+  bad: Problem | null;
+  /** The hash at every watched sequence number. */
+  hashAt: Map<number, string>;
+  /** The first event after the newest anchor: its seq and when it was chained (ms since the epoch); null when none. */
+  firstUnanchored: { seq: number; at: number } | null;
 }
 
 /**
@@ -22,51 +66,100 @@ export interface ChainVerification {
  * service's pinned key) when given — whoever can rewrite the tables could otherwise re-sign the
  * anchors with a key of their own; without it, against the key stored with each anchor, and the
  * result says `anchorsTrusted: false`. Reads in pages of 1000.
+ *
+ * With `witness` (anchors kept outside Postgres) every witnessed anchor must lie within the chain
+ * (else `truncated`), match its hash (else `rewritten`) and still be in `audit_anchors` (else
+ * `anchors deleted`). With `maxUnanchoredAgeMs`, the first event after the newest anchor (of the
+ * table or the witness) may not have been chained longer ago than that (else `anchors stale`):
+ * deleting every anchor is then caught without the witness too.
+ * @throws Error from the database (unreachable, missing tables).
  */
-export async function verifyAuditChain(db: Db, opts: { trustedPublicKey?: KeyObject } = {}): Promise<ChainVerification> {
+export async function verifyAuditChain(db: Db, opts: VerifyOptions = {}): Promise<ChainVerification> {
   const trusted = opts.trustedPublicKey ?? null;
-  let prev = GENESIS_HASH;
-  let expected = 1;
-  let events = 0;
-  const hashAt = new Map<number, string>();
+  const witness = opts.witness ?? [];
   const anchors = await db.selectFrom('audit_anchors').selectAll().orderBy('id').execute();
-  const anchorSeqs = new Set(anchors.map((a) => Number(a.seq)));
-  const fail = (seq: number, reason: string): ChainVerification => ({
-    intact: false,
-    events,
-    headHash: prev,
-    firstBadSeq: seq,
-    reason,
-    anchorsChecked: 0,
+  const seqs = [...anchors.map((a) => Number(a.seq)), ...witness.map((w) => w.seq)];
+  const newest = seqs.length ? Math.max(...seqs) : null;
+  const walk = await walkChain(db, new Set(seqs), (newest ?? 0) + 1);
+  const result = (bad: Problem | null): ChainVerification => ({
+    intact: bad === null,
+    events: walk.events,
+    headHash: walk.headHash,
+    firstBadSeq: bad?.seq ?? null,
+    reason: bad?.reason ?? null,
+    anchorsChecked: bad ? 0 : anchors.length,
     anchorsTrusted: trusted !== null,
+    witnessChecked: bad ? 0 : witness.length,
+    newestAnchorSeq: newest,
   });
+  if (walk.bad) return result(walk.bad);
+  return result(
+    checkAnchors(anchors, walk, trusted) ??
+      checkWitness(witness, anchors, walk) ??
+      checkFreshness(walk, opts.maxUnanchoredAgeMs, opts.now ?? new Date()),
+  );
+}
+
+/** Walks the chain from seq 1, stopping at the first bad link; records the hashes at `watch` and when `unanchoredFrom` was chained. */
+async function walkChain(db: Db, watch: ReadonlySet<number>, unanchoredFrom: number): Promise<Walk> {
+  const walk: Walk = { events: 0, headHash: GENESIS_HASH, bad: null, hashAt: new Map(), firstUnanchored: null };
+  let expected = 1;
   for (;;) {
     const page = await db.selectFrom('audit_log').selectAll().where('seq', '>=', String(expected)).orderBy('seq').limit(1000).execute();
-    if (!page.length) break;
+    if (!page.length) return walk;
     for (const row of page) {
       const seq = Number(row.seq);
-      if (seq !== expected) return fail(expected, 'missing sequence number');
-      if (row.prev_hash !== prev) return fail(seq, 'prev_hash does not match the previous link');
-      if (chainHash(prev, { seq, ...row.event }) !== row.hash) return fail(seq, 'hash does not match the event');
-      prev = row.hash;
-      if (anchorSeqs.has(seq)) hashAt.set(seq, row.hash);
+      const prev = walk.headHash;
+      if (seq !== expected) walk.bad = { seq: expected, reason: 'missing sequence number' };
+      else if (row.prev_hash !== prev) walk.bad = { seq, reason: 'prev_hash does not match the previous link' };
+      else if (chainHash(prev, { seq, ...row.event }) !== row.hash) walk.bad = { seq, reason: 'hash does not match the event' };
+      if (walk.bad) return walk;
+      walk.headHash = row.hash;
+      if (watch.has(seq)) walk.hashAt.set(seq, row.hash);
+      if (seq === unanchoredFrom) walk.firstUnanchored = { seq, at: new Date(row.chained_at).getTime() };
       expected++;
-      events++;
+      walk.events++;
     }
   }
+}
+
+/** The first anchor of `audit_anchors` whose signature fails or whose hash the chain no longer has. */
+function checkAnchors(anchors: Anchor[], walk: Walk, trusted: KeyObject | null): Problem | null {
   for (const a of anchors) {
     const seq = Number(a.seq);
     const ok = verify(null, Buffer.from(`${seq}:${a.hash}`), trusted ?? createPublicKey(a.public_key), Buffer.from(a.signature, 'base64'));
-    if (!ok) return { ...fail(seq, `anchor ${a.id} signature invalid`), events, headHash: prev };
-    if (hashAt.get(seq) !== a.hash) return { ...fail(seq, `chain differs from anchor ${a.id}`), events, headHash: prev };
+    if (!ok) return { seq, reason: `anchor ${a.id} signature invalid` };
+    if (walk.hashAt.get(seq) !== a.hash) return { seq, reason: `chain differs from anchor ${a.id}` };
   }
+  return null;
+}
+
+/**
+ * The first witnessed anchor the chain or `audit_anchors` contradicts: beyond the head (the tail
+ * was cut), a different hash at its seq (the chain was rewritten), or no anchor row with its seq,
+ * hash and signature (anchors were deleted).
+ */
+function checkWitness(witness: readonly WitnessedAnchor[], anchors: Anchor[], walk: Walk): Problem | null {
+  const stored = new Set(anchors.map((a) => `${a.seq}:${a.hash}:${a.signature}`));
+  for (const w of witness) {
+    if (w.seq > walk.events)
+      return { seq: w.seq, reason: `truncated: the witnessed anchor at seq ${w.seq} is beyond the head (seq ${walk.events})` };
+    if (walk.hashAt.get(w.seq) !== w.hash)
+      return { seq: w.seq, reason: `rewritten: the chain differs from the witnessed anchor at seq ${w.seq}` };
+    if (!stored.has(`${w.seq}:${w.hash}:${w.signature}`))
+      return { seq: w.seq, reason: `anchors deleted: the witnessed anchor at seq ${w.seq} is missing from audit_anchors` };
+  }
+  return null;
+}
+
+/** Stale anchors: the first event after the newest anchor was chained more than `maxAgeMs` before `now`. */
+function checkFreshness(walk: Walk, maxAgeMs: number | undefined, now: Date): Problem | null {
+  const first = walk.firstUnanchored;
+  if (maxAgeMs === undefined || first === null) return null;
+  const age = now.getTime() - first.at;
+  if (age <= maxAgeMs) return null;
   return {
-    intact: true,
-    events,
-    headHash: prev,
-    firstBadSeq: null,
-    reason: null,
-    anchorsChecked: anchors.length,
-    anchorsTrusted: trusted !== null,
+    seq: first.seq,
+    reason: `anchors stale: seq ${first.seq} was chained ${Math.round(age / 1000)} s ago and no anchor covers it (limit ${maxAgeMs} ms: anchoring interval plus slack)`,
   };
 }

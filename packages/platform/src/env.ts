@@ -129,6 +129,44 @@ function invalidEnvironment(error: z.ZodError): Error {
   return new Error(`invalid environment:\n${error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`).join('\n')}`);
 }
 
+/**
+ * The anchoring settings, for the audit service (which anchors and witnesses) and the operator
+ * CLI (`audit verify`, which checks the witness and the anchors' freshness); docs/decisions/0570-audit-anchors-witnessed-outside-the-ledger.md.
+ */
+export const auditAnchorEnv = {
+  /** How often the audit service anchors the chain head, ms. */
+  AUDIT_ANCHOR_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
+  /** How much later than the interval an event may still be unanchored before `audit verify` calls the anchors stale, ms. */
+  AUDIT_ANCHOR_SLACK_MS: z.coerce.number().int().nonnegative().default(60_000),
+  /**
+   * The anchor witness: an append-only JSON-lines file outside Postgres, one line per anchor.
+   * Unset: `<state folder>/audit-anchors.jsonl` (`.gatehouse/` by default); required in production.
+   */
+  AUDIT_ANCHOR_WITNESS_PATH: z.string().min(1).optional(),
+};
+
+/** The anchoring settings of {@link auditAnchorEnv}: interval and slack in ms, the witness path when set. */
+export interface AuditAnchorSettings {
+  intervalMs: number;
+  slackMs: number;
+  witnessPath: string | undefined;
+}
+
+/**
+ * The anchoring settings of `source` (default `process.env`), parsed with {@link auditAnchorEnv}
+ * alone: for a process that parsed its other settings without them (the CLI).
+ * @throws Error naming each invalid setting.
+ */
+export function auditAnchorFromEnv(source: Record<string, string | undefined> = process.env): AuditAnchorSettings {
+  const r = z.object(auditAnchorEnv).safeParse(source);
+  if (!r.success) throw invalidEnvironment(r.error);
+  return {
+    intervalMs: r.data.AUDIT_ANCHOR_INTERVAL_MS,
+    slackMs: r.data.AUDIT_ANCHOR_SLACK_MS,
+    witnessPath: r.data.AUDIT_ANCHOR_WITNESS_PATH,
+  };
+}
+
 /** The parsed base settings. */
 export type BaseEnv = z.output<ZodObject<typeof baseEnvShape>>;
 

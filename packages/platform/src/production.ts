@@ -1,5 +1,6 @@
 import { createPrivateKey } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
+import { isAbsolute } from 'node:path';
 import type { BaseEnv } from './env.ts';
 
 /** Fewest bytes a production secret may have (256 bits; HS256 and HMAC-SHA256 keys, RFC 7518 §3.2). */
@@ -93,4 +94,16 @@ export function ed25519KeyFileProblems(variable: string, path: string, explicit:
   } catch (err) {
     return [`${variable}: ${path} is not a readable private key (${(err as Error).message})`];
   }
+}
+
+/**
+ * Why the audit service's anchor witness is unfit for production (empty: fit): `path` (the value
+ * of `AUDIT_ANCHOR_WITNESS_PATH`, undefined when unset) must be set explicitly, to an absolute
+ * path — a file on storage the database's owners cannot rewrite, not a default inside the
+ * container (docs/decisions/0570-audit-anchors-witnessed-outside-the-ledger.md).
+ */
+export function anchorWitnessProblems(path: string | undefined): string[] {
+  if (!path) return ['AUDIT_ANCHOR_WITNESS_PATH: must be set (the append-only anchor witness, kept outside Postgres)'];
+  if (!isAbsolute(path)) return [`AUDIT_ANCHOR_WITNESS_PATH: ${path} must be an absolute path`];
+  return [];
 }

@@ -1,10 +1,7 @@
 import { createPublicKey } from 'node:crypto';
 import { hostname } from 'node:os';
-import { resolve } from 'node:path';
-import { z } from 'zod';
 import {
   assertReleaseMatchesCode,
-  ed25519KeyFileProblems,
   createServiceContext,
   createHttpApp,
   finishApp,
@@ -12,36 +9,24 @@ import {
   closeServer,
   installShutdown,
 } from '@gatehouse/platform';
-import { repoRoot } from '@gatehouse/contracts';
 import { observeAuditBacklog } from '@gatehouse/telemetry';
 import { chainPending, readAuditBacklog } from './jobs/chain.writer.ts';
 import { anchorHead, loadSigningKey } from './domain/anchor.ts';
+import { defaultWitnessPath } from '@gatehouse/ledger';
+import { auditEnvShape, auditProductionProblems } from './settings.ts';
 import { claimMonitorPass } from './domain/monitor-pass.ts';
 import { evaluateMonitors, raiseAlerts } from './domain/monitors.ts';
 
-const ctx = createServiceContext(
-  'audit',
-  {
-    AUDIT_PORT: z.coerce.number().int().min(0).max(65535).default(7113),
-    /** How often the outbox is drained into the chain, ms. */
-    AUDIT_CHAIN_INTERVAL_MS: z.coerce.number().int().positive().default(200),
-    /** How often the chain head is anchored, ms. */
-    AUDIT_ANCHOR_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
-    AUDIT_SIGNING_KEY_PATH: z.string().default(resolve(repoRoot, '.gatehouse/audit-ed25519.pem')),
-    /** How often the invariant monitors run, ms. */
-    MONITOR_INTERVAL_MS: z.coerce.number().int().positive().default(30_000),
-    /** Optional webhook receiving fired alerts as JSON. */
-    ALERT_WEBHOOK_URL: z.string().url().optional(),
-    MONITOR_AUTO_APPROVE_LIMIT_CENTS: z.coerce.number().int().nonnegative().default(5000),
-    MONITOR_MAX_FAILED_UNKNOWN_PER_HOUR: z.coerce.number().int().nonnegative().default(3),
-  },
-  process.env,
-  (e) => ed25519KeyFileProblems('AUDIT_SIGNING_KEY_PATH', e.AUDIT_SIGNING_KEY_PATH, process.env.AUDIT_SIGNING_KEY_PATH !== undefined),
-);
+const ctx = createServiceContext('audit', auditEnvShape, process.env, (e) => auditProductionProblems(e, process.env));
 const { env, log, db } = ctx;
 // The code must be the release it serves: a differing catalog, prompt or audit schema refuses to boot (ADR 0220).
 await assertReleaseMatchesCode(ctx.name, env.GATEHOUSE_RELEASE, db, log);
 const key = loadSigningKey(env.AUDIT_SIGNING_KEY_PATH, env.GATEHOUSE_ENV !== 'production');
+// Every anchor is also appended here, outside Postgres, for `audit verify` (ADR 0570).
+const witness = env.AUDIT_ANCHOR_WITNESS_PATH ?? defaultWitnessPath(env.AUDIT_SIGNING_KEY_PATH);
+const anchor = (): void => {
+  anchorHead(db, key, witness).catch((err: unknown) => log.error({ err: (err as Error).message }, 'anchoring failed'));
+};
 observeAuditBacklog(() => readAuditBacklog(db));
 
 let running: Promise<unknown> | undefined;
@@ -61,9 +46,7 @@ const tick = (): void => {
     });
 };
 const chainTimer = setInterval(tick, env.AUDIT_CHAIN_INTERVAL_MS);
-const anchorTimer = setInterval(() => {
-  anchorHead(db, key).catch((err: unknown) => log.error({ err: (err as Error).message }, 'anchoring failed'));
-}, env.AUDIT_ANCHOR_INTERVAL_MS);
+const anchorTimer = setInterval(anchor, env.AUDIT_ANCHOR_INTERVAL_MS);
 
 let monitoring = false;
 // One pass per interval across the audit replicas, whichever claims it (ADR 0400).
@@ -89,12 +72,12 @@ const monitorTimer = setInterval(() => {
 
 const app = finishApp(createHttpApp('audit', ctx.readyChecks), log);
 const { server, port } = await listen(app, env.AUDIT_PORT);
-log.info({ port }, 'audit ready');
+log.info({ port, witness }, 'audit ready');
 installShutdown(log, [
   () => ctx.close(),
   async () => {
     await running;
-    await anchorHead(db, key); // leave the head anchored on a clean stop
+    await anchorHead(db, key, witness); // leave the head anchored on a clean stop
   },
   () => {
     clearInterval(chainTimer);

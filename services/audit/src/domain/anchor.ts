@@ -1,7 +1,7 @@
 import { generateKeyPairSync, createPrivateKey, createPublicKey, randomBytes, sign, type KeyObject } from 'node:crypto';
 import { existsSync, linkSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
-import type { Db } from '@gatehouse/ledger';
+import { appendWitness, type Db } from '@gatehouse/ledger';
 import { testFaults } from '@gatehouse/contracts';
 
 /**
@@ -47,16 +47,28 @@ function checkThenWrite(env: Record<string, string | undefined>): boolean {
 
 /**
  * Anchors the current chain head: signs `<seq>:<hash>` with Ed25519 and stores it with the
- * public key, so a rewrite of the whole chain no longer matches its anchors. No-op when the head
- * is already anchored. Returns the anchored sequence number, or null.
+ * public key, so a rewrite of the whole chain no longer matches its anchors. With `witnessPath`
+ * the anchor is then also appended to that witness file outside Postgres (`appendWitness`), so
+ * deleting anchors from the database, or rewriting or cutting the chain with them, is still
+ * caught by `audit verify` (docs/decisions/0570-audit-anchors-witnessed-outside-the-ledger.md).
+ * The row comes first: a witness line whose insert failed would read as a deleted anchor.
+ * No-op when the head is already anchored. Returns the anchored sequence number, or null.
+ * @throws Error from the database, or from the file system when the witness cannot be written
+ * (the anchor row is then kept: the witness misses one anchor, which verification tolerates).
  */
-export async function anchorHead(db: Db, key: KeyObject): Promise<number | null> {
+export async function anchorHead(db: Db, key: KeyObject, witnessPath?: string): Promise<number | null> {
   const head = await db.selectFrom('audit_log').select(['seq', 'hash']).orderBy('seq', 'desc').limit(1).executeTakeFirst();
   if (!head) return null;
   const last = await db.selectFrom('audit_anchors').select('seq').orderBy('id', 'desc').limit(1).executeTakeFirst();
   if (last && last.seq === head.seq) return null;
   const signature = sign(null, Buffer.from(`${head.seq}:${head.hash}`), key).toString('base64');
   const publicKey = createPublicKey(key).export({ type: 'spki', format: 'pem' }).toString();
-  await db.insertInto('audit_anchors').values({ seq: head.seq, hash: head.hash, signature, public_key: publicKey }).execute();
+  const row = await db
+    .insertInto('audit_anchors')
+    .values({ seq: head.seq, hash: head.hash, signature, public_key: publicKey })
+    .returning('created_at')
+    .executeTakeFirstOrThrow();
+  if (witnessPath)
+    appendWitness(witnessPath, { seq: Number(head.seq), hash: head.hash, signature, at: new Date(row.created_at).toISOString() });
   return Number(head.seq);
 }

@@ -1,0 +1,75 @@
+import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+
+/**
+ * One anchor as the witness keeps it, outside Postgres (docs/decisions/0570-audit-anchors-witnessed-outside-the-ledger.md):
+ * the anchored sequence number, the chain hash at it, the Ed25519 signature over `<seq>:<hash>`
+ * (base64) and when it was written (ISO 8601).
+ */
+export interface WitnessedAnchor {
+  seq: number;
+  hash: string;
+  signature: string;
+  at: string;
+}
+
+/**
+ * Where the witness is kept when `AUDIT_ANCHOR_WITNESS_PATH` is unset (local and test only;
+ * production requires the setting): `audit-anchors.jsonl` beside the audit signing key
+ * `signingKeyPath`, i.e. in the state folder of a local stack, and in a test stack's own folder.
+ */
+export function defaultWitnessPath(signingKeyPath: string): string {
+  return resolve(dirname(signingKeyPath), 'audit-anchors.jsonl');
+}
+
+/**
+ * Appends `anchor` to the witness file at `path` as one JSON line, creating the file (mode 0600)
+ * and its folder when absent, and flushes it to disk before returning. The file is opened for
+ * append only: a line is never rewritten. One short write per line, so replicas appending to one
+ * file do not interleave.
+ * @throws Error (from node:fs) when the folder or file cannot be created or written.
+ */
+export function appendWitness(path: string, anchor: WitnessedAnchor): void {
+  mkdirSync(dirname(path), { recursive: true });
+  const fd = openSync(path, 'a', 0o600);
+  try {
+    writeSync(fd, `${JSON.stringify({ seq: anchor.seq, hash: anchor.hash, signature: anchor.signature, at: anchor.at })}\n`);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Reads every anchor of the witness file at `path`, in file order. Blank lines are skipped.
+ * @throws Error when the file does not exist, or naming the first line that is not a witnessed
+ * anchor (JSON with a positive integer `seq` and string `hash`, `signature` and `at`).
+ */
+export function readWitness(path: string): WitnessedAnchor[] {
+  if (!existsSync(path)) throw new Error(`anchor witness ${path} does not exist`);
+  const anchors: WitnessedAnchor[] = [];
+  readFileSync(path, 'utf8')
+    .split('\n')
+    .forEach((line, i) => {
+      if (!line.trim()) return;
+      const a = parseLine(line);
+      if (!a) throw new Error(`anchor witness ${path} line ${i + 1} is not a witnessed anchor`);
+      anchors.push(a);
+    });
+  return anchors;
+}
+
+/** One witness line as a {@link WitnessedAnchor}, or null when it is not one. */
+function parseLine(line: string): WitnessedAnchor | null {
+  let v: unknown;
+  try {
+    v = JSON.parse(line);
+  } catch {
+    return null;
+  }
+  if (typeof v !== 'object' || v === null) return null;
+  const { seq, hash, signature, at } = v as Record<string, unknown>;
+  if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq < 1) return null;
+  if (typeof hash !== 'string' || typeof signature !== 'string' || typeof at !== 'string') return null;
+  return { seq, hash, signature, at };
+}
