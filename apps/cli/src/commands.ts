@@ -75,9 +75,15 @@ export const COMMANDS: CommandSpec[] = [
   },
   {
     name: 'audit verify',
-    synopsis: '[--json]',
-    summary: 'walk the audit chain and its anchors (exit 1 when broken)',
-    options: [],
+    synopsis: '[--witness <file>] [--json]',
+    summary: 'walk the audit chain, its anchors and their witness (exit 1 when broken)',
+    details: [
+      'The witness (--witness, else AUDIT_ANCHOR_WITNESS_PATH, else <state folder>/audit-anchors.jsonl when it',
+      'exists) is the anchor log kept outside Postgres: an anchor of it beyond the head, differing from the chain',
+      'or missing from audit_anchors fails. So does an event unanchored longer than AUDIT_ANCHOR_INTERVAL_MS',
+      '+ AUDIT_ANCHOR_SLACK_MS (default 30 s + 60 s).',
+    ],
+    options: ['witness'],
     json: true,
   },
   { name: 'switch on', synopsis: '<tool>', summary: 'release a tool held at the moment of execution', options: [], ops: true },

@@ -1,7 +1,8 @@
 import { Queue, QueueEvents } from 'bullmq';
 import { Redis } from 'ioredis';
 import { executionsQueue, loadWorld, queueName } from '@gatehouse/contracts';
-import { createDb, isTerminal, verifyAuditChain, type ChainVerification } from '@gatehouse/ledger';
+import { existsSync } from 'node:fs';
+import { createDb, isTerminal, readWitness, verifyAuditChain, type ChainVerification } from '@gatehouse/ledger';
 import { createIntakeClient } from '@gatehouse/client';
 import { auditPublicKey } from './audit-key.ts';
 import { approveAsLead, call, pollWorkflow, tokenFor, type WorkflowView } from './api-client.ts';
@@ -18,6 +19,8 @@ export interface DemoTarget {
   authSecret: string;
   /** Path of the audit service's Ed25519 key (its public half verifies the anchors). */
   auditKeyPath?: string;
+  /** The audit service's anchor witness (ADR 0570): checked with the chain when given. */
+  witnessPath?: string;
 }
 
 /** Everything the demo observed; `ok` only when every check held. */
@@ -30,6 +33,12 @@ export interface DemoReport {
   shipments: number;
   redelivery: string;
   audit: ChainVerification;
+}
+
+/** Whether the witness at `path` holds an anchor of `seq` (true when there is no witness to wait for). */
+function witnessed(path: string | undefined, seq: number): boolean {
+  if (!path) return true;
+  return existsSync(path) && readWitness(path).some((a) => a.seq === seq);
 }
 
 const fmtCents = (c: unknown): string => (typeof c === 'number' ? (c / 100).toFixed(2) : '-');
@@ -122,13 +131,15 @@ export async function runDemo(t: DemoTarget, log: (line: string) => void = () =>
     while (Date.now() < anchorDeadline) {
       const head = await db.selectFrom('audit_log').select('seq').orderBy('seq', 'desc').limit(1).executeTakeFirst();
       const anchored = await db.selectFrom('audit_anchors').select('seq').orderBy('id', 'desc').limit(1).executeTakeFirst();
-      if (head && anchored?.seq === head.seq) break;
+      if (head && anchored?.seq === head.seq && witnessed(t.witnessPath, Number(head.seq))) break;
       await new Promise((r) => setTimeout(r, 100));
     }
-    const audit = await verifyAuditChain(db, { trustedPublicKey: auditPublicKey(t.auditKeyPath) });
+    const witness = t.witnessPath && existsSync(t.witnessPath) ? readWitness(t.witnessPath) : undefined;
+    const audit = await verifyAuditChain(db, { trustedPublicKey: auditPublicKey(t.auditKeyPath), ...(witness ? { witness } : {}) });
     if (!audit.intact) failures.push(`audit chain broken at ${audit.firstBadSeq}: ${audit.reason}`);
     if (!audit.anchorsChecked || !audit.anchorsTrusted)
       failures.push('the chain head was not anchored and verified against the pinned key');
+    if (t.witnessPath && !audit.witnessChecked) failures.push(`no anchor was witnessed in ${t.witnessPath}`);
     const events = await db.selectFrom('audit_log').select(['seq', 'event']).orderBy('seq').execute();
     const timeline = events
       .filter((e) => e.event.runId === workflowId || e.event.runId === null)

@@ -1,13 +1,14 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
-import { existsSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { resolve as resolvePath } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
 import { Redis } from 'ioredis';
 import { parseEnv, OutboxRelay, createLogger, userTokenVerifier, type BaseEnv } from '@gatehouse/platform';
-import { createDb, migrate, migrateOneDown, verifyAuditChain, type Db } from '@gatehouse/ledger';
+import { createDb, migrate, migrateOneDown, type Db } from '@gatehouse/ledger';
 import { tokenFor } from './api-client.ts';
 import { auditPublicKey } from './audit-key.ts';
+import { auditVerifyCommand, localWitnessPath } from './audit-verify-command.ts';
 import { prepareDatabase } from './db-admin.ts';
 import { ensureDelegationKeyPair } from '@gatehouse/credentials';
 import { cliSigningKey, delegationKeyPaths } from './delegation-keys.ts';
@@ -67,6 +68,8 @@ async function main(argv: string[]): Promise<number> {
     case 'stack up': {
       out('preparing the database (migrations)…');
       await prepareDatabase(env.DATABASE_URL, { fresh: values.fresh });
+      // A fresh database starts a fresh chain: the local witness of the old one goes with it.
+      if (values.fresh && !process.env.AUDIT_ANCHOR_WITNESS_PATH) rmSync(localWitnessPath(), { force: true });
       const dir = stateDir('stack');
       const restarted = await stopStack(dir, 5000);
       if (restarted.length) out(`restarting the running stack (${restarted.join(', ')})`);
@@ -90,15 +93,8 @@ async function main(argv: string[]): Promise<number> {
     case 'audit verify': {
       const db = createDb(env.DATABASE_URL, 2);
       try {
-        const r = await verifyAuditChain(db, { trustedPublicKey: auditPublicKey() });
-        if (values.json) out(JSON.stringify(r, null, 2));
-        else
-          out(
-            r.intact
-              ? `intact ${r.events} events, head ${r.headHash}, ${r.anchorsChecked} anchor(s) (pinned key)`
-              : `BROKEN at seq ${r.firstBadSeq}: ${r.reason}`,
-          );
-        return r.intact ? 0 : 1;
+        const key = auditPublicKey();
+        return await auditVerifyCommand(db, { witness: values.witness, json: values.json, out, ...(key ? { trustedPublicKey: key } : {}) });
       } finally {
         await db.destroy();
       }
@@ -249,6 +245,7 @@ const OPTIONS = {
   only: { type: 'string' },
   'state-dir': { type: 'string' },
   'keep-running': { type: 'boolean' },
+  witness: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -301,6 +298,8 @@ function stackEnv(overrides: Record<string, string | undefined>): Record<string,
     MODEL_BASE_URL: process.env.MODEL_BASE_URL ?? stubUrl(process.env),
     STAGING_URL: stagingUrlOf(process.env),
     AUDIT_SIGNING_KEY_PATH: process.env.AUDIT_SIGNING_KEY_PATH ?? resolvePath(stateRoot(), 'audit-ed25519.pem'),
+    // The anchor witness, outside Postgres (ADR 0570): where `audit verify` looks for it.
+    AUDIT_ANCHOR_WITNESS_PATH: localWitnessPath(process.env),
     // The delegation key pair beside it (created by startStack when absent, outside production).
     GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: delegationKeyPaths(process.env, stateRoot()).signing,
     GATEHOUSE_DELEGATION_JWKS_PATH: delegationKeyPaths(process.env, stateRoot()).jwks,
@@ -333,11 +332,15 @@ async function demo(keepRunning: boolean): Promise<number> {
   redis.disconnect();
   out('preparing a fresh demo database and starting every service…');
   await prepareDatabase(databaseUrl, { fresh: true });
+  const demoWitness = resolvePath(stateDir('demo'), 'audit-anchors.jsonl');
+  rmSync(demoWitness, { force: true });
   const env = stackEnv({
     DATABASE_URL: databaseUrl,
     QUEUE_PREFIX: prefix,
     LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
     AUDIT_ANCHOR_INTERVAL_MS: '500',
+    // The demo's fresh database gets a fresh witness of its own (ADR 0570).
+    AUDIT_ANCHOR_WITNESS_PATH: demoWitness,
     // The demo always runs on the model-stub, whatever OPENAI_API_KEY the shell holds.
     MODEL_BASE_URL: stubUrl(process.env),
   });
@@ -363,6 +366,7 @@ async function demo(keepRunning: boolean): Promise<number> {
         release: base.GATEHOUSE_RELEASE,
         authSecret: base.GATEHOUSE_AUTH_SECRET,
         auditKeyPath: env.AUDIT_SIGNING_KEY_PATH,
+        witnessPath: demoWitness,
       },
       out,
     );
