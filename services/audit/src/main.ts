@@ -12,7 +12,7 @@ import {
 import { observeAuditBacklog } from '@gatehouse/telemetry';
 import { chainPending, readAuditBacklog } from './jobs/chain.writer.ts';
 import { anchorHead, loadSigningKey } from './domain/anchor.ts';
-import { defaultWitnessPath } from '@gatehouse/ledger';
+import { anchorFreshnessLimitMs, defaultWitnessPath } from '@gatehouse/ledger';
 import { auditEnvShape, auditProductionProblems } from './settings.ts';
 import { claimMonitorPass } from './domain/monitor-pass.ts';
 import { evaluateMonitors, raiseAlerts } from './domain/monitors.ts';
@@ -61,6 +61,8 @@ const monitorTimer = setInterval(() => {
         autoApproveLimitCents: env.MONITOR_AUTO_APPROVE_LIMIT_CENTS,
         maxFailedUnknownPerHour: env.MONITOR_MAX_FAILED_UNKNOWN_PER_HOUR,
         trustedPublicKey: createPublicKey(key),
+        witnessPath: witness,
+        maxUnanchoredAgeMs: anchorFreshnessLimitMs(env.AUDIT_ANCHOR_INTERVAL_MS, env.AUDIT_ANCHOR_SLACK_MS),
       });
       await raiseAlerts(alerts, log, env.ALERT_WEBHOOK_URL);
     })

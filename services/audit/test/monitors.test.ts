@@ -2,7 +2,10 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { resetTestFaultsForTests } from '@gatehouse/contracts';
 import { createAction, recordEffect, type SeededAction } from '@gatehouse/testing';
-import { effectsWithRevokedEpoch } from '@gatehouse/ledger';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { appendWitness, chainHash, effectsWithRevokedEpoch, GENESIS_HASH } from '@gatehouse/ledger';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { disabledMonitors, evaluateMonitors } from '../src/domain/monitors.ts';
 
@@ -271,5 +274,49 @@ describe('monitors that fire before damage, and for every invariant', () => {
   it('a service that refused to boot on a release digest mismatch fires', async () => {
     await auditEvent('service.boot_refused', 'toolCatalog.support', { service: 'executor' });
     expect((await evaluateMonitors(t.db, cfg)).find((a) => a.monitor === 'release_digest_mismatch')?.examples).toEqual(['executor']);
+  });
+});
+
+// The anchors as the monitor sees them (docs/decisions/0570-audit-anchors-witnessed-outside-the-ledger.md).
+describe('audit_gap from the anchor witness and anchor freshness', () => {
+  let dir: string;
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'gh-monitor-witness-'));
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  beforeEach(async () => {
+    await t.db.transaction().execute(async (trx) => {
+      await sql`ALTER TABLE audit_log DISABLE TRIGGER USER`.execute(trx);
+      await sql`ALTER TABLE audit_anchors DISABLE TRIGGER USER`.execute(trx);
+      await sql`TRUNCATE audit_log, audit_anchors`.execute(trx);
+      await sql`ALTER TABLE audit_anchors ENABLE TRIGGER USER`.execute(trx);
+      await sql`ALTER TABLE audit_log ENABLE TRIGGER USER`.execute(trx);
+    });
+    let prev = GENESIS_HASH;
+    for (let seq = 1; seq <= 3; seq++) {
+      const event = { type: 'run.started', service: 'test', runId: `r${seq}` };
+      const hash = chainHash(prev, { seq, ...event });
+      const chainedAt = new Date(Date.now() - 10 * 60_000); // ten minutes ago, never anchored
+      await t.db
+        .insertInto('audit_log')
+        .values({ seq: String(seq), outbox_id: String(seq), event: JSON.stringify(event), prev_hash: prev, hash, chained_at: chainedAt })
+        .execute();
+      prev = hash;
+    }
+  });
+  const gap = async (extra: Record<string, unknown>) =>
+    (await evaluateMonitors(t.db, { ...cfg, ...extra })).find((a) => a.monitor === 'audit_gap')?.examples[0];
+
+  it('fires when the first unanchored event is older than the freshness limit', async () => {
+    expect(await gap({})).toBeUndefined();
+    expect(await gap({ maxUnanchoredAgeMs: 90_000 })).toMatch(/^seq 1: anchors stale/);
+  });
+
+  it('fires on a witnessed anchor beyond the head, and on an unreadable witness', async () => {
+    const witness = join(dir, 'anchors.jsonl');
+    appendWitness(witness, { seq: 9, hash: 'a'.repeat(64), signature: 'c2ln', at: new Date().toISOString() });
+    expect(await gap({ witnessPath: witness })).toMatch(/^seq 9: truncated/);
+    writeFileSync(witness, 'not json\n');
+    expect(await gap({ witnessPath: witness })).toMatch(/^witness: .* line 1 is not a witnessed anchor/);
   });
 });

@@ -1,7 +1,15 @@
 import { sql } from 'kysely';
 import type { KeyObject } from 'node:crypto';
 import { loadWorld, testFaults, type World } from '@gatehouse/contracts';
-import { effectsAfterSwitchOff, effectsWithRevokedEpoch, verifyAuditChain, type Db } from '@gatehouse/ledger';
+import { existsSync } from 'node:fs';
+import {
+  effectsAfterSwitchOff,
+  effectsWithRevokedEpoch,
+  readWitness,
+  verifyAuditChain,
+  type Db,
+  type WitnessedAnchor,
+} from '@gatehouse/ledger';
 import type { Logger } from '@gatehouse/platform';
 import { recordAlert } from '@gatehouse/telemetry';
 import { effectsBeyondDelegation, recentAuditEvents, refundsAtLimitWhileApprovalsStopped } from './invariant-monitors.ts';
@@ -32,6 +40,10 @@ export interface MonitorConfig {
   nearLimitShare?: number;
   /** Refused approval decisions with a digest mismatch in an hour before an alert (default 3). */
   maxDigestMismatchesPerHour?: number;
+  /** This replica's anchor witness, checked with the chain when it exists (docs/decisions/0570-audit-anchors-witnessed-outside-the-ledger.md). */
+  witnessPath?: string;
+  /** Longest an event may wait for an anchor, ms (anchoring interval plus slack); none: not checked. */
+  maxUnanchoredAgeMs?: number;
 }
 
 type Row = { id: string };
@@ -71,7 +83,8 @@ const ids = (rows: Row[]) => rows.slice(0, 10).map((r) => r.id);
  *   prompt or audit schema differs from its release manifest;
  * - `failed_unknown_rising`: more unknown outcomes in the last hour than configured;
  * - `idempotency_conflict`: any key reused with another digest (audited by the executor);
- * - `audit_gap`: the chain no longer verifies (an edited, deleted or reordered event).
+ * - `audit_gap`: the chain no longer verifies (an edited, deleted or reordered event; with the
+ *   witness, a rewritten or cut chain or deleted anchors; past the freshness limit, stale anchors).
  * Returns the alerts that fire (empty when all hold).
  */
 export async function evaluateMonitors(db: Db, cfg: MonitorConfig): Promise<Alert[]> {
@@ -124,9 +137,29 @@ export async function evaluateMonitors(db: Db, cfg: MonitorConfig): Promise<Aler
     ).rows,
   );
   await evaluateShapeAndAuthority(db, cfg, fire);
-  const chain = await verifyAuditChain(db, cfg.trustedPublicKey ? { trustedPublicKey: cfg.trustedPublicKey } : {});
-  if (!chain.intact) alerts.push({ monitor: 'audit_gap', count: 1, examples: [`seq ${chain.firstBadSeq}: ${chain.reason}`] });
+  const gap = await auditGap(db, cfg);
+  if (gap) alerts.push({ monitor: 'audit_gap', count: 1, examples: [gap] });
   return alerts;
+}
+
+/**
+ * Why the chain does not verify (`seq N: reason`), or null: against the pinned key, this
+ * replica's anchor witness when it exists (an unreadable one is itself the gap: `witness: …`)
+ * and the freshness limit when set.
+ */
+async function auditGap(db: Db, cfg: MonitorConfig): Promise<string | null> {
+  let witness: WitnessedAnchor[] | undefined;
+  try {
+    if (cfg.witnessPath && existsSync(cfg.witnessPath)) witness = readWitness(cfg.witnessPath);
+  } catch (err) {
+    return `witness: ${(err as Error).message}`;
+  }
+  const chain = await verifyAuditChain(db, {
+    ...(cfg.trustedPublicKey ? { trustedPublicKey: cfg.trustedPublicKey } : {}),
+    ...(witness ? { witness } : {}),
+    ...(cfg.maxUnanchoredAgeMs !== undefined ? { maxUnanchoredAgeMs: cfg.maxUnanchoredAgeMs } : {}),
+  });
+  return chain.intact ? null : `seq ${chain.firstBadSeq}: ${chain.reason}`;
 }
 
 /** The monitors of Authority, Containment, the process shape and tampering attempts (see {@link evaluateMonitors}). */
