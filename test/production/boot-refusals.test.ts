@@ -109,6 +109,16 @@ describe('production refuses to boot a bad configuration (each service entry as 
     expect(wrong.output).toMatch(/is not an Ed25519 key/);
   });
 
+  // ADR 0570: anchors are also witnessed outside Postgres; production names where.
+  it('audit with its key but without an anchor witness: refused', async () => {
+    const key = resolve(mkdtempSync(resolve(tmpdir(), 'gh-prod-witness-')), 'audit.pem');
+    writeFileSync(key, generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }));
+    const unset = await boot('audit', { ...GOOD, AUDIT_SIGNING_KEY_PATH: key });
+    expect(unset.code, unset.output).not.toBe(0);
+    expect(unset.output).toMatch(/AUDIT_ANCHOR_WITNESS_PATH: must be set/);
+    expect(unset.output).not.toMatch(/AUDIT_SIGNING_KEY_PATH/);
+  });
+
   it('executor without its delegation signing key: refused, and no key is generated', async () => {
     const dir = mkdtempSync(resolve(tmpdir(), 'gh-prod-delegation-'));
     const unset = await boot('executor', GOOD);
