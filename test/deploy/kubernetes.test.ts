@@ -118,6 +118,15 @@ for (const [overlay, objects] of Object.entries(rendered)) {
       else expect([keyVolume.persistentVolumeClaim?.claimName, keyMount?.readOnly]).toEqual(['audit-key', false]);
     });
 
+    // docs/decisions/0570: production refuses the audit service without its anchor witness.
+    it('AUDIT_ANCHOR_WITNESS_PATH lies on the writable gatehouse-audit-witness claim', () => {
+      const audit = podOf(objects, 'audit');
+      const path = configEnv(objects, audit).AUDIT_ANCHOR_WITNESS_PATH ?? '/missing';
+      const mount = audit.containers[0]!.volumeMounts!.find((m) => m.mountPath === dirname(path));
+      const volume = audit.volumes!.find((v) => v.name === mount?.name);
+      expect([volume?.persistentVolumeClaim?.claimName, mount?.readOnly ?? false]).toEqual(['gatehouse-audit-witness', false]);
+    });
+
     it('every ConfigMap and Secret a pod uses is rendered, or (production) one the operator creates', () => {
       const present = new Set(objects.map((o) => `${o.kind}/${o.metadata.name}`));
       const missing = new Set<string>();
