@@ -143,16 +143,23 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
       return { outcome: `stopped:${stop}`, rows: [] as OutboxRow[] };
     }
     if (TERMINAL_STATES.has(wf.state)) return { outcome: 'answered_terminal', rows: [] as OutboxRow[] };
-    const awaiting = await backToAwaitingApproval(trx, wf);
-    if ((await unansweredCalls(trx, wf.id)).length)
-      return { outcome: awaiting ? 'waiting_for_approval' : 'waiting_for_other_calls', rows: [] as OutboxRow[] };
-    const pendingApprovals = await trx
-      .selectFrom('approvals')
-      .select('id')
-      .where('workflow_id', '=', wf.id)
-      .where('status', 'in', ['pending', 'approved'])
-      .execute();
-    if (pendingApprovals.length) return { outcome: 'waiting_for_approval', rows: [] as OutboxRow[] };
+    // Another call still unanswered, or an approval still open: the run waits (back in
+    // `awaiting_approval` when nothing else of it runs). The common case, nothing left, reads no more.
+    const otherCalls = (await unansweredCalls(trx, wf.id)).length > 0;
+    const openApprovals =
+      !otherCalls &&
+      (
+        await trx
+          .selectFrom('approvals')
+          .select('id')
+          .where('workflow_id', '=', wf.id)
+          .where('status', 'in', ['pending', 'approved'])
+          .execute()
+      ).length > 0;
+    if (otherCalls || openApprovals) {
+      const awaiting = await backToAwaitingApproval(trx, wf);
+      return { outcome: awaiting || openApprovals ? 'waiting_for_approval' : 'waiting_for_other_calls', rows: [] as OutboxRow[] };
+    }
     const planReady = wf.pack === 'change' ? await unscheduledPlan(trx, wf.id) : null;
     await transitionWorkflow(
       trx,
