@@ -97,6 +97,17 @@ describe('exit codes', () => {
     expect(r.stderr).toContain('refused (missing_token)');
   });
 
+  it('4 when Redis is unreachable: a command that needs the queues ends, and changes nothing', async () => {
+    const token = (await gatehouse(['token', '--user', 'ops-gus'])).stdout.trim();
+    const r = await gatehouse(['switch', 'off', 'issue_refund'], {
+      GATEHOUSE_TOKEN: token,
+      REDIS_URL: `redis://127.0.0.1:${await freePort()}`,
+    });
+    expect(r.code, r.stderr).toBe(EXIT.unavailable);
+    expect(r.stderr).toContain('Redis is unreachable');
+    expect(await t.db.selectFrom('tool_switches').selectAll().where('tool', '=', 'issue_refund').execute()).toEqual([]);
+  });
+
   it('4 when the database is unreachable', async () => {
     const r = await gatehouse(['audit', 'verify'], { DATABASE_URL: `postgres://postgres@127.0.0.1:${await freePort()}/nothing` });
     expect(r.code, r.stderr).toBe(EXIT.unavailable);

@@ -1,24 +1,50 @@
 import type { Job } from 'bullmq';
 import { ConflictError, loadReleaseManifest, queueContracts, queueName } from '@gatehouse/contracts';
-import { actorHash, inTransaction, LIVE_STATES, recordAudit, stopRun, type Db, type Trx } from '@gatehouse/ledger';
+import { actorHash, DependencyUnavailable, inTransaction, LIVE_STATES, recordAudit, stopRun, type Db, type Trx } from '@gatehouse/ledger';
 import { Redis } from 'ioredis';
 import { QueueRegistry, type BaseEnv } from '@gatehouse/platform';
 import { OpsUsageError } from './ops.ts';
 
+/** How long a CLI command waits for Redis before it gives up, ms (connect, then each of 3 reconnects). */
+const CLI_REDIS_CONNECT_MS = 3000;
+
 /**
  * Runs `fn` with a queue registry on the configured Redis and key prefix, and closes both after
- * (the CLI's commands are short-lived processes).
+ * (the CLI's commands are short-lived processes). Redis is connected first and given up after a
+ * few reconnects, so an unreachable Redis ends the command instead of hanging it (a service's
+ * connection retries for ever; a person at a terminal should not wait for ever).
+ * @throws DependencyUnavailable(`redis`) when Redis does not answer, before or during `fn` (CLI exit 4).
  */
 export async function withQueues<T>(
   env: Pick<BaseEnv, 'REDIS_URL' | 'QUEUE_PREFIX'>,
   fn: (queues: QueueRegistry) => Promise<T>,
 ): Promise<T> {
-  const redis = new Redis(env.REDIS_URL, { maxRetriesPerRequest: null });
+  const redis = new Redis(env.REDIS_URL, {
+    maxRetriesPerRequest: null,
+    lazyConnect: true,
+    connectTimeout: CLI_REDIS_CONNECT_MS,
+    retryStrategy: (attempt) => (attempt > 3 ? null : 200 * attempt),
+  });
+  let lastError = '';
+  // Reported once, by the command's own failure below (no unhandled error event on the terminal).
+  redis.on('error', (err: Error) => void (lastError = err.message));
+  const unreachable = (err: unknown) =>
+    new DependencyUnavailable('redis', `Redis is unreachable (${lastError || (err as Error).message}); run the command again once it answers`, {
+      cause: err,
+    });
+  try {
+    await redis.connect();
+  } catch (err) {
+    redis.disconnect();
+    throw unreachable(err);
+  }
   const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
   try {
     return await fn(queues);
+  } catch (err) {
+    throw redis.status === 'end' ? unreachable(err) : err;
   } finally {
-    await queues.close();
+    await queues.close().catch(() => undefined);
     redis.disconnect();
   }
 }
