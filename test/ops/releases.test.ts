@@ -24,6 +24,7 @@ import {
   CanaryRefused,
   activateRelease,
   ActivationRefused,
+  RollbackRefused,
   activationNeeds,
   enableWrites,
   rollbackRelease,
@@ -315,6 +316,18 @@ describe('rollback as a runbook (docs/runbooks/rollback.md)', () => {
     expect(await releaseWritesEnabled(t.db, 'rel-1')).toBe(true);
     // A drain by the rollback away from rel-1 does not outlive the rollback back to it.
     expect(await t.queues.get(queueName('turns', 'rel-1')).isPaused()).toBe(false);
+  });
+
+  it('a rollback to the only active release is refused and changes nothing: its writes stay on', async () => {
+    const before = await t.db.selectFrom('releases').select(['id', 'status', 'writes_enabled', 'draining']).orderBy('id').execute();
+    expect(before.filter((r) => r.status === 'active' || r.status === 'candidate').map((r) => r.id)).toEqual(['rel-1']);
+    const events = (await t.db.selectFrom('audit_outbox').select('id').execute()).length;
+    await expect(rollbackRelease(t.db, t.queues, { to: 'rel-1', reason: 'typo', ...op })).rejects.toBeInstanceOf(RollbackRefused);
+    expect(await t.db.selectFrom('releases').select(['id', 'status', 'writes_enabled', 'draining']).orderBy('id').execute()).toEqual(
+      before,
+    );
+    expect(await releaseWritesEnabled(t.db, 'rel-1')).toBe(true);
+    expect((await t.db.selectFrom('audit_outbox').select('id').execute()).length).toBe(events);
   });
 });
 

@@ -57,6 +57,7 @@ const STATUS: Record<string, number> = {
   OpsUsageError: 400,
   UnknownTool: 400,
   QueueOpRefused: 409,
+  RollbackRefused: 409,
   WebhookSecretUnreadable: 503,
 };
 

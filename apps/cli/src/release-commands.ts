@@ -158,7 +158,7 @@ export async function releaseCommand(
         withQueues(env, async (queues) => {
           const to = need(values.to, '--to <release>');
           const r = await rollbackRelease(db, queues, { to, reason: values.reason ?? '', onStep: out, ...actor(op) });
-          out(`rolled back ${r.rolledBack.join(', ') || 'nothing'} to ${r.to}`);
+          out(`rolled back ${r.rolledBack.join(', ')} to ${r.to}`);
           for (const f of r.safety) out(`  SAFETY ${f}`);
           if (r.queuedJobs) {
             out(`  ${r.queuedJobs} job(s) still queued on ${r.rolledBack.join(', ')}: choose for each release —`);

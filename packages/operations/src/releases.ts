@@ -1,4 +1,11 @@
-import { listReleaseManifests, loadReleaseManifest, PolicyDenied, ReleaseManifestSchema, type ReleaseManifest } from '@gatehouse/contracts';
+import {
+  ConflictError,
+  listReleaseManifests,
+  loadReleaseManifest,
+  PolicyDenied,
+  ReleaseManifestSchema,
+  type ReleaseManifest,
+} from '@gatehouse/contracts';
 import {
   actorHash,
   inTransaction,
@@ -342,6 +349,19 @@ export function checkRollbackReason(reason: string | undefined): string {
 }
 
 /**
+ * Thrown by {@link rollbackRelease} before anything changes when there is nothing to roll back
+ * from: `to` is already the only active release and no candidate is open (409; CLI exit 1).
+ */
+export class RollbackRefused extends ConflictError {
+  constructor(to: string) {
+    super(
+      'nothing_to_roll_back',
+      `release ${to} is already the active release and no candidate is open: nothing to roll back from; nothing was changed (writes stay as they are)`,
+    );
+  }
+}
+
+/**
  * `gatehouse release rollback --to <former> --reason <why>` (docs/runbooks/rollback.md,
  * docs/product/releases.md). For every other active or candidate release, in this order:
  * disable write eligibility at the policy boundary, drain its queues (no new claims; in-flight
@@ -353,6 +373,7 @@ export function checkRollbackReason(reason: string | undefined): string {
  * counted, never moved: on-call requeues or quarantines them explicitly. Each step is reported
  * through `onStep` as it completes; the reason is audited.
  * @throws Error when the reason is missing or malformed, or the former release has no manifest.
+ * @throws RollbackRefused when `to` is already the only active release (nothing is changed).
  */
 export async function rollbackRelease(db: Db, queues: QueueRegistry, opts: RollbackOptions): Promise<RollbackReport> {
   const reason = checkRollbackReason(opts.reason);
@@ -361,8 +382,9 @@ export async function rollbackRelease(db: Db, queues: QueueRegistry, opts: Rollb
   const others = (
     await db.selectFrom('releases').select('id').where('status', 'in', ['active', 'candidate']).where('id', '!=', opts.to).execute()
   ).map((r) => r.id);
-  const list = others.join(', ') || 'none';
-  if (others.length) await db.updateTable('releases').set({ writes_enabled: false }).where('id', 'in', others).execute();
+  if (!others.length) throw new RollbackRefused(opts.to);
+  const list = others.join(', ');
+  await db.updateTable('releases').set({ writes_enabled: false }).where('id', 'in', others).execute();
   step(`1/6 consequential writes off at the policy boundary for: ${list}`);
   for (const id of others) await drainRelease(db, queues, id, opts);
   step(`2/6 queues drained (paused; in-flight work finishes or its lease expires): ${list}`);
@@ -377,7 +399,7 @@ export async function rollbackRelease(db: Db, queues: QueueRegistry, opts: Rollb
       service: 'cli',
       runId: null,
       actorHash: actorHash(opts.hmacKey, opts.operator),
-      outcome: `from:${others.join(',') || 'none'};expired_approvals:${retired.expiredApprovals};writes:off;reason:${reason}`,
+      outcome: `from:${others.join(',')};expired_approvals:${retired.expiredApprovals};writes:off;reason:${reason}`,
       revisions: { release: opts.to },
     });
     return retired;
