@@ -4,7 +4,7 @@ import { runReconciliation } from '@gatehouse/reconciliation';
 import { executionsQueue, jobOptionsFor, type ExecutionJob } from '@gatehouse/contracts';
 import { createAction } from '@gatehouse/testing';
 import { TEST_REDIS_URL } from '@gatehouse/test-harness';
-import { mintDelegatedToken } from '../../packages/credentials/src/index.ts';
+import { mintDelegatedToken, newDelegationKeyPair } from '../../packages/credentials/src/index.ts';
 import { createWorker, PostgresGate } from '../../packages/platform/src/index.ts';
 import { processExecution } from '@gatehouse/executor';
 import type { SupportBundle } from '../../packages/policy/src/index.ts';
@@ -190,6 +190,20 @@ describe('executor: ambiguous outcomes and authority', () => {
     const a = await createAction(h.db, { orderId, amountCents: 1000 });
     expect(await processExecution(a.job, h.deps())).toBe('succeeded');
     expect(await h.refunds(orderId)).toEqual([expect.objectContaining({ idempotencyKey: a.operationKey })]);
+  });
+});
+
+describe('executor: a system of record refusing our own credential', () => {
+  it('a key the payments ledger does not trust (401 invalid_token): the action is failed, not denied; the refusal is not a business denial', async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { orderId, amountCents: 1000 });
+    const stranger = await newDelegationKeyPair(); // an executor replica with a key of its own
+    expect(await processExecution(a.job, h.deps({ signingKey: stranger.signing }))).toBe('failed');
+    expect(await h.refunds(orderId)).toEqual([]);
+    expect(await h.requests(orderId)).toEqual([expect.objectContaining({ status: 401 })]);
+    expect((await action(a.actionId)).status).toBe('failed');
+    const op = await h.db.selectFrom('operations').select(['status', 'error']).where('key', '=', a.operationKey).executeTakeFirstOrThrow();
+    expect(op).toEqual({ status: 'failed', error: expect.stringMatching(/^401:invalid_token/) });
   });
 });
 

@@ -12,3 +12,4 @@ export * from './stop-reasons.ts';
 export * from './bounded-body.ts';
 export * from './api/events.ts';
 export * from './test-faults.ts';
+export * from './credential-refusal.ts';

@@ -116,6 +116,22 @@ describe('invariant monitors', () => {
     expect(await fired()).toEqual(expect.arrayContaining(['failed_unknown_rising', 'idempotency_conflict']));
   });
 
+  it('a system of record refusing our own delegated credential fires delegation_rejected; its own refusals do not', async () => {
+    const ours = await createAction(t.db, { orderId: 'O-1001', amountCents: 1000 });
+    await effect(ours);
+    const theirs = await createAction(t.db, { orderId: 'O-1003', amountCents: 1000 });
+    await effect(theirs);
+    const failed = (a: SeededAction, error: string) =>
+      t.db.updateTable('operations').set({ status: 'failed', error }).where('key', '=', a.operationKey).execute();
+    await failed(theirs, '403:revoked_epoch'); // the system's own authority: a denial, no alert
+    expect(await fired()).toEqual([]);
+    await failed(ours, '401:invalid_token:ERR_JWKS_NO_MATCHING_KEY'); // signed with a key it does not trust
+    const alert = (await evaluateMonitors(t.db, cfg)).find((a) => a.monitor === 'delegation_rejected');
+    expect(alert?.examples).toEqual([ours.operationKey]);
+    await failed(ours, '403:wrong_scope');
+    expect(await fired()).toEqual(['delegation_rejected']);
+  });
+
   it('an edited audit event is an audit gap', async () => {
     await t.db
       .insertInto('audit_log')

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { KeyObject } from 'node:crypto';
-import { loadWorld, testFaults, type World } from '@gatehouse/contracts';
+import { loadWorld, OWN_CREDENTIAL_REFUSED, testFaults, type World } from '@gatehouse/contracts';
 import { existsSync } from 'node:fs';
 import {
   effectsAfterSwitchOff,
@@ -83,6 +83,9 @@ const ids = (rows: Row[]) => rows.slice(0, 10).map((r) => r.id);
  *   prompt or audit schema differs from its release manifest;
  * - `failed_unknown_rising`: more unknown outcomes in the last hour than configured;
  * - `idempotency_conflict`: any key reused with another digest (audited by the executor);
+ * - `delegation_rejected`: in the last hour, a system of record refused our own delegated
+ *   credential (`OWN_CREDENTIAL_REFUSED`: a key it does not trust, another audience or scope) —
+ *   a broken deployment for on-call, never a business denial;
  * - `audit_gap`: the chain no longer verifies (an edited, deleted or reordered event; with the
  *   witness, a rewritten or cut chain or deleted anchors; past the freshness limit, stale anchors).
  * Returns the alerts that fire (empty when all hold).
@@ -134,6 +137,13 @@ export async function evaluateMonitors(db: Db, cfg: MonitorConfig): Promise<Aler
     (
       await sql<Row>`select event->>'operationKeyHash' as id from audit_log where event->>'outcome' = 'idempotency_conflict'
         union all select event->>'operationKeyHash' from audit_outbox where event->>'outcome' = 'idempotency_conflict'`.execute(db)
+    ).rows,
+  );
+  fire(
+    'delegation_rejected',
+    (
+      await sql<Row>`select o.key as id from operations o
+        where o.status = 'failed' and o.error ~ ${OWN_CREDENTIAL_REFUSED} and o.updated_at > now() - interval '1 hour'`.execute(db)
     ).rows,
   );
   await evaluateShapeAndAuthority(db, cfg, fire);

@@ -1,4 +1,4 @@
-import { resultsQueue } from '@gatehouse/contracts';
+import { ownCredentialRefused, resultsQueue } from '@gatehouse/contracts';
 import { inTransaction, outboxJob, recordOutcomeWithJob, resetToPending, type OutboxRow } from '@gatehouse/ledger';
 import { toSafeOutput } from '@gatehouse/tools';
 import type { AdapterResult } from '../../adapters/index.ts';
@@ -26,12 +26,15 @@ export function projectResult(ctx: Pick<ExecutionContext, 'tool'>, result: Finis
 
 /**
  * The statuses and the answer of a finished result: the operation's (`failed_unknown` on any
- * ambiguity), the action's (`denied` when the downstream refused on its own authority, 401/403),
- * and the output through the untrusted-output boundary (off only in its control-removed test).
+ * ambiguity), the action's (`denied` when the downstream refused on its own authority, 401/403 —
+ * but `failed` when it refused our own delegated credential, `ownCredentialRefused`: a broken
+ * key is our failure, for on-call, not a business denial), and the output through the
+ * untrusted-output boundary (off only in its control-removed test).
  */
 export function outcomeOf(ctx: Pick<ExecutionContext, 'tool'>, action: Claimed['action'], result: Finished, noBoundary: boolean) {
   const opStatus = result.status === 'succeeded' ? 'succeeded' : result.status === 'failed' ? 'failed' : 'failed_unknown';
-  const actionStatus = result.status === 'failed' && /^40[13]:/.test(result.reason) ? 'denied' : opStatus;
+  const refusedOnAuthority = result.status === 'failed' && /^40[13]:/.test(result.reason) && !ownCredentialRefused(result.reason);
+  const actionStatus = refusedOnAuthority ? 'denied' : opStatus;
   const data = result.status === 'succeeded' ? result.data : { reason: result.reason };
   const outcome =
     opStatus === 'failed_unknown'
