@@ -1,11 +1,13 @@
 import { inTransaction, type Db, type Trx } from './db.ts';
 import { isTerminal, type WorkflowState } from './schema.ts';
 import { transitionWorkflow, type WorkflowTransitionInput } from './transitions.ts';
+import { endUnclaimedActions } from './unclaimed-actions.ts';
 
 /**
  * The one way a workflow stops: moves it to `stopped(reason)` with the rep's next step and a
  * `run.stopped` audit event (outcome = reason, the run's release), in the caller's transaction,
- * through {@link transitionWorkflow} — whose table refuses a stop without that event. Without
+ * through {@link transitionWorkflow} — whose table refuses a stop without that event — and ends
+ * the run's unclaimed actions and their approvals (`endUnclaimedActions`). Without
  * `wf.release_id` the run's row is read under its lock first (lock order: workflows first).
  * `opts.onlyFrom` stops only from those states (else nothing changes and null is returned).
  * Returns the state the run left, or null.
@@ -26,7 +28,7 @@ export async function stopRun(
     if (!row) return null;
     [release, lockedFrom] = [row.release_id, row.state];
   }
-  return transitionWorkflow(trx, wf.id, {
+  const from = await transitionWorkflow(trx, wf.id, {
     to: 'stopped',
     stopReason: reason,
     nextStep,
@@ -34,6 +36,9 @@ export async function stopRun(
     ...(lockedFrom ? { lockedFrom } : {}),
     audit: { type: 'run.stopped', service, outcome: reason, revisions: { release } },
   });
+  // What the stopped run will never run ends with it: no leftover counts against a limit (ADR 0610).
+  if (from !== null) await endUnclaimedActions(trx, { id: wf.id, release_id: release }, 'run_stopped', service);
+  return from;
 }
 
 /** Stop reason of a run whose step failed its last queue attempt (see {@link stopRunOnFailedStep}). */

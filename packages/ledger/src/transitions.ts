@@ -128,8 +128,18 @@ export const ACTION_INITIAL_STATUSES: readonly ActionStatus[] = ['approved', 'pe
 export const ACTION_TRANSITIONS: readonly ActionTransition[] = [
   act('pending_approval', 'approved', 'approval_granted', 'approval: a person approved'),
   act('pending_approval', 'denied', 'approval_refused', 'approval: a person denied, or the approval expired'),
-  act('pending_approval', 'superseded', 'unclaimed', 'a follow-up message, or a reconciliation remediation replaced'),
-  act('approved', 'superseded', 'unclaimed', 'a follow-up message, or re-evaluation at execution changed the decision'),
+  act(
+    'pending_approval',
+    'superseded',
+    'unclaimed',
+    'a follow-up message, a reconciliation remediation replaced, or its run stopped or parked',
+  ),
+  act(
+    'approved',
+    'superseded',
+    'unclaimed',
+    'a follow-up message, re-evaluation at execution changed the decision, or its run stopped or parked',
+  ),
   act('approved', 'running', 'lease_granted', 'executor / reconciliation: the fenced claim'),
   act('approved', 'failed', 'outcome_recorded', 'executor: the operation key serves another digest (idempotency conflict)'),
   act('running', 'running', 'lease_granted', 'executor: a new claim after the lease expired'),

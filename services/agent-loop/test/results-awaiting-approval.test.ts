@@ -55,18 +55,21 @@ async function runWithTwoCalls(secondStatus: 'pending_approval' | 'approved') {
         item: JSON.stringify({ type: 'function_call', call_id: id }),
       })
       .execute();
-  const answer = () =>
+  const answer = (park?: 'needs_reconciliation') =>
     processResult(
       {
         release: 'rel-1',
         workflowId: a.workflowId,
         callId: a.callId,
         output: { source: 'issue_refund', trust: 'gatehouse', executed: true },
+        ...(park ? { park } : {}),
       },
       { db: t.db, relay, outagePolicy },
     );
   const wf = () => t.db.selectFrom('workflows').select(['state', 'next_step']).where('id', '=', a.workflowId).executeTakeFirstOrThrow();
-  return { answer, wf };
+  const second = () =>
+    t.db.selectFrom('actions').select('status').where('workflow_id', '=', a.workflowId).where('version', '=', 2).executeTakeFirstOrThrow();
+  return { answer, wf, second, seeded: a };
 }
 
 describe('an action answers while another waits for its approval', () => {
@@ -77,6 +80,31 @@ describe('an action answers while another waits for its approval', () => {
       state: 'awaiting_approval',
       next_step: 'Waiting for a lead to approve reship_order on O-1007 (version 2).',
     });
+  });
+
+  it('a result that parks the run for reconciliation ends the other, unclaimed action: it will never run', async () => {
+    const run = await runWithTwoCalls('approved');
+    // The first action's outcome is unknown (what parks a run).
+    const first = await t.db.selectFrom('actions').selectAll().where('id', '=', run.seeded.actionId).executeTakeFirstOrThrow();
+    await t.db.updateTable('actions').set({ status: 'failed_unknown' }).where('id', '=', first.id).execute();
+    await t.db
+      .insertInto('operations')
+      .values({
+        key: first.operation_key,
+        workflow_id: first.workflow_id,
+        action_id: first.id,
+        action_digest: first.digest,
+        tool: first.tool,
+        status: 'failed_unknown',
+        fencing_token: 1,
+        release_id: first.release_id,
+        created_at: new Date(),
+        updated_at: new Date(),
+      })
+      .execute();
+    expect(await run.answer('needs_reconciliation')).toBe('parked');
+    expect(await run.wf()).toMatchObject({ state: 'needs_reconciliation' });
+    expect(await run.second()).toEqual({ status: 'superseded' });
   });
 
   it('another action approved (queued to run): the run stays executing', async () => {

@@ -3,6 +3,7 @@ import { turnsQueue } from '@gatehouse/contracts';
 import {
   approvalAwaitedStep,
   checkWorkingTime,
+  endUnclaimedActions,
   enqueueInTransaction,
   inTransaction,
   LIVE_STATES,
@@ -130,12 +131,14 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
       .executeTakeFirst();
     const stop = job.stop ?? (invalid && (streak?.consecutive_invalid ?? 0) >= MAX_CONSECUTIVE_INVALID ? 'validation_failed' : undefined);
     if (job.park === 'needs_reconciliation') {
-      await transitionWorkflow(trx, wf.id, {
+      const parked = await transitionWorkflow(trx, wf.id, {
         to: 'needs_reconciliation',
         nextStep: 'An effect has an unknown outcome; on-call must run `gatehouse reconcile` before anything is retried.',
         onlyFrom: [...LIVE_STATES, 'stopped'],
         lockedFrom: wf.state,
       });
+      // A parked run claims nothing more: what it had not started ends (ADR 0610).
+      if (parked !== null) await endUnclaimedActions(trx, wf, 'run_parked', 'agent-loop');
       return { outcome: 'parked', rows: [] as OutboxRow[] };
     }
     if (stop && !TERMINAL_STATES.has(wf.state)) {

@@ -1,0 +1,61 @@
+import type { Trx } from './db.ts';
+import { recordAudit } from './audit.ts';
+import { transitionAction } from './transitions.ts';
+
+/** Why a run's unclaimed actions end: it stopped, or it parked for reconciliation. */
+export type UnclaimedEnd = 'run_stopped' | 'run_parked';
+
+/**
+ * Ends the actions of a run that will never run because the run stopped or parked for
+ * reconciliation (a claim only starts an effect in a run that may move to `executing`): each
+ * unclaimed version — `approved` or `pending_approval`, no operation past `pending` — moves to
+ * `superseded` through the transition table, and its open approvals (`pending`, `approved`) are
+ * voided, each with an `approval.voided` audit event (outcome `why`). Without this, an approved
+ * refund left in a stopped run counts as queued money out in every later limit check of its
+ * order, user and tenant, for ever, and its approval stays listed
+ * (docs/decisions/0610-a-stopped-run-ends-its-unclaimed-actions.md). Running and finished
+ * actions are left as they are. The caller holds the workflow row lock (lock order: workflows →
+ * actions → approvals). Returns the ids of the actions it ended.
+ */
+export async function endUnclaimedActions(
+  trx: Trx,
+  wf: { id: string; release_id: string },
+  why: UnclaimedEnd,
+  service: string,
+): Promise<string[]> {
+  const unclaimed = await trx
+    .selectFrom('actions as a')
+    .select(['a.id', 'a.tool', 'a.version', 'a.digest', 'a.call_id', 'a.status'])
+    .where('a.workflow_id', '=', wf.id)
+    .where('a.status', 'in', ['approved', 'pending_approval'])
+    .where(({ not, exists, selectFrom }) =>
+      not(exists(selectFrom('operations as o').select('o.key').whereRef('o.action_id', '=', 'a.id').where('o.status', '<>', 'pending'))),
+    )
+    .orderBy('a.version')
+    .forUpdate()
+    .execute();
+  for (const a of unclaimed) {
+    await transitionAction(trx, a.id, { to: 'superseded', lockedFrom: a.status });
+    const voided = await trx
+      .updateTable('approvals')
+      .set({ status: 'void', decided_at: new Date(), reason: why })
+      .where('action_id', '=', a.id)
+      .where('status', 'in', ['pending', 'approved'])
+      .returning('id')
+      .execute();
+    for (const v of voided)
+      await recordAudit(trx, {
+        type: 'approval.voided',
+        service,
+        runId: wf.id,
+        tool: a.tool,
+        approvalId: v.id,
+        actionVersion: a.version,
+        actionDigest: a.digest,
+        callId: a.call_id,
+        outcome: why,
+        revisions: { release: wf.release_id },
+      });
+  }
+  return unclaimed.map((a) => a.id);
+}
