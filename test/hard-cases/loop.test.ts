@@ -50,12 +50,15 @@ async function injectCanary(stack: HuntStack, orderId: string): Promise<void> {
 
 describe('agent loop', () => {
   it('a refusal completes the run with the reason to read; an empty answer stops it model_error with a next step', async () => {
-    await fixtures(s, 'L-refusal', [{ type: 'refusal', text: `I cannot help with that. ${CANARY}` } as never]);
+    await fixtures(s, 'L-refusal', [
+      { type: 'refusal', text: `I cannot help with that. ${CANARY} ${'x'.repeat(MAX_STRING_CHARS)}` } as never,
+    ]);
     const r = await submit(s, 'rep-ana', 'L-refusal', 'What is the status of order O-1001?', 'investigate');
     const refused = await waitFor(s, r.token, r.workflowId, settled);
     expect(refused.state).toBe('completed');
     expect(refused.finalMessage).toMatch(/^The agent declined: I cannot help with that\./);
     expect(refused.finalMessage).not.toContain(CANARY); // redacted like any final message
+    expect(String(refused.finalMessage).length).toBeLessThanOrEqual(MAX_STRING_CHARS + TRUNCATION_MARKER.length);
     expect(refused.nextStep).toMatch(/declined this ticket/);
 
     await fixtures(s, 'L-empty', [msg('  ')]);

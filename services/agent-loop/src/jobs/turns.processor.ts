@@ -67,8 +67,9 @@ async function finishWithMessage(
     );
     return;
   }
-  const bounded = deps.hooks.disableOutputBoundary ? escapeUnstorable(answer.text) : boundText(answer.text);
-  const text = answer.kind === 'refusal' ? `The agent declined: ${bounded}` : bounded;
+  // The prefix is bounded with the text: the final message stays within the boundary's length.
+  const raw = answer.kind === 'refusal' ? `The agent declined: ${answer.text}` : answer.text;
+  const text = deps.hooks.disableOutputBoundary ? escapeUnstorable(raw) : boundText(raw);
   await trx
     .insertInto('conversation_items')
     .values({
