@@ -13,8 +13,23 @@ export const MAX_STRING_CHARS = 1000;
 /** Marker appended where something was cut. */
 export const TRUNCATION_MARKER = '…[truncated]';
 
-/** Secret shapes that never leave the boundary: canaries, bearer tokens (API keys and JWTs: below). */
-const SECRET_PATTERNS: RegExp[] = [/CANARY_SECRET_[A-Za-z0-9_-]*/g, /Bearer\s+[A-Za-z0-9._~+/=-]{8,}/gi];
+/**
+ * Secret shapes that never leave the boundary (`sk-` API keys and JWTs: below): planted canaries
+ * in any case and with `_` or `-`; bearer and basic credentials; the well-known key prefixes of
+ * payment (`sk_live_…`, `rk_test_…`), GitHub (`ghp_…`, `github_pat_…`), AWS (`AKIA…`) and Slack
+ * (`xox[bpa]-…`) keys; and a PEM private key's header. Each is a linear regular expression.
+ */
+const SECRET_PATTERNS: RegExp[] = [
+  /CANARY[_-]SECRET[_-][A-Za-z0-9_-]*/gi,
+  /Bearer\s+[A-Za-z0-9._~+/=-]{8,}/gi,
+  // Base64 of `user:password`, with a digit or padding: "Basic information" is English.
+  /\bBasic\s+(?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{8,}={0,2}/g,
+  /\b[sr]k_(?:live|test)_[A-Za-z0-9]{8,}/g,
+  /\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})/g,
+  /\bAKIA[0-9A-Z]{16}\b/g,
+  /\bxox[abposr]-[A-Za-z0-9-]{10,}/g,
+  /-----BEGIN [A-Z ]*PRIVATE KEY-----/g,
+];
 
 /** Candidates for an API key: `sk-` and the run of key characters after it, matched whole (linear). */
 const API_KEY_RUN = /sk-[A-Za-z0-9_-]{6,}/g;

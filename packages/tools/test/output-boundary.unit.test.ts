@@ -185,6 +185,32 @@ describe('containsSecret (the one detector: final-message redaction and the refu
     }
   });
 
+  it('other well-known credential shapes count too, in any case for a canary', () => {
+    for (const t of [
+      'canary_secret_abc123',
+      'CANARY-SECRET-xyz',
+      'sk_live_4eC39HqLyjWDarjtT1zdp7dc',
+      'rk_test_abcdefgh12345678',
+      'ghp_abcdefghijklmnopqrstuvwxyz0123456789',
+      'github_pat_11ABCDEFG0123456789_abcdefghijklmnop',
+      'AKIAIOSFODNN7EXAMPLE',
+      'xoxb-123456789012-abcdefghij',
+      'Basic dXNlcjpwYXNzd29yZA==',
+      '-----BEGIN RSA PRIVATE KEY-----',
+    ]) {
+      expect(containsSecret(`note: ${t} end`), t).toBe(true);
+      expect(redactSecrets(`note: ${t} end`), t).toContain('[redacted]');
+    }
+    for (const t of [
+      'basic refund, item arrived broken',
+      'Basic information about the order',
+      'akia',
+      'the risk_live_test was fine',
+      'ghp is a word',
+    ])
+      expect(containsSecret(t), t).toBe(false);
+  });
+
   it('a key still counts when it starts a word, or glued to one when it has a digit, a capital or an underscore', () => {
     for (const t of ['key=sk-abcdefgh', '"sk-test-abcdef1"', 'sk-lowercase-only', 'zsk-live-9abcdef', 'xsk-Abcdefgh', 'ask-proj_abcdef']) {
       expect(containsSecret(t), t).toBe(true);
