@@ -48,9 +48,11 @@ describe('hunt: bounds and eligibility', () => {
     expect(await refunds(s, 'O-1002')).toHaveLength(0);
     expect(end.state).toBe('stopped');
     expect(end.stopReason).toBe('budget_exhausted');
-    // The approval was not consumed.
+    // The approval was not consumed: it ended, voided, with the stopped run, and its refund no
+    // longer counts as queued (docs/decisions/0610-a-stopped-run-ends-its-unclaimed-actions.md).
     const row = await s.db.db.selectFrom('approvals').select('status').where('workflow_id', '=', workflowId).executeTakeFirstOrThrow();
-    expect(row.status).toBe('approved');
+    expect(row.status).toBe('void');
+    expect(end.actions.map((a) => a.status)).toEqual(['superseded']);
   });
 
   it('investigate mode: a write tool proposed anyway is denied (R1), zero effects', async () => {

@@ -49,6 +49,19 @@ async function injectCanary(stack: HuntStack, orderId: string): Promise<void> {
 }
 
 describe('agent loop', () => {
+  it('an act ticket while writes are off (a rollback) completes with a next step saying so, not a bare "Done"', async () => {
+    await sql`update releases set writes_enabled = false where status = 'active'`.execute(s.db.db);
+    try {
+      await fixtures(s, 'L-writes-off', [msg('I cannot refund right now; the refund tool is not available.')]);
+      const r = await submit(s, 'rep-ana', 'L-writes-off', 'Refund $22 on order O-1001');
+      const end = await waitFor(s, r.token, r.workflowId, settled);
+      expect(end.state).toBe('completed');
+      expect(end.nextStep).toMatch(/Consequential writes are off for release .*submit the ticket again once writes are back on/);
+    } finally {
+      await sql`update releases set writes_enabled = true where status = 'active'`.execute(s.db.db);
+    }
+  });
+
   it('a refusal completes the run with the reason to read; an empty answer stops it model_error with a next step', async () => {
     await fixtures(s, 'L-refusal', [
       { type: 'refusal', text: `I cannot help with that. ${CANARY} ${'x'.repeat(MAX_STRING_CHARS)}` } as never,

@@ -45,6 +45,19 @@ export function finalAnswer(response: Pick<OpenAI.Responses.Response, 'output_te
 }
 
 /**
+ * The next step of a run the model finished: why it declined, or that the agent could not act
+ * because consequential writes are off for its release (a rollback; `writesOff`, act mode only:
+ * its changing tools were not offered), or plainly done.
+ */
+function completedStep(kind: 'message' | 'refusal', wf: { release_id: string; writesOff: boolean }): string {
+  if (kind === 'refusal')
+    return 'The agent declined this ticket: read why (finalMessage); handle it yourself, or resubmit it with more detail.';
+  if (wf.writesOff)
+    return `Consequential writes are off for release ${wf.release_id} (an on-call rollback), so the agent could only look things up: read its final message, and submit the ticket again once writes are back on.`;
+  return 'Done: read the agent’s final message (finalMessage).';
+}
+
+/**
  * Ends a run whose turn has no function calls. A message completes it with the text as its final
  * message; a refusal completes it with the model's reason, so the rep sees why it declined; an
  * empty answer stops it `model_error` with a next step (never a completed run with nothing to
@@ -53,7 +66,7 @@ export function finalAnswer(response: Pick<OpenAI.Responses.Response, 'output_te
 async function finishWithMessage(
   trx: Trx,
   deps: TurnDeps,
-  wf: { id: string; release_id: string; state: WorkflowState },
+  wf: { id: string; release_id: string; state: WorkflowState; writesOff: boolean },
   round: number,
   response: OpenAI.Responses.Response,
 ): Promise<void> {
@@ -84,10 +97,7 @@ async function finishWithMessage(
     to: 'completed',
     lockedFrom: wf.state,
     round,
-    nextStep:
-      answer.kind === 'refusal'
-        ? 'The agent declined this ticket: read why (finalMessage); handle it yourself, or resubmit it with more detail.'
-        : 'Done: read the agent’s final message (finalMessage).',
+    nextStep: completedStep(answer.kind, wf),
     audit: {
       type: 'run.completed',
       service: 'agent-loop',
@@ -327,7 +337,8 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
     });
 
     if (!calls.length) {
-      await finishWithMessage(trx, deps, { id: wf.id, release_id: wf.release_id, state: locked.state }, job.round, response);
+      const writesOff = !writesEnabled && wf.mode === 'act';
+      await finishWithMessage(trx, deps, { id: wf.id, release_id: wf.release_id, state: locked.state, writesOff }, job.round, response);
       return [] as OutboxRow[];
     }
 
