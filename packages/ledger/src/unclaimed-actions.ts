@@ -36,26 +36,44 @@ export async function endUnclaimedActions(
     .execute();
   for (const a of unclaimed) {
     await transitionAction(trx, a.id, { to: 'superseded', lockedFrom: a.status });
-    const voided = await trx
-      .updateTable('approvals')
-      .set({ status: 'void', decided_at: new Date(), reason: why })
-      .where('action_id', '=', a.id)
-      .where('status', 'in', ['pending', 'approved'])
-      .returning('id')
-      .execute();
-    for (const v of voided)
-      await recordAudit(trx, {
-        type: 'approval.voided',
-        service,
-        runId: wf.id,
-        tool: a.tool,
-        approvalId: v.id,
-        actionVersion: a.version,
-        actionDigest: a.digest,
-        callId: a.call_id,
-        outcome: why,
-        revisions: { release: wf.release_id },
-      });
+    await voidOpenApprovals(trx, wf, a, why, service);
   }
   return unclaimed.map((a) => a.id);
+}
+
+/**
+ * Voids the open approvals (`pending`, `approved`) of an action that will not run — superseded
+ * by a follow-up or a re-evaluation, or ended with its run — each with an `approval.voided` audit
+ * event whose outcome says why (`superseded`, `run_stopped`, `run_parked`). The one writer of
+ * that void, in the caller's transaction (which holds the action's row lock). Returns the voided
+ * approval ids.
+ */
+export async function voidOpenApprovals(
+  trx: Trx,
+  wf: { id: string; release_id: string },
+  a: { id: string; tool: string; version: number; digest: string; call_id: string },
+  outcome: string,
+  service: string,
+): Promise<string[]> {
+  const voided = await trx
+    .updateTable('approvals')
+    .set({ status: 'void', decided_at: new Date(), reason: outcome })
+    .where('action_id', '=', a.id)
+    .where('status', 'in', ['pending', 'approved'])
+    .returning('id')
+    .execute();
+  for (const v of voided)
+    await recordAudit(trx, {
+      type: 'approval.voided',
+      service,
+      runId: wf.id,
+      tool: a.tool,
+      approvalId: v.id,
+      actionVersion: a.version,
+      actionDigest: a.digest,
+      callId: a.call_id,
+      outcome,
+      revisions: { release: wf.release_id },
+    });
+  return voided.map((v) => v.id);
 }

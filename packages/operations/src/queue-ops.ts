@@ -29,9 +29,13 @@ export async function withQueues<T>(
   // Reported once, by the command's own failure below (no unhandled error event on the terminal).
   redis.on('error', (err: Error) => void (lastError = err.message));
   const unreachable = (err: unknown) =>
-    new DependencyUnavailable('redis', `Redis is unreachable (${lastError || (err as Error).message}); run the command again once it answers`, {
-      cause: err,
-    });
+    new DependencyUnavailable(
+      'redis',
+      `Redis is unreachable (${lastError || (err as Error).message}); run the command again once it answers`,
+      {
+        cause: err,
+      },
+    );
   try {
     await redis.connect();
   } catch (err) {

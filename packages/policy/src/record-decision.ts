@@ -10,6 +10,7 @@ import {
   transitionAction,
   transitionWorkflow,
   approvalAwaitedStep,
+  voidOpenApprovals,
   withAuditEvent,
   type ActionsTable,
   type OutboxRow,
@@ -110,28 +111,7 @@ export async function supersedeAction(
   service: string,
 ): Promise<string[]> {
   await transitionAction(trx, a.id, { to: 'superseded' });
-  const voided = await trx
-    .updateTable('approvals')
-    .set({ status: 'void', decided_at: new Date() })
-    .where('action_id', '=', a.id)
-    .where('status', 'in', ['pending', 'approved'])
-    .returning('id')
-    .execute();
-  for (const v of voided) {
-    await recordAudit(trx, {
-      type: 'approval.voided',
-      service,
-      runId: wf.id,
-      tool: a.tool,
-      approvalId: v.id,
-      actionVersion: a.version,
-      actionDigest: a.digest,
-      callId: a.call_id,
-      outcome: 'superseded',
-      revisions: { release: wf.release_id },
-    });
-  }
-  return voided.map((v) => v.id);
+  return voidOpenApprovals(trx, wf, a, 'superseded', service);
 }
 
 async function supersede(
