@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'kysely';
 import { appendWitness, chainHash, GENESIS_HASH, type Db } from '@gatehouse/ledger';
-import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
+import { asAuditOwner, createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { auditVerifyCommand } from '../src/audit-verify-command.ts';
 
 // `gatehouse audit verify` with the anchor witness and the freshness limit
@@ -30,15 +30,8 @@ beforeEach(async () => {
   await asOwner((trx) => sql`TRUNCATE audit_log, audit_outbox, audit_anchors`.execute(trx));
 });
 
-async function asOwner(fn: (trx: Db) => Promise<unknown>): Promise<void> {
-  await db.transaction().execute(async (trx) => {
-    await sql`ALTER TABLE audit_log DISABLE TRIGGER USER`.execute(trx);
-    await sql`ALTER TABLE audit_anchors DISABLE TRIGGER USER`.execute(trx);
-    await fn(trx as unknown as Db);
-    await sql`ALTER TABLE audit_anchors ENABLE TRIGGER USER`.execute(trx);
-    await sql`ALTER TABLE audit_log ENABLE TRIGGER USER`.execute(trx);
-  });
-}
+/** Runs `fn` with the append-only triggers off, as the database's owner could. */
+const asOwner = (fn: (trx: Db) => Promise<unknown>): Promise<void> => asAuditOwner(db, fn);
 
 /** Writes seq 1..n (service `service`) straight into audit_log, chained from genesis; returns the head hash. */
 async function writeChain(n: number, service: string, trx: Db = db): Promise<string> {

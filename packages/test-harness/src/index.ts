@@ -9,3 +9,4 @@ export * from './private-postgres.ts';
 export * from './private-redis.ts';
 export * from './stack.ts';
 export * from './tcp-cut.ts';
+export * from './audit-tamper.ts';

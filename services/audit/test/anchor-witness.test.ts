@@ -4,12 +4,12 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'kysely';
-import { chainHash, GENESIS_HASH, inTransaction, readWitness, recordAudit, verifyAuditChain, type Db } from '@gatehouse/ledger';
+import { inTransaction, readWitness, recordAudit, verifyAuditChain, type Db } from '@gatehouse/ledger';
 import { parseEnv } from '@gatehouse/platform';
 import { chainPending } from '../src/jobs/chain.writer.ts';
 import { anchorHead, loadSigningKey } from '../src/domain/anchor.ts';
 import { auditEnvShape, auditProductionProblems } from '../src/settings.ts';
-import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
+import { asAuditOwner, createTestDatabase, rewriteAuditChain, type TestDatabase } from '@gatehouse/test-harness';
 
 // Anchors witnessed outside the ledger (docs/decisions/0570-audit-anchors-witnessed-outside-the-ledger.md):
 // a database owner who rewrites or cuts the chain and deletes the anchors too is still caught.
@@ -37,15 +37,7 @@ beforeEach(async () => {
 });
 
 /** Runs `fn` with the append-only triggers off, as the database's owner could. */
-async function asOwner(fn: (trx: Db) => Promise<unknown>): Promise<void> {
-  await db.transaction().execute(async (trx) => {
-    await sql`ALTER TABLE audit_log DISABLE TRIGGER USER`.execute(trx);
-    await sql`ALTER TABLE audit_anchors DISABLE TRIGGER USER`.execute(trx);
-    await fn(trx as unknown as Db);
-    await sql`ALTER TABLE audit_anchors ENABLE TRIGGER USER`.execute(trx);
-    await sql`ALTER TABLE audit_log ENABLE TRIGGER USER`.execute(trx);
-  });
-}
+const asOwner = (fn: (trx: Db) => Promise<unknown>): Promise<void> => asAuditOwner(db, fn);
 
 /** Records and chains `n` events after the current head. */
 async function chain(n: number): Promise<void> {
@@ -56,22 +48,7 @@ async function chain(n: number): Promise<void> {
 }
 
 /** Rewrites every event and recomputes every link, as a database owner could. */
-async function rewriteChain(): Promise<void> {
-  const rows = await db.selectFrom('audit_log').selectAll().orderBy('seq').execute();
-  await asOwner(async (trx) => {
-    let prev = GENESIS_HASH;
-    for (const row of rows) {
-      const event = { ...(row.event as Record<string, unknown>), service: 'forged' };
-      const hash = chainHash(prev, { seq: Number(row.seq), ...event });
-      await trx
-        .updateTable('audit_log')
-        .set({ event: JSON.stringify(event), prev_hash: prev, hash })
-        .where('seq', '=', row.seq)
-        .execute();
-      prev = hash;
-    }
-  });
-}
+const rewriteChain = (): Promise<void> => rewriteAuditChain(db);
 
 const deleteAnchors = (): Promise<void> => asOwner((trx) => trx.deleteFrom('audit_anchors').execute());
 const pinned = (): { trustedPublicKey: KeyObject } => ({ trustedPublicKey: createPublicKey(key) });

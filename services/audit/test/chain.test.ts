@@ -5,11 +5,11 @@ import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'kysely';
-import { chainHash, GENESIS_HASH, inTransaction, recordAudit, verifyAuditChain, type Db } from '@gatehouse/ledger';
+import { GENESIS_HASH, inTransaction, recordAudit, verifyAuditChain, type Db } from '@gatehouse/ledger';
 import { chainPending } from '../src/jobs/chain.writer.ts';
 import { anchorHead, loadSigningKey } from '../src/domain/anchor.ts';
 // @gatehouse/testing is not linked into this service's node_modules; imported by path.
-import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
+import { asAuditOwner, createTestDatabase, rewriteAuditChain, type TestDatabase } from '@gatehouse/test-harness';
 
 let t: TestDatabase;
 let db: Db;
@@ -28,15 +28,7 @@ afterAll(async () => {
 });
 
 /** Runs `fn` with the append-only triggers off, as a superuser attacker would. */
-async function asSuperuser(fn: (trx: Db) => Promise<unknown>): Promise<void> {
-  await db.transaction().execute(async (trx) => {
-    await sql`ALTER TABLE audit_log DISABLE TRIGGER USER`.execute(trx);
-    await sql`ALTER TABLE audit_anchors DISABLE TRIGGER USER`.execute(trx);
-    await fn(trx as unknown as Db);
-    await sql`ALTER TABLE audit_anchors ENABLE TRIGGER USER`.execute(trx);
-    await sql`ALTER TABLE audit_log ENABLE TRIGGER USER`.execute(trx);
-  });
-}
+const asSuperuser = (fn: (trx: Db) => Promise<unknown>): Promise<void> => asAuditOwner(db, fn);
 
 async function record(n: number, from = 1): Promise<void> {
   await inTransaction(db, async (trx) => {
@@ -165,20 +157,7 @@ describe('signing key', () => {
 
 /** Rewrites every event (service → forged) and recomputes every link with fresh hashes. */
 async function rewriteChain(): Promise<void> {
-  const rows = await db.selectFrom('audit_log').selectAll().orderBy('seq').execute();
-  await asSuperuser(async (trx) => {
-    let prev = GENESIS_HASH;
-    for (const row of rows) {
-      const event = { ...(row.event as Record<string, unknown>), service: 'forged' };
-      const hash = chainHash(prev, { seq: Number(row.seq), ...event });
-      await trx
-        .updateTable('audit_log')
-        .set({ event: JSON.stringify(event), prev_hash: prev, hash })
-        .where('seq', '=', row.seq)
-        .execute();
-      prev = hash;
-    }
-  });
+  await rewriteAuditChain(db);
   const v = await db.selectFrom('audit_log').select('event').where('seq', '=', '1').executeTakeFirstOrThrow();
   expect((v.event as { service: string }).service).toBe('forged');
 }
