@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createAction } from '@gatehouse/testing';
+import { createAction, recordEffect } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { inTransaction, stopRun } from '@gatehouse/ledger';
 import { recordedRefundsCents } from '@gatehouse/policy';
@@ -53,22 +53,7 @@ describe('a stopped run ends its unclaimed actions', () => {
 
   it('a running or finished action is left as it is', async () => {
     const running = await createAction(t.db, { orderId: 'O-LEFT-3', amountCents: 3000 });
-    await t.db.updateTable('actions').set({ status: 'running' }).where('id', '=', running.actionId).execute();
-    await t.db
-      .insertInto('operations')
-      .values({
-        key: running.operationKey,
-        workflow_id: running.workflowId,
-        action_id: running.actionId,
-        action_digest: running.digest,
-        tool: 'issue_refund',
-        status: 'running',
-        fencing_token: 1,
-        release_id: 'rel-1',
-        created_at: new Date(),
-        updated_at: new Date(),
-      })
-      .execute();
+    await recordEffect(t.db, running, { status: 'running' });
     const wf = await t.db
       .selectFrom('workflows')
       .select(['id', 'release_id'])

@@ -267,7 +267,7 @@ export async function createProposal(db: Db, seed: ProposalSeed): Promise<Seeded
 export async function recordEffect(
   db: Db,
   a: SeededAction,
-  opts: { status?: 'succeeded' | 'failed_unknown'; approvalUsed?: boolean } = {},
+  opts: { status?: 'succeeded' | 'failed_unknown' | 'running'; approvalUsed?: boolean } = {},
 ): Promise<void> {
   const status = opts.status ?? 'succeeded';
   const row = await db

@@ -1,6 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createAction } from '@gatehouse/testing';
+import { createAction, recordEffect } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import type { OutboxRelay } from '@gatehouse/platform';
 import { processResult } from '../src/jobs/results.processor.ts';
@@ -85,23 +85,7 @@ describe('an action answers while another waits for its approval', () => {
   it('a result that parks the run for reconciliation ends the other, unclaimed action: it will never run', async () => {
     const run = await runWithTwoCalls('approved');
     // The first action's outcome is unknown (what parks a run).
-    const first = await t.db.selectFrom('actions').selectAll().where('id', '=', run.seeded.actionId).executeTakeFirstOrThrow();
-    await t.db.updateTable('actions').set({ status: 'failed_unknown' }).where('id', '=', first.id).execute();
-    await t.db
-      .insertInto('operations')
-      .values({
-        key: first.operation_key,
-        workflow_id: first.workflow_id,
-        action_id: first.id,
-        action_digest: first.digest,
-        tool: first.tool,
-        status: 'failed_unknown',
-        fencing_token: 1,
-        release_id: first.release_id,
-        created_at: new Date(),
-        updated_at: new Date(),
-      })
-      .execute();
+    await recordEffect(t.db, run.seeded, { status: 'failed_unknown' });
     expect(await run.answer('needs_reconciliation')).toBe('parked');
     expect(await run.wf()).toMatchObject({ state: 'needs_reconciliation' });
     expect(await run.second()).toEqual({ status: 'superseded' });
