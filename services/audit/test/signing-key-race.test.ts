@@ -51,8 +51,9 @@ async function race(
     const dir = mkdtempSync(join(tmpdir(), 'gh-key-race-'));
     dirs.push(dir);
     const path = join(dir, 'keys', 'anchor.pem');
-    // Long enough for every process to boot and reach the barrier on a loaded machine.
-    const startAt = Date.now() + 3000;
+    // Long enough for every process to boot and reach the barrier on a loaded machine (anchor.ts
+    // loads the ledger package since it writes the anchor witness, ADR 0570: a slower import).
+    const startAt = Date.now() + 8000;
     // With the control removed a process may also read a key another is still writing (a torn
     // file it cannot decode): that is the race too, counted as a key of its own.
     const load = () => loadInChild(path, startAt, extra);
