@@ -40,6 +40,26 @@ export async function lockWorkflowForDecision(
   workflowId: string,
   by: { proposalId: string; followUp?: boolean } | { actionId: string },
 ): Promise<DecisionContext | undefined> {
+  const row = await decisionContextQuery(trx, workflowId, by).executeTakeFirst();
+  return row && toDecisionContext(row);
+}
+
+/** The row {@link decisionContextQuery} returns (as the driver gives it, or as `to_jsonb` writes it). */
+export interface DecisionContextRow {
+  state: WorkflowState;
+  writes_enabled: boolean;
+  offered_in_state: string | null;
+  deadline_at: Date | string | null;
+  followed_up: boolean;
+}
+
+/**
+ * The statement of {@link lockWorkflowForDecision}: the workflow row locked (`FOR UPDATE`) with
+ * what a decision reads about its run, one row of {@link DecisionContextRow} (none when the
+ * workflow does not exist). Also the first CTE of the claim's statement that locks the run, then
+ * the action (`lockActionAndReserve` with `lockRun`).
+ */
+export function decisionContextQuery(trx: Trx, workflowId: string, by: { proposalId: string; followUp?: boolean } | { actionId: string }) {
   const offered =
     'proposalId' in by
       ? sql<string | null>`(select p.offered_in_state from proposals p where p.id = ${by.proposalId})`
@@ -52,7 +72,7 @@ export async function lockWorkflowForDecision(
             on c.workflow_id = p.workflow_id and c.kind = 'function_call' and c.call_id = p.call_id
           where p.id = ${by.proposalId}))`
       : sql<boolean>`false`;
-  const row = await trx
+  return trx
     .selectFrom('workflows as w')
     .select([
       'w.state',
@@ -62,15 +82,16 @@ export async function lockWorkflowForDecision(
       followedUp.as('followed_up'),
     ])
     .where('w.id', '=', workflowId)
-    .forUpdate()
-    .executeTakeFirst();
-  return (
-    row && {
-      state: row.state,
-      writesEnabled: row.writes_enabled,
-      offeredInState: row.offered_in_state,
-      deadlineAtMs: row.deadline_at === null ? null : new Date(row.deadline_at).getTime(),
-      followedUp: row.followed_up,
-    }
-  );
+    .forUpdate();
+}
+
+/** A {@link DecisionContextRow} as the {@link DecisionContext} it describes. */
+export function toDecisionContext(row: DecisionContextRow): DecisionContext {
+  return {
+    state: row.state,
+    writesEnabled: row.writes_enabled,
+    offeredInState: row.offered_in_state,
+    deadlineAtMs: row.deadline_at === null ? null : new Date(row.deadline_at).getTime(),
+    followedUp: row.followed_up,
+  };
 }

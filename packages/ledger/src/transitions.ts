@@ -3,7 +3,7 @@ import { sql, type QueryCreator } from 'kysely';
 import { auditEventWhen } from './audit.ts';
 import type { Trx } from './db.ts';
 import type { ActionStatus, DB, WorkflowState } from './schema.ts';
-import { EVENT_SOURCE_COLUMNS, workflowEventCtes } from './workflow-events.ts';
+import { EVENT_SOURCE_COLUMNS, workflowEventCtes, type RidingActionMove } from './workflow-events.ts';
 import { actionGuardSql, workflowGuardHolds, workflowGuardSql, type ActionGuard, type WorkflowGuard } from './transition-guards.ts';
 
 /**
@@ -298,9 +298,39 @@ export async function transitionWorkflow(trx: Trx, workflowId: string, input: Wo
   // The state, the guard, the event's seq, the event and its webhook deliveries in one statement:
   // the pushed update of this transition (SSE, webhooks) is written in the same transaction, so
   // never lost or early (ADR 0250), and built in SQL on the moved row (ADR 0540).
-  const event = workflowEventCtes('moved', from);
+  const writes = workflowMoveCtes(trx, trx, workflowId, from, row, input, {});
   const audit = input.audit ? { runId: workflowId, ...input.audit } : null;
-  const writes = trx
+  // The transition's audit event rides on it too, written only when the move is (ADR 0540).
+  const moved = await (audit ? (writes.with('audit_event', () => auditEventWhen(audit, 'moved')) as unknown as typeof writes) : writes)
+    .selectFrom('moved')
+    .select('id')
+    .executeTakeFirst();
+  if (!moved) {
+    if (input.lockedFrom) return again();
+    throw new IllegalTransition('workflow', workflowId, from, input.to, row ? [row.guard] : []);
+  }
+  return from;
+}
+
+/**
+ * The data-modifying CTEs of a workflow move `from → input.to` appended to `qc`: `moved`, the
+ * conditional UPDATE of state, next step, stop reason, round and event seq whose WHERE holds the
+ * row's guard (none with the table switched off), and the event with its webhook deliveries
+ * (`workflow_event`, `event_deliveries`, {@link workflowEventCtes}). `opts.when` names an earlier
+ * CTE that must have returned a row for the move to be written; `opts.moved` an action move of
+ * the same statement that the event shows.
+ */
+function workflowMoveCtes(
+  trx: Trx,
+  qc: QueryCreator<DB>,
+  workflowId: string,
+  from: WorkflowState,
+  row: WorkflowTransition | null,
+  input: WorkflowTransitionInput,
+  opts: { when?: string; moved?: RidingActionMove },
+): QueryCreator<WithMoved> {
+  const event = workflowEventCtes('moved', from, opts.moved);
+  return qc
     .with('moved', (db) =>
       db
         .updateTable('workflows')
@@ -315,20 +345,38 @@ export async function transitionWorkflow(trx: Trx, workflowId: string, input: Wo
         .where('id', '=', workflowId)
         .where('state', '=', from)
         .where(row ? workflowGuardSql(trx, row.guard, { workflowId, stopReason: input.stopReason }) : sql<boolean>`true`)
+        .where(opts.when ? sql<boolean>`exists (select 1 from ${sql.table(opts.when)})` : sql<boolean>`true`)
         .returning([...EVENT_SOURCE_COLUMNS]),
     )
     .with('workflow_event', () => event.event)
-    .with('event_deliveries', () => event.deliveries);
-  // The transition's audit event rides on it too, written only when the move is (ADR 0540).
-  const moved = await (audit ? (writes.with('audit_event', () => auditEventWhen(audit, 'moved')) as unknown as typeof writes) : writes)
-    .selectFrom('moved')
-    .select('id')
-    .executeTakeFirst();
-  if (!moved) {
-    if (input.lockedFrom) return again();
-    throw new IllegalTransition('workflow', workflowId, from, input.to, row ? [row.guard] : []);
-  }
-  return from;
+    .with('event_deliveries', () => event.deliveries) as unknown as QueryCreator<WithMoved>;
+}
+
+/** The tables of a statement carrying a workflow move: the ledger's, and the CTE `moved`. */
+type WithMoved = DB & { moved: { id: string } };
+
+/**
+ * The workflow transition of {@link transitionWorkflow} as data-modifying CTEs that ride on the
+ * statement of the change it follows (the operation's grant, docs/decisions/0620-the-claim-in-two-statements.md):
+ * appended to `qc`, written only when the CTE `when` returned a row, the moved row returned by the
+ * CTE `moved`. It rides only when the caller holds the workflow's row lock and names its state
+ * (`lockedFrom`), that state passes `onlyFrom`, the move is in {@link WORKFLOW_TRANSITIONS} with
+ * its required fields, and no audit event goes with it; else null. When it is null, or `moved`
+ * returned no row, the caller calls {@link transitionWorkflow} without `lockedFrom`, which reads
+ * the state again under the lock and moves, returns null or throws, as always.
+ */
+export function workflowTransitionRiding(
+  trx: Trx,
+  qc: QueryCreator<DB>,
+  workflowId: string,
+  input: WorkflowTransitionInput,
+  opts: { when: string; moved?: RidingActionMove },
+): QueryCreator<WithMoved> | null {
+  const from = input.lockedFrom;
+  if (!from || input.audit || (input.onlyFrom && !input.onlyFrom.includes(from))) return null;
+  const row = tableDisabled() ? null : tableRow(workflowId, from, input);
+  if (row instanceof IllegalTransition) return null;
+  return workflowMoveCtes(trx, qc, workflowId, from, row, input, opts);
 }
 
 /** What an action transition writes. */
@@ -406,5 +454,5 @@ export function actionTransitionRiding(db: QueryCreator<DB>, actionId: string, f
     .where('id', '=', actionId)
     .where('status', '=', from)
     .where(row ? actionGuardSql(row.guard, to, operations) : sql<boolean>`true`)
-    .returning('id');
+    .returning(['id', 'status']);
 }

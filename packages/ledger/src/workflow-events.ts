@@ -86,6 +86,11 @@ export async function readActionsView(
 /** The workflow columns an event is built from, as {@link recordWorkflowEvent} and the transition writer return them. */
 export const EVENT_SOURCE_COLUMNS = ['id', 'tenant', 'ticket_id', 'state', 'stop_reason', 'next_step', 'event_seq'] as const;
 
+/** A CTE of the same statement that moves actions, returning `id` and the new `status` of each. */
+export interface RidingActionMove {
+  cte: string;
+}
+
 /** An instant as JSON shows it: ISO 8601 in UTC with milliseconds, as `Date.prototype.toISOString` writes it. */
 const isoInstant = (instant: RawBuilder<unknown>) => sql<string>`to_char(${instant} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
 
@@ -93,11 +98,13 @@ const isoInstant = (instant: RawBuilder<unknown>) => sql<string>`to_char(${insta
  * The `WorkflowEvent` of the workflow row `w` (packages/contracts/src/api/events.ts: state, stop
  * reason, next step, the action summary by version and the open approvals — no arguments, no
  * digest, no model text), as one jsonb expression. The view is read on the statement's snapshot:
- * every earlier write of the transaction, and none of the statement's own other CTEs.
+ * every earlier write of the transaction, and none of the statement's own other CTEs — except
+ * `moved`, an action move riding on the same statement, whose new status the view shows.
  */
-function eventPayloadSql(previousState: WorkflowState | null): RawBuilder<unknown> {
+function eventPayloadSql(previousState: WorkflowState | null, moved?: RidingActionMove): RawBuilder<unknown> {
+  const status = moved ? sql`coalesce((select m.status from ${sql.table(moved.cte)} m where m.id = a.id), a.status)` : sql`a.status`;
   const actions = sql`(select coalesce(jsonb_agg(jsonb_build_object('actionId', a.id, 'tool', a.tool, 'target', a.target,
-      'version', a.version, 'decision', a.decision, 'ruleId', a.rule_id, 'status', a.status) order by a.version), '[]'::jsonb)
+      'version', a.version, 'decision', a.decision, 'ruleId', a.rule_id, 'status', ${status}) order by a.version), '[]'::jsonb)
     from actions a where a.workflow_id = w.id)`;
   const approvals = sql`(select coalesce(jsonb_agg(jsonb_build_object('approvalId', p.id, 'actionId', p.action_id,
       'actionVersion', p.action_version, 'status', p.status, 'ruleId', p.rule_id, 'expiresAt', ${isoInstant(sql`p.expires_at`)})
@@ -116,13 +123,14 @@ function eventPayloadSql(previousState: WorkflowState | null): RawBuilder<unknow
  * (built in SQL, {@link eventPayloadSql}; returns `seq`), `event_deliveries` one pending webhook
  * delivery per active endpoint of the tenant, with the exact body every attempt will sign (the
  * stored event's text). The insert notifies {@link WORKFLOW_EVENTS_CHANNEL} at commit. Nothing
- * is written when `source` returns no row.
+ * is written when `source` returns no row. `moved` names an action move riding on the same
+ * statement, so that the event shows that action's new status.
  */
-export function workflowEventCtes(source: string, previousState: WorkflowState | null) {
+export function workflowEventCtes(source: string, previousState: WorkflowState | null, moved?: RidingActionMove) {
   return {
     // Kysely writes a raw CTE body as is: the parentheses are ours.
     event: sql<{ seq: number }>`(insert into workflow_events (workflow_id, seq, tenant, state, payload)
-      select w.id, w.event_seq, w.tenant, w.state, ${eventPayloadSql(previousState)} from ${sql.table(source)} w
+      select w.id, w.event_seq, w.tenant, w.state, ${eventPayloadSql(previousState, moved)} from ${sql.table(source)} w
       returning workflow_id, seq, tenant, payload)`,
     deliveries: sql<Record<string, never>>`(insert into webhook_deliveries (endpoint_id, tenant, workflow_id, event_seq, body)
       select e.id, e.tenant, ev.workflow_id, ev.seq, ev.payload::text

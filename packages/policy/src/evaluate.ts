@@ -4,7 +4,15 @@ import { toolsOfPack, type ParsedProposal, type Pack } from '@gatehouse/tools';
 import type { PolicyBundles } from './bundle.ts';
 import { evaluateChange, type ChangeFacts, type ChangeRecordFacts, type PlanFacts } from './change.rules.ts';
 import { eligibleTools, toolOfferedIn } from './eligibility.ts';
-import { fetchOrder, loadSupportFacts, lookupUser, type RefundSums } from './facts.ts';
+import {
+  fetchOrder,
+  loadSupportFacts,
+  lookupUser,
+  ridingSupportSums,
+  type RefundSums,
+  type RidingRefundSums,
+  type SupportLimitOptions,
+} from './facts.ts';
 import { evaluateSupport, type PolicyDecision, type SupportFacts } from './support.rules.ts';
 
 /**
@@ -91,6 +99,34 @@ async function offeredInState(trx: Trx, proposalId: string, current: string): Pr
   return p?.offered_in_state ?? current;
 }
 
+/** How {@link evaluateAction} reads a support decision's limits, from its input. */
+function supportLimitOptions(input: { bundles: PolicyBundles; excludeActionId?: string; atExecution?: boolean }): SupportLimitOptions {
+  return {
+    excludeActionId: input.excludeActionId,
+    atExecution: input.atExecution,
+    tenantCap: input.bundles.support.ruleOrder.includes('R10'),
+  };
+}
+
+/**
+ * The limit locks and sums {@link evaluateAction} would take for `input`, as a read that rides on
+ * another statement of the caller's transaction ({@link ridingSupportSums}): the executor's claim
+ * reads them with its grant, then passes the parsed sums as `lockedSums`
+ * (docs/decisions/0620-the-claim-in-two-statements.md). Null when the decision reads no refund
+ * sums (another tool, another pack, an order outside the tenant).
+ */
+export function ridingLimitSums(input: {
+  wf: Pick<DecidingWorkflow, 'tenant' | 'user_id'>;
+  parsed: Pick<ParsedProposal, 'tool' | 'args'>;
+  record: AuthoritativeRecord;
+  bundles: PolicyBundles;
+  excludeActionId?: string;
+  atExecution?: boolean;
+}): RidingRefundSums | null {
+  if (input.record.pack !== 'support') return null;
+  return ridingSupportSums(input.wf, input.parsed, input.record.order, supportLimitOptions(input));
+}
+
 /**
  * Loads the facts of the workflow's pack inside `trx` and evaluates its active bundle: docs/product/policy-rules.md
  * R0–R10 for support (cumulative basis under the refund limit locks), change-c1 C0–C5 for
@@ -113,6 +149,8 @@ export async function evaluateAction(
      * as they are, no lock taken — the caller confirms under the locks before it commits (ADR 0450).
      */
     unlockedSums?: RefundSums;
+    /** Refund sums the caller read under the limit locks in `trx` ({@link ridingLimitSums}, ADR 0620): no lock taken here. */
+    lockedSums?: RefundSums;
   },
 ): Promise<Evaluation> {
   const { wf, parsed, record, context } = input;
@@ -121,10 +159,9 @@ export async function evaluateAction(
   const writesEnabled = context ? context.writesEnabled : await releaseWritesEnabled(trx, wf.release_id);
   if (record.pack === 'support') {
     const facts = await loadSupportFacts(trx, { ...wf, state, writesEnabled }, parsed, record.order, {
-      excludeActionId: input.excludeActionId,
-      atExecution: input.atExecution,
-      tenantCap: input.bundles.support.ruleOrder.includes('R10'),
+      ...supportLimitOptions(input),
       unlockedSums: input.unlockedSums,
+      lockedSums: input.lockedSums,
     });
     const inTenant = facts.order && facts.user && facts.order.tenant === facts.user.tenant ? facts.order : null;
     return {

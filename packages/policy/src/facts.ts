@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql, type RawBuilder } from 'kysely';
 import { advisoryLockId, advisoryLockOrder, takeAdvisoryLocks, type Db, type Trx } from '@gatehouse/ledger';
 import { loadWorld, fetchCapped, testFaults } from '@gatehouse/contracts';
 import { eligibleTools } from './eligibility.ts';
@@ -102,56 +102,82 @@ export interface RefundSums {
 const NO_REFUNDS: RefundSums = { orderCents: 0, user24hCents: 0, tenant1hCents: 0, tenant24hCents: 0 };
 
 /**
- * Reads every {@link RefundSums} of one refund decision in one statement (one aggregate with a
- * FILTER per limit over the tenant's refunds that are on the order or inside the day), instead
- * of one statement per limit. Counts {@link COUNTED_REFUND_STATES}, plus
- * {@link QUEUED_REFUND_STATES} with `includeQueued`; `excludeActionId` leaves out the action
- * being re-evaluated. Windows are rolling, measured from now (ms). The aggregate is the database
- * function `refund_limit_sums` (migration 20261203000100-LockedRefundSums), its one definition.
- * With `lockKeys`, `refund_limit_sums_locked` first takes those limits' advisory locks in
- * {@link advisoryLockOrder}, and the sums read a snapshot taken after they were granted: lock and
- * read in one round trip (docs/decisions/0470-locked-refund-sums-in-one-statement.md).
- * @throws Error from the database (e.g. a lock wait cancelled by `lock_timeout`).
+ * What {@link refundSums} reads: the four sums' filter (a tenant, an order, a user; counting
+ * {@link COUNTED_REFUND_STATES}, plus {@link QUEUED_REFUND_STATES} with `includeQueued`;
+ * `excludeActionId` leaves out the action being re-evaluated) and, with `lockKeys`, the limits
+ * whose advisory locks are taken first.
  */
-export async function refundSums(
-  db: Db | Trx,
-  opts: {
-    tenant: string;
-    orderId: string;
-    userId: string;
-    excludeActionId?: string;
-    includeQueued: boolean;
-    /** Take these limits' advisory locks first, in the same statement (`db` must be a transaction). */
-    lockKeys?: readonly string[];
-  },
-): Promise<RefundSums> {
-  const statuses = opts.includeQueued ? [...COUNTED_REFUND_STATES, ...QUEUED_REFUND_STATES] : [...COUNTED_REFUND_STATES];
+export interface RefundSumsRead {
+  tenant: string;
+  orderId: string;
+  userId: string;
+  excludeActionId?: string;
+  includeQueued: boolean;
+  /** Take these limits' advisory locks first, in the same statement (it must run in a transaction). */
+  lockKeys?: readonly string[];
+}
+
+/**
+ * The database call that reads a {@link RefundSumsRead}, as a set-returning expression of one
+ * row (`order_cents`, `user_24h_cents`, `tenant_1h_cents`, `tenant_24h_cents`, bigint cents). The
+ * database owns the aggregate (migration 20261203000100-LockedRefundSums); with lock keys it
+ * takes the locks in {@link advisoryLockOrder}, then sums on a snapshot taken after they were
+ * granted (ADR 0470). Windows are rolling, measured from now (ms, {@link windowStart}).
+ */
+function refundSumsCall(read: RefundSumsRead): RawBuilder<unknown> {
+  const statuses = read.includeQueued ? [...COUNTED_REFUND_STATES, ...QUEUED_REFUND_STATES] : [...COUNTED_REFUND_STATES];
   const args = sql.join([
-    sql`${opts.tenant}`,
-    sql`${opts.orderId}`,
-    sql`${opts.userId}`,
+    sql`${read.tenant}`,
+    sql`${read.orderId}`,
+    sql`${read.userId}`,
     sql`${windowStart(24 * HOUR_MS)}::timestamptz`,
     sql`${windowStart(HOUR_MS)}::timestamptz`,
     sql`${statuses}::text[]`,
-    sql`${opts.excludeActionId ?? null}::uuid`,
+    sql`${read.excludeActionId ?? null}::uuid`,
   ]);
-  // The database owns the aggregate (migration 20261203000100-LockedRefundSums); with lock keys
-  // it takes the locks, then sums on a snapshot taken after they were granted (ADR 0470).
-  const call = opts.lockKeys
-    ? sql`refund_limit_sums_locked(${advisoryLockOrder(opts.lockKeys)}::bigint[], ${args})`
+  return read.lockKeys
+    ? sql`refund_limit_sums_locked(${advisoryLockOrder(read.lockKeys)}::bigint[], ${args})`
     : sql`refund_limit_sums(${args})`;
-  const { rows } = await sql<{
-    order_cents: string;
-    user_24h_cents: string;
-    tenant_1h_cents: string;
-    tenant_24h_cents: string;
-  }>`SELECT * FROM ${call}`.execute(db);
-  const row = rows[0]!;
+}
+
+/** The row of {@link refundSumsCall} (bigints as the driver or `to_jsonb` gives them) as {@link RefundSums}. */
+function toRefundSums(row: Record<string, unknown>): RefundSums {
   return {
     orderCents: Number(row.order_cents),
     user24hCents: Number(row.user_24h_cents),
     tenant1hCents: Number(row.tenant_1h_cents),
     tenant24hCents: Number(row.tenant_24h_cents),
+  };
+}
+
+/**
+ * Reads every {@link RefundSums} of one refund decision in one statement (one aggregate with a
+ * FILTER per limit over the tenant's refunds that are on the order or inside the day), instead
+ * of one statement per limit ({@link refundSumsCall}). With `lockKeys`, lock and read in one
+ * round trip (docs/decisions/0470-locked-refund-sums-in-one-statement.md).
+ * @throws Error from the database (e.g. a lock wait cancelled by `lock_timeout`).
+ */
+export async function refundSums(db: Db | Trx, read: RefundSumsRead): Promise<RefundSums> {
+  const { rows } = await sql<Record<string, unknown>>`SELECT * FROM ${refundSumsCall(read)}`.execute(db);
+  return toRefundSums(rows[0]!);
+}
+
+/**
+ * A read of {@link RefundSums} that rides on another statement of the caller's transaction as
+ * one scalar jsonb expression (`expression`), turned back into sums by `parse`: the claim's
+ * limit locks and sums, taken by the statement that grants the lease
+ * (docs/decisions/0620-the-claim-in-two-statements.md).
+ */
+export interface RidingRefundSums {
+  expression: RawBuilder<unknown>;
+  parse(raw: unknown): RefundSums;
+}
+
+/** {@link refundSumsCall} as a {@link RidingRefundSums}. */
+function ridingRefundSums(read: RefundSumsRead): RidingRefundSums {
+  return {
+    expression: sql`(select to_jsonb(s) from ${refundSumsCall(read)} s)`,
+    parse: (raw) => toRefundSums(raw as Record<string, unknown>),
   };
 }
 
@@ -189,6 +215,61 @@ export async function unlockedRefundSums(
   return refundSums(db, { tenant: wf.tenant, orderId: String(parsed.args.orderId), userId: wf.user_id, includeQueued: true });
 }
 
+/** How a support decision reads its limits (see {@link loadSupportFacts}). */
+export interface SupportLimitOptions {
+  /** The action being re-evaluated, left out of the sums. */
+  excludeActionId?: string;
+  /** The executor's re-evaluation: queued refunds do not count ({@link QUEUED_REFUND_STATES}). */
+  atExecution?: boolean;
+  /** The bundle runs R10: the tenant's day is locked and summed. */
+  tenantCap?: boolean;
+}
+
+/**
+ * What one support decision locks and sums, the one place that says so: for a refund the limits
+ * it competes for ({@link refundLimitKeys}) — their sums read under their locks in one statement
+ * when the order is in the requester's tenant (`sums`), else the locks alone (`lockOnly`, a
+ * refund R2 denies); nothing for other tools. The test-only switches apply here:
+ * `SHARED_LIMIT_LOCK` (one lock for every refund decision), `DISABLE_LIMIT_LOCKS` (sums unlocked).
+ */
+function supportLimitRead(
+  wf: { tenant: string; user_id: string },
+  parsed: Pick<ParsedProposal, 'tool' | 'args'>,
+  order: SupportFacts['order'],
+  opts: SupportLimitOptions,
+): { sums: RefundSumsRead | null; lockOnly?: readonly string[] } {
+  if (!readsRefundLimits(parsed.tool.name)) return { sums: null };
+  const orderId = String(parsed.args.orderId);
+  const user = lookupUser(wf.user_id, wf.tenant);
+  const inTenant = Boolean(order && user && order.tenant === user.tenant);
+  // Control-removed tests only: SHARED_LIMIT_LOCK puts every refund decision behind one lock.
+  const keys = testSwitch('sharedLimitLock')
+    ? ['refund-decision']
+    : refundLimitKeys(wf.tenant, wf.user_id, orderId, { tenantDay: opts.tenantCap === true });
+  const lockKeys = testSwitch('disableLimitLocks') ? undefined : keys;
+  // Only R4–R7 and R10 read the sums: in the statement that takes the locks (ADR 0470); a refund
+  // on another tenant's order (R2) takes the locks and reads none.
+  if (!inTenant) return { sums: null, lockOnly: lockKeys };
+  const sums = { tenant: wf.tenant, orderId, userId: wf.user_id, excludeActionId: opts.excludeActionId, includeQueued: !opts.atExecution };
+  return { sums: { ...sums, lockKeys } };
+}
+
+/**
+ * The limit locks and sums {@link loadSupportFacts} would take for this decision, as a read that
+ * rides on another statement of the caller's transaction ({@link RidingRefundSums}); its parsed
+ * result is then passed back as `lockedSums`. Null when the decision reads no sums (not a
+ * refund, or an order outside the tenant): the facts then read what they need themselves.
+ */
+export function ridingSupportSums(
+  wf: { tenant: string; user_id: string },
+  parsed: Pick<ParsedProposal, 'tool' | 'args'>,
+  order: SupportFacts['order'],
+  opts: SupportLimitOptions,
+): RidingRefundSums | null {
+  const { sums } = supportLimitRead(wf, parsed, order, opts);
+  return sums ? ridingRefundSums(sums) : null;
+}
+
 /**
  * Loads every fact R0–R10 need for one parsed proposal, tenant-scoped, inside `trx`. For refunds
  * it first takes the advisory locks of the limits the refund competes for
@@ -199,43 +280,29 @@ export async function unlockedRefundSums(
  * `opts.tenantCap`: the bundle runs R10, so the tenant's day is locked and summed (else its sum
  * is 0 and unused). `opts.unlockedSums`: sums read beforehand without the locks
  * ({@link unlockedRefundSums}); neither locks nor sums are taken here, and the caller must confirm
- * the decision under the locks before it commits (ADR 0450). `order` is read beforehand from the
- * order system (outside the transaction).
+ * the decision under the locks before it commits (ADR 0450). `opts.lockedSums`: sums the caller
+ * read under the locks in `trx` ({@link ridingSupportSums}, ADR 0620); nothing is taken here.
+ * `order` is read beforehand from the order system (outside the transaction).
  */
 export async function loadSupportFacts(
   trx: Trx,
   wf: { tenant: string; user_id: string; mode: 'investigate' | 'act'; state: string; writesEnabled?: boolean },
   parsed: Pick<ParsedProposal, 'tool' | 'args'>,
   order: SupportFacts['order'],
-  opts: { excludeActionId?: string; atExecution?: boolean; tenantCap?: boolean; unlockedSums?: RefundSums } = {},
+  opts: SupportLimitOptions & { unlockedSums?: RefundSums; lockedSums?: RefundSums } = {},
 ): Promise<SupportFacts> {
   const world = loadWorld();
   const user = lookupUser(wf.user_id, wf.tenant);
-  const orderId = String(parsed.args.orderId);
-  const inTenant = Boolean(order && user && order.tenant === user.tenant);
   const refund = readsRefundLimits(parsed.tool.name);
   const tenantDay = refund && opts.tenantCap === true;
-  const locked = refund && !opts.unlockedSums;
-  // Control-removed tests only: SHARED_LIMIT_LOCK puts every refund decision behind one lock.
-  const keys = testSwitch('sharedLimitLock') ? ['refund-decision'] : refundLimitKeys(wf.tenant, wf.user_id, orderId, { tenantDay });
-  const lockKeys = locked && !testSwitch('disableLimitLocks') ? keys : undefined;
+  const limits = supportLimitRead(wf, parsed, order, opts);
   // Control-removed test only (refused outside GATEHOUSE_ENV=test): judge each refund alone.
   const noBasis = testSwitch('disableCumulativeBasis');
-  // Only R4–R7 and R10 read the sums, and only for refunds: in the statement that takes the
-  // locks (ADR 0470); a refund on another tenant's order (R2) takes the locks and reads none.
+  const preset = opts.unlockedSums ?? opts.lockedSums;
   let sums = NO_REFUNDS;
-  if (inTenant && refund) {
-    sums =
-      opts.unlockedSums ??
-      (await refundSums(trx, {
-        tenant: wf.tenant,
-        orderId,
-        userId: wf.user_id,
-        excludeActionId: opts.excludeActionId,
-        includeQueued: !opts.atExecution,
-        lockKeys,
-      }));
-  } else if (lockKeys) await takeAdvisoryLocks(trx, lockKeys);
+  if (preset && limits.sums) sums = preset;
+  else if (limits.sums) sums = await refundSums(trx, limits.sums);
+  else if (limits.lockOnly && !preset) await takeAdvisoryLocks(trx, limits.lockOnly);
   return {
     user,
     agentGrantedTools: world.agent.grantedTools,

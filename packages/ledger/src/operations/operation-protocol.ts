@@ -1,10 +1,17 @@
-import { sql, type QueryCreator, type Selectable, type Updateable } from 'kysely';
+import { sql, type QueryCreator, type RawBuilder, type Selectable, type Updateable } from 'kysely';
 import type { Db, Trx } from '../db.ts';
 import type { ActionsTable, ActionStatus, DB, OperationsTable } from '../schema.ts';
 import { reviveJsonRow } from '../json-row.ts';
+import { decisionContextQuery, toDecisionContext, type DecisionContext, type DecisionContextRow } from '../decision-context.ts';
 import { auditEventWhen, withAuditEvent, type AuditEventDraft } from '../audit.ts';
 import { outboxInsertWhen, type OutboxJob, type OutboxRow } from '../outbox.ts';
-import { actionTransitionRiding, transitionAction, transitionWorkflow, type WorkflowTransitionInput } from '../transitions.ts';
+import {
+  actionTransitionRiding,
+  transitionAction,
+  transitionWorkflow,
+  workflowTransitionRiding,
+  type WorkflowTransitionInput,
+} from '../transitions.ts';
 
 /**
  * The operation protocol (docs/product/design.md#correctness-rules, docs/decisions/0270-one-operation-protocol.md):
@@ -56,27 +63,38 @@ function reviveOperation(o: Record<string, unknown>): Operation {
  * Locks the action row and reserves its operation in ONE statement (a CTE: the action is locked
  * before the operation row, the lock order of ADR 0014). `only`, when given, reserves only when
  * the action is at that version and in one of those statuses (else `op` is null and nothing is
- * written). Returns null when the action does not exist.
+ * written). With `opts.lockRun` (the action's workflow id) the same statement first locks that
+ * workflow and reads its {@link DecisionContext} ({@link decisionContextQuery}): the run, then the
+ * action, then the operation — the executor's checks in one statement
+ * (docs/decisions/0620-the-claim-in-two-statements.md). Returns null when the action (or, with
+ * `lockRun`, its workflow) does not exist.
  */
 export async function lockActionAndReserve(
   trx: Trx,
   actionId: string,
   only?: { version: number; statuses: readonly ActionStatus[] },
-): Promise<{ action: Action; op: Operation | null } | null> {
+  opts: { lockRun?: string } = {},
+): Promise<{ action: Action; op: Operation | null; run?: DecisionContext } | null> {
   const filter = only ? sql`a.version = ${only.version} and a.status = any(${[...only.statuses]}::text[])` : sql`true`;
-  const { rows } = await sql<Action & { op: Record<string, unknown> | null }>`
-    with a as (select * from actions where id = ${actionId} for update),
+  const run = opts.lockRun ? decisionContextQuery(trx, opts.lockRun, { actionId }) : null;
+  // The action's scan is gated by `exists (select 1 from w)`, a one-time filter evaluated before
+  // the scan, so the run's row is locked before the action's; the operation's insert reads `a`,
+  // so the action's is locked before the operation's.
+  // Kysely writes the run's query builder in parentheses.
+  const { rows } = await sql<Action & { op: Record<string, unknown> | null; run?: DecisionContextRow }>`
+    with ${run ? sql`w as ${run},` : sql``}
+    a as (select * from actions where id = ${actionId}${run ? sql` and exists (select 1 from w)` : sql``} for update),
     op as (
       insert into operations (key, workflow_id, action_id, action_digest, tool, status, release_id)
       select a.operation_key, a.workflow_id, a.id, a.digest, a.tool, 'pending', a.release_id from a where ${filter}
       on conflict (key) do update set key = excluded.key
       returning *
     )
-    select a.*, (select to_jsonb(op) from op) as op from a`.execute(trx);
+    select a.*, (select to_jsonb(op) from op) as op${run ? sql`, (select to_jsonb(w) from w) as run` : sql``} from a`.execute(trx);
   const row = rows[0];
   if (!row) return null;
-  const { op, ...action } = row;
-  return { action: action as Action, op: op ? reviveOperation(op) : null };
+  const { op, run: context, ...action } = row;
+  return { action: action as Action, op: op ? reviveOperation(op) : null, ...(context ? { run: toDecisionContext(context) } : {}) };
 }
 
 /** What an approval must name to be consumed for an action (docs/product/invariants.md#approval). */
@@ -125,20 +143,35 @@ export interface LeaseGrant {
   actionStatus?: ActionStatus;
   /** The claim's audit event, written by the lease's UPDATE itself (`withAuditEvent`, ADR 0420). */
   audit?: AuditEventDraft;
+  /**
+   * A scalar expression the grant's statement evaluates after the grant, returned as `read`: the
+   * claim's limit locks and sums (`ridingLimitSums` of packages/policy, ADR 0620), so that they
+   * are taken by the claim's last statement and held for it and the COMMIT only.
+   */
+  read?: RawBuilder<unknown>;
 }
 
 /**
  * Grants the lease on `op` with one conditional UPDATE that holds only while the fencing token is
  * still the one read under the lock: the token is incremented (a former holder's writes are then
  * refused), the `running` mark, owner, expiry and attempt written; then the action moves to
- * `running` and its workflow to `executing` (packages/ledger/src/transitions.ts); with
- * `grant.actionStatus` the action's move rides on the same UPDATE (docs/decisions/0530-action-moves-with-its-operation.md).
- * The caller commits this before any effect (write-ahead). `grant.audit` rides on the UPDATE: it is written
- * exactly when the lease is (an UPDATE that matches no row throws, and the transaction rolls back).
+ * `running` and its workflow to `executing` (packages/ledger/src/transitions.ts). With
+ * `grant.actionStatus` the action's move rides on the same UPDATE
+ * (docs/decisions/0530-action-moves-with-its-operation.md), and with `grant.workflow.lockedFrom`
+ * the workflow's move and its event too (docs/decisions/0620-the-claim-in-two-statements.md); a
+ * move that cannot ride, or whose conditional UPDATE wrote nothing, is made after it by the
+ * transition writer, as before. `grant.read` is evaluated by the same statement after the grant
+ * and returned as `read` (the claim's limit locks and sums). The caller commits this before any
+ * effect (write-ahead). `grant.audit` rides on the UPDATE: it is written exactly when the lease
+ * is (an UPDATE that matches no row throws, and the transaction rolls back).
  * @throws when the token moved (the caller holds the row lock, so it cannot).
  */
-export async function grantLease(trx: Trx, op: Operation, grant: LeaseGrant): Promise<{ fencingToken: number; baseline: unknown }> {
-  const withGrant = (grant.audit ? withAuditEvent(trx, grant.audit) : trx).with('granted', (db) =>
+export async function grantLease(
+  trx: Trx,
+  op: Operation,
+  grant: LeaseGrant,
+): Promise<{ fencingToken: number; baseline: unknown; read: unknown }> {
+  let q = (grant.audit ? withAuditEvent(trx, grant.audit) : trx).with('granted', (db) =>
     db
       .updateTable('operations')
       .set({
@@ -154,23 +187,37 @@ export async function grantLease(trx: Trx, op: Operation, grant: LeaseGrant): Pr
       .where('key', '=', op.key)
       .where('fencing_token', '=', op.fencing_token)
       .returningAll(),
-  );
+  ) as unknown as QueryCreator<DB & { granted: Operation }>;
   // The action's move to `running` rides on the same statement when its status is known (ADR 0530).
   const from = grant.actionStatus;
   const rides = from !== undefined && actionTransitionRiding(trx, op.action_id, from, 'running', 'granted') !== null;
-  const granted = await (
-    rides
-      ? withGrant
-          .with('action_moved', (db) =>
-            actionTransitionRiding(db as unknown as QueryCreator<DB>, op.action_id, from, 'running', 'granted')!,
-          )
-          .selectFrom('granted')
-          .select(['fencing_token', 'baseline', sql<boolean>`exists (select 1 from action_moved)`.as('action_moved')])
-      : withGrant.selectFrom('granted').select(['fencing_token', 'baseline', sql<boolean>`false`.as('action_moved')])
-  ).executeTakeFirstOrThrow();
+  if (rides)
+    q = q.with('action_moved', (db) =>
+      actionTransitionRiding(db as unknown as QueryCreator<DB>, op.action_id, from, 'running', 'granted')!,
+    ) as unknown as typeof q;
+  // So does the run's move to `executing`, with its event, when its locked state is known (ADR 0620).
+  const workflow: WorkflowTransitionInput = { to: 'executing', ...grant.workflow };
+  const withWorkflow = workflowTransitionRiding(trx, q as unknown as QueryCreator<DB>, op.workflow_id, workflow, {
+    when: 'granted',
+    ...(rides ? { moved: { cte: 'action_moved' } } : {}),
+  });
+  if (withWorkflow) q = withWorkflow as unknown as typeof q;
+  const flag = (on: boolean, cte: string) => (on ? sql<boolean>`exists (select 1 from ${sql.table(cte)})` : sql<boolean>`false`);
+  const granted = await q
+    .selectFrom('granted')
+    .select([
+      'fencing_token',
+      'baseline',
+      flag(rides, 'action_moved').as('action_moved'),
+      flag(withWorkflow !== null, 'moved').as('workflow_moved'),
+      // Last in the select list: evaluated once the grant returned its row (ADR 0620).
+      (grant.read ?? sql`null`).as('read'),
+    ])
+    .executeTakeFirstOrThrow();
   if (!granted.action_moved) await transitionAction(trx, op.action_id, { to: 'running', ...(from ? { lockedFrom: from } : {}) });
-  await transitionWorkflow(trx, op.workflow_id, { to: 'executing', ...grant.workflow });
-  return { fencingToken: Number(granted.fencing_token), baseline: granted.baseline };
+  if (!granted.workflow_moved)
+    await transitionWorkflow(trx, op.workflow_id, { ...workflow, lockedFrom: withWorkflow ? undefined : workflow.lockedFrom });
+  return { fencingToken: Number(granted.fencing_token), baseline: granted.baseline, read: granted.read };
 }
 
 /**

@@ -8,7 +8,6 @@ import {
   isFinishedOperation,
   leaseIsLive,
   lockActionAndReserve,
-  lockWorkflowForDecision,
   type DecisionContext,
   type Trx,
   type ActionsTable,
@@ -19,7 +18,16 @@ import {
   type WorkflowsTable,
 } from '@gatehouse/ledger';
 import type { Selectable } from 'kysely';
-import { approvalAmountCents, decideAndRecord, evaluateAction, type AuthoritativeRecord, type PolicyBundles } from '@gatehouse/policy';
+import {
+  approvalAmountCents,
+  decideAndRecord,
+  evaluateAction,
+  ridingLimitSums,
+  type AuthoritativeRecord,
+  type PolicyBundles,
+  type RefundSums,
+  type RidingRefundSums,
+} from '@gatehouse/policy';
 import { findTool } from '@gatehouse/tools';
 import { executionAuditFields, type AuditBasis, type ExecutionAuditFields } from './execution-audit.ts';
 
@@ -125,13 +133,18 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
   // limit locks of a first claim's re-evaluation come last, after every row lock of the claim;
   // with `reevaluate: 'first'` they come earlier, and what the claim locks after them belongs to
   // its own action, whose rows it locked first (ADR 0430).
-  // Statement 1: the workflow row, locked, with its state and what a re-evaluation reads about the
-  // run (release writes, the offered state). Statement 2: the action, locked, and its operation
-  // reserved and locked (docs/decisions/0270-one-operation-protocol.md).
-  const wf = await lockWorkflowForDecision(trx, job.workflowId, { actionId: job.actionId });
-  const locked = await lockActionAndReserve(trx, job.actionId, { version: job.actionVersion, statuses: CLAIMABLE });
+  // Statement 1, the checks' reads: the workflow row, locked, with its state and what a
+  // re-evaluation reads about the run (release writes, the offered state), then the action,
+  // locked, and its operation reserved and locked (docs/decisions/0270-one-operation-protocol.md,
+  // 0620-the-claim-in-two-statements.md). Statement 2, the grant, below.
+  const locked = await lockActionAndReserve(
+    trx,
+    job.actionId,
+    { version: job.actionVersion, statuses: CLAIMABLE },
+    { lockRun: job.workflowId },
+  );
   if (!locked || locked.action.version !== job.actionVersion) return { kind: 'skip', reason: 'unknown_action_version' };
-  const { action, op } = locked;
+  const { action, op, run: wf } = locked;
   if (!op) return { kind: 'skip', reason: `action_${action.status}` };
   if (op.action_digest !== action.digest) return { kind: 'conflict', action };
   // Reconciliation froze it (amount mismatch): only a lead's remediation may touch it now.
@@ -162,6 +175,10 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
     if (refused) return refused;
     if (refused === null) await recordAudit(trx, { ...audit, type: 'approval.consumed' });
   }
+  // The limit locks are taken last, so they are held for their sums and the COMMIT only (ADR 0430):
+  // by the grant's own statement, after the grant and the moves riding on it (ADR 0620).
+  const reevaluates = first && reevaluateLast;
+  const sums = reevaluates ? limitSumsRead(action, opts.reevaluation) : null;
   const granted = await grantLease(trx, op, {
     owner: opts.owner,
     leaseMs: opts.leaseMs,
@@ -170,9 +187,10 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
     actionStatus: action.status,
     workflow: { nextStep: null, onlyFrom: ['investigating', 'awaiting_approval', 'executing'], ...(wf ? { lockedFrom: wf.state } : {}) },
     audit: { ...audit, type: 'operation.claimed', attempts: op.attempts + 1 },
+    ...(sums ? { read: sums.expression } : {}),
   });
-  // The limit locks are taken last, so they are held for their sums and the COMMIT only (ADR 0430).
-  if (first && reevaluateLast && (await decisionChanged(trx, action, wf ?? null, opts.reevaluation)))
+  const lockedSums = sums ? sums.parse(granted.read) : undefined;
+  if (reevaluates && (await decisionChanged(trx, action, wf ?? null, opts.reevaluation, lockedSums)))
     throw new FactsChangedAtClaim(action.id);
   return {
     kind: 'claimed',
@@ -227,21 +245,45 @@ async function unreserve(trx: Trx, op: Operation): Promise<void> {
  * needed and more is at stake than it was granted for ({@link stakeGrew}). False without a
  * re-evaluation (no record read, or the test-only switch).
  */
-async function decisionChanged(trx: Trx, action: Action, run: DecisionContext | null, r: Reevaluation): Promise<boolean> {
-  const tool = findTool(action.tool);
-  if (r.disabled || !tool || !r.record) return false;
+async function decisionChanged(
+  trx: Trx,
+  action: Action,
+  run: DecisionContext | null,
+  r: Reevaluation,
+  lockedSums?: RefundSums,
+): Promise<boolean> {
+  const input = reevaluationInput(action, r);
+  if (!input) return false;
   const { decision: now, snapshot } = await evaluateAction(trx, {
-    wf: r.wf,
+    ...input,
     proposalId: action.proposal_id,
-    parsed: { tool, args: action.arguments as Record<string, string | number | null> },
-    record: r.record,
-    bundles: r.bundles,
-    excludeActionId: action.id,
-    atExecution: true,
     ...(run ? { context: run } : {}),
+    ...(lockedSums ? { lockedSums } : {}),
   });
   if (!(now.decision === action.decision && now.ruleId === action.rule_id && now.policyRevision === action.policy_revision)) return true;
   return action.decision === 'REQUIRE_APPROVAL' && stakeGrew(r.wf.pack, action, snapshot);
+}
+
+/**
+ * What the re-evaluation of `action` judges: its tool and arguments on the authoritative record,
+ * leaving the action itself out of the sums, at execution. Null when nothing is re-evaluated (no
+ * record read, an unknown tool, or the test-only switch).
+ */
+function reevaluationInput(action: Action, r: Reevaluation) {
+  const tool = findTool(action.tool);
+  if (r.disabled || !tool || !r.record) return null;
+  const parsed = { tool, args: action.arguments as Record<string, string | number | null> };
+  return { wf: r.wf, parsed, record: r.record, bundles: r.bundles, excludeActionId: action.id, atExecution: true };
+}
+
+/**
+ * The limit locks and sums the re-evaluation of `action` reads, as the read that rides on the
+ * grant's statement (`ridingLimitSums`, docs/decisions/0620-the-claim-in-two-statements.md). Null
+ * when it reads none: no re-evaluation, or a decision without refund sums.
+ */
+function limitSumsRead(action: Action, r: Reevaluation): RidingRefundSums | null {
+  const input = reevaluationInput(action, r);
+  return input ? ridingLimitSums(input) : null;
 }
 
 /**

@@ -1,0 +1,145 @@
+import pg from 'pg';
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createAction } from '@gatehouse/testing';
+import { WorkflowEventSchema } from '@gatehouse/contracts';
+import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
+import { grantLease, inTransaction, lockActionAndReserve, readActionsView, readWorkflowEvents } from '../src/index.ts';
+
+// docs/decisions/0620-the-claim-in-two-statements.md, against a real ledger: the checks' statement
+// locks the run before the action (ADR 0014), and the run's move to `executing` rides on the
+// grant, its event showing the action as the grant left it.
+
+let tdb: TestDatabase;
+beforeAll(async () => {
+  tdb = await createTestDatabase();
+});
+afterAll(async () => {
+  await tdb?.drop();
+});
+
+/** A client of its own, for a transaction that holds a row lock while the test goes on. */
+async function connect(): Promise<pg.Client> {
+  const c = new pg.Client({ connectionString: tdb.url });
+  await c.connect();
+  return c;
+}
+
+/** Waits until some backend of the test database waits on a row lock (a transaction is blocked). */
+async function someoneWaitsOnALock(): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and wait_event_type = 'Lock'`.execute(tdb.db);
+    if (rows[0]!.n > 0) return;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error('no backend waited on a lock');
+}
+
+/** An approved refund whose run is in `state`, a state the claim moves to `executing` from. */
+async function inState(orderId: string, state: 'investigating' | 'awaiting_approval') {
+  const a = await createAction(tdb.db, { orderId });
+  await tdb.db.updateTable('workflows').set({ state }).where('id', '=', a.workflowId).execute();
+  return a;
+}
+
+describe('the claim in two statements (ADR 0620)', () => {
+  it('the checks lock the run first: while the run is held elsewhere, the action stays free (× 5)', async () => {
+    for (let trial = 0; trial < 5; trial++) {
+      const a = await createAction(tdb.db, { orderId: `O-2S-${trial}` });
+      const holder = await connect();
+      const bystander = await connect();
+      try {
+        await holder.query('begin');
+        await holder.query('select 1 from workflows where id = $1 for update', [a.workflowId]);
+        const claim = inTransaction(tdb.db, (trx) =>
+          lockActionAndReserve(trx, a.actionId, { version: 1, statuses: ['approved'] }, { lockRun: a.workflowId }),
+        );
+        await someoneWaitsOnALock();
+        // Were the action locked before the run, this would fail with "could not obtain lock".
+        await bystander.query('begin');
+        await expect(bystander.query('select 1 from actions where id = $1 for update nowait', [a.actionId])).resolves.toBeDefined();
+        await expect(bystander.query('select 1 from operations where key = $1', [a.operationKey])).resolves.toMatchObject({ rowCount: 0 });
+        await bystander.query('rollback');
+        await holder.query('commit');
+        const locked = await claim;
+        expect(locked?.run).toMatchObject({ state: 'executing', writesEnabled: true, followedUp: false });
+        expect(locked?.op).toMatchObject({ key: a.operationKey, status: 'pending' });
+      } finally {
+        await holder.end();
+        await bystander.end();
+      }
+    }
+  });
+
+  it('a run that does not exist: nothing is locked or reserved', async () => {
+    const a = await createAction(tdb.db, { orderId: 'O-2S-none' });
+    const none = await inTransaction(tdb.db, (trx) =>
+      lockActionAndReserve(trx, a.actionId, { version: 1, statuses: ['approved'] }, { lockRun: '00000000-0000-4000-8000-000000000000' }),
+    );
+    expect(none).toBeNull();
+    expect(await tdb.db.selectFrom('operations').select('key').where('key', '=', a.operationKey).execute()).toEqual([]);
+  });
+
+  it("the run's move rides on the grant: one event, whose actions view shows the action running as the API reads it", async () => {
+    const a = await inState('O-2S-ride', 'investigating');
+    const before = (await readWorkflowEvents(tdb.db, a.workflowId, 0)).length;
+    const states: string[] = [];
+    await inTransaction(tdb.db, async (trx) => {
+      const locked = await lockActionAndReserve(trx, a.actionId, undefined, { lockRun: a.workflowId });
+      const granted = await grantLease(trx, locked!.op!, {
+        owner: 'test',
+        leaseMs: 60_000,
+        baseline: null,
+        actionStatus: 'approved',
+        workflow: { nextStep: null, lockedFrom: locked!.run!.state },
+        read: sql`(select 41 + 1)`,
+      });
+      expect(granted.read).toBe(42);
+      states.push(
+        ...(await sql<{ state: string }>`select state from workflows where id = ${a.workflowId}`.execute(trx)).rows.map((r) => r.state),
+      );
+    });
+    expect(states).toEqual(['executing']);
+    const events = (await readWorkflowEvents(tdb.db, a.workflowId, 0))
+      .slice(before)
+      .map((e) => WorkflowEventSchema.parse(JSON.parse(e.json)));
+    expect(events).toHaveLength(1);
+    expect(events[0]).toMatchObject({ state: 'executing', previousState: 'investigating' });
+    const view = await readActionsView(tdb.db, a.workflowId);
+    expect(view.actions.map((x) => x.status)).toEqual(['running']);
+    const summary = ({ actionId, tool, target, version, decision, ruleId, status }: (typeof view.actions)[number]) => ({
+      actionId,
+      tool,
+      target,
+      version,
+      decision,
+      ruleId,
+      status,
+    });
+    expect(events[0]!.actions).toEqual(view.actions.map(summary));
+  });
+
+  it('a stale locked state does not ride: the transition writer reads it again and moves once', async () => {
+    const a = await inState('O-2S-stale', 'awaiting_approval');
+    const before = (await readWorkflowEvents(tdb.db, a.workflowId, 0)).length;
+    await inTransaction(tdb.db, async (trx) => {
+      const locked = await lockActionAndReserve(trx, a.actionId, undefined, { lockRun: a.workflowId });
+      // the claim believes the run is investigating: the riding UPDATE matches no row
+      await grantLease(trx, locked!.op!, {
+        owner: 'test',
+        leaseMs: 60_000,
+        baseline: null,
+        actionStatus: 'approved',
+        workflow: { nextStep: null, lockedFrom: 'investigating' },
+      });
+    });
+    const wf = await tdb.db.selectFrom('workflows').select('state').where('id', '=', a.workflowId).executeTakeFirstOrThrow();
+    expect(wf.state).toBe('executing');
+    const events = (await readWorkflowEvents(tdb.db, a.workflowId, 0))
+      .slice(before)
+      .map((e) => WorkflowEventSchema.parse(JSON.parse(e.json)));
+    expect(events).toMatchObject([{ state: 'executing', previousState: 'awaiting_approval' }]);
+    expect(events[0]!.actions.map((x) => x.status)).toEqual(['running']);
+  });
+});
