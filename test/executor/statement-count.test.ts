@@ -103,6 +103,32 @@ describe('executor: statements for one ALLOW refund', () => {
   });
 });
 
+describe('executor: statements for one approved refund', () => {
+  it("adds only the approval's consumption to the claim, its event riding on it (ADR 0620)", async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { orderId, amountCents: 7100 });
+    expect(a.approvalId).not.toBeNull();
+    statements.length = 0;
+    expect(await processExecution(a.job, h.deps({ db: counted }))).toBe('succeeded');
+    const claim = claimTransaction(statements);
+    if (process.env.STATEMENTS_VERBOSE) console.log(claim.join('\n'));
+    // BEGIN, the checks, the consumption with its `approval.consumed` event, the grant, COMMIT
+    expect(claim.length).toBeLessThanOrEqual(5);
+    expect(claim.filter((s) => /update "approvals"/.test(s))).toHaveLength(1);
+    expect(statements.filter((s) => /^insert into "audit_outbox"/.test(s))).toEqual([]);
+    const events = await h.db
+      .selectFrom('audit_outbox')
+      .select(sql<string>`event->>'type'`.as('type'))
+      .where(sql<boolean>`event->>'runId' = ${a.workflowId}`)
+      .execute();
+    expect(events.map((e) => e.type).filter((t) => t === 'approval.consumed' || t.startsWith('operation.'))).toEqual([
+      'approval.consumed',
+      'operation.claimed',
+      'operation.succeeded',
+    ]);
+  });
+});
+
 describe('executor: a redelivery answered without a claim (ADR 0350)', () => {
   it('a finished refund delivered again replays its stored outcome in 2 statements, without a transaction, a row lock or a second result', async () => {
     const orderId = await h.newOrder();

@@ -108,9 +108,16 @@ export interface ApprovalBinding {
  * Consumes an approval exactly once: one conditional UPDATE `approved → used` that holds only
  * while it is unexpired and names exactly the bound action (id, tool, digest, version and, when
  * asked, policy revision). `binding` null consumes any approved, unexpired approval (a
- * control-removed test only). Returns whether this call consumed it.
+ * control-removed test only). `audit`, when given, is written by the same statement exactly when
+ * the approval is consumed (the claim's `approval.consumed`, ADR 0620). Returns whether this call
+ * consumed it.
  */
-export async function consumeApproval(trx: Trx, approvalId: string, binding: ApprovalBinding | null): Promise<boolean> {
+export async function consumeApproval(
+  trx: Trx,
+  approvalId: string,
+  binding: ApprovalBinding | null,
+  audit?: AuditEventDraft,
+): Promise<boolean> {
   let q = trx
     .updateTable('approvals')
     .set({ status: 'used', used_at: new Date() })
@@ -126,7 +133,15 @@ export async function consumeApproval(trx: Trx, approvalId: string, binding: App
       .where('action_version', '=', a.version);
     if (binding.policyRevision) q = q.where('policy_revision', '=', a.policy_revision);
   }
-  return (await q.returning('id').executeTakeFirst()) !== undefined;
+  const consumed = q.returning('id');
+  if (!audit) return (await consumed.executeTakeFirst()) !== undefined;
+  const row = await trx
+    .with('consumed', () => consumed)
+    .with('audit_event', () => auditEventWhen(audit, 'consumed'))
+    .selectFrom('consumed')
+    .select('id')
+    .executeTakeFirst();
+  return row !== undefined;
 }
 
 /** The lease {@link grantLease} writes. */

@@ -2,12 +2,12 @@ import { ConflictError, type ExecutionJob } from '@gatehouse/contracts';
 import {
   checkWorkingTime,
   isLegalWorkflowTransition,
-  recordAudit,
   consumeApproval,
   grantLease,
   isFinishedOperation,
   leaseIsLive,
   lockActionAndReserve,
+  type AuditEventDraft,
   type DecisionContext,
   type Trx,
   type ActionsTable,
@@ -168,12 +168,11 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
     basis: opts.auditBasis,
   });
   if (op.status === 'pending' && action.decision === 'REQUIRE_APPROVAL') {
-    const refused = await consumeForClaim(trx, job, action, opts.bindDigest);
+    const refused = await consumeForClaim(trx, job, action, opts.bindDigest, { ...audit, type: 'approval.consumed' });
     // A changed decision still comes before an unusable approval, as when the re-evaluation came
     // first: nothing was written yet, so its new version is recorded here (ADR 0430).
     if (refused && reevaluateLast) return (await reevaluateBeforeGrant(trx, action, op, wf ?? null, opts.reevaluation)) ?? refused;
     if (refused) return refused;
-    if (refused === null) await recordAudit(trx, { ...audit, type: 'approval.consumed' });
   }
   // The limit locks are taken last, so they are held for their sums and the COMMIT only (ADR 0430):
   // by the grant's own statement, after the grant and the moves riding on it (ADR 0620).
@@ -331,14 +330,21 @@ async function reevaluateBeforeGrant(
 
 /**
  * Consumes the approval of a REQUIRE_APPROVAL action for its first claim (operation protocol,
- * binding per docs/product/invariants.md#approval). Returns null when this claim consumed it,
+ * binding per docs/product/invariants.md#approval), writing `event` with the consumption. Returns null when this claim consumed it,
  * false when an earlier claim of this same operation did (it went back to pending after a proven
  * non-effect: one approval per action), else the refusal with its reason.
  */
-async function consumeForClaim(trx: Trx, job: ExecutionJob, action: Action, bindDigest: boolean): Promise<ClaimOutcome | null | false> {
+async function consumeForClaim(
+  trx: Trx,
+  job: ExecutionJob,
+  action: Action,
+  bindDigest: boolean,
+  event: AuditEventDraft,
+): Promise<ClaimOutcome | null | false> {
   if (!job.approvalId) return { kind: 'approval_unusable', action, reason: 'approval_missing' };
-  // Control removed (tests only, bindDigest false): any approved approval would do.
-  if (await consumeApproval(trx, job.approvalId, bindDigest ? { action, policyRevision: true } : null)) return null;
+  // Control removed (tests only, bindDigest false): any approved approval would do. The
+  // `approval.consumed` event rides on the consuming UPDATE (ADR 0620).
+  if (await consumeApproval(trx, job.approvalId, bindDigest ? { action, policyRevision: true } : null, event)) return null;
   const a = await trx
     .selectFrom('approvals')
     .select(['status', 'expires_at', 'action_id'])
