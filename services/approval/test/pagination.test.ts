@@ -98,6 +98,13 @@ describe('GET /v1/approvals pages', () => {
     ['limit=101', 'invalid_query'],
     ['limit=abc', 'invalid_query'],
     ['limit=2.5', 'invalid_query'],
+    // one limit, one spelling: what Number() also reads is refused (was accepted as 10, 16, 5)
+    ['limit=1e1', 'invalid_query'],
+    ['limit=0x10', 'invalid_query'],
+    ['limit=%2B5', 'invalid_query'],
+    ['limit=%205', 'invalid_query'],
+    ['limit=', 'invalid_query'],
+    ['limit=5&limit=6', 'invalid_query'],
     ['cursor=not-a-cursor!', 'invalid_cursor'],
     ['cursor=a&cursor=b', 'invalid_query'],
     ['cursor=bm90LW91cnM', 'invalid_cursor'],

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { createDocument, type ZodOpenApiObject } from 'zod-openapi';
 import { storableString } from '../text.ts';
-import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse, UuidPathSchema } from './common.ts';
+import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse, queryLimit, UuidPathSchema } from './common.ts';
 
 /** Approval states. */
 export const ApprovalStatusSchema = z.enum(['pending', 'approved', 'denied', 'expired', 'void', 'used']);
@@ -29,7 +29,7 @@ export const MAX_APPROVAL_PAGE = 100;
 /** Query of `GET /v1/approvals`: status, page size (1–{@link MAX_APPROVAL_PAGE}, default 50) and the opaque cursor of the previous page. */
 export const ApprovalListQuerySchema = z.object({
   status: ApprovalStatusSchema.default('pending'),
-  limit: z.coerce.number().int().min(1).max(MAX_APPROVAL_PAGE).default(50),
+  limit: queryLimit(MAX_APPROVAL_PAGE, 50),
   cursor: z.string().max(200).optional().describe('the nextCursor of the previous page (opaque)'),
 });
 

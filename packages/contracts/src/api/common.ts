@@ -16,6 +16,20 @@ export const ErrorBodySchema = z
   .meta({ id: 'ErrorBody' });
 export type ErrorBody = z.infer<typeof ErrorBodySchema>;
 
+/**
+ * A row limit read from a query string: decimal digits only, then an integer 1..`max`;
+ * `fallback` when absent. `z.coerce.number()` also took `1e1`, `0x10`, `+5`, ` 5` and `5.0` (what
+ * `Number()` reads), so one limit had many spellings; those are now a 400 like any bad limit.
+ */
+export const queryLimit = (max: number, fallback: number) =>
+  z
+    .preprocess(
+      (v) => (typeof v === 'string' && /^[0-9]{1,6}$/.test(v) ? Number(v) : v),
+      // the default is the outer schema's; the document shows it on the number it describes
+      z.number().int().min(1).max(max).meta({ default: fallback }),
+    )
+    .default(fallback);
+
 /** An error response of `description` with the {@link ErrorBodySchema} body. */
 export const errorResponse = (description: string): ZodOpenApiResponseObject => ({
   description,

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { storableString } from '../text.ts';
+import { queryLimit } from './common.ts';
 
 /**
  * Pushed workflow updates (docs/product/public-contract.md#pushed-updates,
@@ -112,7 +113,7 @@ export const WebhookDeliveryViewSchema = z.strictObject({
 export const WebhookDeliveryQuerySchema = z.strictObject({
   status: z.enum(['pending', 'delivered', 'failed']).optional(),
   tenant: storableString().min(1).max(64).optional(),
-  limit: z.coerce.number().int().min(1).max(500).default(100),
+  limit: queryLimit(500, 100),
 });
 
 /** Standard Webhooks header names (the Standard Webhooks naming): id, timestamp (unix seconds), `v1,<base64 HMAC-SHA256>`. */

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { createDocument, type ZodOpenApiObject } from 'zod-openapi';
-import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse } from './common.ts';
+import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse, queryLimit } from './common.ts';
 import { WorkflowStateSchema } from './intake.ts';
 import {
   WebhookDeliveryQuerySchema,
@@ -13,7 +13,7 @@ import {
 /** Query of the ops dashboard's JSON routes: an optional workflow state filter and a row limit (1–500, default 50). */
 export const OpsQuerySchema = z.object({
   state: WorkflowStateSchema.optional(),
-  limit: z.coerce.number().int().min(1).max(500).default(50),
+  limit: queryLimit(500, 50),
 });
 
 /** One row of the recent-workflows list: ids and states only, never ticket or model text. */
