@@ -66,8 +66,12 @@ export function testQueuePrefix(): string {
 /** Lowest and highest port handed to test services: below Linux's ephemeral range (32768+). */
 const PORT_MIN = 15_000;
 const PORT_MAX = 32_000;
-/** Slices of that range, one per vitest worker (maxWorkers is 2; room for more). */
-const PORT_SLICES = 4;
+/**
+ * Slices of that range, one per vitest worker: maxWorkers is 2 here, and a run with up to 8
+ * (`--maxWorkers 8` on a larger machine) still gives every worker its own 2,125 ports. Worker 9
+ * would share worker 1's slice.
+ */
+const PORT_SLICES = 8;
 const handedOut = new Set<number>();
 
 /**
