@@ -76,7 +76,7 @@ describe('executor: statements for one ALLOW refund', () => {
     expect(claim.length).toBeLessThanOrEqual(4);
     // the checks' statement locks the run, then the action, then reserves the operation (ADR 0014)
     expect(claim[1]).toMatch(
-      /^\s*with w as \(select .* from "workflows" as "w" where "w"."id" = \$\d+ for update\),\s*a as \(select \* from actions where id = \$\d+ and exists \(select 1 from w\) for update\),\s*op as \(\s*insert into operations/s,
+      /^\s*with w as \(select .* from "workflows" as "w" where "w"."id" = \$\d+ for update\),\s*a as \(select \* from actions where id = \$\d+ and exists \(select 1 from w\) and workflow_id = \(select w.id from w\) for update\),\s*op as \(\s*insert into operations/s,
     );
     // no workflow event is a statement of its own: it rides on the transition it describes
     expect(statements.filter((s) => /^with "event" as|^insert into "workflow_events"/.test(s))).toEqual([]);

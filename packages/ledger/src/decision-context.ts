@@ -46,6 +46,7 @@ export async function lockWorkflowForDecision(
 
 /** The row {@link decisionContextQuery} returns (as the driver gives it, or as `to_jsonb` writes it). */
 export interface DecisionContextRow {
+  id: string;
   state: WorkflowState;
   writes_enabled: boolean;
   offered_in_state: string | null;
@@ -75,6 +76,7 @@ export function decisionContextQuery(trx: Trx, workflowId: string, by: { proposa
   return trx
     .selectFrom('workflows as w')
     .select([
+      'w.id',
       'w.state',
       writesEnabledSql(sql.ref('w.release_id')).as('writes_enabled'),
       offered.as('offered_in_state'),

@@ -81,6 +81,51 @@ describe('the claim in two statements (ADR 0620)', () => {
     expect(await tdb.db.selectFrom('operations').select('key').where('key', '=', a.operationKey).execute()).toEqual([]);
   });
 
+  it('an action named with another run: nothing is locked or reserved, so no claim moves a run it did not lock', async () => {
+    const a = await createAction(tdb.db, { orderId: 'O-2S-other-a' });
+    const b = await createAction(tdb.db, { orderId: 'O-2S-other-b' });
+    const none = await inTransaction(tdb.db, (trx) =>
+      lockActionAndReserve(trx, a.actionId, { version: 1, statuses: ['approved'] }, { lockRun: b.workflowId }),
+    );
+    expect(none).toBeNull();
+    expect(await tdb.db.selectFrom('operations').select('key').where('key', '=', a.operationKey).execute()).toEqual([]);
+  });
+
+  it('a grant fenced out takes no limit lock: the read in its select list runs only on a granted row', async () => {
+    const a = await createAction(tdb.db, { orderId: 'O-2S-fenced' });
+    const held = await inTransaction(tdb.db, async (trx) => {
+      const locked = await lockActionAndReserve(trx, a.actionId, undefined, { lockRun: a.workflowId });
+      const stale = { ...locked!.op!, fencing_token: '99' };
+      const read = sql`(select to_jsonb(s) from refund_limit_sums_locked(array[424242]::bigint[], 'quillfeather', 'O-2S-fenced', 'rep-ana',
+        now() - interval '1 day', now() - interval '1 hour', array['running']::text[], null::uuid) s)`;
+      await expect(
+        grantLease(trx, stale, { owner: 'test', leaseMs: 60_000, actionStatus: 'approved', workflow: { nextStep: null }, read }),
+      ).rejects.toThrow();
+      const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_locks
+        where locktype = 'advisory' and pid = pg_backend_pid()`.execute(trx);
+      return rows[0]!.n;
+    });
+    expect(held).toBe(0);
+    // the same read on a granted row takes the lock, for the rest of the transaction
+    const taken = await inTransaction(tdb.db, async (trx) => {
+      const locked = await lockActionAndReserve(trx, a.actionId, undefined, { lockRun: a.workflowId });
+      const read = sql`(select to_jsonb(s) from refund_limit_sums_locked(array[424242]::bigint[], 'quillfeather', 'O-2S-fenced', 'rep-ana',
+        now() - interval '1 day', now() - interval '1 hour', array['running']::text[], ${a.actionId}::uuid) s)`;
+      const granted = await grantLease(trx, locked!.op!, {
+        owner: 'test',
+        leaseMs: 60_000,
+        actionStatus: 'approved',
+        workflow: { nextStep: null },
+        read,
+      });
+      expect(granted.read).toMatchObject({ order_cents: 0 });
+      const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_locks
+        where locktype = 'advisory' and pid = pg_backend_pid()`.execute(trx);
+      return rows[0]!.n;
+    });
+    expect(taken).toBe(1);
+  });
+
   it("the run's move rides on the grant: one event, whose actions view shows the action running as the API reads it", async () => {
     const a = await inState('O-2S-ride', 'investigating');
     const before = (await readWorkflowEvents(tdb.db, a.workflowId, 0)).length;

@@ -302,7 +302,8 @@ export async function loadSupportFacts(
   let sums = NO_REFUNDS;
   if (preset && limits.sums) sums = preset;
   else if (limits.sums) sums = await refundSums(trx, limits.sums);
-  else if (limits.lockOnly && !preset) await takeAdvisoryLocks(trx, limits.lockOnly);
+  // Only sums read without the locks skip them (ADR 0450); `lockedSums` never stands for a lock-only read.
+  else if (limits.lockOnly && !opts.unlockedSums) await takeAdvisoryLocks(trx, limits.lockOnly);
   return {
     user,
     agentGrantedTools: world.agent.grantedTools,

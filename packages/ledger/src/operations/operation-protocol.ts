@@ -67,7 +67,7 @@ function reviveOperation(o: Record<string, unknown>): Operation {
  * workflow and reads its {@link DecisionContext} ({@link decisionContextQuery}): the run, then the
  * action, then the operation — the executor's checks in one statement
  * (docs/decisions/0620-the-claim-in-two-statements.md). Returns null when the action (or, with
- * `lockRun`, its workflow) does not exist.
+ * `lockRun`, its workflow) does not exist, or belongs to another workflow than `lockRun`.
  */
 export async function lockActionAndReserve(
   trx: Trx,
@@ -79,11 +79,12 @@ export async function lockActionAndReserve(
   const run = opts.lockRun ? decisionContextQuery(trx, opts.lockRun, { actionId }) : null;
   // The action's scan is gated by `exists (select 1 from w)`, a one-time filter evaluated before
   // the scan, so the run's row is locked before the action's; the operation's insert reads `a`,
-  // so the action's is locked before the operation's.
+  // so the action's is locked before the operation's. An action of another run than `lockRun`
+  // is not locked at all (null), so no claim moves a run it did not lock.
   // Kysely writes the run's query builder in parentheses.
   const { rows } = await sql<Action & { op: Record<string, unknown> | null; run?: DecisionContextRow }>`
     with ${run ? sql`w as ${run},` : sql``}
-    a as (select * from actions where id = ${actionId}${run ? sql` and exists (select 1 from w)` : sql``} for update),
+    a as (select * from actions where id = ${actionId}${run ? sql` and exists (select 1 from w) and workflow_id = (select w.id from w)` : sql``} for update),
     op as (
       insert into operations (key, workflow_id, action_id, action_digest, tool, status, release_id)
       select a.operation_key, a.workflow_id, a.id, a.digest, a.tool, 'pending', a.release_id from a where ${filter}
