@@ -226,6 +226,9 @@ export async function grantLease(
       'baseline',
       flag(rides, 'action_moved').as('action_moved'),
       flag(withWorkflow !== null, 'moved').as('workflow_moved'),
+      // Read before `read`, so the run's event (the largest write here) is stored before the
+      // limit locks are taken; only the deliveries and the audit row come after them.
+      flag(withWorkflow !== null, 'workflow_event').as('event_written'),
       // Last in the select list: evaluated once the grant returned its row (ADR 0620).
       (grant.read ?? sql`null`).as('read'),
     ])
