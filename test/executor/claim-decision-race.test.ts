@@ -48,7 +48,8 @@ describe('a claim against the gateway deciding another refund of the same order 
       ]);
       const key = `${exec.status === 'fulfilled' ? exec.value : String(exec.reason)} | ${decided.status === 'fulfilled' ? decided.value : String(decided.reason)}`;
       outcomes.set(key, (outcomes.get(key) ?? 0) + 1);
-      if (exec.status === 'rejected' && !(exec.reason instanceof LeaseBusy)) anomalies.push(`trial ${i}: execution threw ${String(exec.reason)}`);
+      if (exec.status === 'rejected' && !(exec.reason instanceof LeaseBusy))
+        anomalies.push(`trial ${i}: execution threw ${String(exec.reason)}`);
       if (decided.status === 'rejected') anomalies.push(`trial ${i}: decision threw ${String(decided.reason)}`);
       const refunds = await h.refunds(orderId);
       const refunded = refunds.reduce((s, r) => s + r.amountCents, 0);

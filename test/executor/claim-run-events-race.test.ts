@@ -81,7 +81,11 @@ describe('claims of two actions of one run, each delivered twice (ADR 0620)', ()
           .where('workflow_id', '=', a.workflowId)
           .orderBy('seq')
           .execute();
-        const wf = await h.db.selectFrom('workflows').select(['state', 'event_seq']).where('id', '=', a.workflowId).executeTakeFirstOrThrow();
+        const wf = await h.db
+          .selectFrom('workflows')
+          .select(['state', 'event_seq'])
+          .where('id', '=', a.workflowId)
+          .executeTakeFirstOrThrow();
         // one event per grant (the run's move rides on it), none for a refused or replayed delivery
         if (events.length !== 2) anomalies.push(`trial ${i}: ${events.length} workflow events`);
         if (Number(wf.event_seq) !== Number(events.at(-1)?.seq ?? 0)) anomalies.push(`trial ${i}: event_seq ${wf.event_seq}`);
@@ -89,7 +93,8 @@ describe('claims of two actions of one run, each delivered twice (ADR 0620)', ()
         for (const [k, ev] of events.entries()) {
           const p = ev.payload as Record<string, unknown>;
           if (k > 0 && Number(ev.seq) !== Number(events[k - 1]!.seq) + 1) anomalies.push(`trial ${i}: seq gap at ${ev.seq}`);
-          if (p.previousState !== previous) anomalies.push(`trial ${i}: event ${ev.seq} previousState ${String(p.previousState)}, was ${previous}`);
+          if (p.previousState !== previous)
+            anomalies.push(`trial ${i}: event ${ev.seq} previousState ${String(p.previousState)}, was ${previous}`);
           if (p.seq !== Number(ev.seq)) anomalies.push(`trial ${i}: event ${ev.seq} payload seq ${String(p.seq)}`);
           previous = ev.state;
         }

@@ -30,7 +30,11 @@ afterAll(async () => {
 /** An ALLOW refund in a run paused 20 minutes ago whose deadline passed 5 minutes ago, during the pause. */
 async function pausedPastItsDeadline(): Promise<SeededAction> {
   const a = await createAction(h.db, { orderId, amountCents: 1000, budgetMs: 600_000 });
-  await h.db.updateTable('workflows').set({ state: 'paused', next_step: 'Tool issue_refund is switched off.' }).where('id', '=', a.workflowId).execute();
+  await h.db
+    .updateTable('workflows')
+    .set({ state: 'paused', next_step: 'Tool issue_refund is switched off.' })
+    .where('id', '=', a.workflowId)
+    .execute();
   await h.db
     .updateTable('budgets')
     .set({ paused_at: new Date(Date.now() - 20 * 60_000), deadline_at: new Date(Date.now() - 5 * 60_000) })
@@ -52,7 +56,12 @@ function resume(workflowId: string): { written: Promise<void>; release: () => vo
       nextStep: null,
       audit: { type: 'run.resumed', service: 'cli', tool: 'issue_refund', outcome: 'tool_enabled', revisions: { release: 'rel-1' } },
     });
-    const budget = await trx.selectFrom('budgets').select('paused_at').where('workflow_id', '=', workflowId).forUpdate().executeTakeFirstOrThrow();
+    const budget = await trx
+      .selectFrom('budgets')
+      .select('paused_at')
+      .where('workflow_id', '=', workflowId)
+      .forUpdate()
+      .executeTakeFirstOrThrow();
     await creditWait(trx, workflowId, new Date(budget.paused_at!));
     await trx.updateTable('budgets').set({ paused_at: null }).where('workflow_id', '=', workflowId).execute();
     written();
@@ -99,7 +108,11 @@ describe('a claim waiting on a run that is resuming (ADR 0620)', () => {
       r.release();
       await r.done;
       const outcome = await execution;
-      const wf = await h.db.selectFrom('workflows').select(['state', 'stop_reason']).where('id', '=', a.workflowId).executeTakeFirstOrThrow();
+      const wf = await h.db
+        .selectFrom('workflows')
+        .select(['state', 'stop_reason'])
+        .where('id', '=', a.workflowId)
+        .executeTakeFirstOrThrow();
       // a refusal answers the call with `stop: budget_exhausted`: the agent loop then stops the run
       const stops = await h.db
         .selectFrom('outbox')

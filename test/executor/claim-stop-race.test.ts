@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction, deadlockCount, type SeededAction } from '@gatehouse/testing';
 import { LeaseBusy, processExecution } from '@gatehouse/executor';
 import { stopRunOnFailedStep } from '@gatehouse/ledger';
-import { auditEvents, EXECUTIONS_QUEUE, startHarness, type Harness } from './support/harness.ts';
+import { EXECUTIONS_QUEUE, startHarness, type Harness } from './support/harness.ts';
 
 // docs/decisions/0620-the-claim-in-two-statements.md: the claim locks the run, then the action,
 // then reserves the operation (one statement), and grants with the run's move riding on the
@@ -56,7 +56,8 @@ async function trial(a: SeededAction, delayMs: number): Promise<string[]> {
     // claim won: the grant committed before the stop
     if (claimed !== 1) anomalies.push(`effect sent with ${claimed} claims`);
     if (stoppedAt !== null && (first('operation.claimed') ?? Infinity) > stoppedAt) anomalies.push('effect claimed after the stop');
-    if (action.status !== 'succeeded' || op?.status !== 'succeeded') anomalies.push(`effect sent, action ${action.status}, op ${op?.status}`);
+    if (action.status !== 'succeeded' || op?.status !== 'succeeded')
+      anomalies.push(`effect sent, action ${action.status}, op ${op?.status}`);
   } else {
     // stop won: nothing claimed, the action ended with its run
     if (claimed !== 0) anomalies.push(`no effect but ${claimed} claims`);
@@ -80,22 +81,30 @@ describe('claim against a stop of its run (ADR 0620, ADR 0610)', () => {
   it.each([
     ['an ALLOW refund', 3000],
     ['an approved refund', 6000],
-  ])(`%s, ${TRIALS} trials: the claim or the stop wins, never both, never a deadlock`, async (_, amountCents) => {
-    const before = await deadlockCount(h.db, h.tdb.name);
-    const anomalies: string[] = [];
-    const winners = { claim: 0, stop: 0 };
-    for (let i = 0; i < TRIALS; i++) {
-      const a = await createAction(h.db, { orderId, amountCents, budgetMs: 600_000 });
-      const found = await trial(a, (i * 7) % 40);
-      anomalies.push(...found.map((f) => `trial ${i}: ${f}`));
-      const sent = await h.staging.selectFrom('staging.request_log').select('status').where('idempotency_key', '=', a.operationKey).execute();
-      winners[sent.length ? 'claim' : 'stop']++;
-    }
-    if (process.env.RACE_VERBOSE) console.info(`winners: ${JSON.stringify(winners)} outcomes: ${JSON.stringify([...outcomes])}`);
-    expect(anomalies).toEqual([]);
-    expect(await deadlockCount(h.db, h.tdb.name)).toBe(before);
-    // both sides won some trials, so the race was run
-    expect(winners.claim).toBeGreaterThan(0);
-    expect(winners.stop).toBeGreaterThan(0);
-  }, 120_000);
+  ])(
+    `%s, ${TRIALS} trials: the claim or the stop wins, never both, never a deadlock`,
+    async (_, amountCents) => {
+      const before = await deadlockCount(h.db, h.tdb.name);
+      const anomalies: string[] = [];
+      const winners = { claim: 0, stop: 0 };
+      for (let i = 0; i < TRIALS; i++) {
+        const a = await createAction(h.db, { orderId, amountCents, budgetMs: 600_000 });
+        const found = await trial(a, (i * 7) % 40);
+        anomalies.push(...found.map((f) => `trial ${i}: ${f}`));
+        const sent = await h.staging
+          .selectFrom('staging.request_log')
+          .select('status')
+          .where('idempotency_key', '=', a.operationKey)
+          .execute();
+        winners[sent.length ? 'claim' : 'stop']++;
+      }
+      if (process.env.RACE_VERBOSE) console.info(`winners: ${JSON.stringify(winners)} outcomes: ${JSON.stringify([...outcomes])}`);
+      expect(anomalies).toEqual([]);
+      expect(await deadlockCount(h.db, h.tdb.name)).toBe(before);
+      // both sides won some trials, so the race was run
+      expect(winners.claim).toBeGreaterThan(0);
+      expect(winners.stop).toBeGreaterThan(0);
+    },
+    120_000,
+  );
 });

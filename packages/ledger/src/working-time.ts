@@ -99,7 +99,9 @@ export function outageOutlasted(outage: OutageMark | undefined, policy: OutagePo
  * `budget_exhausted`. Otherwise the deadline decides. Runs in the caller's transaction.
  * `known.deadlineAtMs`: the deadline the caller read in this transaction with the run's lock
  * (`lockWorkflowForDecision`; the budget row itself is not locked, as it was not before); used
- * unless this call's credit just moved it, else the budget row is read.
+ * unless this call's credit just moved it, else the budget row is read. A known deadline that
+ * has passed is read again before the verdict (it may predate a credit committed while the lock
+ * was awaited).
  */
 export async function checkWorkingTime(
   trx: Trx,
@@ -122,7 +124,17 @@ export async function checkWorkingTime(
     }
   }
   deadline ??= await readDeadline(trx, workflowId);
-  return deadline.deadlineAtMs !== null && deadline.deadlineAtMs <= Date.now() ? { kind: 'budget_exhausted' } : { kind: 'ok' };
+  // The deadline the caller read with the run's lock comes from that statement's snapshot, taken
+  // before it waited for the lock: a credit committed by the lock's former holder (on-call's
+  // resume, ADR 0620) is not in it. A passed one is read again, now under the lock, before it
+  // stops the run; a deadline still ahead needs no second read.
+  if (deadline === known && passed(deadline)) deadline = await readDeadline(trx, workflowId);
+  return passed(deadline) ? { kind: 'budget_exhausted' } : { kind: 'ok' };
+}
+
+/** Whether a run's wall-time deadline has passed (none without a budget row). */
+function passed(deadline: { deadlineAtMs: number | null }, nowMs = Date.now()): boolean {
+  return deadline.deadlineAtMs !== null && deadline.deadlineAtMs <= nowMs;
 }
 
 /** The run's wall-time deadline (epoch ms; null without a budget row). */
