@@ -14,21 +14,52 @@ import type { OutboxRelay } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
 import { endRefusedOverride } from '../domain/release-override.ts';
 
+/** An approval past `expires_at` as the sweep finds it: read without a lock, then ended in lock order. */
+interface DueApproval {
+  id: string;
+  workflow_id: string;
+  action_id: string;
+}
+
+/** The columns the sweep's UPDATEs return (see {@link ExpiredApproval}). */
+const EXPIRED_COLUMNS = ['id', 'action_id', 'workflow_id', 'tool', 'action_digest', 'action_version', 'release_id', 'rule_id'] as const;
+
 /**
- * The UPDATE that expires pending approvals past `expires_at`, conditional on `status = 'pending'`.
- * Without `onlyPending` (control removed): the pending ones are read first and then updated by id,
+ * The approvals past `expires_at` in `status`, oldest first, read without a lock: each is then
+ * ended in a transaction of its own that locks its run and its action before it (ADR 0014's
+ * order; {@link lockRunAndAction}). `rule` narrows them to one rule (the release overrides).
+ */
+function dueApprovals(db: Db, status: 'pending' | 'approved', rule?: string): Promise<DueApproval[]> {
+  let q = db
+    .selectFrom('approvals')
+    .select(['id', 'workflow_id', 'action_id'])
+    .where('status', '=', status)
+    .where('expires_at', '<', new Date());
+  if (rule) q = q.where('rule_id', '=', rule);
+  return q.orderBy('expires_at').execute();
+}
+
+/**
+ * Locks the run, then the action of a due approval, before the approval's own UPDATE: the order
+ * every other writer of the three takes (workflows → actions → approvals,
+ * docs/decisions/0014-row-lock-order.md). The sweep used to update the approval first, and a
+ * stop of the same run (which locks the run and its actions, then voids their approvals) could
+ * deadlock with it.
+ */
+async function lockRunAndAction(trx: Trx, due: DueApproval): Promise<void> {
+  await trx.selectFrom('workflows').select('id').where('id', '=', due.workflow_id).forUpdate().execute();
+  await trx.selectFrom('actions').select('id').where('id', '=', due.action_id).forUpdate().execute();
+}
+
+/**
+ * The UPDATE that expires one due approval, conditional on its status still being `from` (a
+ * concurrent sweep, decision or void ended it otherwise). `conditional: false` drops that
+ * condition (control-removed tests only): the approval read earlier is then expired by id,
  * unconditionally — the check-then-act a concurrent sweep slips through.
  */
-async function dueApprovals(trx: Trx, onlyPending: boolean) {
-  const update = trx.updateTable('approvals').set({ status: 'expired', decided_at: new Date() });
-  if (onlyPending) return update.where('status', '=', 'pending').where('expires_at', '<', new Date());
-  const seen = await trx
-    .selectFrom('approvals')
-    .select('id')
-    .where('status', '=', 'pending')
-    .where('expires_at', '<', new Date())
-    .execute();
-  return update.where('id', 'in', seen.length ? seen.map((a) => a.id) : ['00000000-0000-4000-8000-000000000000']);
+function expireOne(trx: Trx, due: DueApproval, from: 'pending' | 'approved', conditional = true) {
+  const update = trx.updateTable('approvals').set({ status: 'expired', decided_at: new Date() }).where('id', '=', due.id);
+  return (conditional ? update.where('status', '=', from).where('expires_at', '<', new Date()) : update).returning([...EXPIRED_COLUMNS]);
 }
 
 /** The expired approval row as the sweep's UPDATEs return it. */
@@ -58,21 +89,53 @@ async function auditExpiry(trx: Trx, a: ExpiredApproval, outcome: 'expired' | 'e
  * conditional UPDATE, so each replica's sweep ends it once), audited, and its run is stopped with
  * `approval_expired` and a next step instead of waiting on a person forever. Only release
  * overrides: every other approved approval is consumed by a job or a command that the watchdog
- * or reconciliation keeps alive.
+ * or reconciliation keeps alive. One transaction per override, in lock order.
  */
-async function expireUnusedOverrides(trx: Trx): Promise<void> {
-  const unused = await trx
-    .updateTable('approvals')
-    .set({ status: 'expired', decided_at: new Date() })
-    .where('status', '=', 'approved')
-    .where('rule_id', '=', RELEASE_OVERRIDE_RULE_ID)
-    .where('expires_at', '<', new Date())
-    .returning(['id', 'workflow_id', 'tool', 'action_digest', 'action_version', 'release_id', 'rule_id'])
-    .execute();
-  for (const a of unused) {
-    await auditExpiry(trx, a, 'expired_unused');
-    await endRefusedOverride(trx, a, 'approval_expired');
-  }
+async function expireUnusedOverrides(db: Db): Promise<void> {
+  for (const due of await dueApprovals(db, 'approved', RELEASE_OVERRIDE_RULE_ID))
+    await inTransaction(db, async (trx) => {
+      await lockRunAndAction(trx, due);
+      const [a] = await expireOne(trx, due, 'approved').execute();
+      if (!a) return;
+      await auditExpiry(trx, a, 'expired_unused');
+      await endRefusedOverride(trx, a, 'approval_expired');
+    });
+}
+
+/**
+ * Expires one due pending approval in `trx`, after locking its run and action
+ * ({@link lockRunAndAction}): the approval becomes `expired` and is audited, its action is
+ * denied, a release override's run is stopped, and a model call is answered
+ * `{executed: false, reason: "approval_expired"}` with `stop: approval_expired` (the returned
+ * `results` row, to publish after the commit). Null when there is no call to answer, or when
+ * the approval was no longer pending.
+ */
+async function expirePending(trx: Trx, due: DueApproval, conditional: boolean): Promise<OutboxRow | null> {
+  await lockRunAndAction(trx, due);
+  const [a] = await expireOne(trx, due, 'pending', conditional).execute();
+  if (!a) return null;
+  const denied = await transitionAction(trx, a.action_id, { to: 'denied', onlyFrom: ['pending_approval'] });
+  const action = denied
+    ? await trx
+        .selectFrom('actions as ac')
+        .innerJoin('workflows as w', 'w.id', 'ac.workflow_id')
+        .select(['ac.call_id', 'w.release_id'])
+        .where('ac.id', '=', a.action_id)
+        .executeTakeFirstOrThrow()
+    : undefined;
+  await auditExpiry(trx, a, 'expired');
+  // A remediation's call belongs to no model conversation: the reconciliation job reopens its
+  // item; a release override's run ends here (ADR 0230).
+  if (denied) await endRefusedOverride(trx, a, 'approval_expired');
+  if (!action || decidedOutOfBand(a.rule_id)) return null;
+  const output = toSafeOutput(a.tool, { executed: false, reason: 'approval_expired' }, 'gatehouse');
+  return enqueueInTransaction(trx, resultsQueue, {
+    release: action.release_id, // the run's queues now (a requeue may have moved it)
+    workflowId: a.workflow_id,
+    callId: action.call_id,
+    output,
+    stop: 'approval_expired',
+  });
 }
 
 /**
@@ -83,44 +146,16 @@ async function expireUnusedOverrides(trx: Trx): Promise<void> {
  * Every approval replica runs this sweep (docs/decisions/0195-services-as-replicas.md): the
  * condition `status = 'pending'` is re-checked by Postgres after a concurrent sweep's commit, so
  * an approval expires — and is audited and answered — once. `onlyPending: false` drops that
- * condition (control-removed tests only).
+ * condition (control-removed tests only). Each approval is ended in a transaction of its own
+ * that locks its run and action first ({@link expirePending}).
  */
 export async function sweepExpiredApprovals(deps: { db: Db; relay: OutboxRelay; onlyPending?: boolean }): Promise<number> {
-  const rows = await inTransaction(deps.db, async (trx) => {
-    await expireUnusedOverrides(trx);
-    const due = await dueApprovals(trx, deps.onlyPending !== false);
-    const expired = await due
-      .returning(['id', 'action_id', 'workflow_id', 'tool', 'action_digest', 'action_version', 'release_id', 'rule_id'])
-      .execute();
-    const out: OutboxRow[] = [];
-    for (const a of expired) {
-      const denied = await transitionAction(trx, a.action_id, { to: 'denied', onlyFrom: ['pending_approval'] });
-      const action = denied
-        ? await trx
-            .selectFrom('actions as ac')
-            .innerJoin('workflows as w', 'w.id', 'ac.workflow_id')
-            .select(['ac.call_id', 'w.release_id'])
-            .where('ac.id', '=', a.action_id)
-            .executeTakeFirstOrThrow()
-        : undefined;
-      await auditExpiry(trx, a, 'expired');
-      // A remediation's call belongs to no model conversation: the reconciliation job reopens its
-      // item; a release override's run ends here (ADR 0230).
-      if (denied) await endRefusedOverride(trx, a, 'approval_expired');
-      if (!action || decidedOutOfBand(a.rule_id)) continue;
-      const output = toSafeOutput(a.tool, { executed: false, reason: 'approval_expired' }, 'gatehouse');
-      out.push(
-        await enqueueInTransaction(trx, resultsQueue, {
-          release: action.release_id, // the run's queues now (a requeue may have moved it)
-          workflowId: a.workflow_id,
-          callId: action.call_id,
-          output,
-          stop: 'approval_expired',
-        }),
-      );
-    }
-    return out;
-  });
+  await expireUnusedOverrides(deps.db);
+  const rows: OutboxRow[] = [];
+  for (const due of await dueApprovals(deps.db, 'pending')) {
+    const row = await inTransaction(deps.db, (trx) => expirePending(trx, due, deps.onlyPending !== false));
+    if (row) rows.push(row);
+  }
   await deps.relay.publish(rows);
   return rows.length;
 }
