@@ -29,6 +29,17 @@ const replayedEvents = (workflowId: string) =>
     .where(sql<boolean>`event->>'type' = 'operation.replayed' and event->>'runId' = ${workflowId}`)
     .execute();
 
+/** The types of the audit events written for a run, in the order they were written. */
+const auditTypes = async (workflowId: string) =>
+  (
+    await h.db
+      .selectFrom('audit_outbox')
+      .select(sql<string>`event->>'type'`.as('type'))
+      .where(sql<boolean>`event->>'runId' = ${workflowId}`)
+      .orderBy('id')
+      .execute()
+  ).map((e) => e.type);
+
 /** The statements of the claim transaction: from the first BEGIN to its COMMIT. */
 function claimTransaction(all: string[]): string[] {
   const begins = all.flatMap((s, i) => (/^begin/i.test(s) ? [i] : []));
@@ -94,12 +105,10 @@ describe('executor: statements for one ALLOW refund', () => {
     // no audit event is a statement of its own: each rides on the state change it describes, and
     // each is still written, once
     expect(statements.filter((s) => /^insert into "audit_outbox"/.test(s))).toEqual([]);
-    const events = await h.db
-      .selectFrom('audit_outbox')
-      .select(sql<string>`event->>'type'`.as('type'))
-      .where(sql<boolean>`event->>'runId' = ${a.workflowId}`)
-      .execute();
-    expect(events.map((e) => e.type).filter((t) => t.startsWith('operation.'))).toEqual(['operation.claimed', 'operation.succeeded']);
+    expect((await auditTypes(a.workflowId)).filter((t) => t.startsWith('operation.'))).toEqual([
+      'operation.claimed',
+      'operation.succeeded',
+    ]);
   });
 });
 
@@ -116,12 +125,7 @@ describe('executor: statements for one approved refund', () => {
     expect(claim.length).toBeLessThanOrEqual(5);
     expect(claim.filter((s) => /update "approvals"/.test(s))).toHaveLength(1);
     expect(statements.filter((s) => /^insert into "audit_outbox"/.test(s))).toEqual([]);
-    const events = await h.db
-      .selectFrom('audit_outbox')
-      .select(sql<string>`event->>'type'`.as('type'))
-      .where(sql<boolean>`event->>'runId' = ${a.workflowId}`)
-      .execute();
-    expect(events.map((e) => e.type).filter((t) => t === 'approval.consumed' || t.startsWith('operation.'))).toEqual([
+    expect((await auditTypes(a.workflowId)).filter((t) => t === 'approval.consumed' || t.startsWith('operation.'))).toEqual([
       'approval.consumed',
       'operation.claimed',
       'operation.succeeded',
