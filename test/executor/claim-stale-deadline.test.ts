@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction, type SeededAction } from '@gatehouse/testing';
 import { processExecution } from '@gatehouse/executor';
 import { creditWait, inTransaction, transitionWorkflow } from '@gatehouse/ledger';
+import { someoneWaitsOnALock } from '@gatehouse/test-harness';
 import { startHarness, type Harness } from './support/harness.ts';
 
 // docs/decisions/0620-the-claim-in-two-statements.md: the claim's first statement locks the run
@@ -70,17 +71,6 @@ function resume(workflowId: string): { written: Promise<void>; release: () => vo
   return { written: wrote, release, done };
 }
 
-/** Waits until some backend of the test database waits on a lock. */
-async function someoneWaitsOnALock(): Promise<boolean> {
-  for (let i = 0; i < 200; i++) {
-    const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
-      where datname = current_database() and wait_event_type = 'Lock'`.execute(h.db);
-    if (rows[0]!.n > 0) return true;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  return false;
-}
-
 describe('a claim waiting on a run that is resuming (ADR 0620)', () => {
   it(`the claim started after the resume committed runs the refund (control, × ${Math.min(TRIALS, 10)})`, async () => {
     const deps = h.deps({ hooks: { ...h.deps().hooks, disableReevaluation: true } });
@@ -104,7 +94,7 @@ describe('a claim waiting on a run that is resuming (ADR 0620)', () => {
       const r = resume(a.workflowId);
       await r.written;
       const execution = processExecution(a.job, deps);
-      const waited = await someoneWaitsOnALock();
+      const waited = await someoneWaitsOnALock(h.db, 2_000);
       r.release();
       await r.done;
       const outcome = await execution;

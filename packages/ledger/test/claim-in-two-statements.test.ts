@@ -3,7 +3,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction } from '@gatehouse/testing';
 import { WorkflowEventSchema } from '@gatehouse/contracts';
-import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
+import { createTestDatabase, someoneWaitsOnALock, type TestDatabase } from '@gatehouse/test-harness';
 import { grantLease, inTransaction, lockActionAndReserve, readActionsView, readWorkflowEvents } from '../src/index.ts';
 
 // docs/decisions/0620-the-claim-in-two-statements.md, against a real ledger: the checks' statement
@@ -25,17 +25,6 @@ async function connect(): Promise<pg.Client> {
   return c;
 }
 
-/** Waits until some backend of the test database waits on a row lock (a transaction is blocked). */
-async function someoneWaitsOnALock(): Promise<void> {
-  for (let i = 0; i < 200; i++) {
-    const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
-      where datname = current_database() and wait_event_type = 'Lock'`.execute(tdb.db);
-    if (rows[0]!.n > 0) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error('no backend waited on a lock');
-}
-
 /** An approved refund whose run is in `state`, a state the claim moves to `executing` from. */
 async function inState(orderId: string, state: 'investigating' | 'awaiting_approval') {
   const a = await createAction(tdb.db, { orderId });
@@ -55,7 +44,7 @@ describe('the claim in two statements (ADR 0620)', () => {
         const claim = inTransaction(tdb.db, (trx) =>
           lockActionAndReserve(trx, a.actionId, { version: 1, statuses: ['approved'] }, { lockRun: a.workflowId }),
         );
-        await someoneWaitsOnALock();
+        expect(await someoneWaitsOnALock(tdb.db)).toBe(true);
         // Were the action locked before the run, this would fail with "could not obtain lock".
         await bystander.query('begin');
         await expect(bystander.query('select 1 from actions where id = $1 for update nowait', [a.actionId])).resolves.toBeDefined();

@@ -10,3 +10,4 @@ export * from './private-redis.ts';
 export * from './stack.ts';
 export * from './tcp-cut.ts';
 export * from './audit-tamper.ts';
+export * from './lock-wait.ts';

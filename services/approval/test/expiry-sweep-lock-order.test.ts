@@ -5,7 +5,14 @@ import { createDb, inTransaction, stopRun, type Db } from '@gatehouse/ledger';
 import { sweepExpiredApprovals } from '../src/jobs/expiry.sweep.ts';
 // @gatehouse/testing is not linked into this service's node_modules; imported by path.
 import { createAction, deadlockCount, type SeededAction } from '@gatehouse/testing';
-import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
+import {
+  createTestDatabase,
+  dropQueuePrefix,
+  someoneWaitsOnALock,
+  testQueuePrefix,
+  TEST_REDIS_URL,
+  type TestDatabase,
+} from '@gatehouse/test-harness';
 
 // The expiry sweep ends a due approval after locking its run and its action, the order every
 // other writer takes (workflows → actions → approvals, docs/decisions/0014-row-lock-order.md). It
@@ -45,17 +52,6 @@ async function expiredApproval(orderId: string): Promise<SeededAction> {
   return a;
 }
 
-/** Waits until some backend of the test database waits on a lock. */
-async function someoneWaitsOnALock(): Promise<void> {
-  for (let i = 0; i < 200; i++) {
-    const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
-      where datname = current_database() and wait_event_type = 'Lock'`.execute(db);
-    if (rows[0]!.n > 0) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  throw new Error('no backend waited on a lock');
-}
-
 const approvalStatus = async (id: string) =>
   (await db.selectFrom('approvals').select('status').where('id', '=', id).executeTakeFirstOrThrow()).status;
 
@@ -81,7 +77,7 @@ describe('the expiry sweep takes the locks in the ledger order', () => {
         await sql`select 1 from workflows where id = ${a.workflowId} for update`.execute(stopper);
         await sql`select 1 from actions where id = ${a.actionId} for update`.execute(stopper);
         const sweep = sweepExpiredApprovals({ db, relay });
-        await someoneWaitsOnALock();
+        expect(await someoneWaitsOnALock(db)).toBe(true);
         // The sweep that updated the approval first would hold it here, and this would deadlock.
         await sql`update approvals set status = 'void', decided_at = now() where id = ${a.approvalId}`.execute(stopper);
         await sql`update actions set status = 'superseded' where id = ${a.actionId}`.execute(stopper);
