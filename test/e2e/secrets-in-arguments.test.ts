@@ -89,11 +89,15 @@ describe('a secret in a tool argument is refused at the policy gateway', () => {
     let rest: false | WorkflowView = false;
     await waitUntil(async () => (rest = await atRest(token, workflowId)) !== false, 'the run at rest');
     const v = rest as unknown as WorkflowView;
+    // The approval service writes the approval from its request job, after the run moved to
+    // awaiting_approval: wait for that row, then check that it is the only one.
+    const approvalsOf = () => s.db.db.selectFrom('approvals').selectAll().where('workflow_id', '=', workflowId).execute();
+    await waitUntil(async () => (await approvalsOf()).length > 0, 'the approval request written');
 
     // Zero downstream for the refused calls: the only action and approval are the rephrased
     // refund's, and the payments ledger was never asked (the API-key refund would have run at once).
     expect.soft(v.actions.map((a) => [a.tool, a.arguments.reason])).toEqual([['issue_refund', CLEAN_REASON]]);
-    const approvals = await s.db.db.selectFrom('approvals').selectAll().where('workflow_id', '=', workflowId).execute();
+    const approvals = await approvalsOf();
     expect.soft(approvals).toHaveLength(1);
     expect.soft(await stagingRequests(s, '?orderId=O-1001')).toEqual([]);
     expect.soft(await refunds(s, 'O-1001')).toEqual([]);
