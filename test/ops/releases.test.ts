@@ -237,8 +237,9 @@ describe('rollback rehearsal', () => {
         expect(jobs.map((j) => (j.data as { release: string }).release)).toEqual(['rel-1']);
       }
       // The moved execution job ran on rel-1's worker at once, and its workflow was already on rel-1
-      // (moved before the job, or its next job would go to rel-2's drained queue).
-      for (const until = Date.now() + 60_000; handled < 1 && Date.now() < until;) await new Promise((r) => setTimeout(r, 50));
+      // (moved before the job, or its next job would go to rel-2's drained queue). Wait for what the
+      // handler records after its read, not for `handled`: that counts the job before its await.
+      for (const until = Date.now() + 60_000; releaseAtRun.length < 1 && Date.now() < until;) await new Promise((r) => setTimeout(r, 50));
       expect(releaseAtRun).toEqual(['rel-1']);
     } finally {
       await worker.close();
