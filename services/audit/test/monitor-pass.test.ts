@@ -51,11 +51,12 @@ describe('one monitor pass per interval across audit replicas', () => {
 
   it('the next pass waits for 0.9 × the interval since the last began, then another replica may take it', async () => {
     await lastPassLongAgo();
-    expect(await claimMonitorPass(t.db, 'audit-a', 400)).toBe(true);
-    expect(await claimMonitorPass(other, 'audit-b', 400)).toBe(false);
-    expect(await claimMonitorPass(t.db, 'audit-a', 400)).toBe(false);
-    await new Promise((r) => setTimeout(r, 400));
-    expect(await claimMonitorPass(other, 'audit-b', 400)).toBe(true);
+    // 3 s, so the two refusals fall inside 0.9 × the interval even on a loaded machine.
+    expect(await claimMonitorPass(t.db, 'audit-a', 3000)).toBe(true);
+    expect(await claimMonitorPass(other, 'audit-b', 3000)).toBe(false);
+    expect(await claimMonitorPass(t.db, 'audit-a', 3000)).toBe(false);
+    await new Promise((r) => setTimeout(r, 3000));
+    expect(await claimMonitorPass(other, 'audit-b', 3000)).toBe(true);
     const row = await t.db.selectFrom('monitor_passes').selectAll().executeTakeFirstOrThrow();
     expect(row.replica).toBe('audit-b');
   });
