@@ -88,12 +88,17 @@ export class AbuseLimiter {
   }
 
   /**
-   * Gives back the point {@link take} counted for `subject`, user and tenant (best effort: a
-   * failure is ignored). For a request the server failed (5xx): an outage must not use up limits.
+   * Gives back the points {@link take} counted for `subject` (best effort: a failure is ignored).
+   * For a request the server failed (5xx): an outage must not use up limits. A refused take
+   * counted too — the store counts every attempt — but only up to the limit that refused it:
+   * `refusedAt` `user` gives back the user's point alone (the tenant was never counted);
+   * otherwise the user's and the tenant's.
    */
-  async giveBack(subject: RateSubject): Promise<void> {
+  async giveBack(subject: RateSubject, refusedAt?: RateRefusal['scope']): Promise<void> {
     if (this.#disabled) return;
-    await Promise.all([this.#user.reward(userKey(subject), 1), this.#tenant.reward(subject.tenant, 1)]).catch(() => undefined);
+    const user = this.#user.reward(userKey(subject), 1);
+    const tenant = refusedAt === 'user' ? null : this.#tenant.reward(subject.tenant, 1);
+    await Promise.all([user, tenant]).catch(() => undefined);
   }
 
   /** Settings in force (for messages and documentation). */
@@ -137,11 +142,12 @@ export function rateLimit(limiter: AbuseLimiter, subjectOf: (req: Request) => Ra
       let counted = false;
       res.on('finish', () => void (counted && res.statusCode >= 500 && limiter.giveBack(subject)));
       const refusal = await limiter.take(subject);
+      // Answered meanwhile (the response deadline passed while the counter's store hung): the
+      // caller was told to retry, so the request must not run late behind its back, and what the
+      // late take counted — even a refusal, which the store counts too — is given back.
+      if (res.headersSent) return void limiter.giveBack(subject, refusal?.scope);
       if (refusal) return sendRateRefusal(res, refusal, limiter.settings);
       counted = true;
-      // Answered meanwhile (the response deadline passed while the counter's store hung): the
-      // caller was told to retry, so the request must not run late behind its back.
-      if (res.headersSent) return void limiter.giveBack(subject);
       next();
     } catch (err) {
       next(err);

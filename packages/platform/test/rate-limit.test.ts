@@ -46,4 +46,19 @@ describe('rate limits and failed requests', () => {
     for (let i = 0; i < 3; i++) expect((await request(a).post('/x')).status).toBe(400);
     expect((await request(a).post('/x')).status).toBe(429);
   });
+
+  it('a take refused by the user limit is given back for the user alone (the tenant was never counted)', async () => {
+    const limiter = new AbuseLimiter(redis, prefix, { surface: 'late', perUser: 1, perTenant: 100, windowSeconds: 3600 });
+    const subject = { user: 'rep-ana', tenant: 'quillfeather' };
+    const counters = async () =>
+      (await redis.mget(`${prefix}:rl:late:user:quillfeather\u0000rep-ana`, `${prefix}:rl:late:tenant:quillfeather`)).map(Number);
+    expect(await limiter.take(subject)).toBeNull();
+    const refusal = await limiter.take(subject);
+    expect(refusal?.scope).toBe('user');
+    expect(await counters()).toEqual([2, 1]); // the store counts the refused take too
+    await limiter.giveBack(subject, refusal?.scope);
+    expect(await counters()).toEqual([1, 1]);
+    await limiter.giveBack(subject);
+    expect(await counters()).toEqual([0, 0]);
+  });
 });
