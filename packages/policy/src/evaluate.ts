@@ -14,6 +14,7 @@ import {
   type SupportLimitOptions,
 } from './facts.ts';
 import { evaluateSupport, type PolicyDecision, type SupportFacts } from './support.rules.ts';
+import { changeRecord } from './records.ts';
 
 /**
  * The authoritative record a decision reads, by pack: the order (support) or the change and,
@@ -25,15 +26,15 @@ export type AuthoritativeRecord =
 
 /**
  * Reads a change from the change service (`GET /changes/:id` of the staging systems): an
- * authoritative read for policy, no credential minted; the caller checks the tenant (C2).
- * @throws Error when the change service does not answer (the job is retried).
+ * authoritative read for policy, no credential minted; the caller checks the tenant (C2). The
+ * record is validated and its strings bounded and redacted ({@link changeRecord}).
+ * @throws Error when the change service does not answer, or answers a malformed record (the job is retried).
  */
 export async function fetchChange(stagingUrl: string, changeId: string): Promise<ChangeRecordFacts | null> {
   const res = await fetchCapped(`${stagingUrl}/changes/${encodeURIComponent(changeId)}`, { signal: AbortSignal.timeout(5000) });
   if (res.status === 404) return null;
   if (!res.ok) throw new Error(`change service answered ${res.status}`);
-  const c = (await res.json()) as ChangeRecordFacts;
-  return { id: c.id, tenant: c.tenant, environment: c.environment, service: c.service, risk: c.risk };
+  return changeRecord(await res.json());
 }
 
 /** The plan `planId` if `prepare_change` wrote it in workflow `workflowId`, else null. */

@@ -5,6 +5,7 @@ import { eligibleTools } from './eligibility.ts';
 import { supportTools, type ParsedProposal } from '@gatehouse/tools';
 import type { SupportFacts } from './support.rules.ts';
 import { windowStart } from './window-clock.ts';
+import { orderRecord } from './records.ts';
 
 /**
  * Action states whose refund counts toward the cumulative basis (R4, R7) and the rolling caps
@@ -51,14 +52,14 @@ export function lookupUser(userId: string, tenant: string): SupportFacts['user']
  * Reads an order from the order system (`GET /orders/:id` of the staging systems): the
  * authoritative read for policy, not a tool effect — no delegated credential is minted and the
  * caller checks tenant and region (R2) before anything else sees the order.
- * @throws Error when the order system does not answer (the job is retried).
+ * The record is validated and its strings bounded and redacted ({@link orderRecord}).
+ * @throws Error when the order system does not answer, or answers a malformed record (the job is retried).
  */
 export async function fetchOrder(stagingUrl: string, orderId: string): Promise<SupportFacts['order']> {
   const res = await fetchCapped(`${stagingUrl}/orders/${encodeURIComponent(orderId)}`, { signal: AbortSignal.timeout(5000) });
   if (res.status === 404) return null;
   if (!res.ok) throw new Error(`order system answered ${res.status}`);
-  const o = (await res.json()) as { id: string; tenant: string; region: string; paid: number; status: string };
-  return { id: o.id, tenant: o.tenant, region: o.region, paid: o.paid, status: o.status };
+  return orderRecord(await res.json());
 }
 
 /**
