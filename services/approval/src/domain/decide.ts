@@ -8,6 +8,7 @@ import {
   transitionAction,
   type Db,
   type OutboxRow,
+  type Trx,
 } from '@gatehouse/ledger';
 import { ConflictError, Forbidden, Gone, NotFound } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
@@ -85,6 +86,45 @@ async function auditRefusedDecision(
   );
 }
 
+/**
+ * 409 `stale_version` when the approval's action was amended: superseded (a follow-up message,
+ * or the executor's re-evaluation), or a later version names it in `supersedes_version`. Versions
+ * are numbered per workflow, so a sibling action on the same order (a second refund, a suppressed
+ * duplicate) is not a newer version of this one. Null when the bound version is current.
+ */
+async function staleVersion(
+  trx: Trx,
+  approval: { action_id: string; workflow_id: string; action_version: number },
+): Promise<ConflictError | null> {
+  const bound = await trx.selectFrom('actions').select(['status']).where('id', '=', approval.action_id).executeTakeFirstOrThrow();
+  const amendedBy = await trx
+    .selectFrom('actions')
+    .select(['version'])
+    .where('workflow_id', '=', approval.workflow_id)
+    .where('supersedes_version', '=', approval.action_version)
+    .orderBy('version', 'desc')
+    .executeTakeFirst();
+  if (bound.status !== 'superseded' && !amendedBy) return null;
+  const by = amendedBy ? ` by version ${amendedBy.version}` : '';
+  return new ConflictError('stale_version', `version ${approval.action_version} was superseded${by}`);
+}
+
+/**
+ * Why a decision's conditional UPDATE found the approval no longer pending and unexpired: it
+ * changed after it was read, while this decision waited for the action's lock. Read again, now
+ * that the writer has committed: 409 `stale_version` when a follow-up superseded its action (the
+ * approval was voided with it), 410 `expired` past its expiry, else 410 `already_<status>`.
+ */
+async function endedMeanwhile(
+  trx: Trx,
+  approval: { id: string; action_id: string; workflow_id: string; action_version: number },
+): Promise<ConflictError | Gone> {
+  const stale = await staleVersion(trx, approval);
+  if (stale) return stale;
+  const now = await trx.selectFrom('approvals').select('status').where('id', '=', approval.id).executeTakeFirstOrThrow();
+  if (now.status === 'pending') return new Gone('expired', 'approval expired');
+  return new Gone(`already_${now.status}`, `approval is ${now.status}`);
+}
 /** The decision itself, in one transaction (see {@link decideApproval}). */
 async function decideInTransaction(
   db: Db,
@@ -109,27 +149,13 @@ async function decideInTransaction(
       approverRole: approval.approver_role,
       sameRegion: approval.same_region,
     });
-    // Stale means amended: the approved action was superseded (a follow-up message, or the
-    // executor's re-evaluation) or a later version names it in `supersedes_version`. Versions are
-    // numbered per workflow, so a sibling action on the same order (a second refund, a suppressed
-    // duplicate) is not a newer version of this one.
-    const bound = await trx.selectFrom('actions').select(['status']).where('id', '=', approval.action_id).executeTakeFirstOrThrow();
-    const amendedBy = await trx
-      .selectFrom('actions')
-      .select(['version'])
-      .where('workflow_id', '=', approval.workflow_id)
-      .where('supersedes_version', '=', approval.action_version)
-      .orderBy('version', 'desc')
-      .executeTakeFirst();
+    const stale = await staleVersion(trx, approval);
     if (body.actionVersion !== approval.action_version)
       throw new ConflictError(
         'stale_version',
         `version ${body.actionVersion} is not the version ${approval.action_version} this approval binds`,
       );
-    if (bound.status === 'superseded' || amendedBy) {
-      const by = amendedBy ? ` by version ${amendedBy.version}` : '';
-      throw new ConflictError('stale_version', `version ${approval.action_version} was superseded${by}`);
-    }
+    if (stale) throw stale;
     if (body.actionDigest !== approval.action_digest) throw new ConflictError('digest_mismatch', 'action digest does not match');
     if (approval.status !== 'pending') throw new Gone(`already_${approval.status}`, `approval is ${approval.status}`);
     const wf = await trx
@@ -152,7 +178,7 @@ async function decideInTransaction(
       .where('expires_at', '>', new Date())
       .returning('id')
       .executeTakeFirst();
-    if (!decided) throw new Gone('already_decided', 'approval was decided concurrently');
+    if (!decided) throw await endedMeanwhile(trx, approval);
     // Waiting for a person is not the run's working time: move its deadline by the wait — the
     // part not already credited, so two approvals waited on at once count the span once.
     await creditWait(trx, approval.workflow_id, new Date(approval.created_at));
