@@ -121,4 +121,17 @@ describe('executor: duplicate delivery and client retries', () => {
     expect(gap).toBeGreaterThanOrEqual(900);
     expect(await h.refunds(orderId)).toHaveLength(1);
   });
+
+  it('429 with a Retry-After past the deadline: no wait for a retry that cannot be made, failed at once, nothing refunded', async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { orderId, amountCents: 2600 });
+    await h.arm({ target: 'payments', mode: 'rate_limit', retryAfterMs: 600_000, times: 1 });
+
+    expect(await processExecution(a.job, h.deps())).toMatch(/^failed/);
+
+    expect((await h.requests(orderId)).map((r) => [r.status, r.reason])).toEqual([[429, 'fault:rate_limit']]);
+    const op = await h.db.selectFrom('operations').select(['status', 'error']).where('key', '=', a.operationKey).executeTakeFirstOrThrow();
+    expect(op).toEqual({ status: 'failed', error: 'rate_limited_past_deadline' });
+    expect(await h.refunds(orderId)).toEqual([]);
+  });
 });

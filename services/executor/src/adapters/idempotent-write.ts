@@ -10,8 +10,9 @@ const CONNECTION_REFUSED = 'ECONNREFUSED';
 /**
  * One idempotent write (`POST url` with `body`) under the downstream's retry policy: the same
  * `Idempotency-Key` (the operation key) and fencing token on every attempt; 200/201 succeed
- * (`evidence` picks the downstream id); 429 waits for Retry-After, 5xx and lost responses are
- * retried up to `maxAttempts` within the deadline; other 4xx are final. After an unanswered
+ * (`evidence` picks the downstream id); 429 waits for Retry-After (or ends at once,
+ * `rate_limited_past_deadline`, when the wait would end past the deadline), 5xx and lost
+ * responses are retried up to `maxAttempts` within the deadline; other 4xx are final. After an unanswered
  * attempt (it may have landed), running out of attempts or a final 4xx is `unknown`, never
  * `failed` (docs/product/hard-cases.md#timeout-with-unknown-outcome: an unknown write outcome is failed_unknown, never retried automatically).
  * A refused connection (`ECONNREFUSED`) sent nothing, so it is not an unanswered attempt: when
@@ -67,6 +68,9 @@ export async function idempotentWrite(
       }
       if (res.status === 429) {
         const ms = Number(res.headers.get('retry-after-ms') ?? Number(res.headers.get('retry-after') ?? 1) * 1000);
+        // A wait that would end past the deadline is not waited for: the worker is not held
+        // for a retry that cannot be made (a plain error: not retried, not a breaker failure).
+        if (Number.isFinite(ms) && Date.now() + ms >= call.deadlineMs) throw new Error('rate_limited_past_deadline');
         throw new RetryableDownstreamError('rate_limited', { retryAfterMs: Number.isFinite(ms) ? ms : undefined });
       }
       if (res.status >= 500) throw new RetryableDownstreamError(`${res.status}:${reasonOf(res.body)}`);
