@@ -59,6 +59,7 @@ const STATUS: Record<string, number> = {
   QueueOpRefused: 409,
   RollbackRefused: 409,
   WebhookSecretUnreadable: 503,
+  MalformedRecord: 503,
 };
 
 /** Every `.ts` file under `dir`, repository-relative. */

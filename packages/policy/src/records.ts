@@ -1,21 +1,33 @@
 import { z } from 'zod';
+import { SystemError } from '@gatehouse/contracts';
 import { boundText } from '@gatehouse/tools';
 import type { ChangeRecordFacts } from './change.rules.ts';
 import type { SupportFacts } from './support.rules.ts';
 
 /**
- * A string a system of record sent: its secrets redacted and cut to the tool-output bound, like
- * every untrusted string (docs/product/invariants.md#untrusted-output). An order's status or a
- * change's service is shown to approvers and stored in the action's facts; the order system is
- * authoritative for the figures, not trusted with text.
+ * An identifier a system of record sent (an order or change id, a tenant, a region, an
+ * environment): compared with the requester's own, so it must arrive exact. 1–128 characters,
+ * no control character. Anything else refuses the record rather than being changed.
+ */
+const recordId = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[^\p{Cc}]+$/u, 'has a control character');
+
+/**
+ * Free text a system of record sent (an order's status, a change's service or risk): its
+ * secrets redacted and cut to the tool-output bound, like every untrusted string
+ * (docs/product/invariants.md#untrusted-output). It is shown to approvers and stored in the
+ * action's facts; the system is authoritative for its figures, not trusted with text.
  */
 const recordText = z.string().transform(boundText);
 
 /** The order fields a support decision reads (`GET /orders/:id`); any other field is dropped. */
 const OrderRecordSchema = z.object({
-  id: recordText,
-  tenant: recordText,
-  region: recordText,
+  id: recordId,
+  tenant: recordId,
+  region: recordId,
   /** Amount paid, integer cents. */
   paid: z.number().int().nonnegative(),
   status: recordText,
@@ -23,32 +35,44 @@ const OrderRecordSchema = z.object({
 
 /** The change fields a change decision reads (`GET /changes/:id`); any other field is dropped. */
 const ChangeRecordSchema = z.object({
-  id: recordText,
-  tenant: recordText,
-  environment: recordText,
+  id: recordId,
+  tenant: recordId,
+  environment: recordId,
   service: recordText,
   risk: recordText,
 });
 
 /**
- * Validates `body` against `schema` and reduces it to the fields the rules read, strings bounded.
- * @throws Error naming the record (`what`) and its first problems (at most 3, each bounded) when
- *   the body is not such a record: a system of record that answers malformed data has not
- *   answered, and the job is retried like one that did not answer at all.
+ * A system of record answered a body that is not the record asked for (503, reason
+ * `malformed_record`): it has not answered. The message names the service and the first fields.
+ */
+export class MalformedRecord extends SystemError {
+  constructor(message: string) {
+    super('malformed_record', message);
+  }
+}
+
+/**
+ * Validates `body` against `schema` and reduces it to the fields the rules read, text bounded.
+ * @throws MalformedRecord naming the service (`what`) and its first problems (at most 3, each
+ *   bounded) when the body is not such a record. The policy gateway retries the proposal, then
+ *   stops the run (as when the service does not answer); the executor holds the step like an
+ *   outage of the system of record, then stops the run past the outage ceiling
+ *   (`dependency_unavailable`).
  */
 function parseRecord<T>(schema: z.ZodType<T>, body: unknown, what: string): T {
   const parsed = schema.safeParse(body);
   if (parsed.success) return parsed.data;
   const issues = parsed.error.issues.slice(0, 3).map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`.slice(0, 200));
-  throw new Error(`${what} answered a malformed record: ${issues.join('; ')}`);
+  throw new MalformedRecord(`${what} answered a malformed record: ${issues.join('; ')}`);
 }
 
-/** An order as the rules read it (R2–R4, R7–R9), from the order system's answer. @throws Error when malformed ({@link parseRecord}). */
+/** An order as the rules read it (R2–R4, R7–R9), from the order system's answer. @throws MalformedRecord when malformed ({@link parseRecord}). */
 export function orderRecord(body: unknown): NonNullable<SupportFacts['order']> {
   return parseRecord(OrderRecordSchema, body, 'order system');
 }
 
-/** A change as the change rules read it, from the change service's answer. @throws Error when malformed ({@link parseRecord}). */
+/** A change as the change rules read it, from the change service's answer. @throws MalformedRecord when malformed ({@link parseRecord}). */
 export function changeRecord(body: unknown): ChangeRecordFacts {
   return parseRecord(ChangeRecordSchema, body, 'change service');
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { changeRecord, orderRecord } from '../src/records.ts';
+import { changeRecord, MalformedRecord, orderRecord } from '../src/records.ts';
 
 // What a system of record answers is validated and reduced to the fields the rules read; its text
 // is untrusted: redacted and bounded like a tool output, since approvers see it and the action's
@@ -20,6 +20,14 @@ describe('order and change records from the systems of record', () => {
     expect(status.length).toBeLessThanOrEqual(1012);
   });
 
+  it('identifiers arrive exact or refuse the record: never redacted or cut', () => {
+    // An id that looks like a key is compared as it is (a redacted tenant would deny by mistake).
+    expect(orderRecord({ ...ORDER, tenant: 'sk-live-9fQ2xLr8Tz4W' }).tenant).toBe('sk-live-9fQ2xLr8Tz4W');
+    expect(() => orderRecord({ ...ORDER, tenant: 'quill\u0000feather' })).toThrow(/tenant: has a control character/);
+    expect(() => orderRecord({ ...ORDER, region: 'U'.repeat(129) })).toThrow(/region: /);
+    expect(() => orderRecord({ ...ORDER, id: '' })).toThrow(/id: /);
+  });
+
   it.each([
     ['paid as a string', { ...ORDER, paid: '450.00' }, /order system answered a malformed record: paid: /],
     ['paid in fractions of a cent', { ...ORDER, paid: 450.5 }, /paid: /],
@@ -29,6 +37,7 @@ describe('order and change records from the systems of record', () => {
     ['null', null, /\(root\): /],
   ])('%s is refused with the field named', (_what, body, reason) => {
     expect(() => orderRecord(body)).toThrow(reason);
+    expect(() => orderRecord(body)).toThrow(MalformedRecord);
   });
 
   it('a change record is reduced and bounded the same way; a malformed one is refused', () => {

@@ -1,8 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { loadWorld, REMEDIATION_RULE_ID, Refused, fetchCapped } from '@gatehouse/contracts';
+import { loadWorld, REMEDIATION_RULE_ID, Refused } from '@gatehouse/contracts';
+import { fetchOrder, MalformedRecord } from '@gatehouse/policy';
 import {
   insertOutOfBandRequest,
   actorHash,
+  DependencyUnavailable,
   inTransaction,
   operationKeyHash,
   recordAudit,
@@ -74,9 +76,19 @@ export async function findItem(db: Db, idOrPrefix: string): Promise<WorklistItem
   return rows[0];
 }
 
+/**
+ * The order the remediation is about, read as a decision reads it (`fetchOrder`: validated, text
+ * bounded, ADR 0640), or null when the order system has no such order.
+ * @throws MalformedRecord when it answers something that is not an order; DependencyUnavailable
+ *   (`system_of_record`) when it does not answer — never "no such order".
+ */
 async function orderRecord(stagingUrl: string, orderId: string): Promise<{ tenant: string; region: string; paid: number } | null> {
-  const res = await fetchCapped(`${stagingUrl}/orders/${encodeURIComponent(orderId)}`, { signal: AbortSignal.timeout(5000) });
-  return res.ok ? ((await res.json()) as { tenant: string; region: string; paid: number }) : null;
+  try {
+    return await fetchOrder(stagingUrl, orderId);
+  } catch (err) {
+    if (err instanceof MalformedRecord) throw err;
+    throw new DependencyUnavailable('system_of_record', `order system: ${(err as Error).message}`, { cause: err });
+  }
 }
 
 /**

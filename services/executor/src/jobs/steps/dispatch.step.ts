@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import { loadWorld } from '@gatehouse/contracts';
 import { mintDelegatedToken } from '@gatehouse/credentials';
 import { DependencyUnavailable, inTransaction, isLegalWorkflowTransition, markDispatched, requireCredentialEpoch } from '@gatehouse/ledger';
-import { readAuthoritative, type AuthoritativeRecord } from '@gatehouse/policy';
+import { MalformedRecord, readAuthoritative, type AuthoritativeRecord } from '@gatehouse/policy';
 import { recordLimitRecheck } from '@gatehouse/telemetry';
 import { reshipBaseline, resolveByReadBack, type AdapterResult } from '../../adapters/index.ts';
 import { claimOperation, FactsChangedAtClaim, type ClaimOutcome } from '../../domain/claim.ts';
@@ -22,9 +22,11 @@ export type Claimed = Extract<ClaimOutcome, { kind: 'claimed' }>;
 
 /**
  * True when a read of a system of record failed because it is unavailable: no answer (refused,
- * reset, timed out) or a 408/429/5xx status ("… answered 503" from the policy's fact readers).
+ * reset, timed out), a 408/429/5xx status ("… answered 503" from the policy's fact readers), or a
+ * body that is not the record asked for ({@link MalformedRecord}, ADR 0640).
  */
 function systemOfRecordDown(err: unknown): boolean {
+  if (err instanceof MalformedRecord) return true;
   if (!(err instanceof Error)) return false;
   if (err.name === 'TimeoutError' || err.name === 'AbortError' || (err.name === 'TypeError' && err.message === 'fetch failed')) return true;
   return /answered (5\d\d|408|429)$/.test(err.message);

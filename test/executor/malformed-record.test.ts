@@ -1,0 +1,61 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createAction } from '@gatehouse/testing';
+import { processExecution } from '@gatehouse/executor';
+import { startHarness, type Harness } from './support/harness.ts';
+
+// The executor re-reads the order before it claims an approved refund. An order system that
+// answers something that is not an order (ADR 0640: `paid` as a string) has not answered: the
+// step is held like an outage of the system of record, nothing claimed or sent, and past the
+// outage ceiling the call is refused with the run's stop (`dependency_unavailable`), so the run
+// never waits on a job that keeps failing.
+
+let h: Harness;
+let orders: Server;
+let ordersUrl: string;
+
+beforeAll(async () => {
+  h = await startHarness();
+  // Answers every read with an order whose amount paid is text; nothing else is served.
+  orders = createServer((req, res) => {
+    res.setHeader('content-type', 'application/json');
+    const id = decodeURIComponent(String(req.url).split('/')[2] ?? '');
+    res.end(JSON.stringify({ id, tenant: 'quillfeather', region: 'US', customer: 'cust-1', paid: '500.00', status: 'shipped' }));
+  });
+  await new Promise<void>((r) => orders.listen(0, '127.0.0.1', r));
+  ordersUrl = `http://127.0.0.1:${(orders.address() as AddressInfo).port}`;
+});
+afterAll(async () => {
+  await new Promise((r) => orders?.close(r));
+  await h?.close();
+});
+
+const state = async (a: { actionId: string; approvalId: string | null; operationKey: string }) => ({
+  action: (await h.db.selectFrom('actions').select('status').where('id', '=', a.actionId).executeTakeFirstOrThrow()).status,
+  approval: (await h.db.selectFrom('approvals').select('status').where('id', '=', a.approvalId!).executeTakeFirstOrThrow()).status,
+  operation: (await h.db.selectFrom('operations').select('status').where('key', '=', a.operationKey).executeTakeFirst())?.status ?? null,
+});
+
+describe('executor: a malformed order record at the re-evaluation', () => {
+  it('held as the system of record being unavailable: nothing claimed, consumed or sent', async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { orderId, amountCents: 6100 });
+    await expect(processExecution(a.job, h.deps({ stagingUrl: ordersUrl }))).rejects.toMatchObject({
+      name: 'DependencyUnavailable',
+      dependency: 'system_of_record',
+      message: expect.stringContaining('order system answered a malformed record: paid: '),
+    });
+    expect(await state(a)).toEqual({ action: 'approved', approval: 'approved', operation: null });
+    expect(await h.requests(orderId)).toEqual([]);
+  });
+
+  it('past the outage ceiling: refused with the stop of its run (dependency_unavailable), nothing sent, the approval unused', async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { orderId, amountCents: 6200 });
+    const job = { ...a.job, outage: { dependency: 'system_of_record' as const, sinceMs: Date.now() - 16 * 60_000 } };
+    expect(await processExecution(job, h.deps({ stagingUrl: ordersUrl }))).toBe('refused:dependency_unavailable');
+    expect(await state(a)).toMatchObject({ approval: 'approved', operation: null });
+    expect(await h.requests(orderId)).toEqual([]);
+  });
+});
