@@ -10,8 +10,9 @@ import { createTestDatabase, someoneWaitsOnALock, type TestDatabase } from '@gat
 // A decision reads the approval, then locks its action (lock order: actions → approvals) and
 // decides with a conditional UPDATE. When the approval changed while the decision waited for
 // that lock, the refusal says what changed it: a follow-up that superseded the action is 409
-// `stale_version` (the approver must look at the new version), another approver's decision is
-// 410 `already_<status>`. It used to be 410 `already_decided` for every case.
+// `stale_version` (the approver must look at the new version), a stop of its run 410
+// `workflow_stopped`, the expiry sweep 410 `expired`, another approver's decision 410
+// `already_<status>`. It used to be 410 `already_decided` for every case.
 
 let t: TestDatabase;
 let db: Db;
@@ -82,6 +83,24 @@ describe('a decision whose approval changed while it waited for the action', () 
       const row = await db.selectFrom('approvals').select(['status', 'approver']).where('id', '=', a.approvalId!).executeTakeFirstOrThrow();
       expect(row).toEqual({ status: 'void', approver: null });
     }
+  });
+
+  it('its run was stopped meanwhile (its actions ended, the approval voided): 410 workflow_stopped, not a stale version', async () => {
+    const a = await pendingApproval('O-DECIDE-RACE-STOP');
+    const err = await decideWhile(a, async (conn) => {
+      await sql`update workflows set state = 'stopped', stop_reason = 'budget_exhausted' where id = ${a.workflowId}`.execute(conn);
+      await sql`update actions set status = 'superseded' where id = ${a.actionId}`.execute(conn);
+      await sql`update approvals set status = 'void', reason = 'run_stopped' where id = ${a.approvalId}`.execute(conn);
+    });
+    expect(err).toBeInstanceOf(Gone);
+    expect((err as Gone).reason).toBe('workflow_stopped');
+  });
+
+  it('the sweep expired it meanwhile: 410 expired, the same reason as an approval past its expiry', async () => {
+    const a = await pendingApproval('O-DECIDE-RACE-EXP');
+    const err = await decideWhile(a, (conn) => sql`update approvals set status = 'expired' where id = ${a.approvalId}`.execute(conn));
+    expect(err).toBeInstanceOf(Gone);
+    expect((err as Gone).reason).toBe('expired');
   });
 
   it('another lead approved it meanwhile: 410 already_approved', async () => {

@@ -59,8 +59,14 @@ export interface LateRefusal {
  * it as the refusal (`canDecide: false`), so nothing offers what the decision would refuse.
  */
 export function lateRefusal(approval: { expiresAt: Date | string }, workflowState: WorkflowState, nowMs = Date.now()): LateRefusal | null {
-  if (isTerminal(workflowState))
-    return { reason: `workflow_${workflowState}`, message: `the workflow is ${workflowState}; nothing more will run` };
+  const ended = runEndedRefusal(workflowState);
+  if (ended) return ended;
   if (new Date(approval.expiresAt).getTime() <= nowMs) return { reason: 'expired', message: 'approval expired' };
   return null;
+}
+
+/** `workflow_<state>` when the run is terminal (see {@link lateRefusal}), else null. */
+export function runEndedRefusal(workflowState: WorkflowState): LateRefusal | null {
+  if (!isTerminal(workflowState)) return null;
+  return { reason: `workflow_${workflowState}`, message: `the workflow is ${workflowState}; nothing more will run` };
 }

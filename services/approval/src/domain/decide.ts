@@ -9,10 +9,11 @@ import {
   type Db,
   type OutboxRow,
   type Trx,
+  type WorkflowState,
 } from '@gatehouse/ledger';
 import { ConflictError, Forbidden, Gone, NotFound } from '@gatehouse/platform';
 import { toSafeOutput } from '@gatehouse/tools';
-import { assertAuthority, lateRefusal } from './authority.ts';
+import { assertAuthority, lateRefusal, runEndedRefusal } from './authority.ts';
 import { endRefusedOverride } from './release-override.ts';
 
 /** Result of a decision: the approval's new status and the jobs to publish after commit. */
@@ -110,21 +111,42 @@ async function staleVersion(
 }
 
 /**
- * Why a decision's conditional UPDATE found the approval no longer pending and unexpired: it
- * changed after it was read, while this decision waited for the action's lock. Read again, now
- * that the writer has committed: 409 `stale_version` when a follow-up superseded its action (the
- * approval was voided with it), 410 `expired` past its expiry, else 410 `already_<status>`.
+ * 410 when the approval is not open: `expired` (whether or not the sweep has marked it yet),
+ * `already_<status>` once decided, consumed or voided, `workflow_<state>` once its run ended.
+ * Null while it can be decided.
  */
-async function endedMeanwhile(
+function closedRefusal(status: string, expiresAt: Date | string, workflowState: WorkflowState): Gone | null {
+  if (status === 'expired') return new Gone('expired', 'approval expired');
+  if (status !== 'pending') return new Gone(`already_${status}`, `approval is ${status}`);
+  const late = lateRefusal({ expiresAt }, workflowState);
+  return late ? new Gone(late.reason, late.message) : null;
+}
+
+/**
+ * Why an approval can no longer be decided, in the public contract's order
+ * (docs/product/public-contract.md#approvals): its run ended (410 `workflow_<state>`: a stop or a
+ * park ends the run's unclaimed actions and voids their approvals, which is no amendment), its
+ * action was amended (409 `stale_version`), the approver saw another action (409
+ * `digest_mismatch`, when `digest` is given), or it is closed ({@link closedRefusal}). Null
+ * while it can be decided. Read in the caller's transaction.
+ */
+async function refusalOf(
   trx: Trx,
-  approval: { id: string; action_id: string; workflow_id: string; action_version: number },
-): Promise<ConflictError | Gone> {
+  approval: { id: string; action_id: string; workflow_id: string; action_version: number; action_digest: string },
+  digest?: string,
+): Promise<ConflictError | Gone | null> {
+  const wf = await trx.selectFrom('workflows').select('state').where('id', '=', approval.workflow_id).executeTakeFirstOrThrow();
+  const ended = runEndedRefusal(wf.state);
+  if (ended) return new Gone(ended.reason, ended.message);
   const stale = await staleVersion(trx, approval);
   if (stale) return stale;
-  const now = await trx.selectFrom('approvals').select('status').where('id', '=', approval.id).executeTakeFirstOrThrow();
-  if (now.status === 'pending') return new Gone('expired', 'approval expired');
-  return new Gone(`already_${now.status}`, `approval is ${now.status}`);
+  if (digest !== undefined && digest !== approval.action_digest)
+    return new ConflictError('digest_mismatch', 'action digest does not match');
+  // Read again: a decision that waited for the action's lock sees what the writer committed.
+  const now = await trx.selectFrom('approvals').select(['status', 'expires_at']).where('id', '=', approval.id).executeTakeFirstOrThrow();
+  return closedRefusal(now.status, now.expires_at, wf.state);
 }
+
 /** The decision itself, in one transaction (see {@link decideApproval}). */
 async function decideInTransaction(
   db: Db,
@@ -149,22 +171,14 @@ async function decideInTransaction(
       approverRole: approval.approver_role,
       sameRegion: approval.same_region,
     });
-    const stale = await staleVersion(trx, approval);
     if (body.actionVersion !== approval.action_version)
       throw new ConflictError(
         'stale_version',
         `version ${body.actionVersion} is not the version ${approval.action_version} this approval binds`,
       );
-    if (stale) throw stale;
-    if (body.actionDigest !== approval.action_digest) throw new ConflictError('digest_mismatch', 'action digest does not match');
-    if (approval.status !== 'pending') throw new Gone(`already_${approval.status}`, `approval is ${approval.status}`);
-    const wf = await trx
-      .selectFrom('workflows')
-      .select(['state', 'release_id'])
-      .where('id', '=', approval.workflow_id)
-      .executeTakeFirstOrThrow();
-    const late = lateRefusal({ expiresAt: approval.expires_at }, wf.state);
-    if (late) throw new Gone(late.reason, late.message);
+    const refused = await refusalOf(trx, approval, body.actionDigest);
+    if (refused) throw refused;
+    const wf = await trx.selectFrom('workflows').select('release_id').where('id', '=', approval.workflow_id).executeTakeFirstOrThrow();
 
     // Lock order: actions → approvals; the status read under the lock is the transition's `lockedFrom` (ADR 0390).
     const held = await trx.selectFrom('actions').select('status').where('id', '=', approval.action_id).forUpdate().executeTakeFirst();
@@ -178,7 +192,8 @@ async function decideInTransaction(
       .where('expires_at', '>', new Date())
       .returning('id')
       .executeTakeFirst();
-    if (!decided) throw await endedMeanwhile(trx, approval);
+    // Changed after it was read, while this decision waited for the action's lock.
+    if (!decided) throw (await refusalOf(trx, approval)) ?? new Gone('expired', 'approval expired');
     // Waiting for a person is not the run's working time: move its deadline by the wait — the
     // part not already credited, so two approvals waited on at once count the span once.
     await creditWait(trx, approval.workflow_id, new Date(approval.created_at));
