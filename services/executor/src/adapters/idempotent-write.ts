@@ -8,6 +8,21 @@ import { idempotentWritePolicy, RetryableDownstreamError } from './resilience.ts
 const CONNECTION_REFUSED = 'ECONNREFUSED';
 
 /**
+ * The wait a 429 asks for, ms: `retry-after-ms`, else `Retry-After` as seconds or as an HTTP-date
+ * (RFC 9110 §10.2.3), never negative; undefined when neither is given or readable (the policy's
+ * own backoff then applies).
+ */
+export function retryAfterMs(headers: Headers, nowMs = Date.now()): number | undefined {
+  const ms = headers.get('retry-after-ms')?.trim();
+  if (ms && Number.isFinite(Number(ms))) return Math.max(0, Number(ms));
+  const value = headers.get('retry-after')?.trim();
+  if (!value) return undefined;
+  if (/^\d+$/.test(value)) return Number(value) * 1000;
+  const at = /[a-z]/i.test(value) ? Date.parse(value) : Number.NaN; // an HTTP-date names its day
+  return Number.isNaN(at) ? undefined : Math.max(0, at - nowMs);
+}
+
+/**
  * One idempotent write (`POST url` with `body`) under the downstream's retry policy: the same
  * `Idempotency-Key` (the operation key) and fencing token on every attempt; 200/201 succeed
  * (`evidence` picks the downstream id); 429 waits for Retry-After (or ends at once,
@@ -67,11 +82,14 @@ export async function idempotentWrite(
         return { status: 'succeeded', data: res.body, evidenceRef: req.evidence(res.body), attempts };
       }
       if (res.status === 429) {
-        const ms = Number(res.headers.get('retry-after-ms') ?? Number(res.headers.get('retry-after') ?? 1) * 1000);
+        const ms = retryAfterMs(res.headers);
         // A wait that would end past the deadline is not waited for: the worker is not held
-        // for a retry that cannot be made (a plain error: not retried, not a breaker failure).
-        if (Number.isFinite(ms) && Date.now() + ms >= call.deadlineMs) throw new Error('rate_limited_past_deadline');
-        throw new RetryableDownstreamError('rate_limited', { retryAfterMs: Number.isFinite(ms) ? ms : undefined });
+        // for a retry that cannot be made (still a failure for the breaker).
+        const pastDeadline = ms !== undefined && Date.now() + ms >= call.deadlineMs;
+        throw new RetryableDownstreamError(pastDeadline ? 'rate_limited_past_deadline' : 'rate_limited', {
+          retryAfterMs: ms,
+          pastDeadline,
+        });
       }
       if (res.status >= 500) throw new RetryableDownstreamError(`${res.status}:${reasonOf(res.body)}`);
       // A refusal proves nothing about an earlier unanswered attempt with the same key: it may

@@ -13,11 +13,17 @@ export class RetryableDownstreamError extends SystemError {
    * step instead of failing it, docs/decisions/0141-refused-connection-is-safe-to-repeat.md).
    */
   readonly refused: boolean;
-  constructor(reason: string, opts: { retryAfterMs?: number; ambiguous?: boolean; refused?: boolean } = {}) {
+  /**
+   * True when the wait the downstream asked for (Retry-After) ends past the deadline: the
+   * attempt counts as a failure towards the breaker, but it is not retried.
+   */
+  readonly pastDeadline: boolean;
+  constructor(reason: string, opts: { retryAfterMs?: number; ambiguous?: boolean; refused?: boolean; pastDeadline?: boolean } = {}) {
     super(reason);
     this.retryAfterMs = opts.retryAfterMs;
     this.ambiguous = opts.ambiguous ?? false;
     this.refused = opts.refused ?? false;
+    this.pastDeadline = opts.pastDeadline ?? false;
   }
 }
 
@@ -53,7 +59,8 @@ export function breakerFor(downstream: string): ReturnType<typeof circuitBreaker
  * Retry policy for an idempotent write (cockatiel): at most `maxAttempts` attempts, waiting the
  * server's Retry-After when given, else full-jitter exponential backoff capped at
  * {@link BACKOFF_CAP_MS}; every wait is clamped to the time left before `deadlineMs` (epoch ms).
- * Only {@link RetryableDownstreamError}s are retried, through the downstream's circuit breaker.
+ * Only {@link RetryableDownstreamError}s are retried (not one whose wait ends past the deadline),
+ * through the downstream's circuit breaker.
  */
 export function idempotentWritePolicy(downstream: string, maxAttempts: number, deadlineMs: number) {
   const backoff = new DelegateBackoff<IRetryBackoffContext<unknown>>((ctx) => {
@@ -66,7 +73,7 @@ export function idempotentWritePolicy(downstream: string, maxAttempts: number, d
   });
   return wrap(
     retry(
-      handleWhen((e) => e instanceof RetryableDownstreamError),
+      handleWhen((e) => e instanceof RetryableDownstreamError && !e.pastDeadline),
       { maxAttempts: maxAttempts - 1, backoff },
     ),
     breakerFor(downstream),
