@@ -13,7 +13,16 @@ import { prepareDatabase } from './db-admin.ts';
 import { ensureDelegationKeyPair } from '@gatehouse/credentials';
 import { cliSigningKey, delegationKeyPaths } from './delegation-keys.ts';
 import { runDemo, printReport } from './demo.ts';
-import { authorizeOperator, bumpEpoch, requireKnownTool, setSwitch, type Operator, withQueues } from '@gatehouse/operations';
+import {
+  authorizeOperator,
+  bumpEpoch,
+  LEFT_IN_OUTBOX,
+  publishFromCli,
+  requireKnownTool,
+  setSwitch,
+  type Operator,
+  withQueues,
+} from '@gatehouse/operations';
 import { reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
 import { releaseCommand } from './release-commands.ts';
 import { changeCancelCommand } from './change-commands.ts';
@@ -103,14 +112,14 @@ async function main(argv: string[]): Promise<number> {
     case 'switch off': {
       if (!arg) throw new UsageError('switch needs a tool name');
       requireKnownTool(arg); // a typo is a usage error (exit 2): nothing ran, not even the token check
-      return opsCommand(env, values.token, `switch ${sub}`, (db, op) =>
-        withQueues(env, async (queues) => {
-          const rows = await setSwitch(db, arg, sub === 'on', op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
-          await new OutboxRelay(db, queues, createLogger('cli')).publishAndMark(rows);
-          out(`${arg} switched ${sub}${rows.length ? `; ${rows.length} held action(s) re-enqueued` : ''}`);
-          return 0;
-        }),
-      );
+      // A ledger write: containment works while Redis is down (ADR 0650).
+      return opsCommand(env, values.token, `switch ${sub}`, async (db, op) => {
+        const rows = await setSwitch(db, arg, sub === 'on', op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
+        const published = await publishFromCli(env, db, rows, createLogger('cli'));
+        out(`${arg} switched ${sub}${rows.length ? `; ${rows.length} held action(s) re-enqueued` : ''}`);
+        if (published === 'left_in_outbox') out(LEFT_IN_OUTBOX);
+        return 0;
+      });
     }
     case 'epoch bump':
       return opsCommand(env, values.token, 'epoch bump', async (db, op) => {

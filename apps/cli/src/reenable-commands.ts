@@ -1,4 +1,4 @@
-import { createLogger, OutboxRelay, type BaseEnv } from '@gatehouse/platform';
+import { createLogger, type BaseEnv } from '@gatehouse/platform';
 import type { Db } from '@gatehouse/ledger';
 import { UsageError } from './commands.ts';
 import { parseCohort } from './release-commands.ts';
@@ -8,7 +8,8 @@ import {
   reenableStatus,
   requestReenableOverride,
   requireKnownTool,
-  withQueues,
+  LEFT_IN_OUTBOX,
+  publishFromCli,
   type Operator,
   type ReenableStatus,
 } from '@gatehouse/operations';
@@ -86,15 +87,14 @@ export async function reenableCommand(
       );
       return 0;
     });
-  return asOperator(command, (db, op) =>
-    withQueues(env, async (queues) => {
-      const r = await advanceReenable(db, { tool, cohort, maxBound, reason: values.reason!, ...actor(op) });
-      await new OutboxRelay(db, queues, createLogger('cli')).publishAndMark(r.rows);
-      const ev = r.evidence ? ` on n=${r.evidence.n} clean (bound ${r.evidence.bound.toFixed(4)})` : '';
-      out(
-        `${tool}: stage ${r.stage}${ev}${r.overrideId ? ` with override ${r.overrideId}` : ''}${r.rows.length ? `; ${r.rows.length} held action(s) released` : ''}`,
-      );
-      return 0;
-    }),
-  );
+  return asOperator(command, async (db, op) => {
+    const r = await advanceReenable(db, { tool, cohort, maxBound, reason: values.reason!, ...actor(op) });
+    const published = await publishFromCli(env, db, r.rows, createLogger('cli'));
+    const ev = r.evidence ? ` on n=${r.evidence.n} clean (bound ${r.evidence.bound.toFixed(4)})` : '';
+    out(
+      `${tool}: stage ${r.stage}${ev}${r.overrideId ? ` with override ${r.overrideId}` : ''}${r.rows.length ? `; ${r.rows.length} held action(s) released` : ''}`,
+    );
+    if (published === 'left_in_outbox') out(LEFT_IN_OUTBOX);
+    return 0;
+  });
 }

@@ -3,7 +3,9 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from 'kysely';
 import { repoRoot } from '@gatehouse/contracts';
+import { createAction } from '@gatehouse/testing';
 import { createTestDatabase, freePort, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import { COMMANDS, EXIT, findCommand } from '../src/commands.ts';
 import { stagingUrlOf } from '../src/stack.ts';
@@ -99,13 +101,36 @@ describe('exit codes', () => {
 
   it('4 when Redis is unreachable: a command that needs the queues ends, and changes nothing', async () => {
     const token = (await gatehouse(['token', '--user', 'ops-gus'])).stdout.trim();
-    const r = await gatehouse(['switch', 'off', 'issue_refund'], {
+    const r = await gatehouse(['queues', 'drain', '--release', 'rel-1'], {
       GATEHOUSE_TOKEN: token,
       REDIS_URL: `redis://127.0.0.1:${await freePort()}`,
     });
     expect(r.code, r.stderr).toBe(EXIT.unavailable);
     expect(r.stderr).toContain('Redis is unreachable');
-    expect(await t.db.selectFrom('tool_switches').selectAll().where('tool', '=', 'issue_refund').execute()).toEqual([]);
+    expect(await t.db.selectFrom('releases').select('id').where('draining', '=', true).execute()).toEqual([]);
+    const events = await t.db.selectFrom('audit_outbox').select('event').execute();
+    expect(events.map((e) => String(e.event.type))).not.toContain('queues.drained');
+  });
+
+  it('0 for switch off and on while Redis is unreachable: containment is a ledger write; the re-enqueued job waits in the outbox (ADR 0650)', async () => {
+    const token = (await gatehouse(['token', '--user', 'ops-gus'])).stdout.trim();
+    const down = { GATEHOUSE_TOKEN: token, REDIS_URL: `redis://127.0.0.1:${await freePort()}` };
+    const held = await createAction(t.db, { orderId: 'O-1002', tool: 'reship_order' });
+    const off = await gatehouse(['switch', 'off', 'reship_order'], down);
+    expect(off.code, off.stderr).toBe(EXIT.ok);
+    const row = () => t.db.selectFrom('tool_switches').select('enabled').where('tool', '=', 'reship_order').executeTakeFirstOrThrow();
+    expect((await row()).enabled).toBe(false);
+    const on = await gatehouse(['switch', 'on', 'reship_order'], down);
+    expect(on.code, on.stderr).toBe(EXIT.ok);
+    expect(on.stdout).toContain('1 held action(s) re-enqueued');
+    expect(on.stdout).toContain('wait in the outbox');
+    expect((await row()).enabled).toBe(true);
+    const waiting = await t.db
+      .selectFrom('outbox')
+      .select(['queue', 'published_at'])
+      .where(sql<boolean>`payload->>'actionId' = ${held.actionId}`)
+      .execute();
+    expect(waiting).toEqual([{ queue: 'executions.rel-1', published_at: null }]);
   });
 
   it('4 when the database is unreachable', async () => {

@@ -1,8 +1,18 @@
 import type { Job } from 'bullmq';
 import { ConflictError, loadReleaseManifest, queueContracts, queueName } from '@gatehouse/contracts';
-import { actorHash, DependencyUnavailable, inTransaction, LIVE_STATES, recordAudit, stopRun, type Db, type Trx } from '@gatehouse/ledger';
+import {
+  actorHash,
+  DependencyUnavailable,
+  inTransaction,
+  LIVE_STATES,
+  recordAudit,
+  stopRun,
+  type Db,
+  type OutboxRow,
+  type Trx,
+} from '@gatehouse/ledger';
 import { Redis } from 'ioredis';
-import { QueueRegistry, type BaseEnv } from '@gatehouse/platform';
+import { OutboxRelay, QueueRegistry, type BaseEnv, type Logger } from '@gatehouse/platform';
 import { OpsUsageError } from './ops.ts';
 
 /** How long a CLI command waits for Redis before it gives up, ms (connect, then each of 3 reconnects). */
@@ -50,6 +60,33 @@ export async function withQueues<T>(
   } finally {
     await queues.close().catch(() => undefined);
     redis.disconnect();
+  }
+}
+
+/** What a CLI command prints when {@link publishFromCli} left its rows in the outbox. */
+export const LEFT_IN_OUTBOX = 'Redis is unreachable: the re-enqueued jobs wait in the outbox; the services publish them once Redis answers';
+
+/**
+ * Publishes outbox `rows` a CLI command has just committed, for a command whose ledger write is
+ * the whole change (a tool switch, a re-enable stage): containment must work while Redis is down.
+ * Redis is tried as {@link withQueues} tries it; when it does not answer the rows stay in the
+ * outbox, whose sweep in every running service publishes them once it does (ADR 0650).
+ * @returns `published` (or nothing to publish), else `left_in_outbox`.
+ * @throws what the ledger throws while marking the rows published.
+ */
+export async function publishFromCli(
+  env: Pick<BaseEnv, 'REDIS_URL' | 'QUEUE_PREFIX'>,
+  db: Db,
+  rows: OutboxRow[],
+  log: Logger,
+): Promise<'published' | 'left_in_outbox'> {
+  if (!rows.length) return 'published';
+  try {
+    await withQueues(env, (queues) => new OutboxRelay(db, queues, log).publishAndMark(rows));
+    return 'published';
+  } catch (err) {
+    if (err instanceof DependencyUnavailable) return 'left_in_outbox';
+    throw err;
   }
 }
 
