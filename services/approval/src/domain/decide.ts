@@ -122,29 +122,44 @@ function closedRefusal(status: string, expiresAt: Date | string, workflowState: 
   return late ? new Gone(late.reason, late.message) : null;
 }
 
+/** What {@link refusalOf} judges by: the run's state, and the approval's status and expiry. */
+interface Seen {
+  workflowState: WorkflowState;
+  status: string;
+  expiresAt: Date | string;
+}
+
+/**
+ * Reads {@link Seen} again, in the caller's transaction: after a lost conditional UPDATE, the
+ * decision sees what the other writer committed while it waited for the action's lock.
+ */
+async function seenNow(trx: Trx, approval: { id: string; workflow_id: string }): Promise<Seen> {
+  const wf = await trx.selectFrom('workflows').select('state').where('id', '=', approval.workflow_id).executeTakeFirstOrThrow();
+  const now = await trx.selectFrom('approvals').select(['status', 'expires_at']).where('id', '=', approval.id).executeTakeFirstOrThrow();
+  return { workflowState: wf.state, status: now.status, expiresAt: now.expires_at };
+}
+
 /**
  * Why an approval can no longer be decided, in the public contract's order
  * (docs/product/public-contract.md#approvals): its run ended (410 `workflow_<state>`: a stop or a
  * park ends the run's unclaimed actions and voids their approvals, which is no amendment), its
  * action was amended (409 `stale_version`), the approver saw another action (409
- * `digest_mismatch`, when `digest` is given), or it is closed ({@link closedRefusal}). Null
- * while it can be decided. Read in the caller's transaction.
+ * `digest_mismatch`, when `digest` is given), or it is closed ({@link closedRefusal}), judged on
+ * `seen`. Null while it can be decided. Reads the action's versions in the caller's transaction.
  */
 async function refusalOf(
   trx: Trx,
-  approval: { id: string; action_id: string; workflow_id: string; action_version: number; action_digest: string },
+  approval: { action_id: string; workflow_id: string; action_version: number; action_digest: string },
+  seen: Seen,
   digest?: string,
 ): Promise<ConflictError | Gone | null> {
-  const wf = await trx.selectFrom('workflows').select('state').where('id', '=', approval.workflow_id).executeTakeFirstOrThrow();
-  const ended = runEndedRefusal(wf.state);
+  const ended = runEndedRefusal(seen.workflowState);
   if (ended) return new Gone(ended.reason, ended.message);
   const stale = await staleVersion(trx, approval);
   if (stale) return stale;
   if (digest !== undefined && digest !== approval.action_digest)
     return new ConflictError('digest_mismatch', 'action digest does not match');
-  // Read again: a decision that waited for the action's lock sees what the writer committed.
-  const now = await trx.selectFrom('approvals').select(['status', 'expires_at']).where('id', '=', approval.id).executeTakeFirstOrThrow();
-  return closedRefusal(now.status, now.expires_at, wf.state);
+  return closedRefusal(seen.status, seen.expiresAt, seen.workflowState);
 }
 
 /** The decision itself, in one transaction (see {@link decideApproval}). */
@@ -176,9 +191,14 @@ async function decideInTransaction(
         'stale_version',
         `version ${body.actionVersion} is not the version ${approval.action_version} this approval binds`,
       );
-    const refused = await refusalOf(trx, approval, body.actionDigest);
+    const wf = await trx
+      .selectFrom('workflows')
+      .select(['state', 'release_id'])
+      .where('id', '=', approval.workflow_id)
+      .executeTakeFirstOrThrow();
+    const seen = { workflowState: wf.state, status: approval.status, expiresAt: approval.expires_at };
+    const refused = await refusalOf(trx, approval, seen, body.actionDigest);
     if (refused) throw refused;
-    const wf = await trx.selectFrom('workflows').select('release_id').where('id', '=', approval.workflow_id).executeTakeFirstOrThrow();
 
     // Lock order: actions → approvals; the status read under the lock is the transition's `lockedFrom` (ADR 0390).
     const held = await trx.selectFrom('actions').select('status').where('id', '=', approval.action_id).forUpdate().executeTakeFirst();
@@ -193,7 +213,7 @@ async function decideInTransaction(
       .returning('id')
       .executeTakeFirst();
     // Changed after it was read, while this decision waited for the action's lock.
-    if (!decided) throw (await refusalOf(trx, approval)) ?? new Gone('expired', 'approval expired');
+    if (!decided) throw (await refusalOf(trx, approval, await seenNow(trx, approval))) ?? new Gone('expired', 'approval expired');
     // Waiting for a person is not the run's working time: move its deadline by the wait — the
     // part not already credited, so two approvals waited on at once count the span once.
     await creditWait(trx, approval.workflow_id, new Date(approval.created_at));
