@@ -44,20 +44,29 @@ export interface ActionSeed {
   budgetMs?: number;
   /** State the workflow row is inserted in (default `executing`); seeds only, never a transition. */
   workflowState?: 'executing' | 'completed' | 'stopped' | 'needs_reconciliation';
+  /**
+   * Seeds the call as the approval service leaves it when it opens an approval: the workflow
+   * `awaiting_approval`, the action `pending_approval`, and its approval `pending`, undecided,
+   * expiring `expiresInMs` from now (default 15 minutes; negative for one already past its expiry).
+   * Overrides `approved` and `workflowState`.
+   */
+  pendingApproval?: { expiresInMs?: number };
 }
 
 /**
  * Writes a workflow (state `executing`, mode `act`), its budget, one valid proposal and one action
  * version in status `approved` (operation key `<workflowId>:action:1`, a random 64-hex digest),
  * plus — when the action requires approval — an approval row `approved` by lead-eli that names
- * exactly that action (tool, version, digest, policy revision) and expires in 15 minutes. One
+ * exactly that action (tool, version, digest, policy revision) and expires in 15 minutes (or, with
+ * `pendingApproval`, the run waiting on that approval, still pending). One
  * transaction. Decision and rule default to what the policy re-evaluation at execution finds.
  */
 export async function createAction(db: Db, seed: ActionSeed): Promise<SeededAction> {
   const tool = seed.tool ?? 'issue_refund';
   const decision = seed.decision ?? (tool === 'reship_order' || (seed.amountCents ?? 3000) > 5000 ? 'REQUIRE_APPROVAL' : 'ALLOW');
   const ruleId = seed.ruleId ?? (decision === 'ALLOW' ? 'ALL' : tool === 'issue_refund' ? 'R7' : 'R9');
-  const approved = seed.approved ?? decision === 'REQUIRE_APPROVAL';
+  const pending = seed.pendingApproval;
+  const approved = pending !== undefined || (seed.approved ?? decision === 'REQUIRE_APPROVAL');
   const userId = seed.userId ?? 'rep-ana';
   const tenant = seed.tenant ?? 'quillfeather';
   const release = seed.release ?? 'rel-1';
@@ -82,7 +91,7 @@ export async function createAction(db: Db, seed: ActionSeed): Promise<SeededActi
         workflowId,
         tenant,
         userId,
-        state: seed.workflowState ?? 'executing',
+        state: pending ? 'awaiting_approval' : (seed.workflowState ?? 'executing'),
         release,
         policyRevision: policy,
         budgetMs: seed.budgetMs,
@@ -105,7 +114,7 @@ export async function createAction(db: Db, seed: ActionSeed): Promise<SeededActi
         decision,
         rule_id: ruleId,
         policy_revision: policy,
-        status: 'approved',
+        status: pending ? 'pending_approval' : 'approved',
         operation_key: operationKey,
         release_id: release,
         facts: JSON.stringify({}),
@@ -127,11 +136,11 @@ export async function createAction(db: Db, seed: ActionSeed): Promise<SeededActi
           amount_cents: tool === 'issue_refund' ? (seed.amountCents ?? 3000) : null,
           requester: userId,
           rule_id: ruleId,
-          status: 'approved',
-          approver: 'lead-eli',
+          status: pending ? 'pending' : 'approved',
+          approver: pending ? null : 'lead-eli',
           release_id: release,
-          expires_at: new Date(now.getTime() + 15 * 60_000),
-          decided_at: now,
+          expires_at: new Date(now.getTime() + (pending?.expiresInMs ?? 15 * 60_000)),
+          decided_at: pending ? null : now,
         })
         .execute();
     }
@@ -145,7 +154,7 @@ interface RunSeed {
   workflowId: string;
   tenant: string;
   userId: string;
-  state: 'investigating' | 'executing' | 'completed' | 'stopped' | 'needs_reconciliation';
+  state: 'investigating' | 'executing' | 'awaiting_approval' | 'completed' | 'stopped' | 'needs_reconciliation';
   release: string;
   policyRevision: string;
   /** The run's wall-time budget from `now`, ms (default 90 s). */

@@ -29,15 +29,7 @@ afterAll(async () => {
 
 /** A run waiting on a pending approval of a 80.00 refund (R7), expiring in 15 minutes. */
 async function pendingApproval(orderId: string): Promise<SeededAction> {
-  const a = await createAction(db, { orderId, amountCents: 8000 });
-  await db.updateTable('workflows').set({ state: 'awaiting_approval' }).where('id', '=', a.workflowId).execute();
-  await db.updateTable('actions').set({ status: 'pending_approval' }).where('id', '=', a.actionId).execute();
-  await db
-    .updateTable('approvals')
-    .set({ status: 'pending', approver: null, decided_at: null, expires_at: new Date(Date.now() + 900_000) })
-    .where('id', '=', a.approvalId!)
-    .execute();
-  return a;
+  return createAction(db, { orderId, amountCents: 8000, pendingApproval: {} });
 }
 
 /**

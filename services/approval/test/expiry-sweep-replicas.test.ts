@@ -35,14 +35,7 @@ afterAll(async () => {
 async function expiredApprovals(n: number): Promise<string[]> {
   const ids: string[] = [];
   for (let i = 0; i < n; i++) {
-    const a = await createAction(db, { orderId: `O-${4000 + i}`, amountCents: 8000 });
-    await db.updateTable('workflows').set({ state: 'awaiting_approval' }).where('id', '=', a.workflowId).execute();
-    await db.updateTable('actions').set({ status: 'pending_approval' }).where('id', '=', a.actionId).execute();
-    await db
-      .updateTable('approvals')
-      .set({ status: 'pending', approver: null, decided_at: null, expires_at: new Date(Date.now() - 60_000) })
-      .where('id', '=', a.approvalId!)
-      .execute();
+    const a = await createAction(db, { orderId: `O-${4000 + i}`, amountCents: 8000, pendingApproval: { expiresInMs: -60_000 } });
     ids.push(a.approvalId!);
   }
   return ids;
