@@ -1,4 +1,5 @@
 export * from './logger.ts';
+export * from './log-throttle.ts';
 export * from './env.ts';
 export * from './errors.ts';
 export * from './http.ts';

@@ -4,6 +4,7 @@ import { queueName, type QueueContract } from '@gatehouse/contracts';
 import { messagingAttributes, recordDependencyError, recordJob, withJobSpan } from '@gatehouse/telemetry';
 import { IllegalTransition, isConnectionFault } from '@gatehouse/ledger';
 import type { Logger } from './logger.ts';
+import { logThrottle } from './log-throttle.ts';
 import type { DrainGate } from './drain-gate.ts';
 import type { PostgresGate } from './postgres-gate.ts';
 import { attachFairClock, fairPriority, forgetFairTags } from './tenant-fairness.ts';
@@ -234,7 +235,11 @@ export function createWorker<T extends { release: string; traceparent?: string }
       opts.log.error({ queue: name, jobId: job.id, err: (e as Error).message }, 'dead-letter handling failed');
     });
   });
-  worker.on('error', (err) => opts.log.error({ queue: name, err: err.message }, 'worker error'));
+  // BullMQ emits an error on every failed blocking read while Redis is down: one line per 30 s.
+  const throttle = logThrottle();
+  worker.on('error', (err) =>
+    throttle(err.message, (repeated) => opts.log.error({ queue: name, err: err.message, repeated }, 'worker error')),
+  );
   opts.gate.attach(worker);
   opts.drain?.attach(worker);
   attachFairClock(worker, connection, opts.log);

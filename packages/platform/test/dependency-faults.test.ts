@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Worker } from 'bullmq';
 import { sql } from 'kysely';
@@ -57,12 +58,12 @@ interface Rig {
   close: () => Promise<void>;
 }
 
-function rig(redisUrl = TEST_REDIS_URL): Rig {
+function rig(redisUrl = TEST_REDIS_URL, logger = log): Rig {
   const prefix = testQueuePrefix();
   // Wired as the service context wires it: a client that loses its connection tells the gate.
   const db = createDb(t.url, 5, () => gate.noteClientFault());
   const gate = new PostgresGate(db, log, { pollMs: 200, deferMs: 300 });
-  const queues = new QueueRegistry(createRedis(redisUrl, log), prefix);
+  const queues = new QueueRegistry(createRedis(redisUrl, logger), prefix);
   const r: Omit<Rig, 'worker'> = {
     gate,
     queues,
@@ -103,7 +104,7 @@ function rig(redisUrl = TEST_REDIS_URL): Rig {
       });
       return 'ok';
     },
-    { release: 'rel-1', prefix, redisUrl, log, gate, onExhausted: async (p) => void r.exhausted.push(p.workflowId) },
+    { release: 'rel-1', prefix, redisUrl, log: logger, gate, onExhausted: async (p) => void r.exhausted.push(p.workflowId) },
   );
   return { ...r, worker };
 }
@@ -175,13 +176,20 @@ describe('workers while Postgres is down', () => {
 });
 
 describe('workers while Redis restarts', () => {
-  it('the connection errors are handled, and the worker takes jobs again afterwards', async () => {
+  it('the connection errors are handled and logged once per 30 s each, and the worker takes jobs again afterwards', async () => {
     const redis = await startPrivateRedis();
     const url = redis.url;
     const uncaught: unknown[] = [];
     const onUncaught = (err: unknown): void => void uncaught.push(err);
     process.on('uncaughtException', onUncaught);
-    const r = rig(url);
+    let lines = '';
+    const sink = new Writable({
+      write(chunk: Buffer, _enc, done) {
+        lines += chunk.toString();
+        done();
+      },
+    });
+    const r = rig(url, createLogger('dependency-faults-test', sink));
     try {
       const first = await r.add(randomUUID());
       await until('the first job', async () => (await r.state(first)).state === 'completed');
@@ -190,10 +198,20 @@ describe('workers while Redis restarts', () => {
         'the worker to see the connection drop',
         async () => r.queues.connection instanceof Object && (r.queues.connection as { status: string }).status !== 'ready',
       );
+      // Down for 3 s: the worker's blocking reads fail again and again meanwhile.
+      await new Promise((done) => setTimeout(done, 3000));
       await redis.restartEmpty();
       const second = await until('the queue to accept a job again', async () => r.add(randomUUID()).catch(() => undefined));
       await until('the second job', async () => (await r.state(second)).state === 'completed');
       expect(uncaught).toEqual([]);
+      const errors = lines
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as { msg: string; err?: string })
+        .filter((l) => l.msg === 'worker error')
+        .map((l) => l.err);
+      expect(errors.length, 'the worker reported the outage').toBeGreaterThan(0);
+      expect(errors, 'each error once in the interval, not once per failed read').toEqual([...new Set(errors)]);
     } finally {
       process.off('uncaughtException', onUncaught);
       await r.close();

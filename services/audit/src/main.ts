@@ -8,6 +8,7 @@ import {
   listen,
   closeServer,
   installShutdown,
+  logThrottle,
 } from '@gatehouse/platform';
 import { observeAuditBacklog } from '@gatehouse/telemetry';
 import { chainPending, readAuditBacklog } from './jobs/chain.writer.ts';
@@ -24,8 +25,15 @@ await assertReleaseMatchesCode(ctx.name, env.GATEHOUSE_RELEASE, db, log);
 const key = loadSigningKey(env.AUDIT_SIGNING_KEY_PATH, env.GATEHOUSE_ENV !== 'production');
 // Every anchor is also appended here, outside Postgres, for `audit verify` (ADR 0570).
 const witness = env.AUDIT_ANCHOR_WITNESS_PATH ?? defaultWitnessPath(env.AUDIT_SIGNING_KEY_PATH);
+// The chain and anchor timers fail on every tick while Postgres is down: one line per 30 s each,
+// with how many were left out.
+const chainFailures = logThrottle();
+const anchorFailures = logThrottle();
 const anchor = (): void => {
-  anchorHead(db, key, witness).catch((err: unknown) => log.error({ err: (err as Error).message }, 'anchoring failed'));
+  anchorHead(db, key, witness).catch((err: unknown) => {
+    const message = (err as Error).message;
+    anchorFailures(message, (repeated) => log.error({ err: message, repeated }, 'anchoring failed'));
+  });
 };
 observeAuditBacklog(() => readAuditBacklog(db));
 
@@ -40,7 +48,10 @@ const tick = (): void => {
       if (n > 0) log.debug({ events: n }, 'audit events chained');
     } while (n > 0);
   })()
-    .catch((err: unknown) => log.error({ err: (err as Error).message }, 'chaining failed'))
+    .catch((err: unknown) => {
+      const message = (err as Error).message;
+      chainFailures(message, (repeated) => log.error({ err: message, repeated }, 'chaining failed'));
+    })
     .finally(() => {
       running = undefined;
     });
