@@ -131,6 +131,12 @@ describe('exit codes', () => {
       .where(sql<boolean>`payload->>'actionId' = ${held.actionId}`)
       .execute();
     expect(waiting).toEqual([{ queue: 'executions.rel-1', published_at: null }]);
+
+    // A staged re-enable is a ledger write too.
+    expect((await gatehouse(['switch', 'off', 'reship_order'], down)).code).toBe(EXIT.ok);
+    const stage = await gatehouse(['reenable', 'advance', 'reship_order', '--reason', 'contained'], down);
+    expect(stage.code, stage.stderr).toBe(EXIT.ok);
+    expect(stage.stdout).toContain('reship_order: stage read_only');
   });
 
   it('4 when the database is unreachable', async () => {
