@@ -2,9 +2,10 @@ import { Queue, QueueEvents } from 'bullmq';
 import { Redis } from 'ioredis';
 import { executionsQueue, loadWorld, queueName } from '@gatehouse/contracts';
 import { existsSync } from 'node:fs';
-import { createDb, isTerminal, readWitness, verifyAuditChain, type ChainVerification } from '@gatehouse/ledger';
+import { isTerminal, readWitness, verifyAuditChain, type ChainVerification } from '@gatehouse/ledger';
 import { createIntakeClient } from '@gatehouse/client';
 import { auditPublicKey } from './audit-key.ts';
+import { withCliDb } from './cli-db.ts';
 import { approveAsLead, call, pollWorkflow, tokenFor, type WorkflowView } from './api-client.ts';
 
 /** Where the demo finds the running stack, and its settings. */
@@ -86,9 +87,9 @@ export async function runDemo(t: DemoTarget, log: (line: string) => void = () =>
   const refund = workflow.actions.find((a) => a.tool === 'issue_refund');
   let redelivery = 'not attempted';
   if (refund) {
-    const db = createDb(t.databaseUrl, 2);
-    const approval = await db.selectFrom('approvals').select('id').where('action_id', '=', refund.actionId).executeTakeFirst();
-    await db.destroy();
+    const approval = await withCliDb(t.databaseUrl, 2, (db) =>
+      db.selectFrom('approvals').select('id').where('action_id', '=', refund.actionId).executeTakeFirst(),
+    );
     const connection = new Redis(t.redisUrl, { maxRetriesPerRequest: null });
     const name = queueName(executionsQueue.base, t.release);
     const queue = new Queue(name, { connection, prefix: t.queuePrefix });
@@ -114,8 +115,7 @@ export async function runDemo(t: DemoTarget, log: (line: string) => void = () =>
   if (refund && refunds[0]?.idempotencyKey !== refund.operationKey) failures.push('refund idempotency key differs from the operation key');
   if (shipments !== 1) failures.push(`order system holds ${shipments} shipments for O-1002, expected 1`);
 
-  const db = createDb(t.databaseUrl, 2);
-  try {
+  return withCliDb(t.databaseUrl, 2, async (db) => {
     // Wait (at most 60 s: a loaded machine lags) for the audit service to chain everything this run wrote.
     const chainDeadline = Date.now() + 60_000;
     while (Date.now() < chainDeadline) {
@@ -156,9 +156,7 @@ export async function runDemo(t: DemoTarget, log: (line: string) => void = () =>
       });
     const report: DemoReport = { ok: failures.length === 0, failures, workflow, timeline, refunds, shipments, redelivery, audit };
     return report;
-  } finally {
-    await db.destroy();
-  }
+  });
 }
 
 /** Prints a demo report for a person. */

@@ -5,7 +5,8 @@ import { resolve as resolvePath } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
 import { Redis } from 'ioredis';
 import { parseEnv, OutboxRelay, createLogger, userTokenVerifier, type BaseEnv } from '@gatehouse/platform';
-import { createDb, migrate, migrateOneDown, type Db } from '@gatehouse/ledger';
+import { migrate, migrateOneDown, type Db } from '@gatehouse/ledger';
+import { withCliDb } from './cli-db.ts';
 import { tokenFor } from './api-client.ts';
 import { auditPublicKey } from './audit-key.ts';
 import { auditVerifyCommand, localWitnessPath } from './audit-verify-command.ts';
@@ -99,15 +100,11 @@ async function main(argv: string[]): Promise<number> {
     }
     case 'demo':
       return demo(Boolean(values['keep-running']));
-    case 'audit verify': {
-      const db = createDb(env.DATABASE_URL, 2);
-      try {
+    case 'audit verify':
+      return withCliDb(env.DATABASE_URL, 2, (db) => {
         const key = auditPublicKey();
-        return await auditVerifyCommand(db, { witness: values.witness, json: values.json, out, ...(key ? { trustedPublicKey: key } : {}) });
-      } finally {
-        await db.destroy();
-      }
-    }
+        return auditVerifyCommand(db, { witness: values.witness, json: values.json, out, ...(key ? { trustedPublicKey: key } : {}) });
+      });
     case 'switch on':
     case 'switch off': {
       if (!arg) throw new UsageError('switch needs a tool name');
@@ -271,8 +268,9 @@ function parseCommandLine(argv: string[]) {
 }
 
 /**
- * Runs one ops command: opens the ledger, verifies the operator token (`--token` or
- * `GATEHOUSE_TOKEN`; a refusal is audited and exits 1), then `fn` with the operator.
+ * Runs one ops command: opens the ledger (bounded waits, {@link withCliDb}), verifies the operator
+ * token (`--token` or `GATEHOUSE_TOKEN`; a refusal is audited and exits 3), then `fn` with the operator.
+ * @throws DependencyUnavailable when Postgres (or, inside `fn`, Redis) does not answer (exit 4).
  */
 async function opsCommand(
   env: BaseEnv,
@@ -280,17 +278,20 @@ async function opsCommand(
   command: string,
   fn: (db: Db, op: Operator) => Promise<number>,
 ): Promise<number> {
-  const db = createDb(env.DATABASE_URL, 2);
-  try {
-    const op = await authorizeOperator(db, token ?? process.env.GATEHOUSE_TOKEN, {
-      verifier: userTokenVerifier(env),
-      hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
-      command,
-    });
-    return await fn(db, op);
-  } finally {
-    await db.destroy();
-  }
+  // `migrate down` runs migrations: its statements are not bounded, only the connection.
+  return withCliDb(
+    env.DATABASE_URL,
+    2,
+    async (db) => {
+      const op = await authorizeOperator(db, token ?? process.env.GATEHOUSE_TOKEN, {
+        verifier: userTokenVerifier(env),
+        hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+        command,
+      });
+      return fn(db, op);
+    },
+    { migration: command.startsWith('migrate ') },
+  );
 }
 
 /**

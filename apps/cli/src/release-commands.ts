@@ -1,5 +1,6 @@
 import { loadReleaseManifest } from '@gatehouse/contracts';
-import { createDb, type Db } from '@gatehouse/ledger';
+import { type Db } from '@gatehouse/ledger';
+import { withCliDb } from './cli-db.ts';
 import { type BaseEnv } from '@gatehouse/platform';
 import {
   drainRelease,
@@ -80,8 +81,7 @@ export async function releaseCommand(
       out(JSON.stringify(currentDigests(), null, 2));
       return 0;
     case 'release verify': {
-      const db = createDb(env.DATABASE_URL, 1);
-      try {
+      return withCliDb(env.DATABASE_URL, 1, async (db) => {
         const problems = await verifyManifest(db, loadReleaseManifest(need(arg, 'a release id')));
         if (values.json) {
           out(JSON.stringify({ release: arg, matches: problems.length === 0, problems }, null, 2));
@@ -90,9 +90,7 @@ export async function releaseCommand(
         for (const p of problems) out(`  ${p}`);
         out(problems.length ? `${arg}: ${problems.length} problem(s)` : `${arg}: every digest matches this code; schema applied`);
         return problems.length ? 1 : 0;
-      } finally {
-        await db.destroy();
-      }
+      });
     }
     case 'release activate':
       return asOperator(command, async (db, op) => {

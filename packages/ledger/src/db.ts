@@ -20,11 +20,18 @@ export type Trx = Transaction<DB>;
  * statement that was running, or the next one, with an error {@link isConnectionFault}
  * recognises; the pool discards it on release and opens a new one for the next checkout.
  * `onClientError` (optional) is told about each such error. Every pool of the runtime opens here.
+ * `timeouts` (optional, see {@link PoolTimeouts}) bounds the waits on a Postgres that hangs; without
+ * it (the services) a connection and a statement wait as long as Postgres takes.
  * @throws Error when the test-only switch `GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING` is set
  *   outside `GATEHOUSE_ENV=test`.
  */
-export function createPool(databaseUrl: string, max: number, onClientError?: (err: Error) => void): pg.Pool {
-  const pool = new pg.Pool({ connectionString: databaseUrl, max });
+export function createPool(databaseUrl: string, max: number, onClientError?: (err: Error) => void, timeouts: PoolTimeouts = {}): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString: databaseUrl,
+    max,
+    ...(timeouts.connectTimeoutMs ? { connectionTimeoutMillis: timeouts.connectTimeoutMs } : {}),
+    ...(timeouts.queryTimeoutMs ? { query_timeout: timeouts.queryTimeoutMs } : {}),
+  });
   if (!pgErrorHandlingDisabled()) {
     const report = (err: Error): void => onClientError?.(err);
     pool.on('error', report); // an idle client died; the pool already removed it
@@ -34,12 +41,25 @@ export function createPool(databaseUrl: string, max: number, onClientError?: (er
 }
 
 /**
+ * Client-side bounds on a Postgres that does not answer, ms; unset or 0 is no bound. A pool
+ * checkout or a new connection that gets no answer within `connectTimeoutMs` fails with
+ * node-postgres's "timeout exceeded when trying to connect" / "Connection terminated due to
+ * connection timeout" ({@link isConnectionFault}); a statement unanswered within `queryTimeoutMs`
+ * fails with "Query read timeout" (its connection stays busy: close the pool without waiting on it).
+ */
+export interface PoolTimeouts {
+  connectTimeoutMs?: number;
+  queryTimeoutMs?: number;
+}
+
+/**
  * Opens the ledger over a {@link createPool} pool (`max` connections, default 10); a lost
- * connection fails a statement, never the process. `onClientError` is told about each one.
+ * connection fails a statement, never the process. `onClientError` is told about each one;
+ * `timeouts` as for {@link createPool} (none by default).
  * @throws Error when `GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING` is set outside `GATEHOUSE_ENV=test`.
  */
-export function createDb(databaseUrl: string, max = 10, onClientError?: (err: Error) => void): Db {
-  return new Kysely<DB>({ dialect: new PostgresDialect({ pool: createPool(databaseUrl, max, onClientError) }) });
+export function createDb(databaseUrl: string, max = 10, onClientError?: (err: Error) => void, timeouts: PoolTimeouts = {}): Db {
+  return new Kysely<DB>({ dialect: new PostgresDialect({ pool: createPool(databaseUrl, max, onClientError, timeouts) }) });
 }
 
 /**

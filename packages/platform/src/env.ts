@@ -167,6 +167,38 @@ export function auditAnchorFromEnv(source: Record<string, string | undefined> = 
   };
 }
 
+/**
+ * How long the operator CLI waits for Postgres, ms (docs/decisions/0652-cli-dependency-timeouts.md).
+ * A hung Postgres (it accepts the TCP connection and never answers) would otherwise hold a
+ * command for ever; past these the command ends with exit 4 naming Postgres. The services do not
+ * read them: their pools keep waiting, as their outage handling expects.
+ */
+export const cliPostgresEnv = {
+  /** The connection handshake (TCP connect to the first answer) may take this long. */
+  CLI_POSTGRES_CONNECT_TIMEOUT_MS: z.coerce.number().int().positive().default(10_000),
+  /**
+   * A statement may go unanswered this long (0: no limit). Not applied to migrations
+   * (`migrate`, `stack up`, `demo`), whose statements may legitimately run longer.
+   */
+  CLI_POSTGRES_QUERY_TIMEOUT_MS: z.coerce.number().int().nonnegative().default(60_000),
+};
+
+/** The CLI's Postgres waits of {@link cliPostgresEnv}, ms; `queryTimeoutMs` 0 means no limit. */
+export interface CliPostgresTimeouts {
+  connectTimeoutMs: number;
+  queryTimeoutMs: number;
+}
+
+/**
+ * The CLI's Postgres waits of `source` (default `process.env`), parsed with {@link cliPostgresEnv} alone.
+ * @throws Error naming each invalid setting (not a positive integer, or a negative query timeout).
+ */
+export function cliPostgresFromEnv(source: Record<string, string | undefined> = process.env): CliPostgresTimeouts {
+  const r = z.object(cliPostgresEnv).safeParse(source);
+  if (!r.success) throw invalidEnvironment(r.error);
+  return { connectTimeoutMs: r.data.CLI_POSTGRES_CONNECT_TIMEOUT_MS, queryTimeoutMs: r.data.CLI_POSTGRES_QUERY_TIMEOUT_MS };
+}
+
 /** The parsed base settings. */
 export type BaseEnv = z.output<ZodObject<typeof baseEnvShape>>;
 

@@ -1,0 +1,84 @@
+import { createDb, DependencyUnavailable, isConnectionFault, type Db, type PoolTimeouts } from '@gatehouse/ledger';
+import { cliPostgresFromEnv } from '@gatehouse/platform';
+
+/** node-postgres's messages for a connection handshake or a statement that got no answer in time. */
+const NO_ANSWER = /Query read timeout|timeout expired|connection timeout/;
+
+/** How long closing a pool may take before the command goes on without it, ms (a hung Postgres never answers the goodbye). */
+const CLOSE_WAIT_MS = 1000;
+
+/**
+ * The CLI's bounds on Postgres (`CLI_POSTGRES_CONNECT_TIMEOUT_MS`, `CLI_POSTGRES_QUERY_TIMEOUT_MS`
+ * of `source`, default `process.env`), ms. `migration`: the connect bound only — a migration's
+ * statement may take as long as it takes.
+ * @throws Error naming an invalid setting.
+ */
+export function cliPostgresTimeouts(opts: { migration?: boolean } = {}, source = process.env): Required<PoolTimeouts> {
+  const t = cliPostgresFromEnv(source);
+  return { connectTimeoutMs: t.connectTimeoutMs, queryTimeoutMs: opts.migration ? 0 : t.queryTimeoutMs };
+}
+
+/**
+ * `err` as the CLI reports it: a connection fault or an unanswered handshake or statement of
+ * Postgres becomes {@link DependencyUnavailable}(`postgres`) naming Postgres (exit 4); anything
+ * else (a DependencyUnavailable of Redis included) is returned as it is. `databaseUrl` (optional)
+ * puts the server's `host:port` in the message (never the credentials).
+ */
+export function asPostgresFault(err: unknown, databaseUrl?: string): unknown {
+  if (err instanceof DependencyUnavailable) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  if (!isConnectionFault(err) && !NO_ANSWER.test(message)) return err;
+  return new DependencyUnavailable(
+    'postgres',
+    `Postgres${databaseUrl ? ` (${hostOf(databaseUrl)})` : ''} is unreachable or not answering (${message}); run the command again once it answers`,
+    {
+      cause: err,
+    },
+  );
+}
+
+/**
+ * Closes `db`'s pool, waiting at most {@link CLOSE_WAIT_MS}: a connection to a hung Postgres never
+ * finishes closing, and the CLI process exits right after anyway.
+ */
+export async function closeCliDb(db: Db): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    db.destroy().catch(() => undefined),
+    new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, CLOSE_WAIT_MS);
+    }),
+  ]);
+  clearTimeout(timer);
+}
+
+/**
+ * Runs `fn` on a ledger pool of at most `max` connections to `databaseUrl` bounded by
+ * {@link cliPostgresTimeouts}, then closes it ({@link closeCliDb}).
+ * @throws DependencyUnavailable(`postgres`) when Postgres cannot be reached or does not answer in
+ *   time (exit 4, see {@link asPostgresFault}); whatever else `fn` throws, as it is.
+ */
+export async function withCliDb<T>(
+  databaseUrl: string,
+  max: number,
+  fn: (db: Db) => Promise<T>,
+  opts: { migration?: boolean } = {},
+): Promise<T> {
+  const db = createDb(databaseUrl, max, undefined, cliPostgresTimeouts(opts));
+  try {
+    return await fn(db);
+  } catch (err) {
+    throw asPostgresFault(err, databaseUrl);
+  } finally {
+    await closeCliDb(db);
+  }
+}
+
+/** The `host:port` of a Postgres or Redis URL (never its credentials), for messages. */
+export function hostOf(url: string): string {
+  try {
+    return new URL(url).host;
+  } catch {
+    return 'the configured server';
+  }
+}

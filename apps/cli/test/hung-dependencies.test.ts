@@ -1,0 +1,137 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from 'kysely';
+import { repoRoot } from '@gatehouse/contracts';
+import { DependencyUnavailable } from '@gatehouse/ledger';
+import { createTestDatabase, freePort, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
+import { EXIT } from '../src/commands.ts';
+import { withCliDb } from '../src/cli-db.ts';
+
+// The CLI against a dependency that is down or hung (docs/decisions/0652-cli-dependency-timeouts.md):
+// every command ends, exit 4, naming the dependency — never a silent wait. A hung Postgres is a
+// TCP listener that accepts and never answers (what a SIGSTOPped server looks like to a client).
+
+let t: TestDatabase;
+let stateDir: string;
+const listeners: Hangable[] = [];
+beforeAll(async () => {
+  t = await createTestDatabase();
+  stateDir = mkdtempSync(resolve(tmpdir(), 'gh-cli-hung-'));
+});
+afterAll(async () => {
+  for (const l of listeners) await l.close();
+  await t?.drop();
+  rmSync(stateDir, { recursive: true, force: true });
+});
+
+/** A listener that forwards to `target` until `hang()`, then forwards nothing; no target: never forwards. */
+interface Hangable {
+  port: number;
+  hang: () => void;
+  close: () => Promise<void>;
+}
+
+async function hangable(target?: { host: string; port: number }): Promise<Hangable> {
+  const port = await freePort();
+  const sockets = new Set<Socket>();
+  let hung = !target;
+  const server: Server = createServer((client) => {
+    sockets.add(client);
+    client.on('error', () => undefined);
+    if (!target) return;
+    const upstream = connect(target.port, target.host);
+    sockets.add(upstream);
+    upstream.on('error', () => client.destroy());
+    client.on('data', (d) => void (hung || upstream.write(d)));
+    upstream.on('data', (d) => void (hung || client.write(d)));
+  });
+  await new Promise<void>((done) => server.listen(port, '127.0.0.1', done));
+  const l = {
+    port,
+    hang: () => void (hung = true),
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((done) => server.close(() => done()));
+    },
+  };
+  listeners.push(l);
+  return l;
+}
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+  ms: number;
+}
+
+function gatehouse(args: string[], env: Record<string, string> = {}): Promise<Run> {
+  const started = Date.now();
+  return new Promise((done) => {
+    execFile(
+      process.execPath,
+      [resolve(repoRoot, 'apps/cli/src/main.ts'), ...args],
+      {
+        cwd: repoRoot,
+        timeout: 60_000,
+        env: { ...process.env, DATABASE_URL: t.url, REDIS_URL: TEST_REDIS_URL, GATEHOUSE_STATE_DIR: stateDir, GATEHOUSE_TOKEN: '', ...env },
+      },
+      (err, stdout, stderr) =>
+        done({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr, ms: Date.now() - started }),
+    );
+  });
+}
+
+describe('a hung Postgres', () => {
+  it('audit verify ends with exit 4 naming Postgres within the default bound (10 s connect)', async () => {
+    const hung = await hangable();
+    const r = await gatehouse(['audit', 'verify'], { DATABASE_URL: `postgres://postgres@127.0.0.1:${hung.port}/gatehouse` });
+    expect(r.code, r.stderr).toBe(EXIT.unavailable);
+    expect(r.stderr).toContain(`Postgres (127.0.0.1:${hung.port}) is unreachable or not answering`);
+    // 10 s of connect timeout, plus the CLI's start-up; a hang is killed at 60 s.
+    expect(r.ms).toBeLessThan(20_000);
+  });
+
+  it('CLI_POSTGRES_CONNECT_TIMEOUT_MS sets the bound: migrate (the admin connection) and an ops command end sooner', async () => {
+    const hung = await hangable();
+    const env = { DATABASE_URL: `postgres://postgres@127.0.0.1:${hung.port}/gatehouse`, CLI_POSTGRES_CONNECT_TIMEOUT_MS: '1000' };
+    const token = (await gatehouse(['token', '--user', 'ops-gus'])).stdout.trim();
+    const [migrate, epoch] = await Promise.all([
+      gatehouse(['migrate'], env),
+      gatehouse(['epoch', 'bump'], { ...env, GATEHOUSE_TOKEN: token }),
+    ]);
+    for (const r of [migrate, epoch]) {
+      expect(r.code, r.stderr).toBe(EXIT.unavailable);
+      expect(r.stderr).toContain('Postgres (127.0.0.1:');
+      expect(r.ms).toBeLessThan(9_000);
+    }
+  });
+
+  it('a statement Postgres stops answering after the connection: DependencyUnavailable(postgres) and the pool closes in bounded time', async () => {
+    const u = new URL(t.url);
+    const proxy = await hangable({ host: u.hostname, port: Number(u.port || 5432) });
+    u.host = `127.0.0.1:${proxy.port}`;
+    process.env.CLI_POSTGRES_QUERY_TIMEOUT_MS = '800';
+    try {
+      const started = Date.now();
+      const err = await withCliDb(u.toString(), 1, async (db) => {
+        await sql`SELECT 1`.execute(db);
+        proxy.hang();
+        await sql`SELECT 1`.execute(db);
+      }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(DependencyUnavailable);
+      expect((err as DependencyUnavailable).dependency).toBe('postgres');
+      expect((err as Error).message).toContain('Query read timeout');
+      expect(Date.now() - started).toBeLessThan(5_000);
+    } finally {
+      delete process.env.CLI_POSTGRES_QUERY_TIMEOUT_MS;
+    }
+  }, 30_000); // without the bound it would hang: fail fast instead
+});
