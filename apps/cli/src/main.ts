@@ -3,10 +3,9 @@ import { parseArgs } from 'node:util';
 import { existsSync, rmSync } from 'node:fs';
 import { resolve as resolvePath } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
-import { Redis } from 'ioredis';
 import { parseEnv, OutboxRelay, createLogger, userTokenVerifier, type BaseEnv } from '@gatehouse/platform';
 import { migrate, migrateOneDown, type Db } from '@gatehouse/ledger';
-import { withCliDb } from './cli-db.ts';
+import { hostOf, withCliDb } from './cli-db.ts';
 import { tokenFor } from './api-client.ts';
 import { auditPublicKey } from './audit-key.ts';
 import { auditVerifyCommand, localWitnessPath } from './audit-verify-command.ts';
@@ -19,10 +18,12 @@ import {
   bumpEpoch,
   LEFT_IN_OUTBOX,
   publishFromCli,
+  dropKeysUnder,
   requireKnownTool,
   setSwitch,
   type Operator,
   withQueues,
+  withRedis,
 } from '@gatehouse/operations';
 import { reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
 import { releaseCommand } from './release-commands.ts';
@@ -337,10 +338,10 @@ async function demo(keepRunning: boolean): Promise<number> {
     throw new Error(`DEMO_DATABASE must be a plain lower-case database name, got ${JSON.stringify(name)}`);
   const databaseUrl = base.DATABASE_URL.replace(/\/[^/]+$/, `/${name}`);
   const prefix = process.env.DEMO_QUEUE_PREFIX ?? 'gh-demo';
-  const redis = new Redis(base.REDIS_URL, { maxRetriesPerRequest: null });
-  for (const key of await redis.keys(`${prefix}:*`)) await redis.del(key);
-  redis.disconnect();
-  out('preparing a fresh demo database and starting every service…');
+  // Bounded: an unreachable Redis or Postgres ends the demo with exit 4, naming it, instead of a silent wait.
+  out(`emptying the demo queues (${prefix}:* on Redis ${hostOf(base.REDIS_URL)})…`);
+  await withRedis(base.REDIS_URL, (redis) => dropKeysUnder(redis, prefix));
+  out(`preparing a fresh demo database (${name} on Postgres ${hostOf(databaseUrl)}) and starting every service…`);
   await prepareDatabase(databaseUrl, { fresh: true });
   const demoWitness = resolvePath(stateDir('demo'), 'audit-anchors.jsonl');
   rmSync(demoWitness, { force: true });

@@ -4,10 +4,12 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
 import { sql } from 'kysely';
 import { repoRoot } from '@gatehouse/contracts';
 import { DependencyUnavailable } from '@gatehouse/ledger';
-import { createTestDatabase, freePort, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
+import { dropKeysUnder } from '@gatehouse/operations';
+import { createTestDatabase, freePort, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/test-harness';
 import { EXIT } from '../src/commands.ts';
 import { withCliDb } from '../src/cli-db.ts';
 
@@ -134,4 +136,50 @@ describe('a hung Postgres', () => {
       delete process.env.CLI_POSTGRES_QUERY_TIMEOUT_MS;
     }
   }, 30_000); // without the bound it would hang: fail fast instead
+});
+
+describe('demo with a dependency down', () => {
+  const demoEnv = { DEMO_DATABASE: 'gatehouse_demo_hung_test', DEMO_QUEUE_PREFIX: 'gh-demo-hung-test' };
+
+  it('Redis unreachable: exit 4 naming Redis, after saying what it was doing (was: a silent hang)', async () => {
+    const r = await gatehouse(['demo'], { ...demoEnv, REDIS_URL: `redis://127.0.0.1:${await freePort()}` });
+    expect(r.code, r.stderr).toBe(EXIT.unavailable);
+    expect(r.stdout).toContain('emptying the demo queues');
+    expect(r.stderr).toContain('Redis is unreachable');
+    expect(r.ms).toBeLessThan(30_000);
+  });
+
+  it('Postgres hung: exit 4 naming Postgres, after saying it prepares the demo database', async () => {
+    const hung = await hangable();
+    const r = await gatehouse(['demo'], {
+      ...demoEnv,
+      DATABASE_URL: `postgres://postgres@127.0.0.1:${hung.port}/gatehouse`,
+      CLI_POSTGRES_CONNECT_TIMEOUT_MS: '1000',
+    });
+    expect(r.code, r.stderr).toBe(EXIT.unavailable);
+    expect(r.stdout).toContain(`preparing a fresh demo database (gatehouse_demo_hung_test on Postgres 127.0.0.1:${hung.port})`);
+    expect(r.stderr).toContain(`Postgres (127.0.0.1:${hung.port}) is unreachable or not answering`);
+    expect(r.ms).toBeLessThan(15_000);
+  });
+});
+
+describe('dropKeysUnder (the demo empties its queue prefix)', () => {
+  it('deletes every key under the prefix with SCAN, the prefix matched literally, and nothing else', async () => {
+    const base = testQueuePrefix();
+    const redis = new Redis(TEST_REDIS_URL);
+    try {
+      const prefix = `${base}[a]`; // glob characters: must not match `${base}a`
+      const keys = Array.from({ length: 2500 }, (_, i) => `${prefix}:k${i}`);
+      for (let i = 0; i < keys.length; i += 500) await redis.mset(...keys.slice(i, i + 500).flatMap((k) => [k, '1']));
+      await redis.set(`${base}a:keep`, '1');
+      await redis.set(`${base}[a]x:keep`, '1');
+      expect(await dropKeysUnder(redis, prefix, 300)).toBe(2500);
+      expect(await redis.exists(...keys.slice(0, 10))).toBe(0);
+      expect(await redis.exists(`${base}a:keep`, `${base}[a]x:keep`)).toBe(2);
+    } finally {
+      await dropKeysUnder(redis, `${base}[a]`);
+      await redis.del(`${base}a:keep`, `${base}[a]x:keep`);
+      redis.disconnect();
+    }
+  });
 });

@@ -19,17 +19,15 @@ import { OpsUsageError } from './ops.ts';
 const CLI_REDIS_CONNECT_MS = 3000;
 
 /**
- * Runs `fn` with a queue registry on the configured Redis and key prefix, and closes both after
- * (the CLI's commands are short-lived processes). Redis is connected first and given up after a
- * few reconnects, so an unreachable Redis ends the command instead of hanging it (a service's
- * connection retries for ever; a person at a terminal should not wait for ever).
+ * Runs `fn` with a Redis connection on `redisUrl` and closes it after (the CLI's commands are
+ * short-lived processes). Redis is connected first and given up after a few reconnects (each
+ * attempt {@link CLI_REDIS_CONNECT_MS}), so an unreachable Redis ends the command instead of
+ * hanging it (a service's connection retries for ever; a person at a terminal should not wait
+ * for ever). `close` (optional) runs before the connection ends, its errors ignored.
  * @throws DependencyUnavailable(`redis`) when Redis does not answer, before or during `fn` (CLI exit 4).
  */
-export async function withQueues<T>(
-  env: Pick<BaseEnv, 'REDIS_URL' | 'QUEUE_PREFIX'>,
-  fn: (queues: QueueRegistry) => Promise<T>,
-): Promise<T> {
-  const redis = new Redis(env.REDIS_URL, {
+export async function withRedis<T>(redisUrl: string, fn: (redis: Redis) => Promise<T>, close?: () => Promise<unknown>): Promise<T> {
+  const redis = new Redis(redisUrl, {
     maxRetriesPerRequest: null,
     lazyConnect: true,
     connectTimeout: CLI_REDIS_CONNECT_MS,
@@ -52,13 +50,12 @@ export async function withQueues<T>(
     redis.disconnect();
     throw unreachable(err);
   }
-  const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
   try {
-    return await fn(queues);
+    return await fn(redis);
   } catch (err) {
     throw redis.status === 'end' ? unreachable(err) : err;
   } finally {
-    await queues.close().catch(() => undefined);
+    await close?.().catch(() => undefined);
     redis.disconnect();
   }
 }
@@ -88,6 +85,47 @@ export async function publishFromCli(
     if (err instanceof DependencyUnavailable) return 'left_in_outbox';
     throw err;
   }
+}
+
+/**
+ * Runs `fn` with a queue registry on the configured Redis and key prefix ({@link withRedis}: an
+ * unreachable Redis ends the command), and closes both after.
+ * @throws DependencyUnavailable(`redis`) when Redis does not answer, before or during `fn` (CLI exit 4).
+ */
+export async function withQueues<T>(
+  env: Pick<BaseEnv, 'REDIS_URL' | 'QUEUE_PREFIX'>,
+  fn: (queues: QueueRegistry) => Promise<T>,
+): Promise<T> {
+  let queues: QueueRegistry | undefined;
+  return withRedis(
+    env.REDIS_URL,
+    (redis) => {
+      queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
+      return fn(queues);
+    },
+    async () => queues?.close(),
+  );
+}
+
+/** A Redis glob matching `s` literally (`*`, `?`, `[`, `]` and `\` escaped). */
+function globEscape(s: string): string {
+  return s.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
+}
+
+/**
+ * Deletes every key under `prefix` (`<prefix>:*`, the prefix matched literally) with SCAN and
+ * UNLINK in batches of about `batch` keys, so a large keyspace never blocks Redis the way KEYS
+ * would. Returns how many keys were deleted.
+ */
+export async function dropKeysUnder(redis: Redis, prefix: string, batch = 1000): Promise<number> {
+  let cursor = '0';
+  let dropped = 0;
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${globEscape(prefix)}:*`, 'COUNT', batch);
+    cursor = next;
+    if (keys.length) dropped += await redis.unlink(...keys);
+  } while (cursor !== '0');
+  return dropped;
 }
 
 /** Job states that are queued but not running: what requeue and quarantine move. */
