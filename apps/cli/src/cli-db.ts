@@ -1,8 +1,10 @@
 import { createDb, DependencyUnavailable, isConnectionFault, type Db, type PoolTimeouts } from '@gatehouse/ledger';
 import { cliPostgresFromEnv } from '@gatehouse/platform';
 
-/** node-postgres's messages for a connection handshake or a statement that got no answer in time. */
-const NO_ANSWER = /Query read timeout|timeout expired|connection timeout/;
+/** node-postgres's messages for a connection handshake that got no answer in time (pool, client). */
+const NO_HANDSHAKE = /timeout expired|connection timeout|timeout exceeded when trying to connect/;
+/** node-postgres's message for a statement that got no answer in time. */
+const NO_RESULT = /Query read timeout/;
 
 /** How long closing a pool may take before the command goes on without it, ms (a hung Postgres never answers the goodbye). */
 const CLOSE_WAIT_MS = 1000;
@@ -22,15 +24,24 @@ export function cliPostgresTimeouts(opts: { migration?: boolean } = {}, source =
  * `err` as the CLI reports it: a connection fault or an unanswered handshake or statement of
  * Postgres becomes {@link DependencyUnavailable}(`postgres`) naming Postgres (exit 4); anything
  * else (a DependencyUnavailable of Redis included) is returned as it is. `databaseUrl` (optional)
- * puts the server's `host:port` in the message (never the credentials).
+ * puts the server's `host:port` in the message (never the credentials); `timeouts` (optional) the
+ * bound that ran out and the setting that sets it.
  */
-export function asPostgresFault(err: unknown, databaseUrl?: string): unknown {
+export function asPostgresFault(err: unknown, databaseUrl?: string, timeouts?: PoolTimeouts): unknown {
   if (err instanceof DependencyUnavailable) return err;
   const message = err instanceof Error ? err.message : String(err);
-  if (!isConnectionFault(err) && !NO_ANSWER.test(message)) return err;
+  const noResult = NO_RESULT.test(message);
+  const noHandshake = !noResult && NO_HANDSHAKE.test(message);
+  if (!isConnectionFault(err) && !noResult && !noHandshake) return err;
+  const bound =
+    noResult && timeouts?.queryTimeoutMs
+      ? `; no answer to a statement within ${timeouts.queryTimeoutMs} ms, CLI_POSTGRES_QUERY_TIMEOUT_MS`
+      : noHandshake && timeouts?.connectTimeoutMs
+        ? `; no answer to the connection within ${timeouts.connectTimeoutMs} ms, CLI_POSTGRES_CONNECT_TIMEOUT_MS`
+        : '';
   return new DependencyUnavailable(
     'postgres',
-    `Postgres${databaseUrl ? ` (${hostOf(databaseUrl)})` : ''} is unreachable or not answering (${message}); run the command again once it answers`,
+    `Postgres${databaseUrl ? ` (${hostOf(databaseUrl)})` : ''} is unreachable or not answering (${message}${bound}); run the command again once it answers`,
     {
       cause: err,
     },
@@ -64,11 +75,12 @@ export async function withCliDb<T>(
   fn: (db: Db) => Promise<T>,
   opts: { migration?: boolean } = {},
 ): Promise<T> {
-  const db = createDb(databaseUrl, max, undefined, cliPostgresTimeouts(opts));
+  const timeouts = cliPostgresTimeouts(opts);
+  const db = createDb(databaseUrl, max, undefined, timeouts);
   try {
     return await fn(db);
   } catch (err) {
-    throw asPostgresFault(err, databaseUrl);
+    throw asPostgresFault(err, databaseUrl, timeouts);
   } finally {
     await closeCliDb(db);
   }

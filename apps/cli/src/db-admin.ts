@@ -27,14 +27,14 @@ export async function prepareDatabase(url: string, opts: { fresh?: boolean } = {
   try {
     await admin.connect();
   } catch (err) {
-    throw asPostgresFault(err, url);
+    throw asPostgresFault(err, url, timeouts);
   }
   try {
     if (opts.fresh) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     const exists = await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
     if (!exists.rowCount) await admin.query(`CREATE DATABASE ${name}`);
   } catch (err) {
-    throw asPostgresFault(err, url);
+    throw asPostgresFault(err, url, timeouts);
   } finally {
     await admin.end();
   }
@@ -42,7 +42,7 @@ export async function prepareDatabase(url: string, opts: { fresh?: boolean } = {
   try {
     await migrate(db);
   } catch (err) {
-    throw asPostgresFault(err, url);
+    throw asPostgresFault(err, url, timeouts);
   } finally {
     await db.destroy();
   }
