@@ -3,5 +3,5 @@
  * The process itself is `src/main.ts` (port 7105).
  */
 export { createOpsApp, type OpsAppOptions } from './http/app.ts';
-export { createQueueBoard, type QueueBoard } from './http/queue-board.ts';
+export { BOARD_API_DEADLINE_MS, COUNTS_TIMEOUT_MS, createQueueBoard, type QueueBoard } from './http/queue-board.ts';
 export { workflowOverview } from './domain/overview.ts';

@@ -26,8 +26,10 @@ const sealed = await resealWebhookSecrets(db, secretKey);
 if (sealed.resealed) log.info(sealed, 'webhook secrets resealed under the current key');
 if (sealed.unreadable) log.warn(sealed, 'webhook secrets that no configured key opens: register those endpoints again');
 
-const board = createQueueBoard({ db, redis, queues, releasesDir: env.RELEASES_DIR, basePath: '/queues' });
-// A failed first discovery (Redis not up yet) is retried by the timer; /readyz reports Redis.
+const board = createQueueBoard({ db, redis, queues, releasesDir: env.RELEASES_DIR, basePath: '/queues', log });
+// Discovery waits for Redis a bounded time at most (its Redis part is skipped while Redis is down
+// or silent and retried by the timer), so the service listens — /healthz, /readyz, the ledger's
+// pages — whether Redis is up or not; /readyz reports Redis.
 await board
   .refresh()
   .then((found) => log.info({ queues: found.length }, 'queues discovered'))

@@ -4,8 +4,14 @@ import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { ExpressAdapter } from '@bull-board/express';
 import type { Redis } from 'ioredis';
 import type { Db } from '@gatehouse/ledger';
-import type { QueueRegistry } from '@gatehouse/platform';
+import { within, type Logger, type QueueRegistry } from '@gatehouse/platform';
 import { discoverQueues, type QueueEntry } from '../domain/queue-catalog.ts';
+
+/** How long the overview waits for one queue's job counts before it shows them as unknown (null), ms. */
+export const COUNTS_TIMEOUT_MS = 1500;
+
+/** How long a request to the board's own API (`<basePath>/api/*`) may go unanswered before 503, ms. */
+export const BOARD_API_DEADLINE_MS = 3000;
 
 /**
  * Job states the overview counts per queue. `prioritized` is BullMQ's waiting state of a job with
@@ -20,17 +26,32 @@ export interface QueueBoard {
   handler: RequestHandler;
   /** The queues on the board now. */
   entries: () => QueueEntry[];
-  /** Re-discovers queues (manifests, `releases` table, Redis) and replaces the board's set. */
+  /**
+   * Re-discovers queues (manifests, `releases` table, Redis) and replaces the board's set. Redis's
+   * part is bounded and skipped while Redis is not ready or does not answer (see `discoverQueues`):
+   * this never waits on Redis longer than its bound.
+   */
   refresh: () => Promise<QueueEntry[]>;
-  /** Job counts per state of one queue on the board: waiting (with prioritized), active, delayed, failed, completed (null when Redis did not answer). */
+  /**
+   * Job counts per state of one queue on the board: waiting (with prioritized), active, delayed,
+   * failed, completed — or null when Redis did not answer: its connection is not `ready` (nothing
+   * is sent), counts asked for earlier are still unanswered (nothing more is sent), it failed, or
+   * it gave no answer within {@link COUNTS_TIMEOUT_MS}. Never rejects.
+   */
   counts: (name: string) => Promise<Record<string, number> | null>;
 }
+
+/** Why Redis is not to be asked now (its connection is not ready, or earlier commands are still unanswered), or null when it may be. */
+type RedisHold = () => string | null;
 
 /**
  * Builds the board at `basePath` (default `/queues`). Every queue is read-only on the board
  * (bull-board answers 405 to its own write routes) and any non-GET request is refused here too:
  * moving, retrying or removing jobs is done with the audited `gatehouse queues …` commands
- * (requeue, quarantine, drain), never from a browser.
+ * (requeue, quarantine, drain), never from a browser. While Redis is not answering, the board's
+ * API (`<basePath>/api/*`) answers 503 `dependency_unavailable` (with `Retry-After: 5`, seconds)
+ * at once, and any of its requests still unanswered after {@link BOARD_API_DEADLINE_MS} gets the
+ * same 503 (docs/decisions/0651-ops-without-redis.md).
  */
 export function createQueueBoard(opts: {
   db: Db;
@@ -38,6 +59,8 @@ export function createQueueBoard(opts: {
   queues: QueueRegistry;
   releasesDir?: string;
   basePath?: string;
+  /** Told when discovery goes on without Redis (warn). */
+  log?: Logger;
 }): QueueBoard {
   const basePath = opts.basePath ?? '/queues';
   const serverAdapter = new ExpressAdapter();
@@ -70,6 +93,14 @@ export function createQueueBoard(opts: {
       },
     },
   });
+  // Counts asked for that outlived their bound and are still unanswered: while any is, Redis is
+  // not asked again (a Redis that accepts connections but answers nothing would pile them up).
+  let unanswered = 0;
+  const hold: RedisHold = () => {
+    if (opts.redis.status !== 'ready') return `redis connection is ${opts.redis.status}`;
+    if (unanswered > 0) return 'redis has not answered earlier commands';
+    return null;
+  };
   const router = serverAdapter.getRouter() as RequestHandler;
   const handler: RequestHandler = (req: Request, res: Response, next: NextFunction) => {
     if (req.method !== 'GET' && req.method !== 'HEAD') {
@@ -81,23 +112,59 @@ export function createQueueBoard(opts: {
     res.setHeader('content-security-policy', "frame-ancestors 'none'");
     res.setHeader('x-content-type-options', 'nosniff');
     res.setHeader('referrer-policy', 'no-referrer');
+    // The board's own API reads Redis; its UI (HTML, scripts) does not.
+    if (req.path === '/api' || req.path.startsWith('/api/')) {
+      const why = hold();
+      if (why) return void unavailable(res, why);
+      const timer = setTimeout(() => {
+        if (!res.headersSent) unavailable(res, `redis gave no answer within ${BOARD_API_DEADLINE_MS} ms`);
+      }, BOARD_API_DEADLINE_MS);
+      res.on('close', () => clearTimeout(timer));
+      res.on('finish', () => clearTimeout(timer));
+    }
     return router(req, res, next);
   };
   return {
     handler,
     entries: () => current,
     refresh: async () => {
-      current = await discoverQueues({ db: opts.db, redis: opts.redis, prefix: opts.queues.prefix, releasesDir: opts.releasesDir });
+      current = await discoverQueues({
+        db: opts.db,
+        redis: opts.redis,
+        prefix: opts.queues.prefix,
+        releasesDir: opts.releasesDir,
+        known: current,
+        onRedisSkipped: (why) => opts.log?.warn({ why }, 'queue discovery went on without redis; retried at the next discovery'),
+      });
       board.replaceQueues(current.map(adapterOf));
       return current;
     },
     counts: async (name) => {
+      if (hold()) return null;
+      let settled = false;
+      const asked = opts.queues.get(name).getJobCounts(...COUNTED);
+      const done = asked.then(
+        () => void (settled = true),
+        () => void (settled = true),
+      );
       try {
-        const { prioritized = 0, ...counts } = await opts.queues.get(name).getJobCounts(...COUNTED);
+        const { prioritized = 0, ...counts } = await within(asked, COUNTS_TIMEOUT_MS);
         return { ...counts, waiting: (counts.waiting ?? 0) + prioritized };
       } catch {
+        if (!settled) {
+          unanswered++;
+          void done.then(() => unanswered--);
+        }
         return null;
       }
     },
   };
+}
+
+/** 503 `dependency_unavailable` with `Retry-After: 5` (seconds): the board's API cannot read Redis now. */
+function unavailable(res: Response, why: string): void {
+  res.setHeader('retry-after', '5');
+  res
+    .status(503)
+    .json({ error: { reason: 'dependency_unavailable', message: `the queue board cannot read Redis now (${why}); retry later` } });
 }
