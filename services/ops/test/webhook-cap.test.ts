@@ -141,3 +141,22 @@ describe('webhook endpoints per tenant', () => {
     }
   });
 });
+
+describe('DELETE /api/webhooks/:id with an id that is no uuid', () => {
+  const del = (id: string) => fetch(`${url}/api/webhooks/${id}`, { method: 'DELETE', headers: { authorization: `Bearer ${ops}` } });
+
+  it('36 dashes, hex without dashes or a non-hex digit: 404 not_found (never sent to the uuid column)', async () => {
+    for (const id of ['-'.repeat(36), 'not-a-uuid', '0123456789abcdef0123456789abcdef0123', '0000000g-0000-4000-8000-000000000000']) {
+      const r = await del(id);
+      expect(r.status, id).toBe(404);
+      expect(((await r.json()) as { error: { reason: string } }).error.reason, id).toBe('not_found');
+    }
+  });
+
+  it('the same endpoint named in capitals, as the uuid column reads it: disabled (200)', async () => {
+    expect((await register('quillfeather', 1)).status).toBe(201);
+    const one = await tdb.db.selectFrom('webhook_endpoints').select('id').executeTakeFirstOrThrow();
+    expect((await del(one.id.toUpperCase())).status).toBe(200);
+    expect(await active('quillfeather')).toBe(0);
+  });
+});

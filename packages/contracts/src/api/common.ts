@@ -81,5 +81,21 @@ export const bearerSecurity: Pick<ZodOpenApiObject, 'components' | 'security'> =
   security: [{ bearer: [] }],
 };
 
+/**
+ * A uuid as a Postgres `uuid` column takes it in our ids: 8-4-4-4-12 hexadecimal digits, either
+ * case, any version (zod `z.guid()`; `z.uuid()` also requires RFC 9562 version and variant bits,
+ * which the column does not). The one check of every id that arrives in a path.
+ */
+export const UuidSchema = z.guid();
+
+/**
+ * Whether `value` is a {@link UuidSchema} uuid. A path id that is not one names nothing: answer
+ * 404 and never send it to a uuid column (Postgres rejects the cast and fails the statement,
+ * which would answer 500).
+ */
+export function isUuid(value: string): boolean {
+  return UuidSchema.safeParse(value).success;
+}
+
 /** `:id` path parameter of a uuid-named resource. */
 export const UuidPathSchema = z.object({ id: z.string().describe('uuid; anything else answers 404') });

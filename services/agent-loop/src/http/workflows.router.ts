@@ -1,7 +1,7 @@
 import { Router } from 'express';
-import { z } from 'zod';
 import {
   IdempotencyKeySchema,
+  isUuid,
   turnsQueue,
   WorkflowMessageRequestSchema,
   type WorkflowMessageAccepted,
@@ -24,11 +24,9 @@ import { supersedeAction } from '@gatehouse/policy';
 import type { AuthedRequest } from '@gatehouse/platform';
 import { unansweredCalls } from '../domain/transcript.ts';
 
-const Id = z.uuid();
-
 /** Loads a workflow of the caller's tenant; another tenant's id is indistinguishable from none. */
 export async function ownWorkflow(db: Db, id: string, tenant: string) {
-  if (!Id.safeParse(id).success) throw new NotFound('not_found', 'no such workflow');
+  if (!isUuid(id)) throw new NotFound('not_found', 'no such workflow');
   const wf = await db.selectFrom('workflows').selectAll().where('id', '=', id).where('tenant', '=', tenant).executeTakeFirst();
   if (!wf) throw new NotFound('not_found', 'no such workflow');
   return wf;

@@ -1,4 +1,4 @@
-import { decidedOutOfBand, executionsQueue, resultsQueue, type DecisionRequest } from '@gatehouse/contracts';
+import { decidedOutOfBand, executionsQueue, isUuid, resultsQueue, type DecisionRequest } from '@gatehouse/contracts';
 import {
   actorHash,
   creditWait,
@@ -25,7 +25,8 @@ export interface DecisionOutcome {
 
 /**
  * Decides one approval (docs/product/public-contract.md#approvals).
- * Order of checks: existence in the caller's tenant (404), authority (403), binding to the
+ * Order of checks: existence in the caller's tenant (404; an `approvalId` that is no uuid names
+ * nothing and is never sent to the database), authority (403), binding to the
  * current action version and digest (409 `stale_version`: the body names another version, or the
  * bound version was superseded — amended by a follow-up or re-evaluated; sibling actions on the
  * same target are not newer versions of it), state (410 when decided, used, void or expired), then
@@ -41,6 +42,7 @@ export async function decideApproval(
   body: DecisionRequest,
   auditHmacKey: string,
 ): Promise<DecisionOutcome> {
+  if (!isUuid(approvalId)) throw new NotFound('not_found', 'no such approval');
   try {
     return await decideInTransaction(db, caller, approvalId, body, auditHmacKey);
   } catch (err) {

@@ -1,6 +1,5 @@
 import { Router, type Request } from 'express';
-import { z } from 'zod';
-import { ApprovalListQuerySchema, DecisionRequestSchema, MAX_APPROVAL_PAGE, type DecisionResult } from '@gatehouse/contracts';
+import { ApprovalListQuerySchema, DecisionRequestSchema, isUuid, MAX_APPROVAL_PAGE, type DecisionResult } from '@gatehouse/contracts';
 import type { UserClaims } from '@gatehouse/credentials';
 import type { Db } from '@gatehouse/ledger';
 import { NotFound, type OutboxRelay, parseBody, UserError } from '@gatehouse/platform';
@@ -11,7 +10,6 @@ import { decodeCursor, listApprovalPage, selectApprovals, toView } from '../doma
 const caller = (req: Request): UserClaims => (req as unknown as { user: UserClaims }).user;
 /** Largest page of `GET /v1/approvals` (docs/decisions/0182-approval-pagination.md). */
 export const MAX_PAGE = MAX_APPROVAL_PAGE;
-const Id = z.uuid();
 
 /**
  * Approval API (docs/product/public-contract.md#approvals): `GET /v1/approvals?status=pending&limit=&cursor=` (the caller's tenant; pending ones
@@ -40,7 +38,7 @@ export function approvalsRouter(cfg: { db: Db; relay: OutboxRelay; auditHmacKey:
   router.get('/v1/approvals/:id', async (req, res) => {
     const user = caller(req);
     const id = String(req.params.id);
-    const row = Id.safeParse(id).success ? await selectApprovals(cfg.db, user.tenant).where('p.id', '=', id).executeTakeFirst() : undefined;
+    const row = isUuid(id) ? await selectApprovals(cfg.db, user.tenant).where('p.id', '=', id).executeTakeFirst() : undefined;
     if (!row) throw new NotFound('not_found', 'no such approval');
     res.json(toView(row, user.sub));
   });
@@ -48,7 +46,7 @@ export function approvalsRouter(cfg: { db: Db; relay: OutboxRelay; auditHmacKey:
   router.post('/v1/approvals/:id/decision', async (req, res) => {
     const user = caller(req);
     const id = String(req.params.id);
-    if (!Id.safeParse(id).success) throw new NotFound('not_found', 'no such approval');
+    if (!isUuid(id)) throw new NotFound('not_found', 'no such approval');
     const body = parseBody(DecisionRequestSchema, req.body);
     const outcome = await withSpan('approval decision', { 'gatehouse.decision': body.decision }, () =>
       decideApproval(cfg.db, user, id, body, cfg.auditHmacKey),

@@ -1,6 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { Router, type Request, type Response } from 'express';
-import { loadWorld, testFaults, webhookUrlProblem, WebhookDeliveryQuerySchema, WebhookRegistrationSchema } from '@gatehouse/contracts';
+import {
+  isUuid,
+  loadWorld,
+  testFaults,
+  webhookUrlProblem,
+  WebhookDeliveryQuerySchema,
+  WebhookRegistrationSchema,
+} from '@gatehouse/contracts';
 import { actorHash, inTransaction, recordAudit, takeAdvisoryLocks, type Db, type Trx } from '@gatehouse/ledger';
 import { ConflictError, Forbidden, NotFound, parseBody, sealWebhookSecret, UserError, type WebhookSecretKey } from '@gatehouse/platform';
 import { operatorOf } from './operator-auth.ts';
@@ -87,7 +94,7 @@ export function webhooksRouter(cfg: {
   router.delete('/api/webhooks/:id', async (req, res) => {
     requireBearer(req);
     const id = String(req.params.id);
-    if (!/^[0-9a-f-]{36}$/.test(id)) throw new NotFound('not_found', 'no such webhook');
+    if (!isUuid(id)) throw new NotFound('not_found', 'no such webhook');
     const row = await inTransaction(cfg.db, async (trx) => {
       const disabled = await trx
         .updateTable('webhook_endpoints')
