@@ -283,6 +283,15 @@ describe('reconciliation', () => {
     }
   });
 
+  it('an item id of 36 dashes or a change id that is no uuid names nothing: refused as unknown, no crash', async () => {
+    const item = await asUser(['reconcile', 'resolve', '--reverse', '--', '-'.repeat(36)]);
+    expect(item.code, item.out).toBe(1);
+    expect(item.out).toContain('no reconciliation item');
+    const change = await asUser(['change', 'cancel', '--', '-'.repeat(36)]);
+    expect(change.code, change.out).toBe(1);
+    expect(change.out).toContain('no scheduled change');
+  });
+
   it('a denied remediation makes zero downstream calls and opens the item again; authority is the approval service’s', async () => {
     const over = await item('refund_over_limit_without_approval');
     const calls = await effectCalls();

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { sql } from 'kysely';
-import { REMEDIATION_RULE_ID, testFaults } from '@gatehouse/contracts';
+import { isUuid, REMEDIATION_RULE_ID, testFaults } from '@gatehouse/contracts';
 import { mintDelegatedToken } from '@gatehouse/credentials';
 import {
   insertOutOfBandRequest,
@@ -83,8 +83,6 @@ function approvalSkipped(): boolean {
   return testFaults().cancelWithoutApproval;
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-
 /**
  * The `schedule_change` step named by its operation key or its workflow id (the one whose
  * operation reached the change service).
@@ -98,7 +96,7 @@ export async function findScheduledChange(db: Db | Trx, ref: string): Promise<Sc
     .select(['o.key', 'o.workflow_id', 'a.id as action_id', 'a.status', 'w.tenant', 'o.status as op_status'])
     .select(sql<string | null>`(select cp.change_id from change_plans cp where cp.id = a.arguments->>'planId')`.as('change_id'))
     .where('a.tool', '=', 'schedule_change')
-    .where((eb) => (UUID.test(ref) ? eb.or([eb('o.key', '=', ref), eb('o.workflow_id', '=', ref)]) : eb('o.key', '=', ref)))
+    .where((eb) => (isUuid(ref) ? eb.or([eb('o.key', '=', ref), eb('o.workflow_id', '=', ref)]) : eb('o.key', '=', ref)))
     .orderBy('o.created_at', 'desc')
     .executeTakeFirst();
   if (!row) throw new RemediationRefused('unknown_change', `no scheduled change has the operation key or workflow ${ref}`);

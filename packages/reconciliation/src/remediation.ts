@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { loadWorld, REMEDIATION_RULE_ID, Refused } from '@gatehouse/contracts';
+import { isUuid, loadWorld, REMEDIATION_RULE_ID, Refused } from '@gatehouse/contracts';
 import { fetchOrder, MalformedRecord } from '@gatehouse/policy';
 import {
   insertOutOfBandRequest,
@@ -61,7 +61,7 @@ export interface RemediationTicket {
  * @throws RemediationRefused(`unknown_item` | `ambiguous_item`).
  */
 export async function findItem(db: Db, idOrPrefix: string): Promise<WorklistItem> {
-  const rows = /^[0-9a-f-]{36}$/.test(idOrPrefix)
+  const rows = isUuid(idOrPrefix)
     ? await db.selectFrom('reconciliation_items').selectAll().where('id', '=', idOrPrefix).execute()
     : /^[0-9a-f-]{8,35}$/.test(idOrPrefix)
       ? await db
