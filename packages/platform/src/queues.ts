@@ -31,6 +31,9 @@ export function createRedis(url: string, log?: Logger): Redis {
 
 /**
  * Caches one BullMQ `Queue` per queue name, sharing one connection and key prefix.
+ * Each queue's `error` events (its connection failing while Redis is down) go to `log` at warn,
+ * once per 30 s per message ({@link logThrottle}); without `log` they are dropped, since the
+ * connection's own handler ({@link createRedis}) reports the outage. Never to stderr unhandled.
  * Close with {@link QueueRegistry.close}.
  */
 export class QueueRegistry {
@@ -38,11 +41,14 @@ export class QueueRegistry {
   readonly prefix: string;
   readonly #redis: Redis;
   readonly #queues = new Map<string, Queue>();
+  readonly #log: Logger | undefined;
+  readonly #throttle = logThrottle();
 
-  constructor(connection: Redis, prefix: string) {
+  constructor(connection: Redis, prefix: string, log?: Logger) {
     this.connection = connection;
     this.#redis = connection;
     this.prefix = prefix;
+    this.#log = log;
   }
 
   /**
@@ -73,6 +79,9 @@ export class QueueRegistry {
     let q = this.#queues.get(name);
     if (!q) {
       q = new Queue(name, { connection: this.connection, prefix: this.prefix });
+      q.on('error', (err: Error) =>
+        this.#throttle(err.message, (repeated) => this.#log?.warn({ err: err.message, repeated }, 'queue connection error')),
+      );
       this.#queues.set(name, q);
     }
     return q;

@@ -63,7 +63,7 @@ export function createServiceContext<S extends ZodRawShape>(
   const drain = new DrainGate(db, env.GATEHOUSE_RELEASE, log, { postgres: gate });
   void drain.start();
   const redis = createRedis(env.REDIS_URL, log);
-  const queues = new QueueRegistry(redis, env.QUEUE_PREFIX);
+  const queues = new QueueRegistry(redis, env.QUEUE_PREFIX, log);
   const relay = new OutboxRelay(db, queues, log);
   observeQueueDepth(() => readQueueDepth(queues));
   // Failed requests to the systems of record and the model (the stub's and the real API's URLs too).
@@ -81,11 +81,7 @@ export function createServiceContext<S extends ZodRawShape>(
     readyChecks: {
       postgres: gate.readyCheck,
       schema: schemaReadyCheck(db, { postgres: gate }),
-      redis: async () => {
-        // Commands queue while the connection is down (they are retried, never dropped): say so at once.
-        if (redis.status !== 'ready') throw new Error(`redis connection is ${redis.status}`);
-        if ((await redis.ping()) !== 'PONG') throw new Error('redis did not answer PONG');
-      },
+      redis: redisReadyCheck(redis),
     },
     close: async (workers = []) => {
       gate.close();
@@ -97,5 +93,23 @@ export function createServiceContext<S extends ZodRawShape>(
       await db.destroy();
       await telemetry.shutdown();
     },
+  };
+}
+
+/**
+ * `/readyz`'s Redis check: fails at once while the connection is not ready (commands would queue,
+ * retried, never dropped), else sends one PING and fails unless it answers PONG. Probes that come
+ * while a PING is unanswered (a frozen Redis still accepting TCP) wait for that PING rather than
+ * send another, so a hung Redis does not collect a command per probe.
+ * @throws Error naming the connection's status, or what the PING answered.
+ */
+export function redisReadyCheck(redis: Redis): () => Promise<void> {
+  let pinging: Promise<string> | undefined;
+  return async () => {
+    if (redis.status !== 'ready') throw new Error(`redis connection is ${redis.status}`);
+    pinging ??= redis.ping().finally(() => {
+      pinging = undefined;
+    });
+    if ((await pinging) !== 'PONG') throw new Error('redis did not answer PONG');
   };
 }

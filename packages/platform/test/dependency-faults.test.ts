@@ -63,7 +63,7 @@ function rig(redisUrl = TEST_REDIS_URL, logger = log): Rig {
   // Wired as the service context wires it: a client that loses its connection tells the gate.
   const db = createDb(t.url, 5, () => gate.noteClientFault());
   const gate = new PostgresGate(db, log, { pollMs: 200, deferMs: 300 });
-  const queues = new QueueRegistry(createRedis(redisUrl, logger), prefix);
+  const queues = new QueueRegistry(createRedis(redisUrl, logger), prefix, logger);
   const r: Omit<Rig, 'worker'> = {
     gate,
     queues,
@@ -204,14 +204,16 @@ describe('workers while Redis restarts', () => {
       const second = await until('the queue to accept a job again', async () => r.add(randomUUID()).catch(() => undefined));
       await until('the second job', async () => (await r.state(second)).state === 'completed');
       expect(uncaught).toEqual([]);
-      const errors = lines
+      const logged = lines
         .split('\n')
         .filter(Boolean)
-        .map((l) => JSON.parse(l) as { msg: string; err?: string })
-        .filter((l) => l.msg === 'worker error')
-        .map((l) => l.err);
+        .map((l) => JSON.parse(l) as { msg: string; err?: string });
+      const errors = logged.filter((l) => l.msg === 'worker error').map((l) => l.err);
       expect(errors.length, 'the worker reported the outage').toBeGreaterThan(0);
       expect(errors, 'each error once in the interval, not once per failed read').toEqual([...new Set(errors)]);
+      const queueErrors = logged.filter((l) => l.msg === 'queue connection error').map((l) => l.err);
+      expect(queueErrors, 'the queue reports its connection errors through the log, each once').toEqual([...new Set(queueErrors)]);
+      expect(r.queues.get(queueName('turns', 'rel-1')).listenerCount('error')).toBe(1);
     } finally {
       process.off('uncaughtException', onUncaught);
       await r.close();
