@@ -12,6 +12,7 @@ export * from './service-context.ts';
 export * from './auth.ts';
 export * from './timeout.ts';
 export * from './outage-hold.ts';
+export * from './boot-step.ts';
 export * from './postgres-gate.ts';
 export * from './drain-gate.ts';
 export * from './release-check.ts';

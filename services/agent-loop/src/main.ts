@@ -1,5 +1,6 @@
 import {
   assertReleaseMatchesCode,
+  bootStep,
   createServiceContext,
   listen,
   closeServer,
@@ -39,7 +40,8 @@ const tenantCap = readTenantSpendCap(env.TENANT_DAILY_SPEND_MICRO_USD, process.e
 const release = loadReleaseManifest(env.GATEHOUSE_RELEASE);
 // A release force-activated past its gate (audited) boots with its bundle; any other refuses to.
 const bundles = await loadServiceBundles(db, env, log);
-await registerRelease(db, release.id, release);
+// Started during a Postgres outage, the process waits for it here rather than exit (and crash-loop).
+await bootStep(log, 'register the release', () => registerRelease(db, release.id, release));
 /** Catalog digest per pack, computed once at boot (fails here if a schema is not strict-mode valid). */
 const catalogDigests: Record<Pack, string> = {
   support: catalogDigest(toolsOfPack('support')),

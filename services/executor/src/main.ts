@@ -113,7 +113,7 @@ const worker = createWorker(
     stalledIntervalMs: env.EXECUTOR_STALLED_INTERVAL_MS,
   },
 );
-const reconciler = await startReconcileJob(
+const reconciler = startReconcileJob(
   {
     db,
     relay,

@@ -1,5 +1,6 @@
 import {
   assertReleaseMatchesCode,
+  bootStep,
   createServiceContext,
   listen,
   closeServer,
@@ -22,7 +23,8 @@ await assertReleaseMatchesCode(ctx.name, env.GATEHOUSE_RELEASE, db, log);
 
 // Completes a key rotation (ADR 0550): secrets sealed under a previous key, or stored in clear, are resealed.
 const secretKey = webhookSecretKeyOf(env);
-const sealed = await resealWebhookSecrets(db, secretKey);
+// Started during a Postgres outage, the process waits for it here rather than exit (and crash-loop).
+const sealed = await bootStep(log, 'reseal webhook secrets', () => resealWebhookSecrets(db, secretKey));
 if (sealed.resealed) log.info(sealed, 'webhook secrets resealed under the current key');
 if (sealed.unreadable) log.warn(sealed, 'webhook secrets that no configured key opens: register those endpoints again');
 

@@ -64,12 +64,14 @@ export async function processReconcile(job: ReconcileJob, deps: ReconcileDeps): 
 /**
  * Starts the release's `reconcile` worker (concurrency 1) and, when `intervalMs` > 0, upserts
  * the repeatable job scheduler that adds a pass every `intervalMs` ms (0 removes it: passes run
- * only on demand). Returns the worker for graceful shutdown.
+ * only on demand). The scheduler is set in the background: with Redis down at boot it is set once
+ * Redis answers, and the process starts listening meanwhile (its `/readyz` names Redis). A failure
+ * other than the wait is logged. Returns the worker for graceful shutdown.
  */
-export async function startReconcileJob(
+export function startReconcileJob(
   deps: ReconcileDeps,
   opts: { queues: QueueRegistry; gate: PostgresGate; drain?: DrainGate; prefix: string; redisUrl: string; intervalMs: number },
-): Promise<Worker> {
+): Worker {
   const worker = createWorker(reconcileQueue, (p: ReconcileJob) => processReconcile(p, deps), {
     release: deps.release,
     prefix: opts.prefix,
@@ -80,12 +82,14 @@ export async function startReconcileJob(
     concurrency: 1,
   });
   const queue = opts.queues.get(queueName(reconcileQueue.base, deps.release));
-  if (opts.intervalMs > 0) {
-    await queue.upsertJobScheduler(
-      'reconcile-every',
-      { every: opts.intervalMs },
-      { name: reconcileQueue.jobName, data: { release: deps.release, trigger: 'schedule' }, opts: reconcileQueue.options },
-    );
-  } else await queue.removeJobScheduler('reconcile-every');
+  const scheduled =
+    opts.intervalMs > 0
+      ? queue.upsertJobScheduler(
+          'reconcile-every',
+          { every: opts.intervalMs },
+          { name: reconcileQueue.jobName, data: { release: deps.release, trigger: 'schedule' }, opts: reconcileQueue.options },
+        )
+      : queue.removeJobScheduler('reconcile-every');
+  scheduled.catch((err: unknown) => deps.log.error({ err: (err as Error).message }, 'could not set the reconcile schedule'));
   return worker;
 }
