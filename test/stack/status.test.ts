@@ -3,6 +3,8 @@ import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { probeStackStatus, stackStatus, statusRecorder } from '@gatehouse/cli';
 
@@ -71,6 +73,31 @@ describe('stack status', () => {
       expect((await stackStatus(dir))[1]).toMatch(/audit\s+ready\s+restarts 0/);
     } finally {
       child.kill('SIGKILL');
+    }
+  });
+
+  it('a ready service that answers 503 is not-ready with what it waits for, not not-answering', async () => {
+    const dir = fresh();
+    // Answers /readyz as the policy gateway does while Postgres is down.
+    const server = createServer((_q, r) => {
+      r.statusCode = 503;
+      r.end(JSON.stringify({ ready: false, service: 'policy-gateway', failing: { postgres: 'postgres unreachable since 03:00' } }));
+    });
+    await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+    try {
+      const port = (server.address() as AddressInfo).port;
+      const record = statusRecorder(dir, { 'policy-gateway': port });
+      record({ type: 'ready', service: 'policy-gateway', restarts: 0 });
+      writeFileSync(resolve(dir, 'supervisor.pid'), String(process.pid));
+      expect((await stackStatus(dir))[1]).toMatch(
+        /policy-gateway\s+not-ready\s+restarts 0, waiting for postgres \(postgres unreachable since 03:00\)$/,
+      );
+      expect((await probeStackStatus(dir)).services['policy-gateway']).toMatchObject({
+        state: 'not-ready',
+        failing: { postgres: 'postgres unreachable since 03:00' },
+      });
+    } finally {
+      await new Promise((done) => server.close(done));
     }
   });
 });

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
-import { isReady, SERVICES, type StackEvent } from './stack.ts';
+import { probeReady, SERVICES, type StackEvent } from './stack.ts';
 
 /** What the stack supervisor process tells the CLI that started it (over the IPC channel). */
 export type DaemonMessage =
@@ -81,8 +81,10 @@ export async function launchStackDaemon(opts: {
  * answer now (a stopped, hung or overloaded process the supervisor still sees alive).
  */
 export interface ServiceStatus {
-  state: 'starting' | 'ready' | 'exited' | 'crash-looping' | 'not-answering';
+  state: 'starting' | 'ready' | 'exited' | 'crash-looping' | 'not-answering' | 'not-ready';
   restarts: number;
+  /** For `not-ready`: the `/readyz` checks failing now, check → reason (e.g. `postgres`). */
+  failing?: Record<string, string>;
   /** The port its `/readyz` answers on (as the supervisor started it). */
   port?: number;
   /** The last exit: `signal SIGKILL` or `code 1`, and when (ISO 8601). */
@@ -140,15 +142,20 @@ export function readStackStatus(dir: string): StackStatusReport {
 }
 
 /**
- * {@link readStackStatus}, with each service recorded `ready` probed now: one whose `/readyz`
- * does not answer within 1 s (e.g. a SIGSTOPped process) is reported `not-answering`. The
- * probes run in parallel.
+ * {@link readStackStatus}, with each service recorded `ready` probed now ({@link probeReady}):
+ * one whose `/readyz` does not answer within 1 s (e.g. a SIGSTOPped process) is reported
+ * `not-answering`; one that answers 503 is `not-ready`, with the checks it names as failing (a
+ * dependency is down: the process is alive and waits for it, do not restart it). The probes run
+ * in parallel.
  */
 export async function probeStackStatus(dir: string): Promise<StackStatusReport> {
   const r = readStackStatus(dir);
   await Promise.all(
     Object.entries(r.services).map(async ([name, s]) => {
-      if (s.state === 'ready' && s.port && !(await isReady(s.port, name))) s.state = 'not-answering';
+      if (s.state !== 'ready' || !s.port) return;
+      const probe = await probeReady(s.port, name);
+      if (probe.state === 'no-answer') s.state = 'not-answering';
+      if (probe.state === 'not-ready') Object.assign(s, { state: 'not-ready', failing: probe.failing });
     }),
   );
   return r;
@@ -171,7 +178,13 @@ export async function stackStatus(dir: string): Promise<string[]> {
     `supervisor pid ${r.supervisorPid} (${dir})`,
     ...Object.entries(r.services).map(
       ([name, s]) =>
-        `  ${name.padEnd(15)} ${s.state.padEnd(13)} restarts ${s.restarts}${s.lastExit ? `, last exit ${s.lastExit} at ${s.lastExitAt}` : ''}${s.crashLoopAt ? `, crash loop reported at ${s.crashLoopAt}` : ''}`,
+        `  ${name.padEnd(15)} ${s.state.padEnd(13)} restarts ${s.restarts}${s.lastExit ? `, last exit ${s.lastExit} at ${s.lastExitAt}` : ''}${s.crashLoopAt ? `, crash loop reported at ${s.crashLoopAt}` : ''}${
+          s.failing
+            ? `, waiting for ${Object.entries(s.failing)
+                .map(([check, why]) => `${check} (${why})`)
+                .join('; ')}`
+            : ''
+        }`,
     ),
   ];
 }

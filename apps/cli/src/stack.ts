@@ -118,17 +118,28 @@ async function answers(port: number): Promise<string | null> {
 }
 
 /**
- * Whether the process on `port` answers `GET /readyz` as service `name` within 1 s (a stopped or
- * hung process does not: its socket accepts, nothing answers).
+ * What the process on `port` answers to `GET /readyz` within 1 s: `ready`; `not-ready` with the
+ * checks it names as failing (it answers as service `name`, 503: a dependency is down); or
+ * `no-answer` (not listening, another service, or a stopped or hung process: its socket accepts,
+ * nothing answers).
  */
-export async function isReady(port: number, name: string): Promise<boolean> {
+export async function probeReady(
+  port: number,
+  name: string,
+): Promise<{ state: 'ready' } | { state: 'not-ready'; failing: Record<string, string> } | { state: 'no-answer' }> {
   try {
     const res = await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(1000) });
-    const body = (await res.json().catch(() => ({}))) as { service?: string };
-    return res.ok && body.service === name;
+    const body = (await res.json().catch(() => ({}))) as { service?: string; failing?: Record<string, string> };
+    if (body.service !== name) return { state: 'no-answer' };
+    return res.ok ? { state: 'ready' } : { state: 'not-ready', failing: body.failing ?? {} };
   } catch {
-    return false; // not listening yet
+    return { state: 'no-answer' }; // not listening yet
   }
+}
+
+/** Whether the process on `port` answers `GET /readyz` as service `name`, ready, within 1 s ({@link probeReady}). */
+export async function isReady(port: number, name: string): Promise<boolean> {
+  return (await probeReady(port, name)).state === 'ready';
 }
 
 const exited = (child: ChildProcess): boolean => child.exitCode !== null || child.signalCode !== null;
