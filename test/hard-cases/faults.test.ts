@@ -122,6 +122,11 @@ describe('hunt: downstream faults', () => {
     expect(new Set(posts.map((r) => r.idempotencyKey)).size).toBe(1);
     expect(await refunds(s, 'O-0812')).toHaveLength(0);
     expect(['failed', 'failed_unknown']).toContain(v.actions[0]!.status);
+    // A refund that was never made is not reported as plainly done.
+    if (v.actions[0]!.status === 'failed') {
+      expect(v.state).toBe('completed');
+      expect(v.nextStep).toMatch(/^Done, but not carried out: issue_refund on O-0812/);
+    }
   });
 
   it('payments hangs (timeout, unknown write outcome): failed_unknown, needs_reconciliation, not retried after', async () => {

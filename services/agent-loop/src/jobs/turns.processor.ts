@@ -47,14 +47,33 @@ export function finalAnswer(response: Pick<OpenAI.Responses.Response, 'output_te
 /**
  * The next step of a run the model finished: why it declined, or that the agent could not act
  * because consequential writes are off for its release (a rollback; `writesOff`, act mode only:
- * its changing tools were not offered), or plainly done.
+ * its changing tools were not offered), or that some of its actions were not carried out
+ * (`failed`: the system of record refused or kept failing, nothing was written — the model was
+ * told, and the rep must not read "done" as "done as approved"), or plainly done.
  */
-function completedStep(kind: 'message' | 'refusal', wf: { release_id: string; writesOff: boolean }): string {
+function completedStep(
+  kind: 'message' | 'refusal',
+  wf: { release_id: string; writesOff: boolean },
+  failed: Array<{ tool: string; target: string }>,
+): string {
   if (kind === 'refusal')
     return 'The agent declined this ticket: read why (finalMessage); handle it yourself, or resubmit it with more detail.';
   if (wf.writesOff)
     return `Consequential writes are off for release ${wf.release_id} (an on-call rollback), so the agent could only look things up: read its final message, and submit the ticket again once writes are back on.`;
+  if (failed.length)
+    return `Done, but not carried out: ${failed.map((a) => `${a.tool} on ${a.target}`).join(', ')} (the system of record failed; nothing was written). Read the agent’s final message, and submit the ticket again later or handle it yourself.`;
   return 'Done: read the agent’s final message (finalMessage).';
+}
+
+/** The run's actions that ended `failed` (not carried out), in version order. */
+async function failedActions(trx: Trx, workflowId: string): Promise<Array<{ tool: string; target: string }>> {
+  return trx
+    .selectFrom('actions')
+    .select(['tool', 'target'])
+    .where('workflow_id', '=', workflowId)
+    .where('status', '=', 'failed')
+    .orderBy('version')
+    .execute();
 }
 
 /**
@@ -97,7 +116,7 @@ async function finishWithMessage(
     to: 'completed',
     lockedFrom: wf.state,
     round,
-    nextStep: completedStep(answer.kind, wf),
+    nextStep: completedStep(answer.kind, wf, await failedActions(trx, wf.id)),
     audit: {
       type: 'run.completed',
       service: 'agent-loop',
