@@ -61,18 +61,39 @@ function completedStep(
   if (wf.writesOff)
     return `Consequential writes are off for release ${wf.release_id} (an on-call rollback), so the agent could only look things up: read its final message, and submit the ticket again once writes are back on.`;
   if (failed.length)
-    return `Done, but not carried out: ${failed.map((a) => `${a.tool} on ${a.target}`).join(', ')} (the system of record failed; nothing was written). Read the agent’s final message, and submit the ticket again later or handle it yourself.`;
+    return `Done, but not carried out: ${[...new Set(failed.map((a) => `${a.tool} on ${a.target}`))].join(', ')} (the system of record kept failing; Gatehouse wrote nothing for it). Read the agent’s final message and check the order in its system before you submit the ticket again or act yourself.`;
   return 'Done: read the agent’s final message (finalMessage).';
 }
 
-/** The run's actions that ended `failed` (not carried out), in version order. */
-async function failedActions(trx: Trx, workflowId: string): Promise<Array<{ tool: string; target: string }>> {
-  return trx
-    .selectFrom('actions')
-    .select(['tool', 'target'])
-    .where('workflow_id', '=', workflowId)
-    .where('status', '=', 'failed')
-    .orderBy('version')
+/** Statuses of a later action on the same target that may carry out what a failed one did not. */
+const MAY_HAVE_DONE_IT = ['pending_approval', 'approved', 'running', 'succeeded', 'failed_unknown'] as const;
+
+/**
+ * The run's actions that ended `failed` (not carried out) and that no later action of the same
+ * tool on the same target may have carried out since (the model may propose the write again after
+ * a failure: a succeeded or still-live retry means "not carried out" would tell the rep to do it
+ * twice), in version order. Shape: `{tool, target}` each.
+ */
+export async function failedActions(db: Db | Trx, workflowId: string): Promise<Array<{ tool: string; target: string }>> {
+  return db
+    .selectFrom('actions as a')
+    .select(['a.tool', 'a.target'])
+    .where('a.workflow_id', '=', workflowId)
+    .where('a.status', '=', 'failed')
+    .where(({ not, exists, selectFrom }) =>
+      not(
+        exists(
+          selectFrom('actions as b')
+            .select('b.id')
+            .whereRef('b.workflow_id', '=', 'a.workflow_id')
+            .whereRef('b.tool', '=', 'a.tool')
+            .whereRef('b.target', '=', 'a.target')
+            .whereRef('b.version', '>', 'a.version')
+            .where('b.status', 'in', MAY_HAVE_DONE_IT),
+        ),
+      ),
+    )
+    .orderBy('a.version')
     .execute();
 }
 
