@@ -179,7 +179,7 @@ export async function stackStatus(dir: string): Promise<string[]> {
     ...Object.entries(r.services).map(
       ([name, s]) =>
         `  ${name.padEnd(15)} ${s.state.padEnd(13)} restarts ${s.restarts}${s.lastExit ? `, last exit ${s.lastExit} at ${s.lastExitAt}` : ''}${s.crashLoopAt ? `, crash loop reported at ${s.crashLoopAt}` : ''}${
-          s.failing
+          s.failing && Object.keys(s.failing).length
             ? `, waiting for ${Object.entries(s.failing)
                 .map(([check, why]) => `${check} (${why})`)
                 .join('; ')}`

@@ -1,5 +1,5 @@
 import type { Job } from 'bullmq';
-import { ConflictError, loadReleaseManifest, queueContracts, queueName } from '@gatehouse/contracts';
+import { ConflictError, loadReleaseManifest, queueContracts, queueName, redisGlobEscape } from '@gatehouse/contracts';
 import {
   actorHash,
   DependencyUnavailable,
@@ -61,15 +61,17 @@ export async function withRedis<T>(redisUrl: string, fn: (redis: Redis) => Promi
 }
 
 /** What a CLI command prints when {@link publishFromCli} left its rows in the outbox. */
-export const LEFT_IN_OUTBOX = 'Redis is unreachable: the re-enqueued jobs wait in the outbox; the services publish them once Redis answers';
+export const LEFT_IN_OUTBOX =
+  'Redis did not take the re-enqueued jobs now: they wait in the outbox, and the services publish them once Redis answers';
 
 /**
  * Publishes outbox `rows` a CLI command has just committed, for a command whose ledger write is
  * the whole change (a tool switch, a re-enable stage): containment must work while Redis is down.
- * Redis is tried as {@link withQueues} tries it; when it does not answer the rows stay in the
- * outbox, whose sweep in every running service publishes them once it does (ADR 0650).
- * @returns `published` (or nothing to publish), else `left_in_outbox`.
- * @throws what the ledger throws while marking the rows published.
+ * Redis is tried as {@link withQueues} tries it; when it does not answer, or a row was not
+ * published and marked (a slow or failing Redis: the relay logs and leaves it), the rows stay in
+ * the outbox, whose sweep in every running service publishes them once it can (ADR 0650).
+ * @returns `published` (or nothing to publish) when every row is marked published, else `left_in_outbox`.
+ * @throws what the ledger throws while reading the marks.
  */
 export async function publishFromCli(
   env: Pick<BaseEnv, 'REDIS_URL' | 'QUEUE_PREFIX'>,
@@ -80,11 +82,21 @@ export async function publishFromCli(
   if (!rows.length) return 'published';
   try {
     await withQueues(env, (queues) => new OutboxRelay(db, queues, log).publishAndMark(rows));
-    return 'published';
   } catch (err) {
     if (err instanceof DependencyUnavailable) return 'left_in_outbox';
     throw err;
   }
+  const waiting = await db
+    .selectFrom('outbox')
+    .select('id')
+    .where(
+      'id',
+      'in',
+      rows.map((r) => r.id),
+    )
+    .where('published_at', 'is', null)
+    .execute();
+  return waiting.length ? 'left_in_outbox' : 'published';
 }
 
 /**
@@ -107,11 +119,6 @@ export async function withQueues<T>(
   );
 }
 
-/** A Redis glob matching `s` literally (`*`, `?`, `[`, `]` and `\` escaped). */
-function globEscape(s: string): string {
-  return s.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
-}
-
 /**
  * Deletes every key under `prefix` (`<prefix>:*`, the prefix matched literally) with SCAN and
  * UNLINK in batches of about `batch` keys, so a large keyspace never blocks Redis the way KEYS
@@ -121,7 +128,7 @@ export async function dropKeysUnder(redis: Redis, prefix: string, batch = 1000):
   let cursor = '0';
   let dropped = 0;
   do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${globEscape(prefix)}:*`, 'COUNT', batch);
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${redisGlobEscape(prefix)}:*`, 'COUNT', batch);
     cursor = next;
     if (keys.length) dropped += await redis.unlink(...keys);
   } while (cursor !== '0');

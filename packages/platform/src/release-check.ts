@@ -1,10 +1,22 @@
 import { ConflictError, loadReleaseManifest } from '@gatehouse/contracts';
-import { inTransaction, isConnectionFault, newestMigration, recordAudit, schemaProblems, type Db } from '@gatehouse/ledger';
+import {
+  DependencyUnavailable,
+  inTransaction,
+  isConnectionFault,
+  newestMigration,
+  recordAudit,
+  schemaProblems,
+  type Db,
+} from '@gatehouse/ledger';
 import { releaseDigestProblems } from '@gatehouse/tools';
 import type { ReadyCheck } from './http.ts';
 import type { Logger } from './logger.ts';
 import type { PostgresState } from './postgres-gate.ts';
 import { within } from './timeout.ts';
+import { bootStep } from './boot-step.ts';
+
+/** How long one try of the boot's schema check waits for the database, ms. */
+const SCHEMA_BOOT_CHECK_MS = 5000;
 
 /** A service's code differs from its release manifest; it must not boot (ADR 0220). ConflictError `release_digest_mismatch`. */
 export class ReleaseMismatch extends ConflictError {
@@ -22,8 +34,8 @@ export class ReleaseMismatch extends ConflictError {
  * Boot check of every service (docs/decisions/0220-monitors-before-damage.md): the tool catalog,
  * instructions and audit-schema digests this code computes must equal those of the release
  * manifest it serves (`GATEHOUSE_RELEASE`), and the database must hold every migration of this
- * code, the newest being the manifest's schema version (skipped when the database does not
- * answer within 5 s). On a mismatch it logs `alert:
+ * code, the newest being the manifest's schema version (a database down or silent at boot is
+ * waited for, ADR 0653; not when the digests already differ: that refusal needs no database). On a mismatch it logs `alert:
  * release_digest_mismatch`, records `service.boot_refused` in the audit outbox (best effort: the
  * audit service's monitor raises the alert from it; a database that does not answer within 5 s
  * is skipped) and throws, so the process exits before it serves a job.
@@ -33,11 +45,20 @@ export class ReleaseMismatch extends ConflictError {
 export async function assertReleaseMatchesCode(service: string, release: string, db: Db, log: Logger): Promise<void> {
   const manifest = loadReleaseManifest(release);
   const problems = releaseDigestProblems(manifest);
-  // The schema the code needs, when the database answers in time (an outage is the Postgres gate's).
-  const schema = await within(schemaProblems(db, manifest.schemaVersion), 5000).catch((err: unknown) => {
-    log.warn({ err: (err as Error).message }, 'could not check the database schema at boot');
-    return [];
-  });
+  // The schema the code needs: a database down or silent at boot is waited for (ADR 0653), so no
+  // process serves before the check ran; a check that fails otherwise is skipped with a warning.
+  const schema = problems.length
+    ? []
+    : await bootStep(log, 'check the database schema', async () => {
+        try {
+          return await within(schemaProblems(db, manifest.schemaVersion), SCHEMA_BOOT_CHECK_MS);
+        } catch (err) {
+          if (isConnectionFault(err) || (err as Error).message === `timed out after ${SCHEMA_BOOT_CHECK_MS} ms`)
+            throw new DependencyUnavailable('postgres', `the schema check at boot: ${(err as Error).message}`, { cause: err });
+          log.warn({ err: (err as Error).message }, 'could not check the database schema at boot');
+          return [];
+        }
+      });
   problems.push(...schema);
   if (!problems.length) return;
   log.error({ alert: 'release_digest_mismatch', release, problems }, 'invariant monitor fired: release_digest_mismatch');

@@ -6,11 +6,13 @@ export type Closer = () => Promise<void> | void;
 /**
  * Graceful shutdown: on SIGTERM or SIGINT, runs the closers (last registered first: stop
  * taking work, finish in-flight jobs, close pools) within `graceMs` (default 10 000 ms), then
- * exits 0; exits 1 if a closer fails or the grace period runs out.
+ * exits 0; exits 1 if a closer fails or the grace period runs out. Returns the shutdown itself,
+ * for a process that must end on its own: `exitCode` (default 0) is the code it exits with when
+ * every closer succeeds.
  */
-export function installShutdown(log: Logger, closers: Closer[], graceMs = 10_000): () => Promise<void> {
+export function installShutdown(log: Logger, closers: Closer[], graceMs = 10_000): (exitCode?: number) => Promise<void> {
   let started = false;
-  const run = async (): Promise<void> => {
+  const run = async (exitCode = 0): Promise<void> => {
     if (started) return;
     started = true;
     const timer = setTimeout(() => {
@@ -28,7 +30,7 @@ export function installShutdown(log: Logger, closers: Closer[], graceMs = 10_000
       }
     }
     log.info('stopped');
-    process.exit(ok ? 0 : 1);
+    process.exit(ok ? exitCode : 1);
   };
   process.once('SIGTERM', () => void run());
   process.once('SIGINT', () => void run());

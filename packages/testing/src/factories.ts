@@ -63,7 +63,9 @@ export interface ActionSeed {
  */
 export async function createAction(db: Db, seed: ActionSeed): Promise<SeededAction> {
   const tool = seed.tool ?? 'issue_refund';
-  const decision = seed.decision ?? (tool === 'reship_order' || (seed.amountCents ?? 3000) > 5000 ? 'REQUIRE_APPROVAL' : 'ALLOW');
+  const decision =
+    seed.decision ?? (seed.pendingApproval || tool === 'reship_order' || (seed.amountCents ?? 3000) > 5000 ? 'REQUIRE_APPROVAL' : 'ALLOW');
+  if (seed.pendingApproval && decision !== 'REQUIRE_APPROVAL') throw new Error('pendingApproval seeds an action that requires approval');
   const ruleId = seed.ruleId ?? (decision === 'ALLOW' ? 'ALL' : tool === 'issue_refund' ? 'R7' : 'R9');
   const pending = seed.pendingApproval;
   const approved = pending !== undefined || (seed.approved ?? decision === 'REQUIRE_APPROVAL');

@@ -113,7 +113,7 @@ const worker = createWorker(
     stalledIntervalMs: env.EXECUTOR_STALLED_INTERVAL_MS,
   },
 );
-const reconciler = startReconcileJob(
+const { worker: reconciler, scheduled } = startReconcileJob(
   {
     db,
     relay,
@@ -136,6 +136,14 @@ const reconciler = startReconcileJob(
     intervalMs: env.RECONCILE_INTERVAL_MS,
   },
 );
+// The schedule waits for Redis in the background; any other failure to set it refuses the boot
+// (gracefully once the shutdown is installed).
+const stopping: { shutdown?: (exitCode?: number) => Promise<void> } = {};
+scheduled.catch((err: unknown) => {
+  log.error({ err: (err as Error).message }, 'could not set the reconcile schedule; stopping');
+  if (stopping.shutdown) void stopping.shutdown(1);
+  else process.exit(1);
+});
 // Live runs past their no-progress bound, by state, for the stuck-runs alert (ADR 0260).
 observeStuckRuns(async () => (await listStuckRuns(db, Date.now(), 1000)).map((r) => r.state));
 const watchdog = hooks.disableWatchdog
@@ -160,4 +168,4 @@ relay.start();
 const app = finishApp(createHttpApp('executor', ctx.readyChecks), log);
 const { server, port } = await listen(app, env.EXECUTOR_PORT);
 log.info({ port }, 'executor ready');
-installShutdown(log, [() => ctx.close([worker, reconciler]), async () => watchdog?.stop(), () => closeServer(server)]);
+stopping.shutdown = installShutdown(log, [() => ctx.close([worker, reconciler]), async () => watchdog?.stop(), () => closeServer(server)]);

@@ -15,7 +15,8 @@ import {
   type PrivateRedis,
   type TestDatabase,
 } from '@gatehouse/test-harness';
-import { BOARD_API_DEADLINE_MS, createOpsApp, createQueueBoard, type QueueBoard } from '../src/index.ts';
+import { BOARD_API_DEADLINE_MS, COUNTS_TIMEOUT_MS, createOpsApp, createQueueBoard, type QueueBoard } from '../src/index.ts';
+import { DISCOVERY_REDIS_TIMEOUT_MS } from '../src/domain/queue-catalog.ts';
 
 // The dashboard shows the ledger whether Redis answers or not: queue counts are null ("Redis did
 // not answer") within a couple of seconds, the board's own API answers 503, and the process
@@ -204,11 +205,11 @@ describe('an in-process dashboard whose Redis stops or hangs', () => {
       // The counts asked for are still unanswered: the next pages send nothing and answer at once.
       const second = await timedGet(`${url}/ops`);
       expect(second.status).toBe(200);
-      expect(second.ms).toBeLessThan(1000);
+      expect(second.ms, 'it did not wait for counts again').toBeLessThan(COUNTS_TIMEOUT_MS);
       const boardAgain = await timedGet(`${url}/queues/api/queues`);
       expect(boardAgain.status).toBe(503);
       expect(boardAgain.body.error.message).toMatch(/has not answered earlier commands/);
-      expect(boardAgain.ms).toBeLessThan(1000);
+      expect(boardAgain.ms, 'it did not wait for the board deadline again').toBeLessThan(BOARD_API_DEADLINE_MS);
       const started = Date.now();
       const found = await board.refresh();
       expect(Date.now() - started).toBeLessThan(PROMPT_MS + 1000);
@@ -225,20 +226,19 @@ describe('an in-process dashboard whose Redis stops or hangs', () => {
   });
 
   it('a stopped Redis: counts null and the board API 503 without waiting, discovery goes on', { timeout: 60_000 }, async () => {
-    // The connection's errors are the test's subject; each queue on it repeats them (console.error without a listener).
-    for (const e of board.entries()) queues.get(e.name).on('error', () => undefined);
     await redisServer.kill();
     await expect.poll(() => redis.status, { timeout: 10_000 }).not.toBe('ready');
+    // Bounds well above a loaded machine's page time, below a wait for Redis; the offline queue below is the proof.
     const r = await timedGet(`${url}/api/overview`);
     expect(r.status).toBe(200);
-    expect(r.ms).toBeLessThan(1000);
+    expect(r.ms).toBeLessThan(COUNTS_TIMEOUT_MS);
     expect(r.body.queues.every((q) => q.counts === null)).toBe(true);
     const boardApi = await timedGet(`${url}/queues/api/queues`);
     expect(boardApi.status).toBe(503);
-    expect(boardApi.ms).toBeLessThan(1000);
+    expect(boardApi.ms).toBeLessThan(BOARD_API_DEADLINE_MS);
     const started = Date.now();
     await board.refresh();
-    expect(Date.now() - started).toBeLessThan(1000);
+    expect(Date.now() - started).toBeLessThan(DISCOVERY_REDIS_TIMEOUT_MS);
     expect(onlyRedis()?.sources).toEqual(['redis']);
     // Nothing was left waiting in the offline queue for Redis's return.
     expect((redis as unknown as { offlineQueue: { length: number } }).offlineQueue.length).toBe(0);

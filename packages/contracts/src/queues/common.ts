@@ -25,6 +25,14 @@ export function queueName(base: string, release: string): string {
   return `${base}.${release}`;
 }
 
+/**
+ * A Redis `SCAN … MATCH` pattern matching `s` literally: `*`, `?`, `[`, `]` and `\` escaped (a
+ * queue prefix may contain them). Append the glob part yourself, e.g. `${redisGlobEscape(prefix)}:*`.
+ */
+export function redisGlobEscape(s: string): string {
+  return s.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
+}
+
 /** Default BullMQ job options: retried with backoff on thrown errors, kept briefly after end. */
 export const defaultJobOptions = {
   attempts: 5,

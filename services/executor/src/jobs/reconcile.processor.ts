@@ -65,13 +65,14 @@ export async function processReconcile(job: ReconcileJob, deps: ReconcileDeps): 
  * Starts the release's `reconcile` worker (concurrency 1) and, when `intervalMs` > 0, upserts
  * the repeatable job scheduler that adds a pass every `intervalMs` ms (0 removes it: passes run
  * only on demand). The scheduler is set in the background: with Redis down at boot it is set once
- * Redis answers, and the process starts listening meanwhile (its `/readyz` names Redis). A failure
- * other than the wait is logged. Returns the worker for graceful shutdown.
+ * Redis answers, and the process starts listening meanwhile (its `/readyz` names Redis). Returns
+ * the worker (for graceful shutdown) and `scheduled`, which rejects when the schedule could not be
+ * set for another reason: the caller ends the process then (a refused boot, as before ADR 0653).
  */
 export function startReconcileJob(
   deps: ReconcileDeps,
   opts: { queues: QueueRegistry; gate: PostgresGate; drain?: DrainGate; prefix: string; redisUrl: string; intervalMs: number },
-): Worker {
+): { worker: Worker; scheduled: Promise<unknown> } {
   const worker = createWorker(reconcileQueue, (p: ReconcileJob) => processReconcile(p, deps), {
     release: deps.release,
     prefix: opts.prefix,
@@ -90,6 +91,5 @@ export function startReconcileJob(
           { name: reconcileQueue.jobName, data: { release: deps.release, trigger: 'schedule' }, opts: reconcileQueue.options },
         )
       : queue.removeJobScheduler('reconcile-every');
-  scheduled.catch((err: unknown) => deps.log.error({ err: (err as Error).message }, 'could not set the reconcile schedule'));
-  return worker;
+  return { worker, scheduled };
 }

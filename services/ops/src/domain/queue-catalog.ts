@@ -1,7 +1,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { basename, resolve } from 'node:path';
 import type { Redis } from 'ioredis';
-import { queueContracts, queueName, repoRoot } from '@gatehouse/contracts';
+import { queueContracts, queueName, redisGlobEscape, repoRoot } from '@gatehouse/contracts';
 import type { Db } from '@gatehouse/ledger';
 import { within } from '@gatehouse/platform';
 
@@ -57,10 +57,6 @@ export async function recordedReleaseIds(db: Db): Promise<string[]> {
   }
 }
 
-function globEscape(s: string): string {
-  return s.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
-}
-
 /** How long discovery waits for Redis's part (the whole SCAN) before it goes on without it, ms. */
 export const DISCOVERY_REDIS_TIMEOUT_MS = 2000;
 
@@ -76,7 +72,7 @@ export async function redisQueueNames(redis: Redis, prefix: string, signal?: Abo
   let cursor = '0';
   do {
     signal?.throwIfAborted();
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${globEscape(prefix)}:*.*:*`, 'COUNT', 1000);
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${redisGlobEscape(prefix)}:*.*:*`, 'COUNT', 1000);
     cursor = next;
     for (const key of keys) {
       const name = key.slice(head.length).split(':')[0] ?? '';
