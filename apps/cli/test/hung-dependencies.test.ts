@@ -1,6 +1,5 @@
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -9,7 +8,15 @@ import { sql } from 'kysely';
 import { repoRoot } from '@gatehouse/contracts';
 import { DependencyUnavailable } from '@gatehouse/ledger';
 import { dropKeysUnder } from '@gatehouse/operations';
-import { createTestDatabase, freePort, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/test-harness';
+import {
+  createTestDatabase,
+  freePort,
+  startHangableProxy,
+  TEST_REDIS_URL,
+  testQueuePrefix,
+  type HangableProxy,
+  type TestDatabase,
+} from '@gatehouse/test-harness';
 import { EXIT } from '../src/commands.ts';
 import { withCliDb } from '../src/cli-db.ts';
 
@@ -19,7 +26,7 @@ import { withCliDb } from '../src/cli-db.ts';
 
 let t: TestDatabase;
 let stateDir: string;
-const listeners: Hangable[] = [];
+const listeners: HangableProxy[] = [];
 beforeAll(async () => {
   t = await createTestDatabase();
   stateDir = mkdtempSync(resolve(tmpdir(), 'gh-cli-hung-'));
@@ -30,36 +37,9 @@ afterAll(async () => {
   rmSync(stateDir, { recursive: true, force: true });
 });
 
-/** A listener that forwards to `target` until `hang()`, then forwards nothing; no target: never forwards. */
-interface Hangable {
-  port: number;
-  hang: () => void;
-  close: () => Promise<void>;
-}
-
-async function hangable(target?: { host: string; port: number }): Promise<Hangable> {
-  const port = await freePort();
-  const sockets = new Set<Socket>();
-  let hung = !target;
-  const server: Server = createServer((client) => {
-    sockets.add(client);
-    client.on('error', () => undefined);
-    if (!target) return;
-    const upstream = connect(target.port, target.host);
-    sockets.add(upstream);
-    upstream.on('error', () => client.destroy());
-    client.on('data', (d) => void (hung || upstream.write(d)));
-    upstream.on('data', (d) => void (hung || client.write(d)));
-  });
-  await new Promise<void>((done) => server.listen(port, '127.0.0.1', done));
-  const l = {
-    port,
-    hang: () => void (hung = true),
-    close: async () => {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((done) => server.close(() => done()));
-    },
-  };
+/** {@link startHangableProxy}, closed after the file's tests. */
+async function hangable(target?: { host: string; port: number }): Promise<HangableProxy> {
+  const l = await startHangableProxy(target);
   listeners.push(l);
   return l;
 }

@@ -1,51 +1,14 @@
-import { connect, createServer, type Server, type Socket } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { createDb, isConnectionFault, type Db } from '../src/index.ts';
-import { createTestDatabase, freePort, type TestDatabase } from '@gatehouse/test-harness';
+import { createTestDatabase, startHangableProxy as hangable, type HangableProxy, type TestDatabase } from '@gatehouse/test-harness';
 
 // createPool/createDb's optional timeouts (the operator CLI passes them): a Postgres that accepts
 // the connection and never answers (SIGSTOPped, wedged) fails the checkout or the statement in
 // bounded time. Without them — the services' pools — the wait is as long as Postgres takes.
 
-/**
- * A TCP listener on a free port that forwards to `target` until {@link Hangable.hang}, then
- * forwards nothing either way (a server that stopped answering); `target` undefined: it never
- * forwards (a server hung from the start).
- */
-interface Hangable {
-  port: number;
-  hang: () => void;
-  close: () => Promise<void>;
-}
-
-async function hangable(target?: { host: string; port: number }): Promise<Hangable> {
-  const port = await freePort();
-  const sockets = new Set<Socket>();
-  let hung = !target;
-  const server: Server = createServer((client) => {
-    sockets.add(client);
-    client.on('error', () => undefined);
-    if (!target) return;
-    const upstream = connect(target.port, target.host);
-    sockets.add(upstream);
-    upstream.on('error', () => client.destroy());
-    client.on('data', (d) => void (hung || upstream.write(d)));
-    upstream.on('data', (d) => void (hung || client.write(d)));
-  });
-  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
-  return {
-    port,
-    hang: () => void (hung = true),
-    close: async () => {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
-
 let t: TestDatabase;
-const opened: Array<{ db?: Db; listener: Hangable }> = [];
+const opened: Array<{ db?: Db; listener: HangableProxy }> = [];
 beforeAll(async () => {
   t = await createTestDatabase({ migrate: false });
 });

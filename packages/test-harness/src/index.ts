@@ -9,5 +9,6 @@ export * from './private-postgres.ts';
 export * from './private-redis.ts';
 export * from './stack.ts';
 export * from './tcp-cut.ts';
+export * from './tcp-hang.ts';
 export * from './audit-tamper.ts';
 export * from './lock-wait.ts';
