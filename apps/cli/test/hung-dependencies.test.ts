@@ -7,7 +7,9 @@ import { Redis } from 'ioredis';
 import { sql } from 'kysely';
 import { repoRoot } from '@gatehouse/contracts';
 import { DependencyUnavailable } from '@gatehouse/ledger';
-import { dropKeysUnder } from '@gatehouse/operations';
+import pg from 'pg';
+import { createDb, type Db } from '@gatehouse/ledger';
+import { bumpEpoch, dropKeysUnder } from '@gatehouse/operations';
 import {
   createTestDatabase,
   freePort,
@@ -18,7 +20,7 @@ import {
   type TestDatabase,
 } from '@gatehouse/test-harness';
 import { EXIT } from '../src/commands.ts';
-import { withCliDb } from '../src/cli-db.ts';
+import { CLIENT_BACKSTOP_MS, closeCliDb, withCliDb } from '../src/cli-db.ts';
 
 // The CLI against a dependency that is down or hung (docs/decisions/0652-cli-dependency-timeouts.md):
 // every command ends, exit 4, naming the dependency — never a silent wait. A hung Postgres is a
@@ -112,13 +114,91 @@ describe('a hung Postgres', () => {
       );
       expect(err).toBeInstanceOf(DependencyUnavailable);
       expect((err as DependencyUnavailable).dependency).toBe('postgres');
-      expect((err as Error).message).toContain('Query read timeout; no answer to a statement within 800 ms, CLI_POSTGRES_QUERY_TIMEOUT_MS');
+      expect((err as Error).message).toContain(
+        `Query read timeout; no answer to a statement within ${800 + CLIENT_BACKSTOP_MS} ms, CLI_POSTGRES_QUERY_TIMEOUT_MS`,
+      );
       expect(Date.now() - started).toBeLessThan(5_000);
     } finally {
       delete process.env.CLI_POSTGRES_QUERY_TIMEOUT_MS;
     }
   }, 30_000); // without the bound it would hang: fail fast instead
 });
+
+describe('a CLI statement that waits on a lock a service holds (docs/decisions/0670-cli-statements-end-on-the-server.md)', () => {
+  /** A session that holds `audit_outbox` exclusively, as a long transaction of a service would; `end` commits and closes it. */
+  async function holdAuditOutbox(): Promise<{ end: () => Promise<void> }> {
+    const c = new pg.Client({ connectionString: t.url });
+    await c.connect();
+    await c.query('BEGIN');
+    await c.query('LOCK TABLE audit_outbox IN ACCESS EXCLUSIVE MODE');
+    return {
+      end: async () => {
+        await c.query('COMMIT');
+        await c.end();
+      },
+    };
+  }
+
+  /** Whether a fresh session can lock the epoch row at once (a waiting CLI transaction that bumped it still holds it). */
+  async function epochRowFree(): Promise<boolean> {
+    const c = new pg.Client({ connectionString: t.url });
+    await c.connect();
+    try {
+      await c.query('BEGIN');
+      await c.query('SELECT 1 FROM credential_epochs WHERE id = 1 FOR UPDATE NOWAIT');
+      return true;
+    } catch (err) {
+      if ((err as { code?: string }).code === '55P03') return false; // lock_not_available
+      throw err;
+    } finally {
+      await c.query('ROLLBACK').catch(() => undefined);
+      await c.end();
+    }
+  }
+
+  const bump = (db: Db): Promise<number> => bumpEpoch(db, 'ops-gus', 'k'.repeat(32));
+
+  it('Postgres cancels it at CLI_POSTGRES_QUERY_TIMEOUT_MS: exit-4 error, its transaction rolled back and its locks freed at once', async () => {
+    const before = await epochOf();
+    const blocker = await holdAuditOutbox();
+    process.env.CLI_POSTGRES_QUERY_TIMEOUT_MS = '800';
+    try {
+      const err = await withCliDb(t.url, 1, bump).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(DependencyUnavailable);
+      expect((err as Error).message).toContain('did not finish a statement of this command within 800 ms, CLI_POSTGRES_QUERY_TIMEOUT_MS');
+      expect((err as Error).message).toContain('rolled its transaction back');
+      expect(await epochRowFree()).toBe(true); // the bump's row lock went with the cancel
+    } finally {
+      delete process.env.CLI_POSTGRES_QUERY_TIMEOUT_MS;
+      await blocker.end();
+    }
+    expect(await epochOf()).toBe(before);
+  }, 30_000);
+
+  it('control: with the client-side bound alone (as before) the command gives up while its transaction keeps the row locked', async () => {
+    const blocker = await holdAuditOutbox();
+    const db = createDb(t.url, 1, undefined, { queryTimeoutMs: 800 });
+    try {
+      const err = await bump(db).catch((e: unknown) => e);
+      expect((err as Error).message).toContain('Query read timeout');
+      expect(await epochRowFree()).toBe(false); // the orphaned transaction still holds it: services' epoch writes would wait
+    } finally {
+      await blocker.end();
+      await closeCliDb(db);
+    }
+  }, 30_000);
+});
+
+/** The credential epoch in the test database. */
+async function epochOf(): Promise<number> {
+  const c = new pg.Client({ connectionString: t.url });
+  await c.connect();
+  try {
+    return Number((await c.query<{ epoch: number }>('SELECT epoch FROM credential_epochs WHERE id = 1')).rows[0]!.epoch);
+  } finally {
+    await c.end();
+  }
+}
 
 describe('demo with a dependency down', () => {
   const demoEnv = { DEMO_DATABASE: 'gatehouse_demo_hung_test', DEMO_QUEUE_PREFIX: 'gh-demo-hung-test' };

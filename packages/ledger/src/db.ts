@@ -31,6 +31,9 @@ export function createPool(databaseUrl: string, max: number, onClientError?: (er
     max,
     ...(timeouts.connectTimeoutMs ? { connectionTimeoutMillis: timeouts.connectTimeoutMs } : {}),
     ...(timeouts.queryTimeoutMs ? { query_timeout: timeouts.queryTimeoutMs } : {}),
+    ...(timeouts.statementTimeoutMs
+      ? { statement_timeout: timeouts.statementTimeoutMs, idle_in_transaction_session_timeout: timeouts.statementTimeoutMs }
+      : {}),
   });
   if (!pgErrorHandlingDisabled()) {
     const report = (err: Error): void => onClientError?.(err);
@@ -41,15 +44,21 @@ export function createPool(databaseUrl: string, max: number, onClientError?: (er
 }
 
 /**
- * Client-side bounds on a Postgres that does not answer, ms; unset or 0 is no bound. A pool
- * checkout or a new connection that gets no answer within `connectTimeoutMs` fails with
- * node-postgres's "timeout exceeded when trying to connect" / "Connection terminated due to
- * connection timeout" ({@link isConnectionFault}); a statement unanswered within `queryTimeoutMs`
- * fails with "Query read timeout" (its connection stays busy: close the pool without waiting on it).
+ * Bounds on a Postgres that does not answer or does not finish, ms; unset or 0 is no bound.
+ * Client side: a pool checkout or a new connection that gets no answer within `connectTimeoutMs`
+ * fails with node-postgres's "timeout exceeded when trying to connect" / "Connection terminated
+ * due to connection timeout" ({@link isConnectionFault}); a statement unanswered within
+ * `queryTimeoutMs` fails with "Query read timeout" (its connection stays busy, and the server may
+ * still run the statement later: close the pool without waiting on it). Server side,
+ * `statementTimeoutMs` sets the session's `statement_timeout` and
+ * `idle_in_transaction_session_timeout`: Postgres itself cancels a statement that runs (or waits on
+ * a lock) longer, SQLSTATE 57014, and ends a session left idle inside a transaction that long,
+ * 25P03 — either way the transaction is rolled back and nothing of it lands later.
  */
 export interface PoolTimeouts {
   connectTimeoutMs?: number;
   queryTimeoutMs?: number;
+  statementTimeoutMs?: number;
 }
 
 /**

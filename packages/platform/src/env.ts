@@ -177,8 +177,10 @@ export const cliPostgresEnv = {
   /** The connection handshake (TCP connect to the first answer) may take this long. */
   CLI_POSTGRES_CONNECT_TIMEOUT_MS: z.coerce.number().int().positive().default(10_000),
   /**
-   * A statement may go unanswered this long (0: no limit). Not applied to migrations
-   * (`migrate`, `stack up`, `demo`), whose statements may legitimately run longer.
+   * A statement may run (or wait on a lock) this long before Postgres cancels it, and a session
+   * may sit idle inside a transaction this long (0: no limit; the client gives up 2 s later on a
+   * server that does not answer). Not applied to migrations (`migrate`, `stack up`, `demo`), whose
+   * statements may legitimately run longer.
    */
   CLI_POSTGRES_QUERY_TIMEOUT_MS: z.coerce.number().int().nonnegative().default(60_000),
 };
