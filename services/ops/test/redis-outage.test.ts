@@ -188,6 +188,29 @@ describe('an in-process dashboard whose Redis stops or hangs', () => {
     expect(r.body.queues.find((q) => q.name === 'turns.rel-only-redis')?.counts?.waiting).toBe(1);
   });
 
+  it(
+    'a board API request cut at its deadline holds Redis: the next one answers 503 at once, sending nothing',
+    { timeout: 60_000 },
+    async () => {
+      redisServer.freeze();
+      try {
+        const cut = await timedGet(`${url}/queues/api/queues`);
+        expect(cut.status).toBe(503);
+        expect(cut.body.error.message).toMatch(/no answer within/);
+        const pending = redis.commandQueue.length;
+        const again = await timedGet(`${url}/queues/api/queues`);
+        expect(again.status).toBe(503);
+        expect(again.body.error.message).toMatch(/has not answered earlier commands/);
+        expect(again.ms, 'it did not wait for the board deadline again').toBeLessThan(BOARD_API_DEADLINE_MS);
+        expect(redis.commandQueue.length, 'nothing more was sent to the frozen Redis').toBe(pending);
+      } finally {
+        redisServer.thaw();
+      }
+      // Redis answers the PING sent at the cut: the board reads it again.
+      await expect.poll(async () => (await timedGet(`${url}/queues/api/queues`)).status, { timeout: 10_000 }).toBe(200);
+    },
+  );
+
   it('a frozen Redis (it accepts, answers nothing): counts null, board API 503, discovery bounded', { timeout: 60_000 }, async () => {
     redisServer.freeze();
     try {

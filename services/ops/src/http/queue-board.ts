@@ -41,9 +41,6 @@ export interface QueueBoard {
   counts: (name: string) => Promise<Record<string, number> | null>;
 }
 
-/** Why Redis is not to be asked now (its connection is not ready, or earlier commands are still unanswered), or null when it may be. */
-type RedisHold = () => string | null;
-
 /**
  * Builds the board at `basePath` (default `/queues`). Every queue is read-only on the board
  * (bull-board answers 405 to its own write routes) and any non-GET request is refused here too:
@@ -51,7 +48,8 @@ type RedisHold = () => string | null;
  * (requeue, quarantine, drain), never from a browser. While Redis is not answering, the board's
  * API (`<basePath>/api/*`) answers 503 `dependency_unavailable` (with `Retry-After: 5`, seconds)
  * at once, and any of its requests still unanswered after {@link BOARD_API_DEADLINE_MS} gets the
- * same 503 (docs/decisions/0651-ops-without-redis.md).
+ * same 503 and holds Redis as unanswering until a PING sent then is answered
+ * (docs/decisions/0651-ops-without-redis.md).
  */
 export function createQueueBoard(opts: {
   db: Db;
@@ -93,10 +91,18 @@ export function createQueueBoard(opts: {
       },
     },
   });
-  // Counts asked for that outlived their bound and are still unanswered: while any is, Redis is
-  // not asked again (a Redis that accepts connections but answers nothing would pile them up).
+  // Commands that outlived their bound and are still unanswered: while any is, Redis is not asked
+  // again (a Redis that accepts connections but answers nothing would pile them up).
   let unanswered = 0;
-  const hold: RedisHold = () => {
+  const stillUnanswered = (settles: Promise<unknown>): void => {
+    unanswered++;
+    void settles.then(
+      () => unanswered--,
+      () => unanswered--,
+    );
+  };
+  /** Why Redis is not to be asked now (its connection is not ready, or earlier commands are still unanswered), or null when it may be. */
+  const hold = (): string | null => {
     if (opts.redis.status !== 'ready') return `redis connection is ${opts.redis.status}`;
     if (unanswered > 0) return 'redis has not answered earlier commands';
     return null;
@@ -117,7 +123,10 @@ export function createQueueBoard(opts: {
       const why = hold();
       if (why) return void unavailable(res, why);
       const timer = setTimeout(() => {
-        if (!res.headersSent) unavailable(res, `redis gave no answer within ${BOARD_API_DEADLINE_MS} ms`);
+        if (res.headersSent) return;
+        unavailable(res, `redis gave no answer within ${BOARD_API_DEADLINE_MS} ms`);
+        // The board's own commands cannot be watched; a PING behind them answers when Redis does.
+        stillUnanswered(opts.redis.ping());
       }, BOARD_API_DEADLINE_MS);
       res.on('close', () => clearTimeout(timer));
       res.on('finish', () => clearTimeout(timer));
@@ -143,7 +152,7 @@ export function createQueueBoard(opts: {
       if (hold()) return null;
       let settled = false;
       const asked = opts.queues.get(name).getJobCounts(...COUNTED);
-      const done = asked.then(
+      void asked.then(
         () => void (settled = true),
         () => void (settled = true),
       );
@@ -151,10 +160,7 @@ export function createQueueBoard(opts: {
         const { prioritized = 0, ...counts } = await within(asked, COUNTS_TIMEOUT_MS);
         return { ...counts, waiting: (counts.waiting ?? 0) + prioritized };
       } catch {
-        if (!settled) {
-          unanswered++;
-          void done.then(() => unanswered--);
-        }
+        if (!settled) stillUnanswered(asked);
         return null;
       }
     },
