@@ -2,6 +2,8 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { Redis } from 'ioredis';
+import { queueName } from '@gatehouse/contracts';
 import type { StackEvent } from '@gatehouse/cli';
 import {
   startE2EStack,
@@ -101,4 +103,28 @@ describe('services started during an outage', () => {
     }
     await Promise.all(names.map((name) => s.stack.ready(name, 60_000)));
   });
+
+  it(
+    'a reconcile schedule Redis refuses (not a wait) ends the executor with exit 1, said in its log; fixed, it starts',
+    { timeout: 240_000 },
+    async () => {
+      // A key of the wrong type where BullMQ keeps the queue's job schedulers: Redis answers WRONGTYPE.
+      const schedulers = `${s.prefix}:${queueName('reconcile', 'rel-1')}:repeat`;
+      const r = new Redis(redis.url, { maxRetriesPerRequest: 3 });
+      try {
+        await r.set(schedulers, 'not a sorted set');
+        const before = events.length;
+        await s.stack.kill('executor', 'SIGKILL');
+        await vi.waitFor(
+          () => expect(events.slice(before).some((e) => e.type === 'exited' && e.service === 'executor' && e.code === 1)).toBe(true),
+          { timeout: 120_000, interval: 250 },
+        );
+        expect(readFileSync(resolve(s.dir, 'executor.log'), 'utf8')).toMatch(/WRONGTYPE.*could not set the reconcile schedule; stopping/);
+        await r.del(schedulers);
+      } finally {
+        r.disconnect();
+      }
+      await s.stack.ready('executor', 120_000);
+    },
+  );
 });
