@@ -1,12 +1,13 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { probeStackStatus, stackStatus, statusRecorder } from '@gatehouse/cli';
+import { repoRoot } from '@gatehouse/contracts';
 
 // What `gatehouse stack status` tells on-call, from the supervisor's status file and pid files.
 
@@ -19,6 +20,32 @@ const fresh = (): string => {
 afterEach(() => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
+
+/** `gatehouse stack status [args]` over the stack folder `dir` (`<state dir>/stack`): its exit code and output. */
+function statusCommand(dir: string, args: string[] = []): Promise<{ code: number; stdout: string }> {
+  return new Promise((done) => {
+    execFile(
+      process.execPath,
+      [resolve(repoRoot, 'apps/cli/src/main.ts'), 'stack', 'status', '--state-dir', resolve(dir, '..'), ...args],
+      { cwd: repoRoot, timeout: 60_000 },
+      (err, stdout) => done({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout }),
+    );
+  });
+}
+
+/** An HTTP server answering `/readyz` with `status` as `service` would; resolves with its port and a close. */
+async function readyzServer(service: string, status: number): Promise<{ port: number; close: () => Promise<void> }> {
+  const server = createServer((_q, r) => {
+    r.statusCode = status;
+    r.end(
+      JSON.stringify(
+        status === 200 ? { ready: true, service } : { ready: false, service, failing: { redis: 'redis connection is reconnecting' } },
+      ),
+    );
+  });
+  await new Promise<void>((ok) => server.listen(0, '127.0.0.1', ok));
+  return { port: (server.address() as AddressInfo).port, close: () => new Promise<void>((ok) => server.close(() => ok())) };
+}
 
 describe('stack status', () => {
   it('keeps reporting a crash loop after the service is up again', async () => {
@@ -75,6 +102,28 @@ describe('stack status', () => {
       child.kill('SIGKILL');
     }
   });
+
+  it('exits 0 only when the supervisor runs and every service is ready now; 1 otherwise, --json too', async () => {
+    const dir = resolve(fresh(), 'stack');
+    mkdirSync(dir);
+    const [up, waiting] = await Promise.all([readyzServer('audit', 200), readyzServer('executor', 503)]);
+    try {
+      writeFileSync(resolve(dir, 'supervisor.pid'), String(process.pid));
+      const record = statusRecorder(dir, { audit: up.port, executor: waiting.port });
+      record({ type: 'ready', service: 'audit', restarts: 0 });
+      expect((await statusCommand(dir)).code).toBe(0);
+      record({ type: 'ready', service: 'executor', restarts: 0 });
+      const notReady = await statusCommand(dir, ['--json']);
+      expect(notReady.code).toBe(1);
+      expect(JSON.parse(notReady.stdout).services.executor.state).toBe('not-ready');
+      writeFileSync(resolve(dir, 'supervisor.pid'), '2147483646'); // the supervisor is gone
+      const gone = await statusCommand(dir);
+      expect(gone.code).toBe(1);
+      expect(gone.stdout).toContain('no stack supervisor running');
+    } finally {
+      await Promise.all([up.close(), waiting.close()]);
+    }
+  }, 60_000);
 
   it('a ready service that answers 503 is not-ready with what it waits for, not not-answering', async () => {
     const dir = fresh();

@@ -63,7 +63,7 @@ export const COMMANDS: CommandSpec[] = [
   {
     name: 'stack status',
     synopsis: '[--json]',
-    summary: "each service's state, restarts and last exit (crash loops)",
+    summary: "each service's state, restarts and last exit (crash loops); exit 1 unless every service is ready",
     options: [],
     json: true,
   },

@@ -31,7 +31,7 @@ import { changeCancelCommand } from './change-commands.ts';
 import { reenableCommand } from './reenable-commands.ts';
 import { loadBundle, loadBundleFile, runBoundaryGate, loadGateCases } from '@gatehouse/policy';
 import { portOf, SERVICES, stagingUrlOf, startStack, stateDir, stateRoot, type RunningStack } from './stack.ts';
-import { launchStackDaemon, probeStackStatus, progressPrinter, stackStatus, stopStack } from './stack-control.ts';
+import { formatStackStatus, launchStackDaemon, probeStackStatus, progressPrinter, stackIsUp, stopStack } from './stack-control.ts';
 import { checkOptions, commandHelp, exitCodeFor, findCommand, groupHelp, usage, UsageError, EXIT } from './commands.ts';
 
 const out = (line: string): void => {
@@ -90,9 +90,10 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     case 'stack status': {
-      if (values.json) out(JSON.stringify(await probeStackStatus(stateDir('stack')), null, 2));
-      else for (const line of await stackStatus(stateDir('stack'))) out(line);
-      return 0;
+      const report = await probeStackStatus(stateDir('stack'));
+      if (values.json) out(JSON.stringify(report, null, 2));
+      else for (const line of formatStackStatus(report)) out(line);
+      return stackIsUp(report) ? 0 : 1;
     }
     case 'stack down': {
       const stopped = [...(await stopStack(stateDir('stack'))), ...(await stopStack(stateDir('demo')))];

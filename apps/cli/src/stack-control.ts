@@ -162,11 +162,27 @@ export async function probeStackStatus(dir: string): Promise<StackStatusReport> 
 }
 
 /**
+ * Whether the stack a {@link probeStackStatus} report describes is up: its supervisor runs and
+ * every service it records is `ready` as probed now. `gatehouse stack status` exits 0 when it is
+ * and 1 ("the answer is no") when it is not — no supervisor, or a service starting, exited,
+ * crash-looping, `not-ready` or `not-answering` — so a script or a health check can act on it.
+ */
+export function stackIsUp(r: StackStatusReport): boolean {
+  const services = Object.values(r.services);
+  return r.supervisorPid !== null && services.length > 0 && services.every((s) => s.state === 'ready');
+}
+
+/**
  * Lines describing the stack kept in `dir`: whether its supervisor runs, then each service's
  * state (probed now, {@link probeStackStatus}), restart count and last exit.
  */
 export async function stackStatus(dir: string): Promise<string[]> {
-  const r = await probeStackStatus(dir);
+  return formatStackStatus(await probeStackStatus(dir));
+}
+
+/** The lines of {@link stackStatus} for a report already probed. */
+export function formatStackStatus(r: StackStatusReport): string[] {
+  const dir = r.dir;
   if (r.supervisorPid === null)
     return r.unsupervised.length
       ? [
