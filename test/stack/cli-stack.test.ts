@@ -76,7 +76,12 @@ describe('gatehouse stack up / down', () => {
     await sleep(1500); // three times the first backoff: an orphan restart would be listening by now
     expect(await ready(a.port)).toBe(false);
     expect(await ready(b.port)).toBe(true);
-    expect(await gatehouse(['stack', 'status'], a)).toContain('no stack supervisor running');
+    // No supervisor: the answer is no, exit 1, and the output says why.
+    const down = await gatehouse(['stack', 'status'], a).then(
+      () => ({ code: 0, stdout: '' }),
+      (e: { code?: number; stdout?: string }) => ({ code: e.code, stdout: e.stdout ?? '' }),
+    );
+    expect(down).toEqual({ code: 1, stdout: expect.stringContaining('no stack supervisor running') });
     expect(await gatehouse(['stack', 'down'], b)).toContain('stopped model-stub');
     expect(await ready(b.port)).toBe(false);
   });
