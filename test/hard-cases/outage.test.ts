@@ -13,6 +13,8 @@ import {
   sleep,
   call,
   waitUntil,
+  refunds,
+  view,
   type Entry,
   type HuntStack,
 } from './helpers.ts';
@@ -144,6 +146,25 @@ describe('outage time is not working time', () => {
     } finally {
       await orderSystemUp(s);
     }
+  });
+
+  it("the order system does not answer the gateway's read for a decision: the proposal is held past its backoff and the budget, then decided, and the refund runs once", async () => {
+    await s.stack.kill('staging', 'SIGKILL', { keepDown: true });
+    let run: { token: string; workflowId: string };
+    try {
+      await fixtures(s, 'O-read', [fc(['issue_refund', { orderId: 'O-1006', amount: '10.00', reason: 'damaged' }]), msg()]);
+      run = await submit(s, 'rep-ana', 'O-read', 'refund $10 on O-1006');
+      // Longer than the proposals job's retries (5 attempts, about 3 s) and the 4 s budget.
+      await sleep(OUTAGE_MS);
+      const held = await view(s, run.token, run.workflowId);
+      expect(held.state, `held, not stopped (${held.stopReason ?? ''})`).toBe('investigating');
+    } finally {
+      await s.stack.restart('staging');
+    }
+    const end = await waitFor(s, run.token, run.workflowId, settled);
+    expect(end.stopReason ?? null).toBeNull();
+    expect(end.state).toBe('completed');
+    expect(await refunds(s, 'O-1006')).toHaveLength(1);
   });
 
   it('the model stays unavailable past the ceiling: stopped(dependency_unavailable) with a next step, never budget_exhausted', async () => {

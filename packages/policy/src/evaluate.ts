@@ -1,5 +1,5 @@
 import { releaseWritesEnabled, type DecisionContext, type Db, type Trx } from '@gatehouse/ledger';
-import { loadWorld, fetchCapped } from '@gatehouse/contracts';
+import { loadWorld } from '@gatehouse/contracts';
 import { toolsOfPack, type ParsedProposal, type Pack } from '@gatehouse/tools';
 import type { PolicyBundles } from './bundle.ts';
 import { evaluateChange, type ChangeFacts, type ChangeRecordFacts, type PlanFacts } from './change.rules.ts';
@@ -14,7 +14,7 @@ import {
   type SupportLimitOptions,
 } from './facts.ts';
 import { evaluateSupport, type PolicyDecision, type SupportFacts } from './support.rules.ts';
-import { changeRecord } from './records.ts';
+import { changeRecord, readRecordJson } from './records.ts';
 
 /**
  * The authoritative record a decision reads, by pack: the order (support) or the change and,
@@ -26,15 +26,16 @@ export type AuthoritativeRecord =
 
 /**
  * Reads a change from the change service (`GET /changes/:id` of the staging systems): an
- * authoritative read for policy, no credential minted; the caller checks the tenant (C2). The
- * record is validated and its strings bounded and redacted ({@link changeRecord}).
- * @throws Error when the change service does not answer, or answers a malformed record (the job is retried).
+ * authoritative read for policy, no credential minted; the caller checks the tenant (C2). Null
+ * when there is no such change. The record is validated and its strings bounded and redacted
+ * ({@link changeRecord}).
+ * @throws DependencyUnavailable(`system_of_record`) when the change service does not answer or
+ *   answers 429/5xx (the step is held, {@link readRecordJson}); MalformedRecord, or Error for
+ *   another bad answer (the job is retried).
  */
 export async function fetchChange(stagingUrl: string, changeId: string): Promise<ChangeRecordFacts | null> {
-  const res = await fetchCapped(`${stagingUrl}/changes/${encodeURIComponent(changeId)}`, { signal: AbortSignal.timeout(5000) });
-  if (res.status === 404) return null;
-  if (!res.ok) throw new Error(`change service answered ${res.status}`);
-  return changeRecord(await res.json());
+  const body = await readRecordJson(`${stagingUrl}/changes/${encodeURIComponent(changeId)}`, 'change service');
+  return body === null ? null : changeRecord(body);
 }
 
 /** The plan `planId` if `prepare_change` wrote it in workflow `workflowId`, else null. */

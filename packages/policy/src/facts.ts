@@ -1,11 +1,11 @@
 import { sql, type RawBuilder } from 'kysely';
 import { advisoryLockId, advisoryLockOrder, takeAdvisoryLocks, type Db, type Trx } from '@gatehouse/ledger';
-import { loadWorld, fetchCapped, testFaults } from '@gatehouse/contracts';
+import { loadWorld, testFaults } from '@gatehouse/contracts';
 import { eligibleTools } from './eligibility.ts';
 import { supportTools, type ParsedProposal } from '@gatehouse/tools';
 import type { SupportFacts } from './support.rules.ts';
 import { windowStart } from './window-clock.ts';
-import { orderRecord } from './records.ts';
+import { orderRecord, readRecordJson } from './records.ts';
 
 /**
  * Action states whose refund counts toward the cumulative basis (R4, R7) and the rolling caps
@@ -51,15 +51,16 @@ export function lookupUser(userId: string, tenant: string): SupportFacts['user']
 /**
  * Reads an order from the order system (`GET /orders/:id` of the staging systems): the
  * authoritative read for policy, not a tool effect — no delegated credential is minted and the
- * caller checks tenant and region (R2) before anything else sees the order.
- * The record is validated and its strings bounded and redacted ({@link orderRecord}).
- * @throws Error when the order system does not answer, or answers a malformed record (the job is retried).
+ * caller checks tenant and region (R2) before anything else sees the order. Null when the order
+ * system has no such order. The record is validated and its strings bounded and redacted
+ * ({@link orderRecord}).
+ * @throws DependencyUnavailable(`system_of_record`) when the order system does not answer or
+ *   answers 429/5xx (the step is held, {@link readRecordJson}); MalformedRecord, or Error for
+ *   another bad answer (the job is retried).
  */
 export async function fetchOrder(stagingUrl: string, orderId: string): Promise<SupportFacts['order']> {
-  const res = await fetchCapped(`${stagingUrl}/orders/${encodeURIComponent(orderId)}`, { signal: AbortSignal.timeout(5000) });
-  if (res.status === 404) return null;
-  if (!res.ok) throw new Error(`order system answered ${res.status}`);
-  return orderRecord(await res.json());
+  const body = await readRecordJson(`${stagingUrl}/orders/${encodeURIComponent(orderId)}`, 'order system');
+  return body === null ? null : orderRecord(body);
 }
 
 /**

@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { SystemError } from '@gatehouse/contracts';
+import { BodyTooLarge, fetchCapped, SystemError } from '@gatehouse/contracts';
+import { DependencyUnavailable } from '@gatehouse/ledger';
 import { boundText } from '@gatehouse/tools';
 import type { ChangeRecordFacts } from './change.rules.ts';
 import type { SupportFacts } from './support.rules.ts';
@@ -75,4 +76,41 @@ export function orderRecord(body: unknown): NonNullable<SupportFacts['order']> {
 /** A change as the change rules read it, from the change service's answer. @throws MalformedRecord when malformed ({@link parseRecord}). */
 export function changeRecord(body: unknown): ChangeRecordFacts {
   return parseRecord(ChangeRecordSchema, body, 'change service');
+}
+
+/** How long an authoritative read of a system of record may take, ms. */
+export const RECORD_READ_TIMEOUT_MS = 5000;
+
+/**
+ * The JSON body of `GET url` on a system of record (`system` names it in messages, e.g. "order
+ * system"), or null when it answers 404; bounded by {@link RECORD_READ_TIMEOUT_MS} and the
+ * downstream body cap. An outage of the system is told apart from a bad answer: the first holds
+ * the step that reads (its job waits without using an attempt, and the run's wait is credited,
+ * docs/decisions/0110-outage-time.md), the second is retried and then becomes the step's dead
+ * letter (0070).
+ * @throws DependencyUnavailable(`system_of_record`) when the request is refused, times out or is
+ *   cut, or is answered 429 or 5xx.
+ * @throws BodyTooLarge past the body cap; SyntaxError for a body that is not JSON; Error for any
+ *   other status.
+ */
+export async function readRecordJson(url: string, system: string): Promise<unknown> {
+  const unavailable = (why: string, cause?: unknown): DependencyUnavailable =>
+    new DependencyUnavailable('system_of_record', `${system}: ${why}`, { cause });
+  let res: Response;
+  try {
+    res = await fetchCapped(url, { signal: AbortSignal.timeout(RECORD_READ_TIMEOUT_MS) });
+  } catch (err) {
+    if (err instanceof BodyTooLarge) throw err;
+    throw unavailable(`no answer (${(err as Error).message})`, err);
+  }
+  if (!res.ok) await res.body?.cancel().catch(() => undefined);
+  if (res.status === 404) return null;
+  if (res.status === 429 || res.status >= 500) throw unavailable(`answered ${res.status}`);
+  if (!res.ok) throw new Error(`${system} answered ${res.status}`);
+  try {
+    return await res.json();
+  } catch (err) {
+    if (err instanceof BodyTooLarge || err instanceof SyntaxError) throw err;
+    throw unavailable(`its answer was cut (${(err as Error).message})`, err);
+  }
 }

@@ -86,7 +86,7 @@ async function orderRecord(stagingUrl: string, orderId: string): Promise<{ tenan
   try {
     return await fetchOrder(stagingUrl, orderId);
   } catch (err) {
-    if (err instanceof MalformedRecord) throw err;
+    if (err instanceof MalformedRecord || err instanceof DependencyUnavailable) throw err;
     throw new DependencyUnavailable('system_of_record', `order system: ${(err as Error).message}`, { cause: err });
   }
 }
