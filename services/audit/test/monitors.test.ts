@@ -92,6 +92,52 @@ describe('invariant monitors', () => {
     expect(await fired()).not.toContain('refund_over_auto_limit_without_approval');
   });
 
+  it('a refund a lead reversed stops counting for its order from the reversal on, as in the policy and reconciliation', async () => {
+    const monitor = 'refund_over_auto_limit_without_approval';
+    // A 9900 refund let through without approval (units mistake), then reversed by a lead's
+    // remediation: its action compensated, its worklist item resolved.
+    const bad = await createAction(t.db, { orderId: 'O-1006', amountCents: 9900, decision: 'ALLOW', approved: false });
+    await effect(bad);
+    await sql`update operations set created_at = now() - interval '20 minutes' where key = ${bad.operationKey}`.execute(t.db);
+    await sql`update actions set status = 'compensated', updated_at = now() - interval '10 minutes' where id = ${bad.actionId}`.execute(
+      t.db,
+    );
+    await t.db
+      .insertInto('reconciliation_items')
+      .values({
+        id: crypto.randomUUID(),
+        run_id: crypto.randomUUID(),
+        class: 'refund_over_limit_without_approval',
+        owner: 'support-lead',
+        subject: `refund:re_${bad.actionId}`,
+        operation_key: bad.operationKey,
+        detail: '{}',
+        status: 'resolved',
+        resolved_by: 'lead-eli',
+      })
+      .execute();
+    expect(await fired()).not.toContain(monitor);
+    // After the reversal the order's basis is 0 (a compensated refund is not counted), so the
+    // policy lets a 4900 refund run without approval: no violation, nothing for on-call to chase.
+    const later = await createAction(t.db, { orderId: 'O-1006', amountCents: 4900, decision: 'ALLOW', approved: false });
+    await effect(later);
+    expect(await fired()).not.toContain(monitor);
+  });
+
+  it('a refund that ran while an earlier one still stood stays named when that one is reversed afterwards', async () => {
+    const first = await createAction(t.db, { orderId: 'O-1004', amountCents: 4900, decision: 'ALLOW', approved: false });
+    await effect(first);
+    const second = await createAction(t.db, { orderId: 'O-1004', amountCents: 4900, decision: 'ALLOW', approved: false });
+    await effect(second);
+    await sql`update operations set created_at = now() - interval '30 minutes' where key = ${first.operationKey}`.execute(t.db);
+    await sql`update operations set created_at = now() - interval '20 minutes' where key = ${second.operationKey}`.execute(t.db);
+    await sql`update actions set status = 'compensated', updated_at = now() - interval '10 minutes' where id = ${first.actionId}`.execute(
+      t.db,
+    );
+    const over = (await evaluateMonitors(t.db, cfg)).find((a) => a.monitor === 'refund_over_auto_limit_without_approval');
+    expect(over?.examples).toEqual([second.operationKey]);
+  });
+
   it('an effect whose policy required approval, without a used approval, fires', async () => {
     const a = await createAction(t.db, { orderId: 'O-1002', tool: 'reship_order' });
     await effect(a, 'succeeded', false);

@@ -67,7 +67,8 @@ const ids = (rows: Row[]) => rows.slice(0, 10).map((r) => r.id);
  * - `effect_without_required_approval`: an action whose policy required approval has an effect
  *   (operation succeeded or running) without a `used` approval;
  * - `refund_over_auto_limit_without_approval`: a refund whose order's cumulative executed refunds
- *   exceed the auto limit ran without a `used` approval;
+ *   exceed the auto limit ran without a `used` approval (a refund a lead reversed counts until its
+ *   reversal, and is not named itself);
  * - `approvals_stopped_while_refunds_continue`: refunds above the auto limit executed in the last
  *   hour while no approval was requested in that hour;
  * - `refunds_at_limit_while_approvals_stopped`: the same shape before damage — refunds arriving
@@ -111,14 +112,24 @@ export async function evaluateMonitors(db: Db, cfg: MonitorConfig): Promise<Aler
   fire(
     'refund_over_auto_limit_without_approval',
     // One pass with a running sum per order (the window's default frame counts ties, as `<=` did),
-    // not a correlated sum per operation: linear in the ledger, not quadratic.
+    // not a correlated sum per operation: linear in the ledger, not quadratic. A refund a lead
+    // reversed (action `compensated`, its last transition) adds its amount when it ran and takes
+    // it away when it was reversed, as R4/R7's basis and reconciliation count it; it is no longer
+    // an effect itself, so it is never named (ADR 0666).
     (
       await sql<Row>`select c.key as id from (
-          select o.key, sum((a.arguments->>'amountCents')::bigint) over (partition by a.target order by o.created_at) as cumulative
-          from operations o join actions a on a.id = o.action_id
-          where a.tool = 'issue_refund' and o.status in ('succeeded', 'running', 'failed_unknown')
+          select e.key, e.named, sum(e.cents) over (partition by e.target order by e.at) as cumulative
+          from (
+            select o.key, a.target, o.created_at as at, (a.arguments->>'amountCents')::bigint as cents, a.status <> 'compensated' as named
+              from operations o join actions a on a.id = o.action_id
+             where a.tool = 'issue_refund' and o.status in ('succeeded', 'running', 'failed_unknown')
+            union all
+            select o.key, a.target, a.updated_at, -(a.arguments->>'amountCents')::bigint, false
+              from operations o join actions a on a.id = o.action_id
+             where a.tool = 'issue_refund' and o.status in ('succeeded', 'running', 'failed_unknown') and a.status = 'compensated'
+          ) e
         ) c join operations o on o.key = c.key join actions a on a.id = o.action_id
-        where c.cumulative > ${cfg.autoApproveLimitCents} and ${noUsedApproval}`.execute(db)
+        where c.named and c.cumulative > ${cfg.autoApproveLimitCents} and ${noUsedApproval}`.execute(db)
     ).rows,
   );
   const recent = sql`o.created_at > now() - interval '1 hour'`;
