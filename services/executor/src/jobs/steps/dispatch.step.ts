@@ -43,7 +43,8 @@ export interface ClaimInputs {
  * The reads before the claim, none holding a lock: the revocation epoch read with the action (no
  * token without it, fail closed — ADR 0170; `hooks.epochFailOpen` mints with 0 in its control-removed test), the
  * baseline of a tool without downstream keys, and the authoritative facts for the re-evaluation
- * (an HTTP read, no credential). A run the table does not let move to `executing` reads nothing
+ * (an HTTP read, no credential); a reship whose baseline listing failed is held, never sent without
+ * one (docs/decisions/0665-no-reship-without-a-baseline.md). A run the table does not let move to `executing` reads nothing
  * from a system of record (docs/product/states.md#transition-table). Returns the inputs, or the
  * outcome that holds (or past the ceiling stops) the step.
  */
@@ -64,6 +65,16 @@ export async function readClaimInputs(deps: ExecutionDeps, ctx: ExecutionContext
       ? await reshipBaseline(deps.stagingUrl, String(preview.arguments.orderId))
       : null;
   if (preview.status !== 'approved' || !mayExecute) return { epoch, baseline, record: null };
+  // No baseline, nothing sent: a lost answer could then never be decided by read-back (ADR 0017),
+  // so the step is held like an outage of the order system until the listing answers (ADR 0665).
+  if (baseline && baseline.shipments === null) {
+    const orderId = String(preview.arguments.orderId);
+    const down = new DependencyUnavailable(
+      'system_of_record',
+      `the order system did not list the shipments of ${orderId}: no read-back baseline, so the reship is not sent yet`,
+    );
+    return stopPastCeilingOrHold(deps, ctx.job, preview, down);
+  }
   try {
     const args = preview.arguments as Record<string, string | number | null>;
     return { epoch, baseline, record: await readAuthoritative(deps.db, deps.stagingUrl, wf, { tool, args }) };

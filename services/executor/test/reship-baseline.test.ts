@@ -1,0 +1,77 @@
+import { createServer, request, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createAction } from '@gatehouse/testing';
+import { closeServer } from '@gatehouse/platform';
+import { processExecution, type ExecutionDeps } from '../src/jobs/executions.processor.ts';
+import { startHarness, type Harness } from '../../../test/executor/support/harness.ts';
+
+// A reship has no idempotency key: a lost answer is decided by reading the order's shipments back
+// against the baseline count committed with the claim (ADR 0017). When the baseline's own listing
+// fails, nothing could decide a lost answer afterwards, so the reship is not sent: the step is held
+// as an outage of the order system and sent once a baseline is read
+// (docs/decisions/0665-no-reship-without-a-baseline.md). The executor's steps run over a real
+// ledger and the staging order system, behind a proxy that fails the shipments listing on demand.
+
+let h: Harness;
+let deps: ExecutionDeps;
+let proxy: Server;
+/** How many `GET /orders/:id/shipments` the proxy still answers 503 (the rest is passed through). */
+let failListings = 0;
+
+beforeAll(async () => {
+  h = await startHarness();
+  const upstream = new URL(h.stagingUrl);
+  proxy = createServer((req, res) => {
+    if (req.method === 'GET' && /^\/orders\/[^/]+\/shipments$/.test(req.url ?? '') && failListings > 0) {
+      failListings--;
+      res.writeHead(503, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: { reason: 'server_error', message: 'listing unavailable (test proxy)' } }));
+      return;
+    }
+    const up = request(
+      { host: upstream.hostname, port: upstream.port, path: req.url, method: req.method, headers: req.headers },
+      (upRes) => {
+        res.writeHead(upRes.statusCode ?? 502, upRes.headers);
+        upRes.pipe(res);
+      },
+    );
+    // The system of record lost the answer: so does the proxy (the executor sees a reset).
+    up.on('error', () => req.socket.destroy());
+    req.pipe(up);
+  });
+  await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+  deps = h.deps({ stagingUrl: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}` });
+});
+afterAll(async () => {
+  proxy?.closeAllConnections();
+  if (proxy) await closeServer(proxy);
+  await h?.close();
+});
+
+const posts = async (orderId: string) => (await h.requests(orderId)).filter((r) => r.method === 'POST').length;
+
+describe('reship whose baseline cannot be read', () => {
+  it('is held, nothing sent; once the listing answers, a lost answer is decided by read-back: one shipment, succeeded', async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { tool: 'reship_order', orderId });
+    await h.arm({ target: 'orders', mode: 'commit_then_lose_response', times: 1 });
+    failListings = 1;
+    await expect(processExecution(a.job, deps)).rejects.toMatchObject({
+      dependency: 'system_of_record',
+      message: expect.stringMatching(/shipments/),
+    });
+    expect(await posts(orderId)).toBe(0);
+    expect(await h.shipments(orderId)).toHaveLength(0);
+    const action = await h.db.selectFrom('actions').select('status').where('id', '=', a.actionId).executeTakeFirstOrThrow();
+    expect(action.status).toBe('approved');
+
+    // The listing answers again: baseline 0, the shipment is created and its answer lost, the
+    // read-back finds exactly one more: this operation's.
+    expect(await processExecution(a.job, deps)).toBe('succeeded');
+    expect(await h.shipments(orderId)).toHaveLength(1);
+    const op = await h.db.selectFrom('operations').selectAll().where('key', '=', a.operationKey).executeTakeFirstOrThrow();
+    expect(op.status).toBe('succeeded');
+    expect(op.baseline).toMatchObject({ shipments: 0 });
+  });
+});
