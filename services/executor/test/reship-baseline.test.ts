@@ -18,15 +18,23 @@ let deps: ExecutionDeps;
 let proxy: Server;
 /** How many `GET /orders/:id/shipments` the proxy still answers 503 (the rest is passed through). */
 let failListings = 0;
+/** Bodies the proxy answers 200 to the next `GET /orders/:id/shipments`, one each, before passing through. */
+const listingBodies: unknown[] = [];
 
 beforeAll(async () => {
   h = await startHarness();
   const upstream = new URL(h.stagingUrl);
   proxy = createServer((req, res) => {
-    if (req.method === 'GET' && /^\/orders\/[^/]+\/shipments$/.test(req.url ?? '') && failListings > 0) {
+    const listing = req.method === 'GET' && /^\/orders\/[^/]+\/shipments$/.test(req.url ?? '');
+    if (listing && failListings > 0) {
       failListings--;
       res.writeHead(503, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ error: { reason: 'server_error', message: 'listing unavailable (test proxy)' } }));
+      return;
+    }
+    if (listing && listingBodies.length) {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(listingBodies.shift()));
       return;
     }
     const up = request(
@@ -73,5 +81,37 @@ describe('reship whose baseline cannot be read', () => {
     const op = await h.db.selectFrom('operations').selectAll().where('key', '=', a.operationKey).executeTakeFirstOrThrow();
     expect(op.status).toBe('succeeded');
     expect(op.baseline).toMatchObject({ shipments: 0 });
+  });
+
+  it('a listing that is not a list of shipments is no baseline: an earlier shipment is never taken for this reship', async () => {
+    const orderId = await h.newOrder();
+    // The order already has a shipment, from an hour ago (no reship of this ledger: no rival).
+    await h.staging
+      .insertInto('staging.shipments')
+      .values({
+        shipment_id: `shp-earlier-${orderId}`,
+        order_id: orderId,
+        tenant: 'quillfeather',
+        requester: 'rep-ana',
+        actor: 'support-agent',
+        created_at: new Date(Date.now() - 3_600_000),
+      })
+      .execute();
+    const a = await createAction(h.db, { tool: 'reship_order', orderId });
+    listingBodies.push({}); // a 200 without the list
+    await h.arm({ target: 'orders', mode: 'server_error', times: 1 }); // the POST: 503, no shipment made
+    await expect(processExecution(a.job, deps)).rejects.toMatchObject({
+      dependency: 'system_of_record',
+      message: expect.stringMatching(/shipments/),
+    });
+    expect(await posts(orderId)).toBe(0);
+    // The listing answers: baseline 1. The 503 is read back: still 1, safe to repeat, nothing recorded as done.
+    await expect(processExecution(a.job, deps)).rejects.toMatchObject({ name: 'SafeToRepeat' });
+    expect(await h.shipments(orderId)).toHaveLength(1);
+    // Repeated: the shipment is made.
+    expect(await processExecution(a.job, deps)).toBe('succeeded');
+    expect(await h.shipments(orderId)).toHaveLength(2);
+    const op = await h.db.selectFrom('operations').selectAll().where('key', '=', a.operationKey).executeTakeFirstOrThrow();
+    expect(op.evidence_ref).not.toBe(`shp-earlier-${orderId}`);
   });
 });

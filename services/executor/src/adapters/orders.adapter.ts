@@ -39,11 +39,19 @@ export async function lookupOrder(call: AdapterCall): Promise<AdapterResult> {
   return { status: 'failed', reason: 'order_system_unavailable', retryable: true, attempts: 3 };
 }
 
-/** Shipment ids of an order, oldest first (the order system's listing order), or null when read-back cannot tell. */
+/**
+ * Shipment ids of an order, oldest first (the order system's listing order), or null when read-back
+ * cannot tell: no answer, another status, or a body that is not a list of shipments each with an id
+ * (what a system of record sends is untrusted, ADR 0640: a missing list is not "no shipments", which
+ * would make a baseline too low and an earlier shipment look like this reship's; ADR 0665).
+ */
 async function shipmentIds(stagingUrl: string, orderId: string): Promise<string[] | null> {
   const res = await attempt(`${stagingUrl}/orders/${encodeURIComponent(orderId)}/shipments`, {}, 5000);
   if (res.kind !== 'response' || res.status !== 200) return null;
-  return ((res.body.shipments ?? []) as Array<{ shipmentId?: unknown }>).map((x) => String(x.shipmentId ?? ''));
+  const list: unknown = res.body.shipments;
+  if (!Array.isArray(list)) return null;
+  const ids = list.map((x: unknown) => (typeof x === 'object' && x !== null ? (x as { shipmentId?: unknown }).shipmentId : undefined));
+  return ids.every((id): id is string => typeof id === 'string' && id !== '') ? ids : null;
 }
 
 /** Shipment count of an order, or null when read-back cannot tell. */
