@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction } from '@gatehouse/testing';
 import { processExecution } from '@gatehouse/executor';
+import { freePort } from '@gatehouse/test-harness';
 import { startHarness, type Harness } from './support/harness.ts';
 
 // The executor re-reads the order before it claims an approved refund. An order system that
@@ -57,5 +58,19 @@ describe('executor: a malformed order record at the re-evaluation', () => {
     expect(await processExecution(job, h.deps({ stagingUrl: ordersUrl }))).toBe('refused:dependency_unavailable');
     expect(await state(a)).toMatchObject({ approval: 'approved', operation: null });
     expect(await h.requests(orderId)).toEqual([]);
+  });
+
+  it('an order system that refuses the connection is the same outage: held, and past the ceiling refused with the stop of its run', async () => {
+    const nobody = `http://127.0.0.1:${await freePort()}`;
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { orderId, amountCents: 6300 });
+    await expect(processExecution(a.job, h.deps({ stagingUrl: nobody }))).rejects.toMatchObject({
+      name: 'DependencyUnavailable',
+      dependency: 'system_of_record',
+      message: expect.stringContaining('order system: no answer'),
+    });
+    const job = { ...a.job, outage: { dependency: 'system_of_record' as const, sinceMs: Date.now() - 16 * 60_000 } };
+    expect(await processExecution(job, h.deps({ stagingUrl: nobody }))).toBe('refused:dependency_unavailable');
+    expect(await state(a)).toMatchObject({ approval: 'approved', operation: null });
   });
 });

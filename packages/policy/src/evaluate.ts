@@ -30,7 +30,7 @@ export type AuthoritativeRecord =
  * when there is no such change. The record is validated and its strings bounded and redacted
  * ({@link changeRecord}).
  * @throws DependencyUnavailable(`system_of_record`) when the change service does not answer or
- *   answers 429/5xx (the step is held, {@link readRecordJson}); MalformedRecord, or Error for
+ *   answers 408/429/5xx (the step is held, {@link readRecordJson}); MalformedRecord, or Error for
  *   another bad answer (the job is retried).
  */
 export async function fetchChange(stagingUrl: string, changeId: string): Promise<ChangeRecordFacts | null> {

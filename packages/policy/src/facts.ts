@@ -55,7 +55,7 @@ export function lookupUser(userId: string, tenant: string): SupportFacts['user']
  * system has no such order. The record is validated and its strings bounded and redacted
  * ({@link orderRecord}).
  * @throws DependencyUnavailable(`system_of_record`) when the order system does not answer or
- *   answers 429/5xx (the step is held, {@link readRecordJson}); MalformedRecord, or Error for
+ *   answers 408/429/5xx (the step is held, {@link readRecordJson}); MalformedRecord, or Error for
  *   another bad answer (the job is retried).
  */
 export async function fetchOrder(stagingUrl: string, orderId: string): Promise<SupportFacts['order']> {

@@ -89,7 +89,7 @@ export const RECORD_READ_TIMEOUT_MS = 5000;
  * docs/decisions/0110-outage-time.md), the second is retried and then becomes the step's dead
  * letter (0070).
  * @throws DependencyUnavailable(`system_of_record`) when the request is refused, times out or is
- *   cut, or is answered 429 or 5xx.
+ *   cut, or is answered 408, 429 or 5xx.
  * @throws BodyTooLarge past the body cap; SyntaxError for a body that is not JSON; Error for any
  *   other status.
  */
@@ -105,7 +105,7 @@ export async function readRecordJson(url: string, system: string): Promise<unkno
   }
   if (!res.ok) await res.body?.cancel().catch(() => undefined);
   if (res.status === 404) return null;
-  if (res.status === 429 || res.status >= 500) throw unavailable(`answered ${res.status}`);
+  if (res.status === 408 || res.status === 429 || res.status >= 500) throw unavailable(`answered ${res.status}`);
   if (!res.ok) throw new Error(`${system} answered ${res.status}`);
   try {
     return await res.json();

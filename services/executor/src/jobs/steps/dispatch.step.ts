@@ -21,15 +21,13 @@ const owner = `${hostname()}:${process.pid}`;
 export type Claimed = Extract<ClaimOutcome, { kind: 'claimed' }>;
 
 /**
- * True when a read of a system of record failed because it is unavailable: no answer (refused,
- * reset, timed out), a 408/429/5xx status ("… answered 503" from the policy's fact readers), or a
- * body that is not the record asked for ({@link MalformedRecord}, ADR 0640).
+ * True when the re-evaluation's read of a system of record failed because it is unavailable (the
+ * policy's fact readers say so with {@link DependencyUnavailable}: refused, timed out, cut,
+ * 408/429/5xx) or answered a body that is not the record asked for ({@link MalformedRecord}, ADR
+ * 0640): either way the step is held rather than failed.
  */
 function systemOfRecordDown(err: unknown): boolean {
-  if (err instanceof MalformedRecord) return true;
-  if (!(err instanceof Error)) return false;
-  if (err.name === 'TimeoutError' || err.name === 'AbortError' || (err.name === 'TypeError' && err.message === 'fetch failed')) return true;
-  return /answered (5\d\d|408|429)$/.test(err.message);
+  return err instanceof MalformedRecord || err instanceof DependencyUnavailable;
 }
 
 /** What the claim needs read before its transaction. */
@@ -80,7 +78,8 @@ export async function readClaimInputs(deps: ExecutionDeps, ctx: ExecutionContext
     return { epoch, baseline, record: await readAuthoritative(deps.db, deps.stagingUrl, wf, { tool, args }) };
   } catch (err) {
     if (!systemOfRecordDown(err)) throw err;
-    const down = new DependencyUnavailable('system_of_record', (err as Error).message, { cause: err });
+    const down =
+      err instanceof DependencyUnavailable ? err : new DependencyUnavailable('system_of_record', (err as Error).message, { cause: err });
     return stopPastCeilingOrHold(deps, ctx.job, preview, down);
   }
 }
