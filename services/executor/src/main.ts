@@ -57,13 +57,19 @@ const ctx = createServiceContext(
     WATCHDOG_MAX_REDRIVES: z.coerce.number().int().positive().default(5),
   },
   process.env,
-  // Production: the delegation signing key comes from the secret store, named explicitly (ADR 0170).
-  (e) =>
-    ed25519KeyFileProblems(
+  // Production: the delegation signing key comes from the secret store, named explicitly (ADR 0170);
+  // a lease must outlive the adapter's deadline, or a second executor may claim an operation while
+  // its holder is still calling (fencing still refuses the stale write; tests set it on purpose).
+  (e) => [
+    ...ed25519KeyFileProblems(
       'GATEHOUSE_DELEGATION_SIGNING_KEY_PATH',
       e.GATEHOUSE_DELEGATION_SIGNING_KEY_PATH,
       process.env.GATEHOUSE_DELEGATION_SIGNING_KEY_PATH !== undefined,
     ),
+    ...(e.LEASE_MS > e.EXECUTION_DEADLINE_MS
+      ? []
+      : [`LEASE_MS: ${e.LEASE_MS} ms must be longer than EXECUTION_DEADLINE_MS (${e.EXECUTION_DEADLINE_MS} ms)`]),
+  ],
 );
 const hooks = readTestHooks(process.env);
 const outagePolicy = readOutagePolicy(ctx.env.DEPENDENCY_WAIT_CEILING_MS, process.env);
