@@ -39,7 +39,7 @@ async function crashThenRecover(tool: Tool, crashAt: CrashPoint, opts: { disable
   const noMark: Record<string, string> = opts.disableWriteAhead ? { GATEHOUSE_TEST_DISABLE_WRITE_AHEAD: '1' } : {};
   const env = executorEnv(
     { databaseUrl: h.tdb.url, prefix, stagingUrl: h.stagingUrl, signingKeyPath: h.delegationKeyPath },
-    { LEASE_MS: '2000', EXECUTOR_LOCK_MS: '1000', EXECUTION_DEADLINE_MS: '1500', ...noMark },
+    { LEASE_MS: '4000', EXECUTOR_LOCK_MS: '1000', EXECUTION_DEADLINE_MS: '3000', ...noMark },
   );
   try {
     await queues.get(EXECUTIONS_QUEUE).add(executionsQueue.jobName, a.job, { ...jobOptionsFor(EXECUTIONS_QUEUE), jobId: a.jobId });
