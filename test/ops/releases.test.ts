@@ -302,6 +302,11 @@ describe('rollback as a runbook (docs/runbooks/rollback.md)', () => {
     // rel-bad (units mistake) was registered by the forced activation above; a rollback to a
     // never-forced copy of it restores a bundle that fails its gate.
     t.dirs.writeRelease('rel-bad-unforced', (m) => ((m.policy as Record<string, string>).support = 'support-units-mistake'));
+    // A former release of this ledger (a rollback restores only one that ran here, ADR 0660).
+    await t.db
+      .insertInto('releases')
+      .values({ id: 'rel-bad-unforced', manifest: JSON.stringify(loadReleaseManifest('rel-bad-unforced')), status: 'retired' })
+      .execute();
     const steps: string[] = [];
     const r = await rollbackRelease(t.db, t.queues, { to: 'rel-bad-unforced', reason: 'drill', onStep: (l) => steps.push(l), ...op });
     expect(r.safety.join('\n')).toContain('R7 just above auto limit');

@@ -132,6 +132,7 @@ export async function activateRelease(
   opts: { cohort?: { tenants: string[]; users: string[] }; force?: boolean; operator: string; hmacKey: string },
 ): Promise<Activation> {
   const m = loadReleaseManifest(id);
+  if (opts.cohort) await refuseCohortOfActive(db, id);
   const problems = await verifyManifest(db, m);
   const safety = safetySubset(m);
   problems.push(...safety.checks);
@@ -141,6 +142,8 @@ export async function activateRelease(
   const needs = await activationNeeds(db, id, { force: opts.force, manifest: m, gate: safety.gate });
   await inTransaction(db, async (trx) => {
     await lockReleases(trx);
+    // Again under the lock: a rollback or an activation may have made it active meanwhile.
+    if (opts.cohort) await refuseCohortOfActive(trx, id);
     // Forcing past the gate, or loosening a limit of the active bundle, takes a second person (ADR 0230).
     if (needs.length) await requireSecondPerson(trx, id, needs, { ...opts, manifest: m });
     // Promoting a candidate to everyone needs its canary analysis to pass (or a two-person override).
@@ -188,6 +191,20 @@ export async function activateRelease(
     });
   });
   return { id, status, forced: safety.gate.length > 0, bypassed: safety.gate };
+}
+
+/**
+ * A cohort is for a candidate: activating the active release with `--cohort` would turn it into a
+ * candidate with consequential writes off, leaving no active release for everyone else (and its
+ * restoration needing a canary analysis against nothing).
+ * @throws ActivationRefused when `id` is the active release now (nothing changes).
+ */
+async function refuseCohortOfActive(db: Db, id: string): Promise<void> {
+  const r = await db.selectFrom('releases').select('status').where('id', '=', id).executeTakeFirst();
+  if (r?.status === 'active')
+    throw new ActivationRefused(id, [
+      `${id} is the active release: a cohort is for a candidate (gatehouse release activate <candidate> --cohort …); nothing was changed`,
+    ]);
 }
 
 /** How long {@link activateReleaseWithQueues} waits for Redis to resume the release's queues, ms. */
@@ -353,12 +370,42 @@ export function checkRollbackReason(reason: string | undefined): string {
  * from: `to` is already the only active release and no candidate is open (409; CLI exit 1).
  */
 export class RollbackRefused extends ConflictError {
-  constructor(to: string) {
+  /**
+   * @param to the release named by `--to`.
+   * @param why `nothing_to_roll_back` (default: `to` is the only active release), `not_a_former_release`
+   *   (`to` is the open candidate, or never ran on this ledger: ADR 0660).
+   * @param message what to tell the operator (default: the `nothing_to_roll_back` sentence).
+   */
+  constructor(to: string, why: 'nothing_to_roll_back' | 'not_a_former_release' = 'nothing_to_roll_back', message?: string) {
     super(
-      'nothing_to_roll_back',
-      `release ${to} is already the active release and no candidate is open: nothing to roll back from; nothing was changed (writes stay as they are)`,
+      why,
+      message ??
+        `release ${to} is already the active release and no candidate is open: nothing to roll back from; nothing was changed (writes stay as they are)`,
     );
   }
+}
+
+/**
+ * A rollback restores a former release: one this ledger ran (registered, active or retired), never
+ * the open candidate — restoring that one would promote it to everyone past its canary analysis
+ * and the two-person rule of a looser bundle, as would a release the ledger never ran
+ * (docs/decisions/0660-a-rollback-restores-a-release-that-ran.md).
+ * @throws RollbackRefused (`not_a_former_release`) naming what to run instead.
+ */
+async function assertFormerRelease(db: Db, to: string): Promise<void> {
+  const r = await db.selectFrom('releases').select('status').where('id', '=', to).executeTakeFirst();
+  if (!r)
+    throw new RollbackRefused(
+      to,
+      'not_a_former_release',
+      `release ${to} never ran on this ledger: a rollback restores a former release; to put a new one live, gatehouse release activate ${to} --cohort …; nothing was changed`,
+    );
+  if (r.status === 'candidate')
+    throw new RollbackRefused(
+      to,
+      'not_a_former_release',
+      `release ${to} is a candidate, not a former release: promote it with gatehouse release activate ${to} (its canary analysis decides), or roll back to the release before it; nothing was changed`,
+    );
 }
 
 /**
@@ -373,12 +420,14 @@ export class RollbackRefused extends ConflictError {
  * counted, never moved: on-call requeues or quarantines them explicitly. Each step is reported
  * through `onStep` as it completes; the reason is audited.
  * @throws Error when the reason is missing or malformed, or the former release has no manifest.
- * @throws RollbackRefused when `to` is already the only active release (nothing is changed).
+ * @throws RollbackRefused when `to` is already the only active release, is the open candidate, or
+ *   never ran on this ledger (nothing is changed).
  */
 export async function rollbackRelease(db: Db, queues: QueueRegistry, opts: RollbackOptions): Promise<RollbackReport> {
   const reason = checkRollbackReason(opts.reason);
   const former = loadReleaseManifest(opts.to);
   const step = opts.onStep ?? (() => undefined);
+  await assertFormerRelease(db, opts.to);
   const others = (
     await db.selectFrom('releases').select('id').where('status', 'in', ['active', 'candidate']).where('id', '!=', opts.to).execute()
   ).map((r) => r.id);
