@@ -6,7 +6,7 @@ import { once } from 'node:events';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { probeStackStatus, stackStatus, statusRecorder } from '@gatehouse/cli';
+import { probeStackStatus, readStackStatus, stackStatus, statusRecorder, stopStack } from '@gatehouse/cli';
 import { repoRoot } from '@gatehouse/contracts';
 
 // What `gatehouse stack status` tells on-call, from the supervisor's status file and pid files.
@@ -17,8 +17,10 @@ const fresh = (): string => {
   dirs.push(d);
   return d;
 };
+const children: ChildProcess[] = [];
 afterEach(() => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  for (const c of children.splice(0)) c.kill('SIGKILL');
 });
 
 /** `gatehouse stack status [args]` over the stack folder `dir` (`<state dir>/stack`): its exit code and output. */
@@ -47,6 +49,20 @@ async function readyzServer(service: string, status: number): Promise<{ port: nu
   return { port: (server.address() as AddressInfo).port, close: () => new Promise<void>((ok) => server.close(() => ok())) };
 }
 
+/**
+ * A live process whose command line names `entry` (as the stack's supervisor or a service's names
+ * its file), else none of the stack's: an idle Node process, killed after the test.
+ */
+async function standIn(entry?: string): Promise<ChildProcess> {
+  const child = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1 << 30); console.log("up")', ...(entry ? [entry] : [])], {
+    stdio: ['ignore', 'pipe', 'ignore'],
+  });
+  children.push(child);
+  await once(child.stdout!, 'data');
+  return child;
+}
+const SUPERVISOR = 'apps/cli/src/stack-daemon.ts';
+
 describe('stack status', () => {
   it('keeps reporting a crash loop after the service is up again', async () => {
     const dir = fresh();
@@ -55,7 +71,7 @@ describe('stack status', () => {
     record({ type: 'crash-loop', service: 'model-stub', restarts: 5 });
     record({ type: 'starting', service: 'model-stub', restarts: 5 });
     record({ type: 'ready', service: 'model-stub', restarts: 5 });
-    writeFileSync(resolve(dir, 'supervisor.pid'), String(process.pid));
+    writeFileSync(resolve(dir, 'supervisor.pid'), String((await standIn(SUPERVISOR)).pid));
     const [, line] = await stackStatus(dir);
     expect(line).toMatch(/model-stub\s+ready\s+restarts 5, last exit signal SIGKILL at .*, crash loop reported at /);
     expect(JSON.parse(readFileSync(resolve(dir, 'status.json'), 'utf8'))['model-stub'].crashLoopAt).toEqual(expect.any(String));
@@ -64,13 +80,25 @@ describe('stack status', () => {
   it('names services that still run when the supervisor is gone', async () => {
     const dir = fresh();
     writeFileSync(resolve(dir, 'supervisor.pid'), '2147483646'); // no such process
-    writeFileSync(resolve(dir, 'executor.pid'), String(process.pid)); // a live process stands in for the service
+    writeFileSync(resolve(dir, 'executor.pid'), String((await standIn('services/executor/src/main.ts')).pid)); // stands in for the service
     expect(await stackStatus(dir)).toEqual([
       `no stack supervisor running for ${dir}, but these services still run unsupervised: executor`,
       '  stop them with: ./run stack down',
     ]);
     rmSync(resolve(dir, 'executor.pid'));
     expect(await stackStatus(dir)).toEqual([`no stack supervisor running for ${dir}`]);
+  });
+
+  it('a stale pid file naming another program (a reboot, a SIGKILLed supervisor) is not the stack: down leaves that program alone', async () => {
+    const dir = fresh();
+    const bystander = await standIn(); // some other program of the same user that got the old pids
+    for (const name of ['supervisor', 'executor', 'agent-loop']) writeFileSync(resolve(dir, `${name}.pid`), String(bystander.pid));
+    expect(readStackStatus(dir)).toMatchObject({ supervisorPid: null, unsupervised: [] });
+    expect(await stackStatus(dir)).toEqual([`no stack supervisor running for ${dir}`]);
+    expect(await stopStack(dir, 500)).toEqual([]);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(bystander.exitCode).toBeNull();
+    expect(bystander.signalCode).toBeNull();
   });
 
   it('probes a ready service now: a SIGSTOPped process is reported not-answering, and ready again once continued', async () => {
@@ -91,7 +119,7 @@ describe('stack status', () => {
       const record = statusRecorder(dir, { audit: port });
       record({ type: 'starting', service: 'audit', restarts: 0 });
       record({ type: 'ready', service: 'audit', restarts: 0 });
-      writeFileSync(resolve(dir, 'supervisor.pid'), String(process.pid));
+      writeFileSync(resolve(dir, 'supervisor.pid'), String((await standIn(SUPERVISOR)).pid));
       expect((await stackStatus(dir))[1]).toMatch(/audit\s+ready\s+restarts 0/);
       process.kill(child.pid!, 'SIGSTOP');
       expect((await stackStatus(dir))[1]).toMatch(/audit\s+not-answering\s+restarts 0/);
@@ -108,7 +136,7 @@ describe('stack status', () => {
     mkdirSync(dir);
     const [up, waiting] = await Promise.all([readyzServer('audit', 200), readyzServer('executor', 503)]);
     try {
-      writeFileSync(resolve(dir, 'supervisor.pid'), String(process.pid));
+      writeFileSync(resolve(dir, 'supervisor.pid'), String((await standIn(SUPERVISOR)).pid));
       const record = statusRecorder(dir, { audit: up.port, executor: waiting.port });
       record({ type: 'ready', service: 'audit', restarts: 0 });
       expect((await statusCommand(dir)).code).toBe(0);
@@ -137,7 +165,7 @@ describe('stack status', () => {
       const port = (server.address() as AddressInfo).port;
       const record = statusRecorder(dir, { 'policy-gateway': port });
       record({ type: 'ready', service: 'policy-gateway', restarts: 0 });
-      writeFileSync(resolve(dir, 'supervisor.pid'), String(process.pid));
+      writeFileSync(resolve(dir, 'supervisor.pid'), String((await standIn(SUPERVISOR)).pid));
       expect((await stackStatus(dir))[1]).toMatch(
         /policy-gateway\s+not-ready\s+restarts 0, waiting for postgres \(postgres unreachable since 03:00\)$/,
       );

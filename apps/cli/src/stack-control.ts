@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
@@ -131,14 +131,14 @@ export interface StackStatusReport {
 
 /** Reads the stack kept in `dir`: its supervisor, unsupervised leftovers and `<dir>/status.json`. */
 export function readStackStatus(dir: string): StackStatusReport {
-  const supervisor = pidIn(dir, 'supervisor');
-  if (!alive(supervisor)) {
-    const unsupervised = SERVICES.map((s) => s.name).filter((name) => alive(pidIn(dir, name)));
+  const supervisor = stackPid(dir, 'supervisor');
+  if (supervisor === undefined) {
+    const unsupervised = SERVICES.map((s) => s.name).filter((name) => stackPid(dir, name) !== undefined);
     return { dir, supervisorPid: null, unsupervised, services: {} };
   }
   const file = resolve(dir, 'status.json');
   const services = existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as Record<string, ServiceStatus>) : {};
-  return { dir, supervisorPid: supervisor!, unsupervised: [], services };
+  return { dir, supervisorPid: supervisor, unsupervised: [], services };
 }
 
 /**
@@ -211,13 +211,13 @@ export function formatStackStatus(r: StackStatusReport): string[] {
  * (by pid file). Resolves with the services that were running.
  */
 export async function stopStack(dir: string, graceMs = 10_000): Promise<string[]> {
-  const running = SERVICES.map((s) => s.name).filter((name) => alive(pidIn(dir, name)));
-  const supervisor = pidIn(dir, 'supervisor');
-  if (alive(supervisor)) {
-    process.kill(supervisor!, 'SIGTERM');
+  const running = SERVICES.map((s) => s.name).filter((name) => stackPid(dir, name) !== undefined);
+  const supervisor = stackPid(dir, 'supervisor');
+  if (supervisor !== undefined) {
+    process.kill(supervisor, 'SIGTERM');
     const until = Date.now() + graceMs + 5000;
     while (alive(supervisor) && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
-    if (alive(supervisor)) process.kill(supervisor!, 'SIGKILL');
+    if (alive(supervisor)) process.kill(supervisor, 'SIGKILL');
   }
   rmSync(resolve(dir, 'supervisor.pid'), { force: true });
   rmSync(resolve(dir, 'status.json'), { force: true });
@@ -229,16 +229,54 @@ export async function stopStack(dir: string, graceMs = 10_000): Promise<string[]
 async function stopLeftovers(dir: string, graceMs: number): Promise<string[]> {
   const stopped: string[] = [];
   for (const spec of [...SERVICES].reverse()) {
-    const pid = pidIn(dir, spec.name);
+    const pid = stackPid(dir, spec.name);
     rmSync(resolve(dir, `${spec.name}.pid`), { force: true });
-    if (!alive(pid)) continue;
-    process.kill(pid!, 'SIGTERM');
+    if (pid === undefined) continue;
+    process.kill(pid, 'SIGTERM');
     const until = Date.now() + graceMs;
     while (alive(pid) && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
     if (alive(pid)) process.kill(pid!, 'SIGKILL');
     stopped.push(spec.name);
   }
   return stopped;
+}
+
+/** The file a stack process of `name` runs: the supervisor's daemon, or the service's entry (relative to the repository). */
+function entryOf(name: string): string | undefined {
+  return name === 'supervisor' ? 'apps/cli/src/stack-daemon.ts' : SERVICES.find((s) => s.name === name)?.entry;
+}
+
+/**
+ * The command line of process `pid` (its arguments joined by spaces): `/proc/<pid>/cmdline`, else
+ * `ps -o args=`; undefined when neither tells (no such process, or no way to ask).
+ */
+function commandLineOf(pid: number): string | undefined {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
+  } catch {
+    // not Linux, or the process is gone
+  }
+  try {
+    return execFileSync('ps', ['-o', 'args=', '-p', String(pid)], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The pid `<dir>/<name>.pid` names, when that process is alive and is still the stack's `name`:
+ * its command line names the supervisor's daemon or the service's entry file. A pid file outlives
+ * its process (a machine that rebooted, a supervisor killed with SIGKILL), and its pid may since
+ * belong to another program: that one is never signalled, nor reported as the stack's. When the
+ * command line cannot be read at all, a live process is taken as the stack's (as before).
+ */
+export function stackPid(dir: string, name: string): number | undefined {
+  const pid = pidIn(dir, name);
+  if (!alive(pid)) return undefined;
+  const cmd = commandLineOf(pid!);
+  if (cmd === undefined) return alive(pid) ? pid : undefined;
+  const entry = entryOf(name);
+  return entry === undefined || cmd.includes(entry) ? pid : undefined;
 }
 
 function pidIn(dir: string, name: string): number | undefined {
