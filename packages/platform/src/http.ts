@@ -54,14 +54,18 @@ export const RESPONSE_DEADLINE_MS = 10_000;
  * a retried ticket returns the same workflow (idempotent per ticket id), a retried approval
  * decision finds it decided; a retried follow-up message is added once when it carries an
  * `Idempotency-Key` (docs/decisions/0510), and again without one, as after any client-side
- * timeout. Not for streams (Server-Sent Events).
+ * timeout. Not for streams (Server-Sent Events). `answer` (optional) sends the 503's body
+ * instead of the JSON error (status 503 and `Retry-After` already set): an HTML page for a browser.
  */
-export function responseDeadline(ms: number) {
-  return (_req: Request, res: Response, next: NextFunction): void => {
+export function responseDeadline(ms: number, answer?: (req: Request, res: Response) => void) {
+  return (req: Request, res: Response, next: NextFunction): void => {
     const timer = setTimeout(() => {
       if (res.headersSent) return;
       res.setHeader('retry-after', '5');
-      res.status(503).json({
+      res.status(503);
+      // A page of a browser surface (inbox, dashboard) answers its own HTML; the APIs answer JSON.
+      if (answer) return void answer(req, res);
+      res.json({
         error: {
           reason: 'dependency_unavailable',
           message: `no answer within ${ms} ms: the ledger or the queue is not answering; retry later (the request may still complete)`,

@@ -53,6 +53,7 @@ const app = createOpsApp({
   maxWebhooksPerTenant: env.WEBHOOK_MAX_ENDPOINTS_PER_TENANT,
   signInLimiter: limiterFromEnv(ctx.redis, env, 'signin'),
   readyChecks: ctx.readyChecks,
+  responseDeadlineMs: env.HTTP_RESPONSE_DEADLINE_MS,
 });
 
 const { server, port } = await listen(app, env.OPS_PORT);

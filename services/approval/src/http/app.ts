@@ -6,18 +6,20 @@ import {
   requireUser,
   RESPONSE_DEADLINE_MS,
   responseDeadline,
+  setPageHeaders,
   type Logger,
   type ReadyCheck,
 } from '@gatehouse/platform';
 import { approvalsRouter } from './approvals.router.ts';
 import { inboxRouter, type InboxConfig } from './inbox.router.ts';
+import { inboxUnanswered } from './inbox.html.ts';
 
 /** Inputs of {@link createApprovalApp}: the inbox's settings (which include the API's) plus the logger. */
 export interface ApprovalAppOptions extends InboxConfig {
   log: Logger;
   /** `/readyz` checks (Postgres, Redis). */
   readyChecks?: Record<string, ReadyCheck>;
-  /** How long an API request may go unanswered before 503, ms (default {@link RESPONSE_DEADLINE_MS}). */
+  /** How long an API request or an inbox page may go unanswered before 503, ms (default {@link RESPONSE_DEADLINE_MS}). */
   responseDeadlineMs?: number;
 }
 
@@ -35,8 +37,17 @@ export function createApprovalApp(opts: ApprovalAppOptions): Express {
     res.json(openApi);
   });
   app.get('/', (_req, res) => res.redirect(303, '/inbox'));
+  const ms = responseDeadlineMs ?? RESPONSE_DEADLINE_MS;
+  // The inbox's pages are bounded as the API is: a hung ledger never holds an approver's browser.
+  app.use(
+    '/inbox',
+    responseDeadline(ms, (_req, res) => {
+      setPageHeaders(res);
+      res.type('html').send(inboxUnanswered(ms));
+    }),
+  );
   app.use(inboxRouter(inbox));
-  app.use('/v1', responseDeadline(responseDeadlineMs ?? RESPONSE_DEADLINE_MS), requireUser(inbox.verifier));
+  app.use('/v1', responseDeadline(ms), requireUser(inbox.verifier));
   app.use(approvalsRouter({ db: inbox.db, relay: inbox.relay, auditHmacKey: inbox.auditHmacKey }));
   return finishApp(app, log);
 }

@@ -12,6 +12,18 @@ export function page(title: string, body: string): string {
   return pageFrame(title, body, STYLE);
 }
 
+/**
+ * The 503 page of an inbox request the ledger did not answer within `ms` milliseconds. A decision
+ * sent then may still be recorded once the ledger answers: the approver is told to look, not told
+ * it failed.
+ */
+export function inboxUnanswered(ms: number): string {
+  return page(
+    'Not answering',
+    `<h1>The approval service is not answering</h1><p>No answer within ${escapeHtml(Math.round(ms / 1000))} s: the ledger is not answering. A decision you just sent may still be recorded — open <a href="/inbox/approvals">the inbox</a> again in a moment to see whether it is still pending.</p>`,
+  );
+}
+
 /** Sign-in page: local mode lists users of world.json; otherwise a bearer token is pasted. */
 export function signInPage(users: ChooserUser[] | null, error?: string): string {
   return page(

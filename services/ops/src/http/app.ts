@@ -1,10 +1,20 @@
 import type { Express } from 'express';
 import { opsOpenApi } from '@gatehouse/contracts';
-import { createHttpApp, finishApp, localWebhookSecretKey, type ReadyCheck, type WebhookSecretKey } from '@gatehouse/platform';
+import {
+  createHttpApp,
+  finishApp,
+  localWebhookSecretKey,
+  RESPONSE_DEADLINE_MS,
+  responseDeadline,
+  setPageHeaders,
+  type ReadyCheck,
+  type WebhookSecretKey,
+} from '@gatehouse/platform';
 import { operatorAuth, type OperatorAuthConfig } from './operator-auth.ts';
 import { opsRouter } from './ops.router.ts';
 import { DEFAULT_MAX_WEBHOOKS_PER_TENANT, webhooksRouter } from './webhooks.router.ts';
 import type { QueueBoard } from './queue-board.ts';
+import { unansweredPage } from './pages.html.ts';
 
 /** Inputs of {@link createOpsApp}: the sign-in's settings plus the queue board. */
 export interface OpsAppOptions extends OperatorAuthConfig {
@@ -17,6 +27,8 @@ export interface OpsAppOptions extends OperatorAuthConfig {
   webhookSecretKey?: WebhookSecretKey;
   /** `/readyz` checks (Postgres, Redis). */
   readyChecks?: Record<string, ReadyCheck>;
+  /** How long a page or an `/api` request may go unanswered before 503, ms (default {@link RESPONSE_DEADLINE_MS}; `HTTP_RESPONSE_DEADLINE_MS`). */
+  responseDeadlineMs?: number;
 }
 
 /**
@@ -32,6 +44,7 @@ export function createOpsApp(opts: OpsAppOptions): Express {
     production = false,
     maxWebhooksPerTenant = DEFAULT_MAX_WEBHOOKS_PER_TENANT,
     webhookSecretKey = localWebhookSecretKey(),
+    responseDeadlineMs = RESPONSE_DEADLINE_MS,
     ...auth
   } = opts;
   const { router: signIn, requireOperator } = operatorAuth(auth);
@@ -40,6 +53,15 @@ export function createOpsApp(opts: OpsAppOptions): Express {
   app.get('/openapi.json', (_req, res) => {
     res.json(openApi);
   });
+  // A hung ledger never holds on-call: pages answer a 503 page, `/api` a 503 JSON error (bull-board's own API has its bound, ADR 0651).
+  app.use(
+    '/ops',
+    responseDeadline(responseDeadlineMs, (_req, res) => {
+      setPageHeaders(res);
+      res.type('html').send(unansweredPage(responseDeadlineMs));
+    }),
+  );
+  app.use('/api', responseDeadline(responseDeadlineMs));
   app.use(signIn);
   app.use('/queues', requireOperator, board.handler);
   app.use(['/ops', '/api'], requireOperator);

@@ -22,6 +22,14 @@ export function signInPage(users: ChooserUser[] | null, error?: string): string 
   );
 }
 
+/** The 503 page of a dashboard page the ledger did not answer within `ms` milliseconds. */
+export function unansweredPage(ms: number): string {
+  return page(
+    'Not answering — Gatehouse operations',
+    `<h1>The ledger is not answering</h1><p>No answer within ${escapeHtml(Math.round(ms / 1000))} s: Postgres is not answering (stopped, hung or overloaded). <code>./run stack status</code> shows what each service waits for; reload this page once it answers.</p>`,
+  );
+}
+
 /** The page answered to a signed-in caller who is not an operator. */
 export function refusedPage(user: string): string {
   return page(

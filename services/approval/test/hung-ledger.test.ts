@@ -1,0 +1,88 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Server } from 'node:http';
+import { signUserToken } from '@gatehouse/credentials';
+import { createDb, type Db } from '@gatehouse/ledger';
+import { closeServer, createLogger, listen, type OutboxRelay } from '@gatehouse/platform';
+import { startHangableProxy, type HangableProxy } from '@gatehouse/test-harness';
+import { createApprovalApp } from '../src/http/app.ts';
+
+// A ledger that accepts connections and never answers (a SIGSTOPped or wedged Postgres) must not
+// hold an approver's browser: the inbox's pages answer 503 within HTTP_RESPONSE_DEADLINE_MS, as
+// the API does, with a page saying a decision just sent may still be recorded.
+
+const SECRET = 'local-auth-secret-change-me';
+const DEADLINE_MS = 800;
+let hung: HangableProxy;
+let db: Db;
+let server: Server;
+let url: string;
+let cookie: string;
+
+beforeAll(async () => {
+  hung = await startHangableProxy(); // no target: nothing ever answers
+  db = createDb(`postgres://postgres@127.0.0.1:${hung.port}/gatehouse`, 2);
+  const app = createApprovalApp({
+    db,
+    relay: { publish: async () => undefined } as unknown as OutboxRelay,
+    auditHmacKey: 'local-audit-hmac-key-change-me',
+    verifier: { secret: SECRET },
+    localSecret: null,
+    secureCookie: false,
+    log: createLogger('approval-hung-ledger-test'),
+    responseDeadlineMs: DEADLINE_MS,
+  });
+  ({ server, url } = await listen(app, 0, '127.0.0.1').then((l) => ({ server: l.server, url: `http://127.0.0.1:${l.port}` })));
+  // Signing in reads no ledger: the session cookie is set.
+  const lead = await signUserToken({ sub: 'lead-eli', tenant: 'quillfeather', roles: ['lead'] }, SECRET);
+  const signedIn = await fetch(`${url}/inbox/session`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ token: lead }).toString(),
+    redirect: 'manual',
+  });
+  expect(signedIn.status).toBe(303);
+  cookie = (signedIn.headers.get('set-cookie') ?? '').split(';')[0]!;
+});
+afterAll(async () => {
+  await hung?.close();
+  if (server) await closeServer(server);
+  await db?.destroy().catch(() => undefined);
+});
+
+/** GET `path` with the inbox session; status, content type, text and how long it took (status 0: no answer in 8 s). */
+async function timedGet(path: string): Promise<{ status: number; type: string; retryAfter: string | null; text: string; ms: number }> {
+  const started = Date.now();
+  try {
+    const r = await fetch(`${url}${path}`, { headers: { cookie }, redirect: 'manual', signal: AbortSignal.timeout(8000) });
+    return {
+      status: r.status,
+      type: r.headers.get('content-type') ?? '',
+      retryAfter: r.headers.get('retry-after'),
+      text: await r.text(),
+      ms: Date.now() - started,
+    };
+  } catch {
+    return { status: 0, type: '', retryAfter: null, text: '', ms: Date.now() - started };
+  }
+}
+
+describe('the inbox over a ledger that never answers', () => {
+  it('answers its page 503 with Retry-After within the deadline instead of hanging', async () => {
+    const r = await timedGet('/inbox/approvals');
+    expect(r.status, 'no answer: the inbox hung').toBe(503);
+    expect(r.type).toMatch(/^text\/html/);
+    expect(r.retryAfter).toBe('5');
+    expect(r.text).toContain('may still be recorded');
+    expect(r.ms).toBeLessThan(DEADLINE_MS + 2000);
+  }, 20_000);
+
+  it('the API answers 503 dependency_unavailable as before', async () => {
+    const lead = await signUserToken({ sub: 'lead-eli', tenant: 'quillfeather', roles: ['lead'] }, SECRET);
+    const r = await fetch(`${url}/v1/approvals?status=pending`, {
+      headers: { authorization: `Bearer ${lead}` },
+      signal: AbortSignal.timeout(8000),
+    });
+    expect(r.status).toBe(503);
+    expect(((await r.json()) as { error: { reason: string } }).error.reason).toBe('dependency_unavailable');
+  }, 20_000);
+});
