@@ -77,6 +77,8 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     case 'stack up': {
+      // Checked before anything stops or starts: a typo would stop the running stack and start nothing.
+      const only = parseOnly(values.only);
       out('preparing the database (migrations)…');
       await prepareDatabase(env.DATABASE_URL, { fresh: values.fresh });
       // A fresh database starts a fresh chain: the local witness of the old one goes with it.
@@ -84,7 +86,7 @@ async function main(argv: string[]): Promise<number> {
       const dir = stateDir('stack');
       const restarted = await stopStack(dir, 5000);
       if (restarted.length) out(`restarting the running stack (${restarted.join(', ')})`);
-      const ports = await launchStackDaemon({ env: stackEnv({}), dir, only: values.only?.split(','), out });
+      const ports = await launchStackDaemon({ env: stackEnv({}), dir, only, out });
       for (const [name, port] of Object.entries(ports)) out(`  ${name.padEnd(15)} http://127.0.0.1:${port}`);
       out(`stack up, supervised; logs in ${dir}`);
       return 0;
@@ -294,6 +296,25 @@ async function opsCommand(
     },
     { migration: command.startsWith('migrate ') },
   );
+}
+
+/**
+ * The services `stack up --only a,b` names (undefined without the flag: every service).
+ * @throws UsageError when it names no service, or one the stack does not have (listing the names).
+ */
+function parseOnly(value: string | undefined): string[] | undefined {
+  if (value === undefined) return undefined;
+  const names = value
+    .split(',')
+    .map((n) => n.trim())
+    .filter(Boolean);
+  const known = SERVICES.map((s) => s.name);
+  const unknown = names.filter((n) => !known.includes(n));
+  if (!names.length || unknown.length)
+    throw new UsageError(
+      `stack up --only ${unknown.length ? `names no service of the stack: ${unknown.join(', ')}` : 'names no service'} (services: ${known.join(', ')}); nothing was stopped or started`,
+    );
+  return names;
 }
 
 /**

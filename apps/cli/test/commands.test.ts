@@ -1,5 +1,6 @@
-import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -91,6 +92,34 @@ describe('exit codes', () => {
       expect(r.code, `${cases[i]!.join(' ')}: ${r.stderr}`).toBe(EXIT.usage);
       expect(r.stderr).toMatch(/^gatehouse: /);
     });
+  });
+
+  it('2 for stack up --only naming no service of the stack: the running stack is not stopped, nothing starts', async () => {
+    // A running stack's supervisor, as the pid file names it (its command line names the daemon).
+    const dir = resolve(stateDir, 'stack');
+    mkdirSync(dir, { recursive: true });
+    const supervisor = spawn(
+      process.execPath,
+      ['-e', 'setInterval(() => {}, 1 << 30); console.log("up")', 'apps/cli/src/stack-daemon.ts'],
+      {
+        stdio: ['ignore', 'pipe', 'ignore'],
+      },
+    );
+    try {
+      await once(supervisor.stdout!, 'data');
+      writeFileSync(resolve(dir, 'supervisor.pid'), String(supervisor.pid));
+      for (const only of ['exector', 'executor,bogus', ',']) {
+        const r = await gatehouse(['stack', 'up', '--only', only]);
+        expect(r.code, `--only ${only}: ${r.stdout}${r.stderr}`).toBe(EXIT.usage);
+        expect(r.stderr).toMatch(/^gatehouse: stack up --only names no service.*nothing was stopped or started/);
+        expect(r.stdout).not.toMatch(/stack up, supervised/);
+      }
+      expect(supervisor.exitCode).toBeNull();
+      expect(supervisor.signalCode).toBeNull();
+    } finally {
+      supervisor.kill('SIGKILL');
+      rmSync(resolve(dir, 'supervisor.pid'), { force: true });
+    }
   });
 
   it('3 when an ops command has no operator token (refused before anything runs)', async () => {
