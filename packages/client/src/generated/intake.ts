@@ -382,7 +382,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description ticket_conflict: the ticketId was already submitted with other content */
+      /** @description ticket_conflict: the ticketId was already submitted with other content, or by another user of the tenant */
       409: {
         headers: {
           [name: string]: unknown;

@@ -145,7 +145,7 @@ const intakePaths: ZodOpenApiObject['paths'] = {
         '400': errorResponse('body failed its schema'),
         '401': errorResponse('missing or invalid token'),
         '403': errorResponse('not_a_requester: the directory does not know the caller as a representative or an engineer'),
-        '409': errorResponse('ticket_conflict: the ticketId was already submitted with other content'),
+        '409': errorResponse('ticket_conflict: the ticketId was already submitted with other content, or by another user of the tenant'),
         '429': rateLimited,
       },
     },

@@ -28,7 +28,8 @@ export interface IntakeConfig {
 
 /**
  * `POST /v1/tickets` (docs/product/public-contract.md#intake): 202 `{workflowId}`; idempotent per tenant + ticketId (a repeat
- * with the same text returns the same workflow, other text is 409 `ticket_conflict`); 400 for
+ * by the same user with the same text returns the same workflow; other text, or another user of the tenant, is 409
+ * `ticket_conflict`); 400 for
  * a body that fails its schema; 403 `not_a_requester` for a caller the directory does not know
  * as a representative or an engineer (an approver's or operator's token). `pack` (`support`
  * default, or `change`) picks the catalog, policy bundle and budgets the workflow keeps for its
@@ -75,10 +76,18 @@ export function ticketsRouter(cfg: IntakeConfig): Router {
         if (!inserted) {
           const existing = await trx
             .selectFrom('workflows')
-            .select(['id', 'text_sha256', 'mode', 'pack'])
+            .select(['id', 'text_sha256', 'mode', 'pack', 'user_id'])
             .where('tenant', '=', user.tenant)
             .where('ticket_id', '=', body.ticketId)
             .executeTakeFirstOrThrow();
+          // Another requester's run acts under their delegation, and only they may follow it up:
+          // a colleague is told so, not handed it as their own (docs/decisions/0661).
+          if (existing.user_id !== user.sub) {
+            throw new ConflictError(
+              'ticket_conflict',
+              `ticket ${body.ticketId} was already submitted by another user of your tenant (workflow ${existing.id}); follow it with GET /v1/workflows/${existing.id}, or submit your request under another ticket id`,
+            );
+          }
           if (existing.text_sha256 !== textHash || existing.mode !== body.mode || existing.pack !== body.pack) {
             throw new ConflictError('ticket_conflict', `ticket ${body.ticketId} was already submitted with other content`);
           }
