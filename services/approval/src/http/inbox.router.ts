@@ -112,9 +112,25 @@ export function inboxRouter(cfg: InboxConfig): Router {
       res.status(401).type('html').send(page('Signed out', '<p>Your session ended. <a href="/inbox">Sign in again</a>.</p>'));
       return;
     }
-    const parsed = FormDecision.safeParse(req.body);
-    if (!parsed.success || !session.csrfValid(s.token, parsed.data.csrf)) {
+    const body = (req.body ?? {}) as Record<string, unknown>;
+    if (typeof body.csrf !== 'string' || !session.csrfValid(s.token, body.csrf)) {
       res.status(403).type('html').send(page('Refused', '<p>The form was not issued by this inbox (CSRF check failed).</p>'));
+      return;
+    }
+    // The inbox's own form, with a field it cannot take (a reason too long, a character that cannot be stored):
+    // say which, rather than call the form forged.
+    const parsed = FormDecision.safeParse(body);
+    if (!parsed.success) {
+      const fields = [...new Set(parsed.error.issues.map((i) => String(i.path[0] ?? 'form')))].join(', ');
+      res
+        .status(400)
+        .type('html')
+        .send(
+          page(
+            'Not recorded',
+            `<p>The decision was not recorded: the form's ${escapeHtml(fields)} cannot be taken (a reason is at most 500 characters, with no NUL or unpaired surrogate).</p><p><a href="/inbox/approvals">Back to the inbox</a></p>`,
+          ),
+        );
       return;
     }
     const { csrf: _csrf, ...decision } = parsed.data;
