@@ -44,13 +44,18 @@ export async function auditVerifyCommand(
 ): Promise<number> {
   const settings = auditAnchorFromEnv(env);
   const path = witnessToRead(opts.witness, env);
+  // Lines a crash cut short while the audit service appended them: skipped, and named (ADR 0662).
+  const torn: number[] = [];
   const r = await verifyAuditChain(db, {
     ...(opts.trustedPublicKey ? { trustedPublicKey: opts.trustedPublicKey } : {}),
-    ...(path ? { witness: readWitness(path) } : {}),
+    ...(path ? { witness: readWitness(path, (line) => torn.push(line)) } : {}),
     maxUnanchoredAgeMs: anchorFreshnessLimitMs(settings.intervalMs, settings.slackMs),
   });
-  if (opts.json) opts.out(JSON.stringify({ ...r, witness: path }, null, 2));
-  else opts.out(summary(r, path));
+  if (opts.json) opts.out(JSON.stringify({ ...r, witness: path, ...(torn.length ? { tornWitnessLines: torn } : {}) }, null, 2));
+  else {
+    opts.out(summary(r, path));
+    if (torn.length) opts.out(`  witness line(s) ${torn.join(', ')} torn (a write cut short by a crash): skipped`);
+  }
   return r.intact ? 0 : 1;
 }
 

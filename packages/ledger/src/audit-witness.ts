@@ -1,4 +1,4 @@
-import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, fsyncSync, mkdirSync, openSync, readFileSync, readSync, writeSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 
 /**
@@ -31,27 +31,62 @@ export function defaultWitnessPath(signingKeyPath: string): string {
  */
 export function appendWitness(path: string, anchor: WitnessedAnchor): void {
   mkdirSync(dirname(path), { recursive: true });
-  const fd = openSync(path, 'a', 0o600);
+  const fd = openSync(path, 'a+', 0o600);
   try {
-    writeSync(fd, `${JSON.stringify({ seq: anchor.seq, hash: anchor.hash, signature: anchor.signature, at: anchor.at })}\n`);
+    const line = `${JSON.stringify({ seq: anchor.seq, hash: anchor.hash, signature: anchor.signature, at: anchor.at })}\n`;
+    // A line cut short by a crash (or a full disk) ends without a newline: start on a line of our
+    // own, so the torn one stays alone and this anchor stays readable (ADR 0662).
+    const buf = Buffer.from(tornTail(fd) ? `\n${line}` : line);
+    // writeSync may write less than asked (a full disk): write the rest, or fail.
+    for (let done = 0; done < buf.length;) done += writeSync(fd, buf, done, buf.length - done);
     fsyncSync(fd);
   } finally {
     closeSync(fd);
   }
 }
 
+/** Whether the file open on `fd` (readable) is non-empty and does not end with a newline. */
+function tornTail(fd: number): boolean {
+  const size = fstatSync(fd).size;
+  if (size === 0) return false;
+  const last = Buffer.alloc(1);
+  readSync(fd, last, 0, 1, size - 1);
+  return last[0] !== 0x0a;
+}
+
+/** The start every line {@link appendWitness} writes has: a torn line is a prefix of such a line. */
+const LINE_START = '{"seq":';
+
 /**
- * Reads every anchor of the witness file at `path`, in file order. Blank lines are skipped.
- * @throws Error when the file does not exist, or naming the first line that is not a witnessed
- * anchor (JSON with a positive integer `seq` and string `hash`, `signature` and `at`).
+ * Whether `line` is a write cut short (a crash or a full disk while appending): it starts as every
+ * witness line does and is not JSON. Such a line witnesses nothing; one cut and then edited, or
+ * anything else that is not an anchor, is still refused.
  */
-export function readWitness(path: string): WitnessedAnchor[] {
+function isTorn(line: string): boolean {
+  if (!line.startsWith(LINE_START)) return false;
+  try {
+    JSON.parse(line);
+    return false;
+  } catch {
+    return true;
+  }
+}
+
+/**
+ * Reads every anchor of the witness file at `path`, in file order. Blank lines are skipped, and so
+ * are torn lines (a write cut short by a crash, see {@link isTorn}), each told to `onTorn` with its
+ * 1-based line number (ADR 0662).
+ * @throws Error when the file does not exist, or naming the first line that is neither a witnessed
+ * anchor (JSON with a positive integer `seq` and string `hash`, `signature` and `at`) nor torn.
+ */
+export function readWitness(path: string, onTorn?: (line: number) => void): WitnessedAnchor[] {
   if (!existsSync(path)) throw new Error(`anchor witness ${path} does not exist`);
   const anchors: WitnessedAnchor[] = [];
   readFileSync(path, 'utf8')
     .split('\n')
     .forEach((line, i) => {
       if (!line.trim()) return;
+      if (isTorn(line)) return void onTorn?.(i + 1);
       const a = parseLine(line);
       if (!a) throw new Error(`anchor witness ${path} line ${i + 1} is not a witnessed anchor`);
       anchors.push(a);
