@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import request from 'supertest';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
@@ -128,6 +128,9 @@ beforeAll(async () => {
       OPS_PORT: String(port),
       GATEHOUSE_ENV: 'test',
       LOG_LEVEL: 'warn',
+      // Discovery's Redis part is bounded (2 s) and skipped when Redis is slow, as on a loaded
+      // machine at boot: the next pass comes soon, and the tests start once it found the queue.
+      OPS_QUEUE_DISCOVERY_MS: '500',
     },
     dir: mkdtempSync(resolve(tmpdir(), 'gh-ops-')),
     only: ['ops'],
@@ -135,7 +138,15 @@ beforeAll(async () => {
   url = `http://127.0.0.1:${port}`;
   ops = await tokenFor('ops-gus', SECRET);
   rep = await tokenFor('rep-ana', SECRET);
-});
+  await vi.waitFor(
+    async () => {
+      const res = await request(url).get('/api/queues').set('authorization', `Bearer ${ops}`);
+      const cand = (res.body.queues as Array<{ name: string; counts: unknown }> | undefined)?.find((q) => q.name === 'turns.rel-cand');
+      expect(cand?.counts).toBeTruthy();
+    },
+    { timeout: 60_000, interval: 250 },
+  );
+}, 180_000);
 
 afterAll(async () => {
   await stack?.stop();
