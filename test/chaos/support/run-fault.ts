@@ -69,8 +69,9 @@ function endings(states: RunState[]): Record<string, number> {
  * One fault under load: plans and submits `fault.runs` tickets (a lead approving as they come),
  * waits until runs are in flight, injects the fault, then, within `recoveryBoundMs` of the
  * recovery point, checks: every service alive (dead ones are restarted by the harness after a
- * grace and reported), every run terminal or parked, effects at the staging systems equal to
- * succeeded actions with no duplicate, a clean reconciliation pass and an intact audit chain.
+ * grace and reported), every run terminal or parked and none dead-lettered (`stopped(step_failed)`),
+ * effects at the staging systems equal to succeeded actions with no duplicate, a clean
+ * reconciliation pass and an intact audit chain.
  * Never throws for a broken invariant: it is listed in `failures`.
  */
 export async function runFault(s: ChaosStack, fault: Fault, opts: FaultRunOptions): Promise<FaultResult> {
@@ -104,6 +105,17 @@ export async function runFault(s: ChaosStack, fault: Fault, opts: FaultRunOption
     const effects = await checkEffects(s, runs);
     const recon = await checkReconciliation(s);
     const chain = await checkAuditChain(s, Date.now() + 30_000);
+    const ended = await runStates(s, runs);
+    // The dead letter of a step (ADR 0070) is the backstop for a poison input or a bug; the load
+    // has neither, so a run ending there means a step treated the outage as a failure.
+    const deadLettered = ended.filter((r) => r.state === 'stopped' && r.stopReason === 'step_failed');
+    if (deadLettered.length)
+      failures.push(
+        `${deadLettered.length} run(s) stopped step_failed (a step's dead letter, not held as an outage): ${deadLettered
+          .slice(0, 5)
+          .map((r) => r.ticketId)
+          .join(', ')}`,
+      );
     if (crashed.length) failures.push(`crashed during the fault: ${crashed.join(', ')}`);
     if (stuck.length)
       failures.push(
@@ -127,7 +139,7 @@ export async function runFault(s: ChaosStack, fault: Fault, opts: FaultRunOption
       mismatches: effects.mismatches.length,
       chainIntact: chain.intact,
       reconUnexplained: recon.unexplained,
-      endings: endings(await runStates(s, runs)),
+      endings: endings(ended),
       recoveryBoundMs: opts.recoveryBoundMs,
       notes: [...notes, `lead approved ${approver.approved()}`],
       failures,
