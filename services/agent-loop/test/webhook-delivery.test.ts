@@ -335,6 +335,28 @@ describe('webhook deliveries (outbox, real receiver)', () => {
     }
   });
 
+  it('production: a host that resolves to a private address is refused before anything is sent (ADR 0671)', async () => {
+    const port = await freePort();
+    const rx = new Receiver(port, SECRET);
+    await rx.up();
+    // The name resolves to this machine, where a receiver listens: only the check keeps it out.
+    const ep = await endpoint('quillfeather', `https://hooks.tenant.test:${port}/x`);
+    await workflowWithEvents(1);
+    const resolve = async (host: string) => (host === 'hooks.tenant.test' ? ['93.184.216.34', '127.0.0.1'] : []);
+    const w = worker({ unsigned: false, noRetry: false }, { maxAttempts: 1, production: true, resolve });
+    await until(async () => {
+      await w.tick();
+      return settled(ep)();
+    });
+    const row = await t.db.selectFrom('webhook_deliveries').selectAll().where('endpoint_id', '=', ep).executeTakeFirstOrThrow();
+    expect(row).toMatchObject({
+      status: 'failed',
+      last_error: 'url refused: production delivers to public hosts only (hooks.tenant.test resolves to 127.0.0.1)',
+    });
+    expect(rx.got).toEqual([]);
+    await rx.down();
+  });
+
   it('backoff doubles up to its ceiling, jittered over the upper half', () => {
     expect([1, 2, 3, 4, 10].map((n) => retryDelayMs(n, 1000, 5000, () => 1))).toEqual([1000, 2000, 4000, 5000, 5000]);
     expect([1, 2, 3].map((n) => retryDelayMs(n, 1000, 5000, () => 0))).toEqual([500, 1000, 2000]);

@@ -1,3 +1,4 @@
+import { BlockList, isIP } from 'node:net';
 import { z } from 'zod';
 import { storableString } from '../text.ts';
 import { queryLimit } from './common.ts';
@@ -120,10 +121,50 @@ export const WebhookDeliveryQuerySchema = z.strictObject({
 export const WEBHOOK_HEADERS = { id: 'webhook-id', timestamp: 'webhook-timestamp', signature: 'webhook-signature' } as const;
 
 /**
+ * Address ranges a production webhook may not reach: this host and the networks behind it
+ * (loopback, RFC 1918 private, link-local — cloud metadata services live at 169.254.169.254 —
+ * carrier-grade NAT, unspecified, IPv6 unique-local and link-local). Docs/decisions/0671.
+ */
+const NON_PUBLIC = (() => {
+  const list = new BlockList();
+  for (const [net, prefix] of [
+    ['0.0.0.0', 8],
+    ['10.0.0.0', 8],
+    ['100.64.0.0', 10],
+    ['127.0.0.0', 8],
+    ['169.254.0.0', 16],
+    ['172.16.0.0', 12],
+    ['192.168.0.0', 16],
+  ] as const)
+    list.addSubnet(net, prefix, 'ipv4');
+  for (const [net, prefix] of [
+    ['::', 128],
+    ['::1', 128],
+    ['fc00::', 7],
+    ['fe80::', 10],
+  ] as const)
+    list.addSubnet(net, prefix, 'ipv6');
+  return list;
+})();
+
+/**
+ * True when `address` (an IPv4 or IPv6 literal, bracketed or not, an IPv4-mapped one included) lies in a range
+ * a production webhook may not reach ({@link NON_PUBLIC}); false for a public address and for
+ * anything that is not an IP literal.
+ */
+export function nonPublicAddress(address: string): boolean {
+  const bare = address.replace(/^\[|\]$/g, ''); // a URL's hostname keeps IPv6 in brackets
+  const family = isIP(bare); // an IPv4-mapped IPv6 address is checked against the IPv4 ranges by BlockList itself
+  return family === 4 ? NON_PUBLIC.check(bare, 'ipv4') : family === 6 ? NON_PUBLIC.check(bare, 'ipv6') : false;
+}
+
+/**
  * Why a webhook URL is refused, or null when it is acceptable: an absolute `http:` or `https:`
  * URL without credentials (user:password) or fragment; in production (`GATEHOUSE_ENV=production`)
- * `https:` only. The one owner of this rule: the ops API checks it at registration and the
- * delivery worker again before every attempt (docs/decisions/0250-pushed-workflow-events.md).
+ * `https:` only, and never to `localhost` or a non-public IP literal ({@link nonPublicAddress}:
+ * a tenant's webhook must not reach the services' own network). The one owner of this rule: the
+ * ops API checks it at registration and the delivery worker again before every attempt, where a
+ * host name is also resolved and checked (docs/decisions/0250-pushed-workflow-events.md, 0671).
  */
 export function webhookUrlProblem(url: string, production: boolean): string | null {
   let u: URL;
@@ -134,6 +175,8 @@ export function webhookUrlProblem(url: string, production: boolean): string | nu
   }
   if (u.protocol !== 'https:' && u.protocol !== 'http:') return `scheme ${u.protocol} is not http or https`;
   if (production && u.protocol !== 'https:') return 'production delivers to https URLs only';
+  if (production && (u.hostname === 'localhost' || u.hostname.endsWith('.localhost') || nonPublicAddress(u.hostname)))
+    return `production delivers to public hosts only (${u.hostname} is this machine or a private network)`;
   if (u.username || u.password) return 'credentials in the URL are not allowed (the signature authenticates)';
   if (u.hash) return 'a fragment is not allowed';
   return null;

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { Webhook } from 'standardwebhooks';
-import { WEBHOOK_HEADERS, webhookUrlProblem, testFaults } from '@gatehouse/contracts';
+import { lookup } from 'node:dns/promises';
+import { nonPublicAddress, WEBHOOK_HEADERS, webhookUrlProblem, testFaults } from '@gatehouse/contracts';
 import { inTransaction, type Db } from '@gatehouse/ledger';
 import { localWebhookSecretKey, openWebhookSecret, type Logger, type WebhookSecretKey } from '@gatehouse/platform';
 
@@ -19,8 +20,10 @@ export interface WebhookDeliveryConfig {
   retryMaxMs: number;
   /** One attempt's time limit (connect to response headers), ms. */
   timeoutMs: number;
-  /** Production: https endpoints only. */
+  /** Production: https endpoints on public hosts only (docs/decisions/0671-webhooks-reach-public-hosts-only.md). */
   production: boolean;
+  /** Resolves a host name to its addresses (default: the system resolver, every address). */
+  resolve?: (host: string) => Promise<string[]>;
   hooks: WebhookTestHooks;
   /** Opens the endpoints' sealed signing secrets (default: the local key; ADR 0550). */
   secretKey?: WebhookSecretKey;
@@ -208,9 +211,26 @@ export class WebhookDeliveryWorker {
       .execute();
   }
 
+  /**
+   * Why a production delivery may not go to the host of `url` as it resolves now (an address of
+   * this machine or a private network, docs/decisions/0671-webhooks-reach-public-hosts-only.md),
+   * or why it cannot be resolved; null when every address is public.
+   */
+  async #privateTarget(url: string): Promise<string | null> {
+    const host = new URL(url).hostname;
+    let addresses: string[];
+    try {
+      addresses = await (this.#cfg.resolve ?? resolveAll)(host);
+    } catch (err) {
+      return `${host} does not resolve (${(err as Error).message})`.slice(0, 200);
+    }
+    const inside = addresses.find(nonPublicAddress);
+    return inside ? `production delivers to public hosts only (${host} resolves to ${inside})` : null;
+  }
+
   /** One POST; returns null on a 2xx, else what went wrong (status or network error, ≤ 200 chars). */
   async #post(d: Claimed): Promise<string | null> {
-    const problem = webhookUrlProblem(d.url, this.#cfg.production);
+    const problem = webhookUrlProblem(d.url, this.#cfg.production) ?? (this.#cfg.production ? await this.#privateTarget(d.url) : null);
     if (problem) return `url refused: ${problem}`;
     const now = new Date();
     const headers: Record<string, string> = {
@@ -244,4 +264,9 @@ export class WebhookDeliveryWorker {
       return (e.cause?.code ?? e.cause?.message ?? e.message).slice(0, 200);
     }
   }
+}
+
+/** Every address the system resolver gives for `host` (an IP literal resolves to itself). */
+async function resolveAll(host: string): Promise<string[]> {
+  return (await lookup(host.replace(/^\[|\]$/g, ''), { all: true })).map((a) => a.address);
 }
