@@ -12,3 +12,4 @@ export * from './tcp-cut.ts';
 export * from './tcp-hang.ts';
 export * from './audit-tamper.ts';
 export * from './lock-wait.ts';
+export * from './timed-get.ts';

@@ -3,7 +3,7 @@ import type { Server } from 'node:http';
 import { signUserToken } from '@gatehouse/credentials';
 import { createDb, type Db } from '@gatehouse/ledger';
 import { closeServer, createLogger, listen, type OutboxRelay } from '@gatehouse/platform';
-import { startHangableProxy, type HangableProxy } from '@gatehouse/test-harness';
+import { startHangableProxy, type HangableProxy, timedGet, type TimedAnswer } from '@gatehouse/test-harness';
 import { createApprovalApp } from '../src/http/app.ts';
 
 // A ledger that accepts connections and never answers (a SIGSTOPped or wedged Postgres) must not
@@ -49,26 +49,12 @@ afterAll(async () => {
   await db?.destroy().catch(() => undefined);
 });
 
-/** GET `path` with the inbox session; status, content type, text and how long it took (status 0: no answer in 8 s). */
-async function timedGet(path: string): Promise<{ status: number; type: string; retryAfter: string | null; text: string; ms: number }> {
-  const started = Date.now();
-  try {
-    const r = await fetch(`${url}${path}`, { headers: { cookie }, redirect: 'manual', signal: AbortSignal.timeout(8000) });
-    return {
-      status: r.status,
-      type: r.headers.get('content-type') ?? '',
-      retryAfter: r.headers.get('retry-after'),
-      text: await r.text(),
-      ms: Date.now() - started,
-    };
-  } catch {
-    return { status: 0, type: '', retryAfter: null, text: '', ms: Date.now() - started };
-  }
-}
+/** GET `path` of the service under test as its user ({@link timedGet}). */
+const get = (path: string): Promise<TimedAnswer> => timedGet(`${url}${path}`, { cookie });
 
 describe('the inbox over a ledger that never answers', () => {
   it('answers its page 503 with Retry-After within the deadline instead of hanging', async () => {
-    const r = await timedGet('/inbox/approvals');
+    const r = await get('/inbox/approvals');
     expect(r.status, 'no answer: the inbox hung').toBe(503);
     expect(r.type).toMatch(/^text\/html/);
     expect(r.retryAfter).toBe('5');

@@ -4,7 +4,14 @@ import { Redis } from 'ioredis';
 import { createDb, type Db } from '@gatehouse/ledger';
 import { closeServer, createLogger, listen, QueueRegistry } from '@gatehouse/platform';
 import { tokenFor } from '@gatehouse/cli';
-import { startHangableProxy, testQueuePrefix, TEST_REDIS_URL, type HangableProxy } from '@gatehouse/test-harness';
+import {
+  startHangableProxy,
+  testQueuePrefix,
+  TEST_REDIS_URL,
+  type HangableProxy,
+  timedGet,
+  type TimedAnswer,
+} from '@gatehouse/test-harness';
 import { createOpsApp, createQueueBoard } from '../src/index.ts';
 
 // A ledger that accepts connections and never answers (a SIGSTOPped or wedged Postgres) must not
@@ -49,26 +56,12 @@ afterAll(async () => {
   await db?.destroy().catch(() => undefined);
 });
 
-/** GET `path` as ops-gus; status, content type, Retry-After, text and time taken (status 0: no answer in 8 s). */
-async function timedGet(path: string): Promise<{ status: number; type: string; retryAfter: string | null; text: string; ms: number }> {
-  const started = Date.now();
-  try {
-    const r = await fetch(`${url}${path}`, { headers: { authorization: `Bearer ${ops}` }, signal: AbortSignal.timeout(8000) });
-    return {
-      status: r.status,
-      type: r.headers.get('content-type') ?? '',
-      retryAfter: r.headers.get('retry-after'),
-      text: await r.text(),
-      ms: Date.now() - started,
-    };
-  } catch {
-    return { status: 0, type: '', retryAfter: null, text: '', ms: Date.now() - started };
-  }
-}
+/** GET `path` of the service under test as its user ({@link timedGet}). */
+const get = (path: string): Promise<TimedAnswer> => timedGet(`${url}${path}`, { authorization: `Bearer ${ops}` });
 
 describe('the ops dashboard over a ledger that never answers', () => {
   it('the overview page answers a 503 page within the deadline instead of hanging', async () => {
-    const r = await timedGet('/ops');
+    const r = await get('/ops');
     expect(r.status, 'no answer: the dashboard hung').toBe(503);
     expect(r.type).toMatch(/^text\/html/);
     expect(r.retryAfter).toBe('5');
@@ -77,7 +70,7 @@ describe('the ops dashboard over a ledger that never answers', () => {
   }, 20_000);
 
   it('the JSON API answers 503 dependency_unavailable within the deadline', async () => {
-    const r = await timedGet('/api/overview');
+    const r = await get('/api/overview');
     expect(r.status, 'no answer: the API hung').toBe(503);
     expect(r.retryAfter).toBe('5');
     expect((JSON.parse(r.text) as { error: { reason: string } }).error.reason).toBe('dependency_unavailable');
