@@ -22,6 +22,10 @@ describe('webhook URLs', () => {
     'https://[::ffff:127.0.0.1]/hook',
     'https://[fd00::1]/hook',
     'https://[fe80::1]/hook',
+    'https://localhost./hook',
+    'https://[64:ff9b::a9fe:a9fe]/hook', // NAT64 of 169.254.169.254
+    'https://[2002:a9fe:a9fe::1]/hook', // 6to4 of the same
+    'https://198.18.0.1/hook',
   ])('production refuses %s: not a public host', (url) => {
     expect(webhookUrlProblem(url, true)).toMatch(/^production delivers to public hosts only/);
     expect(webhookUrlProblem(url.replace('https:', 'http:'), false)).toBeNull(); // local and test stacks may

@@ -123,7 +123,9 @@ export const WEBHOOK_HEADERS = { id: 'webhook-id', timestamp: 'webhook-timestamp
 /**
  * Address ranges a production webhook may not reach: this host and the networks behind it
  * (loopback, RFC 1918 private, link-local — cloud metadata services live at 169.254.169.254 —
- * carrier-grade NAT, unspecified, IPv6 unique-local and link-local). Docs/decisions/0671.
+ * carrier-grade NAT, unspecified, IETF protocol assignments, benchmarking, multicast and reserved,
+ * IPv6 unique-local, link-local and multicast, and the NAT64 and 6to4 prefixes that reach IPv4
+ * behind them). docs/decisions/0671-webhooks-reach-public-hosts-only.md.
  */
 const NON_PUBLIC = (() => {
   const list = new BlockList();
@@ -134,14 +136,21 @@ const NON_PUBLIC = (() => {
     ['127.0.0.0', 8],
     ['169.254.0.0', 16],
     ['172.16.0.0', 12],
+    ['192.0.0.0', 24],
     ['192.168.0.0', 16],
+    ['198.18.0.0', 15],
+    ['224.0.0.0', 4],
+    ['240.0.0.0', 4],
   ] as const)
     list.addSubnet(net, prefix, 'ipv4');
   for (const [net, prefix] of [
     ['::', 128],
     ['::1', 128],
+    ['64:ff9b::', 96], // NAT64: reaches IPv4 addresses, the ones above included
+    ['2002::', 16], // 6to4: the same
     ['fc00::', 7],
     ['fe80::', 10],
+    ['ff00::', 8],
   ] as const)
     list.addSubnet(net, prefix, 'ipv6');
   return list;
@@ -175,7 +184,8 @@ export function webhookUrlProblem(url: string, production: boolean): string | nu
   }
   if (u.protocol !== 'https:' && u.protocol !== 'http:') return `scheme ${u.protocol} is not http or https`;
   if (production && u.protocol !== 'https:') return 'production delivers to https URLs only';
-  if (production && (u.hostname === 'localhost' || u.hostname.endsWith('.localhost') || nonPublicAddress(u.hostname)))
+  const host = u.hostname.replace(/\.$/, ''); // `localhost.` is `localhost`
+  if (production && (host === 'localhost' || host.endsWith('.localhost') || nonPublicAddress(host)))
     return `production delivers to public hosts only (${u.hostname} is this machine or a private network)`;
   if (u.username || u.password) return 'credentials in the URL are not allowed (the signature authenticates)';
   if (u.hash) return 'a fragment is not allowed';
