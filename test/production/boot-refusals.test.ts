@@ -132,9 +132,9 @@ describe('production refuses to boot a bad configuration (each service entry as 
   });
 
   it('executor whose lease does not outlive its adapter deadline: refused, the two settings named', async () => {
-    const { code, output } = await boot('executor', { ...GOOD, LEASE_MS: '15000', EXECUTION_DEADLINE_MS: '15000' });
+    const { code, output } = await boot('executor', { ...GOOD, LEASE_MS: '19000', EXECUTION_DEADLINE_MS: '15000' });
     expect(code, output).not.toBe(0);
-    expect(output).toMatch(/LEASE_MS: 15000 ms must be longer than EXECUTION_DEADLINE_MS \(15000 ms\)/);
+    expect(output).toMatch(/LEASE_MS: 19000 ms must be at least EXECUTION_DEADLINE_MS \(15000 ms\) \+ 5000 ms/);
     expect((await boot('executor', GOOD)).output).not.toMatch(/LEASE_MS/); // the defaults (30 s, 15 s) pass
   });
 

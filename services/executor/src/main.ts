@@ -25,6 +25,9 @@ import { startWatchdog } from './jobs/watchdog.ts';
 import { readTestHooks } from './domain/test-hooks.ts';
 import { loadServiceBundles } from '@gatehouse/policy';
 
+/** What a lease must hold beyond the adapter's deadline, ms: the claim's commit, the write-ahead mark and the record fall outside that deadline. */
+const LEASE_MARGIN_MS = 5000;
+
 const ctx = createServiceContext(
   'executor',
   {
@@ -66,9 +69,11 @@ const ctx = createServiceContext(
       e.GATEHOUSE_DELEGATION_SIGNING_KEY_PATH,
       process.env.GATEHOUSE_DELEGATION_SIGNING_KEY_PATH !== undefined,
     ),
-    ...(e.LEASE_MS > e.EXECUTION_DEADLINE_MS
+    ...(e.LEASE_MS >= e.EXECUTION_DEADLINE_MS + LEASE_MARGIN_MS
       ? []
-      : [`LEASE_MS: ${e.LEASE_MS} ms must be longer than EXECUTION_DEADLINE_MS (${e.EXECUTION_DEADLINE_MS} ms)`]),
+      : [
+          `LEASE_MS: ${e.LEASE_MS} ms must be at least EXECUTION_DEADLINE_MS (${e.EXECUTION_DEADLINE_MS} ms) + ${LEASE_MARGIN_MS} ms for the claim's commit and the record`,
+        ]),
   ],
 );
 const hooks = readTestHooks(process.env);
