@@ -69,7 +69,7 @@ export function asPostgresFault(err: unknown, databaseUrl?: string, timeouts?: P
   if (!isConnectionFault(err) && !noResult && !noHandshake) return err;
   const bound =
     noResult && timeouts?.queryTimeoutMs
-      ? `; no answer to a statement within ${timeouts.queryTimeoutMs} ms, CLI_POSTGRES_QUERY_TIMEOUT_MS`
+      ? `; no answer to a statement within ${timeouts.queryTimeoutMs} ms, CLI_POSTGRES_QUERY_TIMEOUT_MS${timeouts.statementTimeoutMs ? ` (${timeouts.statementTimeoutMs} ms) + ${CLIENT_BACKSTOP_MS} ms` : ''}`
       : noHandshake && timeouts?.connectTimeoutMs
         ? `; no answer to the connection within ${timeouts.connectTimeoutMs} ms, CLI_POSTGRES_CONNECT_TIMEOUT_MS`
         : '';
