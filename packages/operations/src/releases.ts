@@ -14,6 +14,7 @@ import {
   recordAudit,
   schemaProblems,
   type Db,
+  type Trx,
   type OperationStatus,
 } from '@gatehouse/ledger';
 import { loadBoundaryCases, loadBundle, runBoundaryGate } from '@gatehouse/policy';
@@ -386,13 +387,13 @@ export class RollbackRefused extends ConflictError {
 }
 
 /**
- * A rollback restores a former release: one this ledger ran (registered, active or retired), never
+ * A rollback restores a former release: one this ledger ran (active or retired), never
  * the open candidate — restoring that one would promote it to everyone past its canary analysis
  * and the two-person rule of a looser bundle, as would a release the ledger never ran
  * (docs/decisions/0660-a-rollback-restores-a-release-that-ran.md).
  * @throws RollbackRefused (`not_a_former_release`) naming what to run instead.
  */
-async function assertFormerRelease(db: Db, to: string): Promise<void> {
+async function assertFormerRelease(db: Db | Trx, to: string): Promise<void> {
   const r = await db.selectFrom('releases').select('status').where('id', '=', to).executeTakeFirst();
   if (!r)
     throw new RollbackRefused(
@@ -439,6 +440,7 @@ export async function rollbackRelease(db: Db, queues: QueueRegistry, opts: Rollb
   step(`2/6 queues drained (paused; in-flight work finishes or its lease expires): ${list}`);
   const report = await inTransaction(db, async (trx) => {
     await lockReleases(trx);
+    await assertFormerRelease(trx, opts.to); // again under the lock: it may have become a candidate meanwhile
     const retired = await retireReleases(trx, others);
     step(`3/6 approvals of ${list} expired: ${retired.expiredApprovals}`);
     step(`4/6 operations of ${list} by status: ${JSON.stringify(retired.operations)} (running, failed_unknown → gatehouse reconcile)`);
