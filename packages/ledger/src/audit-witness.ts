@@ -59,8 +59,9 @@ const LINE_START = '{"seq":';
 
 /**
  * Whether `line` is a write cut short (a crash or a full disk while appending): it starts as every
- * witness line does and is not JSON. Such a line witnesses nothing; one cut and then edited, or
- * anything else that is not an anchor, is still refused.
+ * witness line does and is not JSON. Such a line witnesses nothing, and skipping it hides no more
+ * than deleting it would; any other line that is not an anchor (complete JSON of another shape,
+ * text that does not start as a witness line) is still refused.
  */
 function isTorn(line: string): boolean {
   if (!line.startsWith(LINE_START)) return false;
@@ -85,7 +86,8 @@ export function readWitness(path: string, onTorn?: (line: number) => void): Witn
   readFileSync(path, 'utf8')
     .split('\n')
     .forEach((line, i) => {
-      if (!line.trim()) return;
+      // A crash may also leave the file's tail zero-filled (XFS, ext4 data=writeback): NULs witness nothing.
+      if (!line.replace(/\0/g, '').trim()) return;
       if (isTorn(line)) return void onTorn?.(i + 1);
       const a = parseLine(line);
       if (!a) throw new Error(`anchor witness ${path} line ${i + 1} is not a witnessed anchor`);

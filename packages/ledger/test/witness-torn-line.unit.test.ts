@@ -34,6 +34,14 @@ describe('a witness line torn by a crash', () => {
     expect(torn).toEqual([2]);
   });
 
+  it('a tail zero-filled by a crash is skipped like a blank line; the next anchor still reads', () => {
+    const path = witnessFile();
+    appendWitness(path, anchor(1));
+    appendFileSync(path, '\0'.repeat(64));
+    appendWitness(path, anchor(2));
+    expect(readWitness(path).map((a) => a.seq)).toEqual([1, 2]);
+  });
+
   it('a line that is not a cut-short anchor line is still refused', () => {
     const path = witnessFile();
     appendWitness(path, anchor(1));
