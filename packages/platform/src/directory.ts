@@ -29,18 +29,21 @@ function directoryRole(user: UserClaims): string | undefined {
 }
 
 /**
- * The roles that submit tickets and follow up on them (docs/product/users-and-tools.md#users: a
- * representative for the support pack; an engineer, who holds the change scopes, for the change pack). Approvers, operators and
- * policy owners act through their own surfaces, never as a run's requester.
+ * The roles that submit tickets and follow up on them, and the pack each opens
+ * (docs/product/users-and-tools.md#users): a representative the support pack, an engineer, who
+ * holds the change scopes, the change pack. Approvers, operators and policy owners act through
+ * their own surfaces, never as a run's requester.
  */
-export const REQUESTER_ROLES: readonly string[] = ['rep', 'engineer'];
+const REQUESTER_PACKS: Readonly<Record<string, string>> = { rep: 'support', engineer: 'change' };
 
 /**
- * Whether the verified caller may open a run at intake: the identity directory must know the
- * user in the token's tenant with one of {@link REQUESTER_ROLES}. The token's `roles` claim is
- * not read (as for {@link isDirectoryOperator}).
+ * The pack the verified caller may open runs of at intake: from the identity directory's role of
+ * the user in the token's tenant (`'support'` for a rep, `'change'` for an engineer), or undefined
+ * when the directory does not know the user as a requester. The token's `roles` claim is not read
+ * (as for {@link isDirectoryOperator}); a run of the other pack would only have every action
+ * denied for want of the scopes, so it is refused at intake instead (docs/decisions/0675).
  */
-export function isDirectoryRequester(user: UserClaims): boolean {
+export function requesterPack(user: UserClaims): string | undefined {
   const role = directoryRole(user);
-  return role !== undefined && REQUESTER_ROLES.includes(role);
+  return role === undefined ? undefined : REQUESTER_PACKS[role];
 }

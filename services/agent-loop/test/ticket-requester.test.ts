@@ -91,3 +91,52 @@ describe('a ticket id sent again', () => {
     expect(after.n).toBe(before);
   });
 });
+
+describe('the pack of a ticket is the one its requester role opens (ADR 0675)', () => {
+  const count = async (table: 'workflows' | 'outbox') =>
+    (
+      await t.db
+        .selectFrom(table)
+        .select((eb) => eb.fn.countAll<string>().as('n'))
+        .executeTakeFirstOrThrow()
+    ).n;
+
+  it('a representative sending a change-pack ticket, or an engineer a support-pack one: 403 pack_not_allowed, nothing recorded or enqueued', async () => {
+    const [workflows, outbox] = [await count('workflows'), await count('outbox')];
+    const rep = await submit('rep-ana', {
+      ticketId: 'T-pack-rep',
+      text: 'Please schedule change CHG-102 in the manual window.',
+      mode: 'act',
+      pack: 'change',
+    });
+    const eng = await submit('eng-lou', { ticketId: 'T-pack-eng', text: 'Refund 30.00 on order O-1001.', mode: 'act', pack: 'support' });
+    const engDefault = await submit('eng-lou', { ticketId: 'T-pack-eng2', text: 'Refund 30.00 on order O-1001.', mode: 'act' });
+    for (const [r, own] of [
+      [rep, 'support'],
+      [eng, 'change'],
+      [engDefault, 'change'],
+    ] as const) {
+      expect(r.status).toBe(403);
+      expect(r.body.error?.reason).toBe('pack_not_allowed');
+      expect(r.body.error?.message).toContain(`send pack "${own}"`);
+    }
+    expect(await count('workflows')).toBe(workflows);
+    expect(await count('outbox')).toBe(outbox);
+  });
+
+  it('each role opens its own pack', async () => {
+    const rep = await submit('rep-ana', { ticketId: 'T-pack-rep-ok', text: 'What is the status of order O-1001?' });
+    const eng = await submit('eng-lou', { ticketId: 'T-pack-eng-ok', text: 'What is change CHG-101?', pack: 'change' });
+    expect([rep.status, eng.status]).toEqual([202, 202]);
+    const packs = await t.db
+      .selectFrom('workflows')
+      .select(['ticket_id', 'pack'])
+      .where('ticket_id', 'in', ['T-pack-rep-ok', 'T-pack-eng-ok'])
+      .orderBy('ticket_id')
+      .execute();
+    expect(packs).toEqual([
+      { ticket_id: 'T-pack-eng-ok', pack: 'change' },
+      { ticket_id: 'T-pack-rep-ok', pack: 'support' },
+    ]);
+  });
+});

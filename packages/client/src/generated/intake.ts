@@ -373,7 +373,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description not_a_requester: the directory does not know the caller as a representative or an engineer */
+      /** @description not_a_requester: the directory does not know the caller as a representative or an engineer; pack_not_allowed: the pack is not the one the caller's role opens (a representative: support; an engineer: change) */
       403: {
         headers: {
           [name: string]: unknown;

@@ -144,7 +144,9 @@ const intakePaths: ZodOpenApiObject['paths'] = {
         '202': jsonResponse('accepted: the workflow of this ticket', TicketAcceptedSchema),
         '400': errorResponse('body failed its schema'),
         '401': errorResponse('missing or invalid token'),
-        '403': errorResponse('not_a_requester: the directory does not know the caller as a representative or an engineer'),
+        '403': errorResponse(
+          "not_a_requester: the directory does not know the caller as a representative or an engineer; pack_not_allowed: the pack is not the one the caller's role opens (a representative: support; an engineer: change)",
+        ),
         '409': errorResponse('ticket_conflict: the ticketId was already submitted with other content, or by another user of the tenant'),
         '429': rateLimited,
       },

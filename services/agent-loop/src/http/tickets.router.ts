@@ -2,7 +2,7 @@ import { Router } from 'express';
 import { randomUUID } from 'node:crypto';
 import { TicketRequestSchema, turnsQueue, sha256Hex, type PackBudgets, type TicketAccepted } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, recordAudit, recordWorkflowEvent, actorHash, routeRelease, type Db } from '@gatehouse/ledger';
-import { ConflictError, Forbidden, isDirectoryRequester, parseBody, type OutboxRelay } from '@gatehouse/platform';
+import { ConflictError, Forbidden, parseBody, requesterPack, type OutboxRelay } from '@gatehouse/platform';
 import type { Pack } from '@gatehouse/tools';
 import type { AuthedRequest } from '@gatehouse/platform';
 import { withSpan } from '@gatehouse/telemetry';
@@ -31,21 +31,29 @@ export interface IntakeConfig {
  * by the same user with the same text returns the same workflow; other text, or another user of the tenant, is 409
  * `ticket_conflict`); 400 for
  * a body that fails its schema; 403 `not_a_requester` for a caller the directory does not know
- * as a representative or an engineer (an approver's or operator's token). `pack` (`support`
- * default, or `change`) picks the catalog, policy bundle and budgets the workflow keeps for its
- * whole life.
+ * as a representative or an engineer (an approver's or operator's token); 403 `pack_not_allowed`
+ * for a `pack` the caller's role does not open (a representative opens support runs, an engineer
+ * change runs: docs/decisions/0675). `pack` (`support` default, or `change`) picks the catalog,
+ * policy bundle and budgets the workflow keeps for its whole life.
  */
 export function ticketsRouter(cfg: IntakeConfig): Router {
   const router = Router();
   router.post('/v1/tickets', async (req, res) => {
     const { user } = req as unknown as AuthedRequest;
-    if (!isDirectoryRequester(user)) {
+    const ownPack = requesterPack(user);
+    if (ownPack === undefined) {
       throw new Forbidden(
         'not_a_requester',
         'only a representative or an engineer of the directory submits tickets; approvers and operators act through their own surfaces',
       );
     }
     const body = parseBody(TicketRequestSchema, req.body);
+    if (body.pack !== ownPack) {
+      throw new Forbidden(
+        'pack_not_allowed',
+        `your role submits ${ownPack}-pack tickets only: a representative opens support runs, an engineer change runs; send pack "${ownPack}" or ask a colleague of that role`,
+      );
+    }
     const textHash = sha256Hex(body.text);
     const result = await withSpan('intake ticket', { 'gatehouse.tenant': user.tenant }, () =>
       inTransaction(cfg.db, async (trx) => {
