@@ -191,6 +191,27 @@ describe('executor: ambiguous outcomes and authority', () => {
     expect(await processExecution(a.job, h.deps())).toBe('succeeded');
     expect(await h.refunds(orderId)).toEqual([expect.objectContaining({ idempotencyKey: a.operationKey })]);
   });
+  it('an epoch bump while an execution waits to retry (429, Retry-After 1 s): the retry carries the epoch of its claim and is refused (403 revoked_epoch); the action is denied on the payments ledger authority, nothing refunded, no further attempt', async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { orderId, amountCents: 1100 });
+    await h.arm({ target: 'payments', mode: 'rate_limit', retryAfterMs: 1000, times: 1 });
+    const outcome = processExecution(a.job, h.deps());
+    await waitFor('the first attempt, answered 429', async () => (await h.requests(orderId)).length === 1, 20_000, 20);
+    await bumpEpoch(h.db, 'ops-gus', AUDIT_HMAC_KEY); // on-call revokes while the retry waits
+    expect(await outcome).toMatch(/^failed/);
+
+    expect((await h.requests(orderId)).map((r) => [r.status, r.reason])).toEqual([
+      [429, 'fault:rate_limit'],
+      [403, 'revoked_epoch'],
+    ]);
+    expect(await h.refunds(orderId)).toEqual([]);
+    expect(await op(a.operationKey)).toMatchObject({ status: 'failed', error: '403:revoked_epoch' });
+    expect((await action(a.actionId)).status).toBe('denied'); // the ledger's authority refusal, not our credential's fault
+    // Delivered again, the failed operation is not attempted again under any epoch.
+    await processExecution(a.job, h.deps());
+    expect(await h.requests(orderId)).toHaveLength(2);
+    expect(await h.refunds(orderId)).toEqual([]);
+  });
 });
 
 describe('executor: a system of record refusing our own credential', () => {
