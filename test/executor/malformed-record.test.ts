@@ -15,6 +15,8 @@ import { startHarness, type Harness } from './support/harness.ts';
 let h: Harness;
 let orders: Server;
 let ordersUrl: string;
+let htmlOrders: Server;
+let htmlOrdersUrl: string;
 
 beforeAll(async () => {
   h = await startHarness();
@@ -26,9 +28,17 @@ beforeAll(async () => {
   });
   await new Promise<void>((r) => orders.listen(0, '127.0.0.1', r));
   ordersUrl = `http://127.0.0.1:${(orders.address() as AddressInfo).port}`;
+  // Answers every read 200 with a page, not JSON (a proxy's or a maintenance page).
+  htmlOrders = createServer((_req, res) => {
+    res.setHeader('content-type', 'text/html');
+    res.end('<html><body>Service temporarily in maintenance</body></html>');
+  });
+  await new Promise<void>((r) => htmlOrders.listen(0, '127.0.0.1', r));
+  htmlOrdersUrl = `http://127.0.0.1:${(htmlOrders.address() as AddressInfo).port}`;
 });
 afterAll(async () => {
   await new Promise((r) => orders?.close(r));
+  await new Promise((r) => htmlOrders?.close(r));
   await h?.close();
 });
 
@@ -72,5 +82,17 @@ describe('executor: a malformed order record at the re-evaluation', () => {
     const job = { ...a.job, outage: { dependency: 'system_of_record' as const, sinceMs: Date.now() - 16 * 60_000 } };
     expect(await processExecution(job, h.deps({ stagingUrl: nobody }))).toBe('refused:dependency_unavailable');
     expect(await state(a)).toMatchObject({ approval: 'approved', operation: null });
+  });
+
+  it('an order system answering 200 with a body that is not JSON is the same: held, nothing claimed or sent (it was dead-lettered)', async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { orderId, amountCents: 6400 });
+    await expect(processExecution(a.job, h.deps({ stagingUrl: htmlOrdersUrl }))).rejects.toMatchObject({
+      name: 'DependencyUnavailable',
+      dependency: 'system_of_record',
+      message: expect.stringContaining('order system answered a body that is not JSON'),
+    });
+    expect(await state(a)).toEqual({ action: 'approved', approval: 'approved', operation: null });
+    expect(await h.requests(orderId)).toEqual([]);
   });
 });

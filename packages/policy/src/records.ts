@@ -90,8 +90,9 @@ export const RECORD_READ_TIMEOUT_MS = 5000;
  * letter (0070).
  * @throws DependencyUnavailable(`system_of_record`) when the request is refused, times out or is
  *   cut, or is answered 408, 429 or 5xx.
- * @throws BodyTooLarge past the body cap; SyntaxError for a body that is not JSON; Error for any
- *   other status.
+ * @throws BodyTooLarge past the body cap; MalformedRecord for a 2xx body that is not JSON (held
+ *   by the executor, retried then dead-lettered by the gateway, as a record of the wrong shape);
+ *   Error for any other status.
  */
 export async function readRecordJson(url: string, system: string): Promise<unknown> {
   const unavailable = (why: string, cause?: unknown): DependencyUnavailable =>
@@ -110,7 +111,9 @@ export async function readRecordJson(url: string, system: string): Promise<unkno
   try {
     return await res.json();
   } catch (err) {
-    if (err instanceof BodyTooLarge || err instanceof SyntaxError) throw err;
+    if (err instanceof BodyTooLarge) throw err;
+    // A 200 that is not JSON is not the record asked for, like a record of the wrong shape.
+    if (err instanceof SyntaxError) throw new MalformedRecord(`${system} answered a body that is not JSON`);
     throw unavailable(`its answer was cut (${(err as Error).message})`, err);
   }
 }

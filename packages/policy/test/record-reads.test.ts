@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DependencyUnavailable } from '@gatehouse/ledger';
 import { freePort } from '@gatehouse/test-harness';
-import { fetchChange, fetchOrder } from '../src/index.ts';
+import { fetchChange, fetchOrder, MalformedRecord } from '../src/index.ts';
 
 // An authoritative read that fails because the system of record is down is an outage — the step
 // is held and the run's wait credited (docs/decisions/0110-outage-time.md) — while a bad answer
@@ -67,10 +67,15 @@ describe('authoritative reads of a system of record', () => {
     expect((err as Error).message).toMatch(message);
   });
 
-  it('a bad answer is not an outage: 400 and a body that is not JSON fail as errors (retried, then the dead letter)', async () => {
-    for (const err of [await failure(fetchOrder(url, 'O-400')), await failure(fetchOrder(url, 'O-html'))]) {
+  it('a bad answer is not an outage: 400 fails as an error, a body that is not JSON as a malformed record (the gateway retries, then the dead letter)', async () => {
+    const refused = await failure(fetchOrder(url, 'O-400'));
+    const html = await failure(fetchOrder(url, 'O-html'));
+    for (const err of [refused, html]) {
       expect(err).toBeInstanceOf(Error);
       expect(err).not.toBeInstanceOf(DependencyUnavailable);
     }
+    expect(refused).not.toBeInstanceOf(MalformedRecord);
+    expect(html).toBeInstanceOf(MalformedRecord);
+    expect((html as Error).message).toBe('order system answered a body that is not JSON');
   });
 });
