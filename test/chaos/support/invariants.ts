@@ -80,6 +80,31 @@ export async function waitSettled(s: ChaosStack, runs: readonly Run[], deadlineM
   }
 }
 
+/** A part of the load that moves runs while it runs (the lead approving); `stop` returns once its last round is done. */
+export interface LoadActor {
+  stop: () => Promise<void>;
+}
+
+/**
+ * Waits until the runs are settled ({@link waitSettled}) with the load still acting, then stops
+ * `actors` and waits again, so the checks read runs nothing moves any more. A run settled on a
+ * person's wait (`awaiting_approval`, its approval pending) is moved by the approver a moment
+ * later; judged settled while the approver runs, it was read by the checks in the middle of the
+ * execution that approval started — a refund at the payments ledger, its action still `running`
+ * (docs/decisions/0672-chaos-checks-read-a-stopped-load.md). Returns the runs not settled by
+ * `deadlineMs`.
+ */
+export async function settleForChecks(
+  s: ChaosStack,
+  runs: readonly Run[],
+  actors: readonly LoadActor[],
+  deadlineMs: number,
+): Promise<RunState[]> {
+  await waitSettled(s, runs, deadlineMs);
+  for (const actor of actors) await actor.stop();
+  return waitSettled(s, runs, deadlineMs);
+}
+
 /** Effects at the systems of record compared with the runs' actions. */
 export interface EffectCheck {
   /** Effects beyond one per action that may have run (succeeded or outcome unknown), and repeated keys. */

@@ -1,7 +1,7 @@
 import { isTerminal } from '@gatehouse/ledger';
 import type { ChaosStack } from './chaos-stack.ts';
 import type { Fault } from './faults.ts';
-import { checkAuditChain, checkEffects, checkReconciliation, runStates, waitSettled, type RunState } from './invariants.ts';
+import { checkAuditChain, checkEffects, checkReconciliation, runStates, settleForChecks, type RunState } from './invariants.ts';
 import { planRuns, startApprover, submitRuns, type Run } from './load.ts';
 
 /** Outcome of one fault: the report's row and the reasons it failed. */
@@ -68,8 +68,10 @@ function endings(states: RunState[]): Record<string, number> {
 /**
  * One fault under load: plans and submits `fault.runs` tickets (a lead approving as they come),
  * waits until runs are in flight, injects the fault, then, within `recoveryBoundMs` of the
- * recovery point, checks: every service alive (dead ones are restarted by the harness after a
- * grace and reported), every run terminal or parked and none dead-lettered (`stopped(step_failed)`),
+ * recovery point, lets the runs settle, stops the lead and lets them settle again (a run the lead
+ * approved while the checks read it was read mid-execution; `settleForChecks`), then checks:
+ * every service alive (dead ones are restarted by the harness after a grace and reported), every
+ * run terminal or parked and none dead-lettered (`stopped(step_failed)`),
  * effects at the staging systems equal to succeeded actions with no duplicate, a clean
  * reconciliation pass and an intact audit chain.
  * Never throws for a broken invariant: it is listed in `failures`.
@@ -100,7 +102,8 @@ export async function runFault(s: ChaosStack, fault: Fault, opts: FaultRunOption
     const revived = await reviveDead(s, opts.restartGraceMs ?? 15_000);
     if (revived.length) failures.push(`not alive after the fault (restarted by the harness): ${revived.join(', ')}`);
     await submitted;
-    const stuck = await waitSettled(s, runs, recoveredAt + opts.recoveryBoundMs);
+    // The approver stops before the checks: a run it approves after they began would be read mid-execution (ADR 0672).
+    const stuck = await settleForChecks(s, runs, [approver], recoveredAt + opts.recoveryBoundMs);
     const crashed = s.crashes.slice(crashesBefore).map((c) => `${c.service}(${c.signal ?? `exit ${c.code}`})`);
     const effects = await checkEffects(s, runs);
     const recon = await checkReconciliation(s);
