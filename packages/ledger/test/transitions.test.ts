@@ -187,6 +187,21 @@ describe('workflow transition table', () => {
     },
   );
 
+  it('nothing_outstanding: every call answered, a run still does not complete while an operation of it is running', async () => {
+    // The chaos run once showed a completed run with its refund action running (ADR 0672: the
+    // checks read it mid-execution). Completing needs the operation recorded too, not only the
+    // call answered: an answer from anywhere else (a replay, a refusal) cannot complete a run
+    // whose effect is in flight.
+    const s = await seed('executing', 'running');
+    await operation(s.actionId, 'running');
+    const err = await inTransaction(db, (trx) => transitionWorkflow(trx, s.workflowId, input('completed')).catch((e: unknown) => e));
+    expect(err).toMatchObject({ name: 'IllegalTransition', from: 'executing', to: 'completed', missing: ['nothing_outstanding'] });
+    expect((await row(s.workflowId)).state).toBe('executing');
+    await db.updateTable('operations').set({ status: 'succeeded' }).where('action_id', '=', s.actionId).execute();
+    await inTransaction(db, (trx) => transitionAction(trx, s.actionId, { to: 'succeeded' }));
+    expect(await inTransaction(db, (trx) => transitionWorkflow(trx, s.workflowId, input('completed')))).toBe('executing');
+  });
+
   const illegal = STATES.flatMap((from) => STATES.map((to) => [from, to] as const)).filter(
     ([from, to]) => !WORKFLOW_TRANSITIONS.some((x) => x.from === from && x.to === to),
   );
