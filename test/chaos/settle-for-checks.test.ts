@@ -1,9 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inTransaction, transitionAction, transitionWorkflow } from '@gatehouse/ledger';
 import { createAction, type SeededAction } from '@gatehouse/testing';
-import { loadExecutionContext } from '../../services/executor/src/jobs/steps/containment.step.ts';
-import { claim, dispatchEffect, readClaimInputs } from '../../services/executor/src/jobs/steps/dispatch.step.ts';
-import { recordResult } from '../../services/executor/src/jobs/steps/record.step.ts';
+import { claim, dispatchEffect, loadExecutionContext, readClaimInputs, recordResult } from '@gatehouse/executor';
 import { startHarness, type Harness } from '../executor/support/harness.ts';
 import type { ChaosStack } from './support/chaos-stack.ts';
 import { checkEffects, settleForChecks, type LoadActor } from './support/invariants.ts';

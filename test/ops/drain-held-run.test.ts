@@ -19,7 +19,7 @@ import {
 
 // docs/decisions/0480-drain-held-by-the-ledger.md: a run of a drained release is held — its jobs
 // wait, nothing downstream is called — and GET /v1/workflows/:id says so and names what lets it
-// go on (SPEC invariant 6: a run that waits shows a human-readable next step).
+// go on (docs/product/invariants.md#bounds: a run that waits shows a human-readable next step).
 
 const op = { operator: 'ops-gus', hmacKey: 'test-audit-hmac-key-0123456789' };
 let s: HuntStack;

@@ -3,6 +3,10 @@
  * benchmarks — may use of it. The process itself is `src/main.ts` (health port 7112).
  */
 export { processExecution, executeSteps, LeaseBusy, SafeToRepeat, type ExecutionDeps } from './jobs/executions.processor.ts';
+// The steps of one execution, for tests that stop between them (test/chaos/settle-for-checks.test.ts).
+export { loadExecutionContext } from './jobs/steps/containment.step.ts';
+export { claim, dispatchEffect, readClaimInputs } from './jobs/steps/dispatch.step.ts';
+export { recordResult } from './jobs/steps/record.step.ts';
 export { issueRefund } from './adapters/payments.adapter.ts';
 export { adapters, reshipBaseline, resolveByReadBack } from './adapters/index.ts';
 export {
