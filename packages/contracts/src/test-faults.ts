@@ -71,6 +71,8 @@ export interface TestFaults {
   webhookUnsigned: boolean;
   /** `WEBHOOK_NO_RETRY`: the first failed webhook attempt marks the delivery `failed`. */
   webhookNoRetry: boolean;
+  /** `WEBHOOK_CONNECT_UNCHECKED`: a production webhook attempt connects to its host's addresses unchecked (ADR 0671). */
+  webhookConnectUnchecked: boolean;
   /** `DISABLE_TENANT_SPEND_CAP`: a tenant's daily model spend is not capped. */
   disableTenantSpendCap: boolean;
   // services: ops
@@ -153,6 +155,7 @@ const SWITCHES: { [K in keyof TestFaults]: [name: string, kind: Kind] } = {
   dropReasoning: ['DROP_REASONING', 'flag'],
   webhookUnsigned: ['WEBHOOK_UNSIGNED', 'flag'],
   webhookNoRetry: ['WEBHOOK_NO_RETRY', 'flag'],
+  webhookConnectUnchecked: ['WEBHOOK_CONNECT_UNCHECKED', 'flag'],
   disableTenantSpendCap: ['DISABLE_TENANT_SPEND_CAP', 'flag'],
   disableWebhookCapLock: ['DISABLE_WEBHOOK_CAP_LOCK', 'flag'],
   keyCheckThenWrite: ['KEY_CHECK_THEN_WRITE', 'flag'],

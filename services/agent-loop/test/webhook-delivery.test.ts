@@ -1,4 +1,5 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer as createTcpServer } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Webhook } from 'standardwebhooks';
 import { inTransaction, recordWorkflowEvent } from '@gatehouse/ledger';
@@ -357,6 +358,39 @@ describe('webhook deliveries (outbox, real receiver)', () => {
     await rx.down();
   });
 
+  it('production: a host whose records change to a private address after the check (DNS rebinding) is refused as the attempt connects; nothing reaches this machine (ADR 0671)', async () => {
+    for (const connectUnchecked of [false, true]) {
+      const { port, connections, close } = await countConnections();
+      const host = `rebind-${connectUnchecked}.tenant.test`;
+      const ep = await endpoint('quillfeather', `https://${host}:${port}/x`);
+      await workflowWithEvents(1);
+      // The first answer (the check before the attempt) is public; every later one is this machine.
+      let asked = 0;
+      const resolve = async (name: string) => (name !== host ? [] : asked++ === 0 ? ['93.184.216.34'] : ['127.0.0.1']);
+      const w = worker({ unsigned: false, noRetry: false, connectUnchecked }, { maxAttempts: 1, production: true, resolve });
+      try {
+        await until(async () => {
+          await w.tick();
+          return settled(ep)();
+        });
+      } finally {
+        await w.stop();
+        await close();
+      }
+      const row = await t.db.selectFrom('webhook_deliveries').selectAll().where('endpoint_id', '=', ep).executeTakeFirstOrThrow();
+      expect(row.status).toBe('failed');
+      if (connectUnchecked) {
+        // Control removed: the connection follows the changed records to this machine.
+        expect(connections()).toBeGreaterThan(0);
+      } else {
+        expect(row.last_error).toBe(
+          `url refused: production delivers to public hosts only (${host} resolves to 127.0.0.1 when connecting)`,
+        );
+        expect(connections()).toBe(0);
+      }
+    }
+  });
+
   it('backoff doubles up to its ceiling, jittered over the upper half', () => {
     expect([1, 2, 3, 4, 10].map((n) => retryDelayMs(n, 1000, 5000, () => 1))).toEqual([1000, 2000, 4000, 5000, 5000]);
     expect([1, 2, 3].map((n) => retryDelayMs(n, 1000, 5000, () => 0))).toEqual([500, 1000, 2000]);
@@ -398,3 +432,15 @@ describe('control removed (GATEHOUSE_TEST_WEBHOOK_*)', () => {
     expect(() => readWebhookTestHooks({ GATEHOUSE_ENV: 'local', GATEHOUSE_TEST_WEBHOOK_NO_RETRY: '1' })).toThrow(/GATEHOUSE_ENV=test/);
   });
 });
+
+/** A TCP listener on 127.0.0.1 that only counts the connections it is offered (any protocol). */
+async function countConnections(): Promise<{ port: number; connections: () => number; close: () => Promise<void> }> {
+  let n = 0;
+  const server = createTcpServer((socket) => {
+    n++;
+    socket.destroy();
+  });
+  const port = await freePort();
+  await new Promise<void>((r) => server.listen(port, '127.0.0.1', r));
+  return { port, connections: () => n, close: () => new Promise<void>((r) => server.close(() => r())) };
+}

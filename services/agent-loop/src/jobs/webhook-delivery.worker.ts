@@ -1,6 +1,9 @@
 import { sql } from 'kysely';
 import { Webhook } from 'standardwebhooks';
 import { lookup } from 'node:dns/promises';
+import type { LookupAddress } from 'node:dns';
+import { isIPv6, type LookupFunction } from 'node:net';
+import { Agent, fetch as undiciFetch } from 'undici';
 import { nonPublicAddress, WEBHOOK_HEADERS, webhookUrlProblem, testFaults } from '@gatehouse/contracts';
 import { inTransaction, type Db } from '@gatehouse/ledger';
 import { localWebhookSecretKey, openWebhookSecret, type Logger, type WebhookSecretKey } from '@gatehouse/platform';
@@ -35,6 +38,11 @@ export interface WebhookTestHooks {
   unsigned: boolean;
   /** `GATEHOUSE_TEST_WEBHOOK_NO_RETRY=1`: the first failed attempt marks the delivery `failed`. */
   noRetry: boolean;
+  /**
+   * `GATEHOUSE_TEST_WEBHOOK_CONNECT_UNCHECKED=1`: a production attempt connects to whatever the
+   * host resolves to then, unchecked (only the check before the attempt stands).
+   */
+  connectUnchecked?: boolean;
 }
 
 /**
@@ -43,7 +51,7 @@ export interface WebhookTestHooks {
  */
 export function readWebhookTestHooks(env: Record<string, string | undefined>): WebhookTestHooks {
   const faults = testFaults(env);
-  return { unsigned: faults.webhookUnsigned, noRetry: faults.webhookNoRetry };
+  return { unsigned: faults.webhookUnsigned, noRetry: faults.webhookNoRetry, connectUnchecked: faults.webhookConnectUnchecked };
 }
 
 /** Delay before attempt `attempts + 1`, ms: `min(max, base·2^(attempts−1))`, jittered uniformly over its upper half. */
@@ -90,9 +98,15 @@ export class WebhookDeliveryWorker {
   #claiming: Promise<unknown> | undefined;
   /** Attempts in progress in this process, by delivery id, with their endpoint. */
   readonly #inFlight = new Map<string, { endpointId: string; done: Promise<void> }>();
+  /** Production: the connections of attempts, made only to addresses checked public as they connect (ADR 0671); undefined elsewhere. */
+  readonly #connections: Agent | undefined;
 
   constructor(cfg: WebhookDeliveryConfig) {
     this.#cfg = cfg;
+    const resolve = cfg.resolve ?? resolveAll;
+    this.#connections = cfg.production
+      ? new Agent({ connect: { lookup: connectLookup(resolve, { checked: !cfg.hooks.connectUnchecked }) } })
+      : undefined;
   }
 
   /**
@@ -106,11 +120,12 @@ export class WebhookDeliveryWorker {
     }, this.#cfg.pollMs);
   }
 
-  /** Stops the loop and waits for the attempts in progress. */
+  /** Stops the loop, waits for the attempts in progress and closes their connections. */
   async stop(): Promise<void> {
     clearInterval(this.#timer);
     await this.#claiming;
     await Promise.all([...this.#inFlight.values()].map((f) => f.done));
+    await this.#connections?.close();
   }
 
   /** One pass, awaited whole (tests): claims due deliveries and attempts each. Never throws. */
@@ -250,13 +265,8 @@ export class WebhookDeliveryWorker {
       headers[WEBHOOK_HEADERS.signature] = new Webhook(secret).sign(d.id, now, d.body);
     }
     try {
-      const res = await fetch(d.url, {
-        method: 'POST',
-        headers,
-        body: d.body,
-        redirect: 'manual',
-        signal: AbortSignal.timeout(this.#cfg.timeoutMs),
-      });
+      const init = { method: 'POST', headers, body: d.body, redirect: 'manual', signal: AbortSignal.timeout(this.#cfg.timeoutMs) } as const;
+      const res = this.#connections ? await undiciFetch(d.url, { ...init, dispatcher: this.#connections }) : await fetch(d.url, init);
       await res.body?.cancel().catch(() => {});
       return res.status >= 200 && res.status < 300 ? null : `HTTP ${res.status}`;
     } catch (err) {
@@ -269,4 +279,32 @@ export class WebhookDeliveryWorker {
 /** Every address the system resolver gives for `host` (an IP literal resolves to itself). */
 async function resolveAll(host: string): Promise<string[]> {
   return (await lookup(host.replace(/^\[|\]$/g, ''), { all: true })).map((a) => a.address);
+}
+
+/**
+ * A connection's host lookup (`net.connect`'s `lookup`) that resolves with `resolve` and, when
+ * `checked`, refuses the connection when any address is not public, so an attempt connects only
+ * to an address checked as it connects: a name whose records change after the check before the
+ * attempt (DNS rebinding) still cannot reach this machine or a private network (ADR 0671). The
+ * refusal's message is the attempt's error: `url refused: production delivers to public hosts
+ * only (<host> resolves to <address> when connecting)`. Unchecked only in the control-removed test.
+ */
+function connectLookup(resolve: (host: string) => Promise<string[]>, opts: { checked: boolean }): LookupFunction {
+  return (hostname, options, callback) => {
+    resolve(hostname).then(
+      (addresses) => {
+        const inside = opts.checked ? addresses.find(nonPublicAddress) : undefined;
+        const refused = inside
+          ? `url refused: production delivers to public hosts only (${hostname} resolves to ${inside} when connecting)`
+          : addresses.length === 0
+            ? `${hostname} does not resolve`
+            : null;
+        if (refused) return callback(Object.assign(new Error(refused), { code: undefined }), '', 0);
+        const all: LookupAddress[] = addresses.map((address) => ({ address, family: isIPv6(address) ? 6 : 4 }));
+        if (options.all) return (callback as (err: null, addresses: LookupAddress[]) => void)(null, all);
+        return callback(null, all[0]!.address, all[0]!.family);
+      },
+      (err: NodeJS.ErrnoException) => callback(err, '', 0),
+    );
+  };
 }
