@@ -258,6 +258,11 @@ export interface ReleasesTable {
   writes_enabled: Generated<boolean>;
   created_at: Timestamp;
   activated_at: Timestamp | null;
+  /**
+   * When it first became the active release for everyone (null: never — a candidate, or one a
+   * rollback retired before it was promoted); only such a release may be restored by a rollback (ADR 0660).
+   */
+  first_active_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
   /** Candidate cohort `{tenants: string[], users: string[]}`; null for the active release. */
   cohort: ColumnType<{ tenants: string[]; users: string[] } | null, string | null, string | null>;
   /** Set by `gatehouse queues drain`: its queues are paused, in-flight work finishes. */

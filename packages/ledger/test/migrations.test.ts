@@ -44,6 +44,7 @@ const TABLES_OF: Record<string, string[]> = {
   '20261202000200-MonitorPasses': ['monitor_passes'],
   '20261203000100-LockedRefundSums': [],
   '20261205000100-FollowUpIdempotencyKey': [],
+  '20261206000100-ReleaseFirstActive': [],
 };
 const tablesUpTo = (names: string[]): string[] => names.flatMap((n) => TABLES_OF[n] ?? []).sort();
 const ALL_TABLES = tablesUpTo(Object.keys(migrations));
