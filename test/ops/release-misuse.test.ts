@@ -1,5 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { releaseWritesEnabled, routeRelease } from '@gatehouse/ledger';
+import { DEFAULT_CANARY_THRESHOLDS } from '@gatehouse/contracts';
+import { seedFinishedRun } from '@gatehouse/testing';
 import { activateRelease, ActivationRefused, rollbackRelease, RollbackRefused } from '@gatehouse/operations';
 import { useReleaseSuite } from '../support/release-suite.ts';
 
@@ -53,5 +55,37 @@ describe('release commands an operator can mistype', () => {
     expect(await auditCount()).toBe(events);
     // The real rollback, back to the former release, still works.
     expect((await rollbackRelease(t.db, t.queues, { to: 'rel-1', reason: 'canary failed', ...op })).rolledBack).toEqual(['rel-2']);
+  });
+
+  it('a rollback to a candidate that an earlier rollback retired is refused: it was never active (two steps, ADR 0660)', async () => {
+    // The previous test rolled back to rel-1, which retired the open candidate rel-2 (never promoted).
+    expect((await releases()).find((r) => r.id === 'rel-2')?.status).toBe('retired');
+    const [before, events] = [await releases(), await auditCount()];
+    const refused = await rollbackRelease(t.db, t.queues, { to: 'rel-2', reason: 'second step', ...op }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(RollbackRefused);
+    expect((refused as RollbackRefused).reason).toBe('not_a_former_release');
+    expect((refused as RollbackRefused).message).toMatch(/rel-2 was never the active release/);
+    expect(await releases()).toEqual(before);
+    expect(await auditCount()).toBe(events);
+    expect(await routeRelease(t.db, { id: 'rep-ana', tenant: 'northwind' }, 'none')).toBe('rel-1');
+  });
+
+  it('a release that was active for everyone, then retired, is still restored by a rollback', async () => {
+    // rel-2 through its cohort and promotion (its canary analysis passes on seeded runs), which retires rel-1.
+    await activateRelease(t.db, 'rel-2', { ...op, cohort: { tenants: [], users: ['rep-ana'] } });
+    for (let i = 0; i < DEFAULT_CANARY_THRESHOLDS.minRuns; i++) {
+      await seedFinishedRun(t.db, { release: 'rel-1' });
+      await seedFinishedRun(t.db, { release: 'rel-2' });
+    }
+    await activateRelease(t.db, 'rel-2', op);
+    expect((await releases()).map((r) => [r.id, r.status])).toEqual([
+      ['rel-1', 'retired'],
+      ['rel-2', 'active'],
+    ]);
+    expect((await rollbackRelease(t.db, t.queues, { to: 'rel-1', reason: 'back to the one that ran', ...op })).rolledBack).toEqual([
+      'rel-2',
+    ]);
+    // And rel-2, active once, is a former release now.
+    expect((await rollbackRelease(t.db, t.queues, { to: 'rel-2', reason: 'forward again', ...op })).rolledBack).toEqual(['rel-1']);
   });
 });

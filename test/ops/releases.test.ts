@@ -305,7 +305,12 @@ describe('rollback as a runbook (docs/runbooks/rollback.md)', () => {
     // A former release of this ledger (a rollback restores only one that ran here, ADR 0660).
     await t.db
       .insertInto('releases')
-      .values({ id: 'rel-bad-unforced', manifest: JSON.stringify(loadReleaseManifest('rel-bad-unforced')), status: 'retired' })
+      .values({
+        id: 'rel-bad-unforced',
+        manifest: JSON.stringify(loadReleaseManifest('rel-bad-unforced')),
+        status: 'retired',
+        first_active_at: new Date(),
+      })
       .execute();
     const steps: string[] = [];
     const r = await rollbackRelease(t.db, t.queues, { to: 'rel-bad-unforced', reason: 'drill', onStep: (l) => steps.push(l), ...op });
@@ -576,7 +581,13 @@ describe('queued work is moved or set aside only from a draining release', () =>
       // From a draining release, onto a release that is not registered, retired or draining: refused.
       await drainRelease(t.db, t.queues, active.id, op);
       await expect(requeueRelease(t.db, t.queues, active.id, 'rel-9', op)).rejects.toThrow('release rel-9 is not registered');
-      const retired = await t.db.selectFrom('releases').select('id').where('status', '=', 'retired').executeTakeFirstOrThrow();
+      const retired = await t.db
+        .selectFrom('releases')
+        .select('id')
+        .where('status', '=', 'retired')
+        .where('draining', '=', false)
+        .orderBy('id')
+        .executeTakeFirstOrThrow();
       await expect(requeueRelease(t.db, t.queues, active.id, retired.id, op)).rejects.toThrow(`release ${retired.id} is retired`);
       expect(await queuedJobs(t.queues, active.id)).toHaveLength(queued);
     } finally {

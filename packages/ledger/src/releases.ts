@@ -10,7 +10,8 @@ const RELEASES_LOCK = 0x72_65_6c_73; // "rels"
  * Registers the release a service process runs (at boot): the first release ever seen becomes
  * `active` with writes enabled; any later unknown release is a `candidate` with consequential
  * writes disabled and no cohort (it serves nobody until `gatehouse release activate`). Known
- * releases are left as they are. Returns the release's status.
+ * releases are left as they are. The first one's `first_active_at` is set (ADR 0660: a rollback
+ * may restore it). Returns the release's status.
  */
 export async function registerRelease(db: Db, id: string, manifest: Record<string, unknown>): Promise<string> {
   return db.transaction().execute(async (trx) => {
@@ -28,6 +29,7 @@ export async function registerRelease(db: Db, id: string, manifest: Record<strin
         writes_enabled: !active,
         cohort: null,
         activated_at: active ? null : new Date(),
+        first_active_at: active ? null : new Date(),
       })
       .execute();
     return status;

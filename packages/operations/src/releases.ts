@@ -17,6 +17,7 @@ import {
   type Trx,
   type OperationStatus,
 } from '@gatehouse/ledger';
+import { sql, type RawBuilder } from 'kysely';
 import { loadBoundaryCases, loadBundle, runBoundaryGate } from '@gatehouse/policy';
 import {
   allTools,
@@ -168,6 +169,7 @@ export async function activateRelease(
         cohort,
         forced: safety.gate.length > 0,
         activated_at: new Date(),
+        first_active_at: status === 'active' ? new Date() : null,
       })
       .onConflict((oc) =>
         oc.column('id').doUpdateSet({
@@ -179,6 +181,7 @@ export async function activateRelease(
           writes_enabled: status === 'active',
           forced: safety.gate.length > 0,
           activated_at: new Date(),
+          first_active_at: firstActiveAt(status),
         }),
       )
       .execute();
@@ -192,6 +195,14 @@ export async function activateRelease(
     });
   });
   return { id, status, forced: safety.gate.length > 0, bypassed: safety.gate };
+}
+
+/**
+ * The `first_active_at` a release gets when it becomes `status` (ADR 0660): kept once set; now when
+ * it becomes active for the first time; still unset while it is only a candidate.
+ */
+function firstActiveAt(status: 'active' | 'candidate'): RawBuilder<Date | null> {
+  return status === 'active' ? sql<Date>`coalesce(releases.first_active_at, now())` : sql<Date | null>`releases.first_active_at`;
 }
 
 /**
@@ -374,7 +385,7 @@ export class RollbackRefused extends ConflictError {
   /**
    * @param to the release named by `--to`.
    * @param why `nothing_to_roll_back` (default: `to` is the only active release), `not_a_former_release`
-   *   (`to` is the open candidate, or never ran on this ledger: ADR 0660).
+   *   (`to` is the open candidate, never ran on this ledger, or was never active for everyone: ADR 0660).
    * @param message what to tell the operator (default: the `nothing_to_roll_back` sentence).
    */
   constructor(to: string, why: 'nothing_to_roll_back' | 'not_a_former_release' = 'nothing_to_roll_back', message?: string) {
@@ -387,14 +398,15 @@ export class RollbackRefused extends ConflictError {
 }
 
 /**
- * A rollback restores a former release: one this ledger ran (active or retired), never
- * the open candidate — restoring that one would promote it to everyone past its canary analysis
+ * A rollback restores a former release: the active one, or a retired one that was once active for
+ * everyone (`first_active_at` set) — never the open candidate, nor a candidate a rollback retired
+ * before it was promoted: restoring either would promote it to everyone past its canary analysis
  * and the two-person rule of a looser bundle, as would a release the ledger never ran
  * (docs/decisions/0660-a-rollback-restores-a-release-that-ran.md).
  * @throws RollbackRefused (`not_a_former_release`) naming what to run instead.
  */
 async function assertFormerRelease(db: Db | Trx, to: string): Promise<void> {
-  const r = await db.selectFrom('releases').select('status').where('id', '=', to).executeTakeFirst();
+  const r = await db.selectFrom('releases').select(['status', 'first_active_at']).where('id', '=', to).executeTakeFirst();
   if (!r)
     throw new RollbackRefused(
       to,
@@ -406,6 +418,12 @@ async function assertFormerRelease(db: Db | Trx, to: string): Promise<void> {
       to,
       'not_a_former_release',
       `release ${to} is a candidate, not a former release: promote it with gatehouse release activate ${to} (its canary analysis decides), or roll back to the release before it; nothing was changed`,
+    );
+  if (r.status === 'retired' && !r.first_active_at)
+    throw new RollbackRefused(
+      to,
+      'not_a_former_release',
+      `release ${to} was never the active release (a candidate retired before it was promoted), so it is not a former release: to put it live, gatehouse release activate ${to} --cohort … and then its promotion (its canary analysis decides); nothing was changed`,
     );
 }
 
@@ -421,8 +439,8 @@ async function assertFormerRelease(db: Db | Trx, to: string): Promise<void> {
  * counted, never moved: on-call requeues or quarantines them explicitly. Each step is reported
  * through `onStep` as it completes; the reason is audited.
  * @throws Error when the reason is missing or malformed, or the former release has no manifest.
- * @throws RollbackRefused when `to` is already the only active release, is the open candidate, or
- *   never ran on this ledger (nothing is changed).
+ * @throws RollbackRefused when `to` is already the only active release, is the open candidate,
+ *   never ran on this ledger, or was never the active release (nothing is changed).
  */
 export async function rollbackRelease(db: Db, queues: QueueRegistry, opts: RollbackOptions): Promise<RollbackReport> {
   const reason = checkRollbackReason(opts.reason);
@@ -497,8 +515,8 @@ async function restoreRelease(trx: Db, id: string, manifest: ReleaseManifest): P
   const restored = { status: 'active' as const, writes_enabled: false, cohort: null, draining: false, activated_at: new Date() };
   await trx
     .insertInto('releases')
-    .values({ id, manifest: JSON.stringify(manifest), ...restored })
-    .onConflict((oc) => oc.column('id').doUpdateSet(restored))
+    .values({ id, manifest: JSON.stringify(manifest), ...restored, first_active_at: new Date() })
+    .onConflict((oc) => oc.column('id').doUpdateSet({ ...restored, first_active_at: firstActiveAt('active') }))
     .execute();
 }
 
