@@ -17,3 +17,4 @@ export {
   BACKOFF_CAP_MS,
 } from './adapters/resilience.ts';
 export { readTestHooks, type TestHooks, type CrashPoint } from './domain/test-hooks.ts';
+export { watchdogPass, type WatchdogDeps, type WatchdogReport } from './jobs/watchdog.ts';
