@@ -245,7 +245,7 @@ export const COMMANDS: CommandSpec[] = [
   {
     name: 'queues requeue',
     synopsis: '--from <id> --to <id>',
-    summary: "move one release's queued jobs to another (same payload version only)",
+    summary: "move one release's queued jobs and live runs to another (same payload version only)",
     options: ['from', 'to'],
     ops: true,
   },

@@ -259,7 +259,8 @@ export async function resumeReleaseQueues(queues: QueueRegistry, release: string
 /**
  * `gatehouse queues quarantine --release R`: moves every queued job of R into the ledger's
  * `quarantined_jobs` (payload kept, never run) and removes it from its queue; the workflows it
- * belonged to stop with `stopped(quarantined)` and a next step. Running jobs are left to finish.
+ * belonged to that are still on R stop with `stopped(quarantined)` and a next step (a run a
+ * requeue moved elsewhere goes on there). Running jobs are left to finish.
  * Audited. Returns how many jobs were quarantined.
  * @throws Error when R is not registered; QueueOpRefused when R is not draining (the serving
  *   release's live runs are never stopped by this command alone).
@@ -288,7 +289,7 @@ export async function quarantineRelease(db: Db, queues: QueueRegistry, release: 
         .execute();
     }
     // Sorted: every writer locks workflows in id order, so two quarantines never deadlock.
-    for (const id of [...workflows].sort()) {
+    for (const id of await stillOn(trx, release, [...workflows].sort())) {
       const nextStep = `On-call quarantined the queued work of release ${release} (gatehouse queues quarantine); resubmit the ticket.`;
       await stopRun(trx, { id }, 'quarantined', nextStep, 'ops', { onlyFrom: LIVE_STATES });
     }
@@ -300,6 +301,18 @@ export async function quarantineRelease(db: Db, queues: QueueRegistry, release: 
   // Their tenants' fair tags went with them: the release's next jobs start at each queue's clock.
   for (const q of releaseQueueNames(release)) await queues.forgetFairTags(q.name);
   return jobs.length;
+}
+
+/**
+ * The runs of `ids` still on `release`, in the order given: a job left queued on a drained release
+ * after its run was requeued elsewhere (the next job of a job that was running during the
+ * requeue) is set aside by a quarantine, but its run lives on where it was moved (ADR 0673).
+ */
+async function stillOn(trx: Trx, release: string, ids: string[]): Promise<string[]> {
+  if (!ids.length) return [];
+  const rows = await trx.selectFrom('workflows').select('id').where('id', 'in', ids).where('release_id', '=', release).execute();
+  const on = new Set(rows.map((r) => r.id));
+  return ids.filter((id) => on.has(id));
 }
 
 /**
@@ -317,12 +330,112 @@ export class RequeueRefused extends ConflictError {
   }
 }
 
+/** A queued job of the source release that parses under the target's contract, with its payload for the target. */
+interface MovableJob {
+  base: keyof typeof queueContracts;
+  job: Job;
+  payload: { workflowId?: string };
+}
+
+/**
+ * Splits the queued jobs of a requeue: those whose payload, carrying release `to`, parses under
+ * its queue contract (movable), and the others (refused: left in place for quarantine), with the
+ * runs that have only refused jobs (they stay on the source release).
+ */
+function partitionJobs(
+  jobs: Array<{ base: keyof typeof queueContracts; job: Job }>,
+  to: string,
+): { movable: MovableJob[]; refused: number; refusedRuns: Set<string> } {
+  const movable: MovableJob[] = [];
+  const refusedRuns = new Set<string>();
+  let refused = 0;
+  for (const { base, job } of jobs) {
+    const parsed = queueContracts[base].schema.safeParse({ ...(job.data as object), release: to });
+    if (parsed.success) {
+      movable.push({ base, job, payload: parsed.data as { workflowId?: string } });
+      continue;
+    }
+    refused++;
+    const workflowId = (job.data as { workflowId?: unknown }).workflowId;
+    if (typeof workflowId === 'string') refusedRuns.add(workflowId);
+  }
+  // A run with a job that moves goes with it (its moved job must find it on the target).
+  for (const m of movable) if (m.payload.workflowId) refusedRuns.delete(m.payload.workflowId);
+  return { movable, refused, refusedRuns };
+}
+
+/**
+ * Moves, in `trx`, every live run of release `from` to release `to`, except the runs in `keep`
+ * (a refused job of theirs stays queued on `from`, for quarantine). Every one, not only the runs
+ * with a queued job: a run whose job is running on `from` while the requeue runs has none queued,
+ * and left on `from` its next job would wait on a drained queue that no worker and no watchdog
+ * ever moves. Moved, the ledger names it on `to`, whose watchdog re-drives whatever it waits for
+ * that is not in `to`'s queues (ADR 0673). Returns each moved run's tenant (its fair key) and how
+ * many of them were paused on a held step.
+ */
+async function moveLiveRuns(
+  trx: Trx,
+  from: string,
+  to: string,
+  keep: Set<string>,
+): Promise<{ tenants: Map<string, string>; paused: number }> {
+  let q = trx
+    .updateTable('workflows')
+    .set({ release_id: to, updated_at: new Date() })
+    .where('release_id', '=', from)
+    .where('state', 'in', LIVE_STATES);
+  if (keep.size) q = q.where('id', 'not in', [...keep]);
+  const moved = await q.returning(['id', 'tenant', 'state']).execute();
+  return { tenants: new Map(moved.map((w) => [w.id, w.tenant])), paused: moved.filter((w) => w.state === 'paused').length };
+}
+
+/**
+ * Adds each movable job to the same queue of release `to`, with its deterministic job id (a
+ * repeated requeue after a crash is a no-op for the jobs already moved) and its run's tenant as
+ * fair key, then removes it from the source queue.
+ */
+async function addMovedJobs(queues: QueueRegistry, to: string, movable: MovableJob[], tenants: Map<string, string>): Promise<void> {
+  for (const { base, job, payload } of movable) {
+    const contract = queueContracts[base];
+    const fairKey = payload.workflowId ? tenants.get(payload.workflowId) : undefined;
+    await queues.add(
+      queueName(base, to),
+      contract.jobName,
+      payload,
+      { ...contract.options, jobId: contract.jobId(payload as never) },
+      fairKey,
+    );
+    await job.remove();
+  }
+}
+
+/**
+ * The target of a requeue must be served and accept the source's payloads.
+ * @throws Error when `to` is not registered; QueueOpRefused when it is retired or draining;
+ *   RequeueRefused when its payload version differs from `from`'s.
+ */
+async function assertRequeueTarget(db: Db, from: string, to: string): Promise<void> {
+  const target = await assertRegistered(db, to);
+  if (target.status === 'retired' || target.draining) {
+    throw new QueueOpRefused(
+      `release ${to} is ${target.draining ? 'draining' : 'retired'}: no worker would run the jobs moved there; requeue to the serving release`,
+    );
+  }
+  const [c, f] = [loadReleaseManifest(from), loadReleaseManifest(to)];
+  if (c.payloadVersion !== f.payloadVersion) {
+    throw new RequeueRefused(
+      `release ${to} accepts payload version ${f.payloadVersion}, ${from} wrote ${c.payloadVersion}: quarantine instead`,
+    );
+  }
+}
+
 /**
  * `gatehouse queues requeue --from C --to F`: moves every queued job of C to the same queue of
  * F — only when F's manifest accepts C's payload version and each payload parses under its
- * queue contract (others are left in place and reported, for quarantine). The workflows move to
- * release F so their next jobs are F's, and so do C's workflows paused on a held step. Audited.
- * Returns the counts.
+ * queue contract (others are left in place and reported, for quarantine). Every live run of C
+ * moves to release F (paused ones, and ones whose job is still running on C, included), except
+ * the runs of refused jobs, so their next jobs are F's; a running job's next job written on C
+ * after all is re-driven onto F by F's watchdog (ADR 0673). Audited. Returns the counts.
  * @throws OpsUsageError when C and F are the same release; QueueOpRefused when C is not draining, or F is retired
  *   or draining (its workers would not run the jobs); Error when either is not registered;
  *   RequeueRefused when the payload versions differ.
@@ -336,79 +449,16 @@ export async function requeueRelease(
 ): Promise<{ moved: number; refused: number; pausedWorkflows: number }> {
   requireDistinctReleases(from, to);
   await assertDraining(db, from, 'requeue');
-  const target = await assertRegistered(db, to);
-  if (target.status === 'retired' || target.draining) {
-    throw new QueueOpRefused(
-      `release ${to} is ${target.draining ? 'draining' : 'retired'}: no worker would run the jobs moved there; requeue to the serving release`,
-    );
-  }
-  const [c, f] = [loadReleaseManifest(from), loadReleaseManifest(to)];
-  if (c.payloadVersion !== f.payloadVersion) {
-    throw new RequeueRefused(
-      `release ${to} accepts payload version ${f.payloadVersion}, ${from} wrote ${c.payloadVersion}: quarantine instead`,
-    );
-  }
-  const jobs = await queuedJobs(queues, from);
-  let refused = 0;
-  const workflows = new Set<string>();
-  const movable: Array<{ base: keyof typeof queueContracts; job: (typeof jobs)[number]['job']; payload: { workflowId?: string } }> = [];
-  for (const { base, job } of jobs) {
-    const parsed = queueContracts[base].schema.safeParse({ ...(job.data as object), release: to });
-    if (!parsed.success) {
-      refused++;
-      continue;
-    }
-    const payload = parsed.data as { workflowId?: string };
-    if (payload.workflowId) workflows.add(payload.workflowId);
-    movable.push({ base, job, payload });
-  }
-  // The workflows move first, committed before any job does: a moved job that runs at once on F
-  // must find its workflow on F, or its next job would be enqueued on C's drained queue.
-  let paused = 0;
-  const tenants = new Map<string, string>();
-  await inTransaction(db, async (trx) => {
-    if (workflows.size) {
-      const moved = await trx
-        .updateTable('workflows')
-        .set({ release_id: to, updated_at: new Date() })
-        .where('id', 'in', [...workflows])
-        .returning(['id', 'tenant'])
-        .execute();
-      for (const w of moved) tenants.set(w.id, w.tenant);
-    }
-    // Workflows of C paused on a held step have no queued job: they move too, so switching the
-    // tool back on resumes them on F (whose executor re-evaluates the held action under F's policy).
-    paused = (
-      await trx
-        .updateTable('workflows')
-        .set({ release_id: to, updated_at: new Date() })
-        .where('release_id', '=', from)
-        .where('state', '=', 'paused')
-        .returning('id')
-        .execute()
-    ).length;
-    await recordQueueOps(
-      trx,
-      'queues.requeued',
-      actor,
-      `from:${from};moved:${movable.length};refused:${refused};paused_workflows:${paused}`,
-      to,
-    );
+  await assertRequeueTarget(db, from, to);
+  const { movable, refused, refusedRuns } = partitionJobs(await queuedJobs(queues, from), to);
+  // The runs move first, committed before any job does: a moved job that runs at once on F
+  // must find its run on F, or its next job would be enqueued on C's drained queue.
+  const { tenants, paused } = await inTransaction(db, async (trx) => {
+    const runs = await moveLiveRuns(trx, from, to, refusedRuns);
+    const outcome = `from:${from};moved:${movable.length};refused:${refused};paused_workflows:${runs.paused};live_runs:${runs.tenants.size}`;
+    await recordQueueOps(trx, 'queues.requeued', actor, outcome, to);
+    return runs;
   });
-  // Same deterministic job id on the former release's queue: a repeated requeue (after a crash
-  // here) is a no-op for the jobs already moved and moves the rest.
-  for (const { base, job, payload } of movable) {
-    const contract = queueContracts[base];
-    const fairKey = payload.workflowId ? tenants.get(payload.workflowId) : undefined;
-    await queues.add(
-      queueName(base, to),
-      contract.jobName,
-      payload,
-      { ...contract.options, jobId: contract.jobId(payload as never) },
-      fairKey,
-    );
-    await job.remove();
-  }
-  const moved = movable.length;
-  return { moved, refused, pausedWorkflows: paused };
+  await addMovedJobs(queues, to, movable, tenants);
+  return { moved: movable.length, refused, pausedWorkflows: paused };
 }
