@@ -10,11 +10,14 @@ import { approvalAmountCents, type PolicyBundles } from '@gatehouse/policy';
  * paid amount (docs/decisions); a change schedule has none. Lifetime, approver role and region
  * rule from the bundle of the workflow's pack (support-p1: a lead of the region, 15 minutes;
  * change-c1: a change owner of the tenant, 600 s). The approval carries the run's release at
- * the time it opens (docs/product/releases.md).
+ * the time it opens (docs/product/releases.md). The action is read under its row lock, so an action a
+ * follow-up superseded meanwhile is skipped (`skipped:superseded`), never given a pending approval.
  */
 export async function processApprovalRequest(job: ApprovalRequestJob, deps: { db: Db; bundles: PolicyBundles }): Promise<string> {
   return inTransaction(deps.db, async (trx) => {
-    const action = await trx.selectFrom('actions').selectAll().where('id', '=', job.actionId).executeTakeFirstOrThrow();
+    // Under the action's row lock: a follow-up that supersedes it (and voids its approvals) in
+    // the meantime is waited for, so no approval is opened for a superseded version.
+    const action = await trx.selectFrom('actions').selectAll().where('id', '=', job.actionId).forUpdate().executeTakeFirstOrThrow();
     if (action.status !== 'pending_approval') return `skipped:${action.status}`;
     const wf = await trx.selectFrom('workflows').selectAll().where('id', '=', action.workflow_id).executeTakeFirstOrThrow();
     const rules = deps.bundles[wf.pack].approval;
