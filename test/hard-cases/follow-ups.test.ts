@@ -1,0 +1,271 @@
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  startHuntStack,
+  fixtures,
+  fc,
+  msg,
+  submit,
+  waitFor,
+  settled,
+  summary,
+  decide,
+  getApproval,
+  refunds,
+  fault,
+  modelRequests,
+  sleep,
+  call,
+  cli,
+  type HuntStack,
+} from './helpers.ts';
+
+let s: HuntStack;
+beforeAll(async () => {
+  s = await startHuntStack();
+});
+afterAll(async () => {
+  await s?.close();
+});
+
+/** Operations the staging change service holds for `workflowId` (its idempotency keys start with it). */
+async function changeOperations(workflowId: string): Promise<Array<Record<string, unknown>>> {
+  const r = await sql<
+    Record<string, unknown>
+  >`select * from staging.change_operations where operation_key like ${`${workflowId}:%`}`.execute(s.db.db);
+  return r.rows;
+}
+
+const followUp = (token: string, id: string, text: string) =>
+  call('POST', `${s.url('agent-loop')}/v1/workflows/${id}/messages`, token, { text });
+
+describe('hunt: follow-up messages', () => {
+  it('change pack: a follow-up repeating the schedule while it awaits its owner: the old approval is void, the schedule again is the next version with its own approval, one operation', async () => {
+    const { token, workflowId } = await submit(
+      s,
+      'eng-lou',
+      'F-chg',
+      'Please schedule change CHG-101 in the next maintenance window.',
+      'act',
+      'change',
+    );
+    const v = await waitFor(s, token, workflowId, (x) => x.pendingApprovals.length === 1 || settled(x));
+    const v1 = v.actions.find((a) => a.tool === 'schedule_change')!;
+    expect(v1.status).toBe('pending_approval');
+    const old = v.pendingApprovals[0]!;
+    const m = await followUp(token, workflowId, 'Please schedule change CHG-101 in the next maintenance window.');
+    expect(m.status).toBe(202);
+    expect(m.body.superseded).toEqual([{ version: v1.version, tool: 'schedule_change', voidedApprovals: [old.approvalId] }]);
+    const after = await waitFor(
+      s,
+      token,
+      workflowId,
+      (x) => settled(x) || x.pendingApprovals.some((p) => p.status === 'pending' && p.approvalId !== old.approvalId),
+    );
+    console.log('F-chg', JSON.stringify(summary(after)), after.state, after.nextStep);
+    const v2 = after.actions.find((a) => a.tool === 'schedule_change' && a.version > v1.version)!;
+    expect(v2).toMatchObject({
+      decision: 'REQUIRE_APPROVAL',
+      ruleId: 'C5',
+      status: 'pending_approval',
+      target: v1.target,
+      supersedesVersion: v1.version,
+    });
+    const stale = await decide(s, 'own-kim', old.approvalId, {
+      decision: 'approve',
+      actionVersion: old.actionVersion,
+      actionDigest: old.actionDigest,
+    });
+    expect(stale.status).toBe(409);
+    const fresh = after.pendingApprovals.find((p) => p.approvalId !== old.approvalId)!;
+    expect(
+      (
+        await decide(s, 'own-kim', fresh.approvalId, {
+          decision: 'approve',
+          actionVersion: fresh.actionVersion,
+          actionDigest: fresh.actionDigest,
+        })
+      ).status,
+    ).toBe(200);
+    const end = await waitFor(s, token, workflowId, settled);
+    console.log('F-chg end', JSON.stringify(summary(end)), end.state, end.nextStep);
+    expect(end.state).toBe('completed');
+    const ops = await changeOperations(workflowId);
+    expect(ops.map((o) => o.operation_key)).toEqual([v2.operationKey]);
+    expect((await modelRequests(s, 'F-chg')).pairingErrors).toBe(0);
+  });
+
+  it('change pack: a follow-up moving the window while the schedule awaits its owner: a new plan, scheduled once with the new window', async () => {
+    const { token, workflowId } = await submit(
+      s,
+      'eng-lou',
+      'F-chg-w',
+      'Please schedule change CHG-102 in the next maintenance window.',
+      'act',
+      'change',
+    );
+    const v = await waitFor(s, token, workflowId, (x) => x.pendingApprovals.length === 1 || settled(x));
+    const old = v.pendingApprovals[0]!;
+    const m = await followUp(token, workflowId, 'Sorry, schedule change CHG-102 in the manual window instead.');
+    expect(m.status).toBe(202);
+    const after = await waitFor(
+      s,
+      token,
+      workflowId,
+      (x) => settled(x) || x.pendingApprovals.some((p) => p.status === 'pending' && p.approvalId !== old.approvalId),
+    );
+    console.log('F-chg-w', JSON.stringify(summary(after)), after.state, after.nextStep);
+    const fresh = after.pendingApprovals.find((p) => p.approvalId !== old.approvalId)!;
+    expect(
+      (
+        await decide(s, 'own-kim', fresh.approvalId, {
+          decision: 'approve',
+          actionVersion: fresh.actionVersion,
+          actionDigest: fresh.actionDigest,
+        })
+      ).status,
+    ).toBe(200);
+    const end = await waitFor(s, token, workflowId, settled);
+    expect(end.state).toBe('completed');
+    const ops = await changeOperations(workflowId);
+    expect(ops.map((o) => o.window)).toEqual(['manual-window']);
+  });
+
+  it('a follow-up while the refund is claimed and running: not superseded, runs once, the model then sees the follow-up', async () => {
+    await fixtures(s, 'F-run', [fc(['issue_refund', { orderId: 'O-1008', amount: '20.00', reason: 'x' }]), msg('Refunded.')]);
+    await fault(s, { target: 'payments', mode: 'latency', latencyMs: 4000, times: 1 });
+    const { token, workflowId } = await submit(s, 'rep-ana', 'F-run', 'refund 20 on O-1008');
+    const running = await waitFor(s, token, workflowId, (x) => x.actions.some((a) => a.status === 'running'));
+    const m = await followUp(token, workflowId, 'The box was also wet, just so you know.');
+    console.log('F-run follow-up', m.status, JSON.stringify(m.body));
+    expect(m.status).toBe(202);
+    expect(m.body.superseded).toEqual([]);
+    const end = await waitFor(s, token, workflowId, settled);
+    console.log('F-run', JSON.stringify(summary(end)), end.state, end.nextStep);
+    expect(end.state).toBe('completed');
+    expect(end.actions.find((a) => a.actionId === running.actions[0]!.actionId)!.status).toBe('succeeded');
+    expect((await refunds(s, 'O-1008')).map((r) => r.amountCents)).toEqual([2000]);
+    const seen = await modelRequests(s, 'F-run');
+    expect(seen.pairingErrors).toBe(0);
+    expect(JSON.stringify(seen.requests.at(-1)!.input)).toContain('box was also wet');
+  });
+
+  it('two follow-ups at once while a refund awaits approval: both reach the model, the refund is superseded once', async () => {
+    await fixtures(s, 'F-two', [fc(['issue_refund', { orderId: 'O-1005', amount: '80.00', reason: 'x' }]), msg('Noted both.')]);
+    const { token, workflowId } = await submit(s, 'rep-ben', 'F-two', 'refund 80 on O-1005');
+    const v = await waitFor(s, token, workflowId, (x) => x.pendingApprovals.length === 1);
+    const [a, b] = await Promise.all([
+      followUp(token, workflowId, 'First note: the customer called.'),
+      followUp(token, workflowId, 'Second note: hold off on the refund.'),
+    ]);
+    console.log('F-two', a.status, JSON.stringify(a.body), b.status, JSON.stringify(b.body));
+    expect([a.status, b.status]).toEqual([202, 202]);
+    expect([...(a.body.superseded as unknown[]), ...(b.body.superseded as unknown[])]).toHaveLength(1);
+    const end = await waitFor(s, token, workflowId, settled);
+    console.log('F-two end', JSON.stringify(summary(end)), end.state);
+    expect(end.state).toBe('completed');
+    expect(end.actions[0]!.status).toBe('superseded');
+    expect((await getApproval(s, 'lead-eli', v.pendingApprovals[0]!.approvalId)).body.status).toBe('void');
+    const seen = await modelRequests(s, 'F-two');
+    expect(seen.pairingErrors).toBe(0);
+    const last = JSON.stringify(seen.requests.at(-1)!.input);
+    expect(last).toContain('First note');
+    expect(last).toContain('Second note');
+    expect(await refunds(s, 'O-1005')).toEqual([]);
+  });
+
+  it('a follow-up racing the approval decision: at most one refund, and none without an approval of the version that ran', async () => {
+    for (let i = 0; i < 4; i++) {
+      const t = `F-race-${i}`;
+      await fixtures(s, t, [fc(['issue_refund', { orderId: 'O-1007', amount: '60.00', reason: 'x' }]), msg('Done.')]);
+      const { token, workflowId } = await submit(s, 'rep-ana', t, 'refund 60 on O-1007');
+      const v = await waitFor(s, token, workflowId, (x) => x.pendingApprovals.length === 1);
+      const p = v.pendingApprovals[0]!;
+      const before = (await refunds(s, 'O-1007')).length;
+      if (i % 2) await sleep(i * 7);
+      const [d, m] = await Promise.all([
+        decide(s, 'lead-eli', p.approvalId, { decision: 'approve', actionVersion: p.actionVersion, actionDigest: p.actionDigest }),
+        (async () => {
+          if (i >= 2) await sleep(i * 15);
+          return followUp(token, workflowId, 'Just checking in on this.');
+        })(),
+      ]);
+      const end = await waitFor(s, token, workflowId, settled);
+      const paid = (await refunds(s, 'O-1007')).length - before;
+      console.log(
+        'F-race',
+        i,
+        d.status,
+        JSON.stringify(d.body),
+        m.status,
+        JSON.stringify(m.body),
+        JSON.stringify(summary(end)),
+        end.state,
+        paid,
+      );
+      expect(m.status).toBe(202);
+      expect(end.state).toBe('completed');
+      const sup = (m.body.superseded as unknown[]).length;
+      if (sup === 1) expect(paid).toBe(0);
+      else expect(paid).toBe(d.status === 200 ? 1 : 0);
+      expect((await modelRequests(s, t)).pairingErrors).toBe(0);
+    }
+  });
+});
+
+describe('hunt: a follow-up ends a wait on a person, which is not working time (docs/decisions/0015-working-time.md)', () => {
+  /** Moves the run's working-time deadline and `column` of its waits back by `seconds`, as if all of it had started that long ago. */
+  async function agedBy(workflowId: string, seconds: number): Promise<void> {
+    await sql`update budgets set deadline_at = deadline_at - make_interval(secs => ${seconds}), paused_at = paused_at - make_interval(secs => ${seconds}) where workflow_id = ${workflowId}`.execute(
+      s.db.db,
+    );
+    await sql`update approvals set created_at = created_at - make_interval(secs => ${seconds}) where workflow_id = ${workflowId}`.execute(
+      s.db.db,
+    );
+  }
+
+  it('after two minutes of waiting for a lead, the follow-up voids the approval and the model takes its turn: not budget_exhausted', async () => {
+    await fixtures(s, 'F-wait', [
+      fc(['issue_refund', { orderId: 'O-1001', amount: '80.00', reason: 'cracked' }]),
+      msg('Holding the refund as asked.'),
+    ]);
+    const { token, workflowId } = await submit(s, 'rep-ana', 'F-wait', 'refund 80 on O-1001');
+    await waitFor(s, token, workflowId, (x) => x.pendingApprovals.length === 1);
+    await agedBy(workflowId, 120); // the lead took two minutes; the run's own work took seconds
+    const m = await followUp(token, workflowId, 'Never mind, hold the refund for now.');
+    expect(m.status).toBe(202);
+    const end = await waitFor(s, token, workflowId, settled);
+    console.log('F-wait', JSON.stringify(summary(end)), end.state, end.stopReason, end.nextStep);
+    expect([end.state, end.stopReason]).toEqual(['completed', null]);
+    expect(end.finalMessage).toBe('Holding the refund as asked.');
+    expect(await refunds(s, 'O-1001')).toEqual([]);
+  });
+
+  it('after two minutes held by a switched-off tool, the follow-up supersedes the held refund and the model takes its turn: not budget_exhausted', async () => {
+    await cli(s, ['switch', 'off', 'issue_refund']);
+    try {
+      await fixtures(s, 'F-held', [
+        fc(['issue_refund', { orderId: 'O-1006', amount: '20.00', reason: 'x' }]),
+        msg('Dropped the refund as asked.'),
+      ]);
+      const { token, workflowId } = await submit(s, 'rep-ana', 'F-held', 'refund 20 on O-1006');
+      await waitFor(s, token, workflowId, (x) => x.state === 'paused');
+      await agedBy(workflowId, 120); // on-call kept the tool off for two minutes
+      const m = await followUp(token, workflowId, 'Drop the refund, the customer found the parcel.');
+      expect(m.status).toBe(202);
+      expect(m.body.superseded).toHaveLength(1);
+      const end = await waitFor(s, token, workflowId, (x) => x.state === 'completed' || x.state === 'stopped');
+      console.log('F-held', JSON.stringify(summary(end)), end.state, end.stopReason, end.nextStep);
+      expect([end.state, end.stopReason]).toEqual(['completed', null]);
+      const budget = await s.db.db
+        .selectFrom('budgets')
+        .select('paused_at')
+        .where('workflow_id', '=', workflowId)
+        .executeTakeFirstOrThrow();
+      expect(budget.paused_at).toBeNull(); // the pause ended with the follow-up: a later pause is not counted from it
+    } finally {
+      await cli(s, ['switch', 'on', 'issue_refund']);
+    }
+    expect(await refunds(s, 'O-1006')).toEqual([]);
+  });
+});
