@@ -8,6 +8,7 @@ import {
   type WorkflowView,
 } from '@gatehouse/contracts';
 import {
+  creditWaitsEndedByFollowUp,
   enqueueInTransaction,
   inTransaction,
   LIVE_STATES,
@@ -127,6 +128,8 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
       if (!['received', 'investigating', 'awaiting_approval', 'executing', 'paused'].includes(wf.state)) {
         throw new ConflictError('workflow_not_running', `workflow is ${wf.state}; submit a new ticket`);
       }
+      // The waits on people this ends (pending approvals, a pause) are not working time (ADR 0676).
+      await creditWaitsEndedByFollowUp(trx, wf.id);
       // Supersede every action not yet claimed for execution: void its approval and answer its
       // call, so the pairing rule holds and no stale approval can be consumed.
       const unclaimed = await trx
