@@ -131,6 +131,38 @@ describe('hunt: follow-up messages', () => {
     expect(ops.map((o) => o.window)).toEqual(['manual-window']);
   });
 
+  it('change pack: a follow-up while a prepared plan waits for its schedule proposal keeps the plan schedulable: the schedule awaits its owner', async () => {
+    // The model's turn after the plan is held by two 503s (its retry-after), so the follow-up lands
+    // between the plan and the schedule proposal.
+    const slow = { type: 'error' as const, status: 503, headers: { 'retry-after-ms': '1500' } };
+    await fixtures(s, 'F-chg-ready', [
+      fc(['lookup_change', { changeId: 'CHG-101' }]),
+      fc(['prepare_change', { changeId: 'CHG-101', window: 'next-maintenance-window', note: null }]),
+      slow,
+      slow,
+    ]);
+    const { token, workflowId } = await submit(
+      s,
+      'eng-lou',
+      'F-chg-ready',
+      'Please schedule change CHG-101 in the next maintenance window.',
+      'act',
+      'change',
+    );
+    const ready = await waitFor(s, token, workflowId, (x) => x.state === 'awaiting_approval' || settled(x));
+    expect(ready.actions.map((a) => `${a.tool}:${a.status}`)).toEqual(['lookup_change:succeeded', 'prepare_change:succeeded']);
+    const m = await followUp(token, workflowId, 'Any update on this?');
+    expect([m.status, m.body.superseded]).toEqual([202, []]);
+    const end = await waitFor(s, token, workflowId, (x) => settled(x) || x.pendingApprovals.length > 0);
+    console.log('F-chg-ready', JSON.stringify(summary(end)), end.state, end.nextStep, end.finalMessage);
+    // Not "Done" with the plan never scheduled because schedule_change was no longer offered.
+    expect(end.state).toBe('awaiting_approval');
+    const plan = await s.db.db.selectFrom('change_plans').select('id').where('workflow_id', '=', workflowId).executeTakeFirstOrThrow();
+    const schedule = end.actions.find((a) => a.tool === 'schedule_change')!;
+    expect(schedule).toMatchObject({ decision: 'REQUIRE_APPROVAL', ruleId: 'C5', status: 'pending_approval', target: plan.id });
+    expect(await changeOperations(workflowId)).toEqual([]);
+  });
+
   it('a follow-up while the refund is claimed and running: not superseded, runs once, the model then sees the follow-up', async () => {
     await fixtures(s, 'F-run', [fc(['issue_refund', { orderId: 'O-1008', amount: '20.00', reason: 'x' }]), msg('Refunded.')]);
     await fault(s, { target: 'payments', mode: 'latency', latencyMs: 4000, times: 1 });
