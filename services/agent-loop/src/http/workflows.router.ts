@@ -23,6 +23,7 @@ import {
 import { ConflictError, Forbidden, NotFound, type OutboxRelay, parseBody, UserError } from '@gatehouse/platform';
 import { supersedeAction } from '@gatehouse/policy';
 import type { AuthedRequest } from '@gatehouse/platform';
+import { planPreparedStep, unscheduledPlan } from '../domain/next-turn.ts';
 import { unansweredCalls } from '../domain/transcript.ts';
 
 /** Loads a workflow of the caller's tenant; another tenant's id is indistinguishable from none. */
@@ -172,7 +173,21 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
         .execute();
       // The next round starts now if no call is still in flight; otherwise the last result starts it.
       if ((await unansweredCalls(trx, wf.id)).length) return [] as OutboxRow[];
-      await transitionWorkflow(trx, wf.id, { to: 'investigating', nextStep: null });
+      // A change plan prepared and not yet scheduled keeps the run in `awaiting_approval`, the only
+      // state that offers `schedule_change`: a follow-up that changed nothing of it ("any update?")
+      // must not leave the plan unschedulable. One that superseded a schedule reopens the
+      // investigation instead, where the plan may be prepared anew (ADR 0677).
+      const planReady =
+        wf.pack === 'change' && wf.state !== 'paused' && !superseded.some((a) => a.tool === 'schedule_change')
+          ? await unscheduledPlan(trx, wf.id)
+          : null;
+      await transitionWorkflow(
+        trx,
+        wf.id,
+        planReady
+          ? { to: 'awaiting_approval', nextStep: planPreparedStep(planReady), lockedFrom: wf.state }
+          : { to: 'investigating', nextStep: null, lockedFrom: wf.state },
+      );
       return [await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 })];
     });
     await cfg.relay.publish(rows);

@@ -16,33 +16,9 @@ import {
   type WorkflowState,
 } from '@gatehouse/ledger';
 import type { OutboxRelay } from '@gatehouse/platform';
+import { planPreparedStep, unscheduledPlan } from '../domain/next-turn.ts';
 import { unansweredCalls } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
-
-/**
- * Change pack (docs/product/users-and-tools.md#change-pack): the latest plan `prepare_change` produced in this workflow when no
- * `schedule_change` of it is live or done — the workflow then takes its next turn in
- * `awaiting_approval`, the only state that offers `schedule_change`. Null otherwise.
- */
-async function unscheduledPlan(trx: Trx, workflowId: string): Promise<string | null> {
-  const plan = await trx
-    .selectFrom('change_plans')
-    .select('id')
-    .where('workflow_id', '=', workflowId)
-    .orderBy('created_at', 'desc')
-    .limit(1)
-    .executeTakeFirst();
-  if (!plan) return null;
-  const scheduled = await trx
-    .selectFrom('actions')
-    .select('id')
-    .where('workflow_id', '=', workflowId)
-    .where('tool', '=', 'schedule_change')
-    .where('target', '=', plan.id)
-    .where('status', 'in', ['pending_approval', 'approved', 'running', 'succeeded', 'failed_unknown'])
-    .executeTakeFirst();
-  return scheduled ? null : plan.id;
-}
 
 /**
  * A run left `executing` by an action that has now answered goes back to `awaiting_approval` when
@@ -170,7 +146,7 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
       planReady
         ? {
             to: 'awaiting_approval',
-            nextStep: `Plan ${planReady} is prepared; the agent proposes scheduling it for a change owner's approval.`,
+            nextStep: planPreparedStep(planReady),
             lockedFrom: wf.state,
           }
         : { to: 'investigating', nextStep: null, lockedFrom: wf.state },
