@@ -163,6 +163,81 @@ describe('hunt: follow-up messages', () => {
     expect(await changeOperations(workflowId)).toEqual([]);
   });
 
+  it('a follow-up repeating a refund already paid, formatted differently ("30.00" then 30): suppressed, one refund', async () => {
+    await fixtures(s, 'F-same', [
+      fc(['issue_refund', { orderId: 'O-1002', amount: '30.00', reason: 'dented' }]),
+      fc(['issue_refund', { orderId: 'O-1004', amount: '90.00', reason: 'cracked' }]),
+    ]);
+    const { token, workflowId } = await submit(s, 'rep-ben', 'F-same', 'refund 30 on O-1002 and 90 on O-1004');
+    const v = await waitFor(s, token, workflowId, (x) => x.pendingApprovals.length === 1);
+    expect(v.actions[0]).toMatchObject({ target: 'O-1002', status: 'succeeded' });
+    await fixtures(s, 'F-same', [fc(['issue_refund', { orderId: 'O-1002', amount: 30, reason: 'dented' }]), msg('Already refunded.')]);
+    const m = await followUp(token, workflowId, 'Please make sure O-1002 got its 30 dollars back; skip O-1004.');
+    expect(m.status).toBe(202);
+    expect(m.body.superseded).toHaveLength(1);
+    const end = await waitFor(s, token, workflowId, settled);
+    console.log('F-same', JSON.stringify(summary(end)), end.state);
+    expect(end.state).toBe('completed');
+    expect(end.actions.map((a) => `${a.target}:${a.status}`)).toEqual(['O-1002:succeeded', 'O-1004:superseded', 'O-1002:suppressed']);
+    expect((await refunds(s, 'O-1002')).map((r) => r.amountCents)).toEqual([3000]);
+    expect(await refunds(s, 'O-1004')).toEqual([]);
+  });
+
+  it('change pack: a follow-up while the approved schedule is held (tool off): superseded, the next version needs its own approval, then runs once', async () => {
+    await cli(s, ['switch', 'off', 'schedule_change']);
+    try {
+      const { token, workflowId } = await submit(
+        s,
+        'eng-lou',
+        'F-chg-held',
+        'Please schedule change CHG-102 in the manual window.',
+        'act',
+        'change',
+      );
+      const v = await waitFor(s, token, workflowId, (x) => x.pendingApprovals.length === 1 || settled(x));
+      const old = v.pendingApprovals[0]!;
+      expect(
+        (
+          await decide(s, 'own-kim', old.approvalId, {
+            decision: 'approve',
+            actionVersion: old.actionVersion,
+            actionDigest: old.actionDigest,
+          })
+        ).status,
+      ).toBe(200);
+      await waitFor(s, token, workflowId, (x) => x.state === 'paused');
+      const m = await followUp(token, workflowId, 'Please schedule change CHG-102 in the manual window.');
+      expect(m.status).toBe(202);
+      expect(m.body.superseded).toEqual([{ version: old.actionVersion, tool: 'schedule_change', voidedApprovals: [old.approvalId] }]);
+      const after = await waitFor(
+        s,
+        token,
+        workflowId,
+        (x) => settled(x) || x.pendingApprovals.some((p) => p.approvalId !== old.approvalId),
+      );
+      console.log('F-chg-held', JSON.stringify(summary(after)), after.state, after.nextStep);
+      const fresh = after.pendingApprovals.find((p) => p.approvalId !== old.approvalId)!;
+      expect(fresh.actionVersion).toBeGreaterThan(old.actionVersion);
+      await cli(s, ['switch', 'on', 'schedule_change']);
+      await sleep(1500);
+      expect(await changeOperations(workflowId)).toEqual([]);
+      expect(
+        (
+          await decide(s, 'own-kim', fresh.approvalId, {
+            decision: 'approve',
+            actionVersion: fresh.actionVersion,
+            actionDigest: fresh.actionDigest,
+          })
+        ).status,
+      ).toBe(200);
+      const end = await waitFor(s, token, workflowId, settled);
+      expect(end.state).toBe('completed');
+      expect((await changeOperations(workflowId)).length).toBe(1);
+    } finally {
+      await cli(s, ['switch', 'on', 'schedule_change']);
+    }
+  });
+
   it('a follow-up while the refund is claimed and running: not superseded, runs once, the model then sees the follow-up', async () => {
     await fixtures(s, 'F-run', [fc(['issue_refund', { orderId: 'O-1008', amount: '20.00', reason: 'x' }]), msg('Refunded.')]);
     await fault(s, { target: 'payments', mode: 'latency', latencyMs: 4000, times: 1 });
