@@ -166,7 +166,7 @@ export interface TurnDeps {
 
 type FunctionCallItem = { type: 'function_call'; call_id: string; name: string; arguments: string };
 
-/** Thrown (and retried by the queue) when a follow-up arrived during the model call of a round. */
+/** Thrown when a follow-up arrived during the model call of a round; {@link processTurn} re-runs the round. */
 export class TranscriptChanged extends ConflictError {
   constructor(workflowId: string, round: number) {
     super('transcript_changed', `a follow-up arrived during round ${round} of ${workflowId}; the round is re-run with it`);
@@ -214,6 +214,9 @@ export function reasoningBeforeCalls(output: OpenAI.Responses.ResponseOutputItem
   return groups;
 }
 
+/** Re-runs of one round, within one job attempt, for follow-ups that arrived during its model calls. */
+const MAX_TRANSCRIPT_RERUNS = 10;
+
 /**
  * Runs one model round of a workflow (queue `turns`). Budgets are checked before the request
  * is sent; the response's function calls are recorded as proposals and handed to the policy
@@ -222,6 +225,22 @@ export function reasoningBeforeCalls(output: OpenAI.Responses.ResponseOutputItem
  * returns `refused:illegal_transition:…` before any model request.
  */
 export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
+  // A follow-up that arrived while the model answered is no failure of the round: the round is
+  // re-run with it here, without using up one of the job's attempts (five follow-ups in a row
+  // used to dead-letter the turn and stop the run `step_failed`). Bounded: past
+  // MAX_TRANSCRIPT_RERUNS the attempt fails and the queue's retry takes over.
+  for (let rerun = 0; ; rerun++) {
+    try {
+      return await takeTurn(job, deps);
+    } catch (err) {
+      if (!(err instanceof TranscriptChanged) || rerun >= MAX_TRANSCRIPT_RERUNS) throw err;
+      deps.log.info({ workflowId: job.workflowId, round: job.round, rerun: rerun + 1 }, 'follow-up during the model call: round re-run');
+    }
+  }
+}
+
+/** One try of {@link processTurn}'s round. @throws TranscriptChanged when a follow-up arrived during the model call. */
+async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
   const { db, log } = deps;
   const wf = await db.selectFrom('workflows').selectAll().where('id', '=', job.workflowId).executeTakeFirst();
   if (!wf) return 'unknown_workflow';
@@ -330,7 +349,7 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
     if (TERMINAL_STATES.has(locked.state) || locked.round >= job.round) return [] as OutboxRow[];
     // A follow-up arrived while the model was answering (docs/product/public-contract.md#follow-up-messages: the agent takes a new turn with
     // it). Its own turn job has this round's id, so it merged with this one: record nothing from a
-    // response to an out-of-date transcript, and let the queue re-run the round with the follow-up.
+    // response to an out-of-date transcript; processTurn re-runs the round with the follow-up.
     if ((await countUserMessages(trx, wf.id)) !== userMessagesSent) throw new TranscriptChanged(wf.id, job.round);
     const b = await trx.selectFrom('budgets').selectAll().where('workflow_id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
     const usage = response.usage;
