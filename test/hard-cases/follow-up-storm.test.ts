@@ -55,5 +55,19 @@ describe('hunt: follow-ups that keep arriving while the model answers', () => {
       (await call('GET', `${s.url('model-stub')}/requests?ticketId=F-storm`, null)).body.requests as Array<{ input: unknown }>
     ).at(-1)!;
     expect(JSON.stringify(last.input)).toContain('Note 5.');
+    // The five answers thrown away were still paid for: the run's spend budget counts them.
+    const recorded = await s.db.db
+      .selectFrom('model_turns')
+      .select((eb) => eb.fn.sum<string>(eb('input_tokens', '+', eb.ref('output_tokens'))).as('n'))
+      .where('workflow_id', '=', workflowId)
+      .executeTakeFirstOrThrow();
+    const budget = await s.db.db
+      .selectFrom('budgets')
+      .select(['tokens_used', 'spend_micro_usd'])
+      .where('workflow_id', '=', workflowId)
+      .executeTakeFirstOrThrow();
+    console.log('F-storm spend', JSON.stringify(budget), 'recorded tokens', recorded.n);
+    expect(Number(recorded.n)).toBeGreaterThan(0);
+    expect(Number(budget.tokens_used)).toBeGreaterThan(Number(recorded.n));
   });
 });
