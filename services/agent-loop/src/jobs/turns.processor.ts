@@ -148,6 +148,29 @@ async function finishWithMessage(
   });
 }
 
+/**
+ * Adds the tokens and spend of a model answer that was discarded (a follow-up arrived while the
+ * model answered, so the round is re-run) to the run's budget: the spend bound is checked before
+ * each model request, and re-runs must not make model calls it never counts. No round is charged
+ * (none was recorded).
+ */
+async function chargeDiscardedAnswer(
+  db: Db,
+  workflowId: string,
+  price: ReleaseManifest['model'],
+  usage: OpenAI.Responses.ResponseUsage | undefined,
+): Promise<void> {
+  const tokens = { input_tokens: usage?.input_tokens ?? 0, output_tokens: usage?.output_tokens ?? 0 };
+  await db
+    .updateTable('budgets')
+    .set((eb) => ({
+      tokens_used: eb('tokens_used', '+', usage?.total_tokens ?? 0),
+      spend_micro_usd: eb('spend_micro_usd', '+', modelSpendMicroUsd(price, tokens)),
+    }))
+    .where('workflow_id', '=', workflowId)
+    .execute();
+}
+
 /** Dependencies of {@link processTurn}. */
 export interface TurnDeps {
   db: Db;
@@ -463,6 +486,10 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
       );
     }
     return out;
+  }).catch(async (err: unknown) => {
+    // The answer thrown away for a follow-up was still paid for: the run's spend budget counts it.
+    if (err instanceof TranscriptChanged) await chargeDiscardedAnswer(db, wf.id, deps.modelPrice, response.usage);
+    throw err;
   });
   await deps.relay.publish(rows);
   return rows.length ? `proposed:${rows.length}` : 'recorded';
