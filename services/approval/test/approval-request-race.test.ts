@@ -61,6 +61,43 @@ describe('opening an approval while a follow-up supersedes its action', () => {
     }
   });
 
+  it('the follow-up holds the run, then takes the action: the request waits on the run without holding the action (lock order, ADR 0014; × 3)', async () => {
+    // Deadlock detection off in both sessions: with the action locked before the run, the
+    // follow-up would wait on the action behind the request, which waits on the run behind the
+    // follow-up, and only the follow-up's lock_timeout would end it.
+    const slowDetect = new URL(t.url);
+    slowDetect.searchParams.set('options', '-c deadlock_timeout=60s');
+    const requests = createDb(slowDetect.toString(), 2);
+    try {
+      for (let i = 0; i < 3; i++) {
+        const a = await awaitingItsApproval(`O-OPEN-ORDER-${i}`);
+        const other = createDb(t.url, 1);
+        let outcome: string;
+        try {
+          outcome = await other.connection().execute(async (conn) => {
+            await sql`set deadlock_timeout = '60s'`.execute(conn);
+            await sql`set lock_timeout = '3s'`.execute(conn);
+            await sql`begin`.execute(conn);
+            await sql`select 1 from workflows where id = ${a.workflowId} for update`.execute(conn);
+            const opening = processApprovalRequest(job(a), { db: requests, bundles });
+            expect(await someoneWaitsOnALock(db, 2_000)).toBe(true);
+            // The follow-up goes on to the action: it must not wait on the request.
+            await sql`select 1 from actions where id = ${a.actionId} for update`.execute(conn);
+            await sql`update actions set status = 'superseded' where id = ${a.actionId}`.execute(conn);
+            await sql`commit`.execute(conn);
+            return opening;
+          });
+        } finally {
+          await other.destroy();
+        }
+        expect(outcome).toBe('skipped:superseded');
+        expect(await db.selectFrom('approvals').select(['status']).where('action_id', '=', a.actionId).execute()).toEqual([]);
+      }
+    } finally {
+      await requests.destroy();
+    }
+  }, 60_000);
+
   it('an action still pending_approval gets its approval opened once', async () => {
     const a = await awaitingItsApproval('O-OPEN-RACE-OK');
     expect(await processApprovalRequest(job(a), { db, bundles })).toBe('opened');

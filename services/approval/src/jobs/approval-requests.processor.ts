@@ -15,11 +15,20 @@ import { approvalAmountCents, type PolicyBundles } from '@gatehouse/policy';
  */
 export async function processApprovalRequest(job: ApprovalRequestJob, deps: { db: Db; bundles: PolicyBundles }): Promise<string> {
   return inTransaction(deps.db, async (trx) => {
-    // Under the action's row lock: a follow-up that supersedes it (and voids its approvals) in
-    // the meantime is waited for, so no approval is opened for a superseded version.
-    const action = await trx.selectFrom('actions').selectAll().where('id', '=', job.actionId).forUpdate().executeTakeFirstOrThrow();
+    // In the one row-lock order (workflows → actions → approvals, ADR 0014): the run's row first
+    // (KEY SHARE, which the approval's foreign key takes anyway, and which waits for a follow-up
+    // holding the run), then the action's. A follow-up that supersedes the action (and voids its
+    // approvals) meanwhile is waited for, so no approval is opened for a superseded version; and
+    // the action locked before the run would deadlock with that follow-up.
+    const wf = await trx.selectFrom('workflows').selectAll().where('id', '=', job.workflowId).forKeyShare().executeTakeFirstOrThrow();
+    const action = await trx
+      .selectFrom('actions')
+      .selectAll()
+      .where('id', '=', job.actionId)
+      .where('workflow_id', '=', wf.id)
+      .forUpdate()
+      .executeTakeFirstOrThrow();
     if (action.status !== 'pending_approval') return `skipped:${action.status}`;
-    const wf = await trx.selectFrom('workflows').selectAll().where('id', '=', action.workflow_id).executeTakeFirstOrThrow();
     const rules = deps.bundles[wf.pack].approval;
     const facts = action.facts as { orderPaidCents?: number | null; requesterRegion?: string | null };
     const amountCents = approvalAmountCents(wf.pack, action.arguments, facts);
