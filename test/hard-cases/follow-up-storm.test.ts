@@ -1,17 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  startHuntStack,
-  fixtures,
-  msg,
-  submit,
-  waitFor,
-  waitUntil,
-  settled,
-  summary,
-  call,
-  type Entry,
-  type HuntStack,
-} from './helpers.ts';
+import { startHuntStack, fixtures, msg, submit, waitFor, waitUntil, settled, call, type Entry, type HuntStack } from './helpers.ts';
 
 let s: HuntStack;
 beforeAll(async () => {
@@ -42,14 +30,6 @@ describe('hunt: follow-ups that keep arriving while the model answers', () => {
       expect(m.status).toBe(202);
     }
     const end = await waitFor(s, token, workflowId, settled, 90_000);
-    console.log(
-      'F-storm',
-      JSON.stringify(summary(end)),
-      end.state,
-      end.stopReason,
-      end.finalMessage,
-      JSON.stringify(await answered('F-storm')),
-    );
     expect([end.state, end.stopReason]).toEqual(['completed', null]);
     const last = (
       (await call('GET', `${s.url('model-stub')}/requests?ticketId=F-storm`, null)).body.requests as Array<{ input: unknown }>
@@ -66,7 +46,6 @@ describe('hunt: follow-ups that keep arriving while the model answers', () => {
       .select(['tokens_used', 'spend_micro_usd'])
       .where('workflow_id', '=', workflowId)
       .executeTakeFirstOrThrow();
-    console.log('F-storm spend', JSON.stringify(budget), 'recorded tokens', recorded.n);
     expect(Number(recorded.n)).toBeGreaterThan(0);
     expect(Number(budget.tokens_used)).toBeGreaterThan(Number(recorded.n));
   });

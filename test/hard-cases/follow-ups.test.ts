@@ -8,7 +8,6 @@ import {
   submit,
   waitFor,
   settled,
-  summary,
   decide,
   getApproval,
   refunds,
@@ -62,7 +61,6 @@ describe('hunt: follow-up messages', () => {
       workflowId,
       (x) => settled(x) || x.pendingApprovals.some((p) => p.status === 'pending' && p.approvalId !== old.approvalId),
     );
-    console.log('F-chg', JSON.stringify(summary(after)), after.state, after.nextStep);
     const v2 = after.actions.find((a) => a.tool === 'schedule_change' && a.version > v1.version)!;
     expect(v2).toMatchObject({
       decision: 'REQUIRE_APPROVAL',
@@ -88,7 +86,6 @@ describe('hunt: follow-up messages', () => {
       ).status,
     ).toBe(200);
     const end = await waitFor(s, token, workflowId, settled);
-    console.log('F-chg end', JSON.stringify(summary(end)), end.state, end.nextStep);
     expect(end.state).toBe('completed');
     const ops = await changeOperations(workflowId);
     expect(ops.map((o) => o.operation_key)).toEqual([v2.operationKey]);
@@ -114,7 +111,6 @@ describe('hunt: follow-up messages', () => {
       workflowId,
       (x) => settled(x) || x.pendingApprovals.some((p) => p.status === 'pending' && p.approvalId !== old.approvalId),
     );
-    console.log('F-chg-w', JSON.stringify(summary(after)), after.state, after.nextStep);
     const fresh = after.pendingApprovals.find((p) => p.approvalId !== old.approvalId)!;
     expect(
       (
@@ -154,7 +150,6 @@ describe('hunt: follow-up messages', () => {
     const m = await followUp(token, workflowId, 'Any update on this?');
     expect([m.status, m.body.superseded]).toEqual([202, []]);
     const end = await waitFor(s, token, workflowId, (x) => settled(x) || x.pendingApprovals.length > 0);
-    console.log('F-chg-ready', JSON.stringify(summary(end)), end.state, end.nextStep, end.finalMessage);
     // Not "Done" with the plan never scheduled because schedule_change was no longer offered.
     expect(end.state).toBe('awaiting_approval');
     const plan = await s.db.db.selectFrom('change_plans').select('id').where('workflow_id', '=', workflowId).executeTakeFirstOrThrow();
@@ -176,7 +171,6 @@ describe('hunt: follow-up messages', () => {
     expect(m.status).toBe(202);
     expect(m.body.superseded).toHaveLength(1);
     const end = await waitFor(s, token, workflowId, settled);
-    console.log('F-same', JSON.stringify(summary(end)), end.state);
     expect(end.state).toBe('completed');
     expect(end.actions.map((a) => `${a.target}:${a.status}`)).toEqual(['O-1002:succeeded', 'O-1004:superseded', 'O-1002:suppressed']);
     expect((await refunds(s, 'O-1002')).map((r) => r.amountCents)).toEqual([3000]);
@@ -215,7 +209,6 @@ describe('hunt: follow-up messages', () => {
         workflowId,
         (x) => settled(x) || x.pendingApprovals.some((p) => p.approvalId !== old.approvalId),
       );
-      console.log('F-chg-held', JSON.stringify(summary(after)), after.state, after.nextStep);
       const fresh = after.pendingApprovals.find((p) => p.approvalId !== old.approvalId)!;
       expect(fresh.actionVersion).toBeGreaterThan(old.actionVersion);
       await cli(s, ['switch', 'on', 'schedule_change']);
@@ -244,11 +237,9 @@ describe('hunt: follow-up messages', () => {
     const { token, workflowId } = await submit(s, 'rep-ana', 'F-run', 'refund 20 on O-1008');
     const running = await waitFor(s, token, workflowId, (x) => x.actions.some((a) => a.status === 'running'));
     const m = await followUp(token, workflowId, 'The box was also wet, just so you know.');
-    console.log('F-run follow-up', m.status, JSON.stringify(m.body));
     expect(m.status).toBe(202);
     expect(m.body.superseded).toEqual([]);
     const end = await waitFor(s, token, workflowId, settled);
-    console.log('F-run', JSON.stringify(summary(end)), end.state, end.nextStep);
     expect(end.state).toBe('completed');
     expect(end.actions.find((a) => a.actionId === running.actions[0]!.actionId)!.status).toBe('succeeded');
     expect((await refunds(s, 'O-1008')).map((r) => r.amountCents)).toEqual([2000]);
@@ -265,11 +256,9 @@ describe('hunt: follow-up messages', () => {
       followUp(token, workflowId, 'First note: the customer called.'),
       followUp(token, workflowId, 'Second note: hold off on the refund.'),
     ]);
-    console.log('F-two', a.status, JSON.stringify(a.body), b.status, JSON.stringify(b.body));
     expect([a.status, b.status]).toEqual([202, 202]);
     expect([...(a.body.superseded as unknown[]), ...(b.body.superseded as unknown[])]).toHaveLength(1);
     const end = await waitFor(s, token, workflowId, settled);
-    console.log('F-two end', JSON.stringify(summary(end)), end.state);
     expect(end.state).toBe('completed');
     expect(end.actions[0]!.status).toBe('superseded');
     expect((await getApproval(s, 'lead-eli', v.pendingApprovals[0]!.approvalId)).body.status).toBe('void');
@@ -299,17 +288,6 @@ describe('hunt: follow-up messages', () => {
       ]);
       const end = await waitFor(s, token, workflowId, settled);
       const paid = (await refunds(s, 'O-1007')).length - before;
-      console.log(
-        'F-race',
-        i,
-        d.status,
-        JSON.stringify(d.body),
-        m.status,
-        JSON.stringify(m.body),
-        JSON.stringify(summary(end)),
-        end.state,
-        paid,
-      );
       expect(m.status).toBe(202);
       expect(end.state).toBe('completed');
       const sup = (m.body.superseded as unknown[]).length;
@@ -342,7 +320,6 @@ describe('hunt: a follow-up ends a wait on a person, which is not working time (
     const m = await followUp(token, workflowId, 'Never mind, hold the refund for now.');
     expect(m.status).toBe(202);
     const end = await waitFor(s, token, workflowId, settled);
-    console.log('F-wait', JSON.stringify(summary(end)), end.state, end.stopReason, end.nextStep);
     expect([end.state, end.stopReason]).toEqual(['completed', null]);
     expect(end.finalMessage).toBe('Holding the refund as asked.');
     expect(await refunds(s, 'O-1001')).toEqual([]);
@@ -362,7 +339,6 @@ describe('hunt: a follow-up ends a wait on a person, which is not working time (
       expect(m.status).toBe(202);
       expect(m.body.superseded).toHaveLength(1);
       const end = await waitFor(s, token, workflowId, (x) => x.state === 'completed' || x.state === 'stopped');
-      console.log('F-held', JSON.stringify(summary(end)), end.state, end.stopReason, end.nextStep);
       expect([end.state, end.stopReason]).toEqual(['completed', null]);
       const budget = await s.db.db
         .selectFrom('budgets')
