@@ -84,6 +84,24 @@ describe('reship read-back with another reship of the same order', () => {
     expect(result).toMatchObject({ status: 'succeeded', evidenceRef: ids[1] });
   });
 
+  it('a shipment made outside Gatehouse between the baseline and the call: a 5xx with one new shipment is unknown, never that shipment', async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { tool: 'reship_order', orderId });
+    const first = await claimed(a.job); // baseline 0 read
+    // Someone else (a person in the order system itself, no Gatehouse operation) ships the order.
+    await h.staging
+      .insertInto('staging.shipments')
+      .values({ shipment_id: 'shp_by_someone_else', order_id: orderId, tenant: 'quillfeather', requester: 'ops-desk', actor: 'ops-desk' })
+      .execute();
+    await new Promise((r) => setTimeout(r, 20)); // that shipment is strictly older than this run's dispatch
+    await h.arm({ target: 'orders', mode: 'server_error', times: 1 }); // this run's POST: 503, no effect
+    const result = await dispatchEffect(deps, first.ctx, first.c, first.epoch, Date.now());
+    expect(result).toMatchObject({ status: 'unknown', reason: expect.stringMatching(/^read_back_ambiguous:/) });
+    expect(JSON.stringify(result)).not.toContain('shp_by_someone_else');
+    expect(await shipmentIds(orderId)).toEqual(['shp_by_someone_else']);
+    expect((await h.requests(orderId)).filter((r) => r.method === 'POST')).toHaveLength(1);
+  });
+
   it('no other reship: a 5xx with no new shipment is safe to repeat', async () => {
     const orderId = await h.newOrder();
     const a = await createAction(h.db, { tool: 'reship_order', orderId });
