@@ -39,24 +39,31 @@ export async function lookupOrder(call: AdapterCall): Promise<AdapterResult> {
   return { status: 'failed', reason: 'order_system_unavailable', retryable: true, attempts: 3 };
 }
 
+/** A listed shipment as read-back sees it: its id and when the order system created it (ms since the epoch, NaN when unreadable). */
+interface ListedShipment {
+  id: string;
+  createdAtMs: number;
+}
+
 /**
- * Shipment ids of an order, oldest first (the order system's listing order), or null when read-back
+ * Shipments of an order, oldest first (the order system's listing order), or null when read-back
  * cannot tell: no answer, another status, or a body that is not a list of shipments each with an id
  * (what a system of record sends is untrusted, ADR 0640: a missing list is not "no shipments", which
  * would make a baseline too low and an earlier shipment look like this reship's; ADR 0665).
  */
-async function shipmentIds(stagingUrl: string, orderId: string): Promise<string[] | null> {
+async function listShipments(stagingUrl: string, orderId: string): Promise<ListedShipment[] | null> {
   const res = await attempt(`${stagingUrl}/orders/${encodeURIComponent(orderId)}/shipments`, {}, 5000);
   if (res.kind !== 'response' || res.status !== 200) return null;
   const list: unknown = res.body.shipments;
   if (!Array.isArray(list)) return null;
-  const ids = list.map((x: unknown) => (typeof x === 'object' && x !== null ? (x as { shipmentId?: unknown }).shipmentId : undefined));
-  return ids.every((id): id is string => typeof id === 'string' && id !== '') ? ids : null;
+  const rows = list.map((x: unknown) => (typeof x === 'object' && x !== null ? (x as { shipmentId?: unknown; createdAt?: unknown }) : {}));
+  if (!rows.every((r) => typeof r.shipmentId === 'string' && r.shipmentId !== '')) return null;
+  return rows.map((r) => ({ id: r.shipmentId as string, createdAtMs: typeof r.createdAt === 'string' ? Date.parse(r.createdAt) : NaN }));
 }
 
 /** Shipment count of an order, or null when read-back cannot tell. */
 async function shipmentCount(stagingUrl: string, orderId: string): Promise<number | null> {
-  return (await shipmentIds(stagingUrl, orderId))?.length ?? null;
+  return (await listShipments(stagingUrl, orderId))?.length ?? null;
 }
 
 /**
@@ -105,7 +112,10 @@ export async function reshipBaseline(stagingUrl: string, orderId: string): Promi
  * with the baseline count committed before dispatch. Never re-dispatches. One shipment more is
  * this operation's only when no other reship of the order may have landed since the baseline was
  * read (`overlappingDispatches`): otherwise the new shipment may be the other's, and the outcome
- * is `unknown` for reconciliation (docs/decisions/0560-read-back-with-a-rival.md).
+ * is `unknown` for reconciliation (docs/decisions/0560-read-back-with-a-rival.md). Nor is it when
+ * the order system created that shipment before this operation's write-ahead mark
+ * (`dispatched_at`): it was made by someone outside Gatehouse between the baseline and the call,
+ * and is `unknown` too (docs/decisions/0678-read-back-ignores-a-shipment-older-than-the-call.md).
  */
 export async function resolveByReadBack(
   call: Pick<AdapterCall, 'stagingUrl' | 'baseline' | 'ledger' | 'operationKey'>,
@@ -113,9 +123,9 @@ export async function resolveByReadBack(
   cause: string,
 ): Promise<AdapterResult> {
   const baseline = Number(call.baseline?.shipments ?? NaN);
-  const ids = await shipmentIds(call.stagingUrl, orderId);
-  const now = ids?.length ?? null;
-  if (ids === null || now === null || !Number.isFinite(baseline))
+  const listed = await listShipments(call.stagingUrl, orderId);
+  const now = listed?.length ?? null;
+  if (listed === null || now === null || !Number.isFinite(baseline))
     return { status: 'unknown', reason: `read_back_unavailable:${cause}`, attempts: 1 };
   if (now === baseline) return { status: 'retry_safe', reason: `not_executed:${cause}`, attempts: 1 };
   if (now !== baseline + 1) return { status: 'unknown', reason: `read_back_ambiguous:${baseline}->${now}`, attempts: 1 };
@@ -123,7 +133,21 @@ export async function resolveByReadBack(
   const since = baselineReadAt(call.baseline) ?? new Date(0);
   const rivals = await overlappingDispatches(call.ledger, { tool: 'reship_order', target: orderId, exceptKey: call.operationKey, since });
   if (rivals.length) return { status: 'unknown', reason: `read_back_ambiguous:concurrent_reship:${rivals.join(',')}`, attempts: 1 };
-  // The one new shipment is the newest listed: its id is the evidence, as if the 201 had arrived.
-  const shipmentId = ids.at(-1)!;
-  return { status: 'succeeded', data: { orderId, shipmentId, resolvedBy: 'read_back' }, evidenceRef: shipmentId, attempts: 1 };
+  // The one new shipment is the newest listed: its id is the evidence, as if the 201 had arrived —
+  // unless it is older than this operation's dispatch mark, so no request of ours made it.
+  const newest = listed.at(-1)!;
+  if (!(await mayBeOurs(call, newest))) return { status: 'unknown', reason: 'read_back_ambiguous:shipment_before_dispatch', attempts: 1 };
+  return { status: 'succeeded', data: { orderId, shipmentId: newest.id, resolvedBy: 'read_back' }, evidenceRef: newest.id, attempts: 1 };
+}
+
+/**
+ * Whether `shipment` may have been created by this operation's request: the order system created
+ * it at or after the operation's write-ahead mark (`operations.dispatched_at`, written before the
+ * request is sent). An unreadable creation time may be ours; an operation without a mark (the
+ * write-ahead switched off, tests only) is not judged by it.
+ */
+async function mayBeOurs(call: Pick<AdapterCall, 'ledger' | 'operationKey'>, shipment: ListedShipment): Promise<boolean> {
+  const op = await call.ledger.selectFrom('operations').select('dispatched_at').where('key', '=', call.operationKey).executeTakeFirst();
+  if (!op?.dispatched_at || !Number.isFinite(shipment.createdAtMs)) return true;
+  return shipment.createdAtMs >= new Date(op.dispatched_at).getTime();
 }
