@@ -1,6 +1,10 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { closeServer } from '@gatehouse/platform';
 import { createAction } from '@gatehouse/testing';
 import { processExecution, type ExecutionDeps } from '../src/jobs/executions.processor.ts';
+import { resolveByReadBack } from '../src/adapters/index.ts';
 import { loadExecutionContext } from '../src/jobs/steps/containment.step.ts';
 import { claim, dispatchEffect, readClaimInputs, type Claimed, type ClaimInputs } from '../src/jobs/steps/dispatch.step.ts';
 import { startHarness, type Harness } from '../../../test/executor/support/harness.ts';
@@ -100,6 +104,30 @@ describe('reship read-back with another reship of the same order', () => {
     expect(JSON.stringify(result)).not.toContain('shp_by_someone_else');
     expect(await shipmentIds(orderId)).toEqual(['shp_by_someone_else']);
     expect((await h.requests(orderId)).filter((r) => r.method === 'POST')).toHaveLength(1);
+  });
+
+  it('a listing whose one new shipment has no creation time cannot show it is this call’s: unknown', async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { tool: 'reship_order', orderId });
+    const first = await claimed(a.job); // baseline 0 read
+    await h.db.updateTable('operations').set({ dispatched_at: new Date() }).where('key', '=', a.operationKey).execute();
+    // An order system answering a shipment without `createdAt` (untrusted, ADR 0640).
+    const fake = createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ shipments: [{ shipmentId: 'shp_without_time', orderId }] }));
+    });
+    await new Promise<void>((r) => fake.listen(0, '127.0.0.1', r));
+    try {
+      const stagingUrl = `http://127.0.0.1:${(fake.address() as AddressInfo).port}`;
+      const call = { stagingUrl, baseline: first.c.baseline, ledger: h.db, operationKey: a.operationKey };
+      expect(await resolveByReadBack(call, orderId, 'ECONNRESET')).toEqual({
+        status: 'unknown',
+        reason: 'read_back_ambiguous:shipment_time_unreadable',
+        attempts: 1,
+      });
+    } finally {
+      await closeServer(fake);
+    }
   });
 
   it('no other reship: a 5xx with no new shipment is safe to repeat', async () => {

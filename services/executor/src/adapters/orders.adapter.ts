@@ -136,18 +136,21 @@ export async function resolveByReadBack(
   // The one new shipment is the newest listed: its id is the evidence, as if the 201 had arrived —
   // unless it is older than this operation's dispatch mark, so no request of ours made it.
   const newest = listed.at(-1)!;
-  if (!(await mayBeOurs(call, newest))) return { status: 'unknown', reason: 'read_back_ambiguous:shipment_before_dispatch', attempts: 1 };
+  const notOurs = await notOurShipment(call, newest);
+  if (notOurs) return { status: 'unknown', reason: `read_back_ambiguous:${notOurs}`, attempts: 1 };
   return { status: 'succeeded', data: { orderId, shipmentId: newest.id, resolvedBy: 'read_back' }, evidenceRef: newest.id, attempts: 1 };
 }
 
 /**
- * Whether `shipment` may have been created by this operation's request: the order system created
- * it at or after the operation's write-ahead mark (`operations.dispatched_at`, written before the
- * request is sent). An unreadable creation time may be ours; an operation without a mark (the
- * write-ahead switched off, tests only) is not judged by it.
+ * Why `shipment` cannot be shown to be this operation's request's, or null when it may be: the
+ * order system created it before the operation's write-ahead mark (`operations.dispatched_at`,
+ * written before the request is sent) → `shipment_before_dispatch`; the listing gave no readable
+ * creation time (what a system of record sends is untrusted, ADR 0640) → `shipment_time_unreadable`.
+ * An operation without a mark (the write-ahead switched off, tests only) is not judged by it.
  */
-async function mayBeOurs(call: Pick<AdapterCall, 'ledger' | 'operationKey'>, shipment: ListedShipment): Promise<boolean> {
+async function notOurShipment(call: Pick<AdapterCall, 'ledger' | 'operationKey'>, shipment: ListedShipment): Promise<string | null> {
   const op = await call.ledger.selectFrom('operations').select('dispatched_at').where('key', '=', call.operationKey).executeTakeFirst();
-  if (!op?.dispatched_at || !Number.isFinite(shipment.createdAtMs)) return true;
-  return shipment.createdAtMs >= new Date(op.dispatched_at).getTime();
+  if (!op?.dispatched_at) return null;
+  if (!Number.isFinite(shipment.createdAtMs)) return 'shipment_time_unreadable';
+  return shipment.createdAtMs < new Date(op.dispatched_at).getTime() ? 'shipment_before_dispatch' : null;
 }
