@@ -104,3 +104,22 @@ describe('a decision whose approval changed while it waited for the action', () 
     expect((err as Gone).reason).toBe('already_approved');
   });
 });
+
+// docs/product/public-contract.md#approvals: a run that ended answers `workflow_<state>` first,
+// before any 409 — whether the body names another version or another digest.
+describe('a decision on an approval whose run ended', () => {
+  it('names another version or another digest: 410 workflow_stopped either way, nothing decided', async () => {
+    const a = await pendingApproval('O-DECIDE-ENDED');
+    await db.updateTable('workflows').set({ state: 'stopped', stop_reason: 'budget_exhausted' }).where('id', '=', a.workflowId).execute();
+    await db.updateTable('approvals').set({ status: 'void', reason: 'run_stopped' }).where('id', '=', a.approvalId!).execute();
+    const refusal = (body: { actionVersion: number; actionDigest: string }) =>
+      decideApproval(db, LEAD, a.approvalId!, { decision: 'approve', ...body }, HMAC).then(
+        () => 'decided',
+        (err: Gone | ConflictError) => `${err.constructor.name}:${err.reason}`,
+      );
+    expect(await refusal({ actionVersion: a.version + 1, actionDigest: a.digest })).toBe('Gone:workflow_stopped');
+    expect(await refusal({ actionVersion: a.version, actionDigest: 'a'.repeat(64) })).toBe('Gone:workflow_stopped');
+    const row = await db.selectFrom('approvals').select(['status', 'approver']).where('id', '=', a.approvalId!).executeTakeFirstOrThrow();
+    expect(row).toEqual({ status: 'void', approver: null });
+  });
+});
