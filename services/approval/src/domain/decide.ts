@@ -26,7 +26,8 @@ export interface DecisionOutcome {
 /**
  * Decides one approval (docs/product/public-contract.md#approvals).
  * Order of checks: existence in the caller's tenant (404; an `approvalId` that is no uuid names
- * nothing and is never sent to the database), authority (403), binding to the
+ * nothing and is never sent to the database), authority (403), its run ended (410
+ * `workflow_<state>`, before any 409), binding to the
  * current action version and digest (409 `stale_version`: the body names another version, or the
  * bound version was superseded — amended by a follow-up or re-evaluated; sibling actions on the
  * same target are not newer versions of it), state (410 when decided, used, void or expired), then
@@ -144,22 +145,25 @@ async function seenNow(trx: Trx, approval: { id: string; workflow_id: string }):
 /**
  * Why an approval can no longer be decided, in the public contract's order
  * (docs/product/public-contract.md#approvals): its run ended (410 `workflow_<state>`: a stop or a
- * park ends the run's unclaimed actions and voids their approvals, which is no amendment), its
- * action was amended (409 `stale_version`), the approver saw another action (409
- * `digest_mismatch`, when `digest` is given), or it is closed ({@link closedRefusal}), judged on
- * `seen`. Null while it can be decided. Reads the action's versions in the caller's transaction.
+ * park ends the run's unclaimed actions and voids their approvals, which is no amendment), the
+ * approver saw another version (409 `stale_version`, when `saw.version` is given) or its action
+ * was amended (409 `stale_version`), the approver saw another action (409 `digest_mismatch`, when
+ * `saw.digest` is given), or it is closed ({@link closedRefusal}), judged on `seen`. Null while it
+ * can be decided. Reads the action's versions in the caller's transaction.
  */
 async function refusalOf(
   trx: Trx,
   approval: { action_id: string; workflow_id: string; action_version: number; action_digest: string },
   seen: Seen,
-  digest?: string,
+  saw: { version?: number; digest?: string } = {},
 ): Promise<ConflictError | Gone | null> {
   const ended = runEndedRefusal(seen.workflowState);
   if (ended) return new Gone(ended.reason, ended.message);
+  if (saw.version !== undefined && saw.version !== approval.action_version)
+    return new ConflictError('stale_version', `version ${saw.version} is not the version ${approval.action_version} this approval binds`);
   const stale = await staleVersion(trx, approval);
   if (stale) return stale;
-  if (digest !== undefined && digest !== approval.action_digest)
+  if (saw.digest !== undefined && saw.digest !== approval.action_digest)
     return new ConflictError('digest_mismatch', 'action digest does not match');
   return closedRefusal(seen.status, seen.expiresAt, seen.workflowState);
 }
@@ -188,18 +192,13 @@ async function decideInTransaction(
       approverRole: approval.approver_role,
       sameRegion: approval.same_region,
     });
-    if (body.actionVersion !== approval.action_version)
-      throw new ConflictError(
-        'stale_version',
-        `version ${body.actionVersion} is not the version ${approval.action_version} this approval binds`,
-      );
     const wf = await trx
       .selectFrom('workflows')
       .select(['state', 'release_id'])
       .where('id', '=', approval.workflow_id)
       .executeTakeFirstOrThrow();
     const seen = { workflowState: wf.state, status: approval.status, expiresAt: approval.expires_at };
-    const refused = await refusalOf(trx, approval, seen, body.actionDigest);
+    const refused = await refusalOf(trx, approval, seen, { version: body.actionVersion, digest: body.actionDigest });
     if (refused) throw refused;
 
     // Lock order: actions → approvals; the status read under the lock is the transition's `lockedFrom` (ADR 0390).
