@@ -26,6 +26,20 @@ const FormDecision = z.object({
   reason: storableString().max(500).optional(),
 });
 
+/**
+ * The inbox's confirmation of a decision it just recorded (`?done=approved|denied&version=<n>`,
+ * the address its decision form redirects to), in its own words: `Version <n> <status>.`;
+ * undefined for anything else. Nothing of the address is shown as text: a link to the inbox can
+ * be planted by anyone (a ticket, a model's reply), and the page shows trusted text only
+ * (docs/product/public-contract.md#approvals).
+ */
+function confirmation(query: Record<string, unknown>): string | undefined {
+  const { done, version } = query;
+  if (done !== 'approved' && done !== 'denied') return undefined;
+  if (typeof version !== 'string' || !/^[1-9][0-9]{0,8}$/.test(version)) return undefined;
+  return `Version ${Number(version)} ${done}.`;
+}
+
 /** Settings of the inbox. `localUsers`: offer a user chooser (local mode only). */
 export interface InboxConfig {
   db: Db;
@@ -94,7 +108,7 @@ export function inboxRouter(cfg: InboxConfig): Router {
       return;
     }
     const rows = await selectApprovals(cfg.db, s.user.tenant).where('p.status', '=', 'pending').orderBy('p.created_at').execute();
-    const flash = typeof req.query.done === 'string' ? req.query.done.slice(0, 200) : undefined;
+    const flash = confirmation(req.query);
     res.type('html').send(
       inboxPage(
         s.user.sub,
@@ -137,7 +151,7 @@ export function inboxRouter(cfg: InboxConfig): Router {
     try {
       const outcome = await decideApproval(cfg.db, s.user, String(req.params.id), decision, cfg.auditHmacKey);
       await cfg.relay.publish(outcome.rows);
-      res.redirect(303, `/inbox/approvals?done=${encodeURIComponent(`Version ${decision.actionVersion} ${outcome.status}.`)}`);
+      res.redirect(303, `/inbox/approvals?done=${outcome.status}&version=${decision.actionVersion}`);
     } catch (err) {
       if (!(err instanceof GatehouseError)) throw err;
       res
