@@ -38,6 +38,36 @@ async function changeOperations(workflowId: string): Promise<Array<Record<string
 const followUp = (token: string, id: string, text: string) =>
   call('POST', `${s.url('agent-loop')}/v1/workflows/${id}/messages`, token, { text });
 
+type Viewed = Awaited<ReturnType<typeof waitFor>>;
+
+/**
+ * Waits until the run of `workflowId` has a pending approval other than `old` (or settles), runs
+ * `first` on that view, has own-kim approve the new approval (200 expected) and returns the view
+ * before the decision and the run's view once it settled.
+ */
+async function approveTheNewSchedule(
+  token: string,
+  workflowId: string,
+  old: { approvalId: string },
+  first: (after: Viewed) => Promise<void> = async () => undefined,
+): Promise<{ after: Viewed; end: Viewed }> {
+  const after = await waitFor(
+    s,
+    token,
+    workflowId,
+    (x) => settled(x) || x.pendingApprovals.some((p) => p.status === 'pending' && p.approvalId !== old.approvalId),
+  );
+  await first(after);
+  const fresh = after.pendingApprovals.find((p) => p.approvalId !== old.approvalId)!;
+  const decided = await decide(s, 'own-kim', fresh.approvalId, {
+    decision: 'approve',
+    actionVersion: fresh.actionVersion,
+    actionDigest: fresh.actionDigest,
+  });
+  expect(decided.status).toBe(200);
+  return { after, end: await waitFor(s, token, workflowId, settled) };
+}
+
 describe('hunt: follow-up messages', () => {
   it('change pack: a follow-up repeating the schedule while it awaits its owner: the old approval is void, the schedule again is the next version with its own approval, one operation', async () => {
     const { token, workflowId } = await submit(
@@ -55,12 +85,15 @@ describe('hunt: follow-up messages', () => {
     const m = await followUp(token, workflowId, 'Please schedule change CHG-101 in the next maintenance window.');
     expect(m.status).toBe(202);
     expect(m.body.superseded).toEqual([{ version: v1.version, tool: 'schedule_change', voidedApprovals: [old.approvalId] }]);
-    const after = await waitFor(
-      s,
-      token,
-      workflowId,
-      (x) => settled(x) || x.pendingApprovals.some((p) => p.status === 'pending' && p.approvalId !== old.approvalId),
-    );
+    const { after, end } = await approveTheNewSchedule(token, workflowId, old, async () => {
+      // The voided approval of version 1 cannot be decided any more: 409 while the run goes on.
+      const stale = await decide(s, 'own-kim', old.approvalId, {
+        decision: 'approve',
+        actionVersion: old.actionVersion,
+        actionDigest: old.actionDigest,
+      });
+      expect(stale.status).toBe(409);
+    });
     const v2 = after.actions.find((a) => a.tool === 'schedule_change' && a.version > v1.version)!;
     expect(v2).toMatchObject({
       decision: 'REQUIRE_APPROVAL',
@@ -69,23 +102,6 @@ describe('hunt: follow-up messages', () => {
       target: v1.target,
       supersedesVersion: v1.version,
     });
-    const stale = await decide(s, 'own-kim', old.approvalId, {
-      decision: 'approve',
-      actionVersion: old.actionVersion,
-      actionDigest: old.actionDigest,
-    });
-    expect(stale.status).toBe(409);
-    const fresh = after.pendingApprovals.find((p) => p.approvalId !== old.approvalId)!;
-    expect(
-      (
-        await decide(s, 'own-kim', fresh.approvalId, {
-          decision: 'approve',
-          actionVersion: fresh.actionVersion,
-          actionDigest: fresh.actionDigest,
-        })
-      ).status,
-    ).toBe(200);
-    const end = await waitFor(s, token, workflowId, settled);
     expect(end.state).toBe('completed');
     const ops = await changeOperations(workflowId);
     expect(ops.map((o) => o.operation_key)).toEqual([v2.operationKey]);
@@ -105,23 +121,7 @@ describe('hunt: follow-up messages', () => {
     const old = v.pendingApprovals[0]!;
     const m = await followUp(token, workflowId, 'Sorry, schedule change CHG-102 in the manual window instead.');
     expect(m.status).toBe(202);
-    const after = await waitFor(
-      s,
-      token,
-      workflowId,
-      (x) => settled(x) || x.pendingApprovals.some((p) => p.status === 'pending' && p.approvalId !== old.approvalId),
-    );
-    const fresh = after.pendingApprovals.find((p) => p.approvalId !== old.approvalId)!;
-    expect(
-      (
-        await decide(s, 'own-kim', fresh.approvalId, {
-          decision: 'approve',
-          actionVersion: fresh.actionVersion,
-          actionDigest: fresh.actionDigest,
-        })
-      ).status,
-    ).toBe(200);
-    const end = await waitFor(s, token, workflowId, settled);
+    const { end } = await approveTheNewSchedule(token, workflowId, old);
     expect(end.state).toBe('completed');
     const ops = await changeOperations(workflowId);
     expect(ops.map((o) => o.window)).toEqual(['manual-window']);
