@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction } from '@gatehouse/testing';
 import { processExecution } from '@gatehouse/executor';
 import { decideApproval } from '@gatehouse/approval';
+import { recordedRefundsCents } from '@gatehouse/policy';
 import { AUDIT_HMAC_KEY, startHarness, type Harness } from './support/harness.ts';
 
 // docs/product/invariants.md#approval: an approval is consumed only by the exact action it names, and is decided
@@ -33,6 +34,30 @@ describe('approval binding at consumption', () => {
     expect((await h.requests(orderId)).filter((r) => r.method === 'POST')).toEqual([]);
     const row = await h.db.selectFrom('approvals').select('status').where('id', '=', approved.approvalId!).executeTakeFirstOrThrow();
     expect(row.status).toBe('approved');
+  });
+
+  // helper-71: the refused action stayed `approved` with its operation pending, so its 45000 counted
+  // as queued money out in every later limit check of its order, rep and tenant, and a later
+  // delivery of a job with its own approval would still have run the refund the model was told
+  // did not run. It now ends with the refusal (ADR 0610).
+  it('the refused action ends with its answer: it leaves the limit sums and a later job cannot run it', async () => {
+    const orderId = await h.newOrder();
+    const { approved, forgedJob } = await approvedAndUnapproved(orderId);
+    expect(await recordedRefundsCents(h.db, { orderId, includeQueued: true })).toBe(57000);
+    expect(await processExecution(forgedJob, h.deps())).toBe('refused:approval_names_another_action');
+    const action = await h.db
+      .selectFrom('actions')
+      .select(['status', 'call_id'])
+      .where('id', '=', forgedJob.actionId)
+      .executeTakeFirstOrThrow();
+    expect(action.status).toBe('superseded');
+    expect(await recordedRefundsCents(h.db, { orderId, includeQueued: true })).toBe(12000);
+    const answers = await h.db.selectFrom('outbox').select('payload').where('queue', 'like', 'results%').execute();
+    expect(answers.filter((r) => r.payload.callId === action.call_id)).toHaveLength(1);
+    // A second delivery of the stray job, and the approved action's own job, each do what they did.
+    expect(await processExecution(forgedJob, h.deps())).toBe('skip:action_superseded');
+    expect(await processExecution(approved.job, h.deps())).toBe('succeeded');
+    expect((await h.refunds(orderId)).map((r) => r.amountCents)).toEqual([12000]);
   });
 
   it('control removed (no digest binding): the 45000 refund executes on the 12000 approval', async () => {

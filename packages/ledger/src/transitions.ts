@@ -138,7 +138,7 @@ export const ACTION_TRANSITIONS: readonly ActionTransition[] = [
     'approved',
     'superseded',
     'unclaimed',
-    'a follow-up message, re-evaluation at execution changed the decision, or its run stopped or parked',
+    'a follow-up message, re-evaluation at execution changed the decision, its job named an unusable approval, or its run stopped or parked',
   ),
   act('approved', 'running', 'lease_granted', 'executor / reconciliation: the fenced claim'),
   act('approved', 'failed', 'outcome_recorded', 'executor: the operation key serves another digest (idempotency conflict)'),

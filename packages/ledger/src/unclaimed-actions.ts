@@ -2,8 +2,11 @@ import type { Trx } from './db.ts';
 import { recordAudit } from './audit.ts';
 import { transitionAction } from './transitions.ts';
 
-/** Why a run's unclaimed actions end: it stopped, or it parked for reconciliation. */
-export type UnclaimedEnd = 'run_stopped' | 'run_parked';
+/**
+ * Why unclaimed actions end: their run stopped, or parked for reconciliation; or (one action) the
+ * executor refused its job's approval as unusable and answered its call `executed: false`.
+ */
+export type UnclaimedEnd = 'run_stopped' | 'run_parked' | 'approval_unusable';
 
 /**
  * Ends the actions of a run that will never run because the run stopped or parked for
@@ -15,19 +18,23 @@ export type UnclaimedEnd = 'run_stopped' | 'run_parked';
  * order, user and tenant, for ever, and its approval stays listed
  * (docs/decisions/0610-a-stopped-run-ends-its-unclaimed-actions.md). Running and finished
  * actions are left as they are. The caller holds the workflow row lock (lock order: workflows →
- * actions → approvals). Returns the ids of the actions it ended.
+ * actions → approvals). With `only`, ends that one action of the run if it is still unclaimed
+ * (the executor's refusal of an unusable approval, ADR 0610). Returns the ids of the actions it ended.
  */
 export async function endUnclaimedActions(
   trx: Trx,
   wf: { id: string; release_id: string },
   why: UnclaimedEnd,
   service: string,
+  only?: { actionId: string },
 ): Promise<string[]> {
-  const unclaimed = await trx
+  let q = trx
     .selectFrom('actions as a')
     .select(['a.id', 'a.tool', 'a.version', 'a.digest', 'a.call_id', 'a.status'])
     .where('a.workflow_id', '=', wf.id)
-    .where('a.status', 'in', ['approved', 'pending_approval'])
+    .where('a.status', 'in', ['approved', 'pending_approval']);
+  if (only) q = q.where('a.id', '=', only.actionId);
+  const unclaimed = await q
     .where(({ not, exists, selectFrom }) =>
       not(exists(selectFrom('operations as o').select('o.key').whereRef('o.action_id', '=', 'a.id').where('o.status', '<>', 'pending'))),
     )

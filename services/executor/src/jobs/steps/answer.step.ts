@@ -1,5 +1,6 @@
 import { queueName, resultsQueue, type ExecutionJob } from '@gatehouse/contracts';
 import {
+  endUnclaimedActions,
   enqueueInTransaction,
   inTransaction,
   outageOutlasted,
@@ -10,6 +11,7 @@ import {
   type ActionsTable,
   type DependencyUnavailable,
   type OperationsTable,
+  type Trx,
 } from '@gatehouse/ledger';
 import type { Selectable } from 'kysely';
 import { toSafeOutput, type SafeOutput } from '@gatehouse/tools';
@@ -24,17 +26,22 @@ export type ResultEffect = {
   stop?: 'approval_expired' | 'tool_disabled' | 'budget_exhausted' | 'dependency_unavailable';
 };
 
-/** Answers the call `callId` with `output` (a `results` job through the outbox, then published). */
+/**
+ * Answers the call `callId` with `output` (a `results` job through the outbox, then published);
+ * `within` runs first in the same transaction (what must commit with the answer, or not at all).
+ */
 export async function publishResult(
   deps: Pick<ExecutionDeps, 'db' | 'relay'>,
   job: ExecutionJob,
   callId: string,
   output: SafeOutput,
   extra: ResultEffect = {},
+  within?: (trx: Trx) => Promise<unknown>,
 ): Promise<void> {
-  const rows = await inTransaction(deps.db, async (trx) => [
-    await enqueueInTransaction(trx, resultsQueue, { release: job.release, workflowId: job.workflowId, callId, output, ...extra }),
-  ]);
+  const rows = await inTransaction(deps.db, async (trx) => {
+    await within?.(trx);
+    return [await enqueueInTransaction(trx, resultsQueue, { release: job.release, workflowId: job.workflowId, callId, output, ...extra })];
+  });
   await deps.relay.publish(rows);
 }
 
@@ -53,6 +60,34 @@ export async function refuse(
 ): Promise<ExecutionOutcome> {
   await publishResult(deps, job, action.call_id, toSafeOutput(action.tool, { executed: false, reason }, 'gatehouse'), extra);
   return { kind: 'refused', reason: label };
+}
+
+/**
+ * Answers the call of an action whose job named an approval it cannot use — missing, voided,
+ * denied, or naming another action (a stray or malformed job; an expired one stops the run
+ * instead) — `{executed: false, reason}`, and ends the action in the same transaction: it moves
+ * to `superseded` and its open approvals are voided (outcome `approval_unusable`), so a refund
+ * the model was told did not run neither runs later nor counts as queued money in every later
+ * limit check (docs/decisions/0610-a-stopped-run-ends-its-unclaimed-actions.md). The run's row is
+ * locked first (lock order, docs/decisions/0014-row-lock-order.md).
+ */
+async function refuseUnusableApproval(
+  deps: Pick<ExecutionDeps, 'db' | 'relay'>,
+  job: ExecutionJob,
+  action: Selectable<ActionsTable>,
+  reason: string,
+): Promise<ExecutionOutcome> {
+  const output = toSafeOutput(action.tool, { executed: false, reason }, 'gatehouse');
+  await publishResult(deps, job, action.call_id, output, {}, async (trx) => {
+    const wf = await trx
+      .selectFrom('workflows')
+      .select(['id', 'release_id'])
+      .where('id', '=', action.workflow_id)
+      .forUpdate()
+      .executeTakeFirst();
+    if (wf) await endUnclaimedActions(trx, wf, 'approval_unusable', 'executor', { actionId: action.id });
+  });
+  return { kind: 'refused', reason };
 }
 
 /**
@@ -146,7 +181,8 @@ export async function answerUnclaimed(
       await refuse(deps, job, claim.action, 'idempotency_conflict');
       return { kind: 'conflict' };
     case 'approval_unusable':
-      return refuse(deps, job, claim.action, claim.reason, claim.reason === 'approval_expired' ? { stop: 'approval_expired' } : {});
+      if (claim.reason === 'approval_expired') return refuse(deps, job, claim.action, claim.reason, { stop: 'approval_expired' });
+      return refuseUnusableApproval(deps, job, claim.action, claim.reason);
     case 'reevaluated':
       await deps.relay.publish(claim.rows);
       return { kind: 'reevaluated', outcome: claim.outcome };
