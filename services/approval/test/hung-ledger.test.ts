@@ -2,15 +2,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Server } from 'node:http';
 import { signUserToken } from '@gatehouse/credentials';
 import { createDb, type Db } from '@gatehouse/ledger';
-import { closeServer, createLogger, listen, type OutboxRelay } from '@gatehouse/platform';
+import { closeServer, listen } from '@gatehouse/platform';
 import { startHangableProxy, type HangableProxy, timedGet, type TimedAnswer } from '@gatehouse/test-harness';
-import { createApprovalApp } from '../src/http/app.ts';
+import { SECRET, testApprovalApp } from './support/app.ts';
 
 // A ledger that accepts connections and never answers (a SIGSTOPped or wedged Postgres) must not
 // hold an approver's browser: the inbox's pages answer 503 within HTTP_RESPONSE_DEADLINE_MS, as
 // the API does, with a page saying a decision just sent may still be recorded.
 
-const SECRET = 'local-auth-secret-change-me';
 const DEADLINE_MS = 800;
 let hung: HangableProxy;
 let db: Db;
@@ -21,16 +20,7 @@ let cookie: string;
 beforeAll(async () => {
   hung = await startHangableProxy(); // no target: nothing ever answers
   db = createDb(`postgres://postgres@127.0.0.1:${hung.port}/gatehouse`, 2);
-  const app = createApprovalApp({
-    db,
-    relay: { publish: async () => undefined } as unknown as OutboxRelay,
-    auditHmacKey: 'local-audit-hmac-key-change-me',
-    verifier: { secret: SECRET },
-    localSecret: null,
-    secureCookie: false,
-    log: createLogger('approval-hung-ledger-test'),
-    responseDeadlineMs: DEADLINE_MS,
-  });
+  const app = testApprovalApp(db, 'approval-hung-ledger-test', { responseDeadlineMs: DEADLINE_MS });
   ({ server, url } = await listen(app, 0, '127.0.0.1').then((l) => ({ server: l.server, url: `http://127.0.0.1:${l.port}` })));
   // Signing in reads no ledger: the session cookie is set.
   const lead = await signUserToken({ sub: 'lead-eli', tenant: 'quillfeather', roles: ['lead'] }, SECRET);

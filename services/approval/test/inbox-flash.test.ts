@@ -2,30 +2,20 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
 import type { Express } from 'express';
 import { signUserToken } from '@gatehouse/credentials';
-import { createLogger, type OutboxRelay } from '@gatehouse/platform';
 import { createAction } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
-import { createApprovalApp } from '../src/http/app.ts';
+import { SECRET, testApprovalApp } from './support/app.ts';
 
 // The inbox shows trusted text only (docs/product/public-contract.md#approvals): the line that
 // confirms a decision is the inbox's own sentence, never words taken from the address, which
 // anyone (a ticket, a model's reply, a mail) can put in a link to the inbox.
-const SECRET = 'local-auth-secret-change-me';
 let t: TestDatabase;
 let app: Express;
 let lead: string;
 
 beforeAll(async () => {
   t = await createTestDatabase();
-  app = createApprovalApp({
-    db: t.db,
-    relay: { publish: async () => undefined } as unknown as OutboxRelay,
-    auditHmacKey: 'local-audit-hmac-key-change-me',
-    verifier: { secret: SECRET },
-    localSecret: null,
-    secureCookie: false,
-    log: createLogger('approval-inbox-flash-test'),
-  });
+  app = testApprovalApp(t.db, 'approval-inbox-flash-test');
   lead = await signUserToken({ sub: 'lead-eli', tenant: 'quillfeather', roles: ['lead'] }, SECRET);
 });
 afterAll(async () => {

@@ -2,15 +2,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
 import type { Express } from 'express';
 import { signUserToken } from '@gatehouse/credentials';
-import { createLogger, type OutboxRelay } from '@gatehouse/platform';
 import { createAction } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
-import { createApprovalApp } from '../src/http/app.ts';
+import { SECRET, testApprovalApp } from './support/app.ts';
 
 // The inbox's own form with a field it cannot take (a reason past 500 characters, a NUL in it)
 // is answered 400 naming the field, not 403 "not issued by this inbox (CSRF check failed)":
 // an approver must not be told their form was forged. A missing or wrong CSRF token is still 403.
-const SECRET = 'local-auth-secret-change-me';
 let t: TestDatabase;
 let app: Express;
 let lead: string;
@@ -18,15 +16,7 @@ let pending: { approvalId: string; actionVersion: number; actionDigest: string }
 
 beforeAll(async () => {
   t = await createTestDatabase();
-  app = createApprovalApp({
-    db: t.db,
-    relay: { publish: async () => undefined } as unknown as OutboxRelay,
-    auditHmacKey: 'local-audit-hmac-key-change-me',
-    verifier: { secret: SECRET },
-    localSecret: null,
-    secureCookie: false,
-    log: createLogger('approval-inbox-form-test'),
-  });
+  app = testApprovalApp(t.db, 'approval-inbox-form-test');
   lead = await signUserToken({ sub: 'lead-eli', tenant: 'quillfeather', roles: ['lead'] }, SECRET);
   const a = await createAction(t.db, { orderId: 'O-1002', amountCents: 6000 });
   await t.db

@@ -2,15 +2,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
 import type { Express } from 'express';
 import { signUserToken } from '@gatehouse/credentials';
-import { createLogger, type OutboxRelay } from '@gatehouse/platform';
+import { createLogger } from '@gatehouse/platform';
 import { createAction, type SeededAction } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
-import { createApprovalApp } from '../src/http/app.ts';
+import { SECRET, testApprovalApp } from './support/app.ts';
 
 // A pending approval the decision would refuse with 410 — its run ended, or it expired — is not
 // offered as decidable: its view says `canDecide: false` with the decision's reason as the
 // refusal, and the pending list leaves it out (one rule, `lateRefusal`, for both).
-const SECRET = 'local-auth-secret-change-me';
 let t: TestDatabase;
 let app: Express;
 let lead: string;
@@ -33,15 +32,7 @@ beforeAll(async () => {
   t = await createTestDatabase();
   const log = createLogger('approval-test');
   log.level = 'silent';
-  app = createApprovalApp({
-    db: t.db,
-    relay: { publish: async () => undefined } as unknown as OutboxRelay,
-    auditHmacKey: 'local-audit-hmac-key-change-me',
-    verifier: { secret: SECRET },
-    localSecret: null,
-    secureCookie: false,
-    log,
-  });
+  app = testApprovalApp(t.db, log);
   lead = await signUserToken({ sub: 'lead-eli', tenant: 'quillfeather', roles: ['lead'] }, SECRET);
   live = await pending();
   stopped = await pending({ workflowState: 'stopped' });

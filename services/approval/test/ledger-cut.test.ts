@@ -3,10 +3,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Server } from 'node:http';
 import { signUserToken } from '@gatehouse/credentials';
 import { createDb, type Db } from '@gatehouse/ledger';
-import { closeServer, createLogger, listen, type OutboxRelay } from '@gatehouse/platform';
+import { closeServer, listen } from '@gatehouse/platform';
 import { createAction, type SeededAction } from '@gatehouse/testing';
 import { createTestDatabase, freePort, someoneWaitsOnALock, TcpCut, type TestDatabase } from '@gatehouse/test-harness';
-import { createApprovalApp } from '../src/http/app.ts';
+import { SECRET, testApprovalApp } from './support/app.ts';
 
 // The ledger goes away while an approver decides: before the decision reaches it, or with the
 // decision's transaction open (it waits for its action's lock when the connection is cut). Either
@@ -14,7 +14,6 @@ import { createApprovalApp } from '../src/http/app.ts';
 // pending, no execution is enqueued), and the same decision sent once the ledger is back approves
 // once, with exactly one execution job.
 
-const SECRET = 'local-auth-secret-change-me';
 let t: TestDatabase;
 let cut: TcpCut;
 let viaCut: Db;
@@ -28,16 +27,7 @@ beforeAll(async () => {
   const proxied = new URL(t.url);
   proxied.port = String(cut.port);
   viaCut = createDb(proxied.toString(), 2);
-  const app = createApprovalApp({
-    db: viaCut,
-    relay: { publish: async () => undefined } as unknown as OutboxRelay,
-    auditHmacKey: 'local-audit-hmac-key-change-me',
-    verifier: { secret: SECRET },
-    localSecret: null,
-    secureCookie: false,
-    log: createLogger('approval-ledger-cut-test'),
-    responseDeadlineMs: 3000,
-  });
+  const app = testApprovalApp(viaCut, 'approval-ledger-cut-test', { responseDeadlineMs: 3000 });
   const l = await listen(app, 0, '127.0.0.1');
   server = l.server;
   url = `http://127.0.0.1:${l.port}`;

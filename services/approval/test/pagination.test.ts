@@ -2,15 +2,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
 import type { Express } from 'express';
 import { signUserToken } from '@gatehouse/credentials';
-import { createLogger, type OutboxRelay } from '@gatehouse/platform';
+import type { OutboxRelay } from '@gatehouse/platform';
 import { createAction } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
-import { createApprovalApp } from '../src/http/app.ts';
+import { SECRET, testApprovalApp } from './support/app.ts';
 import { encodeCursor } from '../src/domain/approval-view.ts';
 
 // GET /v1/approvals is paginated: limit ≤ 100, an opaque keyset cursor, 400 on bad values
 // (docs/decisions/0182-approval-pagination.md).
-const SECRET = 'local-auth-secret-change-me';
 let t: TestDatabase;
 let app: Express;
 let lead: string;
@@ -20,15 +19,7 @@ let otherTenant = '';
 
 beforeAll(async () => {
   t = await createTestDatabase();
-  app = createApprovalApp({
-    db: t.db,
-    relay: {} as OutboxRelay, // GET never publishes
-    auditHmacKey: 'local-audit-hmac-key-change-me',
-    verifier: { secret: SECRET },
-    localSecret: null,
-    secureCookie: false,
-    log: createLogger('approval-test'),
-  });
+  app = testApprovalApp(t.db, 'approval-test', { relay: {} as OutboxRelay }); // GET never publishes
   lead = await signUserToken({ sub: 'lead-eli', tenant: 'quillfeather', roles: ['lead'] }, SECRET);
   // 23 pending approvals lead-eli may decide, 6 pending EU ones he may not, 7 approved, 1 of another tenant.
   for (let i = 0; i < 36; i++) {

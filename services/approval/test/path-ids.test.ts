@@ -2,14 +2,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
 import type { Express } from 'express';
 import { signUserToken } from '@gatehouse/credentials';
-import { createLogger, type OutboxRelay } from '@gatehouse/platform';
 import { createAction } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
-import { createApprovalApp } from '../src/http/app.ts';
+import { SECRET, testApprovalApp } from './support/app.ts';
 
 // An approval id in a path that is no uuid names nothing: 404, never a uuid cast that Postgres
 // rejects (which answered 500). The inbox answers it with its HTML refusal page.
-const SECRET = 'local-auth-secret-change-me';
 const NOT_UUIDS = ['not-a-uuid', '-'.repeat(36), '0123456789abcdef0123456789abcdef0123', '0000000g-0000-4000-8000-000000000000'];
 let t: TestDatabase;
 let app: Express;
@@ -18,15 +16,7 @@ let pending: { actionVersion: number; actionDigest: string };
 
 beforeAll(async () => {
   t = await createTestDatabase();
-  app = createApprovalApp({
-    db: t.db,
-    relay: { publish: async () => undefined } as unknown as OutboxRelay,
-    auditHmacKey: 'local-audit-hmac-key-change-me',
-    verifier: { secret: SECRET },
-    localSecret: null,
-    secureCookie: false,
-    log: createLogger('approval-path-ids-test'),
-  });
+  app = testApprovalApp(t.db, 'approval-path-ids-test');
   lead = await signUserToken({ sub: 'lead-eli', tenant: 'quillfeather', roles: ['lead'] }, SECRET);
   // One pending approval lead-eli may decide: the inbox renders its form (and the session's CSRF token).
   const a = await createAction(t.db, { orderId: 'O-1002', amountCents: 6000 });
