@@ -177,6 +177,19 @@ async function drainHanging(w: WebhookDeliveryWorker, slow: HangingReceiver, end
   await slow.down();
 }
 
+/** Ticks `w` until every delivery of `endpointId` is settled, stops it and returns the (first) delivery row. */
+async function settleAndStop(w: WebhookDeliveryWorker, endpointId: string) {
+  try {
+    await until(async () => {
+      await w.tick();
+      return settled(endpointId)();
+    });
+  } finally {
+    await w.stop();
+  }
+  return t.db.selectFrom('webhook_deliveries').selectAll().where('endpoint_id', '=', endpointId).executeTakeFirstOrThrow();
+}
+
 describe('webhook deliveries (outbox, real receiver)', () => {
   it('a receiver down for a while still gets every event exactly once after dedup, in order, signed', async () => {
     const port = await freePort();
@@ -358,34 +371,37 @@ describe('webhook deliveries (outbox, real receiver)', () => {
     await rx.down();
   });
 
-  it('production: a host whose records change to a private address after the check (DNS rebinding) is refused as the attempt connects; nothing reaches this machine (ADR 0671)', async () => {
+  it("production: a host name that does not resolve is refused with the resolver's reason (ADR 0671)", async () => {
+    const ep = await endpoint('quillfeather', 'https://gone.tenant.test/x');
+    await workflowWithEvents(1);
+    const resolve = async (name: string): Promise<string[]> => {
+      throw new Error(`getaddrinfo ENOTFOUND ${name}`);
+    };
+    const row = await settleAndStop(worker({ unsigned: false, noRetry: false }, { maxAttempts: 1, production: true, resolve }), ep);
+    expect(row).toMatchObject({
+      status: 'failed',
+      last_error: 'url refused: gone.tenant.test does not resolve (getaddrinfo ENOTFOUND gone.tenant.test)',
+    });
+  });
+
+  it('production: a host name is resolved and checked once per attempt, as it connects, so the connection gets only the addresses checked; nothing reaches this machine (ADR 0671)', async () => {
     for (const connectUnchecked of [false, true]) {
       const { port, connections, close } = await countConnections();
       const host = `rebind-${connectUnchecked}.tenant.test`;
       const ep = await endpoint('quillfeather', `https://${host}:${port}/x`);
       await workflowWithEvents(1);
-      // The first answer (the check before the attempt) is public; every later one is this machine.
+      // The name resolves to this machine; every resolution is counted (one check, no second look-up to differ from it).
       let asked = 0;
-      const resolve = async (name: string) => (name !== host ? [] : asked++ === 0 ? ['93.184.216.34'] : ['127.0.0.1']);
+      const resolve = async (name: string) => (name !== host ? [] : (asked++, ['127.0.0.1']));
       const w = worker({ unsigned: false, noRetry: false, connectUnchecked }, { maxAttempts: 1, production: true, resolve });
-      try {
-        await until(async () => {
-          await w.tick();
-          return settled(ep)();
-        });
-      } finally {
-        await w.stop();
-        await close();
-      }
-      const row = await t.db.selectFrom('webhook_deliveries').selectAll().where('endpoint_id', '=', ep).executeTakeFirstOrThrow();
+      const row = await settleAndStop(w, ep).finally(close);
       expect(row.status).toBe('failed');
+      expect(asked).toBe(1);
       if (connectUnchecked) {
-        // Control removed: the connection follows the changed records to this machine.
+        // Control removed: the connection goes where the name resolves, to this machine.
         expect(connections()).toBeGreaterThan(0);
       } else {
-        expect(row.last_error).toBe(
-          `url refused: production delivers to public hosts only (${host} resolves to 127.0.0.1 when connecting)`,
-        );
+        expect(row.last_error).toBe(`url refused: production delivers to public hosts only (${host} resolves to 127.0.0.1)`);
         expect(connections()).toBe(0);
       }
     }

@@ -172,8 +172,8 @@ export function nonPublicAddress(address: string): boolean {
  * URL without credentials (user:password) or fragment; in production (`GATEHOUSE_ENV=production`)
  * `https:` only, and never to `localhost` or a non-public IP literal ({@link nonPublicAddress}:
  * a tenant's webhook must not reach the services' own network). The one owner of this rule: the
- * ops API checks it at registration and the delivery worker again before every attempt, where a
- * host name is also resolved and checked (docs/decisions/0250-pushed-workflow-events.md, 0671).
+ * ops API checks it at registration and the delivery worker again before every attempt, whose
+ * connection also resolves and checks a host name (docs/decisions/0250-pushed-workflow-events.md, 0671).
  */
 export function webhookUrlProblem(url: string, production: boolean): string | null {
   let u: URL;

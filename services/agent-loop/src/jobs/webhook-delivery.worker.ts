@@ -40,7 +40,7 @@ export interface WebhookTestHooks {
   noRetry: boolean;
   /**
    * `GATEHOUSE_TEST_WEBHOOK_CONNECT_UNCHECKED=1`: a production attempt connects to whatever the
-   * host resolves to then, unchecked (only the check before the attempt stands).
+   * host resolves to, unchecked (only the URL rule, `webhookUrlProblem`, stands).
    */
   connectUnchecked?: boolean;
 }
@@ -226,26 +226,10 @@ export class WebhookDeliveryWorker {
       .execute();
   }
 
-  /**
-   * Why a production delivery may not go to the host of `url` as it resolves now (an address of
-   * this machine or a private network, docs/decisions/0671-webhooks-reach-public-hosts-only.md),
-   * or why it cannot be resolved; null when every address is public.
-   */
-  async #privateTarget(url: string): Promise<string | null> {
-    const host = new URL(url).hostname;
-    let addresses: string[];
-    try {
-      addresses = await (this.#cfg.resolve ?? resolveAll)(host);
-    } catch (err) {
-      return `${host} does not resolve (${(err as Error).message})`.slice(0, 200);
-    }
-    const inside = addresses.find(nonPublicAddress);
-    return inside ? `production delivers to public hosts only (${host} resolves to ${inside})` : null;
-  }
-
   /** One POST; returns null on a 2xx, else what went wrong (status or network error, ≤ 200 chars). */
   async #post(d: Claimed): Promise<string | null> {
-    const problem = webhookUrlProblem(d.url, this.#cfg.production) ?? (this.#cfg.production ? await this.#privateTarget(d.url) : null);
+    // A host name is checked as the attempt connects (connectLookup): the one check, on the addresses connected to.
+    const problem = webhookUrlProblem(d.url, this.#cfg.production);
     if (problem) return `url refused: ${problem}`;
     const now = new Date();
     const headers: Record<string, string> = {
@@ -282,29 +266,41 @@ async function resolveAll(host: string): Promise<string[]> {
 }
 
 /**
- * A connection's host lookup (`net.connect`'s `lookup`) that resolves with `resolve` and, when
- * `checked`, refuses the connection when any address is not public, so an attempt connects only
- * to an address checked as it connects: a name whose records change after the check before the
- * attempt (DNS rebinding) still cannot reach this machine or a private network (ADR 0671). The
- * refusal's message is the attempt's error: `url refused: production delivers to public hosts
- * only (<host> resolves to <address> when connecting)`. Unchecked only in the control-removed test.
+ * Why a production attempt may not connect to `host` whose resolver answered `addresses` (the
+ * attempt's error), or null: an address of this machine or a private network (unless `checked`
+ * is false, the control-removed test) or no address at all.
+ */
+function refusal(host: string, addresses: string[], checked: boolean): string | null {
+  const inside = checked ? addresses.find(nonPublicAddress) : undefined;
+  if (inside) return `url refused: production delivers to public hosts only (${host} resolves to ${inside})`;
+  return addresses.length === 0 ? `url refused: ${host} does not resolve` : null;
+}
+
+/** An error a connection's lookup hands back: its message is the attempt's error (no `code` to hide it). */
+function lookupError(message: string): Error {
+  return Object.assign(new Error(message), { code: undefined });
+}
+
+/**
+ * A connection's host lookup (`net.connect`'s `lookup`): the one production check of a webhook
+ * host name (ADR 0671). It resolves with `resolve` once per connection, refuses the connection
+ * when any address is not public ({@link refusal}) and otherwise hands it exactly the addresses it
+ * checked, so a name whose records change (DNS rebinding) never reaches this machine or a private
+ * network. A refusal or a resolver failure is the attempt's error: `url refused: production
+ * delivers to public hosts only (<host> resolves to <address>)`, `url refused: <host> does not
+ * resolve (<reason>)`. Unchecked only in the control-removed test.
  */
 function connectLookup(resolve: (host: string) => Promise<string[]>, opts: { checked: boolean }): LookupFunction {
   return (hostname, options, callback) => {
     resolve(hostname).then(
       (addresses) => {
-        const inside = opts.checked ? addresses.find(nonPublicAddress) : undefined;
-        const refused = inside
-          ? `url refused: production delivers to public hosts only (${hostname} resolves to ${inside} when connecting)`
-          : addresses.length === 0
-            ? `${hostname} does not resolve`
-            : null;
-        if (refused) return callback(Object.assign(new Error(refused), { code: undefined }), '', 0);
+        const refused = refusal(hostname, addresses, opts.checked);
+        if (refused) return callback(lookupError(refused), '', 0);
         const all: LookupAddress[] = addresses.map((address) => ({ address, family: isIPv6(address) ? 6 : 4 }));
         if (options.all) return (callback as (err: null, addresses: LookupAddress[]) => void)(null, all);
         return callback(null, all[0]!.address, all[0]!.family);
       },
-      (err: NodeJS.ErrnoException) => callback(err, '', 0),
+      (err: Error) => callback(lookupError(`url refused: ${hostname} does not resolve (${err.message})`), '', 0),
     );
   };
 }
