@@ -51,7 +51,7 @@ export async function endUnclaimedActions(
 /**
  * Voids the open approvals (`pending`, `approved`) of an action that will not run — superseded
  * by a follow-up or a re-evaluation, or ended with its run — each with an `approval.voided` audit
- * event whose outcome says why (`superseded`, `run_stopped`, `run_parked`). The one writer of
+ * event whose outcome says why (`superseded`, `run_stopped`, `run_parked`, `approval_unusable`). The one writer of
  * that void, in the caller's transaction (which holds the action's row lock). Returns the voided
  * approval ids.
  */
