@@ -19,6 +19,7 @@ import * as monitorPasses from './20261202000200-MonitorPasses.ts';
 import * as lockedRefundSums from './20261203000100-LockedRefundSums.ts';
 import * as followUpIdempotencyKey from './20261205000100-FollowUpIdempotencyKey.ts';
 import * as releaseFirstActive from './20261206000100-ReleaseFirstActive.ts';
+import * as discardedModelAnswers from './20261206000680-DiscardedModelAnswers.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
 export const migrations: Record<string, Migration> = {
@@ -42,4 +43,5 @@ export const migrations: Record<string, Migration> = {
   '20261203000100-LockedRefundSums': lockedRefundSums,
   '20261205000100-FollowUpIdempotencyKey': followUpIdempotencyKey,
   '20261206000100-ReleaseFirstActive': releaseFirstActive,
+  '20261206000680-DiscardedModelAnswers': discardedModelAnswers,
 };

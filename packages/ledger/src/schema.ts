@@ -96,6 +96,22 @@ export interface ModelTurnsTable {
   created_at: Timestamp;
 }
 
+/**
+ * A model answer paid for but not recorded as a turn: a follow-up arrived while the model answered
+ * and the round was re-run with it (ADR 0680). Counted by the tenant's daily model-spend cap.
+ */
+export interface DiscardedModelAnswersTable {
+  id: Generated<string>;
+  workflow_id: string;
+  round: number;
+  response_id: string;
+  model: string;
+  input_tokens: number;
+  output_tokens: number;
+  release_id: string;
+  created_at: Generated<Date>;
+}
+
 export interface ProposalsTable {
   id: string;
   workflow_id: string;
@@ -453,6 +469,7 @@ export interface DB {
   budgets: BudgetsTable;
   conversation_items: ConversationItemsTable;
   model_turns: ModelTurnsTable;
+  discarded_model_answers: DiscardedModelAnswersTable;
   proposals: ProposalsTable;
   actions: ActionsTable;
   approvals: ApprovalsTable;
