@@ -19,19 +19,26 @@ export function readTenantSpendCap(dailyMicroUsd: number, env: Record<string, st
 }
 
 /**
- * Model spend of `tenant` since 00:00 UTC today, micro-USD: the usage every model turn of the
- * tenant's workflows recorded in `model_turns` today, priced by `price` (the release's model entry).
+ * Model spend of `tenant` since 00:00 UTC today, micro-USD: the usage of every model answer the
+ * tenant's workflows paid for today — the turns recorded in `model_turns` and the answers
+ * discarded for a follow-up in `discarded_model_answers` (ADR 0680) — priced by `price` (the
+ * release's model entry).
  */
 export async function tenantSpendToday(db: Db | Trx, tenant: string, price: ReleaseManifest['model']): Promise<number> {
+  const today = sql<boolean>`created_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`;
+  const answers = db
+    .selectFrom('model_turns')
+    .select(['workflow_id', 'input_tokens', 'output_tokens'])
+    .where(today)
+    .unionAll(db.selectFrom('discarded_model_answers').select(['workflow_id', 'input_tokens', 'output_tokens']).where(today));
   const r = await db
-    .selectFrom('model_turns as t')
+    .selectFrom(answers.as('t'))
     .innerJoin('workflows as w', 'w.id', 't.workflow_id')
     .select([
       sql<string>`coalesce(sum(t.input_tokens), 0)`.as('input_tokens'),
       sql<string>`coalesce(sum(t.output_tokens), 0)`.as('output_tokens'),
     ])
     .where('w.tenant', '=', tenant)
-    .where(sql<boolean>`t.created_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`)
     .executeTakeFirstOrThrow();
   return modelSpendMicroUsd(price, { input_tokens: Number(r.input_tokens), output_tokens: Number(r.output_tokens) });
 }

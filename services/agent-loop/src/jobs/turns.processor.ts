@@ -149,26 +149,45 @@ async function finishWithMessage(
 }
 
 /**
- * Adds the tokens and spend of a model answer that was discarded (a follow-up arrived while the
- * model answered, so the round is re-run) to the run's budget: the spend bound is checked before
- * each model request, and re-runs must not make model calls it never counts. No round is charged
- * (none was recorded).
+ * Charges a model answer that was discarded (a follow-up arrived while the model answered, so the
+ * round is re-run): its tokens and spend go to the run's budget (the spend bound is checked before
+ * each model request, and re-runs must not make model calls it never counts), and the answer is
+ * kept in `discarded_model_answers`, which the tenant's daily model-spend cap sums with the
+ * recorded turns (docs/decisions/0680-discarded-answers-count-toward-the-tenant-cap.md). One
+ * transaction, under the run's lock (taken first, as every lock on the run is: ADR 0014). No round
+ * is charged (none was recorded).
  */
 async function chargeDiscardedAnswer(
   db: Db,
-  workflowId: string,
+  wf: { id: string; release_id: string },
+  round: number,
   price: ReleaseManifest['model'],
-  usage: OpenAI.Responses.ResponseUsage | undefined,
+  response: OpenAI.Responses.Response,
 ): Promise<void> {
+  const usage = response.usage;
   const tokens = { input_tokens: usage?.input_tokens ?? 0, output_tokens: usage?.output_tokens ?? 0 };
-  await db
-    .updateTable('budgets')
-    .set((eb) => ({
-      tokens_used: eb('tokens_used', '+', usage?.total_tokens ?? 0),
-      spend_micro_usd: eb('spend_micro_usd', '+', modelSpendMicroUsd(price, tokens)),
-    }))
-    .where('workflow_id', '=', workflowId)
-    .execute();
+  await inTransaction(db, async (trx) => {
+    await trx.selectFrom('workflows').select('id').where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
+    await trx
+      .insertInto('discarded_model_answers')
+      .values({
+        workflow_id: wf.id,
+        round,
+        response_id: response.id,
+        model: response.model,
+        ...tokens,
+        release_id: wf.release_id,
+      })
+      .execute();
+    await trx
+      .updateTable('budgets')
+      .set((eb) => ({
+        tokens_used: eb('tokens_used', '+', usage?.total_tokens ?? 0),
+        spend_micro_usd: eb('spend_micro_usd', '+', modelSpendMicroUsd(price, tokens)),
+      }))
+      .where('workflow_id', '=', wf.id)
+      .execute();
+  });
 }
 
 /** Dependencies of {@link processTurn}. */
@@ -487,8 +506,9 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
     }
     return out;
   }).catch(async (err: unknown) => {
-    // The answer thrown away for a follow-up was still paid for: the run's spend budget counts it.
-    if (err instanceof TranscriptChanged) await chargeDiscardedAnswer(db, wf.id, deps.modelPrice, response.usage);
+    // The answer thrown away for a follow-up was still paid for: the run's spend budget and the
+    // tenant's daily cap count it.
+    if (err instanceof TranscriptChanged) await chargeDiscardedAnswer(db, wf, job.round, deps.modelPrice, response);
     throw err;
   });
   await deps.relay.publish(rows);
