@@ -97,8 +97,9 @@ export interface ModelTurnsTable {
 }
 
 /**
- * A model answer paid for but not recorded as a turn: a follow-up arrived while the model answered
- * and the round was re-run with it (ADR 0680). Counted by the tenant's daily model-spend cap.
+ * A model answer paid for but not recorded as a turn (ADR 0680): a follow-up arrived while the
+ * model answered and the round was re-run with it (`follow_up`), or the run ended or the round was
+ * recorded by another attempt meanwhile (`round_closed`). Counted by the tenant's daily model-spend cap.
  */
 export interface DiscardedModelAnswersTable {
   id: Generated<string>;
@@ -109,6 +110,7 @@ export interface DiscardedModelAnswersTable {
   input_tokens: number;
   output_tokens: number;
   release_id: string;
+  reason: 'follow_up' | 'round_closed';
   created_at: Generated<Date>;
 }
 

@@ -70,13 +70,15 @@ async function userMessage(workflowId: string, round: number, text: string): Pro
 
 /**
  * A model that answers a plain message with {@link USAGE}; while it answers its first
- * `followUps` requests, the requester sends a follow-up (so those answers are discarded).
+ * `followUps` requests, the requester sends a follow-up (so those answers are discarded), and
+ * `during`, when given, runs while it answers each request.
  */
-function model(workflowId: string, followUps: number): { client: OpenAI; requests: () => number } {
+function model(workflowId: string, followUps: number, during?: () => Promise<void>): { client: OpenAI; requests: () => number } {
   let n = 0;
   const create = async () => {
     n++;
     if (n <= followUps) await userMessage(workflowId, 0, `Note ${n}.`);
+    await during?.();
     return {
       id: `resp_${randomBytes(6).toString('hex')}`,
       model: price.name,
@@ -135,6 +137,11 @@ describe('the tenant’s daily model-spend cap counts answers discarded for a fo
     expect(Number(stopped.spend_micro_usd)).toBeLessThan(Number(stopped.max_spend_micro_usd));
     const turns = await t.db.selectFrom('model_turns').select('round').where('workflow_id', '=', first).execute();
     expect(turns).toEqual([]);
+    const kept = await t.db.selectFrom('discarded_model_answers').select(['round', 'reason']).where('workflow_id', '=', first).execute();
+    expect(kept).toEqual([
+      { round: 1, reason: 'follow_up' },
+      { round: 1, reason: 'follow_up' },
+    ]);
     // The tenant's spend today, as the cap reads it, is what the run paid for.
     expect(await tenantSpendToday(t.db, tenant, price)).toBe(2 * ANSWER_MICRO_USD);
 
@@ -154,5 +161,20 @@ describe('the tenant’s daily model-spend cap counts answers discarded for a fo
     const m3 = model(other, 0);
     expect(await processTurn({ release: 'rel-1', workflowId: other, round: 1 }, deps(m3.client, cap))).toBe('recorded');
     expect(await run(other)).toMatchObject({ state: 'completed', stop_reason: null });
+  });
+
+  it('an answer that arrives after its run ended is counted too (the run stopped while the model answered)', async () => {
+    const tenant = `tenant-${randomBytes(4).toString('hex')}`;
+    const id = await submitted(tenant);
+    const stop = async () => {
+      await t.db.updateTable('workflows').set({ state: 'stopped', stop_reason: 'dependency_unavailable' }).where('id', '=', id).execute();
+    };
+    const m = model(id, 0, stop);
+    expect(await processTurn({ release: 'rel-1', workflowId: id, round: 1 }, deps(m.client, 100 * ANSWER_MICRO_USD))).toBe('recorded');
+    expect(m.requests()).toBe(1);
+    expect(await tenantSpendToday(t.db, tenant, price)).toBe(ANSWER_MICRO_USD);
+    expect(Number((await run(id)).spend_micro_usd)).toBe(ANSWER_MICRO_USD);
+    const kept = await t.db.selectFrom('discarded_model_answers').select(['round', 'reason']).where('workflow_id', '=', id).execute();
+    expect(kept).toEqual([{ round: 1, reason: 'round_closed' }]);
   });
 });

@@ -149,45 +149,37 @@ async function finishWithMessage(
 }
 
 /**
- * Charges a model answer that was discarded (a follow-up arrived while the model answered, so the
- * round is re-run): its tokens and spend go to the run's budget (the spend bound is checked before
- * each model request, and re-runs must not make model calls it never counts), and the answer is
- * kept in `discarded_model_answers`, which the tenant's daily model-spend cap sums with the
- * recorded turns (docs/decisions/0680-discarded-answers-count-toward-the-tenant-cap.md). One
- * transaction, under the run's lock (taken first, as every lock on the run is: ADR 0014). No round
- * is charged (none was recorded).
+ * Charges a model answer that was paid for and discarded, in `trx`, which holds the run's lock
+ * (taken first, as every lock on the run is: ADR 0014): its tokens and spend go to the run's
+ * budget (the spend bound is checked before each model request, and re-runs must not make model
+ * calls it never counts), and the answer is kept in `discarded_model_answers`, which the tenant's
+ * daily model-spend cap sums with the recorded turns
+ * (docs/decisions/0680-discarded-answers-count-toward-the-tenant-cap.md). `follow_up`: a
+ * follow-up arrived while the model answered, so the round is re-run; `round_closed`: the run
+ * ended, or another attempt recorded the round, meanwhile. No round is charged (none was recorded).
  */
 async function chargeDiscardedAnswer(
-  db: Db,
+  trx: Trx,
   wf: { id: string; release_id: string },
   round: number,
   price: ReleaseManifest['model'],
   response: OpenAI.Responses.Response,
+  reason: 'follow_up' | 'round_closed',
 ): Promise<void> {
   const usage = response.usage;
   const tokens = { input_tokens: usage?.input_tokens ?? 0, output_tokens: usage?.output_tokens ?? 0 };
-  await inTransaction(db, async (trx) => {
-    await trx.selectFrom('workflows').select('id').where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
-    await trx
-      .insertInto('discarded_model_answers')
-      .values({
-        workflow_id: wf.id,
-        round,
-        response_id: response.id,
-        model: response.model,
-        ...tokens,
-        release_id: wf.release_id,
-      })
-      .execute();
-    await trx
-      .updateTable('budgets')
-      .set((eb) => ({
-        tokens_used: eb('tokens_used', '+', usage?.total_tokens ?? 0),
-        spend_micro_usd: eb('spend_micro_usd', '+', modelSpendMicroUsd(price, tokens)),
-      }))
-      .where('workflow_id', '=', wf.id)
-      .execute();
-  });
+  await trx
+    .insertInto('discarded_model_answers')
+    .values({ workflow_id: wf.id, round, response_id: response.id, model: response.model, ...tokens, release_id: wf.release_id, reason })
+    .execute();
+  await trx
+    .updateTable('budgets')
+    .set((eb) => ({
+      tokens_used: eb('tokens_used', '+', usage?.total_tokens ?? 0),
+      spend_micro_usd: eb('spend_micro_usd', '+', modelSpendMicroUsd(price, tokens)),
+    }))
+    .where('workflow_id', '=', wf.id)
+    .execute();
 }
 
 /** Dependencies of {@link processTurn}. */
@@ -388,7 +380,11 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
     .map((c) => ({ ...c, call_id: escapeUnstorable(c.call_id), name: escapeUnstorable(c.name), arguments: escapeUnstorable(c.arguments) }));
   const rows = await inTransaction(db, async (trx) => {
     const locked = await trx.selectFrom('workflows').selectAll().where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
-    if (TERMINAL_STATES.has(locked.state) || locked.round >= job.round) return [] as OutboxRow[];
+    if (TERMINAL_STATES.has(locked.state) || locked.round >= job.round) {
+      // Nothing to record for an ended run or a round already recorded, but the answer was paid for.
+      await chargeDiscardedAnswer(trx, wf, job.round, deps.modelPrice, response, 'round_closed');
+      return [] as OutboxRow[];
+    }
     // A follow-up arrived while the model was answering (docs/product/public-contract.md#follow-up-messages: the agent takes a new turn with
     // it). Its own turn job has this round's id, so it merged with this one: record nothing from a
     // response to an out-of-date transcript; processTurn re-runs the round with the follow-up.
@@ -508,7 +504,11 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
   }).catch(async (err: unknown) => {
     // The answer thrown away for a follow-up was still paid for: the run's spend budget and the
     // tenant's daily cap count it.
-    if (err instanceof TranscriptChanged) await chargeDiscardedAnswer(db, wf, job.round, deps.modelPrice, response);
+    if (err instanceof TranscriptChanged)
+      await inTransaction(db, async (trx) => {
+        await trx.selectFrom('workflows').select('id').where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
+        await chargeDiscardedAnswer(trx, wf, job.round, deps.modelPrice, response, 'follow_up');
+      });
     throw err;
   });
   await deps.relay.publish(rows);
