@@ -20,6 +20,7 @@ import * as lockedRefundSums from './20261203000100-LockedRefundSums.ts';
 import * as followUpIdempotencyKey from './20261205000100-FollowUpIdempotencyKey.ts';
 import * as releaseFirstActive from './20261206000100-ReleaseFirstActive.ts';
 import * as discardedModelAnswers from './20261206000680-DiscardedModelAnswers.ts';
+import * as refundWindowsFromTheClaim from './20261206000682-RefundWindowsFromTheClaim.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
 export const migrations: Record<string, Migration> = {
@@ -44,4 +45,5 @@ export const migrations: Record<string, Migration> = {
   '20261205000100-FollowUpIdempotencyKey': followUpIdempotencyKey,
   '20261206000100-ReleaseFirstActive': releaseFirstActive,
   '20261206000680-DiscardedModelAnswers': discardedModelAnswers,
+  '20261206000682-RefundWindowsFromTheClaim': refundWindowsFromTheClaim,
 };

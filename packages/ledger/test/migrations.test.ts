@@ -46,6 +46,7 @@ const TABLES_OF: Record<string, string[]> = {
   '20261205000100-FollowUpIdempotencyKey': [],
   '20261206000100-ReleaseFirstActive': [],
   '20261206000680-DiscardedModelAnswers': ['discarded_model_answers'],
+  '20261206000682-RefundWindowsFromTheClaim': [],
 };
 const tablesUpTo = (names: string[]): string[] => names.flatMap((n) => TABLES_OF[n] ?? []).sort();
 const ALL_TABLES = tablesUpTo(Object.keys(migrations));

@@ -67,7 +67,9 @@ export async function fetchOrder(stagingUrl: string, orderId: string): Promise<S
  * Sum of refunds recorded in the ledger's actions ({@link COUNTED_REFUND_STATES}, plus
  * {@link QUEUED_REFUND_STATES} with `includeQueued`), integer cents, optionally restricted to a
  * tenant, an order, a user and a window (ms, ending now: {@link windowStart}), excluding one action
- * (the one re-evaluated).
+ * (the one re-evaluated). In a window a refund is placed at the later of its decision and its
+ * first claim (its operation's reservation): one decided long ago and held that ran now is money
+ * out now (docs/decisions/0682-a-held-refund-counts-from-its-claim.md).
  */
 export async function recordedRefundsCents(
   db: Db | Trx,
@@ -75,13 +77,15 @@ export async function recordedRefundsCents(
 ): Promise<number> {
   let q = db
     .selectFrom('actions as a')
+    .leftJoin('operations as o', 'o.key', 'a.operation_key')
     .select(sql<string>`coalesce(sum((a.arguments->>'amountCents')::bigint), 0)`.as('total'))
     .where('a.tool', '=', 'issue_refund')
     .where('a.status', 'in', opts.includeQueued ? [...COUNTED_REFUND_STATES, ...QUEUED_REFUND_STATES] : [...COUNTED_REFUND_STATES]);
   if (opts.tenant) q = q.where('a.tenant', '=', opts.tenant);
   if (opts.orderId) q = q.where('a.target', '=', opts.orderId);
   if (opts.userId) q = q.where('a.user_id', '=', opts.userId);
-  if (opts.sinceMs !== undefined) q = q.where('a.created_at', '>=', windowStart(opts.sinceMs));
+  if (opts.sinceMs !== undefined)
+    q = q.where(sql<Date>`greatest(a.created_at, coalesce(o.created_at, a.created_at))`, '>=', windowStart(opts.sinceMs));
   if (opts.excludeActionId) q = q.where('a.id', '!=', opts.excludeActionId);
   const row = await q.executeTakeFirstOrThrow();
   return Number(row.total);
@@ -122,9 +126,11 @@ export interface RefundSumsRead {
 /**
  * The database call that reads a {@link RefundSumsRead}, as a set-returning expression of one
  * row (`order_cents`, `user_24h_cents`, `tenant_1h_cents`, `tenant_24h_cents`, bigint cents). The
- * database owns the aggregate (migration 20261203000100-LockedRefundSums); with lock keys it
- * takes the locks in {@link advisoryLockOrder}, then sums on a snapshot taken after they were
- * granted (ADR 0470). Windows are rolling, measured from now (ms, {@link windowStart}).
+ * database owns the aggregate (migrations 20261203000100-LockedRefundSums and
+ * 20261206000682-RefundWindowsFromTheClaim); with lock keys it takes the locks in
+ * {@link advisoryLockOrder}, then sums on a snapshot taken after they were granted (ADR 0470).
+ * Windows are rolling, measured from now (ms, {@link windowStart}); a refund that ran is in them
+ * from its claim (ADR 0682).
  */
 function refundSumsCall(read: RefundSumsRead): RawBuilder<unknown> {
   const statuses = read.includeQueued ? [...COUNTED_REFUND_STATES, ...QUEUED_REFUND_STATES] : [...COUNTED_REFUND_STATES];

@@ -2,10 +2,12 @@
 // they replace (`recordedRefundsCents`), on a real Postgres: refunds of two tenants, three users
 // and three orders, in every status, created inside the hour, inside the day and before it. Each
 // of the four sums must equal the per-limit sum for the same filter, with and without the queued
-// refunds and with one action left out (the re-evaluation at execution).
+// refunds and with one action left out (the re-evaluation at execution). Some refunds were decided
+// before the day and claimed (their operation reserved) inside the hour or the day: the windows
+// place a refund that ran at its claim (ADR 0682).
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createAction } from '@gatehouse/testing';
+import { createAction, recordEffect } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { recordedRefundsCents, refundSums } from '../src/index.ts';
 
@@ -36,6 +38,25 @@ beforeAll(async () => {
           i++;
         }
       }
+  // Decided 30 h ago, claimed 5 minutes, 5 hours or 26 hours ago, in a status that counts or not.
+  const CLAIMED = [
+    ['running', 5 * 60_000],
+    ['succeeded', 5 * HOUR_MS],
+    ['failed_unknown', 5 * 60_000],
+    ['succeeded', 26 * HOUR_MS],
+  ] as const;
+  for (const tenant of TENANTS)
+    for (const [k, [status, claimedMs]] of CLAIMED.entries()) {
+      const userId = USERS[k % USERS.length]!;
+      const orderId = ORDERS[(k + 1) % ORDERS.length]!;
+      const a = await createAction(tdb.db, { tenant, userId, orderId, amountCents: 1000 + 11 * k, decision: 'ALLOW' });
+      await recordEffect(tdb.db, a, { status });
+      await sql`UPDATE actions SET created_at = now() - interval '30 hours' WHERE id = ${a.actionId}`.execute(tdb.db);
+      await sql`UPDATE operations SET created_at = now() - make_interval(secs => ${claimedMs / 1000}) WHERE key = ${a.operationKey}`.execute(
+        tdb.db,
+      );
+      actionIds.push(a.actionId);
+    }
 });
 
 afterAll(async () => {
@@ -50,7 +71,7 @@ describe('refundSums', () => {
   );
 
   it.each(cases)('equals the per-limit sums: $tenant $userId $orderId queued=$includeQueued', async (c) => {
-    for (const excludeActionId of [undefined, actionIds[3], actionIds[40]]) {
+    for (const excludeActionId of [undefined, actionIds[3], actionIds[40], actionIds[actionIds.length - 2]]) {
       const got = await refundSums(tdb.db, { ...c, excludeActionId });
       const base = { tenant: c.tenant, includeQueued: c.includeQueued, excludeActionId };
       expect(got).toEqual({
@@ -60,6 +81,21 @@ describe('refundSums', () => {
         tenant24hCents: await recordedRefundsCents(tdb.db, { ...base, sinceMs: 24 * HOUR_MS }),
       });
     }
+  });
+
+  it('counts a refund decided before the day from its claim: inside the hour, the day, or neither', async () => {
+    // quillfeather, rep-ana: claimed 5 minutes ago (running, 1000) on O-2; rep-ben: 5 hours ago (succeeded, 1011) on O-3
+    const got = await refundSums(tdb.db, { tenant: 'quillfeather', userId: 'rep-ben', orderId: 'O-3', includeQueued: false });
+    const without = await refundSums(tdb.db, {
+      tenant: 'quillfeather',
+      userId: 'rep-ben',
+      orderId: 'O-3',
+      includeQueued: false,
+      excludeActionId: actionIds[actionIds.length - 7],
+    });
+    expect(got.user24hCents - without.user24hCents).toBe(1011);
+    expect(got.tenant24hCents - without.tenant24hCents).toBe(1011);
+    expect(got.tenant1hCents - without.tenant1hCents).toBe(0);
   });
 
   it('counts something in every sum (the seed is not vacuous)', async () => {
