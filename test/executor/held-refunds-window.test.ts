@@ -12,6 +12,7 @@ import { BUNDLES, startHarness, type Harness } from './support/harness.ts';
 // decision sees them all. On the code before, every held refund was counted at its decision,
 // outside the windows, and the burst passed the hour's limit.
 
+const TRIALS = Number(process.env.HELD_REFUND_TRIALS ?? 15);
 let h: Harness;
 beforeAll(async () => {
   h = await startHarness({ poolSize: 12 });
@@ -57,6 +58,23 @@ describe('rolling windows count a held refund from its claim (ADR 0682)', () => 
     const sums = await refundSums(h.db, { tenant: 'quillfeather', orderId: 'X-0001', userId: 'rep-ana', includeQueued: true });
     expect(sums.tenant1hCents).toBe(9000);
   });
+
+  it(`held refunds released all at once (a re-enable releases every held step) stay within the tenant's hour (× ${TRIALS})`, async () => {
+    const limits = { ...BUNDLES.support.limits, agentRolling1hCents: 10_000 };
+    const deps = h.deps({ bundles: { ...BUNDLES, support: { ...BUNDLES.support, limits } } });
+    const anomalies: string[] = [];
+    for (let t = 0; t < TRIALS; t++) {
+      const refunds = await held(6, '2 hours');
+      const settled = await Promise.allSettled(refunds.map((a) => processExecution(a.job, deps)));
+      const outcomes = settled.map((r) => (r.status === 'fulfilled' ? r.value : `error:${String(r.reason)}`));
+      const paid = await paidOn(refunds.map((a) => a.orderId));
+      if (paid !== 9000 || outcomes.filter((o) => o === 'reevaluated:DENY:R6').length !== 3)
+        anomalies.push(`trial ${t}: paid ${paid}, ${outcomes.join(', ')}`);
+      await sql`UPDATE actions SET created_at = now() - interval '2 days'`.execute(h.db);
+      await sql`UPDATE operations SET created_at = now() - interval '2 days'`.execute(h.db);
+    }
+    expect(anomalies).toEqual([]);
+  }, 120_000);
 
   it("held refunds decided yesterday, released now, stay within the user's day (R5) and the tenant's day (R10)", async () => {
     const bundles = { ...BUNDLES, support: { ...BUNDLES.support, limits: { ...BUNDLES.support.limits, userRolling24hCents: 6000 } } };
