@@ -9,16 +9,34 @@ import { sql, type Kysely } from 'kysely';
  * keeps its decision's time. The order's cumulative basis (R4, R7) has no window and is
  * unchanged.
  *
+ * - `operations.tenant` (new, nullable): the tenant of the operation's action, filled by a
+ *   `BEFORE INSERT` trigger from `actions` (so any writer, a former release's included, fills it)
+ *   and backfilled here; a partial index on `(tenant, created_at)` for refund operations.
  * - `refund_limit_sums` is redefined with that time (same signature, so
  *   `refund_limit_sums_locked` and every caller are unchanged). Its candidates are the tenant's
- *   refunds on the order or decided inside the day, plus those whose operation was reserved
- *   inside the day (an index on `operations (tool, created_at)` finds them).
+ *   refunds on the order or decided inside the day, plus the tenant's refunds whose operation was
+ *   reserved inside the day — found through that index, so a decision reads only its own
+ *   tenant's rows, as before (the limit checks never scan another tenant's, ADR 0500).
  *
- * Backward compatible: a function body and an index; a former release calls the same function
- * and counts held refunds from their claim too.
+ * Backward compatible: a nullable column, a trigger, an index and a function body; a former
+ * release calls the same function and counts held refunds from their claim too.
  */
 export async function up(db: Kysely<unknown>): Promise<void> {
-  await sql`CREATE INDEX operations_by_tool_time ON operations (tool, created_at)`.execute(db);
+  await sql`ALTER TABLE operations ADD COLUMN IF NOT EXISTS tenant text`.execute(db);
+  await sql`
+    CREATE OR REPLACE FUNCTION operations_fill_tenant() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.tenant IS NULL THEN
+        SELECT a.tenant INTO NEW.tenant FROM actions a WHERE a.id = NEW.action_id;
+      END IF;
+      RETURN NEW;
+    END $$`.execute(db);
+  await sql`CREATE OR REPLACE TRIGGER operations_fill_tenant BEFORE INSERT ON operations
+    FOR EACH ROW EXECUTE FUNCTION operations_fill_tenant()`.execute(db);
+  await sql`UPDATE operations o SET tenant = a.tenant FROM actions a WHERE a.id = o.action_id AND o.tenant IS NULL`.execute(db);
+  await sql`CREATE INDEX IF NOT EXISTS operations_refunds_by_tenant_time ON operations (tenant, created_at) WHERE tool = 'issue_refund'`.execute(
+    db,
+  );
   await sql`
     CREATE OR REPLACE FUNCTION refund_limit_sums(
       p_tenant text, p_order text, p_user text, p_day_start timestamptz, p_hour_start timestamptz,
@@ -31,7 +49,8 @@ export async function up(db: Kysely<unknown>): Promise<void> {
            AND (a.target = p_order OR a.created_at >= p_day_start)
         UNION
         SELECT a.id FROM operations o JOIN actions a ON a.operation_key = o.key
-         WHERE o.tool = 'issue_refund' AND o.created_at >= p_day_start AND a.tenant = p_tenant
+         WHERE o.tenant = p_tenant AND o.tool = 'issue_refund' AND o.created_at >= p_day_start
+           AND a.tenant = p_tenant
       ), counted AS (
         SELECT a.target, a.user_id, (a.arguments->>'amountCents')::bigint AS cents,
                greatest(a.created_at, coalesce(o.created_at, a.created_at)) AS at
@@ -69,5 +88,8 @@ export async function down(db: Kysely<unknown>): Promise<void> {
         AND (a.target = p_order OR a.created_at >= p_day_start)
         AND (p_exclude_action IS NULL OR a.id <> p_exclude_action)
     $$`.execute(db);
-  await sql`DROP INDEX operations_by_tool_time`.execute(db);
+  await sql`DROP INDEX IF EXISTS operations_refunds_by_tenant_time`.execute(db);
+  await sql`DROP TRIGGER IF EXISTS operations_fill_tenant ON operations`.execute(db);
+  await sql`DROP FUNCTION IF EXISTS operations_fill_tenant()`.execute(db);
+  await sql`ALTER TABLE operations DROP COLUMN IF EXISTS tenant`.execute(db);
 }

@@ -324,11 +324,14 @@ export async function seedPriorRefunds(db: Db, orders: string[], cents = 5000): 
 }
 
 /**
- * Moves every refund recorded in the last day two days back, so the next section starts with
- * empty rolling windows (R5 user 24 h, R6 agent 1 h). Per-order sums (R4, R7) are unaffected.
+ * Moves every refund recorded in the last day two days back, its decision and its claim (a refund
+ * that ran is in the windows from its claim, ADR 0682), so the next section starts with empty
+ * rolling windows (R5 user 24 h, R6 agent 1 h). Per-order sums (R4, R7) are unaffected.
  */
 export async function ageRefunds(db: Db): Promise<void> {
   await sql`UPDATE actions SET created_at = created_at - interval '2 days'
+    WHERE tool = 'issue_refund' AND created_at > now() - interval '1 day'`.execute(db);
+  await sql`UPDATE operations SET created_at = created_at - interval '2 days'
     WHERE tool = 'issue_refund' AND created_at > now() - interval '1 day'`.execute(db);
 }
 

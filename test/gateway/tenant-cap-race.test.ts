@@ -44,9 +44,13 @@ async function newOrder(): Promise<string> {
   return id;
 }
 
-/** Moves every refund recorded so far out of the tenant's day (and hour): the next trial starts from zero. */
+/**
+ * Moves every refund recorded so far out of the tenant's day (and hour), decisions and claims
+ * alike (a refund that ran is in the windows from its claim, ADR 0682): the next trial starts from zero.
+ */
 async function ageEverything(): Promise<void> {
   await sql`UPDATE actions SET created_at = now() - interval '25 hours'`.execute(h.db);
+  await sql`UPDATE operations SET created_at = now() - interval '25 hours'`.execute(h.db);
 }
 
 describe('R10 under concurrency on the real gateway and executor paths', () => {

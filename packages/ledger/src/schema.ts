@@ -205,6 +205,8 @@ export interface OperationsTable {
   updated_at: Timestamp;
   /** Set when reconciliation froze the operation (amount mismatch): nothing claims or retries it. */
   frozen_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+  /** The tenant of its action, filled on insert by a trigger (migration 20261206000682-RefundWindowsFromTheClaim); read by the refund windows' sums. */
+  tenant: Generated<string | null>;
 }
 
 /** A stage of a switched-off tool's way back (docs/decisions/0310-staged-reenable.md); at most one open (`ended_at` null) per tool. */
