@@ -199,7 +199,10 @@ function classifyShipments(s: Snapshot, ops: AgentOperation[]): Finding[] {
       const later = done.filter((o) => o.createdAtMs > op.createdAtMs).length;
       const extra = op.baselineShipments === null ? NaN : all.length - op.baselineShipments - later;
       const newest = all.filter((x) => !x.cancelled).at(-1);
-      if (extra === 1 && newest) {
+      // A shipment the order system made before this operation's write-ahead mark (or at a time
+      // it does not say) is not this call's: someone else shipped (ADR 0678) — a person's call.
+      const notOurs = newest && op.dispatchedAtMs !== null && !(newest.createdAtMs >= op.dispatchedAtMs);
+      if (extra === 1 && newest && !notOurs) {
         hasIt = 1;
         out.push(
           fromOp(op, 'in_flight_ledger_has_it', {

@@ -22,6 +22,8 @@ export interface AgentOperation {
   leaseExpiresAtMs: number | null;
   /** Shipment count committed before dispatch (reship only). */
   baselineShipments: number | null;
+  /** Epoch ms of the write-ahead mark (`dispatched_at`, written before the request is sent); null when never dispatched. */
+  dispatchedAtMs: number | null;
   frozen: boolean;
   /** Epoch ms when the operation was reserved (its claim). */
   createdAtMs: number;
@@ -127,6 +129,7 @@ export async function readAgentOperations(db: Db): Promise<AgentOperation[]> {
       'o.fencing_token',
       'o.lease_expires_at',
       'o.baseline',
+      'o.dispatched_at',
       'o.frozen_at',
       'o.created_at',
       // Its own approval, or a lead's approval of replaying it (a lost refund replayed under its key).
@@ -154,6 +157,7 @@ export async function readAgentOperations(db: Db): Promise<AgentOperation[]> {
       fencingToken: String(r.fencing_token),
       leaseExpiresAtMs: r.lease_expires_at ? new Date(r.lease_expires_at).getTime() : null,
       baselineShipments: typeof baseline === 'number' ? baseline : null,
+      dispatchedAtMs: r.dispatched_at ? new Date(r.dispatched_at).getTime() : null,
       frozen: r.frozen_at !== null,
       createdAtMs: new Date(r.created_at).getTime(),
       usedApproval: r.used_approval,

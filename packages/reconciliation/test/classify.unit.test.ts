@@ -23,6 +23,7 @@ function op(over: Partial<AgentOperation> & Pick<AgentOperation, 'key'>): AgentO
     fencingToken: '1',
     leaseExpiresAtMs: null,
     baselineShipments: null,
+    dispatchedAtMs: null,
     frozen: false,
     createdAtMs: NOW - 60_000 + seq,
     usedApproval: false,

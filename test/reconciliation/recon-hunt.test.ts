@@ -1,0 +1,74 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runReconciliation } from '@gatehouse/reconciliation';
+import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
+import { seedStep } from './seed.ts';
+
+// Reconciliation over a real ledger and the staging systems of record, seeded straight into both.
+
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness({ poolSize: 6 });
+});
+afterAll(async () => {
+  await h?.close();
+});
+
+const pass = () => runReconciliation({ db: h.db, stagingUrl: h.stagingUrl, hmacKey: AUDIT_HMAC_KEY, actor: 'ops-gus' });
+const op = (key: string) => h.db.selectFrom('operations').selectAll().where('key', '=', key).executeTakeFirstOrThrow();
+
+describe('reconciliation: reships', () => {
+  it('an in-flight reship whose one new shipment is older than its dispatch is a person’s call, never resumed with that shipment (ADR 0678)', async () => {
+    const orderId = await h.newOrder();
+    // Someone outside Gatehouse ships the order after the baseline was read, before the call went out.
+    await h.staging
+      .insertInto('staging.shipments')
+      .values({
+        shipment_id: 'shp_by_someone_else',
+        order_id: orderId,
+        tenant: 'quillfeather',
+        requester: 'ops-desk',
+        actor: 'ops-desk',
+        created_at: new Date(Date.now() - 5000),
+      })
+      .execute();
+    // The reship's POST got a 503 (nothing made); the executor's read-back refused the older shipment: failed_unknown.
+    const step = await seedStep(h.db, { tool: 'reship_order', orderId, opStatus: 'failed_unknown', baselineShipments: 0, answered: false });
+
+    const report = await pass();
+    const mine = report.findings.filter((d) => d.finding.orderId === orderId).map((d) => d.finding);
+    expect(mine.map((f) => f.class)).not.toContain('in_flight_ledger_has_it');
+    expect(mine).toEqual([
+      expect.objectContaining({ class: 'shipment_count_mismatch', detail: expect.objectContaining({ undecidedOperations: [step.key] }) }),
+    ]);
+    expect(await op(step.key)).toMatchObject({ status: 'failed_unknown', evidence_ref: null });
+    expect(report.resumed).toBe(0);
+  });
+
+  it('an in-flight reship whose one new shipment the order system made after its dispatch is resumed with it', async () => {
+    const orderId = await h.newOrder();
+    const step = await seedStep(h.db, {
+      tool: 'reship_order',
+      orderId,
+      opStatus: 'failed_unknown',
+      baselineShipments: 0,
+      answered: false,
+      workflowState: 'needs_reconciliation',
+    });
+    await h.staging
+      .insertInto('staging.shipments')
+      .values({
+        shipment_id: `shp_${step.key.slice(0, 8)}`,
+        order_id: orderId,
+        tenant: 'quillfeather',
+        requester: 'rep-ana',
+        actor: 'support-agent',
+        created_at: new Date(Date.now() + 1000),
+      })
+      .execute();
+    const report = await pass();
+    expect(report.findings.filter((d) => d.finding.orderId === orderId).map((d) => [d.finding.class, d.disposition])).toEqual([
+      ['in_flight_ledger_has_it', 'resumed'],
+    ]);
+    expect(await op(step.key)).toMatchObject({ status: 'succeeded', evidence_ref: `shp_${step.key.slice(0, 8)}` });
+  });
+});
