@@ -71,4 +71,54 @@ describe('reconciliation: reships', () => {
     ]);
     expect(await op(step.key)).toMatchObject({ status: 'succeeded', evidence_ref: `shp_${step.key.slice(0, 8)}` });
   });
+
+  /** A shipment of `orderId` the order system made `inMs` from now (its listing is oldest first). */
+  const ship = async (orderId: string, id: string, inMs: number) =>
+    h.staging
+      .insertInto('staging.shipments')
+      .values({
+        shipment_id: id,
+        order_id: orderId,
+        tenant: 'quillfeather',
+        requester: 'rep-ana',
+        actor: 'support-agent',
+        created_at: new Date(Date.now() + inMs),
+      })
+      .execute();
+  const evidence = (key: string, ref: string) => h.db.updateTable('operations').set({ evidence_ref: ref }).where('key', '=', key).execute();
+
+  it('two reships of one order: the in-flight one is never resumed with the shipment the other one recorded as its own', async () => {
+    const orderId = await h.newOrder();
+    // b was proposed first but dispatched after a's baseline; it succeeded with its shipment.
+    const b = await seedStep(h.db, { tool: 'reship_order', orderId, opStatus: 'succeeded', baselineShipments: 0 });
+    // a's POST was refused (503, nothing made) and its read-back saw a rival: failed_unknown.
+    const a = await seedStep(h.db, { tool: 'reship_order', orderId, opStatus: 'failed_unknown', baselineShipments: 0, answered: false });
+    await ship(orderId, `shp_b_${orderId}`, 1000);
+    await evidence(b.key, `shp_b_${orderId}`);
+
+    const report = await pass();
+    const mine = report.findings.filter((d) => d.finding.orderId === orderId);
+    expect(mine.map((d) => [d.finding.class, d.finding.operationKey, d.disposition])).toEqual([
+      ['in_flight_ledger_lacks_it', a.key, 'new'],
+      ['matched', b.key, 'matched'],
+    ]);
+    expect(await op(a.key)).toMatchObject({ status: 'failed_unknown', evidence_ref: null });
+  });
+
+  it('two reships of one order: the in-flight one is resumed with its own shipment, not the later one’s', async () => {
+    const orderId = await h.newOrder();
+    const a = await seedStep(h.db, { tool: 'reship_order', orderId, opStatus: 'failed_unknown', baselineShipments: 0, answered: false });
+    await ship(orderId, `shp_a_${orderId}`, 1000); // a's POST made it; its answer was lost
+    const b = await seedStep(h.db, { tool: 'reship_order', orderId, opStatus: 'succeeded', baselineShipments: 1 });
+    await ship(orderId, `shp_b_${orderId}`, 2000);
+    await evidence(b.key, `shp_b_${orderId}`);
+
+    const report = await pass();
+    const mine = report.findings.filter((d) => d.finding.orderId === orderId);
+    expect(mine.map((d) => [d.finding.class, d.finding.operationKey, d.disposition])).toEqual([
+      ['in_flight_ledger_has_it', a.key, 'resumed'],
+      ['matched', b.key, 'matched'],
+    ]);
+    expect(await op(a.key)).toMatchObject({ status: 'succeeded', evidence_ref: `shp_a_${orderId}` });
+  });
 });

@@ -179,9 +179,11 @@ function refundsOverLimit(s: Snapshot, opsByKey: Map<string, AgentOperation>): F
 
 /**
  * Shipments have no key (docs/product/users-and-tools.md#support-pack, `reship_order`), so the join is by count per order. An in-flight
- * reship is decided by its committed baseline: one shipment more than the baseline (net of
- * later reships that succeeded) → the order system has it; none → it lacks it; anything else, or
- * several in flight on one order, is a count mismatch for a person. Then the standing shipments
+ * reship is decided by its committed baseline: one shipment more than the baseline (net of the
+ * shipments other reships recorded as their effect, and of later reships that succeeded naming
+ * none) → the order system has it, unless that shipment is older than the reship's dispatch (ADR
+ * 0678); none → it lacks it; anything else, or several in flight on one order, is a count
+ * mismatch for a person. Then the standing shipments
  * must equal the reships that happened: the surplus (positive or negative) is the difference.
  */
 function classifyShipments(s: Snapshot, ops: AgentOperation[]): Finding[] {
@@ -196,9 +198,14 @@ function classifyShipments(s: Snapshot, ops: AgentOperation[]): Finding[] {
     let ambiguous: string[] = [];
     if (inFlight.length === 1) {
       const op = inFlight[0]!;
-      const later = done.filter((o) => o.createdAtMs > op.createdAtMs).length;
-      const extra = op.baselineShipments === null ? NaN : all.length - op.baselineShipments - later;
-      const newest = all.filter((x) => !x.cancelled).at(-1);
+      // The shipments made since its baseline, less those another reship recorded as its own effect;
+      // a later reship that names no listed shipment still accounts for one of them (by count).
+      const theirs = new Set(done.map((o) => o.evidenceRef).filter((r): r is string => r !== null));
+      const since = op.baselineShipments === null ? [] : all.slice(op.baselineShipments).filter((x) => !theirs.has(x.shipmentId));
+      const named = (o: AgentOperation) => o.evidenceRef !== null && all.some((x) => x.shipmentId === o.evidenceRef);
+      const later = done.filter((o) => o.createdAtMs > op.createdAtMs && !named(o)).length;
+      const extra = op.baselineShipments === null ? NaN : since.length - later;
+      const newest = since.filter((x) => !x.cancelled).at(-1);
       // A shipment the order system made before this operation's write-ahead mark (or at a time
       // it does not say) is not this call's: someone else shipped (ADR 0678) — a person's call.
       const notOurs = newest && op.dispatchedAtMs !== null && !(newest.createdAtMs >= op.dispatchedAtMs);

@@ -24,6 +24,8 @@ export interface AgentOperation {
   baselineShipments: number | null;
   /** Epoch ms of the write-ahead mark (`dispatched_at`, written before the request is sent); null when never dispatched. */
   dispatchedAtMs: number | null;
+  /** The system of record's id of the effect the operation recorded (a reship's shipment id), or null. */
+  evidenceRef: string | null;
   frozen: boolean;
   /** Epoch ms when the operation was reserved (its claim). */
   createdAtMs: number;
@@ -130,6 +132,7 @@ export async function readAgentOperations(db: Db): Promise<AgentOperation[]> {
       'o.lease_expires_at',
       'o.baseline',
       'o.dispatched_at',
+      'o.evidence_ref',
       'o.frozen_at',
       'o.created_at',
       // Its own approval, or a lead's approval of replaying it (a lost refund replayed under its key).
@@ -158,6 +161,7 @@ export async function readAgentOperations(db: Db): Promise<AgentOperation[]> {
       leaseExpiresAtMs: r.lease_expires_at ? new Date(r.lease_expires_at).getTime() : null,
       baselineShipments: typeof baseline === 'number' ? baseline : null,
       dispatchedAtMs: r.dispatched_at ? new Date(r.dispatched_at).getTime() : null,
+      evidenceRef: r.evidence_ref,
       frozen: r.frozen_at !== null,
       createdAtMs: new Date(r.created_at).getTime(),
       usedApproval: r.used_approval,

@@ -24,6 +24,7 @@ function op(over: Partial<AgentOperation> & Pick<AgentOperation, 'key'>): AgentO
     leaseExpiresAtMs: null,
     baselineShipments: null,
     dispatchedAtMs: null,
+    evidenceRef: null,
     frozen: false,
     createdAtMs: NOW - 60_000 + seq,
     usedApproval: false,
