@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runReconciliation } from '@gatehouse/reconciliation';
+import { AuditUnavailable } from '@gatehouse/ledger';
+import { executeApprovedRemediations, executeRemediation, requestRemediation, runReconciliation } from '@gatehouse/reconciliation';
 import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
 import { seedStep } from './seed.ts';
 
@@ -14,6 +15,34 @@ afterAll(async () => {
 });
 
 const pass = () => runReconciliation({ db: h.db, stagingUrl: h.stagingUrl, hmacKey: AUDIT_HMAC_KEY, actor: 'ops-gus' });
+const remediation = () => ({
+  db: h.db,
+  stagingUrl: h.stagingUrl,
+  hmacKey: AUDIT_HMAC_KEY,
+  release: 'rel-1',
+  signingKey: h.delegationKeys.signing,
+  auditGate: { maxHeartbeatAgeMs: 10_000, maxBacklogAgeMs: 3_600_000 },
+});
+/** Asks for `kind` on the live item of `subject`, and lets lead-eli approve it (what the approval API writes for a `RECON` approval). */
+async function approved(subject: string, kind: 'ratify' | 'reverse' | 'replay') {
+  const item = await h.db
+    .selectFrom('reconciliation_items')
+    .selectAll()
+    .where('subject', '=', subject)
+    .where('status', 'in', ['open', 'frozen'])
+    .executeTakeFirstOrThrow();
+  const t = await requestRemediation(remediation(), { itemId: item.id, remediation: kind, operator: 'ops-gus' });
+  await h.db
+    .updateTable('approvals')
+    .set({ status: 'approved', approver: 'lead-eli', decided_at: new Date() })
+    .where('id', '=', t.approvalId)
+    .execute();
+  await h.db.updateTable('actions').set({ status: 'approved' }).where('operation_key', '=', t.operationKey).execute();
+  return t;
+}
+const approvalStatus = async (id: string) =>
+  (await h.db.selectFrom('approvals').select('status').where('id', '=', id).executeTakeFirstOrThrow()).status;
+const beatAt = (at: Date) => h.db.updateTable('audit_heartbeat').set({ beat_at: at }).where('id', '=', 1).execute();
 const op = (key: string) => h.db.selectFrom('operations').selectAll().where('key', '=', key).executeTakeFirstOrThrow();
 
 describe('reconciliation: reships', () => {
@@ -120,5 +149,32 @@ describe('reconciliation: reships', () => {
       ['matched', b.key, 'matched'],
     ]);
     expect(await op(a.key)).toMatchObject({ status: 'succeeded', evidence_ref: `shp_a_${orderId}` });
+  });
+});
+
+describe('reconciliation: remediations while audit storage is unavailable', () => {
+  it('the job’s batch holds every approved remediation (approval left unused) and does not throw, so the pass still runs', async () => {
+    const orderId = await h.newOrder();
+    const step = await seedStep(h.db, { tool: 'issue_refund', orderId, amountCents: 3000, opStatus: 'succeeded' });
+    await pass();
+    const t = await approved(`op:${step.key}`, 'ratify');
+    await beatAt(new Date(Date.now() - 3_600_000)); // the audit service stopped beating an hour ago
+    try {
+      // One item alone: refused with the audit outage, as `gatehouse reconcile resolve` reports it.
+      await expect(executeRemediation(remediation(), t.itemId)).rejects.toBeInstanceOf(AuditUnavailable);
+      // The batch the job (and `gatehouse reconcile`) runs before its pass: held, not thrown.
+      const outcomes = await executeApprovedRemediations(remediation());
+      expect(outcomes).toEqual([
+        expect.objectContaining({ state: 'retry', itemId: t.itemId, reason: expect.stringMatching(/^audit_unavailable/) }),
+      ]);
+      expect(await approvalStatus(t.approvalId)).toBe('approved');
+      const report = await pass(); // reads go on
+      expect(report.worklist.map((i) => i.id)).toContain(t.itemId);
+    } finally {
+      await beatAt(new Date());
+    }
+    // Audit back: the same approval is consumed once and the item resolved.
+    expect(await executeApprovedRemediations(remediation())).toEqual([expect.objectContaining({ state: 'resolved', itemId: t.itemId })]);
+    expect(await approvalStatus(t.approvalId)).toBe('used');
   });
 });

@@ -20,6 +20,7 @@ import {
   recordOutcome,
   resetToPending,
   readCredentialEpoch,
+  AuditUnavailable,
   DependencyUnavailable,
   DEFAULT_AUDIT_GATE,
   requireAuditHealthy,
@@ -392,7 +393,10 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
 
 /**
  * Executes every remediation whose approval a lead granted and that has not run yet (the
- * repeatable job calls this before each pass). Returns each outcome.
+ * repeatable job calls this before each pass). Returns each outcome. With audit storage
+ * unavailable each is held as `retry` (`audit_unavailable: …`; nothing claimed or sent, its
+ * approval left unused) rather than thrown, so the pass that follows — reads — still runs
+ * (docs/product/invariants.md#evidence).
  */
 export async function executeApprovedRemediations(deps: ExecuteDeps): Promise<RemediationOutcome[]> {
   const ready = await deps.db
@@ -404,6 +408,13 @@ export async function executeApprovedRemediations(deps: ExecuteDeps): Promise<Re
     .orderBy('r.created_at')
     .execute();
   const out: RemediationOutcome[] = [];
-  for (const r of ready) out.push(await executeRemediation(deps, r.id));
+  for (const r of ready) {
+    try {
+      out.push(await executeRemediation(deps, r.id));
+    } catch (err) {
+      if (!(err instanceof AuditUnavailable)) throw err;
+      out.push({ state: 'retry', itemId: r.id, reason: `audit_unavailable: ${err.message}` });
+    }
+  }
   return out;
 }
