@@ -43,6 +43,20 @@ async function approved(subject: string, kind: 'ratify' | 'reverse' | 'replay') 
 const approvalStatus = async (id: string) =>
   (await h.db.selectFrom('approvals').select('status').where('id', '=', id).executeTakeFirstOrThrow()).status;
 const beatAt = (at: Date) => h.db.updateTable('audit_heartbeat').set({ beat_at: at }).where('id', '=', 1).execute();
+/** A shipment of `orderId` the order system made `inMs` from now (its listing is oldest first). */
+const ship = async (orderId: string, id: string, inMs: number) =>
+  h.staging
+    .insertInto('staging.shipments')
+    .values({
+      shipment_id: id,
+      order_id: orderId,
+      tenant: 'quillfeather',
+      requester: 'rep-ana',
+      actor: 'support-agent',
+      created_at: new Date(Date.now() + inMs),
+    })
+    .execute();
+const evidence = (key: string, ref: string) => h.db.updateTable('operations').set({ evidence_ref: ref }).where('key', '=', key).execute();
 const op = (key: string) => h.db.selectFrom('operations').selectAll().where('key', '=', key).executeTakeFirstOrThrow();
 
 describe('reconciliation: reships', () => {
@@ -100,21 +114,6 @@ describe('reconciliation: reships', () => {
     ]);
     expect(await op(step.key)).toMatchObject({ status: 'succeeded', evidence_ref: `shp_${step.key.slice(0, 8)}` });
   });
-
-  /** A shipment of `orderId` the order system made `inMs` from now (its listing is oldest first). */
-  const ship = async (orderId: string, id: string, inMs: number) =>
-    h.staging
-      .insertInto('staging.shipments')
-      .values({
-        shipment_id: id,
-        order_id: orderId,
-        tenant: 'quillfeather',
-        requester: 'rep-ana',
-        actor: 'support-agent',
-        created_at: new Date(Date.now() + inMs),
-      })
-      .execute();
-  const evidence = (key: string, ref: string) => h.db.updateTable('operations').set({ evidence_ref: ref }).where('key', '=', key).execute();
 
   it('two reships of one order: the in-flight one is never resumed with the shipment the other one recorded as its own', async () => {
     const orderId = await h.newOrder();
@@ -176,5 +175,32 @@ describe('reconciliation: remediations while audit storage is unavailable', () =
     // Audit back: the same approval is consumed once and the item resolved.
     expect(await executeApprovedRemediations(remediation())).toEqual([expect.objectContaining({ state: 'resolved', itemId: t.itemId })]);
     expect(await approvalStatus(t.approvalId)).toBe('used');
+  });
+});
+
+describe('reconciliation: a surplus shipment', () => {
+  it('cancel_shipment asks to cancel a shipment no succeeded reship names as its effect, not merely the newest', async () => {
+    const orderId = await h.newOrder();
+    await ship(orderId, `shp_stray_${orderId}`, -5000); // made outside Gatehouse, first
+    const r = await seedStep(h.db, { tool: 'reship_order', orderId, opStatus: 'succeeded', baselineShipments: 1 });
+    await ship(orderId, `shp_r_${orderId}`, 0); // the agent's reship, newest
+    await evidence(r.key, `shp_r_${orderId}`);
+
+    const report = await pass();
+    expect(report.findings.filter((d) => d.finding.orderId === orderId).map((d) => d.finding.subject)).toEqual([
+      `order:${orderId}:surplus+1`,
+    ]);
+    const item = await h.db
+      .selectFrom('reconciliation_items')
+      .selectAll()
+      .where('subject', '=', `order:${orderId}:surplus+1`)
+      .executeTakeFirstOrThrow();
+    const t = await requestRemediation(remediation(), { itemId: item.id, remediation: 'cancel_shipment', operator: 'ops-gus' });
+    const action = await h.db
+      .selectFrom('actions')
+      .select('arguments')
+      .where('operation_key', '=', t.operationKey)
+      .executeTakeFirstOrThrow();
+    expect(action.arguments).toMatchObject({ shipmentId: `shp_stray_${orderId}` });
   });
 });

@@ -195,6 +195,7 @@ function classifyShipments(s: Snapshot, ops: AgentOperation[]): Finding[] {
     const done = mine.filter((o) => o.status === 'succeeded');
     const inFlight = mine.filter((o) => phaseOf(o, s.nowMs) === 'in_flight');
     let hasIt = 0;
+    let hasItRef: string | null = null;
     let ambiguous: string[] = [];
     if (inFlight.length === 1) {
       const op = inFlight[0]!;
@@ -211,6 +212,7 @@ function classifyShipments(s: Snapshot, ops: AgentOperation[]): Finding[] {
       const notOurs = newest && op.dispatchedAtMs !== null && !(newest.createdAtMs >= op.dispatchedAtMs);
       if (extra === 1 && newest && !notOurs) {
         hasIt = 1;
+        hasItRef = newest.shipmentId;
         out.push(
           fromOp(op, 'in_flight_ledger_has_it', {
             ledgerRef: newest.shipmentId,
@@ -244,6 +246,8 @@ function classifyShipments(s: Snapshot, ops: AgentOperation[]): Finding[] {
         standing: standing.length,
         surplus,
         shipmentIds: standing.map((x) => x.shipmentId),
+        // Standing shipments no reship names as its effect: what a cancellation should take first.
+        unclaimedShipmentIds: standing.map((x) => x.shipmentId).filter((id) => id !== hasItRef && !mine.some((o) => o.evidenceRef === id)),
         cancelled: all.filter((x) => x.cancelled).length,
         ...(ambiguous.length ? { undecidedOperations: ambiguous } : {}),
       },

@@ -98,6 +98,8 @@ async function orderRecord(stagingUrl: string, orderId: string): Promise<{ tenan
 function remediationArgs(item: WorklistItem, remediation: Remediation): Record<string, unknown> {
   const detail = item.detail;
   const shipmentIds = Array.isArray(detail.shipmentIds) ? (detail.shipmentIds as string[]) : [];
+  // The newest standing shipment no reship recorded as its effect; the newest standing one otherwise.
+  const unclaimed = Array.isArray(detail.unclaimedShipmentIds) ? (detail.unclaimedShipmentIds as string[]) : [];
   return {
     itemId: item.id,
     class: item.class,
@@ -107,7 +109,7 @@ function remediationArgs(item: WorklistItem, remediation: Remediation): Record<s
     operationKey: item.operation_key,
     ledgerRef: item.ledger_ref,
     amountCents: item.amount_cents === null ? null : Number(item.amount_cents),
-    ...(remediation === 'cancel_shipment' ? { shipmentId: shipmentIds.at(-1) ?? null } : {}),
+    ...(remediation === 'cancel_shipment' ? { shipmentId: unclaimed.at(-1) ?? shipmentIds.at(-1) ?? null } : {}),
   };
 }
 
