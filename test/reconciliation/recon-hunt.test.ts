@@ -60,7 +60,7 @@ const evidence = (key: string, ref: string) => h.db.updateTable('operations').se
 const op = (key: string) => h.db.selectFrom('operations').selectAll().where('key', '=', key).executeTakeFirstOrThrow();
 
 describe('reconciliation: reships', () => {
-  it('an in-flight reship whose one new shipment is older than its dispatch is a person’s call, never resumed with that shipment (ADR 0678)', async () => {
+  it('an in-flight reship whose one new shipment is older than its dispatch is not resumed with that shipment: the order system lacks it (ADR 0678)', async () => {
     const orderId = await h.newOrder();
     // Someone outside Gatehouse ships the order after the baseline was read, before the call went out.
     await h.staging
@@ -79,10 +79,13 @@ describe('reconciliation: reships', () => {
 
     const report = await pass();
     const mine = report.findings.filter((d) => d.finding.orderId === orderId).map((d) => d.finding);
-    expect(mine.map((f) => f.class)).not.toContain('in_flight_ledger_has_it');
-    expect(mine).toEqual([
-      expect.objectContaining({ class: 'shipment_count_mismatch', detail: expect.objectContaining({ undecidedOperations: [step.key] }) }),
+    // The order system lacks this reship (the one new shipment is someone else's), and that shipment is surplus.
+    expect(mine.map((f) => [f.class, f.subject])).toEqual([
+      ['in_flight_ledger_lacks_it', `op:${step.key}`],
+      ['shipment_count_mismatch', `order:${orderId}:surplus+1`],
     ]);
+    expect(mine[0]!.detail).toMatchObject({ madeBeforeDispatch: 'shp_by_someone_else' });
+    expect(mine[1]!.detail).toMatchObject({ unclaimedShipmentIds: ['shp_by_someone_else'] });
     expect(await op(step.key)).toMatchObject({ status: 'failed_unknown', evidence_ref: null });
     expect(report.resumed).toBe(0);
   });

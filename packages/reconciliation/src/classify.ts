@@ -207,10 +207,13 @@ function classifyShipments(s: Snapshot, ops: AgentOperation[]): Finding[] {
       const later = done.filter((o) => o.createdAtMs > op.createdAtMs && !named(o)).length;
       const extra = op.baselineShipments === null ? NaN : since.length - later;
       const newest = since.filter((x) => !x.cancelled).at(-1);
-      // A shipment the order system made before this operation's write-ahead mark (or at a time
-      // it does not say) is not this call's: someone else shipped (ADR 0678) — a person's call.
-      const notOurs = newest && op.dispatchedAtMs !== null && !(newest.createdAtMs >= op.dispatchedAtMs);
-      if (extra === 1 && newest && !notOurs) {
+      // A shipment the order system made before this operation's write-ahead mark is not this
+      // call's: someone else shipped (ADR 0678), so the order system lacks this one; one whose time
+      // it does not say cannot be shown to be this call's either — a person's call.
+      const marked = newest !== undefined && op.dispatchedAtMs !== null;
+      const older = marked && newest.createdAtMs < op.dispatchedAtMs!;
+      const unreadable = marked && Number.isNaN(newest.createdAtMs);
+      if (extra === 1 && newest && !older && !unreadable) {
         hasIt = 1;
         hasItRef = newest.shipmentId;
         out.push(
@@ -220,6 +223,12 @@ function classifyShipments(s: Snapshot, ops: AgentOperation[]): Finding[] {
           }),
         );
       } else if (extra === 0) out.push(fromOp(op, 'in_flight_ledger_lacks_it', { detail: { baseline: op.baselineShipments } }));
+      else if (extra === 1 && newest && older && later === 0)
+        out.push(
+          fromOp(op, 'in_flight_ledger_lacks_it', {
+            detail: { baseline: op.baselineShipments, madeBeforeDispatch: newest.shipmentId },
+          }),
+        );
       else ambiguous = [op.key];
     } else if (inFlight.length > 1) ambiguous = inFlight.map((o) => o.key);
     const standing = all.filter((x) => !x.cancelled);

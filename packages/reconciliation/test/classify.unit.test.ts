@@ -181,6 +181,29 @@ describe('classify: shipments by count, mail by template, changes by key', () =>
     ]);
   });
 
+  it('never takes a shipment older than the reship’s dispatch, or of unreadable time, as its effect (ADR 0678)', () => {
+    const reship = (key: string, target: string) =>
+      op({
+        key,
+        tool: 'reship_order',
+        status: 'failed_unknown',
+        target,
+        args: { orderId: target },
+        baselineShipments: 0,
+        dispatchedAtMs: NOW - 500,
+      });
+    const ops = [reship('r-old', 'O-1001'), reship('r-nan', 'O-1002')];
+    const shipments = new Map([
+      ['O-1001', [{ shipmentId: 's-old', createdAtMs: NOW - 1000, cancelled: false }]],
+      ['O-1002', [{ shipmentId: 's-nan', createdAtMs: NaN, cancelled: false }]],
+    ]);
+    expect(brief(classify(snapshot({ operations: ops, shipments })))).toEqual([
+      'in_flight_ledger_lacks_it op:r-old',
+      'shipment_count_mismatch order:O-1001:surplus+1',
+      'shipment_count_mismatch order:O-1002:in_flight:r-nan',
+    ]);
+  });
+
   it('leaves an order alone while a reship holds a live lease', () => {
     const ops = [
       op({
