@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from 'kysely';
 import { AuditUnavailable } from '@gatehouse/ledger';
 import { executeApprovedRemediations, executeRemediation, requestRemediation, runReconciliation } from '@gatehouse/reconciliation';
 import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
@@ -205,5 +206,19 @@ describe('reconciliation: a surplus shipment', () => {
       .where('operation_key', '=', t.operationKey)
       .executeTakeFirstOrThrow();
     expect(action.arguments).toMatchObject({ shipmentId: `shp_stray_${orderId}` });
+  });
+});
+
+describe('reconciliation: a large ledger', () => {
+  it('a payments ledger whose full listing exceeds one read-back body still reconciles, and a stray refund is found', async () => {
+    const orderId = await h.newOrder();
+    // 6000 refunds nobody's step made (a busy ledger: more than 1 MiB as one listing).
+    await sql`INSERT INTO staging.refunds (refund_id, idempotency_key, order_id, tenant, amount_cents, reason, requester, actor, created_at)
+      SELECT 're_bulk' || lpad(g::text, 17, '0'), 'bulk-key-' || g, ${orderId}, 'quillfeather', 1, 'bulk', 'rep-ana', 'support-agent',
+             now() - interval '1 day' + g * interval '1 millisecond'
+        FROM generate_series(1, 6000) g`.execute(h.db);
+    const report = await pass();
+    expect(report.counts.ledger_entry_without_step).toBeGreaterThanOrEqual(6000);
+    expect(report.findings.some((d) => d.finding.subject === 'refund:re_bulk00000000000006000')).toBe(true);
   });
 });

@@ -106,7 +106,36 @@ async function readJson<T>(url: string, timeoutMs: number): Promise<T> {
     throw new ReadBackUnavailable(`read-back ${new URL(url).pathname} unavailable: ${(err as Error).message}`);
   }
   if (!res.ok) throw new ReadBackUnavailable(`read-back ${new URL(url).pathname} answered ${res.status}`);
-  return (await res.json()) as T;
+  try {
+    return (await res.json()) as T;
+  } catch (err) {
+    // A body past the cap while streaming, cut or not JSON: nothing is classified on half the data.
+    throw new ReadBackUnavailable(`read-back ${new URL(url).pathname} unreadable: ${(err as Error).message}`);
+  }
+}
+
+/** Rows per page of a whole-ledger listing: each answer stays well under the read-back body cap. */
+const PAGE_ROWS = 500;
+
+/**
+ * Reads every row of a paged read-back listing (`?limit=…&after=<cursor>` → `{<list>, next}`),
+ * page after page until `next` is null: a long ledger never has to fit in one capped answer. A
+ * listing that does not page (no `next`) answered everything at once.
+ * @throws ReadBackUnavailable when a page fails, or the answer is not a list with a usable cursor.
+ */
+async function readAll<T>(url: string, list: string, timeoutMs: number): Promise<T[]> {
+  const rows: T[] = [];
+  for (let after: string | null = null; ;) {
+    const page: string = `${url}?limit=${PAGE_ROWS}${after === null ? '' : `&after=${encodeURIComponent(after)}`}`;
+    const body: Record<string, unknown> = await readJson<Record<string, unknown>>(page, timeoutMs);
+    const got = body[list];
+    const next: unknown = body.next;
+    if (!Array.isArray(got) || (next !== undefined && next !== null && (typeof next !== 'string' || next === after)))
+      throw new ReadBackUnavailable(`read-back ${new URL(url).pathname} answered no usable page`);
+    rows.push(...(got as T[]));
+    if (typeof next !== 'string') return rows;
+    after = next;
+  }
 }
 
 const ms = (iso: string): number => new Date(iso).getTime();
@@ -172,7 +201,7 @@ export async function readAgentOperations(db: Db): Promise<AgentOperation[]> {
 /**
  * Reads one consistent-enough picture for a pass: the ledger's operations first, then the
  * systems of record through their read-back endpoints (docs/product/public-contract.md#staging-read-back): every refund and
- * reversal, the shipments of every known order, every change operation, and the mail of orders
+ * reversal (page by page), the shipments of every known order, every change operation, and the mail of orders
  * with a mail operation in flight. Records written after the operations were read show up as
  * `ledger_entry_without_step` at worst for one pass, then match.
  * @throws ReadBackUnavailable when any read-back fails (nothing is classified on half the data).
@@ -185,16 +214,18 @@ export async function readSnapshot(
   const timeoutMs = opts.timeoutMs ?? 5000;
   const nowMs = Date.now();
   const operations = await readAgentOperations(db);
-  const [refundsBody, reversalsBody, changesBody] = await Promise.all([
-    readJson<{ refunds: Array<{ refundId: string; orderId: string; amountCents: number; idempotencyKey: string; createdAt: string }> }>(
+  const [refunds, reversals, changeOperations] = await Promise.all([
+    readAll<{ refundId: string; orderId: string; amountCents: number; idempotencyKey: string; createdAt: string }>(
       `${stagingUrl}/ledger/refunds`,
+      'refunds',
       timeoutMs,
     ),
-    readJson<{ reversals: Array<{ reversalId: string; refundId: string; idempotencyKey: string; createdAt: string }> }>(
+    readAll<{ reversalId: string; refundId: string; idempotencyKey: string; createdAt: string }>(
       `${stagingUrl}/ledger/reversals`,
+      'reversals',
       timeoutMs,
     ),
-    readJson<{ operations: LedgerChangeOperation[] }>(`${stagingUrl}/changes/operations`, timeoutMs),
+    readAll<LedgerChangeOperation>(`${stagingUrl}/changes/operations`, 'operations', timeoutMs),
   ]);
   const orders = new Map(loadWorld().orders.map((o) => [o.id, { tenant: o.tenant, region: o.region, paidCents: o.paid }]));
   const orderIds = new Set([...orders.keys(), ...operations.filter((o) => o.tool === 'reship_order').map((o) => o.target)]);
@@ -220,14 +251,14 @@ export async function readSnapshot(
   }
   return {
     operations,
-    refunds: refundsBody.refunds.map((r) => ({
+    refunds: refunds.map((r) => ({
       refundId: r.refundId,
       orderId: r.orderId,
       amountCents: r.amountCents,
       idempotencyKey: r.idempotencyKey,
       createdAtMs: ms(r.createdAt),
     })),
-    reversals: reversalsBody.reversals.map((v) => ({
+    reversals: reversals.map((v) => ({
       reversalId: v.reversalId,
       refundId: v.refundId,
       idempotencyKey: v.idempotencyKey,
@@ -235,7 +266,7 @@ export async function readSnapshot(
     })),
     shipments,
     messages,
-    changeOperations: changesBody.operations,
+    changeOperations,
     orders,
     autoApproveLimitCents: opts.autoApproveLimitCents,
     nowMs,

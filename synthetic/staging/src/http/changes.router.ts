@@ -12,6 +12,7 @@ import {
   type DelegationVerifier,
 } from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
+import { pageOf, PageQuery, parseQuery } from './query.parser.ts';
 
 /** Delegation audience of the change service (docs/product/policy-rules.md#delegated-credentials). */
 export const CHANGES_AUDIENCE = 'changes';
@@ -130,8 +131,10 @@ export function changesRouter(
     res.json(operation);
   });
 
-  router.get('/changes/operations', async (_req, res) => {
-    res.json({ operations: await deps.changes.listOperations() });
+  router.get('/changes/operations', async (req, res) => {
+    const page = pageOf(parseQuery(z.object(PageQuery), req.query));
+    const operations = await deps.changes.listOperations(page);
+    res.json(page ? { operations, next: operations.length === page.limit ? operations.at(-1)!.operationKey : null } : { operations });
   });
 
   router.get('/changes/operations/:operationKey', async (req, res) => {

@@ -1,7 +1,7 @@
 import { Router } from 'express';
 import { z } from 'zod';
 import { Forbidden, NotFound, parseBody } from '@gatehouse/platform';
-import { parseQuery } from './query.parser.ts';
+import { pageOf, PageQuery, parseQuery } from './query.parser.ts';
 import type { StagingDb } from '../db/staging.database.ts';
 import type { OrdersRepository } from '../repositories/orders.repository.ts';
 import type { RefundsRepository } from '../repositories/refunds.repository.ts';
@@ -46,7 +46,11 @@ export const RefundBodySchema = z
   })
   .strict();
 
-const ListQuerySchema = z.object({ orderId: z.string().min(1).max(64).optional(), tenant: z.string().min(1).max(64).optional() });
+const ListQuerySchema = z.object({
+  orderId: z.string().min(1).max(64).optional(),
+  tenant: z.string().min(1).max(64).optional(),
+  ...PageQuery,
+});
 
 /** Body of `POST /ledger/refunds/:refundId/reversals`: why, ≤ 240 chars. */
 export const ReversalBodySchema = z.object({ reason: z.string().max(240) }).strict();
@@ -59,13 +63,16 @@ export const ReversalBodySchema = z.object({ reason: z.string().max(240) }).stri
  *   invalid token; 403 wrong audience/scope/epoch, `tenant_mismatch`, `ceiling_exceeded`;
  *   404 `order_not_found`; 409 `idempotency_key_reuse`, `stale_fencing_token`.
  * - `GET /ledger/refunds?orderId=…` → `{refunds: [...]}` (read-back, no token); without
- *   `orderId`, every refund (optionally `?tenant=…`), for reconciliation (docs/product/reconciliation.md).
+ *   `orderId`, every refund (optionally `?tenant=…`), for reconciliation (docs/product/reconciliation.md),
+ *   or one page of them by refund id with `?limit=1..1000[&after=<refundId>]` → `{refunds, next}`
+ *   (`next`: the cursor of the following page, null on the last).
  * - `POST /ledger/refunds/:refundId/reversals` (Bearer token with scope `refund:reverse`,
  *   `Idempotency-Key`, optional `X-Fencing-Token`, body `{reason}`) → 201 `{reversalId, refundId,
  *   orderId, amountCents, idempotencyKey, createdAt}` reversing the whole refund; 200 with
  *   `Idempotent-Replayed: true` for a replay; 400; 401; 403 (delegation, `tenant_mismatch`); 404
  *   `refund_not_found`; 409 `already_reversed`, `idempotency_key_reuse`, `stale_fencing_token`.
- * - `GET /ledger/reversals[?orderId=…]` → `{reversals: [...]}` (read-back, no token).
+ * - `GET /ledger/reversals[?orderId=…]` → `{reversals: [...]}` (read-back, no token); paged like
+ *   refunds with `?limit=…[&after=<reversalId>]` → `{reversals, next}`.
  * Every effect POST verifies its delegated token and its binding to the request first
  * (docs/decisions/0170-delegated-credentials-bind-the-operation.md): 403 `op_mismatch`,
  * `target_mismatch`, `fence_mismatch`, `token_replayed`; 409 `stale_fencing_token`; 503
@@ -126,8 +133,11 @@ export function paymentsRouter(
   );
 
   router.get('/ledger/refunds', async (req, res) => {
-    const { orderId, tenant } = parseQuery(ListQuerySchema, req.query);
-    res.json({ refunds: orderId !== undefined ? await deps.refunds.listByOrder(orderId) : await deps.refunds.listAll(tenant) });
+    const q = parseQuery(ListQuerySchema, req.query);
+    const page = pageOf(q);
+    if (q.orderId !== undefined) return void res.json({ refunds: await deps.refunds.listByOrder(q.orderId) });
+    const refunds = await deps.refunds.listAll(q.tenant, page);
+    res.json(page ? { refunds, next: refunds.length === page.limit ? refunds.at(-1)!.refundId : null } : { refunds });
   });
 
   router.post(
@@ -168,8 +178,10 @@ export function paymentsRouter(
   );
 
   router.get('/ledger/reversals', async (req, res) => {
-    const { orderId } = parseQuery(ListQuerySchema, req.query);
-    res.json({ reversals: await deps.reversals.list(orderId) });
+    const q = parseQuery(ListQuerySchema, req.query);
+    const page = pageOf(q);
+    const reversals = await deps.reversals.list(q.orderId, page);
+    res.json(page ? { reversals, next: reversals.length === page.limit ? reversals.at(-1)!.reversalId : null } : { reversals });
   });
 
   return router;

@@ -1,5 +1,6 @@
 import { ConflictError, Forbidden, NotFound } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
+import type { ListPage } from './list-page.ts';
 import { observeFencingToken } from './fencing.repository.ts';
 
 /** A change record of the change service (seeded from world.json). */
@@ -134,7 +135,12 @@ export class ChangesRepository {
   }
 
   /** Every scheduled operation (reconciliation read-back, docs/product/reconciliation.md), oldest first. */
-  async listOperations(): Promise<ChangeOperation[]> {
+  async listOperations(page?: ListPage): Promise<ChangeOperation[]> {
+    if (page) {
+      let q = this.db.selectFrom('staging.change_operations').selectAll();
+      if (page.after !== undefined) q = q.where('operation_key', '>', page.after);
+      return (await q.orderBy('operation_key', 'asc').limit(page.limit).execute()).map(toOperation);
+    }
     const rows = await this.db
       .selectFrom('staging.change_operations')
       .selectAll()

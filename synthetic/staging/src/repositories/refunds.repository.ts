@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { ConflictError } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
+import type { ListPage } from './list-page.ts';
 import { observeFencingToken } from './fencing.repository.ts';
 
 /** A refund in the payments ledger. `amountCents` is integer cents; `createdAt` ISO 8601. */
@@ -120,9 +121,14 @@ export class RefundsRepository {
    * Every refund in the ledger (reconciliation read-back, docs/product/reconciliation.md), oldest first; only `tenant`'s
    * when given.
    */
-  async listAll(tenant?: string): Promise<Refund[]> {
+  async listAll(tenant?: string, page?: ListPage): Promise<Refund[]> {
     let q = this.db.selectFrom('staging.refunds').selectAll();
     if (tenant !== undefined) q = q.where('tenant', '=', tenant);
+    if (page) {
+      // A page: by id after the cursor, so a long ledger is read in bounded answers.
+      if (page.after !== undefined) q = q.where('refund_id', '>', page.after);
+      return (await q.orderBy('refund_id', 'asc').limit(page.limit).execute()).map(toRefund);
+    }
     const rows = await q.orderBy('created_at', 'asc').orderBy('refund_id', 'asc').execute();
     return rows.map(toRefund);
   }

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { ConflictError, NotFound } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
+import type { ListPage } from './list-page.ts';
 import { observeFencingToken } from './fencing.repository.ts';
 
 /** A reversal of a whole refund (the `reverse_refund` compensation); `createdAt` ISO 8601. */
@@ -109,9 +110,13 @@ export class ReversalsRepository {
   }
 
   /** Reversals, oldest first; only one order's when `orderId` is given. */
-  async list(orderId?: string): Promise<Reversal[]> {
+  async list(orderId?: string, page?: ListPage): Promise<Reversal[]> {
     let q = this.db.selectFrom('staging.refund_reversals').selectAll();
     if (orderId !== undefined) q = q.where('order_id', '=', orderId);
+    if (page) {
+      if (page.after !== undefined) q = q.where('reversal_id', '>', page.after);
+      return (await q.orderBy('reversal_id', 'asc').limit(page.limit).execute()).map(toReversal);
+    }
     const rows = await q.orderBy('created_at', 'asc').orderBy('reversal_id', 'asc').execute();
     return rows.map(toReversal);
   }
