@@ -148,9 +148,10 @@ async function main(argv: string[]): Promise<number> {
     case 'reconcile':
     case 'reconcile resolve': {
       const flags = Object.keys(REMEDIATION_FLAGS).filter((f) => (values as Record<string, unknown>)[f]);
+      // Usage errors (exit 2) before the token check, as for every other command: nothing runs.
+      if (sub && !arg) throw new UsageError('reconcile resolve needs an item id');
+      if (flags.length > 1) throw new UsageError(`choose one remediation, not ${flags.join(' and ')}`);
       return opsCommand(env, values.token, sub ? 'reconcile resolve' : 'reconcile', async (db, op) => {
-        if (sub && !arg) throw new UsageError('reconcile resolve needs an item id');
-        if (flags.length > 1) throw new UsageError(`choose one remediation, not ${flags.join(' and ')}`);
         const signingKey = await cliSigningKey(process.env, stateRoot());
         return withQueues(env, (queues) => {
           const relay = new OutboxRelay(db, queues, createLogger('cli'));

@@ -86,7 +86,15 @@ describe('gatehouse <command> --help', () => {
 
 describe('exit codes', () => {
   it('2 for an unknown command, an unknown flag, a flag the command does not take, a missing argument', async () => {
-    const cases = [['frobnicate'], ['audit', 'verify', '--frob'], ['stack', 'down', '--json'], ['token'], ['switch', 'off']];
+    const cases = [
+      ['frobnicate'],
+      ['audit', 'verify', '--frob'],
+      ['stack', 'down', '--json'],
+      ['token'],
+      ['switch', 'off'],
+      ['reconcile', 'resolve'],
+      ['reconcile', 'resolve', '0123abcd', '--ratify', '--reverse'],
+    ];
     const results = await Promise.all(cases.map((args) => gatehouse(args)));
     results.forEach((r, i) => {
       expect(r.code, `${cases[i]!.join(' ')}: ${r.stderr}`).toBe(EXIT.usage);
