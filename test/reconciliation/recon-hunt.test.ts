@@ -209,6 +209,38 @@ describe('reconciliation: a surplus shipment', () => {
   });
 });
 
+describe('reconciliation: mail', () => {
+  const mail = (orderId: string, id: string, inMs: number) =>
+    h.staging
+      .insertInto('staging.messages')
+      .values({
+        message_id: id,
+        order_id: orderId,
+        tenant: 'quillfeather',
+        template: 'refund_issued',
+        recipient: 'cust-2@example.test',
+        requester: 'rep-ana',
+        actor: 'support-agent',
+        created_at: new Date(Date.now() + inMs),
+      })
+      .execute();
+
+  it('an in-flight send is resumed with its own message, not the one a later send recorded as its own', async () => {
+    const orderId = await h.newOrder();
+    const a = await seedStep(h.db, { tool: 'notify_customer', orderId, opStatus: 'failed_unknown', answered: false });
+    await mail(orderId, `msg_a_${orderId}`, 1000); // a's message went out; its answer was lost
+    const b = await seedStep(h.db, { tool: 'notify_customer', orderId, opStatus: 'succeeded' });
+    await mail(orderId, `msg_b_${orderId}`, 2000);
+    await evidence(b.key, `msg_b_${orderId}`);
+
+    const report = await pass();
+    expect(report.findings.filter((d) => d.finding.orderId === orderId).map((d) => [d.finding.class, d.finding.ledgerRef])).toEqual([
+      ['in_flight_ledger_has_it', `msg_a_${orderId}`],
+    ]);
+    expect(await op(a.key)).toMatchObject({ status: 'succeeded', evidence_ref: `msg_a_${orderId}` });
+  });
+});
+
 describe('reconciliation: a large ledger', () => {
   it('a payments ledger whose full listing exceeds one read-back body still reconciles, and a stray refund is found', async () => {
     const orderId = await h.newOrder();

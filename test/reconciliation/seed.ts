@@ -18,7 +18,7 @@ export interface SeededStep {
 export async function seedStep(
   db: Db,
   o: {
-    tool: 'issue_refund' | 'reship_order';
+    tool: 'issue_refund' | 'reship_order' | 'notify_customer';
     orderId: string;
     amountCents?: number;
     opStatus: OperationStatus;
@@ -29,6 +29,8 @@ export async function seedStep(
     answered?: boolean;
     baselineShipments?: number;
     leaseExpiredMs?: number;
+    /** Mail template of a `notify_customer` step. */
+    template?: string;
   },
 ): Promise<SeededStep> {
   const workflowId = randomUUID();
@@ -37,7 +39,11 @@ export async function seedStep(
   const callId = `call_${workflowId.slice(0, 8)}`;
   const key = `${workflowId}:action:1`;
   const args =
-    o.tool === 'issue_refund' ? { orderId: o.orderId, amountCents: o.amountCents, reason: 'damaged item' } : { orderId: o.orderId };
+    o.tool === 'issue_refund'
+      ? { orderId: o.orderId, amountCents: o.amountCents, reason: 'damaged item' }
+      : o.tool === 'notify_customer'
+        ? { orderId: o.orderId, template: o.template ?? 'refund_issued' }
+        : { orderId: o.orderId };
   const decision = o.decision ?? 'ALLOW';
   await db
     .insertInto('workflows')

@@ -265,14 +265,21 @@ function classifyShipments(s: Snapshot, ops: AgentOperation[]): Finding[] {
   return out;
 }
 
-/** Mail has no key and no dedupe: messages of a template beyond the sends that succeeded decide in-flight sends, oldest first. */
+/**
+ * Mail has no key and no dedupe: messages of a template beyond the sends that succeeded decide
+ * in-flight sends, oldest first. A message a succeeded send recorded as its own (its evidence) is
+ * that send's; only sends that name no listed message are assumed to have sent the oldest ones.
+ */
 function classifyMail(s: Snapshot, ops: AgentOperation[]): Finding[] {
   const out: Finding[] = [];
   for (const op of ops.filter((o) => phaseOf(o, s.nowMs) === 'in_flight')) {
     const template = String(op.args.template);
-    const msgs = (s.messages.get(op.target) ?? []).filter((m) => m.template === template);
+    const listed = (s.messages.get(op.target) ?? []).filter((m) => m.template === template);
     const same = ops.filter((o) => o.target === op.target && String(o.args.template) === template);
-    const done = same.filter((o) => o.status === 'succeeded').length;
+    const succeeded = same.filter((o) => o.status === 'succeeded');
+    const theirs = new Set(succeeded.map((o) => o.evidenceRef).filter((r): r is string => r !== null));
+    const msgs = listed.filter((m) => !theirs.has(m.messageId));
+    const done = succeeded.filter((o) => !(o.evidenceRef !== null && listed.some((m) => m.messageId === o.evidenceRef))).length;
     const before = same.filter((o) => phaseOf(o, s.nowMs) === 'in_flight' && o.createdAtMs < op.createdAtMs).length;
     const msg = msgs[done + before];
     out.push(
