@@ -3,7 +3,7 @@ import { sql } from 'kysely';
 import { AuditUnavailable } from '@gatehouse/ledger';
 import { executeApprovedRemediations, executeRemediation, requestRemediation, runReconciliation } from '@gatehouse/reconciliation';
 import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
-import { seedStep } from './seed.ts';
+import { seedRefund, seedStep } from './seed.ts';
 
 // Reconciliation over a real ledger and the staging systems of record, seeded straight into both.
 
@@ -238,6 +238,26 @@ describe('reconciliation: mail', () => {
       ['in_flight_ledger_has_it', `msg_a_${orderId}`],
     ]);
     expect(await op(a.key)).toMatchObject({ status: 'succeeded', evidence_ref: `msg_a_${orderId}` });
+  });
+});
+
+describe('reconciliation: a refund reversed outside Gatehouse', () => {
+  it('replaying it is refused (its key only returns the reversed refund); ratify is still open to the lead', async () => {
+    const orderId = await h.newOrder();
+    const step = await seedStep(h.db, { tool: 'issue_refund', orderId, amountCents: 3000, opStatus: 'succeeded' });
+    const refundId = await seedRefund(h.db, { key: step.key, orderId, amountCents: 3000 });
+    await sql`INSERT INTO staging.refund_reversals (reversal_id, refund_id, idempotency_key, order_id, tenant, amount_cents, reason, requester, actor)
+      VALUES (${`rev_${refundId}`}, ${refundId}, ${`console-${refundId}`}, ${orderId}, 'quillfeather', 3000, 'console', 'ops-desk', 'ops-desk')`.execute(
+      h.db,
+    );
+    const report = await pass();
+    const found = report.findings.find((d) => d.finding.operationKey === step.key)!;
+    expect([found.finding.class, found.finding.detail.reversedBy]).toEqual(['agent_done_ledger_missing', `rev_${refundId}`]);
+    await expect(
+      requestRemediation(remediation(), { itemId: found.itemId!, remediation: 'replay', operator: 'ops-gus' }),
+    ).rejects.toMatchObject({ reason: 'refund_reversed' });
+    const t = await requestRemediation(remediation(), { itemId: found.itemId!, remediation: 'ratify', operator: 'ops-gus' });
+    expect(t.remediation).toBe('ratify');
   });
 });
 

@@ -143,6 +143,14 @@ export async function requestRemediation(
   if (req.remediation === 'cancel_shipment' && !(Number(item.detail.surplus) > 0)) {
     throw new RemediationRefused('nothing_to_cancel', `order ${item.order_id} has no surplus shipment`);
   }
+  // A replay goes under the step's own key, where the ledger keeps the refund that was reversed:
+  // it could only return that refund, move no money and still resolve the item (ADR 0050).
+  if (req.remediation === 'replay' && typeof item.detail.reversedBy === 'string') {
+    throw new RemediationRefused(
+      'refund_reversed',
+      `the ledger's refund ${item.ledger_ref} under this step's key was reversed (${item.detail.reversedBy}): a replay under that key only returns it; ratify the difference instead`,
+    );
+  }
   if (item.approval_id) {
     const prior = await deps.db
       .selectFrom('approvals as p')
