@@ -1,7 +1,17 @@
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { AuditUnavailable } from '@gatehouse/ledger';
-import { executeApprovedRemediations, executeRemediation, requestRemediation, runReconciliation } from '@gatehouse/reconciliation';
+import {
+  classify,
+  executeApprovedRemediations,
+  executeRemediation,
+  readSnapshot,
+  recordFinding,
+  requestRemediation,
+  runReconciliation,
+  type Finding,
+} from '@gatehouse/reconciliation';
 import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
 import { seedRefund, seedStep } from './seed.ts';
 
@@ -258,6 +268,38 @@ describe('reconciliation: a refund reversed outside Gatehouse', () => {
     ).rejects.toMatchObject({ reason: 'refund_reversed' });
     const t = await requestRemediation(remediation(), { itemId: found.itemId!, remediation: 'ratify', operator: 'ops-gus' });
     expect(t.remediation).toBe('ratify');
+  });
+});
+
+describe('reconciliation: two passes at once', () => {
+  it('the pass that loses the race to resume an in-flight step opens no item for it', async () => {
+    const orderId = await h.newOrder();
+    const step = await seedStep(h.db, {
+      tool: 'issue_refund',
+      orderId,
+      amountCents: 1500,
+      opStatus: 'failed_unknown',
+      workflowState: 'needs_reconciliation',
+    });
+    await seedRefund(h.db, { key: step.key, orderId, amountCents: 1500 });
+    // Two passes (the job and `gatehouse reconcile`) read the same picture, then write one after the other.
+    const opts = { autoApproveLimitCents: 5000 };
+    const mine = (f: Finding) => f.operationKey === step.key;
+    const first = classify(await readSnapshot(h.db, h.stagingUrl, opts)).find(mine)!;
+    const second = classify(await readSnapshot(h.db, h.stagingUrl, opts)).find(mine)!;
+    expect([first.class, second.class]).toEqual(['in_flight_ledger_has_it', 'in_flight_ledger_has_it']);
+    const writer = (runId: string) => ({ runId, actor: 'ops-gus', hmacKey: AUDIT_HMAC_KEY });
+    expect((await recordFinding(h.db, writer(randomUUID()), first)).disposed.disposition).toBe('resumed');
+    const late = await recordFinding(h.db, writer(randomUUID()), second);
+    expect(late.rows).toEqual([]);
+    const live = await h.db
+      .selectFrom('reconciliation_items')
+      .select(['class', 'status'])
+      .where('operation_key', '=', step.key)
+      .where('status', 'in', ['open', 'frozen'])
+      .execute();
+    expect(live).toEqual([]);
+    expect(await op(step.key)).toMatchObject({ status: 'succeeded', fencing_token: '2' });
   });
 });
 

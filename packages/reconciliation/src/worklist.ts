@@ -19,7 +19,8 @@ export type WorklistItem = Selectable<ReconciliationItemsTable>;
 
 /**
  * What a pass did with one finding: `matched` (no difference), `new` (an item was opened, or
- * frozen), `seen` (its live item already existed), `explained` (a person resolved this exact
+ * frozen), `seen` (its live item already existed, or — no item — the in-flight step it would
+ * have resumed moved on meanwhile), `explained` (a person resolved this exact
  * difference before, e.g. ratified it), `resumed` (the automatic repair ran; its item is
  * `auto_resolved`).
  */
@@ -119,6 +120,10 @@ export async function recordFinding(db: Db, w: PassWriter, f: Finding): Promise<
     if (resolved) return { disposed: { finding: f, disposition: 'explained', itemId: resolved.id }, rows: [] };
 
     const rows = await resume(trx, w, f);
+    // The repair found the step moved on since the snapshot (another pass or the executor settled
+    // or re-claimed it): nothing is left to record; the next pass judges it afresh.
+    if (!rows && f.class === 'in_flight_ledger_has_it' && f.operation && !f.operation.frozen)
+      return { disposed: { finding: f, disposition: 'seen' as const, itemId: null }, rows: [] };
     const id = randomUUID();
     const frozen = f.class === 'amount_mismatch';
     const inserted = await trx
