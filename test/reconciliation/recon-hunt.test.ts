@@ -4,6 +4,7 @@ import { sql } from 'kysely';
 import { AuditUnavailable } from '@gatehouse/ledger';
 import {
   classify,
+  closeVanished,
   executeApprovedRemediations,
   executeRemediation,
   readSnapshot,
@@ -300,6 +301,26 @@ describe('reconciliation: two passes at once', () => {
       .execute();
     expect(live).toEqual([]);
     expect(await op(step.key)).toMatchObject({ status: 'succeeded', fencing_token: '2' });
+  });
+
+  it('a pass never closes, as no longer observed, an item another pass opened after this one read its picture', async () => {
+    const opts = { autoApproveLimitCents: 5000 };
+    const early = await readSnapshot(h.db, h.stagingUrl, opts); // pass A reads first: no difference yet
+    const orderId = await h.newOrder();
+    const stray = await seedRefund(h.db, { key: `console-${orderId}`, orderId, amountCents: 700 });
+    const b = await pass(); // pass B sees the stray refund and opens its item
+    const item = b.worklist.find((i) => i.subject === `refund:${stray}`)!;
+    expect(item).toMatchObject({ class: 'ledger_entry_without_step', status: 'open' });
+    // Pass A now writes what it saw: the stray is not in its picture.
+    const runId = randomUUID();
+    const observed = new Set(
+      classify(early)
+        .filter((f) => f.class !== 'matched')
+        .map((f) => `${f.class}|${f.subject}`),
+    );
+    await closeVanished(h.db, { runId, actor: 'ops-gus', hmacKey: AUDIT_HMAC_KEY }, observed, new Date(early.nowMs));
+    const after = await h.db.selectFrom('reconciliation_items').select('status').where('id', '=', item.id).executeTakeFirstOrThrow();
+    expect(after.status).toBe('open');
   });
 });
 

@@ -72,7 +72,7 @@ export async function runReconciliation(deps: PassDeps): Promise<ReconciliationR
     rows.push(...r.rows);
   }
   const observed = new Set(findings.filter((f) => f.class !== 'matched').map((f) => `${f.class}|${f.subject}`));
-  const vanished = await closeVanished(deps.db, writer, observed);
+  const vanished = await closeVanished(deps.db, writer, observed, new Date(snapshot.nowMs));
   const worklist = await deps.db
     .selectFrom('reconciliation_items')
     .selectAll()

@@ -167,15 +167,18 @@ export async function recordFinding(db: Db, w: PassWriter, f: Finding): Promise<
 /**
  * Closes open items whose difference this pass no longer observed (e.g. an effect that landed
  * late and now matches): `auto_resolved` with the run that stopped seeing it, audited. Frozen
- * items and items with a remediation under way are never closed this way.
+ * items and items with a remediation under way are never closed this way, nor is an item last
+ * seen at or after `readAt` (when this pass read its picture): a concurrent pass observed it in a
+ * newer picture than this one.
  * Returns how many items were closed.
  */
-export async function closeVanished(db: Db, w: PassWriter, observed: Set<string>): Promise<number> {
+export async function closeVanished(db: Db, w: PassWriter, observed: Set<string>, readAt: Date): Promise<number> {
   const open = await db
     .selectFrom('reconciliation_items')
     .select(['id', 'class', 'subject'])
     .where('status', '=', 'open')
     .where('approval_id', 'is', null)
+    .where('last_seen_at', '<', readAt)
     .execute();
   let closed = 0;
   for (const item of open) {
@@ -192,6 +195,7 @@ export async function closeVanished(db: Db, w: PassWriter, observed: Set<string>
         .where('id', '=', item.id)
         .where('status', '=', 'open')
         .where('approval_id', 'is', null)
+        .where('last_seen_at', '<', readAt)
         .returning(['workflow_id', 'tool', 'operation_key', 'class'])
         .executeTakeFirst();
       if (!row) return false;
