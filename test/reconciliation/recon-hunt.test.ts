@@ -7,6 +7,7 @@ import {
   closeVanished,
   executeApprovedRemediations,
   executeRemediation,
+  findItem,
   readSnapshot,
   recordFinding,
   requestRemediation,
@@ -321,6 +322,17 @@ describe('reconciliation: two passes at once', () => {
     await closeVanished(h.db, { runId, actor: 'ops-gus', hmacKey: AUDIT_HMAC_KEY }, observed, new Date(early.nowMs));
     const after = await h.db.selectFrom('reconciliation_items').select('status').where('id', '=', item.id).executeTakeFirstOrThrow();
     expect(after.status).toBe('open');
+  });
+});
+
+describe('reconciliation: naming an item', () => {
+  it('an id prefix is found whatever its letter case, as the whole id is', async () => {
+    const orderId = await h.newOrder();
+    await seedStep(h.db, { tool: 'issue_refund', orderId, amountCents: 2100, opStatus: 'succeeded' });
+    const report = await pass();
+    const item = report.worklist.find((i) => i.order_id === orderId)!;
+    expect((await findItem(h.db, item.id.toUpperCase())).id).toBe(item.id);
+    expect((await findItem(h.db, item.id.slice(0, 8).toUpperCase())).id).toBe(item.id);
   });
 });
 

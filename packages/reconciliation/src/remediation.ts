@@ -60,7 +60,9 @@ export interface RemediationTicket {
  * Finds a worklist item by its id or a unique id prefix (≥ 8 hex characters).
  * @throws RemediationRefused(`unknown_item` | `ambiguous_item`).
  */
-export async function findItem(db: Db, idOrPrefix: string): Promise<WorklistItem> {
+export async function findItem(db: Db, given: string): Promise<WorklistItem> {
+  // Ids are stored lower-case; a prefix copied in upper case names the same item the whole id does.
+  const idOrPrefix = given.toLowerCase();
   const rows = isUuid(idOrPrefix)
     ? await db.selectFrom('reconciliation_items').selectAll().where('id', '=', idOrPrefix).execute()
     : /^[0-9a-f-]{8,35}$/.test(idOrPrefix)
