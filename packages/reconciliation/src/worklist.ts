@@ -144,6 +144,8 @@ export async function recordFinding(db: Db, w: PassWriter, f: Finding): Promise<
         ledger_ref: f.ledgerRef,
         detail: JSON.stringify(f.detail),
         last_seen_run_id: w.runId,
+        // The pass's clock, as a later sighting's update and closeVanished's cut-off use (not the database's).
+        last_seen_at: new Date(),
         ...(rows ? { resolution: `resumed from ${f.resume?.evidenceRef}`, resolved_by: 'reconciliation', resolved_at: new Date() } : {}),
       })
       .onConflict((oc) => oc.columns(['class', 'subject']).where('status', 'in', ['open', 'frozen']).doNothing())
