@@ -6,7 +6,7 @@ import { SECRET, startFuzzApps, type FuzzApps } from '../fuzz/support/apps.ts';
 
 /**
  * The intake's public contract at its edges, in-process over a real ledger and queue prefix:
- * ticket idempotency under concurrent submissions, and one
+ * ticket idempotency under concurrent submissions, blank text refused (ADR 0681), and one
  * follow-up retried concurrently with its Idempotency-Key.
  */
 
@@ -67,6 +67,38 @@ describe('a ticket sent several times at once', () => {
     );
     expect(answers.map((a) => a.status).sort()).toEqual([202, 409]);
     expect(await workflowsOf('T-RACE-USERS')).toHaveLength(1);
+  });
+});
+
+describe('blank text is refused (ADR 0681)', () => {
+  const blanks = [' ', '   ', '\n\t ', '\u00a0\u3000'];
+
+  it.each(blanks)('a ticket whose text is only whitespace (%j): 400 invalid_body, nothing recorded', async (text) => {
+    const ticketId = `T-BLANK-${Buffer.from(text).toString('hex')}`;
+    const r = await post('/v1/tickets', 'rep-ana', { ticketId, text });
+    expect(r.status).toBe(400);
+    expect(r.body.error!.reason).toBe('invalid_body');
+    expect(await workflowsOf(ticketId)).toEqual([]);
+  });
+
+  it('a follow-up whose text is only whitespace: 400 invalid_body; the pending approval stays open, nothing added', async () => {
+    const seeded = await createAction(f.db.db, { orderId: 'O-1002', amountCents: 12_000, pendingApproval: {} });
+    const before = await userMessages(seeded.workflowId);
+    for (const text of blanks) {
+      const r = await post(`/v1/workflows/${seeded.workflowId}/messages`, 'rep-ana', { text });
+      expect(r.status).toBe(400);
+      expect(r.body.error!.reason).toBe('invalid_body');
+    }
+    const approval = await f.db.db.selectFrom('approvals').select('status').where('id', '=', seeded.approvalId!).executeTakeFirstOrThrow();
+    expect(approval.status).toBe('pending');
+    const action = await f.db.db.selectFrom('actions').select('status').where('id', '=', seeded.actionId).executeTakeFirstOrThrow();
+    expect(action.status).toBe('pending_approval');
+    expect(await userMessages(seeded.workflowId)).toBe(before);
+  });
+
+  it('text with words around whitespace is still accepted as written', async () => {
+    const r = await post('/v1/tickets', 'rep-ana', { ticketId: 'T-PADDED', text: '  refund O-1002 please  ' });
+    expect(r.status).toBe(202);
   });
 });
 

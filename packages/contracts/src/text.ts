@@ -27,3 +27,12 @@ export function escapeUnstorable(s: string): string {
 /** A zod string for API input text that the ledger can store (see {@link isStorableText}). */
 export const storableString = (): z.ZodString =>
   z.string().refine(isStorableText, { message: 'text may not contain NUL characters or unpaired surrogates' });
+
+/**
+ * A zod string for text a person writes to the agent (a ticket, a follow-up): storable (see
+ * {@link storableString}), 1–`max` characters, and not blank — at least one character other than
+ * whitespace. A blank follow-up would still supersede every unclaimed action and void its
+ * approvals (docs/decisions/0681-blank-text-is-refused.md).
+ */
+export const personText = (max: number): z.ZodString =>
+  storableString().min(1).max(max).regex(/\S/, { message: 'text may not be blank: write at least one character other than whitespace' });

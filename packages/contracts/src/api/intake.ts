@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { createDocument, type ZodOpenApiObject } from 'zod-openapi';
-import { storableString } from '../text.ts';
+import { personText } from '../text.ts';
 import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse, UuidPathSchema } from './common.ts';
 import { WorkflowEventSchema } from './events.ts';
 
@@ -12,7 +12,7 @@ export const TicketRequestSchema = z
       .min(1)
       .max(128)
       .regex(/^[A-Za-z0-9._:-]+$/),
-    text: storableString().min(1).max(8000),
+    text: personText(8000),
     mode: z.enum(['investigate', 'act']).default('investigate'),
     pack: z.enum(['support', 'change']).default('support'),
   })
@@ -24,7 +24,7 @@ export const TicketAcceptedSchema = z.object({ workflowId: z.uuid() }).meta({ id
 export type TicketAccepted = z.infer<typeof TicketAcceptedSchema>;
 
 /** `POST /v1/workflows/:id/messages` body: the requester's follow-up text. */
-export const WorkflowMessageRequestSchema = z.strictObject({ text: storableString().min(1).max(8000) }).meta({ id: 'WorkflowMessage' });
+export const WorkflowMessageRequestSchema = z.strictObject({ text: personText(8000) }).meta({ id: 'WorkflowMessage' });
 export type WorkflowMessageRequest = z.infer<typeof WorkflowMessageRequestSchema>;
 
 /**
