@@ -305,6 +305,15 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
     };
   };
   getApproval: {
@@ -328,6 +337,15 @@ export interface operations {
           'application/json': components['schemas']['ApprovalView'];
         };
       };
+      /** @description bad_path: the id's percent-encoding does not decode */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       /** @description missing or invalid token */
       401: {
         headers: {
@@ -339,6 +357,15 @@ export interface operations {
       };
       /** @description no such approval in your tenant */
       404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
         headers: {
           [name: string]: unknown;
         };
@@ -373,7 +400,7 @@ export interface operations {
           'application/json': components['schemas']['DecisionResult'];
         };
       };
-      /** @description body failed its schema */
+      /** @description body failed its schema; bad_path: the id's percent-encoding does not decode */
       400: {
         headers: {
           [name: string]: unknown;
@@ -420,6 +447,33 @@ export interface operations {
       };
       /** @description expired, already decided, used or void */
       410: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description body_too_large: the body is larger than 1 MiB */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description unsupported_charset or unsupported_encoding: send utf-8 JSON, identity or gzip, deflate or br encoded */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
         headers: {
           [name: string]: unknown;
         };

@@ -391,8 +391,35 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      /** @description body_too_large: the body is larger than 1 MiB */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description unsupported_charset or unsupported_encoding: send utf-8 JSON, identity or gzip, deflate or br encoded */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       /** @description past the per-user or per-tenant limit (`Retry-After` header, seconds) */
       429: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
         headers: {
           [name: string]: unknown;
         };
@@ -423,6 +450,15 @@ export interface operations {
           'application/json': components['schemas']['WorkflowView'];
         };
       };
+      /** @description bad_path: the id's percent-encoding does not decode */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       /** @description missing or invalid token */
       401: {
         headers: {
@@ -434,6 +470,15 @@ export interface operations {
       };
       /** @description no such workflow in the caller's tenant */
       404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
         headers: {
           [name: string]: unknown;
         };
@@ -515,7 +560,7 @@ export interface operations {
         };
         content?: never;
       };
-      /** @description bad_last_event_id */
+      /** @description bad_last_event_id; bad_path: the id's percent-encoding does not decode */
       400: {
         headers: {
           [name: string]: unknown;
@@ -544,6 +589,15 @@ export interface operations {
       };
       /** @description too_many_streams_user or too_many_streams_tenant: open streams past the per-user or per-tenant limit of this server; Retry-After in seconds */
       429: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
         headers: {
           [name: string]: unknown;
         };
@@ -580,7 +634,7 @@ export interface operations {
           'application/json': components['schemas']['WorkflowMessageAccepted'];
         };
       };
-      /** @description invalid_body or invalid_idempotency_key */
+      /** @description invalid_body or invalid_idempotency_key; bad_path: the id's percent-encoding does not decode */
       400: {
         headers: {
           [name: string]: unknown;
@@ -625,8 +679,35 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      /** @description body_too_large: the body is larger than 1 MiB */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description unsupported_charset or unsupported_encoding: send utf-8 JSON, identity or gzip, deflate or br encoded */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       /** @description past the per-user or per-tenant limit (`Retry-After` header, seconds) */
       429: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
         headers: {
           [name: string]: unknown;
         };

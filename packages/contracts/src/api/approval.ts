@@ -1,7 +1,16 @@
 import { z } from 'zod';
 import { createDocument, type ZodOpenApiObject } from 'zod-openapi';
 import { storableString } from '../text.ts';
-import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse, queryLimit, UuidPathSchema } from './common.ts';
+import {
+  bearerSecurity,
+  commonPaths,
+  withSharedErrors,
+  type OpenApiDocument,
+  errorResponse,
+  jsonResponse,
+  queryLimit,
+  UuidPathSchema,
+} from './common.ts';
 
 /** Approval states. */
 export const ApprovalStatusSchema = z.enum(['pending', 'approved', 'denied', 'expired', 'void', 'used']);
@@ -135,6 +144,6 @@ export function approvalOpenApi(): OpenApiDocument {
       description: 'Approvals bound to one action version and digest (docs/product/public-contract.md#approvals).',
     },
     ...bearerSecurity,
-    paths: approvalPaths,
+    paths: withSharedErrors(approvalPaths),
   });
 }

@@ -75,6 +75,48 @@ export const commonPaths: ZodOpenApiPathsObject = {
   },
 };
 
+/** The HTTP methods an OpenAPI path item may hold operations of. */
+const METHODS = ['get', 'put', 'post', 'delete', 'patch', 'head', 'options'] as const;
+
+/**
+ * `paths` with the error answers every API operation can give whatever its own logic, added where
+ * not already documented (the shared middleware of packages/platform `createHttpApp`/`finishApp`
+ * answers them): 503 `dependency_unavailable` (the ledger or the queue unreachable or not answering
+ * in time; `Retry-After` in seconds), for an operation with a JSON body 413 `body_too_large` (past
+ * 1 MiB) and 415 `unsupported_charset`/`unsupported_encoding`, and for a path with `{id}` 400
+ * `bad_path` (percent-encoding that does not decode). Operations without security (`/healthz`,
+ * `/readyz`, `/openapi.json`) are left as they are.
+ */
+export function withSharedErrors(paths: ZodOpenApiPathsObject = {}): ZodOpenApiPathsObject {
+  const out: ZodOpenApiPathsObject = {};
+  for (const [path, item] of Object.entries(paths)) {
+    const next: Record<string, unknown> = { ...item };
+    for (const method of METHODS) {
+      const op = item[method];
+      if (!op || (Array.isArray(op.security) && op.security.length === 0)) continue;
+      const responses = { ...op.responses } as Record<string, ZodOpenApiResponseObject>;
+      if (path.includes('{id}')) {
+        const own = responses['400']?.description;
+        responses['400'] = errorResponse(
+          own ? `${own}; bad_path: the id's percent-encoding does not decode` : "bad_path: the id's percent-encoding does not decode",
+        );
+      }
+      if (op.requestBody) {
+        responses['413'] ??= errorResponse('body_too_large: the body is larger than 1 MiB');
+        responses['415'] ??= errorResponse(
+          'unsupported_charset or unsupported_encoding: send utf-8 JSON, identity or gzip, deflate or br encoded',
+        );
+      }
+      responses['503'] ??= errorResponse(
+        'dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete)',
+      );
+      next[method] = { ...op, responses };
+    }
+    out[path] = next as ZodOpenApiPathsObject[string];
+  }
+  return out;
+}
+
 /** The bearer-token security scheme the three APIs share. */
 export const bearerSecurity: Pick<ZodOpenApiObject, 'components' | 'security'> = {
   components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } } },

@@ -1,7 +1,15 @@
 import { z } from 'zod';
 import { createDocument, type ZodOpenApiObject } from 'zod-openapi';
 import { personText } from '../text.ts';
-import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse, UuidPathSchema } from './common.ts';
+import {
+  bearerSecurity,
+  commonPaths,
+  withSharedErrors,
+  type OpenApiDocument,
+  errorResponse,
+  jsonResponse,
+  UuidPathSchema,
+} from './common.ts';
 import { WorkflowEventSchema } from './events.ts';
 
 /** `POST /v1/tickets` body (docs/product/public-contract.md#intake). Tenant and user come from the bearer token only. */
@@ -227,6 +235,6 @@ export function intakeOpenApi(): OpenApiDocument {
       description: 'Tickets and the workflows they start (docs/product/public-contract.md#intake).',
     },
     ...bearerSecurity,
-    paths: intakePaths,
+    paths: withSharedErrors(intakePaths),
   });
 }

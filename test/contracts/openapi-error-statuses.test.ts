@@ -1,0 +1,145 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { randomUUID } from 'node:crypto';
+import type { Server } from 'node:http';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import addFormats from 'ajv-formats';
+import { approvalOpenApi, intakeOpenApi, type OpenApiDocument } from '@gatehouse/contracts';
+import { tokenFor } from '@gatehouse/cli';
+import { createDb, type Db } from '@gatehouse/ledger';
+import { closeServer, createLogger, listen, type OutboxRelay } from '@gatehouse/platform';
+import { freePort } from '@gatehouse/test-harness';
+import { createIntakeApp, WorkflowEventHub } from '@gatehouse/agent-loop';
+import { createApprovalApp } from '@gatehouse/approval';
+import { SECRET, startFuzzApps, type FuzzApps } from '../fuzz/support/apps.ts';
+
+/**
+ * The error statuses every operation of the intake and approval APIs really answers are in their
+ * OpenAPI documents, each with the ErrorBody schema (docs/decisions/0240-api-contracts-and-client.md):
+ * 503 `dependency_unavailable` when the ledger is unreachable, 413 and 415 for a body too large or
+ * in an unsupported charset, 400 `bad_path` for a path id whose percent-encoding does not decode.
+ */
+
+type Api = 'agent-loop' | 'approval';
+const DOCS: Record<Api, () => OpenApiDocument> = { 'agent-loop': intakeOpenApi, approval: approvalOpenApi };
+const USER: Record<Api, string> = { 'agent-loop': 'rep-ana', approval: 'lead-eli' };
+
+interface Operation {
+  method: string;
+  path: string;
+  hasBody: boolean;
+  documented: string[];
+}
+
+/** Every operation of `doc` that needs a bearer token (the public `/healthz`, `/readyz`, `/openapi.json` are not API calls). */
+function operations(doc: OpenApiDocument): Operation[] {
+  const out: Operation[] = [];
+  for (const [path, item] of Object.entries(doc.paths ?? {}))
+    for (const [method, op] of Object.entries(item as Record<string, { security?: unknown[]; requestBody?: unknown; responses: object }>)) {
+      if (Array.isArray(op.security) && op.security.length === 0) continue;
+      out.push({ method: method.toUpperCase(), path, hasBody: op.requestBody !== undefined, documented: Object.keys(op.responses) });
+    }
+  return out;
+}
+
+function errorBodyValidator(doc: OpenApiDocument) {
+  const ajv = new Ajv2020({ strict: false, allErrors: true });
+  addFormats.default(ajv);
+  return ajv.compile({ $ref: '#/components/schemas/ErrorBody', components: doc.components });
+}
+
+/** A body each operation takes (its content does not matter to these answers). */
+const bodyOf = (path: string): unknown =>
+  path === '/v1/tickets'
+    ? { ticketId: `T-DOC-${randomUUID().slice(0, 8)}`, text: 'status of order O-1001?' }
+    : path.endsWith('/decision')
+      ? { decision: 'approve', actionVersion: 1, actionDigest: 'a'.repeat(64) }
+      : { text: 'any update?' };
+
+let f: FuzzApps;
+let deadLedger: Db;
+const dead: Partial<Record<Api, { server: Server; url: string }>> = {};
+const tokens: Record<string, string> = {};
+
+beforeAll(async () => {
+  f = await startFuzzApps();
+  for (const u of Object.values(USER)) tokens[u] = await tokenFor(u, SECRET);
+  // A ledger nobody listens on: every query is refused.
+  const url = `postgres://gatehouse@127.0.0.1:${await freePort()}/nothing`;
+  deadLedger = createDb(url, 2);
+  const log = createLogger('openapi-error-statuses', { write: () => true } as never);
+  const relay = { publish: async () => undefined } as unknown as OutboxRelay;
+  const common = { db: deadLedger, relay, auditHmacKey: 'openapi-error-statuses-audit-key-0123', verifier: { secret: SECRET }, log };
+  const apps = {
+    'agent-loop': createIntakeApp({
+      ...common,
+      release: 'rel-1',
+      packs: () => {
+        throw new Error('not reached: the ledger refuses first');
+      },
+      events: { hub: new WorkflowEventHub(url, log), pollMs: 1000, heartbeatMs: 15_000 },
+    }),
+    approval: createApprovalApp({ ...common, localSecret: null, secureCookie: false }),
+  };
+  for (const api of ['agent-loop', 'approval'] as const) {
+    const l = await listen(apps[api], 0, '127.0.0.1');
+    dead[api] = { server: l.server, url: `http://127.0.0.1:${l.port}` };
+  }
+});
+afterAll(async () => {
+  for (const d of Object.values(dead)) await closeServer(d.server);
+  await deadLedger?.destroy().catch(() => undefined);
+  await f?.close();
+});
+
+async function send(base: string, api: Api, method: string, path: string, body?: string, contentType = 'application/json') {
+  const r = await fetch(base + path, {
+    method,
+    headers: { authorization: `Bearer ${tokens[USER[api]]}`, ...(body !== undefined ? { 'content-type': contentType } : {}) },
+    body,
+    signal: AbortSignal.timeout(15_000),
+  });
+  return { status: r.status, body: (await r.json()) as { error?: { reason: string } } };
+}
+
+for (const api of ['agent-loop', 'approval'] as const) {
+  describe(`${api}: every error status an operation answers is documented`, () => {
+    const doc = DOCS[api]();
+    const validate = errorBodyValidator(doc);
+    const expectDocumented = (op: Operation, answer: { status: number; body: unknown }, status: number, reason: string) => {
+      expect([answer.status, (answer.body as { error?: { reason: string } }).error?.reason]).toEqual([status, reason]);
+      expect(op.documented, `${op.method} ${op.path} answers ${status} ${reason}`).toContain(String(status));
+      expect(validate(answer.body) ? [] : validate.errors).toEqual([]);
+    };
+
+    it.each(operations(doc).map((op) => [`${op.method} ${op.path}`, op] as const))(
+      '%s: 503 dependency_unavailable when the ledger is unreachable',
+      async (_name, op) => {
+        const path = op.path.replace('{id}', randomUUID());
+        const answer = await send(dead[api]!.url, api, op.method, path, op.hasBody ? JSON.stringify(bodyOf(op.path)) : undefined);
+        expectDocumented(op, answer, 503, 'dependency_unavailable');
+      },
+    );
+
+    it.each(
+      operations(doc)
+        .filter((op) => op.hasBody)
+        .map((op) => [`${op.method} ${op.path}`, op] as const),
+    )('%s: 413 body_too_large past 1 MiB, 415 unsupported_charset for a charset other than utf-8', async (_name, op) => {
+      const path = op.path.replace('{id}', randomUUID());
+      const huge = JSON.stringify({ ...(bodyOf(op.path) as object), pad: 'x'.repeat(1_100_000) });
+      expectDocumented(op, await send(f.apps[api].url, api, op.method, path, huge), 413, 'body_too_large');
+      const latin = await send(f.apps[api].url, api, op.method, path, JSON.stringify(bodyOf(op.path)), 'application/json; charset=koi8-r');
+      expectDocumented(op, latin, 415, 'unsupported_charset');
+    });
+
+    it.each(
+      operations(doc)
+        .filter((op) => op.path.includes('{id}'))
+        .map((op) => [`${op.method} ${op.path}`, op] as const),
+    )('%s: 400 bad_path for an id whose percent-encoding does not decode', async (_name, op) => {
+      const path = op.path.replace('{id}', '%E0%A4%A');
+      const answer = await send(f.apps[api].url, api, op.method, path, op.hasBody ? JSON.stringify(bodyOf(op.path)) : undefined);
+      expectDocumented(op, answer, 400, 'bad_path');
+    });
+  });
+}
