@@ -21,24 +21,29 @@ export async function stopRun(
   service: string,
   opts: Pick<WorkflowTransitionInput, 'onlyFrom' | 'lockedFrom'> = {},
 ): Promise<WorkflowState | null> {
-  let { lockedFrom } = opts;
+  let from = opts.lockedFrom;
   let release = wf.release_id;
-  if (release === undefined) {
+  const excluded = (state: WorkflowState) => opts.onlyFrom !== undefined && !opts.onlyFrom.includes(state);
+  // The state under the run's lock (lock order: workflows first): the read the transition would
+  // otherwise make itself, made here because the unclaimed actions end before the move.
+  if (release === undefined || from === undefined || excluded(from)) {
     const row = await trx.selectFrom('workflows').select(['state', 'release_id']).where('id', '=', wf.id).forUpdate().executeTakeFirst();
     if (!row) return null;
-    [release, lockedFrom] = [row.release_id, row.state];
+    [release, from] = [release ?? row.release_id, row.state];
   }
-  const from = await transitionWorkflow(trx, wf.id, {
+  if (excluded(from)) return null;
+  // What the stopped run will never run ends with it: no leftover counts against a limit (ADR
+  // 0610). Before the move, so the run's terminal event (SSE, webhooks) shows those actions and
+  // approvals ended, as GET /v1/workflows/:id does; a move the table refuses throws and rolls back.
+  if (!isTerminal(from)) await endUnclaimedActions(trx, { id: wf.id, release_id: release }, 'run_stopped', service);
+  return transitionWorkflow(trx, wf.id, {
     to: 'stopped',
     stopReason: reason,
     nextStep,
     ...(opts.onlyFrom ? { onlyFrom: opts.onlyFrom } : {}),
-    ...(lockedFrom ? { lockedFrom } : {}),
+    lockedFrom: from,
     audit: { type: 'run.stopped', service, outcome: reason, revisions: { release } },
   });
-  // What the stopped run will never run ends with it: no leftover counts against a limit (ADR 0610).
-  if (from !== null) await endUnclaimedActions(trx, { id: wf.id, release_id: release }, 'run_stopped', service);
-  return from;
 }
 
 /** Stop reason of a run whose step failed its last queue attempt (see {@link stopRunOnFailedStep}). */

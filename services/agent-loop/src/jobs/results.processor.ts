@@ -107,14 +107,17 @@ export async function processResult(job: ResultJob, deps: { db: Db; relay: Outbo
       .executeTakeFirst();
     const stop = job.stop ?? (invalid && (streak?.consecutive_invalid ?? 0) >= MAX_CONSECUTIVE_INVALID ? 'validation_failed' : undefined);
     if (job.park === 'needs_reconciliation') {
-      const parked = await transitionWorkflow(trx, wf.id, {
+      const parksFrom: WorkflowState[] = [...LIVE_STATES, 'stopped'];
+      // A parked run claims nothing more: what it had not started ends (ADR 0610) — before the
+      // move (the state was read under the run's lock), so the parked event shows it ended; a move
+      // the table refuses throws and rolls back.
+      if (parksFrom.includes(wf.state)) await endUnclaimedActions(trx, wf, 'run_parked', 'agent-loop');
+      await transitionWorkflow(trx, wf.id, {
         to: 'needs_reconciliation',
         nextStep: 'An effect has an unknown outcome; on-call must run `gatehouse reconcile` before anything is retried.',
-        onlyFrom: [...LIVE_STATES, 'stopped'],
+        onlyFrom: parksFrom,
         lockedFrom: wf.state,
       });
-      // A parked run claims nothing more: what it had not started ends (ADR 0610).
-      if (parked !== null) await endUnclaimedActions(trx, wf, 'run_parked', 'agent-loop');
       return { outcome: 'parked', rows: [] as OutboxRow[] };
     }
     if (stop && !TERMINAL_STATES.has(wf.state)) {
