@@ -64,6 +64,14 @@ const stop = async (id: string) => {
 };
 
 describe('Last-Event-ID and the workflow’s last event', () => {
+  it('past the last event of a live workflow: 400 bad_last_event_id, no stream is held', async () => {
+    const { workflowId } = await createAction(f.db.db, { orderId: 'O-1002', amountCents: 12_000, pendingApproval: {} });
+    const ahead = String((await seqOf(workflowId)) + 5);
+    const answer = await open(workflowId, ahead, () => stop(workflowId));
+    expect([answer.status, answer.ended]).toEqual([400, true]);
+    expect(JSON.parse(answer.body).error.reason).toBe('bad_last_event_id');
+  });
+
   it('at the last event of a live workflow (a reconnect): what follows is sent; the terminal event shows what the stop ended, as the read does', async () => {
     const { workflowId, approvalId } = await createAction(f.db.db, { orderId: 'O-1002', amountCents: 12_000, pendingApproval: {} });
     const last = await seqOf(workflowId);

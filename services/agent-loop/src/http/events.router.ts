@@ -45,7 +45,8 @@ function lastEventId(header: string | undefined, query: unknown): number {
  * `id: <seq>`, `event: workflow.updated`, `data: <WorkflowEvent JSON>`; events after
  * `Last-Event-ID` are replayed from the ledger, then live ones follow (a Postgres notification
  * from any replica, or the bounded poll). The stream ends after a terminal event; a request for
- * a terminal workflow with nothing after `Last-Event-ID` is 204 (an EventSource stops reconnecting).
+ * a terminal workflow with nothing after `Last-Event-ID` is 204 (an EventSource stops reconnecting);
+ * for a live one, a `Last-Event-ID` past its last event is 400 `bad_last_event_id`.
  * Past the open-stream limits of this process (`cfg.limits`), 429 `too_many_streams_user` or
  * `too_many_streams_tenant` with `Retry-After`; the slot is freed when the stream closes.
  */
@@ -59,6 +60,10 @@ export function eventsRouter(cfg: EventStreamConfig): Router {
     // A workflow that already ended and whose last event the client has: nothing will follow, and
     // 204 tells an EventSource to stop reconnecting.
     if (isTerminal(wf.state) && wf.event_seq <= last) return void res.status(204).end();
+    // An id past the run's last event names no event it sent: the stream would never send the
+    // terminal event, so never end. Only a wrong id gets here (events are read after commit).
+    if (last > wf.event_seq)
+      throw new UserError('bad_last_event_id', `Last-Event-ID ${last} is past this workflow's last event (${wf.event_seq})`);
     const slot = slots.take(user.tenant, user.sub);
     if ('refused' in slot)
       return sendTooManyRequests(
