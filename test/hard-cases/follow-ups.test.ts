@@ -271,13 +271,15 @@ describe('hunt: follow-up messages', () => {
   });
 
   it('a follow-up racing the approval decision: at most one refund, and none without an approval of the version that ran', async () => {
+    // O-1004 paid 450.00 and nothing else of this file refunds it: the four rounds' refunds of 60.00
+    // fit under its amount whichever rounds pay (on O-1007, 150.00, a third paid round was denied R4).
     for (let i = 0; i < 4; i++) {
       const t = `F-race-${i}`;
-      await fixtures(s, t, [fc(['issue_refund', { orderId: 'O-1007', amount: '60.00', reason: 'x' }]), msg('Done.')]);
-      const { token, workflowId } = await submit(s, 'rep-ana', t, 'refund 60 on O-1007');
+      await fixtures(s, t, [fc(['issue_refund', { orderId: 'O-1004', amount: '60.00', reason: 'x' }]), msg('Done.')]);
+      const { token, workflowId } = await submit(s, 'rep-ana', t, 'refund 60 on O-1004');
       const v = await waitFor(s, token, workflowId, (x) => x.pendingApprovals.length === 1);
       const p = v.pendingApprovals[0]!;
-      const before = (await refunds(s, 'O-1007')).length;
+      const before = (await refunds(s, 'O-1004')).length;
       if (i % 2) await sleep(i * 7);
       const [d, m] = await Promise.all([
         decide(s, 'lead-eli', p.approvalId, { decision: 'approve', actionVersion: p.actionVersion, actionDigest: p.actionDigest }),
@@ -287,7 +289,7 @@ describe('hunt: follow-up messages', () => {
         })(),
       ]);
       const end = await waitFor(s, token, workflowId, settled);
-      const paid = (await refunds(s, 'O-1007')).length - before;
+      const paid = (await refunds(s, 'O-1004')).length - before;
       expect(m.status).toBe(202);
       expect(end.state).toBe('completed');
       const sup = (m.body.superseded as unknown[]).length;
