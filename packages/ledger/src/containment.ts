@@ -1,4 +1,5 @@
 import { sql, type Expression, type RawBuilder } from 'kysely';
+import { advisoryLockId } from './advisory-locks.ts';
 import type { Db, Trx } from './db.ts';
 import type { ReenableStage } from './schema.ts';
 
@@ -29,6 +30,21 @@ export function cohortAdmits(tool: Operand, tenant: Operand, user: Operand, at?:
 export function heldByContainment(tool: Operand, tenant: Operand, user: Operand): RawBuilder<boolean> {
   return sql<boolean>`(exists (select 1 from tool_switches s where s.tool = ${tool} and s.enabled = false)
     and not ${cohortAdmits(tool, tenant, user)})`;
+}
+
+/**
+ * Serializes a tool's containment with the claims it must stop
+ * (docs/decisions/0683-switch-off-serializes-with-the-claim.md): a transaction that changes the
+ * tool's switch takes it `exclusive` before it writes; the executor's claim takes it `share` as its
+ * first statement, before any row lock, and reads the switch after it. A switch-off committed
+ * before a claim then holds that claim's step, and one made while a claim is under way waits for
+ * the claim's commit. A transaction-scoped advisory lock (no row to lock before a tool's first switch).
+ */
+export async function lockContainment(trx: Trx, tool: string, mode: 'share' | 'exclusive'): Promise<void> {
+  const id = advisoryLockId(`containment:${tool}`);
+  await (
+    mode === 'share' ? sql`select pg_advisory_xact_lock_shared(${id}::bigint)` : sql`select pg_advisory_xact_lock(${id}::bigint)`
+  ).execute(trx);
 }
 
 /** The open stage of a tool's staged re-enable (null: none). */

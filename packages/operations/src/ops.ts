@@ -8,6 +8,7 @@ import {
   openReenableStages,
   enqueueInTransaction,
   inTransaction,
+  lockContainment,
   recordAudit,
   TERMINAL_STATES,
   transitionWorkflow,
@@ -142,9 +143,11 @@ export async function writeSwitch(
   hmacKey: string,
   outcome?: string,
 ): Promise<void> {
+  // After every claim under way (ADR 0683): its time is then after theirs, and none claims after it unseen.
+  await lockContainment(trx, tool, 'exclusive');
   await trx
     .insertInto('tool_switches')
-    .values({ tool, enabled, changed_by: operator })
+    .values({ tool, enabled, changed_by: operator, changed_at: new Date() })
     .onConflict((oc) => oc.column('tool').doUpdateSet({ enabled, changed_by: operator, changed_at: new Date() }))
     .execute();
   await recordAudit(trx, {

@@ -60,7 +60,9 @@ export type ClaimOutcome =
   /** The run's wall-time deadline passed before dispatch (docs/product/invariants.md#bounds). */
   | { kind: 'deadline'; action: Action }
   /** The step waited on an unavailable dependency past the outage ceiling. */
-  | { kind: 'outage'; action: Action };
+  | { kind: 'outage'; action: Action }
+  /** Containment holds the step, read again at the claim (ADR 0683): nothing was written. */
+  | { kind: 'held' };
 
 /** Policy inputs for the re-evaluation at execution. */
 export interface Reevaluation {

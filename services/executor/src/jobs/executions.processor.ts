@@ -4,7 +4,7 @@ import { toJobResult, type ExecutionOutcome } from '../domain/execution-outcome.
 import type { ExecutionDeps } from './execution-deps.ts';
 import { answerUnclaimed } from './steps/answer.step.ts';
 import { gateOnAuditHealth } from './steps/audit-gate.step.ts';
-import { holdIfSwitchedOff, loadExecutionContext } from './steps/containment.step.ts';
+import { holdAfterClaimCheck, holdIfSwitchedOff, loadExecutionContext } from './steps/containment.step.ts';
 import { claim, dispatchEffect, readClaimInputs } from './steps/dispatch.step.ts';
 import { recordResult } from './steps/record.step.ts';
 import { answerRedelivery } from './steps/redelivery.step.ts';
@@ -45,6 +45,7 @@ export async function executeSteps(job: ExecutionJob, deps: ExecutionDeps): Prom
   const inputs = await readClaimInputs(deps, ctx);
   if ('kind' in inputs) return inputs;
   const c = await claim(deps, ctx, inputs);
+  if (c.kind === 'held') return holdAfterClaimCheck(deps.db, job, deps.hooks);
   if (c.kind !== 'claimed') return answerUnclaimed(deps, job, c, ctx.auditBasis);
   const started = Date.now();
   const result = await dispatchEffect(deps, ctx, c, inputs.epoch, started);

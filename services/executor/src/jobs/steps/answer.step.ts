@@ -158,7 +158,7 @@ export async function replayStoredOutcome(
 export async function answerUnclaimed(
   deps: ExecutionDeps,
   job: ExecutionJob,
-  claim: Exclude<ClaimOutcome, { kind: 'claimed' }>,
+  claim: Exclude<ClaimOutcome, { kind: 'claimed' | 'held' }>,
   basis?: AuditBasis,
 ): Promise<ExecutionOutcome> {
   switch (claim.kind) {

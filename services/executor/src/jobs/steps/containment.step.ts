@@ -5,6 +5,7 @@ import {
   credentialEpochColumn,
   inTransaction,
   LIVE_STATES,
+  lockContainment,
   recordAudit,
   reviveWorkflow,
   transitionWorkflow,
@@ -12,6 +13,7 @@ import {
   type Db,
   type OperationsTable,
   type ReenableStage,
+  type Trx,
   type WorkflowsTable,
   auditHealthColumns,
   type AuditHealthReading,
@@ -226,4 +228,46 @@ export async function holdIfSwitchedOff(
     });
   });
   return { kind: 'held', reason: 'tool_disabled' };
+}
+
+/**
+ * Containment again at the claim, in the claim's transaction and before any of its row locks
+ * (docs/decisions/0683-switch-off-serializes-with-the-claim.md): takes the tool's containment
+ * lock (`lockContainment`, shared — a switch change waits for this claim, this claim for a switch
+ * change under way), then reads the switch and the staged re-enable as they are now. True when
+ * they hold the step: the switch went off (or a cohort stage ended) after {@link loadExecutionContext}
+ * read them, and nothing may be claimed.
+ */
+export async function holdsAtClaim(
+  trx: Trx,
+  ctx: ExecutionContext,
+  hooks: Pick<TestHooks, 'switchAtAdmissionOnly' | 'disableReenableCohort' | 'ignoreSwitch'>,
+): Promise<boolean> {
+  if (hooks.ignoreSwitch) return false;
+  await lockContainment(trx, ctx.preview.tool, 'share');
+  const now = await trx
+    .selectFrom('workflows as w')
+    .leftJoin('tool_switches as s', (j) => j.on('s.tool', '=', ctx.preview.tool))
+    .select(['s.enabled', 's.changed_at'])
+    .select([
+      cohortAdmits(sql.val(ctx.preview.tool), sql.ref('w.tenant'), sql.ref('w.user_id')).as('cohort_admits'),
+      sql<ReenableStage | null>`(select r.stage from tool_reenable_stages r where r.tool = s.tool and r.ended_at is null)`.as('stage'),
+    ])
+    .where('w.id', '=', ctx.wf.id)
+    .executeTakeFirst();
+  if (!now) return false;
+  const toolSwitch = now.enabled === null || now.changed_at === null ? null : { enabled: now.enabled, changed_at: now.changed_at };
+  return containmentHolds({ ...ctx, toolSwitch, reenable: { stage: now.stage, cohortAdmits: now.cohort_admits } }, hooks);
+}
+
+/**
+ * A step the claim found held ({@link holdsAtClaim}): the run pauses as at the containment step,
+ * on the switch read again; when it was switched on again meanwhile, the job is retried (`busy`).
+ */
+export async function holdAfterClaimCheck(
+  db: Db,
+  job: ExecutionJob,
+  hooks: Pick<TestHooks, 'switchAtAdmissionOnly' | 'disableReenableCohort' | 'ignoreSwitch'>,
+): Promise<ExecutionOutcome> {
+  return (await holdIfSwitchedOff(db, await loadExecutionContext(db, job), hooks)) ?? { kind: 'busy', actionId: job.actionId };
 }
