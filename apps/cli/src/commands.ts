@@ -284,6 +284,19 @@ export function checkOptions(spec: CommandSpec, given: Record<string, unknown>):
   }
 }
 
+/**
+ * Checks that `positionals` name nothing past `spec`'s words and its `max` arguments: a containment
+ * command acts on one tool, so `switch off A B` must not contain A alone and exit 0.
+ * @throws UsageError naming the unexpected arguments (exit 2, before anything runs).
+ */
+export function checkArgumentCount(spec: CommandSpec, positionals: readonly string[], max: number): void {
+  const extra = positionals.slice(spec.name.split(' ').length + max);
+  if (extra.length)
+    throw new UsageError(
+      `gatehouse ${spec.name} takes ${max ? `one ${spec.synopsis.match(/<[^>]+>/)?.[0] ?? 'argument'}` : 'no argument'}: unexpected argument ${extra.join(' ')} (one command per tool)`,
+    );
+}
+
 /** The command list of `gatehouse --help`. */
 export function usage(): string {
   const lines = COMMANDS.filter((c) => c.name !== 'migrate up').map((c) => {

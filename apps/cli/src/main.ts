@@ -32,7 +32,7 @@ import { reenableCommand } from './reenable-commands.ts';
 import { loadBundle, loadBundleFile, runBoundaryGate, loadGateCases } from '@gatehouse/policy';
 import { portOf, SERVICES, stagingUrlOf, startStack, stateDir, stateRoot, type RunningStack } from './stack.ts';
 import { formatStackStatus, launchStackDaemon, probeStackStatus, progressPrinter, stackIsUp, stopStack } from './stack-control.ts';
-import { checkOptions, commandHelp, exitCodeFor, findCommand, groupHelp, usage, UsageError, EXIT } from './commands.ts';
+import { checkArgumentCount, checkOptions, commandHelp, exitCodeFor, findCommand, groupHelp, usage, UsageError, EXIT } from './commands.ts';
 
 const out = (line: string): void => {
   process.stdout.write(`${line}\n`);
@@ -112,6 +112,7 @@ async function main(argv: string[]): Promise<number> {
     case 'switch on':
     case 'switch off': {
       if (!arg) throw new UsageError('switch needs a tool name');
+      checkArgumentCount(spec, positionals, 1);
       requireKnownTool(arg); // a typo is a usage error (exit 2): nothing ran, not even the token check
       // A ledger write: containment works while Redis is down (ADR 0650).
       return opsCommand(env, values.token, `switch ${sub}`, async (db, op) => {
@@ -123,6 +124,7 @@ async function main(argv: string[]): Promise<number> {
       });
     }
     case 'epoch bump':
+      checkArgumentCount(spec, positionals, 0);
       return opsCommand(env, values.token, 'epoch bump', async (db, op) => {
         out(`revocation epoch is now ${await bumpEpoch(db, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY)}`);
         return 0;
@@ -202,6 +204,7 @@ async function main(argv: string[]): Promise<number> {
     case 'reenable status':
     case 'reenable advance':
     case 'reenable override':
+      checkArgumentCount(spec, positionals, 1);
       return reenableCommand(`${cmd} ${sub}`, arg, values, env, (command, fn) => opsCommand(env, values.token, command, fn), out);
     case 'migrate':
     case 'migrate up':

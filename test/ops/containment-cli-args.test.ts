@@ -1,0 +1,58 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
+import { tokenFor } from '@gatehouse/cli';
+import { runCli, type CliRun } from '../support/cli-process.ts';
+
+// docs/product/public-contract.md#ops-cli: a containment command that names more than it acts on
+// is a usage error (exit 2), nothing ran — `switch off A B` switched off A alone and exited 0, so
+// on-call read B as contained too.
+
+const SECRET = 'local-auth-secret-change-me';
+const HMAC = 'test-audit-hmac-key-0123456789';
+let t: TestDatabase;
+const prefix = testQueuePrefix();
+
+beforeAll(async () => {
+  t = await createTestDatabase();
+});
+afterAll(async () => {
+  await t?.drop();
+});
+
+function run(args: string[], token: string): Promise<CliRun> {
+  return runCli(args, {
+    DATABASE_URL: t.url,
+    REDIS_URL: TEST_REDIS_URL,
+    QUEUE_PREFIX: prefix,
+    GATEHOUSE_AUDIT_HMAC_KEY: HMAC,
+    STAGING_URL: 'http://127.0.0.1:9',
+    GATEHOUSE_TOKEN: token,
+  });
+}
+
+describe('ops CLI: containment commands take exactly their arguments', () => {
+  it('switch off|on A B, epoch bump X, reenable advance A B: exit 2, no switch written, no epoch bumped, nothing audited', async () => {
+    const token = await tokenFor('ops-gus', SECRET);
+    const events = (await t.db.selectFrom('audit_outbox').select('id').execute()).length;
+    const epoch = await t.db.selectFrom('credential_epochs').select('epoch').executeTakeFirst();
+    for (const args of [
+      ['switch', 'off', 'issue_refund', 'reship_order'],
+      ['switch', 'on', 'issue_refund', 'reship_order'],
+      ['epoch', 'bump', 'now'],
+      ['reenable', 'advance', 'issue_refund', 'reship_order', '--reason', 'two at once'],
+    ]) {
+      const r = await run(args, token);
+      expect(r.code, `${args.join(' ')}: ${r.out}`).toBe(2);
+      expect(r.out, args.join(' ')).toMatch(/unexpected argument/);
+    }
+    expect(await t.db.selectFrom('tool_switches').selectAll().execute()).toEqual([]);
+    expect(await t.db.selectFrom('credential_epochs').select('epoch').executeTakeFirst()).toEqual(epoch);
+    expect((await t.db.selectFrom('audit_outbox').select('id').execute()).length).toBe(events);
+    // One tool is still fine.
+    const ok = await run(['switch', 'off', 'issue_refund'], token);
+    expect(ok.code, ok.out).toBe(0);
+    expect(await t.db.selectFrom('tool_switches').select(['tool', 'enabled']).execute()).toEqual([
+      { tool: 'issue_refund', enabled: false },
+    ]);
+  });
+});
