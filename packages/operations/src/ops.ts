@@ -124,6 +124,9 @@ export class StagedReenableOpen extends Refused {
 export async function setSwitch(db: Db, tool: string, enabled: boolean, operator: string, hmacKey: string): Promise<OutboxRow[]> {
   requireKnownTool(tool);
   return inTransaction(db, async (trx) => {
+    // First, as every change of the tool's containment (ADR 0683): a concurrent `reenable advance`
+    // cannot open a stage between this check and the write, nor deadlock with it.
+    await lockContainment(trx, tool, 'exclusive');
     const [open] = await openReenableStages(trx, tool);
     if (enabled && open) throw new StagedReenableOpen(tool, open.stage);
     const ended = enabled ? null : await endOpenReenableStage(trx, tool);

@@ -6,6 +6,7 @@ import {
   effectsAfterSwitchOff,
   effectsWithRevokedEpoch,
   inTransaction,
+  lockContainment,
   openReenableStages,
   recordAudit,
   type Db,
@@ -258,6 +259,8 @@ export async function advanceReenable(db: Db, r: AdvanceRequest): Promise<Advanc
   if (!reason || reason.length > 500) throw new Error('reenable advance needs --reason "<why>" (1–500 characters)');
   requireKnownTool(r.tool);
   return inTransaction(db, async (trx) => {
+    // Before the switch row, as every change of the tool's containment takes it first (ADR 0683).
+    await lockContainment(trx, r.tool, 'exclusive');
     await trx.selectFrom('tool_switches').select('tool').where('tool', '=', r.tool).forUpdate().execute();
     const [open] = await openReenableStages(trx, r.tool);
     const next = await checkAdvance(trx, r, open);
