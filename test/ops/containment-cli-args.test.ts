@@ -30,7 +30,7 @@ function run(args: string[], token: string): Promise<CliRun> {
   });
 }
 
-describe('ops CLI: containment commands take exactly their arguments', () => {
+describe('ops CLI: containment commands take exactly their arguments, naming what exists', () => {
   it('switch off|on A B, epoch bump X, reenable advance A B: exit 2, no switch written, no epoch bumped, nothing audited', async () => {
     const token = await tokenFor('ops-gus', SECRET);
     const events = (await t.db.selectFrom('audit_outbox').select('id').execute()).length;
@@ -54,5 +54,23 @@ describe('ops CLI: containment commands take exactly their arguments', () => {
     expect(await t.db.selectFrom('tool_switches').select(['tool', 'enabled']).execute()).toEqual([
       { tool: 'issue_refund', enabled: false },
     ]);
+  });
+
+  it('reenable advance --cohort with a tenant or user the directory lacks (a typo): exit 2, the stage stays read_only (a cohort of no one admits nobody)', async () => {
+    const token = await tokenFor('ops-gus', SECRET);
+    const started = await run(['reenable', 'advance', 'issue_refund', '--reason', 'contained, start over'], token);
+    expect(started.code, started.out).toBe(0);
+    for (const cohort of ['tenant:quilfeather', 'user:rep-anna', 'tenant:northwind,user:nobody', 'tenant:northwind:x']) {
+      const r = await run(['reenable', 'advance', 'issue_refund', '--cohort', cohort, '--max-bound', '1', '--reason', 'typo'], token);
+      expect(r.code, `${cohort}: ${r.out}`).toBe(2);
+      expect(r.out).toMatch(/unknown (tenant|user)/);
+    }
+    const open = await t.db.selectFrom('tool_reenable_stages').select('stage').where('ended_at', 'is', null).execute();
+    expect(open).toEqual([{ stage: 'read_only' }]);
+    const ok = await run(
+      ['reenable', 'advance', 'issue_refund', '--cohort', 'tenant:northwind', '--max-bound', '1', '--reason', 'northwind'],
+      token,
+    );
+    expect(ok.code, ok.out).toBe(0);
   });
 });

@@ -1,4 +1,4 @@
-import { loadReleaseManifest } from '@gatehouse/contracts';
+import { loadReleaseManifest, loadWorld } from '@gatehouse/contracts';
 import { type Db } from '@gatehouse/ledger';
 import { withCliDb } from './cli-db.ts';
 import { type BaseEnv } from '@gatehouse/platform';
@@ -31,7 +31,8 @@ type AsOperator = (command: string, fn: (db: Db, op: Operator) => Promise<number
 
 /**
  * Parses `--cohort tenant:quillfeather,user:rep-ana` into tenant and user lists.
- * @throws UsageError for an entry that is not `tenant:<id>` or `user:<id>`.
+ * @throws UsageError for an entry that is not `tenant:<id>` or `user:<id>`, or names a tenant or user
+ *   the directory (world.json) does not have.
  */
 export function parseCohort(text: string): { tenants: string[]; users: string[] } {
   const cohort = { tenants: [] as string[], users: [] as string[] };
@@ -39,11 +40,19 @@ export function parseCohort(text: string): { tenants: string[]; users: string[] 
     .split(',')
     .map((p) => p.trim())
     .filter(Boolean)) {
-    const [kind, id] = part.split(':');
+    const [kind, ...rest] = part.split(':');
+    const id = rest.join(':');
     if (!id || (kind !== 'tenant' && kind !== 'user')) throw new UsageError(`cohort entry ${part} must be tenant:<id> or user:<id>`);
     (kind === 'tenant' ? cohort.tenants : cohort.users).push(id);
   }
   if (!cohort.tenants.length && !cohort.users.length) throw new UsageError('--cohort names no tenant or user');
+  // A typo would be a cohort of no one: accepted, and nobody admitted (ADR 0683).
+  const world = loadWorld();
+  const tenants = world.tenants.map((t) => t.id);
+  const users = world.users.map((u) => u.id);
+  for (const t of cohort.tenants)
+    if (!tenants.includes(t)) throw new UsageError(`--cohort names unknown tenant ${t}: one of ${tenants.join(', ')}`);
+  for (const u of cohort.users) if (!users.includes(u)) throw new UsageError(`--cohort names unknown user ${u} (not in the directory)`);
   return cohort;
 }
 
