@@ -1,10 +1,11 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from 'kysely';
 import { setSwitch } from '@gatehouse/operations';
 import { effectsAfterSwitchOff } from '@gatehouse/ledger';
 import { createAction } from '@gatehouse/testing';
 import { processExecution } from '@gatehouse/executor';
-import { AUDIT_HMAC_KEY, startHarness, type Harness } from './support/harness.ts';
+import { AUDIT_HMAC_KEY, startHarness, waitFor, type Harness } from './support/harness.ts';
 
 // docs/product/hard-cases.md#tool-switched-off-mid-run, docs/decisions/0683-switch-off-serializes-with-the-claim.md:
 // a switch-off that commits after the executor read the switch (with the action) but before its
@@ -126,6 +127,41 @@ describe('containment: a switch-off between the switch check and the claim', () 
         expect(new Date(op!.created_at).getTime()).toBeLessThanOrEqual(new Date(sw.changed_at).getTime());
       }
       await setSwitch(h.db, 'issue_refund', true, 'ops-gus', AUDIT_HMAC_KEY);
+    }
+  });
+
+  it('a switch-on committing while the executor pauses a held step (barrier on the outbox, 4 rounds): no error, the run is not paused, the refund runs once', async () => {
+    const deps = h.deps();
+    const lockWaiters = async () =>
+      (
+        await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
+          where datname = current_database() and wait_event_type in ('Lock', 'advisory') and state = 'active'`.execute(h.db)
+      ).rows[0]!.n;
+    for (let round = 0; round < 4; round++) {
+      const orderId = await h.newOrder();
+      const a = await createAction(h.db, { orderId, amountCents: 3100 + round });
+      await setSwitch(h.db, 'issue_refund', false, 'ops-gus', AUDIT_HMAC_KEY);
+      let release!: () => void;
+      const released = new Promise<void>((r) => (release = r));
+      // The switch-on locks the run (to resume it, were it paused) and then waits on the outbox.
+      const blocker = h.db.transaction().execute(async (trx) => {
+        await sql`lock table outbox in exclusive mode`.execute(trx);
+        await released;
+      });
+      const on = setSwitch(h.db, 'issue_refund', true, 'ops-gus', AUDIT_HMAC_KEY);
+      await waitFor('switch-on waits on the outbox', async () => (await lockWaiters()) >= 1, 20_000);
+      const held = processExecution(a.job, deps); // read the switch off before the switch-on commits
+      await waitFor('the pause waits behind the switch-on', async () => (await lockWaiters()) >= 2, 20_000);
+      release();
+      await blocker;
+      const rows = await on;
+      // Not paused after all: the step ran (or its resumed job runs it), never an error.
+      expect(await held, `round ${round}`).toMatch(/^(succeeded|busy)$/);
+      for (const r of rows.filter((x) => (x.payload as { actionId: string }).actionId === a.actionId))
+        await processExecution(r.payload as typeof a.job, deps);
+      const wf = await h.db.selectFrom('workflows').select(['state', 'next_step']).where('id', '=', a.workflowId).executeTakeFirstOrThrow();
+      expect(wf.state, `round ${round}: ${wf.next_step}`).not.toBe('paused');
+      expect(await h.refunds(orderId)).toHaveLength(1);
     }
   });
 });

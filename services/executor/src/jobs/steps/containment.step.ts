@@ -204,13 +204,16 @@ export async function holdIfSwitchedOff(
 ): Promise<ExecutionOutcome | null> {
   const { wf, preview } = ctx;
   if (!containmentHolds(ctx, hooks)) return null;
-  await inTransaction(db, async (trx) => {
+  const held = await inTransaction(db, async (trx) => {
+    // Read again under the containment lock (ADR 0683): a switch-on under way commits first, and
+    // its step then runs rather than pausing a run nothing holds any more.
+    if (!(await containmentHoldsLocked(trx, ctx, hooks))) return false;
     const paused = await transitionWorkflow(trx, wf.id, {
       to: 'paused',
       nextStep: heldNextStep(ctx),
       onlyFrom: LIVE_STATES.filter((s) => s !== 'paused'),
     });
-    if (!paused) return; // already paused (another held step, a redelivery) or terminal
+    if (!paused) return true; // already paused (another held step, a redelivery) or terminal
     // The pause is on-call's, not the run's working time: credited back when it resumes.
     await trx
       .updateTable('budgets')
@@ -226,19 +229,20 @@ export async function holdIfSwitchedOff(
       outcome: 'tool_disabled',
       revisions: { release: wf.release_id },
     });
+    return true;
   });
-  return { kind: 'held', reason: 'tool_disabled' };
+  return held ? { kind: 'held', reason: 'tool_disabled' } : null;
 }
 
 /**
- * Containment again at the claim, in the claim's transaction and before any of its row locks
- * (docs/decisions/0683-switch-off-serializes-with-the-claim.md): takes the tool's containment
+ * Containment read again under its lock — at the claim, in the claim's transaction and before any
+ * of its row locks, and when pausing a held step (docs/decisions/0683-switch-off-serializes-with-the-claim.md): takes the tool's containment
  * lock (`lockContainment`, shared — a switch change waits for this claim, this claim for a switch
  * change under way), then reads the switch and the staged re-enable as they are now. True when
  * they hold the step: the switch went off (or a cohort stage ended) after {@link loadExecutionContext}
  * read them, and nothing may be claimed.
  */
-export async function holdsAtClaim(
+export async function containmentHoldsLocked(
   trx: Trx,
   ctx: ExecutionContext,
   hooks: Pick<TestHooks, 'switchAtAdmissionOnly' | 'disableReenableCohort' | 'ignoreSwitch'>,
@@ -261,7 +265,7 @@ export async function holdsAtClaim(
 }
 
 /**
- * A step the claim found held ({@link holdsAtClaim}): the run pauses as at the containment step,
+ * A step the claim found held ({@link containmentHoldsLocked}): the run pauses as at the containment step,
  * on the switch read again; when it was switched on again meanwhile, the job is retried (`busy`).
  */
 export async function holdAfterClaimCheck(

@@ -10,7 +10,7 @@ import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
 import { blockEventLoop, crashIfAt } from '../../domain/test-hooks.ts';
 import type { ExecutionDeps } from '../execution-deps.ts';
 import { stopPastCeilingOrHold } from './answer.step.ts';
-import { holdsAtClaim, type ExecutionContext } from './containment.step.ts';
+import { containmentHoldsLocked, type ExecutionContext } from './containment.step.ts';
 
 /** Retry classes whose effect may be sent again by a new lease holder (same key, or a read). */
 const RE_DISPATCHABLE = new Set(['idempotent_write', 'bounded_read']);
@@ -102,7 +102,7 @@ export async function claim(deps: ExecutionDeps, ctx: ExecutionContext, inputs: 
   const attempt = (reevaluate: 'last' | 'first') =>
     inTransaction(deps.db, async (trx): Promise<ClaimOutcome> => {
       // Containment first, before any row lock of the claim (ADR 0683).
-      if (await holdsAtClaim(trx, ctx, hooks)) return { kind: 'held' };
+      if (await containmentHoldsLocked(trx, ctx, hooks)) return { kind: 'held' };
       return claimOperation(trx, ctx.job, {
         owner,
         leaseMs: deps.leaseMs,
