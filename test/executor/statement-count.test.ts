@@ -82,11 +82,16 @@ describe('executor: statements for one ALLOW refund', () => {
     // event written by the fenced record's statement, 2 more (claim 1; ADR 0540); the run's lock
     // read with the action's and the operation's reservation, and the run's move with its event and
     // the limit locks with their sums riding on the grant, 3 more (claim 3; ADR 0620): the checks
-    // and the claim are two statements between BEGIN and COMMIT.
-    expect(statements.length).toBeLessThanOrEqual(9);
-    expect(claim.length).toBeLessThanOrEqual(4);
+    // and the claim are two statements between BEGIN and COMMIT. The containment lock (shared)
+    // and the switch read after it add 2 (claim 2; ADR 0683): a switch-off committed while the job
+    // read the order holds the step, and one made during the claim waits for its commit.
+    expect(statements.length).toBeLessThanOrEqual(11);
+    expect(claim.length).toBeLessThanOrEqual(6);
+    // first the tool's containment lock, shared, and the switch read on a snapshot taken after it (ADR 0683)
+    expect(claim[1]).toMatch(/^select pg_advisory_xact_lock_shared\(/);
+    expect(claim[2]).toMatch(/"s"."enabled", "s"."changed_at"/);
     // the checks' statement locks the run, then the action, then reserves the operation (ADR 0014)
-    expect(claim[1]).toMatch(
+    expect(claim[3]).toMatch(
       /^\s*with w as \(select .* from "workflows" as "w" where "w"."id" = \$\d+ for update\),\s*a as \(select \* from actions where id = \$\d+ and exists \(select 1 from w\) and workflow_id = \(select w.id from w\) for update\),\s*op as \(\s*insert into operations/s,
     );
     // no workflow event is a statement of its own: it rides on the transition it describes
@@ -101,7 +106,8 @@ describe('executor: statements for one ALLOW refund', () => {
     expect(grant).toMatch(/"moved" as \(update "workflows"/);
     expect(grant).toMatch(/\(select to_jsonb\(s\) from refund_limit_sums_locked\([^)]*\) s\) as "read" from "granted"$/);
     expect(statements.filter((s) => /refund_limit_sums/.test(s))).toHaveLength(1);
-    expect(claim.filter((s) => /pg_advisory_xact_lock/.test(s))).toEqual([]);
+    // no limit lock is a statement of its own (the containment lock above is the only advisory lock statement)
+    expect(claim.filter((s) => /pg_advisory_xact_lock/.test(s))).toHaveLength(1);
     // no audit event is a statement of its own: each rides on the state change it describes, and
     // each is still written, once
     expect(statements.filter((s) => /^insert into "audit_outbox"/.test(s))).toEqual([]);
@@ -121,8 +127,9 @@ describe('executor: statements for one approved refund', () => {
     expect(await processExecution(a.job, h.deps({ db: counted }))).toBe('succeeded');
     const claim = claimTransaction(statements);
     if (process.env.STATEMENTS_VERBOSE) console.log(claim.join('\n'));
-    // BEGIN, the checks, the consumption with its `approval.consumed` event, the grant, COMMIT
-    expect(claim.length).toBeLessThanOrEqual(5);
+    // BEGIN, the containment lock and switch read (ADR 0683), the checks, the consumption with its
+    // `approval.consumed` event, the grant, COMMIT
+    expect(claim.length).toBeLessThanOrEqual(7);
     expect(claim.filter((s) => /update "approvals"/.test(s))).toHaveLength(1);
     expect(statements.filter((s) => /^insert into "audit_outbox"/.test(s))).toEqual([]);
     expect((await auditTypes(a.workflowId)).filter((t) => t === 'approval.consumed' || t.startsWith('operation.'))).toEqual([
