@@ -89,7 +89,7 @@ describe('executor: statements for one ALLOW refund', () => {
     expect(claim.length).toBeLessThanOrEqual(6);
     // first the tool's containment lock, shared, and the switch read on a snapshot taken after it (ADR 0683)
     expect(claim[1]).toMatch(/^select pg_advisory_xact_lock_shared\(/);
-    expect(claim[2]).toMatch(/"s"."enabled", "s"."changed_at"/);
+    expect(claim[2]).toMatch(/"s"."enabled" as "switch_enabled", "s"."changed_at" as "switch_changed_at"/);
     // the checks' statement locks the run, then the action, then reserves the operation (ADR 0014)
     expect(claim[3]).toMatch(
       /^\s*with w as \(select .* from "workflows" as "w" where "w"."id" = \$\d+ for update\),\s*a as \(select \* from actions where id = \$\d+ and exists \(select 1 from w\) and workflow_id = \(select w.id from w\) for update\),\s*op as \(\s*insert into operations/s,

@@ -1,4 +1,4 @@
-import { sql, type Selectable } from 'kysely';
+import { sql, type Expression, type Selectable } from 'kysely';
 import type { ExecutionJob } from '@gatehouse/contracts';
 import {
   cohortAdmits,
@@ -104,9 +104,7 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
   const tool = findTool(preview.tool);
   const adapter = adapters[preview.tool];
   if (!tool || !adapter) throw new Error(`no adapter for ${preview.tool}`);
-  const toolSwitch =
-    switch_enabled === null || switch_changed_at === null ? null : { enabled: switch_enabled, changed_at: switch_changed_at };
-  const reenable = { stage: reenable_stage, cohortAdmits: cohort_admits };
+  const { toolSwitch, reenable } = containmentOf({ switch_enabled, switch_changed_at, cohort_admits, reenable_stage });
   const operation: OperationPreview | null =
     op_status === null || op_action_digest === null
       ? null
@@ -147,7 +145,7 @@ function readExecutionRow(db: Db, job: ExecutionJob, withEpoch: boolean) {
     .selectAll('a')
     .select(sql<unknown>`to_jsonb(w)`.as('wf_row'))
     .select(auditBasisColumns(sql.ref('a.proposal_id'), sql.ref('a.id')))
-    .select(['s.enabled as switch_enabled', 's.changed_at as switch_changed_at', ...auditHealthColumns])
+    .select([...auditHealthColumns, ...containmentColumns(sql.ref('a.tool'))])
     .select([
       'o.status as op_status',
       'o.lease_expires_at as op_lease_expires_at',
@@ -155,10 +153,6 @@ function readExecutionRow(db: Db, job: ExecutionJob, withEpoch: boolean) {
       'o.frozen_at as op_frozen_at',
       'o.result as op_result',
       'o.evidence_ref as op_evidence_ref',
-      cohortAdmits(sql.ref('a.tool'), sql.ref('w.tenant'), sql.ref('w.user_id')).as('cohort_admits'),
-      sql<ReenableStage | null>`(select r.stage from tool_reenable_stages r where r.tool = a.tool and r.ended_at is null)`.as(
-        'reenable_stage',
-      ),
     ])
     .$if(withEpoch, (qb) => qb.select(credentialEpochColumn.as('credential_epoch')))
     .where('a.id', '=', job.actionId)
@@ -252,16 +246,42 @@ export async function containmentHoldsLocked(
   const now = await trx
     .selectFrom('workflows as w')
     .leftJoin('tool_switches as s', (j) => j.on('s.tool', '=', ctx.preview.tool))
-    .select(['s.enabled', 's.changed_at'])
-    .select([
-      cohortAdmits(sql.val(ctx.preview.tool), sql.ref('w.tenant'), sql.ref('w.user_id')).as('cohort_admits'),
-      sql<ReenableStage | null>`(select r.stage from tool_reenable_stages r where r.tool = s.tool and r.ended_at is null)`.as('stage'),
-    ])
+    .select(containmentColumns(sql.val(ctx.preview.tool)))
     .where('w.id', '=', ctx.wf.id)
     .executeTakeFirst();
   if (!now) return false;
-  const toolSwitch = now.enabled === null || now.changed_at === null ? null : { enabled: now.enabled, changed_at: now.changed_at };
-  return containmentHolds({ ...ctx, toolSwitch, reenable: { stage: now.stage, cohortAdmits: now.cohort_admits } }, hooks);
+  return containmentHolds({ ...ctx, ...containmentOf(now) }, hooks);
+}
+
+/**
+ * The columns of a tool's containment, read with its workflow `w` and its switch row `s` (left
+ * joined): `switch_enabled`, `switch_changed_at`, `cohort_admits` (an open cohort stage admits the
+ * workflow's tenant or user) and `reenable_stage` (the open stage, or null). One read shape for
+ * {@link loadExecutionContext} and {@link containmentHoldsLocked}; {@link containmentOf} reads it back.
+ */
+function containmentColumns(tool: Expression<string>) {
+  return [
+    sql.ref<boolean | null>('s.enabled').as('switch_enabled'),
+    sql.ref<Date | null>('s.changed_at').as('switch_changed_at'),
+    cohortAdmits(tool, sql.ref('w.tenant'), sql.ref('w.user_id')).as('cohort_admits'),
+    sql<ReenableStage | null>`(select r.stage from tool_reenable_stages r where r.tool = ${tool} and r.ended_at is null)`.as(
+      'reenable_stage',
+    ),
+  ];
+}
+
+/** The switch (null before its first change) and the staged re-enable of {@link containmentColumns}' row. */
+function containmentOf(row: {
+  switch_enabled: boolean | null;
+  switch_changed_at: Date | null;
+  cohort_admits: boolean;
+  reenable_stage: ReenableStage | null;
+}): Pick<ExecutionContext, 'toolSwitch' | 'reenable'> {
+  const { switch_enabled: enabled, switch_changed_at: changed_at } = row;
+  return {
+    toolSwitch: enabled === null || changed_at === null ? null : { enabled, changed_at },
+    reenable: { stage: row.reenable_stage, cohortAdmits: row.cohort_admits },
+  };
 }
 
 /**
