@@ -12,7 +12,7 @@ import {
   type DelegationVerifier,
 } from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
-import { pageOf, PageQuery, parseQuery } from './query.parser.ts';
+import { listingBody, pageOf, PageQuery, parseQuery } from './query.parser.ts';
 
 /** Delegation audience of the change service (docs/product/policy-rules.md#delegated-credentials). */
 export const CHANGES_AUDIENCE = 'changes';
@@ -134,7 +134,7 @@ export function changesRouter(
   router.get('/changes/operations', async (req, res) => {
     const page = pageOf(parseQuery(z.object(PageQuery), req.query));
     const operations = await deps.changes.listOperations(page);
-    res.json(page ? { operations, next: operations.length === page.limit ? operations.at(-1)!.operationKey : null } : { operations });
+    res.json(listingBody('operations', operations, page, (o) => o.operationKey));
   });
 
   router.get('/changes/operations/:operationKey', async (req, res) => {

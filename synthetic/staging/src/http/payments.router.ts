@@ -1,7 +1,7 @@
 import { Router } from 'express';
 import { z } from 'zod';
 import { Forbidden, NotFound, parseBody } from '@gatehouse/platform';
-import { pageOf, PageQuery, parseQuery } from './query.parser.ts';
+import { listingBody, pageOf, PageQuery, parseQuery } from './query.parser.ts';
 import type { StagingDb } from '../db/staging.database.ts';
 import type { OrdersRepository } from '../repositories/orders.repository.ts';
 import type { RefundsRepository } from '../repositories/refunds.repository.ts';
@@ -137,7 +137,7 @@ export function paymentsRouter(
     const page = pageOf(q);
     if (q.orderId !== undefined) return void res.json({ refunds: await deps.refunds.listByOrder(q.orderId) });
     const refunds = await deps.refunds.listAll(q.tenant, page);
-    res.json(page ? { refunds, next: refunds.length === page.limit ? refunds.at(-1)!.refundId : null } : { refunds });
+    res.json(listingBody('refunds', refunds, page, (r) => r.refundId));
   });
 
   router.post(
@@ -181,7 +181,7 @@ export function paymentsRouter(
     const q = parseQuery(ListQuerySchema, req.query);
     const page = pageOf(q);
     const reversals = await deps.reversals.list(q.orderId, page);
-    res.json(page ? { reversals, next: reversals.length === page.limit ? reversals.at(-1)!.reversalId : null } : { reversals });
+    res.json(listingBody('reversals', reversals, page, (v) => v.reversalId));
   });
 
   return router;

@@ -25,3 +25,19 @@ export const PageQuery = {
 export function pageOf(q: { after?: string; limit?: number }): { after?: string; limit: number } | undefined {
   return q.limit === undefined ? undefined : { ...(q.after !== undefined ? { after: q.after } : {}), limit: q.limit };
 }
+
+/**
+ * The body of a listing under `key`: `{[key]: rows}` for the whole listing, or with a page asked
+ * for `{[key]: rows, next}`, where `next` is the id (`idOf`) of the last row of a full page — the
+ * cursor of the following page — and null on the last page.
+ */
+export function listingBody<T>(
+  key: string,
+  rows: T[],
+  page: { limit: number } | undefined,
+  idOf: (row: T) => string,
+): Record<string, T[] | string | null> {
+  if (!page) return { [key]: rows };
+  const last = rows.at(-1);
+  return { [key]: rows, next: rows.length === page.limit && last !== undefined ? idOf(last) : null };
+}
