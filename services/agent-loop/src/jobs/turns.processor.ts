@@ -172,13 +172,30 @@ async function chargeDiscardedAnswer(
     .insertInto('discarded_model_answers')
     .values({ workflow_id: wf.id, round, response_id: response.id, model: response.model, ...tokens, release_id: wf.release_id, reason })
     .execute();
+  await chargeAnswer(trx, wf.id, price, usage, { round: false });
+}
+
+/**
+ * Adds one model answer's usage to the run's budget, in `trx` (which holds the run's lock): its
+ * total tokens and its spend priced by `price` (micro-USD, `modelSpendMicroUsd`), and with
+ * `round` one model round. The one writer of a model answer's charge, recorded or discarded.
+ */
+async function chargeAnswer(
+  trx: Trx,
+  workflowId: string,
+  price: ReleaseManifest['model'],
+  usage: OpenAI.Responses.ResponseUsage | undefined,
+  opts: { round: boolean },
+): Promise<void> {
+  const tokens = { input_tokens: usage?.input_tokens ?? 0, output_tokens: usage?.output_tokens ?? 0 };
   await trx
     .updateTable('budgets')
     .set((eb) => ({
+      rounds_used: eb('rounds_used', '+', opts.round ? 1 : 0),
       tokens_used: eb('tokens_used', '+', usage?.total_tokens ?? 0),
       spend_micro_usd: eb('spend_micro_usd', '+', modelSpendMicroUsd(price, tokens)),
     }))
-    .where('workflow_id', '=', wf.id)
+    .where('workflow_id', '=', workflowId)
     .execute();
 }
 
@@ -406,17 +423,7 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
         release_id: wf.release_id,
       })
       .execute();
-    await trx
-      .updateTable('budgets')
-      .set({
-        rounds_used: b.rounds_used + 1,
-        tokens_used: b.tokens_used + (usage?.total_tokens ?? 0),
-        spend_micro_usd:
-          b.spend_micro_usd +
-          modelSpendMicroUsd(deps.modelPrice, { input_tokens: usage?.input_tokens ?? 0, output_tokens: usage?.output_tokens ?? 0 }),
-      })
-      .where('workflow_id', '=', wf.id)
-      .execute();
+    await chargeAnswer(trx, wf.id, deps.modelPrice, usage, { round: true });
     await recordAudit(trx, {
       type: 'model.response',
       service: 'agent-loop',
