@@ -46,6 +46,7 @@ const STATUS: Record<string, number> = {
   OperatorRefused: 403,
   LeaseBusy: 409,
   FactsChangedAtClaim: 409,
+  ContainmentHeldAtClaim: 409,
   FactsChangedAtDecision: 409,
   UsageError: 400,
   ActivationRefused: 403,

@@ -66,15 +66,17 @@ function reviveOperation(o: Record<string, unknown>): Operation {
  * written). With `opts.lockRun` (the action's workflow id) the same statement first locks that
  * workflow and reads its {@link DecisionContext} ({@link decisionContextQuery}): the run, then the
  * action, then the operation — the executor's checks in one statement
- * (docs/decisions/0620-the-claim-in-two-statements.md). Returns null when the action (or, with
- * `lockRun`, its workflow) does not exist, or belongs to another workflow than `lockRun`.
+ * (docs/decisions/0620-the-claim-in-two-statements.md). With `opts.read` (a scalar SQL expression)
+ * the same statement also evaluates it, on its own snapshot, and returns it as `read` (the
+ * executor's containment read after its containment lock, ADR 0683). Returns null when the action
+ * (or, with `lockRun`, its workflow) does not exist, or belongs to another workflow than `lockRun`.
  */
 export async function lockActionAndReserve(
   trx: Trx,
   actionId: string,
   only?: { version: number; statuses: readonly ActionStatus[] },
-  opts: { lockRun?: string } = {},
-): Promise<{ action: Action; op: Operation | null; run?: DecisionContext } | null> {
+  opts: { lockRun?: string; read?: RawBuilder<unknown> } = {},
+): Promise<{ action: Action; op: Operation | null; run?: DecisionContext; read?: unknown } | null> {
   const filter = only ? sql`a.version = ${only.version} and a.status = any(${[...only.statuses]}::text[])` : sql`true`;
   const run = opts.lockRun ? decisionContextQuery(trx, opts.lockRun, { actionId }) : null;
   // The action's scan is gated by `exists (select 1 from w)`, a one-time filter evaluated before
@@ -82,7 +84,8 @@ export async function lockActionAndReserve(
   // so the action's is locked before the operation's. An action of another run than `lockRun`
   // is not locked at all (null), so no claim moves a run it did not lock.
   // Kysely writes the run's query builder in parentheses.
-  const { rows } = await sql<Action & { op: Record<string, unknown> | null; run?: DecisionContextRow }>`
+  const read = opts.read ? sql`, ${opts.read} as read` : sql``;
+  const { rows } = await sql<Action & { op: Record<string, unknown> | null; run?: DecisionContextRow; read?: unknown }>`
     with ${run ? sql`w as ${run},` : sql``}
     a as (select * from actions where id = ${actionId}${run ? sql` and exists (select 1 from w) and workflow_id = (select w.id from w)` : sql``} for update),
     op as (
@@ -91,11 +94,16 @@ export async function lockActionAndReserve(
       on conflict (key) do update set key = excluded.key
       returning *
     )
-    select a.*, (select to_jsonb(op) from op) as op${run ? sql`, (select to_jsonb(w) from w) as run` : sql``} from a`.execute(trx);
+    select a.*, (select to_jsonb(op) from op) as op${run ? sql`, (select to_jsonb(w) from w) as run` : sql``}${read} from a`.execute(trx);
   const row = rows[0];
   if (!row) return null;
-  const { op, run: context, ...action } = row;
-  return { action: action as Action, op: op ? reviveOperation(op) : null, ...(context ? { run: toDecisionContext(context) } : {}) };
+  const { op, run: context, read: value, ...action } = row;
+  return {
+    action: action as Action,
+    op: op ? reviveOperation(op) : null,
+    ...(context ? { run: toDecisionContext(context) } : {}),
+    ...(opts.read ? { read: value } : {}),
+  };
 }
 
 /** What an approval must name to be consumed for an action (docs/product/invariants.md#approval). */

@@ -17,7 +17,7 @@ import {
   type OutboxRow,
   type WorkflowsTable,
 } from '@gatehouse/ledger';
-import type { Selectable } from 'kysely';
+import type { RawBuilder, Selectable } from 'kysely';
 import {
   approvalAmountCents,
   decideAndRecord,
@@ -98,6 +98,13 @@ export interface ClaimOptions {
    * decision changed; `first` before the grant, recording the new decision as a new action version.
    */
   reevaluate?: 'last' | 'first';
+  /**
+   * The tool's containment, read by the checks' statement after the caller took the containment
+   * lock (docs/decisions/0683-switch-off-serializes-with-the-claim.md): when it holds the step, the
+   * claim throws {@link ContainmentHeldAtClaim} before anything else. Absent: not checked
+   * (control-removed tests).
+   */
+  containment?: { read: RawBuilder<unknown>; holds(value: unknown): boolean };
 }
 
 /**
@@ -118,17 +125,34 @@ export class FactsChangedAtClaim extends ConflictError {
 }
 
 /**
+ * Thrown by a claim whose checks' statement found the tool contained (switched off, or its cohort
+ * stage no longer admitting the run) after the containment lock: the transaction must roll back
+ * (the operation's reservation made by the same statement with it), and the step is held as at the
+ * containment step (docs/decisions/0683-switch-off-serializes-with-the-claim.md).
+ */
+export class ContainmentHeldAtClaim extends ConflictError {
+  readonly actionId: string;
+  constructor(actionId: string) {
+    super('containment_held_at_claim', `tool containment holds action ${actionId} at its claim; nothing is claimed`);
+    this.actionId = actionId;
+  }
+}
+
+/**
  * The fenced claim (docs/product/design.md#correctness-rules: uniqueness, fencing, write-ahead, stable keys), in the caller's transaction:
  * reserve the operation key (insert-if-absent), refuse a key seen with another digest
  * (`idempotency_conflict`), consume the approval — only when tool, digest, version and policy
  * revision still match and it is unexpired — and grant the lease with one conditional UPDATE that
  * increments the fencing token and writes the `running` mark and baseline. The caller commits
- * this before calling the adapter (write-ahead). The checks before the grant take two statements
- * (the workflow row; the action row with its reserved operation) and the writes go through the
+ * this before calling the adapter (write-ahead). The checks before the grant take one statement
+ * (the workflow row, the action row with its reserved operation, and with `opts.containment` the
+ * tool's containment read after the caller's containment lock) and the writes go through the
  * operation protocol of the ledger (docs/decisions/0270-one-operation-protocol.md). A first
  * claim re-evaluates the policy last, after the grant, under the limit locks (ADR 0430).
  * @throws FactsChangedAtClaim when that re-evaluation finds another decision (`reevaluate: 'last'`):
  *   the caller rolls the transaction back and claims again with `reevaluate: 'first'`.
+ * @throws ContainmentHeldAtClaim when `opts.containment` holds the step: the caller rolls the
+ *   transaction back (the reservation with it) and holds the step.
  */
 export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOptions): Promise<ClaimOutcome> {
   // Lock order everywhere: workflows → actions → operations → approvals (no deadlock cycles). The
@@ -139,12 +163,14 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
   // re-evaluation reads about the run (release writes, the offered state), then the action,
   // locked, and its operation reserved and locked (docs/decisions/0270-one-operation-protocol.md,
   // 0620-the-claim-in-two-statements.md). Statement 2, the grant, below.
+  // The containment read rides on it too, on a snapshot taken after the containment lock (ADR 0683).
   const locked = await lockActionAndReserve(
     trx,
     job.actionId,
     { version: job.actionVersion, statuses: CLAIMABLE },
-    { lockRun: job.workflowId },
+    { lockRun: job.workflowId, ...(opts.containment ? { read: opts.containment.read } : {}) },
   );
+  if (locked && opts.containment?.holds(locked.read)) throw new ContainmentHeldAtClaim(job.actionId);
   if (!locked || locked.action.version !== job.actionVersion) return { kind: 'skip', reason: 'unknown_action_version' };
   const { action, op, run: wf } = locked;
   if (!op) return { kind: 'skip', reason: `action_${action.status}` };

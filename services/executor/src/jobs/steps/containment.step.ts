@@ -1,4 +1,4 @@
-import { sql, type Expression, type Selectable } from 'kysely';
+import { sql, type Expression, type RawBuilder, type Selectable } from 'kysely';
 import type { ExecutionJob } from '@gatehouse/contracts';
 import {
   cohortAdmits,
@@ -229,12 +229,11 @@ export async function holdIfSwitchedOff(
 }
 
 /**
- * Containment read again under its lock — at the claim, in the claim's transaction and before any
- * of its row locks, and when pausing a held step (docs/decisions/0683-switch-off-serializes-with-the-claim.md): takes the tool's containment
- * lock (`lockContainment`, shared — a switch change waits for this claim, this claim for a switch
- * change under way), then reads the switch and the staged re-enable as they are now. True when
- * they hold the step: the switch went off (or a cohort stage ended) after {@link loadExecutionContext}
- * read them, and nothing may be claimed.
+ * Containment read again under its lock when pausing a held step
+ * (docs/decisions/0683-switch-off-serializes-with-the-claim.md): takes the tool's containment lock
+ * (`lockContainment`, shared — a switch change under way commits first), then reads the switch and
+ * the staged re-enable as they are now. True when they hold the step. The claim reads them the same
+ * way, in its checks' statement ({@link containmentAtClaim}).
  */
 export async function containmentHoldsLocked(
   trx: Trx,
@@ -243,21 +242,54 @@ export async function containmentHoldsLocked(
 ): Promise<boolean> {
   if (hooks.ignoreSwitch) return false;
   await lockContainment(trx, ctx.preview.tool, 'share');
-  const now = await trx
+  const now = await containmentQuery(trx, ctx).executeTakeFirst();
+  return now !== undefined && containmentHolds({ ...ctx, ...containmentOf(now) }, hooks);
+}
+
+/** The claim's containment check: read by the claim's checks' statement, judged by {@link ContainmentAtClaim.holds}. */
+export interface ContainmentAtClaim {
+  /** A scalar SQL expression: the containment row of {@link containmentColumns} as JSON (null: no workflow). */
+  read: RawBuilder<unknown>;
+  /** True when the value `read` returned holds the step: nothing may be claimed. */
+  holds(value: unknown): boolean;
+}
+
+/**
+ * Containment at the claim (docs/decisions/0683-switch-off-serializes-with-the-claim.md): takes the
+ * tool's containment lock, shared, as the first statement of the claim's transaction, before any
+ * row lock of the claim (a switch change waits for this claim, this claim for a switch change under
+ * way), and returns the read that the claim's checks' statement makes on its own snapshot, taken
+ * after the lock — so a switch-off (or the end of a cohort stage) committed after
+ * {@link loadExecutionContext} read them is seen. Null with `hooks.ignoreSwitch` (control-removed
+ * tests): no lock, no read.
+ */
+export async function containmentAtClaim(
+  trx: Trx,
+  ctx: ExecutionContext,
+  hooks: Pick<TestHooks, 'switchAtAdmissionOnly' | 'disableReenableCohort' | 'ignoreSwitch'>,
+): Promise<ContainmentAtClaim | null> {
+  if (hooks.ignoreSwitch) return null;
+  await lockContainment(trx, ctx.preview.tool, 'share');
+  return {
+    read: sql`(select to_jsonb(c) from (${containmentQuery(trx, ctx)}) c)`,
+    holds: (value) => value != null && containmentHolds({ ...ctx, ...containmentOf(value as ContainmentRow) }, hooks),
+  };
+}
+
+/** The containment row of `ctx`'s workflow and tool ({@link containmentColumns}). */
+function containmentQuery(trx: Trx, ctx: ExecutionContext) {
+  return trx
     .selectFrom('workflows as w')
     .leftJoin('tool_switches as s', (j) => j.on('s.tool', '=', ctx.preview.tool))
     .select(containmentColumns(sql.val(ctx.preview.tool)))
-    .where('w.id', '=', ctx.wf.id)
-    .executeTakeFirst();
-  if (!now) return false;
-  return containmentHolds({ ...ctx, ...containmentOf(now) }, hooks);
+    .where('w.id', '=', ctx.wf.id);
 }
 
 /**
  * The columns of a tool's containment, read with its workflow `w` and its switch row `s` (left
  * joined): `switch_enabled`, `switch_changed_at`, `cohort_admits` (an open cohort stage admits the
  * workflow's tenant or user) and `reenable_stage` (the open stage, or null). One read shape for
- * {@link loadExecutionContext} and {@link containmentHoldsLocked}; {@link containmentOf} reads it back.
+ * {@link loadExecutionContext} and {@link containmentQuery}; {@link containmentOf} reads it back.
  */
 function containmentColumns(tool: Expression<string>) {
   return [
@@ -270,16 +302,19 @@ function containmentColumns(tool: Expression<string>) {
   ];
 }
 
-/** The switch (null before its first change) and the staged re-enable of {@link containmentColumns}' row. */
-function containmentOf(row: {
+/** A row of {@link containmentColumns}, as the driver gives it or as `to_jsonb` writes it (the time as text). */
+interface ContainmentRow {
   switch_enabled: boolean | null;
-  switch_changed_at: Date | null;
+  switch_changed_at: Date | string | null;
   cohort_admits: boolean;
   reenable_stage: ReenableStage | null;
-}): Pick<ExecutionContext, 'toolSwitch' | 'reenable'> {
+}
+
+/** The switch (null before its first change) and the staged re-enable of {@link containmentColumns}' row. */
+function containmentOf(row: ContainmentRow): Pick<ExecutionContext, 'toolSwitch' | 'reenable'> {
   const { switch_enabled: enabled, switch_changed_at: changed_at } = row;
   return {
-    toolSwitch: enabled === null || changed_at === null ? null : { enabled, changed_at },
+    toolSwitch: enabled === null || changed_at === null ? null : { enabled, changed_at: new Date(changed_at) },
     reenable: { stage: row.reenable_stage, cohortAdmits: row.cohort_admits },
   };
 }

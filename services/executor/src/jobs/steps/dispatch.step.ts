@@ -5,12 +5,12 @@ import { DependencyUnavailable, inTransaction, isLegalWorkflowTransition, markDi
 import { MalformedRecord, readAuthoritative, type AuthoritativeRecord } from '@gatehouse/policy';
 import { recordLimitRecheck } from '@gatehouse/telemetry';
 import { reshipBaseline, resolveByReadBack, type AdapterResult } from '../../adapters/index.ts';
-import { claimOperation, FactsChangedAtClaim, type ClaimOutcome } from '../../domain/claim.ts';
+import { claimOperation, ContainmentHeldAtClaim, FactsChangedAtClaim, type ClaimOutcome } from '../../domain/claim.ts';
 import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
 import { blockEventLoop, crashIfAt } from '../../domain/test-hooks.ts';
 import type { ExecutionDeps } from '../execution-deps.ts';
 import { stopPastCeilingOrHold } from './answer.step.ts';
-import { containmentHoldsLocked, type ExecutionContext } from './containment.step.ts';
+import { containmentAtClaim, type ExecutionContext } from './containment.step.ts';
 
 /** Retry classes whose effect may be sent again by a new lease holder (same key, or a read). */
 const RE_DISPATCHABLE = new Set(['idempotent_write', 'bounded_read']);
@@ -88,7 +88,8 @@ export async function readClaimInputs(deps: ExecutionDeps, ctx: ExecutionContext
  * The fenced claim in its own transaction (committed before any effect: write-ahead). Its policy
  * re-evaluation comes last, under the limit locks; when the decision changed, that transaction
  * rolls back and the claim runs again re-evaluating first, which records the new decision
- * (docs/decisions/0430-limit-locks-last-in-the-claim.md).
+ * (docs/decisions/0430-limit-locks-last-in-the-claim.md). Containment found holding the step by the
+ * claim's checks (after the containment lock, ADR 0683) rolls it back too: `held`.
  */
 export async function claim(deps: ExecutionDeps, ctx: ExecutionContext, inputs: ClaimInputs): Promise<ClaimOutcome> {
   const { hooks } = deps;
@@ -101,8 +102,8 @@ export async function claim(deps: ExecutionDeps, ctx: ExecutionContext, inputs: 
   };
   const attempt = (reevaluate: 'last' | 'first') =>
     inTransaction(deps.db, async (trx): Promise<ClaimOutcome> => {
-      // Containment first, before any row lock of the claim (ADR 0683).
-      if (await containmentHoldsLocked(trx, ctx, hooks)) return { kind: 'held' };
+      // Containment first, before any row lock of the claim; read by the checks' statement (ADR 0683).
+      const containment = await containmentAtClaim(trx, ctx, hooks);
       return claimOperation(trx, ctx.job, {
         owner,
         leaseMs: deps.leaseMs,
@@ -115,14 +116,20 @@ export async function claim(deps: ExecutionDeps, ctx: ExecutionContext, inputs: 
         honourLease: !hooks.disableLease,
         outagePolicy: deps.outagePolicy,
         reevaluate,
+        ...(containment ? { containment } : {}),
       });
     });
+  // A contained step rolls its claim's transaction back (the reservation with it) and is held.
+  const held = (err: unknown) => {
+    if (err instanceof ContainmentHeldAtClaim) return { kind: 'held' } as const;
+    throw err;
+  };
   try {
     return await attempt('last');
   } catch (err) {
-    if (!(err instanceof FactsChangedAtClaim)) throw err;
+    if (!(err instanceof FactsChangedAtClaim)) return held(err);
     recordLimitRecheck('claim', ctx.preview.tool);
-    return attempt('first');
+    return attempt('first').catch(held);
   }
 }
 
