@@ -3,10 +3,21 @@ import { recordAudit } from './audit.ts';
 import { transitionAction } from './transitions.ts';
 
 /**
- * Why unclaimed actions end: their run stopped, or parked for reconciliation; or (one action) the
- * executor refused its job's approval as unusable and answered its call `executed: false`.
+ * Why unclaimed actions end: their run stopped, or parked for reconciliation; a follow-up message
+ * superseded them (the requester changed what they asked); or (one action) the executor refused
+ * its job's approval as unusable and answered its call `executed: false`.
  */
-export type UnclaimedEnd = 'run_stopped' | 'run_parked' | 'approval_unusable';
+export type UnclaimedEnd = 'run_stopped' | 'run_parked' | 'superseded' | 'approval_unusable';
+
+/** An action {@link endUnclaimedActions} ended: its version, tool and call, and the approvals it voided. */
+export interface EndedAction {
+  id: string;
+  tool: string;
+  version: number;
+  /** The model's `call_id` of the action's function call (the caller may answer it). */
+  callId: string;
+  voidedApprovals: string[];
+}
 
 /**
  * Ends the actions of a run that will never run because the run stopped or parked for
@@ -19,7 +30,9 @@ export type UnclaimedEnd = 'run_stopped' | 'run_parked' | 'approval_unusable';
  * (docs/decisions/0610-a-stopped-run-ends-its-unclaimed-actions.md). Running and finished
  * actions are left as they are. The caller holds the workflow row lock (lock order: workflows →
  * actions → approvals). With `only`, ends that one action of the run if it is still unclaimed
- * (the executor's refusal of an unusable approval, ADR 0610). Returns the ids of the actions it ended.
+ * (the executor's refusal of an unusable approval, ADR 0610). The one selection and end of a run's
+ * unclaimed actions, also the follow-up's (`superseded`, whose route answers each call). Returns the
+ * actions it ended, in version order.
  */
 export async function endUnclaimedActions(
   trx: Trx,
@@ -27,7 +40,7 @@ export async function endUnclaimedActions(
   why: UnclaimedEnd,
   service: string,
   only?: { actionId: string },
-): Promise<string[]> {
+): Promise<EndedAction[]> {
   let q = trx
     .selectFrom('actions as a')
     .select(['a.id', 'a.tool', 'a.version', 'a.digest', 'a.call_id', 'a.status'])
@@ -41,11 +54,13 @@ export async function endUnclaimedActions(
     .orderBy('a.version')
     .forUpdate()
     .execute();
+  const ended: EndedAction[] = [];
   for (const a of unclaimed) {
     await transitionAction(trx, a.id, { to: 'superseded', lockedFrom: a.status });
-    await voidOpenApprovals(trx, wf, a, why, service);
+    const voidedApprovals = await voidOpenApprovals(trx, wf, a, why, service);
+    ended.push({ id: a.id, tool: a.tool, version: a.version, callId: a.call_id, voidedApprovals });
   }
-  return unclaimed.map((a) => a.id);
+  return ended;
 }
 
 /**

@@ -9,6 +9,7 @@ import {
 } from '@gatehouse/contracts';
 import {
   creditWaitsEndedByFollowUp,
+  endUnclaimedActions,
   enqueueInTransaction,
   inTransaction,
   LIVE_STATES,
@@ -21,7 +22,6 @@ import {
   type Trx,
 } from '@gatehouse/ledger';
 import { ConflictError, Forbidden, NotFound, type OutboxRelay, parseBody, UserError } from '@gatehouse/platform';
-import { supersedeAction } from '@gatehouse/policy';
 import type { AuthedRequest } from '@gatehouse/platform';
 import { planPreparedStep, unscheduledPlan } from '../domain/next-turn.ts';
 import { unansweredCalls } from '../domain/transcript.ts';
@@ -133,16 +133,8 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
       await creditWaitsEndedByFollowUp(trx, wf.id);
       // Supersede every action not yet claimed for execution: void its approval and answer its
       // call, so the pairing rule holds and no stale approval can be consumed.
-      const unclaimed = await trx
-        .selectFrom('actions')
-        .select(['id', 'call_id', 'version', 'tool', 'digest'])
-        .where('workflow_id', '=', wf.id)
-        .where('status', 'in', ['pending_approval', 'approved'])
-        .forUpdate()
-        .execute();
-      for (const a of unclaimed) {
-        const voided = await supersedeAction(trx, wf, a, 'agent-loop');
-        superseded.push({ version: a.version, tool: a.tool, voidedApprovals: voided });
+      for (const a of await endUnclaimedActions(trx, wf, 'superseded', 'agent-loop')) {
+        superseded.push({ version: a.version, tool: a.tool, voidedApprovals: a.voidedApprovals });
         // Answered here, before the user message, so the transcript keeps call → output order.
         await trx
           .insertInto('conversation_items')
@@ -150,10 +142,10 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
             workflow_id: wf.id,
             round: wf.round,
             kind: 'function_call_output',
-            call_id: a.call_id,
+            call_id: a.callId,
             item: JSON.stringify({
               type: 'function_call_output',
-              call_id: a.call_id,
+              call_id: a.callId,
               output: JSON.stringify({ source: a.tool, trust: 'gatehouse', executed: false, reason: 'superseded' }),
             }),
           })
