@@ -21,6 +21,7 @@ import * as followUpIdempotencyKey from './20261205000100-FollowUpIdempotencyKey
 import * as releaseFirstActive from './20261206000100-ReleaseFirstActive.ts';
 import * as discardedModelAnswers from './20261206000680-DiscardedModelAnswers.ts';
 import * as refundWindowsFromTheClaim from './20261206000682-RefundWindowsFromTheClaim.ts';
+import * as refundsOutsideSteps from './20261206000686-RefundsOutsideSteps.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
 export const migrations: Record<string, Migration> = {
@@ -46,4 +47,5 @@ export const migrations: Record<string, Migration> = {
   '20261206000100-ReleaseFirstActive': releaseFirstActive,
   '20261206000680-DiscardedModelAnswers': discardedModelAnswers,
   '20261206000682-RefundWindowsFromTheClaim': refundWindowsFromTheClaim,
+  '20261206000686-RefundsOutsideSteps': refundsOutsideSteps,
 };

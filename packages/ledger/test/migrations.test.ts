@@ -47,6 +47,7 @@ const TABLES_OF: Record<string, string[]> = {
   '20261206000100-ReleaseFirstActive': [],
   '20261206000680-DiscardedModelAnswers': ['discarded_model_answers'],
   '20261206000682-RefundWindowsFromTheClaim': [],
+  '20261206000686-RefundsOutsideSteps': [],
 };
 const tablesUpTo = (names: string[]): string[] => names.flatMap((n) => TABLES_OF[n] ?? []).sort();
 const ALL_TABLES = tablesUpTo(Object.keys(migrations));

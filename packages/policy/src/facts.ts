@@ -69,11 +69,22 @@ export async function fetchOrder(stagingUrl: string, orderId: string): Promise<S
  * tenant, an order, a user and a window (ms, ending now: {@link windowStart}), excluding one action
  * (the one re-evaluated). In a window a refund is placed at the later of its decision and its
  * first claim (its operation's reservation): one decided long ago and held that ran now is money
- * out now (docs/decisions/0682-a-held-refund-counts-from-its-claim.md).
+ * out now (docs/decisions/0682-a-held-refund-counts-from-its-claim.md). Plus the money
+ * reconciliation found out of the payments ledger that those actions do not carry
+ * ({@link refundsOutsideStepsCents}, ADR 0686); `agentOnly` (R6, the agent's hour) keeps only the
+ * part of it that the agent's own steps moved.
  */
 export async function recordedRefundsCents(
   db: Db | Trx,
-  opts: { tenant?: string; orderId?: string; userId?: string; sinceMs?: number; excludeActionId?: string; includeQueued?: boolean },
+  opts: {
+    tenant?: string;
+    orderId?: string;
+    userId?: string;
+    sinceMs?: number;
+    excludeActionId?: string;
+    includeQueued?: boolean;
+    agentOnly?: boolean;
+  },
 ): Promise<number> {
   let q = db
     .selectFrom('actions as a')
@@ -88,7 +99,45 @@ export async function recordedRefundsCents(
     q = q.where(sql<Date>`greatest(a.created_at, coalesce(o.created_at, a.created_at))`, '>=', windowStart(opts.sinceMs));
   if (opts.excludeActionId) q = q.where('a.id', '!=', opts.excludeActionId);
   const row = await q.executeTakeFirstOrThrow();
-  return Number(row.total);
+  return Number(row.total) + (await refundsOutsideStepsCents(db, opts));
+}
+
+/**
+ * The part of {@link recordedRefundsCents} that no counted action carries: refunds a
+ * reconciliation item holds as money out — found without a step (live, or adopted) or moved
+ * beyond the agent's amount (live, or ratified) — read through the database's one definition,
+ * `refunds_outside_steps` (migration 20261206000686-RefundsOutsideSteps, ADR 0686). A row whose
+ * tenant is unknown counts for its order only, in no window. Integer cents.
+ */
+async function refundsOutsideStepsCents(
+  db: Db | Trx,
+  opts: {
+    tenant?: string;
+    orderId?: string;
+    userId?: string;
+    sinceMs?: number;
+    excludeActionId?: string;
+    includeQueued?: boolean;
+    agentOnly?: boolean;
+  },
+): Promise<number> {
+  const statuses = opts.includeQueued ? [...COUNTED_REFUND_STATES, ...QUEUED_REFUND_STATES] : [...COUNTED_REFUND_STATES];
+  const where = [sql`true`];
+  if (opts.tenant)
+    where.push(
+      opts.orderId
+        ? sql`(x.tenant = ${opts.tenant} OR (x.tenant IS NULL AND x.order_id = ${opts.orderId}))`
+        : sql`x.tenant = ${opts.tenant}`,
+    );
+  if (opts.orderId) where.push(sql`x.order_id = ${opts.orderId}`);
+  if (opts.userId) where.push(sql`x.user_id = ${opts.userId}`);
+  if (opts.sinceMs !== undefined) where.push(sql`x.tenant IS NOT NULL AND x.at >= ${windowStart(opts.sinceMs)}::timestamptz`);
+  if (opts.agentOnly) where.push(sql`x.by_agent`);
+  const { rows } = await sql<{ total: string }>`
+    SELECT coalesce(sum(x.cents), 0) AS total
+      FROM refunds_outside_steps(${statuses}::text[], ${opts.excludeActionId ?? null}::uuid) x
+     WHERE ${sql.join(where, sql` AND `)}`.execute(db);
+  return Number(rows[0]!.total);
 }
 
 const HOUR_MS = 3_600_000;
@@ -96,7 +145,10 @@ const HOUR_MS = 3_600_000;
 /**
  * The four refund sums one refund decision reads, integer cents: the order's cumulative basis
  * (R4, R7), the user's rolling 24 h (R5), the tenant's agent hour (R6) and the tenant's rolling
- * day (R10) — each the same sum {@link recordedRefundsCents} gives for that filter.
+ * day (R10) — each the same sum {@link recordedRefundsCents} gives for that filter (the hour with
+ * `agentOnly`). Each includes the money out that reconciliation found beside the agent's refunds
+ * (adopted or unexplained ledger entries, a ratified larger amount; ADR 0686), except the hour,
+ * which counts only what the agent's own steps moved.
  */
 export interface RefundSums {
   orderCents: number;

@@ -312,9 +312,10 @@ export async function requestRemediation(
         expires_at: expiresAt,
       })
       .execute();
+    // The item keeps the order's tenant the order system named: its money counts in that tenant's day (ADR 0686).
     await trx
       .updateTable('reconciliation_items')
-      .set({ remediation: req.remediation, approval_id: approvalId })
+      .set({ remediation: req.remediation, approval_id: approvalId, tenant: live.tenant ?? tenant })
       .where('id', '=', item.id)
       .execute();
     const audit = {
