@@ -123,7 +123,8 @@ export const ACTION_INITIAL_STATUSES: readonly ActionStatus[] = ['approved', 'pe
  * an approval grants or refuses; an unclaimed version may be superseded; a fenced claim runs it
  * (again after its lease expired); the operation's recorded outcome ends it (a downstream
  * refusal of authority, 401/403, denies it; read-back proving nothing happened puts it back to
- * `approved`); reconciliation settles an unknown or in-flight outcome; a reversal compensates.
+ * `approved`); reconciliation settles an unknown or in-flight outcome, or a failed step whose
+ * refund the ledger has and a lead adopted (docs/decisions/0050); a reversal compensates.
  */
 export const ACTION_TRANSITIONS: readonly ActionTransition[] = [
   act('pending_approval', 'approved', 'approval_granted', 'approval: a person approved'),
@@ -150,6 +151,7 @@ export const ACTION_TRANSITIONS: readonly ActionTransition[] = [
   act('running', 'denied', 'outcome_recorded', 'executor: the downstream refused on its own authority (401/403)'),
   act('failed_unknown', 'succeeded', 'outcome_recorded', 'reconciliation: the system of record has the effect'),
   act('failed_unknown', 'failed', 'outcome_recorded', 'reconciliation: a lead ratified that it did not happen'),
+  act('failed', 'succeeded', 'outcome_recorded', "reconciliation: a lead adopted the ledger's refund under a failed step's key"),
   act(
     'succeeded',
     'compensated',

@@ -221,10 +221,12 @@ async function perform(
 
 /**
  * Brings the original step in line with the repaired system of record: a reversal marks its
- * action `compensated`; a replay records the ledger's refund as its evidence; an in-flight step
- * (`failed_unknown`, or `running` past its lease) is settled — succeeded when the system of
- * record has the effect, failed when a lead ratified that it did not happen — and its result
- * returned to the workflow. Nothing changes silently: each write is audited by the caller's
+ * action `compensated`; an in-flight step (`failed_unknown`, or `running` past its lease) is
+ * settled — succeeded when the system of record has the effect (a replay's refund its evidence),
+ * failed when a lead ratified that it did not happen — and its result returned to the workflow; a
+ * `failed` step whose refund a lead adopted is settled `succeeded` with that refund as evidence
+ * (docs/decisions/0050). A settled (`succeeded`) step keeps its recorded evidence: a replay's
+ * refund is recorded on the remediation's own operation. Nothing changes silently: each write is audited by the caller's
  * `reconciliation.resolved` and, for a settled step, `operation.reconciled`.
  */
 async function settleOriginal(
@@ -243,7 +245,9 @@ async function settleOriginal(
   if (!op) return [];
   let rows: OutboxRow[] = [];
   const inFlight = op.status === 'failed_unknown' || op.status === 'running';
-  if (inFlight) {
+  // A failed step whose refund the ledger has under its key: the lead adopted that refund as the step's effect.
+  const adoptedFailed = op.status === 'failed' && item.remediation === 'adopt';
+  if (inFlight || adoptedFailed) {
     const happened = item.remediation !== 'ratify' || item.class !== 'in_flight_ledger_lacks_it';
     const evidence = item.remediation === 'replay' ? result.evidenceRef : item.ledger_ref;
     const data =
@@ -269,13 +273,10 @@ async function settleOriginal(
         by,
         { frozenToo: true },
       )) ?? [];
-  } else if (item.remediation === 'replay') {
-    await trx
-      .updateTable('operations')
-      .set({ evidence_ref: result.evidenceRef, updated_at: new Date() })
-      .where('key', '=', op.key)
-      .execute();
   }
+  // A replay of a step that is already settled (`succeeded`) leaves its record as the executor wrote
+  // it: a settled outcome is written once. The replay's refund is the remediation's own evidence
+  // (its operation, the item's resolution, its audit).
   if (item.remediation === 'reverse') {
     await transitionAction(trx, op.action_id, { to: 'compensated' });
   }
@@ -373,6 +374,8 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
       ...audit,
       type: done ? 'operation.succeeded' : 'operation.failed',
       outcome: done ? 'succeeded' : result.reason.slice(0, 120),
+      // The system of record's id of the compensation's effect (a reversal, a cancellation, a replay's refund).
+      effectRef: done && !result.evidenceRef.startsWith('lead:') ? result.evidenceRef : null,
     });
     if (!done) {
       await reopen(trx, item, approvalId, result.reason);

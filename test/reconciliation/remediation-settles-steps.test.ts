@@ -1,0 +1,109 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from 'kysely';
+import { executeRemediation, requestRemediation, runReconciliation, type RemediationOutcome } from '@gatehouse/reconciliation';
+import { refundSums } from '@gatehouse/policy';
+import type { Remediation } from '@gatehouse/ledger';
+import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
+import { seedRefund, seedStep } from './seed.ts';
+
+// A lead-approved remediation leaves the step it repairs in a state that agrees with the system of
+// record, through the one transitions module (docs/decisions/0050, amended): an adopted refund under a
+// failed step's key settles that step `succeeded`; a replay of a step already settled leaves its
+// record as written. Real passes and remediations over a real ledger and the staging systems.
+
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness({ poolSize: 6 });
+});
+afterAll(async () => {
+  await h?.close();
+});
+
+const pass = () => runReconciliation({ db: h.db, stagingUrl: h.stagingUrl, hmacKey: AUDIT_HMAC_KEY, actor: 'ops-gus' });
+const remediation = () => ({
+  db: h.db,
+  stagingUrl: h.stagingUrl,
+  hmacKey: AUDIT_HMAC_KEY,
+  release: 'rel-1',
+  signingKey: h.delegationKeys.signing,
+  auditGate: { maxHeartbeatAgeMs: 3_600_000, maxBacklogAgeMs: 3_600_000 },
+});
+const liveItem = (subject: string) =>
+  h.db
+    .selectFrom('reconciliation_items')
+    .selectAll()
+    .where('subject', '=', subject)
+    .where('status', 'in', ['open', 'frozen'])
+    .executeTakeFirstOrThrow();
+const op = (key: string) => h.db.selectFrom('operations').selectAll().where('key', '=', key).executeTakeFirstOrThrow();
+const actionStatus = async (id: string) =>
+  (await h.db.selectFrom('actions').select('status').where('id', '=', id).executeTakeFirstOrThrow()).status;
+
+/** Requests `kind` on the live item of `subject`, lets lead-eli approve it (what the approval API writes), and executes it. */
+async function remediate(subject: string, kind: Remediation): Promise<RemediationOutcome> {
+  const item = await liveItem(subject);
+  const t = await requestRemediation(remediation(), { itemId: item.id, remediation: kind, operator: 'ops-gus' });
+  await h.db
+    .updateTable('approvals')
+    .set({ status: 'approved', approver: 'lead-eli', decided_at: new Date() })
+    .where('id', '=', t.approvalId)
+    .execute();
+  await h.db.updateTable('actions').set({ status: 'approved' }).where('operation_key', '=', t.operationKey).execute();
+  return executeRemediation(remediation(), item.id);
+}
+
+describe('a remediation settles the step it repairs', () => {
+  it("adopting the ledger's refund under a failed step's key settles the step succeeded with that refund, and the next pass matches it", async () => {
+    const orderId = await h.newOrder(45_000);
+    const step = await seedStep(h.db, { tool: 'issue_refund', orderId, amountCents: 3_000, opStatus: 'failed' });
+    const refundId = await seedRefund(h.db, { key: step.key, orderId, amountCents: 3_000 });
+    await pass();
+    const item = await liveItem(`refund:${refundId}`);
+    expect([item.class, item.operation_key, item.detail]).toMatchObject(['ledger_entry_without_step', step.key, { stepStatus: 'failed' }]);
+
+    expect((await remediate(`refund:${refundId}`, 'adopt')).state).toBe('resolved');
+    expect(await op(step.key)).toMatchObject({ status: 'succeeded', evidence_ref: refundId, error: null });
+    expect(await actionStatus(step.actionId)).toBe('succeeded');
+    const reconciled = await sql<{ n: string }>`select count(*) as n from audit_outbox
+      where event->>'type' = 'operation.reconciled' and event->>'runId' = ${step.workflowId} and event->>'effectRef' = ${refundId}`.execute(
+      h.db,
+    );
+    expect(Number(reconciled.rows[0]!.n)).toBe(1);
+
+    const again = await pass();
+    const mine = again.findings.filter((d) => d.finding.orderId === orderId).map((d) => d.finding.class);
+    expect(mine).toEqual(['matched']);
+    // Counted once: by the step, now that it counts (ADR 0686).
+    const sums = await refundSums(h.db, { tenant: 'quillfeather', orderId, userId: 'rep-ana', includeQueued: true });
+    expect(sums.orderCents).toBe(3_000);
+  });
+
+  it("a replay of a succeeded step whose refund the ledger lacks leaves the step's recorded evidence; the replay's refund is the remediation's", async () => {
+    const orderId = await h.newOrder(45_000);
+    const step = await seedStep(h.db, { tool: 'issue_refund', orderId, amountCents: 3_000, opStatus: 'succeeded' });
+    await h.db.updateTable('operations').set({ evidence_ref: 're_as_recorded' }).where('key', '=', step.key).execute();
+    await pass();
+    expect((await liveItem(`op:${step.key}`)).class).toBe('agent_done_ledger_missing');
+    const before = await op(step.key);
+
+    const outcome = await remediate(`op:${step.key}`, 'replay');
+    expect(outcome.state).toBe('resolved');
+    const [refund] = await h.refunds(orderId);
+    expect([refund?.idempotencyKey, refund?.amountCents]).toEqual([step.key, 3_000]);
+    const after = await op(step.key);
+    expect(after).toMatchObject({ status: 'succeeded', evidence_ref: 're_as_recorded', result: before.result });
+    // The replay's refund is recorded where the replay's outcome is: its operation and the item's resolution.
+    const item = await h.db
+      .selectFrom('reconciliation_items')
+      .selectAll()
+      .where('subject', '=', `op:${step.key}`)
+      .executeTakeFirstOrThrow();
+    expect(item.resolution).toContain(refund!.refundId);
+    const remediationOp = await h.db
+      .selectFrom('operations')
+      .select(['evidence_ref', 'status'])
+      .where('key', '=', `recon_${item.id}`)
+      .executeTakeFirstOrThrow();
+    expect(remediationOp).toEqual({ status: 'succeeded', evidence_ref: refund!.refundId });
+  });
+});
