@@ -9,7 +9,8 @@ import { seedRefund, seedStep } from './seed.ts';
 // A lead-approved remediation leaves the step it repairs in a state that agrees with the system of
 // record, through the one transitions module (docs/decisions/0050, amended): an adopted refund under a
 // failed step's key settles that step `succeeded`; a replay of a step already settled leaves its
-// record as written. Real passes and remediations over a real ledger and the staging systems.
+// record as written; a ratified count mismatch naming undecided reships names each one's outcome and
+// settles them, so their runs end (docs/decisions/0691). Real passes and remediations over a real ledger and the staging systems.
 
 let h: Harness;
 beforeAll(async () => {
@@ -40,9 +41,9 @@ const actionStatus = async (id: string) =>
   (await h.db.selectFrom('actions').select('status').where('id', '=', id).executeTakeFirstOrThrow()).status;
 
 /** Requests `kind` on the live item of `subject`, lets lead-eli approve it (what the approval API writes), and executes it. */
-async function remediate(subject: string, kind: Remediation): Promise<RemediationOutcome> {
+async function remediate(subject: string, kind: Remediation, outcomes?: Record<string, string | null>): Promise<RemediationOutcome> {
   const item = await liveItem(subject);
-  const t = await requestRemediation(remediation(), { itemId: item.id, remediation: kind, operator: 'ops-gus' });
+  const t = await requestRemediation(remediation(), { itemId: item.id, remediation: kind, operator: 'ops-gus', outcomes });
   await h.db
     .updateTable('approvals')
     .set({ status: 'approved', approver: 'lead-eli', decided_at: new Date() })
@@ -105,5 +106,72 @@ describe('a remediation settles the step it repairs', () => {
       .where('key', '=', `recon_${item.id}`)
       .executeTakeFirstOrThrow();
     expect(remediationOp).toEqual({ status: 'succeeded', evidence_ref: refund!.refundId });
+  });
+
+  it('a ratification of undecided reships must name each one’s outcome; it then settles them and their parked runs complete', async () => {
+    const orderId = await h.newOrder();
+    const seed = () =>
+      seedStep(h.db, {
+        tool: 'reship_order',
+        orderId,
+        opStatus: 'failed_unknown',
+        baselineShipments: 0,
+        workflowState: 'needs_reconciliation',
+      });
+    const [a, b] = [await seed(), await seed()];
+    await h.staging
+      .insertInto('staging.shipments')
+      .values({
+        shipment_id: `shp_${a.key.slice(0, 8)}`,
+        order_id: orderId,
+        tenant: 'quillfeather',
+        requester: 'rep-ana',
+        actor: 'support-agent',
+        created_at: new Date(Date.now() + 1000),
+      })
+      .execute();
+    const shipmentId = `shp_${a.key.slice(0, 8)}`;
+    await pass();
+    const keys = [a.key, b.key].sort();
+    const subject = `order:${orderId}:in_flight:${[a.key, b.key].join(',')}`;
+    const item = await liveItem(subject);
+    expect(item.detail).toMatchObject({ undecidedOperations: [a.key, b.key], unclaimedShipmentIds: [shipmentId] });
+
+    // Refused, with the way forward, and nothing written: no outcomes, an incomplete or foreign set, a cancellation first.
+    const ask = (kind: Remediation, outcomes?: Record<string, string | null>) =>
+      requestRemediation(remediation(), { itemId: item.id, remediation: kind, operator: 'ops-gus', outcomes });
+    const undecided = { name: 'RemediationRefused', reason: 'undecided_operations' };
+    await expect(ask('ratify')).rejects.toMatchObject(undecided);
+    await expect(ask('ratify')).rejects.toThrow(/--outcome <operationKey>=<shipmentId\|none>/);
+    await expect(ask('ratify', { [a.key]: shipmentId })).rejects.toMatchObject(undecided);
+    await expect(ask('ratify', { [a.key]: 'shp_not_standing', [b.key]: null })).rejects.toMatchObject(undecided);
+    await expect(ask('ratify', { [a.key]: shipmentId, [b.key]: shipmentId })).rejects.toMatchObject(undecided);
+    await expect(ask('cancel_shipment')).rejects.toMatchObject(undecided);
+    expect((await liveItem(subject)).approval_id).toBeNull();
+
+    const outcome = await remediate(subject, 'ratify', { [a.key]: shipmentId, [b.key]: null });
+    expect(outcome.state).toBe('resolved');
+    expect(await op(a.key)).toMatchObject({ status: 'succeeded', evidence_ref: shipmentId });
+    expect(await op(b.key)).toMatchObject({ status: 'failed', evidence_ref: null });
+    expect([await actionStatus(a.actionId), await actionStatus(b.actionId)]).toEqual(['succeeded', 'failed']);
+    const runs = await h.db
+      .selectFrom('workflows')
+      .select(['id', 'state', 'next_step'])
+      .where('id', 'in', [a.workflowId, b.workflowId])
+      .execute();
+    expect(runs.map((r) => r.state)).toEqual(['completed', 'completed']);
+    for (const r of runs) expect(r.next_step).toMatch(/^Reconciled: reship_order (succeeded|failed) \(ratified by a lead/);
+    // The approval bound the outcomes the lead decided on.
+    const bound = await h.db
+      .selectFrom('actions')
+      .select('arguments')
+      .where('operation_key', '=', `recon_${item.id}`)
+      .executeTakeFirstOrThrow();
+    expect(bound.arguments.outcomes).toEqual(Object.fromEntries(keys.map((k) => [k, k === a.key ? shipmentId : null])));
+
+    // The records agree now: the order's one shipment is the ratified reship's.
+    const again = await pass();
+    expect(again.findings.filter((d) => d.finding.orderId === orderId).map((d) => d.finding.class)).toEqual(['matched']);
+    expect(again.worklist.filter((i) => i.order_id === orderId)).toEqual([]);
   });
 });

@@ -137,13 +137,14 @@ export const COMMANDS: CommandSpec[] = [
   },
   {
     name: 'reconcile resolve',
-    synopsis: '<item> --ratify|--reverse|--cancel-shipment|--adopt|--replay',
+    synopsis: '<item> --ratify|--reverse|--cancel-shipment|--adopt|--replay [--outcome <operationKey>=<shipmentId|none> ...]',
     summary: 'ask a lead to approve a remediation; once approved, run it once',
     details: [
       'Exit 1 when it did nothing: its approval is still pending (run it again once a lead approved),',
       'another process is executing it, or it was refused or failed.',
+      'An item naming undecided reships is ratified with one --outcome per operation: the shipment it made, or none.',
     ],
-    options: ['ratify', 'reverse', 'cancel-shipment', 'adopt', 'replay'],
+    options: ['ratify', 'reverse', 'cancel-shipment', 'adopt', 'replay', 'outcome'],
     ops: true,
   },
   {

@@ -25,7 +25,7 @@ import {
   withQueues,
   withRedis,
 } from '@gatehouse/operations';
-import { reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
+import { parseOutcomes, reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
 import { releaseCommand } from './release-commands.ts';
 import { changeCancelCommand } from './change-commands.ts';
 import { reenableCommand } from './reenable-commands.ts';
@@ -153,6 +153,7 @@ async function main(argv: string[]): Promise<number> {
       // Usage errors (exit 2) before the token check, as for every other command: nothing runs.
       if (sub && !arg) throw new UsageError('reconcile resolve needs an item id');
       if (flags.length > 1) throw new UsageError(`choose one remediation, not ${flags.join(' and ')}`);
+      const outcomes = parseOutcomes(values.outcome);
       return opsCommand(env, values.token, sub ? 'reconcile resolve' : 'reconcile', async (db, op) => {
         const signingKey = await cliSigningKey(process.env, stateRoot());
         return withQueues(env, (queues) => {
@@ -168,7 +169,7 @@ async function main(argv: string[]): Promise<number> {
             out,
             publish: (rows: Parameters<OutboxRelay['publish']>[0]) => relay.publishAndMark(rows),
           };
-          return sub ? resolveCommand(ctx, arg!, flags[0] ? REMEDIATION_FLAGS[flags[0]] : undefined) : reconcileCommand(ctx);
+          return sub ? resolveCommand(ctx, arg!, flags[0] ? REMEDIATION_FLAGS[flags[0]] : undefined, outcomes) : reconcileCommand(ctx);
         });
       });
     }
@@ -243,6 +244,7 @@ const OPTIONS = {
   'cancel-shipment': { type: 'boolean' },
   adopt: { type: 'boolean' },
   replay: { type: 'boolean' },
+  outcome: { type: 'string', multiple: true },
   cohort: { type: 'string' },
   force: { type: 'boolean' },
   to: { type: 'string' },

@@ -11,7 +11,7 @@ import {
   type RemediationOutcome,
   type WorklistItem,
 } from '@gatehouse/reconciliation';
-import { EXIT } from './commands.ts';
+import { EXIT, UsageError } from './commands.ts';
 
 /** What the reconcile commands need from the CLI: ledger, systems of record, secrets, output. */
 export interface ReconcileContext {
@@ -42,6 +42,25 @@ export const REMEDIATION_FLAGS: Record<string, Remediation> = {
   adopt: 'adopt',
   replay: 'replay',
 };
+
+/**
+ * The `--outcome <operationKey>=<shipmentId|none>` flags of `reconcile resolve` as the outcomes a
+ * ratification of undecided reships names (`none` → null), or undefined when none was given.
+ * @throws UsageError for a flag without `=`, an empty side, or one operation named twice.
+ */
+export function parseOutcomes(flags: readonly string[] | undefined): Record<string, string | null> | undefined {
+  if (!flags?.length) return undefined;
+  const out: Record<string, string | null> = {};
+  for (const f of flags) {
+    const at = f.indexOf('=');
+    const key = at > 0 ? f.slice(0, at).trim() : '';
+    const value = at > 0 ? f.slice(at + 1).trim() : '';
+    if (!key || !value) throw new UsageError(`--outcome takes <operationKey>=<shipmentId|none>, not ${f}`);
+    if (key in out) throw new UsageError(`--outcome names ${key} twice`);
+    out[key] = value === 'none' ? null : value;
+  }
+  return out;
+}
 
 function remediationDeps(ctx: ReconcileContext) {
   return { db: ctx.db, stagingUrl: ctx.stagingUrl, hmacKey: ctx.hmacKey, release: ctx.release };
@@ -127,8 +146,9 @@ export async function reconcileCommand(ctx: ReconcileContext): Promise<number> {
 }
 
 /**
- * `gatehouse reconcile resolve <itemId> [--ratify|--reverse|--cancel-shipment|--adopt|--replay]`:
- * with a remediation flag, asks a lead for it (an approval request decided through the approval
+ * `gatehouse reconcile resolve <itemId> [--ratify|--reverse|--cancel-shipment|--adopt|--replay]
+ * [--outcome <operationKey>=<shipmentId|none> ...]`: with a remediation flag, asks a lead for it
+ * (`outcomes`: what a ratification of undecided reships names, {@link parseOutcomes}) (an approval request decided through the approval
  * API) — or, once the lead approved that same remediation, executes it exactly once; without a
  * flag, executes the remediation already requested. Prints what a lead must decide or the outcome.
  * Returns the exit code, as `change cancel` does (`EXIT` in commands.ts): 0 when requested,
@@ -137,7 +157,12 @@ export async function reconcileCommand(ctx: ReconcileContext): Promise<number> {
  * script can tell a run that did nothing.
  * @throws RemediationRefused when the item, class or state does not allow it.
  */
-export async function resolveCommand(ctx: ReconcileContext, itemId: string, remediation: Remediation | undefined): Promise<number> {
+export async function resolveCommand(
+  ctx: ReconcileContext,
+  itemId: string,
+  remediation: Remediation | undefined,
+  outcomes?: Record<string, string | null>,
+): Promise<number> {
   const item = await findItem(ctx.db, itemId);
   const asked = item.approval_id && (remediation === undefined || remediation === item.remediation);
   if (!asked) {
@@ -145,7 +170,7 @@ export async function resolveCommand(ctx: ReconcileContext, itemId: string, reme
       ctx.out(`item ${item.id} has no remediation requested: add one of --${Object.keys(REMEDIATION_FLAGS).join(', --')}`);
       return 1;
     }
-    const t = await requestRemediation(remediationDeps(ctx), { itemId: item.id, remediation, operator: ctx.operator });
+    const t = await requestRemediation(remediationDeps(ctx), { itemId: item.id, remediation, operator: ctx.operator, outcomes });
     ctx.out(
       `${t.existing ? 'already requested' : 'requested'}: ${t.remediation} of item ${t.itemId} — approval ${t.approvalId} (action v${t.actionVersion}, digest ${t.actionDigest}, key ${t.operationKey})`,
     );

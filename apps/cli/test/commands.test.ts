@@ -94,6 +94,10 @@ describe('exit codes', () => {
       ['switch', 'off'],
       ['reconcile', 'resolve'],
       ['reconcile', 'resolve', '0123abcd', '--ratify', '--reverse'],
+      // An undecided reship's outcome is <operationKey>=<shipmentId|none>, each operation once (ADR 0691).
+      ['reconcile', 'resolve', '0123abcd', '--ratify', '--outcome', 'wf:action:1'],
+      ['reconcile', 'resolve', '0123abcd', '--ratify', '--outcome', 'k=shp_1', '--outcome', 'k=none'],
+      ['reconcile', '--outcome', 'k=none'],
     ];
     const results = await Promise.all(cases.map((args) => gatehouse(args)));
     results.forEach((r, i) => {

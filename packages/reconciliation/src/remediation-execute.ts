@@ -219,6 +219,68 @@ async function perform(
   }
 }
 
+/** One agent step as a settlement needs it (operation, action's call and arguments), or undefined. */
+function readStep(trx: Trx, key: string) {
+  return trx
+    .selectFrom('operations as o')
+    .innerJoin('actions as a', 'a.id', 'o.action_id')
+    .select(['o.key', 'o.status', 'o.fencing_token', 'o.workflow_id', 'o.action_id', 'a.call_id', 'o.tool', 'a.arguments'])
+    .where('o.key', '=', key)
+    .executeTakeFirst();
+}
+
+/** The `outcomes` a ratification of undecided reships binds (operation key → shipment id, or null: none), or null. */
+function undecidedOutcomesOf(args: Record<string, unknown>): Record<string, string | null> | null {
+  const o = args.outcomes;
+  return o && typeof o === 'object' && !Array.isArray(o) ? (o as Record<string, string | null>) : null;
+}
+
+/**
+ * Settles the undecided reships a lead ratified (a `shipment_count_mismatch` naming its in-flight
+ * operations, docs/decisions/0691): each named step still in flight becomes `succeeded` with the
+ * shipment the ratification names as its evidence, or `failed` (`reconciled_not_executed`) when it
+ * names none — through {@link settleOperation}, so each is fenced, audited `operation.reconciled`,
+ * answered, and a run parked in `needs_reconciliation` completes once none of its steps is
+ * unknown. Keys in sorted order (one lock order between two ratifications); a step that moved on
+ * meanwhile is left as it is. Returns the outbox rows to publish.
+ */
+async function settleUndecided(
+  trx: Trx,
+  item: WorklistItem,
+  outcomes: Record<string, string | null>,
+  by: { actor: string; hmacKey: string },
+): Promise<OutboxRow[]> {
+  const rows: OutboxRow[] = [];
+  for (const key of Object.keys(outcomes).sort()) {
+    const op = await readStep(trx, key);
+    if (!op || (op.status !== 'failed_unknown' && op.status !== 'running')) continue;
+    const shipmentId = outcomes[key] ?? null;
+    const status = shipmentId === null ? 'failed' : 'succeeded';
+    const settled = await settleOperation(
+      trx,
+      {
+        key: op.key,
+        status: op.status,
+        fencingToken: String(op.fencing_token),
+        workflowId: op.workflow_id,
+        actionId: op.action_id,
+        callId: op.call_id,
+        tool: op.tool,
+      },
+      {
+        status,
+        evidenceRef: shipmentId,
+        output: reconciledOutput(op.tool, status, { orderId: item.order_id, shipmentId, resolvedBy: 'ratified' }),
+        note: shipmentId === null ? 'ratified by a lead: no shipment is this reship' : `ratified by a lead: shipment ${shipmentId}`,
+      },
+      by,
+      { frozenToo: true },
+    );
+    rows.push(...(settled ?? []));
+  }
+  return rows;
+}
+
 /**
  * Brings the original step in line with the repaired system of record: a reversal marks its
  * action `compensated`; an in-flight step (`failed_unknown`, or `running` past its lease) is
@@ -226,7 +288,8 @@ async function perform(
  * failed when a lead ratified that it did not happen — and its result returned to the workflow; a
  * `failed` step whose refund a lead adopted is settled `succeeded` with that refund as evidence
  * (docs/decisions/0050). A settled (`succeeded`) step keeps its recorded evidence: a replay's
- * refund is recorded on the remediation's own operation. Nothing changes silently: each write is audited by the caller's
+ * refund is recorded on the remediation's own operation. A ratification of undecided reships
+ * settles each as it names ({@link settleUndecided}). Nothing changes silently: each write is audited by the caller's
  * `reconciliation.resolved` and, for a settled step, `operation.reconciled`.
  */
 async function settleOriginal(
@@ -234,14 +297,12 @@ async function settleOriginal(
   item: WorklistItem,
   result: Extract<CompensationResult, { status: 'succeeded' }>,
   by: { actor: string; hmacKey: string },
+  args: Record<string, unknown>,
 ) {
+  const outcomes = undecidedOutcomesOf(args);
+  if (item.remediation === 'ratify' && outcomes) return settleUndecided(trx, item, outcomes, by);
   if (!item.operation_key) return [];
-  const op = await trx
-    .selectFrom('operations as o')
-    .innerJoin('actions as a', 'a.id', 'o.action_id')
-    .select(['o.key', 'o.status', 'o.fencing_token', 'o.workflow_id', 'o.action_id', 'a.call_id', 'o.tool', 'a.arguments'])
-    .where('o.key', '=', item.operation_key)
-    .executeTakeFirst();
+  const op = await readStep(trx, item.operation_key);
   if (!op) return [];
   let rows: OutboxRow[] = [];
   const inFlight = op.status === 'failed_unknown' || op.status === 'running';
@@ -381,7 +442,7 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
       await reopen(trx, item, approvalId, result.reason);
       return { state: 'failed', itemId: item.id, reason: result.reason };
     }
-    const rows = await settleOriginal(trx, item, result, by);
+    const rows = await settleOriginal(trx, item, result, by, c.action.arguments);
     const resolution = `${item.remediation} approved by ${c.approver} (approval ${approvalId})${result.evidenceRef && !result.evidenceRef.startsWith('lead:') ? `: ${result.evidenceRef}` : ''}`;
     await trx
       .updateTable('reconciliation_items')

@@ -97,7 +97,11 @@ async function orderRecord(stagingUrl: string, orderId: string): Promise<{ tenan
  * The exact compensation a lead is asked to approve: its arguments come from the worklist item
  * (the systems of record's ids and amounts), never from a model.
  */
-function remediationArgs(item: WorklistItem, remediation: Remediation): Record<string, unknown> {
+function remediationArgs(
+  item: WorklistItem,
+  remediation: Remediation,
+  outcomes: Record<string, string | null> | null,
+): Record<string, unknown> {
   const detail = item.detail;
   const shipmentIds = Array.isArray(detail.shipmentIds) ? (detail.shipmentIds as string[]) : [];
   // The newest standing shipment no reship recorded as its effect; the newest standing one otherwise.
@@ -112,7 +116,47 @@ function remediationArgs(item: WorklistItem, remediation: Remediation): Record<s
     ledgerRef: item.ledger_ref,
     amountCents: item.amount_cents === null ? null : Number(item.amount_cents),
     ...(remediation === 'cancel_shipment' ? { shipmentId: unclaimed.at(-1) ?? shipmentIds.at(-1) ?? null } : {}),
+    ...(outcomes ? { outcomes } : {}),
   };
+}
+
+const strings = (v: unknown): string[] => (Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : []);
+
+/**
+ * What a remediation of an item naming undecided reships (`detail.undecidedOperations`, a
+ * `shipment_count_mismatch` the count could not decide) must say (docs/decisions/0691): a `ratify`
+ * names the outcome of each of those operations — a standing shipment no other reship claims
+ * (`detail.unclaimedShipmentIds`), or null for none — each shipment at most once; it then settles
+ * them and their runs. A `cancel_shipment` waits until they are decided (the ratification first).
+ * Returns the outcomes in key order (bound into the approval's digest), or null for an item
+ * without undecided operations.
+ * @throws RemediationRefused(`undecided_operations`) when they are missing, incomplete, name
+ *   another operation or a shipment that is not a candidate, or one shipment twice; or for a
+ *   cancellation; (`outcomes_not_expected`) when outcomes are given for any other item.
+ */
+export function undecidedOutcomes(
+  item: Pick<WorklistItem, 'id' | 'detail'>,
+  remediation: Remediation,
+  given: Readonly<Record<string, string | null>> | undefined,
+): Record<string, string | null> | null {
+  const undecided = strings(item.detail.undecidedOperations).sort();
+  if (!undecided.length) {
+    if (given && Object.keys(given).length)
+      throw new RemediationRefused('outcomes_not_expected', `item ${item.id} names no undecided operation; give no outcomes`);
+    return null;
+  }
+  const candidates = strings(item.detail.unclaimedShipmentIds);
+  const how = `name each with --outcome <operationKey>=<shipmentId|none> (operations: ${undecided.join(', ')}; standing shipments no reship claims: ${candidates.join(', ') || 'none'})`;
+  if (remediation === 'cancel_shipment')
+    throw new RemediationRefused('undecided_operations', `item ${item.id} has undecided reships: ratify their outcomes first; ${how}`);
+  if (remediation !== 'ratify') return null;
+  const keys = Object.keys(given ?? {}).sort();
+  const named = keys.map((k) => given![k] ?? null).filter((v): v is string => v !== null);
+  const ok =
+    keys.join('\n') === undecided.join('\n') && named.every((id) => candidates.includes(id)) && new Set(named).size === named.length;
+  if (!ok)
+    throw new RemediationRefused('undecided_operations', `item ${item.id}: a ratification must decide its undecided reships; ${how}`);
+  return Object.fromEntries(keys.map((k) => [k, given![k] ?? null]));
 }
 
 /**
@@ -124,13 +168,15 @@ function remediationArgs(item: WorklistItem, remediation: Remediation): Record<s
  * of the item's pack (support: a lead of the order's region whose limit covers the amount;
  * change: a change owner). The requester (the operator) can never approve it. Audited
  * (`approval.requested`, `compensation.requested`). Asking again for the same remediation while
- * it is pending returns the pending request; asking for another voids the pending one first.
+ * it is pending returns the pending request; asking for another voids the pending one first. An
+ * item naming undecided reships is ratified only with `outcomes` for each ({@link undecidedOutcomes}).
  * @throws RemediationRefused when the item is not live, the remediation does not fit its class,
+ *   undecided reships are not decided ({@link undecidedOutcomes}),
  *   an approved remediation awaits execution, or the item's tenant or order is unknown.
  */
 export async function requestRemediation(
   deps: RemediationDeps,
-  req: { itemId: string; remediation: Remediation; operator: string },
+  req: { itemId: string; remediation: Remediation; operator: string; outcomes?: Readonly<Record<string, string | null>> },
 ): Promise<RemediationTicket> {
   const item = await findItem(deps.db, req.itemId);
   if (item.status !== 'open' && item.status !== 'frozen')
@@ -142,6 +188,7 @@ export async function requestRemediation(
       `${req.remediation} does not fit ${item.class}${allowed.length ? ` (allowed: ${allowed.join(', ')})` : ' (repaired automatically)'}`,
     );
   }
+  const outcomes = undecidedOutcomes(item, req.remediation, req.outcomes);
   if (req.remediation === 'cancel_shipment' && !(Number(item.detail.surplus) > 0)) {
     throw new RemediationRefused('nothing_to_cancel', `order ${item.order_id} has no surplus shipment`);
   }
@@ -161,7 +208,8 @@ export async function requestRemediation(
       .select(['p.approver_role', 'p.amount_cents', 'p.expires_at', 'a.arguments'])
       .where('p.id', '=', item.approval_id)
       .executeTakeFirstOrThrow();
-    if (prior.status === 'pending' && item.remediation === req.remediation) {
+    const sameOutcomes = JSON.stringify(prior.arguments.outcomes ?? null) === JSON.stringify(outcomes);
+    if (prior.status === 'pending' && item.remediation === req.remediation && sameOutcomes) {
       return {
         itemId: item.id,
         remediation: req.remediation,
@@ -193,7 +241,7 @@ export async function requestRemediation(
   const tenant = order?.tenant ?? item.tenant;
   if (!tenant) throw new RemediationRefused('unknown_tenant', `item ${item.id} names no tenant or order`);
   if (support && !order) throw new RemediationRefused('unknown_order', `the order system has no order ${item.order_id}`);
-  const args = remediationArgs(item, req.remediation);
+  const args = remediationArgs(item, req.remediation, outcomes);
   // The value at risk a lead's limit must cover: the money moved, or a replacement's worth (decision 0008).
   const amountCents = !support ? null : item.amount_cents !== null ? Number(item.amount_cents) : (order?.paid ?? null);
   const tool = REMEDIATION_TOOL[req.remediation];
