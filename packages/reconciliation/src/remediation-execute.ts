@@ -289,8 +289,8 @@ async function settleUndecided(
  * `failed` step whose refund a lead adopted is settled `succeeded` with that refund as evidence
  * (docs/decisions/0050). A settled (`succeeded`) step keeps its recorded evidence: a replay's
  * refund is recorded on the remediation's own operation. A ratification of undecided reships
- * settles each as it names ({@link settleUndecided}). Nothing changes silently: each write is audited by the caller's
- * `reconciliation.resolved` and, for a settled step, `operation.reconciled`.
+ * settles each as it names ({@link settleUndecided}). Nothing changes silently: each write is
+ * audited by the caller's `reconciliation.resolved` and, for a settled step, `operation.reconciled`.
  */
 async function settleOriginal(
   trx: Trx,
