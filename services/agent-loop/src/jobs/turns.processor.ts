@@ -405,7 +405,12 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
     // A follow-up arrived while the model was answering (docs/product/public-contract.md#follow-up-messages: the agent takes a new turn with
     // it). Its own turn job has this round's id, so it merged with this one: record nothing from a
     // response to an out-of-date transcript; processTurn re-runs the round with the follow-up.
-    if ((await countUserMessages(trx, wf.id)) !== userMessagesSent) throw new TranscriptChanged(wf.id, job.round);
+    // The answer thrown away was still paid for: the run's spend budget and the tenant's daily cap
+    // count it, charged under this same lock (ADR 0680).
+    if ((await countUserMessages(trx, wf.id)) !== userMessagesSent) {
+      await chargeDiscardedAnswer(trx, wf, job.round, deps.modelPrice, response, 'follow_up');
+      return 'transcript_changed' as const;
+    }
     const b = await trx.selectFrom('budgets').selectAll().where('workflow_id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
     const usage = response.usage;
     await trx
@@ -508,16 +513,8 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
       );
     }
     return out;
-  }).catch(async (err: unknown) => {
-    // The answer thrown away for a follow-up was still paid for: the run's spend budget and the
-    // tenant's daily cap count it.
-    if (err instanceof TranscriptChanged)
-      await inTransaction(db, async (trx) => {
-        await trx.selectFrom('workflows').select('id').where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
-        await chargeDiscardedAnswer(trx, wf, job.round, deps.modelPrice, response, 'follow_up');
-      });
-    throw err;
   });
+  if (rows === 'transcript_changed') throw new TranscriptChanged(wf.id, job.round);
   await deps.relay.publish(rows);
   return rows.length ? `proposed:${rows.length}` : 'recorded';
 }
