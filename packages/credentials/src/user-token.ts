@@ -21,6 +21,17 @@ export const UserClaimsSchema = z.object({
 });
 export type UserClaims = z.infer<typeof UserClaimsSchema>;
 
+/**
+ * Longest lifetime of a user bearer token accepted by default, seconds (24 h;
+ * `GATEHOUSE_AUTH_MAX_TOKEN_LIFETIME_S`): `exp - iat` (or `exp - now` without `iat`) above it is
+ * refused (docs/decisions/0688-every-bearer-token-expires.md). Tokens this project mints live
+ * {@link DEFAULT_USER_TOKEN_TTL_S}.
+ */
+export const DEFAULT_MAX_TOKEN_LIFETIME_S = 86_400;
+
+/** Lifetime of the user tokens this project mints (CLI `token`, demo, sign-in chooser, tests), seconds. */
+export const DEFAULT_USER_TOKEN_TTL_S = 3600;
+
 /** Thrown when a bearer token is missing, malformed, expired or signed by someone else (Unauthorized, `invalid_token`). */
 export class InvalidTokenError extends Unauthorized {
   constructor(message: string, options?: GatehouseErrorOptions) {
@@ -30,10 +41,14 @@ export class InvalidTokenError extends Unauthorized {
 
 /**
  * Signs a user bearer token (HS256 with the local secret). For local use and tests only;
- * production verifies tokens from the identity provider's JWKS.
- * @param ttlSeconds lifetime in seconds (default 3600).
+ * production verifies tokens from the identity provider's JWKS. Every token carries `iat` and
+ * `exp` (a token without `exp` is refused, docs/decisions/0688-every-bearer-token-expires.md).
+ * @param ttlSeconds lifetime in seconds (default {@link DEFAULT_USER_TOKEN_TTL_S}).
+ * @throws RangeError when `ttlSeconds` is not a positive integer.
  */
-export async function signUserToken(claims: UserClaims, secret: string, ttlSeconds = 3600): Promise<string> {
+export async function signUserToken(claims: UserClaims, secret: string, ttlSeconds = DEFAULT_USER_TOKEN_TTL_S): Promise<string> {
+  if (!Number.isInteger(ttlSeconds) || ttlSeconds <= 0)
+    throw new RangeError(`a user token's lifetime must be a positive whole number of seconds, not ${ttlSeconds}`);
   return new SignJWT({ tenant: claims.tenant, roles: claims.roles })
     .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
     .setSubject(claims.sub)
@@ -43,8 +58,33 @@ export async function signUserToken(claims: UserClaims, secret: string, ttlSecon
     .sign(new TextEncoder().encode(secret));
 }
 
-/** Verification source: the local HS256 secret, or a JWKS URL (production). */
-export type UserTokenVerifier = { secret: string } | { jwksUrl: string; issuer?: string };
+/**
+ * Verification source: the local HS256 secret, or a JWKS URL (production). `maxLifetimeS`: the
+ * longest lifetime accepted, seconds (default {@link DEFAULT_MAX_TOKEN_LIFETIME_S}).
+ */
+export type UserTokenVerifier = ({ secret: string } | { jwksUrl: string; issuer?: string }) & { maxLifetimeS?: number };
+
+/** Verified claims: {@link UserClaims} plus the token's expiry (`exp`, seconds since the epoch), which every accepted token carries. */
+export type VerifiedUserClaims = UserClaims & { exp: number };
+
+/**
+ * The lifetime rule of every user bearer token, local or JWKS (the one owner of the rule;
+ * docs/decisions/0688-every-bearer-token-expires.md): `exp` must be a number, and the lifetime
+ * `exp - iat` (`exp - now` when `iat` is absent or later than now) at most `maxLifetimeS` seconds. Signature, time
+ * and issuer are checked by jose before this.
+ * @returns the token's `exp` (seconds since the epoch).
+ * @throws InvalidTokenError naming the problem (no `exp`, or a lifetime above the maximum).
+ */
+export function checkTokenLifetime(payload: { exp?: unknown; iat?: unknown }, maxLifetimeS = DEFAULT_MAX_TOKEN_LIFETIME_S): number {
+  const { exp, iat } = payload;
+  if (typeof exp !== 'number' || !Number.isFinite(exp)) throw new InvalidTokenError('token has no exp: every bearer token must expire');
+  const now = Math.floor(Date.now() / 1000);
+  // An `iat` in the future would stretch the window past the maximum: count from now at the latest.
+  const from = typeof iat === 'number' && Number.isFinite(iat) ? Math.min(iat, now) : now;
+  if (exp - from > maxLifetimeS)
+    throw new InvalidTokenError(`token lifetime ${exp - from} s is longer than the ${maxLifetimeS} s accepted (exp - iat)`);
+  return exp;
+}
 
 const jwksCache = new Map<string, JWTVerifyGetKey>();
 
@@ -59,10 +99,11 @@ const JOSE_REASONS: Record<string, string> = {
 };
 
 /**
- * Verifies a bearer token and returns its claims.
- * @throws InvalidTokenError for any signature, expiry, issuer or claim problem.
+ * Verifies a bearer token and returns its claims with its `exp`.
+ * @throws InvalidTokenError for any signature, expiry, issuer or claim problem, a token without
+ * `exp` or one whose lifetime is above the maximum ({@link checkTokenLifetime}).
  */
-export async function verifyUserToken(token: string, verifier: UserTokenVerifier): Promise<UserClaims> {
+export async function verifyUserToken(token: string, verifier: UserTokenVerifier): Promise<VerifiedUserClaims> {
   try {
     let payload: unknown;
     if ('secret' in verifier) {
@@ -78,9 +119,10 @@ export async function verifyUserToken(token: string, verifier: UserTokenVerifier
       }
       ({ payload } = await jwtVerify(token, jwks, verifier.issuer ? { issuer: verifier.issuer } : {}));
     }
+    const exp = checkTokenLifetime(payload as { exp?: unknown; iat?: unknown }, verifier.maxLifetimeS);
     const parsed = UserClaimsSchema.safeParse(payload);
     if (!parsed.success) throw new InvalidTokenError('token lacks sub or tenant, or a claim is not short, storable text');
-    return parsed.data;
+    return { ...parsed.data, exp };
   } catch (err) {
     if (err instanceof InvalidTokenError) throw err;
     if (err instanceof errors.JOSEError) throw new InvalidTokenError(JOSE_REASONS[err.code] ?? 'invalid token');

@@ -1,10 +1,14 @@
 import type { NextFunction, Request, Response } from 'express';
-import type { UserClaims } from '@gatehouse/credentials';
+import type { VerifiedUserClaims } from '@gatehouse/credentials';
 import { verifyBearerToken, type BearerVerifier } from './user-token.ts';
 import { Unauthorized } from './errors.ts';
 
-/** Request with the verified caller; identity and tenant come only from the bearer token. */
-export type AuthedRequest = Request & { user: UserClaims };
+/**
+ * Request with the verified caller; identity and tenant come only from the bearer token, and
+ * `user.exp` is the token's expiry (seconds since the epoch; a long-lived answer such as an event
+ * stream ends there, docs/decisions/0688-every-bearer-token-expires.md).
+ */
+export type AuthedRequest = Request & { user: VerifiedUserClaims };
 
 /**
  * Express middleware: requires `Authorization: Bearer <JWT>` and verifies it.

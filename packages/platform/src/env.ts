@@ -41,6 +41,11 @@ export const baseEnvShape = {
             .filter(Boolean)
         : undefined,
     ),
+  /**
+   * Longest lifetime of a user bearer token, seconds: `exp - iat` above it is refused 401
+   * `invalid_token`, as is a token without `exp` (docs/decisions/0688-every-bearer-token-expires.md).
+   */
+  GATEHOUSE_AUTH_MAX_TOKEN_LIFETIME_S: z.coerce.number().int().positive().default(86_400),
   /** Key for the HMAC that hashes actor ids in audit events. */
   GATEHOUSE_AUDIT_HMAC_KEY: z.string().min(16).default('local-audit-hmac-key-change-me'),
   STAGING_URL: z.string().url().default('http://127.0.0.1:7104'),

@@ -1,14 +1,18 @@
 import { createRemoteJWKSet, errors, jwtVerify, type JWTVerifyGetKey } from 'jose';
-import { InvalidTokenError, UserClaimsSchema, verifyUserToken, type UserClaims } from '@gatehouse/credentials';
+import { checkTokenLifetime, InvalidTokenError, UserClaimsSchema, verifyUserToken, type VerifiedUserClaims } from '@gatehouse/credentials';
 import type { BaseEnv } from './env.ts';
 import { testFaults } from '@gatehouse/contracts';
 
 /**
  * How user bearer tokens are verified: the local HS256 secret (local and test only), or an
  * identity provider's JWKS with the issuer, audience and algorithms every token must match
- * (production; docs/decisions/0180-strict-production-mode.md).
+ * (production; docs/decisions/0180-strict-production-mode.md). `maxLifetimeS`: the longest token
+ * lifetime accepted, seconds (`GATEHOUSE_AUTH_MAX_TOKEN_LIFETIME_S`; default 24 h,
+ * docs/decisions/0688-every-bearer-token-expires.md).
  */
-export type BearerVerifier = { secret: string } | { jwksUrl: string; issuer: string; audience: string; algorithms: string[] };
+export type BearerVerifier = ({ secret: string } | { jwksUrl: string; issuer: string; audience: string; algorithms: string[] }) & {
+  maxLifetimeS?: number;
+};
 
 /** Claims a JWKS-mode token must carry, checked by jose against the configuration (RFC 7519 §4.1). */
 const REQUIRED_CLAIMS = ['iss', 'aud', 'exp', 'sub'];
@@ -23,13 +27,15 @@ export function userTokenVerifier(
   env: Pick<
     BaseEnv,
     'GATEHOUSE_AUTH_JWKS_URL' | 'GATEHOUSE_AUTH_SECRET' | 'GATEHOUSE_AUTH_ISSUER' | 'GATEHOUSE_AUTH_AUDIENCE' | 'GATEHOUSE_AUTH_ALGORITHMS'
-  >,
+  > &
+    Partial<Pick<BaseEnv, 'GATEHOUSE_AUTH_MAX_TOKEN_LIFETIME_S'>>,
 ): BearerVerifier {
-  if (!env.GATEHOUSE_AUTH_JWKS_URL) return { secret: env.GATEHOUSE_AUTH_SECRET };
+  const lifetime = env.GATEHOUSE_AUTH_MAX_TOKEN_LIFETIME_S === undefined ? {} : { maxLifetimeS: env.GATEHOUSE_AUTH_MAX_TOKEN_LIFETIME_S };
+  if (!env.GATEHOUSE_AUTH_JWKS_URL) return { secret: env.GATEHOUSE_AUTH_SECRET, ...lifetime };
   const { GATEHOUSE_AUTH_ISSUER: issuer, GATEHOUSE_AUTH_AUDIENCE: audience, GATEHOUSE_AUTH_ALGORITHMS: algorithms } = env;
   if (!issuer || !audience || !algorithms?.length)
     throw new Error('GATEHOUSE_AUTH_JWKS_URL needs GATEHOUSE_AUTH_ISSUER, GATEHOUSE_AUTH_AUDIENCE and GATEHOUSE_AUTH_ALGORITHMS');
-  return { jwksUrl: env.GATEHOUSE_AUTH_JWKS_URL, issuer, audience, algorithms };
+  return { jwksUrl: env.GATEHOUSE_AUTH_JWKS_URL, issuer, audience, algorithms, ...lifetime };
 }
 
 /**
@@ -41,12 +47,20 @@ function claimChecksDisabled(): boolean {
   return testFaults().disableTokenClaimChecks;
 }
 
+/** `exp` of a token let in by the control-removed switch (signature only): a token without one never expires. */
+function signatureOnlyExp(payload: unknown): number {
+  const { exp } = payload as { exp?: unknown };
+  return typeof exp === 'number' ? exp : Number.POSITIVE_INFINITY;
+}
+
 /**
- * Verifies a user bearer token and returns its claims. JWKS mode requires `iss`, `aud`, `exp`
- * and `sub`, the configured issuer and audience, and one of the configured algorithms.
- * @throws InvalidTokenError for any signature, algorithm, expiry, issuer, audience or claim problem.
+ * Verifies a user bearer token and returns its claims with its `exp` (seconds since the epoch).
+ * JWKS mode requires `iss`, `aud`, `exp` and `sub`, the configured issuer and audience, and one of
+ * the configured algorithms; both modes refuse a token without `exp` or living longer than
+ * `verifier.maxLifetimeS` (`checkTokenLifetime`, docs/decisions/0688-every-bearer-token-expires.md).
+ * @throws InvalidTokenError for any signature, algorithm, expiry, lifetime, issuer, audience or claim problem.
  */
-export async function verifyBearerToken(token: string, verifier: BearerVerifier): Promise<UserClaims> {
+export async function verifyBearerToken(token: string, verifier: BearerVerifier): Promise<VerifiedUserClaims> {
   if ('secret' in verifier) return verifyUserToken(token, verifier);
   let jwks = jwksCache.get(verifier.jwksUrl);
   if (!jwks) {
@@ -73,7 +87,8 @@ export async function verifyBearerToken(token: string, verifier: BearerVerifier)
     if (err instanceof errors.JOSEError) throw new InvalidTokenError('malformed token');
     throw err; // the JWKS did not answer: not the caller's fault
   }
+  const exp = claimChecksDisabled() ? signatureOnlyExp(payload) : checkTokenLifetime(payload as object, verifier.maxLifetimeS);
   const parsed = UserClaimsSchema.safeParse(payload);
   if (!parsed.success) throw new InvalidTokenError('token lacks sub or tenant, or a claim is not short, storable text');
-  return parsed.data;
+  return { ...parsed.data, exp };
 }

@@ -70,6 +70,7 @@ describe('user tokens in JWKS mode', () => {
     ['no exp', { exp: undefined }, /claim exp/],
     ['no sub', { sub: undefined }, /claim sub/],
     ['an expired exp', { exp: Math.floor(Date.now() / 1000) - 120 }, /expired/],
+    ['a lifetime past the maximum (24 h by default, ADR 0688)', { exp: Math.floor(Date.now() / 1000) + 40 * 86_400 }, /lifetime .* longer/],
   ])('refuses %s', async (_name, change, reason) => {
     const t = await token({ ...good(), ...change });
     await expect(verifyBearerToken(t, verifier)).rejects.toThrow(InvalidTokenError);
