@@ -54,7 +54,9 @@ export const RESPONSE_DEADLINE_MS = 10_000;
  * a retried ticket returns the same workflow (idempotent per ticket id), a retried approval
  * decision finds it decided; a retried follow-up message is added once when it carries an
  * `Idempotency-Key` (docs/decisions/0510), and again without one, as after any client-side
- * timeout. Not for streams (Server-Sent Events). `answer` (optional) sends the 503's body
+ * timeout. A stream (Server-Sent Events) is bounded until it opens: once its headers are sent the
+ * deadline does nothing, and the stream's handler must check `res.headersSent` after its own waits
+ * (docs/decisions/0688-every-bearer-token-expires.md). `answer` (optional) sends the 503's body
  * instead of the JSON error (status 503 and `Retry-After` already set): an HTML page for a browser.
  */
 export function responseDeadline(ms: number, answer?: (req: Request, res: Response) => void) {

@@ -178,7 +178,7 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** Server-Sent Events of a workflow of the caller's tenant: each `workflow.updated` event's id is its seq; `Last-Event-ID` (or `?lastEventId=`) replays the later ones; the stream ends after the terminal event */
+    /** Server-Sent Events of a workflow of the caller's tenant: each `workflow.updated` event's id is its seq; `Last-Event-ID` (or `?lastEventId=`) replays the later ones; the stream ends after the terminal event, or at the bearer token's `exp` with a last `stream.closed` event whose data is `{"reason":"token_expired"}` (reconnect with a fresh token) */
     get: operations['streamWorkflowEvents'];
     put?: never;
     post?: never;

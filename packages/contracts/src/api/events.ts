@@ -64,6 +64,21 @@ export type WorkflowEvent = z.infer<typeof WorkflowEventSchema>;
 export const WORKFLOW_EVENT_NAME = 'workflow.updated';
 
 /**
+ * SSE event name of the last event of a stream the server ends before the workflow's terminal
+ * event: `event: stream.closed`, `data: {"reason": …}` ({@link StreamClosedSchema}). It has no
+ * `id:`, so a client resuming keeps its `Last-Event-ID`.
+ */
+export const STREAM_CLOSED_EVENT_NAME = 'stream.closed';
+
+/**
+ * Data of a `stream.closed` event: why the server ended the stream. `token_expired`: the bearer
+ * token the stream was opened with reached its `exp` (docs/decisions/0688-every-bearer-token-expires.md);
+ * reconnect with a fresh token and `Last-Event-ID`.
+ */
+export const StreamClosedSchema = z.strictObject({ reason: z.enum(['token_expired']) }).meta({ id: 'StreamClosed' });
+export type StreamClosed = z.infer<typeof StreamClosedSchema>;
+
+/**
  * `Last-Event-ID` request header (or `?lastEventId=`): the last `seq` the client saw. A positive
  * integer; anything else is 400 `bad_last_event_id`.
  */

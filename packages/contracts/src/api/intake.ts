@@ -177,7 +177,8 @@ const intakePaths: ZodOpenApiObject['paths'] = {
       operationId: 'streamWorkflowEvents',
       summary:
         "Server-Sent Events of a workflow of the caller's tenant: each `workflow.updated` event's id is its seq; " +
-        '`Last-Event-ID` (or `?lastEventId=`) replays the later ones; the stream ends after the terminal event',
+        '`Last-Event-ID` (or `?lastEventId=`) replays the later ones; the stream ends after the terminal event, or at the ' +
+        'bearer token\'s `exp` with a last `stream.closed` event whose data is `{"reason":"token_expired"}` (reconnect with a fresh token)',
       requestParams: {
         path: UuidPathSchema,
         query: z.object({ lastEventId: z.string().optional() }),

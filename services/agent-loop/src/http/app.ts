@@ -28,7 +28,7 @@ export interface IntakeAppOptions extends IntakeConfig {
   limiter?: AbuseLimiter;
   /** Event streams (`GET /v1/workflows/:id/events`); absent: the route is not served. */
   events?: Omit<EventStreamConfig, 'db' | 'log'>;
-  /** How long a request (not a stream) may go unanswered before 503, ms (default {@link RESPONSE_DEADLINE_MS}). */
+  /** How long a request (a stream: until it opens) may go unanswered before 503, ms (default {@link RESPONSE_DEADLINE_MS}). */
   responseDeadlineMs?: number;
 }
 
@@ -45,10 +45,11 @@ export function createIntakeApp(opts: IntakeAppOptions): Express {
   app.get('/openapi.json', (_req, res) => {
     res.json(openApi);
   });
-  // A hanging ledger or queue answers 503, never holds the caller (the event stream is long-lived by design).
+  // A hanging ledger or queue answers 503, never holds the caller. The event stream is long-lived
+  // by design, but bounded like the rest until it opens (its headers sent; ADR 0688).
   const deadline = responseDeadline(responseDeadlineMs ?? RESPONSE_DEADLINE_MS);
   app.post(['/v1/tickets', '/v1/workflows/:id/messages'], deadline);
-  app.get('/v1/workflows/:id', deadline);
+  app.get(['/v1/workflows/:id', '/v1/workflows/:id/events'], deadline);
   app.use('/v1', requireUser(verifier));
   if (limiter) {
     const subject = (req: Request) => {

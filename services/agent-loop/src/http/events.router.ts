@@ -1,5 +1,5 @@
 import { Router, type Response } from 'express';
-import { LastEventIdSchema, WORKFLOW_EVENT_NAME } from '@gatehouse/contracts';
+import { LastEventIdSchema, STREAM_CLOSED_EVENT_NAME, WORKFLOW_EVENT_NAME, type StreamClosed } from '@gatehouse/contracts';
 import { isTerminal, readWorkflowEvents, type Db } from '@gatehouse/ledger';
 import { sendTooManyRequests, UserError, type AuthedRequest, type Logger } from '@gatehouse/platform';
 import type { WorkflowEventHub } from '../domain/event-hub.ts';
@@ -38,6 +38,25 @@ function lastEventId(header: string | undefined, query: unknown): number {
   return parsed.data;
 }
 
+/** Longest delay `setTimeout` takes, ms (a longer one fires at once). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * Calls `fn` once when the clock passes `expS` (seconds since the epoch; at once when already
+ * past; never for a non-finite one), re-arming past the timer's longest delay.
+ * @returns a function cancelling it.
+ */
+function atExpiry(expS: number | undefined, fn: () => void): () => void {
+  if (expS === undefined || !Number.isFinite(expS)) return () => {};
+  let timer: NodeJS.Timeout;
+  const arm = (): void => {
+    const left = expS * 1000 - Date.now();
+    timer = left > MAX_TIMER_MS ? setTimeout(arm, MAX_TIMER_MS) : setTimeout(fn, Math.max(0, left));
+  };
+  arm();
+  return () => clearTimeout(timer);
+}
+
 /**
  * `GET /v1/workflows/:id/events`: the workflow's events as Server-Sent Events
  * (docs/product/public-contract.md#pushed-updates, docs/decisions/0250-pushed-workflow-events.md).
@@ -49,6 +68,10 @@ function lastEventId(header: string | undefined, query: unknown): number {
  * for a live one, a `Last-Event-ID` past its last event is 400 `bad_last_event_id`.
  * Past the open-stream limits of this process (`cfg.limits`), 429 `too_many_streams_user` or
  * `too_many_streams_tenant` with `Retry-After`; the slot is freed when the stream closes.
+ * A stream lives no longer than its bearer token: at the token's `exp` it ends with a
+ * `stream.closed` event `{"reason":"token_expired"}` (docs/decisions/0688-every-bearer-token-expires.md).
+ * Until the stream opens the request is bounded by the app's response deadline (503); a request
+ * answered so meanwhile opens no stream.
  */
 export function eventsRouter(cfg: EventStreamConfig): Router {
   const router = Router();
@@ -56,6 +79,8 @@ export function eventsRouter(cfg: EventStreamConfig): Router {
   router.get('/v1/workflows/:id/events', async (req, res) => {
     const { user } = req as unknown as AuthedRequest;
     const wf = await ownWorkflow(cfg.db, String(req.params.id), user.tenant);
+    // The response deadline answered 503 while the ledger hung: no stream, no slot.
+    if (res.headersSent) return;
     const last = lastEventId(req.get('last-event-id'), req.query.lastEventId);
     // A workflow that already ended and whose last event the client has: nothing will follow, and
     // 204 tells an EventSource to stop reconnecting.
@@ -84,11 +109,13 @@ export function eventsRouter(cfg: EventStreamConfig): Router {
     const unsubscribe = cfg.hub.subscribe(wf.id, (seq) => (seq < 0 ? stream.onEnd() : stream.pump()));
     const poll = setInterval(() => stream.pump(), cfg.pollMs);
     const beat = setInterval(() => res.write(': heartbeat\n\n'), cfg.heartbeatMs);
+    const cancelExpiry = atExpiry(user.exp, () => stream.close({ reason: 'token_expired' }));
     const stop = (): void => {
       slot.release();
       unsubscribe();
       clearInterval(poll);
       clearInterval(beat);
+      cancelExpiry();
     };
     res.on('close', stop);
     stream.onEnd = () => {
@@ -116,6 +143,14 @@ class EventStream {
     this.#res = res;
     this.#workflowId = workflowId;
     this.#last = last;
+  }
+
+  /** Ends the stream before its terminal event: writes a `stream.closed` event naming `why`, then ends. */
+  close(why: StreamClosed): void {
+    if (this.#ended || this.#res.writableEnded) return;
+    this.#ended = true;
+    this.#res.write(`event: ${STREAM_CLOSED_EVENT_NAME}\ndata: ${JSON.stringify(why)}\n\n`);
+    this.onEnd();
   }
 
   /** Reads and writes what is new; a call during a read makes that read go once more. Never throws. */
