@@ -101,6 +101,15 @@ async function send(base: string, api: Api, method: string, path: string, body?:
   return { status: r.status, body: (await r.json()) as { error?: { reason: string } } };
 }
 
+describe('documented query parameters are not refused (ADR 0688)', () => {
+  it.each([
+    ['agent-loop', `/v1/workflows/${randomUUID()}/events?lastEventId=0`],
+    ['approval', '/v1/approvals?status=pending&limit=10'],
+  ] as const)('%s %s reaches the ledger (503 from the unreachable one)', async (api, path) => {
+    expect((await send(dead[api]!.url, api, 'GET', path)).status).toBe(503);
+  });
+});
+
 for (const api of ['agent-loop', 'approval'] as const) {
   describe(`${api}: every error status an operation answers is documented`, () => {
     const doc = DOCS[api]();
@@ -117,6 +126,17 @@ for (const api of ['agent-loop', 'approval'] as const) {
         const path = op.path.replace('{id}', randomUUID());
         const answer = await send(dead[api]!.url, api, op.method, path, op.hasBody ? JSON.stringify(bodyOf(op.path)) : undefined);
         expectDocumented(op, answer, 503, 'dependency_unavailable');
+      },
+    );
+
+    it.each(operations(doc).map((op) => [`${op.method} ${op.path}`, op] as const))(
+      '%s: 400 unknown_query_parameter naming a parameter it does not take, before the ledger is read (ADR 0688)',
+      async (_name, op) => {
+        const path = `${op.path.replace('{id}', randomUUID())}?limt=10`;
+        // The ledger is unreachable: an answer other than 503 was given before any ledger read.
+        const answer = await send(dead[api]!.url, api, op.method, path, op.hasBody ? JSON.stringify(bodyOf(op.path)) : undefined);
+        expectDocumented(op, answer, 400, 'unknown_query_parameter');
+        expect((answer.body as unknown as { error: { message: string } }).error.message).toContain('"limt"');
       },
     );
 

@@ -21,3 +21,4 @@ export * from './production.ts';
 export * from './webhook-secrets.ts';
 export * from './rate-limit.ts';
 export * from './directory.ts';
+export * from './query-params.ts';

@@ -76,4 +76,16 @@ describe('the ops dashboard over a ledger that never answers', () => {
     expect((JSON.parse(r.text) as { error: { reason: string } }).error.reason).toBe('dependency_unavailable');
     expect(r.ms).toBeLessThan(DEADLINE_MS + 2000);
   }, 20_000);
+
+  it('an /api query parameter the operation does not take is 400 unknown_query_parameter before the ledger is read; documented ones and pages pass (ADR 0688)', async () => {
+    const typo = await get('/api/workflows?limt=10');
+    expect(typo.status).toBe(400);
+    const { error } = JSON.parse(typo.text) as { error: { reason: string; message: string } };
+    expect(error.reason).toBe('unknown_query_parameter');
+    expect(error.message).toContain('"limt"');
+    expect(error.message).toMatch(/it takes state, limit/);
+    expect((await get('/api/queues?state=paused')).status).toBe(400); // takes none
+    expect((await get('/api/workflows?limit=10')).status).toBe(503);
+    expect((await get('/ops?limt=10')).status).toBe(503);
+  }, 30_000);
 });

@@ -287,7 +287,7 @@ export interface operations {
           'application/json': components['schemas']['ApprovalPage'];
         };
       };
-      /** @description invalid query (status, limit or cursor) */
+      /** @description invalid query (status, limit or cursor); unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;
@@ -337,7 +337,7 @@ export interface operations {
           'application/json': components['schemas']['ApprovalView'];
         };
       };
-      /** @description bad_path: the id's percent-encoding does not decode */
+      /** @description bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;
@@ -400,7 +400,7 @@ export interface operations {
           'application/json': components['schemas']['DecisionResult'];
         };
       };
-      /** @description body failed its schema; bad_path: the id's percent-encoding does not decode */
+      /** @description body failed its schema; bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;

@@ -355,7 +355,7 @@ export interface operations {
           'application/json': components['schemas']['TicketAccepted'];
         };
       };
-      /** @description body failed its schema */
+      /** @description body failed its schema; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;
@@ -450,7 +450,7 @@ export interface operations {
           'application/json': components['schemas']['WorkflowView'];
         };
       };
-      /** @description bad_path: the id's percent-encoding does not decode */
+      /** @description bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;
@@ -560,7 +560,7 @@ export interface operations {
         };
         content?: never;
       };
-      /** @description bad_last_event_id; bad_path: the id's percent-encoding does not decode */
+      /** @description bad_last_event_id; bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;
@@ -634,7 +634,7 @@ export interface operations {
           'application/json': components['schemas']['WorkflowMessageAccepted'];
         };
       };
-      /** @description invalid_body or invalid_idempotency_key; bad_path: the id's percent-encoding does not decode */
+      /** @description invalid_body or invalid_idempotency_key; bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;

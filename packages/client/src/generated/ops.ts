@@ -475,6 +475,15 @@ export interface operations {
           'application/json': components['schemas']['WebhookEndpoints'];
         };
       };
+      /** @description unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       /** @description missing or invalid token */
       401: {
         headers: {
@@ -529,7 +538,7 @@ export interface operations {
           };
         };
       };
-      /** @description invalid_body, unknown_tenant or invalid_webhook_url */
+      /** @description invalid_body, unknown_tenant or invalid_webhook_url; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;
@@ -594,6 +603,15 @@ export interface operations {
           };
         };
       };
+      /** @description unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       /** @description missing or invalid token */
       401: {
         headers: {
@@ -645,7 +663,7 @@ export interface operations {
           'application/json': components['schemas']['WebhookDeliveries'];
         };
       };
-      /** @description invalid_query */
+      /** @description invalid_query; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;
@@ -696,7 +714,7 @@ export interface operations {
           'application/json': components['schemas']['OpsOverview'];
         };
       };
-      /** @description invalid_query: state must be a workflow state and limit 1..500 */
+      /** @description invalid_query: state must be a workflow state and limit 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;
@@ -747,7 +765,7 @@ export interface operations {
           'application/json': components['schemas']['WorkflowOverview'];
         };
       };
-      /** @description invalid_query: state must be a workflow state and limit 1..500 */
+      /** @description invalid_query: state must be a workflow state and limit 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;
@@ -798,7 +816,7 @@ export interface operations {
           'application/json': components['schemas']['StuckRuns'];
         };
       };
-      /** @description invalid_query: state must be a workflow state and limit 1..500 */
+      /** @description invalid_query: state must be a workflow state and limit 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;
@@ -849,7 +867,7 @@ export interface operations {
           'application/json': components['schemas']['UnknownOperations'];
         };
       };
-      /** @description invalid_query: state must be a workflow state and limit 1..500 */
+      /** @description invalid_query: state must be a workflow state and limit 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;
@@ -900,7 +918,7 @@ export interface operations {
           'application/json': components['schemas']['Worklist'];
         };
       };
-      /** @description invalid_query: state must be a workflow state and limit 1..500 */
+      /** @description invalid_query: state must be a workflow state and limit 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;
@@ -945,6 +963,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['OpsQueues'];
+        };
+      };
+      /** @description unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
         };
       };
       /** @description missing or invalid token */

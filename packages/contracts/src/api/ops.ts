@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { createDocument, type ZodOpenApiObject } from 'zod-openapi';
-import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse, queryLimit } from './common.ts';
+import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse, queryLimit, withQueryRefusal } from './common.ts';
 import { WorkflowStateSchema } from './intake.ts';
 import {
   WebhookDeliveryQuerySchema,
@@ -225,6 +225,6 @@ export function opsOpenApi(): OpenApiDocument {
       description: 'Read-only JSON twins of the ops dashboard, for operators (docs/decisions/0060-ops-dashboard.md).',
     },
     ...bearerSecurity,
-    paths: opsPaths,
+    paths: withQueryRefusal(opsPaths),
   });
 }

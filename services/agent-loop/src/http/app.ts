@@ -6,6 +6,7 @@ import {
   createHttpApp,
   finishApp,
   rateLimit,
+  refuseUnknownQuery,
   requireUser,
   RESPONSE_DEADLINE_MS,
   responseDeadline,
@@ -51,6 +52,8 @@ export function createIntakeApp(opts: IntakeAppOptions): Express {
   app.post(['/v1/tickets', '/v1/workflows/:id/messages'], deadline);
   app.get(['/v1/workflows/:id', '/v1/workflows/:id/events'], deadline);
   app.use('/v1', requireUser(verifier));
+  // A query parameter the operation does not document is 400, before any ledger read (ADR 0688).
+  app.use(refuseUnknownQuery(openApi));
   if (limiter) {
     const subject = (req: Request) => {
       const user = (req as unknown as { user: UserClaims }).user;

@@ -3,6 +3,7 @@ import { approvalOpenApi } from '@gatehouse/contracts';
 import {
   createHttpApp,
   finishApp,
+  refuseUnknownQuery,
   requireUser,
   RESPONSE_DEADLINE_MS,
   responseDeadline,
@@ -48,6 +49,8 @@ export function createApprovalApp(opts: ApprovalAppOptions): Express {
   );
   app.use(inboxRouter(inbox));
   app.use('/v1', responseDeadline(ms), requireUser(inbox.verifier));
+  // A query parameter the operation does not document is 400, before any ledger read (ADR 0688).
+  app.use(refuseUnknownQuery(openApi));
   app.use(approvalsRouter({ db: inbox.db, relay: inbox.relay, auditHmacKey: inbox.auditHmacKey }));
   return finishApp(app, log);
 }

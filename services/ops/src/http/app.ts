@@ -4,6 +4,7 @@ import {
   createHttpApp,
   finishApp,
   localWebhookSecretKey,
+  refuseUnknownQuery,
   RESPONSE_DEADLINE_MS,
   responseDeadline,
   setPageHeaders,
@@ -65,6 +66,8 @@ export function createOpsApp(opts: OpsAppOptions): Express {
   app.use(signIn);
   app.use('/queues', requireOperator, board.handler);
   app.use(['/ops', '/api'], requireOperator);
+  // A query parameter an `/api` operation does not document is 400, before any ledger read (ADR 0688; pages are not checked).
+  app.use(refuseUnknownQuery(openApi));
   app.use(opsRouter({ db: auth.db, board }));
   app.use(
     webhooksRouter({
