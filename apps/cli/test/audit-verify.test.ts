@@ -38,7 +38,7 @@ async function writeChain(n: number, service: string, trx: Db = db): Promise<str
   let prev = GENESIS_HASH;
   for (let seq = 1; seq <= n; seq++) {
     const event = { type: 'run.started', service, runId: `r${seq}` };
-    const hash = chainHash(prev, { seq, ...event });
+    const hash = chainHash(prev, seq, event);
     await trx
       .insertInto('audit_log')
       .values({ seq: String(seq), outbox_id: String(seq), event: JSON.stringify(event), prev_hash: prev, hash })

@@ -2,7 +2,7 @@ import { verify, createPublicKey, type KeyObject } from 'node:crypto';
 import type { Selectable } from 'kysely';
 import type { Db } from './db.ts';
 import type { AuditAnchorsTable } from './schema.ts';
-import { chainHash, GENESIS_HASH } from './audit-chain.ts';
+import { chainHash, GENESIS_HASH, reservedChainKey } from './audit-chain.ts';
 import type { WitnessedAnchor } from './audit-witness.ts';
 
 /** Result of walking the chain. `firstBadSeq` is the first sequence number that fails. */
@@ -60,7 +60,7 @@ interface Walk {
 
 /**
  * Walks `audit_log` in sequence order, recomputing every link
- * (`hash = sha256(prev_hash ‖ JCS(event with seq))`), checking that sequence numbers have no gap,
+ * (`hash = sha256(prev_hash ‖ JCS({seq, ...event}))`, an event carrying `seq` itself is bad), checking that sequence numbers have no gap,
  * then checks every anchor: its Ed25519 signature over `<seq>:<hash>` and that the chain still
  * has that hash at that sequence. Signatures are checked against `trustedPublicKey` (the audit
  * service's pinned key) when given — whoever can rewrite the tables could otherwise re-sign the
@@ -112,7 +112,7 @@ async function walkChain(db: Db, watch: ReadonlySet<number>, unanchoredFrom: num
       const prev = walk.headHash;
       if (seq !== expected) walk.bad = { seq: expected, reason: 'missing sequence number' };
       else if (row.prev_hash !== prev) walk.bad = { seq, reason: 'prev_hash does not match the previous link' };
-      else if (chainHash(prev, { seq, ...row.event }) !== row.hash) walk.bad = { seq, reason: 'hash does not match the event' };
+      else walk.bad = checkLink(prev, seq, row.event, row.hash);
       if (walk.bad) return walk;
       walk.headHash = row.hash;
       if (watch.has(seq)) walk.hashAt.set(seq, row.hash);
@@ -121,6 +121,22 @@ async function walkChain(db: Db, watch: ReadonlySet<number>, unanchoredFrom: num
       walk.events++;
     }
   }
+}
+
+/**
+ * Whether the link at `seq` hashes to `hash`: null when it does, else why not — also when the
+ * stored event carries a reserved chain key, or a value JCS refuses (a number beyond float64).
+ */
+function checkLink(prev: string, seq: number, event: Record<string, unknown>, hash: string): Problem | null {
+  const reserved = reservedChainKey(event);
+  if (reserved !== null) return { seq, reason: `event carries the reserved chain key "${reserved}"` };
+  let computed: string;
+  try {
+    computed = chainHash(prev, seq, event);
+  } catch (e) {
+    return { seq, reason: `event cannot be hashed: ${(e as Error).message}` };
+  }
+  return computed === hash ? null : { seq, reason: 'hash does not match the event' };
 }
 
 /** The first anchor of `audit_anchors` whose signature fails or whose hash the chain no longer has. */

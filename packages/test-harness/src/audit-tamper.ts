@@ -27,7 +27,7 @@ export async function rewriteAuditChain(db: Db): Promise<void> {
     let prev = GENESIS_HASH;
     for (const row of rows) {
       const event = { ...(row.event as Record<string, unknown>), service: 'forged' };
-      const hash = chainHash(prev, { seq: Number(row.seq), ...event });
+      const hash = chainHash(prev, Number(row.seq), event);
       await trx
         .updateTable('audit_log')
         .set({ event: JSON.stringify(event), prev_hash: prev, hash })

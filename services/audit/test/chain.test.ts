@@ -132,6 +132,30 @@ describe('audit hash chain', () => {
     expect(await seqs()).toEqual([]);
   });
 
+  // ADR 0684: the hashed object is {seq, ...event}; a payload `seq` would replace the link's own.
+  it('a stored event that gains "seq": <its own seq> is reported, though its hash is unchanged', async () => {
+    await record(5);
+    await drain();
+    await asSuperuser((trx) => sql`UPDATE audit_log SET event = event || jsonb_build_object('seq', seq) WHERE seq = 3`.execute(trx));
+    const v = await verifyAuditChain(db);
+    expect(v).toMatchObject({ intact: false, firstBadSeq: 3 });
+    expect(v.reason).toMatch(/reserved chain key "seq"/);
+  });
+
+  it('an outbox event carrying seq is refused by the chain writer and nothing is chained', async () => {
+    await expect(
+      inTransaction(db, (trx) => recordAudit(trx, { type: 'run.started', service: 'test', runId: 'r1', seq: 99 } as never)),
+    ).rejects.toThrow(/seq/);
+    await record(2);
+    // Written around recordAudit's schema, as only a direct database writer can.
+    await sql`INSERT INTO audit_outbox (event) VALUES (${JSON.stringify({ type: 'run.started', service: 'raw', seq: 1 })}::jsonb)`.execute(
+      db,
+    );
+    await expect(chainPending(db)).rejects.toThrow(/reserved chain key "seq"/);
+    expect(await seqs()).toEqual([]);
+    expect(await db.selectFrom('audit_outbox').select('id').execute()).toHaveLength(3);
+  });
+
   it('two racing chain writers over 200 events give seq 1..200 without gaps or duplicates', async () => {
     await record(200);
     const [a, b] = await Promise.all([drain(25), drain(25)]);

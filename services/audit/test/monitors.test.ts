@@ -357,7 +357,7 @@ describe('audit_gap from the anchor witness and anchor freshness', () => {
     let prev = GENESIS_HASH;
     for (let seq = 1; seq <= 3; seq++) {
       const event = { type: 'run.started', service: 'test', runId: `r${seq}` };
-      const hash = chainHash(prev, { seq, ...event });
+      const hash = chainHash(prev, seq, event);
       const chainedAt = new Date(Date.now() - 10 * 60_000); // ten minutes ago, never anchored
       await t.db
         .insertInto('audit_log')

@@ -8,10 +8,12 @@ const CHAIN_LOCK = 0x6761_7465; // "gate"
 /**
  * Moves up to `batch` events from `audit_outbox` into the hash chain, in outbox order, exactly
  * once: under a transaction-scoped advisory lock it assigns the next sequence numbers, computes
- * `hash = sha256(prev_hash ‖ JCS({seq, ...event}))`, inserts into `audit_log` and deletes the
+ * `hash = sha256(prev_hash ‖ JCS({seq, ...event}))` (`chainHash`), inserts into `audit_log` and deletes the
  * outbox rows in the same transaction. Also beats the heartbeat. After the commit the chained
  * events feed the metrics (each counted once, as committed) and each gets an `audit chain` span
  * in the trace of the span that wrote it (ADR 0020). Returns how many were chained.
+ * @throws Error from `chainHash` when an outbox event carries a reserved chain key (`seq`; only a
+ *   write around `recordAudit`'s schema can) or a non-finite number: nothing of the batch is chained.
  */
 export async function chainPending(db: Db, batch = 500): Promise<number> {
   const chained = await db.transaction().execute(async (trx) => {
@@ -28,7 +30,7 @@ export async function chainPending(db: Db, batch = 500): Promise<number> {
     let prev = head?.hash ?? GENESIS_HASH;
     const links = rows.map((r) => {
       seq += 1;
-      const hash = chainHash(prev, { seq, ...r.event });
+      const hash = chainHash(prev, seq, r.event);
       const link = { seq: String(seq), outbox_id: r.id, event: JSON.stringify(r.event), prev_hash: prev, hash };
       prev = hash;
       return link;
