@@ -55,6 +55,26 @@ export const AuditEventType = z.enum([
   'compensation.requested',
 ]);
 
+/** A lone UTF-16 surrogate: a high one not followed by a low one, or a low one not preceded by a high one. */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/**
+ * Whether Postgres `jsonb` (the audit outbox and chain) can store `text`: it refuses `\u0000`
+ * and a lone UTF-16 surrogate (which `JSON.stringify` writes as `\udxxx`) — docs/decisions/0684-audit-chain-reserved-keys-and-jsonb.md.
+ */
+export function isJsonbStorableText(text: string): boolean {
+  return !text.includes('\u0000') && !LONE_SURROGATE.test(text);
+}
+
+/**
+ * An audit event's text field: refused by the schema (a ZodError naming the field, before any
+ * statement is sent) when `jsonb` could not store it, instead of failing the caller's transaction
+ * with a database error (ADR 0684).
+ */
+const auditText = z.string().refine(isJsonbStorableText, {
+  error: 'text jsonb cannot store: a NUL character (U+0000) or a lone UTF-16 surrogate',
+});
+
 /**
  * What an audit event may contain — and nothing else (`strict`): no raw prompt, ticket text,
  * token, secret or full tool result has a field here. Actor ids are keyed HMACs; operation keys
@@ -64,39 +84,39 @@ export const AuditEventSchema = z.strictObject({
   type: AuditEventType,
   /** Epoch milliseconds at the producing service. */
   atMs: z.number().int(),
-  service: z.string(),
-  runId: z.string().nullable(),
+  service: auditText,
+  runId: auditText.nullable(),
   step: z.number().int().nullable().default(null),
-  actorHash: z.string().nullable().default(null),
-  tool: z.string().nullable().default(null),
-  actionDigest: z.string().nullable().default(null),
+  actorHash: auditText.nullable().default(null),
+  tool: auditText.nullable().default(null),
+  actionDigest: auditText.nullable().default(null),
   actionVersion: z.number().int().nullable().default(null),
-  approvalId: z.string().nullable().default(null),
+  approvalId: auditText.nullable().default(null),
   /**
    * Why an execution event names no approval (docs/decisions/0146-execution-audit-fields.md):
    * `policy_allowed` — the action's decision was ALLOW (its rule in `ruleId`); null when
    * `approvalId` is set or the event is not about an execution.
    */
   noApprovalReason: z.enum(['policy_allowed']).nullable().default(null),
-  operationKeyHash: z.string().nullable().default(null),
-  callId: z.string().nullable().default(null),
+  operationKeyHash: auditText.nullable().default(null),
+  callId: auditText.nullable().default(null),
   /**
    * The system of record's id of the effect an execution created (refund id, shipment id, mail
    * message id, change operation id, draft plan id); null before the outcome, and for reads.
    */
-  effectRef: z.string().max(200).nullable().default(null),
-  ruleId: z.string().nullable().default(null),
-  decision: z.string().nullable().default(null),
-  outcome: z.string().nullable().default(null),
+  effectRef: auditText.max(200).nullable().default(null),
+  ruleId: auditText.nullable().default(null),
+  decision: auditText.nullable().default(null),
+  outcome: auditText.nullable().default(null),
   attempts: z.number().int().nullable().default(null),
   latencyMs: z.number().nullable().default(null),
   revisions: z
     .strictObject({
-      model: z.string().nullable().default(null),
-      promptHash: z.string().nullable().default(null),
-      toolCatalog: z.string().nullable().default(null),
-      policy: z.string().nullable().default(null),
-      release: z.string().nullable().default(null),
+      model: auditText.nullable().default(null),
+      promptHash: auditText.nullable().default(null),
+      toolCatalog: auditText.nullable().default(null),
+      policy: auditText.nullable().default(null),
+      release: auditText.nullable().default(null),
     })
     .default({ model: null, promptHash: null, toolCatalog: null, policy: null, release: null }),
 });
