@@ -1,5 +1,5 @@
 import { verify, createPublicKey, type KeyObject } from 'node:crypto';
-import type { Selectable } from 'kysely';
+import { sql, type Selectable } from 'kysely';
 import type { Db } from './db.ts';
 import type { AuditAnchorsTable } from './schema.ts';
 import { chainHash, GENESIS_HASH, reservedChainKey } from './audit-chain.ts';
@@ -60,7 +60,7 @@ interface Walk {
 
 /**
  * Walks `audit_log` in sequence order, recomputing every link
- * (`hash = sha256(prev_hash ‖ JCS({seq, ...event}))`, an event carrying `seq` itself is bad), checking that sequence numbers have no gap,
+ * (`hash = sha256(prev_hash ‖ JCS({seq, ...event}))`, an event carrying `seq` itself, or stored as other jsonb than the writer stores for the value hashed, is bad), checking that sequence numbers have no gap,
  * then checks every anchor: its Ed25519 signature over `<seq>:<hash>` and that the chain still
  * has that hash at that sequence. Signatures are checked against `trustedPublicKey` (the audit
  * service's pinned key) when given — whoever can rewrite the tables could otherwise re-sign the
@@ -105,14 +105,23 @@ async function walkChain(db: Db, watch: ReadonlySet<number>, unanchoredFrom: num
   const walk: Walk = { events: 0, headHash: GENESIS_HASH, bad: null, hashAt: new Map(), firstUnanchored: null };
   let expected = 1;
   for (;;) {
-    const page = await db.selectFrom('audit_log').selectAll().where('seq', '>=', String(expected)).orderBy('seq').limit(1000).execute();
+    const page = await db
+      .selectFrom('audit_log')
+      .selectAll()
+      .select(sql<string>`event::text`.as('event_text'))
+      .where('seq', '>=', String(expected))
+      .orderBy('seq')
+      .limit(1000)
+      .execute();
     if (!page.length) return walk;
+    const altered = await alteredEvents(db, page);
     for (const row of page) {
       const seq = Number(row.seq);
       const prev = walk.headHash;
       if (seq !== expected) walk.bad = { seq: expected, reason: 'missing sequence number' };
       else if (row.prev_hash !== prev) walk.bad = { seq, reason: 'prev_hash does not match the previous link' };
       else walk.bad = checkLink(prev, seq, row.event, row.hash);
+      if (!walk.bad && altered.has(seq)) walk.bad = { seq, reason: ALTERED };
       if (walk.bad) return walk;
       walk.headHash = row.hash;
       if (watch.has(seq)) walk.hashAt.set(seq, row.hash);
@@ -121,6 +130,25 @@ async function walkChain(db: Db, watch: ReadonlySet<number>, unanchoredFrom: num
       walk.events++;
     }
   }
+}
+
+const ALTERED =
+  'stored event differs from the one hashed: its jsonb is not what the writer stores for the value it hashed (digits rewritten, e.g. 5 → 5.0)';
+
+/**
+ * The sequence numbers of `page` whose stored `event` is not the jsonb the chain writer stores for
+ * the value verification reads and hashes (`JSON.stringify` of the parsed event, cast to jsonb).
+ * The hash covers the event as JavaScript parses it, so other digits of the same float64 (`5.0`,
+ * `1796…624.0000001`) hashed alike while SQL readers saw them (ADR 0684). One query per page,
+ * comparing in Postgres, which owns jsonb's normal form.
+ * @throws Error from the database.
+ */
+async function alteredEvents(db: Db, page: { seq: string; event: Record<string, unknown>; event_text: string }[]): Promise<Set<number>> {
+  const { rows } = await sql<{ seq: string }>`
+    select u.seq from unnest(${page.map((r) => r.seq)}::bigint[], ${page.map((r) => r.event_text)}::text[],
+      ${page.map((r) => JSON.stringify(r.event))}::text[]) as u(seq, stored, parsed)
+    where u.stored <> u.parsed::jsonb::text`.execute(db);
+  return new Set(rows.map((r) => Number(r.seq)));
 }
 
 /**

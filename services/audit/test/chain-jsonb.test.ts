@@ -89,6 +89,32 @@ describe('audit events through jsonb', () => {
     expect(await verifyAuditChain(db)).toMatchObject({ intact: true, events: 3, reason: null });
   });
 
+  // The hash covers the event as JavaScript reads it; jsonb keeps the digits as written. A stored
+  // number rewritten to other digits of the same float64 (5 → 5.0, atMs + 1e-7) read the same and
+  // hashed the same, while SQL readers (event->>'atMs') saw the new value.
+  it('a stored number rewritten to other digits of the same float64 is reported', async () => {
+    await inTransaction(db, async (trx) => {
+      for (let i = 1; i <= 4; i++)
+        await recordAudit(trx, { type: 'run.started', service: 'test', runId: `r${i}`, step: i, latencyMs: 0.5 });
+    });
+    await drain();
+    expect(await verifyAuditChain(db)).toMatchObject({ intact: true, events: 4 });
+    const rewrites = [
+      { seq: 2, set: sql`jsonb_set(event, '{step}', '2.0'::jsonb)` },
+      { seq: 3, set: sql`jsonb_set(event, '{atMs}', ((event->>'atMs') || '.0000001')::jsonb)` },
+      { seq: 4, set: sql`jsonb_set(event, '{latencyMs}', '0.50000000000000000001'::jsonb)` },
+    ];
+    for (const { seq, set } of rewrites) {
+      const { rows } = await sql<{ original: string }>`SELECT event::text AS original FROM audit_log WHERE seq = ${seq}`.execute(db);
+      await asAuditOwner(db, (trx) => sql`UPDATE audit_log SET event = ${set} WHERE seq = ${seq}`.execute(trx));
+      const v = await verifyAuditChain(db);
+      expect(v).toMatchObject({ intact: false, firstBadSeq: seq });
+      expect(v.reason).toMatch(/stored event differs from the one hashed/);
+      await asAuditOwner(db, (trx) => sql`UPDATE audit_log SET event = ${rows[0]!.original}::jsonb WHERE seq = ${seq}`.execute(trx));
+      expect(await verifyAuditChain(db)).toMatchObject({ intact: true, events: 4 });
+    }
+  });
+
   it('a text jsonb cannot store (lone surrogate, NUL) is refused at append by the schema, naming the field, before any statement', async () => {
     for (const bad of ['a\ud800b', '\udc00', 'x\ud83d', 'nul\u0000']) {
       const event = { type: 'run.started' as const, service: 'test', runId: 'r', effectRef: bad };
