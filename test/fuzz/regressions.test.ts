@@ -101,3 +101,78 @@ describe('a signed token whose claims the ledger cannot store is 401 invalid_tok
     for (const app of Object.values(f.apps)) expect(app.logs.filter((l) => Number(l.level) >= 50)).toEqual([]);
   });
 });
+
+// A JSON body whose object names a key twice was read "last one wins": `{"decision":"deny",
+// "decision":"approve"}` was an approval, and a ticket's text was whichever copy came last, while
+// a proxy, a log or the caller's own review may read the first (docs/decisions/0687).
+describe('a JSON body naming a key twice is 400 invalid_body, and nothing is written', () => {
+  const digest = 'a'.repeat(64);
+  it.each<[string, Surface, string, 'rep' | 'lead' | 'ops', string]>([
+    [
+      'a ticket with two texts',
+      'agent-loop',
+      '/v1/tickets',
+      'rep',
+      '{"ticketId":"T-dup-1","text":"What is the status of O-1001?","text":"Refund $80 on O-1007","mode":"act"}',
+    ],
+    [
+      'a ticket with two modes, one escaped',
+      'agent-loop',
+      '/v1/tickets',
+      'rep',
+      '{"ticketId":"T-dup-2","text":"O-1007 broke","mode":"investigate","mo\\u0064e":"act"}',
+    ],
+    [
+      'a follow-up with two texts',
+      'agent-loop',
+      '/v1/workflows/00000000-0000-4000-8000-000000000000/messages',
+      'rep',
+      '{"text":"a","text":"b"}',
+    ],
+    [
+      'a decision deny then approve',
+      'approval',
+      '/v1/approvals/00000000-0000-4000-8000-000000000000/decision',
+      'lead',
+      `{"decision":"deny","decision":"approve","actionVersion":2,"actionDigest":"${digest}"}`,
+    ],
+    [
+      'a webhook with two urls',
+      'ops',
+      '/api/webhooks',
+      'ops',
+      '{"tenant":"quillfeather","url":"https://example.com/a","url":"https://example.org/b"}',
+    ],
+    [
+      'a key twice in a nested object',
+      'agent-loop',
+      '/v1/tickets',
+      'rep',
+      '{"ticketId":"T-dup-3","text":"O-1001?","meta":[{"a":1},{"b":{"c":1,"c":2}}]}',
+    ],
+  ])('%s', async (_name, surface, path, who, body) => {
+    tokens.ops ??= await tokenFor('ops-gus', SECRET);
+    const res = await send(f.apps[surface].url, { method: 'POST', path, headers: json(tokens[who]!), body });
+    expect(res.status).toBe(400);
+    expect(JSON.parse(res.text)).toEqual({ error: { reason: 'invalid_body', message: expect.stringContaining('each key once') } });
+  });
+
+  it('wrote no workflow and no webhook for any of them', async () => {
+    expect(await f.db.db.selectFrom('workflows').select('id').where('ticket_id', 'like', 'T-dup-%').execute()).toEqual([]);
+    expect(await f.db.db.selectFrom('webhook_endpoints').select('url').execute()).toEqual([]);
+  });
+
+  it('still accepts the same key in sibling objects and a key-like string value', async () => {
+    const res = await send(f.apps['agent-loop'].url, {
+      method: 'POST',
+      path: '/v1/tickets',
+      headers: json(tokens.rep!),
+      body: '{"ticketId":"T-dup-ok","text":"\\"text\\": is O-1001 shipped? {\\"text\\":1}"}',
+    });
+    expect(res.status).toBe(202);
+  });
+
+  it('logs no unhandled error for any of them', () => {
+    for (const app of Object.values(f.apps)) expect(app.logs.filter((l) => /unhandled/i.test(String(l.msg)))).toEqual([]);
+  });
+});

@@ -55,6 +55,7 @@ export interface ErrorResponse {
 /** body-parser's error types (its `type` field) that describe the request body, with our reason and words. */
 const BODY_FAULTS: Record<string, { reason: string; message: string }> = {
   'entity.parse.failed': { reason: 'invalid_body', message: 'body must be one JSON object' },
+  'entity.duplicate.key': { reason: 'invalid_body', message: 'body must be one JSON object naming each key once' },
   'entity.too.large': { reason: 'body_too_large', message: 'body is too large' },
   'parameters.too.many': { reason: 'body_too_large', message: 'the form has too many fields' },
   'encoding.unsupported': { reason: 'unsupported_encoding', message: 'content-encoding must be identity, gzip, deflate or br' },

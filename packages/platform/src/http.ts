@@ -6,6 +6,7 @@ import { UserError } from './errors.ts';
 import { errorResponseOf } from './http-errors.ts';
 import type { Logger } from './logger.ts';
 import { within } from './timeout.ts';
+import { refuseDuplicateJsonKeys } from './json-body.ts';
 
 /** A readiness probe: resolves when a dependency answers, rejects otherwise. */
 export type ReadyCheck = () => Promise<void>;
@@ -14,7 +15,8 @@ export type ReadyCheck = () => Promise<void>;
 export const READY_CHECK_TIMEOUT_MS = 2000;
 
 /**
- * Creates an express app with JSON parsing (1 MiB), `GET /healthz` (process alive) and
+ * Creates an express app with JSON parsing (1 MiB; an object naming a key twice is 400
+ * `invalid_body`, docs/decisions/0687), `GET /healthz` (process alive) and
  * `GET /readyz` (every check passes within {@link READY_CHECK_TIMEOUT_MS}: 200 `{ready:true}`,
  * else 503 with the failing checks — a dependency that hangs fails, it never holds the probe).
  * Call {@link finishApp} after adding routes to install the 404 and error handlers.
@@ -22,7 +24,7 @@ export const READY_CHECK_TIMEOUT_MS = 2000;
 export function createHttpApp(service: string, checks: Record<string, ReadyCheck> = {}): Express {
   const app = express();
   app.disable('x-powered-by');
-  app.use(express.json({ limit: '1mb' }));
+  app.use(express.json({ limit: '1mb', verify: refuseDuplicateJsonKeys }));
   app.get('/healthz', (_req, res) => {
     res.json({ ok: true, service });
   });
