@@ -1,5 +1,6 @@
 import { findTool, type NormalizedArgs, type ToolDefinition } from './catalog.ts';
 import { NormalizationError } from './normalize.ts';
+import { duplicateJsonKey } from './json-keys.ts';
 import { containsSecret, redactSecrets } from './output-boundary.ts';
 import { testFaults } from '@gatehouse/contracts';
 
@@ -97,7 +98,7 @@ function writtenAsParsed(source: string, value: number): boolean {
 
 /**
  * Closed parsing of a function_call: known tool, `arguments` a JSON object text (one value, no
- * trailing data) whose numbers are plain decimals the parse keeps exactly ({@link writtenAsParsed})
+ * trailing data, each object naming a key once: {@link duplicateJsonKey}) whose numbers are plain decimals the parse keeps exactly ({@link writtenAsParsed})
  * and whose keys and strings carry no NUL, control character or unpaired surrogate and no secret
  * shape ({@link containsSecret}: what the final message's redaction would redact), exactly the
  * contract's fields with the right types, then normalization.
@@ -118,6 +119,10 @@ export function parseProposal(name: string, rawArguments: string): ParsedProposa
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     return { ok: false, error: 'malformed_arguments', issues: ['arguments must be a JSON object'] };
+  }
+  // Two members with one name: JSON.parse keeps the last, a reader of the raw call the first (ADR 0687).
+  if (duplicateJsonKey(rawArguments) !== null) {
+    return { ok: false, error: 'malformed_arguments', issues: ['arguments name a key twice: write each key once'] };
   }
   // A number the parse would change (an exponent, more digits than a double keeps) is refused, so
   // what is normalized is what the model wrote: `3e1` is not "30.00" (docs/product/policy-rules.md#amounts).

@@ -35,6 +35,14 @@ describe('parseProposal rejects before any adapter call', () => {
     ['a JSON number', 'lookup_order', '42', 'malformed_arguments'],
     ['an array', 'lookup_order', '[]', 'malformed_arguments'],
     ['null', 'lookup_order', 'null', 'malformed_arguments'],
+    // Two members with one name: JSON.parse kept the last; a reader of the raw call sees the first (ADR 0687).
+    [
+      'an amount named twice',
+      'issue_refund',
+      '{"orderId":"O-1002","amount":"10.00","reason":"x","amount":"900.00"}',
+      'malformed_arguments',
+    ],
+    ['an order id named twice, once escaped', 'lookup_order', '{"orderId":"O-1002","order\\u0049d":"O-1003"}', 'malformed_arguments'],
     ['extra field approved_by', 'issue_refund', refund({ approved_by: 'lead-eli' }), 'invalid_arguments'],
     ['a tenant field', 'lookup_order', '{"orderId":"O-1002","tenant":"northwind"}', 'invalid_arguments'],
     ['wrong type (amount boolean)', 'issue_refund', refund({ amount: true }), 'invalid_arguments'],

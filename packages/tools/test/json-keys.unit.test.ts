@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { duplicateJsonKey } from '../src/json-body.ts';
+import { duplicateJsonKey } from '../src/index.ts';
 
 // The rule of docs/decisions/0687: one JSON object names each key once; the scan never throws and
 // leaves text that is not JSON to JSON.parse.
