@@ -84,7 +84,8 @@ const answer = (status: number, reason: string, message: string, headers: Record
  * - a path whose percent-encoding does not decode (the router's `decodeURIComponent` throws
  *   `URIError` while matching `:params`): 400 `bad_path`;
  * - a body-parser failure (it sets `type`): its own 4xx status with a reason from {@link BODY_FAULTS};
- * - a body that does not inflate with its `content-encoding` (zlib's `Z_*` codes): 400 `invalid_body`;
+ * - a body that does not inflate with its `content-encoding` (zlib's `Z_*` codes, brotli's
+ *   `ERR__ERROR_*`): 400 `invalid_body`;
  * - any other 4xx error that express's libraries mark safe to show (http-errors' `expose: true`):
  *   its status, a reason from {@link STATUS_REASONS} (else `bad_request`) and its message.
  */
@@ -97,7 +98,8 @@ function clientFaultOf(err: unknown): ErrorResponse | null {
     return answer(e.status, known?.reason ?? 'invalid_body', known?.message ?? String(e.message));
   }
   if (e.expose !== true) return null;
-  if (typeof e.code === 'string' && e.code.startsWith('Z_')) {
+  // zlib's codes are Z_* (gzip, deflate); brotli's decoder errors are ERR__ERROR_* (`br`).
+  if (typeof e.code === 'string' && (e.code.startsWith('Z_') || e.code.startsWith('ERR__ERROR_'))) {
     return answer(400, 'invalid_body', 'the body does not decode with its content-encoding');
   }
   return answer(e.status, STATUS_REASONS[e.status] ?? 'bad_request', String(e.message));
