@@ -158,6 +158,55 @@ describe('hunt: follow-up messages', () => {
     expect(await changeOperations(workflowId)).toEqual([]);
   });
 
+  it('change pack: a follow-up asking for another window after the change was scheduled: not prepared or scheduled again, one operation', async () => {
+    const { token, workflowId } = await submit(
+      s,
+      'eng-lou',
+      'F-chg-again',
+      'Please schedule change CHG-101 in the next maintenance window.',
+      'act',
+      'change',
+    );
+    const v = await waitFor(s, token, workflowId, (x) => x.pendingApprovals.length === 1 || settled(x));
+    const first = v.pendingApprovals[0]!;
+    // The model's turn after the schedule ran is held by two 503s (its retry-after), so the
+    // follow-up lands after the schedule succeeded and before the model's final message.
+    const slow = { type: 'error' as const, status: 503, headers: { 'retry-after-ms': '1500' } };
+    await fixtures(s, 'F-chg-again', [slow, slow]);
+    const ok = await decide(s, 'own-kim', first.approvalId, {
+      decision: 'approve',
+      actionVersion: first.actionVersion,
+      actionDigest: first.actionDigest,
+    });
+    expect(ok.status).toBe(200);
+    const ran = await waitFor(s, token, workflowId, (x) => x.actions.some((a) => a.tool === 'schedule_change' && a.status === 'succeeded'));
+    const done = ran.actions.find((a) => a.tool === 'schedule_change')!;
+    const m = await followUp(token, workflowId, 'Please schedule change CHG-101 in the manual window instead.');
+    expect([m.status, m.body.superseded]).toEqual([202, []]);
+    const end = await waitFor(s, token, workflowId, (x) => settled(x) || x.pendingApprovals.some((p) => p.approvalId !== first.approvalId));
+    // Not a second approval and a second schedule of CHG-101: the new plan is refused (C2), naming the schedule that holds it.
+    expect(end.state).toBe('completed');
+    expect(end.pendingApprovals.filter((p) => p.approvalId !== first.approvalId)).toEqual([]);
+    const again = end.actions.filter((a) => a.tool === 'prepare_change').at(-1)!;
+    expect(again).toMatchObject({
+      decision: 'DENY',
+      ruleId: 'C2',
+      arguments: { changeId: 'CHG-101', window: 'manual-window', note: null },
+    });
+    // The model sees rule C2 only; the decision log keeps the reason, naming the schedule that holds the change.
+    const logged = await s.db.db
+      .selectFrom('decision_log')
+      .select('detail')
+      .where('action_id', '=', again.actionId)
+      .executeTakeFirstOrThrow();
+    expect(JSON.stringify(logged.detail)).toContain(`plan ${done.target}, succeeded, operation ${done.operationKey}`);
+    expect(end.actions.filter((a) => a.tool === 'schedule_change').map((a) => a.status)).toEqual(['succeeded']);
+    const plans = await s.db.db.selectFrom('change_plans').select('window').where('workflow_id', '=', workflowId).execute();
+    expect(plans.map((p) => p.window)).toEqual(['next-maintenance-window']);
+    const ops = await changeOperations(workflowId);
+    expect(ops.map((o) => [o.operation_key, o.window])).toEqual([[done.operationKey, 'next-maintenance-window']]);
+  });
+
   it('a follow-up repeating a refund already paid, formatted differently ("30.00" then 30): suppressed, one refund', async () => {
     await fixtures(s, 'F-same', [
       fc(['issue_refund', { orderId: 'O-1002', amount: '30.00', reason: 'dented' }]),

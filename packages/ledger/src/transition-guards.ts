@@ -86,6 +86,20 @@ function heldBySwitch(db: Q, workflowId: string, statuses: ActionStatus[], uncla
   return q.limit(1);
 }
 
+/**
+ * Statuses of a `schedule_change` action that hold its plan's change as scheduled (live or
+ * finished): a plan so named waits for nothing (guard `approval_awaited`), and the change is not
+ * prepared or scheduled again in that workflow (policy change-c1 C2, ADR 0694). Superseded,
+ * denied, failed and compensated (cancelled before start) schedules do not hold it.
+ */
+export const SCHEDULE_HOLDING_STATUSES = [
+  'pending_approval',
+  'approved',
+  'running',
+  'succeeded',
+  'failed_unknown',
+] as const satisfies readonly ActionStatus[];
+
 /** A draft plan of the workflow (change pack) that no live or finished `schedule_change` names. */
 function unscheduledPlan(db: Q, workflowId: string) {
   return db
@@ -100,7 +114,7 @@ function unscheduledPlan(db: Q, workflowId: string) {
             .whereRef('a.workflow_id', '=', 'p.workflow_id')
             .whereRef('a.target', '=', 'p.id')
             .where('a.tool', '=', 'schedule_change')
-            .where('a.status', 'in', ['pending_approval', 'approved', 'running', 'succeeded', 'failed_unknown']),
+            .where('a.status', 'in', [...SCHEDULE_HOLDING_STATUSES]),
         ),
       ),
     )

@@ -32,12 +32,32 @@ export interface ChangeFacts {
   change: ChangeRecordFacts | null;
   /** `schedule_change` only: the plan named by `planId` if this workflow prepared it, else null. */
   plan: PlanFacts | null;
+  /**
+   * The change's schedule that already holds it in this workflow (a `schedule_change` of one of
+   * its plans, live or finished: ledger `SCHEDULE_HOLDING_STATUSES`), other than the action being
+   * re-evaluated; null when none (C2, ADR 0694). Absent is read as none.
+   */
+  scheduled?: ScheduleFacts | null;
+}
+
+/** A `schedule_change` action of this workflow that holds its change as scheduled. */
+export interface ScheduleFacts {
+  planId: string;
+  /** The action's status (`pending_approval` … `failed_unknown`). */
+  status: string;
+  /** The operation key the change service holds (or would hold) it under. */
+  operationKey: string;
 }
 
 type Check = (f: ChangeFacts, b: ChangeBundle) => Omit<PolicyDecision, 'policyRevision' | 'ruleId'> | null;
 
 const deny = (reason: string) => ({ decision: 'DENY' as const, reason });
 const isSchedule = (f: ChangeFacts): boolean => f.tool.name === 'schedule_change';
+
+/** C2's reason for a change this workflow already scheduled: names the schedule that holds it (bounded: ids only). */
+const alreadyScheduled = (s: ScheduleFacts): string =>
+  `the change already has a schedule in this workflow (plan ${s.planId}, ${s.status}, operation ${s.operationKey}); ` +
+  'it is not scheduled twice: cancel it before its window (cancel-before-start) to schedule it again';
 
 /** The checks of the change pack (policy `change-c1`), keyed by rule id. Each returns null when it passes. */
 export const changeRules: Record<ChangeRuleId, Check> = {
@@ -50,6 +70,7 @@ export const changeRules: Record<ChangeRuleId, Check> = {
   },
   C2: (f) => {
     if (isSchedule(f) && !f.plan) return deny('no plan with this id was prepared in this workflow');
+    if (f.scheduled) return deny(alreadyScheduled(f.scheduled));
     if (!f.change || f.change.tenant !== f.user?.tenant) return deny('change not found in the user tenant');
     return null;
   },

@@ -1,8 +1,8 @@
-import { releaseWritesEnabled, type DecisionContext, type Db, type Trx } from '@gatehouse/ledger';
+import { releaseWritesEnabled, SCHEDULE_HOLDING_STATUSES, type DecisionContext, type Db, type Trx } from '@gatehouse/ledger';
 import { loadWorld } from '@gatehouse/contracts';
 import { toolsOfPack, type ParsedProposal, type Pack } from '@gatehouse/tools';
 import type { PolicyBundles } from './bundle.ts';
-import { evaluateChange, type ChangeFacts, type ChangeRecordFacts, type PlanFacts } from './change.rules.ts';
+import { evaluateChange, type ChangeFacts, type ChangeRecordFacts, type PlanFacts, type ScheduleFacts } from './change.rules.ts';
 import { eligibleTools, toolOfferedIn } from './eligibility.ts';
 import {
   fetchOrder,
@@ -47,6 +47,37 @@ export async function findPlan(db: Db | Trx, workflowId: string, planId: string)
     .where('workflow_id', '=', workflowId)
     .executeTakeFirst();
   return p ? { id: p.id, changeId: p.change_id, window: p.window, note: p.note } : null;
+}
+
+/**
+ * The `schedule_change` of workflow `workflowId` that holds change `changeId` as scheduled (one of
+ * its plans, status in `SCHEDULE_HOLDING_STATUSES`), other than action `excludeActionId` (the one
+ * being re-evaluated); the earliest, or null. Read in the deciding transaction, after the
+ * workflow's lock, so two proposals of one run see each other (C2, ADR 0694).
+ */
+export async function findHoldingSchedule(
+  trx: Db | Trx,
+  workflowId: string,
+  changeId: string,
+  excludeActionId?: string,
+): Promise<ScheduleFacts | null> {
+  let q = trx
+    .selectFrom('actions as a')
+    .innerJoin('change_plans as p', (j) => j.onRef('p.id', '=', 'a.target').onRef('p.workflow_id', '=', 'a.workflow_id'))
+    .select(['a.target', 'a.status', 'a.operation_key'])
+    .where('a.workflow_id', '=', workflowId)
+    .where('a.tool', '=', 'schedule_change')
+    .where('a.status', 'in', [...SCHEDULE_HOLDING_STATUSES])
+    .where('p.change_id', '=', changeId);
+  if (excludeActionId) q = q.where('a.id', '!=', excludeActionId);
+  const r = await q.orderBy('a.created_at').limit(1).executeTakeFirst();
+  return r ? { planId: r.target, status: r.status, operationKey: r.operation_key } : null;
+}
+
+/** The change a change-pack proposal would prepare or schedule (null for a read, or an unknown plan). */
+function changeToBeScheduled(parsed: Pick<ParsedProposal, 'tool' | 'args'>, plan: PlanFacts | null): string | null {
+  if (parsed.tool.name === 'schedule_change') return plan?.changeId ?? null;
+  return parsed.tool.name === 'prepare_change' ? String(parsed.args.changeId) : null;
 }
 
 /**
@@ -179,6 +210,7 @@ export async function evaluateAction(
   }
   const world = loadWorld();
   const user = lookupUser(wf.user_id, wf.tenant);
+  const changeId = changeToBeScheduled(parsed, record.plan);
   const facts: ChangeFacts = {
     user,
     agentGrantedTools: world.agent.grantedTools,
@@ -189,6 +221,7 @@ export async function evaluateAction(
     args: parsed.args,
     change: record.change,
     plan: record.plan,
+    scheduled: changeId ? await findHoldingSchedule(trx, wf.id, changeId, input.excludeActionId) : null,
   };
   const inTenant = record.change && user && record.change.tenant === user.tenant ? record.change : null;
   return {

@@ -1,4 +1,4 @@
-import type { Trx } from '@gatehouse/ledger';
+import { SCHEDULE_HOLDING_STATUSES, type Trx } from '@gatehouse/ledger';
 
 /**
  * Change pack (docs/product/users-and-tools.md#change-pack): the latest plan `prepare_change` produced in this workflow when no
@@ -21,7 +21,7 @@ export async function unscheduledPlan(trx: Trx, workflowId: string): Promise<str
     .where('workflow_id', '=', workflowId)
     .where('tool', '=', 'schedule_change')
     .where('target', '=', plan.id)
-    .where('status', 'in', ['pending_approval', 'approved', 'running', 'succeeded', 'failed_unknown'])
+    .where('status', 'in', [...SCHEDULE_HOLDING_STATUSES])
     .executeTakeFirst();
   return scheduled ? null : plan.id;
 }
