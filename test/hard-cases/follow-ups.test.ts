@@ -158,6 +158,36 @@ describe('hunt: follow-up messages', () => {
     expect(await changeOperations(workflowId)).toEqual([]);
   });
 
+  it('change pack: a follow-up asking for another window while a prepared plan waits for its schedule proposal: the plan is not scheduled with that window (C4), nothing reaches the change service (ADR 0677 consequences)', async () => {
+    const slow = { type: 'error' as const, status: 503, headers: { 'retry-after-ms': '1500' } };
+    await fixtures(s, 'F-chg-win', [
+      fc(['lookup_change', { changeId: 'CHG-102' }]),
+      fc(['prepare_change', { changeId: 'CHG-102', window: 'next-maintenance-window', note: null }]),
+      slow,
+      slow,
+    ]);
+    const { token, workflowId } = await submit(
+      s,
+      'eng-lou',
+      'F-chg-win',
+      'Please schedule change CHG-102 in the next maintenance window.',
+      'act',
+      'change',
+    );
+    const ready = await waitFor(s, token, workflowId, (x) => x.state === 'awaiting_approval' || settled(x));
+    expect(ready.actions.map((a) => `${a.tool}:${a.status}`)).toEqual(['lookup_change:succeeded', 'prepare_change:succeeded']);
+    const m = await followUp(token, workflowId, 'Sorry, schedule change CHG-102 in the manual window instead.');
+    expect([m.status, m.body.superseded]).toEqual([202, []]);
+    const end = await waitFor(s, token, workflowId, (x) => settled(x) || x.pendingApprovals.length > 0);
+    // Only schedule_change is offered in awaiting_approval: the plan's window cannot be moved there.
+    expect(end.pendingApprovals).toEqual([]);
+    expect(end.actions.filter((a) => a.tool === 'schedule_change').map((a) => [a.arguments.window, a.decision, a.ruleId])).toEqual([
+      ['manual-window', 'DENY', 'C4'],
+    ]);
+    expect(end.actions.filter((a) => a.tool === 'prepare_change')).toHaveLength(1);
+    expect(await changeOperations(workflowId)).toEqual([]);
+  });
+
   it('change pack: a follow-up asking for another window after the change was scheduled: not prepared or scheduled again, one operation', async () => {
     const { token, workflowId } = await submit(
       s,
