@@ -11,11 +11,11 @@ import {
   readSnapshot,
   recordFinding,
   requestRemediation,
-  runReconciliation,
   type Finding,
 } from '@gatehouse/reconciliation';
 import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
 import { seedRefund, seedStep } from './seed.ts';
+import { reconOps } from './recon-ops.ts';
 
 // Reconciliation over a real ledger and the staging systems of record, seeded straight into both.
 
@@ -27,15 +27,7 @@ afterAll(async () => {
   await h?.close();
 });
 
-const pass = () => runReconciliation({ db: h.db, stagingUrl: h.stagingUrl, hmacKey: AUDIT_HMAC_KEY, actor: 'ops-gus' });
-const remediation = () => ({
-  db: h.db,
-  stagingUrl: h.stagingUrl,
-  hmacKey: AUDIT_HMAC_KEY,
-  release: 'rel-1',
-  signingKey: h.delegationKeys.signing,
-  auditGate: { maxHeartbeatAgeMs: 10_000, maxBacklogAgeMs: 3_600_000 },
-});
+const { pass, remediation, op } = reconOps(() => h, 10_000);
 /** Asks for `kind` on the live item of `subject`, and lets lead-eli approve it (what the approval API writes for a `RECON` approval). */
 async function approved(subject: string, kind: 'ratify' | 'reverse' | 'replay') {
   const item = await h.db
@@ -70,7 +62,6 @@ const ship = async (orderId: string, id: string, inMs: number) =>
     })
     .execute();
 const evidence = (key: string, ref: string) => h.db.updateTable('operations').set({ evidence_ref: ref }).where('key', '=', key).execute();
-const op = (key: string) => h.db.selectFrom('operations').selectAll().where('key', '=', key).executeTakeFirstOrThrow();
 
 describe('reconciliation: reships', () => {
   it('an in-flight reship whose one new shipment is older than its dispatch is not resumed with that shipment: the order system lacks it (ADR 0678)', async () => {

@@ -2,10 +2,11 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction } from '@gatehouse/testing';
 import { processExecution } from '@gatehouse/executor';
-import { executeRemediation, requestRemediation, runReconciliation } from '@gatehouse/reconciliation';
+import { executeRemediation, requestRemediation } from '@gatehouse/reconciliation';
 import { refundSums } from '@gatehouse/policy';
-import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
+import { startHarness, type Harness } from '../executor/support/harness.ts';
 import { seedRefund, seedStep } from './seed.ts';
+import { reconOps } from './recon-ops.ts';
 
 // docs/decisions/0686-refunds-outside-steps-count-toward-the-limits.md: money reconciliation finds
 // out of the payments ledger — a refund adopted into the ledger, one found without a step, one
@@ -21,22 +22,7 @@ afterAll(async () => {
   await h?.close();
 });
 
-const pass = () => runReconciliation({ db: h.db, stagingUrl: h.stagingUrl, hmacKey: AUDIT_HMAC_KEY, actor: 'ops-gus' });
-const remediation = () => ({
-  db: h.db,
-  stagingUrl: h.stagingUrl,
-  hmacKey: AUDIT_HMAC_KEY,
-  release: 'rel-1',
-  signingKey: h.delegationKeys.signing,
-  auditGate: { maxHeartbeatAgeMs: 3_600_000, maxBacklogAgeMs: 3_600_000 },
-});
-const liveItem = (subject: string) =>
-  h.db
-    .selectFrom('reconciliation_items')
-    .selectAll()
-    .where('subject', '=', subject)
-    .where('status', 'in', ['open', 'frozen'])
-    .executeTakeFirstOrThrow();
+const { pass, remediation, liveItem } = reconOps(() => h);
 
 /** Requests `kind` on the live item of `subject`, lets lead-eli approve it (what the approval API writes), and executes it. */
 async function remediate(subject: string, kind: 'ratify' | 'adopt' | 'replay') {

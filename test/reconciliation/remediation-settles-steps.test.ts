@@ -1,10 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
-import { executeRemediation, requestRemediation, runReconciliation, type RemediationOutcome } from '@gatehouse/reconciliation';
+import { executeRemediation, requestRemediation, type RemediationOutcome } from '@gatehouse/reconciliation';
 import { refundSums } from '@gatehouse/policy';
 import type { Remediation } from '@gatehouse/ledger';
-import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
+import { startHarness, type Harness } from '../executor/support/harness.ts';
 import { seedRefund, seedStep } from './seed.ts';
+import { reconOps } from './recon-ops.ts';
 
 // A lead-approved remediation leaves the step it repairs in a state that agrees with the system of
 // record, through the one transitions module (docs/decisions/0050, amended): an adopted refund under a
@@ -20,23 +21,7 @@ afterAll(async () => {
   await h?.close();
 });
 
-const pass = () => runReconciliation({ db: h.db, stagingUrl: h.stagingUrl, hmacKey: AUDIT_HMAC_KEY, actor: 'ops-gus' });
-const remediation = () => ({
-  db: h.db,
-  stagingUrl: h.stagingUrl,
-  hmacKey: AUDIT_HMAC_KEY,
-  release: 'rel-1',
-  signingKey: h.delegationKeys.signing,
-  auditGate: { maxHeartbeatAgeMs: 3_600_000, maxBacklogAgeMs: 3_600_000 },
-});
-const liveItem = (subject: string) =>
-  h.db
-    .selectFrom('reconciliation_items')
-    .selectAll()
-    .where('subject', '=', subject)
-    .where('status', 'in', ['open', 'frozen'])
-    .executeTakeFirstOrThrow();
-const op = (key: string) => h.db.selectFrom('operations').selectAll().where('key', '=', key).executeTakeFirstOrThrow();
+const { pass, remediation, liveItem, op } = reconOps(() => h);
 const actionStatus = async (id: string) =>
   (await h.db.selectFrom('actions').select('status').where('id', '=', id).executeTakeFirstOrThrow()).status;
 
