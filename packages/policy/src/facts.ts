@@ -64,6 +64,21 @@ export async function fetchOrder(stagingUrl: string, orderId: string): Promise<S
 }
 
 /**
+ * Which refunds a refund sum counts: a tenant, an order, a user, a window (`sinceMs`, ms ending
+ * now), one action left out (the one re-evaluated), the queued states too (`includeQueued`), and
+ * only what the agent's own steps moved (`agentOnly`, R6).
+ */
+export interface RefundFilter {
+  tenant?: string;
+  orderId?: string;
+  userId?: string;
+  sinceMs?: number;
+  excludeActionId?: string;
+  includeQueued?: boolean;
+  agentOnly?: boolean;
+}
+
+/**
  * Sum of refunds recorded in the ledger's actions ({@link COUNTED_REFUND_STATES}, plus
  * {@link QUEUED_REFUND_STATES} with `includeQueued`), integer cents, optionally restricted to a
  * tenant, an order, a user and a window (ms, ending now: {@link windowStart}), excluding one action
@@ -74,18 +89,7 @@ export async function fetchOrder(stagingUrl: string, orderId: string): Promise<S
  * ({@link refundsOutsideStepsCents}, ADR 0686); `agentOnly` (R6, the agent's hour) keeps only the
  * part of it that the agent's own steps moved.
  */
-export async function recordedRefundsCents(
-  db: Db | Trx,
-  opts: {
-    tenant?: string;
-    orderId?: string;
-    userId?: string;
-    sinceMs?: number;
-    excludeActionId?: string;
-    includeQueued?: boolean;
-    agentOnly?: boolean;
-  },
-): Promise<number> {
+export async function recordedRefundsCents(db: Db | Trx, opts: RefundFilter): Promise<number> {
   let q = db
     .selectFrom('actions as a')
     .leftJoin('operations as o', 'o.key', 'a.operation_key')
@@ -109,18 +113,7 @@ export async function recordedRefundsCents(
  * `refunds_outside_steps` (migration 20261206000686-RefundsOutsideSteps, ADR 0686). A row whose
  * tenant is unknown counts for its order only, in no window. Integer cents.
  */
-async function refundsOutsideStepsCents(
-  db: Db | Trx,
-  opts: {
-    tenant?: string;
-    orderId?: string;
-    userId?: string;
-    sinceMs?: number;
-    excludeActionId?: string;
-    includeQueued?: boolean;
-    agentOnly?: boolean;
-  },
-): Promise<number> {
+async function refundsOutsideStepsCents(db: Db | Trx, opts: RefundFilter): Promise<number> {
   const statuses = opts.includeQueued ? [...COUNTED_REFUND_STATES, ...QUEUED_REFUND_STATES] : [...COUNTED_REFUND_STATES];
   const where = [sql`true`];
   if (opts.tenant)

@@ -219,14 +219,29 @@ async function perform(
   }
 }
 
-/** One agent step as a settlement needs it (operation, action's call and arguments), or undefined. */
-function readStep(trx: Trx, key: string) {
-  return trx
+/**
+ * One agent step as a settlement needs it — the operation as `settleOperation` takes it (key,
+ * status, fencing token as text, workflow, action, the action's call, tool) and the action's
+ * arguments — or undefined when no operation has that key.
+ */
+async function readStep(trx: Trx, key: string) {
+  const r = await trx
     .selectFrom('operations as o')
     .innerJoin('actions as a', 'a.id', 'o.action_id')
     .select(['o.key', 'o.status', 'o.fencing_token', 'o.workflow_id', 'o.action_id', 'a.call_id', 'o.tool', 'a.arguments'])
     .where('o.key', '=', key)
     .executeTakeFirst();
+  if (!r) return undefined;
+  const step = {
+    key: r.key,
+    status: r.status,
+    fencingToken: String(r.fencing_token),
+    workflowId: r.workflow_id,
+    actionId: r.action_id,
+    callId: r.call_id,
+    tool: r.tool,
+  };
+  return { step, arguments: r.arguments };
 }
 
 /** The `outcomes` a ratification of undecided reships binds (operation key → shipment id, or null: none), or null. */
@@ -252,21 +267,13 @@ async function settleUndecided(
 ): Promise<OutboxRow[]> {
   const rows: OutboxRow[] = [];
   for (const key of Object.keys(outcomes).sort()) {
-    const op = await readStep(trx, key);
+    const op = (await readStep(trx, key))?.step;
     if (!op || (op.status !== 'failed_unknown' && op.status !== 'running')) continue;
     const shipmentId = outcomes[key] ?? null;
     const status = shipmentId === null ? 'failed' : 'succeeded';
     const settled = await settleOperation(
       trx,
-      {
-        key: op.key,
-        status: op.status,
-        fencingToken: String(op.fencing_token),
-        workflowId: op.workflow_id,
-        actionId: op.action_id,
-        callId: op.call_id,
-        tool: op.tool,
-      },
+      op,
       {
         status,
         evidenceRef: shipmentId,
@@ -302,8 +309,9 @@ async function settleOriginal(
   const outcomes = undecidedOutcomesOf(args);
   if (item.remediation === 'ratify' && outcomes) return settleUndecided(trx, item, outcomes, by);
   if (!item.operation_key) return [];
-  const op = await readStep(trx, item.operation_key);
-  if (!op) return [];
+  const read = await readStep(trx, item.operation_key);
+  if (!read) return [];
+  const { step: op, arguments: stepArgs } = read;
   let rows: OutboxRow[] = [];
   const inFlight = op.status === 'failed_unknown' || op.status === 'running';
   // A failed step whose refund the ledger has under its key: the lead adopted that refund as the step's effect.
@@ -312,19 +320,11 @@ async function settleOriginal(
     const happened = item.remediation !== 'ratify' || item.class !== 'in_flight_ledger_lacks_it';
     const evidence = item.remediation === 'replay' ? result.evidenceRef : item.ledger_ref;
     const data =
-      item.remediation === 'replay' ? result.data : { ...op.arguments, refundId: item.ledger_ref, amountCents: Number(item.amount_cents) };
+      item.remediation === 'replay' ? result.data : { ...stepArgs, refundId: item.ledger_ref, amountCents: Number(item.amount_cents) };
     rows =
       (await settleOperation(
         trx,
-        {
-          key: op.key,
-          status: op.status,
-          fencingToken: String(op.fencing_token),
-          workflowId: op.workflow_id,
-          actionId: op.action_id,
-          callId: op.call_id,
-          tool: op.tool,
-        },
+        op,
         {
           status: happened ? 'succeeded' : 'failed',
           evidenceRef: evidence,
@@ -339,7 +339,7 @@ async function settleOriginal(
   // it: a settled outcome is written once. The replay's refund is the remediation's own evidence
   // (its operation, the item's resolution, its audit).
   if (item.remediation === 'reverse') {
-    await transitionAction(trx, op.action_id, { to: 'compensated' });
+    await transitionAction(trx, op.actionId, { to: 'compensated' });
   }
   return rows;
 }
