@@ -128,6 +128,17 @@ export async function verifyDelegatedToken(
   const claims = parsed.data;
   if (claims.aud !== opts.audience) throw new DelegationRejected('wrong_audience');
   if (claims.scope !== opts.scope) throw new DelegationRejected('wrong_scope');
-  if (claims.epoch < opts.minEpoch) throw new DelegationRejected('revoked_epoch');
+  assertEpochCurrent(claims.epoch, opts.minEpoch);
   return claims;
+}
+
+/**
+ * The revocation rule (docs/product/policy-rules.md#delegated-credentials): a token minted with
+ * an epoch below the one in force is dead. The one comparison, used when a token is verified and
+ * again when a system of record commits its effect (staging's epoch fence, ADR 0685).
+ * @param tokenEpoch the token's `epoch` claim; @param currentEpoch the epoch in force.
+ * @throws DelegationRejected(`revoked_epoch`, 403) when `tokenEpoch` < `currentEpoch`.
+ */
+export function assertEpochCurrent(tokenEpoch: number, currentEpoch: number): void {
+  if (tokenEpoch < currentEpoch) throw new DelegationRejected('revoked_epoch');
 }

@@ -10,6 +10,7 @@ import {
   requireDelegation,
   requireIdempotencyKey,
   type DelegationVerifier,
+  withEpochFence,
 } from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
 import { listingBody, pageOf, PageQuery, parseQuery } from './query.parser.ts';
@@ -55,7 +56,8 @@ export const ScheduleBodySchema = z
  * Every effect POST verifies its delegated token and its binding to the request first
  * (docs/decisions/0170-delegated-credentials-bind-the-operation.md): 403 `op_mismatch`,
  * `target_mismatch`, `fence_mismatch`, `token_replayed`; 409 `stale_fencing_token`; 503
- * `epoch_unavailable` — each before any effect.
+ * `epoch_unavailable` — each before any effect; and writes its effect under the epoch fence
+ * (ADR 0685): 403 `revoked_epoch` when an epoch bump committed since the token was verified.
  */
 export function changesRouter(
   deps: EffectRouteDeps & {
@@ -81,17 +83,19 @@ export function changesRouter(
       const change = await deps.changes.findChange(body.changeId);
       if (!change) throw new NotFound('change_not_found', `no change ${body.changeId}`);
       assertSameTenant(claims, change.tenant);
-      const { operation, replayed } = await deps.changes.schedule({
-        operationKey,
-        planId: body.planId,
-        changeId: change.id,
-        window: body.window,
-        note: body.note,
-        tenant: change.tenant,
-        requester: claims.sub,
-        actor: claims.act.sub,
-        fencingToken,
-      });
+      const { operation, replayed } = await withEpochFence(deps, claims, (trx) =>
+        deps.changes.schedule(trx, {
+          operationKey,
+          planId: body.planId,
+          changeId: change.id,
+          window: body.window,
+          note: body.note,
+          tenant: change.tenant,
+          requester: claims.sub,
+          actor: claims.act.sub,
+          fencingToken,
+        }),
+      );
       return replayed
         ? { status: 200, body: operation, headers: { 'Idempotent-Replayed': 'true' }, reason: 'idempotent_replay' }
         : { status: 201, body: operation };
@@ -111,14 +115,16 @@ export function changesRouter(
         target: { operationKey },
         headerFence,
       });
-      const { operation, replayed } = await deps.changes.cancel({
-        operationKey,
-        cancelKey,
-        reason: body.reason,
-        tenant: claims.tenant,
-        by: claims.sub,
-        fencingToken,
-      });
+      const { operation, replayed } = await withEpochFence(deps, claims, (trx) =>
+        deps.changes.cancel(trx, {
+          operationKey,
+          cancelKey,
+          reason: body.reason,
+          tenant: claims.tenant,
+          by: claims.sub,
+          fencingToken,
+        }),
+      );
       return replayed
         ? { status: 200, body: operation, headers: { 'Idempotent-Replayed': 'true' }, reason: 'idempotent_replay' }
         : { status: 200, body: operation };

@@ -1,38 +1,19 @@
 import type { Request } from 'express';
-import { sql } from 'kysely';
-import { Forbidden, SystemError, Unauthorized, UserError } from '@gatehouse/platform';
+import { Forbidden, Unauthorized, UserError } from '@gatehouse/platform';
 import { verifyDelegatedToken, type DelegatedClaims } from '@gatehouse/credentials';
-import type { StagingDb } from '../db/staging.database.ts';
+import { readRevocationEpoch } from '../db/revocation-epoch.ts';
 import type { DelegationVerifier } from './token-binding.ts';
 
 export { bindDelegation, type DelegationVerifier } from './token-binding.ts';
-
-/**
- * Current revocation epoch, read on every request from `public.credential_epochs` (row id 1)
- * of `db` — the Gatehouse ledger's database, which owns the table (docs/product/policy-rules.md#delegated-credentials:
- * raising the epoch invalidates every outstanding token at once). Fails closed
- * (docs/decisions/0170-delegated-credentials-bind-the-operation.md): no table, no row or a database
- * error is no epoch, and no token is accepted.
- * @throws SystemError(`epoch_unavailable`, 503) when the epoch cannot be read.
- */
-export async function readRevocationEpoch(db: StagingDb): Promise<number> {
-  let epoch: unknown;
-  try {
-    const r = await sql<{ epoch: number }>`SELECT epoch FROM public.credential_epochs WHERE id = 1`.execute(db);
-    epoch = r.rows[0]?.epoch;
-  } catch {
-    throw new SystemError('epoch_unavailable', 'cannot read the revocation epoch');
-  }
-  if (epoch === undefined || epoch === null) throw new SystemError('epoch_unavailable', 'no revocation epoch is recorded');
-  return Number(epoch);
-}
+export { withEpochFence } from '../db/revocation-epoch.ts';
 
 /**
  * Verifies the request's `Authorization: Bearer <delegated token>` for one downstream
  * (`audience`) and one operation (`scope`): EdDSA signature by a key of the JWKS, expiry,
  * and an epoch not below the current one (docs/product/policy-rules.md "Delegated credentials":
  * downstream services verify the delegation themselves). The request binding is checked next,
- * once the body is parsed ({@link bindDelegation}).
+ * once the body is parsed ({@link bindDelegation}); the epoch is checked again, locked, where the
+ * effect commits (`withEpochFence`, ADR 0685): a bump committing after this read still refuses it.
  * @returns the token's claims (sub = user, act.sub = agent, tenant, ceiling in cents, op, fence, …).
  * @throws Unauthorized(`missing_token`, 401) when there is no bearer token.
  * @throws SystemError(`epoch_unavailable`, 503) when the epoch cannot be read.

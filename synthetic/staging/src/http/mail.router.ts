@@ -4,7 +4,14 @@ import { NotFound, parseBody, SystemError } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
 import { MAIL_TEMPLATES, type MessagesRepository } from '../repositories/messages.repository.ts';
 import type { OrdersRepository } from '../repositories/orders.repository.ts';
-import { assertSameTenant, bindDelegation, readFencingToken, requireDelegation, type DelegationVerifier } from './delegation.guard.ts';
+import {
+  assertSameTenant,
+  bindDelegation,
+  readFencingToken,
+  requireDelegation,
+  type DelegationVerifier,
+  withEpochFence,
+} from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
 import { parseQuery } from './query.parser.ts';
 
@@ -31,7 +38,8 @@ const ListQuerySchema = z.object({ orderId: z.string().min(1).max(64) });
  * Every effect POST verifies its delegated token and its binding to the request first
  * (docs/decisions/0170-delegated-credentials-bind-the-operation.md): 403 `op_mismatch`,
  * `target_mismatch`, `fence_mismatch`, `token_replayed`; 409 `stale_fencing_token`; 503
- * `epoch_unavailable` — each before any effect.
+ * `epoch_unavailable` — each before any effect; and writes its effect under the epoch fence
+ * (ADR 0685): 403 `revoked_epoch` when an epoch bump committed since the token was verified.
  */
 export function mailRouter(
   deps: EffectRouteDeps & {
@@ -58,14 +66,16 @@ export function mailRouter(
       assertSameTenant(claims, order.tenant);
       const recipient = await deps.orders.customerEmail(order.customer);
       if (!recipient) throw new SystemError('recipient_unknown', `order ${order.id} has no customer address on record`);
-      const message = await deps.messages.create({
-        orderId: order.id,
-        tenant: order.tenant,
-        template: body.template,
-        recipient,
-        requester: claims.sub,
-        actor: claims.act.sub,
-      });
+      const message = await withEpochFence(deps, claims, (trx) =>
+        deps.messages.create(trx, {
+          orderId: order.id,
+          tenant: order.tenant,
+          template: body.template,
+          recipient,
+          requester: claims.sub,
+          actor: claims.act.sub,
+        }),
+      );
       return { status: 201, body: message };
     }),
   );

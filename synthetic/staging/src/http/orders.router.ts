@@ -10,6 +10,7 @@ import {
   requireDelegation,
   requireIdempotencyKey,
   type DelegationVerifier,
+  withEpochFence,
 } from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
 
@@ -36,7 +37,8 @@ export const CANCEL_SHIPMENT_SCOPE = 'shipment:cancel';
  * Every effect POST verifies its delegated token and its binding to the request first
  * (docs/decisions/0170-delegated-credentials-bind-the-operation.md): 403 `op_mismatch`,
  * `target_mismatch`, `fence_mismatch`, `token_replayed`; 409 `stale_fencing_token`; 503
- * `epoch_unavailable` — each before any effect.
+ * `epoch_unavailable` — each before any effect; and writes its effect under the epoch fence
+ * (ADR 0685): 403 `revoked_epoch` when an epoch bump committed since the token was verified.
  */
 export function ordersRouter(
   deps: EffectRouteDeps & {
@@ -74,12 +76,14 @@ export function ordersRouter(
       if (order.status !== 'shipped') {
         throw new ConflictError('order_not_shipped', `order ${order.id} is ${order.status}, not shipped`);
       }
-      const shipment = await deps.shipments.create({
-        orderId: order.id,
-        tenant: order.tenant,
-        requester: claims.sub,
-        actor: claims.act.sub,
-      });
+      const shipment = await withEpochFence(deps, claims, (trx) =>
+        deps.shipments.create(trx, {
+          orderId: order.id,
+          tenant: order.tenant,
+          requester: claims.sub,
+          actor: claims.act.sub,
+        }),
+      );
       return { status: 201, body: shipment };
     }),
   );
@@ -98,12 +102,14 @@ export function ordersRouter(
       const order = await deps.orders.find(id);
       if (!order) throw new NotFound('order_not_found', `no order ${id}`);
       assertSameTenant(claims, order.tenant);
-      const { shipment, replayed } = await deps.shipments.cancel({
-        orderId: order.id,
-        shipmentId: String(req.params.shipmentId),
-        idempotencyKey,
-        fencingToken,
-      });
+      const { shipment, replayed } = await withEpochFence(deps, claims, (trx) =>
+        deps.shipments.cancel(trx, {
+          orderId: order.id,
+          shipmentId: String(req.params.shipmentId),
+          idempotencyKey,
+          fencingToken,
+        }),
+      );
       return replayed
         ? { status: 200, body: shipment, headers: { 'Idempotent-Replayed': 'true' }, reason: 'idempotent_replay' }
         : { status: 201, body: shipment };

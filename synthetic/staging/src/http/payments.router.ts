@@ -13,6 +13,7 @@ import {
   requireDelegation,
   requireIdempotencyKey,
   type DelegationVerifier,
+  withEpochFence,
 } from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
 import { testFaults } from '@gatehouse/contracts';
@@ -76,7 +77,8 @@ export const ReversalBodySchema = z.object({ reason: z.string().max(240) }).stri
  * Every effect POST verifies its delegated token and its binding to the request first
  * (docs/decisions/0170-delegated-credentials-bind-the-operation.md): 403 `op_mismatch`,
  * `target_mismatch`, `fence_mismatch`, `token_replayed`; 409 `stale_fencing_token`; 503
- * `epoch_unavailable` — each before any effect.
+ * `epoch_unavailable` — each before any effect; and writes its effect under the epoch fence
+ * (ADR 0685): 403 `revoked_epoch` when an epoch bump committed since the token was verified.
  */
 export function paymentsRouter(
   deps: EffectRouteDeps & {
@@ -109,16 +111,18 @@ export function paymentsRouter(
       if (body.amountCents > claims.ceiling && !ceilingCheckRemoved()) {
         throw new Forbidden('ceiling_exceeded', `amount ${body.amountCents} exceeds the delegated ceiling ${claims.ceiling} (cents)`);
       }
-      const { refund, replayed } = await deps.refunds.create({
-        idempotencyKey,
-        orderId: order.id,
-        tenant: order.tenant,
-        amountCents: body.amountCents,
-        reason: body.reason,
-        requester: claims.sub,
-        actor: claims.act.sub,
-        fencingToken,
-      });
+      const { refund, replayed } = await withEpochFence(deps, claims, (trx) =>
+        deps.refunds.create(trx, {
+          idempotencyKey,
+          orderId: order.id,
+          tenant: order.tenant,
+          amountCents: body.amountCents,
+          reason: body.reason,
+          requester: claims.sub,
+          actor: claims.act.sub,
+          fencingToken,
+        }),
+      );
       const result = {
         refundId: refund.refundId,
         orderId: refund.orderId,
@@ -155,14 +159,16 @@ export function paymentsRouter(
       const refund = await deps.refunds.find(String(req.params.refundId));
       if (!refund) throw new NotFound('refund_not_found', `no refund ${String(req.params.refundId)}`);
       assertSameTenant(claims, refund.tenant);
-      const { reversal, replayed } = await deps.reversals.reverse({
-        refundId: refund.refundId,
-        idempotencyKey,
-        reason: body.reason,
-        requester: claims.sub,
-        actor: claims.act.sub,
-        fencingToken,
-      });
+      const { reversal, replayed } = await withEpochFence(deps, claims, (trx) =>
+        deps.reversals.reverse(trx, {
+          refundId: refund.refundId,
+          idempotencyKey,
+          reason: body.reason,
+          requester: claims.sub,
+          actor: claims.act.sub,
+          fencingToken,
+        }),
+      );
       const result = {
         reversalId: reversal.reversalId,
         refundId: reversal.refundId,

@@ -1,5 +1,6 @@
 import { ConflictError, Forbidden, NotFound } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
+import type { FencedTrx } from '../db/revocation-epoch.ts';
 import type { ListPage } from './list-page.ts';
 import { observeFencingToken } from './fencing.repository.ts';
 
@@ -152,48 +153,47 @@ export class ChangesRepository {
 
   /**
    * Schedules the operation or replays the one stored under its key (same planId, changeId,
-   * window and note), in one transaction.
+   * window and note), in `trx` (the epoch fence's transaction, ADR 0685).
    * @throws ConflictError(`stale_fencing_token`) when the fencing token is below the highest seen.
    * @throws ConflictError(`idempotency_key_reuse`) when the key was used with other parameters.
    */
-  async schedule(req: ScheduleRequest): Promise<{ operation: ChangeOperation; replayed: boolean }> {
-    return this.db.transaction().execute(async (trx) => {
-      if (req.fencingToken !== null) await observeFencingToken(trx, FENCE_TARGET, req.operationKey, req.fencingToken);
-      const inserted = await trx
-        .insertInto('staging.change_operations')
-        .values({
-          operation_key: req.operationKey,
-          plan_id: req.planId,
-          change_id: req.changeId,
-          tenant: req.tenant,
-          window: req.window,
-          note: req.note,
-          status: 'scheduled',
-          requester: req.requester,
-          actor: req.actor,
-          window_starts_at: windowStartFor(req.window, new Date()),
-        })
-        .onConflict((oc) => oc.column('operation_key').doNothing())
-        .returningAll()
-        .executeTakeFirst();
-      if (inserted) return { operation: toOperation(inserted), replayed: false };
-      const existing = await trx
-        .selectFrom('staging.change_operations')
-        .selectAll()
-        .where('operation_key', '=', req.operationKey)
-        .executeTakeFirstOrThrow();
-      const same =
-        existing.plan_id === req.planId &&
-        existing.change_id === req.changeId &&
-        existing.window === req.window &&
-        existing.note === req.note;
-      if (!same) throw new ConflictError('idempotency_key_reuse', 'this operation key was used with different parameters');
-      return { operation: toOperation(existing), replayed: true };
-    });
+  async schedule(trx: FencedTrx, req: ScheduleRequest): Promise<{ operation: ChangeOperation; replayed: boolean }> {
+    if (req.fencingToken !== null) await observeFencingToken(trx, FENCE_TARGET, req.operationKey, req.fencingToken);
+    const inserted = await trx
+      .insertInto('staging.change_operations')
+      .values({
+        operation_key: req.operationKey,
+        plan_id: req.planId,
+        change_id: req.changeId,
+        tenant: req.tenant,
+        window: req.window,
+        note: req.note,
+        status: 'scheduled',
+        requester: req.requester,
+        actor: req.actor,
+        window_starts_at: windowStartFor(req.window, new Date()),
+      })
+      .onConflict((oc) => oc.column('operation_key').doNothing())
+      .returningAll()
+      .executeTakeFirst();
+    if (inserted) return { operation: toOperation(inserted), replayed: false };
+    const existing = await trx
+      .selectFrom('staging.change_operations')
+      .selectAll()
+      .where('operation_key', '=', req.operationKey)
+      .executeTakeFirstOrThrow();
+    const same =
+      existing.plan_id === req.planId &&
+      existing.change_id === req.changeId &&
+      existing.window === req.window &&
+      existing.note === req.note;
+    if (!same) throw new ConflictError('idempotency_key_reuse', 'this operation key was used with different parameters');
+    return { operation: toOperation(existing), replayed: true };
   }
 
   /**
-   * Cancels a scheduled operation before its window starts, in one transaction: the fencing
+   * Cancels a scheduled operation before its window starts, in `trx` (the epoch fence's
+   * transaction, ADR 0685): the fencing
    * token (namespace `changes-cancel`, per operation) first, then the row locked. Idempotent by
    * the cancel's key: the same key again answers the cancelled operation (`replayed`).
    * @throws NotFound(`operation_not_found`, 404); Forbidden(`tenant_mismatch`, 403).
@@ -201,35 +201,33 @@ export class ChangesRepository {
    * @throws ConflictError(`window_started`) — the window started: cancel-before-start no longer applies.
    * @throws ConflictError(`already_cancelled`) — cancelled before under another key.
    */
-  async cancel(req: CancelRequest): Promise<{ operation: ChangeOperation; replayed: boolean }> {
-    return this.db.transaction().execute(async (trx) => {
-      if (req.fencingToken !== null) await observeFencingToken(trx, `${FENCE_TARGET}-cancel`, req.operationKey, req.fencingToken);
-      const row = await trx
-        .selectFrom('staging.change_operations')
-        .selectAll()
-        .where('operation_key', '=', req.operationKey)
-        .forUpdate()
-        .executeTakeFirst();
-      if (!row) throw new NotFound('operation_not_found', 'no operation with this key');
-      if (row.tenant !== req.tenant) throw new Forbidden('tenant_mismatch', 'the operation is outside the tenant of the delegation');
-      if (row.cancelled_at) {
-        if (row.cancel_key === req.cancelKey) return { operation: toOperation(row), replayed: true };
-        throw new ConflictError('already_cancelled', `the operation was cancelled at ${row.cancelled_at.toISOString()}`);
-      }
-      if (statusOf(row) === 'started') {
-        throw new ConflictError(
-          'window_started',
-          `the change window started at ${row.window_starts_at!.toISOString()}: cancel-before-start no longer applies`,
-        );
-      }
-      const updated = await trx
-        .updateTable('staging.change_operations')
-        .set({ status: 'cancelled', cancel_key: req.cancelKey, cancel_reason: req.reason, cancelled_by: req.by, cancelled_at: new Date() })
-        .where('operation_key', '=', req.operationKey)
-        .returningAll()
-        .executeTakeFirstOrThrow();
-      return { operation: toOperation(updated), replayed: false };
-    });
+  async cancel(trx: FencedTrx, req: CancelRequest): Promise<{ operation: ChangeOperation; replayed: boolean }> {
+    if (req.fencingToken !== null) await observeFencingToken(trx, `${FENCE_TARGET}-cancel`, req.operationKey, req.fencingToken);
+    const row = await trx
+      .selectFrom('staging.change_operations')
+      .selectAll()
+      .where('operation_key', '=', req.operationKey)
+      .forUpdate()
+      .executeTakeFirst();
+    if (!row) throw new NotFound('operation_not_found', 'no operation with this key');
+    if (row.tenant !== req.tenant) throw new Forbidden('tenant_mismatch', 'the operation is outside the tenant of the delegation');
+    if (row.cancelled_at) {
+      if (row.cancel_key === req.cancelKey) return { operation: toOperation(row), replayed: true };
+      throw new ConflictError('already_cancelled', `the operation was cancelled at ${row.cancelled_at.toISOString()}`);
+    }
+    if (statusOf(row) === 'started') {
+      throw new ConflictError(
+        'window_started',
+        `the change window started at ${row.window_starts_at!.toISOString()}: cancel-before-start no longer applies`,
+      );
+    }
+    const updated = await trx
+      .updateTable('staging.change_operations')
+      .set({ status: 'cancelled', cancel_key: req.cancelKey, cancel_reason: req.reason, cancelled_by: req.by, cancelled_at: new Date() })
+      .where('operation_key', '=', req.operationKey)
+      .returningAll()
+      .executeTakeFirstOrThrow();
+    return { operation: toOperation(updated), replayed: false };
   }
 
   /**

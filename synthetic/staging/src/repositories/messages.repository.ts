@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { StagingDb } from '../db/staging.database.ts';
+import type { FencedTrx } from '../db/revocation-epoch.ts';
 
 /** Templates the mail service sends (docs/product/users-and-tools.md#support-pack, `notify_customer`). */
 export const MAIL_TEMPLATES = ['refund_issued', 'reship_created', 'apology'] as const;
@@ -22,16 +23,19 @@ export class MessagesRepository {
     this.db = db;
   }
 
-  /** Records a sent message, unconditionally. */
-  async create(input: {
-    orderId: string;
-    tenant: string;
-    template: MailTemplate;
-    recipient: string;
-    requester: string;
-    actor: string;
-  }): Promise<MailMessage> {
-    const row = await this.db
+  /** Records a sent message, unconditionally, in `trx` (the epoch fence's transaction, ADR 0685). */
+  async create(
+    trx: FencedTrx,
+    input: {
+      orderId: string;
+      tenant: string;
+      template: MailTemplate;
+      recipient: string;
+      requester: string;
+      actor: string;
+    },
+  ): Promise<MailMessage> {
+    const row = await trx
       .insertInto('staging.messages')
       .values({
         message_id: `msg_${randomBytes(12).toString('hex')}`,

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { ConflictError } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
+import type { FencedTrx } from '../db/revocation-epoch.ts';
 import type { ListPage } from './list-page.ts';
 import { observeFencingToken } from './fencing.repository.ts';
 
@@ -72,43 +73,41 @@ export class RefundsRepository {
   }
 
   /**
-   * Creates the refund or replays the one stored under the key, in one transaction: the
-   * fencing check first (its row lock serialises a key's requests), then
+   * Creates the refund or replays the one stored under the key, in `trx` (the epoch fence's
+   * transaction, ADR 0685): the fencing check first (its row lock serialises a key's requests), then
    * `INSERT … ON CONFLICT (idempotency_key) DO NOTHING`, then read-back of the winner.
    * @throws ConflictError(`stale_fencing_token`) when the fencing token is below the highest seen.
    * @throws ConflictError(`idempotency_key_reuse`) when the key was used with other parameters.
    */
-  async create(req: RefundRequest): Promise<RefundResult> {
-    return this.db.transaction().execute(async (trx) => {
-      if (req.fencingToken !== null) await observeFencingToken(trx, FENCE_TARGET, req.idempotencyKey, req.fencingToken);
-      const inserted = await trx
-        .insertInto('staging.refunds')
-        .values({
-          refund_id: `re_${randomBytes(12).toString('hex')}`,
-          idempotency_key: req.idempotencyKey,
-          order_id: req.orderId,
-          tenant: req.tenant,
-          amount_cents: req.amountCents,
-          reason: req.reason,
-          requester: req.requester,
-          actor: req.actor,
-          fencing_token: req.fencingToken,
-        })
-        .onConflict((oc) => oc.column('idempotency_key').doNothing())
-        .returningAll()
-        .executeTakeFirst();
-      if (inserted) return { refund: toRefund(inserted), replayed: false };
-      // READ COMMITTED: this statement sees the row the conflicting transaction committed.
-      const existing = await trx
-        .selectFrom('staging.refunds')
-        .selectAll()
-        .where('idempotency_key', '=', req.idempotencyKey)
-        .executeTakeFirstOrThrow();
-      if (existing.order_id !== req.orderId || existing.amount_cents !== req.amountCents) {
-        throw new ConflictError('idempotency_key_reuse', 'this idempotency key was used with different parameters');
-      }
-      return { refund: toRefund(existing), replayed: true };
-    });
+  async create(trx: FencedTrx, req: RefundRequest): Promise<RefundResult> {
+    if (req.fencingToken !== null) await observeFencingToken(trx, FENCE_TARGET, req.idempotencyKey, req.fencingToken);
+    const inserted = await trx
+      .insertInto('staging.refunds')
+      .values({
+        refund_id: `re_${randomBytes(12).toString('hex')}`,
+        idempotency_key: req.idempotencyKey,
+        order_id: req.orderId,
+        tenant: req.tenant,
+        amount_cents: req.amountCents,
+        reason: req.reason,
+        requester: req.requester,
+        actor: req.actor,
+        fencing_token: req.fencingToken,
+      })
+      .onConflict((oc) => oc.column('idempotency_key').doNothing())
+      .returningAll()
+      .executeTakeFirst();
+    if (inserted) return { refund: toRefund(inserted), replayed: false };
+    // READ COMMITTED: this statement sees the row the conflicting transaction committed.
+    const existing = await trx
+      .selectFrom('staging.refunds')
+      .selectAll()
+      .where('idempotency_key', '=', req.idempotencyKey)
+      .executeTakeFirstOrThrow();
+    if (existing.order_id !== req.orderId || existing.amount_cents !== req.amountCents) {
+      throw new ConflictError('idempotency_key_reuse', 'this idempotency key was used with different parameters');
+    }
+    return { refund: toRefund(existing), replayed: true };
   }
 
   /** The refund with this id, with its tenant (for the delegation's tenant check), or undefined. */

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { ConflictError, NotFound } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
+import type { FencedTrx } from '../db/revocation-epoch.ts';
 import type { ListPage } from './list-page.ts';
 import { observeFencingToken } from './fencing.repository.ts';
 
@@ -67,46 +68,45 @@ export class ReversalsRepository {
   }
 
   /**
-   * Reverses the whole refund or replays the reversal stored under the key, in one transaction.
+   * Reverses the whole refund or replays the reversal stored under the key, in `trx` (the epoch
+   * fence's transaction, ADR 0685).
    * @throws NotFound(`refund_not_found`, 404).
    * @throws ConflictError(`stale_fencing_token`) when the fencing token is below the highest seen.
    * @throws ConflictError(`idempotency_key_reuse`) when the key reversed another refund.
    * @throws ConflictError(`already_reversed`) when another key reversed this refund.
    */
-  async reverse(req: ReversalRequest): Promise<{ reversal: Reversal; replayed: boolean }> {
-    return this.db.transaction().execute(async (trx) => {
-      if (req.fencingToken !== null) await observeFencingToken(trx, FENCE_TARGET, req.idempotencyKey, req.fencingToken);
-      const refund = await trx.selectFrom('staging.refunds').selectAll().where('refund_id', '=', req.refundId).executeTakeFirst();
-      if (!refund) throw new NotFound('refund_not_found', `no refund ${req.refundId}`);
-      const inserted = await trx
-        .insertInto('staging.refund_reversals')
-        .values({
-          reversal_id: `rv_${randomBytes(12).toString('hex')}`,
-          refund_id: refund.refund_id,
-          idempotency_key: req.idempotencyKey,
-          order_id: refund.order_id,
-          tenant: refund.tenant,
-          amount_cents: refund.amount_cents,
-          reason: req.reason,
-          requester: req.requester,
-          actor: req.actor,
-          fencing_token: req.fencingToken,
-        })
-        .onConflict((oc) => oc.doNothing())
-        .returningAll()
-        .executeTakeFirst();
-      if (inserted) return { reversal: toReversal(inserted), replayed: false };
-      const byKey = await trx
-        .selectFrom('staging.refund_reversals')
-        .selectAll()
-        .where('idempotency_key', '=', req.idempotencyKey)
-        .executeTakeFirst();
-      if (byKey && byKey.refund_id !== req.refundId) {
-        throw new ConflictError('idempotency_key_reuse', 'this idempotency key reversed another refund');
-      }
-      if (byKey) return { reversal: toReversal(byKey), replayed: true };
-      throw new ConflictError('already_reversed', `refund ${req.refundId} was already reversed under another key`);
-    });
+  async reverse(trx: FencedTrx, req: ReversalRequest): Promise<{ reversal: Reversal; replayed: boolean }> {
+    if (req.fencingToken !== null) await observeFencingToken(trx, FENCE_TARGET, req.idempotencyKey, req.fencingToken);
+    const refund = await trx.selectFrom('staging.refunds').selectAll().where('refund_id', '=', req.refundId).executeTakeFirst();
+    if (!refund) throw new NotFound('refund_not_found', `no refund ${req.refundId}`);
+    const inserted = await trx
+      .insertInto('staging.refund_reversals')
+      .values({
+        reversal_id: `rv_${randomBytes(12).toString('hex')}`,
+        refund_id: refund.refund_id,
+        idempotency_key: req.idempotencyKey,
+        order_id: refund.order_id,
+        tenant: refund.tenant,
+        amount_cents: refund.amount_cents,
+        reason: req.reason,
+        requester: req.requester,
+        actor: req.actor,
+        fencing_token: req.fencingToken,
+      })
+      .onConflict((oc) => oc.doNothing())
+      .returningAll()
+      .executeTakeFirst();
+    if (inserted) return { reversal: toReversal(inserted), replayed: false };
+    const byKey = await trx
+      .selectFrom('staging.refund_reversals')
+      .selectAll()
+      .where('idempotency_key', '=', req.idempotencyKey)
+      .executeTakeFirst();
+    if (byKey && byKey.refund_id !== req.refundId) {
+      throw new ConflictError('idempotency_key_reuse', 'this idempotency key reversed another refund');
+    }
+    if (byKey) return { reversal: toReversal(byKey), replayed: true };
+    throw new ConflictError('already_reversed', `refund ${req.refundId} was already reversed under another key`);
   }
 
   /** Reversals, oldest first; only one order's when `orderId` is given. */

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { ConflictError, NotFound } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
+import type { FencedTrx } from '../db/revocation-epoch.ts';
 import { observeFencingToken } from './fencing.repository.ts';
 
 /** A shipment of an order; `createdAt` ISO 8601. */
@@ -29,9 +30,9 @@ export class ShipmentsRepository {
     this.db = db;
   }
 
-  /** Creates a new shipment, unconditionally. */
-  async create(input: { orderId: string; tenant: string; requester: string; actor: string }): Promise<Shipment> {
-    const row = await this.db
+  /** Creates a new shipment, unconditionally, in `trx` (the epoch fence's transaction, ADR 0685). */
+  async create(trx: FencedTrx, input: { orderId: string; tenant: string; requester: string; actor: string }): Promise<Shipment> {
+    const row = await trx
       .insertInto('staging.shipments')
       .values({
         shipment_id: `shp_${randomBytes(12).toString('hex')}`,
@@ -64,51 +65,52 @@ export class ShipmentsRepository {
 
   /**
    * Cancels one shipment of an order (the `cancel_shipment` compensation), idempotent by key:
-   * the first request cancels it, a repeat with the same key replays, one transaction with the
-   * shipment row locked.
+   * the first request cancels it, a repeat with the same key replays, in `trx` (the epoch fence's
+   * transaction, ADR 0685) with the shipment row locked.
    * @throws NotFound(`shipment_not_found`, 404) when the order has no such shipment.
    * @throws ConflictError(`stale_fencing_token`) when the fencing token is below the highest seen.
    * @throws ConflictError(`already_cancelled`) when another key cancelled it.
    * @throws ConflictError(`idempotency_key_reuse`) when the key cancelled another shipment.
    */
-  async cancel(req: {
-    orderId: string;
-    shipmentId: string;
-    idempotencyKey: string;
-    fencingToken: number | null;
-  }): Promise<{ shipment: ListedShipment; replayed: boolean }> {
-    return this.db.transaction().execute(async (trx) => {
-      if (req.fencingToken !== null) await observeFencingToken(trx, CANCEL_FENCE_TARGET, req.idempotencyKey, req.fencingToken);
-      const row = await trx
-        .selectFrom('staging.shipments')
-        .selectAll()
-        .where('shipment_id', '=', req.shipmentId)
-        .where('order_id', '=', req.orderId)
-        .forUpdate()
-        .executeTakeFirst();
-      if (!row) throw new NotFound('shipment_not_found', `order ${req.orderId} has no shipment ${req.shipmentId}`);
-      const view = (cancelledAt: Date): ListedShipment => ({
-        shipmentId: row.shipment_id,
-        orderId: row.order_id,
-        createdAt: row.created_at.toISOString(),
-        cancelledAt: cancelledAt.toISOString(),
-      });
-      if (row.cancel_key === req.idempotencyKey && row.cancelled_at) return { shipment: view(row.cancelled_at), replayed: true };
-      if (row.cancelled_at)
-        throw new ConflictError('already_cancelled', `shipment ${req.shipmentId} was already cancelled under another key`);
-      const other = await trx
-        .selectFrom('staging.shipments')
-        .select('shipment_id')
-        .where('cancel_key', '=', req.idempotencyKey)
-        .executeTakeFirst();
-      if (other) throw new ConflictError('idempotency_key_reuse', 'this idempotency key cancelled another shipment');
-      const done = await trx
-        .updateTable('staging.shipments')
-        .set({ cancelled_at: new Date(), cancel_key: req.idempotencyKey })
-        .where('shipment_id', '=', row.shipment_id)
-        .returning('cancelled_at')
-        .executeTakeFirstOrThrow();
-      return { shipment: view(done.cancelled_at ?? new Date()), replayed: false };
+  async cancel(
+    trx: FencedTrx,
+    req: {
+      orderId: string;
+      shipmentId: string;
+      idempotencyKey: string;
+      fencingToken: number | null;
+    },
+  ): Promise<{ shipment: ListedShipment; replayed: boolean }> {
+    if (req.fencingToken !== null) await observeFencingToken(trx, CANCEL_FENCE_TARGET, req.idempotencyKey, req.fencingToken);
+    const row = await trx
+      .selectFrom('staging.shipments')
+      .selectAll()
+      .where('shipment_id', '=', req.shipmentId)
+      .where('order_id', '=', req.orderId)
+      .forUpdate()
+      .executeTakeFirst();
+    if (!row) throw new NotFound('shipment_not_found', `order ${req.orderId} has no shipment ${req.shipmentId}`);
+    const view = (cancelledAt: Date): ListedShipment => ({
+      shipmentId: row.shipment_id,
+      orderId: row.order_id,
+      createdAt: row.created_at.toISOString(),
+      cancelledAt: cancelledAt.toISOString(),
     });
+    if (row.cancel_key === req.idempotencyKey && row.cancelled_at) return { shipment: view(row.cancelled_at), replayed: true };
+    if (row.cancelled_at)
+      throw new ConflictError('already_cancelled', `shipment ${req.shipmentId} was already cancelled under another key`);
+    const other = await trx
+      .selectFrom('staging.shipments')
+      .select('shipment_id')
+      .where('cancel_key', '=', req.idempotencyKey)
+      .executeTakeFirst();
+    if (other) throw new ConflictError('idempotency_key_reuse', 'this idempotency key cancelled another shipment');
+    const done = await trx
+      .updateTable('staging.shipments')
+      .set({ cancelled_at: new Date(), cancel_key: req.idempotencyKey })
+      .where('shipment_id', '=', row.shipment_id)
+      .returning('cancelled_at')
+      .executeTakeFirstOrThrow();
+    return { shipment: view(done.cancelled_at ?? new Date()), replayed: false };
   }
 }

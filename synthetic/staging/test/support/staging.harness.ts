@@ -27,6 +27,12 @@ export interface StagingHarness {
   server: Server;
   /** `http://127.0.0.1:<port>` of the real server. */
   baseUrl: string;
+  /** Connection string of the staging database. */
+  url: string;
+  /** Database holding the revocation epoch: `db` unless started with `epochDatabase: 'separate'`. */
+  epochDb: StagingDb;
+  /** Connection string of {@link epochDb}. */
+  epochUrl: string;
   /** Sets the revocation epoch in `public.credential_epochs` (creates the table on first use). */
   setEpoch(epoch: number): Promise<void>;
   /** Closes the server and pool, then drops the database (`WITH (FORCE)`). */
@@ -48,36 +54,45 @@ async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
  * `public.credential_epochs`: staging fails closed without one), and a listening staging app.
  * `tokenBinding: false` switches off the request binding of tokens (op, target digest, fence,
  * single-use jti) for files testing the systems' own semantics with reusable tokens; the binding
- * itself is tested in `test/credentials/delegated-tokens.test.ts`.
+ * itself is tested in `test/credentials/delegated-tokens.test.ts`. `epochDatabase: 'separate'`
+ * keeps the epoch in a second database, as `GATEHOUSE_EPOCH_DATABASE_URL` does (default: the
+ * staging database).
  */
-export async function startStaging(opts: { tokenBinding?: boolean } = {}): Promise<StagingHarness> {
+export async function startStaging(opts: { tokenBinding?: boolean; epochDatabase?: 'same' | 'separate' } = {}): Promise<StagingHarness> {
   const name = `staging_test_${randomBytes(6).toString('hex')}`;
+  const epochName = opts.epochDatabase === 'separate' ? `${name}_epoch` : name;
   await admin((c) => c.query(`CREATE DATABASE ${name}`));
-  const url = new URL(ADMIN_URL);
-  url.pathname = `/${name}`;
-  const { db } = openStagingDatabase(url.toString(), { maxConnections: 30 });
+  if (epochName !== name) await admin((c) => c.query(`CREATE DATABASE ${epochName}`));
+  const urlOf = (db: string): string => Object.assign(new URL(ADMIN_URL), { pathname: `/${db}` }).toString();
+  const { db } = openStagingDatabase(urlOf(name), { maxConnections: 30 });
+  const epochDb = epochName === name ? db : openStagingDatabase(urlOf(epochName), { maxConnections: 8 }).db;
   await ensureStagingSchema(db);
   const log = createLogger('staging-test');
   log.level = 'silent';
   const { app, faults } = createStagingApp({
     db,
     delegationKeys: jwksVerifier(KEYS.jwks),
+    epochDb,
     tokenBindingDisabled: opts.tokenBinding === false,
     log,
   });
   const { server, port } = await listen(app, 0);
-  await setEpochOf(db, 0);
+  await setEpochOf(epochDb, 0);
   return {
     db,
     faults,
     server,
     baseUrl: `http://127.0.0.1:${port}`,
-    setEpoch: (epoch) => setEpochOf(db, epoch),
+    url: urlOf(name),
+    epochDb,
+    epochUrl: urlOf(epochName),
+    setEpoch: (epoch) => setEpochOf(epochDb, epoch),
     async stop() {
       server.closeAllConnections();
       await closeServer(server);
       await db.destroy();
-      await admin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`));
+      if (epochDb !== db) await epochDb.destroy();
+      for (const n of new Set([name, epochName])) await admin((c) => c.query(`DROP DATABASE IF EXISTS ${n} WITH (FORCE)`));
     },
   };
 }
