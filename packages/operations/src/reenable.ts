@@ -195,7 +195,7 @@ function overrideItems(open: OpenReenableStage, cohort: AdvanceRequest['cohort']
 
 /**
  * Checks the request against the open stage (or its absence).
- * @throws ReenableRefused when the tool is not contained, or the cohort is missing or not wanted.
+ * @throws ReenableRefused when the tool is not contained, or the cohort is missing, empty or not wanted.
  */
 async function checkAdvance(trx: Trx, r: AdvanceRequest, open: OpenReenableStage | undefined): Promise<ReenableStage> {
   const next = nextStage(open?.stage ?? null);
@@ -209,6 +209,10 @@ async function checkAdvance(trx: Trx, r: AdvanceRequest, open: OpenReenableStage
   }
   if (next === 'cohort' && !r.cohort)
     throw new ReenableRefused('cohort_needed', `${r.tool}: the cohort stage needs --cohort tenant:T,user:U (who may execute it first)`);
+  // A cohort of no one: refused with its reason for every caller, not only by the CLI's parser
+  // (the stage row's CHECK would fail it later as a raw constraint violation).
+  if (r.cohort && !r.cohort.tenants.length && !r.cohort.users.length)
+    throw new ReenableRefused('cohort_needed', `${r.tool}: the cohort names no tenant or user (--cohort tenant:T,user:U)`);
   if (next !== 'cohort' && r.cohort)
     throw new ReenableRefused('cohort_not_now', `${r.tool}: the next stage is ${next}, which takes no --cohort`);
   return next;
