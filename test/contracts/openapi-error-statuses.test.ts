@@ -3,25 +3,34 @@ import { randomUUID } from 'node:crypto';
 import type { Server } from 'node:http';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
-import { approvalOpenApi, intakeOpenApi, type OpenApiDocument } from '@gatehouse/contracts';
+import { Redis } from 'ioredis';
+import { approvalOpenApi, intakeOpenApi, opsOpenApi, type OpenApiDocument } from '@gatehouse/contracts';
 import { tokenFor } from '@gatehouse/cli';
 import { createDb, type Db } from '@gatehouse/ledger';
-import { closeServer, createLogger, listen, type OutboxRelay } from '@gatehouse/platform';
+import { closeServer, createLogger, listen, QueueRegistry, type OutboxRelay } from '@gatehouse/platform';
 import { freePort } from '@gatehouse/test-harness';
 import { createIntakeApp, WorkflowEventHub } from '@gatehouse/agent-loop';
 import { createApprovalApp } from '@gatehouse/approval';
+import { createOpsApp, createQueueBoard } from '@gatehouse/ops';
 import { SECRET, startFuzzApps, type FuzzApps } from '../fuzz/support/apps.ts';
 
 /**
- * The error statuses every operation of the intake and approval APIs really answers are in their
+ * The error statuses every operation of the intake, approval and ops APIs really answers are in their
  * OpenAPI documents, each with the ErrorBody schema (docs/decisions/0240-api-contracts-and-client.md):
  * 503 `dependency_unavailable` when the ledger is unreachable, 413 and 415 for a body too large or
  * in an unsupported charset, 400 `bad_path` for a path id whose percent-encoding does not decode.
  */
 
-type Api = 'agent-loop' | 'approval';
-const DOCS: Record<Api, () => OpenApiDocument> = { 'agent-loop': intakeOpenApi, approval: approvalOpenApi };
-const USER: Record<Api, string> = { 'agent-loop': 'rep-ana', approval: 'lead-eli' };
+type Api = 'agent-loop' | 'approval' | 'ops';
+const APIS = ['agent-loop', 'approval', 'ops'] as const;
+const DOCS: Record<Api, () => OpenApiDocument> = { 'agent-loop': intakeOpenApi, approval: approvalOpenApi, ops: opsOpenApi };
+const USER: Record<Api, string> = { 'agent-loop': 'rep-ana', approval: 'lead-eli', ops: 'ops-gus' };
+/**
+ * Operations that never wait on the ledger: `GET /api/queues` lists the board's queues with their
+ * Redis counts, each bounded and null when Redis does not answer (ADR 0651) — its 503 is the
+ * response deadline's, not the dead ledger's.
+ */
+const NO_LEDGER = new Set(['GET /api/queues']);
 
 interface Operation {
   method: string;
@@ -51,12 +60,16 @@ function errorBodyValidator(doc: OpenApiDocument) {
 const bodyOf = (path: string): unknown =>
   path === '/v1/tickets'
     ? { ticketId: `T-DOC-${randomUUID().slice(0, 8)}`, text: 'status of order O-1001?' }
-    : path.endsWith('/decision')
-      ? { decision: 'approve', actionVersion: 1, actionDigest: 'a'.repeat(64) }
-      : { text: 'any update?' };
+    : path === '/api/webhooks'
+      ? { tenant: 'quillfeather', url: 'http://127.0.0.1:9/hook' }
+      : path.endsWith('/decision')
+        ? { decision: 'approve', actionVersion: 1, actionDigest: 'a'.repeat(64) }
+        : { text: 'any update?' };
 
 let f: FuzzApps;
 let deadLedger: Db;
+let deadRedis: Redis;
+let deadQueues: QueueRegistry;
 const dead: Partial<Record<Api, { server: Server; url: string }>> = {};
 const tokens: Record<string, string> = {};
 
@@ -79,14 +92,25 @@ beforeAll(async () => {
       events: { hub: new WorkflowEventHub(url, log), pollMs: 1000, heartbeatMs: 15_000 },
     }),
     approval: createApprovalApp({ ...common, localSecret: null, secureCookie: false }),
+    // Its board over a Redis never connected to (counts are null at once, ADR 0651).
+    ops: createOpsApp({ ...common, board: deadBoard(url), localSecret: null, secureCookie: false }),
   };
-  for (const api of ['agent-loop', 'approval'] as const) {
+  for (const api of APIS) {
     const l = await listen(apps[api], 0, '127.0.0.1');
     dead[api] = { server: l.server, url: `http://127.0.0.1:${l.port}` };
   }
 });
+/** The ops queue board over the dead ledger and a Redis nobody listens on, never connected (lazy). */
+function deadBoard(ledgerUrl: string) {
+  deadRedis = new Redis(`redis://127.0.0.1:${new URL(ledgerUrl).port}`, { lazyConnect: true, maxRetriesPerRequest: 0 });
+  deadQueues = new QueueRegistry(deadRedis, 'openapi-error-statuses');
+  return createQueueBoard({ db: deadLedger, redis: deadRedis, queues: deadQueues });
+}
+
 afterAll(async () => {
   for (const d of Object.values(dead)) await closeServer(d.server);
+  await deadQueues?.close().catch(() => undefined);
+  deadRedis?.disconnect();
   await deadLedger?.destroy().catch(() => undefined);
   await f?.close();
 });
@@ -110,7 +134,7 @@ describe('documented query parameters are not refused (ADR 0688)', () => {
   });
 });
 
-for (const api of ['agent-loop', 'approval'] as const) {
+for (const api of APIS) {
   describe(`${api}: every error status an operation answers is documented`, () => {
     const doc = DOCS[api]();
     const validate = errorBodyValidator(doc);
@@ -120,14 +144,15 @@ for (const api of ['agent-loop', 'approval'] as const) {
       expect(validate(answer.body) ? [] : validate.errors).toEqual([]);
     };
 
-    it.each(operations(doc).map((op) => [`${op.method} ${op.path}`, op] as const))(
-      '%s: 503 dependency_unavailable when the ledger is unreachable',
-      async (_name, op) => {
-        const path = op.path.replace('{id}', randomUUID());
-        const answer = await send(dead[api]!.url, api, op.method, path, op.hasBody ? JSON.stringify(bodyOf(op.path)) : undefined);
-        expectDocumented(op, answer, 503, 'dependency_unavailable');
-      },
-    );
+    it.each(
+      operations(doc)
+        .filter((op) => !NO_LEDGER.has(`${op.method} ${op.path}`))
+        .map((op) => [`${op.method} ${op.path}`, op] as const),
+    )('%s: 503 dependency_unavailable when the ledger is unreachable', async (_name, op) => {
+      const path = op.path.replace('{id}', randomUUID());
+      const answer = await send(dead[api]!.url, api, op.method, path, op.hasBody ? JSON.stringify(bodyOf(op.path)) : undefined);
+      expectDocumented(op, answer, 503, 'dependency_unavailable');
+    });
 
     it.each(operations(doc).map((op) => [`${op.method} ${op.path}`, op] as const))(
       '%s: 400 unknown_query_parameter naming a parameter it does not take, before the ledger is read (ADR 0688)',

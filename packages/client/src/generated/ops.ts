@@ -502,6 +502,15 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
     };
   };
   registerWebhook: {
@@ -574,6 +583,33 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      /** @description body_too_large: the body is larger than 1 MiB */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description unsupported_charset or unsupported_encoding: send utf-8 JSON, identity or gzip, deflate or br encoded */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
     };
   };
   disableWebhook: {
@@ -603,7 +639,7 @@ export interface operations {
           };
         };
       };
-      /** @description unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;
@@ -632,6 +668,15 @@ export interface operations {
       };
       /** @description not_found */
       404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
         headers: {
           [name: string]: unknown;
         };
@@ -690,6 +735,15 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
     };
   };
   getOverview: {
@@ -734,6 +788,15 @@ export interface operations {
       };
       /** @description not_an_operator (audited) */
       403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
         headers: {
           [name: string]: unknown;
         };
@@ -792,6 +855,15 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
     };
   };
   listStuckRuns: {
@@ -836,6 +908,15 @@ export interface operations {
       };
       /** @description not_an_operator (audited) */
       403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
         headers: {
           [name: string]: unknown;
         };
@@ -894,6 +975,15 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
     };
   };
   getWorklist: {
@@ -945,6 +1035,15 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
     };
   };
   listQueues: {
@@ -985,6 +1084,15 @@ export interface operations {
       };
       /** @description not_an_operator (audited) */
       403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
         headers: {
           [name: string]: unknown;
         };

@@ -81,31 +81,8 @@ const METHODS = ['get', 'put', 'post', 'delete', 'patch', 'head', 'options'] as 
 /** The 400 every operation with a caller answers for a query parameter it does not document (packages/platform `refuseUnknownQuery`). */
 const UNKNOWN_QUERY = 'unknown_query_parameter: a query parameter this operation does not take (named in the message)';
 
-/** `responses` with {@link UNKNOWN_QUERY} added to its 400 (merged into an own 400's description). */
-function withUnknownQuery(responses: Record<string, ZodOpenApiResponseObject>): Record<string, ZodOpenApiResponseObject> {
-  const own = responses['400']?.description;
-  return { ...responses, '400': errorResponse(own ? `${own}; ${UNKNOWN_QUERY}` : UNKNOWN_QUERY) };
-}
-
-/**
- * `paths` with the 400 `unknown_query_parameter` documented on every operation that needs a
- * caller (operations without security are left as they are). {@link withSharedErrors} includes
- * it; the ops document, which has no other shared error, uses this alone
- * (docs/decisions/0688-every-bearer-token-expires.md).
- */
-export function withQueryRefusal(paths: ZodOpenApiPathsObject = {}): ZodOpenApiPathsObject {
-  const out: ZodOpenApiPathsObject = {};
-  for (const [path, item] of Object.entries(paths)) {
-    const next: Record<string, unknown> = { ...item };
-    for (const method of METHODS) {
-      const op = item[method];
-      if (!op || (Array.isArray(op.security) && op.security.length === 0)) continue;
-      next[method] = { ...op, responses: withUnknownQuery({ ...op.responses } as Record<string, ZodOpenApiResponseObject>) };
-    }
-    out[path] = next as ZodOpenApiPathsObject[string];
-  }
-  return out;
-}
+/** The 400 an operation with `{id}` in its path answers for an id whose percent-encoding does not decode. */
+const BAD_PATH = "bad_path: the id's percent-encoding does not decode";
 
 /**
  * `paths` with the error answers every API operation can give whatever its own logic, added where
@@ -113,9 +90,10 @@ export function withQueryRefusal(paths: ZodOpenApiPathsObject = {}): ZodOpenApiP
  * answers them): 503 `dependency_unavailable` (the ledger or the queue unreachable or not answering
  * in time; `Retry-After` in seconds), for an operation with a JSON body 413 `body_too_large` (past
  * 1 MiB) and 415 `unsupported_charset`/`unsupported_encoding`, and for a path with `{id}` 400
- * `bad_path` (percent-encoding that does not decode), and 400 `unknown_query_parameter`
- * ({@link withQueryRefusal}). Operations without security (`/healthz`, `/readyz`,
- * `/openapi.json`) are left as they are.
+ * `bad_path` (percent-encoding that does not decode), and 400 `unknown_query_parameter` (a query
+ * parameter the operation does not document: packages/platform `refuseUnknownQuery`,
+ * docs/decisions/0688-every-bearer-token-expires.md). Operations without security (`/healthz`,
+ * `/readyz`, `/openapi.json`) are left as they are.
  */
 export function withSharedErrors(paths: ZodOpenApiPathsObject = {}): ZodOpenApiPathsObject {
   const out: ZodOpenApiPathsObject = {};
@@ -125,12 +103,8 @@ export function withSharedErrors(paths: ZodOpenApiPathsObject = {}): ZodOpenApiP
       const op = item[method];
       if (!op || (Array.isArray(op.security) && op.security.length === 0)) continue;
       const responses = { ...op.responses } as Record<string, ZodOpenApiResponseObject>;
-      if (path.includes('{id}')) {
-        const own = responses['400']?.description;
-        responses['400'] = errorResponse(
-          own ? `${own}; bad_path: the id's percent-encoding does not decode` : "bad_path: the id's percent-encoding does not decode",
-        );
-      }
+      const bad400 = [responses['400']?.description, path.includes('{id}') ? BAD_PATH : null, UNKNOWN_QUERY];
+      responses['400'] = errorResponse(bad400.filter((d) => d).join('; '));
       if (op.requestBody) {
         responses['413'] ??= errorResponse('body_too_large: the body is larger than 1 MiB');
         responses['415'] ??= errorResponse(
@@ -144,7 +118,7 @@ export function withSharedErrors(paths: ZodOpenApiPathsObject = {}): ZodOpenApiP
     }
     out[path] = next as ZodOpenApiPathsObject[string];
   }
-  return withQueryRefusal(out);
+  return out;
 }
 
 /** The bearer-token security scheme the three APIs share. */

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { createDocument, type ZodOpenApiObject } from 'zod-openapi';
-import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse, queryLimit, withQueryRefusal } from './common.ts';
+import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse, queryLimit, withSharedErrors } from './common.ts';
 import { WorkflowStateSchema } from './intake.ts';
 import {
   WebhookDeliveryQuerySchema,
@@ -214,7 +214,9 @@ const opsPaths: ZodOpenApiObject['paths'] = {
 /**
  * The ops dashboard's JSON API as an OpenAPI 3.1 document (served by the ops service at
  * `GET /openapi.json`; the HTML pages and bull-board under `/queues` are not part of it). For
- * operators only: a bearer token (or the sign-in cookie `gh_ops`).
+ * operators only: a bearer token (or the sign-in cookie `gh_ops`). Every operation lists the
+ * shared error answers too (`withSharedErrors`), checked against real answers by
+ * test/contracts/openapi-error-statuses.test.ts.
  */
 export function opsOpenApi(): OpenApiDocument {
   return createDocument({
@@ -225,6 +227,7 @@ export function opsOpenApi(): OpenApiDocument {
       description: 'Read-only JSON twins of the ops dashboard, for operators (docs/decisions/0060-ops-dashboard.md).',
     },
     ...bearerSecurity,
-    paths: withQueryRefusal(opsPaths),
+    // The shared middleware's answers (503, 413/415 for a body, 400 bad_path for an {id}), as the other APIs list them.
+    paths: withSharedErrors(opsPaths),
   });
 }
