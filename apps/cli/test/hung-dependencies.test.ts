@@ -145,6 +145,8 @@ describe('a CLI statement that waits on a lock a service holds (docs/decisions/0
     await c.connect();
     try {
       await c.query('BEGIN');
+      // The bump locks the table first (ADR 0685); NOWAIT of a row lock does not cover the table's.
+      await c.query('LOCK TABLE credential_epochs IN ROW SHARE MODE NOWAIT');
       await c.query('SELECT 1 FROM credential_epochs WHERE id = 1 FOR UPDATE NOWAIT');
       return true;
     } catch (err) {

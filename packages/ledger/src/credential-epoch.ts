@@ -42,3 +42,16 @@ export async function readCredentialEpoch(db: Db | Trx): Promise<number> {
   }
   return requireCredentialEpoch(row?.epoch);
 }
+
+/**
+ * Takes the epoch bump's lock: `credential_epochs` in `EXCLUSIVE` mode, in `trx`, before the
+ * bump's `UPDATE` (docs/decisions/0685-the-epoch-fences-the-effect.md). The systems of record
+ * write each effect while holding the epoch row `FOR SHARE` (a `ROW SHARE` table lock), so this
+ * waits for the effects in flight; and because table locks queue fairly, effects arriving while
+ * the bump waits queue behind it and then read the bumped epoch — the row lock alone let new share
+ * lockers join the ones in flight, so a bump under steady traffic could wait on and on while
+ * old-epoch effects kept committing. Plain reads (`ACCESS SHARE`, minting) are not blocked.
+ */
+export async function lockCredentialEpochForBump(trx: Trx): Promise<void> {
+  await sql`LOCK TABLE credential_epochs IN EXCLUSIVE MODE`.execute(trx);
+}

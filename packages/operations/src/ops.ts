@@ -9,6 +9,7 @@ import {
   enqueueInTransaction,
   inTransaction,
   lockContainment,
+  lockCredentialEpochForBump,
   recordAudit,
   TERMINAL_STATES,
   transitionWorkflow,
@@ -249,9 +250,15 @@ async function resumeIfNothingHeld(trx: Trx, workflowId: string, tool: string): 
   }
 }
 
-/** `gatehouse epoch bump`: raises the revocation epoch; every outstanding delegated token dies. */
+/**
+ * `gatehouse epoch bump`: raises the revocation epoch; every outstanding delegated token dies. It
+ * takes the bump's lock first ({@link lockCredentialEpochForBump}): effects of the systems of
+ * record in flight commit before it, and none of an old-epoch token commits after it.
+ * @returns the new epoch.
+ */
 export async function bumpEpoch(db: Db, operator: string, hmacKey: string): Promise<number> {
   return inTransaction(db, async (trx) => {
+    await lockCredentialEpochForBump(trx); // waits for effects in flight, and new ones wait for it (ADR 0685)
     const row = await trx
       .updateTable('credential_epochs')
       .set({ epoch: sql`epoch + 1`, changed_by: operator, changed_at: new Date() })
