@@ -60,9 +60,11 @@ async function waitsOnLock(db: Db, pid: number, finished: () => boolean): Promis
 describe('epoch bump and the share lock of effects in flight', () => {
   it(`an effect arriving while a bump waits queues behind the bump and reads the new epoch, ×${REPEAT}`, async () => {
     const [a, b, c] = [createDb(t.url, 1), createDb(t.url, 1), createDb(t.url, 1)];
+    const open: Array<ReturnType<typeof effect>> = []; // released on a failure, so the pools close
     try {
       for (let i = 0; i < REPEAT; i++) {
         const inFlight = effect(a, shareLock);
+        open.push(inFlight);
         await inFlight.pid;
         while (inFlight.read() === undefined) await new Promise((res) => setTimeout(res, 1));
         const before = inFlight.read()!;
@@ -71,6 +73,7 @@ describe('epoch bump and the share lock of effects in flight', () => {
         // The bump is under way: it waits for the effect in flight.
         expect(await waitsOnLockAny(t.db, () => bumped), 'the bump did not wait for the effect in flight').toBe(true);
         const late = effect(b, shareLock);
+        open.push(late);
         const lateWaits = await waitsOnLock(t.db, await late.pid, () => late.read() !== undefined);
         expect(lateWaits, `round ${i}: the late effect read epoch ${late.read()}`).toBe(true);
         inFlight.release();
@@ -82,6 +85,8 @@ describe('epoch bump and the share lock of effects in flight', () => {
         await late.done;
       }
     } finally {
+      for (const e of open) e.release();
+      await Promise.all(open.map((e) => e.done.catch(() => undefined)));
       await Promise.all([a.destroy(), b.destroy(), c.destroy()]);
     }
   });
