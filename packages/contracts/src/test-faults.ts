@@ -102,6 +102,8 @@ export interface TestFaults {
   switchAtAdmissionOnly: boolean;
   /** `DISABLE_LEASE`: an operation is claimed even under another worker's live lease. */
   disableLease: boolean;
+  /** `DISABLE_RECORD_RETRY`: the fenced record of an effect's result is tried once; a connection fault loses the result. */
+  disableRecordRetry: boolean;
   /** `EPOCH_FAIL_OPEN`: mint with epoch 0 when the revocation epoch cannot be read. */
   epochFailOpen: boolean;
   /** `DISABLE_REENABLE_COHORT`: a staged re-enable's cohort stage admits everyone. */
@@ -169,6 +171,7 @@ const SWITCHES: { [K in keyof TestFaults]: [name: string, kind: Kind] } = {
   disableIdempotencyKey: ['DISABLE_IDEMPOTENCY_KEY', 'flag'],
   switchAtAdmissionOnly: ['SWITCH_AT_ADMISSION_ONLY', 'flag'],
   disableLease: ['DISABLE_LEASE', 'flag'],
+  disableRecordRetry: ['DISABLE_RECORD_RETRY', 'flag'],
   epochFailOpen: ['EPOCH_FAIL_OPEN', 'flag'],
   disableReenableCohort: ['DISABLE_REENABLE_COHORT', 'flag'],
   ignoreSwitch: ['DISABLE_SWITCH', 'flag'],

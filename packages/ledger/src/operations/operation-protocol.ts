@@ -1,5 +1,5 @@
 import { sql, type QueryCreator, type RawBuilder, type Selectable, type Updateable } from 'kysely';
-import type { Db, Trx } from '../db.ts';
+import { inTransaction, isConnectionFault, type Db, type Trx } from '../db.ts';
 import type { ActionsTable, ActionStatus, DB, OperationsTable } from '../schema.ts';
 import { reviveJsonRow } from '../json-row.ts';
 import { decisionContextQuery, toDecisionContext, type DecisionContext, type DecisionContextRow } from '../decision-context.ts';
@@ -396,6 +396,31 @@ export async function resetToPending(
   if (!reset) return false;
   if (!reset.moved) await transitionAction(trx, o.actionId, { to: 'approved', lockedFrom: reset.status });
   return true;
+}
+
+/**
+ * Runs one fenced write of this protocol ({@link recordOutcomeWithJob}, {@link resetToPending}) in
+ * its own transaction, and runs it again after a connection fault ({@link isConnectionFault}: a
+ * terminated backend, a failover, a lost socket) until `untilMs` (epoch ms; the caller's lease
+ * end), with backoff from 50 ms doubling to 1 s. The effect's result is known only to this
+ * process: losing it to a connection fault would leave the step to a later reclaim, which for an
+ * effect without read-back can only end `failed_unknown`. Repeating is safe because a fenced
+ * write applies only while the operation is `running` under the writer's fencing token and
+ * applying it ends `running`: a repeat after a COMMIT that landed but whose answer was lost finds
+ * nothing to write and returns the fenced-out answer (null or false), and the landed write's
+ * outbox rows are published by the outbox sweep (docs/decisions/0696-the-fenced-record-outlives-a-lost-connection.md).
+ * `once` (the control-removed test only) makes one attempt.
+ * @throws the last error when it is not a connection fault, or when `untilMs` has passed.
+ */
+export async function retryFencedWrite<T>(db: Db, write: (trx: Trx) => Promise<T>, untilMs: number, once = false): Promise<T> {
+  for (let waitMs = 50; ; waitMs = Math.min(1000, waitMs * 2)) {
+    try {
+      return await inTransaction(db, write);
+    } catch (err) {
+      if (once || !isConnectionFault(err) || Date.now() + waitMs >= untilMs) throw err;
+      await new Promise((r) => setTimeout(r, waitMs));
+    }
+  }
 }
 
 /**

@@ -19,6 +19,7 @@ const EXECUTOR_SWITCHES = [
   'disableIdempotencyKey',
   'switchAtAdmissionOnly',
   'disableLease',
+  'disableRecordRetry',
   'epochFailOpen',
   'disableReenableCohort',
   'ignoreSwitch',

@@ -1,5 +1,5 @@
 import { ownCredentialRefused, resultsQueue } from '@gatehouse/contracts';
-import { inTransaction, outboxJob, recordOutcomeWithJob, resetToPending, type OutboxRow } from '@gatehouse/ledger';
+import { outboxJob, recordOutcomeWithJob, resetToPending, retryFencedWrite, type OutboxRow, type Trx } from '@gatehouse/ledger';
 import { toSafeOutput } from '@gatehouse/tools';
 import type { AdapterResult } from '../../adapters/index.ts';
 import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
@@ -50,7 +50,10 @@ export function outcomeOf(ctx: Pick<ExecutionContext, 'tool'>, action: Claimed['
  * Records a result under the fencing token (operation protocol): read-back that proved nothing
  * happened resets the operation to pending (`retry_safe`: the queue repeats it); any other result
  * is written with the action's transition, its audit event and the `results` job by one
- * statement (ADR 0540), then published. A stale token writes nothing (`fenced_out`).
+ * statement (ADR 0540), then published. A stale token writes nothing (`fenced_out`). Either write
+ * is repeated after a lost connection while the claim's lease (`deps.leaseMs` from `started`)
+ * lasts ({@link retryFencedWrite}, ADR 0696): the result is known only here.
+ * @throws the record's error when it is not a connection fault or the lease is over.
  */
 export async function recordResult(
   deps: ExecutionDeps,
@@ -61,8 +64,10 @@ export async function recordResult(
 ): Promise<ExecutionOutcome> {
   const { action, fencingToken } = c;
   const fenced = { actionId: action.id, key: action.operation_key, fencingToken };
+  const write = <T>(fn: (trx: Trx) => Promise<T>): Promise<T> =>
+    retryFencedWrite(deps.db, fn, started + deps.leaseMs, deps.hooks.disableRecordRetry);
   if (raw.status === 'retry_safe') {
-    const reset = await inTransaction(deps.db, (trx) => resetToPending(trx, { ...fenced, reason: raw.reason }));
+    const reset = await write((trx) => resetToPending(trx, { ...fenced, reason: raw.reason }));
     return reset ? { kind: 'retry_safe', tool: action.tool, reason: raw.reason } : { kind: 'fenced_out' };
   }
   const result = projectResult(ctx, raw, deps.hooks.disableOutputBoundary);
@@ -80,7 +85,7 @@ export async function recordResult(
   } as const;
   // The outcome, the action's move, the `results` job and its audit event in one statement, written
   // only for the holder of the fencing token (ADR 0540); null when a newer lease holder owns it.
-  const next = await inTransaction(deps.db, (trx) =>
+  const next = await write((trx) =>
     recordOutcomeWithJob(
       trx,
       {
@@ -96,7 +101,8 @@ export async function recordResult(
   );
   const rows: OutboxRow[] | null = next ? [next] : null;
   if (!rows) {
-    deps.log.warn({ actionId: action.id, fencingToken }, 'result refused: stale fencing token');
+    // A newer lease holder owns the operation, or an earlier try's COMMIT landed with its answer lost.
+    deps.log.warn({ actionId: action.id, fencingToken }, 'result refused: stale fencing token, or already recorded');
     return { kind: 'fenced_out' };
   }
   if (opStatus === 'failed_unknown')
