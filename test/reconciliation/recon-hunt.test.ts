@@ -14,7 +14,7 @@ import {
   type Finding,
 } from '@gatehouse/reconciliation';
 import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
-import { seedRefund, seedStep } from './seed.ts';
+import { seedRefund, seedShipment, seedStep } from './seed.ts';
 import { reconOps } from './recon-ops.ts';
 
 // Reconciliation over a real ledger and the staging systems of record, seeded straight into both.
@@ -49,18 +49,7 @@ const approvalStatus = async (id: string) =>
   (await h.db.selectFrom('approvals').select('status').where('id', '=', id).executeTakeFirstOrThrow()).status;
 const beatAt = (at: Date) => h.db.updateTable('audit_heartbeat').set({ beat_at: at }).where('id', '=', 1).execute();
 /** A shipment of `orderId` the order system made `inMs` from now (its listing is oldest first). */
-const ship = async (orderId: string, id: string, inMs: number) =>
-  h.staging
-    .insertInto('staging.shipments')
-    .values({
-      shipment_id: id,
-      order_id: orderId,
-      tenant: 'quillfeather',
-      requester: 'rep-ana',
-      actor: 'support-agent',
-      created_at: new Date(Date.now() + inMs),
-    })
-    .execute();
+const ship = (orderId: string, id: string, inMs: number) => seedShipment(h.db, orderId, { shipmentId: id, createdInMs: inMs });
 const evidence = (key: string, ref: string) => h.db.updateTable('operations').set({ evidence_ref: ref }).where('key', '=', key).execute();
 
 describe('reconciliation: reships', () => {
@@ -104,17 +93,7 @@ describe('reconciliation: reships', () => {
       answered: false,
       workflowState: 'needs_reconciliation',
     });
-    await h.staging
-      .insertInto('staging.shipments')
-      .values({
-        shipment_id: `shp_${step.key.slice(0, 8)}`,
-        order_id: orderId,
-        tenant: 'quillfeather',
-        requester: 'rep-ana',
-        actor: 'support-agent',
-        created_at: new Date(Date.now() + 1000),
-      })
-      .execute();
+    await ship(orderId, `shp_${step.key.slice(0, 8)}`, 1000);
     const report = await pass();
     expect(report.findings.filter((d) => d.finding.orderId === orderId).map((d) => [d.finding.class, d.disposition])).toEqual([
       ['in_flight_ledger_has_it', 'resumed'],

@@ -4,7 +4,7 @@ import { executeRemediation, requestRemediation, type RemediationOutcome } from 
 import { refundSums } from '@gatehouse/policy';
 import type { Remediation } from '@gatehouse/ledger';
 import { startHarness, type Harness } from '../executor/support/harness.ts';
-import { seedRefund, seedStep } from './seed.ts';
+import { seedRefund, seedShipment, seedStep } from './seed.ts';
 import { reconOps } from './recon-ops.ts';
 
 // A lead-approved remediation leaves the step it repairs in a state that agrees with the system of
@@ -104,18 +104,7 @@ describe('a remediation settles the step it repairs', () => {
         workflowState: 'needs_reconciliation',
       });
     const [a, b] = [await seed(), await seed()];
-    await h.staging
-      .insertInto('staging.shipments')
-      .values({
-        shipment_id: `shp_${a.key.slice(0, 8)}`,
-        order_id: orderId,
-        tenant: 'quillfeather',
-        requester: 'rep-ana',
-        actor: 'support-agent',
-        created_at: new Date(Date.now() + 1000),
-      })
-      .execute();
-    const shipmentId = `shp_${a.key.slice(0, 8)}`;
+    const shipmentId = await seedShipment(h.db, orderId, { shipmentId: `shp_${a.key.slice(0, 8)}`, createdInMs: 1000 });
     await pass();
     const keys = [a.key, b.key].sort();
     const subject = `order:${orderId}:in_flight:${[a.key, b.key].join(',')}`;

@@ -163,10 +163,19 @@ export async function seedRefund(db: Db, r: { key: string; orderId: string; amou
   return refundId;
 }
 
-/** A shipment written straight into the order system. */
-export async function seedShipment(db: Db, orderId: string, tenant = 'quillfeather'): Promise<string> {
-  const shipmentId = `shp_seed${randomUUID().replace(/-/g, '').slice(0, 16)}`;
-  await sql`INSERT INTO staging.shipments (shipment_id, order_id, tenant, requester, actor)
-    VALUES (${shipmentId}, ${orderId}, ${tenant}, 'rep-ana', 'support-agent')`.execute(db);
+/**
+ * A shipment written straight into the order system. `opts.createdInMs` places its creation that
+ * many milliseconds from now (the order system lists shipments oldest first); `opts.shipmentId`
+ * names it (a random `shp_seed…` id otherwise).
+ */
+export async function seedShipment(
+  db: Db,
+  orderId: string,
+  opts: { tenant?: string; shipmentId?: string; createdInMs?: number } = {},
+): Promise<string> {
+  const shipmentId = opts.shipmentId ?? `shp_seed${randomUUID().replace(/-/g, '').slice(0, 16)}`;
+  const createdAt = new Date(Date.now() + (opts.createdInMs ?? 0));
+  await sql`INSERT INTO staging.shipments (shipment_id, order_id, tenant, requester, actor, created_at)
+    VALUES (${shipmentId}, ${orderId}, ${opts.tenant ?? 'quillfeather'}, 'rep-ana', 'support-agent', ${createdAt})`.execute(db);
   return shipmentId;
 }

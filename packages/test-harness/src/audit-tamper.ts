@@ -17,15 +17,24 @@ export async function asAuditOwner(db: Db, fn: (trx: Db) => Promise<unknown>): P
 }
 
 /**
- * Rewrites every chained event (its `service` becomes `forged`) and recomputes every link from
- * genesis, as the database's owner could: a chain that verifies on its own, which only its
- * anchors (and their witness) can contradict.
+ * Rewrites the chained events from seq `fromSeq` on (each one's `service` becomes `forged`) and
+ * recomputes their links from the link before `fromSeq` (from genesis by default), as the
+ * database's owner could: a chain that verifies on its own, which only its anchors (and their
+ * witness) can contradict.
+ * @param fromSeq the first rewritten seq (1-based, as `audit_log.seq`); 1 rewrites the whole chain.
  */
-export async function rewriteAuditChain(db: Db): Promise<void> {
-  const rows = await db.selectFrom('audit_log').selectAll().orderBy('seq').execute();
+export async function rewriteAuditChain(db: Db, fromSeq = 1): Promise<void> {
+  const rows = await db
+    .selectFrom('audit_log')
+    .selectAll()
+    .where('seq', '>=', String(fromSeq - 1))
+    .orderBy('seq')
+    .execute();
+  const rewritten = rows.filter((row) => Number(row.seq) >= fromSeq);
+  const before = rows.find((row) => Number(row.seq) === fromSeq - 1);
   await asAuditOwner(db, async (trx) => {
-    let prev = GENESIS_HASH;
-    for (const row of rows) {
+    let prev = before?.hash ?? GENESIS_HASH;
+    for (const row of rewritten) {
       const event = { ...(row.event as Record<string, unknown>), service: 'forged' };
       const hash = chainHash(prev, Number(row.seq), event);
       await trx
