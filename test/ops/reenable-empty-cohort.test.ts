@@ -1,33 +1,22 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
-import { advanceReenable, ReenableRefused, setSwitch } from '@gatehouse/operations';
+import { describe, expect, it } from 'vitest';
+import { ReenableRefused, setSwitch } from '@gatehouse/operations';
+import { HMAC, reenableFixture, TOOL } from './reenable-support.ts';
 
 // docs/decisions/0310-staged-reenable.md: the cohort stage admits the cohort named. The CLI refuses
 // `--cohort` naming no one (test/ops/containment-cli-args.test.ts); the advance itself refuses it
 // too, for any caller, with its reason — before, it reached the stage row's CHECK constraint
 // (migration 20261201000500) and failed with a raw constraint violation (an `internal` answer).
 
-const HMAC = 'test-audit-hmac-key-0123456789';
-const TOOL = 'issue_refund';
-let t: TestDatabase;
-beforeAll(async () => {
-  t = await createTestDatabase();
-});
-afterAll(async () => {
-  await t?.drop();
-});
-
-const advance = (cohort?: { tenants: string[]; users: string[] }) =>
-  advanceReenable(t.db, { tool: TOOL, ...(cohort ? { cohort } : {}), maxBound: 1, reason: 'test', operator: 'ops-gus', hmacKey: HMAC });
+const { db, advance } = reenableFixture('test');
 
 const openStages = async () =>
-  (await t.db.selectFrom('tool_reenable_stages').select('stage').where('tool', '=', TOOL).where('ended_at', 'is', null).execute()).map(
+  (await db().selectFrom('tool_reenable_stages').select('stage').where('tool', '=', TOOL).where('ended_at', 'is', null).execute()).map(
     (r) => r.stage,
   );
 
 describe('reenable advance with an empty cohort', () => {
   it('is refused (cohort_needed) and the stage stays read_only; a cohort naming someone advances', async () => {
-    await setSwitch(t.db, TOOL, false, 'ops-gus', HMAC);
+    await setSwitch(db(), TOOL, false, 'ops-gus', HMAC);
     await advance(); // read_only
     const refused = await advance({ tenants: [], users: [] }).catch((err: unknown) => err);
     expect(refused).toBeInstanceOf(ReenableRefused);
