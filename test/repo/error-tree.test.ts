@@ -61,6 +61,7 @@ const STATUS: Record<string, number> = {
   RollbackRefused: 409,
   WebhookSecretUnreadable: 503,
   MalformedRecord: 503,
+  RecordRefused: 422,
 };
 
 /** Every `.ts` file under `dir`, repository-relative. */

@@ -98,6 +98,8 @@ function formatOutcome(o: RemediationOutcome): string {
       return `item ${o.itemId}: refused — approval ${o.approvalId} is still pending; a lead must decide it (POST /v1/approvals/${o.approvalId}/decision), then run this command again`;
     case 'busy':
       return `item ${o.itemId}: another process is executing its remediation`;
+    case 'failed':
+      return `item ${o.itemId}: failed (${o.reason}) — ${o.nextStep}`;
     default:
       return `item ${o.itemId}: ${o.state} (${o.reason})`;
   }

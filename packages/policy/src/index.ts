@@ -6,5 +6,5 @@ export * from './facts.ts';
 export * from './record-decision.ts';
 export * from './change.rules.ts';
 export * from './evaluate.ts';
-export { MalformedRecord } from './records.ts';
+export { MalformedRecord, RecordRefused } from './records.ts';
 export * from './window-clock.ts';

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { BodyTooLarge, fetchCapped, SystemError } from '@gatehouse/contracts';
+import { BodyTooLarge, fetchCapped, Refused, SystemError } from '@gatehouse/contracts';
 import { DependencyUnavailable } from '@gatehouse/ledger';
 import { boundText } from '@gatehouse/tools';
 import type { ChangeRecordFacts } from './change.rules.ts';
@@ -78,6 +78,30 @@ export function changeRecord(body: unknown): ChangeRecordFacts {
   return parseRecord(ChangeRecordSchema, body, 'change service');
 }
 
+/**
+ * A system of record refused a read (reason `record_refused`, 422): it answered a 4xx other than
+ * 404 (no such record), 408 and 429 (outages) — it understood the request and rejected it. Not an
+ * outage: the same read gets the same answer, so it is not waited for as one. `status` is the
+ * HTTP status; `refusal` the system's own reason (`error.reason` of its body, bounded and redacted
+ * as untrusted text, ADR 0640), or null when it gave none.
+ */
+export class RecordRefused extends Refused {
+  readonly status: number;
+  readonly refusal: string | null;
+  constructor(system: string, status: number, refusal: string | null) {
+    super('record_refused', `${system} refused the read (${status}${refusal ? ` ${refusal}` : ''})`);
+    this.status = status;
+    this.refusal = refusal;
+  }
+}
+
+/** The `error.reason` a refusal's JSON body carries, bounded (at most 120 characters), or null. */
+async function refusalReason(res: Response): Promise<string | null> {
+  const body = (await res.json().catch(() => null)) as { error?: { reason?: unknown } } | null;
+  const reason = body?.error?.reason;
+  return typeof reason === 'string' && reason !== '' ? boundText(reason).slice(0, 120) : null;
+}
+
 /** How long an authoritative read of a system of record may take, ms. */
 export const RECORD_READ_TIMEOUT_MS = 5000;
 
@@ -90,9 +114,11 @@ export const RECORD_READ_TIMEOUT_MS = 5000;
  * letter (0070).
  * @throws DependencyUnavailable(`system_of_record`) when the request is refused, times out or is
  *   cut, or is answered 408, 429 or 5xx.
+ * @throws RecordRefused for another 4xx: the system understood the read and rejected it (a
+ *   refusal, not an outage; the gateway retries it then dead-letters the step, like any bad answer).
  * @throws BodyTooLarge past the body cap; MalformedRecord for a 2xx body that is not JSON (held
  *   by the executor, retried then dead-lettered by the gateway, as a record of the wrong shape);
- *   Error for any other status.
+ *   Error for any other status (a 1xx or 3xx).
  */
 export async function readRecordJson(url: string, system: string): Promise<unknown> {
   const unavailable = (why: string, cause?: unknown): DependencyUnavailable =>
@@ -104,10 +130,15 @@ export async function readRecordJson(url: string, system: string): Promise<unkno
     if (err instanceof BodyTooLarge) throw err;
     throw unavailable(`no answer (${(err as Error).message})`, err);
   }
-  if (!res.ok) await res.body?.cancel().catch(() => undefined);
+  const outage = res.status === 408 || res.status === 429 || res.status >= 500;
+  if (outage || res.status === 404) await res.body?.cancel().catch(() => undefined);
   if (res.status === 404) return null;
-  if (res.status === 408 || res.status === 429 || res.status >= 500) throw unavailable(`answered ${res.status}`);
-  if (!res.ok) throw new Error(`${system} answered ${res.status}`);
+  if (outage) throw unavailable(`answered ${res.status}`);
+  if (res.status >= 400) throw new RecordRefused(system, res.status, await refusalReason(res));
+  if (!res.ok) {
+    await res.body?.cancel().catch(() => undefined);
+    throw new Error(`${system} answered ${res.status}`);
+  }
   try {
     return await res.json();
   } catch (err) {

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DependencyUnavailable } from '@gatehouse/ledger';
 import { freePort } from '@gatehouse/test-harness';
-import { fetchChange, fetchOrder, MalformedRecord } from '../src/index.ts';
+import { fetchChange, fetchOrder, MalformedRecord, RecordRefused } from '../src/index.ts';
 
 // An authoritative read that fails because the system of record is down is an outage — the step
 // is held and the run's wait credited (docs/decisions/0110-outage-time.md) — while a bad answer
@@ -17,6 +17,7 @@ const answers: Record<string, (res: ServerResponse) => void> = {
   '/orders/O-busy': (res) => res.writeHead(429, { 'retry-after': '1' }).end('{}'),
   '/orders/O-5xx': (res) => res.writeHead(503).end('{"error":"maintenance"}'),
   '/orders/O-400': (res) => res.writeHead(400).end('{"error":"bad id"}'),
+  '/orders/O-403': (res) => res.writeHead(403).end('{"error":{"reason":"read_not_allowed","message":"no"}}'),
   '/orders/O-html': (res) => res.writeHead(200, { 'content-type': 'text/html' }).end('<html>login</html>'),
   '/orders/O-cut': (res) => {
     res.writeHead(200, { 'content-length': '500' });
@@ -75,6 +76,15 @@ describe('authoritative reads of a system of record', () => {
       expect(err).not.toBeInstanceOf(DependencyUnavailable);
     }
     expect(refused).not.toBeInstanceOf(MalformedRecord);
+    // A 4xx is the system's refusal, told apart by class: its status, and its reason when it gives one.
+    expect(refused).toMatchObject({ name: 'RecordRefused', status: 400, refusal: null });
+    expect(await failure(fetchOrder(url, 'O-403'))).toMatchObject({
+      name: 'RecordRefused',
+      status: 403,
+      refusal: 'read_not_allowed',
+      message: 'order system refused the read (403 read_not_allowed)',
+    });
+    expect(await failure(fetchOrder(url, 'O-403'))).toBeInstanceOf(RecordRefused);
     expect(html).toBeInstanceOf(MalformedRecord);
     expect((html as Error).message).toBe('order system answered a body that is not JSON');
   });

@@ -52,11 +52,26 @@ export type RemediationOutcome =
   | { state: 'busy'; itemId: string }
   /** The downstream did not answer: the same key is sent again next time (idempotent). */
   | { state: 'retry'; itemId: string; reason: string }
-  /** The downstream refused: the item is open for another request. */
-  | { state: 'failed'; itemId: string; reason: string }
+  /**
+   * The downstream refused (a 4xx: it understood the call and rejected it; `reason` is
+   * `<status>:<its reason>`): the remediation ended and is never sent again under its key; the
+   * item is open for another request, as `nextStep` says ({@link refusedNextStep}).
+   */
+  | { state: 'failed'; itemId: string; reason: string; nextStep: string }
   | { state: 'resolved'; itemId: string; resolution: string; resolvedBy: string; rows: OutboxRow[] };
 
 const owner = `${hostname()}:${process.pid}:reconciliation`;
+
+/**
+ * What an operator does after the downstream refused a remediation (reason `<status>:<its
+ * reason>`): nothing is retried, the item is open again, another remediation is asked for.
+ */
+function refusedNextStep(item: Pick<WorklistItem, 'id'>, reason: string): string {
+  return (
+    `The downstream refused the remediation (${reason}); it is not sent again. ` +
+    `Look at the item and request another remediation: gatehouse reconcile resolve ${item.id} --<remediation>.`
+  );
+}
 type Action = Selectable<ActionsTable>;
 
 /**
@@ -383,7 +398,9 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
   if (c.kind === 'busy') return { state: 'busy', itemId: item.id };
   if (c.kind === 'refused' || c.kind === 'failed') {
     await inTransaction(deps.db, (trx) => reopen(trx, item, approvalId, c.reason));
-    return { state: c.kind, itemId: item.id, reason: c.reason };
+    return c.kind === 'failed'
+      ? { state: 'failed', itemId: item.id, reason: c.reason, nextStep: refusedNextStep(item, c.reason) }
+      : { state: 'refused', itemId: item.id, reason: c.reason };
   }
   if (c.kind === 'done') {
     const now = await findItem(deps.db, item.id);
@@ -428,7 +445,7 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
         trx,
         { id: c.action.workflow_id, release_id: c.action.release_id },
         'denied',
-        `The downstream refused (${result.reason}); request another remediation.`,
+        refusedNextStep(item, result.reason),
         'reconciliation',
       );
     await recordAudit(trx, {
@@ -440,7 +457,7 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
     });
     if (!done) {
       await reopen(trx, item, approvalId, result.reason);
-      return { state: 'failed', itemId: item.id, reason: result.reason };
+      return { state: 'failed', itemId: item.id, reason: result.reason, nextStep: refusedNextStep(item, result.reason) };
     }
     const rows = await settleOriginal(trx, item, result, by, c.action.arguments);
     const resolution = `${item.remediation} approved by ${c.approver} (approval ${approvalId})${result.evidenceRef && !result.evidenceRef.startsWith('lead:') ? `: ${result.evidenceRef}` : ''}`;

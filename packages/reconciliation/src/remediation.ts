@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { isUuid, loadWorld, REMEDIATION_RULE_ID, Refused } from '@gatehouse/contracts';
-import { fetchOrder, MalformedRecord } from '@gatehouse/policy';
+import { fetchOrder, MalformedRecord, RecordRefused } from '@gatehouse/policy';
 import {
   insertOutOfBandRequest,
   actorHash,
@@ -81,13 +81,28 @@ export async function findItem(db: Db, given: string): Promise<WorklistItem> {
 /**
  * The order the remediation is about, read as a decision reads it (`fetchOrder`: validated, text
  * bounded, ADR 0640), or null when the order system has no such order.
+ * @throws RemediationRefused(`order_system_refused`) when the order system refuses the read (a
+ *   4xx: it understood and rejected it), with its status and reason and the next step — asking
+ *   again the same way gets the same answer, so it is not an outage (docs/decisions/0050).
  * @throws MalformedRecord when it answers something that is not an order; DependencyUnavailable
- *   (`system_of_record`) when it does not answer — never "no such order".
+ *   (`system_of_record`) when it does not answer, or answers 408, 429 or 5xx — never "no such order".
  */
-async function orderRecord(stagingUrl: string, orderId: string): Promise<{ tenant: string; region: string; paid: number } | null> {
+async function orderRecord(
+  stagingUrl: string,
+  item: Pick<WorklistItem, 'id'>,
+  orderId: string,
+): Promise<{ tenant: string; region: string; paid: number } | null> {
   try {
     return await fetchOrder(stagingUrl, orderId);
   } catch (err) {
+    if (err instanceof RecordRefused) {
+      throw new RemediationRefused(
+        'order_system_refused',
+        `the order system refused to read the order of item ${item.id} (${err.status}${err.refusal ? ` ${err.refusal}` : ''}): ` +
+          'nothing was requested, and asking again gets the same answer; ' +
+          `check the item's order with the order system's owner and repair it by hand, or ask again once the order system accepts it`,
+      );
+    }
     if (err instanceof MalformedRecord || err instanceof DependencyUnavailable) throw err;
     throw new DependencyUnavailable('system_of_record', `order system: ${(err as Error).message}`, { cause: err });
   }
@@ -172,7 +187,8 @@ export function undecidedOutcomes(
  * item naming undecided reships is ratified only with `outcomes` for each ({@link undecidedOutcomes}).
  * @throws RemediationRefused when the item is not live, the remediation does not fit its class,
  *   undecided reships are not decided ({@link undecidedOutcomes}),
- *   an approved remediation awaits execution, or the item's tenant or order is unknown.
+ *   an approved remediation awaits execution, the item's tenant or order is unknown, or the order
+ *   system refuses to read the order (`order_system_refused`).
  */
 export async function requestRemediation(
   deps: RemediationDeps,
@@ -237,7 +253,7 @@ export async function requestRemediation(
   const bundle = support
     ? referenceSupportBundle(deps.supportRevision, deps.policyDir)
     : referenceChangeBundle(deps.changeRevision, deps.policyDir);
-  const order = item.order_id ? await orderRecord(deps.stagingUrl, item.order_id) : null;
+  const order = item.order_id ? await orderRecord(deps.stagingUrl, item, item.order_id) : null;
   const tenant = order?.tenant ?? item.tenant;
   if (!tenant) throw new RemediationRefused('unknown_tenant', `item ${item.id} names no tenant or order`);
   if (support && !order) throw new RemediationRefused('unknown_order', `the order system has no order ${item.order_id}`);
