@@ -22,6 +22,7 @@ import * as releaseFirstActive from './20261206000100-ReleaseFirstActive.ts';
 import * as discardedModelAnswers from './20261206000680-DiscardedModelAnswers.ts';
 import * as refundWindowsFromTheClaim from './20261206000682-RefundWindowsFromTheClaim.ts';
 import * as refundsOutsideSteps from './20261206000686-RefundsOutsideSteps.ts';
+import * as followUpAnswer from './20261206000689-FollowUpAnswer.ts';
 import * as refundsOutsideStepsByWindow from './20261206000697-RefundsOutsideStepsByWindow.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
@@ -49,5 +50,6 @@ export const migrations: Record<string, Migration> = {
   '20261206000680-DiscardedModelAnswers': discardedModelAnswers,
   '20261206000682-RefundWindowsFromTheClaim': refundWindowsFromTheClaim,
   '20261206000686-RefundsOutsideSteps': refundsOutsideSteps,
+  '20261206000689-FollowUpAnswer': followUpAnswer,
   '20261206000697-RefundsOutsideStepsByWindow': refundsOutsideStepsByWindow,
 };

@@ -78,6 +78,16 @@ export interface ConversationItemsTable {
    * (a retried follow-up is added once; docs/decisions/0510); null otherwise.
    */
   idempotency_key: ColumnType<string | null, string | null | undefined, never>;
+  /**
+   * On a `user_message` row of a follow-up with an `Idempotency-Key`: the `superseded` list its
+   * `202` answered (`[{version, tool, voidedApprovals}]`), answered again to a retry with that key
+   * (docs/decisions/0510, amended); null otherwise and on follow-ups older than the column.
+   */
+  follow_up_superseded: ColumnType<
+    Array<{ version: number; tool: string; voidedApprovals: string[] }> | null,
+    string | null | undefined,
+    never
+  >;
   created_at: Timestamp;
 }
 

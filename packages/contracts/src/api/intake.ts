@@ -48,7 +48,7 @@ export const WorkflowMessageAcceptedSchema = z
     superseded: z.array(z.object({ version: z.number().int(), tool: z.string(), voidedApprovals: z.array(z.string()) })),
     /**
      * True when a follow-up with the same `Idempotency-Key` was already accepted: nothing was
-     * added again and `superseded` is empty (the first answer listed what it superseded).
+     * added again, and `superseded` is what the first answer listed (docs/decisions/0510).
      */
     replayed: z.literal(true).optional(),
   })

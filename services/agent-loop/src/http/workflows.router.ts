@@ -47,23 +47,30 @@ function idempotencyKeyOf(header: string | undefined): string | null {
 }
 
 /**
- * Whether the run `workflowId` already holds the follow-up sent with `key` (docs/decisions/0510):
- * true for the same text (the retry is answered, nothing is added).
+ * The follow-up the run `workflowId` already holds under `key` (docs/decisions/0510): for the same
+ * text, the `superseded` list its first `202` answered (stored with it; `[]` for a follow-up added
+ * before that list was kept), which the retry is answered with — nothing is added again. Null
+ * when the run holds no follow-up under `key`.
  * @throws ConflictError 409 `idempotency_key_reused` when that key came with another text.
  */
-async function alreadyAdded(trx: Trx, workflowId: string, key: string, text: string): Promise<boolean> {
+async function alreadyAdded(
+  trx: Trx,
+  workflowId: string,
+  key: string,
+  text: string,
+): Promise<WorkflowMessageAccepted['superseded'] | null> {
   const earlier = await trx
     .selectFrom('conversation_items')
-    .select('item')
+    .select(['item', 'follow_up_superseded'])
     .where('workflow_id', '=', workflowId)
     .where('kind', '=', 'user_message')
     .where('idempotency_key', '=', key)
     .executeTakeFirst();
-  if (!earlier) return false;
+  if (!earlier) return null;
   if (earlier.item.content !== text) {
     throw new ConflictError('idempotency_key_reused', 'this Idempotency-Key was sent with another message on this workflow; use a new key');
   }
-  return true;
+  return earlier.follow_up_superseded ?? [];
 }
 
 /**
@@ -71,7 +78,8 @@ async function alreadyAdded(trx: Trx, workflowId: string, key: string, text: str
  * shape is `WorkflowViewSchema` of packages/contracts/src/api/intake.ts)
  * and `POST /v1/workflows/:id/messages` (the requester's own follow-up — anyone else of the
  * tenant gets 403 `not_the_requester`; unclaimed actions are superseded first, docs/product/public-contract.md#follow-up-messages;
- * with an `Idempotency-Key` header a retry is answered `replayed: true` and adds nothing). The rep
+ * with an `Idempotency-Key` header a retry is answered `replayed: true` with the first answer's
+ * `superseded` list, and adds nothing). The rep
  * may read only their tenant's workflows (404 otherwise).
  */
 export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
@@ -123,9 +131,14 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
     const rows = await inTransaction(cfg.db, async (trx) => {
       superseded.length = 0; // a retried transaction starts over
       const wf = await trx.selectFrom('workflows').selectAll().where('id', '=', wf0.id).forUpdate().executeTakeFirstOrThrow();
-      // Under the run's lock: a retry of an accepted follow-up is answered, even once the run has ended.
-      replayed = key !== null && (await alreadyAdded(trx, wf.id, key, body.text));
-      if (replayed) return [] as OutboxRow[];
+      // Under the run's lock: a retry of an accepted follow-up is answered what the first was, even
+      // once the run has ended.
+      const earlier = key === null ? null : await alreadyAdded(trx, wf.id, key, body.text);
+      replayed = earlier !== null;
+      if (earlier) {
+        superseded.push(...earlier);
+        return [] as OutboxRow[];
+      }
       if (!['received', 'investigating', 'awaiting_approval', 'executing', 'paused'].includes(wf.state)) {
         throw new ConflictError('workflow_not_running', `workflow is ${wf.state}; submit a new ticket`);
       }
@@ -161,6 +174,8 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
           call_id: null,
           item: JSON.stringify({ role: 'user', content: body.text }),
           idempotency_key: key,
+          // The answer this follow-up gets, kept with its key for a retry (ADR 0510).
+          follow_up_superseded: key === null ? null : JSON.stringify(superseded),
         })
         .execute();
       // The next round starts now if no call is still in flight; otherwise the last result starts it.
