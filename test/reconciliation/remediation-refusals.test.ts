@@ -108,3 +108,34 @@ describe('executing a remediation: the payments ledger answers', () => {
     expect((await h.refunds(orderId)).map((r) => [r.idempotencyKey, r.amountCents])).toEqual([[step.key, 3_000]]);
   });
 });
+
+describe('requesting a remediation: an amount above the largest an approval holds (ADR 0689)', () => {
+  it('is refused amount_too_large before anything is written (it was a raw integer-out-of-range database error)', async () => {
+    const { orderId, item } = await lostRefund(2_000);
+    // The ledger's items hold bigint cents: one 2^31 cents (the payments ledger of a real system may hold it).
+    await h.db
+      .updateTable('reconciliation_items')
+      .set({ amount_cents: String(2 ** 31) })
+      .where('id', '=', item.id)
+      .execute();
+    const asked = requestRemediation(remediation(), { itemId: item.id, remediation: 'replay', operator: 'ops-gus' });
+    await expect(asked).rejects.toMatchObject({ name: 'RemediationRefused', reason: 'amount_too_large' });
+    expect((await liveItem(item.subject)).approval_id).toBeNull();
+    expect(await reconWorkflows(item.id)).toEqual([]);
+    expect(await h.requests(orderId)).toEqual([]);
+    // The largest amount itself opens its approval.
+    await h.db
+      .updateTable('reconciliation_items')
+      .set({ amount_cents: String(2 ** 31 - 1) })
+      .where('id', '=', item.id)
+      .execute();
+    const t = await requestRemediation(remediation(), { itemId: item.id, remediation: 'replay', operator: 'ops-gus' });
+    expect(t.amountCents).toBe(2 ** 31 - 1);
+    const row = await h.db
+      .selectFrom('approvals')
+      .select(['amount_cents', 'status'])
+      .where('id', '=', t.approvalId)
+      .executeTakeFirstOrThrow();
+    expect(row).toEqual({ amount_cents: 2 ** 31 - 1, status: 'pending' });
+  });
+});

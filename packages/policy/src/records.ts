@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { BodyTooLarge, fetchCapped, Refused, SystemError } from '@gatehouse/contracts';
 import { DependencyUnavailable } from '@gatehouse/ledger';
-import { boundText } from '@gatehouse/tools';
+import { boundText, MAX_AMOUNT_CENTS } from '@gatehouse/tools';
 import type { ChangeRecordFacts } from './change.rules.ts';
 import type { SupportFacts } from './support.rules.ts';
 
@@ -29,8 +29,12 @@ const OrderRecordSchema = z.object({
   id: recordId,
   tenant: recordId,
   region: recordId,
-  /** Amount paid, integer cents. */
-  paid: z.number().int().nonnegative(),
+  /**
+   * Amount paid, integer cents, at most the largest amount the system holds
+   * (`MAX_AMOUNT_CENTS`, docs/decisions/0689-the-largest-amount.md): a reship's approval is
+   * granted for it, and a larger one could not be recorded.
+   */
+  paid: z.number().int().nonnegative().max(MAX_AMOUNT_CENTS),
   status: recordText,
 });
 

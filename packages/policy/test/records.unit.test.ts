@@ -20,6 +20,10 @@ describe('order and change records from the systems of record', () => {
     expect(status.length).toBeLessThanOrEqual(1012);
   });
 
+  it('an order paid exactly the largest amount (2^31 - 1 cents) is read as it is', () => {
+    expect(orderRecord({ ...ORDER, paid: 2 ** 31 - 1 }).paid).toBe(2_147_483_647);
+  });
+
   it('identifiers arrive exact or refuse the record: never redacted or cut', () => {
     // An id that looks like a key is compared as it is (a redacted tenant would deny by mistake).
     expect(orderRecord({ ...ORDER, tenant: 'sk-live-9fQ2xLr8Tz4W' }).tenant).toBe('sk-live-9fQ2xLr8Tz4W');
@@ -32,6 +36,8 @@ describe('order and change records from the systems of record', () => {
     ['paid as a string', { ...ORDER, paid: '450.00' }, /order system answered a malformed record: paid: /],
     ['paid in fractions of a cent', { ...ORDER, paid: 450.5 }, /paid: /],
     ['a negative amount paid', { ...ORDER, paid: -1 }, /paid: /],
+    // Above the largest amount the system holds (ADR 0689): a reship's approval of it could not be recorded.
+    ['paid above the largest amount, 2^31 cents', { ...ORDER, paid: 2 ** 31 }, /paid: .*2147483647/],
     ['no tenant', { ...ORDER, tenant: undefined }, /tenant: /],
     ['an array', [ORDER], /\(root\): /],
     ['null', null, /\(root\): /],

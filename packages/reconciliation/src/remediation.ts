@@ -14,7 +14,7 @@ import {
   type Remediation,
 } from '@gatehouse/ledger';
 import { referenceChangeBundle, referenceSupportBundle } from './bundles.ts';
-import { catalogDigest, digestOf, toolsOfPack } from '@gatehouse/tools';
+import { catalogDigest, digestOf, MAX_AMOUNT_CENTS, toolsOfPack } from '@gatehouse/tools';
 import { REMEDIATION_TOOL, remediationsOf } from './classes.ts';
 import type { WorklistItem } from './worklist.ts';
 
@@ -188,7 +188,8 @@ export function undecidedOutcomes(
  * @throws RemediationRefused when the item is not live, the remediation does not fit its class,
  *   undecided reships are not decided ({@link undecidedOutcomes}),
  *   an approved remediation awaits execution, the item's tenant or order is unknown, or the order
- *   system refuses to read the order (`order_system_refused`).
+ *   system refuses to read the order (`order_system_refused`), or the amount at stake is above the
+ *   largest amount an approval holds (`amount_too_large`, ADR 0689).
  */
 export async function requestRemediation(
   deps: RemediationDeps,
@@ -260,6 +261,14 @@ export async function requestRemediation(
   const args = remediationArgs(item, req.remediation, outcomes);
   // The value at risk a lead's limit must cover: the money moved, or a replacement's worth (decision 0008).
   const amountCents = !support ? null : item.amount_cents !== null ? Number(item.amount_cents) : (order?.paid ?? null);
+  // An approval holds at most the largest amount (ADR 0689); a larger one found in a system of record is for people.
+  if (amountCents !== null && amountCents > MAX_AMOUNT_CENTS) {
+    throw new RemediationRefused(
+      'amount_too_large',
+      `item ${item.id} is about ${amountCents} cents, above the largest amount an approval holds (${MAX_AMOUNT_CENTS} cents): ` +
+        "nothing was requested; repair it by hand with the system of record's owner",
+    );
+  }
   const tool = REMEDIATION_TOOL[req.remediation];
   const target = item.order_id ?? item.ledger_ref ?? item.id;
   const pack = support ? 'support' : 'change';

@@ -18,10 +18,23 @@ export class NormalizationError extends UserError {
 const DECIMAL = /^-?\d{1,9}(\.\d{1,2})?$/;
 
 /**
+ * The largest amount the system holds, integer cents: 2,147,483,647 (21,474,836.47 in currency
+ * units), the largest value of the ledger's `integer` amount columns (`approvals.amount_cents`)
+ * and of the staging payments ledger's. Every amount enters through {@link toCents} (a tool's
+ * arguments) or an order record's `paid` (policy's `orderRecord`), and both refuse a larger one
+ * there, before anything is recorded (docs/decisions/0689-the-largest-amount.md).
+ */
+export const MAX_AMOUNT_CENTS = 2_147_483_647;
+
+/** {@link MAX_AMOUNT_CENTS} in currency units, as the model and people read it. */
+const MAX_AMOUNT_TEXT = `${Math.floor(MAX_AMOUNT_CENTS / 100)}.${String(MAX_AMOUNT_CENTS % 100).padStart(2, '0')}`;
+
+/**
  * Converts a decimal amount in currency units (string `"30.00"`, `"30"` or number `30`, `30.0`)
- * to integer cents. Accepts at most two decimals and at most 9 integer digits.
+ * to integer cents. Accepts at most two decimals, at most 9 integer digits, and a size of at
+ * most {@link MAX_AMOUNT_CENTS} (21474836.47).
  * @throws NormalizationError for more than two decimals, exponents, `NaN`/`Infinity`,
- *   negative zero, or non-numeric strings.
+ *   negative zero, non-numeric strings, or an amount larger than {@link MAX_AMOUNT_CENTS}.
  */
 export function toCents(value: string | number, field = 'amount'): number {
   let text: string;
@@ -39,6 +52,12 @@ export function toCents(value: string | number, field = 'amount'): number {
   const [whole = '0', frac = ''] = text.replace('-', '').split('.');
   const cents = Number(whole) * 100 + Number(frac.padEnd(2, '0'));
   if (negative && cents === 0) throw new NormalizationError(field, 'negative zero is not an amount');
+  if (cents > MAX_AMOUNT_CENTS) {
+    throw new NormalizationError(
+      field,
+      negative ? `amount must be at least -${MAX_AMOUNT_TEXT}` : `amount must be at most ${MAX_AMOUNT_TEXT}`,
+    );
+  }
   return negative ? -cents : cents;
 }
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { canonicalOrderId, NormalizationError, toCents } from '../src/index.ts';
+import { canonicalOrderId, MAX_AMOUNT_CENTS, NormalizationError, toCents } from '../src/index.ts';
 
 describe('toCents', () => {
   it.each<[string | number]>([['30.00'], [30], [30.0], ['30'], ['30.0'], [' 30.00 ']])('%j is 3000 cents', (v) => {
@@ -13,7 +13,10 @@ describe('toCents', () => {
     [120, 12000],
     ['49.00', 4900],
     ['-5', -500],
-    ['999999999.99', 99999999999],
+    // The largest amount (MAX_AMOUNT_CENTS, ADR 0689), as text and as a number, and its negative.
+    ['21474836.47', 2_147_483_647],
+    [21474836.47, 2_147_483_647],
+    ['-21474836.47', -2_147_483_647],
   ])('%j is %i cents', (v, cents) => {
     expect(toCents(v)).toBe(cents);
   });
@@ -49,6 +52,18 @@ describe('toCents', () => {
     }
     expect(thrown).toBeInstanceOf(NormalizationError);
     expect((thrown as NormalizationError).field).toBe('amount');
+  });
+
+  it.each<[string | number, RegExp]>([
+    ['21474836.48', /amount must be at most 21474836\.47/],
+    [21474836.48, /amount must be at most 21474836\.47/],
+    ['999999999.99', /amount must be at most 21474836\.47/],
+    ['-21474836.48', /amount must be at least -21474836\.47/],
+  ])('%j is above the largest amount the system holds: a NormalizationError naming it', (v, message) => {
+    expect(() => toCents(v)).toThrowError(
+      expect.objectContaining({ name: 'NormalizationError', field: 'amount', message: expect.stringMatching(message) }),
+    );
+    expect(MAX_AMOUNT_CENTS).toBe(2 ** 31 - 1);
   });
 
   it('names the field it was given', () => {
