@@ -14,3 +14,13 @@ export const OWN_CREDENTIAL_REFUSED = '^(401:|403:(wrong_audience|wrong_scope)$)
 export function ownCredentialRefused(error: string): boolean {
   return new RegExp(OWN_CREDENTIAL_REFUSED).test(error);
 }
+
+/**
+ * The reason a system of record answers with 503 when it cannot read Gatehouse's revocation epoch
+ * to check a delegated credential (docs/decisions/0170-delegated-credentials-bind-the-operation.md,
+ * 0685). The systems of record check the epoch before any effect, and hold it across the effect's
+ * commit, rolling the effect back when they cannot: a 503 with this reason says nothing was
+ * written (docs/decisions/0698-epoch-unavailable-wrote-nothing.md), so an effect the system does not
+ * deduplicate (mail) is sent again under a fresh token instead of ending `failed_unknown`.
+ */
+export const EPOCH_UNAVAILABLE = 'epoch_unavailable';

@@ -21,7 +21,9 @@ export interface SeededAction {
 /** Options of {@link createAction}. */
 export interface ActionSeed {
   /** The tool (`reverse_refund`: a reconciliation remediation, with `ruleId: 'RECON'`). */
-  tool?: 'issue_refund' | 'reship_order' | 'reverse_refund';
+  tool?: 'issue_refund' | 'reship_order' | 'reverse_refund' | 'notify_customer';
+  /** notify_customer only: the mail template (default `refund_issued`). */
+  template?: 'refund_issued' | 'reship_created' | 'apology';
   orderId: string;
   /** issue_refund only; integer cents (default 3000). */
   amountCents?: number;
@@ -84,7 +86,9 @@ export async function createAction(db: Db, seed: ActionSeed): Promise<SeededActi
   const args: Record<string, unknown> =
     tool === 'issue_refund'
       ? { orderId: seed.orderId, amountCents: seed.amountCents ?? 3000, reason: seed.reason ?? 'damaged item' }
-      : { orderId: seed.orderId };
+      : tool === 'notify_customer'
+        ? { orderId: seed.orderId, template: seed.template ?? 'refund_issued' }
+        : { orderId: seed.orderId };
   const now = new Date();
   await inTransaction(db, async (trx) => {
     await insertRun(

@@ -1,3 +1,4 @@
+import { EPOCH_UNAVAILABLE } from '@gatehouse/contracts';
 import { attempt, reasonOf } from './http-call.ts';
 import type { AdapterCall, AdapterResult } from './adapter.ts';
 
@@ -29,6 +30,8 @@ export async function notifyCustomer(call: AdapterCall): Promise<AdapterResult> 
       evidenceRef: String(res.body.messageId ?? ''),
       attempts: 1,
     };
+  if (res.status === 503 && reasonOf(res.body) === EPOCH_UNAVAILABLE)
+    return { status: 'retry_safe', reason: `503:${EPOCH_UNAVAILABLE}`, attempts: 1 };
   if (res.status >= 500) return { status: 'unknown', reason: `${res.status}:${reasonOf(res.body)}`, attempts: 1 };
   return { status: 'failed', reason: `${res.status}:${reasonOf(res.body)}`, retryable: false, attempts: 1 };
 }

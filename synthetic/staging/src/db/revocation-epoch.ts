@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { SystemError } from '@gatehouse/platform';
 import { assertEpochCurrent } from '@gatehouse/credentials';
+import { EPOCH_UNAVAILABLE } from '@gatehouse/contracts';
 import type { StagingDb } from './staging.database.ts';
 
 // The revocation epoch at the systems of record (docs/decisions/0685-the-epoch-fences-the-effect.md).
@@ -37,9 +38,9 @@ export async function readRevocationEpoch(db: StagingDb, lock: 'none' | 'share' 
         : await sql<{ epoch: number }>`SELECT epoch FROM public.credential_epochs WHERE id = 1`.execute(db);
     epoch = r.rows[0]?.epoch;
   } catch {
-    throw new SystemError('epoch_unavailable', 'cannot read the revocation epoch');
+    throw new SystemError(EPOCH_UNAVAILABLE, 'cannot read the revocation epoch');
   }
-  if (epoch === undefined || epoch === null) throw new SystemError('epoch_unavailable', 'no revocation epoch is recorded');
+  if (epoch === undefined || epoch === null) throw new SystemError(EPOCH_UNAVAILABLE, 'no revocation epoch is recorded');
   return Number(epoch);
 }
 
@@ -63,7 +64,8 @@ async function holdEpoch(trx: StagingDb, tokenEpoch: number): Promise<void> {
  * @param claims.epoch the token's epoch claim.
  * @throws DelegationRejected(`revoked_epoch`, 403) when a bump committed since the token was
  *   verified — nothing of `effect` is written.
- * @throws SystemError(`epoch_unavailable`, 503) when the epoch cannot be read or locked.
+ * @throws SystemError(`epoch_unavailable`, 503) when the epoch cannot be read or locked: the effect
+ *   is rolled back, so this answer always means nothing was written ({@link EPOCH_UNAVAILABLE}).
  * @throws whatever `effect` throws (its transaction rolls back).
  */
 export async function withEpochFence<T>(
