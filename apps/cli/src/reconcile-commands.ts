@@ -90,6 +90,16 @@ export function formatStuck(r: StuckRun): string {
   return `  ${r.workflowId}  ${r.state.padEnd(17)}  age=${Math.round(r.ageMs / 1000)}s (bound ${Math.round(r.boundMs / 1000)}s)  waiting-for=${waits}  watchdog: ${wd}`;
 }
 
+/**
+ * The line for a remediation containment holds (reason `tool_disabled:<tool>`, ADR 0692): what holds
+ * it and what lets it run; null for another retry reason.
+ */
+function heldByContainment(itemId: string, reason: string): string | null {
+  const tool = /^tool_disabled:(.+)$/.exec(reason)?.[1];
+  if (!tool) return null;
+  return `item ${itemId}: held — ${tool} is switched off (containment); nothing was sent and its approval is unused. It runs at the next reconcile once \`gatehouse switch on ${tool}\` or a re-enable stage admits its tenant`;
+}
+
 function formatOutcome(o: RemediationOutcome): string {
   switch (o.state) {
     case 'resolved':
@@ -100,6 +110,8 @@ function formatOutcome(o: RemediationOutcome): string {
       return `item ${o.itemId}: another process is executing its remediation`;
     case 'failed':
       return `item ${o.itemId}: failed (${o.reason}) — ${o.nextStep}`;
+    case 'retry':
+      return heldByContainment(o.itemId, o.reason) ?? `item ${o.itemId}: retry (${o.reason})`;
     default:
       return `item ${o.itemId}: ${o.state} (${o.reason})`;
   }

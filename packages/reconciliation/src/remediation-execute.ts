@@ -1,5 +1,5 @@
 import { hostname } from 'node:os';
-import type { Selectable } from 'kysely';
+import { sql, type Selectable } from 'kysely';
 import { mintDelegatedToken, type BindingTarget, type DelegationSigningKey } from '@gatehouse/credentials';
 import {
   actorHash,
@@ -25,7 +25,10 @@ import {
   DEFAULT_AUDIT_GATE,
   requireAuditHealthy,
   type AuditGate,
+  heldByContainment,
+  lockContainment,
 } from '@gatehouse/ledger';
+import { containedToolOf } from './classes.ts';
 import { cancelShipment, replayRefund, reverseRefund, type CompensationResult } from './compensations.ts';
 import { approverCeilingCents, findItem, RemediationRefused, type RemediationDeps } from './remediation.ts';
 import { reconciledOutput, settleOperation } from './settle.ts';
@@ -50,7 +53,11 @@ export type RemediationOutcome =
   | { state: 'refused'; itemId: string; reason: string }
   /** Another process holds the remediation's lease. */
   | { state: 'busy'; itemId: string }
-  /** The downstream did not answer: the same key is sent again next time (idempotent). */
+  /**
+   * The downstream did not answer (the same key is sent again next time, idempotent), or
+   * containment holds the remediation (`tool_disabled:<tool>`: nothing claimed or sent, its
+   * approval left unused, ADR 0692): the repeatable job tries it again.
+   */
   | { state: 'retry'; itemId: string; reason: string }
   /**
    * The downstream refused (a 4xx: it understood the call and rejected it; `reason` is
@@ -100,6 +107,8 @@ type Claim =
   | { kind: 'claimed'; action: Action; fence: number; originalFence: number | null; approver: string; tenant: string }
   | { kind: 'done' }
   | { kind: 'busy' }
+  /** Containment holds it ({@link containmentHolds}): nothing was written. */
+  | { kind: 'held'; reason: string }
   | { kind: 'refused'; reason: string }
   | { kind: 'failed'; reason: string };
 
@@ -108,9 +117,14 @@ type Claim =
  * operations → approvals): reserves the operation `recon_<itemId>`, consumes the approval only
  * if it still names exactly this action (id, tool, digest, version; unexpired), raises the
  * fencing token of the original operation for a replay (a stale executor's request under that
- * key is then refused downstream), and grants the lease with the write-ahead mark.
+ * key is then refused downstream), and grants the lease with the write-ahead mark. A remediation
+ * that performs an agent tool's effect is first checked against that tool's containment
+ * ({@link containmentHolds}) and, when held, nothing is written (`held`).
  */
 async function claim(trx: Trx, item: WorklistItem, approvalId: string, deps: ExecuteDeps): Promise<Claim> {
+  // First, before any row lock (ADR 0683's order): a switch-off committed before this claim holds it.
+  const held = await containmentHolds(trx, item);
+  if (held) return { kind: 'held', reason: held };
   const ap = await trx.selectFrom('approvals').selectAll().where('id', '=', approvalId).executeTakeFirstOrThrow();
   const wf = await trx
     .selectFrom('workflows')
@@ -150,6 +164,27 @@ async function claim(trx: Trx, item: WorklistItem, approvalId: string, deps: Exe
   const granted = await grantLease(trx, op, { owner, leaseMs: deps.leaseMs ?? 30_000, dispatchNow: true, workflow: { nextStep: null } });
   await recordAudit(trx, { ...audit, type: 'operation.claimed', attempts: op.attempts + 1 });
   return { kind: 'claimed', action, fence: granted.fencingToken, originalFence, approver: ap.approver ?? '', tenant: wf.tenant };
+}
+
+/**
+ * Whether containment holds the remediation of `item` (docs/decisions/0692-containment-holds-a-replayed-refund.md):
+ * for one that performs an agent tool's effect ({@link containedToolOf}: a replay pays as
+ * `issue_refund`), the tool's containment lock is taken `share` — the caller's first statement,
+ * as in the executor's claim (docs/decisions/0683-switch-off-serializes-with-the-claim.md), so a
+ * switch-off waits for a claim under way and one committed before is seen — then the ledger's one
+ * rule, `heldByContainment`, is read for the item's tenant and the requester of the step it
+ * repairs (a cohort stage of a staged re-enable admits them as it admits their own runs).
+ * Returns `tool_disabled:<tool>` when held, else null. Undo remediations are never held.
+ */
+async function containmentHolds(trx: Trx, item: WorklistItem): Promise<string | null> {
+  const tool = containedToolOf(item.remediation);
+  if (!tool) return null;
+  await lockContainment(trx, tool, 'share');
+  const requester = sql`(select w.user_id from workflows w where w.id = ${item.workflow_id}::uuid)`;
+  const { rows } = await sql<{
+    held: boolean;
+  }>`select ${heldByContainment(sql`${tool}::text`, sql`${item.tenant}::text`, requester)} as held`.execute(trx);
+  return rows[0]?.held === true ? `tool_disabled:${tool}` : null;
 }
 
 /**
@@ -396,6 +431,7 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
   }
   const c = await inTransaction(deps.db, (trx) => claim(trx, item, approvalId, deps));
   if (c.kind === 'busy') return { state: 'busy', itemId: item.id };
+  if (c.kind === 'held') return { state: 'retry', itemId: item.id, reason: c.reason };
   if (c.kind === 'refused' || c.kind === 'failed') {
     await inTransaction(deps.db, (trx) => reopen(trx, item, approvalId, c.reason));
     return c.kind === 'failed'
