@@ -12,6 +12,26 @@ export const EFFECT = sql`('succeeded', 'running', 'failed_unknown')`;
 type Operand = Expression<unknown> | RawBuilder<unknown>;
 
 /**
+ * Tools outside the agent's catalog that perform a catalog tool's effect, and that tool: a
+ * reconciliation `replay_refund` pays a refund exactly as `issue_refund` does (the same call, the
+ * same key), so `issue_refund`'s containment holds it and `effect_after_switch_off` judges it as one
+ * of that tool's effects (docs/decisions/0692-containment-holds-a-replayed-refund.md). An undo
+ * (`reverse_refund`, `cancel_shipment`) is absent: containment never holds what undoes an effect.
+ */
+export const CONTAINED_AS: Readonly<Record<string, string>> = { replay_refund: 'issue_refund' };
+
+/** The catalog tool whose containment holds `tool` ({@link CONTAINED_AS}), or null when none does. */
+export function containedAs(tool: string): string | null {
+  return CONTAINED_AS[tool] ?? null;
+}
+
+/** The tool whose switch governs an operation of `tool`, in SQL: its {@link CONTAINED_AS} entry, else itself. */
+function governingTool(tool: Operand): RawBuilder<string> {
+  const cases = Object.entries(CONTAINED_AS).map(([from, to]) => sql`when ${from} then ${to}`);
+  return sql<string>`(case ${tool} ${sql.join(cases, sql` `)} else ${tool} end)`;
+}
+
+/**
  * True when an open `cohort` stage of `tool`'s staged re-enable admits a workflow of `tenant` /
  * `user` (docs/decisions/0310-staged-reenable.md) — the one exception to a switched-off tool.
  * With `at` (a timestamp), only when that stage had started by then.
@@ -92,16 +112,18 @@ export async function endOpenReenableStage(trx: Trx, tool: string): Promise<Reen
 }
 
 /**
- * Containment (docs/product/invariants.md#containment): effects dispatched after their tool was
+ * Containment (docs/product/invariants.md#containment): effects dispatched after their tool — or
+ * the tool whose effect they perform ({@link CONTAINED_AS}: a reconciliation replay) — was
  * switched off (and while it is still off) — the switch is checked at the moment of execution,
  * so there must be none — except the effects of workflows an open cohort stage of the tool's
  * staged re-enable admitted, dispatched after that stage started (docs/decisions/0310-staged-reenable.md).
  * @returns operation keys.
  */
 export async function effectsAfterSwitchOff(db: Db): Promise<Row[]> {
-  const admitted = cohortAdmits(sql.ref('o.tool'), sql.ref('w.tenant'), sql.ref('w.user_id'), sql.ref('o.dispatched_at'));
+  const tool = governingTool(sql.ref('o.tool'));
+  const admitted = cohortAdmits(tool, sql.ref('w.tenant'), sql.ref('w.user_id'), sql.ref('o.dispatched_at'));
   return (
-    await sql<Row>`select o.key as id from operations o join tool_switches s on s.tool = o.tool join workflows w on w.id = o.workflow_id
+    await sql<Row>`select o.key as id from operations o join tool_switches s on s.tool = ${tool} join workflows w on w.id = o.workflow_id
       where s.enabled = false and o.dispatched_at > s.changed_at and o.status in ${EFFECT} and not ${admitted}`.execute(db)
   ).rows;
 }

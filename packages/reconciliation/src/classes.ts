@@ -39,17 +39,6 @@ export function ownerOf(cls: ReconciliationClass, tool: string | null): string {
 }
 
 /**
- * The agent tool whose effect a remediation performs, or null: a `replay` pays a refund the payments
- * ledger lacks exactly as `issue_refund` does (same call, same key), so that tool's containment —
- * its switch and staged re-enable — holds it (docs/decisions/0692-containment-holds-a-replayed-refund.md).
- * A `reverse` or a `cancel_shipment` undoes an effect, which containment exists to allow
- * (docs/product/invariants.md#containment), and `ratify` and `adopt` make no downstream call: null.
- */
-export function containedToolOf(remediation: Remediation | null): string | null {
-  return remediation === 'replay' ? 'issue_refund' : null;
-}
-
-/**
  * Remediations a lead may approve per class (docs/product/reconciliation.md#remediations). `in_flight_ledger_has_it` has none: its
  * repair — resume the workflow with the ledger's evidence — is the only automatic one. Replay and
  * reverse exist for refunds only; cancel for shipments only.

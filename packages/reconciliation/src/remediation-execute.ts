@@ -25,10 +25,11 @@ import {
   DEFAULT_AUDIT_GATE,
   requireAuditHealthy,
   type AuditGate,
+  containedAs,
   heldByContainment,
   lockContainment,
 } from '@gatehouse/ledger';
-import { containedToolOf } from './classes.ts';
+import { REMEDIATION_TOOL } from './classes.ts';
 import { cancelShipment, replayRefund, reverseRefund, type CompensationResult } from './compensations.ts';
 import { approverCeilingCents, findItem, RemediationRefused, type RemediationDeps } from './remediation.ts';
 import { reconciledOutput, settleOperation } from './settle.ts';
@@ -123,7 +124,7 @@ type Claim =
  */
 async function claim(trx: Trx, item: WorklistItem, approvalId: string, deps: ExecuteDeps): Promise<Claim> {
   // First, before any row lock (ADR 0683's order): a switch-off committed before this claim holds it.
-  const held = await containmentHolds(trx, item);
+  const held = await containmentHolds(trx, item, approvalId);
   if (held) return { kind: 'held', reason: held };
   const ap = await trx.selectFrom('approvals').selectAll().where('id', '=', approvalId).executeTakeFirstOrThrow();
   const wf = await trx
@@ -168,22 +169,23 @@ async function claim(trx: Trx, item: WorklistItem, approvalId: string, deps: Exe
 
 /**
  * Whether containment holds the remediation of `item` (docs/decisions/0692-containment-holds-a-replayed-refund.md):
- * for one that performs an agent tool's effect ({@link containedToolOf}: a replay pays as
- * `issue_refund`), the tool's containment lock is taken `share` — the caller's first statement,
- * as in the executor's claim (docs/decisions/0683-switch-off-serializes-with-the-claim.md), so a
- * switch-off waits for a claim under way and one committed before is seen — then the ledger's one
- * rule, `heldByContainment`, is read for the item's tenant and the requester of the step it
- * repairs (a cohort stage of a staged re-enable admits them as it admits their own runs).
- * Returns `tool_disabled:<tool>` when held, else null. Undo remediations are never held.
+ * when its compensation performs a catalog tool's effect (the ledger's `containedAs`: a
+ * `replay_refund` pays as `issue_refund`), that tool's containment lock is taken `share` — the
+ * caller's first statement, as in the executor's claim
+ * (docs/decisions/0683-switch-off-serializes-with-the-claim.md), so a switch-off under way is
+ * waited for and one committed before is seen — then the ledger's one rule, `heldByContainment`,
+ * is read for the remediation's own workflow (approval `approvalId`'s), as the
+ * `effect_after_switch_off` monitor judges its operation. Returns `tool_disabled:<tool>` when held,
+ * else null. An undo is never held.
  */
-async function containmentHolds(trx: Trx, item: WorklistItem): Promise<string | null> {
-  const tool = containedToolOf(item.remediation);
+async function containmentHolds(trx: Trx, item: WorklistItem, approvalId: string): Promise<string | null> {
+  const tool = item.remediation ? containedAs(REMEDIATION_TOOL[item.remediation]) : null;
   if (!tool) return null;
   await lockContainment(trx, tool, 'share');
-  const requester = sql`(select w.user_id from workflows w where w.id = ${item.workflow_id}::uuid)`;
-  const { rows } = await sql<{
-    held: boolean;
-  }>`select ${heldByContainment(sql`${tool}::text`, sql`${item.tenant}::text`, requester)} as held`.execute(trx);
+  const run = (col: 'tenant' | 'user_id') =>
+    sql`(select ${sql.ref(`w.${col}`)} from approvals p join workflows w on w.id = p.workflow_id where p.id = ${approvalId}::uuid)`;
+  const held = heldByContainment(sql`${tool}::text`, run('tenant'), run('user_id'));
+  const { rows } = await sql<{ held: boolean }>`select ${held} as held`.execute(trx);
   return rows[0]?.held === true ? `tool_disabled:${tool}` : null;
 }
 

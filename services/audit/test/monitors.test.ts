@@ -264,6 +264,30 @@ describe('monitors that fire before damage, and for every invariant', () => {
     ]);
   });
 
+  it("Containment: a reconciliation replay dispatched after issue_refund was switched off fires as that tool's effect; a reversal does not (ADR 0692)", async () => {
+    const remedy = {
+      orderId: 'O-1001',
+      amountCents: 3000,
+      userId: 'ops-gus',
+      decision: 'REQUIRE_APPROVAL',
+      ruleId: 'RECON',
+      approved: true,
+    } as const;
+    await t.db
+      .insertInto('tool_switches')
+      .values({ tool: 'issue_refund', enabled: false, changed_by: 'ops-gus', changed_at: new Date(Date.now() - 30_000) })
+      .execute();
+    const reversal = await createAction(t.db, { ...remedy, tool: 'reverse_refund' });
+    const replay = await createAction(t.db, { ...remedy, tool: 'replay_refund' });
+    for (const a of [reversal, replay]) {
+      await effect(a);
+      await sql`update operations set dispatched_at = now() where key = ${a.operationKey}`.execute(t.db);
+    }
+    expect((await evaluateMonitors(t.db, cfg)).find((a) => a.monitor === 'effect_after_switch_off')?.examples).toEqual([
+      replay.operationKey,
+    ]);
+  });
+
   it('Containment: the epoch bumps are read through their partial index, never a scan of the whole chain', async () => {
     // A chain of 5000 events, none a bump (the table only grows; a pass must not read it all).
     await sql`insert into audit_log (seq, outbox_id, event, prev_hash, hash)
