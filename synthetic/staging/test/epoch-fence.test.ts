@@ -261,5 +261,31 @@ for (const epochDatabase of ['same', 'separate'] as const) {
         expect(await currentEpoch(h)).toBe(epoch + 1);
       }
     });
+
+    if (epochDatabase === 'separate')
+      it(`the epoch's connection ends inside the effect: 503 epoch_unavailable, nothing written (the rollback's connection error does not replace the reason), ×${REPEAT}`, async () => {
+        const epochName = new URL(h.epochUrl).pathname.slice(1);
+        for (let i = 0; i < REPEAT; i++) {
+          const epoch = await currentEpoch(h);
+          const call = refundCall();
+          const before = await effects(h);
+          // Barrier inside the effect, as above; meanwhile the epoch transaction holds its lock.
+          const barrier = await client(h.url);
+          await barrier.query('BEGIN');
+          await barrier.query(`INSERT INTO staging.fencing_tokens (target, idempotency_key, highest) VALUES ('payments', $1, 0)`, [
+            call.key,
+          ]);
+          const answer = send(h, call, epoch, call.key!);
+          await untilSomeoneWaits(h, h.url, [barrier.pid]);
+          // A failover, an operator: the session holding the epoch's lock is ended mid-effect.
+          await sql`select pg_terminate_backend(pid) from pg_stat_activity
+            where datname = ${epochName} and state = 'idle in transaction' and query ilike '%credential_epochs%'`.execute(h.db);
+          await barrier.query('COMMIT');
+          await barrier.end();
+          const res = await answer;
+          expect({ status: res.status, reason: res.body?.error?.reason }).toEqual({ status: 503, reason: 'epoch_unavailable' });
+          expect(await effects(h)).toEqual(before);
+        }
+      });
   });
 }

@@ -64,8 +64,10 @@ async function holdEpoch(trx: StagingDb, tokenEpoch: number): Promise<void> {
  * @param claims.epoch the token's epoch claim.
  * @throws DelegationRejected(`revoked_epoch`, 403) when a bump committed since the token was
  *   verified — nothing of `effect` is written.
- * @throws SystemError(`epoch_unavailable`, 503) when the epoch cannot be read or locked: the effect
- *   is rolled back, so this answer always means nothing was written ({@link EPOCH_UNAVAILABLE}).
+ * @throws SystemError(`epoch_unavailable`, 503) when the epoch cannot be read or locked, its
+ *   transaction cannot begin, or its connection ends before the effect commits (the rollback's
+ *   connection error never replaces the reason, {@link transact}): the effect is rolled back, so
+ *   this answer always means nothing was written ({@link EPOCH_UNAVAILABLE}, ADR 0698).
  * @throws whatever `effect` throws (its transaction rolls back).
  */
 export async function withEpochFence<T>(
@@ -76,16 +78,18 @@ export async function withEpochFence<T>(
   const { db } = deps;
   const epochDb = deps.delegation.epochDb;
   if (epochDb === db) {
-    return db.transaction().execute(async (trx) => {
+    return transact(db, async (trx) => {
       await holdEpoch(trx, claims.epoch);
       return effect(trx as unknown as FencedTrx);
     });
   }
+  let began = false;
   let done: { value: T } | undefined;
   try {
-    await epochDb.transaction().execute(async (etrx) => {
+    await transact(epochDb, async (etrx) => {
+      began = true;
       await holdEpoch(etrx, claims.epoch);
-      const value = await db.transaction().execute(async (trx) => {
+      const value = await transact(db, async (trx) => {
         const result = await effect(trx as unknown as FencedTrx);
         await holdEpoch(etrx, claims.epoch); // fence at commit: the lock's session is alive
         return result;
@@ -93,7 +97,32 @@ export async function withEpochFence<T>(
       done = { value };
     });
   } catch (err) {
-    if (!done) throw err;
+    if (done) return done.value; // only the epoch transaction's end failed: the effect committed
+    if (!began) throw new SystemError(EPOCH_UNAVAILABLE, 'cannot read the revocation epoch', { cause: err });
+    throw err;
   }
   return done!.value;
+}
+
+/**
+ * `db.transaction().execute(fn)`, except that when `fn` throws and the rollback then fails too
+ * (its connection ended, e.g. by a failover), `fn`'s error is thrown rather than the rollback's
+ * connection error: the reason stays the one the caller answers with (`epoch_unavailable`, a
+ * refusal), and a failed rollback commits nothing.
+ * @throws `fn`'s error, or the database's when BEGIN or COMMIT fails.
+ */
+async function transact<T>(db: StagingDb, fn: (trx: StagingDb) => Promise<T>): Promise<T> {
+  let thrown: { err: unknown } | undefined;
+  try {
+    return await db.transaction().execute(async (trx) => {
+      try {
+        return await fn(trx);
+      } catch (err) {
+        thrown = { err };
+        throw err;
+      }
+    });
+  } catch (err) {
+    throw thrown ? thrown.err : err;
+  }
 }
