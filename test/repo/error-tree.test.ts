@@ -32,6 +32,7 @@ const STATUS: Record<string, number> = {
   // subclasses
   BodyTooLarge: 503,
   InvalidTokenError: 401,
+  TokenRevokedError: 401,
   DelegationRejected: 403, // 401 when the reason is invalid_token… (asserted below)
   DependencyUnavailable: 503,
   IllegalTransition: 409,

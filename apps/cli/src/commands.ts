@@ -90,6 +90,18 @@ export const COMMANDS: CommandSpec[] = [
   { name: 'switch off', synopsis: '<tool>', summary: 'hold a tool at the moment of execution', options: [], ops: true },
   { name: 'epoch bump', synopsis: '', summary: 'revoke every outstanding delegated credential', options: [], ops: true },
   {
+    name: 'tokens revoke',
+    synopsis: '--user <id> [--jti <id>] --reason <why>',
+    summary: "revoke a user's bearer tokens: every one issued before now, or one by its jti",
+    details: [
+      'Every service refuses a revoked token within GATEHOUSE_AUTH_REVOCATION_CACHE_MS (1 s) and closes its event',
+      'streams; an approval decision is refused at once. Running it again is harmless (docs/decisions/0695).',
+    ],
+    options: ['user', 'jti', 'reason'],
+    json: true,
+    ops: true,
+  },
+  {
     name: 'reenable status',
     synopsis: '[<tool>] [--max-bound 0.05] [--json]',
     summary: "each contained tool's re-enable stage, cohort, since, clean executions n, 95 % bound and what the next stage needs",

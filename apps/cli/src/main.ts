@@ -16,6 +16,7 @@ import { runDemo, printReport } from './demo.ts';
 import {
   authorizeOperator,
   bumpEpoch,
+  revokeUserTokens,
   LEFT_IN_OUTBOX,
   publishFromCli,
   dropKeysUnder,
@@ -129,6 +130,18 @@ async function main(argv: string[]): Promise<number> {
         out(`revocation epoch is now ${await bumpEpoch(db, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY)}`);
         return 0;
       });
+    case 'tokens revoke':
+      checkArgumentCount(spec, positionals, 0);
+      if (!values.user || !values.reason)
+        throw new UsageError('tokens revoke needs --user <id> and --reason <why> (and --jti <id> for one token)');
+      return opsCommand(env, values.token, 'tokens revoke', async (db, op) => {
+        const input = { subject: values.user, reason: values.reason, ...(values.jti === undefined ? {} : { jti: values.jti }) };
+        const r = await revokeUserTokens(db, input, { operator: op.id, service: 'cli' }, env.GATEHOUSE_AUDIT_HMAC_KEY);
+        if (values.json) out(JSON.stringify(r));
+        else if (r.kind === 'jti') out(`token ${r.jti} of ${r.subject} ${r.changed ? 'revoked' : 'was already revoked'}`);
+        else out(`every token of ${r.subject} issued before ${r.notBefore} is revoked${r.changed ? '' : ' (already)'}`);
+        return 0;
+      });
     case 'policy check': {
       if (!arg) throw new UsageError('policy check needs a bundle file or revision');
       const file = arg.endsWith('.json') ? resolvePath(arg) : resolvePath(repoRoot, 'policy', `${arg}.json`);
@@ -238,6 +251,7 @@ async function main(argv: string[]): Promise<number> {
 /** Every flag of every command; {@link checkOptions} then refuses those the command does not take. */
 const OPTIONS = {
   user: { type: 'string' },
+  jti: { type: 'string' },
   token: { type: 'string' },
   ratify: { type: 'boolean' },
   reverse: { type: 'boolean' },

@@ -33,6 +33,11 @@ export const AuditEventType = z.enum([
    */
   'reenable.advanced',
   'epoch.bumped',
+  /**
+   * `gatehouse tokens revoke`: a user's bearer tokens were revoked (outcome
+   * `subject:<hmac>;not_before:<s>|jti:<hmac>;changed:<bool>;reason:<why>`; ADR 0695).
+   */
+  'user_tokens.revoked',
   /** A service refused to boot: its code differs from its release manifest (outcome names the digests). */
   'service.boot_refused',
   'ops.command',

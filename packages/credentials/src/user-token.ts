@@ -1,4 +1,5 @@
-import { SignJWT, jwtVerify, createRemoteJWKSet, errors, type JWTVerifyGetKey } from 'jose';
+import { randomUUID } from 'node:crypto';
+import { SignJWT, jwtVerify, errors } from 'jose';
 import { z } from 'zod';
 import { storableString, Unauthorized, type GatehouseErrorOptions } from '@gatehouse/contracts';
 
@@ -32,17 +33,33 @@ export const DEFAULT_MAX_TOKEN_LIFETIME_S = 86_400;
 /** Lifetime of the user tokens this project mints (CLI `token`, demo, sign-in chooser, tests), seconds. */
 export const DEFAULT_USER_TOKEN_TTL_S = 3600;
 
-/** Thrown when a bearer token is missing, malformed, expired or signed by someone else (Unauthorized, `invalid_token`). */
+/**
+ * Thrown when a bearer token is missing, malformed, expired or signed by someone else
+ * (Unauthorized, reason `invalid_token`; a subclass may name a narrower reason).
+ */
 export class InvalidTokenError extends Unauthorized {
-  constructor(message: string, options?: GatehouseErrorOptions) {
-    super('invalid_token', message, options);
+  constructor(message: string, options?: GatehouseErrorOptions & { reason?: string }) {
+    super(options?.reason ?? 'invalid_token', message, options);
+  }
+}
+
+/**
+ * Thrown when a bearer token verifies but was revoked by an operator (Unauthorized, reason
+ * `token_revoked`): its subject's tokens issued before a not-before, or its `jti`
+ * (docs/decisions/0695-user-tokens-can-be-revoked.md). An {@link InvalidTokenError}, so every
+ * caller that treats an invalid token (sign in again, refuse the command) treats it so too.
+ */
+export class TokenRevokedError extends InvalidTokenError {
+  constructor(message: string) {
+    super(message, { reason: 'token_revoked' });
   }
 }
 
 /**
  * Signs a user bearer token (HS256 with the local secret). For local use and tests only;
  * production verifies tokens from the identity provider's JWKS. Every token carries `iat` and
- * `exp` (a token without `exp` is refused, docs/decisions/0688-every-bearer-token-expires.md).
+ * `exp` (a token without `exp` is refused, docs/decisions/0688-every-bearer-token-expires.md), and
+ * a random `jti`, so one token can be revoked alone (docs/decisions/0695-user-tokens-can-be-revoked.md).
  * @param ttlSeconds lifetime in seconds (default {@link DEFAULT_USER_TOKEN_TTL_S}).
  * @throws RangeError when `ttlSeconds` is not a positive integer.
  */
@@ -53,19 +70,37 @@ export async function signUserToken(claims: UserClaims, secret: string, ttlSecon
     .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
     .setSubject(claims.sub)
     .setIssuer(USER_TOKEN_ISSUER)
+    .setJti(randomUUID())
     .setIssuedAt()
     .setExpirationTime(`${ttlSeconds}s`)
     .sign(new TextEncoder().encode(secret));
 }
 
 /**
- * Verification source: the local HS256 secret, or a JWKS URL (production). `maxLifetimeS`: the
- * longest lifetime accepted, seconds (default {@link DEFAULT_MAX_TOKEN_LIFETIME_S}).
+ * Verification source of {@link verifyUserToken}: the local HS256 secret. `maxLifetimeS`: the
+ * longest lifetime accepted, seconds (default {@link DEFAULT_MAX_TOKEN_LIFETIME_S}). Identity
+ * provider tokens (JWKS, with issuer, audience and algorithms) are verified by the platform's
+ * `verifyBearerToken`, the one JWKS path.
  */
-export type UserTokenVerifier = ({ secret: string } | { jwksUrl: string; issuer?: string }) & { maxLifetimeS?: number };
+export type UserTokenVerifier = { secret: string; maxLifetimeS?: number };
 
-/** Verified claims: {@link UserClaims} plus the token's expiry (`exp`, seconds since the epoch), which every accepted token carries. */
-export type VerifiedUserClaims = UserClaims & { exp: number };
+/**
+ * Verified claims: {@link UserClaims} plus the token's expiry (`exp`, seconds since the epoch),
+ * which every accepted token carries, and its `iat` (seconds since the epoch) and `jti` when it
+ * has them (what revocation judges by, docs/decisions/0695-user-tokens-can-be-revoked.md).
+ */
+export type VerifiedUserClaims = UserClaims & { exp: number; iat?: number; jti?: string };
+
+/**
+ * The `iat` and `jti` of a verified payload, when they are well-formed (a number; a non-empty
+ * string of at most {@link MAX_CLAIM_CHARS}); absent otherwise.
+ */
+export function tokenIdOf(payload: { iat?: unknown; jti?: unknown }): { iat?: number; jti?: string } {
+  const out: { iat?: number; jti?: string } = {};
+  if (typeof payload.iat === 'number' && Number.isFinite(payload.iat)) out.iat = payload.iat;
+  if (typeof payload.jti === 'string' && payload.jti.length > 0 && payload.jti.length <= MAX_CLAIM_CHARS) out.jti = payload.jti;
+  return out;
+}
 
 /**
  * The lifetime rule of every user bearer token, local or JWKS (the one owner of the rule;
@@ -86,8 +121,6 @@ export function checkTokenLifetime(payload: { exp?: unknown; iat?: unknown }, ma
   return exp;
 }
 
-const jwksCache = new Map<string, JWTVerifyGetKey>();
-
 /** Plain words for jose's error codes (shown to API clients). */
 const JOSE_REASONS: Record<string, string> = {
   ERR_JWS_INVALID: 'malformed token',
@@ -99,30 +132,21 @@ const JOSE_REASONS: Record<string, string> = {
 };
 
 /**
- * Verifies a bearer token and returns its claims with its `exp`.
+ * Verifies a local (HS256) bearer token and returns its claims with its `exp`, `iat` and `jti`.
+ * Revocation is not checked here (it needs the ledger): the platform's `verifyBearerToken` does.
  * @throws InvalidTokenError for any signature, expiry, issuer or claim problem, a token without
  * `exp` or one whose lifetime is above the maximum ({@link checkTokenLifetime}).
  */
 export async function verifyUserToken(token: string, verifier: UserTokenVerifier): Promise<VerifiedUserClaims> {
   try {
-    let payload: unknown;
-    if ('secret' in verifier) {
-      ({ payload } = await jwtVerify(token, new TextEncoder().encode(verifier.secret), {
-        algorithms: ['HS256'],
-        issuer: USER_TOKEN_ISSUER,
-      }));
-    } else {
-      let jwks = jwksCache.get(verifier.jwksUrl);
-      if (!jwks) {
-        jwks = createRemoteJWKSet(new URL(verifier.jwksUrl));
-        jwksCache.set(verifier.jwksUrl, jwks);
-      }
-      ({ payload } = await jwtVerify(token, jwks, verifier.issuer ? { issuer: verifier.issuer } : {}));
-    }
-    const exp = checkTokenLifetime(payload as { exp?: unknown; iat?: unknown }, verifier.maxLifetimeS);
+    const { payload } = await jwtVerify(token, new TextEncoder().encode(verifier.secret), {
+      algorithms: ['HS256'],
+      issuer: USER_TOKEN_ISSUER,
+    });
+    const exp = checkTokenLifetime(payload, verifier.maxLifetimeS);
     const parsed = UserClaimsSchema.safeParse(payload);
     if (!parsed.success) throw new InvalidTokenError('token lacks sub or tenant, or a claim is not short, storable text');
-    return { ...parsed.data, exp };
+    return { ...parsed.data, exp, ...tokenIdOf(payload) };
   } catch (err) {
     if (err instanceof InvalidTokenError) throw err;
     if (err instanceof errors.JOSEError) throw new InvalidTokenError(JOSE_REASONS[err.code] ?? 'invalid token');

@@ -22,3 +22,4 @@ export * from './decision-context.ts';
 export * from './containment.ts';
 export * from './out-of-band-request.ts';
 export * from './audit-health.ts';
+export * from './user-token-revocations.ts';

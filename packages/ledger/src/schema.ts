@@ -257,6 +257,24 @@ export interface CredentialEpochsTable {
   changed_at: Timestamp;
 }
 
+/** A subject's not-before: its tokens issued before `not_before` are refused (docs/decisions/0695-user-tokens-can-be-revoked.md). */
+export interface UserTokenNotBeforeTable {
+  subject: string;
+  not_before: Timestamp;
+  revoked_by: string;
+  reason: string;
+  revoked_at: Generated<Timestamp>;
+}
+
+/** One revoked user token, by its `jti` (docs/decisions/0695-user-tokens-can-be-revoked.md). */
+export interface UserTokenRevokedJtisTable {
+  jti: string;
+  subject: string;
+  revoked_by: string;
+  reason: string;
+  revoked_at: Generated<Timestamp>;
+}
+
 export interface OutboxTable {
   id: Generated<string>;
   queue: string;
@@ -491,6 +509,8 @@ export interface DB {
   tool_switches: ToolSwitchesTable;
   tool_reenable_stages: ToolReenableStagesTable;
   credential_epochs: CredentialEpochsTable;
+  user_token_not_before: UserTokenNotBeforeTable;
+  user_token_revoked_jtis: UserTokenRevokedJtisTable;
   outbox: OutboxTable;
   decision_log: DecisionLogTable;
   releases: ReleasesTable;

@@ -13,3 +13,4 @@ export * from './canary.ts';
 export * from './overrides.ts';
 export * from './two-person.ts';
 export * from './reenable.ts';
+export * from './user-tokens.ts';

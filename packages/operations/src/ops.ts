@@ -19,7 +19,7 @@ import {
 } from '@gatehouse/ledger';
 import { allTools, findTool } from '@gatehouse/tools';
 import { InvalidTokenError } from '@gatehouse/credentials';
-import { isDirectoryOperator, verifyBearerToken, type BearerVerifier } from '@gatehouse/platform';
+import { isDirectoryOperator, verifyBearerToken, withRevocations, type BearerVerifier } from '@gatehouse/platform';
 
 /** An ops command asked for something that cannot be meant (a typo): nothing ran. The CLI exits 2 (usage). */
 export class OpsUsageError extends UserError {}
@@ -57,8 +57,9 @@ export interface Operator {
  * HS256 with the local secret, or the JWKS in production) and requires the `operator` role in the
  * directory (world.json), not merely in the token.
  * Every accepted command is audited (`ops.command`) before it runs, and every refusal
- * (`ops.refused`, the caller's id hashed) before it is thrown.
- * @throws OperatorRefused when the token is missing, invalid or not an operator's.
+ * (`ops.refused`, the caller's id hashed) before it is thrown. A revoked token is refused
+ * (`token_revoked`, docs/decisions/0695-user-tokens-can-be-revoked.md).
+ * @throws OperatorRefused when the token is missing, invalid, revoked or not an operator's.
  */
 export async function authorizeOperator(
   db: Db,
@@ -70,7 +71,7 @@ export async function authorizeOperator(
   if (!token) refusal = 'missing_token';
   else {
     try {
-      const claims = await verifyBearerToken(token, opts.verifier);
+      const claims = await verifyBearerToken(token, withRevocations(opts.verifier, db));
       caller = claims.sub;
       if (isDirectoryOperator(claims)) {
         await inTransaction(db, (trx) =>
@@ -86,7 +87,7 @@ export async function authorizeOperator(
       }
       refusal = 'not_an_operator';
     } catch (err) {
-      refusal = err instanceof InvalidTokenError ? 'invalid_token' : 'token_unverifiable';
+      refusal = err instanceof InvalidTokenError ? err.reason : 'token_unverifiable'; // `invalid_token` or `token_revoked`
     }
   }
   await inTransaction(db, (trx) =>

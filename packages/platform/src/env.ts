@@ -46,6 +46,12 @@ export const baseEnvShape = {
    * `invalid_token`, as is a token without `exp` (docs/decisions/0688-every-bearer-token-expires.md).
    */
   GATEHOUSE_AUTH_MAX_TOKEN_LIFETIME_S: z.coerce.number().int().positive().default(86_400),
+  /**
+   * How long a service may answer from its cache of user token revocations, ms (default 1000, at
+   * most 10 000; 0 reads the ledger on every request): the bound on how late a revocation is seen
+   * (docs/decisions/0695-user-tokens-can-be-revoked.md).
+   */
+  GATEHOUSE_AUTH_REVOCATION_CACHE_MS: z.coerce.number().int().min(0).max(10_000).default(1000),
   /** Key for the HMAC that hashes actor ids in audit events. */
   GATEHOUSE_AUDIT_HMAC_KEY: z.string().min(16).default('local-audit-hmac-key-change-me'),
   STAGING_URL: z.string().url().default('http://127.0.0.1:7104'),

@@ -22,3 +22,4 @@ export * from './webhook-secrets.ts';
 export * from './rate-limit.ts';
 export * from './directory.ts';
 export * from './query-params.ts';
+export * from './token-revocations.ts';

@@ -1,7 +1,7 @@
 import type { Server } from 'node:http';
 import express from 'express';
 import { afterAll, beforeAll, describe, expect, it, vi, type MockInstance } from 'vitest';
-import { closeServer, createLogger, finishApp, listen } from '@gatehouse/platform';
+import { closeServer, createLogger, finishApp, listen, revocationCacheOf } from '@gatehouse/platform';
 import { createAction } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { WorkflowEventHub } from '../src/domain/event-hub.ts';
@@ -34,7 +34,17 @@ beforeAll(async () => {
   });
   const hub = new WorkflowEventHub(t.url, log); // not started: streams fall back to the ledger poll
   subscribed = vi.spyOn(hub, 'subscribe');
-  app.use(eventsRouter({ db: t.db, log, hub, pollMs: 1000, heartbeatMs: 15_000, limits: { perUser: 2, perTenant: 3 } }));
+  app.use(
+    eventsRouter({
+      db: t.db,
+      log,
+      hub,
+      pollMs: 1000,
+      heartbeatMs: 15_000,
+      limits: { perUser: 2, perTenant: 3 },
+      revocations: revocationCacheOf(t.db, 1000),
+    }),
+  );
   const listening = await listen(finishApp(app, log), 0, '127.0.0.1');
   server = listening.server;
   base = `http://127.0.0.1:${listening.port}`;

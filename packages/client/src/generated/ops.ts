@@ -52,6 +52,23 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/api/token-revocations': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** revoke a user's bearer tokens: all issued before now, or one by its jti (idempotent, audited) */
+    post: operations['revokeUserTokens'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/healthz': {
     parameters: {
       query?: never;
@@ -295,6 +312,11 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
   schemas: {
+    TokenRevocationRequest: {
+      subject: string;
+      jti?: string;
+      reason: string;
+    };
     WebhookEndpoints: {
       webhooks: {
         endpointId: string;
@@ -331,6 +353,14 @@ export interface components {
         createdAt: string;
         finishedAt: string | null;
       }[];
+    };
+    TokenRevocationResult: {
+      /** @enum {string} */
+      kind: 'subject' | 'jti';
+      subject: string;
+      notBefore: string | null;
+      jti: string | null;
+      changed: boolean;
     };
     OpsOverview: {
       stateFilter:
@@ -728,6 +758,84 @@ export interface operations {
       };
       /** @description not_an_operator (audited), or a change sent with the dashboard cookie instead of a bearer token */
       403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
+      503: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+    };
+  };
+  revokeUserTokens: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['TokenRevocationRequest'];
+      };
+    };
+    responses: {
+      /** @description revoked (changed: false when it was already) */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['TokenRevocationResult'];
+        };
+      };
+      /** @description invalid_revocation or unknown_user: nothing was revoked; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description missing or invalid token */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description not_an_operator (audited), or a change sent with the dashboard cookie instead of a bearer token */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description body_too_large: the body is larger than 1 MiB */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
+      /** @description unsupported_charset or unsupported_encoding: send utf-8 JSON, identity or gzip, deflate or br encoded */
+      415: {
         headers: {
           [name: string]: unknown;
         };

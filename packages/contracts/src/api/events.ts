@@ -73,9 +73,11 @@ export const STREAM_CLOSED_EVENT_NAME = 'stream.closed';
 /**
  * Data of a `stream.closed` event: why the server ended the stream. `token_expired`: the bearer
  * token the stream was opened with reached its `exp` (docs/decisions/0688-every-bearer-token-expires.md);
- * reconnect with a fresh token and `Last-Event-ID`.
+ * reconnect with a fresh token and `Last-Event-ID`. `token_revoked`: an operator revoked that token
+ * (its subject's tokens issued before a time, or its `jti`; docs/decisions/0695-user-tokens-can-be-revoked.md);
+ * a new token is needed, and a reconnect with the revoked one is 401 `token_revoked`.
  */
-export const StreamClosedSchema = z.strictObject({ reason: z.enum(['token_expired']) }).meta({ id: 'StreamClosed' });
+export const StreamClosedSchema = z.strictObject({ reason: z.enum(['token_expired', 'token_revoked']) }).meta({ id: 'StreamClosed' });
 export type StreamClosed = z.infer<typeof StreamClosedSchema>;
 
 /**

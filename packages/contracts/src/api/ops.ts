@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { createDocument, type ZodOpenApiObject } from 'zod-openapi';
 import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse, queryLimit, withSharedErrors } from './common.ts';
 import { WorkflowStateSchema } from './intake.ts';
+import { personText, storableString } from '../text.ts';
 import {
   WebhookDeliveryQuerySchema,
   WebhookDeliveryViewSchema,
@@ -133,6 +134,36 @@ export const UnknownOperationsSchema = z.object({ operations: z.array(UnknownOpe
 /** `GET /api/queues`. */
 export const OpsQueuesSchema = z.object({ queues: z.array(OpsQueueSchema) }).meta({ id: 'OpsQueues' });
 
+/**
+ * `POST /api/token-revocations` (and `gatehouse tokens revoke`): revoke a user's bearer tokens
+ * (docs/decisions/0695-user-tokens-can-be-revoked.md). `subject`: the user (`sub`) whose tokens
+ * die, a user of the directory; `jti`, when given: only that one token of theirs; `reason`: why
+ * (kept in the ledger and the audit event).
+ */
+export const TokenRevocationRequestSchema = z
+  .strictObject({
+    subject: storableString().min(1).max(256),
+    jti: storableString().min(1).max(256).optional(),
+    reason: personText(500),
+  })
+  .meta({ id: 'TokenRevocationRequest' });
+export type TokenRevocationRequest = z.infer<typeof TokenRevocationRequestSchema>;
+
+/**
+ * The answer of a revocation: `kind` `subject` with `notBefore` (ISO time; the subject's tokens
+ * issued before it are refused) or `jti`; `changed` false when it was revoked already (a repeat).
+ */
+export const TokenRevocationResultSchema = z
+  .object({
+    kind: z.enum(['subject', 'jti']),
+    subject: z.string(),
+    notBefore: z.string().nullable(),
+    jti: z.string().nullable(),
+    changed: z.boolean(),
+  })
+  .meta({ id: 'TokenRevocationResult' });
+export type TokenRevocationResult = z.infer<typeof TokenRevocationResultSchema>;
+
 /** One read-only JSON route of the dashboard: 200 `schema`, 400 on a bad query, 401/403 for anyone but an operator. */
 const opsGet = (operationId: string, summary: string, schema: z.ZodType, query = true) => ({
   get: {
@@ -196,8 +227,25 @@ const webhookPaths: ZodOpenApiObject['paths'] = {
   },
 };
 
+/** Revocation of user tokens (docs/decisions/0695-user-tokens-can-be-revoked.md): an operator's bearer token, audited. */
+const revocationPaths: ZodOpenApiObject['paths'] = {
+  '/api/token-revocations': {
+    post: {
+      operationId: 'revokeUserTokens',
+      summary: "revoke a user's bearer tokens: all issued before now, or one by its jti (idempotent, audited)",
+      requestBody: { required: true, content: { 'application/json': { schema: TokenRevocationRequestSchema } } },
+      responses: {
+        '200': jsonResponse('revoked (changed: false when it was already)', TokenRevocationResultSchema),
+        '400': errorResponse('invalid_revocation or unknown_user: nothing was revoked'),
+        ...refused,
+      },
+    },
+  },
+};
+
 const opsPaths: ZodOpenApiObject['paths'] = {
   ...webhookPaths,
+  ...revocationPaths,
   ...commonPaths,
   '/api/overview': opsGet('getOverview', 'everything the /ops page shows', OpsOverviewSchema),
   '/api/workflows': opsGet('listWorkflows', 'workflow counts per state and the most recently updated', WorkflowOverviewSchema),
@@ -224,7 +272,8 @@ export function opsOpenApi(): OpenApiDocument {
     info: {
       title: 'Gatehouse ops API',
       version: '1',
-      description: 'Read-only JSON twins of the ops dashboard, for operators (docs/decisions/0060-ops-dashboard.md).',
+      description:
+        'JSON twins of the ops dashboard, for operators (docs/decisions/0060-ops-dashboard.md), webhook endpoints and the revocation of user tokens.',
     },
     ...bearerSecurity,
     // The shared middleware's answers (503, 413/415 for a body, 400 bad_path for an {id}), as the other APIs list them.

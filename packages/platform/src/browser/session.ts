@@ -3,7 +3,7 @@ import express, { type Request, type RequestHandler, type Response } from 'expre
 import { parseCookie, stringifySetCookie } from 'cookie';
 import { z } from 'zod';
 import { loadWorld } from '@gatehouse/contracts';
-import { InvalidTokenError, signUserToken, type UserClaims } from '@gatehouse/credentials';
+import { InvalidTokenError, signUserToken, type VerifiedUserClaims } from '@gatehouse/credentials';
 import { claimedSubject, sendRateRefusal, type AbuseLimiter } from '../rate-limit.ts';
 import { verifyBearerToken, type BearerVerifier } from '../user-token.ts';
 import type { ChooserUser } from './page.ts';
@@ -17,7 +17,7 @@ export interface BrowserSessionConfig {
   cookie: string;
   /** Path the cookie is sent for (`/inbox`, `/`). */
   path: string;
-  /** Verifies the bearer token the cookie holds (HS256 locally, the JWKS in production). */
+  /** Verifies the bearer token the cookie holds (HS256 locally, the JWKS in production); give it the revocation check ({@link withRevocations}). */
   verifier: BearerVerifier;
   /** Key of the CSRF tokens (an HMAC of the session token): the service's audit HMAC key. */
   csrfKey: string;
@@ -35,11 +35,11 @@ export interface BrowserSessionConfig {
 /** A signed-in browser: the bearer token of its cookie and the verified claims. */
 export interface BrowserSessionState {
   token: string;
-  user: UserClaims;
+  user: VerifiedUserClaims;
 }
 
 /** The outcome of a sign-in form: signed in (the caller sets the cookie when it admits the user), refused (render the form again, 401), or already answered (429). */
-export type SignInOutcome = { kind: 'signed_in'; token: string; user: UserClaims } | { kind: 'refused' } | { kind: 'answered' };
+export type SignInOutcome = { kind: 'signed_in'; token: string; user: VerifiedUserClaims } | { kind: 'refused' } | { kind: 'answered' };
 
 /** One surface's browser sessions; see {@link browserSession}. */
 export interface BrowserSession {

@@ -14,6 +14,7 @@ import {
   type BearerVerifier,
   type Logger,
   type ReadyCheck,
+  withRevocations,
 } from '@gatehouse/platform';
 import { ticketsRouter, type IntakeConfig } from './tickets.router.ts';
 import { workflowsRouter } from './workflows.router.ts';
@@ -28,7 +29,7 @@ export interface IntakeAppOptions extends IntakeConfig {
   /** Per-user and per-tenant limits of `POST /v1/tickets` and `POST /v1/workflows/:id/messages` (the process always passes one). */
   limiter?: AbuseLimiter;
   /** Event streams (`GET /v1/workflows/:id/events`); absent: the route is not served. */
-  events?: Omit<EventStreamConfig, 'db' | 'log'>;
+  events?: Omit<EventStreamConfig, 'db' | 'log' | 'revocations'>;
   /** How long a request (a stream: until it opens) may go unanswered before 503, ms (default {@link RESPONSE_DEADLINE_MS}). */
   responseDeadlineMs?: number;
 }
@@ -40,7 +41,9 @@ export interface IntakeAppOptions extends IntakeConfig {
  * listens (`listen`, supertest) and owns `db` and `relay`.
  */
 export function createIntakeApp(opts: IntakeAppOptions): Express {
-  const { verifier, log, readyChecks, limiter, events, responseDeadlineMs, ...intake } = opts;
+  const { log, readyChecks, limiter, events, responseDeadlineMs, ...intake } = opts;
+  // A revoked token is refused on every route, and ends the open streams (ADR 0695).
+  const verifier = withRevocations(opts.verifier, intake.db);
   const app = createHttpApp('agent-loop', readyChecks);
   const openApi = intakeOpenApi();
   app.get('/openapi.json', (_req, res) => {
@@ -62,7 +65,7 @@ export function createIntakeApp(opts: IntakeAppOptions): Express {
     app.post(['/v1/tickets', '/v1/workflows/:id/messages'], rateLimit(limiter, subject));
   }
   app.use(ticketsRouter(intake));
-  if (events) app.use(eventsRouter({ db: intake.db, log, ...events }));
+  if (events) app.use(eventsRouter({ ...events, db: intake.db, log, revocations: verifier.revocations! }));
   app.use(workflowsRouter({ db: intake.db, relay: intake.relay }));
   return finishApp(app, log);
 }

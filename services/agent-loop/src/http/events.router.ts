@@ -1,7 +1,8 @@
 import { Router, type Response } from 'express';
 import { LastEventIdSchema, STREAM_CLOSED_EVENT_NAME, WORKFLOW_EVENT_NAME, type StreamClosed } from '@gatehouse/contracts';
 import { isTerminal, readWorkflowEvents, type Db } from '@gatehouse/ledger';
-import { sendTooManyRequests, UserError, type AuthedRequest, type Logger } from '@gatehouse/platform';
+import { TokenRevokedError, type VerifiedUserClaims } from '@gatehouse/credentials';
+import { sendTooManyRequests, UserError, type AuthedRequest, type Logger, type TokenRevocationCheck } from '@gatehouse/platform';
 import type { WorkflowEventHub } from '../domain/event-hub.ts';
 import { ownWorkflow } from './workflows.router.ts';
 import { DEFAULT_STREAM_LIMITS, StreamSlots, type StreamLimits } from './stream-slots.ts';
@@ -17,6 +18,8 @@ export interface EventStreamConfig {
   heartbeatMs: number;
   /** Open streams this process admits per user and per tenant (default {@link DEFAULT_STREAM_LIMITS}). */
   limits?: StreamLimits;
+  /** The app's revocation check: every `pollMs` an open stream asks it whether its token was revoked since (ADR 0695). */
+  revocations: TokenRevocationCheck;
 }
 
 /** Seconds a client refused for too many streams is told to wait (`Retry-After`). */
@@ -58,6 +61,29 @@ function atExpiry(expS: number | undefined, fn: () => void): () => void {
 }
 
 /**
+ * Asks `revocations` every `everyMs` whether `user`'s token was revoked, and calls `onRevoked` once
+ * when it was (docs/decisions/0695-user-tokens-can-be-revoked.md). A check that cannot read the
+ * revocations (the ledger is down) leaves the stream open — it only reads, and its reads fail as
+ * well — and the next tick asks again.
+ * @returns a function cancelling it.
+ */
+function whileNotRevoked(
+  revocations: TokenRevocationCheck,
+  user: VerifiedUserClaims,
+  everyMs: number,
+  log: Logger,
+  onRevoked: () => void,
+): () => void {
+  const timer = setInterval(() => {
+    revocations.assertNotRevoked(user).catch((err: unknown) => {
+      if (err instanceof TokenRevokedError) onRevoked();
+      else log.warn({ err: (err as Error).message }, 'event stream revocation check failed');
+    });
+  }, everyMs);
+  return () => clearInterval(timer);
+}
+
+/**
  * `GET /v1/workflows/:id/events`: the workflow's events as Server-Sent Events
  * (docs/product/public-contract.md#pushed-updates, docs/decisions/0250-pushed-workflow-events.md).
  * Same tenant scope as the read (another tenant's workflow is 404). Each event is
@@ -69,7 +95,9 @@ function atExpiry(expS: number | undefined, fn: () => void): () => void {
  * Past the open-stream limits of this process (`cfg.limits`), 429 `too_many_streams_user` or
  * `too_many_streams_tenant` with `Retry-After`; the slot is freed when the stream closes.
  * A stream lives no longer than its bearer token: at the token's `exp` it ends with a
- * `stream.closed` event `{"reason":"token_expired"}` (docs/decisions/0688-every-bearer-token-expires.md).
+ * `stream.closed` event `{"reason":"token_expired"}` (docs/decisions/0688-every-bearer-token-expires.md),
+ * and within `pollMs` plus the revocation cache's bound after an operator revoked it, with
+ * `{"reason":"token_revoked"}` (docs/decisions/0695-user-tokens-can-be-revoked.md).
  * Until the stream opens the request is bounded by the app's response deadline (503); a request
  * answered so meanwhile opens no stream.
  */
@@ -110,12 +138,14 @@ export function eventsRouter(cfg: EventStreamConfig): Router {
     const poll = setInterval(() => stream.pump(), cfg.pollMs);
     const beat = setInterval(() => res.write(': heartbeat\n\n'), cfg.heartbeatMs);
     const cancelExpiry = atExpiry(user.exp, () => stream.close({ reason: 'token_expired' }));
+    const cancelRevocation = whileNotRevoked(cfg.revocations, user, cfg.pollMs, cfg.log, () => stream.close({ reason: 'token_revoked' }));
     const stop = (): void => {
       slot.release();
       unsubscribe();
       clearInterval(poll);
       clearInterval(beat);
       cancelExpiry();
+      cancelRevocation();
     };
     res.on('close', stop);
     stream.onEnd = () => {

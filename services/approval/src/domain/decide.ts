@@ -3,6 +3,7 @@ import {
   actorHash,
   creditWait,
   enqueueInTransaction,
+  fenceSubjectTokens,
   inTransaction,
   recordAudit,
   transitionAction,
@@ -11,7 +12,8 @@ import {
   type Trx,
   type WorkflowState,
 } from '@gatehouse/ledger';
-import { ConflictError, Forbidden, Gone, NotFound } from '@gatehouse/platform';
+import { ConflictError, Forbidden, Gone, NotFound, tokenRevokedError } from '@gatehouse/platform';
+import { TokenRevokedError } from '@gatehouse/credentials';
 import { toSafeOutput } from '@gatehouse/tools';
 import { assertAuthority, lateRefusal, runEndedRefusal } from './authority.ts';
 import { endRefusedOverride } from './release-override.ts';
@@ -24,8 +26,22 @@ export interface DecisionOutcome {
 }
 
 /**
+ * The approver of a decision: the verified token's subject and tenant, and its `iat` and `jti`
+ * when it has them (seconds since the epoch; what a revocation judges by, ADR 0695).
+ */
+export interface Decider {
+  sub: string;
+  tenant: string;
+  iat?: number;
+  jti?: string;
+}
+
+/**
  * Decides one approval (docs/product/public-contract.md#approvals).
- * Order of checks: existence in the caller's tenant (404; an `approvalId` that is no uuid names
+ * First, in the decision's transaction, the approver's token must not be revoked (401
+ * `token_revoked`; {@link fenceSubjectTokens}: a revocation committed before this decision's lock
+ * refuses it, and a revocation started later waits until this decision committed —
+ * docs/decisions/0695-user-tokens-can-be-revoked.md). Then: existence in the caller's tenant (404; an `approvalId` that is no uuid names
  * nothing and is never sent to the database), authority (403), its run ended (410
  * `workflow_<state>`, before any 409), binding to the
  * current action version and digest (409 `stale_version`: the body names another version, or the
@@ -34,11 +50,11 @@ export interface DecisionOutcome {
  * one conditional UPDATE `pending → approved|denied`, so two concurrent deciders record exactly
  * one decision. Approve enqueues the execution; deny answers the call `{executed: false,
  * reason: "rejected"}`.
- * @throws NotFound(404) | Forbidden(403) | Gone(410) | ConflictError(409)
+ * @throws TokenRevokedError(401) | NotFound(404) | Forbidden(403) | Gone(410) | ConflictError(409)
  */
 export async function decideApproval(
   db: Db,
-  caller: { sub: string; tenant: string },
+  caller: Decider,
   approvalId: string,
   body: DecisionRequest,
   auditHmacKey: string,
@@ -47,7 +63,7 @@ export async function decideApproval(
   try {
     return await decideInTransaction(db, caller, approvalId, body, auditHmacKey);
   } catch (err) {
-    if (err instanceof Forbidden || err instanceof ConflictError || err instanceof Gone)
+    if (err instanceof Forbidden || err instanceof ConflictError || err instanceof Gone || err instanceof TokenRevokedError)
       await auditRefusedDecision(db, caller, approvalId, auditHmacKey, err.reason);
     throw err;
   }
@@ -171,12 +187,15 @@ async function refusalOf(
 /** The decision itself, in one transaction (see {@link decideApproval}). */
 async function decideInTransaction(
   db: Db,
-  caller: { sub: string; tenant: string },
+  caller: Decider,
   approvalId: string,
   body: DecisionRequest,
   auditHmacKey: string,
 ): Promise<DecisionOutcome> {
   return inTransaction(db, async (trx) => {
+    // First (lock order: the subject's token lock, then the action and approval rows; ADR 0695).
+    const revoked = await fenceSubjectTokens(trx, caller);
+    if (revoked) throw tokenRevokedError(revoked);
     const approval = await trx
       .selectFrom('approvals')
       .selectAll()

@@ -10,6 +10,7 @@ import {
   setPageHeaders,
   type Logger,
   type ReadyCheck,
+  withRevocations,
 } from '@gatehouse/platform';
 import { approvalsRouter } from './approvals.router.ts';
 import { inboxRouter, type InboxConfig } from './inbox.router.ts';
@@ -31,7 +32,9 @@ export interface ApprovalAppOptions extends InboxConfig {
  * supertest) and owns `db` and `relay`.
  */
 export function createApprovalApp(opts: ApprovalAppOptions): Express {
-  const { log, readyChecks, responseDeadlineMs, ...inbox } = opts;
+  const { log, readyChecks, responseDeadlineMs, ...options } = opts;
+  // The inbox and the API refuse a revoked token (ADR 0695); a decision checks again in its transaction.
+  const inbox = { ...options, verifier: withRevocations(options.verifier, options.db) };
   const app = createHttpApp('approval', readyChecks);
   const openApi = approvalOpenApi();
   app.get('/openapi.json', (_req, res) => {

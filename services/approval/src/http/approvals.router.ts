@@ -1,13 +1,13 @@
 import { Router, type Request } from 'express';
 import { ApprovalListQuerySchema, DecisionRequestSchema, isUuid, MAX_APPROVAL_PAGE, type DecisionResult } from '@gatehouse/contracts';
-import type { UserClaims } from '@gatehouse/credentials';
+import type { VerifiedUserClaims } from '@gatehouse/credentials';
 import type { Db } from '@gatehouse/ledger';
 import { NotFound, type OutboxRelay, parseBody, UserError } from '@gatehouse/platform';
 import { withSpan } from '@gatehouse/telemetry';
 import { decideApproval } from '../domain/decide.ts';
 import { decodeCursor, listApprovalPage, selectApprovals, toView } from '../domain/approval-view.ts';
 
-const caller = (req: Request): UserClaims => (req as unknown as { user: UserClaims }).user;
+const caller = (req: Request): VerifiedUserClaims => (req as unknown as { user: VerifiedUserClaims }).user;
 /** Largest page of `GET /v1/approvals` (docs/decisions/0182-approval-pagination.md). */
 export const MAX_PAGE = MAX_APPROVAL_PAGE;
 

@@ -12,6 +12,7 @@ import {
   type WebhookSecretKey,
 } from '@gatehouse/platform';
 import { operatorAuth, type OperatorAuthConfig } from './operator-auth.ts';
+import { tokenRevocationsRouter } from './token-revocations.router.ts';
 import { opsRouter } from './ops.router.ts';
 import { DEFAULT_MAX_WEBHOOKS_PER_TENANT, webhooksRouter } from './webhooks.router.ts';
 import type { QueueBoard } from './queue-board.ts';
@@ -78,5 +79,6 @@ export function createOpsApp(opts: OpsAppOptions): Express {
       secretKey: webhookSecretKey,
     }),
   );
+  app.use(tokenRevocationsRouter({ db: auth.db, auditHmacKey: auth.auditHmacKey }));
   return finishApp(app, auth.log);
 }

@@ -9,6 +9,7 @@ import {
   setPageHeaders,
   Unauthorized,
   verifyBearerToken,
+  withRevocations,
   type AbuseLimiter,
   type BearerVerifier,
   type Logger,
@@ -58,10 +59,12 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
   requireOperator: (req: Request, res: Response, next: NextFunction) => Promise<void>;
 } {
   const router = Router();
+  // A revoked operator token is refused by the dashboard, its API and its sessions (ADR 0695).
+  const verifier = withRevocations(cfg.verifier, cfg.db);
   const session = browserSession({
     cookie: OPS_COOKIE,
     path: '/',
-    verifier: cfg.verifier,
+    verifier,
     csrfKey: cfg.auditHmacKey,
     localSecret: cfg.localSecret,
     secureCookie: cfg.secureCookie,
@@ -91,22 +94,24 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
     const token = tokenOf(req);
     let user: UserClaims | null = null;
     let reason = token ? 'invalid_token' : 'missing_token';
+    let message = 'an operator bearer token is required';
     if (token) {
       try {
-        user = await verifyBearerToken(token, cfg.verifier);
+        user = await verifyBearerToken(token, verifier);
       } catch (err) {
         if (!(err instanceof InvalidTokenError)) return next(err);
+        if (err.reason === 'token_revoked') ({ reason, message } = err); // 401 naming the revocation (ADR 0695)
       }
     }
     if (!user) {
       if (wantsJson(req)) {
-        next(new Unauthorized(reason, 'an operator bearer token is required'));
+        next(new Unauthorized(reason, message));
       } else {
         securePage(res);
         res
           .status(401)
           .type('html')
-          .send(signInPage(users(), reason === 'invalid_token' ? 'Your session is no longer valid; sign in again.' : undefined));
+          .send(signInPage(users(), reason !== 'missing_token' ? 'Your session is no longer valid; sign in again.' : undefined));
       }
       return;
     }
