@@ -62,9 +62,11 @@ const bodyOf = (path: string): unknown =>
     ? { ticketId: `T-DOC-${randomUUID().slice(0, 8)}`, text: 'status of order O-1001?' }
     : path === '/api/webhooks'
       ? { tenant: 'quillfeather', url: 'http://127.0.0.1:9/hook' }
-      : path.endsWith('/decision')
-        ? { decision: 'approve', actionVersion: 1, actionDigest: 'a'.repeat(64) }
-        : { text: 'any update?' };
+      : path === '/api/token-revocations'
+        ? { subject: 'rep-ana', reason: 'a body the route takes' }
+        : path.endsWith('/decision')
+          ? { decision: 'approve', actionVersion: 1, actionDigest: 'a'.repeat(64) }
+          : { text: 'any update?' };
 
 let f: FuzzApps;
 let deadLedger: Db;
@@ -81,7 +83,11 @@ beforeAll(async () => {
   deadLedger = createDb(url, 2);
   const log = createLogger('openapi-error-statuses', { write: () => true } as never);
   const relay = { publish: async () => undefined } as unknown as OutboxRelay;
-  const common = { db: deadLedger, relay, auditHmacKey: 'openapi-error-statuses-audit-key-0123', verifier: { secret: SECRET }, log };
+  // Revocation is not what these answers are about: its check would read the dead ledger first and
+  // answer 503 before any route (fail closed, ADR 0695; test/credentials/user-token-revocation.test.ts).
+  // A check that reads nothing keeps each operation's own answer observable.
+  const verifier = { secret: SECRET, revocations: { assertNotRevoked: async () => undefined } };
+  const common = { db: deadLedger, relay, auditHmacKey: 'openapi-error-statuses-audit-key-0123', verifier, log };
   const apps = {
     'agent-loop': createIntakeApp({
       ...common,

@@ -1,8 +1,12 @@
 import { TokenRevokedError, type VerifiedUserClaims } from '@gatehouse/credentials';
-import { loadUserTokenRevocations, revokedBecause, type Db, type RevokedBecause } from '@gatehouse/ledger';
+import { DependencyUnavailable, loadUserTokenRevocations, revokedBecause, type Db, type RevokedBecause } from '@gatehouse/ledger';
+import { within } from './timeout.ts';
 
 /** Default of `GATEHOUSE_AUTH_REVOCATION_CACHE_MS`: a revocation is seen by every service within this many ms. */
 export const DEFAULT_REVOCATION_CACHE_MS = 1000;
+
+/** Longest wait for one load of the revocations, ms: a ledger that hangs fails the check (503) instead of holding it, and the next check loads again. */
+export const REVOCATION_LOAD_TIMEOUT_MS = 2000;
 
 /** The revocation check of a verifier: throws when a verified token was revoked. */
 export interface TokenRevocationCheck {
@@ -75,7 +79,10 @@ export class TokenRevocationCache implements TokenRevocationCheck {
   private async load(): Promise<Snapshot> {
     // Stamped before the read: the snapshot holds every revocation committed by then.
     const loadedAtMs = this.nowMs();
-    const r = await loadUserTokenRevocations(this.db);
+    const r = await within(loadUserTokenRevocations(this.db), REVOCATION_LOAD_TIMEOUT_MS).catch((err: unknown) => {
+      if (err instanceof DependencyUnavailable) throw err;
+      throw new DependencyUnavailable('postgres', `user token revocations cannot be read: ${(err as Error).message}`, { cause: err });
+    });
     this.snapshot = { ...r, loadedAtMs };
     return this.snapshot;
   }

@@ -37,7 +37,9 @@ beforeAll(async () => {
     db,
     log: createLogger('ops-hung-ledger-test'),
     board: createQueueBoard({ db, redis, queues }),
-    verifier: { secret: SECRET },
+    // Revocation is not under test here: its check would read the hung ledger before any route
+    // (fail closed, ADR 0695); one that reads nothing keeps the routes' own answers observable.
+    verifier: { secret: SECRET, revocations: { assertNotRevoked: async () => undefined } },
     auditHmacKey: 'k',
     localSecret: SECRET,
     secureCookie: false,
