@@ -205,6 +205,9 @@ describe('a jti revocation refuses only that token', () => {
     const refused = await decide(approval, leaked, a);
     expect([refused.status, refused.body.error?.reason]).toEqual([401, 'token_revoked']);
     expect(await downstreamOf(a)).toMatchObject({ approval: { status: 'pending' }, executionJobs: 0 });
+    const list = await request(approval).get('/v1/approvals').set('authorization', `Bearer ${leaked}`);
+    expect([list.status, list.body.error?.reason]).toEqual([401, 'token_revoked']);
+    expect((await request(approval).get('/v1/approvals').set('authorization', `Bearer ${other}`)).status).toBe(200);
     expect((await decide(approval, other, a)).status).toBe(200);
   });
 });
