@@ -170,6 +170,12 @@ describe('approval API: a revoked approver cannot approve', () => {
         action: 'pending_approval',
         executionJobs: 0,
       });
+      // Refused by the decision itself: audited as a refused decision.
+      const refusal = await sql<{ n: number }>`select count(*)::int as n from audit_outbox
+        where event->>'type' = 'approval.refused' and event->>'approvalId' = ${a.approvalId!} and event->>'outcome' = 'token_revoked'`.execute(
+        t.db,
+      );
+      expect(refusal.rows[0]!.n).toBe(1);
     }
   });
 

@@ -33,8 +33,8 @@ export type BearerVerifier = ({ secret: string } | { jwksUrl: string; issuer: st
  * one already is returned as it is. Every app and command that takes user tokens over a ledger
  * builds its verifier through this, so a revoked token is refused by each of them.
  */
-export function withRevocations(verifier: BearerVerifier, db: Db): BearerVerifier {
-  if (verifier.revocations) return verifier;
+export function withRevocations(verifier: BearerVerifier, db: Db): BearerVerifier & { revocations: TokenRevocationCheck } {
+  if (verifier.revocations) return { ...verifier, revocations: verifier.revocations };
   return { ...verifier, revocations: revocationCacheOf(db, verifier.revocationCacheMs ?? DEFAULT_REVOCATION_CACHE_MS) };
 }
 

@@ -65,7 +65,7 @@ export function createIntakeApp(opts: IntakeAppOptions): Express {
     app.post(['/v1/tickets', '/v1/workflows/:id/messages'], rateLimit(limiter, subject));
   }
   app.use(ticketsRouter(intake));
-  if (events) app.use(eventsRouter({ ...events, db: intake.db, log, revocations: verifier.revocations! }));
+  if (events) app.use(eventsRouter({ ...events, db: intake.db, log, revocations: verifier.revocations }));
   app.use(workflowsRouter({ db: intake.db, relay: intake.relay }));
   return finishApp(app, log);
 }
