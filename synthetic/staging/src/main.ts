@@ -1,4 +1,4 @@
-import { closeServer, createLogger, installShutdown, listen } from '@gatehouse/platform';
+import { bootStep, closeServer, createLogger, installShutdown, listen } from '@gatehouse/platform';
 import { loadDelegationJwks } from '@gatehouse/credentials';
 import { startTelemetry } from '@gatehouse/telemetry';
 import { createStagingApp } from './app.ts';
@@ -8,7 +8,8 @@ import { loadStagingEnv } from './env.ts';
 import { ensureStagingSchema } from './schema.ts';
 
 /**
- * Process entry of the staging systems: env → pool → schema (idempotent) → HTTP on
+ * Process entry of the staging systems: env → pool → schema (idempotent; a Postgres down or
+ * unreachable at start is waited for through `bootStep`, docs/decisions/0690) → HTTP on
  * `STAGING_PORT` on `GATEHOUSE_BIND_HOST` (loopback unless set, as every service; containers set
  * 0.0.0.0) → graceful shutdown (server first, then the pool). Telemetry as every service: its
  * server spans continue the caller's trace from the `traceparent` header (ADR 0260).
@@ -21,7 +22,9 @@ async function main(): Promise<void> {
     onConnectionError: (err) => log.warn({ err: err.message }, 'database connection lost'),
   });
   try {
-    await ensureStagingSchema(db);
+    // Started during a Postgres outage, it waits for it here (not listening) rather than exit,
+    // as every Gatehouse service does at its boot steps (ADR 0653, 0690).
+    await bootStep(log, 'create the staging schema', () => ensureStagingSchema(db));
   } catch (err) {
     await db.destroy();
     throw err;
