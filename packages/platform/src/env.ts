@@ -3,6 +3,7 @@ import { z, type ZodObject, type ZodRawShape } from 'zod';
 import { repoRoot, testFaultProblems, testFaults } from '@gatehouse/contracts';
 import { DEFAULT_AUDIT_GATE, type AuditGate } from '@gatehouse/ledger';
 import { productionProblems } from './production.ts';
+import { requestReadTimeoutEnv } from './http-server.ts';
 
 /**
  * Settings every Gatehouse process shares. `GATEHOUSE_ENV` defaults to `production`: local and
@@ -63,6 +64,8 @@ export const baseEnvShape = {
   LOG_LEVEL: z.string().default('info'),
   /** How long an API request may go unanswered before 503 `dependency_unavailable`, ms (`responseDeadline`). */
   HTTP_RESPONSE_DEADLINE_MS: z.coerce.number().int().positive().default(10_000),
+  /** How long reading one request (head and body) may take before 408 `request_timeout`, ms (`listen`). */
+  ...requestReadTimeoutEnv,
   /** Window of the abuse limits, seconds (docs/decisions/0181-abuse-limits.md). */
   RATE_LIMIT_WINDOW_SECONDS: z.coerce.number().int().positive().default(60),
   /** Intake requests (`POST /v1/tickets`, `POST /v1/workflows/:id/messages`) per user per window. */

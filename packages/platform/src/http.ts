@@ -1,6 +1,4 @@
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
-import { STATUS_CODES, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
 import type { ZodType } from 'zod';
 import { UserError } from './errors.ts';
 import { errorResponseOf } from './http-errors.ts';
@@ -123,83 +121,4 @@ export function parseBody<T>(schema: ZodType<T>, value: unknown): T {
     });
   }
   return r.data;
-}
-
-/** HTTP status of a request the parser refused, by Node's error code (else 400). */
-const CLIENT_ERROR_STATUS: Record<string, number> = {
-  HPE_HEADER_OVERFLOW: 431,
-  ERR_HTTP_REQUEST_TIMEOUT: 408,
-};
-
-/**
- * Answers a request Node's HTTP parser refused before express saw it (bytes past a short
- * `Content-Length`, a malformed request line or header, a header section too large) with the
- * same `{error: {reason, message}}` body as every other 4xx, instead of Node's empty default
- * (the status line alone for a HEAD request and for a head section too large),
- * then closes the connection (its framing is lost). When a request before the refused bytes is
- * still being answered, its answer is written first. A socket already reset is only destroyed.
- * Reason `malformed_request` (431 `headers_too_large`, 408 `request_timeout`).
- */
-export function answerClientError(err: Error & { code?: string }, socket: Socket): void {
-  if (err.code === 'ECONNRESET' || !socket.writable) {
-    socket.destroy();
-    return;
-  }
-  // Pipelined bytes: the request before them was read whole and is still being answered. Its
-  // answer goes first. (A request whose own body broke the framing is never complete: no answer
-  // of its own is coming, so the refusal is written now.)
-  const pending = (socket as Socket & { _httpMessage?: ServerResponse })._httpMessage;
-  if (pending && !pending.writableFinished && pending.req.complete) {
-    pending.once('finish', () => (socket.writable ? writeClientError(err, socket) : socket.destroy()));
-    pending.once('close', () => socket.writable && !pending.writableFinished && socket.destroy());
-    return;
-  }
-  writeClientError(err, socket);
-}
-
-/** Writes {@link answerClientError}'s answer for `err` on `socket` and closes it. */
-function writeClientError(err: Error & { code?: string }, socket: Socket): void {
-  const status = CLIENT_ERROR_STATUS[err.code ?? ''] ?? 400;
-  const reason = status === 431 ? 'headers_too_large' : status === 408 ? 'request_timeout' : 'malformed_request';
-  // A HEAD request's answer has no body (its client would read one as the next response), and a
-  // head section too large may not show its method: those get the status line alone.
-  const head = (err as { rawPacket?: Buffer }).rawPacket?.toString('latin1', 0, 5);
-  const body =
-    status === 431 || head === undefined || head === 'HEAD '
-      ? ''
-      : JSON.stringify({
-          error: {
-            reason,
-            message: `the request could not be parsed as HTTP/1.1 (${err.code ?? 'parse error'}); check Content-Length and framing`,
-          },
-        });
-  socket.end(
-    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\n${body ? 'content-type: application/json; charset=utf-8\r\n' : ''}` +
-      `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-  );
-}
-
-/**
- * Listens on `port` (0 = ephemeral) at `host` (default `GATEHOUSE_BIND_HOST`, else loopback only;
- * containers set `0.0.0.0`); resolves with the server and its bound port. A request the HTTP
- * parser refuses is answered by {@link answerClientError}.
- */
-export async function listen(
-  app: Express,
-  port: number,
-  host = process.env.GATEHOUSE_BIND_HOST ?? '127.0.0.1',
-): Promise<{ server: Server; port: number }> {
-  return new Promise((resolve, reject) => {
-    const server = app.listen(port, host, (err?: Error) => {
-      if (err) reject(err);
-      else resolve({ server, port: (server.address() as AddressInfo).port });
-    });
-    server.on('clientError', answerClientError);
-  });
-}
-
-/** Closes a server, waiting for in-flight requests (keep-alive sockets are closed). */
-export async function closeServer(server: Server): Promise<void> {
-  server.closeIdleConnections();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
 }

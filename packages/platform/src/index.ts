@@ -3,6 +3,7 @@ export * from './log-throttle.ts';
 export * from './env.ts';
 export * from './errors.ts';
 export * from './http.ts';
+export * from './http-server.ts';
 export * from './http-errors.ts';
 export * from './browser/index.ts';
 export * from './shutdown.ts';

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { knownMigrations, migrate, migrateOneDown } from '@gatehouse/ledger';
 import { createTestDatabase, dropQueuePrefix, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/test-harness';
-import { closeServer, createHttpApp, finishApp, listen } from '../src/http.ts';
+import { createHttpApp, finishApp } from '../src/http.ts';
+import { closeServer, listen } from '../src/http-server.ts';
 import { SCHEMA_CHECK_TTL_MS } from '../src/release-check.ts';
 import { createServiceContext, type ServiceContext } from '../src/service-context.ts';
 

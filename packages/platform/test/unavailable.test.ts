@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { createDb } from '@gatehouse/ledger';
-import { createHttpApp, closeServer, finishApp, listen, READY_CHECK_TIMEOUT_MS } from '../src/http.ts';
+import { createHttpApp, finishApp, READY_CHECK_TIMEOUT_MS } from '../src/http.ts';
+import { closeServer, listen } from '../src/http-server.ts';
 import { createLogger } from '../src/logger.ts';
 import { OutboxRelay } from '../src/outbox-relay.ts';
 import { QueueRegistry } from '../src/queues.ts';

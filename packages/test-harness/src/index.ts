@@ -13,3 +13,4 @@ export * from './tcp-hang.ts';
 export * from './audit-tamper.ts';
 export * from './lock-wait.ts';
 export * from './timed-get.ts';
+export * from './raw-http.ts';
