@@ -1,5 +1,5 @@
 import { createDb, DependencyUnavailable, isConnectionFault, type Db, type PoolTimeouts } from '@gatehouse/ledger';
-import { cliPostgresFromEnv } from '@gatehouse/platform';
+import { cliPostgresFromEnv, dependencyCheckHint, hostOf } from '@gatehouse/platform';
 
 /** node-postgres's messages for a connection handshake that got no answer in time (pool, client). */
 const NO_HANDSHAKE = /timeout expired|connection timeout|timeout exceeded when trying to connect/;
@@ -49,13 +49,14 @@ export function cliPostgresTimeouts(opts: { migration?: boolean } = {}, source =
  * Postgres, or a statement or transaction Postgres ended at the CLI's bound, becomes
  * {@link DependencyUnavailable}(`postgres`) naming Postgres (exit 4); anything else (a
  * DependencyUnavailable of Redis included) is returned as it is. `databaseUrl` (optional) puts the
- * server's `host:port` in the message (never the credentials); `timeouts` (optional) the bound
- * that ran out and the setting that sets it.
+ * server's `host:port` in the message (never the credentials) and how to check it
+ * (`dependencyCheckHint`); `timeouts` (optional) the bound that ran out and the setting that sets it.
  */
 export function asPostgresFault(err: unknown, databaseUrl?: string, timeouts?: PoolTimeouts): unknown {
   if (err instanceof DependencyUnavailable) return err;
   const message = err instanceof Error ? err.message : String(err);
   const where = databaseUrl ? ` (${hostOf(databaseUrl)})` : '';
+  const check = databaseUrl ? `${dependencyCheckHint('postgres', databaseUrl)}, then ` : '';
   if (endedAtServerBound(err)) {
     const bound = timeouts?.statementTimeoutMs ? ` within ${timeouts.statementTimeoutMs} ms, CLI_POSTGRES_QUERY_TIMEOUT_MS` : '';
     return new DependencyUnavailable(
@@ -75,7 +76,7 @@ export function asPostgresFault(err: unknown, databaseUrl?: string, timeouts?: P
         : '';
   return new DependencyUnavailable(
     'postgres',
-    `Postgres${where} is unreachable or not answering (${message}${bound}); run the command again once it answers`,
+    `Postgres${where} is unreachable or not answering (${message}${bound}); ${check}run the command again once it answers`,
     {
       cause: err,
     },
@@ -117,14 +118,5 @@ export async function withCliDb<T>(
     throw asPostgresFault(err, databaseUrl, timeouts);
   } finally {
     await closeCliDb(db);
-  }
-}
-
-/** The `host:port` of a Postgres or Redis URL (never its credentials), for messages. */
-export function hostOf(url: string): string {
-  try {
-    return new URL(url).host;
-  } catch {
-    return 'the configured server';
   }
 }

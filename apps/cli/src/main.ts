@@ -3,9 +3,9 @@ import { parseArgs } from 'node:util';
 import { existsSync, rmSync } from 'node:fs';
 import { resolve as resolvePath } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
-import { parseEnv, OutboxRelay, createLogger, userTokenVerifier, type BaseEnv } from '@gatehouse/platform';
+import { parseEnv, OutboxRelay, createLogger, hostOf, userTokenVerifier, type BaseEnv } from '@gatehouse/platform';
 import { migrate, migrateOneDown, type Db } from '@gatehouse/ledger';
-import { hostOf, withCliDb } from './cli-db.ts';
+import { withCliDb } from './cli-db.ts';
 import { tokenFor } from './api-client.ts';
 import { auditPublicKey } from './audit-key.ts';
 import { auditVerifyCommand, localWitnessPath } from './audit-verify-command.ts';
@@ -26,7 +26,7 @@ import {
   withQueues,
   withRedis,
 } from '@gatehouse/operations';
-import { parseOutcomes, reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
+import { asSystemOfRecordFault, parseOutcomes, reconcileCommand, resolveCommand, REMEDIATION_FLAGS } from './reconcile-commands.ts';
 import { releaseCommand } from './release-commands.ts';
 import { changeCancelCommand } from './change-commands.ts';
 import { reenableCommand } from './reenable-commands.ts';
@@ -183,6 +183,8 @@ async function main(argv: string[]): Promise<number> {
             publish: (rows: Parameters<OutboxRelay['publish']>[0]) => relay.publishAndMark(rows),
           };
           return sub ? resolveCommand(ctx, arg!, flags[0] ? REMEDIATION_FLAGS[flags[0]] : undefined, outcomes) : reconcileCommand(ctx);
+        }).catch((err: unknown) => {
+          throw asSystemOfRecordFault(err, env.STAGING_URL);
         });
       });
     }

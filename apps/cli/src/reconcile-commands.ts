@@ -1,10 +1,11 @@
 import type { DelegationSigningKey } from '@gatehouse/credentials';
-import { auditGateFromEnv } from '@gatehouse/platform';
-import { listStuckRuns, type Db, type OutboxRow, type Remediation, type StuckRun } from '@gatehouse/ledger';
+import { auditGateFromEnv, dependencyCheckHint, hostOf } from '@gatehouse/platform';
+import { DependencyUnavailable, listStuckRuns, type Db, type OutboxRow, type Remediation, type StuckRun } from '@gatehouse/ledger';
 import {
   executeApprovedRemediations,
   executeRemediation,
   findItem,
+  ReadBackUnavailable,
   requestRemediation,
   runReconciliation,
   type ExecuteDeps,
@@ -32,6 +33,22 @@ export interface ReconcileContext {
   out: (line: string) => void;
   /** Publishes outbox rows (results of resumed calls) after their transaction committed. */
   publish: (rows: OutboxRow[]) => Promise<void>;
+}
+
+/**
+ * `err` as the reconcile commands report it: a system of record that could not be read (the pass's
+ * `ReadBackUnavailable`: no answer, a 5xx, an unreadable body) becomes
+ * {@link DependencyUnavailable}(`system_of_record`) naming `stagingUrl`'s `host:port` and how to
+ * check it (exit 4, "a dependency is unreachable"); anything else is returned as it is.
+ */
+export function asSystemOfRecordFault(err: unknown, stagingUrl: string): unknown {
+  if (!(err instanceof ReadBackUnavailable)) return err;
+  return new DependencyUnavailable(
+    'system_of_record',
+    `the systems of record (${hostOf(stagingUrl)}) could not be read: ${err.message}; the pass stopped without classifying anything; ` +
+      `${dependencyCheckHint('system_of_record', stagingUrl)}, then run the command again`,
+    { cause: err },
+  );
 }
 
 /** The remediation flags of `gatehouse reconcile resolve`, by remediation. */

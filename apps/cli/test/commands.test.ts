@@ -147,7 +147,7 @@ describe('exit codes', () => {
       REDIS_URL: `redis://127.0.0.1:${await freePort()}`,
     });
     expect(r.code, r.stderr).toBe(EXIT.unavailable);
-    expect(r.stderr).toContain('Redis is unreachable');
+    expect(r.stderr).toMatch(/Redis \(127\.0\.0\.1:\d+\) is unreachable/);
     expect(await t.db.selectFrom('releases').select('id').where('draining', '=', true).execute()).toEqual([]);
     const events = await t.db.selectFrom('audit_outbox').select('event').execute();
     expect(events.map((e) => String(e.event.type))).not.toContain('queues.drained');

@@ -12,25 +12,35 @@ import {
   type Trx,
 } from '@gatehouse/ledger';
 import { Redis } from 'ioredis';
-import { OutboxRelay, QueueRegistry, type BaseEnv, type Logger } from '@gatehouse/platform';
+import { dependencyCheckHint, hostOf, OutboxRelay, QueueRegistry, within, type BaseEnv, type Logger } from '@gatehouse/platform';
 import { OpsUsageError } from './ops.ts';
 
 /** How long a CLI command waits for Redis before it gives up, ms (connect, then each of 3 reconnects). */
 const CLI_REDIS_CONNECT_MS = 3000;
 
 /**
+ * How long a CLI command waits for Redis to answer, ms: the connection's handshake (its ready
+ * check) and each command. A Redis that accepts the connection and never answers (SIGSTOPped,
+ * wedged) is otherwise waited for without end: the connect bound covers only the TCP handshake.
+ */
+export const CLI_REDIS_ANSWER_MS = 10_000;
+
+/**
  * Runs `fn` with a Redis connection on `redisUrl` and closes it after (the CLI's commands are
  * short-lived processes). Redis is connected first and given up after a few reconnects (each
- * attempt {@link CLI_REDIS_CONNECT_MS}), so an unreachable Redis ends the command instead of
+ * attempt {@link CLI_REDIS_CONNECT_MS}), and it must answer the handshake and every command within
+ * {@link CLI_REDIS_ANSWER_MS}, so an unreachable or hung Redis ends the command instead of
  * hanging it (a service's connection retries for ever; a person at a terminal should not wait
  * for ever). `close` (optional) runs before the connection ends, its errors ignored.
- * @throws DependencyUnavailable(`redis`) when Redis does not answer, before or during `fn` (CLI exit 4).
+ * @throws DependencyUnavailable(`redis`) naming the server and how to check it, when Redis does
+ *   not answer, before or during `fn` (CLI exit 4).
  */
 export async function withRedis<T>(redisUrl: string, fn: (redis: Redis) => Promise<T>, close?: () => Promise<unknown>): Promise<T> {
   const redis = new Redis(redisUrl, {
     maxRetriesPerRequest: null,
     lazyConnect: true,
     connectTimeout: CLI_REDIS_CONNECT_MS,
+    commandTimeout: CLI_REDIS_ANSWER_MS,
     retryStrategy: (attempt) => (attempt > 3 ? null : 200 * attempt),
   });
   let lastError = '';
@@ -39,13 +49,12 @@ export async function withRedis<T>(redisUrl: string, fn: (redis: Redis) => Promi
   const unreachable = (err: unknown) =>
     new DependencyUnavailable(
       'redis',
-      `Redis is unreachable (${lastError || (err as Error).message}); run the command again once it answers`,
-      {
-        cause: err,
-      },
+      `Redis (${hostOf(redisUrl)}) is unreachable or not answering (${lastError || (err as Error).message}); ` +
+        `${dependencyCheckHint('redis', redisUrl)}, then run the command again`,
+      { cause: err },
     );
   try {
-    await redis.connect();
+    await within(redis.connect(), CLI_REDIS_ANSWER_MS);
   } catch (err) {
     redis.disconnect();
     throw unreachable(err);
@@ -53,7 +62,7 @@ export async function withRedis<T>(redisUrl: string, fn: (redis: Redis) => Promi
   try {
     return await fn(redis);
   } catch (err) {
-    throw redis.status === 'end' ? unreachable(err) : err;
+    throw redis.status === 'end' || (err as Error).message === 'Command timed out' ? unreachable(err) : err;
   } finally {
     await close?.().catch(() => undefined);
     redis.disconnect();

@@ -23,4 +23,5 @@ export * from './webhook-secrets.ts';
 export * from './rate-limit.ts';
 export * from './directory.ts';
 export * from './query-params.ts';
+export * from './dependency-hints.ts';
 export * from './token-revocations.ts';

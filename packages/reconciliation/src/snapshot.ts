@@ -103,7 +103,11 @@ async function readJson<T>(url: string, timeoutMs: number): Promise<T> {
   try {
     res = await fetchCapped(url, { signal: AbortSignal.timeout(timeoutMs) });
   } catch (err) {
-    throw new ReadBackUnavailable(`read-back ${new URL(url).pathname} unavailable: ${(err as Error).message}`);
+    // fetch says only "fetch failed"; the socket's error (ECONNREFUSED, a timeout) is its cause.
+    const cause = (err as { cause?: { message?: unknown } }).cause?.message;
+    throw new ReadBackUnavailable(
+      `read-back ${new URL(url).pathname} unavailable: ${(err as Error).message}${cause ? ` (${String(cause)})` : ''}`,
+    );
   }
   if (!res.ok) throw new ReadBackUnavailable(`read-back ${new URL(url).pathname} answered ${res.status}`);
   try {
