@@ -4,8 +4,9 @@ import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import pg from 'pg';
+import { sql } from 'kysely';
 import { repoRoot } from '@gatehouse/contracts';
+import { createDb } from '@gatehouse/ledger';
 import { newDelegationKeyPair } from '@gatehouse/credentials';
 import { freePort, startPrivatePostgres, type PrivatePostgres } from '@gatehouse/test-harness';
 
@@ -21,10 +22,9 @@ let exit: { code: number | null; signal: string | null } | undefined;
 
 beforeAll(async () => {
   pg0 = await startPrivatePostgres();
-  const admin = new pg.Client({ connectionString: `${pg0.url}/postgres` });
-  await admin.connect();
-  await admin.query('CREATE DATABASE staging_boot');
-  await admin.end();
+  const admin = createDb(`${pg0.url}/postgres`, 1);
+  await sql`CREATE DATABASE staging_boot`.execute(admin);
+  await admin.destroy();
   dir = mkdtempSync(resolve(tmpdir(), 'gh-staging-boot-'));
   writeFileSync(resolve(dir, 'jwks.json'), JSON.stringify((await newDelegationKeyPair()).jwks));
 }, 120_000);
@@ -85,12 +85,12 @@ describe('staging started while its Postgres is down', () => {
     expect(exit, logs).toBeUndefined();
     // It serves from its schema: the request log answers (empty), and the world's orders were seeded.
     expect(await get(`${url}/requests`)).toEqual({ status: 200, body: { requests: [] } });
-    const c = new pg.Client({ connectionString: `${pg0.url}/staging_boot` });
-    await c.connect();
+    const db = createDb(`${pg0.url}/staging_boot`, 1);
     try {
-      expect(Number((await c.query<{ n: string }>('SELECT count(*) AS n FROM staging.orders')).rows[0]!.n)).toBeGreaterThan(0);
+      const { rows } = await sql<{ n: string }>`SELECT count(*) AS n FROM staging.orders`.execute(db);
+      expect(Number(rows[0]!.n)).toBeGreaterThan(0);
     } finally {
-      await c.end();
+      await db.destroy();
     }
     expect(logs).toMatch(/"msg":"boot step done after the outage"/);
   });
