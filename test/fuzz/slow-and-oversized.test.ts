@@ -62,6 +62,7 @@ describe('the intake as a process', () => {
   });
 
   it('bodies that stall or trickle: 408 request_timeout within the bound, sockets closed; normal requests served meanwhile', async () => {
+    const openedAt = Date.now();
     const stalled = Array.from({ length: 4 }, () => rawExchange(port, [ticketHead(300), '{"ticketId":'], { waitMs: 30_000 }));
     const trickled = Array.from({ length: 4 }, () =>
       rawExchange(port, [ticketHead(300), ...Array.from({ length: 200 }, () => ' ')], { gapMs: 100, waitMs: 30_000 }),
@@ -69,11 +70,9 @@ describe('the intake as a process', () => {
     await sleep(200);
     for (let i = 0; i < 3; i++) {
       for (const path of ['/healthz', '/openapi.json']) {
-        const started = Date.now();
         const res = await fetch(`http://127.0.0.1:${port}${path}`);
         expect(res.status, path).toBe(200);
         await res.arrayBuffer();
-        expect(Date.now() - started, path).toBeLessThan(READ_MS);
       }
       // A whole ticket without a token: read, then refused (401), at once.
       const res = await fetch(`http://127.0.0.1:${port}/v1/tickets`, {
@@ -83,7 +82,11 @@ describe('the intake as a process', () => {
       });
       expect(res.status).toBe(401);
     }
-    for (const r of await Promise.all([...stalled, ...trickled])) {
+    const servedAt = Date.now();
+    const refused = await Promise.all([...stalled, ...trickled]);
+    // Every normal request was answered while the slow ones still held their sockets.
+    expect(servedAt).toBeLessThan(openedAt + Math.min(...refused.map((r) => r.answeredAfterMs)));
+    for (const r of refused) {
       expect(r.status).toBe(408);
       expect(JSON.parse(r.body).error.reason).toBe('request_timeout');
       expect(r.answeredAfterMs).toBeGreaterThanOrEqual(READ_MS - 50);
