@@ -12,7 +12,7 @@ export type HuntStack = E2EStack;
 export const startHuntStack = startE2EStack;
 
 export type Entry =
-  | { type: 'function_calls'; calls: Array<{ name: string; arguments: string | Record<string, unknown> }> }
+  | { type: 'function_calls'; calls: Array<{ name: string; arguments: string | Record<string, unknown>; call_id?: string }> }
   | { type: 'message'; text: string }
   | { type: 'error'; status: number; headers?: Record<string, string> };
 

@@ -142,6 +142,25 @@ describe('fixture mode', () => {
     expect(ids.size).toBe(5);
   });
 
+  it('a call names its own call_id when given one (a server that repeats them), a fresh one otherwise', async () => {
+    await script({
+      ticketId: 'F-7',
+      responses: [
+        {
+          type: 'function_calls',
+          calls: [
+            { name: 'lookup_order', arguments: '{"orderId":"O-1001"}', call_id: 'call_0' },
+            { name: 'lookup_order', arguments: '{"orderId":"O-1002"}', call_id: 'call_0' },
+            { name: 'lookup_order', arguments: '{"orderId":"O-1003"}' },
+          ],
+        },
+      ],
+    });
+    const ids = fnCalls(await ask('F-7')).map((c) => c.call_id);
+    expect(ids.slice(0, 2)).toEqual(['call_0', 'call_0']);
+    expect(ids[2]).toMatch(/^call_[0-9a-f]{24}$/);
+  });
+
   it('rejects a bad fixture body with a reason; DELETE ?ticketId= clears one ticket', async () => {
     const bad = await request(h.server)
       .post('/fixtures')

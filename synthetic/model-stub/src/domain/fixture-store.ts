@@ -4,8 +4,9 @@ const headerValue = z.union([z.string(), z.number()]).transform((v) => String(v)
 
 /**
  * One scripted model turn (docs/product/public-contract.md#model-stub):
- * - `function_calls`: one response with these calls, each with a fresh `call_id`; `arguments`
- *   is the raw string sent verbatim, malformed or not (an object is JSON-encoded for you);
+ * - `function_calls`: one response with these calls, each with a fresh `call_id` unless it names
+ *   its own `call_id` (to play a server that repeats them, e.g. `call_0` in every response);
+ *   `arguments` is the raw string sent verbatim, malformed or not (an object is JSON-encoded for you);
  * - `message`: an assistant message with one `output_text` part;
  * - `refusal`: an assistant message whose content part is `{type:"refusal", refusal:text}`;
  * - `error`: that HTTP status (400–599) with `body` (default: the API error shape for the
@@ -18,6 +19,7 @@ export const FixtureEntrySchema = z.discriminatedUnion('type', [
       .array(
         z.object({
           name: z.string().min(1),
+          call_id: z.string().min(1).optional(),
           arguments: z
             .union([z.string(), z.record(z.string(), z.unknown())])
             .transform((v) => (typeof v === 'string' ? v : JSON.stringify(v))),

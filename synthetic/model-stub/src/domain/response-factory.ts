@@ -105,9 +105,9 @@ export function refusalItem(refusal: string): MessageOutputItem {
   return { type: 'message', id: newId('msg'), role: 'assistant', status: 'completed', content: [{ type: 'refusal', refusal }] };
 }
 
-/** A function_call item with a fresh `fc_` id and a fresh `call_` pairing id. */
-export function functionCallItem(name: string, args: string): FunctionCallOutputItem {
-  return { type: 'function_call', id: newId('fc'), call_id: newId('call'), name, arguments: args, status: 'completed' };
+/** A function_call item with a fresh `fc_` id and `callId` as its pairing id (default: a fresh `call_` id). */
+export function functionCallItem(name: string, args: string, callId: string = newId('call')): FunctionCallOutputItem {
+  return { type: 'function_call', id: newId('fc'), call_id: callId, name, arguments: args, status: 'completed' };
 }
 
 /** Deterministic rough token count: ceil(characters / 4). */

@@ -49,7 +49,7 @@ function hasBearer(req: Request): boolean {
 function fixtureOutput(entry: Exclude<FixtureEntry, { type: 'error' }>): OutputItem[] {
   switch (entry.type) {
     case 'function_calls':
-      return entry.calls.map((c) => functionCallItem(c.name, c.arguments));
+      return entry.calls.map((c) => functionCallItem(c.name, c.arguments, c.call_id));
     case 'message':
       return [messageItem(entry.text)];
     case 'refusal':
