@@ -56,6 +56,7 @@ const STATUS: Record<string, number> = {
   AuditUnavailable: 503,
   SafeToRepeat: 503,
   TranscriptChanged: 409,
+  CallIdReused: 409,
   OpsUsageError: 400,
   UnknownTool: 400,
   QueueOpRefused: 409,

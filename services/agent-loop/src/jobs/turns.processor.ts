@@ -224,6 +224,31 @@ export class TranscriptChanged extends ConflictError {
   }
 }
 
+/**
+ * Thrown inside a round's transaction when one of the answer's function calls carries a call_id
+ * the run already holds (an earlier call of the same answer or of an earlier round): the
+ * transaction rolls back and {@link takeTurn} records the round again without its calls and stops
+ * the run `model_error` (docs/decisions/0693-a-call-id-names-one-call-of-a-run.md).
+ */
+export class CallIdReused extends ConflictError {
+  constructor(workflowId: string, round: number) {
+    super('call_id_reused', `an answer of round ${round} of ${workflowId} repeats a call_id the run already holds`);
+  }
+}
+
+/**
+ * The next step of a run stopped for an answer whose call_ids repeat: within the answer itself
+ * (two of its calls share one), or an earlier answer's. The call_id is model output and not quoted.
+ */
+export function callIdReusedStep(calls: ReadonlyArray<{ call_id: string }>): string {
+  const ids = calls.map((c) => c.call_id);
+  const cause =
+    new Set(ids).size < ids.length
+      ? 'gave two of its function calls the same call_id twice in one answer'
+      : 'gave a function call a call_id an earlier answer of this run already used';
+  return `The model ${cause}, so Gatehouse could not tell the calls apart and carried out none of that answer’s calls. Resubmit the ticket; if it happens again, on-call should check the model server: each function call of a run needs a call_id of its own (servers that number the calls call_0, call_1… in every answer do not).`;
+}
+
 /** How many user messages (ticket text and follow-ups) the workflow's transcript holds. */
 async function countUserMessages(db: Db | Trx, workflowId: string): Promise<number> {
   const r = await db
@@ -263,6 +288,83 @@ export function reasoningBeforeCalls(output: OpenAI.Responses.ResponseOutputItem
     }
   }
   return groups;
+}
+
+/** One model answer of a round, as {@link recordAnswer} records it. */
+type RecordedAnswer = {
+  wf: { id: string; release_id: string; catalog_digest: string; policy_revision: string };
+  round: number;
+  response: OpenAI.Responses.Response;
+  /** The transcript sent (hashed into `model_turns`). */
+  input: unknown;
+  instructionsHash: string;
+  functionCalls: number;
+  /** When the request was sent (ms since the epoch): the audit's latency. */
+  started: number;
+};
+
+/**
+ * Records a model answer as its round, in `trx` (which holds the run's lock): its `model_turns`
+ * row, its charge to the run's budget (one round, its tokens and spend) and its `model.response`
+ * audit record with `outcome`. Each answer of a recorded round is charged here, once.
+ */
+async function recordAnswer(trx: Trx, deps: TurnDeps, a: RecordedAnswer, outcome: string): Promise<void> {
+  const usage = a.response.usage;
+  await trx
+    .insertInto('model_turns')
+    .values({
+      workflow_id: a.wf.id,
+      round: a.round,
+      response_id: a.response.id,
+      model: a.response.model,
+      input_sha256: sha256Hex(canonicalJson(a.input)),
+      instructions_sha256: a.instructionsHash,
+      input_tokens: usage?.input_tokens ?? 0,
+      output_tokens: usage?.output_tokens ?? 0,
+      function_calls: a.functionCalls,
+      release_id: a.wf.release_id,
+    })
+    .execute();
+  await chargeAnswer(trx, a.wf.id, deps.modelPrice, usage, { round: true });
+  await recordAudit(trx, {
+    type: 'model.response',
+    service: 'agent-loop',
+    runId: a.wf.id,
+    step: a.round,
+    outcome,
+    latencyMs: Date.now() - a.started,
+    revisions: {
+      model: a.response.model,
+      promptHash: a.instructionsHash,
+      toolCatalog: a.wf.catalog_digest,
+      policy: a.wf.policy_revision,
+      release: a.wf.release_id,
+    },
+  });
+}
+
+/**
+ * After {@link CallIdReused} rolled the round back: records the answer as the round (charged once,
+ * audited `call_id_reused`) with none of its calls, so none is dispatched nor left unanswered in
+ * the transcript, and stops the run `model_error` with a next step naming the cause. An answer
+ * whose run ended or whose round was recorded meanwhile is charged as discarded instead.
+ * Returns the outbox rows to publish: none.
+ */
+async function stopForReusedCallId(deps: TurnDeps, a: RecordedAnswer, calls: ReadonlyArray<{ call_id: string }>): Promise<OutboxRow[]> {
+  deps.log.warn(
+    { workflowId: a.wf.id, round: a.round, callIds: calls.map((c) => c.call_id) },
+    'model answer repeats a call_id: run stopped',
+  );
+  return inTransaction(deps.db, async (trx) => {
+    const locked = await trx.selectFrom('workflows').selectAll().where('id', '=', a.wf.id).forUpdate().executeTakeFirstOrThrow();
+    if (TERMINAL_STATES.has(locked.state) || locked.round >= a.round) {
+      await chargeDiscardedAnswer(trx, a.wf, a.round, deps.modelPrice, a.response, 'round_closed');
+      return [];
+    }
+    await recordAnswer(trx, deps, a, 'call_id_reused');
+    await stopWorkflow(trx, a.wf, 'model_error', callIdReusedStep(calls));
+    return [];
+  });
 }
 
 /** Re-runs of one round, within one job attempt, for follow-ups that arrived during its model calls. */
@@ -395,6 +497,15 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
   const calls = response.output
     .filter((o): o is OpenAI.Responses.ResponseFunctionToolCall => o.type === 'function_call')
     .map((c) => ({ ...c, call_id: escapeUnstorable(c.call_id), name: escapeUnstorable(c.name), arguments: escapeUnstorable(c.arguments) }));
+  const answer: RecordedAnswer = {
+    wf,
+    round: job.round,
+    response,
+    input,
+    instructionsHash: instructions.hash,
+    functionCalls: calls.length,
+    started,
+  };
   const rows = await inTransaction(db, async (trx) => {
     const locked = await trx.selectFrom('workflows').selectAll().where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
     if (TERMINAL_STATES.has(locked.state) || locked.round >= job.round) {
@@ -412,38 +523,8 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
       return 'transcript_changed' as const;
     }
     const b = await trx.selectFrom('budgets').selectAll().where('workflow_id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
-    const usage = response.usage;
-    await trx
-      .insertInto('model_turns')
-      .values({
-        workflow_id: wf.id,
-        round: job.round,
-        response_id: response.id,
-        model: response.model,
-        input_sha256: sha256Hex(canonicalJson(input)),
-        instructions_sha256: instructions.hash,
-        input_tokens: usage?.input_tokens ?? 0,
-        output_tokens: usage?.output_tokens ?? 0,
-        function_calls: calls.length,
-        release_id: wf.release_id,
-      })
-      .execute();
-    await chargeAnswer(trx, wf.id, deps.modelPrice, usage, { round: true });
-    await recordAudit(trx, {
-      type: 'model.response',
-      service: 'agent-loop',
-      runId: wf.id,
-      step: job.round,
-      outcome: calls.length ? `function_calls:${calls.length}` : finalAnswer(response).kind,
-      latencyMs: Date.now() - started,
-      revisions: {
-        model: response.model,
-        promptHash: instructions.hash,
-        toolCatalog: wf.catalog_digest,
-        policy: wf.policy_revision,
-        release: wf.release_id,
-      },
-    });
+    const outcome = calls.length ? `function_calls:${calls.length}` : finalAnswer(response).kind;
+    await recordAnswer(trx, deps, answer, outcome);
 
     if (!calls.length) {
       const writesOff = !writesEnabled && wf.mode === 'act';
@@ -470,7 +551,9 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
     for (const [i, call] of calls.entries()) {
       const item: FunctionCallItem = { type: 'function_call', call_id: call.call_id, name: call.name, arguments: call.arguments };
       const before = reasoning[i] ?? [];
-      await trx
+      // The run's call_ids are unique (the index conversation_items_call_once): a repeated one
+      // inserts nothing here, and the round is recorded again without its calls (below).
+      const kept = await trx
         .insertInto('conversation_items')
         .values({
           workflow_id: wf.id,
@@ -480,7 +563,10 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
           item: JSON.stringify(item),
           reasoning: before.length ? JSON.stringify(before) : null,
         })
-        .execute();
+        .onConflict((oc) => oc.doNothing())
+        .returning('id')
+        .executeTakeFirst();
+      if (!kept) throw new CallIdReused(wf.id, job.round);
       const proposalId = randomUUID();
       // Only catalog names go to the ledger and audit: a model-invented name may carry anything.
       const toolLabel = findTool(call.name) ? call.name : 'unknown_tool';
@@ -513,6 +599,9 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
       );
     }
     return out;
+  }).catch((err: unknown) => {
+    if (!(err instanceof CallIdReused)) throw err;
+    return stopForReusedCallId(deps, answer, calls);
   });
   if (rows === 'transcript_changed') throw new TranscriptChanged(wf.id, job.round);
   await deps.relay.publish(rows);
