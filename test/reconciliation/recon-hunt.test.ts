@@ -27,7 +27,7 @@ afterAll(async () => {
   await h?.close();
 });
 
-const { pass, remediation, op } = reconOps(() => h, 10_000);
+const { pass, remediation, op, approvedRemediation } = reconOps(() => h, 10_000);
 /** Asks for `kind` on the live item of `subject`, and lets lead-eli approve it (what the approval API writes for a `RECON` approval). */
 async function approved(subject: string, kind: 'ratify' | 'reverse' | 'replay') {
   const item = await h.db
@@ -36,13 +36,7 @@ async function approved(subject: string, kind: 'ratify' | 'reverse' | 'replay') 
     .where('subject', '=', subject)
     .where('status', 'in', ['open', 'frozen'])
     .executeTakeFirstOrThrow();
-  const t = await requestRemediation(remediation(), { itemId: item.id, remediation: kind, operator: 'ops-gus' });
-  await h.db
-    .updateTable('approvals')
-    .set({ status: 'approved', approver: 'lead-eli', decided_at: new Date() })
-    .where('id', '=', t.approvalId)
-    .execute();
-  await h.db.updateTable('actions').set({ status: 'approved' }).where('operation_key', '=', t.operationKey).execute();
+  const t = await approvedRemediation(item.id, kind);
   return t;
 }
 const approvalStatus = async (id: string) =>

@@ -1,24 +1,26 @@
-import { runReconciliation } from '@gatehouse/reconciliation';
+import { requestRemediation, runReconciliation, type RemediationTicket } from '@gatehouse/reconciliation';
+import type { Remediation } from '@gatehouse/ledger';
 import { AUDIT_HMAC_KEY, type Harness } from '../executor/support/harness.ts';
 
 /**
  * What the reconciliation tests over the executor harness (`harness()`, read at each call: the
  * tests start it in `beforeAll`) call: a pass as `ops-gus`, the
  * remediation settings (release `rel-1`, the harness's signing key; the audit gate's heartbeat age
- * `maxHeartbeatAgeMs`, default an hour), the live (`open` or `frozen`) item of a subject, and an
- * operation by key.
+ * `maxHeartbeatAgeMs`, default an hour), the live (`open` or `frozen`) item of a subject, an
+ * operation by key, and a remediation requested by ops-gus and approved by lead-eli.
  */
 export function reconOps(harness: () => Harness, maxHeartbeatAgeMs = 3_600_000) {
+  const remediation = () => ({
+    db: harness().db,
+    stagingUrl: harness().stagingUrl,
+    hmacKey: AUDIT_HMAC_KEY,
+    release: 'rel-1',
+    signingKey: harness().delegationKeys.signing,
+    auditGate: { maxHeartbeatAgeMs, maxBacklogAgeMs: 3_600_000 },
+  });
   return {
     pass: () => runReconciliation({ db: harness().db, stagingUrl: harness().stagingUrl, hmacKey: AUDIT_HMAC_KEY, actor: 'ops-gus' }),
-    remediation: () => ({
-      db: harness().db,
-      stagingUrl: harness().stagingUrl,
-      hmacKey: AUDIT_HMAC_KEY,
-      release: 'rel-1',
-      signingKey: harness().delegationKeys.signing,
-      auditGate: { maxHeartbeatAgeMs, maxBacklogAgeMs: 3_600_000 },
-    }),
+    remediation,
     liveItem: (subject: string) =>
       harness()
         .db.selectFrom('reconciliation_items')
@@ -27,5 +29,21 @@ export function reconOps(harness: () => Harness, maxHeartbeatAgeMs = 3_600_000) 
         .where('status', 'in', ['open', 'frozen'])
         .executeTakeFirstOrThrow(),
     op: (key: string) => harness().db.selectFrom('operations').selectAll().where('key', '=', key).executeTakeFirstOrThrow(),
+    /** Requests `kind` on item `itemId` as ops-gus and lets lead-eli approve it (what the approval API writes for a `RECON` approval). */
+    approvedRemediation: async (
+      itemId: string,
+      kind: Remediation,
+      outcomes?: Record<string, string | null>,
+    ): Promise<RemediationTicket> => {
+      const t = await requestRemediation(remediation(), { itemId, remediation: kind, operator: 'ops-gus', outcomes });
+      const db = harness().db;
+      await db
+        .updateTable('approvals')
+        .set({ status: 'approved', approver: 'lead-eli', decided_at: new Date() })
+        .where('id', '=', t.approvalId)
+        .execute();
+      await db.updateTable('actions').set({ status: 'approved' }).where('operation_key', '=', t.operationKey).execute();
+      return t;
+    },
   };
 }

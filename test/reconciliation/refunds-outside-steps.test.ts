@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction } from '@gatehouse/testing';
 import { processExecution } from '@gatehouse/executor';
-import { executeRemediation, requestRemediation } from '@gatehouse/reconciliation';
+import { executeRemediation } from '@gatehouse/reconciliation';
 import { refundSums } from '@gatehouse/policy';
 import { startHarness, type Harness } from '../executor/support/harness.ts';
 import { seedRefund, seedStep } from './seed.ts';
@@ -22,18 +22,12 @@ afterAll(async () => {
   await h?.close();
 });
 
-const { pass, remediation, liveItem } = reconOps(() => h);
+const { pass, remediation, liveItem, approvedRemediation } = reconOps(() => h);
 
 /** Requests `kind` on the live item of `subject`, lets lead-eli approve it (what the approval API writes), and executes it. */
 async function remediate(subject: string, kind: 'ratify' | 'adopt' | 'replay') {
   const item = await liveItem(subject);
-  const t = await requestRemediation(remediation(), { itemId: item.id, remediation: kind, operator: 'ops-gus' });
-  await h.db
-    .updateTable('approvals')
-    .set({ status: 'approved', approver: 'lead-eli', decided_at: new Date() })
-    .where('id', '=', t.approvalId)
-    .execute();
-  await h.db.updateTable('actions').set({ status: 'approved' }).where('operation_key', '=', t.operationKey).execute();
+  await approvedRemediation(item.id, kind);
   return executeRemediation(remediation(), item.id);
 }
 

@@ -21,7 +21,7 @@ afterAll(async () => {
   await h?.close();
 });
 
-const { pass, remediation, liveItem, op } = reconOps(() => h);
+const { pass, remediation, liveItem, op, approvedRemediation } = reconOps(() => h);
 
 /** A succeeded refund step the ledger lacks (`agent_done_ledger_missing`): its live item, after a pass. */
 async function lostRefund(amountCents: number) {
@@ -33,13 +33,7 @@ async function lostRefund(amountCents: number) {
 
 /** Requests a replay of `itemId` and lets lead-eli approve it (what the approval API writes). */
 async function approvedReplay(itemId: string) {
-  const t = await requestRemediation(remediation(), { itemId, remediation: 'replay', operator: 'ops-gus' });
-  await h.db
-    .updateTable('approvals')
-    .set({ status: 'approved', approver: 'lead-eli', decided_at: new Date() })
-    .where('id', '=', t.approvalId)
-    .execute();
-  await h.db.updateTable('actions').set({ status: 'approved' }).where('operation_key', '=', t.operationKey).execute();
+  const t = await approvedRemediation(itemId, 'replay');
   return t;
 }
 
@@ -55,7 +49,7 @@ describe('requesting a remediation: the order system refuses the read', () => {
     const asked = requestRemediation(remediation(), { itemId: item.id, remediation: 'replay', operator: 'ops-gus' });
     await expect(asked).rejects.toMatchObject({ name: 'RemediationRefused', reason: 'order_system_refused' });
     await expect(requestRemediation(remediation(), { itemId: item.id, remediation: 'replay', operator: 'ops-gus' })).rejects.toThrow(
-      /refused to read the order of item .* \(431\): nothing was requested.*repair it by hand/,
+      /refused to read the order of item .* \(431 headers_too_large\): nothing was requested.*repair it by hand/,
     );
     expect((await liveItem(item.subject)).approval_id).toBeNull();
     expect(await reconWorkflows(item.id)).toEqual([]);

@@ -21,20 +21,14 @@ afterAll(async () => {
   await h?.close();
 });
 
-const { pass, remediation, liveItem, op } = reconOps(() => h);
+const { pass, remediation, liveItem, op, approvedRemediation } = reconOps(() => h);
 const actionStatus = async (id: string) =>
   (await h.db.selectFrom('actions').select('status').where('id', '=', id).executeTakeFirstOrThrow()).status;
 
 /** Requests `kind` on the live item of `subject`, lets lead-eli approve it (what the approval API writes), and executes it. */
 async function remediate(subject: string, kind: Remediation, outcomes?: Record<string, string | null>): Promise<RemediationOutcome> {
   const item = await liveItem(subject);
-  const t = await requestRemediation(remediation(), { itemId: item.id, remediation: kind, operator: 'ops-gus', outcomes });
-  await h.db
-    .updateTable('approvals')
-    .set({ status: 'approved', approver: 'lead-eli', decided_at: new Date() })
-    .where('id', '=', t.approvalId)
-    .execute();
-  await h.db.updateTable('actions').set({ status: 'approved' }).where('operation_key', '=', t.operationKey).execute();
+  await approvedRemediation(item.id, kind, outcomes);
   return executeRemediation(remediation(), item.id);
 }
 

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { executeRemediation, requestRemediation } from '@gatehouse/reconciliation';
+import { executeRemediation } from '@gatehouse/reconciliation';
 import { advanceReenable, setSwitch, writeSwitch } from '@gatehouse/operations';
 import { sql } from 'kysely';
 import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
@@ -20,19 +20,13 @@ afterAll(async () => {
   await h?.close();
 });
 
-const { pass, remediation, liveItem } = reconOps(() => h);
+const { pass, remediation, liveItem, approvedRemediation: approve } = reconOps(() => h);
 const TRIALS = 5;
 
 /** Requests `kind` on the live item of `subject` and lets lead-eli approve it (what the approval API writes); returns its approval. */
 async function approvedRemediation(subject: string, kind: 'replay' | 'reverse'): Promise<{ itemId: string; approvalId: string }> {
   const item = await liveItem(subject);
-  const t = await requestRemediation(remediation(), { itemId: item.id, remediation: kind, operator: 'ops-gus' });
-  await h.db
-    .updateTable('approvals')
-    .set({ status: 'approved', approver: 'lead-eli', decided_at: new Date() })
-    .where('id', '=', t.approvalId)
-    .execute();
-  await h.db.updateTable('actions').set({ status: 'approved' }).where('operation_key', '=', t.operationKey).execute();
+  const t = await approve(item.id, kind);
   return { itemId: item.id, approvalId: t.approvalId };
 }
 

@@ -1,54 +1,14 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Server } from 'node:http';
-import { loadReleaseManifest } from '@gatehouse/contracts';
+import { describe, expect, it } from 'vitest';
 import { signUserToken } from '@gatehouse/credentials';
-import { registerRelease } from '@gatehouse/ledger';
-import { closeServer, createLogger, listen, type OutboxRelay } from '@gatehouse/platform';
-import { catalogDigest, toolsOfPack, type Pack } from '@gatehouse/tools';
-import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { createAction } from '@gatehouse/testing';
-import { createIntakeApp, type PackSettings } from '../src/index.ts';
+import { intakeFixture, SECRET } from './support/intake-app.ts';
 
 // A follow-up sent again with the same Idempotency-Key (a client retrying after a lost answer) is
 // answered what the first one was answered — the actions it superseded and the approvals it voided
 // — not an empty list (docs/decisions/0510, amended). Sequential retries, and the retry racing the
 // first request (both under the run's lock: whichever loses replays the winner's answer).
 
-const SECRET = 'local-auth-secret-change-me';
-let t: TestDatabase;
-let server: Server;
-let url: string;
-
-function rel1Packs(): Record<Pack, PackSettings> {
-  const m = loadReleaseManifest('rel-1');
-  const of = (pack: Pack): PackSettings => ({
-    policyRevision: m.policy[pack],
-    catalogDigest: catalogDigest(toolsOfPack(pack)),
-    budgets: m.budgets[pack],
-  });
-  return { support: of('support'), change: of('change') };
-}
-
-beforeAll(async () => {
-  t = await createTestDatabase();
-  await registerRelease(t.db, 'rel-1', loadReleaseManifest('rel-1'));
-  const app = createIntakeApp({
-    db: t.db,
-    relay: { publish: async () => undefined } as unknown as OutboxRelay,
-    release: 'rel-1',
-    auditHmacKey: 'local-audit-hmac-key-change-me',
-    packs: rel1Packs,
-    verifier: { secret: SECRET },
-    log: createLogger('intake-follow-up-replay-test'),
-  });
-  const l = await listen(app, 0, '127.0.0.1');
-  server = l.server;
-  url = `http://127.0.0.1:${l.port}`;
-});
-afterAll(async () => {
-  if (server) await closeServer(server);
-  await t?.drop();
-});
+const app = intakeFixture('intake-follow-up-replay-test');
 
 interface Answer {
   status: number;
@@ -57,7 +17,7 @@ interface Answer {
 
 async function followUp(workflowId: string, key: string, text: string): Promise<Answer> {
   const token = await signUserToken({ sub: 'rep-ana', tenant: 'quillfeather', roles: ['rep'] }, SECRET);
-  const r = await fetch(`${url}/v1/workflows/${workflowId}/messages`, {
+  const r = await fetch(`${app.url()}/v1/workflows/${workflowId}/messages`, {
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'idempotency-key': key },
     body: JSON.stringify({ text }),
@@ -66,7 +26,7 @@ async function followUp(workflowId: string, key: string, text: string): Promise<
 }
 
 /** A run awaiting the approval of a 120.00 refund (its approval pending): what a follow-up supersedes. */
-const awaitingApproval = () => createAction(t.db, { orderId: 'O-1004', amountCents: 12_000, pendingApproval: {} });
+const awaitingApproval = () => createAction(app.db(), { orderId: 'O-1004', amountCents: 12_000, pendingApproval: {} });
 
 describe('a replayed follow-up answers what the first answered', () => {
   it('sent twice with one key: the retry lists the same superseded action and voided approval, replayed', async () => {
@@ -83,7 +43,8 @@ describe('a replayed follow-up answers what the first answered', () => {
     expect(retry.body).toEqual({ ...first.body, replayed: true });
     // A third time, still the same; and the message was added once.
     expect((await followUp(a.workflowId, 'fu-replay-1', text)).body).toEqual({ ...first.body, replayed: true });
-    const added = await t.db
+    const added = await app
+      .db()
       .selectFrom('conversation_items')
       .select('id')
       .where('workflow_id', '=', a.workflowId)

@@ -1,58 +1,18 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Server } from 'node:http';
-import { loadReleaseManifest } from '@gatehouse/contracts';
+import { describe, expect, it } from 'vitest';
 import { signUserToken } from '@gatehouse/credentials';
-import { registerRelease } from '@gatehouse/ledger';
-import { closeServer, createLogger, listen, type OutboxRelay } from '@gatehouse/platform';
-import { catalogDigest, toolsOfPack, type Pack } from '@gatehouse/tools';
-import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
-import { createIntakeApp, type PackSettings } from '../src/index.ts';
+import { intakeFixture, SECRET } from './support/intake-app.ts';
 
 // A tenant's ticket id maps to one workflow, and that workflow is its requester's: a colleague
 // sending the same ticket is told whose run it is (409), not handed it as their own (ADR 0661).
 
-const SECRET = 'local-auth-secret-change-me';
-let t: TestDatabase;
-let server: Server;
-let url: string;
-
-function rel1Packs(): Record<Pack, PackSettings> {
-  const m = loadReleaseManifest('rel-1');
-  const of = (pack: Pack): PackSettings => ({
-    policyRevision: m.policy[pack],
-    catalogDigest: catalogDigest(toolsOfPack(pack)),
-    budgets: m.budgets[pack],
-  });
-  return { support: of('support'), change: of('change') };
-}
-
-beforeAll(async () => {
-  t = await createTestDatabase();
-  await registerRelease(t.db, 'rel-1', loadReleaseManifest('rel-1'));
-  const app = createIntakeApp({
-    db: t.db,
-    relay: { publish: async () => undefined } as unknown as OutboxRelay,
-    release: 'rel-1',
-    auditHmacKey: 'local-audit-hmac-key-change-me',
-    packs: rel1Packs,
-    verifier: { secret: SECRET },
-    log: createLogger('intake-ticket-requester-test'),
-  });
-  const l = await listen(app, 0, '127.0.0.1');
-  server = l.server;
-  url = `http://127.0.0.1:${l.port}`;
-});
-afterAll(async () => {
-  if (server) await closeServer(server);
-  await t?.drop();
-});
+const app = intakeFixture('intake-ticket-requester-test');
 
 const tokenOf = (sub: string) => signUserToken({ sub, tenant: 'quillfeather', roles: ['rep'] }, SECRET);
 const submit = async (
   sub: string,
   body: Record<string, unknown>,
 ): Promise<{ status: number; body: { workflowId?: string; error?: { reason: string; message: string } } }> => {
-  const r = await fetch(`${url}/v1/tickets`, {
+  const r = await fetch(`${app.url()}/v1/tickets`, {
     method: 'POST',
     headers: { authorization: `Bearer ${await tokenOf(sub)}`, 'content-type': 'application/json' },
     body: JSON.stringify(body),
@@ -73,18 +33,20 @@ describe('a ticket id sent again', () => {
 
   it('by a colleague of the tenant, same text: 409 ticket_conflict naming the workflow, nothing recorded', async () => {
     const [{ n: before }] = [
-      await t.db
+      await app
+        .db()
         .selectFrom('workflows')
         .select((eb) => eb.fn.countAll<string>().as('n'))
         .executeTakeFirstOrThrow(),
     ];
-    const mine = await t.db.selectFrom('workflows').select('id').where('ticket_id', '=', 'T-shared').executeTakeFirstOrThrow();
+    const mine = await app.db().selectFrom('workflows').select('id').where('ticket_id', '=', 'T-shared').executeTakeFirstOrThrow();
     const r = await submit('rep-ben', body);
     expect(r.status).toBe(409);
     expect(r.body.error?.reason).toBe('ticket_conflict');
     expect(r.body.error?.message).toContain('another user of your tenant');
     expect(r.body.error?.message).toContain(mine.id);
-    const after = await t.db
+    const after = await app
+      .db()
       .selectFrom('workflows')
       .select((eb) => eb.fn.countAll<string>().as('n'))
       .executeTakeFirstOrThrow();
@@ -95,7 +57,8 @@ describe('a ticket id sent again', () => {
 describe('the pack of a ticket is the one its requester role opens (ADR 0675)', () => {
   const count = async (table: 'workflows' | 'outbox') =>
     (
-      await t.db
+      await app
+        .db()
         .selectFrom(table)
         .select((eb) => eb.fn.countAll<string>().as('n'))
         .executeTakeFirstOrThrow()
@@ -128,7 +91,8 @@ describe('the pack of a ticket is the one its requester role opens (ADR 0675)', 
     const rep = await submit('rep-ana', { ticketId: 'T-pack-rep-ok', text: 'What is the status of order O-1001?' });
     const eng = await submit('eng-lou', { ticketId: 'T-pack-eng-ok', text: 'What is change CHG-101?', pack: 'change' });
     expect([rep.status, eng.status]).toEqual([202, 202]);
-    const packs = await t.db
+    const packs = await app
+      .db()
       .selectFrom('workflows')
       .select(['ticket_id', 'pack'])
       .where('ticket_id', 'in', ['T-pack-rep-ok', 'T-pack-eng-ok'])
