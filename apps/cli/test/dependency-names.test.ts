@@ -1,9 +1,7 @@
-import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { repoRoot } from '@gatehouse/contracts';
 import { DependencyUnavailable } from '@gatehouse/ledger';
 import { CLI_REDIS_ANSWER_MS, withRedis } from '@gatehouse/operations';
 import {
@@ -15,6 +13,7 @@ import {
   type TestDatabase,
 } from '@gatehouse/test-harness';
 import { EXIT } from '../src/commands.ts';
+import { runGatehouse, type GatehouseRun } from './support/gatehouse-process.ts';
 
 // Exit 4, "a dependency is unreachable", names the dependency that failed — Postgres, Redis or
 // the systems of record — with the server it tried and how to check it, and never another one
@@ -35,38 +34,13 @@ afterAll(async () => {
   rmSync(stateDir, { recursive: true, force: true });
 });
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-  ms: number;
-}
-
-function gatehouse(args: string[], env: Record<string, string> = {}): Promise<Run> {
-  const started = Date.now();
-  return new Promise((done) => {
-    execFile(
-      process.execPath,
-      [resolve(repoRoot, 'apps/cli/src/main.ts'), ...args],
-      {
-        cwd: repoRoot,
-        timeout: 50_000,
-        env: {
-          ...process.env,
-          DATABASE_URL: t.url,
-          REDIS_URL: TEST_REDIS_URL,
-          GATEHOUSE_STATE_DIR: stateDir,
-          GATEHOUSE_TOKEN: token ?? '',
-          ...env,
-        },
-      },
-      (err, stdout, stderr) => {
-        const code = err ? ((err as { code?: number | null }).code ?? null) : 0;
-        done({ code: typeof code === 'number' ? code : null, stdout, stderr, ms: Date.now() - started });
-      },
-    );
-  });
-}
+/** The CLI over this file's database, Redis and state, as ops-gus once signed in; `env` overrides. */
+const gatehouse = (args: string[], env: Record<string, string> = {}): Promise<GatehouseRun> =>
+  runGatehouse(
+    args,
+    { DATABASE_URL: t.url, REDIS_URL: TEST_REDIS_URL, GATEHOUSE_STATE_DIR: stateDir, GATEHOUSE_TOKEN: token ?? '', ...env },
+    50_000,
+  );
 
 async function hung(): Promise<number> {
   const p = await startHangableProxy();
@@ -75,7 +49,7 @@ async function hung(): Promise<number> {
 }
 
 /** Asserts exit 4 naming `named` (and none of `others`) in one line of stderr. */
-function expectUnavailable(r: Run, named: RegExp, hint: string, others: RegExp[]): void {
+function expectUnavailable(r: GatehouseRun, named: RegExp, hint: string, others: RegExp[]): void {
   expect(r.code, `${r.stderr}\n(took ${r.ms} ms)`).toBe(EXIT.unavailable);
   expect(r.stderr).toMatch(named);
   expect(r.stderr).toContain(hint);

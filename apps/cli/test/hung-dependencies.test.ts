@@ -1,11 +1,9 @@
-import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { sql } from 'kysely';
-import { repoRoot } from '@gatehouse/contracts';
 import { DependencyUnavailable } from '@gatehouse/ledger';
 import pg from 'pg';
 import { createDb, type Db } from '@gatehouse/ledger';
@@ -20,6 +18,7 @@ import {
   type TestDatabase,
 } from '@gatehouse/test-harness';
 import { EXIT } from '../src/commands.ts';
+import { runGatehouse, type GatehouseRun } from './support/gatehouse-process.ts';
 import { CLIENT_BACKSTOP_MS, closeCliDb, withCliDb } from '../src/cli-db.ts';
 
 // The CLI against a dependency that is down or hung (docs/decisions/0652-cli-dependency-timeouts.md):
@@ -46,29 +45,13 @@ async function hangable(target?: { host: string; port: number }): Promise<Hangab
   return l;
 }
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-  ms: number;
-}
-
-function gatehouse(args: string[], env: Record<string, string> = {}): Promise<Run> {
-  const started = Date.now();
-  return new Promise((done) => {
-    execFile(
-      process.execPath,
-      [resolve(repoRoot, 'apps/cli/src/main.ts'), ...args],
-      {
-        cwd: repoRoot,
-        timeout: 60_000,
-        env: { ...process.env, DATABASE_URL: t.url, REDIS_URL: TEST_REDIS_URL, GATEHOUSE_STATE_DIR: stateDir, GATEHOUSE_TOKEN: '', ...env },
-      },
-      (err, stdout, stderr) =>
-        done({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr, ms: Date.now() - started }),
-    );
-  });
-}
+/** The CLI over this file's database, Redis and state, with no token; `env` overrides. */
+const gatehouse = (args: string[], env: Record<string, string> = {}): Promise<GatehouseRun> =>
+  runGatehouse(
+    args,
+    { DATABASE_URL: t.url, REDIS_URL: TEST_REDIS_URL, GATEHOUSE_STATE_DIR: stateDir, GATEHOUSE_TOKEN: '', ...env },
+    60_000,
+  );
 
 describe('a hung Postgres', () => {
   it('audit verify ends with exit 4 naming Postgres within the default bound (10 s connect)', async () => {
