@@ -138,14 +138,40 @@ export async function migrateOneDown(db: Kysely<unknown>): Promise<string | null
 const RETRYABLE = new Set(['40001', '40P01']);
 
 /**
- * Runs `fn` in one transaction, retrying serialization failures and deadlocks (SQLSTATE 40001,
- * 40P01) up to `attempts` times (default 5) with bounded jittered backoff (≤ 200 ms).
- * Kysely releases the connection whether COMMIT succeeds or fails.
+ * `db.transaction().execute(fn)`, except that when `fn` throws and the ROLLBACK then fails too
+ * (its connection ended: a terminated backend, a failover), `fn`'s error is thrown rather than
+ * the rollback's connection error. Nothing commits either way; the caller answers with the reason
+ * `fn` gave (a refusal, a conflict, `epoch_unavailable`), which Kysely alone would replace with an
+ * opaque connection fault (docs/decisions/0698-epoch-unavailable-wrote-nothing.md).
+ * @throws `fn`'s error; the database's when BEGIN or COMMIT fails.
+ */
+export async function transact<D, T>(db: Kysely<D>, fn: (trx: Transaction<D>) => Promise<T>): Promise<T> {
+  let thrown: { err: unknown } | undefined;
+  try {
+    return await db.transaction().execute(async (trx) => {
+      try {
+        return await fn(trx);
+      } catch (err) {
+        thrown = { err };
+        throw err;
+      }
+    });
+  } catch (err) {
+    throw thrown ? thrown.err : err;
+  }
+}
+
+/**
+ * Runs `fn` in one transaction ({@link transact}: `fn`'s error survives a failed rollback),
+ * retrying serialization failures and deadlocks (SQLSTATE 40001, 40P01) up to `attempts` times
+ * (default 5) with bounded jittered backoff (≤ 200 ms). Kysely releases the connection whether
+ * COMMIT succeeds or fails.
+ * @throws `fn`'s error, or the database's (BEGIN, COMMIT), after the last attempt.
  */
 export async function inTransaction<T>(db: Db, fn: (trx: Trx) => Promise<T>, attempts = 5): Promise<T> {
   for (let i = 1; ; i++) {
     try {
-      return await db.transaction().execute(fn);
+      return await transact(db, fn);
     } catch (err) {
       const code = (err as { code?: string }).code;
       if (!code || !RETRYABLE.has(code) || i >= attempts) throw err;

@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { SystemError } from '@gatehouse/platform';
 import { assertEpochCurrent } from '@gatehouse/credentials';
 import { EPOCH_UNAVAILABLE } from '@gatehouse/contracts';
+import { transact } from '@gatehouse/ledger';
 import type { StagingDb } from './staging.database.ts';
 
 // The revocation epoch at the systems of record (docs/decisions/0685-the-epoch-fences-the-effect.md).
@@ -102,27 +103,4 @@ export async function withEpochFence<T>(
     throw err;
   }
   return done!.value;
-}
-
-/**
- * `db.transaction().execute(fn)`, except that when `fn` throws and the rollback then fails too
- * (its connection ended, e.g. by a failover), `fn`'s error is thrown rather than the rollback's
- * connection error: the reason stays the one the caller answers with (`epoch_unavailable`, a
- * refusal), and a failed rollback commits nothing.
- * @throws `fn`'s error, or the database's when BEGIN or COMMIT fails.
- */
-async function transact<T>(db: StagingDb, fn: (trx: StagingDb) => Promise<T>): Promise<T> {
-  let thrown: { err: unknown } | undefined;
-  try {
-    return await db.transaction().execute(async (trx) => {
-      try {
-        return await fn(trx);
-      } catch (err) {
-        thrown = { err };
-        throw err;
-      }
-    });
-  } catch (err) {
-    throw thrown ? thrown.err : err;
-  }
 }
