@@ -12,6 +12,7 @@ import {
   stopRun,
   type Db,
   type Remediation,
+  type Trx,
 } from '@gatehouse/ledger';
 import { referenceChangeBundle, referenceSupportBundle } from './bundles.ts';
 import { catalogDigest, digestOf, MAX_AMOUNT_CENTS, toolsOfPack } from '@gatehouse/tools';
@@ -191,11 +192,51 @@ export function undecidedOutcomes(
  *   system refuses to read the order (`order_system_refused`), or the amount at stake is above the
  *   largest amount an approval holds (`amount_too_large`, ADR 0689).
  */
-export async function requestRemediation(
-  deps: RemediationDeps,
-  req: { itemId: string; remediation: Remediation; operator: string; outcomes?: Readonly<Record<string, string | null>> },
-): Promise<RemediationTicket> {
+export async function requestRemediation(deps: RemediationDeps, req: RemediationRequest): Promise<RemediationTicket> {
   const item = await findItem(deps.db, req.itemId);
+  const outcomes = refuseUnfitRemediation(item, req);
+  const pending = item.approval_id ? await pendingRequestOf(deps.db, item, item.approval_id, req, outcomes) : null;
+  if (pending) return pending;
+  const scope = await remediationScope(deps, item);
+  const args = remediationArgs(item, req.remediation, outcomes);
+  const now = new Date();
+  const expiresAt = new Date(now.getTime() + scope.bundle.approval.ttlSeconds * 1000);
+
+  return inTransaction(deps.db, async (trx) => {
+    const live = await trx.selectFrom('reconciliation_items').selectAll().where('id', '=', item.id).forUpdate().executeTakeFirstOrThrow();
+    if (live.approval_id !== item.approval_id || (live.status !== 'open' && live.status !== 'frozen')) {
+      throw new RemediationRefused('item_changed', `item ${item.id} changed meanwhile; look again`);
+    }
+    if (live.approval_id) await voidReplacedRemediation(trx, deps, live.approval_id, req, now);
+    const ticket = await insertRemediationRequest(trx, deps, { item, req, scope, args, expiresAt });
+    // The item keeps the order's tenant the order system named: its money counts in that tenant's day (ADR 0686).
+    await trx
+      .updateTable('reconciliation_items')
+      .set({ remediation: req.remediation, approval_id: ticket.approvalId, tenant: live.tenant ?? scope.tenant })
+      .where('id', '=', item.id)
+      .execute();
+    return ticket;
+  });
+}
+
+/** What an operator asks of {@link requestRemediation}: the item, the remediation, who asks, and the undecided reships' outcomes. */
+export type RemediationRequest = {
+  itemId: string;
+  remediation: Remediation;
+  operator: string;
+  outcomes?: Readonly<Record<string, string | null>>;
+};
+
+/**
+ * The checks of a request against its item alone: the item is live, the remediation fits its
+ * class and tool, undecided reships are decided ({@link undecidedOutcomes}), a cancellation has a
+ * surplus shipment to cancel, and a replay's key does not hold a reversed refund (a replay under it
+ * could only return that refund, move no money and still resolve the item, ADR 0050).
+ * Returns the decided outcomes (null when the remediation takes none).
+ * @throws RemediationRefused `item_not_live`, `remediation_not_allowed`, `nothing_to_cancel`,
+ *   `refund_reversed`, or {@link undecidedOutcomes}' refusal.
+ */
+function refuseUnfitRemediation(item: WorklistItem, req: RemediationRequest): ReturnType<typeof undecidedOutcomes> {
   if (item.status !== 'open' && item.status !== 'frozen')
     throw new RemediationRefused('item_not_live', `item ${item.id} is ${item.status}`);
   const allowed = remediationsOf(item.class, item.tool);
@@ -209,47 +250,80 @@ export async function requestRemediation(
   if (req.remediation === 'cancel_shipment' && !(Number(item.detail.surplus) > 0)) {
     throw new RemediationRefused('nothing_to_cancel', `order ${item.order_id} has no surplus shipment`);
   }
-  // A replay goes under the step's own key, where the ledger keeps the refund that was reversed:
-  // it could only return that refund, move no money and still resolve the item (ADR 0050).
   if (req.remediation === 'replay' && typeof item.detail.reversedBy === 'string') {
     throw new RemediationRefused(
       'refund_reversed',
       `the ledger's refund ${item.ledger_ref} under this step's key was reversed (${item.detail.reversedBy}): a replay under that key only returns it; ratify the difference instead`,
     );
   }
-  if (item.approval_id) {
-    const prior = await deps.db
-      .selectFrom('approvals as p')
-      .innerJoin('actions as a', 'a.id', 'p.action_id')
-      .select(['p.id', 'p.status', 'p.workflow_id', 'p.action_version', 'p.action_digest', 'a.operation_key', 'p.tenant', 'p.region'])
-      .select(['p.approver_role', 'p.amount_cents', 'p.expires_at', 'a.arguments'])
-      .where('p.id', '=', item.approval_id)
-      .executeTakeFirstOrThrow();
-    const sameOutcomes = JSON.stringify(prior.arguments.outcomes ?? null) === JSON.stringify(outcomes);
-    if (prior.status === 'pending' && item.remediation === req.remediation && sameOutcomes) {
-      return {
-        itemId: item.id,
-        remediation: req.remediation,
-        approvalId: prior.id,
-        workflowId: prior.workflow_id,
-        actionVersion: prior.action_version,
-        actionDigest: prior.action_digest,
-        operationKey: prior.operation_key,
-        tenant: prior.tenant,
-        region: prior.region,
-        approverRole: prior.approver_role,
-        amountCents: prior.amount_cents,
-        expiresAt: new Date(prior.expires_at),
-        existing: true,
-      };
-    }
-    if (prior.status === 'approved' || prior.status === 'used') {
-      throw new RemediationRefused(
-        'remediation_approved',
-        `item ${item.id} has an approved ${item.remediation} awaiting execution: run it with gatehouse reconcile resolve ${item.id}`,
-      );
-    }
+  return outcomes;
+}
+
+/**
+ * The item's earlier request (`approvalId`): the same remediation with the same outcomes still
+ * pending is returned as the ticket (`existing`, nothing written); any other pending, denied or
+ * expired request returns null (the new request replaces it).
+ * @throws RemediationRefused `remediation_approved` when an approved remediation awaits execution.
+ */
+async function pendingRequestOf(
+  db: Db,
+  item: WorklistItem,
+  approvalId: string,
+  req: RemediationRequest,
+  outcomes: ReturnType<typeof undecidedOutcomes>,
+): Promise<RemediationTicket | null> {
+  const prior = await db
+    .selectFrom('approvals as p')
+    .innerJoin('actions as a', 'a.id', 'p.action_id')
+    .select(['p.id', 'p.status', 'p.workflow_id', 'p.action_version', 'p.action_digest', 'a.operation_key', 'p.tenant', 'p.region'])
+    .select(['p.approver_role', 'p.amount_cents', 'p.expires_at', 'a.arguments'])
+    .where('p.id', '=', approvalId)
+    .executeTakeFirstOrThrow();
+  const sameOutcomes = JSON.stringify(prior.arguments.outcomes ?? null) === JSON.stringify(outcomes);
+  if (prior.status === 'pending' && item.remediation === req.remediation && sameOutcomes) {
+    return {
+      itemId: item.id,
+      remediation: req.remediation,
+      approvalId: prior.id,
+      workflowId: prior.workflow_id,
+      actionVersion: prior.action_version,
+      actionDigest: prior.action_digest,
+      operationKey: prior.operation_key,
+      tenant: prior.tenant,
+      region: prior.region,
+      approverRole: prior.approver_role,
+      amountCents: prior.amount_cents,
+      expiresAt: new Date(prior.expires_at),
+      existing: true,
+    };
   }
+  if (prior.status === 'approved' || prior.status === 'used') {
+    throw new RemediationRefused(
+      'remediation_approved',
+      `item ${item.id} has an approved ${item.remediation} awaiting execution: run it with gatehouse reconcile resolve ${item.id}`,
+    );
+  }
+  return null;
+}
+
+/** Who may approve a remediation and over what: its pack's bundle, the order as the order system has it, the tenant and the amount at stake (cents). */
+type RemediationScope = {
+  support: boolean;
+  bundle: ReturnType<typeof referenceSupportBundle> | ReturnType<typeof referenceChangeBundle>;
+  order: Awaited<ReturnType<typeof orderRecord>> | null;
+  tenant: string;
+  amountCents: number | null;
+};
+
+/**
+ * The scope of a remediation of `item`: the reference bundle of its pack (support, or change for
+ * `schedule_change`), the order read from the order system, the tenant (the order's, else the
+ * item's), and the value at risk a lead's limit must cover: the money moved, or a replacement's
+ * worth (decision 0008).
+ * @throws RemediationRefused `unknown_tenant`, `unknown_order`, `amount_too_large` (above the
+ *   largest amount an approval holds, ADR 0689), or {@link orderRecord}'s refusals.
+ */
+async function remediationScope(deps: RemediationDeps, item: WorklistItem): Promise<RemediationScope> {
   const support = item.tool !== 'schedule_change';
   const bundle = support
     ? referenceSupportBundle(deps.supportRevision, deps.policyDir)
@@ -258,10 +332,8 @@ export async function requestRemediation(
   const tenant = order?.tenant ?? item.tenant;
   if (!tenant) throw new RemediationRefused('unknown_tenant', `item ${item.id} names no tenant or order`);
   if (support && !order) throw new RemediationRefused('unknown_order', `the order system has no order ${item.order_id}`);
-  const args = remediationArgs(item, req.remediation, outcomes);
-  // The value at risk a lead's limit must cover: the money moved, or a replacement's worth (decision 0008).
   const amountCents = !support ? null : item.amount_cents !== null ? Number(item.amount_cents) : (order?.paid ?? null);
-  // An approval holds at most the largest amount (ADR 0689); a larger one found in a system of record is for people.
+  // A larger amount found in a system of record is for people.
   if (amountCents !== null && amountCents > MAX_AMOUNT_CENTS) {
     throw new RemediationRefused(
       'amount_too_large',
@@ -269,158 +341,170 @@ export async function requestRemediation(
         "nothing was requested; repair it by hand with the system of record's owner",
     );
   }
+  return { support, bundle, order, tenant, amountCents };
+}
+
+/**
+ * Voids the item's pending (or denied, expired) request `approvalId` that a new one replaces,
+ * exactly as an amendment does: the approval `void`, its action `superseded`, its run stopped
+ * `denied` if it still awaits approval, audited `approval.voided`. An approved or used one is
+ * left alone ({@link pendingRequestOf} refused it before).
+ */
+async function voidReplacedRemediation(
+  trx: Trx,
+  deps: RemediationDeps,
+  approvalId: string,
+  req: RemediationRequest,
+  now: Date,
+): Promise<void> {
+  const voided = await trx
+    .updateTable('approvals')
+    .set({ status: 'void', decided_at: now, reason: `replaced by ${req.remediation}` })
+    .where('id', '=', approvalId)
+    .where('status', 'in', ['pending', 'denied', 'expired'])
+    .returning(['id', 'action_id', 'workflow_id', 'tool', 'status'])
+    .executeTakeFirst();
+  if (!voided) return;
+  await transitionAction(trx, voided.action_id, { to: 'superseded' });
+  await stopRun(trx, { id: voided.workflow_id }, 'denied', `Replaced by a ${req.remediation} request.`, 'reconciliation', {
+    onlyFrom: ['awaiting_approval'],
+  });
+  await recordAudit(trx, {
+    type: 'approval.voided',
+    service: 'reconciliation',
+    runId: voided.workflow_id,
+    actorHash: actorHash(deps.hmacKey, req.operator),
+    tool: voided.tool,
+    approvalId: voided.id,
+    outcome: 'replaced',
+  });
+}
+
+/**
+ * The compensation's idempotency key for the next request of `itemId` in `tenant`:
+ * `recon_<itemId>`, then `recon_<itemId>.v<n>` after a denied or expired request.
+ */
+async function nextRemediationKey(trx: Trx, tenant: string, itemId: string): Promise<string> {
+  const r = await trx
+    .selectFrom('workflows')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('tenant', '=', tenant)
+    .where('ticket_id', 'like', `recon_${itemId}%`)
+    .executeTakeFirstOrThrow();
+  const attempt = Number(r.n) + 1;
+  return attempt === 1 ? `recon_${itemId}` : `recon_${itemId}.v${attempt}`;
+}
+
+/**
+ * Writes a new remediation request in `trx`: its out-of-band run, its one compensation action
+ * (digest over the exact arguments), its pending `RECON` approval for the pack's approver role,
+ * audited `approval.requested` and `compensation.requested`. Returns the ticket (`existing` false).
+ */
+async function insertRemediationRequest(
+  trx: Trx,
+  deps: RemediationDeps,
+  r: { item: WorklistItem; req: RemediationRequest; scope: RemediationScope; args: Record<string, unknown>; expiresAt: Date },
+): Promise<RemediationTicket> {
+  const { item, req, args, expiresAt } = r;
+  const { bundle, order, tenant, amountCents } = r.scope;
   const tool = REMEDIATION_TOOL[req.remediation];
   const target = item.order_id ?? item.ledger_ref ?? item.id;
-  const pack = support ? 'support' : 'change';
-  const now = new Date();
-  const expiresAt = new Date(now.getTime() + bundle.approval.ttlSeconds * 1000);
-
-  return inTransaction(deps.db, async (trx) => {
-    const live = await trx.selectFrom('reconciliation_items').selectAll().where('id', '=', item.id).forUpdate().executeTakeFirstOrThrow();
-    if (live.approval_id !== item.approval_id || (live.status !== 'open' && live.status !== 'frozen')) {
-      throw new RemediationRefused('item_changed', `item ${item.id} changed meanwhile; look again`);
-    }
-    if (live.approval_id) {
-      // Another remediation replaces a pending one: void it, exactly as an amendment does.
-      const voided = await trx
-        .updateTable('approvals')
-        .set({ status: 'void', decided_at: now, reason: `replaced by ${req.remediation}` })
-        .where('id', '=', live.approval_id)
-        .where('status', 'in', ['pending', 'denied', 'expired'])
-        .returning(['id', 'action_id', 'workflow_id', 'tool', 'status'])
-        .executeTakeFirst();
-      if (voided) {
-        await transitionAction(trx, voided.action_id, { to: 'superseded' });
-        await stopRun(trx, { id: voided.workflow_id }, 'denied', `Replaced by a ${req.remediation} request.`, 'reconciliation', {
-          onlyFrom: ['awaiting_approval'],
-        });
-        await recordAudit(trx, {
-          type: 'approval.voided',
-          service: 'reconciliation',
-          runId: voided.workflow_id,
-          actorHash: actorHash(deps.hmacKey, req.operator),
-          tool: voided.tool,
-          approvalId: voided.id,
-          outcome: 'replaced',
-        });
-      }
-    }
-    const attempt =
-      Number(
-        (
-          await trx
-            .selectFrom('workflows')
-            .select((eb) => eb.fn.countAll<string>().as('n'))
-            .where('tenant', '=', tenant)
-            .where('ticket_id', 'like', `recon_${item.id}%`)
-            .executeTakeFirstOrThrow()
-        ).n,
-      ) + 1;
-    const operationKey = attempt === 1 ? `recon_${item.id}` : `recon_${item.id}.v${attempt}`;
-    const workflowId = randomUUID();
-    const proposalId = randomUUID();
-    const actionId = randomUUID();
-    const approvalId = randomUUID();
-    const digest = digestOf({ tool, target, arguments: args, actor: req.operator, tenant, policyRevision: bundle.revision, version: 1 });
-    await insertOutOfBandRequest(trx, {
-      workflowId,
-      proposalId,
-      key: operationKey,
-      tenant,
-      operator: req.operator,
-      pack,
+  const pack = r.scope.support ? 'support' : 'change';
+  const operationKey = await nextRemediationKey(trx, tenant, item.id);
+  const [workflowId, proposalId, actionId, approvalId] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
+  const digest = digestOf({ tool, target, arguments: args, actor: req.operator, tenant, policyRevision: bundle.revision, version: 1 });
+  await insertOutOfBandRequest(trx, {
+    workflowId,
+    proposalId,
+    key: operationKey,
+    tenant,
+    operator: req.operator,
+    pack,
+    tool,
+    args,
+    nextStep: `A ${bundle.approval.approverRole} must approve ${tool} for reconciliation item ${item.id}.`,
+    release: deps.release,
+    policyRevision: bundle.revision,
+    catalogDigest: catalogDigest(toolsOfPack(pack)),
+  });
+  await trx
+    .insertInto('actions')
+    .values({
+      id: actionId,
+      workflow_id: workflowId,
+      proposal_id: proposalId,
+      call_id: operationKey,
+      version: 1,
+      supersedes_version: null,
       tool,
-      args,
-      nextStep: `A ${bundle.approval.approverRole} must approve ${tool} for reconciliation item ${item.id}.`,
-      release: deps.release,
-      policyRevision: bundle.revision,
-      catalogDigest: catalogDigest(toolsOfPack(pack)),
-    });
-    await trx
-      .insertInto('actions')
-      .values({
-        id: actionId,
-        workflow_id: workflowId,
-        proposal_id: proposalId,
-        call_id: operationKey,
-        version: 1,
-        supersedes_version: null,
-        tool,
-        target,
-        arguments: JSON.stringify(args),
-        digest,
-        decision: 'REQUIRE_APPROVAL',
-        rule_id: REMEDIATION_RULE_ID,
-        policy_revision: bundle.revision,
-        status: 'pending_approval',
-        operation_key: operationKey,
-        release_id: deps.release,
-        facts: JSON.stringify({
-          reconciliation: { itemId: item.id, class: item.class, owner: item.owner, subject: item.subject, detail: item.detail },
-          ...(order ? { order: { id: item.order_id, tenant: order.tenant, region: order.region, paidCents: order.paid } } : {}),
-        }),
-      })
-      .execute();
-    const region = bundle.approval.sameRegion ? (order?.region ?? null) : null;
-    await trx
-      .insertInto('approvals')
-      .values({
-        id: approvalId,
-        workflow_id: workflowId,
-        action_id: actionId,
-        action_version: 1,
-        action_digest: digest,
-        policy_revision: bundle.revision,
-        tool,
-        tenant,
-        region,
-        amount_cents: amountCents,
-        requester: req.operator,
-        rule_id: REMEDIATION_RULE_ID,
-        status: 'pending',
-        approver_role: bundle.approval.approverRole,
-        same_region: bundle.approval.sameRegion,
-        release_id: deps.release,
-        traceparent: null,
-        expires_at: expiresAt,
-      })
-      .execute();
-    // The item keeps the order's tenant the order system named: its money counts in that tenant's day (ADR 0686).
-    await trx
-      .updateTable('reconciliation_items')
-      .set({ remediation: req.remediation, approval_id: approvalId, tenant: live.tenant ?? tenant })
-      .where('id', '=', item.id)
-      .execute();
-    const audit = {
-      service: 'reconciliation',
-      runId: workflowId,
-      actorHash: actorHash(deps.hmacKey, req.operator),
+      target,
+      arguments: JSON.stringify(args),
+      digest,
+      decision: 'REQUIRE_APPROVAL',
+      rule_id: REMEDIATION_RULE_ID,
+      policy_revision: bundle.revision,
+      status: 'pending_approval',
+      operation_key: operationKey,
+      release_id: deps.release,
+      facts: JSON.stringify({
+        reconciliation: { itemId: item.id, class: item.class, owner: item.owner, subject: item.subject, detail: item.detail },
+        ...(order ? { order: { id: item.order_id, tenant: order.tenant, region: order.region, paidCents: order.paid } } : {}),
+      }),
+    })
+    .execute();
+  const region = bundle.approval.sameRegion ? (order?.region ?? null) : null;
+  await trx
+    .insertInto('approvals')
+    .values({
+      id: approvalId,
+      workflow_id: workflowId,
+      action_id: actionId,
+      action_version: 1,
+      action_digest: digest,
+      policy_revision: bundle.revision,
       tool,
-      actionDigest: digest,
-      actionVersion: 1,
-      approvalId,
-      operationKeyHash: operationKeyHash(operationKey),
-      ruleId: REMEDIATION_RULE_ID,
-      revisions: { policy: bundle.revision, release: deps.release },
-    };
-    await recordAudit(trx, { ...audit, type: 'approval.requested', decision: 'REQUIRE_APPROVAL' });
-    await recordAudit(trx, { ...audit, type: 'compensation.requested', outcome: `${item.class}:${req.remediation}` });
-    return {
-      itemId: item.id,
-      remediation: req.remediation,
-      approvalId,
-      workflowId,
-      actionVersion: 1,
-      actionDigest: digest,
-      operationKey,
       tenant,
       region,
-      approverRole: bundle.approval.approverRole,
-      amountCents,
-      expiresAt,
-      existing: false,
-    };
-  });
+      amount_cents: amountCents,
+      requester: req.operator,
+      rule_id: REMEDIATION_RULE_ID,
+      status: 'pending',
+      approver_role: bundle.approval.approverRole,
+      same_region: bundle.approval.sameRegion,
+      release_id: deps.release,
+      traceparent: null,
+      expires_at: expiresAt,
+    })
+    .execute();
+  const audit = {
+    service: 'reconciliation',
+    runId: workflowId,
+    actorHash: actorHash(deps.hmacKey, req.operator),
+    tool,
+    actionDigest: digest,
+    actionVersion: 1,
+    approvalId,
+    operationKeyHash: operationKeyHash(operationKey),
+    ruleId: REMEDIATION_RULE_ID,
+    revisions: { policy: bundle.revision, release: deps.release },
+  };
+  await recordAudit(trx, { ...audit, type: 'approval.requested', decision: 'REQUIRE_APPROVAL' });
+  await recordAudit(trx, { ...audit, type: 'compensation.requested', outcome: `${item.class}:${req.remediation}` });
+  return {
+    itemId: item.id,
+    remediation: req.remediation,
+    approvalId,
+    workflowId,
+    actionVersion: 1,
+    actionDigest: digest,
+    operationKey,
+    tenant,
+    region,
+    approverRole: bundle.approval.approverRole,
+    amountCents,
+    expiresAt,
+    existing: false,
+  };
 }
 
 /** The approving lead's delegation bound (their approve limit, cents), from world.json. */

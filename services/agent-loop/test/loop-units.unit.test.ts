@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type OpenAI from 'openai';
-import { reasoningBeforeCalls } from '../src/jobs/turns.processor.ts';
+import { reasoningBeforeCalls } from '../src/jobs/turn-calls.ts';
 import { resultOutcome } from '../src/jobs/results.processor.ts';
 import { readLoopTestHooks } from '../src/domain/test-hooks.ts';
 

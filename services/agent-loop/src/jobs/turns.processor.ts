@@ -1,11 +1,11 @@
 import OpenAI from 'openai';
 import type { TurnJob } from '@gatehouse/contracts';
-import { ConflictError, proposalsQueue } from '@gatehouse/contracts';
+import { ConflictError } from '@gatehouse/contracts';
+import type { Selectable } from 'kysely';
 import {
   checkWorkflowTransition,
   checkWorkingTime,
   DependencyUnavailable,
-  enqueueInTransaction,
   inTransaction,
   recordAudit,
   releaseWritesEnabled,
@@ -15,17 +15,19 @@ import {
   type OutboxRow,
   type Trx,
   type WorkflowState,
+  type BudgetsTable,
+  type WorkflowsTable,
 } from '@gatehouse/ledger';
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
 import { eligibleTools } from '@gatehouse/policy';
-import { boundText, findTool, instructionsFor, toFunctionTool, toolsOfPack } from '@gatehouse/tools';
+import { boundText, instructionsFor, toFunctionTool, toolsOfPack } from '@gatehouse/tools';
 import { loadWorld, sha256Hex, canonicalJson, escapeUnstorable, modelSpendMicroUsd, type ReleaseManifest } from '@gatehouse/contracts';
-import { randomUUID } from 'node:crypto';
 import { recordModelCall } from '@gatehouse/telemetry';
 import { loadTranscript } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
 import type { LoopTestHooks } from '../domain/test-hooks.ts';
 import { tenantCapReached, type TenantSpendCap } from '../domain/tenant-spend.ts';
+import { CallIdReused, callIdReusedStep, reasoningBeforeCalls, recordProposedCalls, type ProposedCall } from './turn-calls.ts';
 
 /**
  * What a turn without function calls answers: the model's text (`message`), else the text of its
@@ -215,38 +217,11 @@ export interface TurnDeps {
   tenantCap: TenantSpendCap;
 }
 
-type FunctionCallItem = { type: 'function_call'; call_id: string; name: string; arguments: string };
-
 /** Thrown when a follow-up arrived during the model call of a round; {@link processTurn} re-runs the round. */
 export class TranscriptChanged extends ConflictError {
   constructor(workflowId: string, round: number) {
     super('transcript_changed', `a follow-up arrived during round ${round} of ${workflowId}; the round is re-run with it`);
   }
-}
-
-/**
- * Thrown inside a round's transaction when one of the answer's function calls carries a call_id
- * the run already holds (an earlier call of the same answer or of an earlier round): the
- * transaction rolls back and {@link takeTurn} records the round again without its calls and stops
- * the run `model_error` (docs/decisions/0693-a-call-id-names-one-call-of-a-run.md).
- */
-export class CallIdReused extends ConflictError {
-  constructor(workflowId: string, round: number) {
-    super('call_id_reused', `an answer of round ${round} of ${workflowId} repeats a call_id the run already holds`);
-  }
-}
-
-/**
- * The next step of a run stopped for an answer whose call_ids repeat: within the answer itself
- * (two of its calls share one), or an earlier answer's. The call_id is model output and not quoted.
- */
-export function callIdReusedStep(calls: ReadonlyArray<{ call_id: string }>): string {
-  const ids = calls.map((c) => c.call_id);
-  const cause =
-    new Set(ids).size < ids.length
-      ? 'gave two of its function calls the same call_id twice in one answer'
-      : 'gave a function call a call_id an earlier answer of this run already used';
-  return `The model ${cause}, so Gatehouse could not tell the calls apart and carried out none of that answer’s calls. Resubmit the ticket; if it happens again, on-call should check the model server: each function call of a run needs a call_id of its own (servers that number the calls call_0, call_1… in every answer do not).`;
 }
 
 /** How many user messages (ticket text and follow-ups) the workflow's transcript holds. */
@@ -258,36 +233,6 @@ async function countUserMessages(db: Db | Trx, workflowId: string): Promise<numb
     .where('kind', '=', 'user_message')
     .executeTakeFirstOrThrow();
   return Number(r.n);
-}
-
-/** A reasoning item as kept in the transcript and resent as input (ADR 0145). */
-export type ReasoningInputItem = {
-  type: 'reasoning';
-  id: string;
-  summary: Array<{ type: 'summary_text'; text: string }>;
-  encrypted_content: string;
-};
-
-/**
- * The reasoning items of a response grouped by the function call they precede: `groups[i]` holds,
- * in the order received, those after the (i-1)-th function_call and before the i-th (reasoning
- * after the last call precedes nothing and is dropped). Only `id`, `summary` and
- * `encrypted_content` are kept; an item without `encrypted_content` cannot be resent with
- * `store: false` and is dropped (docs/decisions/0145-reasoning-items-in-the-transcript.md).
- */
-export function reasoningBeforeCalls(output: OpenAI.Responses.ResponseOutputItem[]): ReasoningInputItem[][] {
-  const groups: ReasoningInputItem[][] = [];
-  let pending: ReasoningInputItem[] = [];
-  for (const o of output) {
-    if (o.type === 'function_call') {
-      groups.push(pending);
-      pending = [];
-    } else if (o.type === 'reasoning' && typeof o.encrypted_content === 'string' && o.encrypted_content) {
-      const summary = (o.summary ?? []).map((x) => ({ type: 'summary_text' as const, text: escapeUnstorable(x.text) }));
-      pending.push({ type: 'reasoning', id: o.id, summary, encrypted_content: o.encrypted_content });
-    }
-  }
-  return groups;
 }
 
 /** One model answer of a round, as {@link recordAnswer} records it. */
@@ -392,14 +337,24 @@ export async function processTurn(job: TurnJob, deps: TurnDeps): Promise<string>
   }
 }
 
-/** One try of {@link processTurn}'s round. @throws TranscriptChanged when a follow-up arrived during the model call. */
-async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
+/** A run admitted to its next round by {@link admitTurn}: its row and its budgets as read then. */
+type AdmittedTurn = { wf: Selectable<WorkflowsTable>; budget: Selectable<BudgetsTable> };
+
+/**
+ * Whether the round may ask the model: the run exists, is live and has not recorded this round;
+ * the transition table would take the round's end (`investigating` for calls, `completed` for a
+ * message); its working time, round, spend budgets and the tenant's daily cap allow one more
+ * request (docs/product/invariants.md#bounds: checked before dispatch). A run past a bound is
+ * stopped here, in its own transaction.
+ * Returns the run and its budgets, or the job's outcome when the round is not taken.
+ */
+async function admitTurn(job: TurnJob, deps: TurnDeps): Promise<AdmittedTurn | string> {
   const { db, log } = deps;
   const wf = await db.selectFrom('workflows').selectAll().where('id', '=', job.workflowId).executeTakeFirst();
   if (!wf) return 'unknown_workflow';
   if (TERMINAL_STATES.has(wf.state) || wf.round >= job.round) return 'already_done';
-  // A turn ends in `investigating` (calls) or `completed` (a message): refused before the model is
-  // asked when the table would refuse either (a paused run, a call still unanswered).
+  // Refused before the model is asked when the table would refuse either end (a paused run, a
+  // call still unanswered).
   const illegal = await inTransaction(db, async (trx) => {
     const toInvestigating = await checkWorkflowTransition(trx, wf.id, wf.state, { to: 'investigating' });
     return toInvestigating ?? checkWorkflowTransition(trx, wf.id, wf.state, { to: 'completed' });
@@ -408,8 +363,8 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
     log.warn({ workflowId: wf.id, state: wf.state, to: illegal.to, missing: illegal.missing }, 'turn refused: illegal transition');
     return `refused:illegal_transition:${wf.state}->${illegal.to}`;
   }
-  // Bounds are checked before dispatch (docs/product/invariants.md#bounds); an outage this round waited
-  // through is credited first, and one past the ceiling stops the run for what it is.
+  // An outage this round waited through is credited first, and one past the ceiling stops the
+  // run for what it is.
   const stopped = await inTransaction(db, async (trx) => {
     const time = await checkWorkingTime(trx, wf.id, job.outage, deps.outagePolicy);
     if (time.kind === 'dependency_unavailable') {
@@ -430,26 +385,36 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
   });
   if (stopped) return stopped;
   const budget = await db.selectFrom('budgets').selectAll().where('workflow_id', '=', wf.id).executeTakeFirstOrThrow();
+  return { wf, budget };
+}
 
-  const catalog = toolsOfPack(wf.pack);
-  const writesEnabled = await releaseWritesEnabled(db, wf.release_id);
-  const offered = deps.hooks.disableToolFilter ? catalog : eligibleTools(catalog, { ...wf, writesEnabled }, loadWorld().agent.grantedTools);
-  const instructions = instructionsFor(wf.pack);
-  const tools = offered.map(toFunctionTool);
-  // Counted before the transcript is read: a follow-up committed after this count may be missing
-  // from the input, and the round is then re-run with it (below).
-  const userMessagesSent = await countUserMessages(db, wf.id);
-  const input = await loadTranscript(db, wf.id);
-  let response: OpenAI.Responses.Response;
-  const started = Date.now();
+/** What one round asks the model: the pack's instructions, the transcript and the offered tools. */
+type TurnRequest = { instructions: { text: string }; input: unknown; tools: ReturnType<typeof toFunctionTool>[] };
+
+/**
+ * Sends the round's request through the `openai` client, its own 429/5xx retries bounded by the
+ * run's remaining working time, and records the call's latency metric on failure.
+ * Returns the response, or `model_error` when the model rejected the request (a 4xx other than
+ * 408 and 429): the run is then stopped `model_error`.
+ * @throws DependencyUnavailable('model') when the model stayed unavailable (408, 429, 5xx,
+ *   unanswered): the job is held and the wait is not working time; any other error as thrown
+ *   (the queue retries the round).
+ */
+async function askModel(
+  deps: TurnDeps,
+  wf: Selectable<WorkflowsTable>,
+  budget: Selectable<BudgetsTable>,
+  request: TurnRequest,
+  started: number,
+): Promise<OpenAI.Responses.Response | 'model_error'> {
   try {
-    response = await deps.model.responses.create(
+    return await deps.model.responses.create(
       {
         model: deps.modelName,
-        instructions: instructions.text,
-        input: input as unknown as OpenAI.Responses.ResponseInput,
-        tools,
-        tool_choice: tools.length ? 'auto' : 'none',
+        instructions: request.instructions.text,
+        input: request.input as OpenAI.Responses.ResponseInput,
+        tools: request.tools,
+        tool_choice: request.tools.length ? 'auto' : 'none',
         // One call per response; several calls, if the model sends them anyway, are each answered.
         parallel_tool_calls: false,
         store: false,
@@ -457,7 +422,6 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
         include: ['reasoning.encrypted_content'],
         metadata: { workflow_id: wf.id, ticket_id: wf.ticket_id, release: wf.release_id },
       },
-      // The client's own retries (429/5xx) stay inside the run's remaining working time.
       { timeout: Math.max(1000, new Date(budget.deadline_at).getTime() - Date.now()) },
     );
   } catch (err) {
@@ -471,15 +435,94 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
     const outcome = rejected ? 'rejected' : err instanceof OpenAI.APIError ? 'unavailable' : 'error';
     recordModelCall({ model: deps.modelName, outcome, durationMs: Date.now() - started });
     if (rejected) {
-      log.error({ workflowId: wf.id, status: err.status }, 'model rejected the request');
-      await inTransaction(db, (trx) => stopWorkflow(trx, wf, 'model_error'));
+      deps.log.error({ workflowId: wf.id, status: err.status }, 'model rejected the request');
+      await inTransaction(deps.db, (trx) => stopWorkflow(trx, wf, 'model_error'));
       return 'model_error';
     }
-    if (!(err instanceof OpenAI.APIError)) throw err; // not the model's answer: the queue retries the round
-    // Unanswered, 408/429/5xx after the client's own retries: the model is unavailable. The job
-    // is held for it (no call was recorded) and the wait is not the run's working time.
+    if (!(err instanceof OpenAI.APIError)) throw err;
     throw new DependencyUnavailable('model', `model unavailable: ${(err as Error).message}`, { cause: err });
   }
+}
+
+/** What {@link recordRound} needs beyond the answer: the round's context when it was asked. */
+type RoundContext = {
+  job: TurnJob;
+  calls: ProposedCall[];
+  /** User messages in the transcript when it was read: a different count means a follow-up arrived. */
+  userMessagesSent: number;
+  writesEnabled: boolean;
+};
+
+/**
+ * Records a model answer as its round, under the run's lock, in one transaction: the answer and
+ * its charge ({@link recordAnswer}); then either the run's final message, or — within the
+ * tool-call budget — each call as a proposal with its `proposals` job ({@link recordProposedCalls}).
+ * An ended run or a recorded round charges the answer as discarded and records nothing.
+ * Returns the outbox rows to publish, or `transcript_changed` when a follow-up arrived during
+ * the model call (the answer is charged as discarded; the caller re-runs the round).
+ * @throws CallIdReused when a call repeats a call_id the run holds (the transaction rolled back).
+ */
+async function recordRound(deps: TurnDeps, answer: RecordedAnswer & { wf: Selectable<WorkflowsTable> }, ctx: RoundContext) {
+  const { wf, round, response } = answer;
+  return inTransaction(deps.db, async (trx) => {
+    const locked = await trx.selectFrom('workflows').selectAll().where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
+    if (TERMINAL_STATES.has(locked.state) || locked.round >= round) {
+      // Nothing to record for an ended run or a round already recorded, but the answer was paid for.
+      await chargeDiscardedAnswer(trx, wf, round, deps.modelPrice, response, 'round_closed');
+      return [] as OutboxRow[];
+    }
+    // A follow-up arrived while the model was answering (docs/product/public-contract.md#follow-up-messages: the agent takes a new turn with
+    // it). Its own turn job has this round's id, so it merged with this one: record nothing from a
+    // response to an out-of-date transcript; processTurn re-runs the round with the follow-up.
+    // The answer thrown away was still paid for: the run's spend budget and the tenant's daily cap
+    // count it, charged under this same lock (ADR 0680).
+    if ((await countUserMessages(trx, wf.id)) !== ctx.userMessagesSent) {
+      await chargeDiscardedAnswer(trx, wf, round, deps.modelPrice, response, 'follow_up');
+      return 'transcript_changed' as const;
+    }
+    const b = await trx.selectFrom('budgets').selectAll().where('workflow_id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
+    const calls = ctx.calls;
+    await recordAnswer(trx, deps, answer, calls.length ? `function_calls:${calls.length}` : finalAnswer(response).kind);
+    if (!calls.length) {
+      const writesOff = !ctx.writesEnabled && wf.mode === 'act';
+      await finishWithMessage(trx, deps, { id: wf.id, release_id: wf.release_id, state: locked.state, writesOff }, round, response);
+      return [] as OutboxRow[];
+    }
+    if (b.tool_calls_used + calls.length > b.max_tool_calls) {
+      // The calls are never dispatched nor added to the transcript, so no call is left unanswered.
+      await stopWorkflow(trx, wf, 'budget_exhausted');
+      return [] as OutboxRow[];
+    }
+    await trx
+      .updateTable('budgets')
+      .set({ tool_calls_used: b.tool_calls_used + calls.length })
+      .where('workflow_id', '=', wf.id)
+      .execute();
+    await transitionWorkflow(trx, wf.id, { to: 'investigating', round, lockedFrom: locked.state });
+    // Reasoning items are kept with the calls they preceded, so the next round sends them back
+    // right before those calls, where the Responses API expects them; their content goes nowhere else.
+    const reasoning = deps.hooks.dropReasoning ? [] : reasoningBeforeCalls(response.output);
+    return recordProposedCalls(trx, wf, round, calls, reasoning);
+  });
+}
+
+/** One try of {@link processTurn}'s round. @throws TranscriptChanged when a follow-up arrived during the model call. */
+async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
+  const admitted = await admitTurn(job, deps);
+  if (typeof admitted === 'string') return admitted;
+  const { wf, budget } = admitted;
+  const { db } = deps;
+  const catalog = toolsOfPack(wf.pack);
+  const writesEnabled = await releaseWritesEnabled(db, wf.release_id);
+  const offered = deps.hooks.disableToolFilter ? catalog : eligibleTools(catalog, { ...wf, writesEnabled }, loadWorld().agent.grantedTools);
+  const instructions = instructionsFor(wf.pack);
+  // Counted before the transcript is read: a follow-up committed after this count may be missing
+  // from the input, and the round is then re-run with it (recordRound).
+  const userMessagesSent = await countUserMessages(db, wf.id);
+  const input = await loadTranscript(db, wf.id);
+  const started = Date.now();
+  const response = await askModel(deps, wf, budget, { instructions, input, tools: offered.map(toFunctionTool) }, started);
+  if (response === 'model_error') return response;
 
   // Latency, tokens and spend of the answer (ADR 0260): the same price table as the spend budget.
   const answered = { input_tokens: response.usage?.input_tokens ?? 0, output_tokens: response.usage?.output_tokens ?? 0 };
@@ -496,110 +539,9 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
   // which becomes its JSON escape: parsing then gives the call a validation result.
   const calls = response.output
     .filter((o): o is OpenAI.Responses.ResponseFunctionToolCall => o.type === 'function_call')
-    .map((c) => ({ ...c, call_id: escapeUnstorable(c.call_id), name: escapeUnstorable(c.name), arguments: escapeUnstorable(c.arguments) }));
-  const answer: RecordedAnswer = {
-    wf,
-    round: job.round,
-    response,
-    input,
-    instructionsHash: instructions.hash,
-    functionCalls: calls.length,
-    started,
-  };
-  const rows = await inTransaction(db, async (trx) => {
-    const locked = await trx.selectFrom('workflows').selectAll().where('id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
-    if (TERMINAL_STATES.has(locked.state) || locked.round >= job.round) {
-      // Nothing to record for an ended run or a round already recorded, but the answer was paid for.
-      await chargeDiscardedAnswer(trx, wf, job.round, deps.modelPrice, response, 'round_closed');
-      return [] as OutboxRow[];
-    }
-    // A follow-up arrived while the model was answering (docs/product/public-contract.md#follow-up-messages: the agent takes a new turn with
-    // it). Its own turn job has this round's id, so it merged with this one: record nothing from a
-    // response to an out-of-date transcript; processTurn re-runs the round with the follow-up.
-    // The answer thrown away was still paid for: the run's spend budget and the tenant's daily cap
-    // count it, charged under this same lock (ADR 0680).
-    if ((await countUserMessages(trx, wf.id)) !== userMessagesSent) {
-      await chargeDiscardedAnswer(trx, wf, job.round, deps.modelPrice, response, 'follow_up');
-      return 'transcript_changed' as const;
-    }
-    const b = await trx.selectFrom('budgets').selectAll().where('workflow_id', '=', wf.id).forUpdate().executeTakeFirstOrThrow();
-    const outcome = calls.length ? `function_calls:${calls.length}` : finalAnswer(response).kind;
-    await recordAnswer(trx, deps, answer, outcome);
-
-    if (!calls.length) {
-      const writesOff = !writesEnabled && wf.mode === 'act';
-      await finishWithMessage(trx, deps, { id: wf.id, release_id: wf.release_id, state: locked.state, writesOff }, job.round, response);
-      return [] as OutboxRow[];
-    }
-
-    if (b.tool_calls_used + calls.length > b.max_tool_calls) {
-      // The calls are never dispatched nor added to the transcript, so no call is left unanswered.
-      await stopWorkflow(trx, wf, 'budget_exhausted');
-      return [] as OutboxRow[];
-    }
-    await trx
-      .updateTable('budgets')
-      .set({ tool_calls_used: b.tool_calls_used + calls.length })
-      .where('workflow_id', '=', wf.id)
-      .execute();
-    await transitionWorkflow(trx, wf.id, { to: 'investigating', round: job.round, lockedFrom: locked.state });
-
-    // Reasoning items are kept with the calls they preceded, so the next round sends them back
-    // right before those calls, where the Responses API expects them; their content goes nowhere else.
-    const reasoning = deps.hooks.dropReasoning ? [] : reasoningBeforeCalls(response.output);
-    const out: OutboxRow[] = [];
-    for (const [i, call] of calls.entries()) {
-      const item: FunctionCallItem = { type: 'function_call', call_id: call.call_id, name: call.name, arguments: call.arguments };
-      const before = reasoning[i] ?? [];
-      // The run's call_ids are unique (the index conversation_items_call_once): a repeated one
-      // inserts nothing here, and the round is recorded again without its calls (below).
-      const kept = await trx
-        .insertInto('conversation_items')
-        .values({
-          workflow_id: wf.id,
-          round: job.round,
-          kind: 'function_call',
-          call_id: call.call_id,
-          item: JSON.stringify(item),
-          reasoning: before.length ? JSON.stringify(before) : null,
-        })
-        .onConflict((oc) => oc.doNothing())
-        .returning('id')
-        .executeTakeFirst();
-      if (!kept) throw new CallIdReused(wf.id, job.round);
-      const proposalId = randomUUID();
-      // Only catalog names go to the ledger and audit: a model-invented name may carry anything.
-      const toolLabel = findTool(call.name) ? call.name : 'unknown_tool';
-      await trx
-        .insertInto('proposals')
-        .values({
-          id: proposalId,
-          workflow_id: wf.id,
-          round: job.round,
-          call_id: call.call_id,
-          tool: toolLabel,
-          arguments_sha256: sha256Hex(call.arguments),
-          status: 'received',
-          validation_error: null,
-          // The state the tools were offered in: state-gated tools are judged against it.
-          offered_in_state: wf.state,
-        })
-        .execute();
-      await recordAudit(trx, {
-        type: 'proposal.received',
-        service: 'agent-loop',
-        runId: wf.id,
-        step: job.round,
-        tool: toolLabel,
-        callId: call.call_id,
-        revisions: { toolCatalog: wf.catalog_digest, release: wf.release_id },
-      });
-      out.push(
-        await enqueueInTransaction(trx, proposalsQueue, { release: wf.release_id, workflowId: wf.id, proposalId, callId: call.call_id }),
-      );
-    }
-    return out;
-  }).catch((err: unknown) => {
+    .map((c) => ({ call_id: escapeUnstorable(c.call_id), name: escapeUnstorable(c.name), arguments: escapeUnstorable(c.arguments) }));
+  const answer = { wf, round: job.round, response, input, instructionsHash: instructions.hash, functionCalls: calls.length, started };
+  const rows = await recordRound(deps, answer, { job, calls, userMessagesSent, writesEnabled }).catch((err: unknown) => {
     if (!(err instanceof CallIdReused)) throw err;
     return stopForReusedCallId(deps, answer, calls);
   });

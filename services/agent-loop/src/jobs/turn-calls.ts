@@ -1,0 +1,137 @@
+import type OpenAI from 'openai';
+import { randomUUID } from 'node:crypto';
+import { ConflictError, escapeUnstorable, proposalsQueue, sha256Hex } from '@gatehouse/contracts';
+import { enqueueInTransaction, recordAudit, type OutboxRow, type Trx } from '@gatehouse/ledger';
+import { findTool } from '@gatehouse/tools';
+
+// The function calls of a recorded model answer: how each becomes a transcript item, a proposal
+// and a `proposals` job (docs/decisions/0693-a-call-id-names-one-call-of-a-run.md for call_ids).
+
+/** A function call of a model answer, its text made storable (`escapeUnstorable`). */
+export type ProposedCall = { call_id: string; name: string; arguments: string };
+
+/** The run a round's calls belong to, as {@link recordProposedCalls} needs it. */
+export type CallingRun = { id: string; release_id: string; catalog_digest: string; state: string };
+
+/**
+ * Thrown inside a round's transaction when one of the answer's function calls carries a call_id
+ * the run already holds (an earlier call of the same answer or of an earlier round): the
+ * transaction rolls back and the turn records the round again without its calls and stops the
+ * run `model_error` (docs/decisions/0693-a-call-id-names-one-call-of-a-run.md).
+ */
+export class CallIdReused extends ConflictError {
+  constructor(workflowId: string, round: number) {
+    super('call_id_reused', `an answer of round ${round} of ${workflowId} repeats a call_id the run already holds`);
+  }
+}
+
+/**
+ * The next step of a run stopped for an answer whose call_ids repeat: within the answer itself
+ * (two of its calls share one), or an earlier answer's. The call_id is model output and not quoted.
+ */
+export function callIdReusedStep(calls: ReadonlyArray<{ call_id: string }>): string {
+  const ids = calls.map((c) => c.call_id);
+  const cause =
+    new Set(ids).size < ids.length
+      ? 'gave two of its function calls the same call_id twice in one answer'
+      : 'gave a function call a call_id an earlier answer of this run already used';
+  return `The model ${cause}, so Gatehouse could not tell the calls apart and carried out none of that answer’s calls. Resubmit the ticket; if it happens again, on-call should check the model server: each function call of a run needs a call_id of its own (servers that number the calls call_0, call_1… in every answer do not).`;
+}
+
+/** A reasoning item as kept in the transcript and resent as input (ADR 0145). */
+export type ReasoningInputItem = {
+  type: 'reasoning';
+  id: string;
+  summary: Array<{ type: 'summary_text'; text: string }>;
+  encrypted_content: string;
+};
+
+/**
+ * The reasoning items of a response grouped by the function call they precede: `groups[i]` holds,
+ * in the order received, those after the (i-1)-th function_call and before the i-th (reasoning
+ * after the last call precedes nothing and is dropped). Only `id`, `summary` and
+ * `encrypted_content` are kept; an item without `encrypted_content` cannot be resent with
+ * `store: false` and is dropped (docs/decisions/0145-reasoning-items-in-the-transcript.md).
+ */
+export function reasoningBeforeCalls(output: OpenAI.Responses.ResponseOutputItem[]): ReasoningInputItem[][] {
+  const groups: ReasoningInputItem[][] = [];
+  let pending: ReasoningInputItem[] = [];
+  for (const o of output) {
+    if (o.type === 'function_call') {
+      groups.push(pending);
+      pending = [];
+    } else if (o.type === 'reasoning' && typeof o.encrypted_content === 'string' && o.encrypted_content) {
+      const summary = (o.summary ?? []).map((x) => ({ type: 'summary_text' as const, text: escapeUnstorable(x.text) }));
+      pending.push({ type: 'reasoning', id: o.id, summary, encrypted_content: o.encrypted_content });
+    }
+  }
+  return groups;
+}
+
+/**
+ * Records each of a round's function calls in `trx` (which holds the run's lock, after the round's
+ * answer was recorded): its `function_call` transcript item with the reasoning that preceded it
+ * (`reasoning[i]`), its `proposals` row (only catalog names; any other is `unknown_tool`), its
+ * `proposal.received` audit record and its `proposals` job in the outbox.
+ * Returns the outbox rows to publish after commit, one per call, in order.
+ * @throws CallIdReused when a call's call_id is already in the run's transcript (the index
+ *   `conversation_items_call_once`: the insert writes nothing, no extra statement).
+ */
+export async function recordProposedCalls(
+  trx: Trx,
+  wf: CallingRun,
+  round: number,
+  calls: readonly ProposedCall[],
+  reasoning: ReasoningInputItem[][],
+): Promise<OutboxRow[]> {
+  const out: OutboxRow[] = [];
+  for (const [i, call] of calls.entries()) {
+    const item = { type: 'function_call', call_id: call.call_id, name: call.name, arguments: call.arguments };
+    const before = reasoning[i] ?? [];
+    const kept = await trx
+      .insertInto('conversation_items')
+      .values({
+        workflow_id: wf.id,
+        round,
+        kind: 'function_call',
+        call_id: call.call_id,
+        item: JSON.stringify(item),
+        reasoning: before.length ? JSON.stringify(before) : null,
+      })
+      .onConflict((oc) => oc.doNothing())
+      .returning('id')
+      .executeTakeFirst();
+    if (!kept) throw new CallIdReused(wf.id, round);
+    const proposalId = randomUUID();
+    // Only catalog names go to the ledger and audit: a model-invented name may carry anything.
+    const toolLabel = findTool(call.name) ? call.name : 'unknown_tool';
+    await trx
+      .insertInto('proposals')
+      .values({
+        id: proposalId,
+        workflow_id: wf.id,
+        round,
+        call_id: call.call_id,
+        tool: toolLabel,
+        arguments_sha256: sha256Hex(call.arguments),
+        status: 'received',
+        validation_error: null,
+        // The state the tools were offered in: state-gated tools are judged against it.
+        offered_in_state: wf.state,
+      })
+      .execute();
+    await recordAudit(trx, {
+      type: 'proposal.received',
+      service: 'agent-loop',
+      runId: wf.id,
+      step: round,
+      tool: toolLabel,
+      callId: call.call_id,
+      revisions: { toolCatalog: wf.catalog_digest, release: wf.release_id },
+    });
+    out.push(
+      await enqueueInTransaction(trx, proposalsQueue, { release: wf.release_id, workflowId: wf.id, proposalId, callId: call.call_id }),
+    );
+  }
+  return out;
+}
