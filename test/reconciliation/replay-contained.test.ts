@@ -46,7 +46,13 @@ describe('containment holds a remediation that pays a refund', () => {
       // Twice: the repeatable job tries it at every pass while the tool stays off.
       for (let i = 0; i < 2; i++) {
         const held = await executeRemediation(remediation(), itemId);
-        expect(held).toMatchObject({ state: 'retry', itemId, reason: 'tool_disabled:issue_refund' });
+        // The tool as a typed field (what the CLI prints), the reason string as the audit and API carry it.
+        expect(held).toMatchObject({
+          state: 'retry',
+          itemId,
+          reason: 'tool_disabled:issue_refund',
+          waitingFor: { on: 'containment', tool: 'issue_refund' },
+        });
       }
       expect(await h.refunds(orderId)).toEqual([]);
       expect(await approvalStatus(approvalId)).toBe('approved');

@@ -1,7 +1,7 @@
 import type { DelegationSigningKey } from '@gatehouse/credentials';
 import { executeChangeCancel, requestChangeCancel, type CancelOutcome } from '@gatehouse/reconciliation';
 import { auditGateFromEnv } from '@gatehouse/platform';
-import { type ReconcileContext } from './reconcile-commands.ts';
+import { outageOf, type ReconcileContext } from './reconcile-commands.ts';
 
 function say(o: CancelOutcome): string {
   switch (o.state) {
@@ -11,8 +11,8 @@ function say(o: CancelOutcome): string {
       return `${o.operationKey}: refused — approval ${o.approvalId} is still pending; a change owner must approve it (POST /v1/approvals/${o.approvalId}/decision), then run this command again`;
     case 'busy':
       return `${o.operationKey}: another process is executing this cancel`;
-    case 'retry':
-      return `${o.operationKey}: the change service did not answer (${o.reason}); run this command again (same key, idempotent)`;
+    case 'retry': // thrown as exit 4 by the command (outageOf); kept for completeness
+      return `${o.operationKey}: not cancelled — the change service did not process it (${o.reason}); run this command again (same key, idempotent)`;
     case 'refused':
       return `${o.operationKey}: refused (${o.reason}). Next step: ${o.nextStep}`;
     case 'not_requested':
@@ -26,7 +26,12 @@ function say(o: CancelOutcome): string {
  * change's tenant to approve a cancel-before-start (an approval decided through the approval
  * API; the operator who asks cannot decide it); a run while it is pending is refused; once
  * approved, it runs the cancel exactly once; after a denial or expiry, a new request.
- * Returns the exit code: 0 when requested or cancelled, 1 when refused, pending or busy.
+ * Returns the exit code: 0 when requested or cancelled, 1 when refused (the change service's 4xx
+ * with its reason and the next step, or the approval denied, expired or void), pending or busy.
+ * @throws DependencyUnavailable (exit 4) when the change service did not process the cancel (no
+ *   answer, 408, 429, 5xx) or Postgres did not answer reading the credential epoch: nothing was
+ *   cancelled, the message names the server and how to check it ({@link outageOf}); the same key
+ *   is sent when the command runs again.
  * @throws AuditUnavailable when audit storage is unhealthy (exit 4): nothing sent, the approval left unused.
  * @throws RemediationRefused when the reference names no scheduled change, the step is not
  *   scheduled any more, or the reason is missing.
@@ -46,9 +51,10 @@ export async function changeCancelCommand(
   };
   const o = await executeChangeCancel(deps, ref);
   const again = o.state === 'refused' && /^approval_(denied|expired|void)$/.test(o.reason);
+  if (o.state === 'retry') throw outageOf(ctx, o, `the cancel of ${o.operationKey}`, 'the change service') ?? new Error(say(o));
   if (o.state !== 'not_requested' && !again) {
     ctx.out(say(o));
-    return o.state === 'cancelled' || o.state === 'retry' ? 0 : 1;
+    return o.state === 'cancelled' ? 0 : 1;
   }
   if (again) ctx.out(say(o));
   const t = await requestChangeCancel(deps, { ref, reason, operator: ctx.operator });

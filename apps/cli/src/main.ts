@@ -173,6 +173,7 @@ async function main(argv: string[]): Promise<number> {
           const relay = new OutboxRelay(db, queues, createLogger('cli'));
           const ctx = {
             db,
+            databaseUrl: env.DATABASE_URL,
             stagingUrl: env.STAGING_URL,
             hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
             signingKey,
@@ -195,6 +196,7 @@ async function main(argv: string[]): Promise<number> {
         if (!signingKey) throw new Error('change cancel needs the delegation signing key (GATEHOUSE_DELEGATION_SIGNING_KEY_PATH)');
         const ctx = {
           db,
+          databaseUrl: env.DATABASE_URL,
           stagingUrl: env.STAGING_URL,
           hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
           signingKey,

@@ -10,6 +10,7 @@ import {
   runReconciliation,
   type ExecuteDeps,
   type RemediationOutcome,
+  type RetryWait,
   type WorklistItem,
 } from '@gatehouse/reconciliation';
 import { EXIT, UsageError } from './commands.ts';
@@ -17,6 +18,8 @@ import { EXIT, UsageError } from './commands.ts';
 /** What the reconcile commands need from the CLI: ledger, systems of record, secrets, output. */
 export interface ReconcileContext {
   db: Db;
+  /** The ledger's URL (`DATABASE_URL`), to name Postgres in an exit-4 message; optional. */
+  databaseUrl?: string;
   stagingUrl: string;
   hmacKey: string;
   /**
@@ -49,6 +52,39 @@ export function asSystemOfRecordFault(err: unknown, stagingUrl: string): unknown
       `${dependencyCheckHint('system_of_record', stagingUrl)}, then run the command again`,
     { cause: err },
   );
+}
+
+/**
+ * The exit-4 error ({@link DependencyUnavailable}) of a `retry` outcome that waits on an outage —
+ * `system_of_record`: `system` (e.g. "the change service", at `ctx.stagingUrl`) did not process
+ * the call (no answer, 408, 429, 5xx; nothing was done and the same key is sent on the next run);
+ * `postgres`: the credential epoch could not be read (nothing claimed or sent) — naming the server
+ * and how to check it, so a command never exits 0 for work it did not do. `subject` names the work
+ * ("the cancel of <key>"), `reason` is the outcome's. Null for a wait that is not an outage
+ * (containment, audit storage): the command reports those itself.
+ */
+export function outageOf(
+  ctx: Pick<ReconcileContext, 'stagingUrl' | 'databaseUrl'>,
+  o: { waitingFor: RetryWait; reason: string },
+  subject: string,
+  system: string,
+): DependencyUnavailable | null {
+  const again = 'then run this command again (same key, idempotent)';
+  if (o.waitingFor.on === 'system_of_record')
+    return new DependencyUnavailable(
+      'system_of_record',
+      `${subject} did not run: ${system} (${hostOf(ctx.stagingUrl)}) did not process it (${o.reason}); nothing was done; ` +
+        `${dependencyCheckHint('system_of_record', ctx.stagingUrl)}, ${again}`,
+    );
+  if (o.waitingFor.on === 'postgres') {
+    const where = ctx.databaseUrl ? ` (${hostOf(ctx.databaseUrl)})` : '';
+    const hint = ctx.databaseUrl ? dependencyCheckHint('postgres', ctx.databaseUrl) : 'check DATABASE_URL and that Postgres answers';
+    return new DependencyUnavailable(
+      'postgres',
+      `${subject} did not run: Postgres${where} did not answer reading the credential epoch (${o.reason}); nothing was claimed or sent; ${hint}, ${again}`,
+    );
+  }
+  return null;
 }
 
 /** The remediation flags of `gatehouse reconcile resolve`, by remediation. */
@@ -108,12 +144,12 @@ export function formatStuck(r: StuckRun): string {
 }
 
 /**
- * The line for a remediation containment holds (reason `tool_disabled:<tool>`, ADR 0692): what holds
- * it and what lets it run; null for another retry reason.
+ * The line for a remediation containment holds (`waitingFor` `containment`, ADR 0692): what holds
+ * it and what lets it run; null for another wait.
  */
-function heldByContainment(itemId: string, reason: string): string | null {
-  const tool = /^tool_disabled:(.+)$/.exec(reason)?.[1];
-  if (!tool) return null;
+function heldByContainment(itemId: string, wait: RetryWait): string | null {
+  if (wait.on !== 'containment') return null;
+  const tool = wait.tool;
   return `item ${itemId}: held — ${tool} is switched off (containment); nothing was sent and its approval is unused. It runs at the next reconcile once \`gatehouse switch on ${tool}\` or a re-enable stage admits its tenant`;
 }
 
@@ -128,7 +164,7 @@ function formatOutcome(o: RemediationOutcome): string {
     case 'failed':
       return `item ${o.itemId}: failed (${o.reason}) — ${o.nextStep}`;
     case 'retry':
-      return heldByContainment(o.itemId, o.reason) ?? `item ${o.itemId}: retry (${o.reason})`;
+      return heldByContainment(o.itemId, o.waitingFor) ?? `item ${o.itemId}: retry (${o.reason})`;
     default:
       return `item ${o.itemId}: ${o.state} (${o.reason})`;
   }
@@ -183,10 +219,13 @@ export async function reconcileCommand(ctx: ReconcileContext): Promise<number> {
  * API) — or, once the lead approved that same remediation, executes it exactly once; without a
  * flag, executes the remediation already requested. Prints what a lead must decide or the outcome.
  * Returns the exit code, as `change cancel` does (`EXIT` in commands.ts): 0 when requested,
- * resolved, to be retried (same key) or left to the executor's reconcile job; 1 when nothing was
- * done — its approval still pending, another process executing it, refused or failed — so a
- * script can tell a run that did nothing.
+ * resolved, held by containment (it runs at a later reconcile once the tool is admitted) or left
+ * to the executor's reconcile job; 1 when nothing was done — its approval still pending, another
+ * process executing it, refused or failed — so a script can tell a run that did nothing.
  * @throws RemediationRefused when the item, class or state does not allow it.
+ * @throws DependencyUnavailable (exit 4) when the system of record did not process the
+ *   compensating call (no answer, 408, 429, 5xx) or Postgres did not answer reading the credential
+ *   epoch: nothing was done, the same key is sent on the next run ({@link outageOf}).
  */
 export async function resolveCommand(
   ctx: ReconcileContext,
@@ -216,6 +255,9 @@ export async function resolveCommand(
   }
   const o = await executeRemediation(deps(ctx, ctx.signingKey), item.id);
   if (o.state === 'resolved') await ctx.publish(o.rows);
+  const outage =
+    o.state === 'retry' ? outageOf(ctx, o, `the ${item.remediation ?? 'remediation'} of item ${item.id}`, 'the systems of record') : null;
+  if (outage) throw outage;
   ctx.out(formatOutcome(o));
   return o.state === 'resolved' || o.state === 'retry' ? EXIT.ok : EXIT.failed;
 }

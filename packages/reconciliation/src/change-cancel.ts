@@ -30,7 +30,7 @@ import { catalogDigest, digestOf, toolsOfPack } from '@gatehouse/tools';
 import { referenceChangeBundle } from './bundles.ts';
 import { cancelChange, type CompensationResult } from './compensations.ts';
 import { RemediationRefused, type RemediationDeps } from './remediation.ts';
-import type { ExecuteDeps } from './remediation-execute.ts';
+import type { ExecuteDeps, RetryWait } from './remediation-execute.ts';
 
 /** The compensation action of a cancel-before-start (never in the agent's catalog). */
 export const CANCEL_CHANGE_TOOL = 'cancel_change';
@@ -68,7 +68,12 @@ export type CancelOutcome =
   | { state: 'not_requested'; operationKey: string }
   | { state: 'awaiting_approval'; operationKey: string; approvalId: string }
   | { state: 'busy'; operationKey: string }
-  | { state: 'retry'; operationKey: string; reason: string }
+  /**
+   * Nothing cancelled yet: the change service did not process the call (`waitingFor` `system_of_record`:
+   * no answer, 408, 429, 5xx; the same key is sent again next time) or the ledger's credential
+   * epoch could not be read (`postgres`: nothing claimed or sent).
+   */
+  | { state: 'retry'; operationKey: string; reason: string; waitingFor: Extract<RetryWait, { on: 'system_of_record' | 'postgres' }> }
   /** The approval was denied, expired or void, or the change service refused (e.g. `409:window_started`). */
   | { state: 'refused'; operationKey: string; reason: string; nextStep: string }
   | { state: 'cancelled'; operationKey: string; approver: string; replayed: boolean };
@@ -424,7 +429,7 @@ async function recordCancel(
     if (result.status === 'retry') {
       // No answer: proven nothing yet, so the same key is sent again next time.
       if (!(await resetToPending(trx, { ...fenced, reason: result.reason }))) return { state: 'busy', operationKey: change.operationKey };
-      return { state: 'retry', operationKey: change.operationKey, reason: result.reason };
+      return { state: 'retry', operationKey: change.operationKey, reason: result.reason, waitingFor: { on: 'system_of_record' } };
     }
     const recorded = await recordOutcome(trx, {
       ...fenced,
@@ -494,7 +499,8 @@ export async function executeChangeCancel(deps: ExecuteDeps, ref: string): Promi
   try {
     epoch = await readCredentialEpoch(deps.db);
   } catch (err) {
-    if (err instanceof DependencyUnavailable) return { state: 'retry', operationKey: change.operationKey, reason: 'epoch_unavailable' };
+    if (err instanceof DependencyUnavailable)
+      return { state: 'retry', operationKey: change.operationKey, reason: 'epoch_unavailable', waitingFor: { on: 'postgres' } };
     throw err;
   }
   const claim = await inTransaction(deps.db, (trx) => claimCancel(trx, c, deps));

@@ -47,6 +47,19 @@ export interface ExecuteDeps extends RemediationDeps {
   auditGate?: AuditGate;
 }
 
+/**
+ * What a `retry` outcome of a remediation or a change cancel waits for, as a typed field (the
+ * `reason` string stays as the audit and API carry it):
+ * - `system_of_record`: the downstream did not process the call — no answer, 408, 429 or 5xx
+ *   (`isOutageStatus`); the same key is sent again next time (idempotent);
+ * - `postgres`: the ledger's credential epoch could not be read (`epoch_unavailable`): nothing
+ *   claimed, minted or sent;
+ * - `audit`: audit storage is unhealthy (`audit_unavailable: …`): nothing claimed or sent;
+ * - `containment`: `tool` is switched off or its re-enable stage does not admit the remediation
+ *   (`tool_disabled:<tool>`, docs/decisions/0692): nothing claimed or sent, its approval unused.
+ */
+export type RetryWait = { on: 'system_of_record' } | { on: 'postgres' } | { on: 'audit' } | { on: 'containment'; tool: string };
+
 /** Where a remediation stands after {@link executeRemediation}. */
 export type RemediationOutcome =
   | { state: 'awaiting_approval'; itemId: string; approvalId: string }
@@ -57,9 +70,9 @@ export type RemediationOutcome =
   /**
    * The downstream did not answer (the same key is sent again next time, idempotent), or
    * containment holds the remediation (`tool_disabled:<tool>`: nothing claimed or sent, its
-   * approval left unused, ADR 0692): the repeatable job tries it again.
+   * approval left unused, ADR 0692): the repeatable job tries it again. `waitingFor` says which.
    */
-  | { state: 'retry'; itemId: string; reason: string }
+  | { state: 'retry'; itemId: string; reason: string; waitingFor: RetryWait }
   /**
    * The downstream refused (a 4xx: it understood the call and rejected it; `reason` is
    * `<status>:<its reason>`): the remediation ended and is never sent again under its key; the
@@ -108,8 +121,8 @@ type Claim =
   | { kind: 'claimed'; action: Action; fence: number; originalFence: number | null; approver: string; tenant: string }
   | { kind: 'done' }
   | { kind: 'busy' }
-  /** Containment holds it ({@link containmentHolds}): nothing was written. */
-  | { kind: 'held'; reason: string }
+  /** Containment holds it for `tool` ({@link containmentHolds}): nothing was written. */
+  | { kind: 'held'; tool: string }
   | { kind: 'refused'; reason: string }
   | { kind: 'failed'; reason: string };
 
@@ -125,7 +138,7 @@ type Claim =
 async function claim(trx: Trx, item: WorklistItem, approvalId: string, deps: ExecuteDeps): Promise<Claim> {
   // First, before any row lock (ADR 0683's order): a switch-off committed before this claim holds it.
   const held = await containmentHolds(trx, item, approvalId);
-  if (held) return { kind: 'held', reason: held };
+  if (held) return { kind: 'held', tool: held };
   const ap = await trx.selectFrom('approvals').selectAll().where('id', '=', approvalId).executeTakeFirstOrThrow();
   const wf = await trx
     .selectFrom('workflows')
@@ -175,8 +188,8 @@ async function claim(trx: Trx, item: WorklistItem, approvalId: string, deps: Exe
  * (docs/decisions/0683-switch-off-serializes-with-the-claim.md), so a switch-off under way is
  * waited for and one committed before is seen — then the ledger's one rule, `heldByContainment`,
  * is read for the remediation's own workflow (approval `approvalId`'s), as the
- * `effect_after_switch_off` monitor judges its operation. Returns `tool_disabled:<tool>` when held,
- * else null. An undo is never held.
+ * `effect_after_switch_off` monitor judges its operation. Returns the catalog tool that holds it
+ * (the outcome's reason is then `tool_disabled:<tool>`), else null. An undo is never held.
  */
 async function containmentHolds(trx: Trx, item: WorklistItem, approvalId: string): Promise<string | null> {
   const tool = item.remediation ? containedAs(REMEDIATION_TOOL[item.remediation]) : null;
@@ -186,7 +199,7 @@ async function containmentHolds(trx: Trx, item: WorklistItem, approvalId: string
     sql`(select ${sql.ref(`w.${col}`)} from approvals p join workflows w on w.id = p.workflow_id where p.id = ${approvalId}::uuid)`;
   const held = heldByContainment(sql`${tool}::text`, run('tenant'), run('user_id'));
   const { rows } = await sql<{ held: boolean }>`select ${held} as held`.execute(trx);
-  return rows[0]?.held === true ? `tool_disabled:${tool}` : null;
+  return rows[0]?.held === true ? tool : null;
 }
 
 /**
@@ -428,12 +441,14 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
   try {
     epoch = await readCredentialEpoch(deps.db);
   } catch (err) {
-    if (err instanceof DependencyUnavailable) return { state: 'retry', itemId: item.id, reason: 'epoch_unavailable' };
+    if (err instanceof DependencyUnavailable)
+      return { state: 'retry', itemId: item.id, reason: 'epoch_unavailable', waitingFor: { on: 'postgres' } };
     throw err;
   }
   const c = await inTransaction(deps.db, (trx) => claim(trx, item, approvalId, deps));
   if (c.kind === 'busy') return { state: 'busy', itemId: item.id };
-  if (c.kind === 'held') return { state: 'retry', itemId: item.id, reason: c.reason };
+  if (c.kind === 'held')
+    return { state: 'retry', itemId: item.id, reason: `tool_disabled:${c.tool}`, waitingFor: { on: 'containment', tool: c.tool } };
   if (c.kind === 'refused' || c.kind === 'failed') {
     await inTransaction(deps.db, (trx) => reopen(trx, item, approvalId, c.reason));
     return c.kind === 'failed'
@@ -471,7 +486,8 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
       operationKeyHash: operationKeyHash(c.action.operation_key),
       revisions: { policy: c.action.policy_revision, release: c.action.release_id },
     };
-    if (result.status === 'retry') return { state: 'retry', itemId: item.id, reason: result.reason };
+    if (result.status === 'retry')
+      return { state: 'retry', itemId: item.id, reason: result.reason, waitingFor: { on: 'system_of_record' } };
     const done = result.status === 'succeeded';
     if (done)
       await transitionWorkflow(trx, c.action.workflow_id, {
@@ -532,7 +548,7 @@ export async function executeApprovedRemediations(deps: ExecuteDeps): Promise<Re
       out.push(await executeRemediation(deps, r.id));
     } catch (err) {
       if (!(err instanceof AuditUnavailable)) throw err;
-      out.push({ state: 'retry', itemId: r.id, reason: `audit_unavailable: ${err.message}` });
+      out.push({ state: 'retry', itemId: r.id, reason: `audit_unavailable: ${err.message}`, waitingFor: { on: 'audit' } });
     }
   }
   return out;
