@@ -101,6 +101,24 @@ describe('executing a remediation: the payments ledger answers', () => {
     expect((await executeRemediation(remediation(), item.id)).state).toBe('resolved');
     expect((await h.refunds(orderId)).map((r) => [r.idempotencyKey, r.amountCents])).toEqual([[step.key, 3_000]]);
   });
+
+  it('a 408 (the request was not read in time) stays a retry under the same key, not a refusal (it was failed)', async () => {
+    const { orderId, step, item } = await lostRefund(3_500);
+    const t = await approvedReplay(item.id);
+    await h.arm({ target: 'payments', mode: 'request_timeout', times: 1 });
+    expect(await executeRemediation(remediation(), item.id)).toMatchObject({
+      state: 'retry',
+      itemId: item.id,
+      reason: '408:request_timeout',
+      waitingFor: { on: 'system_of_record' },
+    });
+    expect((await liveItem(item.subject)).approval_id).toBe(t.approvalId);
+    expect(await op(`recon_${item.id}`)).toMatchObject({ status: 'pending' });
+    expect(await reconWorkflows(item.id)).not.toContainEqual(expect.objectContaining({ state: 'stopped' }));
+    expect((await executeRemediation(remediation(), item.id)).state).toBe('resolved');
+    expect((await h.requests(orderId)).map((r) => r.status)).toEqual([408, 201]);
+    expect((await h.refunds(orderId)).map((r) => [r.idempotencyKey, r.amountCents])).toEqual([[step.key, 3_000 + 500]]);
+  });
 });
 
 describe('requesting a remediation: an amount above the largest an approval holds (ADR 0689)', () => {

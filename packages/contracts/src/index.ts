@@ -13,3 +13,4 @@ export * from './bounded-body.ts';
 export * from './api/events.ts';
 export * from './test-faults.ts';
 export * from './credential-refusal.ts';
+export * from './downstream-status.ts';

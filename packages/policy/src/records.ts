@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { BodyTooLarge, fetchCapped, Refused, SystemError } from '@gatehouse/contracts';
+import { BodyTooLarge, fetchCapped, isOutageStatus, Refused, SystemError } from '@gatehouse/contracts';
 import { DependencyUnavailable } from '@gatehouse/ledger';
 import { boundText, MAX_AMOUNT_CENTS } from '@gatehouse/tools';
 import type { ChangeRecordFacts } from './change.rules.ts';
@@ -84,7 +84,7 @@ export function changeRecord(body: unknown): ChangeRecordFacts {
 
 /**
  * A system of record refused a read (reason `record_refused`, 422): it answered a 4xx other than
- * 404 (no such record), 408 and 429 (outages) — it understood the request and rejected it. Not an
+ * 404 (no such record), 408 and 429 (outages, `isOutageStatus`) — it understood the request and rejected it. Not an
  * outage: the same read gets the same answer, so it is not waited for as one. `status` is the
  * HTTP status; `refusal` the system's own reason (`error.reason` of its body, bounded and redacted
  * as untrusted text, ADR 0640), or null when it gave none.
@@ -134,7 +134,7 @@ export async function readRecordJson(url: string, system: string): Promise<unkno
     if (err instanceof BodyTooLarge) throw err;
     throw unavailable(`no answer (${(err as Error).message})`, err);
   }
-  const outage = res.status === 408 || res.status === 429 || res.status >= 500;
+  const outage = isOutageStatus(res.status);
   if (outage || res.status === 404) await res.body?.cancel().catch(() => undefined);
   if (res.status === 404) return null;
   if (outage) throw unavailable(`answered ${res.status}`);

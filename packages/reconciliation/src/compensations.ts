@@ -1,4 +1,4 @@
-import { fetchCapped } from '@gatehouse/contracts';
+import { fetchCapped, isOutageStatus } from '@gatehouse/contracts';
 /** One compensating call: idempotency key, fencing token and a freshly minted delegated token. */
 export interface CompensationCall {
   stagingUrl: string;
@@ -14,8 +14,9 @@ export interface CompensationCall {
 
 /**
  * What a compensating call produced: `succeeded` (with the downstream id as evidence), `retry`
- * (no answer, 429 or 5xx — the call is idempotent by key, so sending it again is safe), or
- * `failed` (the downstream refused: 4xx).
+ * (no answer, or a status the downstream did not process the request with — 408, 429, 5xx,
+ * `isOutageStatus` — the call is idempotent by key, so sending it again is safe), or `failed`
+ * (the downstream refused: any other 4xx).
  */
 export type CompensationResult =
   | { status: 'succeeded'; evidenceRef: string; data: Record<string, unknown> }
@@ -42,7 +43,7 @@ async function post(c: CompensationCall, path: string, body: Record<string, unkn
   const parsed = (await res.json().catch(() => ({}))) as Record<string, unknown>;
   const reason = `${res.status}:${String((parsed.error as { reason?: unknown } | undefined)?.reason ?? 'unknown')}`;
   if (res.status === 200 || res.status === 201) return { status: 'succeeded', evidenceRef: String(parsed[evidence] ?? ''), data: parsed };
-  if (res.status === 429 || res.status >= 500) return { status: 'retry', reason };
+  if (isOutageStatus(res.status)) return { status: 'retry', reason };
   return { status: 'failed', reason };
 }
 

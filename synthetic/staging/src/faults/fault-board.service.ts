@@ -11,11 +11,13 @@ export type FaultTarget = (typeof FAULT_TARGETS)[number];
  * - `commit_then_lose_response`: perform and commit the effect, then destroy the socket unanswered;
  * - `rate_limit`: answer 429 with `Retry-After` (s, rounded up) and `retry-after-ms`, no effect;
  * - `server_error`: answer `status` (default 503), no effect;
+ * - `request_timeout`: answer 408 `request_timeout`, as an HTTP edge does when it stopped reading
+ *   the request in time (ADR 0690), no effect;
  * - `latency`: wait `latencyMs`, then proceed normally (the effect happens even if the client left);
  * - `hang`: never answer and perform no effect; the socket stays open until the client gives up
  *   or the server closes.
  */
-export const FAULT_MODES = ['commit_then_lose_response', 'rate_limit', 'server_error', 'latency', 'hang'] as const;
+export const FAULT_MODES = ['commit_then_lose_response', 'rate_limit', 'server_error', 'request_timeout', 'latency', 'hang'] as const;
 /** One of {@link FAULT_MODES}. */
 export type FaultMode = (typeof FAULT_MODES)[number];
 

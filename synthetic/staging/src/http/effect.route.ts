@@ -71,7 +71,7 @@ function hang(req: Request): void {
 }
 
 /**
- * Answers a fault that prevents the effect (`rate_limit`, `server_error`; `hang` answers nothing)
+ * Answers a fault that prevents the effect (`rate_limit`, `server_error`, `request_timeout`; `hang` answers nothing)
  * and returns the status sent (null for none); undefined when the request proceeds.
  */
 function answerBlockingFault(fault: ArmedFault, res: Response): { status: number | null } | undefined {
@@ -84,6 +84,9 @@ function answerBlockingFault(fault: ArmedFault, res: Response): { status: number
     case 'server_error':
       res.status(fault.status).json({ error: { reason: 'server_error', message: 'downstream failure (injected fault)' } });
       return { status: fault.status };
+    case 'request_timeout':
+      res.status(408).json({ error: { reason: 'request_timeout', message: 'the request was not read in time (injected fault)' } });
+      return { status: 408 };
     case 'hang':
       return { status: null };
     default:
