@@ -8,7 +8,7 @@ import { approvalOpenApi, intakeOpenApi, opsOpenApi, type OpenApiDocument } from
 import { tokenFor } from '@gatehouse/cli';
 import { createDb, type Db } from '@gatehouse/ledger';
 import { closeServer, createLogger, listen, QueueRegistry, type OutboxRelay } from '@gatehouse/platform';
-import { freePort } from '@gatehouse/test-harness';
+import { freePort, rawExchange } from '@gatehouse/test-harness';
 import { createIntakeApp, WorkflowEventHub } from '@gatehouse/agent-loop';
 import { createApprovalApp } from '@gatehouse/approval';
 import { createOpsApp, createQueueBoard } from '@gatehouse/ops';
@@ -18,8 +18,13 @@ import { SECRET, startFuzzApps, type FuzzApps } from '../fuzz/support/apps.ts';
  * The error statuses every operation of the intake, approval and ops APIs really answers are in their
  * OpenAPI documents, each with the ErrorBody schema (docs/decisions/0240-api-contracts-and-client.md):
  * 503 `dependency_unavailable` when the ledger is unreachable, 413 and 415 for a body too large or
- * in an unsupported charset, 400 `bad_path` for a path id whose percent-encoding does not decode.
+ * in an unsupported charset, 400 `bad_path` for a path id whose percent-encoding does not decode;
+ * and on every operation, the public ones included, the HTTP server's own 431 `headers_too_large`
+ * and 408 `request_timeout` (docs/decisions/0690), shared components of each document.
  */
+
+/** The dead apps' read bound (HTTP_REQUEST_READ_TIMEOUT_MS), ms: short, so the 408s come quickly. */
+const READ_MS = 1000;
 
 type Api = 'agent-loop' | 'approval' | 'ops';
 const APIS = ['agent-loop', 'approval', 'ops'] as const;
@@ -48,6 +53,24 @@ function operations(doc: OpenApiDocument): Operation[] {
       out.push({ method: method.toUpperCase(), path, hasBody: op.requestBody !== undefined, documented: Object.keys(op.responses) });
     }
   return out;
+}
+
+/** Every operation of `doc` with its documented statuses, the public ones (`/healthz`, `/readyz`, `/openapi.json`) included. */
+function everyOperation(doc: OpenApiDocument): Array<{ method: string; path: string; responses: Record<string, unknown> }> {
+  return Object.entries(doc.paths ?? {}).flatMap(([path, item]) =>
+    Object.entries(item as Record<string, { responses: Record<string, unknown> }>).map(([method, op]) => ({
+      method: method.toUpperCase(),
+      path,
+      responses: op.responses,
+    })),
+  );
+}
+
+/** The documented answer of `status` in `responses`, a `$ref` into `components.responses` followed; undefined when none. */
+function documentedAnswer(doc: OpenApiDocument, responses: Record<string, unknown>, status: string) {
+  const r = responses[status] as { $ref?: string; description?: string; content?: Record<string, { schema: object }> } | undefined;
+  const ref = r?.$ref?.replace('#/components/responses/', '');
+  return ref ? (doc.components?.responses?.[ref] as typeof r) : r;
 }
 
 function errorBodyValidator(doc: OpenApiDocument) {
@@ -102,7 +125,7 @@ beforeAll(async () => {
     ops: createOpsApp({ ...common, board: deadBoard(url), localSecret: null, secureCookie: false }),
   };
   for (const api of APIS) {
-    const l = await listen(apps[api], 0, '127.0.0.1');
+    const l = await listen(apps[api], 0, '127.0.0.1', { requestReadTimeoutMs: READ_MS });
     dead[api] = { server: l.server, url: `http://127.0.0.1:${l.port}` };
   }
 });
@@ -149,6 +172,36 @@ for (const api of APIS) {
       expect(op.documented, `${op.method} ${op.path} answers ${status} ${reason}`).toContain(String(status));
       expect(validate(answer.body) ? [] : validate.errors).toEqual([]);
     };
+
+    it('every operation, the public ones too, documents and answers 431 headers_too_large and 408 request_timeout (ADR 0690)', async () => {
+      const port = Number(new URL(dead[api]!.url).port);
+      const ops = everyOperation(doc);
+      const answers = await Promise.all(
+        ops.map(async (op) => {
+          const line = `${op.method} ${op.path.replace('{id}', randomUUID())} HTTP/1.1\r\nHost: x\r\n`;
+          const big = await rawExchange(port, [`${line}X-Big: ${'a'.repeat(20_000)}\r\n\r\n`]);
+          // A head that never ends: the server's read bound, before any route or the ledger.
+          const stalled = await rawExchange(port, [line], { waitMs: READ_MS + 15_000 });
+          return { op, big, stalled };
+        }),
+      );
+      for (const { op, big, stalled } of answers) {
+        for (const [status, reason, got] of [
+          [431, 'headers_too_large', big],
+          [408, 'request_timeout', stalled],
+        ] as const) {
+          const name = `${op.method} ${op.path} answers ${status} ${reason}`;
+          expect([got.status, (JSON.parse(got.body || '{}') as { error?: { reason?: string } }).error?.reason], name).toEqual([
+            status,
+            reason,
+          ]);
+          const documented = documentedAnswer(doc, op.responses, String(status));
+          expect(documented?.description, name).toMatch(new RegExp(`^${reason}:`));
+          expect(documented?.content?.['application/json']?.schema, name).toEqual({ $ref: '#/components/schemas/ErrorBody' });
+          expect(validate(JSON.parse(got.body)) ? [] : validate.errors, name).toEqual([]);
+        }
+      }
+    });
 
     it.each(
       operations(doc)

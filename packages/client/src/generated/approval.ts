@@ -30,6 +30,8 @@ export interface paths {
             };
           };
         };
+        408: components['responses']['RequestTimeout'];
+        431: components['responses']['HeadersTooLarge'];
       };
     };
     put?: never;
@@ -73,6 +75,8 @@ export interface paths {
             };
           };
         };
+        408: components['responses']['RequestTimeout'];
+        431: components['responses']['HeadersTooLarge'];
         /** @description a dependency is down */
         503: {
           headers: {
@@ -127,6 +131,8 @@ export interface paths {
             };
           };
         };
+        408: components['responses']['RequestTimeout'];
+        431: components['responses']['HeadersTooLarge'];
       };
     };
     put?: never;
@@ -199,6 +205,17 @@ export interface components {
       actionDigest: string;
       reason?: string;
     };
+    ErrorBody: {
+      error: {
+        /** @description machine-readable reason, e.g. `invalid_body`, `not_found`, `rate_limited_user` */
+        reason: string;
+        message: string;
+        details?: {
+          path: string;
+          message: string;
+        }[];
+      };
+    };
     ApprovalPage: {
       approvals: components['schemas']['ApprovalView'][];
       nextCursor: string | null;
@@ -239,24 +256,32 @@ export interface components {
       canDecide: boolean;
       refusal: string | null;
     };
-    ErrorBody: {
-      error: {
-        /** @description machine-readable reason, e.g. `invalid_body`, `not_found`, `rate_limited_user` */
-        reason: string;
-        message: string;
-        details?: {
-          path: string;
-          message: string;
-        }[];
-      };
-    };
     DecisionResult: {
       approvalId: string;
       /** @enum {string} */
       status: 'approved' | 'denied';
     };
   };
-  responses: never;
+  responses: {
+    /** @description request_timeout: the request (head and body) was not read whole within the server’s read bound (HTTP_REQUEST_READ_TIMEOUT_MS, default 5 s); nothing was processed and the connection is closed — send the whole request at once, then retry */
+    RequestTimeout: {
+      headers: {
+        [name: string]: unknown;
+      };
+      content: {
+        'application/json': components['schemas']['ErrorBody'];
+      };
+    };
+    /** @description headers_too_large: the request head (request line and headers) is larger than the server reads (16 KiB); nothing was processed and the connection is closed — send fewer or shorter headers */
+    HeadersTooLarge: {
+      headers: {
+        [name: string]: unknown;
+      };
+      content: {
+        'application/json': components['schemas']['ErrorBody'];
+      };
+    };
+  };
   parameters: never;
   requestBodies: never;
   headers: never;
@@ -305,6 +330,8 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {
@@ -364,6 +391,8 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {
@@ -436,6 +465,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
       /** @description stale version or digest mismatch */
       409: {
         headers: {
@@ -472,6 +502,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {

@@ -30,6 +30,8 @@ export interface paths {
             };
           };
         };
+        408: components['responses']['RequestTimeout'];
+        431: components['responses']['HeadersTooLarge'];
       };
     };
     put?: never;
@@ -73,6 +75,8 @@ export interface paths {
             };
           };
         };
+        408: components['responses']['RequestTimeout'];
+        431: components['responses']['HeadersTooLarge'];
         /** @description a dependency is down */
         503: {
           headers: {
@@ -127,6 +131,8 @@ export interface paths {
             };
           };
         };
+        408: components['responses']['RequestTimeout'];
+        431: components['responses']['HeadersTooLarge'];
       };
     };
     put?: never;
@@ -229,10 +235,6 @@ export interface components {
     WorkflowMessage: {
       text: string;
     };
-    TicketAccepted: {
-      /** Format: uuid */
-      workflowId: string;
-    };
     ErrorBody: {
       error: {
         /** @description machine-readable reason, e.g. `invalid_body`, `not_found`, `rate_limited_user` */
@@ -243,6 +245,10 @@ export interface components {
           message: string;
         }[];
       };
+    };
+    TicketAccepted: {
+      /** Format: uuid */
+      workflowId: string;
     };
     WorkflowView: {
       /** Format: uuid */
@@ -325,7 +331,26 @@ export interface components {
       replayed?: true;
     };
   };
-  responses: never;
+  responses: {
+    /** @description request_timeout: the request (head and body) was not read whole within the server’s read bound (HTTP_REQUEST_READ_TIMEOUT_MS, default 5 s); nothing was processed and the connection is closed — send the whole request at once, then retry */
+    RequestTimeout: {
+      headers: {
+        [name: string]: unknown;
+      };
+      content: {
+        'application/json': components['schemas']['ErrorBody'];
+      };
+    };
+    /** @description headers_too_large: the request head (request line and headers) is larger than the server reads (16 KiB); nothing was processed and the connection is closed — send fewer or shorter headers */
+    HeadersTooLarge: {
+      headers: {
+        [name: string]: unknown;
+      };
+      content: {
+        'application/json': components['schemas']['ErrorBody'];
+      };
+    };
+  };
   parameters: never;
   requestBodies: never;
   headers: never;
@@ -382,6 +407,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
       /** @description ticket_conflict: the ticketId was already submitted with other content, or by another user of the tenant */
       409: {
         headers: {
@@ -418,6 +444,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {
@@ -477,6 +504,8 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {
@@ -587,6 +616,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
       /** @description too_many_streams_user or too_many_streams_tenant: open streams past the per-user or per-tenant limit of this server; Retry-After in seconds */
       429: {
         headers: {
@@ -596,6 +626,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {
@@ -670,6 +701,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
       /** @description workflow_not_running, or idempotency_key_reused (the key came with another text) */
       409: {
         headers: {
@@ -706,6 +738,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {

@@ -99,6 +99,8 @@ export interface paths {
             };
           };
         };
+        408: components['responses']['RequestTimeout'];
+        431: components['responses']['HeadersTooLarge'];
       };
     };
     put?: never;
@@ -142,6 +144,8 @@ export interface paths {
             };
           };
         };
+        408: components['responses']['RequestTimeout'];
+        431: components['responses']['HeadersTooLarge'];
         /** @description a dependency is down */
         503: {
           headers: {
@@ -196,6 +200,8 @@ export interface paths {
             };
           };
         };
+        408: components['responses']['RequestTimeout'];
+        431: components['responses']['HeadersTooLarge'];
       };
     };
     put?: never;
@@ -479,7 +485,26 @@ export interface components {
       queues: components['schemas']['OpsQueue'][];
     };
   };
-  responses: never;
+  responses: {
+    /** @description request_timeout: the request (head and body) was not read whole within the server’s read bound (HTTP_REQUEST_READ_TIMEOUT_MS, default 5 s); nothing was processed and the connection is closed — send the whole request at once, then retry */
+    RequestTimeout: {
+      headers: {
+        [name: string]: unknown;
+      };
+      content: {
+        'application/json': components['schemas']['ErrorBody'];
+      };
+    };
+    /** @description headers_too_large: the request head (request line and headers) is larger than the server reads (16 KiB); nothing was processed and the connection is closed — send fewer or shorter headers */
+    HeadersTooLarge: {
+      headers: {
+        [name: string]: unknown;
+      };
+      content: {
+        'application/json': components['schemas']['ErrorBody'];
+      };
+    };
+  };
   parameters: never;
   requestBodies: never;
   headers: never;
@@ -532,6 +557,8 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {
@@ -604,6 +631,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
       /** @description too_many_webhooks: the tenant has WEBHOOK_MAX_ENDPOINTS_PER_TENANT active endpoints; disable one first */
       409: {
         headers: {
@@ -631,6 +659,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {
@@ -705,6 +734,8 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {
@@ -765,6 +796,8 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {
@@ -825,6 +858,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
       /** @description body_too_large: the body is larger than 1 MiB */
       413: {
         headers: {
@@ -843,6 +877,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {
@@ -903,6 +938,8 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {
@@ -963,6 +1000,8 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {
@@ -1023,6 +1062,8 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {
@@ -1083,6 +1124,8 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {
@@ -1143,6 +1186,8 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {
@@ -1199,6 +1244,8 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      408: components['responses']['RequestTimeout'];
+      431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
         headers: {

@@ -85,6 +85,26 @@ const UNKNOWN_QUERY = 'unknown_query_parameter: a query parameter this operation
 const BAD_PATH = "bad_path: the id's percent-encoding does not decode";
 
 /**
+ * The answers the HTTP server of every service gives on any route, before the route runs
+ * (packages/platform `listen`/`answerClientError`, docs/decisions/0690): one shared component each
+ * (`components.responses`), referenced by every operation.
+ */
+const EDGE_RESPONSES: Record<'408' | '431', ZodOpenApiResponseObject> = {
+  '408': {
+    ...errorResponse(
+      'request_timeout: the request (head and body) was not read whole within the server’s read bound (HTTP_REQUEST_READ_TIMEOUT_MS, default 5 s); nothing was processed and the connection is closed — send the whole request at once, then retry',
+    ),
+    id: 'RequestTimeout',
+  },
+  '431': {
+    ...errorResponse(
+      'headers_too_large: the request head (request line and headers) is larger than the server reads (16 KiB); nothing was processed and the connection is closed — send fewer or shorter headers',
+    ),
+    id: 'HeadersTooLarge',
+  },
+};
+
+/**
  * `paths` with the error answers every API operation can give whatever its own logic, added where
  * not already documented (the shared middleware of packages/platform `createHttpApp`/`finishApp`
  * answers them): 503 `dependency_unavailable` (the ledger or the queue unreachable or not answering
@@ -92,8 +112,10 @@ const BAD_PATH = "bad_path: the id's percent-encoding does not decode";
  * 1 MiB) and 415 `unsupported_charset`/`unsupported_encoding`, and for a path with `{id}` 400
  * `bad_path` (percent-encoding that does not decode), and 400 `unknown_query_parameter` (a query
  * parameter the operation does not document: packages/platform `refuseUnknownQuery`,
- * docs/decisions/0688-every-bearer-token-expires.md). Operations without security (`/healthz`,
- * `/readyz`, `/openapi.json`) are left as they are.
+ * docs/decisions/0688-every-bearer-token-expires.md). Every operation, those without security
+ * (`/healthz`, `/readyz`, `/openapi.json`) included, also gets 408 `request_timeout` and 431
+ * `headers_too_large` (the HTTP server's own answers, before any route: {@link EDGE_RESPONSES});
+ * the operations without security get nothing else.
  */
 export function withSharedErrors(paths: ZodOpenApiPathsObject = {}): ZodOpenApiPathsObject {
   const out: ZodOpenApiPathsObject = {};
@@ -101,8 +123,14 @@ export function withSharedErrors(paths: ZodOpenApiPathsObject = {}): ZodOpenApiP
     const next: Record<string, unknown> = { ...item };
     for (const method of METHODS) {
       const op = item[method];
-      if (!op || (Array.isArray(op.security) && op.security.length === 0)) continue;
+      if (!op) continue;
       const responses = { ...op.responses } as Record<string, ZodOpenApiResponseObject>;
+      responses['408'] ??= EDGE_RESPONSES['408'];
+      responses['431'] ??= EDGE_RESPONSES['431'];
+      if (Array.isArray(op.security) && op.security.length === 0) {
+        next[method] = { ...op, responses };
+        continue;
+      }
       const bad400 = [responses['400']?.description, path.includes('{id}') ? BAD_PATH : null, UNKNOWN_QUERY];
       responses['400'] = errorResponse(bad400.filter((d) => d).join('; '));
       if (op.requestBody) {
