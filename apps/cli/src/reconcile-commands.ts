@@ -153,7 +153,11 @@ function heldByContainment(itemId: string, wait: RetryWait): string | null {
   return `item ${itemId}: held — ${tool} is switched off (containment); nothing was sent and its approval is unused. It runs at the next reconcile once \`gatehouse switch on ${tool}\` or a re-enable stage admits its tenant`;
 }
 
-function formatOutcome(o: RemediationOutcome): string {
+/**
+ * One line for a remediation's outcome, as `reconcile` and `reconcile resolve` print it; a `retry`
+ * held by containment names the tool from its typed `waitingFor` (never parsed from `reason`).
+ */
+export function formatOutcome(o: RemediationOutcome): string {
   switch (o.state) {
     case 'resolved':
       return `item ${o.itemId} resolved: ${o.resolution}`;

@@ -1,0 +1,28 @@
+import { describe, expect, it } from 'vitest';
+import { formatOutcome } from '../src/reconcile-commands.ts';
+
+// A held remediation is printed from the outcome's typed field (ADR 0692, 0701), not by parsing
+// `tool_disabled:<tool>` back out of its reason: the reason stays what the audit and API carry.
+describe('formatOutcome of a retry', () => {
+  it('held by containment: names the tool of waitingFor and what releases it', () => {
+    const line = formatOutcome({
+      state: 'retry',
+      itemId: 'i-1',
+      reason: 'tool_disabled:issue_refund',
+      waitingFor: { on: 'containment', tool: 'issue_refund' },
+    });
+    expect(line).toBe(
+      'item i-1: held — issue_refund is switched off (containment); nothing was sent and its approval is unused. It runs at the next reconcile once `gatehouse switch on issue_refund` or a re-enable stage admits its tenant',
+    );
+  });
+
+  it('a reason that only looks like a hold is not one: the typed field decides', () => {
+    const line = formatOutcome({
+      state: 'retry',
+      itemId: 'i-2',
+      reason: 'tool_disabled:issue_refund',
+      waitingFor: { on: 'system_of_record' },
+    });
+    expect(line).toBe('item i-2: retry (tool_disabled:issue_refund)');
+  });
+});
