@@ -122,6 +122,19 @@ describe('executor: duplicate delivery and client retries', () => {
     expect(await h.refunds(orderId)).toHaveLength(1);
   });
 
+  it('408 request_timeout (the request was not read): retried with the same key, then success — it was a final failure', async () => {
+    const orderId = await h.newOrder();
+    const a = await createAction(h.db, { orderId, amountCents: 2550 });
+    await h.arm({ target: 'payments', mode: 'request_timeout', times: 1 });
+
+    expect(await processExecution(a.job, h.deps())).toBe('succeeded');
+
+    const requests = await h.requests(orderId);
+    expect(requests.map((r) => r.status)).toEqual([408, 201]);
+    expect(requests.every((r) => r.idempotencyKey === a.operationKey)).toBe(true);
+    expect(await h.refunds(orderId)).toHaveLength(1);
+  });
+
   it('429 with a Retry-After past the deadline: no wait for a retry that cannot be made, failed at once, nothing refunded', async () => {
     const orderId = await h.newOrder();
     const a = await createAction(h.db, { orderId, amountCents: 2600 });

@@ -1,6 +1,7 @@
 import { BrokenCircuitError } from 'cockatiel';
 import { attempt, reasonOf } from './http-call.ts';
 import type { BindingTarget } from '@gatehouse/credentials';
+import { isOutageStatus } from '@gatehouse/contracts';
 import type { AdapterCall, AdapterResult } from './adapter.ts';
 import { idempotentWritePolicy, RetryableDownstreamError } from './resilience.ts';
 
@@ -26,7 +27,7 @@ export function retryAfterMs(headers: Headers, nowMs = Date.now()): number | und
  * One idempotent write (`POST url` with `body`) under the downstream's retry policy: the same
  * `Idempotency-Key` (the operation key) and fencing token on every attempt; 200/201 succeed
  * (`evidence` picks the downstream id); 429 waits for Retry-After (or ends at once,
- * `rate_limited_past_deadline`, when the wait would end past the deadline), 5xx and lost
+ * `rate_limited_past_deadline`, when the wait would end past the deadline), 408, 5xx and lost
  * responses are retried up to `maxAttempts` within the deadline; other 4xx are final. After an unanswered
  * attempt (it may have landed), running out of attempts or a final 4xx is `unknown`, never
  * `failed` (docs/product/hard-cases.md#timeout-with-unknown-outcome: an unknown write outcome is failed_unknown, never retried automatically).
@@ -91,7 +92,8 @@ export async function idempotentWrite(
           pastDeadline,
         });
       }
-      if (res.status >= 500) throw new RetryableDownstreamError(`${res.status}:${reasonOf(res.body)}`);
+      // 408 and 5xx: not processed (`isOutageStatus`, 429 above), sent again under the same key.
+      if (isOutageStatus(res.status)) throw new RetryableDownstreamError(`${res.status}:${reasonOf(res.body)}`);
       // A refusal proves nothing about an earlier unanswered attempt with the same key: it may
       // have landed (a revoked credential, say, is refused before the key is looked up).
       if (sawNoAnswer) return { status: 'unknown', reason: `${res.status}:${reasonOf(res.body)} after an unanswered attempt`, attempts };
