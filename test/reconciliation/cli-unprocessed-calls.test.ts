@@ -6,7 +6,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setSwitch } from '@gatehouse/operations';
 import { freePort, TEST_REDIS_URL } from '@gatehouse/test-harness';
 import { runGatehouse, type GatehouseRun } from '../../apps/cli/test/support/gatehouse-process.ts';
-import { EXIT } from '../../apps/cli/src/commands.ts';
 import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
 import { seedStep } from './seed.ts';
 import { reconOps } from './recon-ops.ts';
@@ -17,6 +16,9 @@ import { reconOps } from './recon-ops.ts';
 // check it — they exited 0 before, with "run this command again" on stdout; a refusal (4xx) exits
 // 1 with the system's reason; containment's hold is printed from the outcome's typed field.
 // The real CLI process, over a real ledger and the in-process staging systems of record.
+
+/** The CLI's documented exit codes (docs/product/public-contract.md#ops-cli). */
+const EXIT = { ok: 0, failed: 1, unavailable: 4 } as const;
 
 let h: Harness;
 let stateDir: string;
