@@ -153,7 +153,8 @@ export const COMMANDS: CommandSpec[] = [
     summary: 'ask a lead to approve a remediation; once approved, run it once',
     details: [
       'Exit 1 when it did nothing: its approval is still pending (run it again once a lead approved),',
-      'another process is executing it, or it was refused or failed.',
+      'another process is executing it, or it was refused or failed. Exit 4 when the system of record did not',
+      'process the call (no answer, 408, 429, 5xx): nothing was done; run it again (same key).',
       'An item naming undecided reships is ratified with one --outcome per operation: the shipment it made, or none.',
     ],
     options: ['ratify', 'reverse', 'cancel-shipment', 'adopt', 'replay', 'outcome'],
@@ -163,7 +164,11 @@ export const COMMANDS: CommandSpec[] = [
     name: 'change cancel',
     synopsis: '<operationKey|workflowId> --reason <why>',
     summary: 'cancel a scheduled change before its window: a change owner approves first; run again once approved (runs once)',
-    details: ['The first run asks a change owner of the tenant (approval API / inbox); the run after approval sends the cancel once.'],
+    details: [
+      'The first run asks a change owner of the tenant (approval API / inbox); the run after approval sends the cancel once.',
+      'Exit 1 when refused (the change service’s reason and the next step), pending or busy; exit 4 when the change',
+      'service did not process the cancel (no answer, 408, 429, 5xx): nothing was cancelled; run it again (same key).',
+    ],
     options: ['reason'],
     ops: true,
   },
