@@ -110,6 +110,8 @@ export interface TestFaults {
   disableReenableCohort: boolean;
   /** `DISABLE_SWITCH`: the tool switch is not checked at execution at all. */
   ignoreSwitch: boolean;
+  /** `SWITCH_NOT_RECHECKED_BEFORE_RETRY`: an idempotent write's retry is sent without asking the tool's switch again (ADR 0700). */
+  switchNotRecheckedBeforeRetry: boolean;
   // audit
   /** `DISABLE_MONITORS`: these invariant monitors (comma-separated ids) never fire. */
   disableMonitors: string | null;
@@ -175,6 +177,7 @@ const SWITCHES: { [K in keyof TestFaults]: [name: string, kind: Kind] } = {
   epochFailOpen: ['EPOCH_FAIL_OPEN', 'flag'],
   disableReenableCohort: ['DISABLE_REENABLE_COHORT', 'flag'],
   ignoreSwitch: ['DISABLE_SWITCH', 'flag'],
+  switchNotRecheckedBeforeRetry: ['SWITCH_NOT_RECHECKED_BEFORE_RETRY', 'flag'],
   disableMonitors: ['DISABLE_MONITORS', 'text'],
   everyReplicaMonitors: ['EVERY_REPLICA_MONITORS', 'flag'],
   simClockFile: ['SIM_CLOCK_FILE', 'text'],

@@ -170,14 +170,16 @@ export async function writeSwitch(
  * open cohort stage admitting their workflow — {@link heldByContainment}): every approved action
  * of that tool not yet claimed in a live workflow is re-enqueued through the outbox with a fresh
  * job id, on the workflow's current release (after a rollback and requeue, the restored one, whose
- * executor re-evaluates it), and its paused workflow resumes when nothing else holds it.
- * Returns the rows to publish.
+ * executor re-evaluates it), and its paused workflow resumes when nothing else holds it. The job
+ * names the action's approval, approved or already `used` — a claim consumed it and its effect
+ * was then held before a retry (ADR 0700); the claim takes a used approval of this same action as
+ * its own earlier consumption. Returns the rows to publish.
  */
 export async function releaseHeld(trx: Trx, tool: string): Promise<OutboxRow[]> {
   const held = await trx
     .selectFrom('actions as a')
     .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
-    .leftJoin('approvals as p', (j) => j.onRef('p.action_id', '=', 'a.id').on('p.status', '=', 'approved'))
+    .leftJoin('approvals as p', (j) => j.onRef('p.action_id', '=', 'a.id').on('p.status', 'in', ['approved', 'used']))
     .select(['a.id', 'a.version', 'a.workflow_id', 'w.release_id', 'p.id as approval_id'])
     .leftJoin('operations as o', 'o.action_id', 'a.id')
     .where('a.tool', '=', tool)

@@ -41,4 +41,15 @@ export interface AdapterCall {
   deadlineMs: number;
   /** Read-back baseline captured (and committed) before dispatch, for tools without keys. */
   baseline: Record<string, unknown> | null;
+  /**
+   * Whether on-call's containment holds the tool now (switched off, or a staged re-enable that
+   * does not admit this run), read under the tool's containment lock. An idempotent write asks it
+   * before each attempt after the first that nothing came of (a 429, a 5xx, a refused
+   * connection): that attempt is a new send, so a switch-off made during the wait holds it
+   * (docs/decisions/0700-a-retry-is-held-by-a-switch-off.md). Absent: never held.
+   */
+  heldByContainment?: () => Promise<boolean>;
 }
+
+/** The `retry_safe` reason of a retry the tool's containment held before it was sent. */
+export const HELD_BEFORE_RETRY = 'held_by_containment_before_retry';

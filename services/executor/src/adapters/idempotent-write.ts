@@ -2,7 +2,7 @@ import { BrokenCircuitError } from 'cockatiel';
 import { attempt, reasonOf } from './http-call.ts';
 import type { BindingTarget } from '@gatehouse/credentials';
 import { isOutageStatus } from '@gatehouse/contracts';
-import type { AdapterCall, AdapterResult } from './adapter.ts';
+import { HELD_BEFORE_RETRY, type AdapterCall, type AdapterResult } from './adapter.ts';
 import { idempotentWritePolicy, RetryableDownstreamError } from './resilience.ts';
 
 /** The connection error code of a port nobody listens on: the request was never sent. */
@@ -34,7 +34,10 @@ export function retryAfterMs(headers: Headers, nowMs = Date.now()): number | und
  * A refused connection (`ECONNREFUSED`) sent nothing, so it is not an unanswered attempt: when
  * every attempt was refused or answered without effect and the last was refused, the result is
  * `retry_safe` (the executor holds the step and repeats it under the same key) — see
- * docs/decisions/0141-refused-connection-is-safe-to-repeat.md.
+ * docs/decisions/0141-refused-connection-is-safe-to-repeat.md. A retry after attempts that were
+ * all answered without effect or refused is a new send: when `call.heldByContainment` says the
+ * tool was switched off meanwhile, it is not sent and the result is `retry_safe`
+ * ({@link HELD_BEFORE_RETRY}; the executor pauses the run — ADR 0700).
  */
 export async function idempotentWrite(
   call: AdapterCall,
@@ -56,6 +59,10 @@ export async function idempotentWrite(
     return await policy.execute(async (): Promise<AdapterResult> => {
       const remaining = call.deadlineMs - Date.now();
       if (remaining <= 0) throw new Error('deadline');
+      // Nothing came of the attempts so far: the next one is a new effect, held by a switch-off (ADR 0700).
+      if (attempts > 0 && !sawNoAnswer && (await call.heldByContainment?.())) {
+        return { status: 'retry_safe', reason: HELD_BEFORE_RETRY, attempts };
+      }
       attempts++;
       // The operation key on every attempt; a fresh one only in the control-removed test.
       const key = call.freshKeyPerAttempt ? `${call.operationKey}:attempt:${attempts}` : call.operationKey;

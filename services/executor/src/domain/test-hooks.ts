@@ -23,6 +23,7 @@ const EXECUTOR_SWITCHES = [
   'epochFailOpen',
   'disableReenableCohort',
   'ignoreSwitch',
+  'switchNotRecheckedBeforeRetry',
 ] as const satisfies readonly (keyof TestFaults)[];
 
 /** The executor's fields of {@link TestFaults}, with the crash point narrowed to the executor's own. */

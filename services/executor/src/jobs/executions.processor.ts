@@ -1,5 +1,6 @@
 import { ConflictError, type ExecutionJob } from '@gatehouse/contracts';
 import { DependencyUnavailable } from '@gatehouse/ledger';
+import { HELD_BEFORE_RETRY } from '../adapters/index.ts';
 import { toJobResult, type ExecutionOutcome } from '../domain/execution-outcome.ts';
 import type { ExecutionDeps } from './execution-deps.ts';
 import { answerUnclaimed } from './steps/answer.step.ts';
@@ -34,7 +35,8 @@ export class SafeToRepeat extends DependencyUnavailable {
  * containment (switch → pause), the audit gate, a redelivery answered from the ledger
  * (ADR 0350), the reads before the claim, the fenced claim
  * (with approval consumption and the re-evaluation), the effect (write-ahead mark, token, adapter
- * or read-back) and the fenced record (docs/decisions/0270-one-operation-protocol.md).
+ * or read-back) and the fenced record (docs/decisions/0270-one-operation-protocol.md); a retry
+ * held by a switch-off is reset to pending and paused (ADR 0700).
  */
 export async function executeSteps(job: ExecutionJob, deps: ExecutionDeps): Promise<ExecutionOutcome> {
   const ctx = await loadExecutionContext(deps.db, job);
@@ -50,7 +52,10 @@ export async function executeSteps(job: ExecutionJob, deps: ExecutionDeps): Prom
   const started = Date.now();
   const result = await dispatchEffect(deps, ctx, c, inputs.epoch, started);
   if ('kind' in result) return result;
-  return recordResult(deps, ctx, c, result, started);
+  const out = await recordResult(deps, ctx, c, result, started);
+  // A retry the tool's switch held (ADR 0700): reset to pending, the run pauses as at the containment step.
+  if (out.kind === 'retry_safe' && out.reason === HELD_BEFORE_RETRY) return holdAfterClaimCheck(deps.db, job, deps.hooks);
+  return out;
 }
 
 /**

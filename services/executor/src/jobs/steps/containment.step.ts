@@ -246,6 +246,22 @@ export async function containmentHoldsLocked(
   return now !== undefined && containmentHolds({ ...ctx, ...containmentOf(now) }, hooks);
 }
 
+/**
+ * Whether containment holds `ctx`'s step now, read in a transaction of its own under the tool's
+ * containment lock ({@link containmentHoldsLocked}): asked before an idempotent write's retry
+ * (docs/decisions/0700-a-retry-is-held-by-a-switch-off.md). Always false with
+ * `hooks.switchNotRecheckedBeforeRetry` (its control-removed test) or `hooks.ignoreSwitch`.
+ * @throws the ledger's error when the read fails (the adapter's attempt then fails with it).
+ */
+export async function containmentHoldsNow(
+  db: Db,
+  ctx: ExecutionContext,
+  hooks: Pick<TestHooks, 'switchAtAdmissionOnly' | 'disableReenableCohort' | 'ignoreSwitch' | 'switchNotRecheckedBeforeRetry'>,
+): Promise<boolean> {
+  if (hooks.switchNotRecheckedBeforeRetry) return false;
+  return inTransaction(db, (trx) => containmentHoldsLocked(trx, ctx, hooks));
+}
+
 /** The claim's containment check: read by the claim's checks' statement, judged by {@link ContainmentAtClaim.holds}. */
 export interface ContainmentAtClaim {
   /** A scalar SQL expression: the containment row of {@link containmentColumns} as JSON (null: no workflow). */

@@ -10,7 +10,7 @@ import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
 import { blockEventLoop, crashIfAt } from '../../domain/test-hooks.ts';
 import type { ExecutionDeps } from '../execution-deps.ts';
 import { stopPastCeilingOrHold } from './answer.step.ts';
-import { containmentAtClaim, type ExecutionContext } from './containment.step.ts';
+import { containmentAtClaim, containmentHoldsNow, type ExecutionContext } from './containment.step.ts';
 
 /** Retry classes whose effect may be sent again by a new lease holder (same key, or a read). */
 const RE_DISPATCHABLE = new Set(['idempotent_write', 'bounded_read']);
@@ -138,7 +138,8 @@ export async function claim(deps: ExecutionDeps, ctx: ExecutionContext, inputs: 
  * past its dispatch mark, a non-idempotent effect is resolved by read-back, never re-sent
  * (nothing visible yet is not proof: `unknown`). Otherwise the write-ahead mark is committed
  * under the fence, then the fixed adapter runs with a delegated token minted per request
- * (bound to key, fence and target; ADR 0170). Returns the adapter's result, or `fenced_out`.
+ * (bound to key, fence and target; ADR 0170), asking the tool's containment again before a retry
+ * (ADR 0700). Returns the adapter's result, or `fenced_out`.
  */
 export async function dispatchEffect(
   deps: ExecutionDeps,
@@ -176,6 +177,8 @@ export async function dispatchEffect(
     fencingToken,
     deadlineMs: started + deps.deadlineMs,
     baseline: c.baseline,
+    // A retry after a switch-off is held, not sent (ADR 0700).
+    heldByContainment: () => containmentHoldsNow(deps.db, ctx, hooks),
     token: (target, op) =>
       mintDelegatedToken(
         {
