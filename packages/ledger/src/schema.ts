@@ -315,6 +315,11 @@ export interface ReleasesTable {
   cohort: ColumnType<{ tenants: string[]; users: string[] } | null, string | null, string | null>;
   /** Set by `gatehouse queues drain`: its queues are paused, in-flight work finishes. */
   draining: Generated<boolean>;
+  /**
+   * When the current drain began (null while not draining): whatever ends the hold credits the
+   * held runs' wall-time budgets from then (ADR 0699, `creditDrainWait`).
+   */
+  draining_since: ColumnType<Date | null, Date | null | undefined, Date | null>;
   /** Activated with `--force` past failing boundary cases (audited); its services may boot with that bundle. */
   forced: Generated<boolean>;
 }

@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { SystemError, type OutageMark, type Dependency, testFaults } from '@gatehouse/contracts';
 import { inTransaction, type Db, type Trx } from './db.ts';
 import { TERMINAL_STATES } from './schema.ts';
+import { LIVE_STATES } from './transitions.ts';
 
 /**
  * The run's working time (docs/decisions/0015-working-time.md, 0110-outage-time.md): the
@@ -84,6 +85,37 @@ export async function creditWaitsEndedByFollowUp(trx: Trx, workflowId: string): 
     await creditWait(trx, workflowId, new Date(budget.paused_at));
     await trx.updateTable('budgets').set({ paused_at: null }).where('workflow_id', '=', workflowId).execute();
   }
+}
+
+/**
+ * Credits the wait of the live runs of `release` that on-call's drain held
+ * (docs/decisions/0699-a-drain-is-on-call-s-wait.md): for each, the time since the drain began
+ * (`releases.draining_since`) or since the run was submitted, if later, like a tool on-call
+ * paused (each instant once, {@link creditWait}). Without it a run held past its wall-time budget
+ * stopped `budget_exhausted` on its first step after the hold, having done nothing. Call in the
+ * transaction that ends the hold (resume, an activation or rollback restoring `release`), or that
+ * moves the runs away (requeue: `except` names the runs that stay), before `draining_since` is
+ * cleared. Runs are credited in id order (the order every writer locks workflows in).
+ * Returns how many runs were credited (0 when `release` is not draining or not registered).
+ */
+export async function creditDrainWait(trx: Trx, release: string, except: ReadonlySet<string> = new Set()): Promise<number> {
+  const r = await trx.selectFrom('releases').select('draining_since').where('id', '=', release).executeTakeFirst();
+  if (!r?.draining_since) return 0;
+  const drainedAt = new Date(r.draining_since).getTime();
+  const runs = await trx
+    .selectFrom('workflows')
+    .select(['id', 'created_at'])
+    .where('release_id', '=', release)
+    .where('state', 'in', LIVE_STATES)
+    .orderBy('id')
+    .execute();
+  let credited = 0;
+  for (const w of runs) {
+    if (except.has(w.id)) continue;
+    await creditWait(trx, w.id, new Date(Math.max(drainedAt, new Date(w.created_at).getTime())));
+    credited++;
+  }
+  return credited;
 }
 
 /** What {@link checkWorkingTime} found. */

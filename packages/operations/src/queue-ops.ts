@@ -2,6 +2,7 @@ import type { Job } from 'bullmq';
 import { ConflictError, loadReleaseManifest, queueContracts, queueName, redisGlobEscape } from '@gatehouse/contracts';
 import {
   actorHash,
+  creditDrainWait,
   DependencyUnavailable,
   inTransaction,
   LIVE_STATES,
@@ -12,6 +13,7 @@ import {
   type Trx,
 } from '@gatehouse/ledger';
 import { Redis } from 'ioredis';
+import { sql } from 'kysely';
 import { dependencyCheckHint, hostOf, OutboxRelay, QueueRegistry, within, type BaseEnv, type Logger } from '@gatehouse/platform';
 import { OpsUsageError } from './ops.ts';
 
@@ -233,7 +235,12 @@ export async function drainRelease(db: Db, queues: QueueRegistry, release: strin
   const names = releaseQueueNames(release).map((q) => q.name);
   for (const name of names) await queues.get(name).pause();
   await inTransaction(db, async (trx) => {
-    await trx.updateTable('releases').set({ draining: true }).where('id', '=', release).execute();
+    // A repeated drain keeps the first one's start: the hold began then (ADR 0699).
+    await trx
+      .updateTable('releases')
+      .set({ draining: true, draining_since: sql`coalesce(draining_since, now())` })
+      .where('id', '=', release)
+      .execute();
     await recordQueueOps(trx, 'queues.drained', actor, `paused:${names.length}`, release);
   });
   return names;
@@ -249,7 +256,9 @@ export async function resumeRelease(db: Db, queues: QueueRegistry, release: stri
   await assertRegistered(db, release);
   await inTransaction(db, async (trx) => {
     const was = await trx.selectFrom('releases').select('draining').where('id', '=', release).forUpdate().executeTakeFirst();
-    await trx.updateTable('releases').set({ draining: false }).where('id', '=', release).execute();
+    // The held runs' wait was on-call's, not their work: credited before the gates let them go (ADR 0699).
+    await creditDrainWait(trx, release);
+    await trx.updateTable('releases').set({ draining: false, draining_since: null }).where('id', '=', release).execute();
     await recordQueueOps(trx, 'queues.resumed', actor, was?.draining ? 'was_draining' : 'was_not_draining', release);
   });
   return resumeReleaseQueues(queues, release);
@@ -463,6 +472,8 @@ export async function requeueRelease(
   // The runs move first, committed before any job does: a moved job that runs at once on F
   // must find its run on F, or its next job would be enqueued on C's drained queue.
   const { tenants, paused } = await inTransaction(db, async (trx) => {
+    // Their wait on the drained release was on-call's: credited before they move (ADR 0699).
+    await creditDrainWait(trx, from, refusedRuns);
     const runs = await moveLiveRuns(trx, from, to, refusedRuns);
     const outcome = `from:${from};moved:${movable.length};refused:${refused};paused_workflows:${runs.paused};live_runs:${runs.tenants.size}`;
     await recordQueueOps(trx, 'queues.requeued', actor, outcome, to);

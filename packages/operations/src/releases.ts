@@ -8,6 +8,7 @@ import {
 } from '@gatehouse/contracts';
 import {
   actorHash,
+  creditDrainWait,
   inTransaction,
   lockReleases,
   newestMigration,
@@ -159,6 +160,8 @@ export async function activateRelease(
         .execute();
     }
     const cohort = opts.cohort ? JSON.stringify(opts.cohort) : null;
+    // An activation ends a drain of this release: its held runs' wait is credited first (ADR 0699).
+    await creditDrainWait(trx, id);
     await trx
       .insertInto('releases')
       .values({
@@ -177,6 +180,7 @@ export async function activateRelease(
           status,
           cohort,
           draining: false,
+          draining_since: null,
           // A candidate always starts (or restarts) with writes disabled; activation for all enables them.
           writes_enabled: status === 'active',
           forced: safety.gate.length > 0,
@@ -510,9 +514,11 @@ async function retireReleases(trx: Db, ids: string[]): Promise<{ expiredApproval
 }
 
 /** Makes `id` the one active release, for everyone, with consequential writes off (inside a rollback). */
-async function restoreRelease(trx: Db, id: string, manifest: ReleaseManifest): Promise<void> {
+async function restoreRelease(trx: Trx, id: string, manifest: ReleaseManifest): Promise<void> {
   await trx.updateTable('releases').set({ status: 'retired', cohort: null }).where('status', '=', 'active').where('id', '!=', id).execute();
-  const restored = { status: 'active' as const, writes_enabled: false, cohort: null, draining: false, activated_at: new Date() };
+  // Restoring ends a drain of `id` (an earlier rollback away from it): its held runs' wait is credited first (ADR 0699).
+  await creditDrainWait(trx, id);
+  const restored = { status: 'active' as const, writes_enabled: false, cohort: null, draining: false, draining_since: null, activated_at: new Date() };
   await trx
     .insertInto('releases')
     .values({ id, manifest: JSON.stringify(manifest), ...restored, first_active_at: new Date() })
