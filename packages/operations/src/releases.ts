@@ -518,7 +518,14 @@ async function restoreRelease(trx: Trx, id: string, manifest: ReleaseManifest): 
   await trx.updateTable('releases').set({ status: 'retired', cohort: null }).where('status', '=', 'active').where('id', '!=', id).execute();
   // Restoring ends a drain of `id` (an earlier rollback away from it): its held runs' wait is credited first (ADR 0699).
   await creditDrainWait(trx, id);
-  const restored = { status: 'active' as const, writes_enabled: false, cohort: null, draining: false, draining_since: null, activated_at: new Date() };
+  const restored = {
+    status: 'active' as const,
+    writes_enabled: false,
+    cohort: null,
+    draining: false,
+    draining_since: null,
+    activated_at: new Date(),
+  };
   await trx
     .insertInto('releases')
     .values({ id, manifest: JSON.stringify(manifest), ...restored, first_active_at: new Date() })

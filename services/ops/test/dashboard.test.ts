@@ -300,6 +300,23 @@ describe('pages and JSON: workflows by state, failed_unknown operations, the wor
     });
   });
 
+  it('refuses a state filter on the lists it does not filter (400 naming what they take), never ignores it', async () => {
+    const auth = { authorization: `Bearer ${ops}` };
+    for (const path of ['/api/workflows/stuck', '/api/operations/failed-unknown', '/api/reconciliation/worklist']) {
+      const r = await request(url).get(`${path}?state=stopped`).set(auth);
+      expect(r.status, path).toBe(400);
+      expect(r.body.error.reason, path).toBe('unknown_query_parameter');
+      expect(r.body.error.message, path).toMatch(/it takes limit$/);
+      const bad = await request(url).get(`${path}?limit=0`).set(auth);
+      expect([bad.status, bad.body.error.reason, bad.body.error.message], path).toEqual([
+        400,
+        'invalid_query',
+        'limit must be an integer 1..500',
+      ]);
+      expect((await request(url).get(`${path}?limit=5`).set(auth)).status, path).toBe(200);
+    }
+  });
+
   it('lists the run with no progress past its bound: state, age, the job it waits for, no re-drive yet', async () => {
     const auth = { authorization: `Bearer ${ops}` };
     const res = await request(url).get('/api/workflows/stuck').set(auth);

@@ -1016,8 +1016,6 @@ export interface operations {
   listStuckRuns: {
     parameters: {
       query?: {
-        state?:
-          'received' | 'investigating' | 'awaiting_approval' | 'executing' | 'paused' | 'needs_reconciliation' | 'stopped' | 'completed';
         limit?: number;
       };
       header?: never;
@@ -1035,7 +1033,7 @@ export interface operations {
           'application/json': components['schemas']['StuckRuns'];
         };
       };
-      /** @description invalid_query: state must be a workflow state and limit 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description invalid_query: limit must be 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;
@@ -1078,8 +1076,6 @@ export interface operations {
   listUnknownOperations: {
     parameters: {
       query?: {
-        state?:
-          'received' | 'investigating' | 'awaiting_approval' | 'executing' | 'paused' | 'needs_reconciliation' | 'stopped' | 'completed';
         limit?: number;
       };
       header?: never;
@@ -1097,7 +1093,7 @@ export interface operations {
           'application/json': components['schemas']['UnknownOperations'];
         };
       };
-      /** @description invalid_query: state must be a workflow state and limit 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description invalid_query: limit must be 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;
@@ -1140,8 +1136,6 @@ export interface operations {
   getWorklist: {
     parameters: {
       query?: {
-        state?:
-          'received' | 'investigating' | 'awaiting_approval' | 'executing' | 'paused' | 'needs_reconciliation' | 'stopped' | 'completed';
         limit?: number;
       };
       header?: never;
@@ -1159,7 +1153,7 @@ export interface operations {
           'application/json': components['schemas']['Worklist'];
         };
       };
-      /** @description invalid_query: state must be a workflow state and limit 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description invalid_query: limit must be 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
       400: {
         headers: {
           [name: string]: unknown;

@@ -17,6 +17,15 @@ export const OpsQuerySchema = z.object({
   limit: queryLimit(500, 50),
 });
 
+/**
+ * Query of the dashboard's lists that no state filters (stuck runs, `failed_unknown` operations,
+ * the worklist): a row limit only (1–500, default 50). A `state` there is refused as an unknown
+ * parameter, never ignored: the list would not be the one asked for.
+ */
+export const OpsLimitQuerySchema = z.object({
+  limit: queryLimit(500, 50),
+});
+
 /** One row of the recent-workflows list: ids and states only, never ticket or model text. */
 export const OpsWorkflowRowSchema = z
   .object({
@@ -165,14 +174,20 @@ export const TokenRevocationResultSchema = z
 export type TokenRevocationResult = z.infer<typeof TokenRevocationResultSchema>;
 
 /** One read-only JSON route of the dashboard: 200 `schema`, 400 on a bad query, 401/403 for anyone but an operator. */
-const opsGet = (operationId: string, summary: string, schema: z.ZodType, query = true) => ({
+const opsGet = (operationId: string, summary: string, schema: z.ZodType, query: 'state' | 'limit' | false = 'state') => ({
   get: {
     operationId,
     summary,
-    ...(query ? { requestParams: { query: OpsQuerySchema } } : {}),
+    ...(query ? { requestParams: { query: query === 'state' ? OpsQuerySchema : OpsLimitQuerySchema } } : {}),
     responses: {
       '200': jsonResponse(summary, schema),
-      ...(query ? { '400': errorResponse('invalid_query: state must be a workflow state and limit 1..500') } : {}),
+      ...(query
+        ? {
+            '400': errorResponse(
+              query === 'state' ? 'invalid_query: state must be a workflow state and limit 1..500' : 'invalid_query: limit must be 1..500',
+            ),
+          }
+        : {}),
       '401': errorResponse('missing or invalid token'),
       '403': errorResponse('not_an_operator (audited)'),
     },
@@ -249,13 +264,14 @@ const opsPaths: ZodOpenApiObject['paths'] = {
   ...commonPaths,
   '/api/overview': opsGet('getOverview', 'everything the /ops page shows', OpsOverviewSchema),
   '/api/workflows': opsGet('listWorkflows', 'workflow counts per state and the most recently updated', WorkflowOverviewSchema),
-  '/api/workflows/stuck': opsGet('listStuckRuns', 'live runs past their no-progress bound', StuckRunsSchema),
+  '/api/workflows/stuck': opsGet('listStuckRuns', 'live runs past their no-progress bound', StuckRunsSchema, 'limit'),
   '/api/operations/failed-unknown': opsGet(
     'listUnknownOperations',
     'every failed_unknown operation, oldest first',
     UnknownOperationsSchema,
+    'limit',
   ),
-  '/api/reconciliation/worklist': opsGet('getWorklist', 'the open reconciliation worklist', WorklistSchema),
+  '/api/reconciliation/worklist': opsGet('getWorklist', 'the open reconciliation worklist', WorklistSchema, 'limit'),
   '/api/queues': opsGet('listQueues', 'every queue of every release with job counts', OpsQueuesSchema, false),
 };
 

@@ -1,6 +1,7 @@
 import { Router, type Request } from 'express';
 import type { z } from 'zod';
 import {
+  OpsLimitQuerySchema,
   OpsQuerySchema,
   type OpsOverview,
   type OpsQueue,
@@ -22,6 +23,16 @@ function query(req: Request): z.infer<typeof OpsQuerySchema> {
       details: r.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message })),
     });
   return r.data;
+}
+
+/** The row limit of a list no state filters (`OpsLimitQuerySchema`). @throws UserError 400 `invalid_query` when it is not 1..500. */
+function limitOf(req: Request): number {
+  const r = OpsLimitQuerySchema.safeParse(req.query);
+  if (!r.success)
+    throw new UserError('invalid_query', 'limit must be an integer 1..500', {
+      details: r.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message })),
+    });
+  return r.data.limit;
 }
 
 /**
@@ -61,15 +72,15 @@ export function opsRouter(cfg: { db: Db; board: QueueBoard }): Router {
     res.json(await workflowOverview(cfg.db, { state: q.state, limit: q.limit }));
   });
   router.get('/api/workflows/stuck', async (req, res) => {
-    const body: z.infer<typeof StuckRunsSchema> = { runs: await listStuckRuns(cfg.db, Date.now(), query(req).limit) };
+    const body: z.infer<typeof StuckRunsSchema> = { runs: await listStuckRuns(cfg.db, Date.now(), limitOf(req)) };
     res.json(body);
   });
   router.get('/api/operations/failed-unknown', async (req, res) => {
-    const body: z.infer<typeof UnknownOperationsSchema> = { operations: await unknownOperations(cfg.db, query(req).limit) };
+    const body: z.infer<typeof UnknownOperationsSchema> = { operations: await unknownOperations(cfg.db, limitOf(req)) };
     res.json(body);
   });
   router.get('/api/reconciliation/worklist', async (req, res) => {
-    res.json(await currentWorklist(cfg.db, query(req).limit));
+    res.json(await currentWorklist(cfg.db, limitOf(req)));
   });
   router.get('/api/queues', async (_req, res) => {
     const body: z.infer<typeof OpsQueuesSchema> = { queues: await queues() };
