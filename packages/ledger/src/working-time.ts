@@ -95,7 +95,7 @@ export async function creditWaitsEndedByFollowUp(trx: Trx, workflowId: string): 
  * stopped `budget_exhausted` on its first step after the hold, having done nothing. Call in the
  * transaction that ends the hold (resume, an activation or rollback restoring `release`), or that
  * moves the runs away (requeue: `except` names the runs that stay), before `draining_since` is
- * cleared. Runs are credited in id order (the order every writer locks workflows in).
+ * cleared. Locks the runs' rows in id order (the order every writer locks workflows in).
  * Returns how many runs were credited (0 when `release` is not draining or not registered).
  */
 export async function creditDrainWait(trx: Trx, release: string, except: ReadonlySet<string> = new Set()): Promise<number> {
@@ -108,6 +108,10 @@ export async function creditDrainWait(trx: Trx, release: string, except: Readonl
     .where('release_id', '=', release)
     .where('state', 'in', LIVE_STATES)
     .orderBy('id')
+    // The runs' rows first, in id order, then their budgets: the order every service locks them in
+    // (a turn holds its run, then writes its budget), so a job still running during a requeue
+    // cannot deadlock with it.
+    .forUpdate()
     .execute();
   let credited = 0;
   for (const w of runs) {
