@@ -170,3 +170,34 @@ describe('queues requeue while a job of the drained release is running', () => {
     90_000,
   );
 });
+
+// ADR 0699: the runs a requeue moves off a drained release waited there for on-call, not for
+// their own work: their wall-time budgets are credited from the drain's start (or their
+// submission, if later) before they move, or their next step found the deadline passed and
+// stopped them `budget_exhausted` having done nothing.
+describe('queues requeue credits the wait on the drained release', () => {
+  it('a run queued on the drained release ten minutes, past its deadline, gets the drain back', async () => {
+    const id = await runWaitingForTurn('rel-2', 900);
+    await t.db
+      .updateTable('releases')
+      .set({ draining_since: new Date(Date.now() - 600_000) })
+      .where('id', '=', 'rel-2')
+      .execute();
+    await t.db
+      .updateTable('workflows')
+      .set({ created_at: new Date(Date.now() - 600_000) })
+      .where('id', '=', id)
+      .execute();
+    await t.db
+      .updateTable('budgets')
+      .set({ deadline_at: new Date(Date.now() - 480_000) })
+      .where('workflow_id', '=', id)
+      .execute();
+
+    expect((await requeueRelease(t.db, t.queues, 'rel-2', 'rel-1', op)).moved).toBeGreaterThanOrEqual(1);
+    const b = await t.db.selectFrom('budgets').select('deadline_at').where('workflow_id', '=', id).executeTakeFirstOrThrow();
+    // 2 min of its own wall time were left when the drain began; they are left again.
+    expect(new Date(b.deadline_at).getTime()).toBeGreaterThan(Date.now() + 100_000);
+    expect(await untilCompleted([id], 20_000)).toEqual(['completed']);
+  }, 60_000);
+});
