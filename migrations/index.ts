@@ -25,6 +25,7 @@ import * as refundsOutsideSteps from './20261206000686-RefundsOutsideSteps.ts';
 import * as followUpAnswer from './20261206000689-FollowUpAnswer.ts';
 import * as refundsOutsideStepsByWindow from './20261206000697-RefundsOutsideStepsByWindow.ts';
 import * as releaseDrainingSince from './20261206000699-ReleaseDrainingSince.ts';
+import * as refundSumsReadCandidatesOnce from './20261206000702-RefundSumsReadCandidatesOnce.ts';
 import * as userTokenRevocations from './20261206000695-UserTokenRevocations.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
@@ -56,4 +57,5 @@ export const migrations: Record<string, Migration> = {
   '20261206000695-UserTokenRevocations': userTokenRevocations,
   '20261206000697-RefundsOutsideStepsByWindow': refundsOutsideStepsByWindow,
   '20261206000699-ReleaseDrainingSince': releaseDrainingSince,
+  '20261206000702-RefundSumsReadCandidatesOnce': refundSumsReadCandidatesOnce,
 };

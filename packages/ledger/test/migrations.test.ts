@@ -52,6 +52,7 @@ const TABLES_OF: Record<string, string[]> = {
   '20261206000695-UserTokenRevocations': ['user_token_not_before', 'user_token_revoked_jtis'],
   '20261206000697-RefundsOutsideStepsByWindow': [],
   '20261206000699-ReleaseDrainingSince': [],
+  '20261206000702-RefundSumsReadCandidatesOnce': [],
 };
 const tablesUpTo = (names: string[]): string[] => names.flatMap((n) => TABLES_OF[n] ?? []).sort();
 const ALL_TABLES = tablesUpTo(Object.keys(migrations));
