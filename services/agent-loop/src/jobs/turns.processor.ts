@@ -21,7 +21,15 @@ import {
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
 import { eligibleTools } from '@gatehouse/policy';
 import { boundText, instructionsFor, toFunctionTool, toolsOfPack } from '@gatehouse/tools';
-import { loadWorld, sha256Hex, canonicalJson, escapeUnstorable, modelSpendMicroUsd, type ReleaseManifest } from '@gatehouse/contracts';
+import {
+  loadWorld,
+  sha256Hex,
+  canonicalJson,
+  escapeUnstorable,
+  isOutageStatus,
+  modelSpendMicroUsd,
+  type ReleaseManifest,
+} from '@gatehouse/contracts';
 import { recordModelCall } from '@gatehouse/telemetry';
 import { loadTranscript } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
@@ -425,13 +433,8 @@ async function askModel(
       { timeout: Math.max(1000, new Date(budget.deadline_at).getTime() - Date.now()) },
     );
   } catch (err) {
-    const rejected =
-      err instanceof OpenAI.APIError &&
-      err.status !== undefined &&
-      err.status >= 400 &&
-      err.status < 500 &&
-      err.status !== 408 &&
-      err.status !== 429;
+    // A refusal is a 4xx the model answered on purpose; 408 and 429 did not process the request.
+    const rejected = err instanceof OpenAI.APIError && err.status !== undefined && err.status >= 400 && !isOutageStatus(err.status);
     const outcome = rejected ? 'rejected' : err instanceof OpenAI.APIError ? 'unavailable' : 'error';
     recordModelCall({ model: deps.modelName, outcome, durationMs: Date.now() - started });
     if (rejected) {
@@ -446,7 +449,6 @@ async function askModel(
 
 /** What {@link recordRound} needs beyond the answer: the round's context when it was asked. */
 type RoundContext = {
-  job: TurnJob;
   calls: ProposedCall[];
   /** User messages in the transcript when it was read: a different count means a follow-up arrived. */
   userMessagesSent: number;
@@ -541,7 +543,7 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
     .filter((o): o is OpenAI.Responses.ResponseFunctionToolCall => o.type === 'function_call')
     .map((c) => ({ call_id: escapeUnstorable(c.call_id), name: escapeUnstorable(c.name), arguments: escapeUnstorable(c.arguments) }));
   const answer = { wf, round: job.round, response, input, instructionsHash: instructions.hash, functionCalls: calls.length, started };
-  const rows = await recordRound(deps, answer, { job, calls, userMessagesSent, writesEnabled }).catch((err: unknown) => {
+  const rows = await recordRound(deps, answer, { calls, userMessagesSent, writesEnabled }).catch((err: unknown) => {
     if (!(err instanceof CallIdReused)) throw err;
     return stopForReusedCallId(deps, answer, calls);
   });
