@@ -107,19 +107,15 @@ export async function creditDrainWait(trx: Trx, release: string, except: Readonl
     .select(['id', 'created_at'])
     .where('release_id', '=', release)
     .where('state', 'in', LIVE_STATES)
+    .$if(except.size > 0, (q) => q.where('id', 'not in', [...except]))
     .orderBy('id')
     // The runs' rows first, in id order, then their budgets: the order every service locks them in
     // (a turn holds its run, then writes its budget), so a job still running during a requeue
     // cannot deadlock with it.
     .forUpdate()
     .execute();
-  let credited = 0;
-  for (const w of runs) {
-    if (except.has(w.id)) continue;
-    await creditWait(trx, w.id, new Date(Math.max(drainedAt, new Date(w.created_at).getTime())));
-    credited++;
-  }
-  return credited;
+  for (const w of runs) await creditWait(trx, w.id, new Date(Math.max(drainedAt, new Date(w.created_at).getTime())));
+  return runs.length;
 }
 
 /** What {@link checkWorkingTime} found. */
