@@ -27,8 +27,8 @@ export interface OutOfBandRequest {
  * Writes the run of an out-of-band request — a reconciliation remediation, a change cancel, a
  * release override (docs/decisions/0230 and 0280) — in the caller's transaction: a workflow
  * `awaiting_approval` (mode `act`, the operator as its user, `nextStep` saying who must approve)
- * and its round-0 proposal `valid`, keyed by `key`. Its action and approval are the caller's, as
- * they differ by kind. Seeds only: no transition, no event (the run starts where it waits).
+ * and its round-0 proposal `valid`, keyed by `key`. Its action and pending approval follow with
+ * {@link insertOutOfBandAction}. Seeds only: no transition, no event (the run starts where it waits).
  */
 export async function insertOutOfBandRequest(trx: Trx, r: OutOfBandRequest): Promise<void> {
   const argsSha256 = sha256Hex(canonicalJson(r.args));
@@ -62,6 +62,89 @@ export async function insertOutOfBandRequest(trx: Trx, r: OutOfBandRequest): Pro
       status: 'valid',
       validation_error: null,
       offered_in_state: null,
+    })
+    .execute();
+}
+
+/** The action an out-of-band request asks for and its pending approval (see {@link insertOutOfBandAction}). */
+export interface OutOfBandAction {
+  workflowId: string;
+  proposalId: string;
+  actionId: string;
+  approvalId: string;
+  /** The action's call id and operation key: the request's key (see {@link OutOfBandRequest.key}). */
+  key: string;
+  tool: string;
+  target: string;
+  args: Record<string, unknown>;
+  /** The action digest over the exact arguments, actor, tenant, policy revision and version 1. */
+  digest: string;
+  ruleId: string;
+  policyRevision: string;
+  release: string;
+  /** The authoritative facts the approver is shown beside the arguments. */
+  facts: Record<string, unknown>;
+  tenant: string;
+  /** The approver's region when the approval must come from the order's region, else null. */
+  region: string | null;
+  /** The amount the approver's limit must cover, integer cents; null for an action without money. */
+  amountCents: number | null;
+  /** The operator who asked: never its approver. */
+  requester: string;
+  approverRole: string;
+  sameRegion: boolean;
+  expiresAt: Date;
+}
+
+/**
+ * Writes the action of an out-of-band request (version 1, `REQUIRE_APPROVAL`, `pending_approval`)
+ * and its pending approval bound to the action's digest, in the caller's transaction, after
+ * {@link insertOutOfBandRequest} wrote their run. Audit events are the caller's, as they differ by kind.
+ */
+export async function insertOutOfBandAction(trx: Trx, a: OutOfBandAction): Promise<void> {
+  await trx
+    .insertInto('actions')
+    .values({
+      id: a.actionId,
+      workflow_id: a.workflowId,
+      proposal_id: a.proposalId,
+      call_id: a.key,
+      version: 1,
+      supersedes_version: null,
+      tool: a.tool,
+      target: a.target,
+      arguments: JSON.stringify(a.args),
+      digest: a.digest,
+      decision: 'REQUIRE_APPROVAL',
+      rule_id: a.ruleId,
+      policy_revision: a.policyRevision,
+      status: 'pending_approval',
+      operation_key: a.key,
+      release_id: a.release,
+      facts: JSON.stringify(a.facts),
+    })
+    .execute();
+  await trx
+    .insertInto('approvals')
+    .values({
+      id: a.approvalId,
+      workflow_id: a.workflowId,
+      action_id: a.actionId,
+      action_version: 1,
+      action_digest: a.digest,
+      policy_revision: a.policyRevision,
+      tool: a.tool,
+      tenant: a.tenant,
+      region: a.region,
+      amount_cents: a.amountCents,
+      requester: a.requester,
+      rule_id: a.ruleId,
+      status: 'pending',
+      approver_role: a.approverRole,
+      same_region: a.sameRegion,
+      release_id: a.release,
+      traceparent: null,
+      expires_at: a.expiresAt,
     })
     .execute();
 }

@@ -9,7 +9,16 @@ import {
   sha256Hex,
   type ReleaseManifest,
 } from '@gatehouse/contracts';
-import { actorHash, inTransaction, insertOutOfBandRequest, recordAudit, transitionWorkflow, type Db, type Trx } from '@gatehouse/ledger';
+import {
+  actorHash,
+  inTransaction,
+  insertOutOfBandAction,
+  insertOutOfBandRequest,
+  recordAudit,
+  transitionWorkflow,
+  type Db,
+  type Trx,
+} from '@gatehouse/ledger';
 import { catalogDigest, toolsOfPack } from '@gatehouse/tools';
 
 /**
@@ -174,51 +183,28 @@ async function insertOverrideApproval(
 ): Promise<void> {
   const actionId = randomUUID();
   const policy = a.r.manifest ? `${a.r.manifest.policy.support},${a.r.manifest.policy.change}` : 'none';
-  await trx
-    .insertInto('actions')
-    .values({
-      id: actionId,
-      workflow_id: t.workflowId,
-      proposal_id: a.proposalId,
-      call_id: `override:${t.approvalId}`,
-      version: 1,
-      supersedes_version: null,
-      tool: RELEASE_OVERRIDE_TOOL,
-      target: a.r.release,
-      arguments: JSON.stringify(a.args),
-      digest: t.actionDigest,
-      decision: 'REQUIRE_APPROVAL',
-      rule_id: RELEASE_OVERRIDE_RULE_ID,
-      policy_revision: policy,
-      status: 'pending_approval',
-      operation_key: `override:${t.approvalId}`,
-      release_id: a.r.release,
-      facts: JSON.stringify(a.facts),
-    })
-    .execute();
-  await trx
-    .insertInto('approvals')
-    .values({
-      id: t.approvalId,
-      workflow_id: t.workflowId,
-      action_id: actionId,
-      action_version: 1,
-      action_digest: t.actionDigest,
-      policy_revision: policy,
-      tool: RELEASE_OVERRIDE_TOOL,
-      tenant: t.tenant,
-      region: null,
-      amount_cents: null,
-      requester: a.r.operator,
-      rule_id: RELEASE_OVERRIDE_RULE_ID,
-      status: 'pending',
-      approver_role: RELEASE_APPROVER_ROLE,
-      same_region: false,
-      release_id: a.r.release,
-      traceparent: null,
-      expires_at: t.expiresAt,
-    })
-    .execute();
+  await insertOutOfBandAction(trx, {
+    workflowId: t.workflowId,
+    proposalId: a.proposalId,
+    actionId,
+    approvalId: t.approvalId,
+    key: `override:${t.approvalId}`,
+    tool: RELEASE_OVERRIDE_TOOL,
+    target: a.r.release,
+    args: a.args,
+    digest: t.actionDigest,
+    ruleId: RELEASE_OVERRIDE_RULE_ID,
+    policyRevision: policy,
+    release: a.r.release,
+    facts: a.facts,
+    tenant: t.tenant,
+    region: null,
+    amountCents: null,
+    requester: a.r.operator,
+    approverRole: RELEASE_APPROVER_ROLE,
+    sameRegion: false,
+    expiresAt: t.expiresAt,
+  });
 }
 
 /**

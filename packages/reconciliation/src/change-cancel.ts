@@ -4,6 +4,7 @@ import { sql } from 'kysely';
 import { isUuid, REMEDIATION_RULE_ID, testFaults } from '@gatehouse/contracts';
 import { mintDelegatedToken } from '@gatehouse/credentials';
 import {
+  insertOutOfBandAction,
   insertOutOfBandRequest,
   actorHash,
   consumeApproval as consumeBoundApproval,
@@ -233,53 +234,28 @@ async function insertCancelRequest(
     policyRevision: bundle.revision,
     catalogDigest: catalogDigest(toolsOfPack('change')),
   });
-  await trx
-    .insertInto('actions')
-    .values({
-      id: actionId,
-      workflow_id: workflowId,
-      proposal_id: proposalId,
-      call_id: cancelKey,
-      version: 1,
-      supersedes_version: null,
-      tool: CANCEL_CHANGE_TOOL,
-      target: change.operationKey,
-      arguments: JSON.stringify(args),
-      digest,
-      decision: 'REQUIRE_APPROVAL',
-      rule_id: REMEDIATION_RULE_ID,
-      policy_revision: bundle.revision,
-      status: 'pending_approval',
-      operation_key: cancelKey,
-      release_id: deps.release,
-      facts: JSON.stringify({
-        cancel: { operationKey: change.operationKey, scheduledIn: change.workflowId, rollback: 'cancel-before-start' },
-      }),
-    })
-    .execute();
-  await trx
-    .insertInto('approvals')
-    .values({
-      id: approvalId,
-      workflow_id: workflowId,
-      action_id: actionId,
-      action_version: 1,
-      action_digest: digest,
-      policy_revision: bundle.revision,
-      tool: CANCEL_CHANGE_TOOL,
-      tenant: change.tenant,
-      region: null,
-      amount_cents: null,
-      requester: operator,
-      rule_id: REMEDIATION_RULE_ID,
-      status: 'pending',
-      approver_role: bundle.approval.approverRole,
-      same_region: false,
-      release_id: deps.release,
-      traceparent: null,
-      expires_at: expiresAt,
-    })
-    .execute();
+  await insertOutOfBandAction(trx, {
+    workflowId,
+    proposalId,
+    actionId,
+    approvalId,
+    key: cancelKey,
+    tool: CANCEL_CHANGE_TOOL,
+    target: change.operationKey,
+    args,
+    digest,
+    ruleId: REMEDIATION_RULE_ID,
+    policyRevision: bundle.revision,
+    release: deps.release,
+    facts: { cancel: { operationKey: change.operationKey, scheduledIn: change.workflowId, rollback: 'cancel-before-start' } },
+    tenant: change.tenant,
+    region: null,
+    amountCents: null,
+    requester: operator,
+    approverRole: bundle.approval.approverRole,
+    sameRegion: false,
+    expiresAt,
+  });
   const ticket: CancelTicket = {
     approvalId,
     workflowId,

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { isUuid, loadWorld, REMEDIATION_RULE_ID, Refused } from '@gatehouse/contracts';
 import { fetchOrder, MalformedRecord, RecordRefused } from '@gatehouse/policy';
 import {
+  insertOutOfBandAction,
   insertOutOfBandRequest,
   actorHash,
   DependencyUnavailable,
@@ -427,55 +428,32 @@ async function insertRemediationRequest(
     policyRevision: bundle.revision,
     catalogDigest: catalogDigest(toolsOfPack(pack)),
   });
-  await trx
-    .insertInto('actions')
-    .values({
-      id: actionId,
-      workflow_id: workflowId,
-      proposal_id: proposalId,
-      call_id: operationKey,
-      version: 1,
-      supersedes_version: null,
-      tool,
-      target,
-      arguments: JSON.stringify(args),
-      digest,
-      decision: 'REQUIRE_APPROVAL',
-      rule_id: REMEDIATION_RULE_ID,
-      policy_revision: bundle.revision,
-      status: 'pending_approval',
-      operation_key: operationKey,
-      release_id: deps.release,
-      facts: JSON.stringify({
-        reconciliation: { itemId: item.id, class: item.class, owner: item.owner, subject: item.subject, detail: item.detail },
-        ...(order ? { order: { id: item.order_id, tenant: order.tenant, region: order.region, paidCents: order.paid } } : {}),
-      }),
-    })
-    .execute();
   const region = bundle.approval.sameRegion ? (order?.region ?? null) : null;
-  await trx
-    .insertInto('approvals')
-    .values({
-      id: approvalId,
-      workflow_id: workflowId,
-      action_id: actionId,
-      action_version: 1,
-      action_digest: digest,
-      policy_revision: bundle.revision,
-      tool,
-      tenant,
-      region,
-      amount_cents: amountCents,
-      requester: req.operator,
-      rule_id: REMEDIATION_RULE_ID,
-      status: 'pending',
-      approver_role: bundle.approval.approverRole,
-      same_region: bundle.approval.sameRegion,
-      release_id: deps.release,
-      traceparent: null,
-      expires_at: expiresAt,
-    })
-    .execute();
+  await insertOutOfBandAction(trx, {
+    workflowId,
+    proposalId,
+    actionId,
+    approvalId,
+    key: operationKey,
+    tool,
+    target,
+    args,
+    digest,
+    ruleId: REMEDIATION_RULE_ID,
+    policyRevision: bundle.revision,
+    release: deps.release,
+    facts: {
+      reconciliation: { itemId: item.id, class: item.class, owner: item.owner, subject: item.subject, detail: item.detail },
+      ...(order ? { order: { id: item.order_id, tenant: order.tenant, region: order.region, paidCents: order.paid } } : {}),
+    },
+    tenant,
+    region,
+    amountCents,
+    requester: req.operator,
+    approverRole: bundle.approval.approverRole,
+    sameRegion: bundle.approval.sameRegion,
+    expiresAt,
+  });
   const audit = {
     service: 'reconciliation',
     runId: workflowId,
