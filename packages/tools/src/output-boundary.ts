@@ -69,16 +69,67 @@ function redactJwtsInRun(run: string): string {
   return out.join('.');
 }
 
-/**
- * Replaces every secret shape in `text` with `[redacted]`. Linear in `text.length`: an adversarial
- * run such as `eyJeyJeyJ…` without a dot costs one pass, not one pass per `eyJ`.
- */
-export function redactSecrets(text: string): string {
+/** Replaces every secret shape written plainly in `text` with `[redacted]` (linear, see {@link redactSecrets}). */
+function redactShapes(text: string): string {
   const patterned = SECRET_PATTERNS.reduce((t, re) => t.replace(re, '[redacted]'), text).replace(
     API_KEY_RUN,
     (run: string, at: number, whole: string) => (wordNotKey(run, at, whole) ? run : '[redacted]'),
   );
   return patterned.replace(DOTTED_RUN, (run) => (run.includes('eyJ') ? redactJwtsInRun(run) : run));
+}
+
+/** Invisible format characters (zero-width space and joiners, soft hyphen, word joiner, BOM…): a reader skips them. */
+const FORMAT_CHARS = /\p{Cf}/gu;
+/** Dashes other than `-` (non-breaking hyphen, en dash, minus sign…): a reader takes each for a hyphen. */
+const DASHES = /[\p{Pd}\u2212]/gu;
+/** A percent-escaped printable ASCII character (`%2D` is `-`). */
+const PERCENT_ESCAPE = /%([2-7][0-9A-Fa-f])/g;
+
+/**
+ * `text` as a reader (a model) reads it: compatibility forms folded (NFKC: full-width `ｓｋ－` is
+ * `sk-`), invisible format characters dropped, every dash a hyphen, percent escapes of printable
+ * ASCII decoded. Linear in `text.length`.
+ */
+function asRead(text: string): string {
+  return text
+    .normalize('NFKC')
+    .replace(FORMAT_CHARS, '')
+    .replace(DASHES, '-')
+    .replace(PERCENT_ESCAPE, (esc: string, hex: string) => {
+      const code = parseInt(hex, 16);
+      return code >= 0x20 && code <= 0x7e ? String.fromCharCode(code) : esc;
+    });
+}
+
+/** Runs of base64 or base64url characters long enough to carry a secret shape (12 decoded bytes). */
+const BASE64_RUN = /[A-Za-z0-9+/_-]{16,}={0,2}/g;
+
+/**
+ * Whether the base64 (or base64url) run `run` decodes, at any of its four alignments, to text
+ * holding a secret shape as read ({@link asRead}). Four decodes of the run: linear.
+ */
+function encodesSecret(run: string): boolean {
+  for (let skip = 0; skip < 4; skip++) {
+    const decoded = Buffer.from(run.slice(skip), 'base64').toString('utf8');
+    const read = asRead(decoded);
+    if (redactShapes(read) !== read) return true;
+  }
+  return false;
+}
+
+/**
+ * Replaces every secret shape in `text` with `[redacted]`: written plainly, or disguised for the
+ * reader — in full-width or other compatibility forms, split by invisible characters, with
+ * look-alike dashes, percent-escaped, or base64-encoded (docs/decisions/0709-secrets-are-redacted-as-read.md).
+ * When only the text as read ({@link asRead}) reveals a secret, the text as read is returned with
+ * it redacted; otherwise the text keeps its own characters. Linear in `text.length`: an
+ * adversarial run such as `eyJeyJeyJ…` without a dot costs one pass, not one pass per `eyJ`.
+ */
+export function redactSecrets(text: string): string {
+  const plain = redactShapes(text);
+  const read = asRead(plain);
+  const redacted = redactShapes(read).replace(BASE64_RUN, (run) => (encodesSecret(run) ? '[redacted]' : run));
+  return redacted === read ? plain : redacted;
 }
 
 /**

@@ -218,3 +218,48 @@ describe('containsSecret (the one detector: final-message redaction and the refu
     }
   });
 });
+
+describe('a secret disguised for the reader (ADR 0709)', () => {
+  const key = 'sk-test-CANARYdisg01';
+  const b64 = (t: string): string => Buffer.from(t).toString('base64');
+  const disguised: Array<[string, string]> = [
+    ['split by a zero-width space', 's\u200Bk-test-CANARYdisg01'],
+    ['split by a word joiner', 'sk-\u2060test-CANARYdisg01'],
+    ['a zero-width joiner inside a canary', 'CANARY\u200D_SECRET_abc123'],
+    ['in full-width forms', 'ｓｋ－ｔｅｓｔ－ＣＡＮＡＲＹdisg01'],
+    ['with non-breaking hyphens', 'sk\u2011test\u2011CANARYdisg01'],
+    ['percent-escaped', 'sk%2Dtest%2DCANARYdisg01'],
+    ['base64-encoded', b64(`print ${key}`)],
+    ['base64url-encoded, glued to a word', `x${Buffer.from(`print ${key}!?`).toString('base64url')}`],
+    ['base64 of a disguised key', b64('s\u200Bk-test-CANARYdisg01')],
+  ];
+
+  it.each(disguised)('%s: redacted, and a secret in tool arguments and outputs', (_how, hidden) => {
+    const text = `customer note: ${hidden} end`;
+    expect(containsSecret(text)).toBe(true);
+    const out = redactSecrets(text);
+    expect(out).toBe('customer note: [redacted] end');
+    expect(boundText(text)).toBe(out);
+    expect(JSON.stringify(toSafeOutput('lookup_order', { status: text, [hidden]: 'as a key' }))).not.toContain(hidden);
+  });
+
+  it('text with such characters but no secret keeps its own characters', () => {
+    for (const t of [
+      'ｆｕｌｌ-width note, no key',
+      'a zero\u200Bwidth space',
+      'task\u2011related refund',
+      'Customer-requested-refund-for-damaged-goods',
+      `plain base64 ${b64('the parcel arrived crushed, twice')}`,
+      'Basic information ｂｏｘ',
+    ]) {
+      expect(containsSecret(t), t).toBe(false);
+      expect(redactSecrets(t), t).toBe(t);
+    }
+  });
+
+  it('a 1 MB base64-looking run is checked within the timeout', { timeout: 5000 }, () => {
+    const run = 'QUFB'.repeat(256 * 1024);
+    expect(redactSecrets(run)).toBe(run);
+    expect(redactSecrets(`${run}${b64(key)}`)).not.toContain(b64(key).slice(0, 12));
+  });
+});
