@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { BodyTooLarge, fetchCapped, isOutageStatus, Refused, SystemError } from '@gatehouse/contracts';
 import { DependencyUnavailable } from '@gatehouse/ledger';
-import { boundText, MAX_AMOUNT_CENTS } from '@gatehouse/tools';
+import { boundReason, boundText, MAX_AMOUNT_CENTS } from '@gatehouse/tools';
 import type { ChangeRecordFacts } from './change.rules.ts';
 import type { SupportFacts } from './support.rules.ts';
 
@@ -99,11 +99,11 @@ export class RecordRefused extends Refused {
   }
 }
 
-/** The `error.reason` a refusal's JSON body carries, bounded (at most 120 characters), or null. */
+/** The `error.reason` a refusal's JSON body carries, redacted and bounded (`boundReason`: at most 120 characters, marked where cut), or null. */
 async function refusalReason(res: Response): Promise<string | null> {
   const body = (await res.json().catch(() => null)) as { error?: { reason?: unknown } } | null;
   const reason = body?.error?.reason;
-  return typeof reason === 'string' && reason !== '' ? boundText(reason).slice(0, 120) : null;
+  return typeof reason === 'string' && reason !== '' ? boundReason(reason) : null;
 }
 
 /** How long an authoritative read of a system of record may take, ms. */

@@ -171,6 +171,22 @@ export function boundText(value: string): string {
   return clean.length > MAX_STRING_CHARS ? cutAt(clean, MAX_STRING_CHARS) + TRUNCATION_MARKER : clean;
 }
 
+/** Longest reason a system of record gives for a refusal that is kept (its `error.reason`), characters. */
+export const MAX_REASON_CHARS = 120;
+
+/**
+ * A system of record's own reason for a refusal or failure (`error.reason` of its answer), made
+ * safe to keep in an operation's error, an audit event's outcome, a log line or a next step: it
+ * is untrusted text like its records (docs/decisions/0640-records-of-the-systems-of-record-are-untrusted-text.md),
+ * so it is redacted like a tool output ({@link boundText}) and cut to {@link MAX_REASON_CHARS}
+ * characters, {@link TRUNCATION_MARKER} appended where cut, never inside a surrogate pair
+ * (docs/decisions/0710-a-downstream-reason-is-untrusted-text.md). Never throws.
+ */
+export function boundReason(reason: string): string {
+  const clean = boundText(reason);
+  return clean.length > MAX_REASON_CHARS ? cutAt(clean, MAX_REASON_CHARS) + TRUNCATION_MARKER : clean;
+}
+
 function boundValue(value: unknown, depth: number, sensitive: ReadonlySet<string>): unknown {
   if (typeof value === 'string') return boundText(value);
   if (value === null || typeof value === 'number' || typeof value === 'boolean') return value;

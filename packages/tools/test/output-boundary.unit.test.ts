@@ -1,8 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import {
+  boundReason,
   boundText,
   containsSecret,
   MAX_OUTPUT_BYTES,
+  MAX_REASON_CHARS,
   MAX_STRING_CHARS,
   redactSecrets,
   toSafeOutput,
@@ -261,5 +263,16 @@ describe('a secret disguised for the reader (ADR 0709)', () => {
     const run = 'QUFB'.repeat(256 * 1024);
     expect(redactSecrets(run)).toBe(run);
     expect(redactSecrets(`${run}${b64(key)}`)).not.toContain(b64(key).slice(0, 12));
+  });
+});
+
+describe("a system of record's reason (ADR 0710)", () => {
+  it('a code is kept as it is; a secret is redacted; a long reason is cut to 120 characters, marked, never inside a pair', () => {
+    expect(boundReason('ceiling_exceeded')).toBe('ceiling_exceeded');
+    expect(boundReason('refused: CANARY_SECRET_r1 and s\u200Bk-test-CANARYr2')).toBe('refused: [redacted] and [redacted]');
+    const long = boundReason(`why ${'y'.repeat(500)}`);
+    expect(long).toBe(`why ${'y'.repeat(MAX_REASON_CHARS - 4)}${TRUNCATION_MARKER}`);
+    const pair = boundReason(`${'p'.repeat(MAX_REASON_CHARS - 1)}\u{1F600}tail`);
+    expect(pair).toBe(`${'p'.repeat(MAX_REASON_CHARS - 1)}${TRUNCATION_MARKER}`);
   });
 });

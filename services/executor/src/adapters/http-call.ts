@@ -1,4 +1,5 @@
 import { fetchCapped } from '@gatehouse/contracts';
+import { boundReason } from '@gatehouse/tools';
 /** Outcome of one HTTP attempt against a downstream. */
 export type AttemptOutcome =
   | { kind: 'response'; status: number; body: Record<string, unknown>; headers: Headers }
@@ -29,8 +30,13 @@ export async function attempt(url: string, init: RequestInit, timeoutMs: number)
   }
 }
 
-/** Reason code from a staging error body `{error: {reason}}`. */
+/**
+ * Reason code from a staging error body `{error: {reason}}`, or `unknown` when it gives none. The
+ * body is a downstream's untrusted text: the reason is redacted and bounded
+ * (`boundReason`, at most 120 characters and the truncation marker) before the operation's
+ * error, the audit event or a log line keeps it (docs/decisions/0710-a-downstream-reason-is-untrusted-text.md).
+ */
 export function reasonOf(body: Record<string, unknown>): string {
   const e = body.error as { reason?: unknown } | undefined;
-  return typeof e?.reason === 'string' ? e.reason : 'unknown';
+  return typeof e?.reason === 'string' ? boundReason(e.reason) : 'unknown';
 }
