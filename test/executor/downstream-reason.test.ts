@@ -52,7 +52,11 @@ beforeAll(async () => {
         string,
         string
       >;
-      const up = await fetch(`${h.stagingUrl}${req.url}`, { method: req.method, headers, body: body.length ? body : undefined });
+      const up = await fetch(`${h.stagingUrl}${req.url}`, {
+        method: req.method,
+        headers,
+        body: body.length ? new Uint8Array(body) : undefined,
+      });
       res.writeHead(up.status, { 'content-type': up.headers.get('content-type') ?? 'application/json' });
       res.end(Buffer.from(await up.arrayBuffer()));
     })();
