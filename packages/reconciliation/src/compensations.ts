@@ -1,4 +1,5 @@
 import { fetchCapped, isOutageStatus } from '@gatehouse/contracts';
+import { boundReason } from '@gatehouse/tools';
 /** One compensating call: idempotency key, fencing token and a freshly minted delegated token. */
 export interface CompensationCall {
   stagingUrl: string;
@@ -16,7 +17,8 @@ export interface CompensationCall {
  * What a compensating call produced: `succeeded` (with the downstream id as evidence), `retry`
  * (no answer, or a status the downstream did not process the request with — 408, 429, 5xx,
  * `isOutageStatus` — the call is idempotent by key, so sending it again is safe), or `failed`
- * (the downstream refused: any other 4xx).
+ * (the downstream refused: any other 4xx). A `reason` is the status and the downstream's own
+ * reason, redacted and bounded (`boundReason`, ADR 0710).
  */
 export type CompensationResult =
   | { status: 'succeeded'; evidenceRef: string; data: Record<string, unknown> }
@@ -41,7 +43,9 @@ async function post(c: CompensationCall, path: string, body: Record<string, unkn
     return { status: 'retry', reason: `no_response:${(err as { cause?: { code?: string } }).cause?.code ?? (err as Error).name}` };
   }
   const parsed = (await res.json().catch(() => ({}))) as Record<string, unknown>;
-  const reason = `${res.status}:${String((parsed.error as { reason?: unknown } | undefined)?.reason ?? 'unknown')}`;
+  // The downstream's reason is untrusted text: redacted and bounded before the operation, the
+  // audit event or a next step keeps it (docs/decisions/0710-a-downstream-reason-is-untrusted-text.md).
+  const reason = `${res.status}:${boundReason(String((parsed.error as { reason?: unknown } | undefined)?.reason ?? 'unknown'))}`;
   if (res.status === 200 || res.status === 201) return { status: 'succeeded', evidenceRef: String(parsed[evidence] ?? ''), data: parsed };
   if (isOutageStatus(res.status)) return { status: 'retry', reason };
   return { status: 'failed', reason };
