@@ -1,6 +1,6 @@
 import { ownCredentialRefused, resultsQueue } from '@gatehouse/contracts';
 import { outboxJob, recordOutcomeWithJob, resetToPending, retryFencedWrite, type OutboxRow, type Trx } from '@gatehouse/ledger';
-import { toSafeOutput } from '@gatehouse/tools';
+import { boundReason, toSafeOutput } from '@gatehouse/tools';
 import type { AdapterResult } from '../../adapters/index.ts';
 import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
 import { crashIfAt } from '../../domain/test-hooks.ts';
@@ -12,13 +12,16 @@ type Finished = Exclude<AdapterResult, { status: 'retry_safe' }>;
 
 /**
  * Projects a succeeded result onto the tool's output contract: a malformed result never reaches
- * the model; for a write the effect may exist, so it becomes unknown rather than failed.
+ * the model; for a write the effect may exist, so it becomes unknown rather than failed. The
+ * effect's reference (the downstream's id for it, kept in the operation and the audit event) is
+ * the downstream's untrusted text: redacted and bounded (`boundReason`, ADR 0710).
  * `disabled` only in the control-removed test of the output boundary.
  */
 export function projectResult(ctx: Pick<ExecutionContext, 'tool'>, result: Finished, disabled: boolean): Finished {
   if (result.status !== 'succeeded' || disabled) return result;
   const projected = ctx.tool.output.safeParse(result.data);
-  if (projected.success) return { ...result, data: projected.data };
+  const evidenceRef = result.evidenceRef === null ? null : boundReason(result.evidenceRef);
+  if (projected.success) return { ...result, data: projected.data, evidenceRef };
   if (ctx.tool.effectClass === 'sensitive_read')
     return { status: 'failed', reason: 'malformed_result', retryable: false, attempts: result.attempts };
   return { status: 'unknown', reason: 'malformed_result', attempts: result.attempts };
