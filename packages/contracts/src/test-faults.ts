@@ -112,6 +112,8 @@ export interface TestFaults {
   ignoreSwitch: boolean;
   /** `SWITCH_NOT_RECHECKED_BEFORE_RETRY`: an idempotent write's retry is sent without asking the tool's switch again (ADR 0700). */
   switchNotRecheckedBeforeRetry: boolean;
+  /** `AUDIT_NOT_RECHECKED_BEFORE_RETRY`: an idempotent write's retry is sent without asking audit health again (ADR 0706). */
+  auditNotRecheckedBeforeRetry: boolean;
   // audit
   /** `DISABLE_MONITORS`: these invariant monitors (comma-separated ids) never fire. */
   disableMonitors: string | null;
@@ -178,6 +180,7 @@ const SWITCHES: { [K in keyof TestFaults]: [name: string, kind: Kind] } = {
   disableReenableCohort: ['DISABLE_REENABLE_COHORT', 'flag'],
   ignoreSwitch: ['DISABLE_SWITCH', 'flag'],
   switchNotRecheckedBeforeRetry: ['SWITCH_NOT_RECHECKED_BEFORE_RETRY', 'flag'],
+  auditNotRecheckedBeforeRetry: ['AUDIT_NOT_RECHECKED_BEFORE_RETRY', 'flag'],
   disableMonitors: ['DISABLE_MONITORS', 'text'],
   everyReplicaMonitors: ['EVERY_REPLICA_MONITORS', 'flag'],
   simClockFile: ['SIM_CLOCK_FILE', 'text'],

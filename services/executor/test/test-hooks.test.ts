@@ -17,6 +17,7 @@ describe('executor test hooks', () => {
     GATEHOUSE_TEST_DISABLE_REENABLE_COHORT: '1',
     GATEHOUSE_TEST_DISABLE_SWITCH: '1',
     GATEHOUSE_TEST_SWITCH_NOT_RECHECKED_BEFORE_RETRY: '1',
+    GATEHOUSE_TEST_AUDIT_NOT_RECHECKED_BEFORE_RETRY: '1',
   };
 
   it('each hook is read on its own', () => {

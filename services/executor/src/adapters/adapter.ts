@@ -49,7 +49,17 @@ export interface AdapterCall {
    * (docs/decisions/0700-a-retry-is-held-by-a-switch-off.md). Absent: never held.
    */
   heldByContainment?: () => Promise<boolean>;
+  /**
+   * Whether the audit-health gate holds consequential execution now (a fresh reading, judged by the
+   * gate's one rule). Asked by an idempotent write before the same retries as
+   * {@link AdapterCall.heldByContainment}, after it: a retry made while audit cannot be written is
+   * a new effect without evidence (docs/decisions/0706-a-retry-waits-for-audit.md). Absent: never held.
+   */
+  heldByAudit?: () => Promise<boolean>;
 }
 
 /** The `retry_safe` reason of a retry the tool's containment held before it was sent. */
 export const HELD_BEFORE_RETRY = 'held_by_containment_before_retry';
+
+/** The `retry_safe` reason of a retry the audit-health gate held before it was sent (ADR 0706). */
+export const AUDIT_HELD_BEFORE_RETRY = 'held_by_audit_health_before_retry';

@@ -2,7 +2,7 @@ import { BrokenCircuitError } from 'cockatiel';
 import { attempt, reasonOf } from './http-call.ts';
 import type { BindingTarget } from '@gatehouse/credentials';
 import { isOutageStatus } from '@gatehouse/contracts';
-import { HELD_BEFORE_RETRY, type AdapterCall, type AdapterResult } from './adapter.ts';
+import { AUDIT_HELD_BEFORE_RETRY, HELD_BEFORE_RETRY, type AdapterCall, type AdapterResult } from './adapter.ts';
 import { idempotentWritePolicy, RetryableDownstreamError } from './resilience.ts';
 
 /** The connection error code of a port nobody listens on: the request was never sent. */
@@ -37,7 +37,9 @@ export function retryAfterMs(headers: Headers, nowMs = Date.now()): number | und
  * docs/decisions/0141-refused-connection-is-safe-to-repeat.md. A retry after attempts that were
  * all answered without effect or refused is a new send: when `call.heldByContainment` says the
  * tool was switched off meanwhile, it is not sent and the result is `retry_safe`
- * ({@link HELD_BEFORE_RETRY}; the executor pauses the run — ADR 0700).
+ * ({@link HELD_BEFORE_RETRY}; the executor pauses the run — ADR 0700); when `call.heldByAudit` says
+ * audit health fails the gate, it is not sent either ({@link AUDIT_HELD_BEFORE_RETRY}; the executor
+ * holds the step as its audit gate does — ADR 0706).
  */
 export async function idempotentWrite(
   call: AdapterCall,
@@ -59,9 +61,11 @@ export async function idempotentWrite(
     return await policy.execute(async (): Promise<AdapterResult> => {
       const remaining = call.deadlineMs - Date.now();
       if (remaining <= 0) throw new Error('deadline');
-      // Nothing came of the attempts so far: the next one is a new effect, held by a switch-off (ADR 0700).
-      if (attempts > 0 && !sawNoAnswer && (await call.heldByContainment?.())) {
-        return { status: 'retry_safe', reason: HELD_BEFORE_RETRY, attempts };
+      // Nothing came of the attempts so far: the next one is a new effect, held by a switch-off
+      // (ADR 0700) and by audit storage that cannot be written (ADR 0706).
+      if (attempts > 0 && !sawNoAnswer) {
+        if (await call.heldByContainment?.()) return { status: 'retry_safe', reason: HELD_BEFORE_RETRY, attempts };
+        if (await call.heldByAudit?.()) return { status: 'retry_safe', reason: AUDIT_HELD_BEFORE_RETRY, attempts };
       }
       attempts++;
       // The operation key on every attempt; a fresh one only in the control-removed test.

@@ -24,6 +24,7 @@ const EXECUTOR_SWITCHES = [
   'disableReenableCohort',
   'ignoreSwitch',
   'switchNotRecheckedBeforeRetry',
+  'auditNotRecheckedBeforeRetry',
 ] as const satisfies readonly (keyof TestFaults)[];
 
 /** The executor's fields of {@link TestFaults}, with the crash point narrowed to the executor's own. */

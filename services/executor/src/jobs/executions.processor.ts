@@ -1,6 +1,6 @@
 import { ConflictError, type ExecutionJob } from '@gatehouse/contracts';
 import { DependencyUnavailable } from '@gatehouse/ledger';
-import { HELD_BEFORE_RETRY } from '../adapters/index.ts';
+import { AUDIT_HELD_BEFORE_RETRY, HELD_BEFORE_RETRY } from '../adapters/index.ts';
 import { toJobResult, type ExecutionOutcome } from '../domain/execution-outcome.ts';
 import type { ExecutionDeps } from './execution-deps.ts';
 import { answerUnclaimed } from './steps/answer.step.ts';
@@ -36,7 +36,8 @@ export class SafeToRepeat extends DependencyUnavailable {
  * (ADR 0350), the reads before the claim, the fenced claim
  * (with approval consumption and the re-evaluation), the effect (write-ahead mark, token, adapter
  * or read-back) and the fenced record (docs/decisions/0270-one-operation-protocol.md); a retry
- * held by a switch-off is reset to pending and paused (ADR 0700).
+ * held by a switch-off is reset to pending and paused (ADR 0700), one held by the audit gate is
+ * reset to pending and held as at that gate (ADR 0706).
  */
 export async function executeSteps(job: ExecutionJob, deps: ExecutionDeps): Promise<ExecutionOutcome> {
   const ctx = await loadExecutionContext(deps.db, job);
@@ -55,6 +56,10 @@ export async function executeSteps(job: ExecutionJob, deps: ExecutionDeps): Prom
   const out = await recordResult(deps, ctx, c, result, started);
   // A retry the tool's switch held (ADR 0700): reset to pending, the run pauses as at the containment step.
   if (out.kind === 'retry_safe' && out.reason === HELD_BEFORE_RETRY) return holdAfterClaimCheck(deps.db, job, deps.hooks);
+  // A retry the audit gate held (ADR 0706): reset to pending, held as at the audit gate (or, healthy
+  // again by now, repeated by the queue).
+  if (out.kind === 'retry_safe' && out.reason === AUDIT_HELD_BEFORE_RETRY)
+    return (await gateOnAuditHealth(deps, await loadExecutionContext(deps.db, job))) ?? out;
   return out;
 }
 

@@ -10,6 +10,7 @@ import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
 import { blockEventLoop, crashIfAt } from '../../domain/test-hooks.ts';
 import type { ExecutionDeps } from '../execution-deps.ts';
 import { stopPastCeilingOrHold } from './answer.step.ts';
+import { auditHoldsNow } from './audit-gate.step.ts';
 import { containmentAtClaim, containmentHoldsNow, type ExecutionContext } from './containment.step.ts';
 
 /** Retry classes whose effect may be sent again by a new lease holder (same key, or a read). */
@@ -139,7 +140,7 @@ export async function claim(deps: ExecutionDeps, ctx: ExecutionContext, inputs: 
  * (nothing visible yet is not proof: `unknown`). Otherwise the write-ahead mark is committed
  * under the fence, then the fixed adapter runs with a delegated token minted per request
  * (bound to key, fence and target; ADR 0170), asking the tool's containment again before a retry
- * (ADR 0700). Returns the adapter's result, or `fenced_out`.
+ * (ADR 0700) and audit health (ADR 0706). Returns the adapter's result, or `fenced_out`.
  */
 export async function dispatchEffect(
   deps: ExecutionDeps,
@@ -179,6 +180,8 @@ export async function dispatchEffect(
     baseline: c.baseline,
     // A retry after a switch-off is held, not sent (ADR 0700).
     heldByContainment: () => containmentHoldsNow(deps.db, ctx, hooks),
+    // And one made while audit cannot be written is held as at the audit gate (ADR 0706).
+    heldByAudit: () => auditHoldsNow(deps, ctx, hooks),
     token: (target, op) =>
       mintDelegatedToken(
         {
