@@ -14,8 +14,10 @@ import {
   sleep,
   cli,
   approve,
+  settled,
   type HuntStack,
 } from './helpers.ts';
+import { sql } from 'kysely';
 
 /**
  * A switch-off that commits while an idempotent write waits out a 429's Retry-After
@@ -95,6 +97,43 @@ describe('hunt: a switch-off while a 429 retry waits', () => {
       expect(new Set(posts.map((r) => r.idempotencyKey)).size).toBe(1);
     });
   }
+});
+
+describe('hunt: a held step whose used approval aged past its maximum age (ADR 0707)', () => {
+  let s: HuntStack;
+  beforeAll(async () => {
+    s = await startHuntStack(LONG_DEADLINE);
+  });
+  afterAll(async () => {
+    await cli(s, ['switch', 'on', 'issue_refund']).catch(() => '');
+    await s?.close();
+  });
+
+  it('switch on after the approval expired: nothing is sent on the stale approval, the run stops approval_expired', async () => {
+    const c = { ticketId: 'H-429-off-stale', orderId: 'O-1008', amount: '120.00', needsApproval: true };
+    let seen: Awaited<ReturnType<typeof switchOffDuringRetryWait>>;
+    try {
+      seen = await switchOffDuringRetryWait(s, c);
+      const held = await waitFor(s, seen.token, seen.workflowId, (x) => x.state === 'paused' || x.state === 'completed');
+      expect(seen).toMatchObject({ posts: 1, refunds: 0 });
+      expect(held.state).toBe('paused');
+      // The first claim consumed the approval; the hold outlives its maximum age (shortened here).
+      const approvals = s.db.db.selectFrom('approvals').select(['id', 'status']).where('workflow_id', '=', seen.workflowId);
+      expect((await approvals.execute()).map((a) => a.status)).toEqual(['used']);
+      await sql`update approvals set expires_at = now() - interval '1 second' where workflow_id = ${seen.workflowId}`.execute(s.db.db);
+    } finally {
+      await cli(s, ['switch', 'on', 'issue_refund']);
+    }
+    const end = await waitFor(s, seen.token, seen.workflowId, settled);
+    console.log('stale', JSON.stringify(summary(end)));
+    expect(end.state).toBe('stopped');
+    expect(end.stopReason).toBe('approval_expired');
+    expect(String(end.nextStep)).toMatch(/approv/);
+    expect(end.actions[0]!.status).not.toBe('succeeded');
+    // Zero calls downstream on the stale approval: only the first attempt's 429.
+    expect(await refunds(s, c.orderId)).toEqual([]);
+    expect((await paymentPosts(s, c.orderId)).map((r) => r.status)).toEqual([429]);
+  });
 });
 
 describe('control removed: the switch is not asked again before a retry (GATEHOUSE_TEST_SWITCH_NOT_RECHECKED_BEFORE_RETRY)', () => {

@@ -360,7 +360,9 @@ async function reevaluateBeforeGrant(
  * Consumes the approval of a REQUIRE_APPROVAL action for its first claim (operation protocol,
  * binding per docs/product/invariants.md#approval), writing `event` with the consumption. Returns null when this claim consumed it,
  * false when an earlier claim of this same operation did (it went back to pending after a proven
- * non-effect: one approval per action), else the refusal with its reason.
+ * non-effect: one approval per action) and the approval is still within its maximum age
+ * (`expires_at`), else the refusal with its reason — `approval_expired` for an approval past it,
+ * approved or used (ADR 0707: a step held after its claim does not run on a stale approval).
  */
 async function consumeForClaim(
   trx: Trx,
@@ -378,12 +380,15 @@ async function consumeForClaim(
     .select(['status', 'expires_at', 'action_id'])
     .where('id', '=', job.approvalId)
     .executeTakeFirst();
-  if (a?.status === 'used' && a.action_id === action.id) return false;
+  // Past its maximum age an approval runs nothing, consumed or not: a used one is this action's
+  // earlier consumption only within it (docs/decisions/0707-a-held-step-does-not-outlive-its-approval.md).
+  const expired = a !== undefined && new Date(a.expires_at).getTime() <= Date.now();
+  if (a?.status === 'used' && a.action_id === action.id && !expired) return false;
   const reason = !a
     ? 'approval_missing'
     : a.action_id !== action.id
       ? 'approval_names_another_action'
-      : a.status === 'approved' && new Date(a.expires_at).getTime() <= Date.now()
+      : (a.status === 'approved' || a.status === 'used') && expired
         ? 'approval_expired'
         : `approval_${a.status}`;
   return { kind: 'approval_unusable', action, reason };
