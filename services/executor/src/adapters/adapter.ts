@@ -63,3 +63,6 @@ export const HELD_BEFORE_RETRY = 'held_by_containment_before_retry';
 
 /** The `retry_safe` reason of a retry the audit-health gate held before it was sent (ADR 0706). */
 export const AUDIT_HELD_BEFORE_RETRY = 'held_by_audit_health_before_retry';
+
+/** The `retry_safe` reason of a retry not sent because its containment or audit check could not be read (ADR 0706). */
+export const HELD_CHECK_UNREADABLE = 'held_check_unreadable_before_retry';

@@ -2,7 +2,7 @@ import { BrokenCircuitError } from 'cockatiel';
 import { attempt, reasonOf } from './http-call.ts';
 import type { BindingTarget } from '@gatehouse/credentials';
 import { isOutageStatus } from '@gatehouse/contracts';
-import { AUDIT_HELD_BEFORE_RETRY, HELD_BEFORE_RETRY, type AdapterCall, type AdapterResult } from './adapter.ts';
+import { AUDIT_HELD_BEFORE_RETRY, HELD_BEFORE_RETRY, HELD_CHECK_UNREADABLE, type AdapterCall, type AdapterResult } from './adapter.ts';
 import { idempotentWritePolicy, RetryableDownstreamError } from './resilience.ts';
 
 /** The connection error code of a port nobody listens on: the request was never sent. */
@@ -21,6 +21,23 @@ export function retryAfterMs(headers: Headers, nowMs = Date.now()): number | und
   if (/^\d+$/.test(value)) return Number(value) * 1000;
   const at = /[a-z]/i.test(value) ? Date.parse(value) : Number.NaN; // an HTTP-date names its day
   return Number.isNaN(at) ? undefined : Math.max(0, at - nowMs);
+}
+
+/**
+ * Why a retry that would be a new effect is not sent, or null when it may be: the tool's
+ * containment (ADR 0700), then audit health (ADR 0706). A check that cannot be read (the ledger
+ * unreachable) holds the retry as well ({@link HELD_CHECK_UNREADABLE}): every attempt so far was
+ * answered without effect, so the step is safe to repeat, and its next claim asks both gates anew.
+ * Reported as a failure instead, a refund nothing had paid would end `failed` on a ledger blip.
+ */
+async function heldBeforeRetry(call: AdapterCall): Promise<string | null> {
+  try {
+    if (await call.heldByContainment?.()) return HELD_BEFORE_RETRY;
+    if (await call.heldByAudit?.()) return AUDIT_HELD_BEFORE_RETRY;
+    return null;
+  } catch {
+    return HELD_CHECK_UNREADABLE;
+  }
 }
 
 /**
@@ -64,8 +81,8 @@ export async function idempotentWrite(
       // Nothing came of the attempts so far: the next one is a new effect, held by a switch-off
       // (ADR 0700) and by audit storage that cannot be written (ADR 0706).
       if (attempts > 0 && !sawNoAnswer) {
-        if (await call.heldByContainment?.()) return { status: 'retry_safe', reason: HELD_BEFORE_RETRY, attempts };
-        if (await call.heldByAudit?.()) return { status: 'retry_safe', reason: AUDIT_HELD_BEFORE_RETRY, attempts };
+        const held = await heldBeforeRetry(call);
+        if (held) return { status: 'retry_safe', reason: held, attempts };
       }
       attempts++;
       // The operation key on every attempt; a fresh one only in the control-removed test.
