@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
@@ -60,77 +59,7 @@ function gatehouse(args: string[], env: Record<string, string> = {}): Promise<Ga
 
 /** A succeeded `schedule_change` step of quillfeather, as the executor leaves it; returns its operation key. */
 async function scheduledChange(): Promise<string> {
-  const [workflowId, proposalId, actionId] = [randomUUID(), randomUUID(), randomUUID()];
-  const key = `${workflowId}:action:1`;
-  await h.db
-    .insertInto('workflows')
-    .values({
-      id: workflowId,
-      tenant: 'quillfeather',
-      ticket_id: `C-${workflowId.slice(0, 8)}`,
-      user_id: 'eng-lou',
-      pack: 'change',
-      mode: 'act',
-      text_sha256: 'seeded',
-      state: 'completed',
-      release_id: 'rel-1',
-      policy_revision: 'change-c1',
-      catalog_digest: 'seeded',
-    })
-    .execute();
-  await h.db
-    .insertInto('proposals')
-    .values({
-      id: proposalId,
-      workflow_id: workflowId,
-      round: 1,
-      call_id: `call_${workflowId.slice(0, 8)}`,
-      tool: 'schedule_change',
-      arguments_sha256: 'seeded',
-      status: 'valid',
-    })
-    .execute();
-  await h.db
-    .insertInto('actions')
-    .values({
-      id: actionId,
-      workflow_id: workflowId,
-      proposal_id: proposalId,
-      call_id: `call_${workflowId.slice(0, 8)}`,
-      version: 1,
-      supersedes_version: null,
-      tool: 'schedule_change',
-      target: 'plan_seeded',
-      arguments: JSON.stringify({ planId: 'plan_seeded' }),
-      digest: `digest-${actionId}`,
-      decision: 'REQUIRE_APPROVAL',
-      rule_id: 'C2',
-      policy_revision: 'change-c1',
-      status: 'succeeded',
-      operation_key: key,
-      release_id: 'rel-1',
-      facts: '{}',
-    })
-    .execute();
-  await h.db
-    .insertInto('operations')
-    .values({
-      key,
-      workflow_id: workflowId,
-      action_id: actionId,
-      action_digest: `digest-${actionId}`,
-      tool: 'schedule_change',
-      status: 'succeeded',
-      fencing_token: 1,
-      lease_owner: null,
-      lease_expires_at: null,
-      baseline: null,
-      dispatched_at: new Date(),
-      attempts: 1,
-      release_id: 'rel-1',
-    })
-    .execute();
-  return key;
+  return (await seedStep(h.db, { tool: 'schedule_change', orderId: 'plan_seeded', opStatus: 'succeeded', answered: false })).key;
 }
 
 /** What the approval API writes when own-kim (a change owner of quillfeather) approves the cancel of `operationKey`. */

@@ -14,11 +14,14 @@ export interface SeededStep {
  * Writes a step straight into the ledger, as the agent loop, gateway and executor would have left
  * it: a workflow, a proposal, one action version and its operation; a `used` approval of a lead
  * when `usedApproval`; the call answered (a `function_call_output`) unless `answered` is false.
+ * A `schedule_change` step is a change-pack run of eng-lou (quillfeather, change-c1) whose
+ * `orderId` is the plan id it schedules.
  */
 export async function seedStep(
   db: Db,
   o: {
-    tool: 'issue_refund' | 'reship_order' | 'notify_customer';
+    tool: 'issue_refund' | 'reship_order' | 'notify_customer' | 'schedule_change';
+    /** The step's target: an order id, or a plan id for `schedule_change`. */
     orderId: string;
     amountCents?: number;
     opStatus: OperationStatus;
@@ -38,26 +41,29 @@ export async function seedStep(
   const actionId = randomUUID();
   const callId = `call_${workflowId.slice(0, 8)}`;
   const key = `${workflowId}:action:1`;
-  const args =
-    o.tool === 'issue_refund'
+  const change = o.tool === 'schedule_change';
+  const policy = change ? 'change-c1' : 'support-p1';
+  const args = change
+    ? { planId: o.orderId }
+    : o.tool === 'issue_refund'
       ? { orderId: o.orderId, amountCents: o.amountCents, reason: 'damaged item' }
       : o.tool === 'notify_customer'
         ? { orderId: o.orderId, template: o.template ?? 'refund_issued' }
         : { orderId: o.orderId };
-  const decision = o.decision ?? 'ALLOW';
+  const decision = o.decision ?? (change ? 'REQUIRE_APPROVAL' : 'ALLOW');
   await db
     .insertInto('workflows')
     .values({
       id: workflowId,
       tenant: 'quillfeather',
-      ticket_id: `T-${workflowId.slice(0, 8)}`,
-      user_id: 'rep-ana',
-      pack: 'support',
+      ticket_id: `${change ? 'C' : 'T'}-${workflowId.slice(0, 8)}`,
+      user_id: change ? 'eng-lou' : 'rep-ana',
+      pack: change ? 'change' : 'support',
       mode: 'act',
       text_sha256: 'seeded',
       state: (o.workflowState ?? 'completed') as never,
       release_id: 'rel-1',
-      policy_revision: 'support-p1',
+      policy_revision: policy,
       catalog_digest: 'seeded',
     })
     .execute();
@@ -87,8 +93,8 @@ export async function seedStep(
       arguments: JSON.stringify(args),
       digest: `digest-${actionId}`,
       decision,
-      rule_id: decision === 'ALLOW' ? 'ALLOW' : 'R7',
-      policy_revision: 'support-p1',
+      rule_id: decision === 'ALLOW' ? 'ALLOW' : change ? 'C2' : 'R7',
+      policy_revision: policy,
       status: (o.actionStatus ?? (o.opStatus === 'running' ? 'running' : o.opStatus)) as never,
       operation_key: key,
       release_id: 'rel-1',
