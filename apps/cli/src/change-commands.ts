@@ -2,6 +2,7 @@ import type { DelegationSigningKey } from '@gatehouse/credentials';
 import { executeChangeCancel, requestChangeCancel, type CancelOutcome } from '@gatehouse/reconciliation';
 import { auditGateFromEnv } from '@gatehouse/platform';
 import { outageOf, type ReconcileContext } from './reconcile-commands.ts';
+import { UsageError } from './commands.ts';
 
 function say(o: CancelOutcome): string {
   switch (o.state) {
@@ -33,8 +34,11 @@ function say(o: CancelOutcome): string {
  *   cancelled, the message names the server and how to check it ({@link outageOf}); the same key
  *   is sent when the command runs again.
  * @throws AuditUnavailable when audit storage is unhealthy (exit 4): nothing sent, the approval left unused.
+ * @throws UsageError (exit 2) when the run would ask for the cancel and `--reason` is missing:
+ *   nothing was written (a run after a denial says so and exits 1 instead).
  * @throws RemediationRefused when the reference names no scheduled change, the step is not
- *   scheduled any more, or the reason is missing.
+ *   scheduled (yet, naming the pending approval of the schedule to deny, or any more), or the
+ *   reason is malformed.
  */
 export async function changeCancelCommand(
   ctx: ReconcileContext & { signingKey: DelegationSigningKey },
@@ -57,6 +61,15 @@ export async function changeCancelCommand(
     return o.state === 'cancelled' ? 0 : 1;
   }
   if (again) ctx.out(say(o));
+  if (reason === undefined || reason === '') {
+    const ask = `gatehouse change cancel ${ref} --reason <why>`;
+    // After a denial the answer was no (exit 1); with nothing requested, nothing ran (exit 2).
+    if (again) {
+      ctx.out(`  to ask a change owner again: ${ask}`);
+      return 1;
+    }
+    throw new UsageError(`change cancel needs --reason <why> to ask for the cancel of ${o.operationKey} (nothing was requested): ${ask}`);
+  }
   const t = await requestChangeCancel(deps, { ref, reason, operator: ctx.operator });
   ctx.out(
     `${t.existing ? 'already requested' : 'requested'}: cancel of ${t.operationKey} — approval ${t.approvalId} (action v${t.actionVersion}, digest ${t.actionDigest}, key ${t.cancelKey})`,

@@ -16,6 +16,12 @@ export interface CommandSpec {
   /** More lines for `gatehouse <command> --help`. */
   details?: string[];
   options: string[];
+  /**
+   * The flags of `options` the command cannot run without, each with the value it names
+   * (`reason: '<why>'`): missing or empty, {@link checkRequired} refuses the command as a usage
+   * error (exit 2) before the token is checked.
+   */
+  required?: Record<string, string>;
   /** The command reads and reports: `--json` prints one JSON document instead of lines. */
   json?: boolean;
   ops?: boolean;
@@ -72,6 +78,7 @@ export const COMMANDS: CommandSpec[] = [
     synopsis: '--user <id>',
     summary: 'print a bearer token for a user of world.json (local secret)',
     options: ['user'],
+    required: { user: '<id>' },
   },
   {
     name: 'audit verify',
@@ -98,6 +105,7 @@ export const COMMANDS: CommandSpec[] = [
       'streams; an approval decision is refused at once. Running it again is harmless (docs/decisions/0695).',
     ],
     options: ['user', 'jti', 'reason'],
+    required: { user: '<id>', reason: '<why>' },
     json: true,
     ops: true,
   },
@@ -120,6 +128,7 @@ export const COMMANDS: CommandSpec[] = [
       'docs/runbooks/reenable.md, docs/decisions/0310-staged-reenable.md',
     ],
     options: ['cohort', 'max-bound', 'reason'],
+    required: { reason: '<why>' },
     ops: true,
   },
   {
@@ -129,6 +138,7 @@ export const COMMANDS: CommandSpec[] = [
       "ask a second person (another operator or a policy owner, in the approval inbox) to let a tool's open stage advance with the evidence it has",
     details: ['Bound to the open stage, the next one, the cohort and n; single use; expires after 15 minutes.'],
     options: ['cohort', 'reason'],
+    required: { reason: '<why>' },
     ops: true,
   },
   {
@@ -166,6 +176,7 @@ export const COMMANDS: CommandSpec[] = [
     summary: 'cancel a scheduled change before its window: a change owner approves first; run again once approved (runs once)',
     details: [
       'The first run asks a change owner of the tenant (approval API / inbox); the run after approval sends the cancel once.',
+      '--reason is needed by the run that asks (exit 2 without it, nothing requested); the runs after it take none.',
       'Exit 1 when refused (the change service’s reason and the next step), pending or busy; exit 4 when the change',
       'service did not process the cancel (no answer, 408, 429, 5xx): nothing was cancelled; run it again (same key).',
     ],
@@ -222,6 +233,7 @@ export const COMMANDS: CommandSpec[] = [
       'with POST /v1/approvals/<approval>/decision; the next activation (or enable-writes) uses it once (15 min).',
     ],
     options: ['reason', 'for'],
+    required: { reason: '<why>' },
     ops: true,
   },
   {
@@ -237,6 +249,7 @@ export const COMMANDS: CommandSpec[] = [
     summary: 'writes off, drain, expire approvals, inventory, restore <id> with writes OFF, run its safety cases',
     details: ['The runbook: docs/runbooks/rollback.md.'],
     options: ['to', 'reason'],
+    required: { to: '<id>', reason: '<why>' },
     ops: true,
   },
   {
@@ -244,6 +257,7 @@ export const COMMANDS: CommandSpec[] = [
     synopsis: '--release <id>',
     summary: "stop claiming the release's jobs; in-flight work finishes",
     options: ['release'],
+    required: { release: '<id>' },
     ops: true,
   },
   {
@@ -251,6 +265,7 @@ export const COMMANDS: CommandSpec[] = [
     synopsis: '--release <id>',
     summary: "undo a drain: clear the release's draining mark and resume its queues",
     options: ['release'],
+    required: { release: '<id>' },
     ops: true,
   },
   {
@@ -258,6 +273,7 @@ export const COMMANDS: CommandSpec[] = [
     synopsis: '--release <id>',
     summary: "set the release's queued jobs aside in the ledger, stop their workflows",
     options: ['release'],
+    required: { release: '<id>' },
     ops: true,
   },
   {
@@ -265,6 +281,7 @@ export const COMMANDS: CommandSpec[] = [
     synopsis: '--from <id> --to <id>',
     summary: "move one release's queued jobs and live runs to another (same payload version only)",
     options: ['from', 'to'],
+    required: { from: '<id>', to: '<id>' },
     ops: true,
   },
   { name: 'migrate', synopsis: '[up]', summary: 'apply every pending migration', options: [] },
@@ -300,6 +317,20 @@ export function checkOptions(spec: CommandSpec, given: Record<string, unknown>):
     if (flag === 'json' && spec.json) continue;
     throw new UsageError(`gatehouse ${spec.name} does not take --${flag} (see: gatehouse ${spec.name} --help)`);
   }
+}
+
+/**
+ * Checks that the flags `spec` cannot run without ({@link CommandSpec.required}) are given a
+ * value: the one owner of the rule for every command (`change cancel --reason`, needed only by
+ * the run that asks, is checked where that run is known: change-commands.ts).
+ * @throws UsageError naming each missing flag and its value (exit 2, before the token is checked: nothing ran).
+ */
+export function checkRequired(spec: CommandSpec, given: Record<string, unknown>): void {
+  const missing = Object.entries(spec.required ?? {}).filter(([flag]) => given[flag] === undefined || given[flag] === '');
+  if (missing.length)
+    throw new UsageError(
+      `${spec.name} needs ${missing.map(([flag, value]) => `--${flag} ${value}`).join(' and ')} (see: gatehouse ${spec.name} --help); nothing ran`,
+    );
 }
 
 /**

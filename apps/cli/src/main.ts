@@ -33,7 +33,18 @@ import { reenableCommand } from './reenable-commands.ts';
 import { loadBundle, loadBundleFile, runBoundaryGate, loadGateCases } from '@gatehouse/policy';
 import { portOf, SERVICES, stagingUrlOf, startStack, stateDir, stateRoot, type RunningStack } from './stack.ts';
 import { formatStackStatus, launchStackDaemon, probeStackStatus, progressPrinter, stackIsUp, stopStack } from './stack-control.ts';
-import { checkArgumentCount, checkOptions, commandHelp, exitCodeFor, findCommand, groupHelp, usage, UsageError, EXIT } from './commands.ts';
+import {
+  checkArgumentCount,
+  checkOptions,
+  checkRequired,
+  commandHelp,
+  exitCodeFor,
+  findCommand,
+  groupHelp,
+  usage,
+  UsageError,
+  EXIT,
+} from './commands.ts';
 
 const out = (line: string): void => {
   process.stdout.write(`${line}\n`);
@@ -62,6 +73,7 @@ async function main(argv: string[]): Promise<number> {
     return EXIT.ok;
   }
   checkOptions(spec, values);
+  checkRequired(spec, values);
   // The staging URL as the stack's services have it (STAGING_PORT alone moves it too).
   const env = parseEnv({}, { ...process.env, STAGING_URL: stagingUrlOf(process.env) });
   switch (`${cmd} ${sub ?? ''}`.trim()) {
@@ -73,8 +85,7 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     case 'token': {
-      if (!values.user) throw new UsageError('token needs --user <id>');
-      out(await tokenFor(values.user, env.GATEHOUSE_AUTH_SECRET));
+      out(await tokenFor(values.user!, env.GATEHOUSE_AUTH_SECRET));
       return 0;
     }
     case 'stack up': {
@@ -132,10 +143,8 @@ async function main(argv: string[]): Promise<number> {
       });
     case 'tokens revoke':
       checkArgumentCount(spec, positionals, 0);
-      if (!values.user || !values.reason)
-        throw new UsageError('tokens revoke needs --user <id> and --reason <why> (and --jti <id> for one token)');
       return opsCommand(env, values.token, 'tokens revoke', async (db, op) => {
-        const input = { subject: values.user, reason: values.reason, ...(values.jti === undefined ? {} : { jti: values.jti }) };
+        const input = { subject: values.user!, reason: values.reason!, ...(values.jti === undefined ? {} : { jti: values.jti }) };
         const r = await revokeUserTokens(db, input, { operator: op.id, service: 'cli' }, env.GATEHOUSE_AUDIT_HMAC_KEY);
         if (values.json) out(JSON.stringify(r));
         else if (r.kind === 'jti') out(`token ${r.jti} of ${r.subject} ${r.changed ? 'revoked' : 'was already revoked'}`);

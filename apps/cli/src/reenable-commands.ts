@@ -78,7 +78,6 @@ export async function reenableCommand(
     });
   if (!tool) throw new UsageError(`${command} needs a tool`);
   requireKnownTool(tool);
-  if (!values.reason) throw new UsageError(`${command} needs --reason "<why>"`);
   if (command === 'reenable override')
     return asOperator(command, async (db, op) => {
       const o = await requestReenableOverride(db, { tool, cohort, reason: values.reason!, ...actor(op) });

@@ -140,7 +140,7 @@ export async function releaseCommand(
     case 'release override':
       return asOperator(command, async (db, op) => {
         const release = need(arg, 'a release id');
-        const ask = { ...actor(op), reason: values.reason ?? '' };
+        const ask = { ...actor(op), reason: values.reason! };
         const kind = values.for ?? 'canary';
         let t: OverrideTicket;
         if (kind === 'canary') t = await requestCanaryOverride(db, release, ask);
@@ -163,8 +163,7 @@ export async function releaseCommand(
       }
       return asOperator(command, (db, op) =>
         withQueues(env, async (queues) => {
-          const to = need(values.to, '--to <release>');
-          const r = await rollbackRelease(db, queues, { to, reason: values.reason ?? '', onStep: out, ...actor(op) });
+          const r = await rollbackRelease(db, queues, { to: values.to!, reason: values.reason!, onStep: out, ...actor(op) });
           out(`rolled back ${r.rolledBack.join(', ')} to ${r.to}`);
           for (const f of r.safety) out(`  SAFETY ${f}`);
           if (r.queuedJobs) {
@@ -183,7 +182,7 @@ export async function releaseCommand(
     case 'queues drain':
       return asOperator(command, (db, op) =>
         withQueues(env, async (queues) => {
-          const names = await drainRelease(db, queues, need(values.release, '--release <id>'), actor(op));
+          const names = await drainRelease(db, queues, values.release!, actor(op));
           out(`draining ${values.release}: ${names.join(', ')} paused; in-flight jobs finish or their leases expire`);
           return 0;
         }),
@@ -191,7 +190,7 @@ export async function releaseCommand(
     case 'queues resume':
       return asOperator(command, (db, op) =>
         withQueues(env, async (queues) => {
-          const names = await resumeRelease(db, queues, need(values.release, '--release <id>'), actor(op));
+          const names = await resumeRelease(db, queues, values.release!, actor(op));
           out(`resumed ${values.release}: ${names.join(', ')}; its workers take jobs again within a few seconds`);
           return 0;
         }),
@@ -199,7 +198,7 @@ export async function releaseCommand(
     case 'queues quarantine':
       return asOperator(command, (db, op) =>
         withQueues(env, async (queues) => {
-          const n = await quarantineRelease(db, queues, need(values.release, '--release <id>'), actor(op));
+          const n = await quarantineRelease(db, queues, values.release!, actor(op));
           out(`quarantined ${n} job(s) of ${values.release} into the ledger (quarantined_jobs)`);
           return 0;
         }),
@@ -209,7 +208,7 @@ export async function releaseCommand(
       if (values.from !== undefined && values.to !== undefined) requireDistinctReleases(values.from, values.to);
       return asOperator(command, (db, op) =>
         withQueues(env, async (queues) => {
-          const r = await requeueRelease(db, queues, need(values.from, '--from <release>'), need(values.to, '--to <release>'), actor(op));
+          const r = await requeueRelease(db, queues, values.from!, values.to!, actor(op));
           out(
             `requeued ${r.moved} job(s) from ${values.from} to ${values.to}${r.refused ? `; ${r.refused} refused (quarantine them)` : ''}`,
           );

@@ -92,7 +92,8 @@ function approvalSkipped(): boolean {
 /**
  * The `schedule_change` step named by its operation key or its workflow id (the one whose
  * operation reached the change service).
- * @throws RemediationRefused(`unknown_change`) when no such step exists.
+ * @throws RemediationRefused(`not_scheduled`) when the step exists but never reached the change
+ *   service (naming its pending approval, the one to deny), `unknown_change` when no such step exists.
  */
 export async function findScheduledChange(db: Db | Trx, ref: string): Promise<ScheduledChange> {
   const row = await db
@@ -105,7 +106,7 @@ export async function findScheduledChange(db: Db | Trx, ref: string): Promise<Sc
     .where((eb) => (isUuid(ref) ? eb.or([eb('o.key', '=', ref), eb('o.workflow_id', '=', ref)]) : eb('o.key', '=', ref)))
     .orderBy('o.created_at', 'desc')
     .executeTakeFirst();
-  if (!row) throw new RemediationRefused('unknown_change', `no scheduled change has the operation key or workflow ${ref}`);
+  if (!row) throw await unscheduledRefusal(db, ref);
   return {
     operationKey: row.key,
     workflowId: row.workflow_id,
@@ -114,6 +115,52 @@ export async function findScheduledChange(db: Db | Trx, ref: string): Promise<Sc
     tenant: row.tenant,
     changeId: row.change_id,
   };
+}
+
+/**
+ * The refusal for a reference no scheduled change answers: `not_scheduled` when it names a
+ * `schedule_change` step that never reached the change service (no operation yet), else
+ * `unknown_change`.
+ */
+async function unscheduledRefusal(db: Db | Trx, ref: string): Promise<RemediationRefused> {
+  const step = await db
+    .selectFrom('actions as a')
+    .select(['a.id', 'a.status', 'a.operation_key'])
+    .where('a.tool', '=', 'schedule_change')
+    .where((eb) =>
+      isUuid(ref) ? eb.or([eb('a.operation_key', '=', ref), eb('a.workflow_id', '=', ref)]) : eb('a.operation_key', '=', ref),
+    )
+    .orderBy('a.created_at', 'desc')
+    .executeTakeFirst();
+  if (!step) return new RemediationRefused('unknown_change', `no scheduled change has the operation key or workflow ${ref}`);
+  return notScheduledRefusal(db, { actionId: step.id, actionStatus: step.status, operationKey: step.operation_key });
+}
+
+/**
+ * The `not_scheduled` refusal of a `schedule_change` step that is not scheduled, with the
+ * operator's next step: while the step awaits its own approval, nothing has reached the change
+ * service and there is nothing to cancel — the way to stop the change is to deny that approval
+ * (its id, role, version and digest are named; docs/decisions/0703).
+ */
+async function notScheduledRefusal(
+  db: Db | Trx,
+  step: { actionId: string; actionStatus: string; operationKey: string },
+): Promise<RemediationRefused> {
+  const head = `the schedule_change step of ${step.operationKey} is ${step.actionStatus}, not scheduled`;
+  const ap = await db
+    .selectFrom('approvals')
+    .select(['id', 'approver_role', 'tenant', 'action_version', 'action_digest', 'expires_at'])
+    .where('action_id', '=', step.actionId)
+    .where('status', '=', 'pending')
+    .orderBy('created_at', 'desc')
+    .executeTakeFirst();
+  if (!ap) return new RemediationRefused('not_scheduled', head);
+  return new RemediationRefused(
+    'not_scheduled',
+    `${head}: it awaits its own approval ${ap.id} and nothing reached the change service. Next step: to stop the change, ` +
+      `a ${ap.approver_role} of ${ap.tenant} denies approval ${ap.id} before ${new Date(ap.expires_at).toISOString()} — approval inbox, or ` +
+      `POST /v1/approvals/${ap.id}/decision {"decision":"deny","actionVersion":${ap.action_version},"actionDigest":"${ap.action_digest}"}`,
+  );
 }
 
 /** The latest cancel request for an operation: its action, operation and approval. */
@@ -159,12 +206,7 @@ export async function requestChangeCancel(
 ): Promise<CancelTicket> {
   const reason = assertCancelReason(req.reason);
   const change = await findScheduledChange(deps.db, req.ref);
-  if (change.actionStatus !== 'succeeded') {
-    throw new RemediationRefused(
-      'not_scheduled',
-      `the schedule_change step of ${change.operationKey} is ${change.actionStatus}, not scheduled`,
-    );
-  }
+  if (change.actionStatus !== 'succeeded') throw await notScheduledRefusal(deps.db, change);
   const prior = await latestCancel(deps.db, change.operationKey);
   if (prior?.approval_status === 'pending') {
     return {

@@ -1,0 +1,213 @@
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { resolve } from 'node:path';
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TEST_REDIS_URL } from '@gatehouse/test-harness';
+import { runGatehouse, type GatehouseRun } from '../../apps/cli/test/support/gatehouse-process.ts';
+import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
+
+// On-call leftovers of `gatehouse change cancel` (the real CLI process over a real ledger and the
+// in-process staging change service):
+// - without --reason, the run that would ask for the cancel exited 1 (a refusal); it is a usage
+//   error: exit 2 naming --reason, nothing requested;
+// - on a change whose schedule_change still awaits its own approval it answered "no scheduled
+//   change has the operation key" with no hint; it names that approval, the one to deny (ADR 0703).
+
+const EXIT = { failed: 1, usage: 2 } as const;
+
+let h: Harness;
+let stateDir: string;
+let token: string;
+beforeAll(async () => {
+  h = await startHarness({ poolSize: 4 });
+  stateDir = mkdtempSync(resolve(tmpdir(), 'gh-cli-cancel-hints-'));
+  token = (await gatehouse(['token', '--user', 'ops-gus'])).stdout.trim();
+});
+afterAll(async () => {
+  await h?.close();
+  if (stateDir) rmSync(stateDir, { recursive: true, force: true });
+});
+
+function gatehouse(args: string[]): Promise<GatehouseRun> {
+  return runGatehouse(
+    args,
+    {
+      DATABASE_URL: h.tdb.url,
+      REDIS_URL: TEST_REDIS_URL,
+      QUEUE_PREFIX: h.prefix,
+      STAGING_URL: h.stagingUrl,
+      GATEHOUSE_STATE_DIR: stateDir,
+      GATEHOUSE_TOKEN: token ?? '',
+      GATEHOUSE_AUDIT_HMAC_KEY: AUDIT_HMAC_KEY,
+      GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: h.delegationKeyPath,
+      AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: '3600000',
+      AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: '3600000',
+      LOG_LEVEL: 'warn',
+    },
+    90_000,
+  );
+}
+
+/**
+ * A `schedule_change` step of quillfeather: `succeeded` with its operation (as the executor
+ * leaves it), or `pending_approval` with a pending change-owner approval and no operation (as
+ * the gateway leaves it). Returns its operation key, workflow and approval ids.
+ */
+async function scheduleStep(status: 'succeeded' | 'pending_approval'): Promise<{ key: string; workflowId: string; approvalId: string }> {
+  const [workflowId, proposalId, actionId, approvalId] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
+  const key = `${workflowId}:action:1`;
+  const callId = `call_${workflowId.slice(0, 8)}`;
+  await h.db
+    .insertInto('workflows')
+    .values({
+      id: workflowId,
+      tenant: 'quillfeather',
+      ticket_id: `C-${workflowId.slice(0, 8)}`,
+      user_id: 'eng-lou',
+      pack: 'change',
+      mode: 'act',
+      text_sha256: 'seeded',
+      state: status === 'succeeded' ? 'completed' : 'awaiting_approval',
+      release_id: 'rel-1',
+      policy_revision: 'change-c1',
+      catalog_digest: 'seeded',
+    })
+    .execute();
+  await h.db
+    .insertInto('proposals')
+    .values({
+      id: proposalId,
+      workflow_id: workflowId,
+      round: 1,
+      call_id: callId,
+      tool: 'schedule_change',
+      arguments_sha256: 'seeded',
+      status: 'valid',
+    })
+    .execute();
+  await h.db
+    .insertInto('actions')
+    .values({
+      id: actionId,
+      workflow_id: workflowId,
+      proposal_id: proposalId,
+      call_id: callId,
+      version: 1,
+      supersedes_version: null,
+      tool: 'schedule_change',
+      target: 'plan_seeded',
+      arguments: JSON.stringify({ planId: 'plan_seeded' }),
+      digest: `digest-${actionId}`,
+      decision: 'REQUIRE_APPROVAL',
+      rule_id: 'C2',
+      policy_revision: 'change-c1',
+      status,
+      operation_key: key,
+      release_id: 'rel-1',
+      facts: '{}',
+    })
+    .execute();
+  await h.db
+    .insertInto('approvals')
+    .values({
+      id: approvalId,
+      workflow_id: workflowId,
+      action_id: actionId,
+      action_version: 1,
+      action_digest: `digest-${actionId}`,
+      policy_revision: 'change-c1',
+      tool: 'schedule_change',
+      tenant: 'quillfeather',
+      region: null,
+      amount_cents: null,
+      requester: 'eng-lou',
+      rule_id: 'C2',
+      status: status === 'succeeded' ? 'used' : 'pending',
+      approver_role: 'change_owner',
+      approver: status === 'succeeded' ? 'own-kim' : null,
+      reason: null,
+      release_id: 'rel-1',
+      traceparent: null,
+      expires_at: new Date(Date.now() + 3_600_000),
+    })
+    .execute();
+  if (status === 'succeeded')
+    await h.db
+      .insertInto('operations')
+      .values({
+        key,
+        workflow_id: workflowId,
+        action_id: actionId,
+        action_digest: `digest-${actionId}`,
+        tool: 'schedule_change',
+        status: 'succeeded',
+        fencing_token: 1,
+        lease_owner: null,
+        lease_expires_at: null,
+        baseline: null,
+        dispatched_at: new Date(),
+        attempts: 1,
+        release_id: 'rel-1',
+      })
+      .execute();
+  return { key, workflowId, approvalId };
+}
+
+/** Cancel requests recorded in the ledger for `operationKey` (cancel_change actions). */
+async function cancelRequests(operationKey: string): Promise<number> {
+  const rows = await h.db
+    .selectFrom('actions')
+    .select('id')
+    .where('tool', '=', 'cancel_change')
+    .where('target', '=', operationKey)
+    .execute();
+  return rows.length;
+}
+
+/** Cancel calls the change service received for `operationKey` (its request log). */
+async function cancelCalls(operationKey: string): Promise<number> {
+  const r = await sql<{ n: number }>`select count(*)::int as n from staging.request_log
+    where target = 'changes' and path = ${`/changes/operations/${encodeURIComponent(operationKey)}/cancel`}`.execute(h.db);
+  return r.rows[0]!.n;
+}
+
+describe('gatehouse change cancel: usage and next steps', () => {
+  it(
+    'without --reason on a scheduled change: exit 2 naming --reason, no cancel requested, nothing sent',
+    { timeout: 120_000 },
+    async () => {
+      const { key } = await scheduleStep('succeeded');
+      const r = await gatehouse(['change', 'cancel', key]);
+      expect(r.code, r.stdout + r.stderr).toBe(EXIT.usage);
+      expect(r.stderr).toMatch(/change cancel needs --reason <why>/);
+      expect(await cancelRequests(key)).toBe(0);
+      expect(await cancelCalls(key)).toBe(0);
+      // With it, the request is recorded (exit 0): the flag was the only thing missing.
+      const asked = await gatehouse(['change', 'cancel', key, '--reason', 'postponed by the customer']);
+      expect(asked.code, asked.stdout + asked.stderr).toBe(0);
+      expect(await cancelRequests(key)).toBe(1);
+    },
+  );
+
+  it(
+    'on a change whose schedule_change awaits its own approval: exit 1 naming that approval and how to deny it; nothing requested or sent',
+    { timeout: 120_000 },
+    async () => {
+      const { key, workflowId, approvalId } = await scheduleStep('pending_approval');
+      for (const ref of [key, workflowId]) {
+        const r = await gatehouse(['change', 'cancel', ref, '--reason', 'not wanted any more']);
+        expect(r.code, r.stdout + r.stderr).toBe(EXIT.failed);
+        expect(r.stderr).toContain(`is pending_approval, not scheduled: it awaits its own approval ${approvalId}`);
+        expect(r.stderr).toContain(`denies approval ${approvalId}`);
+        expect(r.stderr).toContain(`POST /v1/approvals/${approvalId}/decision {"decision":"deny"`);
+      }
+      expect(await cancelRequests(key)).toBe(0);
+      expect(await cancelCalls(key)).toBe(0);
+      expect(await h.db.selectFrom('approvals').select('status').where('id', '=', approvalId).executeTakeFirstOrThrow()).toEqual({
+        status: 'pending',
+      });
+    },
+  );
+});
