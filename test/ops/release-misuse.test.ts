@@ -8,7 +8,8 @@ import { useReleaseSuite } from '../support/release-suite.ts';
 // Release commands an operator can mistype, each refused before anything changes: a cohort
 // given to the active release (it would become a candidate with writes off, leaving no active
 // release), and a rollback "to" the open candidate or to a release this ledger never ran (it
-// would be promoted to everyone without its canary analysis or a second person; ADR 0660).
+// would be promoted to everyone without its canary analysis or a second person; ADR 0660), and
+// an activation for everyone beside an open candidate (it would keep serving its cohort; ADR 0704).
 
 const HMAC = 'test-audit-hmac-key-0123456789';
 const op = { operator: 'ops-gus', hmacKey: HMAC };
@@ -44,6 +45,22 @@ describe('release commands an operator can mistype', () => {
     expect((refused as RollbackRefused).message).toMatch(/rel-2 is a candidate/);
     expect(await releases()).toEqual(before);
     expect(await auditCount()).toBe(events);
+  });
+
+  it('activating the active release for everyone while rel-2 is a candidate is refused, naming the rollback that ends the canary and the promotion (ADR 0704)', async () => {
+    expect((await releases()).find((r) => r.id === 'rel-2')?.status).toBe('candidate');
+    const [before, events] = [await releases(), await auditCount()];
+    for (const id of ['rel-1', 'rel-9']) {
+      const refused = await activateRelease(t.db, id, op).catch((e: unknown) => e);
+      expect(refused, id).toBeInstanceOf(ActivationRefused);
+      const message = (refused as ActivationRefused).message;
+      expect(message).toContain(`rel-2 is a candidate for user:rep-ana: activating ${id} for everyone would leave it serving that cohort`);
+      expect(message).toContain('gatehouse release rollback --to rel-1 --reason');
+      expect(message).toContain('gatehouse release activate rel-2');
+    }
+    expect(await releases()).toEqual(before);
+    expect(await auditCount()).toBe(events);
+    expect(await routeRelease(t.db, { id: 'rep-ana', tenant: 'quillfeather' }, 'none')).toBe('rel-2');
   });
 
   it('a rollback to a release this ledger never ran is refused', async () => {

@@ -136,6 +136,7 @@ export async function activateRelease(
 ): Promise<Activation> {
   const m = loadReleaseManifest(id);
   if (opts.cohort) await refuseCohortOfActive(db, id);
+  else await refuseBesideOpenCanary(db, id);
   const problems = await verifyManifest(db, m);
   const safety = safetySubset(m);
   problems.push(...safety.checks);
@@ -147,6 +148,7 @@ export async function activateRelease(
     await lockReleases(trx);
     // Again under the lock: a rollback or an activation may have made it active meanwhile.
     if (opts.cohort) await refuseCohortOfActive(trx, id);
+    else await refuseBesideOpenCanary(trx, id);
     // Forcing past the gate, or loosening a limit of the active bundle, takes a second person (ADR 0230).
     if (needs.length) await requireSecondPerson(trx, id, needs, { ...opts, manifest: m });
     // Promoting a candidate to everyone needs its canary analysis to pass (or a two-person override).
@@ -221,6 +223,44 @@ async function refuseCohortOfActive(db: Db, id: string): Promise<void> {
     throw new ActivationRefused(id, [
       `${id} is the active release: a cohort is for a candidate (gatehouse release activate <candidate> --cohort …); nothing was changed`,
     ]);
+}
+
+/**
+ * Activating a release for everyone while another release is an open candidate (a canary) is
+ * refused unless it is that candidate's promotion (docs/decisions/0704): the activation would
+ * leave the candidate serving its cohort, silently. Ending a canary is a rollback (writes off,
+ * drain, approvals expired, inventory: docs/runbooks/rollback.md); the refusal names it and the
+ * promotion.
+ * @throws ActivationRefused naming each open candidate, its cohort and the two next steps (nothing changes).
+ */
+async function refuseBesideOpenCanary(db: Db, id: string): Promise<void> {
+  const rows = await db
+    .selectFrom('releases')
+    .select(['id', 'status', 'cohort'])
+    .where('status', 'in', ['candidate', 'active'])
+    .orderBy('id')
+    .execute();
+  const open = rows.filter((r) => r.status === 'candidate');
+  if (!open.length || open.some((r) => r.id === id)) return;
+  const active = rows.find((r) => r.status === 'active')?.id;
+  const end = active
+    ? `gatehouse release rollback --to ${active} --reason "<why>" (retires the candidate; writes off until enable-writes)${active === id ? '' : `, then activate ${id}`}`
+    : `gatehouse release rollback --to <former release> --reason "<why>"`;
+  throw new ActivationRefused(
+    id,
+    open.map(
+      (c) =>
+        `${c.id} is a candidate for ${cohortText(c.cohort)}: activating ${id} for everyone would leave it serving that cohort. ` +
+        `End the canary first: ${end}; or promote it: gatehouse release activate ${c.id}. Nothing was changed`,
+    ),
+  );
+}
+
+/** A candidate's cohort as `--cohort` spells it (`tenant:T,user:U`). */
+function cohortText(cohort: unknown): string {
+  const c = (typeof cohort === 'string' ? JSON.parse(cohort) : cohort) as { tenants?: string[]; users?: string[] } | null;
+  const parts = [...(c?.tenants ?? []).map((t) => `tenant:${t}`), ...(c?.users ?? []).map((u) => `user:${u}`)];
+  return parts.length ? parts.join(',') : 'no one';
 }
 
 /** How long {@link activateReleaseWithQueues} waits for Redis to resume the release's queues, ms. */
