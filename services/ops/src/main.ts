@@ -54,6 +54,8 @@ const app = createOpsApp({
   signInLimiter: limiterFromEnv(ctx.redis, env, 'signin'),
   readyChecks: ctx.readyChecks,
   responseDeadlineMs: env.HTTP_RESPONSE_DEADLINE_MS,
+  databaseUrl: env.DATABASE_URL,
+  redisUrl: env.REDIS_URL,
 });
 
 const { server, port } = await listen(app, env.OPS_PORT);

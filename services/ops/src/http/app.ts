@@ -1,7 +1,10 @@
-import type { Express } from 'express';
+import type { Express, NextFunction, Request, Response } from 'express';
+import { DependencyUnavailable } from '@gatehouse/ledger';
 import { opsOpenApi } from '@gatehouse/contracts';
 import {
   createHttpApp,
+  dependencyCheckHint,
+  errorResponseOf,
   finishApp,
   localWebhookSecretKey,
   refuseUnknownQuery,
@@ -11,12 +14,12 @@ import {
   type ReadyCheck,
   type WebhookSecretKey,
 } from '@gatehouse/platform';
-import { operatorAuth, type OperatorAuthConfig } from './operator-auth.ts';
+import { operatorAuth, wantsJson, type OperatorAuthConfig } from './operator-auth.ts';
 import { tokenRevocationsRouter } from './token-revocations.router.ts';
 import { opsRouter } from './ops.router.ts';
 import { DEFAULT_MAX_WEBHOOKS_PER_TENANT, webhooksRouter } from './webhooks.router.ts';
 import type { QueueBoard } from './queue-board.ts';
-import { unansweredPage } from './pages.html.ts';
+import { unansweredPage, unreachablePage } from './pages.html.ts';
 
 /** Inputs of {@link createOpsApp}: the sign-in's settings plus the queue board. */
 export interface OpsAppOptions extends OperatorAuthConfig {
@@ -31,6 +34,10 @@ export interface OpsAppOptions extends OperatorAuthConfig {
   readyChecks?: Record<string, ReadyCheck>;
   /** How long a page or an `/api` request may go unanswered before 503, ms (default {@link RESPONSE_DEADLINE_MS}; `HTTP_RESPONSE_DEADLINE_MS`). */
   responseDeadlineMs?: number;
+  /** The ledger's URL (`DATABASE_URL`): its host and port name what to check on an outage page. */
+  databaseUrl?: string;
+  /** Redis's URL (`REDIS_URL`), likewise. */
+  redisUrl?: string;
 }
 
 /**
@@ -47,6 +54,8 @@ export function createOpsApp(opts: OpsAppOptions): Express {
     maxWebhooksPerTenant = DEFAULT_MAX_WEBHOOKS_PER_TENANT,
     webhookSecretKey = localWebhookSecretKey(),
     responseDeadlineMs = RESPONSE_DEADLINE_MS,
+    databaseUrl = 'postgres://127.0.0.1:5432/',
+    redisUrl = 'redis://127.0.0.1:6379',
     ...auth
   } = opts;
   const { router: signIn, requireOperator } = operatorAuth(auth);
@@ -80,5 +89,27 @@ export function createOpsApp(opts: OpsAppOptions): Express {
     }),
   );
   app.use(tokenRevocationsRouter({ db: auth.db, auditHmacKey: auth.auditHmacKey }));
+  app.use(outagePage({ postgres: databaseUrl, redis: redisUrl }));
   return finishApp(app, auth.log);
+}
+
+/**
+ * The error answer of a page (not `/api`: {@link wantsJson}) whose dependency is unavailable (a
+ * 503 of the shared error mapping, e.g. Postgres refusing connections): an HTML 503 page naming
+ * what is unreachable and what to check, with the API's `Retry-After`. Every other error, and
+ * every `/api` one, goes on to the shared JSON handler (docs/decisions/0060, amended).
+ */
+function outagePage(urls: { postgres: string; redis: string }) {
+  return (err: unknown, req: Request, res: Response, next: NextFunction): void => {
+    const answer = errorResponseOf(err);
+    if (res.headersSent || wantsJson(req) || answer?.status !== 503) return next(err);
+    // A connection fault that names no dependency comes from the ledger: the pages read nothing else unbounded (ADR 0651).
+    const dependency = err instanceof DependencyUnavailable && err.dependency === 'redis' ? 'redis' : 'postgres';
+    for (const [name, value] of Object.entries(answer.headers)) res.setHeader(name, value);
+    setPageHeaders(res);
+    res
+      .status(503)
+      .type('html')
+      .send(unreachablePage(dependency === 'redis' ? 'Redis' : 'Postgres', dependencyCheckHint(dependency, urls[dependency])));
+  };
 }

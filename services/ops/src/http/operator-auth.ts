@@ -41,8 +41,12 @@ export function operatorOf(res: Response): UserClaims {
 /** Headers of every page the dashboard renders itself: the shared page headers (no script, no framing, no referrer). */
 export const securePage = setPageHeaders;
 
-/** API callers (and bull-board's own API) get JSON errors; browsers get pages. */
-function wantsJson(req: Request): boolean {
+/**
+ * API callers (and bull-board's own API: `/api/…`, `/queues/api/…`) get JSON errors; every other
+ * path is a page and browsers get pages — the one rule of the dashboard's error answers (sign-in
+ * refusals here, outages in app.ts).
+ */
+export function wantsJson(req: Request): boolean {
   return /^\/(queues\/)?api(\/|$)/.test(req.originalUrl);
 }
 

@@ -30,6 +30,18 @@ export function unansweredPage(ms: number): string {
   );
 }
 
+/**
+ * The 503 page of a dashboard page whose dependency refused or dropped the connection:
+ * `what` names what is unreachable, `check` what to run to see it (the platform's dependencyCheckHint).
+ */
+export function unreachablePage(what: 'Postgres' | 'Redis', check: string): string {
+  return page(
+    `${what} unreachable — Gatehouse operations`,
+    `<h1>${escapeHtml(what)} is unreachable</h1><p>This page needs ${escapeHtml(what)}, which did not accept the connection or dropped it, so it cannot be shown; nothing was changed.</p>` +
+      `<p>What to check: <code>${escapeHtml(check)}</code>. <code>GET /readyz</code> of this service and <code>./run stack status</code> show each dependency's state; reload this page once it answers.</p>`,
+  );
+}
+
 /** The page answered to a signed-in caller who is not an operator. */
 export function refusedPage(user: string): string {
   return page(
