@@ -175,11 +175,112 @@ export function formatOutcome(o: RemediationOutcome): string {
 }
 
 /**
+ * A remediation of a live worklist item that has not run after this `reconcile`: its approval
+ * still pending, or approved and waiting (`why`), with the operator's next step (docs/decisions/0705).
+ */
+export interface WaitingRemediation {
+  itemId: string;
+  remediation: string;
+  approvalId: string;
+  approval: 'pending' | 'approved';
+  /** The approver (null while pending). */
+  approver: string | null;
+  /** Why it has not run: `awaiting_approval`, `no_signing_key`, `containment:<tool>`, `audit`, `system_of_record`, `postgres`, `busy`, `not_run`. */
+  why: string;
+  next: string;
+}
+
+/**
+ * The remediations of `worklist` (live items after the pass) whose approval is pending or approved
+ * but unused, each with why it has not run — from this run's `outcomes`, else no signing key here
+ * (`hasKey` false: the executor's reconcile job runs it) — and the next step. Read from the ledger.
+ */
+export async function waitingRemediations(
+  db: Db,
+  worklist: WorklistItem[],
+  outcomes: RemediationOutcome[],
+  hasKey: boolean,
+): Promise<WaitingRemediation[]> {
+  const asked = worklist.filter((i) => i.approval_id && i.remediation);
+  if (!asked.length) return [];
+  const approvals = await db
+    .selectFrom('approvals')
+    .select(['id', 'status', 'approver'])
+    .where(
+      'id',
+      'in',
+      asked.map((i) => i.approval_id!),
+    )
+    .where('status', 'in', ['pending', 'approved'])
+    .execute();
+  const byId = new Map(approvals.map((a) => [a.id, a]));
+  return asked.flatMap((i): WaitingRemediation[] => {
+    const a = byId.get(i.approval_id!);
+    if (!a) return [];
+    const base = { itemId: i.id, remediation: i.remediation!, approvalId: a.id, approver: a.approver };
+    if (a.status === 'pending')
+      return [
+        {
+          ...base,
+          approval: 'pending' as const,
+          why: 'awaiting_approval',
+          next: `a lead decides approval ${a.id} (approval inbox, or POST /v1/approvals/${a.id}/decision); then gatehouse reconcile resolve ${i.id}`,
+        },
+      ];
+    return [
+      {
+        ...base,
+        approval: 'approved' as const,
+        ...whyWaiting(
+          i.id,
+          outcomes.find((o) => o.itemId === i.id),
+          hasKey,
+        ),
+      },
+    ];
+  });
+}
+
+/** Why an approved remediation of item `itemId` has not run, from this run's outcome `o`, and what runs it. */
+function whyWaiting(itemId: string, o: RemediationOutcome | undefined, hasKey: boolean): { why: string; next: string } {
+  const resolve = `gatehouse reconcile resolve ${itemId}`;
+  if (!hasKey)
+    return {
+      why: 'no_signing_key',
+      next: `the executor's reconcile job runs it (every RECONCILE_INTERVAL_MS, default 60 s), or run gatehouse reconcile where GATEHOUSE_DELEGATION_SIGNING_KEY_PATH names the delegation signing key`,
+    };
+  if (o?.state === 'busy') return { why: 'busy', next: `another process is executing it; ${resolve} shows its outcome` };
+  if (o?.state === 'retry') {
+    const w = o.waitingFor;
+    if (w.on === 'containment')
+      return {
+        why: `containment:${w.tool}`,
+        next: `gatehouse switch on ${w.tool} (or a re-enable stage admitting its tenant), then ${resolve}`,
+      };
+    if (w.on === 'audit')
+      return { why: 'audit', next: `audit storage is unhealthy: check the audit service (gatehouse stack status), then ${resolve}` };
+    return {
+      why: w.on,
+      next: `${w.on === 'postgres' ? 'Postgres' : 'the systems of record'} did not process it (${o.reason}); ${resolve}`,
+    };
+  }
+  return { why: 'not_run', next: resolve };
+}
+
+/** One line of the waiting remediations: item, remediation, approval and its state, why, next step. */
+export function formatWaiting(w: WaitingRemediation): string {
+  const state = w.approval === 'pending' ? 'pending' : `approved by ${w.approver ?? '?'}`;
+  return `  item ${w.itemId}: ${w.remediation} (approval ${w.approvalId}, ${state}) — waiting: ${w.why}. Next: ${w.next}`;
+}
+
+/**
  * `gatehouse reconcile`: executes remediations leads approved, runs one reconciliation pass
  * (docs/product/reconciliation.md) and prints the live worklist, the stuck runs (live runs past
  * their no-progress bound, with the jobs they wait for and the watchdog's re-drives) and a
- * summary; publishes the results of resumed calls.
- * Returns the exit code (0; the summary says how many differences are unexplained).
+ * summary, then each remediation still waiting — pending, or approved and not run, with why and the
+ * next step ({@link waitingRemediations}); publishes the results of resumed calls.
+ * Returns the exit code: 0 — the pass ran; what is left to do (open items, waiting remediations) is
+ * printed, not an exit code (docs/decisions/0705).
  */
 export async function reconcileCommand(ctx: ReconcileContext): Promise<number> {
   const say = ctx.json ? () => undefined : ctx.out;
@@ -194,10 +295,13 @@ export async function reconcileCommand(ctx: ReconcileContext): Promise<number> {
   const resumed = r.findings.filter((d) => d.disposition === 'resumed').map((d) => d.finding);
   const stuck = await listStuckRuns(ctx.db);
   const frozen = r.worklist.filter((i) => i.status === 'frozen').length;
+  const waiting = await waitingRemediations(ctx.db, r.worklist, remediations, Boolean(ctx.signingKey));
   if (ctx.json) {
     const { rows: _published, findings, ...run } = r;
     const outcomes = remediations.map((o) => (o.state === 'resolved' ? { ...o, rows: undefined } : o));
-    ctx.out(JSON.stringify({ ...run, compared: findings.length, frozen, remediations: outcomes, resumed, stuckRuns: stuck }, null, 2));
+    ctx.out(
+      JSON.stringify({ ...run, compared: findings.length, frozen, remediations: outcomes, waiting, resumed, stuckRuns: stuck }, null, 2),
+    );
     return 0;
   }
   for (const f of resumed) say(`resumed ${f.tool} ${f.operationKey}: ${f.resume?.evidenceRef}`);
@@ -208,6 +312,8 @@ export async function reconcileCommand(ctx: ReconcileContext): Promise<number> {
       .map(([c, n]) => `${c}=${n}`)
       .join(' ')}`,
   );
+  say(`remediations waiting (${waiting.length}):`);
+  for (const w of waiting) say(formatWaiting(w));
   say(`stuck runs (${stuck.length}):`);
   for (const s of stuck) say(formatStuck(s));
   say(
