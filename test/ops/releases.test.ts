@@ -260,7 +260,7 @@ describe('rollback rehearsal', () => {
     await rollbackRelease(t.db, t.queues, { to: 'rel-1', reason: 'payload version 2 rejected', ...op });
     await expect(requeueRelease(t.db, t.queues, 'rel-3', 'rel-1', op)).rejects.toBeInstanceOf(RequeueRefused);
     expect(await queuedJobs(t.queues, 'rel-3')).toHaveLength(6);
-    expect(await quarantineRelease(t.db, t.queues, 'rel-3', op)).toBe(6);
+    expect((await quarantineRelease(t.db, t.queues, 'rel-3', op)).jobs).toBe(6);
     expect(await queuedJobs(t.queues, 'rel-3')).toHaveLength(0);
     // the tenant's fair tags went with the jobs (ADR 0500): its next job starts at the clock
     const tags = Object.keys(queueContracts).map((b) => `${t.queues.get(queueName(b, 'rel-3')).keys['']}fair-tags`);

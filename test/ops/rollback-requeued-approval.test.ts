@@ -103,7 +103,7 @@ describe('after rollback and requeue, the approval service works on the former r
       jobId: approvalRequestsQueue.jobId(a.job as never),
     });
     expect(await requeueRelease(t.db, t.queues, 'rel-2', 'rel-1', op)).toMatchObject({ moved: 1, refused: 0 });
-    expect(await quarantineRelease(t.db, t.queues, 'rel-2', op)).toBe(0);
+    expect((await quarantineRelease(t.db, t.queues, 'rel-2', op)).jobs).toBe(0);
     expect(await scheduled()).toBe(1);
     await reconcile.removeJobScheduler('reconcile-every');
   }, 60_000);

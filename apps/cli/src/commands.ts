@@ -271,7 +271,7 @@ export const COMMANDS: CommandSpec[] = [
   {
     name: 'queues quarantine',
     synopsis: '--release <id>',
-    summary: "set the release's queued jobs aside in the ledger, stop their workflows",
+    summary: "set the release's queued jobs aside in the ledger, stop every live run of it",
     options: ['release'],
     required: { release: '<id>' },
     ops: true,

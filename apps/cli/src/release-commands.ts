@@ -198,8 +198,10 @@ export async function releaseCommand(
     case 'queues quarantine':
       return asOperator(command, (db, op) =>
         withQueues(env, async (queues) => {
-          const n = await quarantineRelease(db, queues, values.release!, actor(op));
-          out(`quarantined ${n} job(s) of ${values.release} into the ledger (quarantined_jobs)`);
+          const q = await quarantineRelease(db, queues, values.release!, actor(op));
+          out(
+            `quarantined ${q.jobs} job(s) of ${values.release} into the ledger (quarantined_jobs); ${q.runs} live run(s) stopped(quarantined)`,
+          );
           return 0;
         }),
       );

@@ -274,24 +274,32 @@ export async function resumeReleaseQueues(queues: QueueRegistry, release: string
   return names;
 }
 
+/** What {@link quarantineRelease} did: the jobs it set aside, and the runs it stopped. */
+export interface QuarantineReport {
+  /** Queued jobs of R recorded in `quarantined_jobs` and removed from their queues. */
+  jobs: number;
+  /** Live runs of R moved to `stopped(quarantined)`. */
+  runs: number;
+}
+
 /**
  * `gatehouse queues quarantine --release R`: moves every queued job of R into the ledger's
- * `quarantined_jobs` (payload kept, never run) and removes it from its queue; the workflows it
- * belonged to that are still on R stop with `stopped(quarantined)` and a next step (a run a
- * requeue moved elsewhere goes on there). Running jobs are left to finish.
- * Audited. Returns how many jobs were quarantined.
+ * `quarantined_jobs` (payload kept, never run) and removes it from its queue, and stops every
+ * live run still on R with `stopped(quarantined)` and a next step — chosen from the ledger, not
+ * from what Redis holds: a run waiting on a person, paused on a held step, whose job is running
+ * or whose job a Redis restarted empty lost is R's too (docs/decisions/0711). A run a requeue
+ * moved elsewhere goes on there. Running jobs are left to finish; their actions keep what they
+ * claimed. Audited. Returns the jobs set aside and the runs stopped.
  * @throws Error when R is not registered; QueueOpRefused when R is not draining (the serving
  *   release's live runs are never stopped by this command alone).
  */
-export async function quarantineRelease(db: Db, queues: QueueRegistry, release: string, actor: OpsActor): Promise<number> {
+export async function quarantineRelease(db: Db, queues: QueueRegistry, release: string, actor: OpsActor): Promise<QuarantineReport> {
   await assertDraining(db, release, 'quarantine');
   const jobs = await queuedJobs(queues, release);
-  await inTransaction(db, async (trx) => {
-    const workflows = new Set<string>();
+  const runs = await inTransaction(db, async (trx) => {
     for (const { job } of jobs) {
       const data = job.data as Record<string, unknown>;
       const workflowId = typeof data.workflowId === 'string' ? data.workflowId : null;
-      if (workflowId) workflows.add(workflowId);
       await trx
         .insertInto('quarantined_jobs')
         .values({
@@ -306,31 +314,38 @@ export async function quarantineRelease(db: Db, queues: QueueRegistry, release: 
         .onConflict((oc) => oc.columns(['queue', 'job_id']).doNothing())
         .execute();
     }
-    // Sorted: every writer locks workflows in id order, so two quarantines never deadlock.
-    for (const id of await stillOn(trx, release, [...workflows].sort())) {
+    let stopped = 0;
+    // In id order: every writer locks workflows in id order, so two quarantines never deadlock.
+    for (const id of await liveRunsOn(trx, release)) {
       const nextStep = `On-call quarantined the queued work of release ${release} (gatehouse queues quarantine); resubmit the ticket.`;
-      await stopRun(trx, { id }, 'quarantined', nextStep, 'ops', { onlyFrom: LIVE_STATES });
+      if (await stopRun(trx, { id }, 'quarantined', nextStep, 'ops', { onlyFrom: LIVE_STATES })) stopped++;
     }
-    await recordQueueOps(trx, 'queues.quarantined', actor, `jobs:${jobs.length};workflows:${workflows.size}`, release);
+    await recordQueueOps(trx, 'queues.quarantined', actor, `jobs:${jobs.length};workflows:${stopped}`, release);
+    return stopped;
   });
   // Removed only after the ledger holds them: a crash in between leaves a job both quarantined
   // (recorded) and queued on a paused queue — never lost.
   for (const { job } of jobs) await job.remove();
   // Their tenants' fair tags went with them: the release's next jobs start at each queue's clock.
   for (const q of releaseQueueNames(release)) await queues.forgetFairTags(q.name);
-  return jobs.length;
+  return { jobs: jobs.length, runs };
 }
 
 /**
- * The runs of `ids` still on `release`, in the order given: a job left queued on a drained release
+ * The live runs on `release` in the ledger, in id order. A job left queued on a drained release
  * after its run was requeued elsewhere (the next job of a job that was running during the
- * requeue) is set aside by a quarantine, but its run lives on where it was moved (ADR 0673).
+ * requeue) is set aside by a quarantine, but its run lives on where it was moved (ADR 0673), so
+ * it is not among them.
  */
-async function stillOn(trx: Trx, release: string, ids: string[]): Promise<string[]> {
-  if (!ids.length) return [];
-  const rows = await trx.selectFrom('workflows').select('id').where('id', 'in', ids).where('release_id', '=', release).execute();
-  const on = new Set(rows.map((r) => r.id));
-  return ids.filter((id) => on.has(id));
+async function liveRunsOn(trx: Trx, release: string): Promise<string[]> {
+  const rows = await trx
+    .selectFrom('workflows')
+    .select('id')
+    .where('release_id', '=', release)
+    .where('state', 'in', LIVE_STATES)
+    .orderBy('id')
+    .execute();
+  return rows.map((r) => r.id);
 }
 
 /**

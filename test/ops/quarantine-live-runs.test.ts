@@ -1,0 +1,82 @@
+import { beforeAll, describe, expect, it } from 'vitest';
+import { DEFAULT_CANARY_THRESHOLDS, approvalRequestsQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
+import { loadActiveBundles } from '@gatehouse/policy';
+import { createAction, seedFinishedRun } from '@gatehouse/testing';
+import { activateRelease, drainRelease, enableWrites, quarantineRelease } from '@gatehouse/operations';
+import { processApprovalRequest } from '@gatehouse/approval';
+import { approvalApi } from '../support/approval-api.ts';
+import { useReleaseSuite } from '../support/release-suite.ts';
+
+// docs/decisions/0711-a-quarantine-stops-every-live-run.md: `queues quarantine --release C` sets
+// C's queued jobs aside and stops C's runs. It chose the runs by what Redis had queued at that
+// moment, so a run of C with no job queued — one waiting on a lead's approval, or one whose job a
+// Redis restarted empty had lost — stayed live on C: the command said it was done (exit 0), and a
+// lead's later approval still queued the refund's execution on C, where it waits for ever or runs
+// as soon as C's queues are resumed. The ledger, not Redis, says which runs are C's.
+
+const HMAC = 'test-audit-hmac-key-0123456789';
+const op = { operator: 'ops-gus', hmacKey: HMAC };
+const t = useReleaseSuite();
+
+beforeAll(async () => {
+  t.dirs.writeRelease('rel-1');
+  t.dirs.writeRelease('rel-2', (m) => (m.description = 'candidate'));
+  await activateRelease(t.db, 'rel-1', op);
+  await activateRelease(t.db, 'rel-2', { ...op, cohort: { tenants: [], users: ['rep-ana'] } });
+  for (let i = 0; i < DEFAULT_CANARY_THRESHOLDS.minRuns; i++) {
+    await seedFinishedRun(t.db, { release: 'rel-1' });
+    await seedFinishedRun(t.db, { release: 'rel-2' });
+  }
+  await enableWrites(t.db, 'rel-2', 'ops-gus', HMAC);
+});
+
+/** A rel-2 refund of `cents` on O-1002 whose run waits for its approval; no job of it is queued in Redis. */
+async function candidateRefund(cents: number) {
+  const a = await createAction(t.db, {
+    orderId: 'O-1002',
+    amountCents: cents,
+    release: 'rel-2',
+    approved: false,
+    decision: 'REQUIRE_APPROVAL',
+  });
+  await t.db.updateTable('workflows').set({ state: 'awaiting_approval' }).where('id', '=', a.workflowId).execute();
+  await t.db
+    .updateTable('actions')
+    .set({ status: 'pending_approval', facts: JSON.stringify({ orderPaidCents: 50000, requesterRegion: 'US', orderRegion: 'US' }) })
+    .where('id', '=', a.actionId)
+    .execute();
+  const job = approvalRequestsQueue.schema.parse({ release: 'rel-2', workflowId: a.workflowId, actionId: a.actionId, actionVersion: 1 });
+  return { ...a, job: job as ApprovalRequestJob };
+}
+
+/** The run's state and stop reason. */
+async function run(workflowId: string) {
+  return t.db.selectFrom('workflows').select(['state', 'stop_reason']).where('id', '=', workflowId).executeTakeFirstOrThrow();
+}
+
+describe('queues quarantine stops every live run of the release, not only the runs with a job queued', () => {
+  it('a run waiting on a lead and a run whose job Redis lost end stopped(quarantined); the lead can no longer grant the refund', async () => {
+    const bundles = loadActiveBundles({ support: 'support-p2', change: 'change-c1' });
+    const waiting = await candidateRefund(12000);
+    expect(await processApprovalRequest(waiting.job, { db: t.db, bundles })).toBe('opened');
+    const approval = await t.db.selectFrom('approvals').select('id').where('action_id', '=', waiting.actionId).executeTakeFirstOrThrow();
+    const lost = await candidateRefund(13000); // its approval request was queued on a Redis that restarted empty
+
+    await drainRelease(t.db, t.queues, 'rel-2', op);
+    const report = await quarantineRelease(t.db, t.queues, 'rel-2', op);
+
+    expect(await run(waiting.workflowId)).toEqual({ state: 'stopped', stop_reason: 'quarantined' });
+    expect(await run(lost.workflowId)).toEqual({ state: 'stopped', stop_reason: 'quarantined' });
+    expect(report).toEqual({ jobs: 0, runs: 2 });
+    // The lead's decision comes too late: nothing is queued for the quarantined release.
+    expect((await approvalApi(t.db).decide('lead-eli', approval.id)).status).not.toBe(200);
+    const executions = await t.db.selectFrom('outbox').select('payload').where('queue', 'like', 'executions.%').execute();
+    expect(executions.filter((e) => (e.payload as { workflowId?: string }).workflowId === waiting.workflowId)).toEqual([]);
+    const audit = await t.db
+      .selectFrom('audit_outbox')
+      .select((eb) => eb.ref('event', '->>').key('outcome').as('outcome'))
+      .where((eb) => eb(eb.ref('event', '->>').key('type'), '=', 'queues.quarantined'))
+      .execute();
+    expect(audit.map((e) => e.outcome)).toEqual(['jobs:0;workflows:2']);
+  }, 120_000);
+});
