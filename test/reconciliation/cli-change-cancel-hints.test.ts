@@ -4,9 +4,8 @@ import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TEST_REDIS_URL } from '@gatehouse/test-harness';
-import { runGatehouse, type GatehouseRun } from '../../apps/cli/test/support/gatehouse-process.ts';
-import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
+import { startHarness, type Harness } from '../executor/support/harness.ts';
+import { harnessCli } from './recon-ops.ts';
 
 // On-call leftovers of `gatehouse change cancel` (the real CLI process over a real ledger and the
 // in-process staging change service):
@@ -30,25 +29,11 @@ afterAll(async () => {
   if (stateDir) rmSync(stateDir, { recursive: true, force: true });
 });
 
-function gatehouse(args: string[]): Promise<GatehouseRun> {
-  return runGatehouse(
-    args,
-    {
-      DATABASE_URL: h.tdb.url,
-      REDIS_URL: TEST_REDIS_URL,
-      QUEUE_PREFIX: h.prefix,
-      STAGING_URL: h.stagingUrl,
-      GATEHOUSE_STATE_DIR: stateDir,
-      GATEHOUSE_TOKEN: token ?? '',
-      GATEHOUSE_AUDIT_HMAC_KEY: AUDIT_HMAC_KEY,
-      GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: h.delegationKeyPath,
-      AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: '3600000',
-      AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: '3600000',
-      LOG_LEVEL: 'warn',
-    },
-    90_000,
-  );
-}
+const gatehouse = harnessCli(
+  () => h,
+  () => ({ stateDir, token }),
+  90_000,
+);
 
 /**
  * A `schedule_change` step of quillfeather: `succeeded` with its operation (as the executor

@@ -3,11 +3,9 @@ import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setSwitch } from '@gatehouse/operations';
-import { TEST_REDIS_URL } from '@gatehouse/test-harness';
-import { runGatehouse, type GatehouseRun } from '../../apps/cli/test/support/gatehouse-process.ts';
 import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
 import { seedStep } from './seed.ts';
-import { reconOps } from './recon-ops.ts';
+import { harnessCli, reconOps } from './recon-ops.ts';
 
 // `gatehouse reconcile` with an approved remediation that did not run (no signing key on this
 // machine, or its tool switched off) exited 0 and showed the item only as
@@ -31,27 +29,11 @@ afterAll(async () => {
 
 const { pass, liveItem, approvedRemediation } = reconOps(() => h);
 
-/** The CLI as ops-gus over the harness; `env` overrides (the signing key's path). */
-function gatehouse(args: string[], env: Record<string, string> = {}): Promise<GatehouseRun> {
-  return runGatehouse(
-    args,
-    {
-      DATABASE_URL: h.tdb.url,
-      REDIS_URL: TEST_REDIS_URL,
-      QUEUE_PREFIX: h.prefix,
-      STAGING_URL: h.stagingUrl,
-      GATEHOUSE_STATE_DIR: stateDir,
-      GATEHOUSE_TOKEN: token ?? '',
-      GATEHOUSE_AUDIT_HMAC_KEY: AUDIT_HMAC_KEY,
-      GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: h.delegationKeyPath,
-      AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: '3600000',
-      AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: '3600000',
-      LOG_LEVEL: 'warn',
-      ...env,
-    },
-    120_000,
-  );
-}
+const gatehouse = harnessCli(
+  () => h,
+  () => ({ stateDir, token }),
+  120_000,
+);
 
 describe('gatehouse reconcile: approved remediations that did not run are listed with their next step', () => {
   it(

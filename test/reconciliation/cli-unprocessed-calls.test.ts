@@ -3,11 +3,10 @@ import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setSwitch } from '@gatehouse/operations';
-import { freePort, TEST_REDIS_URL } from '@gatehouse/test-harness';
-import { runGatehouse, type GatehouseRun } from '../../apps/cli/test/support/gatehouse-process.ts';
+import { freePort } from '@gatehouse/test-harness';
 import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
 import { seedStep } from './seed.ts';
-import { reconOps } from './recon-ops.ts';
+import { harnessCli, reconOps } from './recon-ops.ts';
 
 // A command that calls a system of record never exits 0 for work it did not do (ADR 0701):
 // `gatehouse change cancel` and `gatehouse reconcile resolve` against a system of record that does
@@ -34,28 +33,11 @@ afterAll(async () => {
 
 const { pass, liveItem, op, approvedRemediation } = reconOps(() => h);
 
-/** The CLI as ops-gus over the harness's ledger, queues and staging (`env` overrides, e.g. STAGING_URL). */
-function gatehouse(args: string[], env: Record<string, string> = {}): Promise<GatehouseRun> {
-  return runGatehouse(
-    args,
-    {
-      DATABASE_URL: h.tdb.url,
-      REDIS_URL: TEST_REDIS_URL,
-      QUEUE_PREFIX: h.prefix,
-      STAGING_URL: h.stagingUrl,
-      GATEHOUSE_STATE_DIR: stateDir,
-      GATEHOUSE_TOKEN: token ?? '',
-      GATEHOUSE_AUDIT_HMAC_KEY: AUDIT_HMAC_KEY,
-      GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: h.delegationKeyPath,
-      // No audit service runs here: the harness wrote a heartbeat at start; the gate is wide.
-      AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: '3600000',
-      AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: '3600000',
-      LOG_LEVEL: 'warn',
-      ...env,
-    },
-    90_000,
-  );
-}
+const gatehouse = harnessCli(
+  () => h,
+  () => ({ stateDir, token }),
+  90_000,
+);
 
 /** A succeeded `schedule_change` step of quillfeather, as the executor leaves it; returns its operation key. */
 async function scheduledChange(): Promise<string> {

@@ -1,5 +1,7 @@
 import { requestRemediation, runReconciliation, type RemediationTicket } from '@gatehouse/reconciliation';
 import type { Remediation } from '@gatehouse/ledger';
+import { TEST_REDIS_URL } from '@gatehouse/test-harness';
+import { runGatehouse, type GatehouseRun } from '../../apps/cli/test/support/gatehouse-process.ts';
 import { AUDIT_HMAC_KEY, type Harness } from '../executor/support/harness.ts';
 
 /**
@@ -46,4 +48,33 @@ export function reconOps(harness: () => Harness, maxHeartbeatAgeMs = 3_600_000) 
       return t;
     },
   };
+}
+
+/**
+ * The real `gatehouse` CLI process over the executor harness's ledger, queues and staging, as the
+ * operator whose token `session()` holds (read at each call: the tests set it in `beforeAll`),
+ * with the state folder `session().stateDir`. No audit service runs beside the harness: it wrote a
+ * heartbeat at start, so the audit gate is made an hour wide. `env` overrides any variable (the
+ * signing key's path, STAGING_URL); each run may take `timeoutMs`.
+ */
+export function harnessCli(harness: () => Harness, session: () => { stateDir: string; token?: string }, timeoutMs = 90_000) {
+  return (args: string[], env: Record<string, string> = {}): Promise<GatehouseRun> =>
+    runGatehouse(
+      args,
+      {
+        DATABASE_URL: harness().tdb.url,
+        REDIS_URL: TEST_REDIS_URL,
+        QUEUE_PREFIX: harness().prefix,
+        STAGING_URL: harness().stagingUrl,
+        GATEHOUSE_STATE_DIR: session().stateDir,
+        GATEHOUSE_TOKEN: session().token ?? '',
+        GATEHOUSE_AUDIT_HMAC_KEY: AUDIT_HMAC_KEY,
+        GATEHOUSE_DELEGATION_SIGNING_KEY_PATH: harness().delegationKeyPath,
+        AUDIT_HEALTH_MAX_HEARTBEAT_AGE_MS: '3600000',
+        AUDIT_HEALTH_MAX_BACKLOG_AGE_MS: '3600000',
+        LOG_LEVEL: 'warn',
+        ...env,
+      },
+      timeoutMs,
+    );
 }
