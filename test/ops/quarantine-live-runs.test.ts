@@ -1,11 +1,10 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_CANARY_THRESHOLDS, approvalRequestsQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
 import { loadActiveBundles } from '@gatehouse/policy';
-import { createAction, seedFinishedRun } from '@gatehouse/testing';
-import { activateRelease, drainRelease, enableWrites, quarantineRelease } from '@gatehouse/operations';
+import { drainRelease, quarantineRelease } from '@gatehouse/operations';
 import { processApprovalRequest } from '@gatehouse/approval';
 import { approvalApi } from '../support/approval-api.ts';
 import { useReleaseSuite } from '../support/release-suite.ts';
+import { candidateRefund as candidateRefundOf, openWritableCanary } from '../support/writable-canary.ts';
 
 // docs/decisions/0711-a-quarantine-stops-every-live-run.md: `queues quarantine --release C` sets
 // C's queued jobs aside and stops C's runs. It chose the runs by what Redis had queued at that
@@ -18,36 +17,9 @@ const HMAC = 'test-audit-hmac-key-0123456789';
 const op = { operator: 'ops-gus', hmacKey: HMAC };
 const t = useReleaseSuite();
 
-beforeAll(async () => {
-  t.dirs.writeRelease('rel-1');
-  t.dirs.writeRelease('rel-2', (m) => (m.description = 'candidate'));
-  await activateRelease(t.db, 'rel-1', op);
-  await activateRelease(t.db, 'rel-2', { ...op, cohort: { tenants: [], users: ['rep-ana'] } });
-  for (let i = 0; i < DEFAULT_CANARY_THRESHOLDS.minRuns; i++) {
-    await seedFinishedRun(t.db, { release: 'rel-1' });
-    await seedFinishedRun(t.db, { release: 'rel-2' });
-  }
-  await enableWrites(t.db, 'rel-2', 'ops-gus', HMAC);
-});
+beforeAll(() => openWritableCanary(t, op));
 
-/** A rel-2 refund of `cents` on O-1002 whose run waits for its approval; no job of it is queued in Redis. */
-async function candidateRefund(cents: number) {
-  const a = await createAction(t.db, {
-    orderId: 'O-1002',
-    amountCents: cents,
-    release: 'rel-2',
-    approved: false,
-    decision: 'REQUIRE_APPROVAL',
-  });
-  await t.db.updateTable('workflows').set({ state: 'awaiting_approval' }).where('id', '=', a.workflowId).execute();
-  await t.db
-    .updateTable('actions')
-    .set({ status: 'pending_approval', facts: JSON.stringify({ orderPaidCents: 50000, requesterRegion: 'US', orderRegion: 'US' }) })
-    .where('id', '=', a.actionId)
-    .execute();
-  const job = approvalRequestsQueue.schema.parse({ release: 'rel-2', workflowId: a.workflowId, actionId: a.actionId, actionVersion: 1 });
-  return { ...a, job: job as ApprovalRequestJob };
-}
+const candidateRefund = (cents: number) => candidateRefundOf(t.db, cents);
 
 /** The run's state and stop reason. */
 async function run(workflowId: string) {

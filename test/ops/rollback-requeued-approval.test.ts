@@ -1,11 +1,11 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_CANARY_THRESHOLDS, approvalRequestsQueue, queueName, reconcileQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
+import { approvalRequestsQueue, queueName, reconcileQueue, type ApprovalRequestJob } from '@gatehouse/contracts';
 import type { OutboxRelay } from '@gatehouse/platform';
 import { loadActiveBundles } from '@gatehouse/policy';
-import { createAction, seedFinishedRun } from '@gatehouse/testing';
-import { activateRelease, enableWrites, quarantineRelease, requeueRelease, rollbackRelease } from '@gatehouse/operations';
+import { enableWrites, quarantineRelease, requeueRelease, rollbackRelease } from '@gatehouse/operations';
 import { approvalApi } from '../support/approval-api.ts';
 import { useReleaseSuite } from '../support/release-suite.ts';
+import { candidateRefund as candidateRefundOf, openWritableCanary } from '../support/writable-canary.ts';
 import { processApprovalRequest, sweepExpiredApprovals } from '@gatehouse/approval';
 
 // docs/product/releases.md: after a rollback to F, `queues requeue --from C --to F` moves C's
@@ -18,36 +18,9 @@ const op = { operator: 'ops-gus', hmacKey: HMAC };
 const noRelay = { publish: async () => {} } as unknown as OutboxRelay;
 const t = useReleaseSuite();
 
-beforeAll(async () => {
-  t.dirs.writeRelease('rel-1');
-  t.dirs.writeRelease('rel-2', (m) => (m.description = 'candidate'));
-  await activateRelease(t.db, 'rel-1', op);
-  await activateRelease(t.db, 'rel-2', { ...op, cohort: { tenants: [], users: ['rep-ana'] } });
-  for (let i = 0; i < DEFAULT_CANARY_THRESHOLDS.minRuns; i++) {
-    await seedFinishedRun(t.db, { release: 'rel-1' });
-    await seedFinishedRun(t.db, { release: 'rel-2' });
-  }
-  await enableWrites(t.db, 'rel-2', 'ops-gus', HMAC);
-});
+beforeAll(() => openWritableCanary(t, op));
 
-/** A rel-2 refund of `cents` waiting for approval on O-1002, with its approval request queued on rel-2 when `queued`. */
-async function candidateRefund(cents: number) {
-  const a = await createAction(t.db, {
-    orderId: 'O-1002',
-    amountCents: cents,
-    release: 'rel-2',
-    approved: false,
-    decision: 'REQUIRE_APPROVAL',
-  });
-  await t.db.updateTable('workflows').set({ state: 'awaiting_approval' }).where('id', '=', a.workflowId).execute();
-  await t.db
-    .updateTable('actions')
-    .set({ status: 'pending_approval', facts: JSON.stringify({ orderPaidCents: 50000, requesterRegion: 'US', orderRegion: 'US' }) })
-    .where('id', '=', a.actionId)
-    .execute();
-  const job = approvalRequestsQueue.schema.parse({ release: 'rel-2', workflowId: a.workflowId, actionId: a.actionId, actionVersion: 1 });
-  return { ...a, job: job as ApprovalRequestJob };
-}
+const candidateRefund = (cents: number) => candidateRefundOf(t.db, cents);
 
 /** The release each outbox row of `queue` (`executions`, `results`) of the run was written for. */
 async function outboxReleases(base: string, workflowId: string): Promise<string[]> {
