@@ -1,6 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { loadActiveBundles } from '@gatehouse/policy';
-import { drainRelease, quarantineRelease } from '@gatehouse/operations';
+import { drainRelease, quarantineRelease, resumeRelease } from '@gatehouse/operations';
+import { routeRelease } from '@gatehouse/ledger';
 import { processApprovalRequest } from '@gatehouse/approval';
 import { approvalApi } from '../support/approval-api.ts';
 import { useReleaseSuite } from '../support/release-suite.ts';
@@ -50,5 +51,17 @@ describe('queues quarantine stops every live run of the release, not only the ru
       .where((eb) => eb(eb.ref('event', '->>').key('type'), '=', 'queues.quarantined'))
       .execute();
     expect(audit.map((e) => e.outcome)).toEqual(['jobs:0;workflows:2']);
+  }, 120_000);
+
+  it('a drained or quarantined candidate takes no new tickets: its cohort runs on the active release until resume (ADR 0712)', async () => {
+    const ana = { id: 'rep-ana', tenant: 'quillfeather' };
+    await resumeRelease(t.db, t.queues, 'rel-2', op);
+    expect(await routeRelease(t.db, ana, 'none')).toBe('rel-2');
+    await drainRelease(t.db, t.queues, 'rel-2', op);
+    expect(await routeRelease(t.db, ana, 'none')).toBe('rel-1');
+    await quarantineRelease(t.db, t.queues, 'rel-2', op);
+    expect(await routeRelease(t.db, ana, 'none')).toBe('rel-1');
+    await resumeRelease(t.db, t.queues, 'rel-2', op);
+    expect(await routeRelease(t.db, ana, 'none')).toBe('rel-2');
   }, 120_000);
 });

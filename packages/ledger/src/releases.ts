@@ -61,13 +61,19 @@ export function writesEnabledSql(releaseId: RawBuilder<unknown>): RawBuilder<boo
 
 /**
  * The release a new workflow of `user` runs on: a candidate whose cohort names the user or
- * their tenant, else the active release, else `fallback` (nothing registered yet).
+ * their tenant and that on-call is not draining, else the active release, else `fallback`
+ * (nothing registered yet). A drained or quarantined candidate takes no new work: its cohort's
+ * tickets run on the active release until `queues resume` (docs/decisions/0712-a-drained-candidate-takes-no-new-tickets.md).
  */
 export async function routeRelease(db: Db | Trx, user: { id: string; tenant: string }, fallback: string): Promise<string> {
-  const rows = await db.selectFrom('releases').select(['id', 'status', 'cohort']).where('status', 'in', ['active', 'candidate']).execute();
+  const rows = await db
+    .selectFrom('releases')
+    .select(['id', 'status', 'cohort', 'draining'])
+    .where('status', 'in', ['active', 'candidate'])
+    .execute();
   const candidate = rows.find((r) => {
     const c = r.cohort as { tenants?: string[]; users?: string[] } | null;
-    return r.status === 'candidate' && c && (c.users?.includes(user.id) || c.tenants?.includes(user.tenant));
+    return r.status === 'candidate' && !r.draining && c && (c.users?.includes(user.id) || c.tenants?.includes(user.tenant));
   });
   return candidate?.id ?? rows.find((r) => r.status === 'active')?.id ?? fallback;
 }
