@@ -110,12 +110,18 @@ const BASE64_RUN = /[A-Za-z0-9+/_-]{16,}={0,2}/g;
  */
 function encodesSecret(run: string): boolean {
   for (let skip = 0; skip < 4; skip++) {
-    const decoded = Buffer.from(run.slice(skip), 'base64').toString('utf8');
-    const read = asRead(decoded);
-    if (redactShapes(read) !== read) return true;
+    const read = asRead(Buffer.from(run.slice(skip), 'base64').toString('utf8'));
+    if (SECRET_HINT.test(read) && redactShapes(read) !== read) return true;
   }
   return false;
 }
+
+/**
+ * A literal every secret shape holds ({@link SECRET_PATTERNS}, `sk-` keys, a JWT's `eyJ`), in any
+ * case: text without one has nothing {@link redactShapes} would redact, so the shapes' passes are
+ * skipped (most decoded base64 runs are ids). A superset by construction; keep it beside the shapes.
+ */
+const SECRET_HINT = /canary|bearer|basic|[sr]k_|gh[pousr]_|github_pat_|akia|xox|private key|sk-|eyj/i;
 
 /**
  * Replaces every secret shape in `text` with `[redacted]`: written plainly, or disguised for the
@@ -128,7 +134,9 @@ function encodesSecret(run: string): boolean {
 export function redactSecrets(text: string): string {
   const plain = redactShapes(text);
   const read = asRead(plain);
-  const redacted = redactShapes(read).replace(BASE64_RUN, (run) => (encodesSecret(run) ? '[redacted]' : run));
+  // Read as written (plain ASCII, no escapes), the shapes were already redacted in `plain`.
+  const shaped = read === plain ? read : redactShapes(read);
+  const redacted = shaped.replace(BASE64_RUN, (run) => (encodesSecret(run) ? '[redacted]' : run));
   return redacted === read ? plain : redacted;
 }
 
