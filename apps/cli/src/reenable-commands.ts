@@ -5,6 +5,7 @@ import { parseCohort } from './release-commands.ts';
 import {
   advanceReenable,
   DEFAULT_MAX_BOUND,
+  formatCohort,
   reenableStatus,
   requestReenableOverride,
   requireKnownTool,
@@ -39,9 +40,7 @@ function maxBoundOf(text: string | undefined): number {
 
 /** One tool's status as lines. */
 function statusLines(s: ReenableStatus): string[] {
-  const cohort = s.cohort
-    ? ` cohort ${[...s.cohort.tenants.map((t) => `tenant:${t}`), ...s.cohort.users.map((u) => `user:${u}`)].join(',')}`
-    : '';
+  const cohort = s.cohort ? ` cohort ${formatCohort(s.cohort)}` : '';
   const lines = [`${s.tool}: ${s.stage}${cohort} since ${s.since.toISOString()} by ${s.by}${s.reason ? ` — ${s.reason}` : ''}`];
   if (s.evidence)
     lines.push(

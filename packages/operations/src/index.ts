@@ -13,4 +13,5 @@ export * from './canary.ts';
 export * from './overrides.ts';
 export * from './two-person.ts';
 export * from './reenable.ts';
+export * from './cohort.ts';
 export * from './user-tokens.ts';

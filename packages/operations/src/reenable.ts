@@ -17,6 +17,7 @@ import {
 } from '@gatehouse/ledger';
 import { findTool, toolsOfPack } from '@gatehouse/tools';
 import { releaseHeld, requireKnownTool, UnknownTool, writeSwitch } from './ops.ts';
+import { cohortEntries, formatCohort } from './cohort.ts';
 import { consumeOverride, overrideDigest, requestOverride } from './overrides.ts';
 
 /** The confidence of the bound: 95 % (the "rule of three", docs/decisions/0310-staged-reenable.md). */
@@ -187,9 +188,7 @@ export interface AdvanceResult {
 
 /** The items a `reenable` override is bound to: the open stage, the stage asked for, the cohort and the evidence. */
 function overrideItems(open: OpenReenableStage, cohort: AdvanceRequest['cohort'], e: StageEvidence): string[] {
-  const c = cohort
-    ? [`cohort:${[...cohort.tenants.map((t) => `tenant:${t}`), ...cohort.users.map((u) => `user:${u}`)].sort().join(',')}`]
-    : [];
+  const c = cohort ? [`cohort:${cohortEntries(cohort).sort().join(',')}`] : [];
   return [`stage:${open.id}`, `to:${nextStage(open.stage)}`, `n:${e.n}`, `failures:${e.failures}`, ...c];
 }
 
@@ -305,9 +304,7 @@ async function insertStage(
       ended_at: stage === 'everyone' ? now : null,
     })
     .execute();
-  const cohort = r.cohort
-    ? `;cohort:${[...r.cohort.tenants.map((t) => `tenant:${t}`), ...r.cohort.users.map((u) => `user:${u}`)].join(',')}`
-    : '';
+  const cohort = r.cohort ? `;cohort:${formatCohort(r.cohort)}` : '';
   const ev = e ? `;n:${e.n};failures:${e.failures};bound:${e.bound.toFixed(4)};max:${r.maxBound}` : '';
   await recordAudit(trx, {
     type: 'reenable.advanced',

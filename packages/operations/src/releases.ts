@@ -32,6 +32,7 @@ import {
 import { within, type BaseEnv, type QueueRegistry } from '@gatehouse/platform';
 import { drainRelease, queuedJobs, resumeReleaseQueues, withQueues } from './queue-ops.ts';
 import { requireCanary } from './canary.ts';
+import { formatCohort, type CohortLists } from './cohort.ts';
 import { raisedLimits, requireSecondPerson, type TwoPersonNeed } from './two-person.ts';
 
 const PACKS: readonly Pack[] = ['support', 'change'];
@@ -256,11 +257,9 @@ async function refuseBesideOpenCanary(db: Db, id: string): Promise<void> {
   );
 }
 
-/** A candidate's cohort as `--cohort` spells it (`tenant:T,user:U`). */
+/** A candidate's stored cohort (JSON text or the parsed column) as `--cohort` spells it. */
 function cohortText(cohort: unknown): string {
-  const c = (typeof cohort === 'string' ? JSON.parse(cohort) : cohort) as { tenants?: string[]; users?: string[] } | null;
-  const parts = [...(c?.tenants ?? []).map((t) => `tenant:${t}`), ...(c?.users ?? []).map((u) => `user:${u}`)];
-  return parts.length ? parts.join(',') : 'no one';
+  return formatCohort((typeof cohort === 'string' ? JSON.parse(cohort) : cohort) as CohortLists | null);
 }
 
 /** How long {@link activateReleaseWithQueues} waits for Redis to resume the release's queues, ms. */
