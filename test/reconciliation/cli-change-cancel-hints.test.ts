@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
@@ -6,6 +5,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startHarness, type Harness } from '../executor/support/harness.ts';
 import { harnessCli } from './recon-ops.ts';
+import { seedStep } from './seed.ts';
 
 // On-call leftovers of `gatehouse change cancel` (the real CLI process over a real ledger and the
 // in-process staging change service):
@@ -41,103 +41,17 @@ const gatehouse = harnessCli(
  * the gateway leaves it). Returns its operation key, workflow and approval ids.
  */
 async function scheduleStep(status: 'succeeded' | 'pending_approval'): Promise<{ key: string; workflowId: string; approvalId: string }> {
-  const [workflowId, proposalId, actionId, approvalId] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
-  const key = `${workflowId}:action:1`;
-  const callId = `call_${workflowId.slice(0, 8)}`;
-  await h.db
-    .insertInto('workflows')
-    .values({
-      id: workflowId,
-      tenant: 'quillfeather',
-      ticket_id: `C-${workflowId.slice(0, 8)}`,
-      user_id: 'eng-lou',
-      pack: 'change',
-      mode: 'act',
-      text_sha256: 'seeded',
-      state: status === 'succeeded' ? 'completed' : 'awaiting_approval',
-      release_id: 'rel-1',
-      policy_revision: 'change-c1',
-      catalog_digest: 'seeded',
-    })
-    .execute();
-  await h.db
-    .insertInto('proposals')
-    .values({
-      id: proposalId,
-      workflow_id: workflowId,
-      round: 1,
-      call_id: callId,
-      tool: 'schedule_change',
-      arguments_sha256: 'seeded',
-      status: 'valid',
-    })
-    .execute();
-  await h.db
-    .insertInto('actions')
-    .values({
-      id: actionId,
-      workflow_id: workflowId,
-      proposal_id: proposalId,
-      call_id: callId,
-      version: 1,
-      supersedes_version: null,
-      tool: 'schedule_change',
-      target: 'plan_seeded',
-      arguments: JSON.stringify({ planId: 'plan_seeded' }),
-      digest: `digest-${actionId}`,
-      decision: 'REQUIRE_APPROVAL',
-      rule_id: 'C2',
-      policy_revision: 'change-c1',
-      status,
-      operation_key: key,
-      release_id: 'rel-1',
-      facts: '{}',
-    })
-    .execute();
-  await h.db
-    .insertInto('approvals')
-    .values({
-      id: approvalId,
-      workflow_id: workflowId,
-      action_id: actionId,
-      action_version: 1,
-      action_digest: `digest-${actionId}`,
-      policy_revision: 'change-c1',
-      tool: 'schedule_change',
-      tenant: 'quillfeather',
-      region: null,
-      amount_cents: null,
-      requester: 'eng-lou',
-      rule_id: 'C2',
-      status: status === 'succeeded' ? 'used' : 'pending',
-      approver_role: 'change_owner',
-      approver: status === 'succeeded' ? 'own-kim' : null,
-      reason: null,
-      release_id: 'rel-1',
-      traceparent: null,
-      expires_at: new Date(Date.now() + 3_600_000),
-    })
-    .execute();
-  if (status === 'succeeded')
-    await h.db
-      .insertInto('operations')
-      .values({
-        key,
-        workflow_id: workflowId,
-        action_id: actionId,
-        action_digest: `digest-${actionId}`,
-        tool: 'schedule_change',
-        status: 'succeeded',
-        fencing_token: 1,
-        lease_owner: null,
-        lease_expires_at: null,
-        baseline: null,
-        dispatched_at: new Date(),
-        attempts: 1,
-        release_id: 'rel-1',
-      })
-      .execute();
-  return { key, workflowId, approvalId };
+  const pending = status === 'pending_approval';
+  const step = await seedStep(h.db, {
+    tool: 'schedule_change',
+    orderId: 'plan_seeded',
+    opStatus: pending ? null : 'succeeded',
+    actionStatus: status,
+    workflowState: pending ? 'awaiting_approval' : 'completed',
+    approval: pending ? 'pending' : 'used',
+    answered: !pending,
+  });
+  return { key: step.key, workflowId: step.workflowId, approvalId: step.approvalId! };
 }
 
 /** Cancel requests recorded in the ledger for `operationKey` (cancel_change actions). */

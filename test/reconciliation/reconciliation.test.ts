@@ -191,7 +191,7 @@ describe('reconciliation', () => {
       amountCents: 5500,
       opStatus: 'succeeded',
       decision: 'REQUIRE_APPROVAL',
-      usedApproval: true,
+      approval: 'used',
     });
     refundIds.control = await seedRefund(db, { key: seeded.control.key, orderId: 'O-1002', amountCents: 5500 });
     seeded.over = await seedStep(db, { tool: 'issue_refund', orderId: 'O-1002', amountCents: 6000, opStatus: 'succeeded' });

@@ -2,20 +2,22 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Db, OperationStatus } from '@gatehouse/ledger';
 
-/** One seeded agent step: its workflow, action and operation (and approval when `usedApproval`). */
+/** One seeded agent step: its workflow, action and operation (and approval's id when `approval`). */
 export interface SeededStep {
   workflowId: string;
   actionId: string;
   callId: string;
   key: string;
+  approvalId: string | null;
 }
 
 /**
  * Writes a step straight into the ledger, as the agent loop, gateway and executor would have left
- * it: a workflow, a proposal, one action version and its operation; a `used` approval of a lead
- * when `usedApproval`; the call answered (a `function_call_output`) unless `answered` is false.
- * A `schedule_change` step is a change-pack run of eng-lou (quillfeather, change-c1) whose
- * `orderId` is the plan id it schedules.
+ * it: a workflow, a proposal, one action version and its operation (none when `opStatus` is null:
+ * a step the gateway left awaiting its approval); an approval when `approval` says `used` (decided
+ * and consumed) or `pending` (undecided), of a lead (R7) or for a change its owner (C2); the call
+ * answered (a `function_call_output`) unless `answered` is false. A `schedule_change` step is a
+ * change-pack run of eng-lou (quillfeather, change-c1) whose `orderId` is the plan id it schedules.
  */
 export async function seedStep(
   db: Db,
@@ -24,11 +26,12 @@ export async function seedStep(
     /** The step's target: an order id, or a plan id for `schedule_change`. */
     orderId: string;
     amountCents?: number;
-    opStatus: OperationStatus;
+    /** The operation's status; null: no operation yet (then `actionStatus` says the action's). */
+    opStatus: OperationStatus | null;
     actionStatus?: string;
     workflowState?: string;
     decision?: 'ALLOW' | 'REQUIRE_APPROVAL';
-    usedApproval?: boolean;
+    approval?: 'used' | 'pending';
     answered?: boolean;
     baselineShipments?: number;
     leaseExpiredMs?: number;
@@ -101,31 +104,35 @@ export async function seedStep(
       facts: '{}',
     })
     .execute();
-  if (o.usedApproval) {
+  const approvalId = o.approval ? randomUUID() : null;
+  if (o.approval) {
+    const used = o.approval === 'used';
     await db
       .insertInto('approvals')
       .values({
-        id: randomUUID(),
+        id: approvalId!,
         workflow_id: workflowId,
         action_id: actionId,
         action_version: 1,
         action_digest: `digest-${actionId}`,
-        policy_revision: 'support-p1',
+        policy_revision: policy,
         tool: o.tool,
         tenant: 'quillfeather',
-        region: 'US',
+        region: change ? null : 'US',
         amount_cents: o.amountCents ?? null,
-        requester: 'rep-ana',
-        rule_id: 'R7',
-        status: 'used',
-        approver: 'lead-eli',
+        requester: change ? 'eng-lou' : 'rep-ana',
+        rule_id: change ? 'C2' : 'R7',
+        status: o.approval,
+        approver_role: change ? 'change_owner' : 'lead',
+        approver: used ? (change ? 'own-kim' : 'lead-eli') : null,
         release_id: 'rel-1',
-        expires_at: new Date(Date.now() + 600_000),
-        decided_at: new Date(),
-        used_at: new Date(),
+        expires_at: new Date(Date.now() + (change ? 3_600_000 : 600_000)),
+        decided_at: used ? new Date() : null,
+        used_at: used ? new Date() : null,
       })
       .execute();
   }
+  if (o.opStatus === null) return { workflowId, actionId, callId, key, approvalId };
   await db
     .insertInto('operations')
     .values({
@@ -156,7 +163,7 @@ export async function seedStep(
       })
       .execute();
   }
-  return { workflowId, actionId, callId, key };
+  return { workflowId, actionId, callId, key, approvalId };
 }
 
 /** A refund written straight into the payments ledger (the staging schema of the same database). */
