@@ -20,7 +20,7 @@ import {
 } from '@gatehouse/ledger';
 import type { Logger, OutboxRelay } from '@gatehouse/platform';
 import { eligibleTools } from '@gatehouse/policy';
-import { boundText, instructionsFor, toFunctionTool, toolsOfPack } from '@gatehouse/tools';
+import { boundReason, boundText, instructionsFor, toFunctionTool, toolsOfPack } from '@gatehouse/tools';
 import {
   loadWorld,
   sha256Hex,
@@ -405,8 +405,9 @@ type TurnRequest = { instructions: { text: string }; input: unknown; tools: Retu
  * Returns the response, or `model_error` when the model rejected the request (a 4xx other than
  * 408 and 429): the run is then stopped `model_error`.
  * @throws DependencyUnavailable('model') when the model stayed unavailable (408, 429, 5xx,
- *   unanswered): the job is held and the wait is not working time; any other error as thrown
- *   (the queue retries the round).
+ *   unanswered): the job is held and the wait is not working time; its message (logged) keeps the
+ *   model's own text only through `boundReason`, since a model's error may echo its input
+ *   (ADR 0710), and carries no cause. Any other error as thrown (the queue retries the round).
  */
 async function askModel(
   deps: TurnDeps,
@@ -443,7 +444,8 @@ async function askModel(
       return 'model_error';
     }
     if (!(err instanceof OpenAI.APIError)) throw err;
-    throw new DependencyUnavailable('model', `model unavailable: ${(err as Error).message}`, { cause: err });
+    // The error's text is the model's answer: untrusted, and it may echo the request (ADR 0710).
+    throw new DependencyUnavailable('model', `model unavailable: ${boundReason(err.message)}`);
   }
 }
 
