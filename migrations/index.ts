@@ -26,6 +26,7 @@ import * as followUpAnswer from './20261206000689-FollowUpAnswer.ts';
 import * as refundsOutsideStepsByWindow from './20261206000697-RefundsOutsideStepsByWindow.ts';
 import * as releaseDrainingSince from './20261206000699-ReleaseDrainingSince.ts';
 import * as refundSumsReadCandidatesOnce from './20261206000702-RefundSumsReadCandidatesOnce.ts';
+import * as workflowWritesWithheld from './20261207000724-WorkflowWritesWithheld.ts';
 import * as userTokenRevocations from './20261206000695-UserTokenRevocations.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
@@ -58,4 +59,5 @@ export const migrations: Record<string, Migration> = {
   '20261206000697-RefundsOutsideStepsByWindow': refundsOutsideStepsByWindow,
   '20261206000699-ReleaseDrainingSince': releaseDrainingSince,
   '20261206000702-RefundSumsReadCandidatesOnce': refundSumsReadCandidatesOnce,
+  '20261207000724-WorkflowWritesWithheld': workflowWritesWithheld,
 };

@@ -6,7 +6,7 @@ import { releaseWritesEnabled } from '@gatehouse/ledger';
 import { seedFinishedRun } from '@gatehouse/testing';
 import { createTestDatabase, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/test-harness';
 import { tokenFor } from '@gatehouse/cli';
-import { activateRelease, enableWrites, analyzeCanary, CanaryRefused, requestCanaryOverride } from '@gatehouse/operations';
+import { activateRelease, enableWrites, analyzeCanary, CanaryRefused, formatAnalysis, requestCanaryOverride } from '@gatehouse/operations';
 import { approvalApi, type ApprovalApi } from '../support/approval-api.ts';
 import { useReleaseDirs, type ReleaseDirs } from '../support/release-dirs.ts';
 
@@ -29,7 +29,8 @@ beforeAll(async () => {
   t = await createTestDatabase();
   api = approvalApi(t.db);
   dirs = useReleaseDirs();
-  for (const id of ['rel-1', 'rel-good', 'rel-unsafe', 'rel-slow', 'rel-thin']) dirs.writeRelease(id, (m) => (m.canary = THRESHOLDS));
+  for (const id of ['rel-1', 'rel-good', 'rel-unsafe', 'rel-slow', 'rel-thin', 'rel-withheld', 'rel-withheld-unsafe'])
+    dirs.writeRelease(id, (m) => (m.canary = THRESHOLDS));
   await activateRelease(t.db, 'rel-1', gus);
 });
 
@@ -85,6 +86,41 @@ describe('release analyze', () => {
     for (let i = 0; i < 2; i++) await seedFinishedRun(t.db, { release: 'rel-thin' });
     expect((await analyzeCanary(t.db, 'rel-thin')).verdict).toBe('insufficient');
     await expect(enableWrites(t.db, 'rel-thin', 'ops-gus', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
+  });
+
+  it('runs that completed with their writes withheld are no evidence: however many, the candidate is insufficient, and the analysis says why (ADR 0724)', async () => {
+    await activateRelease(t.db, 'rel-withheld', { ...gus, cohort });
+    await baselineRuns();
+    // Act-mode runs before enable-writes: only read tools offered, fast, cheap and all "completed".
+    for (let i = 0; i < 8; i++)
+      await seedFinishedRun(t.db, { release: 'rel-withheld', seconds: 4, spendMicroUsd: 300, writesWithheld: true });
+    const a = await analyzeCanary(t.db, 'rel-withheld');
+    expect(a.measures.candidate).toMatchObject({ runs: 8, writesWithheld: 8, terminal: 0, taskSuccess: null, unsafePerRun: 0 });
+    expect(a.verdict).toBe('insufficient');
+    expect(formatAnalysis(a).join('\n')).toContain(
+      'left out (completed with writes off, only read tools offered): baseline 0, candidate 8',
+    );
+    const refused = await enableWrites(t.db, 'rel-withheld', 'ops-gus', HMAC).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(CanaryRefused);
+    expect((refused as Error).message).toContain(
+      "fewer than 5 terminal runs on a side (8 of the candidate's completed with writes withheld, not counted)",
+    );
+    expect(await releaseWritesEnabled(t.db, 'rel-withheld')).toBe(false);
+    // Runs it could judge count as before: with five of them the candidate passes.
+    for (let i = 0; i < 5; i++) await seedFinishedRun(t.db, { release: 'rel-withheld', seconds: 10 });
+    const judged = await analyzeCanary(t.db, 'rel-withheld');
+    expect(judged.measures.candidate).toMatchObject({ runs: 13, writesWithheld: 8, terminal: 5, taskSuccess: 1 });
+    expect(judged.verdict).toBe('pass');
+  });
+
+  it('a withheld run still counts for the safety measures: its denial fails unsafe_per_run', async () => {
+    await activateRelease(t.db, 'rel-withheld-unsafe', { ...gus, cohort });
+    await baselineRuns();
+    for (let i = 0; i < 6; i++) await seedFinishedRun(t.db, { release: 'rel-withheld-unsafe', seconds: 10 });
+    await seedFinishedRun(t.db, { release: 'rel-withheld-unsafe', seconds: 4, writesWithheld: true, denied: 1 });
+    const a = await analyzeCanary(t.db, 'rel-withheld-unsafe');
+    expect(a.measures.candidate).toMatchObject({ runs: 7, writesWithheld: 1, terminal: 6, taskSuccess: 1 });
+    expect(a.rows.filter((r) => !r.ok).map((r) => [r.measure, r.safety])).toEqual([['unsafe_per_run', true]]);
   });
 });
 

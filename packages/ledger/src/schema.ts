@@ -41,6 +41,12 @@ export interface WorkflowsTable {
   updated_at: Timestamp;
   /** Seq of the workflow's latest `workflow_events` row (0: none yet). */
   event_seq: Generated<number>;
+  /**
+   * True when the run completed while consequential writes were off for its release (act mode:
+   * only its read tools were offered); the canary analysis leaves such runs out of its quality
+   * measures (ADR 0724).
+   */
+  writes_withheld: Generated<boolean>;
 }
 
 export interface BudgetsTable {

@@ -53,6 +53,7 @@ const TABLES_OF: Record<string, string[]> = {
   '20261206000697-RefundsOutsideStepsByWindow': [],
   '20261206000699-ReleaseDrainingSince': [],
   '20261206000702-RefundSumsReadCandidatesOnce': [],
+  '20261207000724-WorkflowWritesWithheld': [],
 };
 const tablesUpTo = (names: string[]): string[] => names.flatMap((n) => TABLES_OF[n] ?? []).sort();
 const ALL_TABLES = tablesUpTo(Object.keys(migrations));

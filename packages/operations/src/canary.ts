@@ -11,23 +11,33 @@ export const ERROR_STOP_REASONS: readonly (typeof STOP_REASONS)[number][] = [
   'model_error',
 ];
 
-/** What one release's runs did in a window (workflows created in it). Rates are per run. */
+/**
+ * What one release's runs did in a window (workflows created in it). Rates are per run. Runs that
+ * completed with their writes withheld (`writes_withheld`: act mode while the release's
+ * consequential writes were off, so only read tools were offered) are counted in `runs` and the
+ * safety measures (every proposal they made is evidence) but left out of the quality measures —
+ * `terminal`, task success, errors, p95 and cost — whose runs could not do what the release does
+ * with writes on (docs/decisions/0724-canary-analysis-leaves-out-runs-whose-writes-were-withheld.md).
+ */
 export interface ReleaseMeasures {
   release: string;
+  /** Every run created in the window, withheld ones included. */
   runs: number;
-  /** Runs in a terminal state (completed, stopped, needs_reconciliation). */
+  /** Runs that completed with their writes withheld (left out of the quality measures). */
+  writesWithheld: number;
+  /** Runs in a terminal state (completed, stopped, needs_reconciliation), withheld ones left out. */
   terminal: number;
-  /** Share of terminal runs that completed (0–1; null without terminal runs). */
+  /** Share of the terminal runs that completed (0–1; null without terminal runs). */
   taskSuccess: number | null;
-  /** Denied actions plus invalid proposals, per run. */
+  /** Denied actions plus invalid proposals, per run (every run). */
   unsafePerRun: number | null;
-  /** Share of terminal runs stopped by an error ({@link ERROR_STOP_REASONS}). */
+  /** Share of the terminal runs stopped by an error ({@link ERROR_STOP_REASONS}). */
   errorRate: number | null;
-  /** Operations ending failed_unknown, per run. */
+  /** Operations ending failed_unknown, per run (every run). */
   failedUnknownPerRun: number | null;
-  /** 95th percentile of the time from intake to a terminal state, seconds. */
+  /** 95th percentile of the time from intake to a terminal state of the terminal runs, seconds. */
   p95TerminalSeconds: number | null;
-  /** Mean model spend per run, micro-USD. */
+  /** Mean model spend per run, withheld runs left out, micro-USD. */
   costPerRunMicroUsd: number | null;
 }
 
@@ -65,8 +75,7 @@ export class CanaryRefused extends PolicyDenied {
   constructor(analysis: CanaryAnalysis) {
     super(
       'canary_analysis',
-      `release ${analysis.candidate}: canary analysis ${analysis.verdict} against ${analysis.baseline} — ` +
-        `failing: ${failing(analysis).join(', ') || `fewer than ${analysis.thresholds.minRuns} terminal runs`}; ` +
+      `release ${analysis.candidate}: canary analysis ${analysis.verdict} against ${analysis.baseline} — ${refusalWhy(analysis)}; ` +
         `a policy owner or another operator may approve an override: gatehouse release override ${analysis.candidate} --reason "<why>"`,
     );
     this.analysis = analysis;
@@ -76,14 +85,27 @@ export class CanaryRefused extends PolicyDenied {
 const rate = (n: number, d: number): number | null => (d > 0 ? n / d : null);
 
 /**
- * Measures the workflows of `release` created in [sinceMs, untilMs) from the ledger.
+ * Why an analysis refuses: too few terminal runs (and how many of the candidate's were left out
+ * for their withheld writes, ADR 0724) when `insufficient`, else the failing measures.
+ */
+function refusalWhy(a: CanaryAnalysis): string {
+  if (a.verdict !== 'insufficient') return `failing: ${failing(a).join(', ')}`;
+  const left = a.measures.candidate.writesWithheld;
+  return `fewer than ${a.thresholds.minRuns} terminal runs on a side${left ? ` (${left} of the candidate's completed with writes withheld, not counted)` : ''}`;
+}
+
+/**
+ * Measures the workflows of `release` created in [sinceMs, untilMs) from the ledger (one
+ * statement; withheld runs as {@link ReleaseMeasures} says).
  * @returns counts and rates as {@link ReleaseMeasures}.
  */
 export async function measureRelease(db: Db | Trx, release: string, sinceMs: number, untilMs: number): Promise<ReleaseMeasures> {
   const since = new Date(sinceMs);
   const until = new Date(untilMs);
+  const terminal = sql.join([...TERMINAL_STATES]);
   const row = await sql<{
     runs: string;
+    withheld: string;
     terminal: string;
     completed: string;
     errors: string;
@@ -93,30 +115,32 @@ export async function measureRelease(db: Db | Trx, release: string, sinceMs: num
     unknown: string;
   }>`
     with w as (
-      select w.id, w.state, w.stop_reason, w.created_at, w.updated_at, b.spend_micro_usd
+      select w.id, w.state, w.stop_reason, w.created_at, w.updated_at, w.writes_withheld, b.spend_micro_usd
         from workflows w left join budgets b on b.workflow_id = w.id
        where w.release_id = ${release} and w.created_at >= ${since} and w.created_at < ${until})
     select count(*) as runs,
-           count(*) filter (where state in (${sql.join([...TERMINAL_STATES])})) as terminal,
-           count(*) filter (where state = 'completed') as completed,
-           count(*) filter (where state = 'stopped' and stop_reason in (${sql.join([...ERROR_STOP_REASONS])})) as errors,
+           count(*) filter (where writes_withheld) as withheld,
+           count(*) filter (where not writes_withheld and state in (${terminal})) as terminal,
+           count(*) filter (where not writes_withheld and state = 'completed') as completed,
+           count(*) filter (where not writes_withheld and state = 'stopped' and stop_reason in (${sql.join([...ERROR_STOP_REASONS])})) as errors,
            percentile_cont(0.95) within group (order by extract(epoch from updated_at - created_at))
-             filter (where state in (${sql.join([...TERMINAL_STATES])})) as p95,
-           avg(spend_micro_usd)::float8 as cost,
+             filter (where not writes_withheld and state in (${terminal})) as p95,
+           (avg(spend_micro_usd) filter (where not writes_withheld))::float8 as cost,
            (select count(*) from actions a where a.workflow_id in (select id from w) and a.decision = 'DENY')
              + (select count(*) from proposals p where p.workflow_id in (select id from w) and p.status = 'invalid') as unsafe,
            (select count(*) from operations o where o.workflow_id in (select id from w) and o.status = 'failed_unknown') as unknown
       from w`.execute(db);
   const r = row.rows[0]!;
   const runs = Number(r.runs);
-  const terminal = Number(r.terminal);
+  const judged = Number(r.terminal);
   return {
     release,
     runs,
-    terminal,
-    taskSuccess: rate(Number(r.completed), terminal),
+    writesWithheld: Number(r.withheld),
+    terminal: judged,
+    taskSuccess: rate(Number(r.completed), judged),
     unsafePerRun: rate(Number(r.unsafe), runs),
-    errorRate: rate(Number(r.errors), terminal),
+    errorRate: rate(Number(r.errors), judged),
     failedUnknownPerRun: rate(Number(r.unknown), runs),
     p95TerminalSeconds: r.p95 === null ? null : Number(r.p95),
     costPerRunMicroUsd: r.cost === null ? null : Number(r.cost),
@@ -209,6 +233,7 @@ export function formatAnalysis(a: CanaryAnalysis): string[] {
   const lines = [
     `canary ${a.candidate} vs ${a.baseline}, ${new Date(a.sinceMs).toISOString()} → ${new Date(a.untilMs).toISOString()}`,
     `runs (terminal): baseline ${a.measures.baseline.runs} (${a.measures.baseline.terminal}), candidate ${a.measures.candidate.runs} (${a.measures.candidate.terminal}); needs ${a.thresholds.minRuns}`,
+    ...withheldLines(a),
     `${'measure'.padEnd(24)}${'baseline'.padStart(10)}${'candidate'.padStart(11)}  ${'limit'.padEnd(28)}result`,
   ];
   for (const r of a.rows)
@@ -217,6 +242,20 @@ export function formatAnalysis(a: CanaryAnalysis): string[] {
     );
   lines.push(`verdict: ${a.verdict.toUpperCase()}`);
   return lines;
+}
+
+/**
+ * The line saying how many runs of each side completed with their writes withheld and were left
+ * out of the quality measures (none when no run was): an act-mode canary before `enable-writes`
+ * is judged on what its runs could do, so such traffic alone is `insufficient` (ADR 0724).
+ */
+function withheldLines(a: CanaryAnalysis): string[] {
+  const { baseline: b, candidate: c } = a.measures;
+  if (!b.writesWithheld && !c.writesWithheld) return [];
+  return [
+    `left out (completed with writes off, only read tools offered): baseline ${b.writesWithheld}, candidate ${c.writesWithheld}; ` +
+      `they are no evidence of ${a.candidate} with writes on`,
+  ];
 }
 
 /**

@@ -324,6 +324,8 @@ export interface FinishedRunSeed {
   failedUnknown?: number;
   /** When the run was received (default now; it reaches its terminal state `seconds` later). */
   createdAt?: Date;
+  /** Completed while its release's writes were off (`writes_withheld`, ADR 0724; default false). */
+  writesWithheld?: boolean;
 }
 
 /**
@@ -358,7 +360,7 @@ export async function seedFinishedRun(db: Db, seed: FinishedRunSeed): Promise<st
       values (${`${workflowId}:unknown:${i}`}, ${workflowId}, ${first.actionId}, ${first.digest}, 'reship_order', 'failed_unknown',
         ${seed.release})`.execute(db);
   }
-  await sql`update workflows set stop_reason = ${seed.stopReason ?? null},
+  await sql`update workflows set stop_reason = ${seed.stopReason ?? null}, writes_withheld = ${seed.writesWithheld ?? false},
       created_at = ${created}, updated_at = ${new Date(created.getTime() + seconds * 1000)} where id = ${workflowId}`.execute(db);
   await sql`update budgets set spend_micro_usd = ${seed.spendMicroUsd ?? 1000} where workflow_id = ${workflowId}`.execute(db);
   return workflowId;

@@ -111,7 +111,8 @@ export async function failedActions(db: Db | Trx, workflowId: string): Promise<A
  * Ends a run whose turn has no function calls. A message completes it with the text as its final
  * message; a refusal completes it with the model's reason, so the rep sees why it declined; an
  * empty answer stops it `model_error` with a next step (never a completed run with nothing to
- * read). The final message is untrusted output too: redacted, ≤ 1000 chars, cut marked.
+ * read). The final message is untrusted output too: redacted, ≤ 1000 chars, cut marked. A run
+ * completed with `writesOff` is marked `writes_withheld` (ADR 0724).
  */
 async function finishWithMessage(
   trx: Trx,
@@ -156,6 +157,8 @@ async function finishWithMessage(
       revisions: { release: wf.release_id },
     },
   });
+  // Not evidence of what the release does with writes on: the canary analysis leaves it out (ADR 0724).
+  if (wf.writesOff) await trx.updateTable('workflows').set({ writes_withheld: true }).where('id', '=', wf.id).execute();
 }
 
 /**
