@@ -13,7 +13,7 @@ import {
   type TestHooks,
 } from '@gatehouse/executor';
 import type { SupportBundle } from '../../packages/policy/src/index.ts';
-import { BUNDLES, EXECUTIONS_QUEUE, startHarness, waitFor, type Harness } from '../executor/support/harness.ts';
+import { BUNDLES, EXECUTIONS_QUEUE, RESULTS_QUEUE, startHarness, waitFor, type Harness } from '../executor/support/harness.ts';
 import { executorEnv, startExecutor, type ExecutorProcess } from '../executor/support/processes.ts';
 import { TcpCut } from '@gatehouse/test-harness';
 
@@ -235,41 +235,51 @@ describe('coded path: a refused connection sent nothing — safe to repeat, not 
     expect(breakerFor('payments').state).toBe(CircuitState.Closed);
   });
 
+  /**
+   * Starts an executor process (concurrency 1) that blocks 3 s after its claim, before it
+   * dispatches, against the staging app through a TCP proxy; queues `a`'s job, cuts the proxy
+   * inside that block and waits until the refused dispatch is released as safe to repeat. The
+   * caller opens `proxy` again when it wants the repeat, and cuts it at the end.
+   */
+  async function refusedAfterClaim(a: Awaited<ReturnType<typeof createAction>>, orderId: string) {
+    const proxy = new TcpCut(await freePort(), { host: '127.0.0.1', port: Number(new URL(h.stagingUrl).port) });
+    await proxy.open();
+    const ex = startExecutor(
+      executorEnv(
+        { databaseUrl: h.tdb.url, prefix: h.prefix, stagingUrl: `http://127.0.0.1:${proxy.port}`, signingKeyPath: h.delegationKeyPath },
+        { EXECUTOR_CONCURRENCY: '1', GATEHOUSE_TEST_BLOCK_BEFORE_DISPATCH_MS: '3000', EXECUTOR_LOCK_MS: '30000', LEASE_MS: '30000' },
+      ),
+    );
+    running.push(ex);
+    await ex.ready;
+    await h.queues.get(EXECUTIONS_QUEUE).add(executionsQueue.jobName, a.job, { ...jobOptionsFor(EXECUTIONS_QUEUE), jobId: a.jobId });
+    const opRow = () =>
+      h.db.selectFrom('operations').select(['status', 'error', 'fencing_token']).where('key', '=', a.operationKey).executeTakeFirst();
+    await waitFor('the claim', async () => (await opRow())?.status === 'running', 60_000, 20);
+    await proxy.cut();
+    const held = await waitFor(
+      'the refused dispatch to be released as safe to repeat',
+      async () => {
+        const o = await opRow();
+        return o && o.status !== 'running' ? o : null;
+      },
+      60_000,
+    ).catch(async (e: unknown) => {
+      throw new Error(`${(e as Error).message}\n${JSON.stringify(await opRow())}\n${ex.output().slice(-3000)}`);
+    });
+    expect(held).toMatchObject({ status: 'pending', error: 'connection_refused' });
+    expect(await h.requests(orderId)).toEqual([]); // nothing was sent
+    return { proxy, ex, opRow };
+  }
+
   it(
     'the payments port closes between the claim and the dispatch: the step is held, then repeated once the port is back — one refund, succeeded',
     { timeout: 120_000 },
     async () => {
       const orderId = await h.newOrder();
       const a = await createAction(h.db, { orderId, amountCents: 1300 });
-      const proxy = new TcpCut(await freePort(), { host: '127.0.0.1', port: Number(new URL(h.stagingUrl).port) });
-      await proxy.open();
+      const { proxy, ex, opRow } = await refusedAfterClaim(a, orderId);
       try {
-        // The executor process blocks 3 s after its claim, before it dispatches: the port is closed meanwhile.
-        const ex = startExecutor(
-          executorEnv(
-            { databaseUrl: h.tdb.url, prefix: h.prefix, stagingUrl: `http://127.0.0.1:${proxy.port}`, signingKeyPath: h.delegationKeyPath },
-            { EXECUTOR_CONCURRENCY: '1', GATEHOUSE_TEST_BLOCK_BEFORE_DISPATCH_MS: '3000', EXECUTOR_LOCK_MS: '30000', LEASE_MS: '30000' },
-          ),
-        );
-        running.push(ex);
-        await ex.ready;
-        await h.queues.get(EXECUTIONS_QUEUE).add(executionsQueue.jobName, a.job, { ...jobOptionsFor(EXECUTIONS_QUEUE), jobId: a.jobId });
-        const opRow = () =>
-          h.db.selectFrom('operations').select(['status', 'error', 'fencing_token']).where('key', '=', a.operationKey).executeTakeFirst();
-        await waitFor('the claim', async () => (await opRow())?.status === 'running', 60_000, 20);
-        await proxy.cut();
-        const held = await waitFor(
-          'the refused dispatch to be released as safe to repeat',
-          async () => {
-            const o = await opRow();
-            return o && o.status !== 'running' ? o : null;
-          },
-          60_000,
-        ).catch(async (e: unknown) => {
-          throw new Error(`${(e as Error).message}\n${JSON.stringify(await opRow())}\n${ex.output().slice(-3000)}`);
-        });
-        expect(held).toMatchObject({ status: 'pending', error: 'connection_refused' });
-        expect(await h.requests(orderId)).toEqual([]); // nothing was sent
         await proxy.open();
         const done = await waitFor(
           'the repeat to succeed',
@@ -283,6 +293,41 @@ describe('coded path: a refused connection sent nothing — safe to repeat, not 
         });
         expect(done.status).toBe('succeeded');
         expect(await h.refunds(orderId)).toEqual([expect.objectContaining({ idempotencyKey: a.operationKey, amountCents: 1300 })]);
+      } finally {
+        await proxy.cut();
+      }
+    },
+  );
+
+  it(
+    'held so, it does not run on its used approval once that approval passed its maximum age (ADR 0707): approval_expired, nothing sent',
+    { timeout: 120_000 },
+    async () => {
+      const orderId = await h.newOrder();
+      // 60.00 needs a lead's approval (R7); the seeded approval is approved, and the claim consumes it.
+      const a = await createAction(h.db, { orderId, amountCents: 6000 });
+      const { proxy, ex } = await refusedAfterClaim(a, orderId);
+      try {
+        const approval = h.db.selectFrom('approvals').select(['status']).where('id', '=', a.approvalId!);
+        expect(await approval.executeTakeFirstOrThrow()).toEqual({ status: 'used' });
+        // The hold outlives the approval's maximum age (shortened here); then the port is back.
+        await h.db
+          .updateTable('approvals')
+          .set({ expires_at: new Date(Date.now() - 1000) })
+          .where('id', '=', a.approvalId!)
+          .execute();
+        await proxy.open();
+        const result = await waitFor(
+          'the repeat to answer the call',
+          async () => (await h.queues.get(RESULTS_QUEUE).getJob(`result_${a.workflowId}_${a.callId}`)) ?? null,
+          90_000,
+        ).catch((e: unknown) => {
+          throw new Error(`${(e as Error).message}\n${ex.output().slice(-2000)}`);
+        });
+        expect(JSON.stringify(result.data)).toContain('approval_expired');
+        // Zero calls downstream on the stale approval.
+        expect(await h.requests(orderId)).toEqual([]);
+        expect(await h.refunds(orderId)).toEqual([]);
       } finally {
         await proxy.cut();
       }
