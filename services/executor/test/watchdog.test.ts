@@ -7,7 +7,7 @@ import { createLogger, createRedis, OutboxRelay, QueueRegistry } from '@gatehous
 // @gatehouse/testing is not a dependency of this service; imported by path (the same module).
 import { createAction, type SeededAction } from '@gatehouse/testing';
 import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
-import { watchdogPass, type WatchdogDeps } from '../src/jobs/watchdog.ts';
+import { watchdogLock, watchdogPass, type WatchdogDeps } from '../src/jobs/watchdog.ts';
 
 // The watchdog against a real ledger and real Redis (its own prefix): a job published and then
 // lost is re-driven once with the same id and payload, audited; a live job, a person's wait and
@@ -153,19 +153,21 @@ describe('watchdog', () => {
     expect(wf.next_step).toMatch(/on-call/);
   });
 
-  it('one replica at a time: while another holds the advisory lock a pass skips', async () => {
+  it('one replica at a time: while another holds the advisory lock a pass skips; another release’s pass does not', async () => {
     const a = await publishedThenLost();
     let release!: () => void;
     const held = new Promise<void>((r) => (release = r));
     let locked!: () => void;
     const isLocked = new Promise<void>((r) => (locked = r));
     const holder = db.transaction().execute(async (trx) => {
-      await sql`SELECT pg_advisory_xact_lock(hashtext('gatehouse.watchdog'))`.execute(trx);
+      await sql`SELECT pg_advisory_xact_lock(${watchdogLock('rel-1')})`.execute(trx);
       locked();
       await held;
     });
     await isLocked;
     expect(await watchdogPass(deps)).toEqual({ kind: 'skipped' });
+    // The candidate's watchdog looks at its own runs only: rel-1's pass holding its lock does not skip it.
+    expect(await watchdogPass({ ...deps, settings: { ...deps.settings, release: 'rel-2' } })).toMatchObject({ kind: 'ran' });
     expect(await redrivesOf(a.workflowId)).toEqual([]);
     release();
     await holder;

@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql, type RawBuilder } from 'kysely';
 import { approvalRequestsQueue, executionsQueue, proposalsQueue, queueName, turnsQueue, type QueueContract } from '@gatehouse/contracts';
 import {
   enqueueInTransaction,
@@ -55,8 +55,14 @@ export type WatchdogReport =
       stopped: string[];
     };
 
-/** Advisory-lock key of the watchdog (one replica re-drives at a time): `hashtext('gatehouse.watchdog')`. */
-const LOCK = sql`hashtext('gatehouse.watchdog')`;
+/**
+ * Advisory-lock key of the watchdog of `release` (one replica of a release re-drives at a time):
+ * `hashtext('gatehouse.watchdog:<release>')`. Per release: a pass only looks at its own release's
+ * runs, so a candidate's watchdog never skips its pass because the active release's holds the lock.
+ */
+export function watchdogLock(release: string): RawBuilder<number> {
+  return sql<number>`hashtext(${`gatehouse.watchdog:${release}`})`;
+}
 
 type AnyJob = { release: string };
 /** Contracts of the jobs the ledger alone can rebuild (a result's output lives only in its outbox row). */
@@ -215,8 +221,8 @@ async function checkRun(deps: WatchdogDeps, trx: Trx, wf: RunRow, nowMs: number,
 }
 
 /**
- * One watchdog pass (docs/decisions/0100): under a transaction-scoped advisory lock (one replica
- * at a time; the others skip), looks at this release's live runs whose last state change is
+ * One watchdog pass (docs/decisions/0100): under a transaction-scoped advisory lock of its release
+ * ({@link watchdogLock}: one replica of the release at a time; the others skip), looks at this release's live runs whose last state change is
  * older than `graceMs`, derives from the ledger the jobs each waits for ({@link runNeeds}), and
  * re-drives every job that is missing from Redis, dead-lettered, or finished without its effect
  * past the state's bound — with the same deterministic job id and payload, audited
@@ -233,7 +239,7 @@ export async function watchdogPass(deps: WatchdogDeps, nowMs = Date.now()): Prom
   let checked = 0;
   const locked = await inTransaction(deps.db, async (trx) => {
     Object.assign(plan, { rows: [], remove: [], redriven: [], stopped: [] });
-    const got = await sql<{ ok: boolean }>`SELECT pg_try_advisory_xact_lock(${LOCK}) AS ok`.execute(trx);
+    const got = await sql<{ ok: boolean }>`SELECT pg_try_advisory_xact_lock(${watchdogLock(settings.release)}) AS ok`.execute(trx);
     if (!got.rows[0]?.ok) return false;
     const runs = await trx
       .selectFrom('workflows')
