@@ -22,6 +22,12 @@ export interface CommandSpec {
    * error (exit 2) before the token is checked.
    */
   required?: Record<string, string>;
+  /**
+   * The positional argument the command cannot run without, as its synopsis names it (`<id>`):
+   * missing or blank, {@link checkRequired} refuses the command as a usage error (exit 2) before
+   * the token is checked.
+   */
+  argument?: string;
   /** The command reads and reports: `--json` prints one JSON document instead of lines. */
   json?: boolean;
   ops?: boolean;
@@ -93,8 +99,15 @@ export const COMMANDS: CommandSpec[] = [
     options: ['witness'],
     json: true,
   },
-  { name: 'switch on', synopsis: '<tool>', summary: 'release a tool held at the moment of execution', options: [], ops: true },
-  { name: 'switch off', synopsis: '<tool>', summary: 'hold a tool at the moment of execution', options: [], ops: true },
+  {
+    name: 'switch on',
+    argument: '<tool>',
+    synopsis: '<tool>',
+    summary: 'release a tool held at the moment of execution',
+    options: [],
+    ops: true,
+  },
+  { name: 'switch off', argument: '<tool>', synopsis: '<tool>', summary: 'hold a tool at the moment of execution', options: [], ops: true },
   { name: 'epoch bump', synopsis: '', summary: 'revoke every outstanding delegated credential', options: [], ops: true },
   {
     name: 'tokens revoke',
@@ -120,6 +133,7 @@ export const COMMANDS: CommandSpec[] = [
   },
   {
     name: 'reenable advance',
+    argument: '<tool>',
     synopsis: '<tool> [--cohort tenant:T,user:U] [--max-bound 0.05] --reason <why>',
     summary: 'move a switched-off tool to its next stage: read_only → cohort → everyone (switch on), on evidence',
     details: [
@@ -133,6 +147,7 @@ export const COMMANDS: CommandSpec[] = [
   },
   {
     name: 'reenable override',
+    argument: '<tool>',
     synopsis: '<tool> [--cohort tenant:T,user:U] --reason <why>',
     summary:
       "ask a second person (another operator or a policy owner, in the approval inbox) to let a tool's open stage advance with the evidence it has",
@@ -143,6 +158,7 @@ export const COMMANDS: CommandSpec[] = [
   },
   {
     name: 'delegation keys',
+    argument: '<dir>',
     synopsis: '<dir>',
     summary: 'create an Ed25519 delegation key pair in <dir>',
     details: ['With an existing delegation-ed25519.pem in <dir>, adds its key to delegation-jwks.json (rotation).'],
@@ -159,6 +175,7 @@ export const COMMANDS: CommandSpec[] = [
   },
   {
     name: 'reconcile resolve',
+    argument: '<item>',
     synopsis: '<item> --ratify|--reverse|--cancel-shipment|--adopt|--replay [--outcome <operationKey>=<shipmentId|none> ...]',
     summary: 'ask a lead to approve a remediation; once approved, run it once',
     details: [
@@ -172,6 +189,7 @@ export const COMMANDS: CommandSpec[] = [
   },
   {
     name: 'change cancel',
+    argument: '<operationKey|workflowId>',
     synopsis: '<operationKey|workflowId> --reason <why>',
     summary: 'cancel a scheduled change before its window: a change owner approves first; run again once approved (runs once)',
     details: [
@@ -185,6 +203,7 @@ export const COMMANDS: CommandSpec[] = [
   },
   {
     name: 'policy check',
+    argument: '<bundle.json|revision>',
     synopsis: '<bundle.json|revision> [--json]',
     summary: 'run the boundary-case gate (exit 1 when the bundle is refused)',
     options: [],
@@ -199,6 +218,7 @@ export const COMMANDS: CommandSpec[] = [
   },
   {
     name: 'release verify',
+    argument: '<id>',
     synopsis: '<id> [--json]',
     summary: "check a release manifest's digests against this code and database",
     options: [],
@@ -206,6 +226,7 @@ export const COMMANDS: CommandSpec[] = [
   },
   {
     name: 'release activate',
+    argument: '<id>',
     synopsis: '<id> [--cohort tenant:T,user:U] [--force]',
     summary: 'gate + safety subset, then active (or a candidate for the cohort, writes disabled)',
     details: [
@@ -217,6 +238,7 @@ export const COMMANDS: CommandSpec[] = [
   },
   {
     name: 'release analyze',
+    argument: '<candidate>',
     synopsis: '<candidate> [--baseline <id>] [--json]',
     summary: "compare the candidate's cohort with the baseline over the same window",
     details: ['Exit 0 only when the verdict is pass.'],
@@ -226,6 +248,7 @@ export const COMMANDS: CommandSpec[] = [
   },
   {
     name: 'release override',
+    argument: '<id>',
     synopsis: '<id> --reason <why> [--for canary|force|raise-limits]',
     summary: 'ask to go past a failing analysis, to force past the gate, or to loosen a limit',
     details: [
@@ -238,6 +261,7 @@ export const COMMANDS: CommandSpec[] = [
   },
   {
     name: 'release enable-writes',
+    argument: '<id>',
     synopsis: '<id>',
     summary: "run <id>'s safety cases (and a candidate's canary analysis), then let its consequential tools run",
     options: [],
@@ -319,17 +343,35 @@ export function checkOptions(spec: CommandSpec, given: Record<string, unknown>):
   }
 }
 
+/** Whether a flag's or argument's value names nothing: absent, or only whitespace (`--reason '   '`). */
+function isBlank(value: unknown): boolean {
+  return value === undefined || (typeof value === 'string' && value.trim() === '');
+}
+
 /**
- * Checks that the flags `spec` cannot run without ({@link CommandSpec.required}) are given a
- * value: the one owner of the rule for every command (`change cancel --reason`, needed only by
- * the run that asks, is checked where that run is known: change-commands.ts).
- * @throws UsageError naming each missing flag and its value (exit 2, before the token is checked: nothing ran).
+ * Checks that `spec` is given what it cannot run without: its positional argument
+ * ({@link CommandSpec.argument}) and its required flags ({@link CommandSpec.required}), each
+ * present and not blank; and that no other flag of its `options` is given a blank value (a blank
+ * `--reason` or `--jti` names nothing). The one owner of the rule for every command (ADR 0703,
+ * 0713): `change cancel --reason`, needed only by the run that asks, is required where that run
+ * is known (change-commands.ts), but given blank it is refused here like any other.
+ * @param positionals the command line's positionals, command words first.
+ * @throws UsageError naming each missing or blank argument and flag with its value (exit 2,
+ *   before the token is checked: nothing ran, nothing audited).
  */
-export function checkRequired(spec: CommandSpec, given: Record<string, unknown>): void {
-  const missing = Object.entries(spec.required ?? {}).filter(([flag]) => given[flag] === undefined || given[flag] === '');
-  if (missing.length)
+export function checkRequired(spec: CommandSpec, given: Record<string, unknown>, positionals: readonly string[] = []): void {
+  const argument = positionals[spec.name.split(' ').length];
+  const missing = [
+    ...(spec.argument && isBlank(argument) ? [spec.argument] : []),
+    ...Object.entries(spec.required ?? {})
+      .filter(([flag]) => isBlank(given[flag]))
+      .map(([flag, value]) => `--${flag} ${value}`),
+  ];
+  if (missing.length) throw new UsageError(`${spec.name} needs ${missing.join(' and ')} (see: gatehouse ${spec.name} --help); nothing ran`);
+  const blank = spec.options.filter((flag) => typeof given[flag] === 'string' && isBlank(given[flag]));
+  if (blank.length)
     throw new UsageError(
-      `${spec.name} needs ${missing.map(([flag, value]) => `--${flag} ${value}`).join(' and ')} (see: gatehouse ${spec.name} --help); nothing ran`,
+      `${spec.name}: ${blank.map((flag) => `--${flag}`).join(' and ')} is blank: give it a value or leave it out (see: gatehouse ${spec.name} --help); nothing ran`,
     );
 }
 

@@ -73,13 +73,12 @@ async function main(argv: string[]): Promise<number> {
     return EXIT.ok;
   }
   checkOptions(spec, values);
-  checkRequired(spec, values);
+  checkRequired(spec, values, positionals);
   // The staging URL as the stack's services have it (STAGING_PORT alone moves it too).
   const env = parseEnv({}, { ...process.env, STAGING_URL: stagingUrlOf(process.env) });
   switch (`${cmd} ${sub ?? ''}`.trim()) {
     case 'delegation keys': {
-      if (!arg) throw new UsageError('delegation keys needs a folder');
-      const paths = delegationKeyPaths({}, resolvePath(arg));
+      const paths = delegationKeyPaths({}, resolvePath(arg!));
       const kid = await ensureDelegationKeyPair(paths.signing, paths.jwks);
       out(`signing key ${paths.signing} (kid ${kid}) — the executor's only; JWKS ${paths.jwks} — the systems of record's`);
       return 0;
@@ -123,14 +122,14 @@ async function main(argv: string[]): Promise<number> {
       });
     case 'switch on':
     case 'switch off': {
-      if (!arg) throw new UsageError('switch needs a tool name');
+      const tool = arg!;
       checkArgumentCount(spec, positionals, 1);
-      requireKnownTool(arg); // a typo is a usage error (exit 2): nothing ran, not even the token check
+      requireKnownTool(tool); // a typo is a usage error (exit 2): nothing ran, not even the token check
       // A ledger write: containment works while Redis is down (ADR 0650).
       return opsCommand(env, values.token, `switch ${sub}`, async (db, op) => {
-        const rows = await setSwitch(db, arg, sub === 'on', op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
+        const rows = await setSwitch(db, tool, sub === 'on', op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
         const published = await publishFromCli(env, db, rows, createLogger('cli'));
-        out(`${arg} switched ${sub}${rows.length ? `; ${rows.length} held action(s) re-enqueued` : ''}`);
+        out(`${tool} switched ${sub}${rows.length ? `; ${rows.length} held action(s) re-enqueued` : ''}`);
         if (published === 'left_in_outbox') out(LEFT_IN_OUTBOX);
         return 0;
       });
@@ -152,10 +151,10 @@ async function main(argv: string[]): Promise<number> {
         return 0;
       });
     case 'policy check': {
-      if (!arg) throw new UsageError('policy check needs a bundle file or revision');
-      const file = arg.endsWith('.json') ? resolvePath(arg) : resolvePath(repoRoot, 'policy', `${arg}.json`);
-      if (!existsSync(file)) throw new UsageError(`no policy bundle ${arg} (looked for ${file})`);
-      const bundle = arg.endsWith('.json') ? loadBundleFile(file) : loadBundle(arg);
+      const ref = arg!;
+      const file = ref.endsWith('.json') ? resolvePath(ref) : resolvePath(repoRoot, 'policy', `${ref}.json`);
+      if (!existsSync(file)) throw new UsageError(`no policy bundle ${ref} (looked for ${file})`);
+      const bundle = ref.endsWith('.json') ? loadBundleFile(file) : loadBundle(ref);
       const cases = loadGateCases(bundle);
       const failures = runBoundaryGate(bundle, cases);
       if (values.json) {
@@ -173,7 +172,6 @@ async function main(argv: string[]): Promise<number> {
     case 'reconcile resolve': {
       const flags = Object.keys(REMEDIATION_FLAGS).filter((f) => (values as Record<string, unknown>)[f]);
       // Usage errors (exit 2) before the token check, as for every other command: nothing runs.
-      if (sub && !arg) throw new UsageError('reconcile resolve needs an item id');
       if (flags.length > 1) throw new UsageError(`choose one remediation, not ${flags.join(' and ')}`);
       const outcomes = parseOutcomes(values.outcome);
       return opsCommand(env, values.token, sub ? 'reconcile resolve' : 'reconcile', async (db, op) => {
@@ -199,7 +197,6 @@ async function main(argv: string[]): Promise<number> {
       });
     }
     case 'change cancel':
-      if (!arg) throw new UsageError('change cancel needs an operation key or workflow id');
       return opsCommand(env, values.token, 'change cancel', async (db, op) => {
         const signingKey = await cliSigningKey(process.env, stateRoot());
         if (!signingKey) throw new Error('change cancel needs the delegation signing key (GATEHOUSE_DELEGATION_SIGNING_KEY_PATH)');
@@ -214,7 +211,7 @@ async function main(argv: string[]): Promise<number> {
           out,
           publish: async () => {},
         };
-        return changeCancelCommand(ctx, arg, values.reason);
+        return changeCancelCommand(ctx, arg!, values.reason);
       });
     case 'release digests':
     case 'release verify':

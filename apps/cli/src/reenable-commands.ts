@@ -75,18 +75,18 @@ export async function reenableCommand(
       else for (const s of all) for (const line of statusLines(s)) out(line);
       return 0;
     });
-  if (!tool) throw new UsageError(`${command} needs a tool`);
-  requireKnownTool(tool);
+  // Present: checked before the token by checkRequired (commands.ts).
+  requireKnownTool(tool!);
   if (command === 'reenable override')
     return asOperator(command, async (db, op) => {
-      const o = await requestReenableOverride(db, { tool, cohort, reason: values.reason!, ...actor(op) });
+      const o = await requestReenableOverride(db, { tool: tool!, cohort, reason: values.reason!, ...actor(op) });
       out(
         `override ${o.id} requested for ${tool} (${o.items.join('; ')}); another operator or a policy owner approves it in the approval inbox (or POST /v1/approvals/${o.id}/decision)`,
       );
       return 0;
     });
   return asOperator(command, async (db, op) => {
-    const r = await advanceReenable(db, { tool, cohort, maxBound, reason: values.reason!, ...actor(op) });
+    const r = await advanceReenable(db, { tool: tool!, cohort, maxBound, reason: values.reason!, ...actor(op) });
     const published = await publishFromCli(env, db, r.rows, createLogger('cli'));
     const ev = r.evidence ? ` on n=${r.evidence.n} clean (bound ${r.evidence.bound.toFixed(4)})` : '';
     out(

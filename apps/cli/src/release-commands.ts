@@ -60,7 +60,8 @@ export function parseCohort(text: string): { tenants: string[]; users: string[] 
  * `gatehouse release …` and `gatehouse queues …` (docs/product/releases.md,
  * docs/product/public-contract.md#ops-cli). Everything but `release verify`
  * needs an operator token and is audited. Exit codes: 0 done, 1 refused or failed checks.
- * @throws UsageError for missing arguments (exit 2).
+ * @throws UsageError for a malformed `--cohort`, `--for` or `--from`/`--to` pair (exit 2); a missing
+ *   argument or flag was refused before (checkRequired, commands.ts).
  */
 export async function releaseCommand(
   command: string,
@@ -81,17 +82,15 @@ export async function releaseCommand(
   out: (line: string) => void,
 ): Promise<number> {
   const actor = (op: Operator) => ({ operator: op.id, hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY });
-  const need = (v: string | undefined, what: string): string => {
-    if (!v) throw new UsageError(`${command} needs ${what}`);
-    return v;
-  };
+  // Present for the commands that take it: checked before the token by checkRequired (commands.ts).
+  const release = arg!;
   switch (command) {
     case 'release digests':
       out(JSON.stringify(currentDigests(), null, 2));
       return 0;
     case 'release verify': {
       return withCliDb(env.DATABASE_URL, 1, async (db) => {
-        const problems = await verifyManifest(db, loadReleaseManifest(need(arg, 'a release id')));
+        const problems = await verifyManifest(db, loadReleaseManifest(release));
         if (values.json) {
           out(JSON.stringify({ release: arg, matches: problems.length === 0, problems }, null, 2));
           return problems.length ? 1 : 0;
@@ -103,7 +102,7 @@ export async function releaseCommand(
     }
     case 'release activate':
       return asOperator(command, async (db, op) => {
-        const a = await activateReleaseWithQueues(db, env, need(arg, 'a release id'), {
+        const a = await activateReleaseWithQueues(db, env, release, {
           cohort: values.cohort ? parseCohort(values.cohort) : undefined,
           force: values.force,
           ...actor(op),
@@ -120,7 +119,7 @@ export async function releaseCommand(
       });
     case 'release enable-writes':
       return asOperator(command, async (db, op) => {
-        const w = await enableWrites(db, need(arg, 'a release id'), op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
+        const w = await enableWrites(db, release, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
         for (const f of w.forcedPast) out(`  FORCED past ${f} (at activation; audited)`);
         out(
           `${w.id}: safety cases pass (${w.boundaryCases} boundary cases, closed parsing, strict schemas)` +
@@ -131,7 +130,7 @@ export async function releaseCommand(
       });
     case 'release analyze':
       return asOperator(command, async (db, op) => {
-        const a = await analyzeCanary(db, need(arg, 'a candidate release id'), { baseline: values.baseline });
+        const a = await analyzeCanary(db, release, { baseline: values.baseline });
         await auditAnalysis(db, a, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
         if (values.json) out(JSON.stringify(a, null, 2));
         else for (const line of formatAnalysis(a)) out(line);
@@ -139,7 +138,6 @@ export async function releaseCommand(
       });
     case 'release override':
       return asOperator(command, async (db, op) => {
-        const release = need(arg, 'a release id');
         const ask = { ...actor(op), reason: values.reason! };
         const kind = values.for ?? 'canary';
         let t: OverrideTicket;
