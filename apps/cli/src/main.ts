@@ -2,7 +2,7 @@
 import { parseArgs } from 'node:util';
 import { existsSync, rmSync } from 'node:fs';
 import { resolve as resolvePath } from 'node:path';
-import { repoRoot } from '@gatehouse/contracts';
+import { repoRoot, type TokenRevocationResult } from '@gatehouse/contracts';
 import { parseEnv, OutboxRelay, createLogger, hostOf, userTokenVerifier, type BaseEnv } from '@gatehouse/platform';
 import { migrate, migrateOneDown, type Db } from '@gatehouse/ledger';
 import { withCliDb } from './cli-db.ts';
@@ -146,8 +146,7 @@ async function main(argv: string[]): Promise<number> {
         const input = { subject: values.user!, reason: values.reason!, ...(values.jti === undefined ? {} : { jti: values.jti }) };
         const r = await revokeUserTokens(db, input, { operator: op.id, service: 'cli' }, env.GATEHOUSE_AUDIT_HMAC_KEY);
         if (values.json) out(JSON.stringify(r));
-        else if (r.kind === 'jti') out(`token ${r.jti} of ${r.subject} ${r.changed ? 'revoked' : 'was already revoked'}`);
-        else out(`every token of ${r.subject} issued before ${r.notBefore} is revoked${r.changed ? '' : ' (already)'}`);
+        else for (const line of revocationLines(r)) out(line);
         return 0;
       });
     case 'policy check': {
@@ -256,6 +255,25 @@ async function main(argv: string[]): Promise<number> {
     default:
       throw new UsageError(`unknown command: ${positionals.join(' ')} (see: gatehouse --help)`);
   }
+}
+
+/**
+ * What `gatehouse tokens revoke` says it did (docs/decisions/0715). A subject's revocation is of
+ * tokens the issuer gave before a time: true whatever was issued. A `jti` revocation is a refusal
+ * of that identifier: user tokens are stateless and nothing records which were issued (the local
+ * secret's `gatehouse token` and an identity provider alike), so the command cannot tell a real
+ * token from a mistyped or never-issued `jti`, and says so instead of "revoked"; the refusal holds
+ * for any token bearing it, whichever user it names (`revokedBecause`, packages/ledger).
+ */
+function revocationLines(r: TokenRevocationResult): string[] {
+  if (r.kind === 'subject') return [`every token of ${r.subject} issued before ${r.notBefore} is revoked${r.changed ? '' : ' (already)'}`];
+  return [
+    r.changed
+      ? `jti ${r.jti} is refused from now on: any token bearing it is refused by every service within GATEHOUSE_AUTH_REVOCATION_CACHE_MS (1 s), approvals at once, whichever user it names`
+      : `jti ${r.jti} was already refused (an earlier revocation); nothing changed`,
+    `  no record says a token with jti ${r.jti} was issued: user tokens are stateless (the ledger keeps revocations, not issued tokens), so this cannot tell a real token from a mistyped jti`,
+    `  to refuse every token of ${r.subject} issued before now instead: gatehouse tokens revoke --user ${r.subject} --reason "<why>"`,
+  ];
 }
 
 /** Every flag of every command; {@link checkOptions} then refuses those the command does not take. */
