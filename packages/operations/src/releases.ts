@@ -228,11 +228,13 @@ async function refuseCohortOfActive(db: Db, id: string): Promise<void> {
 
 /**
  * Activating a release for everyone while another release is an open candidate (a canary) is
- * refused unless it is that candidate's promotion (docs/decisions/0704): the activation would
- * leave the candidate serving its cohort, silently. Ending a canary is a rollback (writes off,
- * drain, approvals expired, inventory: docs/runbooks/rollback.md); the refusal names it and the
- * promotion.
- * @throws ActivationRefused naming each open candidate, its cohort and the two next steps (nothing changes).
+ * refused (docs/decisions/0704): the activation would leave the candidate serving its cohort,
+ * silently. That holds for a candidate's promotion too when another candidate is open (ADR 0716):
+ * the other would go on serving its cohort beside a new active release its canary was never
+ * compared with. Ending a canary is a rollback (writes off, drain, approvals expired, inventory:
+ * docs/runbooks/rollback.md), and a rollback ends every open canary; the refusal names it, and
+ * the promotion when there is one other candidate.
+ * @throws ActivationRefused naming each other open candidate, its cohort and the next steps (nothing changes).
  */
 async function refuseBesideOpenCanary(db: Db, id: string): Promise<void> {
   const rows = await db
@@ -242,19 +244,48 @@ async function refuseBesideOpenCanary(db: Db, id: string): Promise<void> {
     .orderBy('id')
     .execute();
   const open = rows.filter((r) => r.status === 'candidate');
-  if (!open.length || open.some((r) => r.id === id)) return;
+  const others = open.filter((r) => r.id !== id);
+  if (!others.length) return;
   const active = rows.find((r) => r.status === 'active')?.id;
-  const end = active
-    ? `gatehouse release rollback --to ${active} --reason "<why>" (retires the candidate; writes off until enable-writes)${active === id ? '' : `, then activate ${id}`}`
-    : `gatehouse release rollback --to <former release> --reason "<why>"`;
+  const self = open.find((r) => r.id === id);
   throw new ActivationRefused(
     id,
-    open.map(
-      (c) =>
-        `${c.id} is a candidate for ${cohortText(c.cohort)}: activating ${id} for everyone would leave it serving that cohort. ` +
-        `End the canary first: ${end}; or promote it: gatehouse release activate ${c.id}. Nothing was changed`,
-    ),
+    self ? promotionBesideCanary(self, others, active) : others.map((c) => activationBesideCanary(id, c, active)),
   );
+}
+
+/** The rollback that ends every open canary, as the refusals spell it. */
+function endCanaries(active: string | undefined, retires: string): string {
+  return `gatehouse release rollback --to ${active ?? '<former release>'} --reason "<why>" (retires ${retires}; writes off until enable-writes)`;
+}
+
+/** ADR 0704: why activating `id` for everyone beside the open candidate `c` is refused, and the two ways on. */
+function activationBesideCanary(id: string, c: { id: string; cohort: unknown }, active: string | undefined): string {
+  const then = active === undefined || active === id ? '' : `, then activate ${id}`;
+  return (
+    `${c.id} is a candidate for ${cohortText(c.cohort)}: activating ${id} for everyone would leave it serving that cohort. ` +
+    `End the canary first: ${endCanaries(active, 'the candidate')}${then}; or promote it: gatehouse release activate ${c.id}. Nothing was changed`
+  );
+}
+
+/**
+ * ADR 0716: why promoting the candidate `self` is refused while `others` are candidates too, and the
+ * way on: a rollback ends every canary (there is no command that ends one alone), then `self`'s
+ * canary is opened again for its cohort.
+ */
+function promotionBesideCanary(
+  self: { id: string; cohort: unknown },
+  others: { id: string; cohort: unknown }[],
+  active: string | undefined,
+): string[] {
+  const all = [self, ...others].map((c) => c.id).join(' and ');
+  return [
+    ...others.map(
+      (c) =>
+        `${c.id} is a candidate too, for ${cohortText(c.cohort)}: promoting ${self.id} would leave it serving that cohort, its canary compared with a release no longer active`,
+    ),
+    `End the canaries first: ${endCanaries(active, all)}, then open ${self.id}'s again: gatehouse release activate ${self.id} --cohort ${cohortText(self.cohort)}, and promote it once its analysis passes. Nothing was changed`,
+  ];
 }
 
 /** A candidate's stored cohort (JSON text or the parsed column) as `--cohort` spells it. */
