@@ -99,7 +99,8 @@ function whileNotRevoked(
  * and within `pollMs` plus the revocation cache's bound after an operator revoked it, with
  * `{"reason":"token_revoked"}` (docs/decisions/0695-user-tokens-can-be-revoked.md).
  * Until the stream opens the request is bounded by the app's response deadline (503); a request
- * answered so meanwhile opens no stream.
+ * answered so meanwhile, or dropped by its client while the workflow was read, opens no stream and
+ * takes no slot.
  */
 export function eventsRouter(cfg: EventStreamConfig): Router {
   const router = Router();
@@ -107,8 +108,9 @@ export function eventsRouter(cfg: EventStreamConfig): Router {
   router.get('/v1/workflows/:id/events', async (req, res) => {
     const { user } = req as unknown as AuthedRequest;
     const wf = await ownWorkflow(cfg.db, String(req.params.id), user.tenant);
-    // The response deadline answered 503 while the ledger hung: no stream, no slot.
-    if (res.headersSent) return;
+    // The response deadline answered 503 while the ledger hung, or the client dropped the request
+    // meanwhile (its `close` has fired, so a slot taken now would never be freed): no stream, no slot.
+    if (res.headersSent || req.socket.destroyed) return;
     const last = lastEventId(req.get('last-event-id'), req.query.lastEventId);
     // A workflow that already ended and whose last event the client has: nothing will follow, and
     // 204 tells an EventSource to stop reconnecting.
