@@ -22,6 +22,14 @@ export interface EventStreamConfig {
   revocations: TokenRevocationCheck;
 }
 
+/** Headers of an open event stream (and of the answer to a HEAD request of one). */
+const STREAM_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache, no-transform',
+  connection: 'keep-alive',
+  'x-accel-buffering': 'no',
+} as const;
+
 /** Seconds a client refused for too many streams is told to wait (`Retry-After`). */
 const STREAM_RETRY_AFTER_S = 30;
 
@@ -100,7 +108,8 @@ function whileNotRevoked(
  * `{"reason":"token_revoked"}` (docs/decisions/0695-user-tokens-can-be-revoked.md).
  * Until the stream opens the request is bounded by the app's response deadline (503); a request
  * answered so meanwhile, or dropped by its client while the workflow was read, opens no stream and
- * takes no slot.
+ * takes no slot. A HEAD request is answered what a GET would get up to the stream's headers (its
+ * 200 checks the limits too) and ends there: no stream, no slot (docs/decisions/0720-head-of-an-event-stream.md).
  */
 export function eventsRouter(cfg: EventStreamConfig): Router {
   const router = Router();
@@ -127,12 +136,13 @@ export function eventsRouter(cfg: EventStreamConfig): Router {
         `too_many_streams_${slot.refused}`,
         `at most ${slot.limit} open event streams per ${slot.refused} on this server; close one or retry after ${STREAM_RETRY_AFTER_S} s`,
       );
-    res.status(200).set({
-      'content-type': 'text/event-stream; charset=utf-8',
-      'cache-control': 'no-cache, no-transform',
-      connection: 'keep-alive',
-      'x-accel-buffering': 'no',
-    });
+    res.status(200).set(STREAM_HEADERS);
+    // HEAD (express routes it here): the stream's status and headers, and done — a body HEAD cannot
+    // carry would keep the connection unfinished and the slot taken (ADR 0720).
+    if (req.method === 'HEAD') {
+      slot.release();
+      return void res.end();
+    }
     res.flushHeaders();
     res.write(`retry: ${Math.max(1000, Math.min(cfg.pollMs, 5000))}\n\n`);
     const stream = new EventStream(cfg, res, wf.id, last);

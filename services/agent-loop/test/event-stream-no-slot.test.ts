@@ -1,4 +1,5 @@
 import type { Server } from 'node:http';
+import { connect } from 'node:net';
 import express from 'express';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi, type MockInstance } from 'vitest';
@@ -9,6 +10,8 @@ import { WorkflowEventHub } from '../src/domain/event-hub.ts';
 import { eventsRouter } from '../src/http/events.router.ts';
 
 /**
+ * Requests of `GET /v1/workflows/:id/events` that never read a stream hold nothing.
+ *
  * A client that drops its event-stream request before the stream opens — while the router still
  * reads the workflow from the ledger — holds nothing afterwards: no open-stream slot, no
  * subscription, no poll. Against real Postgres (a table lock holds the read) and real HTTP; the
@@ -16,6 +19,11 @@ import { eventsRouter } from '../src/http/events.router.ts';
  * slot and subscribed after the connection had closed, and its `close` listener never fired: each
  * dropped request leaked a slot for good, and past `perUser` of them the user got 429 with no
  * stream open.
+ *
+ * A `HEAD` request (express routes it to the GET handler) is answered the stream's status and
+ * headers and ended (ADR 0720): before the fix it opened a stream whose body HEAD cannot carry, so
+ * its connection never finished — the next request a keep-alive client sent on it hung until the
+ * token expired — and it held a slot all that time.
  */
 let t: TestDatabase;
 let server: Server;
@@ -95,5 +103,51 @@ describe('an event-stream request dropped before its stream opens', () => {
     expect(res.status).toBe(200);
     expect(subscribed).toHaveBeenCalledTimes(1);
     ctl.abort();
+  });
+});
+
+/** Sends `requests` (raw HTTP/1.1) on one connection, one after the other; resolves with what came back within `ms`. */
+async function onOneConnection(requests: string[], ms: number): Promise<string> {
+  const { port } = new URL(base);
+  const sock = connect(Number(port), '127.0.0.1');
+  let got = '';
+  sock.on('data', (d: Buffer) => (got += d.toString('latin1')));
+  await new Promise((r) => sock.once('connect', r));
+  for (const r of requests) {
+    sock.write(r);
+    await sleep(100);
+  }
+  await sleep(ms);
+  sock.destroy();
+  return got;
+}
+
+describe('HEAD on the event stream (ADR 0720)', () => {
+  const head = () => `HEAD /v1/workflows/${workflowId}/events HTTP/1.1\r\nHost: t\r\n\r\n`;
+
+  it(`answers the stream's status and headers and ends: ${PER_USER + 1} HEADs on one kept-alive connection are each answered; none subscribed or took a slot`, async () => {
+    const before = subscribed.mock.calls.length;
+    const got = await onOneConnection(
+      Array.from({ length: PER_USER + 1 }, () => head()),
+      1000,
+    );
+    expect(got.match(/^HTTP\/1\.1 200 /gm)).toHaveLength(PER_USER + 1);
+    expect(got).toContain('content-type: text/event-stream');
+    expect(subscribed.mock.calls.length).toBe(before);
+    const ctl = new AbortController();
+    const res = await fetch(`${base}/v1/workflows/${workflowId}/events`, { signal: ctl.signal });
+    expect(res.status).toBe(200);
+    ctl.abort();
+  });
+
+  it('answers what GET would before the stream: another tenant 404, a bad Last-Event-ID 400', async () => {
+    const got = await onOneConnection(
+      [
+        `HEAD /v1/workflows/${workflowId}/events?lastEventId=x HTTP/1.1\r\nHost: t\r\n\r\n`,
+        `HEAD /v1/workflows/00000000-0000-4000-8000-000000000000/events HTTP/1.1\r\nHost: t\r\n\r\n`,
+      ],
+      500,
+    );
+    expect(got.match(/^HTTP\/1\.1 \d+/gm)).toEqual(['HTTP/1.1 400', 'HTTP/1.1 404']);
   });
 });
