@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenFor } from '@gatehouse/cli';
 import { SECRET, startFuzzApps, type FuzzApps, type Surface } from './support/apps.ts';
@@ -175,6 +176,67 @@ describe('a JSON body naming a key twice is 400 invalid_body, and nothing is wri
       body: '{"ticketId":"T-dup-ok","text":"\\"text\\": is O-1001 shipped? {\\"text\\":1}"}',
     });
     expect(res.status).toBe(202);
+  });
+
+  it('logs no unhandled error for any of them', () => {
+    for (const app of Object.values(f.apps)) expect(app.logs.filter((l) => /unhandled/i.test(String(l.msg)))).toEqual([]);
+  });
+});
+
+// A JSON body whose bytes were not valid UTF-8 was read with each bad byte as U+FFFD: a ticket sent
+// as latin-1 ("café" as 63 61 66 E9) was stored as "caf\uFFFD" and answered 202, the caller's text
+// changed without a word, and two different bodies were "the same ticket" (docs/decisions/0721).
+describe('a JSON body that is not valid text of its charset is 400 invalid_body, and nothing is written', () => {
+  const bytes = (...parts: Array<string | number[]>) =>
+    Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : Buffer.from(p))));
+  it.each<[string, Surface, string, 'rep' | 'lead' | 'ops', Buffer]>([
+    ['a ticket whose text is latin-1', 'agent-loop', '/v1/tickets', 'rep', bytes('{"ticketId":"T-bad-utf8-1","text":"caf', [0xe9], '"}')],
+    [
+      'a ticket with a truncated sequence',
+      'agent-loop',
+      '/v1/tickets',
+      'rep',
+      bytes('{"ticketId":"T-bad-utf8-2","text":"a', [0xe2, 0x82], '"}'),
+    ],
+    [
+      'a ticket with an encoded surrogate (CESU)',
+      'agent-loop',
+      '/v1/tickets',
+      'rep',
+      bytes('{"ticketId":"T-bad-utf8-3","text":"a', [0xed, 0xa0, 0x80], '"}'),
+    ],
+    ['a follow-up', 'agent-loop', '/v1/workflows/00000000-0000-4000-8000-000000000000/messages', 'rep', bytes('{"text":"', [0xff], '"}')],
+    [
+      'a decision reason',
+      'approval',
+      '/v1/approvals/00000000-0000-4000-8000-000000000000/decision',
+      'lead',
+      bytes(`{"decision":"deny","actionVersion":1,"actionDigest":"${'a'.repeat(64)}","reason":"`, [0xc0, 0xaf], '"}'),
+    ],
+    ['a webhook url', 'ops', '/api/webhooks', 'ops', bytes('{"tenant":"quillfeather","url":"https://example.com/', [0xfe], '"}')],
+  ])('%s', async (_name, surface, path, who, body) => {
+    tokens.ops ??= await tokenFor('ops-gus', SECRET);
+    const res = await send(f.apps[surface].url, { method: 'POST', path, headers: json(tokens[who]!), body });
+    expect(res.status).toBe(400);
+    expect(JSON.parse(res.text)).toEqual({ error: { reason: 'invalid_body', message: expect.stringContaining('not valid text') } });
+  });
+
+  it('wrote no workflow and no webhook for any of them', async () => {
+    expect(await f.db.db.selectFrom('workflows').select('id').where('ticket_id', 'like', 'T-bad-utf8-%').execute()).toEqual([]);
+    expect(await f.db.db.selectFrom('webhook_endpoints').select('url').execute()).toEqual([]);
+  });
+
+  it('still accepts valid UTF-8 beyond ASCII (and a leading BOM), stored as sent', async () => {
+    const text = 'café — 😀 עברית';
+    const res = await send(f.apps['agent-loop'].url, {
+      method: 'POST',
+      path: '/v1/tickets',
+      headers: json(tokens.rep!),
+      body: Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(JSON.stringify({ ticketId: 'T-good-utf8', text }))]),
+    });
+    expect(res.status).toBe(202);
+    const wf = await f.db.db.selectFrom('workflows').select('text_sha256').where('ticket_id', '=', 'T-good-utf8').executeTakeFirstOrThrow();
+    expect(wf.text_sha256).toBe(createHash('sha256').update(text).digest('hex'));
   });
 
   it('logs no unhandled error for any of them', () => {

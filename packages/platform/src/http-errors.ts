@@ -56,6 +56,7 @@ export interface ErrorResponse {
 const BODY_FAULTS: Record<string, { reason: string; message: string }> = {
   'entity.parse.failed': { reason: 'invalid_body', message: 'body must be one JSON object' },
   'entity.duplicate.key': { reason: 'invalid_body', message: 'body must be one JSON object naming each key once' },
+  'entity.undecodable': { reason: 'invalid_body', message: 'the body is not valid text of its charset (send utf-8)' },
   'entity.too.large': { reason: 'body_too_large', message: 'body is too large' },
   'parameters.too.many': { reason: 'body_too_large', message: 'the form has too many fields' },
   'encoding.unsupported': { reason: 'unsupported_encoding', message: 'content-encoding must be identity, gzip, deflate or br' },
