@@ -218,6 +218,7 @@ export interface components {
     };
     ApprovalPage: {
       approvals: components['schemas']['ApprovalView'][];
+      /** @description the cursor of the next page, null on the last; a page may be short or empty and still carry one (one request examines at most 1000 approvals, ADR 0722): walk until null */
       nextCursor: string | null;
     };
     ApprovalView: {

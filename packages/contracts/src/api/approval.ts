@@ -82,7 +82,15 @@ export type ApprovalView = z.infer<typeof ApprovalViewSchema>;
 
 /** One page of `GET /v1/approvals`: the views and the cursor of the next page (null: the last page). */
 export const ApprovalPageSchema = z
-  .object({ approvals: z.array(ApprovalViewSchema), nextCursor: z.string().nullable() })
+  .object({
+    approvals: z.array(ApprovalViewSchema),
+    nextCursor: z
+      .string()
+      .nullable()
+      .describe(
+        'the cursor of the next page, null on the last; a page may be short or empty and still carry one (one request examines at most 1000 approvals, ADR 0722): walk until null',
+      ),
+  })
   .meta({ id: 'ApprovalPage' });
 export type ApprovalPage = z.infer<typeof ApprovalPageSchema>;
 

@@ -95,16 +95,28 @@ export function decodeCursor(cursor: string): string | undefined {
   return UUID.safeParse(id).success ? id : undefined;
 }
 
+/** Rows one query of a page reads, whatever the page's limit (the largest page, so one query fills any page of a status shown whole). */
+const SCAN_BATCH = 100;
+
+/**
+ * Rows one page request examines at most (docs/decisions/0722-a-page-request-examines-a-bounded-number-of-rows.md):
+ * past it the page ends, short or empty, with a `nextCursor` after the last row examined.
+ */
+export const DEFAULT_SCAN_BOUND = 1000;
+
 /**
  * A page of the approvals of the viewer's tenant with `status`, in (created_at, id) order after
  * the approval `after` (keyset pagination: no duplicates or gaps while rows are added). Pending
- * approvals are filtered to what the viewer may decide; the page is filled past filtered rows.
+ * approvals are filtered to what the viewer may decide; the page is filled past filtered rows,
+ * reading {@link SCAN_BATCH} rows a query and examining at most `scanBound` rows (default
+ * {@link DEFAULT_SCAN_BOUND}): a page that reaches the bound ends there with a `nextCursor`, so
+ * approvals the viewer may not decide cost a request a bounded number of reads (ADR 0722).
  * Resolves null when `after` is not an approval of the viewer's tenant.
  */
 export async function listApprovalPage(
   db: Db,
   viewer: { sub: string; tenant: string },
-  q: { status: ApprovalView['status']; limit: number; after: string | null },
+  q: { status: ApprovalView['status']; limit: number; after: string | null; scanBound?: number },
 ): Promise<ApprovalPage | null> {
   if (
     q.after &&
@@ -114,11 +126,12 @@ export async function listApprovalPage(
   const batch = (after: string | null) => {
     let query = selectApprovals(db, viewer.tenant).where('p.status', '=', q.status);
     if (after) query = query.where(sql<boolean>`(p.created_at, p.id) > (SELECT created_at, id FROM approvals WHERE id = ${after})`);
-    return query.orderBy('p.created_at').orderBy('p.id').limit(q.limit).execute();
+    return query.orderBy('p.created_at').orderBy('p.id').limit(SCAN_BATCH).execute();
   };
+  const bound = q.scanBound ?? DEFAULT_SCAN_BOUND;
   const approvals: ApprovalView[] = [];
   let position = q.after;
-  for (;;) {
+  for (let examined = 0; ;) {
     const rows = await batch(position);
     for (const r of rows) {
       const view = toView(r, viewer.sub);
@@ -128,7 +141,9 @@ export async function listApprovalPage(
         approvals.push(view);
       }
       position = r.id;
+      // The request has read its share: the rest waits for the next page (ADR 0722).
+      if (++examined >= bound) return { approvals, nextCursor: encodeCursor(position) };
     }
-    if (rows.length < q.limit) return { approvals, nextCursor: null };
+    if (rows.length < SCAN_BATCH) return { approvals, nextCursor: null };
   }
 }
