@@ -95,6 +95,17 @@ export function decodeCursor(cursor: string): string | undefined {
   return UUID.safeParse(id).success ? id : undefined;
 }
 
+/**
+ * The approvals of `tenant` with `status` in page order — (created_at, id) — after the approval
+ * `after` (all when null): the keyset every page of approvals reads (the API's and the inbox's).
+ * The caller adds its `limit`.
+ */
+export function approvalsAfter(db: Db, tenant: string, status: ApprovalView['status'], after: string | null) {
+  let query = selectApprovals(db, tenant).where('p.status', '=', status);
+  if (after) query = query.where(sql<boolean>`(p.created_at, p.id) > (SELECT created_at, id FROM approvals WHERE id = ${after})`);
+  return query.orderBy('p.created_at').orderBy('p.id');
+}
+
 /** Rows one query of a page reads, whatever the page's limit (the largest page, so one query fills any page of a status shown whole). */
 const SCAN_BATCH = 100;
 
@@ -123,11 +134,7 @@ export async function listApprovalPage(
     !(await db.selectFrom('approvals').select('id').where('id', '=', q.after).where('tenant', '=', viewer.tenant).executeTakeFirst())
   )
     return null;
-  const batch = (after: string | null) => {
-    let query = selectApprovals(db, viewer.tenant).where('p.status', '=', q.status);
-    if (after) query = query.where(sql<boolean>`(p.created_at, p.id) > (SELECT created_at, id FROM approvals WHERE id = ${after})`);
-    return query.orderBy('p.created_at').orderBy('p.id').limit(SCAN_BATCH).execute();
-  };
+  const batch = (after: string | null) => approvalsAfter(db, viewer.tenant, q.status, after).limit(SCAN_BATCH).execute();
   const bound = q.scanBound ?? DEFAULT_SCAN_BOUND;
   const approvals: ApprovalView[] = [];
   let position = q.after;

@@ -106,8 +106,11 @@ function fields(v: ApprovalView): string {
   return `<dl>${rows.map(([k, val]) => `<dt>${escapeHtml(k)}</dt><dd>${escapeHtml(val)}</dd>`).join('')}<dt>Digest</dt><dd><code>${escapeHtml(v.actionDigest)}</code></dd></dl>`;
 }
 
-/** The approver's list: decidable approvals get approve/deny forms bound to version and digest. */
-export function inboxPage(user: string, views: ApprovalView[], csrf: string, flash?: string): string {
+/**
+ * The approver's list, one page of it: decidable approvals get approve/deny forms bound to version
+ * and digest; `next`, when more are waiting, is the cursor its "next page" link carries (ADR 0723).
+ */
+export function inboxPage(user: string, views: ApprovalView[], csrf: string, flash?: string, next: string | null = null): string {
   const cards = views.map((v) => {
     const form = v.canDecide
       ? `<form method="post" action="/inbox/approvals/${escapeHtml(v.approvalId)}/decision">
@@ -119,6 +122,6 @@ export function inboxPage(user: string, views: ApprovalView[], csrf: string, fla
   });
   return page(
     'Pending approvals — Gatehouse',
-    `<h1>Pending approvals</h1><p>Signed in as <strong>${escapeHtml(user)}</strong> · <a href="/inbox/signout">sign out</a></p>${flash ? `<p class="flash">${escapeHtml(flash)}</p>` : ''}${cards.join('') || '<p>Nothing is waiting for a decision.</p>'}`,
+    `<h1>Pending approvals</h1><p>Signed in as <strong>${escapeHtml(user)}</strong> · <a href="/inbox/signout">sign out</a></p>${flash ? `<p class="flash">${escapeHtml(flash)}</p>` : ''}${cards.join('') || '<p>Nothing is waiting for a decision.</p>'}${next ? `<p class="next"><a href="/inbox/approvals?after=${escapeHtml(next)}">More are waiting: the next page →</a></p>` : ''}`,
   );
 }

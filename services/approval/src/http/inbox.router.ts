@@ -13,8 +13,27 @@ import {
 } from '@gatehouse/platform';
 import type { Db } from '@gatehouse/ledger';
 import { decideApproval } from '../domain/decide.ts';
-import { selectApprovals, toView } from '../domain/approval-view.ts';
+import { approvalsAfter, decodeCursor, encodeCursor, toView } from '../domain/approval-view.ts';
 import { inboxPage, page, signInPage } from './inbox.html.ts';
+
+/** Pending approvals one inbox page shows, oldest first; the page links to the next (ADR 0723). */
+export const INBOX_PAGE_SIZE = 50;
+
+/**
+ * One inbox page of `tenant`'s pending approvals: at most {@link INBOX_PAGE_SIZE}, oldest first,
+ * after the approval the `after` cursor names (the first page when it is absent or not a cursor
+ * {@link encodeCursor} made), and the cursor of the next page (null on the last). Every pending
+ * approval is shown, decidable or not (a card says why not), so a page's size bounds the query.
+ */
+async function inboxApprovals(db: Db, tenant: string, after: unknown) {
+  const from = typeof after === 'string' ? (decodeCursor(after) ?? null) : null;
+  const rows = await approvalsAfter(db, tenant, 'pending', from)
+    .limit(INBOX_PAGE_SIZE + 1)
+    .execute();
+  const more = rows.length > INBOX_PAGE_SIZE;
+  const page = rows.slice(0, INBOX_PAGE_SIZE);
+  return { rows: page, next: more ? encodeCursor(page.at(-1)!.id) : null };
+}
 
 /** Name of the inbox's session cookie (path `/inbox`). */
 export const INBOX_COOKIE = 'gh_inbox';
@@ -107,14 +126,15 @@ export function inboxRouter(cfg: InboxConfig): Router {
       res.redirect(303, '/inbox');
       return;
     }
-    const rows = await selectApprovals(cfg.db, s.user.tenant).where('p.status', '=', 'pending').orderBy('p.created_at').execute();
+    const shown = await inboxApprovals(cfg.db, s.user.tenant, req.query.after);
     const flash = confirmation(req.query);
     res.type('html').send(
       inboxPage(
         s.user.sub,
-        rows.map((r) => toView(r, s.user.sub)),
+        shown.rows.map((r) => toView(r, s.user.sub)),
         session.csrfOf(s.token),
         flash,
+        shown.next,
       ),
     );
   });
