@@ -6,12 +6,14 @@ import {
   browserSession,
   Forbidden,
   isDirectoryOperator,
+  sendRateRefusal,
   setPageHeaders,
   Unauthorized,
   verifyBearerToken,
   withRevocations,
   type AbuseLimiter,
   type BearerVerifier,
+  type RateRefusal,
   type Logger,
 } from '@gatehouse/platform';
 import { refusedPage, signInPage } from './pages.html.ts';
@@ -29,7 +31,10 @@ export interface OperatorAuthConfig {
   localSecret: string | null;
   /** Marks the cookie `Secure` (production, behind TLS). */
   secureCookie: boolean;
-  /** Per-user and per-tenant limits of sign-in attempts (the process always passes one). */
+  /**
+   * Per-user and per-tenant limits of sign-in attempts and of refused non-operators' requests
+   * (the process always passes one; ADR 0725).
+   */
   signInLimiter?: AbuseLimiter;
 }
 
@@ -55,7 +60,8 @@ export function wantsJson(req: Request): boolean {
  * JWT either in `Authorization: Bearer …` (tools) or in the `gh_ops` cookie set by sign-in
  * (browsers; the platform's `browserSession`: HttpOnly, SameSite=Strict, `Secure` in production, path `/`, one hour). Only a user the directory lists with role `operator` enters: no or
  * an invalid token is 401, any other role 403 — a refusal of a known caller is audited
- * (`ops.refused`, outcome `dashboard:not_an_operator`, the caller's id hashed). Local mode offers
+ * (`ops.refused`, outcome `dashboard:not_an_operator`, the caller's id hashed) within the sign-in
+ * limits; past them the caller gets 429 with `Retry-After` and nothing is audited (ADR 0725). Local mode offers
  * a user chooser (like the approval inbox); production takes a pasted token.
  */
 export function operatorAuth(cfg: OperatorAuthConfig): {
@@ -87,6 +93,14 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
       }),
     );
   };
+  /**
+   * Whether a refused caller is past the sign-in limits (per user and per tenant, shared by the
+   * replicas through Redis): each refusal writes an audit event, so without a bound any valid
+   * token could write the audit chain at the rate it sends requests (docs/decisions/0725-refusals-of-the-ops-dashboard-are-rate-limited.md).
+   * Resolves null when the refusal may be answered and audited (or no limiter is configured).
+   */
+  const refusalLimited = (user: UserClaims): Promise<RateRefusal | null> =>
+    cfg.signInLimiter ? cfg.signInLimiter.take({ user: user.sub, tenant: user.tenant }) : Promise.resolve(null);
   /** The token of a request: the bearer header wins over the cookie. */
   const tokenOf = (req: Request): string | undefined => {
     const header = req.header('authorization');
@@ -120,6 +134,10 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
       return;
     }
     if (!isDirectoryOperator(user)) {
+      // A known caller's refusals count against the sign-in limits: past them 429, not audited (ADR 0725).
+      const limited = await refusalLimited(user).catch((err: unknown) => err as Error);
+      if (limited instanceof Error) return next(limited);
+      if (limited) return sendRateRefusal(res, limited, cfg.signInLimiter!.settings);
       reason = 'not_an_operator';
       await refuse(user, req.originalUrl.slice(0, 200));
       if (wantsJson(req)) next(new Forbidden(reason, 'the ops dashboard is for operators only'));
