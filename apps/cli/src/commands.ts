@@ -100,6 +100,19 @@ export const COMMANDS: CommandSpec[] = [
     json: true,
   },
   {
+    name: 'audit rotate-key',
+    synopsis: '--old-key <pem> [--new-key <pem>] --reason <why>',
+    summary: 'hand the audit anchors over from one signing key to another, recorded in the chain',
+    details: [
+      'Both private keys sign the handover (--new-key defaults to AUDIT_SIGNING_KEY_PATH, else <state folder>/audit-ed25519.pem).',
+      'An audit replica whose key no rotation hands over to refuses to anchor; audit verify accepts anchors across a',
+      'recorded rotation. A lost old key cannot be rotated from: docs/decisions/0717-audit-key-rotation.md.',
+    ],
+    options: ['old-key', 'new-key', 'reason'],
+    required: { 'old-key': '<pem>', reason: '<why>' },
+    ops: true,
+  },
+  {
     name: 'switch on',
     argument: '<tool>',
     synopsis: '<tool>',

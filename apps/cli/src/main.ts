@@ -9,6 +9,7 @@ import { withCliDb } from './cli-db.ts';
 import { tokenFor } from './api-client.ts';
 import { auditPublicKey } from './audit-key.ts';
 import { auditVerifyCommand, localWitnessPath } from './audit-verify-command.ts';
+import { auditRotateKeyCommand } from './audit-rotate-command.ts';
 import { prepareDatabase } from './db-admin.ts';
 import { ensureDelegationKeyPair } from '@gatehouse/credentials';
 import { cliSigningKey, delegationKeyPaths } from './delegation-keys.ts';
@@ -120,6 +121,18 @@ async function main(argv: string[]): Promise<number> {
         const key = auditPublicKey();
         return auditVerifyCommand(db, { witness: values.witness, json: values.json, out, ...(key ? { trustedPublicKey: key } : {}) });
       });
+    case 'audit rotate-key':
+      checkArgumentCount(spec, positionals, 0);
+      return opsCommand(env, values.token, 'audit rotate-key', (db, op) =>
+        auditRotateKeyCommand(db, {
+          oldKey: values['old-key']!,
+          newKey: values['new-key'],
+          reason: values.reason!,
+          operator: op.id,
+          hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+          out,
+        }),
+      );
     case 'switch on':
     case 'switch off': {
       const tool = arg!;
@@ -304,6 +317,8 @@ const OPTIONS = {
   'state-dir': { type: 'string' },
   'keep-running': { type: 'boolean' },
   witness: { type: 'string' },
+  'old-key': { type: 'string' },
+  'new-key': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 

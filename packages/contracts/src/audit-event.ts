@@ -58,6 +58,11 @@ export const AuditEventType = z.enum([
   'reconciliation.classified',
   'reconciliation.resolved',
   'compensation.requested',
+  /**
+   * `gatehouse audit rotate-key`: anchors are signed by a new key from here on (outcome
+   * `from:<spki>;to:<spki>;old_sig:<b64>;new_sig:<b64>;reason:<why>`, both keys signing the handover; ADR 0717).
+   */
+  'audit.key_rotated',
 ]);
 
 /** A lone UTF-16 surrogate: a high one not followed by a low one, or a low one not preceded by a high one. */

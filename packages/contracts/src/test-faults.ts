@@ -81,6 +81,8 @@ export interface TestFaults {
   // services: audit
   /** `KEY_CHECK_THEN_WRITE`: the audit key is written in place after an existence check (the race). */
   keyCheckThenWrite: boolean;
+  /** `ANCHOR_ANY_KEY`: the audit writer anchors whatever key signed the newest anchor (no key guard, ADR 0717). */
+  anchorAnyKey: boolean;
   // services: executor
   /** `CRASH_TOOL`: crash only for this tool (all tools when null). */
   crashTool: string | null;
@@ -165,6 +167,7 @@ const SWITCHES: { [K in keyof TestFaults]: [name: string, kind: Kind] } = {
   disableTenantSpendCap: ['DISABLE_TENANT_SPEND_CAP', 'flag'],
   disableWebhookCapLock: ['DISABLE_WEBHOOK_CAP_LOCK', 'flag'],
   keyCheckThenWrite: ['KEY_CHECK_THEN_WRITE', 'flag'],
+  anchorAnyKey: ['ANCHOR_ANY_KEY', 'flag'],
   crashTool: ['CRASH_TOOL', 'text'],
   blockBeforeDispatchMs: ['BLOCK_BEFORE_DISPATCH_MS', 'ms'],
   disableWriteAhead: ['DISABLE_WRITE_AHEAD', 'flag'],

@@ -4,6 +4,7 @@ import type { Db } from './db.ts';
 import type { AuditAnchorsTable } from './schema.ts';
 import { chainHash, GENESIS_HASH, reservedChainKey } from './audit-chain.ts';
 import type { WitnessedAnchor } from './audit-witness.ts';
+import { keyFingerprint, keysConnectedTo, readKeyRotations, rotationSigned, type KeyRotation } from './audit-keys.ts';
 
 /** Result of walking the chain. `firstBadSeq` is the first sequence number that fails. */
 export interface ChainVerification {
@@ -15,6 +16,8 @@ export interface ChainVerification {
   anchorsChecked: number;
   /** True when anchors were checked against a pinned trusted key, not the key stored with them. */
   anchorsTrusted: boolean;
+  /** Key rotations recorded in the chain (`audit.key_rotated`, ADR 0717) that anchors may cross. */
+  keyRotations: number;
   /** Anchors of the witness checked against the chain and `audit_anchors` (0 without a witness, or when broken). */
   witnessChecked: number;
   /** The highest anchored sequence number, in `audit_anchors` or the witness; null when there is none. */
@@ -62,10 +65,12 @@ interface Walk {
  * Walks `audit_log` in sequence order, recomputing every link
  * (`hash = sha256(prev_hash ‖ JCS({seq, ...event}))`, an event carrying `seq` itself, or stored as other jsonb than the writer stores for the value hashed, is bad), checking that sequence numbers have no gap,
  * then checks every anchor: its Ed25519 signature over `<seq>:<hash>` and that the chain still
- * has that hash at that sequence. Signatures are checked against `trustedPublicKey` (the audit
- * service's pinned key) when given — whoever can rewrite the tables could otherwise re-sign the
- * anchors with a key of their own; without it, against the key stored with each anchor, and the
- * result says `anchorsTrusted: false`. Reads in pages of 1000.
+ * has that hash at that sequence. An anchor's key must be `trustedPublicKey` (the audit
+ * service's pinned key) or one a key rotation recorded in the chain connects to it — whoever can
+ * rewrite the tables could otherwise re-sign the anchors with a key of their own; without a pin,
+ * the first anchor's key or one connected to it, and the result says `anchorsTrusted: false`.
+ * Every recorded rotation must be signed by both its keys (docs/decisions/0717-audit-key-rotation.md).
+ * Reads in pages of 1000.
  *
  * With `witness` (anchors kept outside Postgres) every witnessed anchor must lie within the chain
  * (else `truncated`), match its hash (else `rewritten`) and still be in `audit_anchors` (else
@@ -78,6 +83,7 @@ export async function verifyAuditChain(db: Db, opts: VerifyOptions = {}): Promis
   const trusted = opts.trustedPublicKey ?? null;
   const witness = opts.witness ?? [];
   const anchors = await db.selectFrom('audit_anchors').selectAll().orderBy('id').execute();
+  const rotations = await readKeyRotations(db);
   const seqs = [...anchors.map((a) => Number(a.seq)), ...witness.map((w) => w.seq)];
   const newest = seqs.length ? Math.max(...seqs) : null;
   const walk = await walkChain(db, new Set(seqs), (newest ?? 0) + 1);
@@ -89,12 +95,14 @@ export async function verifyAuditChain(db: Db, opts: VerifyOptions = {}): Promis
     reason: bad?.reason ?? null,
     anchorsChecked: bad ? 0 : anchors.length,
     anchorsTrusted: trusted !== null,
+    keyRotations: rotations.length,
     witnessChecked: bad ? 0 : witness.length,
     newestAnchorSeq: newest,
   });
   if (walk.bad) return result(walk.bad);
   return result(
-    checkAnchors(anchors, walk, trusted) ??
+    checkRotations(rotations) ??
+      checkAnchors(anchors, walk, signingKeys(trusted, anchors, rotations)) ??
       checkWitness(witness, anchors, walk) ??
       checkFreshness(walk, opts.maxUnanchoredAgeMs, opts.now ?? new Date()),
   );
@@ -167,12 +175,44 @@ function checkLink(prev: string, seq: number, event: Record<string, unknown>, ha
   return computed === hash ? null : { seq, reason: 'hash does not match the event' };
 }
 
-/** The first anchor of `audit_anchors` whose signature fails or whose hash the chain no longer has. */
-function checkAnchors(anchors: Anchor[], walk: Walk, trusted: KeyObject | null): Problem | null {
+/** The first recorded key rotation that does not parse or that its two keys did not both sign. */
+function checkRotations(rotations: { seq: number; rotation: KeyRotation | null }[]): Problem | null {
+  for (const { seq, rotation } of rotations)
+    if (!rotation || !rotationSigned(rotation)) return { seq, reason: `key rotation at seq ${seq} is not signed by both its keys` };
+  return null;
+}
+
+/**
+ * The fingerprints of the keys anchors may be signed by: the pinned key and every key a recorded
+ * rotation connects to it; without a pin, the first anchor's stored key and those connected to it
+ * (ADR 0717). An anchor signed by any other key is one nobody handed over to.
+ */
+function signingKeys(trusted: KeyObject | null, anchors: Anchor[], rotations: { rotation: KeyRotation | null }[]): Set<string> {
+  const root = trusted ?? (anchors[0] ? createPublicKey(anchors[0].public_key) : null);
+  if (!root) return new Set();
+  return keysConnectedTo(
+    root,
+    rotations.flatMap((r) => (r.rotation ? [r.rotation] : [])),
+  );
+}
+
+/**
+ * The first anchor of `audit_anchors` signed by a key outside `keys` (neither the pinned key nor
+ * one a recorded rotation hands over to), whose signature fails against its stored key, or whose
+ * hash the chain no longer has.
+ */
+function checkAnchors(anchors: Anchor[], walk: Walk, keys: ReadonlySet<string>): Problem | null {
   for (const a of anchors) {
     const seq = Number(a.seq);
-    const ok = verify(null, Buffer.from(`${seq}:${a.hash}`), trusted ?? createPublicKey(a.public_key), Buffer.from(a.signature, 'base64'));
-    if (!ok) return { seq, reason: `anchor ${a.id} signature invalid` };
+    const key = createPublicKey(a.public_key);
+    const fp = keyFingerprint(key);
+    if (!keys.has(fp))
+      return {
+        seq,
+        reason: `anchor ${a.id} signature invalid: signed by key ${fp.slice(0, 16)}, which no recorded rotation hands over to`,
+      };
+    if (!verify(null, Buffer.from(`${seq}:${a.hash}`), key, Buffer.from(a.signature, 'base64')))
+      return { seq, reason: `anchor ${a.id} signature invalid` };
     if (walk.hashAt.get(seq) !== a.hash) return { seq, reason: `chain differs from anchor ${a.id}` };
   }
   return null;

@@ -6,6 +6,7 @@ export * from './advisory-locks.ts';
 export * from './audit-chain.ts';
 export * from './audit-verify.ts';
 export * from './audit-witness.ts';
+export * from './audit-keys.ts';
 export * from './releases.ts';
 export * from './operations/operation-protocol.ts';
 export * from './operations/overlapping-dispatches.ts';

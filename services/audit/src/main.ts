@@ -12,7 +12,7 @@ import {
 } from '@gatehouse/platform';
 import { observeAuditBacklog } from '@gatehouse/telemetry';
 import { chainPending, readAuditBacklog } from './jobs/chain.writer.ts';
-import { anchorHead, loadSigningKey } from './domain/anchor.ts';
+import { anchorHead, anchorKeyRefusal, loadSigningKey, type AnchorKeyRefusal } from './domain/anchor.ts';
 import { anchorFreshnessLimitMs, defaultWitnessPath } from '@gatehouse/ledger';
 import { auditEnvShape, auditProductionProblems } from './settings.ts';
 import { claimMonitorPass } from './domain/monitor-pass.ts';
@@ -29,8 +29,27 @@ const witness = env.AUDIT_ANCHOR_WITNESS_PATH ?? defaultWitnessPath(env.AUDIT_SI
 // with how many were left out.
 const chainFailures = logThrottle();
 const anchorFailures = logThrottle();
+// The key guard (ADR 0717): while the newest anchor's key never handed over to this replica's,
+// nothing is anchored, events are still chained, readiness fails with why and the log says it
+// once per 30 s with both fingerprints and the command that fixes it.
+let keyRefusal: AnchorKeyRefusal | null = null;
+const keyRefusals = logThrottle();
+const onRefused = (r: AnchorKeyRefusal | null): void => {
+  keyRefusal = r;
+  if (r)
+    keyRefusals(r.message, (repeated) =>
+      log.error({ newestAnchorKey: r.newestKey, ownKey: r.ownKey, newestSeq: r.newestSeq, repeated }, r.message),
+    );
+};
+ctx.readyChecks.anchorKey = async () => {
+  if (keyRefusal) throw new Error(keyRefusal.message);
+};
+// Judged at boot too, so a replica of the wrong key is not ready from its first readiness probe.
+anchorKeyRefusal(db, key)
+  .then(onRefused)
+  .catch((err: unknown) => log.error({ err: (err as Error).message }, 'anchor key check failed'));
 const anchor = (): void => {
-  anchorHead(db, key, witness).catch((err: unknown) => {
+  anchorHead(db, key, witness, onRefused).catch((err: unknown) => {
     const message = (err as Error).message;
     anchorFailures(message, (repeated) => log.error({ err: message, repeated }, 'anchoring failed'));
   });
@@ -90,7 +109,7 @@ installShutdown(log, [
   () => ctx.close(),
   async () => {
     await running;
-    await anchorHead(db, key, witness); // leave the head anchored on a clean stop
+    await anchorHead(db, key, witness, onRefused); // leave the head anchored on a clean stop
   },
   () => {
     clearInterval(chainTimer);

@@ -1,0 +1,152 @@
+import { createHash, createPublicKey, sign, verify, type KeyObject } from 'node:crypto';
+import { sql } from 'kysely';
+import type { Db } from './db.ts';
+import { recordAudit, actorHash } from './audit.ts';
+
+/**
+ * An audit anchoring key's fingerprint: the SHA-256 of its public key's SPKI DER, hex (64
+ * characters). Accepts the private or the public key; log lines show its first 16 characters.
+ */
+export function keyFingerprint(key: KeyObject | string): string {
+  const pub = typeof key === 'string' ? createPublicKey(key) : key.type === 'private' ? createPublicKey(key) : key;
+  return createHash('sha256')
+    .update(pub.export({ type: 'spki', format: 'der' }))
+    .digest('hex');
+}
+
+/** A recorded key rotation: the audit chain's `audit.key_rotated` event at `seq` (docs/decisions/0717-audit-key-rotation.md). */
+export interface KeyRotation {
+  seq: number;
+  /** The key that signed anchors before, and the one that signs them after (public keys). */
+  from: KeyObject;
+  to: KeyObject;
+  /** Signatures of {@link rotationStatement} by the old key and by the new key (base64). */
+  oldSignature: string;
+  newSignature: string;
+  reason: string;
+}
+
+/** The bytes both keys sign for a rotation from `fromFp` to `toFp` (fingerprints). */
+export function rotationStatement(fromFp: string, toFp: string): Buffer {
+  return Buffer.from(`gatehouse-audit-key-rotation:${fromFp}:${toFp}`);
+}
+
+/** The public key as the outcome carries it: SPKI DER, base64. */
+function spki(key: KeyObject): string {
+  const pub = key.type === 'private' ? createPublicKey(key) : key;
+  return pub.export({ type: 'spki', format: 'der' }).toString('base64');
+}
+
+/**
+ * The outcome of an `audit.key_rotated` event:
+ * `from:<spki b64>;to:<spki b64>;old_sig:<b64>;new_sig:<b64>;reason:<why>` (the reason last: it may
+ * hold `;`). Both keys sign {@link rotationStatement}: the old one hands over, the new one accepts.
+ */
+export function rotationOutcome(oldKey: KeyObject, newKey: KeyObject, reason: string): string {
+  const statement = rotationStatement(keyFingerprint(oldKey), keyFingerprint(newKey));
+  const oldSig = sign(null, statement, oldKey).toString('base64');
+  const newSig = sign(null, statement, newKey).toString('base64');
+  return `from:${spki(oldKey)};to:${spki(newKey)};old_sig:${oldSig};new_sig:${newSig};reason:${reason}`;
+}
+
+/** Parses an `audit.key_rotated` outcome ({@link rotationOutcome}); null when it is not one. */
+export function parseRotation(seq: number, outcome: string): KeyRotation | null {
+  const m = /^from:([^;]+);to:([^;]+);old_sig:([^;]+);new_sig:([^;]+);reason:(.*)$/s.exec(outcome);
+  if (!m) return null;
+  try {
+    const der = (b64: string) => createPublicKey({ key: Buffer.from(b64, 'base64'), format: 'der', type: 'spki' });
+    return { seq, from: der(m[1]!), to: der(m[2]!), oldSignature: m[3]!, newSignature: m[4]!, reason: m[5]! };
+  } catch {
+    return null;
+  }
+}
+
+/** Whether both keys of `r` signed its statement (the old key handed over, the new key accepted). */
+export function rotationSigned(r: KeyRotation): boolean {
+  const statement = rotationStatement(keyFingerprint(r.from), keyFingerprint(r.to));
+  return (
+    verify(null, statement, r.from, Buffer.from(r.oldSignature, 'base64')) &&
+    verify(null, statement, r.to, Buffer.from(r.newSignature, 'base64'))
+  );
+}
+
+/**
+ * The key rotations recorded in the chain (`audit_log` events of type `audit.key_rotated`), in
+ * sequence order; an event whose outcome does not parse is returned as null at its seq, so
+ * verification can name it. Rotations still in `audit_outbox` do not count until chained.
+ * @throws Error from the database.
+ */
+export async function readKeyRotations(db: Db): Promise<{ seq: number; rotation: KeyRotation | null }[]> {
+  const rows = await db
+    .selectFrom('audit_log')
+    .select(['seq', sql<string>`event->>'outcome'`.as('outcome')])
+    .where(sql<boolean>`event->>'type' = 'audit.key_rotated'`)
+    .orderBy('seq')
+    .execute();
+  return rows.map((r) => ({ seq: Number(r.seq), rotation: parseRotation(Number(r.seq), r.outcome ?? '') }));
+}
+
+/**
+ * The fingerprints of every key a signed rotation connects to `root` (`root`'s included): trust
+ * crosses a rotation both ways, since both of its keys signed it. Unsigned rotations connect nothing.
+ */
+export function keysConnectedTo(root: KeyObject, rotations: readonly KeyRotation[]): Set<string> {
+  const known = new Set([keyFingerprint(root)]);
+  const signed = rotations.filter(rotationSigned).map((r) => [keyFingerprint(r.from), keyFingerprint(r.to)] as const);
+  for (let grew = true; grew;) {
+    grew = false;
+    for (const [a, b] of signed) {
+      if (known.has(a) !== known.has(b)) {
+        known.add(a);
+        known.add(b);
+        grew = true;
+      }
+    }
+  }
+  return known;
+}
+
+/**
+ * Whether signed rotations hand over from the key `fromFp` to the key `toFp` (fingerprints), in
+ * their direction: old → new, possibly through several rotations. Same key: true. This is what
+ * the audit writer asks before it anchors after another key (ADR 0717): a rotation away from a
+ * key does not let that key anchor again.
+ */
+export function keyHandedOver(fromFp: string, toFp: string, rotations: readonly KeyRotation[]): boolean {
+  const reached = new Set([fromFp]);
+  const edges = rotations.filter(rotationSigned).map((r) => [keyFingerprint(r.from), keyFingerprint(r.to)] as const);
+  for (let grew = true; grew && !reached.has(toFp);) {
+    grew = false;
+    for (const [a, b] of edges)
+      if (reached.has(a) && !reached.has(b)) {
+        reached.add(b);
+        grew = true;
+      }
+  }
+  return reached.has(toFp);
+}
+
+/**
+ * `gatehouse audit rotate-key`: records in the audit chain that anchors signed by `oldKey` are
+ * followed by anchors signed by `newKey` (both private keys: each signs the handover), as one
+ * `audit.key_rotated` event naming the operator (docs/decisions/0717-audit-key-rotation.md).
+ * The audit writer then anchors with the new key, and `audit verify` accepts anchors of both.
+ * Returns the two fingerprints.
+ * @throws Error when both are the same key; from the database.
+ */
+export async function recordKeyRotation(
+  db: Db,
+  r: { oldKey: KeyObject; newKey: KeyObject; reason: string; operator: string },
+  hmacKey: string,
+): Promise<{ from: string; to: string }> {
+  const from = keyFingerprint(r.oldKey);
+  const to = keyFingerprint(r.newKey);
+  if (from === to) throw new Error(`the old and the new audit key are the same key (${from.slice(0, 16)})`);
+  const outcome = rotationOutcome(r.oldKey, r.newKey, r.reason);
+  await db
+    .transaction()
+    .execute((trx) =>
+      recordAudit(trx, { type: 'audit.key_rotated', service: 'cli', runId: null, actorHash: actorHash(hmacKey, r.operator), outcome }),
+    );
+  return { from, to };
+}
