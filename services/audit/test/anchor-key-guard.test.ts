@@ -23,6 +23,7 @@ import { anchorHead, type AnchorKeyRefusal } from '../src/domain/anchor.ts';
 
 const newKey = (): KeyObject => generateKeyPairSync('ed25519').privateKey;
 const HMAC = 'k'.repeat(32);
+const WRITERS = 6;
 
 let t: TestDatabase;
 let a: Db; // the first replica's pool
@@ -146,22 +147,26 @@ describe('the anchoring key guard', () => {
     );
   });
 
-  it('two writers of two keys over a fresh ledger, released together: only one key ever anchors', async () => {
+  it('six writers of six keys over a fresh ledger, released together, five rounds: only one key ever anchors', async () => {
     for (let round = 0; round < 5; round++) {
-      const keys = [newKey(), newKey()];
-      await events(a, 1 + round);
-      await chainPending(a);
-      let arrived = 0;
-      let release!: () => void;
-      const all = new Promise<void>((r) => (release = r));
-      const go = () => (++arrived === 2 && release(), all);
-      await Promise.all([a, b].map(async (db, i) => (await go(), anchorHead(db, keys[i]!))));
-      expect(new Set(await anchorKeys(a)).size).toBe(1);
-      await a
-        .deleteFrom('audit_anchors')
-        .execute()
-        .catch(() => undefined);
-      if ((await anchorKeys(a)).length) break; // anchors are append-only: one round is what we get
+      const fresh = await createTestDatabase();
+      const pools = Array.from({ length: WRITERS }, () => createDb(fresh.url, 1));
+      try {
+        await events(pools[0]!, 2);
+        await chainPending(pools[0]!);
+        await Promise.all(pools.map((db) => anchorKeys(db))); // every pool connected before the barrier
+        const keys = pools.map(() => newKey());
+        let arrived = 0;
+        let release!: () => void;
+        const all = new Promise<void>((r) => (release = r));
+        const go = (): Promise<void> => (++arrived === WRITERS && release(), all);
+        const anchored = await Promise.all(pools.map(async (db, i) => (await go(), anchorHead(db, keys[i]!))));
+        expect(anchored.filter((n) => n !== null)).toEqual([2]);
+        expect(new Set(await anchorKeys(pools[0]!)).size).toBe(1);
+      } finally {
+        await Promise.all(pools.map((p) => p.destroy()));
+        await fresh.drop();
+      }
     }
   });
 });
