@@ -64,5 +64,6 @@ function summary(r: ChainVerification, witness: string | null): string {
   if (!r.intact) return `BROKEN at seq ${r.firstBadSeq}: ${r.reason}`;
   const key = r.anchorsTrusted ? 'pinned key' : 'keys stored with them';
   const seen = witness ? `${r.witnessChecked} witnessed in ${witness}` : 'no anchor witness';
-  return `intact ${r.events} events, head ${r.headHash}, ${r.anchorsChecked} anchor(s) (${key}), ${seen}`;
+  const rotations = r.keyRotations ? `, ${r.keyRotations} key rotation(s)` : '';
+  return `intact ${r.events} events, head ${r.headHash}, ${r.anchorsChecked} anchor(s) (${key}${rotations}), ${seen}`;
 }
