@@ -1,11 +1,11 @@
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadReleaseManifest } from '@gatehouse/contracts';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
-import { createLogger, type OutboxRelay } from '@gatehouse/platform';
-import { processTurn, type TurnDeps } from '../src/jobs/turns.processor.ts';
+import { processTurn } from '../src/jobs/turns.processor.ts';
 import { tenantSpendToday } from '../src/domain/tenant-spend.ts';
+import { submittedRun, turnDeps } from './support/turn-run.ts';
 
 // A follow-up that arrives while the model answers throws that answer away and re-runs the round
 // (ADR 0676's storm), but the answer was paid for. The tenant's daily model-spend cap (ADR 0183)
@@ -13,7 +13,6 @@ import { tenantSpendToday } from '../src/domain/tenant-spend.ts';
 // the cap, `budget_exhausted` with the cap's next step, and sends no further model request.
 
 let t: TestDatabase;
-const relay = { publish: async () => undefined } as unknown as OutboxRelay;
 const price = loadReleaseManifest('rel-1').model;
 /** One answer's usage: 10 000 input and 1 000 output tokens. */
 const USAGE = { input_tokens: 10_000, output_tokens: 1_000, total_tokens: 11_000 };
@@ -29,37 +28,7 @@ afterAll(async () => {
 });
 
 /** A run just submitted by `tenant` (state `received`, round 0, its ticket text), with a spend budget far above the tenant's cap. */
-async function submitted(tenant: string): Promise<string> {
-  const id = randomUUID();
-  await t.db
-    .insertInto('workflows')
-    .values({
-      id,
-      tenant,
-      ticket_id: `T-${randomBytes(6).toString('hex')}`,
-      user_id: 'rep-ana',
-      pack: 'support',
-      mode: 'investigate',
-      text_sha256: createHash('sha256').update(id).digest('hex'),
-      state: 'received',
-      release_id: 'rel-1',
-      policy_revision: 'support-p1',
-      catalog_digest: 'f'.repeat(64),
-    })
-    .execute();
-  await t.db
-    .insertInto('budgets')
-    .values({
-      workflow_id: id,
-      max_rounds: 8,
-      max_tool_calls: 6,
-      deadline_at: new Date(Date.now() + 90_000),
-      max_spend_micro_usd: 100 * ANSWER_MICRO_USD,
-    })
-    .execute();
-  await userMessage(id, 0, 'What is the status of order O-1001?');
-  return id;
-}
+const submitted = (tenant: string): Promise<string> => submittedRun(t.db, { tenant, maxSpendMicroUsd: 100 * ANSWER_MICRO_USD });
 
 async function userMessage(workflowId: string, round: number, text: string): Promise<void> {
   await t.db
@@ -98,19 +67,7 @@ function model(workflowId: string, followUps: number, during?: () => Promise<voi
   return { client: { responses: { create } } as unknown as OpenAI, requests: () => n };
 }
 
-function deps(client: OpenAI, dailyMicroUsd: number): TurnDeps {
-  return {
-    db: t.db,
-    relay,
-    log: createLogger('agent-loop-tenant-cap-test'),
-    model: client,
-    modelName: price.name,
-    modelPrice: price,
-    hooks: { crashAfterModelResponse: false, disableToolFilter: false, dropReasoning: false, disableOutputBoundary: false },
-    outagePolicy: { ceilingMs: 15 * 60_000, credit: true },
-    tenantCap: { dailyMicroUsd, disabled: false },
-  };
-}
+const deps = (client: OpenAI, dailyMicroUsd: number) => turnDeps(t.db, client, { dailyMicroUsd, logName: 'agent-loop-tenant-cap-test' });
 
 const run = (id: string) =>
   t.db
