@@ -66,7 +66,9 @@ describe('release analyze', () => {
     expect(a.verdict).toBe('fail');
     expect(a.rows.filter((r) => !r.ok).map((r) => [r.measure, r.safety])).toEqual([['unsafe_per_run', true]]);
     await expect(enableWrites(t.db, 'rel-unsafe', 'ops-gus', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
-    await expect(activateRelease(t.db, 'rel-unsafe', gus)).rejects.toBeInstanceOf(CanaryRefused);
+    // (Its promotion is refused too, first because other canaries of this file are open, ADR 0716;
+    // a lone candidate's promotion and its analysis: the last describe.)
+    await expect(activateRelease(t.db, 'rel-unsafe', gus)).rejects.toThrow();
     expect(await releaseWritesEnabled(t.db, 'rel-unsafe')).toBe(false);
     const r = await t.db.selectFrom('releases').select('status').where('id', '=', 'rel-unsafe').executeTakeFirstOrThrow();
     expect(r.status).toBe('candidate');
@@ -136,8 +138,9 @@ describe('two-person override', () => {
     expect((await api.decide('ops-ida', id)).status).toBe(410);
     expect(await enableWrites(t.db, 'rel-unsafe', 'ops-gus', HMAC)).toMatchObject({ canary: 'override' });
     expect(await releaseWritesEnabled(t.db, 'rel-unsafe')).toBe(true);
-    // Single use: promotion needs its own override.
-    await expect(activateRelease(t.db, 'rel-unsafe', gus)).rejects.toBeInstanceOf(CanaryRefused);
+    // Used: a second enable-writes would need its own override (so does the promotion: the last describe).
+    const used = await t.db.selectFrom('approvals').select('status').where('id', '=', id).executeTakeFirstOrThrow();
+    expect(used.status).toBe('used');
     const events = (await t.db.selectFrom('audit_outbox').select('event').execute()).map((e) => String(e.event.type));
     for (const type of ['release.override_requested', 'approval.decided', 'release.override_used']) expect(events).toContain(type);
   });
@@ -190,5 +193,38 @@ describe('the CLI', () => {
     const good = await run(['release', 'analyze', 'rel-good', '--json']);
     expect(good.code, good.out).toBe(0);
     expect(JSON.parse(good.out.slice(good.out.indexOf('{'))) as { verdict: string }).toMatchObject({ verdict: 'pass' });
+  });
+});
+
+describe('promotion of the only open candidate', () => {
+  let t2: TestDatabase;
+  beforeAll(async () => {
+    dirs.writeRelease('rel-lone', (m) => (m.canary = THRESHOLDS));
+    t2 = await createTestDatabase();
+    await activateRelease(t2.db, 'rel-1', gus);
+  });
+  afterAll(async () => {
+    await t2?.drop();
+  });
+
+  it('runs the analysis: refused while it fails; an override is used by one promotion or one enable-writes, not both', async () => {
+    const api2 = approvalApi(t2.db);
+    await activateRelease(t2.db, 'rel-lone', { ...gus, cohort });
+    for (let i = 0; i < 8; i++) await seedFinishedRun(t2.db, { release: 'rel-1', seconds: 10 });
+    for (let i = 0; i < 6; i++) await seedFinishedRun(t2.db, { release: 'rel-lone', seconds: 10, denied: i === 0 ? 1 : 0 });
+    await expect(activateRelease(t2.db, 'rel-lone', gus)).rejects.toBeInstanceOf(CanaryRefused);
+    const first = await requestCanaryOverride(t2.db, 'rel-lone', { ...gus, reason: 'the denial is a known test ticket' });
+    expect((await api2.decide('ops-ida', first.approvalId)).status).toBe(200);
+    expect(await enableWrites(t2.db, 'rel-lone', 'ops-gus', HMAC)).toMatchObject({ canary: 'override' });
+    // Single use: the promotion needs its own.
+    await expect(activateRelease(t2.db, 'rel-lone', gus)).rejects.toBeInstanceOf(CanaryRefused);
+    const second = await requestCanaryOverride(t2.db, 'rel-lone', { ...gus, reason: 'still the known test ticket' });
+    expect((await api2.decide('ops-ida', second.approvalId)).status).toBe(200);
+    await activateRelease(t2.db, 'rel-lone', gus);
+    const r = await t2.db.selectFrom('releases').select(['id', 'status']).orderBy('id').execute();
+    expect(r).toEqual([
+      { id: 'rel-1', status: 'retired' },
+      { id: 'rel-lone', status: 'active' },
+    ]);
   });
 });
