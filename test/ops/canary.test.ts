@@ -6,7 +6,15 @@ import { releaseWritesEnabled } from '@gatehouse/ledger';
 import { seedFinishedRun } from '@gatehouse/testing';
 import { createTestDatabase, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/test-harness';
 import { tokenFor } from '@gatehouse/cli';
-import { activateRelease, enableWrites, analyzeCanary, CanaryRefused, formatAnalysis, requestCanaryOverride } from '@gatehouse/operations';
+import {
+  ActivationRefused,
+  activateRelease,
+  enableWrites,
+  analyzeCanary,
+  CanaryRefused,
+  formatAnalysis,
+  requestCanaryOverride,
+} from '@gatehouse/operations';
 import { approvalApi, type ApprovalApi } from '../support/approval-api.ts';
 import { useReleaseDirs, type ReleaseDirs } from '../support/release-dirs.ts';
 
@@ -68,7 +76,7 @@ describe('release analyze', () => {
     await expect(enableWrites(t.db, 'rel-unsafe', 'ops-gus', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
     // (Its promotion is refused too, first because other canaries of this file are open, ADR 0716;
     // a lone candidate's promotion and its analysis: the last describe.)
-    await expect(activateRelease(t.db, 'rel-unsafe', gus)).rejects.toThrow();
+    await expect(activateRelease(t.db, 'rel-unsafe', gus)).rejects.toBeInstanceOf(ActivationRefused);
     expect(await releaseWritesEnabled(t.db, 'rel-unsafe')).toBe(false);
     const r = await t.db.selectFrom('releases').select('status').where('id', '=', 'rel-unsafe').executeTakeFirstOrThrow();
     expect(r.status).toBe('candidate');
