@@ -74,56 +74,59 @@ export function rotationSigned(r: KeyRotation): boolean {
  * The key rotations recorded in the chain (`audit_log` events of type `audit.key_rotated`), in
  * sequence order; an event whose outcome does not parse is returned as null at its seq, so
  * verification can name it. Rotations still in `audit_outbox` do not count until chained.
+ * `range` limits the read to sequence numbers after `after` and up to `upTo` (a range scan of the
+ * chain's primary key, so a writer re-reading only the events chained since its last read stays cheap).
  * @throws Error from the database.
  */
-export async function readKeyRotations(db: Db): Promise<{ seq: number; rotation: KeyRotation | null }[]> {
-  const rows = await db
+export async function readKeyRotations(
+  db: Db,
+  range: { after?: number; upTo?: number } = {},
+): Promise<{ seq: number; rotation: KeyRotation | null }[]> {
+  let q = db
     .selectFrom('audit_log')
     .select(['seq', sql<string>`event->>'outcome'`.as('outcome')])
-    .where(sql<boolean>`event->>'type' = 'audit.key_rotated'`)
-    .orderBy('seq')
-    .execute();
+    .where(sql<boolean>`event->>'type' = 'audit.key_rotated'`);
+  if (range.after !== undefined) q = q.where('seq', '>', String(range.after));
+  if (range.upTo !== undefined) q = q.where('seq', '<=', String(range.upTo));
+  const rows = await q.orderBy('seq').execute();
   return rows.map((r) => ({ seq: Number(r.seq), rotation: parseRotation(Number(r.seq), r.outcome ?? '') }));
 }
 
-/**
- * The fingerprints of every key a signed rotation connects to `root` (`root`'s included): trust
- * crosses a rotation both ways, since both of its keys signed it. Unsigned rotations connect nothing.
- */
-export function keysConnectedTo(root: KeyObject, rotations: readonly KeyRotation[]): Set<string> {
-  const known = new Set([keyFingerprint(root)]);
-  const signed = rotations.filter(rotationSigned).map((r) => [keyFingerprint(r.from), keyFingerprint(r.to)] as const);
-  for (let grew = true; grew;) {
-    grew = false;
-    for (const [a, b] of signed) {
-      if (known.has(a) !== known.has(b)) {
-        known.add(a);
-        known.add(b);
-        grew = true;
-      }
-    }
-  }
-  return known;
+/** A rotation both keys signed, by fingerprint: at chain seq `seq` the key `from` handed over to the key `to`. */
+export interface Handover {
+  seq: number;
+  from: string;
+  to: string;
 }
 
 /**
- * Whether signed rotations hand over from the key `fromFp` to the key `toFp` (fingerprints), in
- * their direction: old → new, possibly through several rotations. Same key: true. This is what
- * the audit writer asks before it anchors after another key (ADR 0717): a rotation away from a
- * key does not let that key anchor again.
+ * The rotations of `rotations` both of whose keys signed them ({@link rotationSigned}), as
+ * fingerprints, in their order. Each signature is verified here once; unsigned rotations are left
+ * out (they hand nothing over; verification reports them on their own).
  */
-export function keyHandedOver(fromFp: string, toFp: string, rotations: readonly KeyRotation[]): boolean {
+export function signedHandovers(rotations: readonly (KeyRotation | null)[]): Handover[] {
+  return rotations.flatMap((r) => (r && rotationSigned(r) ? [{ seq: r.seq, from: keyFingerprint(r.from), to: keyFingerprint(r.to) }] : []));
+}
+
+/**
+ * The fingerprints reachable from the key `fromFp` (included) over `handovers`. `directed`: only
+ * old → new, possibly through several rotations — what the audit writer asks before it anchors
+ * after another key, since a rotation away from a key does not let that key anchor again.
+ * Undirected: either way — what verification asks of a pinned key, since both keys signed each
+ * rotation (docs/decisions/0717-audit-key-rotation.md).
+ */
+export function reachableKeys(fromFp: string, handovers: readonly Handover[], directed: boolean): Set<string> {
   const reached = new Set([fromFp]);
-  const edges = rotations.filter(rotationSigned).map((r) => [keyFingerprint(r.from), keyFingerprint(r.to)] as const);
-  for (let grew = true; grew && !reached.has(toFp);) {
+  for (let grew = true; grew;) {
     grew = false;
-    for (const [a, b] of edges)
-      if (reached.has(a) && !reached.has(b)) {
-        reached.add(b);
-        grew = true;
-      }
+    for (const { from, to } of handovers) {
+      const next = reached.has(from) && !reached.has(to) ? to : !directed && reached.has(to) && !reached.has(from) ? from : null;
+      if (next === null) continue;
+      reached.add(next);
+      grew = true;
+    }
   }
-  return reached.has(toFp);
+  return reached;
 }
 
 /**

@@ -4,7 +4,7 @@ import type { Db } from './db.ts';
 import type { AuditAnchorsTable } from './schema.ts';
 import { chainHash, GENESIS_HASH, reservedChainKey } from './audit-chain.ts';
 import type { WitnessedAnchor } from './audit-witness.ts';
-import { keyFingerprint, keysConnectedTo, readKeyRotations, rotationSigned, type KeyRotation } from './audit-keys.ts';
+import { keyFingerprint, reachableKeys, readKeyRotations, signedHandovers, type Handover } from './audit-keys.ts';
 
 /** Result of walking the chain. `firstBadSeq` is the first sequence number that fails. */
 export interface ChainVerification {
@@ -69,7 +69,9 @@ interface Walk {
  * service's pinned key) or one a key rotation recorded in the chain connects to it — whoever can
  * rewrite the tables could otherwise re-sign the anchors with a key of their own; without a pin,
  * the first anchor's key or one connected to it, and the result says `anchorsTrusted: false`.
- * Every recorded rotation must be signed by both its keys (docs/decisions/0717-audit-key-rotation.md).
+ * Every recorded rotation must be signed by both its keys, and an anchor of another key than the
+ * anchor before it needs a rotation chained at or before it handing over in that direction
+ * (docs/decisions/0717-audit-key-rotation.md).
  * Reads in pages of 1000.
  *
  * With `witness` (anchors kept outside Postgres) every witnessed anchor must lie within the chain
@@ -84,6 +86,7 @@ export async function verifyAuditChain(db: Db, opts: VerifyOptions = {}): Promis
   const witness = opts.witness ?? [];
   const anchors = await db.selectFrom('audit_anchors').selectAll().orderBy('id').execute();
   const rotations = await readKeyRotations(db);
+  const handovers = signedHandovers(rotations.map((r) => r.rotation));
   const seqs = [...anchors.map((a) => Number(a.seq)), ...witness.map((w) => w.seq)];
   const newest = seqs.length ? Math.max(...seqs) : null;
   const walk = await walkChain(db, new Set(seqs), (newest ?? 0) + 1);
@@ -101,8 +104,9 @@ export async function verifyAuditChain(db: Db, opts: VerifyOptions = {}): Promis
   });
   if (walk.bad) return result(walk.bad);
   return result(
-    checkRotations(rotations) ??
-      checkAnchors(anchors, walk, signingKeys(trusted, anchors, rotations)) ??
+    checkRotations(rotations, handovers) ??
+      checkAnchors(anchors, walk, signingKeys(trusted, anchors, handovers)) ??
+      checkHandoverOrder(anchors, handovers) ??
       checkWitness(witness, anchors, walk) ??
       checkFreshness(walk, opts.maxUnanchoredAgeMs, opts.now ?? new Date()),
   );
@@ -175,25 +179,45 @@ function checkLink(prev: string, seq: number, event: Record<string, unknown>, ha
   return computed === hash ? null : { seq, reason: 'hash does not match the event' };
 }
 
-/** The first recorded key rotation that does not parse or that its two keys did not both sign. */
-function checkRotations(rotations: { seq: number; rotation: KeyRotation | null }[]): Problem | null {
-  for (const { seq, rotation } of rotations)
-    if (!rotation || !rotationSigned(rotation)) return { seq, reason: `key rotation at seq ${seq} is not signed by both its keys` };
-  return null;
+/** The first recorded key rotation that does not parse or that its two keys did not both sign (absent from `handovers`). */
+function checkRotations(rotations: { seq: number }[], handovers: readonly Handover[]): Problem | null {
+  const signed = new Set(handovers.map((h) => h.seq));
+  const bad = rotations.find((r) => !signed.has(r.seq));
+  return bad ? { seq: bad.seq, reason: `key rotation at seq ${bad.seq} is not signed by both its keys` } : null;
 }
 
 /**
  * The fingerprints of the keys anchors may be signed by: the pinned key and every key a recorded
- * rotation connects to it; without a pin, the first anchor's stored key and those connected to it
- * (ADR 0717). An anchor signed by any other key is one nobody handed over to.
+ * rotation connects to it, either way; without a pin, the first anchor's stored key and those
+ * connected to it (ADR 0717). An anchor signed by any other key is one nobody handed over to.
  */
-function signingKeys(trusted: KeyObject | null, anchors: Anchor[], rotations: { rotation: KeyRotation | null }[]): Set<string> {
+function signingKeys(trusted: KeyObject | null, anchors: Anchor[], handovers: readonly Handover[]): Set<string> {
   const root = trusted ?? (anchors[0] ? createPublicKey(anchors[0].public_key) : null);
-  if (!root) return new Set();
-  return keysConnectedTo(
-    root,
-    rotations.flatMap((r) => (r.rotation ? [r.rotation] : [])),
-  );
+  return root ? reachableKeys(keyFingerprint(root), handovers, false) : new Set();
+}
+
+/**
+ * The first anchor whose key differs from the anchor's before it without a rotation, chained at
+ * or before the anchored sequence number, handing over from that key to it in their direction —
+ * the audit writer's own rule (ADR 0717). Catches a key rotated out (say, compromised) that signs
+ * again after the handover, which the connected-keys check alone accepts.
+ */
+function checkHandoverOrder(anchors: Anchor[], handovers: readonly Handover[]): Problem | null {
+  let previous: string | null = null;
+  for (const a of anchors) {
+    const seq = Number(a.seq);
+    const fp = keyFingerprint(createPublicKey(a.public_key));
+    if (previous !== null && fp !== previous) {
+      const before = handovers.filter((h) => h.seq <= seq);
+      if (!reachableKeys(previous, before, true).has(fp))
+        return {
+          seq,
+          reason: `anchor ${a.id} signed by key ${fp.slice(0, 16)}, which no rotation chained before it hands over to from key ${previous.slice(0, 16)} of the anchor before it`,
+        };
+    }
+    previous = fp;
+  }
+  return null;
 }
 
 /**

@@ -12,7 +12,7 @@ import {
 } from '@gatehouse/platform';
 import { observeAuditBacklog } from '@gatehouse/telemetry';
 import { chainPending, readAuditBacklog } from './jobs/chain.writer.ts';
-import { anchorHead, anchorKeyRefusal, loadSigningKey, type AnchorKeyRefusal } from './domain/anchor.ts';
+import { anchorHead, anchorKeyRefusal, HandoverCache, loadSigningKey, type AnchorKeyRefusal } from './domain/anchor.ts';
 import { anchorFreshnessLimitMs, defaultWitnessPath } from '@gatehouse/ledger';
 import { auditEnvShape, auditProductionProblems } from './settings.ts';
 import { claimMonitorPass } from './domain/monitor-pass.ts';
@@ -45,11 +45,12 @@ ctx.readyChecks.anchorKey = async () => {
   if (keyRefusal) throw new Error(keyRefusal.message);
 };
 // Judged at boot too, so a replica of the wrong key is not ready from its first readiness probe.
-anchorKeyRefusal(db, key)
+const handovers = new HandoverCache();
+anchorKeyRefusal(db, key, { handovers })
   .then(onRefused)
   .catch((err: unknown) => log.error({ err: (err as Error).message }, 'anchor key check failed'));
 const anchor = (): void => {
-  anchorHead(db, key, witness, onRefused).catch((err: unknown) => {
+  anchorHead(db, key, witness, { handovers, onRefused }).catch((err: unknown) => {
     const message = (err as Error).message;
     anchorFailures(message, (repeated) => log.error({ err: message, repeated }, 'anchoring failed'));
   });
@@ -109,7 +110,7 @@ installShutdown(log, [
   () => ctx.close(),
   async () => {
     await running;
-    await anchorHead(db, key, witness, onRefused); // leave the head anchored on a clean stop
+    await anchorHead(db, key, witness, { handovers, onRefused }); // leave the head anchored on a clean stop
   },
   () => {
     clearInterval(chainTimer);

@@ -4,7 +4,7 @@
 // chain still verifies with the first key; after `recordKeyRotation` the new key anchors, the old
 // one is refused, and verification passes across the rotation with either key pinned; with the
 // guard removed (GATEHOUSE_TEST_ANCHOR_ANY_KEY=1) the second key's anchor makes verify BROKEN.
-import { generateKeyPairSync, createPublicKey, type KeyObject } from 'node:crypto';
+import { generateKeyPairSync, createPublicKey, sign, type KeyObject } from 'node:crypto';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseTestFaults, resetTestFaultsForTests } from '@gatehouse/contracts';
 import {
@@ -19,7 +19,7 @@ import {
 } from '@gatehouse/ledger';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { chainPending } from '../src/jobs/chain.writer.ts';
-import { anchorHead, type AnchorKeyRefusal } from '../src/domain/anchor.ts';
+import { anchorHead, anchorKeyRefusal, HandoverCache, type AnchorKeyRefusal } from '../src/domain/anchor.ts';
 
 const newKey = (): KeyObject => generateKeyPairSync('ed25519').privateKey;
 const HMAC = 'k'.repeat(32);
@@ -61,7 +61,7 @@ describe('the anchoring key guard', () => {
     await events(b, 2);
     expect(await chainPending(b)).toBe(2); // events are not lost: the chain goes on
     const refusals: (AnchorKeyRefusal | null)[] = [];
-    expect(await anchorHead(b, second, undefined, (r) => refusals.push(r))).toBeNull();
+    expect(await anchorHead(b, second, undefined, { onRefused: (r) => refusals.push(r) })).toBeNull();
     expect(await anchorKeys(a)).toEqual([keyFingerprint(first)]); // zero anchors by the second key
     const refusal = refusals.at(-1)!;
     expect(refusal).toMatchObject({ newestKey: keyFingerprint(first), ownKey: keyFingerprint(second), newestSeq: 3 });
@@ -86,7 +86,7 @@ describe('the anchoring key guard', () => {
     await events(a, 1);
     await chainPending(a);
     const refused: (AnchorKeyRefusal | null)[] = [];
-    expect(await anchorHead(a, first, undefined, (r) => refused.push(r))).toBeNull(); // handed over: the old key may not anchor again
+    expect(await anchorHead(a, first, undefined, { onRefused: (r) => refused.push(r) })).toBeNull(); // handed over: the old key may not anchor again
     expect(refused.at(-1)?.newestKey).toBe(keyFingerprint(second));
     expect(await anchorKeys(a)).toEqual([keyFingerprint(first), keyFingerprint(second)]);
     for (const pinned of [first, second]) {
@@ -94,6 +94,53 @@ describe('the anchoring key guard', () => {
       expect(r).toMatchObject({ intact: true, anchorsChecked: 2, keyRotations: 1 });
     }
     expect(await verifyAuditChain(a, { trustedPublicKey: createPublicKey(newKey()) })).toMatchObject({ intact: false, firstBadSeq: 2 });
+  });
+
+  it('an anchor of the old key after its handover is BROKEN, though both keys are connected to the pinned one', async () => {
+    const first = newKey();
+    const second = newKey();
+    await events(a, 2);
+    await chainPending(a);
+    await anchorHead(a, first);
+    await recordKeyRotation(a, { oldKey: first, newKey: second, reason: 'the first key leaked', operator: 'ops-gus' }, HMAC);
+    await events(a, 1);
+    await chainPending(a);
+    expect(await anchorHead(a, second)).toBe(4);
+    // The leaked key, with write access to the ledger, signs the head after the handover.
+    await events(a, 1);
+    await chainPending(a);
+    const head = await a.selectFrom('audit_log').select(['seq', 'hash']).where('seq', '=', '5').executeTakeFirstOrThrow();
+    await a
+      .insertInto('audit_anchors')
+      .values({
+        seq: head.seq,
+        hash: head.hash,
+        signature: sign(null, Buffer.from(`5:${head.hash}`), first).toString('base64'),
+        public_key: createPublicKey(first).export({ type: 'spki', format: 'pem' }).toString(),
+      })
+      .execute();
+    for (const pinned of [first, second]) {
+      const r = await verifyAuditChain(a, { trustedPublicKey: createPublicKey(pinned) });
+      expect(r).toMatchObject({ intact: false, firstBadSeq: 5 });
+      expect(r.reason).toContain('no rotation chained before it hands over to');
+    }
+  });
+
+  it("the writer's cache sees a rotation chained since its last read, never one after the head it judges", async () => {
+    const first = newKey();
+    const second = newKey();
+    await events(a, 2);
+    await chainPending(a);
+    await anchorHead(a, first);
+    const handovers = new HandoverCache();
+    expect(await anchorHead(b, second, undefined, { handovers })).toBeNull();
+    await recordKeyRotation(a, { oldKey: first, newKey: second, reason: 'planned', operator: 'ops-gus' }, HMAC);
+    await chainPending(a); // the rotation is seq 3
+    expect(await anchorKeyRefusal(b, second, { handovers })).toBeNull(); // the same cache reads what was chained since
+    // Judged for a head before the rotation, the rotation does not count: neither read nor cached.
+    expect(await anchorKeyRefusal(b, second, { handovers, headSeq: 2 })).not.toBeNull();
+    expect(await anchorKeyRefusal(b, second, { handovers: new HandoverCache(), headSeq: 2 })).not.toBeNull();
+    expect(await anchorHead(b, second, undefined, { handovers })).toBe(3);
   });
 
   it('a rotation the old key did not sign hands nothing over and verify calls it BROKEN', async () => {

@@ -1,7 +1,7 @@
 import { generateKeyPairSync, createPrivateKey, createPublicKey, randomBytes, sign, type KeyObject } from 'node:crypto';
 import { existsSync, linkSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { appendWitness, keyFingerprint, keyHandedOver, readKeyRotations, type Db } from '@gatehouse/ledger';
+import { appendWitness, keyFingerprint, reachableKeys, readKeyRotations, signedHandovers, type Db, type Handover } from '@gatehouse/ledger';
 import { sql } from 'kysely';
 import { testFaults } from '@gatehouse/contracts';
 
@@ -61,10 +61,43 @@ export interface AnchorKeyRefusal {
 }
 
 /**
+ * The signed key handovers of the chain, read once and then only for the events chained since
+ * (a range scan of `audit_log`'s key), so a refused replica does not re-read and re-verify every
+ * rotation on each anchoring tick. One per writer and database; tests may pass none (a fresh one).
+ */
+export class HandoverCache {
+  #through = 0;
+  #handovers: Handover[] = [];
+
+  /**
+   * The signed handovers chained at or before `seq`, in sequence order.
+   * @throws Error from the database.
+   */
+  async upTo(db: Db, seq: number): Promise<Handover[]> {
+    if (seq > this.#through) {
+      const fresh = await readKeyRotations(db, { after: this.#through, upTo: seq });
+      this.#handovers.push(...signedHandovers(fresh.map((r) => r.rotation)));
+      this.#through = seq;
+    }
+    return this.#handovers.filter((h) => h.seq <= seq);
+  }
+}
+
+/** How {@link anchorKeyRefusal} and {@link anchorHead} judge and report the key guard. */
+export interface AnchorKeyOptions {
+  /** The writer's handover cache (default: a fresh one, which reads every rotation). */
+  handovers?: HandoverCache;
+  /** Called on every judgement with the refusal, or null when this key may anchor. */
+  onRefused?: (refusal: AnchorKeyRefusal | null) => void;
+  env?: Record<string, string | undefined>;
+}
+
+/**
  * The key guard of {@link anchorHead}: null when `key` may anchor — no anchor yet (a fresh ledger:
- * the first key anchors freely), the newest anchor is signed by `key`, or recorded rotations hand
- * over from the newest anchor's key to `key` (`keyHandedOver`); else the refusal. Without it a
- * replica started with a key of its own signs anchors `audit verify` calls BROKEN for good
+ * the first key anchors freely), the newest anchor is signed by `key`, or rotations chained at or
+ * before `headSeq` (default: the chain's head) hand over from the newest anchor's key to `key`,
+ * in their direction (`reachableKeys`); else the refusal. Without it a replica started with a key
+ * of its own signs anchors `audit verify` calls BROKEN for good
  * (docs/decisions/0717-audit-key-rotation.md). `GATEHOUSE_TEST_ANCHOR_ANY_KEY=1` (tests only)
  * removes the guard.
  * @throws Error from the database; when the test switch is set outside `GATEHOUSE_ENV=test`.
@@ -72,16 +105,17 @@ export interface AnchorKeyRefusal {
 export async function anchorKeyRefusal(
   db: Db,
   key: KeyObject,
-  env: Record<string, string | undefined> = process.env,
+  opts: AnchorKeyOptions & { headSeq?: number } = {},
 ): Promise<AnchorKeyRefusal | null> {
-  if (testFaults(env).anchorAnyKey) return null;
+  if (testFaults(opts.env ?? process.env).anchorAnyKey) return null;
   const newest = await db.selectFrom('audit_anchors').select(['seq', 'public_key']).orderBy('id', 'desc').limit(1).executeTakeFirst();
   if (!newest) return null;
   const newestKey = keyFingerprint(newest.public_key);
   const ownKey = keyFingerprint(key);
   if (newestKey === ownKey) return null;
-  const rotations = (await readKeyRotations(db)).flatMap((r) => (r.rotation ? [r.rotation] : []));
-  if (keyHandedOver(newestKey, ownKey, rotations)) return null;
+  const headSeq = opts.headSeq ?? (await chainHead(db))?.seq ?? 0;
+  const handovers = await (opts.handovers ?? new HandoverCache()).upTo(db, headSeq);
+  if (reachableKeys(newestKey, handovers, true).has(ownKey)) return null;
   const newestSeq = Number(newest.seq);
   const message =
     `audit anchoring refused: the newest anchor (seq ${newestSeq}) is signed by key ${newestKey.slice(0, 16)} and this ` +
@@ -92,6 +126,12 @@ export async function anchorKeyRefusal(
   return { newestKey, ownKey, newestSeq, message };
 }
 
+/** The chain's newest link (seq as a number), or undefined for an empty chain. */
+async function chainHead(db: Db): Promise<{ seq: number; hash: string } | undefined> {
+  const head = await db.selectFrom('audit_log').select(['seq', 'hash']).orderBy('seq', 'desc').limit(1).executeTakeFirst();
+  return head && { seq: Number(head.seq), hash: head.hash };
+}
+
 /**
  * Anchors the current chain head: signs `<seq>:<hash>` with Ed25519 and stores it with the
  * public key, so a rewrite of the whole chain no longer matches its anchors. With `witnessPath`
@@ -100,38 +140,34 @@ export async function anchorKeyRefusal(
  * caught by `audit verify` (docs/decisions/0570-audit-anchors-witnessed-outside-the-ledger.md).
  * The row comes first: a witness line whose insert failed would read as a deleted anchor.
  * Under an advisory lock, so the key guard and the insert are one step across replicas.
- * No-op when the head is already anchored. Refuses (no row, no witness line; `onRefused` is
+ * No-op when the head is already anchored. Refuses (no row, no witness line; `opts.onRefused` is
  * called with why) when {@link anchorKeyRefusal} does. Returns the anchored sequence number, or null.
  * @throws Error from the database, or from the file system when the witness cannot be written
  * (the anchor row is then kept: the witness misses one anchor, which verification tolerates).
  */
-export async function anchorHead(
-  db: Db,
-  key: KeyObject,
-  witnessPath?: string,
-  onRefused: (refusal: AnchorKeyRefusal | null) => void = () => {},
-): Promise<number | null> {
+export async function anchorHead(db: Db, key: KeyObject, witnessPath?: string, opts: AnchorKeyOptions = {}): Promise<number | null> {
   const anchored = await db.transaction().execute(async (trx) => {
     // One anchoring writer at a time: two replicas of two keys over a fresh ledger would both
     // find no anchor and both anchor (ADR 0717).
     await sql`SELECT pg_advisory_xact_lock(${ANCHOR_LOCK})`.execute(trx);
-    const head = await trx.selectFrom('audit_log').select(['seq', 'hash']).orderBy('seq', 'desc').limit(1).executeTakeFirst();
+    const head = await chainHead(trx);
     if (!head) return null;
-    const refusal = await anchorKeyRefusal(trx, key);
-    onRefused(refusal);
+    // Rotations up to this head only: one chained after it does not sign for an anchor before it.
+    const refusal = await anchorKeyRefusal(trx, key, { ...opts, headSeq: head.seq });
+    opts.onRefused?.(refusal);
     if (refusal) return null;
     const last = await trx.selectFrom('audit_anchors').select('seq').orderBy('id', 'desc').limit(1).executeTakeFirst();
-    if (last && last.seq === head.seq) return null;
+    if (last && Number(last.seq) === head.seq) return null;
     const signature = sign(null, Buffer.from(`${head.seq}:${head.hash}`), key).toString('base64');
     const publicKey = createPublicKey(key).export({ type: 'spki', format: 'pem' }).toString();
     const row = await trx
       .insertInto('audit_anchors')
-      .values({ seq: head.seq, hash: head.hash, signature, public_key: publicKey })
+      .values({ seq: String(head.seq), hash: head.hash, signature, public_key: publicKey })
       .returning('created_at')
       .executeTakeFirstOrThrow();
     return { seq: head.seq, hash: head.hash, signature, at: new Date(row.created_at).toISOString() };
   });
   if (!anchored) return null;
-  if (witnessPath) appendWitness(witnessPath, { ...anchored, seq: Number(anchored.seq) });
-  return Number(anchored.seq);
+  if (witnessPath) appendWitness(witnessPath, anchored);
+  return anchored.seq;
 }
