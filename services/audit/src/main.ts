@@ -92,6 +92,7 @@ const monitorTimer = setInterval(() => {
         autoApproveLimitCents: env.MONITOR_AUTO_APPROVE_LIMIT_CENTS,
         maxFailedUnknownPerHour: env.MONITOR_MAX_FAILED_UNKNOWN_PER_HOUR,
         trustedPublicKey: createPublicKey(key),
+        ...(keyRefusal ? { anchorKeyRefused: `${replica}: ${keyRefusal.message}` } : {}),
         witnessPath: witness,
         maxUnanchoredAgeMs: anchorFreshnessLimitMs(env.AUDIT_ANCHOR_INTERVAL_MS, env.AUDIT_ANCHOR_SLACK_MS),
       });

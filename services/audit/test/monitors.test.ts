@@ -8,6 +8,8 @@ import { join } from 'node:path';
 import { appendWitness, chainHash, effectsWithRevokedEpoch, GENESIS_HASH } from '@gatehouse/ledger';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { disabledMonitors, evaluateMonitors } from '../src/domain/monitors.ts';
+import { anchorHead } from '../src/domain/anchor.ts';
+import { createPublicKey, generateKeyPairSync } from 'node:crypto';
 
 // Invariant monitors are standing queries over the records: they must fire on the outcome of a
 // bad release (e.g. a units mistake that let a 9900 refund through without approval), whatever
@@ -396,6 +398,16 @@ describe('audit_gap from the anchor witness and anchor freshness', () => {
   it('fires when the first unanchored event is older than the freshness limit', async () => {
     expect(await gap({})).toBeUndefined();
     expect(await gap({ maxUnanchoredAgeMs: 90_000 })).toMatch(/^seq 1: anchors stale/);
+  });
+
+  it("on a replica whose key may not anchor: its own alert, and the other key's anchors are no gap", async () => {
+    const first = generateKeyPairSync('ed25519').privateKey;
+    const own = createPublicKey(generateKeyPairSync('ed25519').privateKey);
+    expect(await anchorHead(t.db, first)).toBe(3);
+    expect(await gap({ trustedPublicKey: own })).toMatch(/^seq 3: anchor .* signature invalid/); // a pinned key of its own
+    const alerts = await evaluateMonitors(t.db, { ...cfg, trustedPublicKey: own, anchorKeyRefused: 'host:1: audit anchoring refused' });
+    expect(alerts.map((a) => a.monitor)).toEqual(['audit_anchor_key']);
+    expect(alerts[0]!.examples).toEqual(['host:1: audit anchoring refused']);
   });
 
   it('fires on a witnessed anchor beyond the head, and on an unreadable witness', async () => {

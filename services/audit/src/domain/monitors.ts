@@ -44,6 +44,13 @@ export interface MonitorConfig {
   witnessPath?: string;
   /** Longest an event may wait for an anchor, ms (anchoring interval plus slack); none: not checked. */
   maxUnanchoredAgeMs?: number;
+  /**
+   * Why this replica's key may not anchor (the refusal message of `anchorKeyRefusal`, ADR 0717),
+   * when it may not. Its key is then not the one to pin: `audit_gap` verifies without a pin (the
+   * first anchor's key stands in) and the refusal is its own alert, `audit_anchor_key`, rather
+   * than every other key's anchors read as a broken chain.
+   */
+  anchorKeyRefused?: string;
 }
 
 type Row = { id: string };
@@ -88,7 +95,9 @@ const ids = (rows: Row[]) => rows.slice(0, 10).map((r) => r.id);
  *   credential (`OWN_CREDENTIAL_REFUSED`: a key it does not trust, another audience or scope) —
  *   a broken deployment for on-call, never a business denial;
  * - `audit_gap`: the chain no longer verifies (an edited, deleted or reordered event; with the
- *   witness, a rewritten or cut chain or deleted anchors; past the freshness limit, stale anchors).
+ *   witness, a rewritten or cut chain or deleted anchors; past the freshness limit, stale anchors);
+ * - `audit_anchor_key`: the replica running the pass may not anchor with its key (a replica
+ *   started with a key of its own; `cfg.anchorKeyRefused` says which and how to fix it).
  * Returns the alerts that fire (empty when all hold).
  */
 export async function evaluateMonitors(db: Db, cfg: MonitorConfig): Promise<Alert[]> {
@@ -160,11 +169,13 @@ export async function evaluateMonitors(db: Db, cfg: MonitorConfig): Promise<Aler
   await evaluateShapeAndAuthority(db, cfg, fire);
   const gap = await auditGap(db, cfg);
   if (gap) alerts.push({ monitor: 'audit_gap', count: 1, examples: [gap] });
+  if (cfg.anchorKeyRefused) alerts.push({ monitor: 'audit_anchor_key', count: 1, examples: [cfg.anchorKeyRefused] });
   return alerts;
 }
 
 /**
- * Why the chain does not verify (`seq N: reason`), or null: against the pinned key, this
+ * Why the chain does not verify (`seq N: reason`), or null: against the pinned key (none while
+ * this replica's key is refused), this
  * replica's anchor witness when it exists (an unreadable one is itself the gap: `witness: …`)
  * and the freshness limit when set.
  */
@@ -176,7 +187,7 @@ async function auditGap(db: Db, cfg: MonitorConfig): Promise<string | null> {
     return `witness: ${(err as Error).message}`;
   }
   const chain = await verifyAuditChain(db, {
-    ...(cfg.trustedPublicKey ? { trustedPublicKey: cfg.trustedPublicKey } : {}),
+    ...(cfg.trustedPublicKey && !cfg.anchorKeyRefused ? { trustedPublicKey: cfg.trustedPublicKey } : {}),
     ...(witness ? { witness } : {}),
     ...(cfg.maxUnanchoredAgeMs !== undefined ? { maxUnanchoredAgeMs: cfg.maxUnanchoredAgeMs } : {}),
   });
