@@ -1,11 +1,7 @@
-import type { Server } from 'node:http';
-import express from 'express';
-import { afterAll, beforeAll, describe, expect, it, vi, type MockInstance } from 'vitest';
-import { closeServer, createLogger, finishApp, listen, revocationCacheOf } from '@gatehouse/platform';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
-import { WorkflowEventHub } from '../src/domain/event-hub.ts';
-import { eventsRouter } from '../src/http/events.router.ts';
+import { startEventsApp, type EventsApp } from './support/events-app.ts';
 
 /**
  * Open-stream limits of `GET /v1/workflows/:id/events` against real Postgres and real HTTP
@@ -14,44 +10,31 @@ import { eventsRouter } from '../src/http/events.router.ts';
  * its streams are the service's own. Remove the limit and the third stream of a user is a 200.
  */
 let t: TestDatabase;
-let server: Server;
+let app: EventsApp;
 let base = '';
 let quill = '';
 let north = '';
 const open: AbortController[] = [];
-let subscribed: MockInstance<WorkflowEventHub['subscribe']>;
-const log = createLogger('stream-limits-test');
+let subscribed: EventsApp['subscribed'];
 
 beforeAll(async () => {
   t = await createTestDatabase();
   quill = (await createAction(t.db, { orderId: 'O-1001' })).workflowId;
   north = (await createAction(t.db, { orderId: 'O-2001', userId: 'rep-ivy', tenant: 'northwind' })).workflowId;
-  const app = express();
-  app.use((req, _res, next) => {
-    const [sub, tenant] = String(req.get('x-test-user')).split('@');
-    Object.assign(req, { user: { sub, tenant, roles: ['support_rep'] } });
-    next();
+  app = await startEventsApp(t.db, t.url, {
+    logName: 'stream-limits-test',
+    pollMs: 1000,
+    limits: { perUser: 2, perTenant: 3 },
+    caller: (req) => {
+      const [sub = '', tenant = ''] = String(req.get('x-test-user')).split('@');
+      return { sub, tenant, roles: ['support_rep'] };
+    },
   });
-  const hub = new WorkflowEventHub(t.url, log); // not started: streams fall back to the ledger poll
-  subscribed = vi.spyOn(hub, 'subscribe');
-  app.use(
-    eventsRouter({
-      db: t.db,
-      log,
-      hub,
-      pollMs: 1000,
-      heartbeatMs: 15_000,
-      limits: { perUser: 2, perTenant: 3 },
-      revocations: revocationCacheOf(t.db, 1000),
-    }),
-  );
-  const listening = await listen(finishApp(app, log), 0, '127.0.0.1');
-  server = listening.server;
-  base = `http://127.0.0.1:${listening.port}`;
+  ({ base, subscribed } = app);
 });
 afterAll(async () => {
   for (const c of open) c.abort();
-  if (server) await closeServer(server);
+  await app?.close();
   await t?.drop();
 });
 

@@ -1,13 +1,9 @@
-import type { Server } from 'node:http';
 import { connect } from 'node:net';
-import express from 'express';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it, vi, type MockInstance } from 'vitest';
-import { closeServer, createLogger, finishApp, listen, revocationCacheOf } from '@gatehouse/platform';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
-import { WorkflowEventHub } from '../src/domain/event-hub.ts';
-import { eventsRouter } from '../src/http/events.router.ts';
+import { startEventsApp, type EventsApp } from './support/events-app.ts';
 
 /**
  * Requests of `GET /v1/workflows/:id/events` that never read a stream hold nothing.
@@ -26,40 +22,25 @@ import { eventsRouter } from '../src/http/events.router.ts';
  * token expired — and it held a slot all that time.
  */
 let t: TestDatabase;
-let server: Server;
+let app: EventsApp;
 let base = '';
 let workflowId = '';
-let subscribed: MockInstance<WorkflowEventHub['subscribe']>;
-const log = createLogger('stream-dropped-test');
+let subscribed: EventsApp['subscribed'];
 const PER_USER = 2;
 
 beforeAll(async () => {
   t = await createTestDatabase();
   workflowId = (await createAction(t.db, { orderId: 'O-1001' })).workflowId;
-  const app = express();
-  app.use((req, _res, next) => {
-    Object.assign(req, { user: { sub: 'rep-ana', tenant: 'quillfeather', roles: ['support_rep'] } });
-    next();
+  app = await startEventsApp(t.db, t.url, {
+    logName: 'stream-dropped-test',
+    pollMs: 200,
+    limits: { perUser: PER_USER, perTenant: 100 },
+    caller: () => ({ sub: 'rep-ana', tenant: 'quillfeather', roles: ['support_rep'] }),
   });
-  const hub = new WorkflowEventHub(t.url, log); // not started: streams fall back to the ledger poll
-  subscribed = vi.spyOn(hub, 'subscribe');
-  app.use(
-    eventsRouter({
-      db: t.db,
-      log,
-      hub,
-      pollMs: 200,
-      heartbeatMs: 15_000,
-      limits: { perUser: PER_USER, perTenant: 100 },
-      revocations: revocationCacheOf(t.db, 1000),
-    }),
-  );
-  const listening = await listen(finishApp(app, log), 0, '127.0.0.1');
-  server = listening.server;
-  base = `http://127.0.0.1:${listening.port}`;
+  ({ base, subscribed } = app);
 });
 afterAll(async () => {
-  if (server) await closeServer(server);
+  await app?.close();
   await t?.drop();
 });
 
