@@ -2,6 +2,7 @@ import { createPrivateKey, type KeyObject } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { keyFingerprint, recordKeyRotation, type Db } from '@gatehouse/ledger';
+import { replaceLostAuditKey } from '@gatehouse/operations';
 import { UsageError } from './commands.ts';
 import { stateRoot } from './stack.ts';
 
@@ -52,4 +53,40 @@ export async function auditRotateKeyCommand(
     `audit key rotation recorded: ${r.from.slice(0, 16)} → ${r.to.slice(0, 16)}; the audit service anchors with the new key once it is chained`,
   );
   return 0;
+}
+
+/**
+ * `gatehouse audit replace-lost-key [--new-key <pem>] --reason <why>`: hands the anchors over from
+ * the newest anchor's key, whose private key is lost, to the new key (default: the local audit
+ * service's, {@link localSigningKeyPath}) on a second person's approved override instead of the
+ * old key's signature (`replaceLostAuditKey`, docs/decisions/0717-audit-key-rotation.md). The first
+ * run asks for the override and says who approves it and where; once it is approved, the next run
+ * records the rotation. Returns 0 when the rotation is recorded, 1 while it waits for the second person.
+ * @throws UsageError for a missing or unreadable key file; Error when nothing is anchored yet or the
+ * key already signs the newest anchor; the database's errors.
+ */
+export async function auditReplaceLostKeyCommand(
+  db: Db,
+  opts: { newKey?: string | undefined; reason: string; operator: string; hmacKey: string; out: (line: string) => void },
+  env: Record<string, string | undefined> = process.env,
+): Promise<number> {
+  const newKey = readPrivateKey('--new-key', opts.newKey ?? localSigningKeyPath(env));
+  const r = await replaceLostAuditKey(db, { newKey, reason: opts.reason, operator: opts.operator, hmacKey: opts.hmacKey });
+  const keys = `${r.from.slice(0, 16)} (lost) → ${r.to.slice(0, 16)}`;
+  if (r.kind === 'rotated') {
+    opts.out(
+      `audit key rotation recorded by two-person override ${r.approvalId}: ${keys}; the audit service anchors with the new key once it is chained`,
+    );
+    opts.out(`what came before the rotation is vouched for by the lost key's public key: keep it with the anchor witness for audit verify`);
+    return 0;
+  }
+  if (r.kind === 'waiting')
+    opts.out(
+      `the override for ${keys} awaits a second person (a policy owner or another operator) in the approval inbox; run this again once it is approved. Nothing was rotated.`,
+    );
+  else
+    opts.out(
+      `asked for a second person: override ${r.approvalId} for ${keys}, to be approved by a policy owner or another operator in the approval inbox or with POST /v1/approvals/${r.approvalId}/decision before ${r.expiresAt.toISOString()}; then run this again. Nothing was rotated.`,
+    );
+  return 1;
 }

@@ -64,6 +64,7 @@ function summary(r: ChainVerification, witness: string | null): string {
   if (!r.intact) return `BROKEN at seq ${r.firstBadSeq}: ${r.reason}`;
   const key = r.anchorsTrusted ? 'pinned key' : 'keys stored with them';
   const seen = witness ? `${r.witnessChecked} witnessed in ${witness}` : 'no anchor witness';
-  const rotations = r.keyRotations ? `, ${r.keyRotations} key rotation(s)` : '';
+  const lost = r.keyRotationsByOverride ? `, ${r.keyRotationsByOverride} from a lost key by two-person override` : '';
+  const rotations = r.keyRotations ? `, ${r.keyRotations} key rotation(s)${lost}` : '';
   return `intact ${r.events} events, head ${r.headHash}, ${r.anchorsChecked} anchor(s) (${key}${rotations}), ${seen}`;
 }

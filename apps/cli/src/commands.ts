@@ -106,10 +106,23 @@ export const COMMANDS: CommandSpec[] = [
     details: [
       'Both private keys sign the handover (--new-key defaults to AUDIT_SIGNING_KEY_PATH, else <state folder>/audit-ed25519.pem).',
       'An audit replica whose key no rotation hands over to refuses to anchor; audit verify accepts anchors across a',
-      'recorded rotation. A lost old key cannot be rotated from: docs/decisions/0717-audit-key-rotation.md.',
+      'recorded rotation. A lost old key: gatehouse audit replace-lost-key.',
     ],
     options: ['old-key', 'new-key', 'reason'],
     required: { 'old-key': '<pem>', reason: '<why>' },
+    ops: true,
+  },
+  {
+    name: 'audit replace-lost-key',
+    synopsis: '[--new-key <pem>] --reason <why>',
+    summary: "hand the audit anchors over from a lost signing key, on a second person's approval",
+    details: [
+      "The newest anchor's key is the lost one; --new-key defaults to AUDIT_SIGNING_KEY_PATH, else <state folder>/audit-ed25519.pem.",
+      'The first run asks for an override a policy owner or another operator approves (inbox or approval API);',
+      'run it again once approved to record the rotation. Exits 1 while it waits. docs/decisions/0717-audit-key-rotation.md.',
+    ],
+    options: ['new-key', 'reason'],
+    required: { reason: '<why>' },
     ops: true,
   },
   {

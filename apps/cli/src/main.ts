@@ -9,7 +9,7 @@ import { withCliDb } from './cli-db.ts';
 import { tokenFor } from './api-client.ts';
 import { auditPublicKey } from './audit-key.ts';
 import { auditVerifyCommand, localWitnessPath } from './audit-verify-command.ts';
-import { auditRotateKeyCommand } from './audit-rotate-command.ts';
+import { auditReplaceLostKeyCommand, auditRotateKeyCommand } from './audit-rotate-command.ts';
 import { prepareDatabase } from './db-admin.ts';
 import { ensureDelegationKeyPair } from '@gatehouse/credentials';
 import { cliSigningKey, delegationKeyPaths } from './delegation-keys.ts';
@@ -121,6 +121,17 @@ async function main(argv: string[]): Promise<number> {
         const key = auditPublicKey();
         return auditVerifyCommand(db, { witness: values.witness, json: values.json, out, ...(key ? { trustedPublicKey: key } : {}) });
       });
+    case 'audit replace-lost-key':
+      checkArgumentCount(spec, positionals, 0);
+      return opsCommand(env, values.token, 'audit replace-lost-key', (db, op) =>
+        auditReplaceLostKeyCommand(db, {
+          newKey: values['new-key'],
+          reason: values.reason!,
+          operator: op.id,
+          hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY,
+          out,
+        }),
+      );
     case 'audit rotate-key':
       checkArgumentCount(spec, positionals, 0);
       return opsCommand(env, values.token, 'audit rotate-key', (db, op) =>

@@ -20,9 +20,19 @@ export interface KeyRotation {
   /** The key that signed anchors before, and the one that signs them after (public keys). */
   from: KeyObject;
   to: KeyObject;
-  /** Signatures of {@link rotationStatement} by the old key and by the new key (base64). */
-  oldSignature: string;
+  /**
+   * Signatures of {@link rotationStatement} by the old key and by the new key (base64). The old
+   * one is null when the old key was lost and a two-person override stands in for it (`override`).
+   */
+  oldSignature: string | null;
   newSignature: string;
+  /** The approval id of the consumed `audit_key` override that stands in for a lost old key; null for a signed handover. */
+  override: string | null;
+  /**
+   * The action digest of the chain's `approval.consumed` event of `override`, chained before the
+   * rotation (filled by {@link readKeyRotations}; null when the chain holds none).
+   */
+  overrideConsumedDigest?: string | null;
   reason: string;
 }
 
@@ -49,30 +59,59 @@ export function rotationOutcome(oldKey: KeyObject, newKey: KeyObject, reason: st
   return `from:${spki(oldKey)};to:${spki(newKey)};old_sig:${oldSig};new_sig:${newSig};reason:${reason}`;
 }
 
-/** Parses an `audit.key_rotated` outcome ({@link rotationOutcome}); null when it is not one. */
+/**
+ * Parses an `audit.key_rotated` outcome ({@link rotationOutcome}, or {@link lostKeyRotationOutcome}
+ * with `old_override:<approval id>` in place of the old signature); null when it is not one.
+ */
 export function parseRotation(seq: number, outcome: string): KeyRotation | null {
-  const m = /^from:([^;]+);to:([^;]+);old_sig:([^;]+);new_sig:([^;]+);reason:(.*)$/s.exec(outcome);
+  const m = /^from:([^;]+);to:([^;]+);old_(sig|override):([^;]+);new_sig:([^;]+);reason:(.*)$/s.exec(outcome);
   if (!m) return null;
   try {
     const der = (b64: string) => createPublicKey({ key: Buffer.from(b64, 'base64'), format: 'der', type: 'spki' });
-    return { seq, from: der(m[1]!), to: der(m[2]!), oldSignature: m[3]!, newSignature: m[4]!, reason: m[5]! };
+    const old = m[3] === 'sig' ? { oldSignature: m[4]!, override: null } : { oldSignature: null, override: m[4]! };
+    return { seq, from: der(m[1]!), to: der(m[2]!), ...old, newSignature: m[5]!, reason: m[6]! };
   } catch {
     return null;
   }
 }
 
-/** Whether both keys of `r` signed its statement (the old key handed over, the new key accepted). */
+/**
+ * What a two-person override for a lost old key is bound to (its approval's action digest):
+ * sha256 (hex) of the {@link rotationStatement} the old key can no longer sign, so the override
+ * covers exactly this handover, `fromFp` → `toFp` (docs/decisions/0717-audit-key-rotation.md).
+ */
+export function lostKeyOverrideDigest(fromFp: string, toFp: string): string {
+  return createHash('sha256').update(rotationStatement(fromFp, toFp)).digest('hex');
+}
+
+/**
+ * The outcome of an `audit.key_rotated` event whose old key was lost: as {@link rotationOutcome}
+ * with `old_override:<approval id>` (the consumed two-person override) in place of the old key's
+ * signature; the new key still signs. `oldKey` is the old public key, read from its last anchor.
+ */
+export function lostKeyRotationOutcome(oldKey: KeyObject, newKey: KeyObject, approvalId: string, reason: string): string {
+  const newSig = sign(null, rotationStatement(keyFingerprint(oldKey), keyFingerprint(newKey)), newKey).toString('base64');
+  return `from:${spki(oldKey)};to:${spki(newKey)};old_override:${approvalId};new_sig:${newSig};reason:${reason}`;
+}
+
+/**
+ * Whether `r` hands over: the new key accepted (signed {@link rotationStatement}), and the old key
+ * handed over — by its signature, or, when it was lost, by a two-person override the chain shows
+ * consumed before the rotation and bound to exactly these two keys ({@link lostKeyOverrideDigest}).
+ */
 export function rotationSigned(r: KeyRotation): boolean {
-  const statement = rotationStatement(keyFingerprint(r.from), keyFingerprint(r.to));
-  return (
-    verify(null, statement, r.from, Buffer.from(r.oldSignature, 'base64')) &&
-    verify(null, statement, r.to, Buffer.from(r.newSignature, 'base64'))
-  );
+  const fromFp = keyFingerprint(r.from);
+  const toFp = keyFingerprint(r.to);
+  const statement = rotationStatement(fromFp, toFp);
+  if (!verify(null, statement, r.to, Buffer.from(r.newSignature, 'base64'))) return false;
+  if (r.oldSignature !== null) return verify(null, statement, r.from, Buffer.from(r.oldSignature, 'base64'));
+  return r.override !== null && r.overrideConsumedDigest === lostKeyOverrideDigest(fromFp, toFp);
 }
 
 /**
  * The key rotations recorded in the chain (`audit_log` events of type `audit.key_rotated`), in
- * sequence order; an event whose outcome does not parse is returned as null at its seq, so
+ * sequence order, a lost key's rotation with the digest of its override's `approval.consumed`
+ * event; an event whose outcome does not parse is returned as null at its seq, so
  * verification can name it. Rotations still in `audit_outbox` do not count until chained.
  * `range` limits the read to sequence numbers after `after` and up to `upTo` (a range scan of the
  * chain's primary key, so a writer re-reading only the events chained since its last read stays cheap).
@@ -89,7 +128,22 @@ export async function readKeyRotations(
   if (range.after !== undefined) q = q.where('seq', '>', String(range.after));
   if (range.upTo !== undefined) q = q.where('seq', '<=', String(range.upTo));
   const rows = await q.orderBy('seq').execute();
-  return rows.map((r) => ({ seq: Number(r.seq), rotation: parseRotation(Number(r.seq), r.outcome ?? '') }));
+  const rotations = rows.map((r) => ({ seq: Number(r.seq), rotation: parseRotation(Number(r.seq), r.outcome ?? '') }));
+  for (const { rotation } of rotations)
+    if (rotation?.override) rotation.overrideConsumedDigest = await consumedDigest(db, rotation.override, rotation.seq);
+  return rotations;
+}
+
+/** The action digest of the chain's `approval.consumed` event of `approvalId` before `beforeSeq`; null when there is none. */
+async function consumedDigest(db: Db, approvalId: string, beforeSeq: number): Promise<string | null> {
+  const row = await db
+    .selectFrom('audit_log')
+    .select(sql<string | null>`event->>'actionDigest'`.as('digest'))
+    .where('seq', '<', String(beforeSeq))
+    .where(sql<boolean>`event->>'type' = 'approval.consumed'`)
+    .where(sql<boolean>`event->>'approvalId' = ${approvalId}`)
+    .executeTakeFirst();
+  return row?.digest ?? null;
 }
 
 /** A rotation both keys signed, by fingerprint: at chain seq `seq` the key `from` handed over to the key `to`. */

@@ -18,6 +18,11 @@ export interface ChainVerification {
   anchorsTrusted: boolean;
   /** Key rotations recorded in the chain (`audit.key_rotated`, ADR 0717) that anchors may cross. */
   keyRotations: number;
+  /**
+   * Of those, rotations from a lost key: handed over by a two-person override instead of the old
+   * key's signature, so what came before them is vouched for by the old public key alone.
+   */
+  keyRotationsByOverride: number;
   /** Anchors of the witness checked against the chain and `audit_anchors` (0 without a witness, or when broken). */
   witnessChecked: number;
   /** The highest anchored sequence number, in `audit_anchors` or the witness; null when there is none. */
@@ -99,6 +104,7 @@ export async function verifyAuditChain(db: Db, opts: VerifyOptions = {}): Promis
     anchorsChecked: bad ? 0 : anchors.length,
     anchorsTrusted: trusted !== null,
     keyRotations: rotations.length,
+    keyRotationsByOverride: rotations.filter((r) => r.rotation?.override).length,
     witnessChecked: bad ? 0 : witness.length,
     newestAnchorSeq: newest,
   });

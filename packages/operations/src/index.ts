@@ -15,3 +15,4 @@ export * from './two-person.ts';
 export * from './reenable.ts';
 export * from './cohort.ts';
 export * from './user-tokens.ts';
+export * from './audit-key.ts';

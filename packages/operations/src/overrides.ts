@@ -26,15 +26,22 @@ import { catalogDigest, toolsOfPack } from '@gatehouse/tools';
  * docs/decisions/0230-two-person-release-changes.md): a failing canary analysis, a failing
  * boundary-case gate (`--force`), or a bundle that raises a limit of the active one.
  */
-export type OverrideKind = 'canary' | 'force_gate' | 'raise_limits' | 'reenable';
+export type OverrideKind = 'canary' | 'force_gate' | 'raise_limits' | 'reenable' | 'audit_key';
 
 /**
  * The audit fields naming an override's subject: the tool of a `reenable` override (a staged
  * re-enable advancing with less evidence than asked, docs/decisions/0310-staged-reenable.md),
- * else the release.
+ * none for an `audit_key` override (a lost audit key's handover, docs/decisions/0717-audit-key-rotation.md:
+ * its fingerprints are in the summary), else the release.
  */
-function subjectFields(kind: OverrideKind, subject: string): { tool: string } | { revisions: { release: string } } {
-  return kind === 'reenable' ? { tool: subject } : { revisions: { release: subject } };
+function subjectFields(kind: OverrideKind, subject: string): { tool: string } | { revisions: { release: string } } | object {
+  if (kind === 'reenable') return { tool: subject };
+  return kind === 'audit_key' ? {} : { revisions: { release: subject } };
+}
+
+/** The `revisions` audit field of an override's approval events: the release, when its subject is one. */
+function releaseField(kind: OverrideKind, subject: string): { revisions: { release: string } } | object {
+  return kind === 'reenable' || kind === 'audit_key' ? {} : { revisions: { release: subject } };
 }
 
 /** How long an override stays usable after it is asked for (ms): like an action approval, 15 minutes. */
@@ -65,8 +72,10 @@ export interface OverrideRequest {
    * measures, or a re-enable's stages, cohort and evidence.
    */
   items: string[];
-  /** The release's manifest; null for a `reenable` override, whose subject (`release`) is a tool. */
+  /** The release's manifest; null for a `reenable` override, whose subject (`release`) is a tool, and an `audit_key` one. */
   manifest: ReleaseManifest | null;
+  /** What the approver is shown besides the arguments when there is no manifest (default: the tool and the active release). */
+  facts?: Record<string, unknown>;
   digest: string;
   summary: string;
   reason: string;
@@ -131,7 +140,7 @@ export async function requestOverride(db: Db, r: OverrideRequest): Promise<Overr
         manifestSha256: sha256Hex(canonicalJson(r.manifest)),
         activeRelease: active?.id ?? null,
       }
-    : { tool: r.release, activeRelease: active?.id ?? null };
+    : (r.facts ?? { tool: r.release, activeRelease: active?.id ?? null });
   await inTransaction(db, async (trx) => {
     const proposalId = await insertOverrideRun(trx, t, { args, operator: r.operator, policy: r.manifest?.policy.change ?? 'none' });
     await insertOverrideApproval(trx, t, { proposalId, args, facts, r });
@@ -145,7 +154,7 @@ export async function requestOverride(db: Db, r: OverrideRequest): Promise<Overr
       actionVersion: 1,
       decision: 'REQUIRE_APPROVAL',
       ruleId: RELEASE_OVERRIDE_RULE_ID,
-      ...(r.kind === 'reenable' ? {} : { revisions: { release: r.release } }),
+      ...releaseField(r.kind, r.release),
     });
   });
   return t;
@@ -249,7 +258,7 @@ export async function consumeOverride(trx: Trx, r: Omit<OverrideRequest, 'reason
     tool: RELEASE_OVERRIDE_TOOL,
     actionDigest: r.digest,
     actionVersion: 1,
-    ...(r.kind === 'reenable' ? {} : { revisions: { release: r.release } }),
+    ...releaseField(r.kind, r.release),
   });
   await recordAudit(trx, { ...audit, type: 'release.override_used', outcome: r.summary, ...subjectFields(r.kind, r.release) });
   return used.id;

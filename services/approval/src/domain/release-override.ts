@@ -14,16 +14,22 @@ export async function endRefusedOverride(
   reason: 'denied' | 'approval_expired',
 ): Promise<void> {
   if (approval.rule_id !== RELEASE_OVERRIDE_RULE_ID) return;
-  // A staged re-enable's override shares the rule; its `release_id` holds the tool (ADR 0230).
+  // A staged re-enable's override and a lost audit key's share the rule; their `release_id` holds
+  // the tool, or `audit-key` (ADR 0230, 0717).
   const ask = await trx
     .selectFrom('approvals as p')
     .innerJoin('actions as a', 'a.id', 'p.action_id')
     .select(sql<string | null>`a.arguments->>'kind'`.as('kind'))
     .where('p.id', '=', approval.id)
     .executeTakeFirst();
-  const what = ask?.kind === 'reenable' ? `re-enable override for ${approval.release_id}` : `release override for ${approval.release_id}`;
-  const command =
-    ask?.kind === 'reenable' ? `gatehouse reenable override ${approval.release_id}` : `gatehouse release override ${approval.release_id}`;
+  const { what, command } = overrideSubject(ask?.kind ?? null, approval.release_id);
   const nextStep = `The ${what} was ${reason === 'denied' ? 'denied' : 'not decided in time'}; ask again with ${command} if it is still needed.`;
   await stopRun(trx, { id: approval.workflow_id }, reason, nextStep, 'approval', { onlyFrom: ['awaiting_approval'] });
+}
+
+/** What an override of `kind` is about, in words, and the command that asks for it again. */
+function overrideSubject(kind: string | null, subject: string): { what: string; command: string } {
+  if (kind === 'reenable') return { what: `re-enable override for ${subject}`, command: `gatehouse reenable override ${subject}` };
+  if (kind === 'audit_key') return { what: 'override for a lost audit key', command: 'gatehouse audit replace-lost-key' };
+  return { what: `release override for ${subject}`, command: `gatehouse release override ${subject}` };
 }

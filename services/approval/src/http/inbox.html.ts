@@ -53,18 +53,23 @@ function scheduleRows(v: ApprovalView): Rows {
 /**
  * A release override (docs/decisions/0230-two-person-release-changes.md): the kind, exactly what
  * it covers, the requester's reason, and the release as its manifest names it — or, for a staged
- * re-enable's override (docs/decisions/0310-staged-reenable.md), the tool, its stages and evidence.
+ * re-enable's override (docs/decisions/0310-staged-reenable.md), the tool, its stages and evidence;
+ * for a lost audit key's (docs/decisions/0717-audit-key-rotation.md), both fingerprints.
  */
 function overrideRows(v: ApprovalView): Rows {
   const f = v.orderFacts;
   const covers = Array.isArray(v.arguments.covers) ? (v.arguments.covers as unknown[]).map(String) : [];
+  const kind = v.arguments.kind;
+  const [label, subject] =
+    kind === 'reenable' ? ['staged re-enable', 'Tool'] : kind === 'audit_key' ? ['audit key', 'Subject'] : ['release', 'Release'];
   const head: Rows = [
-    ['Action', `${v.arguments.kind === 'reenable' ? 'staged re-enable' : 'release'} override: ${String(v.arguments.kind)}`],
-    [v.arguments.kind === 'reenable' ? 'Tool' : 'Release', v.target],
+    ['Action', `${label} override: ${String(kind)}`],
+    [subject, kind === 'audit_key' ? 'the audit anchoring key: the lost key hands over to the new one without its signature' : v.target],
     ...covers.map((c, i): [string, unknown] => [i === 0 ? 'Covers' : '', c]),
     ['Reason (requester text)', v.arguments.reason],
   ];
-  if (v.arguments.kind === 'reenable') return [...head, ['Active release now', f.activeRelease ?? '—']];
+  if (kind === 'reenable') return [...head, ['Active release now', f.activeRelease ?? '—']];
+  if (kind === 'audit_key') return [...head, ['Newest anchor (seq)', f.newestAnchorSeq ?? '—']];
   return [
     ...head,
     ['Model', f.model ?? '—'],

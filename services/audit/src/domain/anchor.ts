@@ -121,7 +121,8 @@ export async function anchorKeyRefusal(
     `audit anchoring refused: the newest anchor (seq ${newestSeq}) is signed by key ${newestKey.slice(0, 16)} and this ` +
     `replica's key is ${ownKey.slice(0, 16)}, which no recorded rotation hands over to; events are still chained. ` +
     `A replica: start it with the first key (AUDIT_SIGNING_KEY_PATH, README "Second replicas"). A deliberate key change: ` +
-    `gatehouse audit rotate-key --old-key <the PEM of key ${newestKey.slice(0, 16)}> --reason "<why>". ` +
+    `gatehouse audit rotate-key --old-key <the PEM of key ${newestKey.slice(0, 16)}> --reason "<why>" ` +
+    `(that key lost: gatehouse audit replace-lost-key --reason "<why>", on a second person's approval). ` +
     `A local database whose old key is gone: gatehouse stack up --fresh`;
   return { newestKey, ownKey, newestSeq, message };
 }
