@@ -261,6 +261,11 @@ export interface components {
       approvalId: string;
       /** @enum {string} */
       status: 'approved' | 'denied';
+      /**
+       * @description true when this approver already recorded this decision (same decision, version, digest and reason) and it still stands: the retry is answered as the first request was, and nothing is recorded again
+       * @constant
+       */
+      replayed?: true;
     };
   };
   responses: {
@@ -421,7 +426,7 @@ export interface operations {
       };
     };
     responses: {
-      /** @description decision recorded */
+      /** @description decision recorded, or (replayed) the same decision by the same approver recorded earlier */
       200: {
         headers: {
           [name: string]: unknown;
@@ -476,7 +481,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description expired, already decided, used or void */
+      /** @description expired, already decided (but for a replay of the same decision by its approver), used or void */
       410: {
         headers: {
           [name: string]: unknown;

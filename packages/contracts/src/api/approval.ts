@@ -26,9 +26,21 @@ export const DecisionRequestSchema = z
   .meta({ id: 'DecisionRequest' });
 export type DecisionRequest = z.infer<typeof DecisionRequestSchema>;
 
-/** `200` of `POST /v1/approvals/:id/decision`. */
+/**
+ * `200` of `POST /v1/approvals/:id/decision`; `replayed` when the same approver's same decision was
+ * already recorded and this answers its retry (docs/decisions/0726-a-lost-decision-answer-is-replayed.md).
+ */
 export const DecisionResultSchema = z
-  .object({ approvalId: z.string(), status: z.enum(['approved', 'denied']) })
+  .object({
+    approvalId: z.string(),
+    status: z.enum(['approved', 'denied']),
+    replayed: z
+      .literal(true)
+      .optional()
+      .describe(
+        'true when this approver already recorded this decision (same decision, version, digest and reason) and it still stands: the retry is answered as the first request was, and nothing is recorded again',
+      ),
+  })
   .meta({ id: 'DecisionResult' });
 export type DecisionResult = z.infer<typeof DecisionResultSchema>;
 
@@ -127,13 +139,16 @@ const approvalPaths: ZodOpenApiObject['paths'] = {
       requestParams: { path: UuidPathSchema },
       requestBody: { required: true, content: { 'application/json': { schema: DecisionRequestSchema } } },
       responses: {
-        '200': jsonResponse('decision recorded', DecisionResultSchema),
+        '200': jsonResponse(
+          'decision recorded, or (replayed) the same decision by the same approver recorded earlier',
+          DecisionResultSchema,
+        ),
         '400': errorResponse('body failed its schema'),
         '401': errorResponse('missing or invalid token'),
         '403': errorResponse('not authorized: requester, not a lead (change owner, release approver), other region, limit too low'),
         '404': errorResponse('no such approval in your tenant'),
         '409': errorResponse('stale version or digest mismatch'),
-        '410': errorResponse('expired, already decided, used or void'),
+        '410': errorResponse('expired, already decided (but for a replay of the same decision by its approver), used or void'),
       },
     },
   },

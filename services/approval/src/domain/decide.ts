@@ -18,11 +18,16 @@ import { toSafeOutput } from '@gatehouse/tools';
 import { assertAuthority, lateRefusal, runEndedRefusal } from './authority.ts';
 import { endRefusedOverride } from './release-override.ts';
 
-/** Result of a decision: the approval's new status and the jobs to publish after commit. */
+/**
+ * Result of a decision: the approval's new status and the jobs to publish after commit.
+ * `replayed`: the same approver's same decision was already recorded, and this is its answer
+ * again — nothing was written and `rows` is empty (docs/decisions/0726-a-lost-decision-answer-is-replayed.md).
+ */
 export interface DecisionOutcome {
   approvalId: string;
   status: 'approved' | 'denied';
   rows: OutboxRow[];
+  replayed?: true;
 }
 
 /**
@@ -49,7 +54,11 @@ export interface Decider {
  * same target are not newer versions of it), state (410 when decided, used, void or expired), then
  * one conditional UPDATE `pending → approved|denied`, so two concurrent deciders record exactly
  * one decision. Approve enqueues the execution; deny answers the call `{executed: false,
- * reason: "rejected"}`.
+ * reason: "rejected"}`. A retry of a decision already recorded — the same approver, decision,
+ * version, digest and reason, while that decision stands ({@link recordedDecision}) — is
+ * answered `replayed` after the authority check, before any refusal, and writes nothing: no
+ * second decision, audit event or job (ADR 0726); that holds for the loser of two identical
+ * concurrent decisions as well.
  * @throws TokenRevokedError(401) | NotFound(404) | Forbidden(403) | Gone(410) | ConflictError(409)
  */
 export async function decideApproval(
@@ -141,6 +150,43 @@ function closedRefusal(status: string, expiresAt: Date | string, workflowState: 
   return late ? new Gone(late.reason, late.message) : null;
 }
 
+/** The approval fields {@link recordedDecision} judges by. */
+interface Decided {
+  id: string;
+  action_id: string;
+  workflow_id: string;
+  action_version: number;
+  action_digest: string;
+  status: string;
+  approver: string | null;
+  reason: string | null;
+  expires_at: Date | string;
+}
+
+/**
+ * The answer again to a retry of a decision already recorded
+ * (docs/decisions/0726-a-lost-decision-answer-is-replayed.md): `caller` decided `approval` with
+ * `body`'s decision, version, digest and reason (an absent reason matches none recorded), and that
+ * decision still stands — the approval is still `approved` and unexpired, still `denied`, or
+ * `used` by the execution an approve enqueued — and its action was not amended since
+ * ({@link staleVersion}). The outcome is `replayed`, with no rows: nothing is written again.
+ * Null otherwise, and the request is judged as a new decision (its refusal as before: another
+ * approver, the other decision, an approval voided or expired since).
+ */
+async function recordedDecision(trx: Trx, approval: Decided, caller: Decider, body: DecisionRequest): Promise<DecisionOutcome | null> {
+  const status = body.decision === 'approve' ? 'approved' : 'denied';
+  if (approval.approver !== caller.sub) return null;
+  if (approval.action_version !== body.actionVersion || approval.action_digest !== body.actionDigest) return null;
+  if (approval.reason !== (body.reason ?? null)) return null;
+  const stands =
+    approval.status === 'denied'
+      ? status === 'denied'
+      : status === 'approved' &&
+        (approval.status === 'used' || (approval.status === 'approved' && new Date(approval.expires_at).getTime() > Date.now()));
+  if (!stands || (await staleVersion(trx, approval))) return null;
+  return { approvalId: approval.id, status, rows: [], replayed: true };
+}
+
 /** What {@link refusalOf} judges by: the run's state, and the approval's status and expiry. */
 interface Seen {
   workflowState: WorkflowState;
@@ -156,6 +202,15 @@ async function seenNow(trx: Trx, approval: { id: string; workflow_id: string }):
   const wf = await trx.selectFrom('workflows').select('state').where('id', '=', approval.workflow_id).executeTakeFirstOrThrow();
   const now = await trx.selectFrom('approvals').select(['status', 'expires_at']).where('id', '=', approval.id).executeTakeFirstOrThrow();
   return { workflowState: wf.state, status: now.status, expiresAt: now.expires_at };
+}
+
+/** The approval row `id` as committed now, in the caller's transaction (after a lost conditional UPDATE). */
+function approvalNow(trx: Trx, id: string): Promise<Decided> {
+  return trx
+    .selectFrom('approvals')
+    .select(['id', 'action_id', 'workflow_id', 'action_version', 'action_digest', 'status', 'approver', 'reason', 'expires_at'])
+    .where('id', '=', id)
+    .executeTakeFirstOrThrow();
 }
 
 /**
@@ -216,6 +271,9 @@ async function decideInTransaction(
       .select(['state', 'release_id'])
       .where('id', '=', approval.workflow_id)
       .executeTakeFirstOrThrow();
+    // A retry of this very decision, recorded earlier: its answer again, nothing written (ADR 0726).
+    const replay = await recordedDecision(trx, approval, caller, body);
+    if (replay) return replay;
     const seen = { workflowState: wf.state, status: approval.status, expiresAt: approval.expires_at };
     const refused = await refusalOf(trx, approval, seen, { version: body.actionVersion, digest: body.actionDigest });
     if (refused) throw refused;
@@ -232,8 +290,13 @@ async function decideInTransaction(
       .where('expires_at', '>', new Date())
       .returning('id')
       .executeTakeFirst();
-    // Changed after it was read, while this decision waited for the action's lock.
-    if (!decided) throw (await refusalOf(trx, approval, await seenNow(trx, approval))) ?? new Gone('expired', 'approval expired');
+    // Changed after it was read, while this decision waited for the action's lock: by an identical
+    // decision of the same approver (answered as that one was, ADR 0726), or by another writer.
+    if (!decided) {
+      const replay = await recordedDecision(trx, await approvalNow(trx, approval.id), caller, body);
+      if (replay) return replay;
+      throw (await refusalOf(trx, approval, await seenNow(trx, approval))) ?? new Gone('expired', 'approval expired');
+    }
     // Waiting for a person is not the run's working time: move its deadline by the wait — the
     // part not already credited, so two approvals waited on at once count the span once.
     await creditWait(trx, approval.workflow_id, new Date(approval.created_at));

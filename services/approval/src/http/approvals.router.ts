@@ -14,7 +14,8 @@ export const MAX_PAGE = MAX_APPROVAL_PAGE;
 /**
  * Approval API (docs/product/public-contract.md#approvals): `GET /v1/approvals?status=pending&limit=&cursor=` (the caller's tenant; pending ones
  * filtered to what the caller may decide; pages of at most {@link MAX_PAGE} with an opaque `nextCursor`), `GET /v1/approvals/:id` (trusted fields only), and
- * `POST /v1/approvals/:id/decision` → 200 | 403 | 409 | 410. Bodies, queries and answers are the
+ * `POST /v1/approvals/:id/decision` → 200 | 403 | 409 | 410 (200 `replayed: true` for the same approver's retry of a
+ * decision already recorded, docs/decisions/0726-a-lost-decision-answer-is-replayed.md). Bodies, queries and answers are the
  * schemas of packages/contracts/src/api/approval.ts.
  */
 export function approvalsRouter(cfg: { db: Db; relay: OutboxRelay; auditHmacKey: string }): Router {
@@ -52,7 +53,12 @@ export function approvalsRouter(cfg: { db: Db; relay: OutboxRelay; auditHmacKey:
       decideApproval(cfg.db, user, id, body, cfg.auditHmacKey),
     );
     await cfg.relay.publish(outcome.rows);
-    const result: DecisionResult = { approvalId: outcome.approvalId, status: outcome.status };
+    // A retry of a recorded decision is answered as the first was, marked `replayed` (ADR 0726).
+    const result: DecisionResult = {
+      approvalId: outcome.approvalId,
+      status: outcome.status,
+      ...(outcome.replayed ? { replayed: true } : {}),
+    };
     res.json(result);
   });
   return router;
