@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { nonPublicAddress, webhookUrlProblem } from '../src/index.ts';
+import { nonPublicAddress, normalizedWebhookUrl, shownWebhookUrl, webhookUrlProblem } from '../src/index.ts';
 
 // A tenant's webhook URL is checked at registration and before every delivery
 // (docs/decisions/0671-webhooks-reach-public-hosts-only.md): in production it may not point at
@@ -42,5 +42,33 @@ describe('webhook URLs', () => {
     expect(nonPublicAddress('[::1]')).toBe(true);
     expect(nonPublicAddress('8.8.8.8')).toBe(false);
     expect(nonPublicAddress('hooks.example.com')).toBe(false);
+  });
+});
+
+// ADR 0727: a URL is stored in the WHATWG parser's serialization (an internationalized host in
+// ASCII), and shown without its query once registered.
+describe('normalised and shown webhook URLs', () => {
+  it('a unicode and a punycode spelling of one host normalise to one ASCII URL', () => {
+    const ascii = 'https://xn--bcher-kva.example/in?token=t';
+    expect(normalizedWebhookUrl('https://Bücher.example/in?token=t')).toBe(ascii);
+    expect(normalizedWebhookUrl('https://BÜCHER.EXAMPLE:443/in?token=t')).toBe(ascii);
+    expect(normalizedWebhookUrl('https://xn--bcher-kva.example/in?token=t')).toBe(ascii);
+    expect(normalizedWebhookUrl('http://127.0.0.1:80/x')).toBe('http://127.0.0.1/x');
+  });
+
+  it.each(['https://ｌｏｃａｌｈｏｓｔ/hook', 'https://１２７.０.０.１/hook', 'https://127。0。0。1/hook', 'https://①②⑦.0.0.1/hook'])(
+    'production judges the ASCII host of %s: refused as this machine',
+    (url) => {
+      expect(webhookUrlProblem(url, true)).toMatch(/^production delivers to public hosts only/);
+      expect(webhookUrlProblem(normalizedWebhookUrl(url), true)).toMatch(/^production delivers to public hosts only/);
+    },
+  );
+
+  it('shows scheme, ASCII host, port and path; a query only as ?[redacted]; an unparsable value not at all', () => {
+    expect(shownWebhookUrl('https://xn--bcher-kva.example:8443/in?token=abc&x=1')).toBe('https://xn--bcher-kva.example:8443/in?[redacted]');
+    expect(shownWebhookUrl('https://Bücher.example/in?abc')).toBe('https://xn--bcher-kva.example/in?[redacted]');
+    expect(shownWebhookUrl('https://hooks.example.com/in')).toBe('https://hooks.example.com/in');
+    expect(shownWebhookUrl('https://user:pw@hooks.example.com/in#f')).toBe('https://hooks.example.com/in');
+    expect(shownWebhookUrl('not a url ?token=abc')).toBe('[redacted]');
   });
 });

@@ -327,6 +327,7 @@ export interface components {
       webhooks: {
         endpointId: string;
         tenant: string;
+        /** @description the URL as registered, normalised (an internationalized host in ASCII) and with its query, which may hold a token, shown as `?[redacted]` (ADR 0727) */
         url: string;
         createdBy: string;
         createdAt: string;
@@ -595,6 +596,7 @@ export interface operations {
           'application/json': {
             endpointId: string;
             tenant: string;
+            /** @description the URL as registered, normalised (an internationalized host in ASCII) and with its query, which may hold a token, shown as `?[redacted]` (ADR 0727) */
             url: string;
             createdBy: string;
             createdAt: string;
@@ -632,7 +634,7 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
-      /** @description too_many_webhooks: the tenant has WEBHOOK_MAX_ENDPOINTS_PER_TENANT active endpoints; disable one first */
+      /** @description webhook_already_registered: the tenant has an active endpoint of this URL (hosts compared in ASCII); too_many_webhooks: the tenant has WEBHOOK_MAX_ENDPOINTS_PER_TENANT active endpoints; disable one first */
       409: {
         headers: {
           [name: string]: unknown;
@@ -691,6 +693,7 @@ export interface operations {
           'application/json': {
             endpointId: string;
             tenant: string;
+            /** @description the URL as registered, normalised (an internationalized host in ASCII) and with its query, which may hold a token, shown as `?[redacted]` (ADR 0727) */
             url: string;
             createdBy: string;
             createdAt: string;

@@ -99,11 +99,15 @@ export const WebhookRegistrationSchema = z.strictObject({
 });
 export type WebhookRegistration = z.infer<typeof WebhookRegistrationSchema>;
 
-/** A registered endpoint as the listing shows it (the secret only once, in the 201 answer). */
+/** A registered endpoint as the listing shows it (the secret only once, in the 201 answer; the URL without its query). */
 export const WebhookEndpointViewSchema = z.strictObject({
   endpointId: z.string(),
   tenant: z.string(),
-  url: z.string(),
+  url: z
+    .string()
+    .describe(
+      'the URL as registered, normalised (an internationalized host in ASCII) and with its query, which may hold a token, shown as `?[redacted]` (ADR 0727)',
+    ),
   createdBy: z.string(),
   createdAt: z.string(),
   disabledAt: z.string().nullable(),
@@ -207,4 +211,37 @@ export function webhookUrlProblem(url: string, production: boolean): string | nu
   if (u.username || u.password) return 'credentials in the URL are not allowed (the signature authenticates)';
   if (u.hash) return 'a fragment is not allowed';
   return null;
+}
+
+/**
+ * The form a webhook URL is stored, delivered to and compared in: Node's WHATWG URL serialization
+ * (`URL.href`) — the host lowercased and, when it is an internationalized name, turned to ASCII
+ * (IDNA `ToASCII`, `xn--` labels) by the parser itself, a default port dropped, the path and query
+ * percent-encoded. A unicode and a punycode spelling of one host are thus one URL, and
+ * {@link webhookUrlProblem} and the delivery's connection judge the ASCII host
+ * (docs/decisions/0727-webhook-urls-are-normalised-and-shown-without-their-query.md).
+ * @throws TypeError (`ERR_INVALID_URL`) when `url` is not an absolute URL: check it with {@link webhookUrlProblem} first.
+ */
+export function normalizedWebhookUrl(url: string): string {
+  return new URL(url).href;
+}
+
+/** What replaces a webhook URL's query, or a whole URL that does not parse, wherever one is shown. */
+export const REDACTED_URL_PART = '[redacted]';
+
+/**
+ * A webhook URL as it is shown once registered — in every answer of the ops API, listing and log:
+ * scheme, ASCII host, port and path, its query (which often carries the receiver's token)
+ * replaced by `?[redacted]`; credentials and fragment, which registration refuses, are never
+ * shown. A stored value that does not parse is shown as `[redacted]` (ADR 0727). Deliveries use
+ * the stored URL, query included.
+ */
+export function shownWebhookUrl(url: string): string {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return REDACTED_URL_PART;
+  }
+  return `${u.origin}${u.pathname}${u.search === '' ? '' : `?${REDACTED_URL_PART}`}`;
 }

@@ -219,7 +219,9 @@ const webhookPaths: ZodOpenApiObject['paths'] = {
       responses: {
         '201': jsonResponse('registered, with its secret', WebhookRegisteredSchema),
         '400': errorResponse('invalid_body, unknown_tenant or invalid_webhook_url'),
-        '409': errorResponse('too_many_webhooks: the tenant has WEBHOOK_MAX_ENDPOINTS_PER_TENANT active endpoints; disable one first'),
+        '409': errorResponse(
+          'webhook_already_registered: the tenant has an active endpoint of this URL (hosts compared in ASCII); too_many_webhooks: the tenant has WEBHOOK_MAX_ENDPOINTS_PER_TENANT active endpoints; disable one first',
+        ),
         ...refused,
       },
     },

@@ -3,6 +3,8 @@ import { Router, type Request, type Response } from 'express';
 import {
   isUuid,
   loadWorld,
+  normalizedWebhookUrl,
+  shownWebhookUrl,
   testFaults,
   webhookUrlProblem,
   WebhookDeliveryQuerySchema,
@@ -28,10 +30,12 @@ const endpointsLockKey = (tenant: string): string => `webhook-endpoints:${tenant
 /**
  * Webhook endpoints of tenants and their deliveries (docs/product/public-contract.md#webhooks,
  * docs/decisions/0250-pushed-workflow-events.md), for operators only (mounted behind the operator
- * check): `POST /api/webhooks` `{tenant, url}` registers and answers the signing secret once
- * (201; the row keeps it sealed, ADR 0550), or 409 `too_many_webhooks` when the tenant already has `maxPerTenant` active endpoints
- * (nothing written); `DELETE /api/webhooks/:id` disables (no new deliveries); `GET /api/webhooks`
- * lists (without secrets); `GET /api/webhooks/deliveries?status=&tenant=&limit=` lists
+ * check): `POST /api/webhooks` `{tenant, url}` registers the URL in its normalised form
+ * ({@link normalizedWebhookUrl}: an internationalized host in ASCII) and answers the signing secret once
+ * (201; the row keeps it sealed, ADR 0550), or 409 `webhook_already_registered` when the tenant already has an active
+ * endpoint of that URL, or 409 `too_many_webhooks` when it already has `maxPerTenant` active endpoints
+ * (nothing written either way); `DELETE /api/webhooks/:id` disables (no new deliveries); `GET /api/webhooks`
+ * lists (without secrets). Every answer shows a URL without its query ({@link shownWebhookUrl}, ADR 0727); `GET /api/webhooks/deliveries?status=&tenant=&limit=` lists
  * deliveries, `failed` ones with their last error. Each change is audited (`ops.command`) in the
  * transaction that makes it. `GATEHOUSE_TEST_DISABLE_WEBHOOK_CAP_LOCK=1` counts without the
  * tenant's lock (the control-removed test only).
@@ -60,10 +64,12 @@ export function webhooksRouter(cfg: {
     if (!loadWorld().tenants.some((t) => t.id === body.tenant)) throw new UserError('unknown_tenant', `no tenant ${body.tenant}`);
     const problem = webhookUrlProblem(body.url, cfg.production);
     if (problem) throw new UserError('invalid_webhook_url', problem);
+    const url = normalizedWebhookUrl(body.url);
     const secret = `whsec_${randomBytes(32).toString('base64')}`;
     const row = await inTransaction(cfg.db, async (trx) => {
       // Registrations of one tenant wait on each other here, so two at the limit cannot both pass the count.
       if (!testFaults().disableWebhookCapLock) await takeAdvisoryLocks(trx, [endpointsLockKey(body.tenant)]);
+      await refuseSameUrl(trx, body.tenant, url);
       const { active } = await trx
         .selectFrom('webhook_endpoints')
         .select((eb) => eb.fn.countAll<string>().as('active'))
@@ -79,8 +85,8 @@ export function webhooksRouter(cfg: {
         .insertInto('webhook_endpoints')
         .values({
           tenant: body.tenant,
-          url: body.url,
-          secret: sealWebhookSecret(secret, cfg.secretKey, body),
+          url,
+          secret: sealWebhookSecret(secret, cfg.secretKey, { tenant: body.tenant, url }),
           created_by: operatorOf(res).sub,
         })
         .returningAll()
@@ -141,6 +147,29 @@ export function webhooksRouter(cfg: {
   return router;
 }
 
+/**
+ * 409 `webhook_already_registered` when `tenant` has an active endpoint of `url` (normalised,
+ * {@link normalizedWebhookUrl}; rows stored before normalisation are compared in that form too):
+ * one subscription per receiver, whatever spelling of its host was sent (ADR 0727). Reads at most
+ * the tenant's active endpoints (capped), under the tenant's registration lock.
+ * @throws ConflictError naming the endpoint already registered.
+ */
+async function refuseSameUrl(trx: Trx, tenant: string, url: string): Promise<void> {
+  const active = await trx
+    .selectFrom('webhook_endpoints')
+    .select(['id', 'url'])
+    .where('tenant', '=', tenant)
+    .where('disabled_at', 'is', null)
+    .execute();
+  const same = active.find((e) => URL.canParse(e.url) && normalizedWebhookUrl(e.url) === url);
+  if (same)
+    throw new ConflictError(
+      'webhook_already_registered',
+      `tenant ${tenant} already has an active endpoint ${same.id} for this URL; disable it first (DELETE /api/webhooks/${same.id}) to register it again`,
+    );
+}
+
+/** An endpoint as every answer shows it: no secret, the URL without its query ({@link shownWebhookUrl}). */
 function endpointView(row: {
   id: string;
   tenant: string;
@@ -152,7 +181,7 @@ function endpointView(row: {
   return {
     endpointId: row.id,
     tenant: row.tenant,
-    url: row.url,
+    url: shownWebhookUrl(row.url),
     createdBy: row.created_by,
     createdAt: iso(row.created_at),
     disabledAt: iso(row.disabled_at),

@@ -1,0 +1,174 @@
+import type { Server } from 'node:http';
+import { sql } from 'kysely';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { takeAdvisoryLocks } from '@gatehouse/ledger';
+import { closeServer, createLogger, listen, localWebhookSecretKey, openWebhookSecret, QueueRegistry } from '@gatehouse/platform';
+import { tokenFor } from '@gatehouse/cli';
+import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
+import { createOpsApp, createQueueBoard } from '../src/index.ts';
+
+// A webhook URL's query often carries the receiver's token: once registered, no answer of the ops
+// API shows it (the 201, the listing, a disable); deliveries still use
+// it. The URL is stored normalised by the WHATWG parser — an internationalized host in ASCII — so
+// a unicode and a punycode spelling of one receiver are one subscription: the second is
+// 409 webhook_already_registered and writes nothing (ADR 0727).
+
+const SECRET = 'local-auth-secret-change-me';
+const TOKEN = 's3cr3t-receiver-token';
+const UNICODE = `https://Bücher.example/in?token=${TOKEN}&x=1`;
+const PUNYCODE = `https://xn--bcher-kva.example:443/in?token=${TOKEN}&x=1`;
+const STORED = `https://xn--bcher-kva.example/in?token=${TOKEN}&x=1`;
+const SHOWN = 'https://xn--bcher-kva.example/in?[redacted]';
+let tdb: TestDatabase;
+let server: Server;
+let url: string;
+let ops: string;
+let redis: Redis;
+let queues: QueueRegistry;
+const prefix = testQueuePrefix();
+
+beforeAll(async () => {
+  tdb = await createTestDatabase();
+  redis = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: null });
+  queues = new QueueRegistry(redis, prefix);
+  const log = createLogger('ops-webhook-url-test');
+  log.level = 'silent';
+  const board = createQueueBoard({ db: tdb.db, redis, queues });
+  const app = createOpsApp({
+    db: tdb.db,
+    log,
+    board,
+    verifier: { secret: SECRET },
+    auditHmacKey: 'k',
+    localSecret: SECRET,
+    secureCookie: false,
+  });
+  const listening = await listen(app, 0, '127.0.0.1');
+  server = listening.server;
+  url = `http://127.0.0.1:${listening.port}`;
+  ops = await tokenFor('ops-gus', SECRET);
+});
+afterAll(async () => {
+  if (server) await closeServer(server);
+  await queues?.close();
+  redis?.disconnect();
+  await dropQueuePrefix(TEST_REDIS_URL, prefix);
+  await tdb?.drop();
+});
+beforeEach(async () => {
+  await tdb.db.deleteFrom('webhook_endpoints').execute();
+});
+
+const auth = () => ({ authorization: `Bearer ${ops}` });
+const register = (hook: string, tenant = 'quillfeather') =>
+  fetch(`${url}/api/webhooks`, {
+    method: 'POST',
+    headers: { ...auth(), 'content-type': 'application/json' },
+    body: JSON.stringify({ tenant, url: hook }),
+  });
+const rows = () => tdb.db.selectFrom('webhook_endpoints').selectAll().orderBy('created_at').execute();
+const registeredAudits = async () =>
+  (await tdb.db.selectFrom('audit_outbox').select('event').execute()).filter((a) => JSON.stringify(a.event).includes('webhook.registered'))
+    .length;
+
+describe('a webhook URL with a token in its query', () => {
+  it('is stored whole and normalised, delivered to as stored, and shown without its query in every answer', async () => {
+    const created = await register(UNICODE);
+    const text = await created.text();
+    expect(created.status, text).toBe(201);
+    const body = JSON.parse(text) as { endpointId: string; url: string; secret: string };
+    expect(body.url).toBe(SHOWN);
+    expect(text).not.toContain(TOKEN);
+
+    const [row] = await rows();
+    expect(row!.url).toBe(STORED); // what deliveries POST to, token included
+    // The secret is sealed to the stored URL, which the delivery worker opens it with.
+    expect(openWebhookSecret(row!.secret, localWebhookSecretKey(), row!)).toBe(body.secret);
+
+    const listing = await fetch(`${url}/api/webhooks`, { headers: auth() });
+    const listed = await listing.text();
+    expect(listing.status).toBe(200);
+    expect((JSON.parse(listed) as { webhooks: { url: string }[] }).webhooks.map((w) => w.url)).toEqual([SHOWN]);
+    expect(listed).not.toContain(TOKEN);
+
+    const disabled = await fetch(`${url}/api/webhooks/${body.endpointId}`, { method: 'DELETE', headers: auth() });
+    const disabledText = await disabled.text();
+    expect(disabled.status).toBe(200);
+    expect(JSON.parse(disabledText)).toMatchObject({ url: SHOWN });
+    expect(disabledText).not.toContain(TOKEN);
+  });
+
+  it('a URL without a query is shown as stored', async () => {
+    const created = await register('http://127.0.0.1:9/plain');
+    expect(created.status).toBe(201);
+    expect(((await created.json()) as { url: string }).url).toBe('http://127.0.0.1:9/plain');
+  });
+});
+
+describe('a unicode and a punycode spelling of one receiver', () => {
+  it('are one subscription: the second spelling is 409 webhook_already_registered, nothing written; another tenant or a disabled one is not', async () => {
+    const first = await register(UNICODE);
+    expect(first.status).toBe(201);
+    const { endpointId } = (await first.json()) as { endpointId: string };
+    const audits = await registeredAudits();
+    for (const spelling of [PUNYCODE, UNICODE, 'https://BÜCHER.example/in?token=' + TOKEN + '&x=1']) {
+      const again = await register(spelling);
+      const text = await again.text();
+      expect(again.status, spelling).toBe(409);
+      const err = (JSON.parse(text) as { error: { reason: string; message: string } }).error;
+      expect(err.reason).toBe('webhook_already_registered');
+      expect(err.message).toContain(endpointId);
+      expect(text).not.toContain(TOKEN);
+    }
+    expect((await rows()).map((r) => r.id)).toEqual([endpointId]);
+    expect(await registeredAudits()).toBe(audits);
+
+    // Another query is another receiver; another tenant has its own subscriptions.
+    expect((await register(`https://xn--bcher-kva.example/in?token=other`)).status).toBe(201);
+    expect((await register(PUNYCODE, 'northwind')).status).toBe(201);
+    // Once disabled, the URL may be registered again.
+    expect((await fetch(`${url}/api/webhooks/${endpointId}`, { method: 'DELETE', headers: auth() })).status).toBe(200);
+    expect((await register(PUNYCODE)).status).toBe(201);
+  });
+
+  it('a row stored before normalisation (a unicode host) is the same subscription as its punycode spelling', async () => {
+    await tdb.db
+      .insertInto('webhook_endpoints')
+      .values({ tenant: 'quillfeather', url: UNICODE, secret: 'whsec_old', created_by: 'ops-gus' })
+      .execute();
+    const again = await register(PUNYCODE);
+    expect(again.status).toBe(409);
+    const listed = await (await fetch(`${url}/api/webhooks`, { headers: auth() })).text();
+    expect((JSON.parse(listed) as { webhooks: { url: string }[] }).webhooks.map((w) => w.url)).toEqual([SHOWN]);
+    expect(listed).not.toContain(TOKEN);
+  });
+});
+
+/** Waits until at least `n` sessions of the test database wait on a lock (false after 5 s). */
+async function lockWaiters(n: number): Promise<boolean> {
+  for (const until = Date.now() + 5_000; Date.now() < until;) {
+    const { rows: r } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and wait_event_type = 'Lock'`.execute(tdb.db);
+    if (r[0]!.n >= n) return true;
+    await new Promise((res) => setTimeout(res, 10));
+  }
+  return false;
+}
+
+describe('two spellings registered at once', () => {
+  it('queued on the tenant lock together: one 201, one 409, one row (× 8)', async () => {
+    for (let round = 0; round < 8; round++) {
+      await tdb.db.deleteFrom('webhook_endpoints').execute();
+      const { both } = await tdb.db.transaction().execute(async (trx) => {
+        // The barrier: both registrations wait on the tenant's registration lock this transaction holds.
+        await takeAdvisoryLocks(trx, ['webhook-endpoints:quillfeather']);
+        const started = Promise.all([register(UNICODE), register(PUNYCODE)].map((p) => p.then((r) => r.status)));
+        expect(await lockWaiters(2)).toBe(true);
+        return { both: started };
+      });
+      expect((await both).sort()).toEqual([201, 409]);
+      expect(await rows()).toHaveLength(1);
+    }
+  });
+});
