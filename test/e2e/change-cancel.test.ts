@@ -152,7 +152,9 @@ describe('gatehouse change cancel', () => {
         .where('id', '=', approvalId)
         .executeTakeFirstOrThrow();
       expect(approval).toEqual({ status: 'used', approver: 'own-kim' });
-      expect((await decide(s, 'own-kim', approvalId, body)).status).toBe(410);
+      // Sent again by its approver (a lost answer): replayed, nothing recorded (ADR 0726); the other decision is refused.
+      expect(await decide(s, 'own-kim', approvalId, body)).toMatchObject({ status: 200, body: { status: 'approved', replayed: true } });
+      expect((await decide(s, 'own-kim', approvalId, { ...body, decision: 'deny' })).status).toBe(410);
       const audit = await sql<{ type: string }>`select event->>'type' as type from
         (select event from audit_log union all select event from audit_outbox) e
       where event->>'tool' = 'cancel_change'`.execute(s.db.db);

@@ -125,8 +125,10 @@ describe('change pack', () => {
       .where('id', '=', p.approvalId)
       .executeTakeFirstOrThrow();
     expect(approval).toEqual({ status: 'used', approver: 'own-kim' });
+    // Sent again by its approver (a lost answer): replayed, nothing recorded (ADR 0726); the other decision is refused.
     const again = await decide(s, 'own-kim', p.approvalId, body);
-    expect(again.status).toBe(410);
+    expect(again).toMatchObject({ status: 200, body: { status: 'approved', replayed: true } });
+    expect((await decide(s, 'own-kim', p.approvalId, { ...body, decision: 'deny' })).status).toBe(410);
     expect(await changeOperations(workflowId)).toHaveLength(1);
   });
 

@@ -50,7 +50,10 @@ describe('hunt: approvals, amendments, switches', () => {
     await r('stale version', 'lead-eli', { ...body, actionVersion: p.actionVersion + 1 });
     await r('ok', 'lead-eli', body);
     await waitFor(s, token, workflowId, settled);
-    await r('already used', 'lead-eli', body);
+    // The same request again, as after a lost answer: answered as the first was, nothing recorded
+    // (ADR 0726); the other decision on the used approval is still a 410.
+    await r('sent again', 'lead-eli', body);
+    await r('already used', 'lead-eli', { ...body, decision: 'deny' });
     console.log('refusals', got);
     expect(got).toMatchObject({
       requester: '403 requester_cannot_approve',
@@ -60,6 +63,7 @@ describe('hunt: approvals, amendments, switches', () => {
       'wrong digest': '409 digest_mismatch',
       'stale version': '409 stale_version',
       ok: '200 approved',
+      'sent again': '200 approved',
     });
     expect(got['already used']).toMatch(/^410 /);
     expect(await refunds(s, 'O-1002')).toHaveLength(1);
