@@ -3,10 +3,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import request from 'supertest';
 import type { Express } from 'express';
 import { signUserToken } from '@gatehouse/credentials';
-import { createDb, type Db, type OutboxRow } from '@gatehouse/ledger';
+import { createDb, type OutboxRow } from '@gatehouse/ledger';
 import { createLogger, type OutboxRelay } from '@gatehouse/platform';
 import { createAction, type SeededAction } from '@gatehouse/testing';
-import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
+import { createTestDatabase, lockWaiters, type TestDatabase } from '@gatehouse/test-harness';
 import { SECRET, testApprovalApp } from './support/app.ts';
 
 // An approver whose decision was recorded but whose answer was lost retries the same request:
@@ -183,17 +183,6 @@ describe('anything but the same request on a decided approval keeps its refusal,
     expect(await refusedWithNothingWritten(a, before, eli, bodyOf(a, 'approve'))).toBe('410:expired');
   });
 });
-
-/** Waits until at least `n` sessions of this database wait on a lock (false after 5 s). */
-async function lockWaiters(db: Db, n: number): Promise<boolean> {
-  for (const until = Date.now() + 5_000; Date.now() < until;) {
-    const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
-      where datname = current_database() and wait_event_type = 'Lock'`.execute(db);
-    if (rows[0]!.n >= n) return true;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  return false;
-}
 
 describe('two identical decisions at once', () => {
   it('both wait on the action, then: one decision, both answered approved, one of them replayed (× 8)', async () => {

@@ -1,11 +1,17 @@
 import type { Server } from 'node:http';
-import { sql } from 'kysely';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { takeAdvisoryLocks } from '@gatehouse/ledger';
 import { closeServer, createLogger, listen, localWebhookSecretKey, openWebhookSecret, QueueRegistry } from '@gatehouse/platform';
 import { tokenFor } from '@gatehouse/cli';
-import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
+import {
+  createTestDatabase,
+  dropQueuePrefix,
+  lockWaiters,
+  testQueuePrefix,
+  TEST_REDIS_URL,
+  type TestDatabase,
+} from '@gatehouse/test-harness';
 import { createOpsApp, createQueueBoard } from '../src/index.ts';
 
 // A webhook URL's query often carries the receiver's token: once registered, no answer of the ops
@@ -145,17 +151,6 @@ describe('a unicode and a punycode spelling of one receiver', () => {
   });
 });
 
-/** Waits until at least `n` sessions of the test database wait on a lock (false after 5 s). */
-async function lockWaiters(n: number): Promise<boolean> {
-  for (const until = Date.now() + 5_000; Date.now() < until;) {
-    const { rows: r } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
-      where datname = current_database() and wait_event_type = 'Lock'`.execute(tdb.db);
-    if (r[0]!.n >= n) return true;
-    await new Promise((res) => setTimeout(res, 10));
-  }
-  return false;
-}
-
 describe('two spellings registered at once', () => {
   it('queued on the tenant lock together: one 201, one 409, one row (× 8)', async () => {
     for (let round = 0; round < 8; round++) {
@@ -164,7 +159,7 @@ describe('two spellings registered at once', () => {
         // The barrier: both registrations wait on the tenant's registration lock this transaction holds.
         await takeAdvisoryLocks(trx, ['webhook-endpoints:quillfeather']);
         const started = Promise.all([register(UNICODE), register(PUNYCODE)].map((p) => p.then((r) => r.status)));
-        expect(await lockWaiters(2)).toBe(true);
+        expect(await lockWaiters(tdb.db, 2)).toBe(true);
         return { both: started };
       });
       expect((await both).sort()).toEqual([201, 409]);
