@@ -1,70 +1,36 @@
-import type { Server } from 'node:http';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
 import { resetTestFaultsForTests } from '@gatehouse/contracts';
-import { closeServer, createLogger, listen, QueueRegistry } from '@gatehouse/platform';
 import { tokenFor } from '@gatehouse/cli';
-import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
-import { createOpsApp, createQueueBoard } from '../src/index.ts';
+import { opsAppFixture, SECRET } from './support/ops-app.ts';
 
 // A tenant's active webhook endpoints are capped (every workflow event of the tenant becomes one
 // delivery per endpoint): past the cap, 409 too_many_webhooks and nothing written. Registrations
 // of one tenant are serialized by the tenant's lock, so concurrent ones at the cap cannot all
 // pass the count; with the lock removed (GATEHOUSE_TEST_DISABLE_WEBHOOK_CAP_LOCK) they do.
 
-const SECRET = 'local-auth-secret-change-me';
 const CAP = 3;
-let tdb: TestDatabase;
-let server: Server;
-let url: string;
 let ops: string;
-let redis: Redis;
-let queues: QueueRegistry;
-const prefix = testQueuePrefix();
 
+const app = opsAppFixture('ops-webhook-cap-test', () => ({ maxWebhooksPerTenant: CAP }));
 beforeAll(async () => {
-  tdb = await createTestDatabase();
-  redis = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: null });
-  queues = new QueueRegistry(redis, prefix);
-  const log = createLogger('ops-webhook-cap-test');
-  log.level = 'silent';
-  const board = createQueueBoard({ db: tdb.db, redis, queues });
-  const app = createOpsApp({
-    db: tdb.db,
-    log,
-    board,
-    verifier: { secret: SECRET },
-    auditHmacKey: 'k',
-    localSecret: SECRET,
-    secureCookie: false,
-    maxWebhooksPerTenant: CAP,
-  });
-  const listening = await listen(app, 0, '127.0.0.1');
-  server = listening.server;
-  url = `http://127.0.0.1:${listening.port}`;
   ops = await tokenFor('ops-gus', SECRET);
 });
 afterAll(async () => {
   delete process.env.GATEHOUSE_TEST_DISABLE_WEBHOOK_CAP_LOCK;
   resetTestFaultsForTests();
-  if (server) await closeServer(server);
-  await queues?.close();
-  redis?.disconnect();
-  await dropQueuePrefix(TEST_REDIS_URL, prefix);
-  await tdb?.drop();
 });
 beforeEach(async () => {
-  await tdb.db.deleteFrom('webhook_endpoints').execute();
+  await app.db().deleteFrom('webhook_endpoints').execute();
 });
 
 const register = (tenant: string, n: number) =>
-  fetch(`${url}/api/webhooks`, {
+  fetch(`${app.url()}/api/webhooks`, {
     method: 'POST',
     headers: { authorization: `Bearer ${ops}`, 'content-type': 'application/json' },
     body: JSON.stringify({ tenant, url: `http://127.0.0.1:9/hook-${n}` }),
   });
 const active = async (tenant: string) =>
-  (await tdb.db.selectFrom('webhook_endpoints').select('id').where('tenant', '=', tenant).where('disabled_at', 'is', null).execute())
+  (await app.db().selectFrom('webhook_endpoints').select('id').where('tenant', '=', tenant).where('disabled_at', 'is', null).execute())
     .length;
 
 /** `n` registrations for `tenant` sent at once; their statuses. */
@@ -74,12 +40,12 @@ describe('webhook input the ledger cannot store, or no receiver could be at', ()
   it('a NUL in the delivery filter, a NUL, a space or a control character in a URL: 400 with a reason, nothing written', async () => {
     const auth = { authorization: `Bearer ${ops}` };
     for (const q of ['tenant=%00', 'tenant=a%00b', 'limit=1e1', 'limit=0x10']) {
-      const r = await fetch(`${url}/api/webhooks/deliveries?${q}`, { headers: auth });
+      const r = await fetch(`${app.url()}/api/webhooks/deliveries?${q}`, { headers: auth });
       expect(r.status, q).toBe(400);
       expect(((await r.json()) as { error: { reason: string } }).error.reason).toBe('invalid_query');
     }
     for (const bad of ['http://127.0.0.1:9/x\u0000', 'http://127.0.0.1:9/a b', 'http://127.0.0.1:9/\u0001', 'http://127.0.0.1:9/\ud800']) {
-      const r = await fetch(`${url}/api/webhooks`, {
+      const r = await fetch(`${app.url()}/api/webhooks`, {
         method: 'POST',
         headers: { ...auth, 'content-type': 'application/json' },
         body: JSON.stringify({ tenant: 'quillfeather', url: bad }),
@@ -99,20 +65,20 @@ describe('webhook endpoints per tenant', () => {
     expect(body.error.reason).toBe('too_many_webhooks');
     expect(body.error.message).toContain(`limit ${CAP}`);
     expect(await active('quillfeather')).toBe(CAP);
-    const audits = await tdb.db.selectFrom('audit_outbox').select('event').execute();
+    const audits = await app.db().selectFrom('audit_outbox').select('event').execute();
     expect(audits.filter((a) => JSON.stringify(a.event).includes('webhook.registered'))).toHaveLength(CAP);
 
     expect((await register('northwind', 0)).status).toBe(201);
 
-    const one = await tdb.db.selectFrom('webhook_endpoints').select('id').where('tenant', '=', 'quillfeather').executeTakeFirstOrThrow();
-    const del = await fetch(`${url}/api/webhooks/${one.id}`, { method: 'DELETE', headers: { authorization: `Bearer ${ops}` } });
+    const one = await app.db().selectFrom('webhook_endpoints').select('id').where('tenant', '=', 'quillfeather').executeTakeFirstOrThrow();
+    const del = await fetch(`${app.url()}/api/webhooks/${one.id}`, { method: 'DELETE', headers: { authorization: `Bearer ${ops}` } });
     expect(del.status).toBe(200);
     expect((await register('quillfeather', 100)).status).toBe(201);
   });
 
   it('8 registrations at once never leave more than the cap active (× 25)', async () => {
     for (let trial = 0; trial < 25; trial++) {
-      await tdb.db.deleteFrom('webhook_endpoints').execute();
+      await app.db().deleteFrom('webhook_endpoints').execute();
       const statuses = await burst('quillfeather', 8);
       expect(statuses.filter((s) => s === 201)).toHaveLength(CAP);
       expect(statuses.filter((s) => s === 409)).toHaveLength(8 - CAP);
@@ -128,7 +94,7 @@ describe('webhook endpoints per tenant', () => {
     try {
       let over = 0;
       for (let trial = 0; trial < 25 && over === 0; trial++) {
-        await tdb.db.deleteFrom('webhook_endpoints').execute();
+        await app.db().deleteFrom('webhook_endpoints').execute();
         await burst('quillfeather', 8);
         if ((await active('quillfeather')) > CAP) over++;
       }
@@ -143,7 +109,7 @@ describe('webhook endpoints per tenant', () => {
 });
 
 describe('DELETE /api/webhooks/:id with an id that is no uuid', () => {
-  const del = (id: string) => fetch(`${url}/api/webhooks/${id}`, { method: 'DELETE', headers: { authorization: `Bearer ${ops}` } });
+  const del = (id: string) => fetch(`${app.url()}/api/webhooks/${id}`, { method: 'DELETE', headers: { authorization: `Bearer ${ops}` } });
 
   it('36 dashes, hex without dashes or a non-hex digit: 404 not_found (never sent to the uuid column)', async () => {
     for (const id of ['-'.repeat(36), 'not-a-uuid', '0123456789abcdef0123456789abcdef0123', '0000000g-0000-4000-8000-000000000000']) {
@@ -155,7 +121,7 @@ describe('DELETE /api/webhooks/:id with an id that is no uuid', () => {
 
   it('the same endpoint named in capitals, as the uuid column reads it: disabled (200)', async () => {
     expect((await register('quillfeather', 1)).status).toBe(201);
-    const one = await tdb.db.selectFrom('webhook_endpoints').select('id').executeTakeFirstOrThrow();
+    const one = await app.db().selectFrom('webhook_endpoints').select('id').executeTakeFirstOrThrow();
     expect((await del(one.id.toUpperCase())).status).toBe(200);
     expect(await active('quillfeather')).toBe(0);
   });

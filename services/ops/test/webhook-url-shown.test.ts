@@ -1,18 +1,9 @@
-import type { Server } from 'node:http';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
+import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { takeAdvisoryLocks } from '@gatehouse/ledger';
-import { closeServer, createLogger, listen, localWebhookSecretKey, openWebhookSecret, QueueRegistry } from '@gatehouse/platform';
+import { localWebhookSecretKey, openWebhookSecret } from '@gatehouse/platform';
 import { tokenFor } from '@gatehouse/cli';
-import {
-  createTestDatabase,
-  dropQueuePrefix,
-  lockWaiters,
-  testQueuePrefix,
-  TEST_REDIS_URL,
-  type TestDatabase,
-} from '@gatehouse/test-harness';
-import { createOpsApp, createQueueBoard } from '../src/index.ts';
+import { lockWaiters } from '@gatehouse/test-harness';
+import { opsAppFixture, SECRET } from './support/ops-app.ts';
 
 // A webhook URL's query often carries the receiver's token: once registered, no answer of the ops
 // API shows it (the 201, the listing, a disable); deliveries still use
@@ -20,63 +11,33 @@ import { createOpsApp, createQueueBoard } from '../src/index.ts';
 // a unicode and a punycode spelling of one receiver are one subscription: the second is
 // 409 webhook_already_registered and writes nothing (ADR 0727).
 
-const SECRET = 'local-auth-secret-change-me';
 const TOKEN = 's3cr3t-receiver-token';
 const UNICODE = `https://Bücher.example/in?token=${TOKEN}&x=1`;
 const PUNYCODE = `https://xn--bcher-kva.example:443/in?token=${TOKEN}&x=1`;
 const STORED = `https://xn--bcher-kva.example/in?token=${TOKEN}&x=1`;
 const SHOWN = 'https://xn--bcher-kva.example/in?[redacted]';
-let tdb: TestDatabase;
-let server: Server;
-let url: string;
 let ops: string;
-let redis: Redis;
-let queues: QueueRegistry;
-const prefix = testQueuePrefix();
 
+const app = opsAppFixture('ops-webhook-url-test');
 beforeAll(async () => {
-  tdb = await createTestDatabase();
-  redis = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: null });
-  queues = new QueueRegistry(redis, prefix);
-  const log = createLogger('ops-webhook-url-test');
-  log.level = 'silent';
-  const board = createQueueBoard({ db: tdb.db, redis, queues });
-  const app = createOpsApp({
-    db: tdb.db,
-    log,
-    board,
-    verifier: { secret: SECRET },
-    auditHmacKey: 'k',
-    localSecret: SECRET,
-    secureCookie: false,
-  });
-  const listening = await listen(app, 0, '127.0.0.1');
-  server = listening.server;
-  url = `http://127.0.0.1:${listening.port}`;
   ops = await tokenFor('ops-gus', SECRET);
 });
-afterAll(async () => {
-  if (server) await closeServer(server);
-  await queues?.close();
-  redis?.disconnect();
-  await dropQueuePrefix(TEST_REDIS_URL, prefix);
-  await tdb?.drop();
-});
 beforeEach(async () => {
-  await tdb.db.deleteFrom('webhook_endpoints').execute();
+  await app.db().deleteFrom('webhook_endpoints').execute();
 });
 
 const auth = () => ({ authorization: `Bearer ${ops}` });
 const register = (hook: string, tenant = 'quillfeather') =>
-  fetch(`${url}/api/webhooks`, {
+  fetch(`${app.url()}/api/webhooks`, {
     method: 'POST',
     headers: { ...auth(), 'content-type': 'application/json' },
     body: JSON.stringify({ tenant, url: hook }),
   });
-const rows = () => tdb.db.selectFrom('webhook_endpoints').selectAll().orderBy('created_at').execute();
+const rows = () => app.db().selectFrom('webhook_endpoints').selectAll().orderBy('created_at').execute();
 const registeredAudits = async () =>
-  (await tdb.db.selectFrom('audit_outbox').select('event').execute()).filter((a) => JSON.stringify(a.event).includes('webhook.registered'))
-    .length;
+  (await app.db().selectFrom('audit_outbox').select('event').execute()).filter((a) =>
+    JSON.stringify(a.event).includes('webhook.registered'),
+  ).length;
 
 describe('a webhook URL with a token in its query', () => {
   it('is stored whole and normalised, delivered to as stored, and shown without its query in every answer', async () => {
@@ -92,13 +53,13 @@ describe('a webhook URL with a token in its query', () => {
     // The secret is sealed to the stored URL, which the delivery worker opens it with.
     expect(openWebhookSecret(row!.secret, localWebhookSecretKey(), row!)).toBe(body.secret);
 
-    const listing = await fetch(`${url}/api/webhooks`, { headers: auth() });
+    const listing = await fetch(`${app.url()}/api/webhooks`, { headers: auth() });
     const listed = await listing.text();
     expect(listing.status).toBe(200);
     expect((JSON.parse(listed) as { webhooks: { url: string }[] }).webhooks.map((w) => w.url)).toEqual([SHOWN]);
     expect(listed).not.toContain(TOKEN);
 
-    const disabled = await fetch(`${url}/api/webhooks/${body.endpointId}`, { method: 'DELETE', headers: auth() });
+    const disabled = await fetch(`${app.url()}/api/webhooks/${body.endpointId}`, { method: 'DELETE', headers: auth() });
     const disabledText = await disabled.text();
     expect(disabled.status).toBe(200);
     expect(JSON.parse(disabledText)).toMatchObject({ url: SHOWN });
@@ -134,18 +95,19 @@ describe('a unicode and a punycode spelling of one receiver', () => {
     expect((await register(`https://xn--bcher-kva.example/in?token=other`)).status).toBe(201);
     expect((await register(PUNYCODE, 'northwind')).status).toBe(201);
     // Once disabled, the URL may be registered again.
-    expect((await fetch(`${url}/api/webhooks/${endpointId}`, { method: 'DELETE', headers: auth() })).status).toBe(200);
+    expect((await fetch(`${app.url()}/api/webhooks/${endpointId}`, { method: 'DELETE', headers: auth() })).status).toBe(200);
     expect((await register(PUNYCODE)).status).toBe(201);
   });
 
   it('a row stored before normalisation (a unicode host) is the same subscription as its punycode spelling', async () => {
-    await tdb.db
+    await app
+      .db()
       .insertInto('webhook_endpoints')
       .values({ tenant: 'quillfeather', url: UNICODE, secret: 'whsec_old', created_by: 'ops-gus' })
       .execute();
     const again = await register(PUNYCODE);
     expect(again.status).toBe(409);
-    const listed = await (await fetch(`${url}/api/webhooks`, { headers: auth() })).text();
+    const listed = await (await fetch(`${app.url()}/api/webhooks`, { headers: auth() })).text();
     expect((JSON.parse(listed) as { webhooks: { url: string }[] }).webhooks.map((w) => w.url)).toEqual([SHOWN]);
     expect(listed).not.toContain(TOKEN);
   });
@@ -154,14 +116,17 @@ describe('a unicode and a punycode spelling of one receiver', () => {
 describe('two spellings registered at once', () => {
   it('queued on the tenant lock together: one 201, one 409, one row (× 8)', async () => {
     for (let round = 0; round < 8; round++) {
-      await tdb.db.deleteFrom('webhook_endpoints').execute();
-      const { both } = await tdb.db.transaction().execute(async (trx) => {
-        // The barrier: both registrations wait on the tenant's registration lock this transaction holds.
-        await takeAdvisoryLocks(trx, ['webhook-endpoints:quillfeather']);
-        const started = Promise.all([register(UNICODE), register(PUNYCODE)].map((p) => p.then((r) => r.status)));
-        expect(await lockWaiters(tdb.db, 2)).toBe(true);
-        return { both: started };
-      });
+      await app.db().deleteFrom('webhook_endpoints').execute();
+      const { both } = await app
+        .db()
+        .transaction()
+        .execute(async (trx) => {
+          // The barrier: both registrations wait on the tenant's registration lock this transaction holds.
+          await takeAdvisoryLocks(trx, ['webhook-endpoints:quillfeather']);
+          const started = Promise.all([register(UNICODE), register(PUNYCODE)].map((p) => p.then((r) => r.status)));
+          expect(await lockWaiters(app.db(), 2)).toBe(true);
+          return { both: started };
+        });
       expect((await both).sort()).toEqual([201, 409]);
       expect(await rows()).toHaveLength(1);
     }
