@@ -9,5 +9,15 @@
  * cut, timed out) is the caller's to classify, as an outage too.
  */
 export function isOutageStatus(status: number): boolean {
-  return status === 408 || status === 429 || status >= 500;
+  return isUnprocessedStatus(status) || status >= 500;
+}
+
+/**
+ * Whether the status says, of a write, that the system did not act on it: 408 (it stopped reading
+ * the request before it had it whole, RFC 9110 §15.5.9) and 429 (refused for the rate, RFC 6585
+ * §4). Unlike a 5xx, which a server may answer after its effect, these are safe to send again
+ * even to a system that does not deduplicate (the mail service, `notify_customer`).
+ */
+export function isUnprocessedStatus(status: number): boolean {
+  return status === 408 || status === 429;
 }

@@ -66,3 +66,20 @@ describe('executor: a mail refused 503 epoch_unavailable', () => {
     expect((await operation(a.operationKey)).status).toBe('failed_unknown');
   });
 });
+
+// 408 and 429 say the mail service did not act on the request (`isUnprocessedStatus`): before,
+// the mail adapter made them final (`failed`), so a customer notification refused for the rate
+// was never sent. Now they are safe to repeat, as a refused connection is (ADR 0732).
+describe('executor: a mail answered 408 or 429', () => {
+  for (const mode of ['request_timeout', 'rate_limit'] as const)
+    it(`${mode}: the operation goes back to pending with nothing sent, and the next delivery sends one mail`, async () => {
+      const orderId = await h.newOrder();
+      const a = await createAction(h.db, { tool: 'notify_customer', orderId, decision: 'ALLOW' });
+      await h.arm({ target: 'mail', mode, times: 1, ...(mode === 'rate_limit' ? { retryAfterMs: 1000 } : {}) });
+      await expect(processExecution(a.job, h.deps())).rejects.toMatchObject({ name: 'SafeToRepeat' });
+      expect(await mails(orderId)).toEqual([]);
+      expect(await operation(a.operationKey)).toEqual({ status: 'pending', dispatched_at: null });
+      expect(await processExecution(a.job, h.deps())).toBe('succeeded');
+      expect(await mails(orderId)).toHaveLength(1);
+    });
+});
