@@ -2,12 +2,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execFile } from 'node:child_process';
 import { resolve } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
-import { releaseWritesEnabled } from '@gatehouse/ledger';
+import { releaseWritesEnabled, type Db } from '@gatehouse/ledger';
 import { seedFinishedRun } from '@gatehouse/testing';
 import { createTestDatabase, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/test-harness';
 import { tokenFor } from '@gatehouse/cli';
 import {
-  ActivationRefused,
   activateRelease,
   enableWrites,
   analyzeCanary,
@@ -15,7 +14,7 @@ import {
   formatAnalysis,
   requestCanaryOverride,
 } from '@gatehouse/operations';
-import { approvalApi, type ApprovalApi } from '../support/approval-api.ts';
+import { approvalApi } from '../support/approval-api.ts';
 import { useReleaseDirs, type ReleaseDirs } from '../support/release-dirs.ts';
 
 /**
@@ -26,109 +25,121 @@ import { useReleaseDirs, type ReleaseDirs } from '../support/release-dirs.ts';
  */
 const SECRET = 'local-auth-secret-change-me';
 const HMAC = 'test-audit-hmac-key-0123456789';
-let t: TestDatabase;
-let api: ApprovalApi;
 let dirs: ReleaseDirs;
 const gus = { operator: 'ops-gus', hmacKey: HMAC };
 const ida = { operator: 'ops-ida', hmacKey: HMAC };
 const THRESHOLDS = { minRuns: 5, maxTaskSuccessDrop: 0.1, maxP95TerminalRatio: 1.5, maxErrorRateIncrease: 0.1, maxCostPerRunRatio: 1.25 };
+/** Each candidate's own ledger: one canary is open at a time (ADR 0728). */
+const ledgers = new Map<string, TestDatabase>();
 
-beforeAll(async () => {
-  t = await createTestDatabase();
-  api = approvalApi(t.db);
+beforeAll(() => {
   dirs = useReleaseDirs();
   for (const id of ['rel-1', 'rel-good', 'rel-unsafe', 'rel-slow', 'rel-thin', 'rel-withheld', 'rel-withheld-unsafe'])
     dirs.writeRelease(id, (m) => (m.canary = THRESHOLDS));
-  await activateRelease(t.db, 'rel-1', gus);
 });
 
+/** A fresh ledger with rel-1 active for everyone and `id` opened as the only candidate, for rep-ana. */
+async function openCanary(id: string): Promise<Db> {
+  const t = await createTestDatabase();
+  ledgers.set(id, t);
+  await activateRelease(t.db, 'rel-1', gus);
+  await activateRelease(t.db, id, { ...gus, cohort });
+  return t.db;
+}
+
+/** The ledger {@link openCanary} opened `id` in. */
+function ledger(id: string): TestDatabase {
+  const t = ledgers.get(id);
+  if (!t) throw new Error(`no canary of ${id} was opened`);
+  return t;
+}
+
 /** The baseline's runs in a candidate's window: 8 completed in 10 s at 1000 µ$, no denial. */
-async function baselineRuns(): Promise<void> {
-  for (let i = 0; i < 8; i++) await seedFinishedRun(t.db, { release: 'rel-1', seconds: 10 });
+async function baselineRuns(db: Db): Promise<void> {
+  for (let i = 0; i < 8; i++) await seedFinishedRun(db, { release: 'rel-1', seconds: 10 });
 }
 afterAll(async () => {
   dirs?.restore();
-  await t?.drop();
+  for (const t of ledgers.values()) await t.drop();
 });
 
 const cohort = { tenants: [], users: ['rep-ana'] };
 
 describe('release analyze', () => {
   it('a candidate no worse than the baseline passes, and enable-writes then runs', async () => {
-    await activateRelease(t.db, 'rel-good', { ...gus, cohort });
-    await baselineRuns();
-    for (let i = 0; i < 6; i++) await seedFinishedRun(t.db, { release: 'rel-good', seconds: 11 });
-    const a = await analyzeCanary(t.db, 'rel-good');
+    const db = await openCanary('rel-good');
+    await baselineRuns(db);
+    for (let i = 0; i < 6; i++) await seedFinishedRun(db, { release: 'rel-good', seconds: 11 });
+    const a = await analyzeCanary(db, 'rel-good');
     expect(a.verdict).toBe('pass');
     expect(a.measures.candidate).toMatchObject({ runs: 6, terminal: 6, taskSuccess: 1, unsafePerRun: 0, failedUnknownPerRun: 0 });
     expect(a.rows.every((r) => r.ok)).toBe(true);
-    expect(await enableWrites(t.db, 'rel-good', 'ops-gus', HMAC)).toMatchObject({ canary: 'pass' });
-    expect(await releaseWritesEnabled(t.db, 'rel-good')).toBe(true);
+    expect(await enableWrites(db, 'rel-good', 'ops-gus', HMAC)).toMatchObject({ canary: 'pass' });
+    expect(await releaseWritesEnabled(db, 'rel-good')).toBe(true);
   });
 
   it('one more denial per run fails the safety measure with no tolerance; enable-writes and promotion refuse', async () => {
-    await activateRelease(t.db, 'rel-unsafe', { ...gus, cohort });
-    await baselineRuns();
-    for (let i = 0; i < 6; i++) await seedFinishedRun(t.db, { release: 'rel-unsafe', seconds: 10, denied: i === 0 ? 1 : 0 });
-    const a = await analyzeCanary(t.db, 'rel-unsafe');
+    const db = await openCanary('rel-unsafe');
+    await baselineRuns(db);
+    for (let i = 0; i < 6; i++) await seedFinishedRun(db, { release: 'rel-unsafe', seconds: 10, denied: i === 0 ? 1 : 0 });
+    const a = await analyzeCanary(db, 'rel-unsafe');
     expect(a.verdict).toBe('fail');
     expect(a.rows.filter((r) => !r.ok).map((r) => [r.measure, r.safety])).toEqual([['unsafe_per_run', true]]);
-    await expect(enableWrites(t.db, 'rel-unsafe', 'ops-gus', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
-    // (Its promotion is refused too, first because other canaries of this file are open, ADR 0716;
-    // a lone candidate's promotion and its analysis: the last describe.)
-    await expect(activateRelease(t.db, 'rel-unsafe', gus)).rejects.toBeInstanceOf(ActivationRefused);
-    expect(await releaseWritesEnabled(t.db, 'rel-unsafe')).toBe(false);
-    const r = await t.db.selectFrom('releases').select('status').where('id', '=', 'rel-unsafe').executeTakeFirstOrThrow();
+    await expect(enableWrites(db, 'rel-unsafe', 'ops-gus', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
+    // Its promotion is refused too (an override used by enable-writes or by the promotion: the last describe).
+    await expect(activateRelease(db, 'rel-unsafe', gus)).rejects.toBeInstanceOf(CanaryRefused);
+    expect(await releaseWritesEnabled(db, 'rel-unsafe')).toBe(false);
+    const r = await db.selectFrom('releases').select('status').where('id', '=', 'rel-unsafe').executeTakeFirstOrThrow();
     expect(r.status).toBe('candidate');
   });
 
   it('slower runs fail p95 past the manifest ratio; a failed_unknown fails its safety measure', async () => {
-    await activateRelease(t.db, 'rel-slow', { ...gus, cohort });
-    await baselineRuns();
-    for (let i = 0; i < 6; i++) await seedFinishedRun(t.db, { release: 'rel-slow', seconds: 16, failedUnknown: i === 0 ? 1 : 0 });
-    const a = await analyzeCanary(t.db, 'rel-slow');
+    const db = await openCanary('rel-slow');
+    await baselineRuns(db);
+    for (let i = 0; i < 6; i++) await seedFinishedRun(db, { release: 'rel-slow', seconds: 16, failedUnknown: i === 0 ? 1 : 0 });
+    const a = await analyzeCanary(db, 'rel-slow');
     expect(a.rows.filter((r) => !r.ok).map((r) => r.measure)).toEqual(['p95_terminal_s', 'failed_unknown_per_run']);
   });
 
   it('too few runs is insufficient and refuses like a failure', async () => {
-    await activateRelease(t.db, 'rel-thin', { ...gus, cohort });
-    await baselineRuns();
-    for (let i = 0; i < 2; i++) await seedFinishedRun(t.db, { release: 'rel-thin' });
-    expect((await analyzeCanary(t.db, 'rel-thin')).verdict).toBe('insufficient');
-    await expect(enableWrites(t.db, 'rel-thin', 'ops-gus', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
+    const db = await openCanary('rel-thin');
+    await baselineRuns(db);
+    for (let i = 0; i < 2; i++) await seedFinishedRun(db, { release: 'rel-thin' });
+    expect((await analyzeCanary(db, 'rel-thin')).verdict).toBe('insufficient');
+    await expect(enableWrites(db, 'rel-thin', 'ops-gus', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
   });
 
   it('runs that completed with their writes withheld are no evidence: however many, the candidate is insufficient, and the analysis says why (ADR 0724)', async () => {
-    await activateRelease(t.db, 'rel-withheld', { ...gus, cohort });
-    await baselineRuns();
+    const db = await openCanary('rel-withheld');
+    await baselineRuns(db);
     // Act-mode runs before enable-writes: only read tools offered, fast, cheap and all "completed".
     for (let i = 0; i < 8; i++)
-      await seedFinishedRun(t.db, { release: 'rel-withheld', seconds: 4, spendMicroUsd: 300, writesWithheld: true });
-    const a = await analyzeCanary(t.db, 'rel-withheld');
+      await seedFinishedRun(db, { release: 'rel-withheld', seconds: 4, spendMicroUsd: 300, writesWithheld: true });
+    const a = await analyzeCanary(db, 'rel-withheld');
     expect(a.measures.candidate).toMatchObject({ runs: 8, writesWithheld: 8, terminal: 0, taskSuccess: null, unsafePerRun: 0 });
     expect(a.verdict).toBe('insufficient');
     expect(formatAnalysis(a).join('\n')).toContain(
       'left out (completed with writes off, only read tools offered): baseline 0, candidate 8',
     );
-    const refused = await enableWrites(t.db, 'rel-withheld', 'ops-gus', HMAC).catch((e: unknown) => e);
+    const refused = await enableWrites(db, 'rel-withheld', 'ops-gus', HMAC).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(CanaryRefused);
     expect((refused as Error).message).toContain(
       "fewer than 5 terminal runs on a side (8 of the candidate's completed with writes withheld, not counted)",
     );
-    expect(await releaseWritesEnabled(t.db, 'rel-withheld')).toBe(false);
+    expect(await releaseWritesEnabled(db, 'rel-withheld')).toBe(false);
     // Runs it could judge count as before: with five of them the candidate passes.
-    for (let i = 0; i < 5; i++) await seedFinishedRun(t.db, { release: 'rel-withheld', seconds: 10 });
-    const judged = await analyzeCanary(t.db, 'rel-withheld');
+    for (let i = 0; i < 5; i++) await seedFinishedRun(db, { release: 'rel-withheld', seconds: 10 });
+    const judged = await analyzeCanary(db, 'rel-withheld');
     expect(judged.measures.candidate).toMatchObject({ runs: 13, writesWithheld: 8, terminal: 5, taskSuccess: 1 });
     expect(judged.verdict).toBe('pass');
   });
 
   it('a withheld run still counts for the safety measures: its denial fails unsafe_per_run', async () => {
-    await activateRelease(t.db, 'rel-withheld-unsafe', { ...gus, cohort });
-    await baselineRuns();
-    for (let i = 0; i < 6; i++) await seedFinishedRun(t.db, { release: 'rel-withheld-unsafe', seconds: 10 });
-    await seedFinishedRun(t.db, { release: 'rel-withheld-unsafe', seconds: 4, writesWithheld: true, denied: 1 });
-    const a = await analyzeCanary(t.db, 'rel-withheld-unsafe');
+    const db = await openCanary('rel-withheld-unsafe');
+    await baselineRuns(db);
+    for (let i = 0; i < 6; i++) await seedFinishedRun(db, { release: 'rel-withheld-unsafe', seconds: 10 });
+    await seedFinishedRun(db, { release: 'rel-withheld-unsafe', seconds: 4, writesWithheld: true, denied: 1 });
+    const a = await analyzeCanary(db, 'rel-withheld-unsafe');
     expect(a.measures.candidate).toMatchObject({ runs: 7, writesWithheld: 1, terminal: 6, taskSuccess: 1 });
     expect(a.rows.filter((r) => !r.ok).map((r) => [r.measure, r.safety])).toEqual([['unsafe_per_run', true]]);
   });
@@ -136,43 +147,48 @@ describe('release analyze', () => {
 
 describe('two-person override', () => {
   it('the requester cannot approve; a second operator can, through the approval API; it is used once and bound to what failed', async () => {
-    const { approvalId: id } = await requestCanaryOverride(t.db, 'rel-unsafe', { ...gus, reason: 'the denial is a known test ticket' });
+    const db = ledger('rel-unsafe').db;
+    const api = approvalApi(db);
+    const { approvalId: id } = await requestCanaryOverride(db, 'rel-unsafe', { ...gus, reason: 'the denial is a known test ticket' });
     const own = await api.decide('ops-gus', id);
     expect(own.status).toBe(403);
     expect(JSON.stringify(own.body)).toContain('requester_cannot_approve');
     // Not approved yet: still refused.
-    await expect(enableWrites(t.db, 'rel-unsafe', 'ops-gus', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
+    await expect(enableWrites(db, 'rel-unsafe', 'ops-gus', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
     expect(await api.decide('ops-ida', id)).toMatchObject({ status: 200, body: { status: 'approved' } });
     expect((await api.decide('ops-ida', id)).status).toBe(410);
-    expect(await enableWrites(t.db, 'rel-unsafe', 'ops-gus', HMAC)).toMatchObject({ canary: 'override' });
-    expect(await releaseWritesEnabled(t.db, 'rel-unsafe')).toBe(true);
+    expect(await enableWrites(db, 'rel-unsafe', 'ops-gus', HMAC)).toMatchObject({ canary: 'override' });
+    expect(await releaseWritesEnabled(db, 'rel-unsafe')).toBe(true);
     // Used: a second enable-writes would need its own override (so does the promotion: the last describe).
-    const used = await t.db.selectFrom('approvals').select('status').where('id', '=', id).executeTakeFirstOrThrow();
+    const used = await db.selectFrom('approvals').select('status').where('id', '=', id).executeTakeFirstOrThrow();
     expect(used.status).toBe('used');
-    const events = (await t.db.selectFrom('audit_outbox').select('event').execute()).map((e) => String(e.event.type));
+    const events = (await db.selectFrom('audit_outbox').select('event').execute()).map((e) => String(e.event.type));
     for (const type of ['release.override_requested', 'approval.decided', 'release.override_used']) expect(events).toContain(type);
   });
 
   it('an override approved for one failure does not cover another', async () => {
-    const { approvalId: id } = await requestCanaryOverride(t.db, 'rel-thin', { ...ida, reason: 'low traffic tenant' });
+    const db = ledger('rel-thin').db;
+    const api = approvalApi(db);
+    const { approvalId: id } = await requestCanaryOverride(db, 'rel-thin', { ...ida, reason: 'low traffic tenant' });
     expect((await api.decide('ops-gus', id)).status).toBe(200);
     // More runs arrive, now failing cost instead of being insufficient.
-    for (let i = 0; i < 6; i++) await seedFinishedRun(t.db, { release: 'rel-thin', spendMicroUsd: 5000 });
-    await expect(enableWrites(t.db, 'rel-thin', 'ops-ida', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
-    expect(await releaseWritesEnabled(t.db, 'rel-thin')).toBe(false);
-    const o = await t.db.selectFrom('approvals').select('status').where('id', '=', id).executeTakeFirstOrThrow();
+    for (let i = 0; i < 6; i++) await seedFinishedRun(db, { release: 'rel-thin', spendMicroUsd: 5000 });
+    await expect(enableWrites(db, 'rel-thin', 'ops-ida', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
+    expect(await releaseWritesEnabled(db, 'rel-thin')).toBe(false);
+    const o = await db.selectFrom('approvals').select('status').where('id', '=', id).executeTakeFirstOrThrow();
     expect(o.status).toBe('approved');
   });
 
   it('an analysis that passes has nothing to override', async () => {
-    await expect(requestCanaryOverride(t.db, 'rel-good', { ...gus, reason: 'x' })).rejects.toThrow(/nothing to override/);
+    const db = ledger('rel-good').db;
+    await expect(requestCanaryOverride(db, 'rel-good', { ...gus, reason: 'x' })).rejects.toThrow(/nothing to override/);
   });
 });
 
 describe('the CLI', () => {
   it('release analyze prints the table and its verdict; exit 1 unless it passes', { timeout: 120_000 }, async () => {
     const token = await tokenFor('ops-gus', SECRET);
-    const run = (args: string[]) =>
+    const run = (args: string[], url: string) =>
       new Promise<{ code: number; out: string }>((done) =>
         execFile(
           process.execPath,
@@ -182,7 +198,7 @@ describe('the CLI', () => {
             timeout: 60_000,
             env: {
               ...process.env,
-              DATABASE_URL: t.url,
+              DATABASE_URL: url,
               REDIS_URL: TEST_REDIS_URL,
               QUEUE_PREFIX: testQueuePrefix(),
               GATEHOUSE_AUDIT_HMAC_KEY: HMAC,
@@ -193,12 +209,12 @@ describe('the CLI', () => {
           (err, stdout, stderr) => done({ code: err ? Number(err.code ?? 1) : 0, out: stdout + stderr }),
         ),
       );
-    const slow = await run(['release', 'analyze', 'rel-slow']);
+    const slow = await run(['release', 'analyze', 'rel-slow'], ledger('rel-slow').url);
     expect(slow.code, slow.out).toBe(1);
     expect(slow.out).toMatch(/p95_terminal_s .*FAIL/);
     expect(slow.out).toMatch(/failed_unknown_per_run .*FAIL \(safety\)/);
     expect(slow.out).toContain('verdict: FAIL');
-    const good = await run(['release', 'analyze', 'rel-good', '--json']);
+    const good = await run(['release', 'analyze', 'rel-good', '--json'], ledger('rel-good').url);
     expect(good.code, good.out).toBe(0);
     expect(JSON.parse(good.out.slice(good.out.indexOf('{'))) as { verdict: string }).toMatchObject({ verdict: 'pass' });
   });

@@ -4,9 +4,10 @@ import { DEFAULT_CANARY_THRESHOLDS } from '@gatehouse/contracts';
 import { seedFinishedRun } from '@gatehouse/testing';
 import { activateRelease, ActivationRefused, rollbackRelease } from '@gatehouse/operations';
 import { useReleaseSuite } from '../support/release-suite.ts';
+import { openSecondCanary } from '../support/second-canary.ts';
 
-// Two candidates can be open at once (`release activate rel-2 --cohort …`, then `release activate
-// rel-9 --cohort …`: both allowed). Promoting one of them (`release activate rel-2`) made it
+// Two candidates could be open at once (`release activate rel-2 --cohort …`, then `release activate
+// rel-9 --cohort …`: both allowed before ADR 0728, and a ledger may still hold them). Promoting one of them (`release activate rel-2`) made it
 // active, retired rel-1 and left rel-9 a candidate, silently: its cohort's runs, queues and
 // approvals went on with rel-9, its canary compared with rel-1, a release no longer active. The
 // promotion is now refused while another candidate is open, naming the rollback that ends the
@@ -23,7 +24,8 @@ beforeAll(async () => {
   t.dirs.writeRelease('rel-9', (m) => (m.description = 'candidate for rep-ben'));
   await activateRelease(t.db, 'rel-1', op);
   await activateRelease(t.db, 'rel-2', { ...op, cohort: { tenants: [], users: ['rep-ana'] } });
-  await activateRelease(t.db, 'rel-9', { ...op, cohort: { tenants: [], users: ['rep-ben'] } });
+  // Refused now (ADR 0728; test/ops/one-canary-at-a-time.test.ts): opened as before that rule.
+  await openSecondCanary(t.db, 'rel-9', { tenants: [], users: ['rep-ben'] }, op);
   // Enough clean runs that each candidate's canary analysis passes: a refusal is this rule's, not the analysis'.
   for (let i = 0; i < DEFAULT_CANARY_THRESHOLDS.minRuns; i++)
     for (const release of ['rel-1', 'rel-2', 'rel-9']) await seedFinishedRun(t.db, { release });
@@ -38,7 +40,7 @@ const routes = async () => ({
 });
 
 describe('promoting a candidate while another is open (ADR 0716)', () => {
-  it('two candidates can be open at once, each routing its cohort', async () => {
+  it('two candidates open at once (a ledger from before ADR 0728) each route their cohort', async () => {
     expect((await releases()).map((r) => [r.id, r.status])).toEqual([
       ['rel-1', 'active'],
       ['rel-2', 'candidate'],
@@ -58,6 +60,7 @@ describe('promoting a candidate while another is open (ADR 0716)', () => {
       const message = (refused as ActivationRefused).message;
       expect(message).toContain(`${other} is a candidate too, for ${otherCohort}: promoting ${id} would leave it serving that cohort`);
       expect(message).toContain('gatehouse release rollback --to rel-1 --reason "<why>" (retires');
+      expect(message).toContain(`Retire it alone and promote ${id} again: gatehouse release retire ${other} --reason "<why>"`);
       expect(message).toContain(`gatehouse release activate ${id} --cohort ${cohort}`);
       expect(message).toContain('Nothing was changed');
     }

@@ -61,6 +61,7 @@ const STATUS: Record<string, number> = {
   UnknownTool: 400,
   QueueOpRefused: 409,
   RollbackRefused: 409,
+  RetireRefused: 409,
   WebhookSecretUnreadable: 503,
   MalformedRecord: 503,
   RecordRefused: 422,

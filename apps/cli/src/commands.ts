@@ -303,6 +303,21 @@ export const COMMANDS: CommandSpec[] = [
     ops: true,
   },
   {
+    name: 'release retire',
+    argument: '<candidate>',
+    synopsis: '<candidate> --reason <why>',
+    summary: 'end one canary alone: writes off, drain, expire its approvals, inventory; its cohort back on the active release',
+    details: [
+      'The active release and its writes are not touched. Its queued jobs are counted, never moved:',
+      'gatehouse queues requeue --from <candidate> --to <active> or gatehouse queues quarantine --release <candidate>.',
+      'Exit 1 when <candidate> is not an open candidate (nothing changed); 4 when its queues could not be paused in Redis',
+      '(the retirement stands; the ledger holds its jobs).',
+    ],
+    options: ['reason'],
+    required: { reason: '<why>' },
+    ops: true,
+  },
+  {
     name: 'queues drain',
     synopsis: '--release <id>',
     summary: "stop claiming the release's jobs; in-flight work finishes",

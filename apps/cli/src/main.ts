@@ -243,6 +243,7 @@ async function main(argv: string[]): Promise<number> {
     case 'release analyze':
     case 'release override':
     case 'release rollback':
+    case 'release retire':
     case 'queues drain':
     case 'queues resume':
     case 'queues quarantine':

@@ -13,6 +13,7 @@ import {
   currentDigests,
   enableWrites,
   rollbackRelease,
+  retireCandidate,
   checkRollbackReason,
   verifyManifest,
   analyzeCanary,
@@ -23,8 +24,32 @@ import {
   activationNeeds,
   type Operator,
   type OverrideTicket,
+  type RetireReport,
 } from '@gatehouse/operations';
 import { EXIT, UsageError } from './commands.ts';
+
+/**
+ * Prints what `gatehouse release retire` did (ADR 0728) and returns its exit code: 0, or 4 when its
+ * queues could not be paused in Redis (the retirement stands; the ledger's drain mark holds its jobs).
+ */
+function printRetirement(r: RetireReport, out: (line: string) => void): number {
+  const back = r.active ?? 'the active release';
+  out(`retired ${r.release}: its cohort ${r.cohort} goes back to ${back} (whose writes stay as they were)`);
+  out(`  consequential writes off and drain marked for ${r.release}; approvals expired: ${r.expiredApprovals}`);
+  out(`  operations of ${r.release} by status: ${JSON.stringify(r.operations)} (running, failed_unknown → gatehouse reconcile)`);
+  if (r.queuesNotPaused) {
+    out(
+      `  its queues could not be paused in Redis (${r.queuesNotPaused}): workers hold its jobs by the ledger's mark; run gatehouse queues drain --release ${r.release}`,
+    );
+    return EXIT.unavailable;
+  }
+  out(`  queues paused: ${r.paused.join(', ')}`);
+  if (r.queuedJobs)
+    out(
+      `  ${r.queuedJobs} job(s) still queued on ${r.release}: gatehouse queues requeue --from ${r.release} --to ${back}   or   gatehouse queues quarantine --release ${r.release}`,
+    );
+  return EXIT.ok;
+}
 
 /** Runs `fn` as a verified operator (see `opsCommand` in main.ts). */
 type AsOperator = (command: string, fn: (db: Db, op: Operator) => Promise<number>) => Promise<number>;
@@ -176,6 +201,17 @@ export async function releaseCommand(
           );
           return r.safety.length ? 1 : 0;
         }),
+      );
+    case 'release retire':
+      try {
+        checkRollbackReason(values.reason, command); // a malformed reason is a usage error: nothing runs
+      } catch (err) {
+        throw new UsageError((err as Error).message);
+      }
+      return asOperator(command, (db, op) =>
+        withQueues(env, async (queues) =>
+          printRetirement(await retireCandidate(db, queues, release, { reason: values.reason!, ...actor(op) }), out),
+        ),
       );
     case 'queues drain':
       return asOperator(command, (db, op) =>

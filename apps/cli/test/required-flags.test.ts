@@ -42,6 +42,7 @@ const CASES: Array<[string[], RegExp]> = [
   [['reenable', 'advance', 'issue_refund'], /reenable advance needs --reason <why>/],
   [['reenable', 'override', 'issue_refund'], /reenable override needs --reason <why>/],
   [['release', 'rollback', '--reason', 'bad canary'], /release rollback needs --to <id>/],
+  [['release', 'retire', 'rel-2'], /release retire needs --reason <why>/],
   [['queues', 'drain'], /queues drain needs --release <id>/],
   [['queues', 'resume'], /queues resume needs --release <id>/],
   [['queues', 'quarantine'], /queues quarantine needs --release <id>/],
@@ -159,6 +160,7 @@ describe('a blank --reason (ADR 0713)', () => {
         expect.arrayContaining([
           'release override',
           'release rollback',
+          'release retire',
           'tokens revoke',
           'reenable advance',
           'reenable override',

@@ -50,6 +50,11 @@ export const AuditEventType = z.enum([
   'release.writes_enabled',
   'release.cohort_changed',
   'release.rolled_back',
+  /**
+   * `gatehouse release retire <candidate>`: one open candidate ended alone, its cohort back on the active
+   * release (outcome `cohort:<cohort>;expired_approvals:<n>;operations:<json>;reason:<why>`; ADR 0728).
+   */
+  'release.retired',
   /** `gatehouse release analyze`: outcome `<verdict>:<failing measures>;baseline:<id>`. */
   'release.analyzed',
   'release.override_requested',

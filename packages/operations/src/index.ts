@@ -8,6 +8,7 @@
  */
 export * from './ops.ts';
 export * from './releases.ts';
+export * from './retire.ts';
 export * from './queue-ops.ts';
 export * from './canary.ts';
 export * from './overrides.ts';

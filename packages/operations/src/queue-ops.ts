@@ -232,8 +232,7 @@ async function recordQueueOps(trx: Trx, type: QueueOpsEvent, actor: OpsActor, ou
  */
 export async function drainRelease(db: Db, queues: QueueRegistry, release: string, actor: OpsActor): Promise<string[]> {
   await assertRegistered(db, release);
-  const names = releaseQueueNames(release).map((q) => q.name);
-  for (const name of names) await queues.get(name).pause();
+  const names = await pauseReleaseQueues(queues, release);
   await inTransaction(db, async (trx) => {
     // A repeated drain keeps the first one's start: the hold began then (ADR 0699).
     await trx
@@ -262,6 +261,13 @@ export async function resumeRelease(db: Db, queues: QueueRegistry, release: stri
     await recordQueueOps(trx, 'queues.resumed', actor, was?.draining ? 'was_draining' : 'was_not_draining', release);
   });
   return resumeReleaseQueues(queues, release);
+}
+
+/** Pauses every queue of `release` in Redis (no new claims; in-flight jobs finish). Returns the queues paused. */
+export async function pauseReleaseQueues(queues: QueueRegistry, release: string): Promise<string[]> {
+  const names = releaseQueueNames(release).map((q) => q.name);
+  for (const name of names) await queues.get(name).pause();
+  return names;
 }
 
 /**

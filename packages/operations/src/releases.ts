@@ -136,7 +136,7 @@ export async function activateRelease(
   opts: { cohort?: { tenants: string[]; users: string[] }; force?: boolean; operator: string; hmacKey: string },
 ): Promise<Activation> {
   const m = loadReleaseManifest(id);
-  if (opts.cohort) await refuseCohortOfActive(db, id);
+  if (opts.cohort) await refuseCanaryOpening(db, id);
   else await refuseBesideOpenCanary(db, id);
   const problems = await verifyManifest(db, m);
   const safety = safetySubset(m);
@@ -148,7 +148,7 @@ export async function activateRelease(
   await inTransaction(db, async (trx) => {
     await lockReleases(trx);
     // Again under the lock: a rollback or an activation may have made it active meanwhile.
-    if (opts.cohort) await refuseCohortOfActive(trx, id);
+    if (opts.cohort) await refuseCanaryOpening(trx, id);
     else await refuseBesideOpenCanary(trx, id);
     // Forcing past the gate, or loosening a limit of the active bundle, takes a second person (ADR 0230).
     if (needs.length) await requireSecondPerson(trx, id, needs, { ...opts, manifest: m });
@@ -227,6 +227,51 @@ async function refuseCohortOfActive(db: Db, id: string): Promise<void> {
 }
 
 /**
+ * What an activation with a cohort (opening `id`'s canary) is refused for: `id` is the active
+ * release ({@link refuseCohortOfActive}), or another release is an open candidate
+ * ({@link refuseSecondCanary}). Run before the gate and again under the releases lock.
+ * @throws ActivationRefused (nothing changes).
+ */
+async function refuseCanaryOpening(db: Db, id: string): Promise<void> {
+  await refuseCohortOfActive(db, id);
+  await refuseSecondCanary(db, id);
+}
+
+/**
+ * One canary at a time (docs/decisions/0728): opening `id`'s canary while another release is a
+ * candidate would leave two canaries, neither of which could be promoted (ADR 0716 refuses a
+ * promotion beside another candidate). Re-opening `id` itself (a new cohort for the open
+ * candidate) is not a second canary and passes.
+ * @throws ActivationRefused naming each open candidate, its cohort and the ways on: its retirement
+ *   (`gatehouse release retire`), its promotion, or the rollback that ends every canary (nothing changes).
+ */
+async function refuseSecondCanary(db: Db, id: string): Promise<void> {
+  const rows = await db
+    .selectFrom('releases')
+    .select(['id', 'status', 'cohort'])
+    .where('status', 'in', ['candidate', 'active'])
+    .orderBy('id')
+    .execute();
+  const others = rows.filter((r) => r.status === 'candidate' && r.id !== id);
+  if (!others.length) return;
+  const active = rows.find((r) => r.status === 'active')?.id;
+  throw new ActivationRefused(
+    id,
+    others.map(
+      (c) =>
+        `${c.id} is an open candidate for ${cohortText(c.cohort)}: a second canary beside it could never be promoted, nor could it (ADR 0716). ` +
+        `End it first: ${retireCommand(c.id, active)}, then open ${id}'s canary; or promote it first: gatehouse release activate ${c.id}; ` +
+        `or end every canary: ${endCanaries(active, c.id)}. Nothing was changed`,
+    ),
+  );
+}
+
+/** The retirement of one candidate, as the refusals spell it (ADR 0728). */
+function retireCommand(candidate: string, active: string | undefined): string {
+  return `gatehouse release retire ${candidate} --reason "<why>" (its cohort goes back to ${active ?? 'the active release'}, whose writes stay as they are)`;
+}
+
+/**
  * Activating a release for everyone while another release is an open candidate (a canary) is
  * refused (docs/decisions/0704): the activation would leave the candidate serving its cohort,
  * silently. That holds for a candidate's promotion too when another candidate is open (ADR 0716):
@@ -264,14 +309,16 @@ function activationBesideCanary(id: string, c: { id: string; cohort: unknown }, 
   const then = active === undefined || active === id ? '' : `, then activate ${id}`;
   return (
     `${c.id} is a candidate for ${cohortText(c.cohort)}: activating ${id} for everyone would leave it serving that cohort. ` +
-    `End the canary first: ${endCanaries(active, 'the candidate')}${then}; or promote it: gatehouse release activate ${c.id}. Nothing was changed`
+    `End the canary first: ${endCanaries(active, 'the candidate')}${then}; or promote it: gatehouse release activate ${c.id}; ` +
+    `or retire it alone: ${retireCommand(c.id, active)}${then}. Nothing was changed`
   );
 }
 
 /**
  * ADR 0716: why promoting the candidate `self` is refused while `others` are candidates too, and the
- * way on: a rollback ends every canary (there is no command that ends one alone), then `self`'s
- * canary is opened again for its cohort.
+ * ways on: retiring each other candidate alone (ADR 0728), after which `self`'s promotion is
+ * compared with the release it replaces; or a rollback that ends every canary, then `self`'s
+ * canary opened again for its cohort.
  */
 function promotionBesideCanary(
   self: { id: string; cohort: unknown },
@@ -284,7 +331,8 @@ function promotionBesideCanary(
       (c) =>
         `${c.id} is a candidate too, for ${cohortText(c.cohort)}: promoting ${self.id} would leave it serving that cohort, its canary compared with a release no longer active`,
     ),
-    `End the canaries first: ${endCanaries(active, all)}, then open ${self.id}'s again: gatehouse release activate ${self.id} --cohort ${cohortText(self.cohort)}, and promote it once its analysis passes. Nothing was changed`,
+    ...others.map((c) => `Retire it alone and promote ${self.id} again: ${retireCommand(c.id, active)}`),
+    `Or end the canaries: ${endCanaries(active, all)}, then open ${self.id}'s again: gatehouse release activate ${self.id} --cohort ${cohortText(self.cohort)}, and promote it once its analysis passes. Nothing was changed`,
   ];
 }
 
@@ -438,13 +486,13 @@ export interface RollbackOptions {
 export const ROLLBACK_REASON_MAX = 500;
 
 /**
- * Checks a rollback reason: present, at most {@link ROLLBACK_REASON_MAX} characters, no control
- * characters (it is written to the audit chain and printed).
+ * Checks a rollback's (or a retirement's: `command`, named in the message) reason: present, at most
+ * {@link ROLLBACK_REASON_MAX} characters, no control characters (it is written to the audit chain and printed).
  * @throws Error saying what is wrong.
  */
-export function checkRollbackReason(reason: string | undefined): string {
+export function checkRollbackReason(reason: string | undefined, command = 'release rollback'): string {
   const r = (reason ?? '').trim();
-  if (!r) throw new Error('release rollback needs --reason "<why>" (recorded in the audit chain)');
+  if (!r) throw new Error(`${command} needs --reason "<why>" (recorded in the audit chain)`);
   if (r.length > ROLLBACK_REASON_MAX) throw new Error(`--reason is ${r.length} characters; at most ${ROLLBACK_REASON_MAX}`);
   // eslint-disable-next-line no-control-regex
   if (/[\u0000-\u001f\u007f]/.test(r)) throw new Error('--reason may not contain control characters');
@@ -561,8 +609,15 @@ export async function rollbackRelease(db: Db, queues: QueueRegistry, opts: Rollb
   return { to: opts.to, rolledBack: others, ...report, queuedJobs: queued, safety: failing };
 }
 
-/** Expires the approvals of `ids`, inventories their operations and retires them (inside a rollback). */
-async function retireReleases(trx: Db, ids: string[]): Promise<{ expiredApprovals: number; operations: RollbackReport['operations'] }> {
+/**
+ * Expires the pending and unconsumed approvals of `ids`, inventories their operations by status and
+ * retires them (status `retired`, no cohort). Runs inside the caller's transaction, which holds the
+ * releases lock: a rollback's, or a candidate's retirement (ADR 0728).
+ */
+export async function retireReleases(
+  trx: Db,
+  ids: string[],
+): Promise<{ expiredApprovals: number; operations: RollbackReport['operations'] }> {
   const operations: RollbackReport['operations'] = {};
   if (!ids.length) return { expiredApprovals: 0, operations };
   const expired = await trx
