@@ -14,15 +14,25 @@ const PROGRESS_EVERY_MS = 5000;
 
 /**
  * Prints start-up progress of a stack through `out`: each service when it is ready, each exit,
- * and every 5 s the services still awaited. Call `done()` when the wait is over.
+ * a service's failing `/readyz` checks with their reasons as soon as they change (and whether
+ * only an operator clears them, ADR 0729), and every 5 s the services still awaited, with the
+ * checks they fail. Call `done()` when the wait is over.
  */
 export function progressPrinter(services: string[], out: (line: string) => void): { onEvent: (e: StackEvent) => void; done: () => void } {
   const waiting = new Set(services);
+  const failing = new Map<string, string[]>();
   const since = Date.now();
   const ticker = setInterval(() => {
-    if (waiting.size) out(`  … waiting for ${[...waiting].join(', ')} (${Math.round((Date.now() - since) / 1000)} s)`);
+    const awaited = [...waiting].map((s) => (failing.get(s)?.length ? `${s} (not ready: ${failing.get(s)!.join(', ')})` : s));
+    if (waiting.size) out(`  … waiting for ${awaited.join(', ')} (${Math.round((Date.now() - since) / 1000)} s)`);
   }, PROGRESS_EVERY_MS);
   const onEvent = (e: StackEvent): void => {
+    if (e.type === 'not-ready') {
+      failing.set(e.service, Object.keys(e.failing));
+      for (const [check, why] of Object.entries(e.failing))
+        out(`  not ready  ${e.service}: ${check}${e.needsOperator.includes(check) ? ' (will not clear by itself)' : ''} — ${why}`);
+    }
+    if (e.type === 'ready') failing.delete(e.service);
     if (e.type === 'ready' && waiting.delete(e.service))
       out(`  ready  ${e.service} (${services.length - waiting.size}/${services.length})`);
     if (e.type === 'exited' && e.delayMs !== null)
@@ -103,7 +113,11 @@ export function statusRecorder(dir: string, ports: Record<string, number> = {}):
   return (e) => {
     const prev = status[e.service] ?? { state: 'starting', restarts: 0 };
     const next: ServiceStatus = { ...prev, restarts: e.restarts, ...(ports[e.service] ? { port: ports[e.service] } : {}) };
-    if (e.type === 'starting' || e.type === 'ready') next.state = e.type;
+    if (e.type === 'starting' || e.type === 'ready') {
+      next.state = e.type;
+      delete next.failing;
+    }
+    if (e.type === 'not-ready') Object.assign(next, { state: 'not-ready', failing: e.failing });
     if (e.type === 'exited')
       Object.assign(next, {
         state: 'exited',

@@ -117,21 +117,29 @@ async function answers(port: number): Promise<string | null> {
   }
 }
 
+/** What a service answers to `GET /readyz` when it is not ready (503): the failing checks and those only an operator clears. */
+export interface NotReady {
+  state: 'not-ready';
+  /** Each failing check → its message (the service's reason, e.g. `anchorKey` → what to run). */
+  failing: Record<string, string>;
+  /** The failing checks that will not pass again by themselves (marked `needsOperator` by the service, ADR 0729). */
+  needsOperator: string[];
+}
+
 /**
  * What the process on `port` answers to `GET /readyz` within 1 s: `ready`; `not-ready` with the
- * checks it names as failing (it answers as service `name`, 503: a dependency is down); or
- * `no-answer` (not listening, another service, or a stopped or hung process: its socket accepts,
- * nothing answers).
+ * checks it names as failing and which of them need an operator (it answers as service `name`,
+ * 503); or `no-answer` (not listening, another service, or a stopped or hung process: its socket
+ * accepts, nothing answers).
  */
-export async function probeReady(
-  port: number,
-  name: string,
-): Promise<{ state: 'ready' } | { state: 'not-ready'; failing: Record<string, string> } | { state: 'no-answer' }> {
+export async function probeReady(port: number, name: string): Promise<{ state: 'ready' } | NotReady | { state: 'no-answer' }> {
   try {
     const res = await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(1000) });
-    const body = (await res.json().catch(() => ({}))) as { service?: string; failing?: Record<string, string> };
+    const body = (await res.json().catch(() => ({}))) as { service?: string; failing?: Record<string, string>; needsOperator?: string[] };
     if (body.service !== name) return { state: 'no-answer' };
-    return res.ok ? { state: 'ready' } : { state: 'not-ready', failing: body.failing ?? {} };
+    if (res.ok) return { state: 'ready' };
+    const failing = body.failing ?? {};
+    return { state: 'not-ready', failing, needsOperator: (body.needsOperator ?? []).filter((check) => check in failing) };
   } catch {
     return { state: 'no-answer' }; // not listening yet
   }
@@ -153,19 +161,45 @@ function logTail(file: string, lines = 15): string {
   }
 }
 
+/** `check: reason` of each failing check, for a message. */
+function reasons(failing: Record<string, string>, checks: string[] = Object.keys(failing)): string {
+  return checks.map((check) => `${check}: ${failing[check]}`).join('; ');
+}
+
 /**
- * Polls `/readyz` until the service answers as `name`.
+ * Polls `/readyz` until the service answers as `name`, calling `onNotReady` each time the set of
+ * failing checks it answers changes (so a caller can say at once which check fails, and why).
  * @throws Error when the process exits first (naming its log `logFile` and quoting its last
- * lines, so a CI run that keeps no temp folders still shows why) or after `deadlineMs`.
+ * lines, so a CI run that keeps no temp folders still shows why); as soon as a failing check is
+ * one only an operator clears (`needsOperator`, ADR 0729), naming it with its reason — waiting
+ * would not end it; or after `deadlineMs`, with what `/readyz` said last.
  */
-async function waitReady(port: number, deadlineMs: number, child: ChildProcess, name: string, logFile: string): Promise<void> {
+async function waitReady(
+  port: number,
+  deadlineMs: number,
+  child: ChildProcess,
+  name: string,
+  logFile: string,
+  onNotReady: (probe: NotReady) => void = () => {},
+): Promise<void> {
+  let last: NotReady | undefined;
   for (;;) {
     if (exited(child))
       throw new Error(
         `${name} exited (${child.signalCode ?? `code ${child.exitCode}`}) before it was ready; ${logFile} ends:\n${logTail(logFile)}`,
       );
-    if (await isReady(port, name)) return;
-    if (Date.now() > deadlineMs) throw new Error(`${name} not ready on port ${port} in time`);
+    const probe = await probeReady(port, name);
+    if (probe.state === 'ready') return;
+    if (probe.state === 'not-ready') {
+      if (Object.keys(probe.failing).join() !== Object.keys(last?.failing ?? {}).join()) onNotReady(probe);
+      last = probe;
+      if (probe.needsOperator.length)
+        throw new Error(
+          `${name} is not ready and will not become ready by itself — its /readyz fails ${reasons(probe.failing, probe.needsOperator)}`,
+        );
+    }
+    if (Date.now() > deadlineMs)
+      throw new Error(`${name} not ready on port ${port} in time${last ? `; its /readyz said last: ${reasons(last.failing)}` : ''}`);
     await new Promise((r) => setTimeout(r, 150));
   }
 }
@@ -206,7 +240,9 @@ function supervisorLog(file: string): Logger {
 /**
  * Starts every service (or `only` those) as a separate Node process with `env` (and the
  * telemetry preload), in order, logs to `<dir>/<service>.log`, and waits until each answers
- * `GET /readyz` (each with its own deadline `readyTimeoutMs`). Then supervises them: a service
+ * `GET /readyz` (each with its own deadline `readyTimeoutMs`; reporting each change of its failing
+ * checks as a `not-ready` event, and giving up at once on a check only an operator clears, ADR
+ * 0729). Then supervises them: a service
  * that exits is restarted with capped exponential backoff (see {@link RestartPolicy}), each
  * exit and restart logged to `<dir>/supervisor.log` and reported to `onEvent`; `supervise: false`
  * leaves a dead service dead. The processes die with this one (stopped on SIGINT/SIGTERM/SIGHUP
@@ -237,8 +273,10 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
       return child;
     };
     const logFile = resolve(opts.dir, `${spec.name}.log`);
+    const notReady = (probe: NotReady): void =>
+      emit({ type: 'not-ready', service: spec.name, restarts: services.get(spec.name)?.restarts ?? 0, ...probe });
     const ready = (child: ChildProcess): Promise<void> =>
-      waitReady(ports[spec.name]!, Date.now() + readyTimeoutMs, child, spec.name, logFile);
+      waitReady(ports[spec.name]!, Date.now() + readyTimeoutMs, child, spec.name, logFile, notReady);
     services.set(
       spec.name,
       new SupervisedService(spec.name, policy, opts.supervise ?? true, { spawn: spawnIt, waitReady: ready, log, emit }),

@@ -22,7 +22,12 @@ export type StackEvent =
   | { type: 'starting'; service: string; restarts: number }
   | { type: 'ready'; service: string; restarts: number }
   | { type: 'exited'; service: string; code: number | null; signal: string | null; restarts: number; delayMs: number | null }
-  | { type: 'crash-loop'; service: string; restarts: number };
+  | { type: 'crash-loop'; service: string; restarts: number }
+  /**
+   * Its `/readyz` answered 503 with other failing checks than before (check → reason); `needsOperator`
+   * the failing checks that will not pass by themselves (the wait for it ends, ADR 0729).
+   */
+  | { type: 'not-ready'; service: string; restarts: number; failing: Record<string, string>; needsOperator: string[] };
 
 /** The hooks a supervised service needs from its stack. */
 export interface SupervisionHooks {

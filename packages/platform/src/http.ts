@@ -9,6 +9,24 @@ import { refuseDuplicateJsonKeys } from './json-body.ts';
 /** A readiness probe: resolves when a dependency answers, rejects otherwise. */
 export type ReadyCheck = () => Promise<void>;
 
+/** The mark {@link needsOperator} puts on a readiness check. */
+const OPERATOR_CHECK = Symbol('gatehouse.readyCheck.needsOperator');
+
+/**
+ * Marks `check` as one whose failure does not clear by itself — no dependency coming back ends
+ * it; an operator must act (a configuration to change, a command to run; the check's message
+ * names it). `/readyz` lists such failing checks in `needsOperator`, and `gatehouse stack up`
+ * stops waiting for the service when one fails (docs/decisions/0729). Returns `check`.
+ */
+export function needsOperator(check: ReadyCheck): ReadyCheck {
+  return Object.assign(check, { [OPERATOR_CHECK]: true });
+}
+
+/** Whether {@link needsOperator} marked `check`. */
+function isOperatorCheck(check: ReadyCheck): boolean {
+  return (check as ReadyCheck & { [OPERATOR_CHECK]?: boolean })[OPERATOR_CHECK] === true;
+}
+
 /** How long one readiness check may take before it counts as failing (ms). */
 export const READY_CHECK_TIMEOUT_MS = 2000;
 
@@ -16,7 +34,8 @@ export const READY_CHECK_TIMEOUT_MS = 2000;
  * Creates an express app with JSON parsing (1 MiB; an object naming a key twice is 400
  * `invalid_body`, docs/decisions/0687), `GET /healthz` (process alive) and
  * `GET /readyz` (every check passes within {@link READY_CHECK_TIMEOUT_MS}: 200 `{ready:true}`,
- * else 503 with the failing checks — a dependency that hangs fails, it never holds the probe).
+ * else 503 with the failing checks, check → message, and, when any, `needsOperator`: those of
+ * them marked {@link needsOperator} — a dependency that hangs fails, it never holds the probe).
  * Call {@link finishApp} after adding routes to install the 404 and error handlers.
  */
 export function createHttpApp(service: string, checks: Record<string, ReadyCheck> = {}): Express {
@@ -37,7 +56,10 @@ export function createHttpApp(service: string, checks: Record<string, ReadyCheck
         }
       }),
     );
-    if (Object.keys(failing).length) res.status(503).json({ ready: false, service, failing });
+    // Failing checks that will not pass again without an operator: a waiting caller may stop waiting.
+    const operator = Object.keys(failing).filter((name) => isOperatorCheck(checks[name]!));
+    if (Object.keys(failing).length)
+      res.status(503).json({ ready: false, service, failing, ...(operator.length ? { needsOperator: operator } : {}) });
     else res.json({ ready: true, service });
   });
   return app;

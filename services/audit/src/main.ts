@@ -9,6 +9,7 @@ import {
   closeServer,
   installShutdown,
   logThrottle,
+  needsOperator,
 } from '@gatehouse/platform';
 import { observeAuditBacklog } from '@gatehouse/telemetry';
 import { chainPending, readAuditBacklog } from './jobs/chain.writer.ts';
@@ -41,14 +42,16 @@ const onRefused = (r: AnchorKeyRefusal | null): void => {
       log.error({ newestAnchorKey: r.newestKey, ownKey: r.ownKey, newestSeq: r.newestSeq, repeated }, r.message),
     );
 };
-ctx.readyChecks.anchorKey = async () => {
-  if (keyRefusal) throw new Error(keyRefusal.message);
-};
 // Judged at boot too, so a replica of the wrong key is not ready from its first readiness probe.
 const handovers = new HandoverCache();
-anchorKeyRefusal(db, key, { handovers })
+const judgedAtBoot = anchorKeyRefusal(db, key, { handovers })
   .then(onRefused)
   .catch((err: unknown) => log.error({ err: (err as Error).message }, 'anchor key check failed'));
+// Only an operator clears it (the first key, a rotation, or a fresh database): `stack up` stops waiting (ADR 0729).
+ctx.readyChecks.anchorKey = needsOperator(async () => {
+  await judgedAtBoot;
+  if (keyRefusal) throw new Error(keyRefusal.message);
+});
 const anchor = (): void => {
   anchorHead(db, key, witness, { handovers, onRefused }).catch((err: unknown) => {
     const message = (err as Error).message;

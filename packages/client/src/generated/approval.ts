@@ -72,6 +72,8 @@ export interface paths {
               failing?: {
                 [key: string]: string;
               };
+              /** @description on 503, the failing checks that will not pass by themselves: an operator must act, waiting will not help (ADR 0729) */
+              needsOperator?: string[];
             };
           };
         };
@@ -90,6 +92,8 @@ export interface paths {
               failing?: {
                 [key: string]: string;
               };
+              /** @description on 503, the failing checks that will not pass by themselves: an operator must act, waiting will not help (ADR 0729) */
+              needsOperator?: string[];
             };
           };
         };

@@ -141,6 +141,8 @@ export interface paths {
               failing?: {
                 [key: string]: string;
               };
+              /** @description on 503, the failing checks that will not pass by themselves: an operator must act, waiting will not help (ADR 0729) */
+              needsOperator?: string[];
             };
           };
         };
@@ -159,6 +161,8 @@ export interface paths {
               failing?: {
                 [key: string]: string;
               };
+              /** @description on 503, the failing checks that will not pass by themselves: an operator must act, waiting will not help (ADR 0729) */
+              needsOperator?: string[];
             };
           };
         };

@@ -49,6 +49,10 @@ export const ReadySchema = z.object({
   ready: z.boolean(),
   service: z.string(),
   failing: z.record(z.string(), z.string()).optional().describe('dependency → error, on 503'),
+  needsOperator: z
+    .array(z.string())
+    .optional()
+    .describe('on 503, the failing checks that will not pass by themselves: an operator must act, waiting will not help (ADR 0729)'),
 });
 
 /**
