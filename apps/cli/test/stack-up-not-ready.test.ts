@@ -63,10 +63,10 @@ afterAll(async () => {
 describe('stack up with a service that only an operator can make ready (ADR 0729)', () => {
   it(
     'prints the failing check and its reason, stops waiting, exits 1 naming the fixes: the stack is stopped',
-    { timeout: 90_000 },
+    { timeout: 150_000 },
     async () => {
-      // Killed after 60 s: a stack up that waits out its ready timeout (120 s) ends with no exit code.
-      const up = await runGatehouse(['stack', 'up', '--only', 'audit'], env, 60_000);
+      // Killed after 90 s, before its ready timeout (120 s): a stack up that waits it out fails the assertions below.
+      const up = await runGatehouse(['stack', 'up', '--only', 'audit'], env, 90_000);
       expect(up.code, `${up.stdout}\n${up.stderr}`).toBe(EXIT.failed);
       expect(up.stdout).toContain('not ready  audit: anchorKey (will not clear by itself) — audit anchoring refused');
       expect(up.stderr).toContain('audit is not ready and will not become ready by itself — its /readyz fails anchorKey');
