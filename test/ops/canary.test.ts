@@ -6,14 +6,7 @@ import { releaseWritesEnabled, type Db } from '@gatehouse/ledger';
 import { seedFinishedRun } from '@gatehouse/testing';
 import { createTestDatabase, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/test-harness';
 import { tokenFor } from '@gatehouse/cli';
-import {
-  activateRelease,
-  enableWrites,
-  analyzeCanary,
-  CanaryRefused,
-  formatAnalysis,
-  requestCanaryOverride,
-} from '@gatehouse/operations';
+import { activateRelease, enableWrites, analyzeCanary, CanaryRefused, formatAnalysis, requestCanaryOverride } from '@gatehouse/operations';
 import { approvalApi } from '../support/approval-api.ts';
 import { useReleaseDirs, type ReleaseDirs } from '../support/release-dirs.ts';
 
