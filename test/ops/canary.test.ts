@@ -149,7 +149,9 @@ describe('two-person override', () => {
     // Not approved yet: still refused.
     await expect(enableWrites(db, 'rel-unsafe', 'ops-gus', HMAC)).rejects.toBeInstanceOf(CanaryRefused);
     expect(await api.decide('ops-ida', id)).toMatchObject({ status: 200, body: { status: 'approved' } });
-    expect((await api.decide('ops-ida', id)).status).toBe(410);
+    // The approver's own decision sent again is its answer again (ADR 0726); anyone else's is too late.
+    expect(await api.decide('ops-ida', id)).toMatchObject({ status: 200, body: { status: 'approved', replayed: true } });
+    expect((await api.decide('pol-hal', id)).status).toBe(410);
     expect(await enableWrites(db, 'rel-unsafe', 'ops-gus', HMAC)).toMatchObject({ canary: 'override' });
     expect(await releaseWritesEnabled(db, 'rel-unsafe')).toBe(true);
     // Used: a second enable-writes would need its own override (so does the promotion: the last describe).
