@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { probeStackStatus, readStackStatus, stackStatus, statusRecorder, stopStack } from '@gatehouse/cli';
 import { repoRoot } from '@gatehouse/contracts';
+import { createHttpApp } from '@gatehouse/platform';
 
 // What `gatehouse stack status` tells on-call, from the supervisor's status file and pid files.
 
@@ -150,6 +151,27 @@ describe('stack status', () => {
       expect(gone.stdout).toContain('no stack supervisor running');
     } finally {
       await Promise.all([up.close(), waiting.close()]);
+    }
+  }, 60_000);
+
+  it('a service whose Postgres hangs is not-ready, waiting for postgres, not not-answering (ADR 0730)', async () => {
+    const dir = fresh();
+    // The services' own /readyz, with a Postgres check that never settles (a SIGSTOPped server):
+    // it answers 503 once the check's bound runs out, which is longer than a 1 s probe waited.
+    const app = createHttpApp('executor', { postgres: () => new Promise<void>(() => undefined) });
+    const server = createServer(app);
+    await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+    try {
+      const port = (server.address() as AddressInfo).port;
+      const record = statusRecorder(dir, { executor: port });
+      record({ type: 'ready', service: 'executor', restarts: 0 });
+      writeFileSync(resolve(dir, 'supervisor.pid'), String((await standIn(SUPERVISOR)).pid));
+      for (let round = 0; round < 3; round++) {
+        expect((await stackStatus(dir))[1]).toMatch(/executor\s+not-ready\s+restarts 0, waiting for postgres \(timed out after \d+ ms\)$/);
+      }
+    } finally {
+      server.closeAllConnections();
+      await new Promise((done) => server.close(done));
     }
   }, 60_000);
 

@@ -157,10 +157,10 @@ export function readStackStatus(dir: string): StackStatusReport {
 
 /**
  * {@link readStackStatus}, with each service recorded `ready` probed now ({@link probeReady}):
- * one whose `/readyz` does not answer within 1 s (e.g. a SIGSTOPped process) is reported
- * `not-answering`; one that answers 503 is `not-ready`, with the checks it names as failing (a
- * dependency is down: the process is alive and waits for it, do not restart it). The probes run
- * in parallel.
+ * one whose `/readyz` does not answer within `READY_PROBE_TIMEOUT_MS` (3 s; e.g. a SIGSTOPped
+ * process) is reported `not-answering`; one that answers 503 is `not-ready`, with the checks it
+ * names as failing (a dependency is down or hangs: the process is alive and waits for it, do not
+ * restart it). The probes run in parallel.
  */
 export async function probeStackStatus(dir: string): Promise<StackStatusReport> {
   const r = readStackStatus(dir);

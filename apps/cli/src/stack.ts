@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { appendFileSync, closeSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
-import { createLogger, type Logger } from '@gatehouse/platform';
+import { createLogger, READY_CHECK_TIMEOUT_MS, type Logger } from '@gatehouse/platform';
 import { delegationKeyPaths, ensureLocalDelegationKeys, type DelegationKeyPaths } from './delegation-keys.ts';
 import { DEFAULT_RESTART_POLICY, SupervisedService, type RestartPolicy, type StackEvent } from './supervisor.ts';
 
@@ -127,14 +127,24 @@ export interface NotReady {
 }
 
 /**
- * What the process on `port` answers to `GET /readyz` within 1 s: `ready`; `not-ready` with the
- * checks it names as failing and which of them need an operator (it answers as service `name`,
- * 503); or `no-answer` (not listening, another service, or a stopped or hung process: its socket
- * accepts, nothing answers).
+ * How long {@link probeReady} waits for `/readyz`, ms: a service answers it within
+ * {@link READY_CHECK_TIMEOUT_MS} even when a dependency hangs (each check counts as failing at that
+ * bound), so the probe waits that long plus 1 s for the answer to arrive on a busy machine. A
+ * shorter wait reported every service of a stack whose Postgres or Redis hangs as a hung process
+ * (`not-answering`) instead of `not-ready`, waiting for that dependency (docs/decisions/0730).
+ */
+export const READY_PROBE_TIMEOUT_MS = READY_CHECK_TIMEOUT_MS + 1000;
+
+/**
+ * What the process on `port` answers to `GET /readyz` within {@link READY_PROBE_TIMEOUT_MS}:
+ * `ready`; `not-ready` with the checks it names as failing and which of them need an operator (it
+ * answers as service `name`, 503: a dependency is down or hangs, or only an operator clears it); or
+ * `no-answer` (not listening, another service, or a stopped or hung process: its socket accepts,
+ * nothing answers).
  */
 export async function probeReady(port: number, name: string): Promise<{ state: 'ready' } | NotReady | { state: 'no-answer' }> {
   try {
-    const res = await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(1000) });
+    const res = await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(READY_PROBE_TIMEOUT_MS) });
     const body = (await res.json().catch(() => ({}))) as { service?: string; failing?: Record<string, string>; needsOperator?: string[] };
     if (body.service !== name) return { state: 'no-answer' };
     if (res.ok) return { state: 'ready' };
@@ -145,7 +155,7 @@ export async function probeReady(port: number, name: string): Promise<{ state: '
   }
 }
 
-/** Whether the process on `port` answers `GET /readyz` as service `name`, ready, within 1 s ({@link probeReady}). */
+/** Whether the process on `port` answers `GET /readyz` as service `name`, ready, within {@link READY_PROBE_TIMEOUT_MS} ({@link probeReady}). */
 export async function isReady(port: number, name: string): Promise<boolean> {
   return (await probeReady(port, name)).state === 'ready';
 }
