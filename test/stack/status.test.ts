@@ -175,6 +175,33 @@ describe('stack status', () => {
     }
   }, 60_000);
 
+  it('a service still starting that answers 503 shows what it waits for (restarted during an outage, ADR 0730)', async () => {
+    const dir = fresh();
+    // Restarted by the supervisor while Redis is down: it listens, its /readyz names Redis, and the
+    // supervisor still records it `starting` (it was never ready since).
+    const app = createHttpApp('agent-loop', { redis: () => Promise.reject(new Error('redis connection is reconnecting')) });
+    const server = createServer(app);
+    await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+    try {
+      const port = (server.address() as AddressInfo).port;
+      const record = statusRecorder(dir, { 'agent-loop': port });
+      record({ type: 'ready', service: 'agent-loop', restarts: 0 });
+      record({ type: 'exited', service: 'agent-loop', code: null, signal: 'SIGKILL', restarts: 1, delayMs: 500 });
+      record({ type: 'starting', service: 'agent-loop', restarts: 1 });
+      writeFileSync(resolve(dir, 'supervisor.pid'), String((await standIn(SUPERVISOR)).pid));
+      expect((await stackStatus(dir))[1]).toMatch(
+        /agent-loop\s+starting\s+restarts 1, last exit signal SIGKILL at .*, waiting for redis \(redis connection is reconnecting\)$/,
+      );
+      expect((await probeStackStatus(dir)).services['agent-loop']).toMatchObject({
+        state: 'starting',
+        failing: { redis: 'redis connection is reconnecting' },
+      });
+    } finally {
+      server.closeAllConnections();
+      await new Promise((done) => server.close(done));
+    }
+  });
+
   it('a ready service that answers 503 is not-ready with what it waits for, not not-answering', async () => {
     const dir = fresh();
     // Answers /readyz as the policy gateway does while Postgres is down.

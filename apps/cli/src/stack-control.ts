@@ -93,7 +93,10 @@ export async function launchStackDaemon(opts: {
 export interface ServiceStatus {
   state: 'starting' | 'ready' | 'exited' | 'crash-looping' | 'not-answering' | 'not-ready';
   restarts: number;
-  /** For `not-ready`: the `/readyz` checks failing now, check → reason (e.g. `postgres`). */
+  /**
+   * For `not-ready`, and for `starting` when its `/readyz` already answers 503: the checks failing
+   * now, check → reason (e.g. `postgres`).
+   */
   failing?: Record<string, string>;
   /** The port its `/readyz` answers on (as the supervisor started it). */
   port?: number;
@@ -160,14 +163,20 @@ export function readStackStatus(dir: string): StackStatusReport {
  * one whose `/readyz` does not answer within `READY_PROBE_TIMEOUT_MS` (3 s; e.g. a SIGSTOPped
  * process) is reported `not-answering`; one that answers 503 is `not-ready`, with the checks it
  * names as failing (a dependency is down or hangs: the process is alive and waits for it, do not
- * restart it). The probes run in parallel.
+ * restart it). A `starting` one that already answers 503 stays `starting`, with what it waits for
+ * (a process restarted during an outage, or an audit replica refusing to anchor, ADR 0730). The
+ * probes run in parallel.
  */
 export async function probeStackStatus(dir: string): Promise<StackStatusReport> {
   const r = readStackStatus(dir);
   await Promise.all(
     Object.entries(r.services).map(async ([name, s]) => {
-      if (s.state !== 'ready' || !s.port) return;
+      if ((s.state !== 'ready' && s.state !== 'starting') || !s.port) return;
       const probe = await probeReady(s.port, name);
+      if (s.state === 'starting') {
+        if (probe.state === 'not-ready') s.failing = probe.failing;
+        return;
+      }
       if (probe.state === 'no-answer') s.state = 'not-answering';
       if (probe.state === 'not-ready') Object.assign(s, { state: 'not-ready', failing: probe.failing });
     }),
