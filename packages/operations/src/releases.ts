@@ -246,15 +246,9 @@ async function refuseCanaryOpening(db: Db, id: string): Promise<void> {
  *   (`gatehouse release retire`), its promotion, or the rollback that ends every canary (nothing changes).
  */
 async function refuseSecondCanary(db: Db, id: string): Promise<void> {
-  const rows = await db
-    .selectFrom('releases')
-    .select(['id', 'status', 'cohort'])
-    .where('status', 'in', ['candidate', 'active'])
-    .orderBy('id')
-    .execute();
-  const others = rows.filter((r) => r.status === 'candidate' && r.id !== id);
+  const { open, active } = await openCanaries(db);
+  const others = open.filter((r) => r.id !== id);
   if (!others.length) return;
-  const active = rows.find((r) => r.status === 'active')?.id;
   throw new ActivationRefused(
     id,
     others.map(
@@ -264,6 +258,17 @@ async function refuseSecondCanary(db: Db, id: string): Promise<void> {
         `or end every canary: ${endCanaries(active, c.id)}. Nothing was changed`,
     ),
   );
+}
+
+/** The open candidates (id order, with their cohorts) and the active release's id, as the canary refusals read them. */
+async function openCanaries(db: Db): Promise<{ open: { id: string; cohort: unknown }[]; active: string | undefined }> {
+  const rows = await db
+    .selectFrom('releases')
+    .select(['id', 'status', 'cohort'])
+    .where('status', 'in', ['candidate', 'active'])
+    .orderBy('id')
+    .execute();
+  return { open: rows.filter((r) => r.status === 'candidate'), active: rows.find((r) => r.status === 'active')?.id };
 }
 
 /** The retirement of one candidate, as the refusals spell it (ADR 0728). */
@@ -282,16 +287,9 @@ function retireCommand(candidate: string, active: string | undefined): string {
  * @throws ActivationRefused naming each other open candidate, its cohort and the next steps (nothing changes).
  */
 async function refuseBesideOpenCanary(db: Db, id: string): Promise<void> {
-  const rows = await db
-    .selectFrom('releases')
-    .select(['id', 'status', 'cohort'])
-    .where('status', 'in', ['candidate', 'active'])
-    .orderBy('id')
-    .execute();
-  const open = rows.filter((r) => r.status === 'candidate');
+  const { open, active } = await openCanaries(db);
   const others = open.filter((r) => r.id !== id);
   if (!others.length) return;
-  const active = rows.find((r) => r.status === 'active')?.id;
   const self = open.find((r) => r.id === id);
   throw new ActivationRefused(
     id,
