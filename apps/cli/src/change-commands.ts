@@ -1,7 +1,7 @@
 import type { DelegationSigningKey } from '@gatehouse/credentials';
 import { executeChangeCancel, requestChangeCancel, type CancelOutcome } from '@gatehouse/reconciliation';
 import { auditGateFromEnv } from '@gatehouse/platform';
-import { outageOf, type ReconcileContext } from './reconcile-commands.ts';
+import { outageOf, untilLeaseEnds, type ReconcileContext } from './reconcile-commands.ts';
 import { UsageError } from './commands.ts';
 
 function say(o: CancelOutcome): string {
@@ -11,7 +11,7 @@ function say(o: CancelOutcome): string {
     case 'awaiting_approval':
       return `${o.operationKey}: refused — approval ${o.approvalId} is still pending; a change owner must approve it (POST /v1/approvals/${o.approvalId}/decision), then run this command again`;
     case 'busy':
-      return `${o.operationKey}: another process is executing this cancel`;
+      return `${o.operationKey}: another process is executing this cancel${untilLeaseEnds(o.leaseUntil)}`;
     case 'retry': // thrown as exit 4 by the command (outageOf); kept for completeness
       return `${o.operationKey}: not cancelled — the change service did not process it (${o.reason}); run this command again (same key, idempotent)`;
     case 'refused':

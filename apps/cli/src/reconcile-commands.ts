@@ -164,7 +164,7 @@ export function formatOutcome(o: RemediationOutcome): string {
     case 'awaiting_approval':
       return `item ${o.itemId}: refused — approval ${o.approvalId} is still pending; a lead must decide it (POST /v1/approvals/${o.approvalId}/decision), then run this command again`;
     case 'busy':
-      return `item ${o.itemId}: another process is executing its remediation`;
+      return `item ${o.itemId}: another process is executing its remediation${untilLeaseEnds(o.leaseUntil)}`;
     case 'failed':
       return `item ${o.itemId}: failed (${o.reason}) — ${o.nextStep}`;
     case 'retry':
@@ -249,7 +249,8 @@ function whyWaiting(itemId: string, o: RemediationOutcome | undefined, hasKey: b
       why: 'no_signing_key',
       next: `the executor's reconcile job runs it (every RECONCILE_INTERVAL_MS, default 60 s), or run gatehouse reconcile where GATEHOUSE_DELEGATION_SIGNING_KEY_PATH names the delegation signing key`,
     };
-  if (o?.state === 'busy') return { why: 'busy', next: `another process is executing it; ${resolve} shows its outcome` };
+  if (o?.state === 'busy')
+    return { why: 'busy', next: `another process is executing it${untilLeaseEnds(o.leaseUntil)}; ${resolve} shows its outcome` };
   if (o?.state === 'retry') {
     const w = o.waitingFor;
     if (w.on === 'containment')
@@ -370,4 +371,14 @@ export async function resolveCommand(
   if (outage) throw outage;
   ctx.out(formatOutcome(o));
   return o.state === 'resolved' || o.state === 'retry' ? EXIT.ok : EXIT.failed;
+}
+
+/**
+ * What a busy outcome adds about the lease it waits for: when it ends (ISO 8601) and that a run
+ * after it takes over — the holder may be a CLI that died, which keeps its lease until then.
+ * Empty when the lease is not known (a newer claim fenced this one out).
+ */
+export function untilLeaseEnds(leaseUntil: Date | undefined): string {
+  if (!leaseUntil) return '';
+  return ` (its lease ends at ${leaseUntil.toISOString()}: if that process died, run this command again after then and it takes over)`;
 }

@@ -68,7 +68,8 @@ export interface CancelTicket {
 export type CancelOutcome =
   | { state: 'not_requested'; operationKey: string }
   | { state: 'awaiting_approval'; operationKey: string; approvalId: string }
-  | { state: 'busy'; operationKey: string }
+  /** Another process holds the cancel's lease, until `leaseUntil` when the claim read it; absent when a newer claim fenced this one out. */
+  | { state: 'busy'; operationKey: string; leaseUntil?: Date }
   /**
    * Nothing cancelled yet: the change service did not process the call (`waitingFor` `system_of_record`:
    * no answer, 408, 429, 5xx; the same key is sent again next time) or the ledger's credential
@@ -336,7 +337,7 @@ type Cancel = NonNullable<Awaited<ReturnType<typeof latestCancel>>>;
 type CancelClaim =
   | { kind: 'claimed'; fence: number; approver: string; args: Record<string, unknown> }
   | { kind: 'done' }
-  | { kind: 'busy' }
+  | { kind: 'busy'; leaseUntil: Date }
   | { kind: 'refused'; reason: string };
 
 const owner = `${hostname()}:${process.pid}:change-cancel`;
@@ -374,7 +375,7 @@ async function claimCancel(trx: Trx, c: Cancel, deps: ExecuteDeps): Promise<Canc
   const op = await reserveOperation(trx, action);
   if (op.status === 'succeeded') return { kind: 'done' };
   if (op.status === 'failed') return { kind: 'refused', reason: op.error ?? 'failed' };
-  if (leaseIsLive(op)) return { kind: 'busy' };
+  if (leaseIsLive(op)) return { kind: 'busy', leaseUntil: new Date(op.lease_expires_at!) };
   const fresh = await trx.selectFrom('approvals').select(['status', 'approver']).where('id', '=', c.approval_id).executeTakeFirstOrThrow();
   if (!(await consumeApproval(trx, { ...c, approval_status: fresh.status }, action)))
     return { kind: 'refused', reason: `approval_${fresh.status}` };
@@ -522,7 +523,7 @@ export async function executeChangeCancel(deps: ExecuteDeps, ref: string): Promi
     throw err;
   }
   const claim = await inTransaction(deps.db, (trx) => claimCancel(trx, c, deps));
-  if (claim.kind === 'busy') return { state: 'busy', operationKey: change.operationKey };
+  if (claim.kind === 'busy') return { state: 'busy', operationKey: change.operationKey, leaseUntil: claim.leaseUntil };
   if (claim.kind === 'done') return { state: 'cancelled', operationKey: change.operationKey, approver: c.approver ?? '', replayed: true };
   if (claim.kind === 'refused') {
     const nextStep = cancelNextStep(change.operationKey, claim.reason);

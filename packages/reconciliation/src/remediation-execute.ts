@@ -65,8 +65,11 @@ export type RemediationOutcome =
   | { state: 'awaiting_approval'; itemId: string; approvalId: string }
   /** The lead denied it, or it expired or was voided: the item is open for another request. */
   | { state: 'refused'; itemId: string; reason: string }
-  /** Another process holds the remediation's lease. */
-  | { state: 'busy'; itemId: string }
+  /**
+   * Another process holds the remediation's lease, until `leaseUntil` when the claim read it (a
+   * process that died holds it until then); absent when a newer claim fenced this one out.
+   */
+  | { state: 'busy'; itemId: string; leaseUntil?: Date }
   /**
    * The downstream did not answer (the same key is sent again next time, idempotent), or
    * containment holds the remediation (`tool_disabled:<tool>`: nothing claimed or sent, its
@@ -120,7 +123,7 @@ async function reopen(trx: Trx, item: WorklistItem, approvalId: string, reason: 
 type Claim =
   | { kind: 'claimed'; action: Action; fence: number; originalFence: number | null; approver: string; tenant: string }
   | { kind: 'done' }
-  | { kind: 'busy' }
+  | { kind: 'busy'; leaseUntil?: Date }
   /** Containment holds it for `tool` ({@link containmentHolds}): nothing was written. */
   | { kind: 'held'; tool: string }
   | { kind: 'refused'; reason: string }
@@ -151,7 +154,7 @@ async function claim(trx: Trx, item: WorklistItem, approvalId: string, deps: Exe
   const { action, op } = locked;
   if (op.status === 'succeeded') return { kind: 'done' };
   if (op.status === 'failed') return { kind: 'failed', reason: op.error ?? 'failed' };
-  if (leaseIsLive(op)) return { kind: 'busy' };
+  if (leaseIsLive(op)) return { kind: 'busy', leaseUntil: new Date(op.lease_expires_at!) };
   const audit = {
     service: 'reconciliation',
     runId: wf.id,
@@ -446,7 +449,7 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
     throw err;
   }
   const c = await inTransaction(deps.db, (trx) => claim(trx, item, approvalId, deps));
-  if (c.kind === 'busy') return { state: 'busy', itemId: item.id };
+  if (c.kind === 'busy') return { state: 'busy', itemId: item.id, ...(c.leaseUntil ? { leaseUntil: c.leaseUntil } : {}) };
   if (c.kind === 'held')
     return { state: 'retry', itemId: item.id, reason: `tool_disabled:${c.tool}`, waitingFor: { on: 'containment', tool: c.tool } };
   if (c.kind === 'refused' || c.kind === 'failed') {
