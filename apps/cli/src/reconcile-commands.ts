@@ -6,6 +6,7 @@ import {
   executeRemediation,
   findItem,
   ReadBackUnavailable,
+  remediationsOf,
   requestRemediation,
   runReconciliation,
   type ExecuteDeps,
@@ -127,10 +128,16 @@ function deps(ctx: ReconcileContext, signingKey: DelegationSigningKey): ExecuteD
 const LEFT_TO_THE_EXECUTOR =
   'no delegation signing key here (GATEHOUSE_DELEGATION_SIGNING_KEY_PATH): the executor’s reconcile job executes approved remediations';
 
-/** One worklist line: id, status, class, owner, subject, amount (currency units) and remediation under way. */
+/**
+ * One worklist line: id, status, class, owner, subject, amount (currency units), and the
+ * remediation under way — or, when none is, the ones its class allows (`fixes=--replay|--ratify`,
+ * the flags of `gatehouse reconcile resolve`; none for a class repaired automatically).
+ */
 export function formatItem(i: WorklistItem): string {
   const amount = i.amount_cents === null ? '' : `  ${(Number(i.amount_cents) / 100).toFixed(2)}`;
-  const remedy = i.remediation ? `  remediation=${i.remediation} approval=${i.approval_id}` : '';
+  const allowed = remediationsOf(i.class, i.tool);
+  const fixes = allowed.length ? `  fixes=${allowed.map((r) => `--${r.replaceAll('_', '-')}`).join('|')}` : '';
+  const remedy = i.remediation ? `  remediation=${i.remediation} approval=${i.approval_id}` : fixes;
   return `  ${i.id}  ${i.status.padEnd(6)}  ${i.class.padEnd(34)}  owner=${i.owner.padEnd(13)}  ${i.subject}${amount}${remedy}`;
 }
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { formatOutcome } from '../src/reconcile-commands.ts';
+import type { WorklistItem } from '@gatehouse/reconciliation';
+import { formatItem, formatOutcome } from '../src/reconcile-commands.ts';
 
 // A held remediation is printed from the outcome's typed field (ADR 0692, 0701), not by parsing
 // `tool_disabled:<tool>` back out of its reason: the reason stays what the audit and API carry.
@@ -24,5 +25,32 @@ describe('formatOutcome of a retry', () => {
       waitingFor: { on: 'system_of_record' },
     });
     expect(line).toBe('item i-2: retry (tool_disabled:issue_refund)');
+  });
+});
+
+// A worklist line names the remediations its class allows, as `reconcile resolve` flags, until one
+// is under way: before, on-call learned them only from the refusal of a wrong flag.
+describe('formatItem', () => {
+  const item = (over: Partial<WorklistItem>): WorklistItem =>
+    ({
+      id: 'i-3',
+      status: 'open',
+      class: 'in_flight_ledger_lacks_it',
+      owner: 'payments-lead',
+      subject: 'op:k-1',
+      amount_cents: '3000',
+      tool: 'issue_refund',
+      remediation: null,
+      approval_id: null,
+      ...over,
+    }) as WorklistItem;
+
+  it('names the allowed remediations as flags while none is under way', () => {
+    expect(formatItem(item({}))).toMatch(/op:k-1 {2}30\.00 {2}fixes=--replay\|--ratify$/);
+    expect(formatItem(item({ class: 'amount_mismatch' }))).toMatch(/fixes=--reverse\|--ratify$/);
+  });
+
+  it('names the remediation under way instead', () => {
+    expect(formatItem(item({ remediation: 'replay', approval_id: 'a-1' }))).toMatch(/remediation=replay approval=a-1$/);
   });
 });
