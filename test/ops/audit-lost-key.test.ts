@@ -115,6 +115,12 @@ describe('gatehouse audit replace-lost-key', () => {
     expect(done.code).toBe(0);
     expect(done.out).toContain(`two-person override ${approvalId}`);
     expect(await rotations()).toHaveLength(1);
+    // Run again before the new key anchored: already recorded, nothing asked or written.
+    const again = await replace(keyFile('next', next));
+    expect(again.code).toBe(0);
+    expect(again.out).toContain('already recorded');
+    expect(await rotations()).toHaveLength(1);
+    expect(await db.selectFrom('approvals').select('id').execute()).toHaveLength(1);
     await chained(1);
     const head = Number(
       (

@@ -61,7 +61,7 @@ export async function auditRotateKeyCommand(
  * service's, {@link localSigningKeyPath}) on a second person's approved override instead of the
  * old key's signature (`replaceLostAuditKey`, docs/decisions/0717-audit-key-rotation.md). The first
  * run asks for the override and says who approves it and where; once it is approved, the next run
- * records the rotation. Returns 0 when the rotation is recorded, 1 while it waits for the second person.
+ * records the rotation. Returns 0 when the rotation is recorded (now or before), 1 while it waits for the second person.
  * @throws UsageError for a missing or unreadable key file; Error when nothing is anchored yet or the
  * key already signs the newest anchor; the database's errors.
  */
@@ -78,6 +78,12 @@ export async function auditReplaceLostKeyCommand(
       `audit key rotation recorded by two-person override ${r.approvalId}: ${keys}; the audit service anchors with the new key once it is chained`,
     );
     opts.out(`what came before the rotation is vouched for by the lost key's public key: keep it with the anchor witness for audit verify`);
+    return 0;
+  }
+  if (r.kind === 'recorded') {
+    opts.out(
+      `the rotation ${keys} is already recorded: the audit service anchors with the new key once it is chained; nothing was asked or written`,
+    );
     return 0;
   }
   if (r.kind === 'waiting')

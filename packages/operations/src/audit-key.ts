@@ -1,8 +1,10 @@
 import { createPublicKey, type KeyObject } from 'node:crypto';
+import { sql } from 'kysely';
 import {
   actorHash,
   inTransaction,
   keyFingerprint,
+  parseRotation,
   lostKeyOverrideDigest,
   lostKeyRotationOutcome,
   recordAudit,
@@ -15,11 +17,13 @@ export const AUDIT_KEY_SUBJECT = 'audit-key';
 
 /**
  * What {@link replaceLostAuditKey} did: `rotated` (the handover is recorded, by `approvalId`),
- * `asked` (a new override awaits a second person) or `waiting` (the override asked before is
- * still pending). `from` and `to` are the fingerprints (SHA-256 of the SPKI DER, hex).
+ * `recorded` (a rotation from the lost key to this one is already recorded, chained or about to be:
+ * nothing was asked or written), `asked` (a new override awaits a second person) or `waiting`
+ * (the override asked before is still pending). `from` and `to` are the fingerprints (SHA-256 of the SPKI DER, hex).
  */
 export type LostKeyResult =
   | { kind: 'rotated'; from: string; to: string; approvalId: string }
+  | { kind: 'recorded'; from: string; to: string }
   | { kind: 'asked'; from: string; to: string; approvalId: string; expiresAt: Date }
   | { kind: 'waiting'; from: string; to: string };
 
@@ -31,7 +35,8 @@ export type LostKeyResult =
  * operator, never the requester) bound to exactly this handover ({@link lostKeyOverrideDigest}).
  * The first call asks for it; once it is approved, the next call consumes it and records, in the
  * same transaction, the `audit.key_rotated` event naming the approval, which the new key signs.
- * Called again while it is pending, it asks for nothing new.
+ * Called again while it is pending, it asks for nothing new; called again after the rotation is
+ * recorded (before the new key anchored), it answers `recorded` and asks for nothing.
  * @throws Error when nothing is anchored yet (the first key anchors freely), when `newKey` already
  * signs the newest anchor, when the reason is malformed; the database's errors.
  */
@@ -46,6 +51,7 @@ export async function replaceLostAuditKey(
   const to = keyFingerprint(r.newKey);
   if (from === to)
     throw new Error(`the newest anchor (seq ${newest.seq}) is already signed by this key (${to.slice(0, 16)}): nothing to replace`);
+  if (await handoverRecorded(db, from, to)) return { kind: 'recorded', from, to };
   const digest = lostKeyOverrideDigest(from, to);
   const summary = `audit_key:${from.slice(0, 16)}→${to.slice(0, 16)}`;
   const rotated = await inTransaction(db, async (trx) => {
@@ -77,4 +83,30 @@ export async function replaceLostAuditKey(
     hmacKey: r.hmacKey,
   });
   return { kind: 'asked', from, to, approvalId: ticket.approvalId, expiresAt: ticket.expiresAt };
+}
+
+/**
+ * Whether an `audit.key_rotated` event from `fromFp` to `toFp` (fingerprints) is recorded, in the
+ * chain or still in the outbox — the handover is done and only waits for the new key's first
+ * anchor. A handful of rows: rotations are rare.
+ * @throws Error from the database.
+ */
+async function handoverRecorded(db: Db, fromFp: string, toFp: string): Promise<boolean> {
+  const isRotation = sql<boolean>`event->>'type' = 'audit.key_rotated'`;
+  const rows = [
+    ...(await db
+      .selectFrom('audit_log')
+      .select(sql<string>`event->>'outcome'`.as('outcome'))
+      .where(isRotation)
+      .execute()),
+    ...(await db
+      .selectFrom('audit_outbox')
+      .select(sql<string>`event->>'outcome'`.as('outcome'))
+      .where(isRotation)
+      .execute()),
+  ];
+  return rows.some((r) => {
+    const rotation = parseRotation(0, r.outcome ?? '');
+    return rotation !== null && keyFingerprint(rotation.from) === fromFp && keyFingerprint(rotation.to) === toFp;
+  });
 }
