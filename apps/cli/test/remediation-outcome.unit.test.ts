@@ -54,3 +54,13 @@ describe('formatItem', () => {
     expect(formatItem(item({ remediation: 'replay', approval_id: 'a-1' }))).toMatch(/remediation=replay approval=a-1$/);
   });
 });
+
+describe('formatOutcome of a busy remediation', () => {
+  it('says when the lease it waits for ends, and that a run after then takes over', () => {
+    const leaseUntil = new Date('2026-12-07T09:00:00.000Z');
+    expect(formatOutcome({ state: 'busy', itemId: 'i-4', leaseUntil })).toBe(
+      'item i-4: another process is executing its remediation (its lease ends at 2026-12-07T09:00:00.000Z: if that process died, run this command again after then and it takes over)',
+    );
+    expect(formatOutcome({ state: 'busy', itemId: 'i-5' })).toBe('item i-5: another process is executing its remediation');
+  });
+});
