@@ -1,12 +1,11 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { sql } from 'kysely';
 import { inTransaction, lockReleases, routeRelease } from '@gatehouse/ledger';
 import { DEFAULT_CANARY_THRESHOLDS, queueContracts, queueName } from '@gatehouse/contracts';
 import { createAction, recordEffect, seedFinishedRun } from '@gatehouse/testing';
 import { tokenFor } from '@gatehouse/cli';
 import { activateRelease, ActivationRefused, retireCandidate, RetireRefused } from '@gatehouse/operations';
-import { TEST_REDIS_URL } from '@gatehouse/test-harness';
-import { useReleaseSuite } from '../support/release-suite.ts';
+import { lockWaiters, TEST_REDIS_URL } from '@gatehouse/test-harness';
+import { releaseRows, RELEASE_OPERATOR as op, threeReleases, useReleaseSuite } from '../support/release-suite.ts';
 import { runCli } from '../support/cli-process.ts';
 import { openSecondCanary } from '../support/second-canary.ts';
 
@@ -17,32 +16,18 @@ import { openSecondCanary } from '../support/second-canary.ts';
 // one canary alone: writes off, drain, its approvals expired, its operations inventoried, its
 // cohort back on the active release — whose status and writes are not touched (ADR 0728).
 
-const HMAC = 'test-audit-hmac-key-0123456789';
 const SECRET = 'local-auth-secret-change-me';
-const op = { operator: 'ops-gus', hmacKey: HMAC };
 const ana = { tenants: [], users: ['rep-ana'] };
 const ben = { tenants: [], users: ['rep-ben'] };
 const t = useReleaseSuite();
 
-beforeAll(async () => {
-  t.dirs.writeRelease('rel-1');
-  t.dirs.writeRelease('rel-2', (m) => (m.description = 'candidate for rep-ana'));
-  t.dirs.writeRelease('rel-9', (m) => (m.description = 'candidate for rep-ben'));
-  await activateRelease(t.db, 'rel-1', op);
-});
+beforeAll(() => threeReleases(t, { rel2: 'candidate for rep-ana', rel9: 'candidate for rep-ben' }));
 
-const releases = () => t.db.selectFrom('releases').select(['id', 'status', 'writes_enabled', 'cohort', 'draining']).orderBy('id').execute();
+const releases = () => releaseRows(t.db);
 const candidates = async () => (await releases()).filter((r) => r.status === 'candidate').map((r) => r.id);
 const auditTypes = async () =>
   (await t.db.selectFrom('audit_outbox').select('event').orderBy('id').execute()).map((e) => String(e.event.type));
 const route = (id: string) => routeRelease(t.db, { id, tenant: 'quillfeather' }, 'none');
-
-/** Sessions of this test's database waiting for an advisory lock (the releases lock). */
-async function lockWaiters(): Promise<number> {
-  const r = await sql<{ n: string }>`select count(*) as n from pg_locks l join pg_database d on d.oid = l.database
-    where l.locktype = 'advisory' and not l.granted and d.datname = current_database()`.execute(t.db);
-  return Number(r.rows[0]!.n);
-}
 
 describe('a second canary (ADR 0728)', () => {
   it('is refused, naming the open candidate, its cohort and the ways on: nothing changed, nothing audited', async () => {
@@ -76,8 +61,7 @@ describe('a second canary (ADR 0728)', () => {
         activateRelease(t.db, 'rel-2', { ...op, cohort: ana }),
         activateRelease(t.db, 'rel-9', { ...op, cohort: ben }),
       ]);
-      for (const until = Date.now() + 30_000; (await lockWaiters()) < 2 && Date.now() < until;) await new Promise((r) => setTimeout(r, 20));
-      expect(await lockWaiters()).toBe(2);
+      expect(await lockWaiters(t.db, 2, 30_000)).toBe(true);
       release();
       await holder;
       const results = await openings;
@@ -198,7 +182,7 @@ describe('release retire <candidate> (ADR 0728)', () => {
         DATABASE_URL: t.url,
         REDIS_URL: TEST_REDIS_URL,
         QUEUE_PREFIX: t.prefix,
-        GATEHOUSE_AUDIT_HMAC_KEY: HMAC,
+        GATEHOUSE_AUDIT_HMAC_KEY: op.hmacKey,
         STAGING_URL: 'http://127.0.0.1:9',
         GATEHOUSE_TOKEN: await tokenFor('ops-gus', SECRET),
         RELEASES_DIR: t.dirs.releasesDir,

@@ -3,7 +3,7 @@ import { routeRelease } from '@gatehouse/ledger';
 import { DEFAULT_CANARY_THRESHOLDS } from '@gatehouse/contracts';
 import { seedFinishedRun } from '@gatehouse/testing';
 import { activateRelease, ActivationRefused, rollbackRelease } from '@gatehouse/operations';
-import { useReleaseSuite } from '../support/release-suite.ts';
+import { auditCount as countAudit, releaseRows, RELEASE_OPERATOR as op, threeReleases, useReleaseSuite } from '../support/release-suite.ts';
 import { openSecondCanary } from '../support/second-canary.ts';
 
 // Two candidates could be open at once (`release activate rel-2 --cohort …`, then `release activate
@@ -14,15 +14,10 @@ import { openSecondCanary } from '../support/second-canary.ts';
 // canaries and the command that opens rel-2's again (ADR 0716). A real ledger, each refusal
 // changing nothing.
 
-const HMAC = 'test-audit-hmac-key-0123456789';
-const op = { operator: 'ops-gus', hmacKey: HMAC };
 const t = useReleaseSuite();
 
 beforeAll(async () => {
-  t.dirs.writeRelease('rel-1');
-  t.dirs.writeRelease('rel-2', (m) => (m.description = 'candidate for rep-ana'));
-  t.dirs.writeRelease('rel-9', (m) => (m.description = 'candidate for rep-ben'));
-  await activateRelease(t.db, 'rel-1', op);
+  await threeReleases(t, { rel2: 'candidate for rep-ana', rel9: 'candidate for rep-ben' });
   await activateRelease(t.db, 'rel-2', { ...op, cohort: { tenants: [], users: ['rep-ana'] } });
   // Refused now (ADR 0728; test/ops/one-canary-at-a-time.test.ts): opened as before that rule.
   await openSecondCanary(t.db, 'rel-9', { tenants: [], users: ['rep-ben'] }, op);
@@ -31,8 +26,8 @@ beforeAll(async () => {
     for (const release of ['rel-1', 'rel-2', 'rel-9']) await seedFinishedRun(t.db, { release });
 });
 
-const releases = () => t.db.selectFrom('releases').select(['id', 'status', 'writes_enabled', 'cohort', 'draining']).orderBy('id').execute();
-const auditCount = async () => (await t.db.selectFrom('audit_outbox').select('id').execute()).length;
+const releases = () => releaseRows(t.db);
+const auditCount = () => countAudit(t.db);
 const routes = async () => ({
   ana: await routeRelease(t.db, { id: 'rep-ana', tenant: 'quillfeather' }, 'none'),
   ben: await routeRelease(t.db, { id: 'rep-ben', tenant: 'quillfeather' }, 'none'),

@@ -2,8 +2,8 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { releaseWritesEnabled, routeRelease } from '@gatehouse/ledger';
 import { DEFAULT_CANARY_THRESHOLDS } from '@gatehouse/contracts';
 import { seedFinishedRun } from '@gatehouse/testing';
-import { activateRelease, ActivationRefused, rollbackRelease, RollbackRefused } from '@gatehouse/operations';
-import { useReleaseSuite } from '../support/release-suite.ts';
+import { activateRelease, ActivationRefused, retireCandidate, rollbackRelease, RollbackRefused } from '@gatehouse/operations';
+import { auditCount as countAudit, releaseRows, RELEASE_OPERATOR as op, threeReleases, useReleaseSuite } from '../support/release-suite.ts';
 
 // Release commands an operator can mistype, each refused before anything changes: a cohort
 // given to the active release (it would become a candidate with writes off, leaving no active
@@ -11,19 +11,12 @@ import { useReleaseSuite } from '../support/release-suite.ts';
 // would be promoted to everyone without its canary analysis or a second person; ADR 0660), and
 // an activation for everyone beside an open candidate (it would keep serving its cohort; ADR 0704).
 
-const HMAC = 'test-audit-hmac-key-0123456789';
-const op = { operator: 'ops-gus', hmacKey: HMAC };
 const t = useReleaseSuite();
 
-beforeAll(async () => {
-  t.dirs.writeRelease('rel-1');
-  t.dirs.writeRelease('rel-2', (m) => (m.description = 'candidate'));
-  t.dirs.writeRelease('rel-9', (m) => (m.description = 'never ran here'));
-  await activateRelease(t.db, 'rel-1', op);
-});
+beforeAll(() => threeReleases(t, { rel2: 'candidate', rel9: 'never ran here' }));
 
-const releases = () => t.db.selectFrom('releases').select(['id', 'status', 'writes_enabled', 'cohort', 'draining']).orderBy('id').execute();
-const auditCount = async () => (await t.db.selectFrom('audit_outbox').select('id').execute()).length;
+const releases = () => releaseRows(t.db);
+const auditCount = () => countAudit(t.db);
 
 describe('release commands an operator can mistype', () => {
   it('activating the active release with a cohort is refused: it stays active for everyone, writes on', async () => {
@@ -85,6 +78,31 @@ describe('release commands an operator can mistype', () => {
     expect(await releases()).toEqual(before);
     expect(await auditCount()).toBe(events);
     expect(await routeRelease(t.db, { id: 'rep-ana', tenant: 'northwind' }, 'none')).toBe('rel-1');
+  });
+
+  it('activating for everyone a candidate that a rollback retired is refused: its canary was ended, not passed (ADR 0742)', async () => {
+    expect((await releases()).find((r) => r.id === 'rel-2')?.status).toBe('retired');
+    const [before, events] = [await releases(), await auditCount()];
+    const refused = await activateRelease(t.db, 'rel-2', op).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(ActivationRefused);
+    const message = (refused as ActivationRefused).message;
+    expect(message).toContain('rel-2 was never the active release (a candidate retired before it was promoted)');
+    expect(message).toContain('gatehouse release activate rel-2 --cohort …');
+    expect(message).toContain('nothing was changed');
+    expect(await releases()).toEqual(before);
+    expect(await auditCount()).toBe(events);
+    expect(await routeRelease(t.db, { id: 'rep-bo', tenant: 'northwind' }, 'none')).toBe('rel-1');
+  });
+
+  it('so is one retired alone, while reopening its canary with a cohort is allowed (ADR 0742)', async () => {
+    await activateRelease(t.db, 'rel-2', { ...op, cohort: { tenants: [], users: ['rep-ana'] } });
+    await retireCandidate(t.db, t.queues, 'rel-2', { ...op, reason: 'the canary looked bad' });
+    const [before, events] = [await releases(), await auditCount()];
+    expect(await activateRelease(t.db, 'rel-2', op).catch((e: unknown) => e)).toBeInstanceOf(ActivationRefused);
+    expect(await releases()).toEqual(before);
+    expect(await auditCount()).toBe(events);
+    await activateRelease(t.db, 'rel-2', { ...op, cohort: { tenants: [], users: ['rep-ana'] } });
+    expect((await releases()).find((r) => r.id === 'rel-2')).toMatchObject({ status: 'candidate', writes_enabled: false });
   });
 
   it('a release that was active for everyone, then retired, is still restored by a rollback', async () => {

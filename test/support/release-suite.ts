@@ -1,6 +1,7 @@
 import { afterAll, beforeAll } from 'vitest';
 import { Redis } from 'ioredis';
 import type { Db } from '@gatehouse/ledger';
+import { activateRelease } from '@gatehouse/operations';
 import { QueueRegistry } from '@gatehouse/platform';
 import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import { useReleaseDirs, type ReleaseDirs } from './release-dirs.ts';
@@ -48,4 +49,29 @@ export function useReleaseSuite(): ReleaseSuite {
     await t?.drop();
   });
   return suite;
+}
+
+/** The operator the release suites act as, with the audit HMAC key their commands take. */
+export const RELEASE_OPERATOR = { operator: 'ops-gus', hmacKey: 'test-audit-hmac-key-0123456789' };
+
+/**
+ * The three releases the canary suites play with, written to the suite's folders: rel-1 activated
+ * for everyone (writes on), rel-2 and rel-9 written but not registered (the candidates to open).
+ * `descriptions` sets rel-2's and rel-9's manifest descriptions (the test's story for them).
+ */
+export async function threeReleases(t: ReleaseSuite, descriptions: { rel2: string; rel9: string }): Promise<void> {
+  t.dirs.writeRelease('rel-1');
+  t.dirs.writeRelease('rel-2', (m) => (m.description = descriptions.rel2));
+  t.dirs.writeRelease('rel-9', (m) => (m.description = descriptions.rel9));
+  await activateRelease(t.db, 'rel-1', RELEASE_OPERATOR);
+}
+
+/** The suite's release rows, id order: what a refused command must leave as it was. */
+export function releaseRows(db: Db) {
+  return db.selectFrom('releases').select(['id', 'status', 'writes_enabled', 'cohort', 'draining']).orderBy('id').execute();
+}
+
+/** How many audit events the suite's ledger holds in its outbox (a refusal adds none). */
+export async function auditCount(db: Db): Promise<number> {
+  return (await db.selectFrom('audit_outbox').select('id').execute()).length;
 }

@@ -35,6 +35,7 @@ import { EXIT, UsageError } from './commands.ts';
 function printRetirement(r: RetireReport, out: (line: string) => void): number {
   const back = r.active ?? 'the active release';
   out(`retired ${r.release}: its cohort ${r.cohort} goes back to ${back} (whose writes stay as they were)`);
+  out(`  to put ${r.release} live later, open its canary again: gatehouse release activate ${r.release} --cohort … (ADR 0742)`);
   out(`  consequential writes off and drain marked for ${r.release}; approvals expired: ${r.expiredApprovals}`);
   out(`  operations of ${r.release} by status: ${JSON.stringify(r.operations)} (running, failed_unknown → gatehouse reconcile)`);
   if (r.queuesNotPaused) {

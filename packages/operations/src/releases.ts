@@ -137,7 +137,7 @@ export async function activateRelease(
 ): Promise<Activation> {
   const m = loadReleaseManifest(id);
   if (opts.cohort) await refuseCanaryOpening(db, id);
-  else await refuseBesideOpenCanary(db, id);
+  else await refuseActivationForAll(db, id);
   const problems = await verifyManifest(db, m);
   const safety = safetySubset(m);
   problems.push(...safety.checks);
@@ -149,7 +149,7 @@ export async function activateRelease(
     await lockReleases(trx);
     // Again under the lock: a rollback or an activation may have made it active meanwhile.
     if (opts.cohort) await refuseCanaryOpening(trx, id);
-    else await refuseBesideOpenCanary(trx, id);
+    else await refuseActivationForAll(trx, id);
     // Forcing past the gate, or loosening a limit of the active bundle, takes a second person (ADR 0230).
     if (needs.length) await requireSecondPerson(trx, id, needs, { ...opts, manifest: m });
     // Promoting a candidate to everyone needs its canary analysis to pass (or a two-person override).
@@ -257,6 +257,39 @@ async function refuseSecondCanary(db: Db, id: string): Promise<void> {
         `End it first: ${retireCommand(c.id, active)}, then open ${id}'s canary; or promote it first: gatehouse release activate ${c.id}; ` +
         `or end every canary: ${endCanaries(active, c.id)}. Nothing was changed`,
     ),
+  );
+}
+
+/**
+ * What an activation for everyone (no cohort: a promotion, or a release put live at once) is
+ * refused for: another release is an open candidate ({@link refuseBesideOpenCanary}), or `id` is a
+ * candidate whose canary ended before it was promoted ({@link refuseUnpromotedRetired}). Run before
+ * the gate and again under the releases lock.
+ * @throws ActivationRefused (nothing changes).
+ */
+async function refuseActivationForAll(db: Db, id: string): Promise<void> {
+  await refuseBesideOpenCanary(db, id);
+  await refuseUnpromotedRetired(db, id);
+}
+
+/**
+ * A candidate retired before its promotion (by `release retire` or a rollback; `first_active_at`
+ * unset) had a canary that was ended, not passed: activating it for everyone would put it live
+ * with no canary analysis at all, since only a candidate's promotion is analysed. It goes live
+ * only through a canary again (docs/decisions/0742-a-retired-candidate-goes-live-only-through-a-canary.md).
+ * A release never registered here, or once active for everyone, is not this case.
+ * @throws ActivationRefused naming the canary to open again (nothing changes).
+ */
+async function refuseUnpromotedRetired(db: Db, id: string): Promise<void> {
+  const r = await db.selectFrom('releases').select(['status', 'first_active_at']).where('id', '=', id).executeTakeFirst();
+  if (r?.status === 'retired' && !r.first_active_at) throw new ActivationRefused(id, [`${neverPromoted(id)}; nothing was changed`]);
+}
+
+/** Why a candidate retired before its promotion is neither restored nor activated for everyone, and the way to put it live (ADR 0660, 0742). */
+function neverPromoted(id: string): string {
+  return (
+    `release ${id} was never the active release (a candidate retired before it was promoted): its canary was ended, not passed. ` +
+    `To put it live, open its canary again: gatehouse release activate ${id} --cohort …, then its promotion (its canary analysis decides)`
   );
 }
 
@@ -543,7 +576,7 @@ async function assertFormerRelease(db: Db | Trx, to: string): Promise<void> {
     throw new RollbackRefused(
       to,
       'not_a_former_release',
-      `release ${to} was never the active release (a candidate retired before it was promoted), so it is not a former release: to put it live, gatehouse release activate ${to} --cohort … and then its promotion (its canary analysis decides); nothing was changed`,
+      `${neverPromoted(to)}; it is not a former release, so a rollback does not restore it; nothing was changed`,
     );
 }
 
