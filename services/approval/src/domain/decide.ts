@@ -1,3 +1,4 @@
+import type { Selectable } from 'kysely';
 import { decidedOutOfBand, executionsQueue, isUuid, resultsQueue, type DecisionRequest } from '@gatehouse/contracts';
 import {
   actorHash,
@@ -7,6 +8,8 @@ import {
   inTransaction,
   recordAudit,
   transitionAction,
+  type ActionStatus,
+  type ApprovalsTable,
   type Db,
   type OutboxRow,
   type Trx,
@@ -248,101 +251,160 @@ async function decideInTransaction(
   auditHmacKey: string,
 ): Promise<DecisionOutcome> {
   return inTransaction(db, async (trx) => {
-    // First (lock order: the subject's token lock, then the action and approval rows; ADR 0695).
-    const revoked = await fenceSubjectTokens(trx, caller);
-    if (revoked) throw tokenRevokedError(revoked);
-    const approval = await trx
-      .selectFrom('approvals')
-      .selectAll()
-      .where('id', '=', approvalId)
-      .where('tenant', '=', caller.tenant)
-      .executeTakeFirst();
-    if (!approval) throw new NotFound('not_found', 'no such approval');
-    assertAuthority(caller.sub, caller.tenant, {
-      tenant: approval.tenant,
-      region: approval.region,
-      requester: approval.requester,
-      amountCents: approval.amount_cents,
-      approverRole: approval.approver_role,
-      sameRegion: approval.same_region,
-    });
-    const wf = await trx
-      .selectFrom('workflows')
-      .select(['state', 'release_id'])
-      .where('id', '=', approval.workflow_id)
-      .executeTakeFirstOrThrow();
+    const { approval, wf } = await loadForDecision(trx, caller, approvalId);
     // A retry of this very decision, recorded earlier: its answer again, nothing written (ADR 0726).
     const replay = await recordedDecision(trx, approval, caller, body);
     if (replay) return replay;
     const seen = { workflowState: wf.state, status: approval.status, expiresAt: approval.expires_at };
     const refused = await refusalOf(trx, approval, seen, { version: body.actionVersion, digest: body.actionDigest });
     if (refused) throw refused;
+    const recorded = await recordDecision(trx, approval, caller, body);
+    if ('replayed' in recorded) return recorded.replayed;
+    return followDecision(trx, approval, wf.release_id, recorded, auditHmacKey);
+  });
+}
 
-    // Lock order: actions → approvals; the status read under the lock is the transition's `lockedFrom` (ADR 0390).
-    const held = await trx.selectFrom('actions').select('status').where('id', '=', approval.action_id).forUpdate().executeTakeFirst();
-    const lockedFrom = held ? { lockedFrom: held.status } : {};
-    const status = body.decision === 'approve' ? 'approved' : 'denied';
-    const decided = await trx
-      .updateTable('approvals')
-      .set({ status, approver: caller.sub, reason: body.reason ?? null, decided_at: new Date() })
-      .where('id', '=', approval.id)
-      .where('status', '=', 'pending')
-      .where('expires_at', '>', new Date())
-      .returning('id')
-      .executeTakeFirst();
-    // Changed after it was read, while this decision waited for the action's lock: by an identical
-    // decision of the same approver (answered as that one was, ADR 0726), or by another writer.
-    if (!decided) {
-      const replay = await recordedDecision(trx, await approvalNow(trx, approval.id), caller, body);
-      if (replay) return replay;
-      throw (await refusalOf(trx, approval, await seenNow(trx, approval))) ?? new Gone('expired', 'approval expired');
-    }
-    // Waiting for a person is not the run's working time: move its deadline by the wait — the
-    // part not already credited, so two approvals waited on at once count the span once.
-    await creditWait(trx, approval.workflow_id, new Date(approval.created_at));
-    await recordAudit(trx, {
-      type: 'approval.decided',
-      service: 'approval',
-      runId: approval.workflow_id,
-      actorHash: actorHash(auditHmacKey, caller.sub),
-      tool: approval.tool,
-      actionDigest: approval.action_digest,
-      actionVersion: approval.action_version,
-      approvalId: approval.id,
-      decision: status,
-      revisions: { policy: approval.policy_revision, release: approval.release_id },
-    });
-    if (decidedOutOfBand(approval.rule_id)) {
-      // A reconciliation remediation runs in the reconciliation job once approved, never in the
-      // executor or the agent loop (docs/decisions/0050-reconciliation.md); a release override is
-      // consumed by the release command that needs it (0230): no job to enqueue.
-      await transitionAction(trx, approval.action_id, { to: status, ...lockedFrom });
-      if (status === 'denied') await endRefusedOverride(trx, approval, 'denied');
-      return { approvalId: approval.id, status, rows: [] };
-    }
-    let row: OutboxRow;
-    if (status === 'approved') {
-      await transitionAction(trx, approval.action_id, { to: 'approved', ...lockedFrom });
-      row = await enqueueInTransaction(trx, executionsQueue, {
-        release: wf.release_id, // the run's queues: a requeue may have moved it since the approval opened
-        traceparent: approval.traceparent ?? undefined,
-        workflowId: approval.workflow_id,
-        actionId: approval.action_id,
-        actionVersion: approval.action_version,
-        approvalId: approval.id,
-      });
-    } else {
-      await transitionAction(trx, approval.action_id, { to: 'denied', ...lockedFrom });
-      const action = await trx.selectFrom('actions').select(['call_id']).where('id', '=', approval.action_id).executeTakeFirstOrThrow();
-      const output = toSafeOutput(approval.tool, { executed: false, reason: 'rejected' }, 'gatehouse');
-      row = await enqueueInTransaction(trx, resultsQueue, {
-        release: wf.release_id,
-        traceparent: approval.traceparent ?? undefined,
-        workflowId: approval.workflow_id,
-        callId: action.call_id,
-        output,
-      });
-    }
-    return { approvalId: approval.id, status, rows: [row] };
+/** The approval row as {@link decideInTransaction} reads it. */
+type ApprovalRow = Selectable<ApprovalsTable>;
+
+/**
+ * The approval `approvalId` of the caller's tenant and its run's state and release, once the
+ * caller's tokens are fenced and their authority over it is checked.
+ * @throws the revocation refusal (401 `token_revoked`), NotFound (404 `not_found`, also for another
+ *   tenant's approval), or the authority refusal of `assertAuthority` (403, its own reason).
+ */
+async function loadForDecision(
+  trx: Trx,
+  caller: Decider,
+  approvalId: string,
+): Promise<{ approval: ApprovalRow; wf: { state: WorkflowState; release_id: string } }> {
+  // First (lock order: the subject's token lock, then the action and approval rows; ADR 0695).
+  const revoked = await fenceSubjectTokens(trx, caller);
+  if (revoked) throw tokenRevokedError(revoked);
+  const approval = await trx
+    .selectFrom('approvals')
+    .selectAll()
+    .where('id', '=', approvalId)
+    .where('tenant', '=', caller.tenant)
+    .executeTakeFirst();
+  if (!approval) throw new NotFound('not_found', 'no such approval');
+  assertAuthority(caller.sub, caller.tenant, {
+    tenant: approval.tenant,
+    region: approval.region,
+    requester: approval.requester,
+    amountCents: approval.amount_cents,
+    approverRole: approval.approver_role,
+    sameRegion: approval.same_region,
+  });
+  const wf = await trx
+    .selectFrom('workflows')
+    .select(['state', 'release_id'])
+    .where('id', '=', approval.workflow_id)
+    .executeTakeFirstOrThrow();
+  return { approval, wf };
+}
+
+/** A decision written to its approval row: its status, and the action's status read under its lock. */
+interface RecordedDecision {
+  status: 'approved' | 'denied';
+  /** The approver who decided (the caller's subject). */
+  approver: string;
+  lockedFrom: { lockedFrom?: ActionStatus };
+}
+
+/**
+ * Writes the decision with one conditional UPDATE (pending and unexpired), under the action's row
+ * lock (lock order: actions → approvals; the status read under it is the transition's `lockedFrom`,
+ * ADR 0390). When the row changed while this waited for the lock — an identical decision of the
+ * same approver — that decision's answer is returned as `replayed` (ADR 0726).
+ * @throws the refusal the row now earns ({@link refusalOf}), or Gone (410 `expired`).
+ */
+async function recordDecision(
+  trx: Trx,
+  approval: ApprovalRow,
+  caller: Decider,
+  body: DecisionRequest,
+): Promise<RecordedDecision | { replayed: DecisionOutcome }> {
+  const held = await trx.selectFrom('actions').select('status').where('id', '=', approval.action_id).forUpdate().executeTakeFirst();
+  const lockedFrom = held ? { lockedFrom: held.status } : {};
+  const status = body.decision === 'approve' ? 'approved' : 'denied';
+  const decided = await trx
+    .updateTable('approvals')
+    .set({ status, approver: caller.sub, reason: body.reason ?? null, decided_at: new Date() })
+    .where('id', '=', approval.id)
+    .where('status', '=', 'pending')
+    .where('expires_at', '>', new Date())
+    .returning('id')
+    .executeTakeFirst();
+  if (decided) return { status, approver: caller.sub, lockedFrom };
+  // Changed after it was read, while this decision waited for the action's lock: by an identical
+  // decision of the same approver (answered as that one was, ADR 0726), or by another writer.
+  const replay = await recordedDecision(trx, await approvalNow(trx, approval.id), caller, body);
+  if (replay) return { replayed: replay };
+  throw (await refusalOf(trx, approval, await seenNow(trx, approval))) ?? new Gone('expired', 'approval expired');
+}
+
+/**
+ * What follows a recorded decision, in its transaction: the run credited the wait, the
+ * `approval.decided` audit event, the action's transition, and the next job as an outbox row —
+ * the execution when approved, the `{executed: false, reason: "rejected"}` function_call_output
+ * when denied; none for an approval decided out of band (a remediation or a release override).
+ */
+async function followDecision(
+  trx: Trx,
+  approval: ApprovalRow,
+  release: string,
+  { status, approver, lockedFrom }: RecordedDecision,
+  auditHmacKey: string,
+): Promise<DecisionOutcome> {
+  // Waiting for a person is not the run's working time: move its deadline by the wait — the
+  // part not already credited, so two approvals waited on at once count the span once.
+  await creditWait(trx, approval.workflow_id, new Date(approval.created_at));
+  await recordAudit(trx, {
+    type: 'approval.decided',
+    service: 'approval',
+    runId: approval.workflow_id,
+    actorHash: actorHash(auditHmacKey, approver),
+    tool: approval.tool,
+    actionDigest: approval.action_digest,
+    actionVersion: approval.action_version,
+    approvalId: approval.id,
+    decision: status,
+    revisions: { policy: approval.policy_revision, release: approval.release_id },
+  });
+  await transitionAction(trx, approval.action_id, { to: status, ...lockedFrom });
+  if (decidedOutOfBand(approval.rule_id)) {
+    // A reconciliation remediation runs in the reconciliation job once approved, never in the
+    // executor or the agent loop (docs/decisions/0050-reconciliation.md); a release override is
+    // consumed by the release command that needs it (0230): no job to enqueue.
+    if (status === 'denied') await endRefusedOverride(trx, approval, 'denied');
+    return { approvalId: approval.id, status, rows: [] };
+  }
+  const row = status === 'approved' ? await enqueueExecution(trx, approval, release) : await enqueueRejection(trx, approval, release);
+  return { approvalId: approval.id, status, rows: [row] };
+}
+
+/** The approved action's execution job, on the run's queues (a requeue may have moved it since the approval opened). */
+function enqueueExecution(trx: Trx, approval: ApprovalRow, release: string): Promise<OutboxRow> {
+  return enqueueInTransaction(trx, executionsQueue, {
+    release,
+    traceparent: approval.traceparent ?? undefined,
+    workflowId: approval.workflow_id,
+    actionId: approval.action_id,
+    actionVersion: approval.action_version,
+    approvalId: approval.id,
+  });
+}
+
+/** The denied action's function_call_output (`{executed: false, reason: "rejected"}`) for the model, by its call_id. */
+async function enqueueRejection(trx: Trx, approval: ApprovalRow, release: string): Promise<OutboxRow> {
+  const action = await trx.selectFrom('actions').select(['call_id']).where('id', '=', approval.action_id).executeTakeFirstOrThrow();
+  const output = toSafeOutput(approval.tool, { executed: false, reason: 'rejected' }, 'gatehouse');
+  return enqueueInTransaction(trx, resultsQueue, {
+    release,
+    traceparent: approval.traceparent ?? undefined,
+    workflowId: approval.workflow_id,
+    callId: action.call_id,
+    output,
   });
 }
