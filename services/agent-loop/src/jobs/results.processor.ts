@@ -1,4 +1,5 @@
-import type { ResultJob } from '@gatehouse/contracts';
+import type { Selectable } from 'kysely';
+import type { ResultJob, StopReason } from '@gatehouse/contracts';
 import { turnsQueue } from '@gatehouse/contracts';
 import {
   approvalAwaitedStep,
@@ -14,6 +15,7 @@ import {
   type OutboxRow,
   type Trx,
   type WorkflowState,
+  type WorkflowsTable,
 } from '@gatehouse/ledger';
 import type { OutboxRelay } from '@gatehouse/platform';
 import { planPreparedStep, unscheduledPlan } from '../domain/next-turn.ts';
@@ -66,97 +68,127 @@ export function resultOutcome(output: Record<string, unknown>): string {
  * transaction. A `stop`/`park` outcome ends or parks the workflow instead.
  */
 export async function processResult(job: ResultJob, deps: { db: Db; relay: OutboxRelay; outagePolicy: OutagePolicy }): Promise<string> {
-  const rows = await inTransaction(deps.db, async (trx) => {
+  const done = await inTransaction(deps.db, async (trx): Promise<{ outcome: string; rows: OutboxRow[] }> => {
     const wf = await trx.selectFrom('workflows').selectAll().where('id', '=', job.workflowId).forUpdate().executeTakeFirst();
-    if (!wf) return { outcome: 'unknown_workflow', rows: [] as OutboxRow[] };
+    if (!wf) return { outcome: 'unknown_workflow', rows: [] };
     // Held through an outage (the ledger, say): that wait is not the run's working time either.
     const time = job.outage && !TERMINAL_STATES.has(wf.state) ? await checkWorkingTime(trx, wf.id, job.outage, deps.outagePolicy) : null;
     if (time?.kind === 'dependency_unavailable') {
       await stopWorkflow(trx, wf, 'dependency_unavailable', time.nextStep);
-      return { outcome: 'stopped:dependency_unavailable', rows: [] as OutboxRow[] };
+      return { outcome: 'stopped:dependency_unavailable', rows: [] };
     }
-    const inserted = await trx
-      .insertInto('conversation_items')
-      .values({
-        workflow_id: wf.id,
-        round: wf.round,
-        kind: 'function_call_output',
-        call_id: job.callId,
-        item: JSON.stringify({ type: 'function_call_output', call_id: job.callId, output: JSON.stringify(job.output) }),
-      })
-      .onConflict((oc) => oc.columns(['workflow_id', 'kind', 'call_id']).where('call_id', 'is not', null).doNothing())
-      .returning('id')
-      .executeTakeFirst();
-    if (!inserted) return { outcome: 'duplicate', rows: [] as OutboxRow[] };
-    await recordAudit(trx, {
-      type: 'result.returned',
-      service: 'agent-loop',
-      runId: wf.id,
-      step: wf.round,
-      callId: job.callId,
-      outcome: resultOutcome(job.output),
-      revisions: { release: wf.release_id },
-    });
-    // No-progress detection: three failed validations in a row stop the run.
-    const invalid = job.output.status === 'validation_failed';
-    const streak = await trx
-      .updateTable('budgets')
-      .set((eb) => ({ consecutive_invalid: invalid ? eb('consecutive_invalid', '+', 1) : 0 }))
-      .where('workflow_id', '=', wf.id)
-      .returning('consecutive_invalid')
-      .executeTakeFirst();
-    const stop = job.stop ?? (invalid && (streak?.consecutive_invalid ?? 0) >= MAX_CONSECUTIVE_INVALID ? 'validation_failed' : undefined);
+    if (!(await answerCall(trx, wf, job))) return { outcome: 'duplicate', rows: [] };
+    // Counted on every answer (a result other than a failed validation resets the streak).
+    const noProgress = await noProgressStop(trx, wf.id, job.output);
+    const stop = job.stop ?? noProgress;
     if (job.park === 'needs_reconciliation') {
-      const parksFrom: WorkflowState[] = [...LIVE_STATES, 'stopped'];
-      // A parked run claims nothing more: what it had not started ends (ADR 0610) — before the
-      // move (the state was read under the run's lock), so the parked event shows it ended; a move
-      // the table refuses throws and rolls back.
-      if (parksFrom.includes(wf.state)) await endUnclaimedActions(trx, wf, 'run_parked', 'agent-loop');
-      await transitionWorkflow(trx, wf.id, {
-        to: 'needs_reconciliation',
-        nextStep: 'An effect has an unknown outcome; on-call must run `gatehouse reconcile` before anything is retried.',
-        onlyFrom: parksFrom,
-        lockedFrom: wf.state,
-      });
-      return { outcome: 'parked', rows: [] as OutboxRow[] };
+      await parkForReconciliation(trx, wf);
+      return { outcome: 'parked', rows: [] };
     }
     if (stop && !TERMINAL_STATES.has(wf.state)) {
       await stopWorkflow(trx, wf, stop);
-      return { outcome: `stopped:${stop}`, rows: [] as OutboxRow[] };
+      return { outcome: `stopped:${stop}`, rows: [] };
     }
-    if (TERMINAL_STATES.has(wf.state)) return { outcome: 'answered_terminal', rows: [] as OutboxRow[] };
-    // Another call still unanswered, or an approval still open: the run waits (back in
-    // `awaiting_approval` when nothing else of it runs). The common case, nothing left, reads no more.
-    const otherCalls = (await unansweredCalls(trx, wf.id)).length > 0;
-    const openApprovals =
-      !otherCalls &&
-      (
-        await trx
-          .selectFrom('approvals')
-          .select('id')
-          .where('workflow_id', '=', wf.id)
-          .where('status', 'in', ['pending', 'approved'])
-          .execute()
-      ).length > 0;
-    if (otherCalls || openApprovals) {
-      const awaiting = await backToAwaitingApproval(trx, wf);
-      return { outcome: awaiting || openApprovals ? 'waiting_for_approval' : 'waiting_for_other_calls', rows: [] as OutboxRow[] };
-    }
-    const planReady = wf.pack === 'change' ? await unscheduledPlan(trx, wf.id) : null;
-    await transitionWorkflow(
-      trx,
-      wf.id,
-      planReady
-        ? {
-            to: 'awaiting_approval',
-            nextStep: planPreparedStep(planReady),
-            lockedFrom: wf.state,
-          }
-        : { to: 'investigating', nextStep: null, lockedFrom: wf.state },
-    );
-    const row = await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 });
-    return { outcome: 'next_turn', rows: [row] };
+    if (TERMINAL_STATES.has(wf.state)) return { outcome: 'answered_terminal', rows: [] };
+    return advanceRun(trx, wf);
   });
-  await deps.relay.publish(rows.rows);
-  return rows.outcome;
+  await deps.relay.publish(done.rows);
+  return done.outcome;
+}
+
+/**
+ * Records `job`'s function_call_output for its call_id in the run's transcript (at most once: a
+ * unique index makes a redelivery a no-op) and its `result.returned` audit event (the outcome
+ * only, never the output). False when the call was already answered.
+ */
+async function answerCall(trx: Trx, wf: Selectable<WorkflowsTable>, job: ResultJob): Promise<boolean> {
+  const inserted = await trx
+    .insertInto('conversation_items')
+    .values({
+      workflow_id: wf.id,
+      round: wf.round,
+      kind: 'function_call_output',
+      call_id: job.callId,
+      item: JSON.stringify({ type: 'function_call_output', call_id: job.callId, output: JSON.stringify(job.output) }),
+    })
+    .onConflict((oc) => oc.columns(['workflow_id', 'kind', 'call_id']).where('call_id', 'is not', null).doNothing())
+    .returning('id')
+    .executeTakeFirst();
+  if (!inserted) return false;
+  await recordAudit(trx, {
+    type: 'result.returned',
+    service: 'agent-loop',
+    runId: wf.id,
+    step: wf.round,
+    callId: job.callId,
+    outcome: resultOutcome(job.output),
+    revisions: { release: wf.release_id },
+  });
+  return true;
+}
+
+/**
+ * No-progress detection: counts failed validations in a row in the run's budget (any other result
+ * resets it); `validation_failed` once {@link MAX_CONSECUTIVE_INVALID} are reached, else undefined.
+ */
+async function noProgressStop(trx: Trx, workflowId: string, output: ResultJob['output']): Promise<StopReason | undefined> {
+  const invalid = output.status === 'validation_failed';
+  const streak = await trx
+    .updateTable('budgets')
+    .set((eb) => ({ consecutive_invalid: invalid ? eb('consecutive_invalid', '+', 1) : 0 }))
+    .where('workflow_id', '=', workflowId)
+    .returning('consecutive_invalid')
+    .executeTakeFirst();
+  return invalid && (streak?.consecutive_invalid ?? 0) >= MAX_CONSECUTIVE_INVALID ? 'validation_failed' : undefined;
+}
+
+/**
+ * Parks the run in `needs_reconciliation` (an effect's outcome is unknown). A parked run claims
+ * nothing more: what it had not started ends (ADR 0610) — before the move (the state was read
+ * under the run's lock), so the parked event shows it ended; a move the table refuses throws and
+ * rolls back.
+ */
+async function parkForReconciliation(trx: Trx, wf: Selectable<WorkflowsTable>): Promise<void> {
+  const parksFrom: WorkflowState[] = [...LIVE_STATES, 'stopped'];
+  if (parksFrom.includes(wf.state)) await endUnclaimedActions(trx, wf, 'run_parked', 'agent-loop');
+  await transitionWorkflow(trx, wf.id, {
+    to: 'needs_reconciliation',
+    nextStep: 'An effect has an unknown outcome; on-call must run `gatehouse reconcile` before anything is retried.',
+    onlyFrom: parksFrom,
+    lockedFrom: wf.state,
+  });
+}
+
+/**
+ * A live run whose call was answered: it waits while another call is unanswered or an approval is
+ * open (back in `awaiting_approval` when nothing else of it runs); otherwise its next model round
+ * is enqueued (a change run with a prepared, unscheduled plan waits for that plan's approval).
+ */
+async function advanceRun(trx: Trx, wf: Selectable<WorkflowsTable>): Promise<{ outcome: string; rows: OutboxRow[] }> {
+  // The common case, nothing left, reads no more.
+  const otherCalls = (await unansweredCalls(trx, wf.id)).length > 0;
+  const openApprovals =
+    !otherCalls &&
+    (
+      await trx
+        .selectFrom('approvals')
+        .select('id')
+        .where('workflow_id', '=', wf.id)
+        .where('status', 'in', ['pending', 'approved'])
+        .execute()
+    ).length > 0;
+  if (otherCalls || openApprovals) {
+    const awaiting = await backToAwaitingApproval(trx, wf);
+    return { outcome: awaiting || openApprovals ? 'waiting_for_approval' : 'waiting_for_other_calls', rows: [] };
+  }
+  const planReady = wf.pack === 'change' ? await unscheduledPlan(trx, wf.id) : null;
+  await transitionWorkflow(
+    trx,
+    wf.id,
+    planReady
+      ? { to: 'awaiting_approval', nextStep: planPreparedStep(planReady), lockedFrom: wf.state }
+      : { to: 'investigating', nextStep: null, lockedFrom: wf.state },
+  );
+  const row = await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 });
+  return { outcome: 'next_turn', rows: [row] };
 }
