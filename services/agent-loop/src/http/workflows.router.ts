@@ -1,3 +1,4 @@
+import type { Selectable } from 'kysely';
 import { Router } from 'express';
 import {
   IdempotencyKeySchema,
@@ -20,6 +21,7 @@ import {
   type Db,
   type OutboxRow,
   type Trx,
+  type WorkflowsTable,
 } from '@gatehouse/ledger';
 import { ConflictError, Forbidden, NotFound, type OutboxRelay, parseBody, UserError } from '@gatehouse/platform';
 import type { AuthedRequest } from '@gatehouse/platform';
@@ -144,27 +146,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
       }
       // The waits on people this ends (pending approvals, a pause) are not working time (ADR 0676).
       await creditWaitsEndedByFollowUp(trx, wf.id);
-      // Supersede every action not yet claimed for execution: void its approval and answer its
-      // call, so the pairing rule holds and no stale approval can be consumed.
-      for (const a of await endUnclaimedActions(trx, wf, 'superseded', 'agent-loop')) {
-        superseded.push({ version: a.version, tool: a.tool, voidedApprovals: a.voidedApprovals });
-        // Answered here, before the user message, so the transcript keeps call → output order.
-        await trx
-          .insertInto('conversation_items')
-          .values({
-            workflow_id: wf.id,
-            round: wf.round,
-            kind: 'function_call_output',
-            call_id: a.callId,
-            item: JSON.stringify({
-              type: 'function_call_output',
-              call_id: a.callId,
-              output: JSON.stringify({ source: a.tool, trust: 'gatehouse', executed: false, reason: 'superseded' }),
-            }),
-          })
-          .onConflict((oc) => oc.columns(['workflow_id', 'kind', 'call_id']).where('call_id', 'is not', null).doNothing())
-          .execute();
-      }
+      superseded.push(...(await supersedeUnclaimed(trx, wf)));
       await trx
         .insertInto('conversation_items')
         .values({
@@ -178,24 +160,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
           follow_up_superseded: key === null ? null : JSON.stringify(superseded),
         })
         .execute();
-      // The next round starts now if no call is still in flight; otherwise the last result starts it.
-      if ((await unansweredCalls(trx, wf.id)).length) return [] as OutboxRow[];
-      // A change plan prepared and not yet scheduled keeps the run in `awaiting_approval`, the only
-      // state that offers `schedule_change`: a follow-up that changed nothing of it ("any update?")
-      // must not leave the plan unschedulable. One that superseded a schedule reopens the
-      // investigation instead, where the plan may be prepared anew (ADR 0677).
-      const planReady =
-        wf.pack === 'change' && wf.state !== 'paused' && !superseded.some((a) => a.tool === 'schedule_change')
-          ? await unscheduledPlan(trx, wf.id)
-          : null;
-      await transitionWorkflow(
-        trx,
-        wf.id,
-        planReady
-          ? { to: 'awaiting_approval', nextStep: planPreparedStep(planReady), lockedFrom: wf.state }
-          : { to: 'investigating', nextStep: null, lockedFrom: wf.state },
-      );
-      return [await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 })];
+      return nextRoundAfterFollowUp(trx, wf, superseded);
     });
     await cfg.relay.publish(rows);
     // The rep sees what the follow-up voided: each needs a new proposal and a new approval.
@@ -203,4 +168,60 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
     res.status(202).json(accepted);
   });
   return router;
+}
+
+/** A run's row as the follow-up reads it under the run's lock. */
+type LockedRun = Selectable<WorkflowsTable>;
+
+/**
+ * Supersedes every action of `wf` not yet claimed for execution (its approvals voided), and answers
+ * each one's call `{executed: false, reason: "superseded"}` — here, before the follow-up's user
+ * message, so the transcript keeps call → output order and the pairing rule holds. Returns what it
+ * superseded, as the follow-up's answer lists it.
+ */
+async function supersedeUnclaimed(trx: Trx, wf: LockedRun): Promise<WorkflowMessageAccepted['superseded']> {
+  const superseded: WorkflowMessageAccepted['superseded'] = [];
+  for (const a of await endUnclaimedActions(trx, wf, 'superseded', 'agent-loop')) {
+    superseded.push({ version: a.version, tool: a.tool, voidedApprovals: a.voidedApprovals });
+    await trx
+      .insertInto('conversation_items')
+      .values({
+        workflow_id: wf.id,
+        round: wf.round,
+        kind: 'function_call_output',
+        call_id: a.callId,
+        item: JSON.stringify({
+          type: 'function_call_output',
+          call_id: a.callId,
+          output: JSON.stringify({ source: a.tool, trust: 'gatehouse', executed: false, reason: 'superseded' }),
+        }),
+      })
+      .onConflict((oc) => oc.columns(['workflow_id', 'kind', 'call_id']).where('call_id', 'is not', null).doNothing())
+      .execute();
+  }
+  return superseded;
+}
+
+/**
+ * After a follow-up: the next model round as an outbox row when no call of the run is still in
+ * flight (otherwise the last result starts it, and nothing is returned). A change plan prepared and
+ * not yet scheduled keeps the run in `awaiting_approval`, the only state that offers
+ * `schedule_change`: a follow-up that changed nothing of it ("any update?") must not leave the plan
+ * unschedulable. One that superseded a schedule reopens the investigation instead, where the plan
+ * may be prepared anew (ADR 0677).
+ */
+async function nextRoundAfterFollowUp(trx: Trx, wf: LockedRun, superseded: WorkflowMessageAccepted['superseded']): Promise<OutboxRow[]> {
+  if ((await unansweredCalls(trx, wf.id)).length) return [];
+  const planReady =
+    wf.pack === 'change' && wf.state !== 'paused' && !superseded.some((a) => a.tool === 'schedule_change')
+      ? await unscheduledPlan(trx, wf.id)
+      : null;
+  await transitionWorkflow(
+    trx,
+    wf.id,
+    planReady
+      ? { to: 'awaiting_approval', nextStep: planPreparedStep(planReady), lockedFrom: wf.state }
+      : { to: 'investigating', nextStep: null, lockedFrom: wf.state },
+  );
+  return [await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 })];
 }
