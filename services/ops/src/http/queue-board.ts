@@ -14,6 +14,13 @@ export const COUNTS_TIMEOUT_MS = 1500;
 export const BOARD_API_DEADLINE_MS = 3000;
 
 /**
+ * The most jobs one request of the board's API may ask for per job state (`jobsPerPage`): the
+ * largest page bull-board's own settings offer. Bull-board sets no upper bound of its own
+ * (docs/decisions/0736-the-queue-board-reads-a-bounded-page.md).
+ */
+export const BOARD_MAX_JOBS_PER_PAGE = 300;
+
+/**
  * Job states the overview counts per queue. `prioritized` is BullMQ's waiting state of a job with
  * a priority, which every workflow job has (docs/decisions/0500-tenant-fair-queues.md): it is
  * counted as `waiting`.
@@ -39,6 +46,16 @@ export interface QueueBoard {
    * it gave no answer within {@link COUNTS_TIMEOUT_MS}. Never rejects.
    */
   counts: (name: string) => Promise<Record<string, number> | null>;
+}
+
+/**
+ * Why a `jobsPerPage` query value asks for more than {@link BOARD_MAX_JOBS_PER_PAGE} jobs, or
+ * null when it does not: absent, within the bound, or not a number at all (bull-board answers
+ * that with its own 400). Read as bull-board reads it (`Number`, so `1e5` and `0x2710` count).
+ */
+function pageTooLarge(value: unknown): string | null {
+  if (typeof value !== 'string' || !(Number(value) > BOARD_MAX_JOBS_PER_PAGE)) return null;
+  return `jobsPerPage is at most ${BOARD_MAX_JOBS_PER_PAGE} (the board's largest page), got ${value.trim().slice(0, 20)}; read further pages with page=2, 3, …`;
 }
 
 /**
@@ -120,6 +137,8 @@ export function createQueueBoard(opts: {
     res.setHeader('referrer-policy', 'no-referrer');
     // The board's own API reads Redis; its UI (HTML, scripts) does not.
     if (req.path === '/api' || req.path.startsWith('/api/')) {
+      const tooLarge = pageTooLarge(req.query.jobsPerPage);
+      if (tooLarge) return void res.status(400).json({ error: { reason: 'invalid_query', message: tooLarge } });
       const why = hold();
       if (why) return void unavailable(res, why);
       const timer = setTimeout(() => {

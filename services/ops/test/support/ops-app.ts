@@ -20,11 +20,12 @@ export interface OpsAppFixture {
  * A test file's ops app (the real routers over its own database, Redis at `TEST_REDIS_URL` under
  * a key prefix of its own), listening on an ephemeral loopback port: started before the file's
  * tests, closed after, its database dropped and its keys deleted. `extra` adds or replaces
- * options; it is given the file's Redis connection and key prefix (for a limiter of its own).
+ * options; it is given the file's database, Redis connection and key prefix (for a limiter or a
+ * queue board of its own).
  */
 export function opsAppFixture(
   logName: string,
-  extra: (ctx: { redis: Redis; prefix: string }) => Partial<OpsAppOptions> = () => ({}),
+  extra: (ctx: { db: Db; redis: Redis; prefix: string }) => Partial<OpsAppOptions> = () => ({}),
 ): OpsAppFixture {
   const prefix = testQueuePrefix();
   let tdb: TestDatabase | undefined;
@@ -49,7 +50,7 @@ export function opsAppFixture(
       auditHmacKey: 'k',
       localSecret: SECRET,
       secureCookie: false,
-      ...extra({ redis, prefix }),
+      ...extra({ db: tdb.db, redis, prefix }),
     });
     const listening = await listen(app, 0, '127.0.0.1');
     server = listening.server;
