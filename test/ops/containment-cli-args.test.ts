@@ -56,6 +56,25 @@ describe('ops CLI: containment commands take exactly their arguments, naming wha
     ]);
   });
 
+  it('reenable status with a tool no pack has (a typo): exit 2 naming the tools, not "is not contained" and exit 0; nothing audited', async () => {
+    const token = await tokenFor('ops-gus', SECRET);
+    const events = (await t.db.selectFrom('audit_outbox').select('id').execute()).length;
+    for (const args of [
+      ['reenable', 'status', 'issue_refnd'],
+      ['reenable', 'status', 'issue_refnd', '--json'],
+    ]) {
+      const r = await run(args, token);
+      expect(r.code, `${args.join(' ')}: ${r.out}`).toBe(2);
+      expect(r.out, args.join(' ')).toMatch(/unknown tool issue_refnd: one of lookup_order, issue_refund/);
+      expect(r.out, args.join(' ')).not.toMatch(/not contained|"tools"/);
+    }
+    expect((await t.db.selectFrom('audit_outbox').select('id').execute()).length).toBe(events);
+    // A tool that exists and is not contained is still answered as such.
+    const known = await run(['reenable', 'status', 'reship_order'], token);
+    expect(known.code, known.out).toBe(0);
+    expect(known.out).toMatch(/reship_order is not contained/);
+  });
+
   it('reenable advance --cohort with a tenant or user the directory lacks (a typo): exit 2, the stage stays read_only (a cohort of no one admits nobody)', async () => {
     const token = await tokenFor('ops-gus', SECRET);
     const started = await run(['reenable', 'advance', 'issue_refund', '--reason', 'contained, start over'], token);

@@ -55,6 +55,7 @@ function statusLines(s: ReenableStatus): string[] {
  * docs/runbooks/reenable.md): every command needs an operator token and is audited.
  * Exit codes: 0 done; 1 refused (not contained, no cohort, not enough evidence).
  * @throws UsageError for a missing tool or a malformed flag (exit 2).
+ * @throws UnknownTool (exit 2) for a tool no pack has, `status` included, before the token is read.
  */
 export async function reenableCommand(
   command: string,
@@ -67,6 +68,9 @@ export async function reenableCommand(
   const maxBound = maxBoundOf(values['max-bound']);
   const cohort = values.cohort ? parseCohort(values.cohort) : undefined;
   const actor = (op: Operator) => ({ operator: op.id, hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY });
+  // Before the token: a typo is a usage error, never "not contained" (status). Advance and override
+  // always have their tool (checkRequired, commands.ts); status without one lists every tool.
+  if (tool !== undefined) requireKnownTool(tool);
   if (command === 'reenable status')
     return asOperator(command, async (db) => {
       const all = await reenableStatus(db, tool, maxBound);
@@ -75,8 +79,6 @@ export async function reenableCommand(
       else for (const s of all) for (const line of statusLines(s)) out(line);
       return 0;
     });
-  // Present: checked before the token by checkRequired (commands.ts).
-  requireKnownTool(tool!);
   if (command === 'reenable override')
     return asOperator(command, async (db, op) => {
       const o = await requestReenableOverride(db, { tool: tool!, cohort, reason: values.reason!, ...actor(op) });
