@@ -83,21 +83,26 @@ function pgErrorHandlingDisabled(): boolean {
 /** Node socket errors of a refused, reset or unreachable connection. */
 const SOCKET_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EPIPE']);
 
+/** SQLSTATE of a connection refused for want of a slot ("sorry, too many clients already", a role's or database's limit). */
+const TOO_MANY_CONNECTIONS = '53300';
+
 /** node-postgres's own messages for a lost connection, a dead client and a pool wait timeout. */
 const LOST_CONNECTION = /Connection terminated|not queryable|timeout exceeded when trying to connect/;
 
 /**
  * True for an error that says a dependency (Postgres, Redis) cannot be reached or is shutting
  * down, not that the statement is wrong — retryable once the dependency answers again: a socket
- * error code, a Postgres class 08 (connection exception) or 57P01–57P03 (administrator shutdown,
- * crash shutdown, cannot connect now) SQLSTATE, or node-postgres's own lost-connection messages.
- * An `AggregateError` (IPv4 + IPv6 attempts) counts when one of its errors does.
+ * error code, a Postgres class 08 (connection exception), 57P01–57P03 (administrator shutdown,
+ * crash shutdown, cannot connect now) or 53300 (too many connections: the server's, a role's or a
+ * database's limit, refused before any statement ran; docs/decisions/0737) SQLSTATE, or
+ * node-postgres's own lost-connection messages. An `AggregateError` (IPv4 + IPv6 attempts)
+ * counts when one of its errors does.
  */
 export function isConnectionFault(err: unknown): boolean {
   const e = err as { code?: unknown; message?: unknown; errors?: unknown[] } | null;
   if (!e || typeof e !== 'object') return false;
   const code = typeof e.code === 'string' ? e.code : '';
-  if (SOCKET_ERRORS.has(code) || code.startsWith('08') || /^57P0[1-3]$/.test(code)) return true;
+  if (SOCKET_ERRORS.has(code) || code.startsWith('08') || /^57P0[1-3]$/.test(code) || code === TOO_MANY_CONNECTIONS) return true;
   if (Array.isArray(e.errors) && e.errors.some(isConnectionFault)) return true;
   const message = typeof e.message === 'string' ? e.message : '';
   return LOST_CONNECTION.test(message);
