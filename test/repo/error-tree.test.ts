@@ -187,5 +187,11 @@ describe('every exported error class', async () => {
       details: [{ path: 'a', message: 'b' }],
     });
     expect(errorResponseOf(new Error('boom'))).toBeNull();
+    // A dependency that cannot answer now (the token revocations unreadable, say) says when to come back.
+    const unavailable = new (classes.get('DependencyUnavailable')!.cls as unknown as new (...a: string[]) => GatehouseError)(
+      'postgres',
+      'down',
+    );
+    expect(errorResponseOf(unavailable)).toMatchObject({ status: 503, headers: { 'retry-after': '5' } });
   });
 });

@@ -45,6 +45,9 @@ export function httpStatusOf(err: unknown): number {
   return typeof row[1] === 'number' ? row[1] : row[1](err);
 }
 
+/** `Retry-After` of every 503: come back in 5 seconds (RFC 9110 §10.2.3). */
+const RETRY_SOON = { 'retry-after': '5' };
+
 /** The answer to a failed request: status, `{error: {reason, message, details?}}` and extra headers. */
 export interface ErrorResponse {
   status: number;
@@ -111,7 +114,7 @@ function clientFaultOf(err: unknown): ErrorResponse | null {
  * caller logs it and answers 500 `internal`, internals not exposed):
  * - a malformed request that express's libraries refused (see {@link clientFaultOf}): its 4xx;
  * - an error of the tree: its status by class ({@link httpStatusOf}), its `reason`, its
- *   `publicMessage` and, for a {@link UserError}, its `details`;
+ *   `publicMessage` and, for a {@link UserError}, its `details`; a 503 also `Retry-After: 5`;
  * - an unreachable dependency (a refused or reset connection of Postgres or Redis): 503
  *   `dependency_unavailable` with `Retry-After: 5` (seconds).
  */
@@ -119,12 +122,14 @@ export function errorResponseOf(err: unknown): ErrorResponse | null {
   const fault = clientFaultOf(err);
   if (fault) return fault;
   if (err instanceof GatehouseError) {
-    const r = answer(httpStatusOf(err), err.reason, err.publicMessage);
+    const status = httpStatusOf(err);
+    // A 503 (a SystemError: a dependency that cannot answer now) says when to come back, as the connection fault below does.
+    const r = answer(status, err.reason, err.publicMessage, status === 503 ? RETRY_SOON : {});
     if (err instanceof UserError && err.details !== undefined) r.body.error.details = err.details;
     return r;
   }
   if (isConnectionFault(err)) {
-    return answer(503, 'dependency_unavailable', 'a dependency is unavailable; retry shortly', { 'retry-after': '5' });
+    return answer(503, 'dependency_unavailable', 'a dependency is unavailable; retry shortly', RETRY_SOON);
   }
   return null;
 }
