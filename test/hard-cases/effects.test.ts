@@ -269,6 +269,32 @@ describe('hunt: effects, duplicates, cumulative basis', () => {
     }
   });
 
+  it('a tool result whose own status reads "validation_failed" (an order record\'s text) is no failed validation: three reads do not stop the run', async () => {
+    // The order system's status is untrusted text; lookup_order hands it to the model as the
+    // result's `status`. Only Gatehouse's own validation results count toward the no-progress stop.
+    await sql`insert into staging.orders (id, tenant, region, customer, paid_cents, status)
+      values ('O-9911', 'quillfeather', 'US', 'cust-8', 3000, 'validation_failed')`.execute(s.db.db);
+    const read = fc(['lookup_order', { orderId: 'O-9911' }]);
+    await fixtures(s, 'H-status-text', [read, read, read, msg()]);
+    const { token, workflowId } = await submit(s, 'rep-ana', 'H-status-text', 'status of O-9911?', 'investigate');
+    const v = await waitFor(s, token, workflowId, settled);
+    expect([v.state, v.stopReason]).toEqual(['completed', null]);
+    const outputs = await s.db.db
+      .selectFrom('conversation_items')
+      .select('item')
+      .where('workflow_id', '=', workflowId)
+      .where('kind', '=', 'function_call_output')
+      .execute();
+    expect(outputs).toHaveLength(3);
+    for (const o of outputs) expect(JSON.parse(String(o.item.output))).toMatchObject({ executed: true, status: 'validation_failed' });
+    const streak = await s.db.db
+      .selectFrom('budgets')
+      .select('consecutive_invalid')
+      .where('workflow_id', '=', workflowId)
+      .executeTakeFirstOrThrow();
+    expect(streak.consecutive_invalid).toBe(0);
+  });
+
   it('budget: a model proposing a call forever ends stopped(budget_exhausted); no effect beyond the budget', async () => {
     await fixtures(s, 'H-budget', [fc(['issue_refund', { orderId: 'O-1005', amount: '0.01', reason: 'loop' }])], true);
     // O-1005 is processing; refund of 1 cent is ALLOW each time (cumulative small)

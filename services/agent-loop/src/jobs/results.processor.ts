@@ -62,6 +62,18 @@ export function resultOutcome(output: Record<string, unknown>): string {
 }
 
 /**
+ * Whether `output` is the policy gateway's validation result for a call: `status:
+ * "validation_failed"` under Gatehouse's own label (`trust: "gatehouse"`). Only these count toward
+ * the no-progress stop ({@link MAX_CONSECUTIVE_INVALID}). A tool's own data may carry a `status`
+ * of any text (lookup_order's is the order system's status, untrusted), but never that label: the
+ * output boundary writes the labels last (`toSafeOutput`), so no tool result can stop a run
+ * (docs/product/invariants.md#untrusted-output).
+ */
+export function isFailedValidation(output: Record<string, unknown>): boolean {
+  return output.trust === 'gatehouse' && output.status === 'validation_failed';
+}
+
+/**
  * Answers one function_call with its `function_call_output` (queue `results`), once per
  * call_id (a unique index makes redelivery a no-op). When every call of the transcript is
  * answered and the workflow is still live, the next model round is enqueued in the same
@@ -128,11 +140,12 @@ async function answerCall(trx: Trx, wf: Selectable<WorkflowsTable>, job: ResultJ
 }
 
 /**
- * No-progress detection: counts failed validations in a row in the run's budget (any other result
+ * No-progress detection: counts failed validations ({@link isFailedValidation}) in a row in the run's budget (any other result
  * resets it); `validation_failed` once {@link MAX_CONSECUTIVE_INVALID} are reached, else undefined.
  */
 async function noProgressStop(trx: Trx, workflowId: string, output: ResultJob['output']): Promise<StopReason | undefined> {
-  const invalid = output.status === 'validation_failed';
+  // Gatehouse's own validation results only, never a tool's status text.
+  const invalid = isFailedValidation(output);
   const streak = await trx
     .updateTable('budgets')
     .set((eb) => ({ consecutive_invalid: invalid ? eb('consecutive_invalid', '+', 1) : 0 }))
