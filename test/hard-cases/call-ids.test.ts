@@ -1,4 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from 'kysely';
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { loadReleaseManifest, modelSpendMicroUsd } from '@gatehouse/contracts';
 import { fixtures, modelRequests, msg, settled, sleep, startHuntStack, submit, waitFor, type Entry, type HuntStack } from './helpers.ts';
 
@@ -88,5 +91,29 @@ describe('hunt: a model answer whose call_ids repeat', () => {
     await sleep(3000);
     expect((await modelRequests(s, 'CID-always')).requests).toHaveLength(2);
     expect(await ledger(workflowId)).toEqual({ proposals: [1], turns: 2, spendOk: true, calls: 1 });
+  });
+
+  it('a call_id holding a canary secret: the run stops model_error, nothing recorded under it, the secret in no audit event, view or log', async () => {
+    const secret = 'call_CANARY_SECRET_cid9';
+    await fixtures(s, 'CID-secret', [lookups(['O-1001', secret]), msg()]);
+    const { token, workflowId } = await submit(s, 'rep-ana', 'CID-secret', 'What is the status of order O-1001?', 'investigate');
+    const end = await waitFor(s, token, workflowId, settled, 60_000);
+    expect([end.state, end.stopReason]).toEqual(['stopped', 'model_error']);
+    expect(end.nextStep).toMatch(/call_id that holds a secret/);
+    expect(end.nextStep).not.toContain('CANARY');
+    expect(end.actions).toEqual([]);
+    await sleep(3000); // a retried job would ask the model again meanwhile
+    expect((await modelRequests(s, 'CID-secret')).requests).toHaveLength(1);
+    expect(await ledger(workflowId)).toEqual({ proposals: [], turns: 1, spendOk: true, calls: 0 });
+    const kept = await sql<{ n: string }>`
+      select (select count(*) from audit_log where event::text like '%CANARY%')
+           + (select count(*) from audit_outbox where event::text like '%CANARY%')
+           + (select count(*) from conversation_items where workflow_id = ${workflowId} and item::text like '%CANARY%') as n`.execute(
+      s.db.db,
+    );
+    expect(Number(kept.rows[0]!.n)).toBe(0);
+    // The product's own logs (the model stub, which wrote the call_id, is no part of it).
+    for (const svc of ['agent-loop', 'policy-gateway', 'executor', 'audit'])
+      expect(readFileSync(resolve(s.dir, `${svc}.log`), 'utf8'), svc).not.toContain('CANARY');
   });
 });

@@ -2,7 +2,7 @@ import type OpenAI from 'openai';
 import { randomUUID } from 'node:crypto';
 import { ConflictError, escapeUnstorable, proposalsQueue, sha256Hex } from '@gatehouse/contracts';
 import { enqueueInTransaction, recordAudit, type OutboxRow, type Trx } from '@gatehouse/ledger';
-import { findTool } from '@gatehouse/tools';
+import { containsSecret, findTool } from '@gatehouse/tools';
 
 // The function calls of a recorded model answer: how each becomes a transcript item, a proposal
 // and a `proposals` job (docs/decisions/0693-a-call-id-names-one-call-of-a-run.md for call_ids).
@@ -24,6 +24,24 @@ export class CallIdReused extends ConflictError {
     super('call_id_reused', `an answer of round ${round} of ${workflowId} repeats a call_id the run already holds`);
   }
 }
+
+/**
+ * Thrown inside a round's transaction when one of the answer's function calls carries a call_id
+ * holding a secret shape (`containsSecret`: a planted canary, an API key, a bearer token, a JWT —
+ * what the output boundary redacts). A call_id is kept verbatim as the call's public name — in
+ * the audit trail, the workflow read, the logs — so such an answer is recorded without its calls
+ * and stops the run `model_error`, as a reused call_id does
+ * (docs/decisions/0733-a-call-id-holds-no-secret.md).
+ */
+export class CallIdHoldsSecret extends ConflictError {
+  constructor(workflowId: string, round: number) {
+    super('call_id_holds_secret', `an answer of round ${round} of ${workflowId} names a call with a call_id that holds a secret shape`);
+  }
+}
+
+/** The next step of a run stopped for {@link CallIdHoldsSecret}. The call_id is not quoted. */
+export const CALL_ID_SECRET_STEP =
+  'The model gave a function call a call_id that holds a secret or a token (an API key, a bearer token, a JWT or a planted canary), so Gatehouse recorded and carried out none of that answer’s calls: a call_id is kept in the audit trail, which never holds a secret. Resubmit the ticket; if it happens again, on-call should check the model server and the ticket text for an injected instruction.';
 
 /**
  * The next step of a run stopped for an answer whose call_ids repeat: within the answer itself
@@ -74,6 +92,7 @@ export function reasoningBeforeCalls(output: OpenAI.Responses.ResponseOutputItem
  * (`reasoning[i]`), its `proposals` row (only catalog names; any other is `unknown_tool`), its
  * `proposal.received` audit record and its `proposals` job in the outbox.
  * Returns the outbox rows to publish after commit, one per call, in order.
+ * @throws CallIdHoldsSecret when a call's call_id holds a secret shape (nothing written).
  * @throws CallIdReused when a call's call_id is already in the run's transcript (the index
  *   `conversation_items_call_once`: the insert writes nothing, no extra statement).
  */
@@ -84,6 +103,9 @@ export async function recordProposedCalls(
   calls: readonly ProposedCall[],
   reasoning: ReasoningInputItem[][],
 ): Promise<OutboxRow[]> {
+  // Before anything is written (or a reused call_id is reported with the others): no call_id that
+  // holds a secret is kept (ADR 0733).
+  if (calls.some((c) => containsSecret(c.call_id))) throw new CallIdHoldsSecret(wf.id, round);
   const out: OutboxRow[] = [];
   for (const [i, call] of calls.entries()) {
     const item = { type: 'function_call', call_id: call.call_id, name: call.name, arguments: call.arguments };
