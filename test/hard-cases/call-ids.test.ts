@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
+import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { loadReleaseManifest, modelSpendMicroUsd } from '@gatehouse/contracts';
@@ -115,5 +116,17 @@ describe('hunt: a model answer whose call_ids repeat', () => {
     // The product's own logs (the model stub, which wrote the call_id, is no part of it).
     for (const svc of ['agent-loop', 'policy-gateway', 'executor', 'audit'])
       expect(readFileSync(resolve(s.dir, `${svc}.log`), 'utf8'), svc).not.toContain('CANARY');
+  });
+
+  it('a call_id of 3000 random characters: the run stops model_error, the model asked once and the answer charged once (it failed the round and was re-asked)', async () => {
+    const long = `call_${randomBytes(1500).toString('hex')}`;
+    await fixtures(s, 'CID-long', [lookups(['O-1001', long]), msg()]);
+    const { token, workflowId } = await submit(s, 'rep-ana', 'CID-long', 'What is the status of order O-1001?', 'investigate');
+    const end = await waitFor(s, token, workflowId, settled, 60_000);
+    expect([end.state, end.stopReason]).toEqual(['stopped', 'model_error']);
+    expect(end.nextStep).toMatch(/call_id longer than 256 characters/);
+    await sleep(3000); // a retried job would ask the model again meanwhile
+    expect((await modelRequests(s, 'CID-long')).requests).toHaveLength(1);
+    expect(await ledger(workflowId)).toEqual({ proposals: [], turns: 1, spendOk: true, calls: 0 });
   });
 });

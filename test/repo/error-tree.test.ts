@@ -57,7 +57,7 @@ const STATUS: Record<string, number> = {
   SafeToRepeat: 503,
   TranscriptChanged: 409,
   CallIdReused: 409,
-  CallIdHoldsSecret: 409,
+  CallIdRefused: 409,
   OpsUsageError: 400,
   UnknownTool: 400,
   QueueOpRefused: 409,

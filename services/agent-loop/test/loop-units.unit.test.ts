@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type OpenAI from 'openai';
-import { reasoningBeforeCalls } from '../src/jobs/turn-calls.ts';
+import { callIdRefusal, MAX_CALL_ID_CHARS, reasoningBeforeCalls } from '../src/jobs/turn-calls.ts';
 import { isFailedValidation, resultOutcome } from '../src/jobs/results.processor.ts';
 import { toSafeOutput } from '@gatehouse/tools';
 import { readLoopTestHooks } from '../src/domain/test-hooks.ts';
@@ -39,6 +39,16 @@ describe('the no-progress stop counts Gatehouse validation results only', () => 
     expect(lookup.trust).toBe('untrusted-tool-output');
     expect(isFailedValidation(lookup)).toBe(false);
     expect(isFailedValidation({ executed: false, status: 'validation_failed' })).toBe(false);
+  });
+});
+
+describe("a call_id kept as a call's name (ADR 0733, 0734)", () => {
+  it("a model server's ids are kept; one holding a secret, or past the length bound, is refused", () => {
+    for (const id of ['call_0', 'call_AbC123xyz0987654321QWErt', 'fc_1f0c2b6e-8d3a-4c1b-9e2f-0a1b2c3d4e5f', 'x'.repeat(MAX_CALL_ID_CHARS)])
+      expect(callIdRefusal(id), id).toBeNull();
+    expect(callIdRefusal('x'.repeat(MAX_CALL_ID_CHARS + 1))).toBe('call_id_too_long');
+    expect(callIdRefusal('call_CANARY_SECRET_cid9')).toBe('call_id_holds_secret');
+    expect(callIdRefusal('sk-test-CANARYq1w2e3r4')).toBe('call_id_holds_secret');
   });
 });
 

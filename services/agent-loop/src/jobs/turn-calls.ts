@@ -26,22 +26,47 @@ export class CallIdReused extends ConflictError {
 }
 
 /**
- * Thrown inside a round's transaction when one of the answer's function calls carries a call_id
- * holding a secret shape (`containsSecret`: a planted canary, an API key, a bearer token, a JWT —
- * what the output boundary redacts). A call_id is kept verbatim as the call's public name — in
- * the audit trail, the workflow read, the logs — so such an answer is recorded without its calls
- * and stops the run `model_error`, as a reused call_id does
- * (docs/decisions/0733-a-call-id-holds-no-secret.md).
+ * Longest call_id kept, characters. A call_id is the call's name in the transcript's unique index
+ * (`conversation_items_call_once`, whose btree entries hold at most 2704 bytes), the proposal, the
+ * action and every audit event of the call; model servers send ~30 (`call_` and 24 characters).
+ * 256 characters are at most 1024 bytes of UTF-8 (docs/decisions/0734-a-call-id-is-short.md).
  */
-export class CallIdHoldsSecret extends ConflictError {
-  constructor(workflowId: string, round: number) {
-    super('call_id_holds_secret', `an answer of round ${round} of ${workflowId} names a call with a call_id that holds a secret shape`);
+export const MAX_CALL_ID_CHARS = 256;
+
+/** Why a call_id of a model answer is not kept as a call's name (see {@link callIdRefusal}). */
+export type CallIdRefusalReason = 'call_id_holds_secret' | 'call_id_too_long';
+
+/**
+ * Why `callId` cannot name a call of a run, or null when it can: it holds a secret shape
+ * (`containsSecret`: a planted canary, an API key, a bearer token, a JWT — what the output
+ * boundary redacts; docs/decisions/0733-a-call-id-holds-no-secret.md), or it is longer than
+ * {@link MAX_CALL_ID_CHARS} (docs/decisions/0734-a-call-id-is-short.md). A call_id is kept
+ * verbatim — in the audit trail, the workflow read, the logs — so neither may be.
+ */
+export function callIdRefusal(callId: string): CallIdRefusalReason | null {
+  if (callId.length > MAX_CALL_ID_CHARS) return 'call_id_too_long';
+  return containsSecret(callId) ? 'call_id_holds_secret' : null;
+}
+
+/**
+ * Thrown inside a round's transaction, before anything of the answer is written, when one of its
+ * function calls has a call_id {@link callIdRefusal} refuses: the answer is recorded without its
+ * calls and the run stops `model_error`, as for a reused call_id (ADR 0693, 0733, 0734).
+ */
+export class CallIdRefused extends ConflictError {
+  constructor(workflowId: string, round: number, reason: CallIdRefusalReason) {
+    super(reason, `an answer of round ${round} of ${workflowId} names a call with a call_id that cannot be kept (${reason})`);
   }
 }
 
-/** The next step of a run stopped for {@link CallIdHoldsSecret}. The call_id is not quoted. */
-export const CALL_ID_SECRET_STEP =
-  'The model gave a function call a call_id that holds a secret or a token (an API key, a bearer token, a JWT or a planted canary), so Gatehouse recorded and carried out none of that answer’s calls: a call_id is kept in the audit trail, which never holds a secret. Resubmit the ticket; if it happens again, on-call should check the model server and the ticket text for an injected instruction.';
+/** The next step of a run stopped for {@link CallIdRefused} with `reason`. The call_id is not quoted. */
+export function callIdRefusedStep(reason: string): string {
+  const cause =
+    reason === 'call_id_too_long'
+      ? `a call_id longer than ${MAX_CALL_ID_CHARS} characters`
+      : 'a call_id that holds a secret or a token (an API key, a bearer token, a JWT or a planted canary)';
+  return `The model gave a function call ${cause}, so Gatehouse recorded and carried out none of that answer’s calls: a call_id names the call in the audit trail, which keeps short names and never a secret. Resubmit the ticket; if it happens again, on-call should check the model server and the ticket text for an injected instruction.`;
+}
 
 /**
  * The next step of a run stopped for an answer whose call_ids repeat: within the answer itself
@@ -92,7 +117,7 @@ export function reasoningBeforeCalls(output: OpenAI.Responses.ResponseOutputItem
  * (`reasoning[i]`), its `proposals` row (only catalog names; any other is `unknown_tool`), its
  * `proposal.received` audit record and its `proposals` job in the outbox.
  * Returns the outbox rows to publish after commit, one per call, in order.
- * @throws CallIdHoldsSecret when a call's call_id holds a secret shape (nothing written).
+ * @throws CallIdRefused when a call's call_id is too long or holds a secret shape (nothing written).
  * @throws CallIdReused when a call's call_id is already in the run's transcript (the index
  *   `conversation_items_call_once`: the insert writes nothing, no extra statement).
  */
@@ -104,8 +129,11 @@ export async function recordProposedCalls(
   reasoning: ReasoningInputItem[][],
 ): Promise<OutboxRow[]> {
   // Before anything is written (or a reused call_id is reported with the others): no call_id that
-  // holds a secret is kept (ADR 0733).
-  if (calls.some((c) => containsSecret(c.call_id))) throw new CallIdHoldsSecret(wf.id, round);
+  // holds a secret (ADR 0733) or is too long to be a name (ADR 0734) is kept.
+  for (const c of calls) {
+    const refused = callIdRefusal(c.call_id);
+    if (refused) throw new CallIdRefused(wf.id, round, refused);
+  }
   const out: OutboxRow[] = [];
   for (const [i, call] of calls.entries()) {
     const item = { type: 'function_call', call_id: call.call_id, name: call.name, arguments: call.arguments };

@@ -36,8 +36,8 @@ import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
 import type { LoopTestHooks } from '../domain/test-hooks.ts';
 import { tenantCapReached, type TenantSpendCap } from '../domain/tenant-spend.ts';
 import {
-  CALL_ID_SECRET_STEP,
-  CallIdHoldsSecret,
+  CallIdRefused,
+  callIdRefusedStep,
   CallIdReused,
   callIdReusedStep,
   reasoningBeforeCalls,
@@ -308,23 +308,25 @@ async function recordAnswer(trx: Trx, deps: TurnDeps, a: RecordedAnswer, outcome
 }
 
 /**
- * After {@link CallIdReused} or {@link CallIdHoldsSecret} rolled the round back: records the answer
- * as the round (charged once, audited `call_id_reused` or `call_id_holds_secret`) with none of its
- * calls, so none is dispatched nor left unanswered in the transcript, and stops the run
- * `model_error` with a next step naming the cause. An answer whose run ended or whose round was
- * recorded meanwhile is charged as discarded instead. A call_id that holds a secret is never
- * logged (ADR 0733). Returns the outbox rows to publish: none.
+ * After {@link CallIdReused} or {@link CallIdRefused} rolled the round back: records the answer as
+ * the round (charged once, audited with the error's reason: `call_id_reused`,
+ * `call_id_holds_secret`, `call_id_too_long`) with none of its calls, so none is dispatched nor
+ * left unanswered in the transcript, and stops the run `model_error` with a next step naming the
+ * cause. An answer whose run ended or whose round was recorded meanwhile is charged as discarded
+ * instead. A refused call_id is never logged (ADR 0733, 0734). Returns the outbox rows to publish: none.
  */
 async function stopForCallIds(
   deps: TurnDeps,
   a: RecordedAnswer,
   calls: ReadonlyArray<{ call_id: string }>,
-  err: CallIdReused | CallIdHoldsSecret,
+  err: CallIdReused | CallIdRefused,
 ): Promise<OutboxRow[]> {
-  const secret = err instanceof CallIdHoldsSecret;
+  const refused = err instanceof CallIdRefused;
   deps.log.warn(
-    { workflowId: a.wf.id, round: a.round, ...(secret ? { calls: calls.length } : { callIds: calls.map((c) => c.call_id) }) },
-    secret ? 'model answer names a call_id that holds a secret: run stopped' : 'model answer repeats a call_id: run stopped',
+    { workflowId: a.wf.id, round: a.round, ...(refused ? { calls: calls.length } : { callIds: calls.map((c) => c.call_id) }) },
+    refused
+      ? `model answer names a call_id that cannot be kept (${err.reason}): run stopped`
+      : 'model answer repeats a call_id: run stopped',
   );
   return inTransaction(deps.db, async (trx) => {
     const locked = await trx.selectFrom('workflows').selectAll().where('id', '=', a.wf.id).forUpdate().executeTakeFirstOrThrow();
@@ -333,7 +335,7 @@ async function stopForCallIds(
       return [];
     }
     await recordAnswer(trx, deps, a, err.reason);
-    await stopWorkflow(trx, a.wf, 'model_error', secret ? CALL_ID_SECRET_STEP : callIdReusedStep(calls));
+    await stopWorkflow(trx, a.wf, 'model_error', refused ? callIdRefusedStep(err.reason) : callIdReusedStep(calls));
     return [];
   });
 }
@@ -482,8 +484,8 @@ type RoundContext = {
  * An ended run or a recorded round charges the answer as discarded and records nothing.
  * Returns the outbox rows to publish, or `transcript_changed` when a follow-up arrived during
  * the model call (the answer is charged as discarded; the caller re-runs the round).
- * @throws CallIdReused when a call repeats a call_id the run holds, CallIdHoldsSecret when a call_id
- *   holds a secret shape (the transaction rolled back).
+ * @throws CallIdReused when a call repeats a call_id the run holds, CallIdRefused when a call_id is
+ *   too long or holds a secret shape (the transaction rolled back).
  */
 async function recordRound(deps: TurnDeps, answer: RecordedAnswer & { wf: Selectable<WorkflowsTable> }, ctx: RoundContext) {
   const { wf, round, response } = answer;
@@ -565,7 +567,7 @@ async function takeTurn(job: TurnJob, deps: TurnDeps): Promise<string> {
     .map((c) => ({ call_id: escapeUnstorable(c.call_id), name: escapeUnstorable(c.name), arguments: escapeUnstorable(c.arguments) }));
   const answer = { wf, round: job.round, response, input, instructionsHash: instructions.hash, functionCalls: calls.length, started };
   const rows = await recordRound(deps, answer, { calls, userMessagesSent, writesEnabled }).catch((err: unknown) => {
-    if (!(err instanceof CallIdReused || err instanceof CallIdHoldsSecret)) throw err;
+    if (!(err instanceof CallIdReused || err instanceof CallIdRefused)) throw err;
     return stopForCallIds(deps, answer, calls, err);
   });
   if (rows === 'transcript_changed') throw new TranscriptChanged(wf.id, job.round);
