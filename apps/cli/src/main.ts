@@ -493,7 +493,8 @@ async function startForeground(env: Record<string, string | undefined>, dir: str
     out,
   );
   try {
-    return await startStack({ env, dir, stopOnSignals: true, onEvent: progress.onEvent });
+    // Its services end with the demo even when it is killed (GATEHOUSE_EXIT_WITH_PARENT).
+    return await startStack({ env: { ...env, GATEHOUSE_EXIT_WITH_PARENT: '1' }, dir, stopOnSignals: true, onEvent: progress.onEvent });
   } finally {
     progress.done();
   }

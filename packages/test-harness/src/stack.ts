@@ -45,6 +45,8 @@ export async function startE2EStack(
     ...delegationKeyEnv(mkdtempSync(resolve(tmpdir(), 'gh-delegation-'))),
     // No background reconciliation pass unless a test asks for one: it would settle parked steps mid-test.
     RECONCILE_INTERVAL_MS: '0',
+    // The services end with this test worker even when it is killed (a hook's timeout): no stack outlives its test.
+    GATEHOUSE_EXIT_WITH_PARENT: '1',
   };
   for (const svc of SERVICES) env[svc.portVar] = String(await freePort());
   env.STAGING_URL = `http://127.0.0.1:${env.STAGING_PORT}`;

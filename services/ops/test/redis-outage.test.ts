@@ -71,6 +71,7 @@ describe('the ops process with Redis down from the start', () => {
       env: {
         ...process.env,
         GATEHOUSE_ENV: 'test',
+        GATEHOUSE_EXIT_WITH_PARENT: '1',
         DATABASE_URL: t.url,
         // Nothing listens there: every connection attempt is refused.
         REDIS_URL: `redis://127.0.0.1:${nothing}`,

@@ -53,7 +53,8 @@ export function executorEnv(
 export function startExecutor(env: Record<string, string>): ExecutorProcess {
   const child = spawn(process.execPath, [...SERVICE_V8_FLAGS, 'services/executor/src/main.ts'], {
     cwd: repoRoot,
-    env,
+    // It ends with this test worker, even one killed mid-test (installShutdown's parent watch).
+    env: { GATEHOUSE_EXIT_WITH_PARENT: '1', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
