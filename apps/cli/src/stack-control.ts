@@ -38,6 +38,8 @@ export function progressPrinter(services: string[], out: (line: string) => void)
     if (e.type === 'exited' && e.delayMs !== null)
       out(`  ${e.service} exited (${e.signal ?? `code ${e.code}`}); restart ${e.restarts} in ${e.delayMs} ms`);
     if (e.type === 'crash-loop') out(`  ${e.service} is crash-looping (${e.restarts} restarts); see its log`);
+    if (e.type === 'needs-operator')
+      out(`  ${e.service} needs an operator: ${e.needsOperator.map((c) => `${c} — ${e.failing[c]}`).join('; ')}`);
   };
   return { onEvent, done: () => clearInterval(ticker) };
 }
@@ -88,10 +90,13 @@ export async function launchStackDaemon(opts: {
 /**
  * One service as the supervisor last saw it (`<dir>/status.json`). `not-answering` is never
  * recorded: `stack status` reports it for a service recorded `ready` whose `/readyz` does not
- * answer now (a stopped, hung or overloaded process the supervisor still sees alive).
+ * answer now (a stopped, hung or overloaded process the supervisor still sees alive). `not-ready`:
+ * alive and waiting for what `failing` names (a dependency; left running, ADR 0739);
+ * `needs-operator`: alive and waiting for a check only an operator clears (ADR 0729), which
+ * `failing` names with the fix.
  */
 export interface ServiceStatus {
-  state: 'starting' | 'ready' | 'exited' | 'crash-looping' | 'not-answering' | 'not-ready';
+  state: 'starting' | 'ready' | 'exited' | 'crash-looping' | 'not-answering' | 'not-ready' | 'needs-operator';
   restarts: number;
   /**
    * For `not-ready`, and for `starting` when its `/readyz` already answers 503: the checks failing
@@ -120,7 +125,8 @@ export function statusRecorder(dir: string, ports: Record<string, number> = {}):
       next.state = e.type;
       delete next.failing;
     }
-    if (e.type === 'not-ready') Object.assign(next, { state: 'not-ready', failing: e.failing });
+    if (e.type === 'not-ready' || e.type === 'needs-operator')
+      Object.assign(next, { state: e.needsOperator.length ? 'needs-operator' : 'not-ready', failing: e.failing });
     if (e.type === 'exited')
       Object.assign(next, {
         state: 'exited',
@@ -219,7 +225,7 @@ export function formatStackStatus(r: StackStatusReport): string[] {
       ([name, s]) =>
         `  ${name.padEnd(15)} ${s.state.padEnd(13)} restarts ${s.restarts}${s.lastExit ? `, last exit ${s.lastExit} at ${s.lastExitAt}` : ''}${s.crashLoopAt ? `, crash loop reported at ${s.crashLoopAt}` : ''}${
           s.failing && Object.keys(s.failing).length
-            ? `, waiting for ${Object.entries(s.failing)
+            ? `, ${s.state === 'needs-operator' ? 'needs an operator for' : 'waiting for'} ${Object.entries(s.failing)
                 .map(([check, why]) => `${check} (${why})`)
                 .join('; ')}`
             : ''

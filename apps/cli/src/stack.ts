@@ -4,9 +4,25 @@ import { resolve } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
 import { createLogger, READY_CHECK_TIMEOUT_MS, type Logger } from '@gatehouse/platform';
 import { delegationKeyPaths, ensureLocalDelegationKeys, type DelegationKeyPaths } from './delegation-keys.ts';
-import { DEFAULT_RESTART_POLICY, SupervisedService, type RestartPolicy, type StackEvent } from './supervisor.ts';
+import { LIVENESS_PING, LIVENESS_PONG } from './liveness-protocol.ts';
+import {
+  DEFAULT_LIVENESS,
+  DEFAULT_RESTART_POLICY,
+  SupervisedService,
+  type LivenessPolicy,
+  type RestartPolicy,
+  type StackEvent,
+  type StartProbe,
+} from './supervisor.ts';
 
-export { DEFAULT_RESTART_POLICY, type RestartPolicy, type StackEvent } from './supervisor.ts';
+export {
+  DEFAULT_LIVENESS,
+  DEFAULT_RESTART_POLICY,
+  type LivenessPolicy,
+  type RestartPolicy,
+  type StackEvent,
+  type StartProbe,
+} from './supervisor.ts';
 
 /** A service process of the stack, its entry file and the env var that sets its port. */
 export interface ServiceSpec {
@@ -33,6 +49,9 @@ export const SERVICES: readonly ServiceSpec[] = [
  * auto-instrumentations before the service's modules load (packages/telemetry/src/register.ts).
  */
 const TELEMETRY_PRELOAD = resolve(repoRoot, 'packages/telemetry/src/register.ts');
+
+/** Preloaded first into every service process: answers the supervisor's liveness ping over IPC (ADR 0739). */
+const LIVENESS_PRELOAD = resolve(repoRoot, 'apps/cli/src/liveness-answer.ts');
 
 /** The folder under which stacks keep state (logs, pid files): `GATEHOUSE_STATE_DIR`, else `<repo>/.gatehouse`. */
 export function stateRoot(env: Record<string, string | undefined> = process.env): string {
@@ -97,8 +116,14 @@ export interface StackOptions {
   env: Record<string, string | undefined>;
   /** Logs (`<service>.log`, `supervisor.log`) and pid files. */
   dir: string;
-  /** Per service, ms (default 120 000). */
+  /**
+   * Per service, ms (default 120 000): how long a start by the caller (`startStack`, `restart`)
+   * waits for it. A process the supervisor restarts has no such deadline: it is killed only when
+   * it stops answering (`liveness`, ADR 0739).
+   */
   readyTimeoutMs?: number;
+  /** The liveness rule of processes the supervisor restarts (default {@link DEFAULT_LIVENESS}). */
+  liveness?: Partial<LivenessPolicy>;
   only?: string[];
   stopOnSignals?: boolean;
   /** Restart services that exit (default true); false: a dead service stays dead. */
@@ -161,6 +186,78 @@ export async function isReady(port: number, name: string): Promise<boolean> {
 }
 
 const exited = (child: ChildProcess): boolean => child.exitCode !== null || child.signalCode !== null;
+
+let lastPing = 0;
+
+/**
+ * Whether `child` answers the supervisor's liveness ping over its IPC channel within `timeoutMs`
+ * (its event loop runs, whether or not it listens yet; the preload {@link LIVENESS_PRELOAD}
+ * answers). False for a stopped or hung process, one that exited, or one without the channel.
+ */
+export function answersPing(child: ChildProcess, timeoutMs: number): Promise<boolean> {
+  if (!child.connected) return Promise.resolve(false);
+  const id = ++lastPing;
+  return new Promise<boolean>((done) => {
+    const finish = (ok: boolean): void => {
+      clearTimeout(timer);
+      child.off('message', onMessage);
+      done(ok);
+    };
+    const onMessage = (m: unknown): void => {
+      const pong = m as { type?: string; id?: number } | null;
+      if (pong?.type === LIVENESS_PONG && pong.id === id) finish(true);
+    };
+    const timer = setTimeout(() => finish(false), timeoutMs);
+    child.on('message', onMessage);
+    try {
+      child.send({ type: LIVENESS_PING, id }, (err) => err && finish(false));
+    } catch {
+      finish(false); // the channel closed meanwhile
+    }
+  });
+}
+
+/** The line `bootStep` (packages/platform) writes when a boot step starts waiting for a dependency. */
+const BOOT_WAIT_MSG = 'boot step waits for a dependency';
+
+/**
+ * The boot wait a service's log names since `sinceMs` (epoch ms), as failing checks: the
+ * dependency → `not listening yet: its boot step "<step>" waits for <dependency>`; empty when
+ * its last lines name none (a process still loading its code).
+ */
+export function bootWaitIn(logFile: string, sinceMs: number): Record<string, string> {
+  for (const line of logTail(logFile, 40).split('\n').reverse()) {
+    if (!line.includes(BOOT_WAIT_MSG)) continue;
+    try {
+      const entry = JSON.parse(line) as { time?: number; msg?: string; step?: string; dependency?: string };
+      if (entry.msg !== BOOT_WAIT_MSG || (entry.time ?? 0) < sinceMs) return {};
+      const dependency = entry.dependency ?? 'dependency';
+      return { [dependency]: `not listening yet: its boot step "${entry.step}" waits for ${dependency}` };
+    } catch {
+      return {};
+    }
+  }
+  return {};
+}
+
+/**
+ * One liveness probe of a supervised process that is not ready yet (ADR 0739): its `/readyz`
+ * ({@link probeReady}); when that does not answer and `ping`, the IPC ping ({@link answersPing}),
+ * which makes it `booting` (alive, not listening yet) with the boot wait its log names.
+ */
+async function probeStart(
+  port: number,
+  name: string,
+  child: ChildProcess,
+  logFile: string,
+  sinceMs: number,
+  ping: boolean,
+): Promise<StartProbe> {
+  const probe = await probeReady(port, name);
+  if (probe.state !== 'no-answer' || !ping) return probe;
+  if (!(await answersPing(child, READY_PROBE_TIMEOUT_MS))) return { state: 'no-answer' };
+  return { state: 'booting', failing: bootWaitIn(logFile, sinceMs) };
+}
 
 /** The last `lines` lines of a service's log (empty when it cannot be read), for an error message. */
 function logTail(file: string, lines = 15): string {
@@ -267,6 +364,8 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
   await assertPortsFree(selected, opts.env);
   const readyTimeoutMs = opts.readyTimeoutMs ?? 120_000;
   const policy = { ...DEFAULT_RESTART_POLICY, ...opts.restartPolicy };
+  const liveness = { ...DEFAULT_LIVENESS, ...opts.liveness };
+  const spawnedAt = new WeakMap<ChildProcess, number>();
   const log = supervisorLog(resolve(opts.dir, 'supervisor.log'));
   const emit = (event: StackEvent): void => opts.onEvent?.(event);
   const processes = new Map<string, ChildProcess>();
@@ -279,6 +378,7 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
     const spawnIt = (): ChildProcess => {
       const env = serviceSecrets(spec.name, { ...envs.get(spec.name), [spec.portVar]: String(ports[spec.name]) }, keys);
       const child = spawnService(spec, env, opts.dir);
+      spawnedAt.set(child, Date.now());
       processes.set(spec.name, child);
       return child;
     };
@@ -287,9 +387,11 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
       emit({ type: 'not-ready', service: spec.name, restarts: services.get(spec.name)?.restarts ?? 0, ...probe });
     const ready = (child: ChildProcess): Promise<void> =>
       waitReady(ports[spec.name]!, Date.now() + readyTimeoutMs, child, spec.name, logFile, notReady);
+    const probe = (child: ChildProcess, ping: boolean): Promise<StartProbe> =>
+      probeStart(ports[spec.name]!, spec.name, child, logFile, spawnedAt.get(child) ?? 0, ping);
     services.set(
       spec.name,
-      new SupervisedService(spec.name, policy, opts.supervise ?? true, { spawn: spawnIt, waitReady: ready, log, emit }),
+      new SupervisedService(spec.name, policy, opts.supervise ?? true, { spawn: spawnIt, waitReady: ready, probe, log, emit }, liveness),
     );
   }
   const service = (name: string): SupervisedService => {
@@ -381,10 +483,12 @@ function spawnService(spec: ServiceSpec, env: Record<string, string | undefined>
   const log = openSync(resolve(dir, `${spec.name}.log`), 'a');
   // The service's env replaces this process's delegation variables rather than adding to them.
   const inherited = withoutDelegation(process.env);
-  const child = spawn(process.execPath, [...SERVICE_V8_FLAGS, '--import', TELEMETRY_PRELOAD, resolve(repoRoot, spec.entry)], {
+  const preloads = ['--import', LIVENESS_PRELOAD, '--import', TELEMETRY_PRELOAD];
+  // The IPC channel carries the supervisor's liveness ping (ADR 0739).
+  const child = spawn(process.execPath, [...SERVICE_V8_FLAGS, ...preloads, resolve(repoRoot, spec.entry)], {
     cwd: repoRoot,
     env: { ...inherited, ...env },
-    stdio: ['ignore', log, log],
+    stdio: ['ignore', log, log, 'ipc'],
   });
   closeSync(log);
   writeFileSync(resolve(dir, `${spec.name}.pid`), String(child.pid));

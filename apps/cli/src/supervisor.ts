@@ -17,6 +17,33 @@ export interface RestartPolicy {
 /** 0.5 s, 1 s, 2 s … 30 s; stable after a minute up; a crash loop after 5 restarts in a row. */
 export const DEFAULT_RESTART_POLICY: RestartPolicy = { initialMs: 500, maxMs: 30_000, stableAfterMs: 60_000, crashLoopAfter: 5 };
 
+/**
+ * The liveness rule of a process the supervisor (re)started itself, until it is ready (ADR 0739):
+ * it is probed every `periodMs`; a probe it answers — `/readyz` answered as the service, 200 or
+ * 503, or, before it ever answered `/readyz`, the supervisor's ping over IPC — shows it alive; one
+ * that answers neither for `windowMs` on end (each probe waiting up to the probe timeout) is hung,
+ * and is killed (SIGKILL) and restarted. How long it waits for a dependency does not count. Ms.
+ */
+export interface LivenessPolicy {
+  windowMs: number;
+  periodMs: number;
+}
+
+/** Hung after 30 s without an answer (Kubernetes' default liveness probe: 3 failures 10 s apart); probed every second. */
+export const DEFAULT_LIVENESS: LivenessPolicy = { windowMs: 30_000, periodMs: 1_000 };
+
+/**
+ * What one probe of a process that is not ready yet found: `ready`; `not-ready` (its `/readyz`
+ * answered 503 naming the failing checks, check → reason, and those only an operator clears,
+ * ADR 0729); `booting` (it does not listen yet but answers the supervisor's ping: alive, e.g. a boot
+ * step waiting for Postgres, ADR 0653; `failing` names that wait when its log says so); `no-answer`.
+ */
+export type StartProbe =
+  | { state: 'ready' }
+  | { state: 'not-ready'; failing: Record<string, string>; needsOperator: string[] }
+  | { state: 'booting'; failing: Record<string, string> }
+  | { state: 'no-answer' };
+
 /** What a stack reports while it starts and supervises its services (for progress and tests). */
 export type StackEvent =
   | { type: 'starting'; service: string; restarts: number }
@@ -27,7 +54,12 @@ export type StackEvent =
    * Its `/readyz` answered 503 with other failing checks than before (check → reason); `needsOperator`
    * the failing checks that will not pass by themselves (the wait for it ends, ADR 0729).
    */
-  | { type: 'not-ready'; service: string; restarts: number; failing: Record<string, string>; needsOperator: string[] };
+  | { type: 'not-ready'; service: string; restarts: number; failing: Record<string, string>; needsOperator: string[] }
+  /**
+   * A supervised process waits on checks only an operator clears (`needsOperator`, ADR 0729):
+   * reported once per process, which is left running (it becomes ready once the operator acts, ADR 0739).
+   */
+  | { type: 'needs-operator'; service: string; restarts: number; failing: Record<string, string>; needsOperator: string[] };
 
 /** The hooks a supervised service needs from its stack. */
 export interface SupervisionHooks {
@@ -35,6 +67,11 @@ export interface SupervisionHooks {
   spawn: () => ChildProcess;
   /** Resolves when `child` answers `/readyz`; rejects when it exits first or after the deadline. */
   waitReady: (child: ChildProcess) => Promise<void>;
+  /**
+   * One probe of a process the supervisor started that is not ready yet; `ping` whether to ask
+   * over IPC when `/readyz` does not answer (only before it ever answered it). Never rejects.
+   */
+  probe: (child: ChildProcess, ping: boolean) => Promise<StartProbe>;
   log: Logger;
   emit: (event: StackEvent) => void;
 }
@@ -58,15 +95,17 @@ export class SupervisedService {
 
   readonly name: string;
   readonly #policy: RestartPolicy;
+  readonly #liveness: LivenessPolicy;
   readonly #enabled: boolean;
   readonly #hooks: SupervisionHooks;
 
   /** `enabled` false: exits are logged, never restarted. */
-  constructor(name: string, policy: RestartPolicy, enabled: boolean, hooks: SupervisionHooks) {
+  constructor(name: string, policy: RestartPolicy, enabled: boolean, hooks: SupervisionHooks, liveness: LivenessPolicy = DEFAULT_LIVENESS) {
     this.name = name;
     this.#policy = policy;
     this.#enabled = enabled;
     this.#hooks = hooks;
+    this.#liveness = liveness;
   }
 
   /**
@@ -155,14 +194,70 @@ export class SupervisedService {
     if (this.#stopping || this.#held) return;
     const child = this.#spawn();
     this.#supervised.add(child);
-    void this.#hooks.waitReady(child).then(
-      () => this.#ready(child),
-      (err: unknown) => {
-        // Alive but never ready: a liveness failure; kill it and let the exit restart it.
-        if (child.exitCode !== null || child.signalCode !== null) return;
-        this.#hooks.log.warn({ supervised: this.name, err: String(err) }, `${this.name} did not become ready; killing it`);
-        child.kill('SIGKILL');
-      },
+    void this.#watchStart(child);
+  }
+
+  /** Whether `child` is no longer this service's live process (it exited, was replaced, or the stack stops). */
+  #gone(child: ChildProcess): boolean {
+    return child !== this.child || this.#stopping || child.exitCode !== null || child.signalCode !== null;
+  }
+
+  /**
+   * Probes a process the supervisor started until it is ready, by the liveness rule
+   * ({@link LivenessPolicy}, ADR 0739): one that answers is left running however long it waits —
+   * each change of what it waits for is logged and emitted (`not-ready`), a wait only an operator
+   * ends once (`needs-operator`) — and one that answers nothing for the window is killed.
+   */
+  async #watchStart(child: ChildProcess): Promise<void> {
+    const { windowMs, periodMs } = this.#liveness;
+    let answeredAt = Date.now();
+    let answeredHttp = false;
+    let waitingFor = '';
+    let operatorTold = false;
+    for (;;) {
+      if (this.#gone(child)) return;
+      const probe = await this.#hooks.probe(child, !answeredHttp);
+      if (this.#gone(child)) return;
+      if (probe.state === 'ready') return this.#ready(child);
+      if (probe.state === 'no-answer') {
+        if (Date.now() - answeredAt >= windowMs) return this.#killHung(child, Date.now() - answeredAt);
+      } else {
+        answeredAt = Date.now();
+        answeredHttp ||= probe.state === 'not-ready';
+        const needsOperator = probe.state === 'not-ready' ? probe.needsOperator : [];
+        const key = Object.keys(probe.failing).join();
+        if (key && key !== waitingFor) this.#waiting(probe.failing, needsOperator);
+        waitingFor = key;
+        if (needsOperator.length && !operatorTold) this.#needsOperator(probe.failing, needsOperator);
+        operatorTold ||= needsOperator.length > 0;
+      }
+      await new Promise((r) => setTimeout(r, periodMs));
+    }
+  }
+
+  #waiting(failing: Record<string, string>, needsOperator: string[]): void {
+    const what = Object.entries(failing).map(([check, why]) => `${check}: ${why}`);
+    this.#hooks.log.info(
+      { supervised: this.name, restarts: this.restarts, failing },
+      `${this.name} is alive and waits (${what.join('; ')}); left running`,
     );
+    this.#hooks.emit({ type: 'not-ready', service: this.name, restarts: this.restarts, failing, needsOperator });
+  }
+
+  #needsOperator(failing: Record<string, string>, needsOperator: string[]): void {
+    const what = needsOperator.map((check) => `${check}: ${failing[check]}`);
+    this.#hooks.log.error(
+      { supervised: this.name, restarts: this.restarts, needsOperator, failing },
+      `${this.name} needs an operator: its /readyz fails ${what.join('; ')}; not restarted (a restart would not clear it), it becomes ready once that is fixed`,
+    );
+    this.#hooks.emit({ type: 'needs-operator', service: this.name, restarts: this.restarts, failing, needsOperator });
+  }
+
+  #killHung(child: ChildProcess, silentMs: number): void {
+    this.#hooks.log.warn(
+      { supervised: this.name, silentMs, windowMs: this.#liveness.windowMs },
+      `${this.name} did not answer for ${silentMs} ms (hung); killing it`,
+    );
+    child.kill('SIGKILL');
   }
 }
