@@ -350,7 +350,9 @@ function supervisorLog(file: string): Logger {
  * `GET /readyz` (each with its own deadline `readyTimeoutMs`; reporting each change of its failing
  * checks as a `not-ready` event, and giving up at once on a check only an operator clears, ADR
  * 0729). Then supervises them: a service
- * that exits is restarted with capped exponential backoff (see {@link RestartPolicy}), each
+ * that exits is restarted with capped exponential backoff (see {@link RestartPolicy}) and left
+ * running while it answers, however long it waits, killed only when it answers nothing for the
+ * liveness window ({@link LivenessPolicy}, ADR 0739), each
  * exit and restart logged to `<dir>/supervisor.log` and reported to `onEvent`; `supervise: false`
  * leaves a dead service dead. The processes die with this one (stopped on SIGINT/SIGTERM/SIGHUP
  * with `stopOnSignals`); pid files go to `<dir>`. Refuses to start when a port already answers.

@@ -78,9 +78,11 @@ export interface SupervisionHooks {
 
 /**
  * One service under supervision: the current process, and what happens when it exits. A
- * process started by the supervisor itself is supervised from its start; one the stack started
- * (first start, `restart`) once it has been ready, so a service that cannot start at all is an
- * error for the caller, not a silent loop. `hold` suspends supervision until `release`.
+ * process started by the supervisor itself is supervised from its start, and probed until it is
+ * ready by the liveness rule ({@link LivenessPolicy}, ADR 0739: left running while it answers,
+ * killed once it answers nothing for the window); one the stack started (first start, `restart`)
+ * once it has been ready, so a service that cannot start at all is an error for the caller, not a
+ * silent loop. `hold` suspends supervision until `release`.
  */
 export class SupervisedService {
   child: ChildProcess | undefined;
