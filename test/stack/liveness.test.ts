@@ -56,7 +56,8 @@ beforeAll(async () => {
     dir,
     only: ['audit'],
     readyTimeoutMs: READY_TIMEOUT_MS,
-    liveness: { windowMs: WINDOW_MS, periodMs: 500 },
+    // Two minutes to a first answer: loading its code on a busy machine is no hang.
+    liveness: { startupMs: 120_000, windowMs: WINDOW_MS, periodMs: 500 },
     restartPolicy: { initialMs: 100, maxMs: 400, crashLoopAfter: 10 },
     onEvent: (e) => {
       events.push(e);

@@ -122,7 +122,7 @@ export interface StackOptions {
    * it stops answering (`liveness`, ADR 0739).
    */
   readyTimeoutMs?: number;
-  /** The liveness rule of processes the supervisor restarts (default {@link DEFAULT_LIVENESS}). */
+  /** The liveness rule of processes the supervisor restarts (default {@link DEFAULT_LIVENESS}; `startupMs` the ready timeout). */
   liveness?: Partial<LivenessPolicy>;
   only?: string[];
   stopOnSignals?: boolean;
@@ -366,7 +366,7 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
   await assertPortsFree(selected, opts.env);
   const readyTimeoutMs = opts.readyTimeoutMs ?? 120_000;
   const policy = { ...DEFAULT_RESTART_POLICY, ...opts.restartPolicy };
-  const liveness = { ...DEFAULT_LIVENESS, ...opts.liveness };
+  const liveness = { ...DEFAULT_LIVENESS, startupMs: readyTimeoutMs, ...opts.liveness };
   const spawnedAt = new WeakMap<ChildProcess, number>();
   const log = supervisorLog(resolve(opts.dir, 'supervisor.log'));
   const emit = (event: StackEvent): void => opts.onEvent?.(event);

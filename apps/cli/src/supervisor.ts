@@ -22,15 +22,21 @@ export const DEFAULT_RESTART_POLICY: RestartPolicy = { initialMs: 500, maxMs: 30
  * it is probed every `periodMs`; a probe it answers — `/readyz` answered as the service, 200 or
  * 503, or, before it ever answered `/readyz`, the supervisor's ping over IPC — shows it alive; one
  * that answers neither for `windowMs` on end (each probe waiting up to the probe timeout) is hung,
- * and is killed (SIGKILL) and restarted. How long it waits for a dependency does not count. Ms.
+ * and is killed (SIGKILL) and restarted. Until its first answer it has `startupMs` instead (loading
+ * its code blocks the event loop; on a busy machine that takes more than the window, as a
+ * Kubernetes startup probe allows). How long it waits for a dependency does not count. Ms.
  */
 export interface LivenessPolicy {
+  startupMs: number;
   windowMs: number;
   periodMs: number;
 }
 
-/** Hung after 30 s without an answer (Kubernetes' default liveness probe: 3 failures 10 s apart); probed every second. */
-export const DEFAULT_LIVENESS: LivenessPolicy = { windowMs: 30_000, periodMs: 1_000 };
+/**
+ * Two minutes to a first answer (the stack's default ready timeout); then hung after 30 s without
+ * one (Kubernetes' default liveness probe: 3 failures 10 s apart); probed every second.
+ */
+export const DEFAULT_LIVENESS: LivenessPolicy = { startupMs: 120_000, windowMs: 30_000, periodMs: 1_000 };
 
 /**
  * What one probe of a process that is not ready yet found: `ready`; `not-ready` (its `/readyz`
@@ -211,8 +217,9 @@ export class SupervisedService {
    * ends once (`needs-operator`) — and one that answers nothing for the window is killed.
    */
   async #watchStart(child: ChildProcess): Promise<void> {
-    const { windowMs, periodMs } = this.#liveness;
-    let answeredAt = Date.now();
+    const { startupMs, windowMs, periodMs } = this.#liveness;
+    const startedAt = Date.now();
+    let answeredAt: number | undefined;
     let answeredHttp = false;
     let waitingFor = '';
     let operatorTold = false;
@@ -222,7 +229,8 @@ export class SupervisedService {
       if (this.#gone(child)) return;
       if (probe.state === 'ready') return this.#ready(child);
       if (probe.state === 'no-answer') {
-        if (Date.now() - answeredAt >= windowMs) return this.#killHung(child, Date.now() - answeredAt);
+        const silentMs = Date.now() - (answeredAt ?? startedAt);
+        if (silentMs >= (answeredAt === undefined ? Math.max(startupMs, windowMs) : windowMs)) return this.#killHung(child, silentMs);
       } else {
         answeredAt = Date.now();
         answeredHttp ||= probe.state === 'not-ready';
