@@ -1,4 +1,12 @@
-import { SCHEDULE_HOLDING_STATUSES, type Trx } from '@gatehouse/ledger';
+import { turnsQueue } from '@gatehouse/contracts';
+import {
+  enqueueInTransaction,
+  SCHEDULE_HOLDING_STATUSES,
+  transitionWorkflow,
+  type OutboxRow,
+  type Trx,
+  type WorkflowState,
+} from '@gatehouse/ledger';
 
 /**
  * Change pack (docs/product/users-and-tools.md#change-pack): the latest plan `prepare_change` produced in this workflow when no
@@ -29,4 +37,26 @@ export async function unscheduledPlan(trx: Trx, workflowId: string): Promise<str
 /** The next step of a run whose prepared plan `planId` waits for the agent to propose its schedule. */
 export function planPreparedStep(planId: string): string {
   return `Plan ${planId} is prepared; the agent proposes scheduling it for a change owner's approval.`;
+}
+
+/**
+ * Starts the run's next model round, in the caller's transaction (which holds the run's lock and
+ * read `wf.state` under it): the run moves to `awaiting_approval` with `planReady`'s next step when
+ * a change plan waits for its schedule ({@link unscheduledPlan}), else to `investigating`; the
+ * round's job is returned as an outbox row to publish after commit.
+ * @throws IllegalTransition when the run's state allows neither move (the transaction rolls back).
+ */
+export async function startNextRound(
+  trx: Trx,
+  wf: { id: string; state: WorkflowState; round: number; release_id: string },
+  planReady: string | null,
+): Promise<OutboxRow> {
+  await transitionWorkflow(
+    trx,
+    wf.id,
+    planReady
+      ? { to: 'awaiting_approval', nextStep: planPreparedStep(planReady), lockedFrom: wf.state }
+      : { to: 'investigating', nextStep: null, lockedFrom: wf.state },
+  );
+  return enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 });
 }

@@ -3,7 +3,6 @@ import { Router } from 'express';
 import {
   IdempotencyKeySchema,
   isUuid,
-  turnsQueue,
   WorkflowMessageRequestSchema,
   type WorkflowMessageAccepted,
   type WorkflowView,
@@ -11,13 +10,11 @@ import {
 import {
   creditWaitsEndedByFollowUp,
   endUnclaimedActions,
-  enqueueInTransaction,
   inTransaction,
   LIVE_STATES,
   readActionsView,
   releaseDraining,
   shownNextStep,
-  transitionWorkflow,
   type Db,
   type OutboxRow,
   type Trx,
@@ -25,7 +22,7 @@ import {
 } from '@gatehouse/ledger';
 import { ConflictError, Forbidden, NotFound, type OutboxRelay, parseBody, UserError } from '@gatehouse/platform';
 import type { AuthedRequest } from '@gatehouse/platform';
-import { planPreparedStep, unscheduledPlan } from '../domain/next-turn.ts';
+import { startNextRound, unscheduledPlan } from '../domain/next-turn.ts';
 import { unansweredCalls } from '../domain/transcript.ts';
 
 /** Loads a workflow of the caller's tenant; another tenant's id is indistinguishable from none. */
@@ -216,12 +213,5 @@ async function nextRoundAfterFollowUp(trx: Trx, wf: LockedRun, superseded: Workf
     wf.pack === 'change' && wf.state !== 'paused' && !superseded.some((a) => a.tool === 'schedule_change')
       ? await unscheduledPlan(trx, wf.id)
       : null;
-  await transitionWorkflow(
-    trx,
-    wf.id,
-    planReady
-      ? { to: 'awaiting_approval', nextStep: planPreparedStep(planReady), lockedFrom: wf.state }
-      : { to: 'investigating', nextStep: null, lockedFrom: wf.state },
-  );
-  return [await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 })];
+  return [await startNextRound(trx, wf, planReady)];
 }

@@ -1,11 +1,9 @@
 import type { Selectable } from 'kysely';
 import type { ResultJob, StopReason } from '@gatehouse/contracts';
-import { turnsQueue } from '@gatehouse/contracts';
 import {
   approvalAwaitedStep,
   checkWorkingTime,
   endUnclaimedActions,
-  enqueueInTransaction,
   inTransaction,
   LIVE_STATES,
   recordAudit,
@@ -18,7 +16,7 @@ import {
   type WorkflowsTable,
 } from '@gatehouse/ledger';
 import type { OutboxRelay } from '@gatehouse/platform';
-import { planPreparedStep, unscheduledPlan } from '../domain/next-turn.ts';
+import { startNextRound, unscheduledPlan } from '../domain/next-turn.ts';
 import { unansweredCalls } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
 
@@ -195,13 +193,5 @@ async function advanceRun(trx: Trx, wf: Selectable<WorkflowsTable>): Promise<{ o
     return { outcome: awaiting || openApprovals ? 'waiting_for_approval' : 'waiting_for_other_calls', rows: [] };
   }
   const planReady = wf.pack === 'change' ? await unscheduledPlan(trx, wf.id) : null;
-  await transitionWorkflow(
-    trx,
-    wf.id,
-    planReady
-      ? { to: 'awaiting_approval', nextStep: planPreparedStep(planReady), lockedFrom: wf.state }
-      : { to: 'investigating', nextStep: null, lockedFrom: wf.state },
-  );
-  const row = await enqueueInTransaction(trx, turnsQueue, { release: wf.release_id, workflowId: wf.id, round: wf.round + 1 });
-  return { outcome: 'next_turn', rows: [row] };
+  return { outcome: 'next_turn', rows: [await startNextRound(trx, wf, planReady)] };
 }
