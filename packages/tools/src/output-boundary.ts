@@ -195,16 +195,33 @@ export function boundReason(reason: string): string {
   return clean.length > MAX_REASON_CHARS ? cutAt(clean, MAX_REASON_CHARS) + TRUNCATION_MARKER : clean;
 }
 
+/** Most items of an array, or keys of an object, kept in a tool output; the rest is cut. */
+export const MAX_ITEMS = 50;
+/** Deepest nesting kept in a tool output; a value deeper is replaced by {@link TRUNCATION_MARKER}. */
+const MAX_DEPTH = 6;
+
+/**
+ * Bounds one value of a tool output: strings through {@link boundText}; nesting past
+ * {@link MAX_DEPTH} replaced by {@link TRUNCATION_MARKER}; arrays and objects cut to
+ * {@link MAX_ITEMS} items or keys, a cut marked like a cut string (docs/product/invariants.md#untrusted-output):
+ * a cut array ends with the item {@link TRUNCATION_MARKER}, a cut object gets the key
+ * {@link TRUNCATION_MARKER} (last, so the data cannot overwrite it) whose value is how many keys were cut.
+ */
 function boundValue(value: unknown, depth: number, sensitive: ReadonlySet<string>): unknown {
   if (typeof value === 'string') return boundText(value);
   if (value === null || typeof value === 'number' || typeof value === 'boolean') return value;
-  if (depth > 6) return TRUNCATION_MARKER;
-  if (Array.isArray(value)) return value.slice(0, 50).map((v) => boundValue(v, depth + 1, sensitive));
+  if (depth > MAX_DEPTH) return TRUNCATION_MARKER;
+  if (Array.isArray(value)) {
+    const kept = value.slice(0, MAX_ITEMS).map((v) => boundValue(v, depth + 1, sensitive));
+    return value.length > MAX_ITEMS ? [...kept, TRUNCATION_MARKER] : kept;
+  }
   if (typeof value === 'object') {
     const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value as Record<string, unknown>).slice(0, 50)) {
+    const entries = Object.entries(value as Record<string, unknown>);
+    for (const [k, v] of entries.slice(0, MAX_ITEMS)) {
       out[cutAt(redactSecrets(escapeUnstorable(k)), 100)] = sensitive.has(k) ? '[redacted]' : boundValue(v, depth + 1, sensitive);
     }
+    if (entries.length > MAX_ITEMS) out[TRUNCATION_MARKER] = entries.length - MAX_ITEMS;
     return out;
   }
   return null;
@@ -218,8 +235,9 @@ export interface SafeOutput extends Record<string, unknown> {
 }
 
 /**
- * Redacts and bounds `data` (strings ≤ {@link MAX_STRING_CHARS}, whole output ≤
- * {@link MAX_OUTPUT_BYTES} bytes, with {@link TRUNCATION_MARKER} where cut) and labels it
+ * Redacts and bounds `data` (strings ≤ {@link MAX_STRING_CHARS}, arrays and objects ≤
+ * {@link MAX_ITEMS} items or keys, whole output ≤ {@link MAX_OUTPUT_BYTES} bytes, with
+ * {@link TRUNCATION_MARKER} where cut: see `boundValue`) and labels it
  * `{source: tool, trust}`. Outcomes Gatehouse itself produced (denials, validation results) are
  * labelled `trust: "gatehouse"`. Values under a `sensitive` key (the tool contract's list) are
  * always replaced by `[redacted]`.

@@ -3,6 +3,7 @@ import {
   boundReason,
   boundText,
   containsSecret,
+  MAX_ITEMS,
   MAX_OUTPUT_BYTES,
   MAX_REASON_CHARS,
   MAX_STRING_CHARS,
@@ -75,7 +76,32 @@ describe('toSafeOutput bounds and labels', () => {
     for (let i = 0; i < 20; i++) deep = { d: deep };
     const out = toSafeOutput('lookup_order', { deep, list: Array.from({ length: 500 }, (_, i) => i) });
     expect(JSON.stringify(out)).toContain(TRUNCATION_MARKER);
-    expect((out.list as unknown[]).length).toBe(50);
+    expect((out.list as unknown[]).length).toBe(MAX_ITEMS + 1);
+  });
+
+  // Regression: items and keys past MAX_ITEMS were dropped with no marker (docs/product/invariants.md#untrusted-output).
+  it('a cut array ends with the truncation marker; an array at the limit is not marked', () => {
+    const out = toSafeOutput('lookup_order', {
+      long: Array.from({ length: MAX_ITEMS + 1 }, (_, i) => i),
+      full: Array.from({ length: MAX_ITEMS }, (_, i) => i),
+    });
+    expect(out.long).toEqual([...Array.from({ length: MAX_ITEMS }, (_, i) => i), TRUNCATION_MARKER]);
+    expect(out.full).toEqual(Array.from({ length: MAX_ITEMS }, (_, i) => i));
+  });
+
+  it('a cut object gets the truncation marker as a key, counting the keys cut; an object at the limit is not marked', () => {
+    const keys = (n: number): Record<string, number> => Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, i]));
+    const out = toSafeOutput('lookup_order', { wide: keys(MAX_ITEMS + 7), full: keys(MAX_ITEMS) });
+    const wide = out.wide as Record<string, unknown>;
+    expect(Object.keys(wide)).toHaveLength(MAX_ITEMS + 1);
+    expect(wide[TRUNCATION_MARKER]).toBe(7);
+    expect(Object.keys(out.full as object)).toHaveLength(MAX_ITEMS);
+    expect(out.full).not.toHaveProperty([TRUNCATION_MARKER]);
+  });
+
+  it('the marker of a cut object is kept even when the data names a key like it', () => {
+    const data = { ...Object.fromEntries(Array.from({ length: MAX_ITEMS - 1 }, (_, i) => [`k${i}`, i])), [TRUNCATION_MARKER]: 0, extra: 1 };
+    expect((toSafeOutput('lookup_order', { o: data }).o as Record<string, unknown>)[TRUNCATION_MARKER]).toBe(1);
   });
 
   it('outcomes produced by Gatehouse itself are labelled trust: gatehouse', () => {
