@@ -11,9 +11,15 @@ export type HuntStack = E2EStack;
 /** The shared process stack (packages/test-harness/src/stack.ts) with env overrides. */
 export const startHuntStack = startE2EStack;
 
+/** What a scripted answer may say of itself: its `model` name and `usage` counts, true or not. */
+export type AnswerFields = { model?: string; usage?: { input_tokens?: number; output_tokens?: number; total_tokens?: number } };
+
 export type Entry =
-  | { type: 'function_calls'; calls: Array<{ name: string; arguments: string | Record<string, unknown>; call_id?: string }> }
-  | { type: 'message'; text: string }
+  | ({
+      type: 'function_calls';
+      calls: Array<{ name: string; arguments: string | Record<string, unknown>; call_id?: string }>;
+    } & AnswerFields)
+  | ({ type: 'message'; text: string } & AnswerFields)
   | { type: 'error'; status: number; headers?: Record<string, string> };
 
 export const fc = (...calls: Array<[string, string | Record<string, unknown>]>): Entry => ({

@@ -2,6 +2,12 @@ import { z } from 'zod';
 
 const headerValue = z.union([z.string(), z.number()]).transform((v) => String(v));
 
+/** Overrides of the answer's own fields, for the non-error entries (see {@link FixtureEntrySchema}). */
+const answerOverrides = {
+  model: z.string().optional(),
+  usage: z.object({ input_tokens: z.number(), output_tokens: z.number(), total_tokens: z.number() }).partial().optional(),
+};
+
 /**
  * One scripted model turn (docs/product/public-contract.md#model-stub):
  * - `function_calls`: one response with these calls, each with a fresh `call_id` unless it names
@@ -9,11 +15,14 @@ const headerValue = z.union([z.string(), z.number()]).transform((v) => String(v)
  *   `arguments` is the raw string sent verbatim, malformed or not (an object is JSON-encoded for you);
  * - `message`: an assistant message with one `output_text` part;
  * - `refusal`: an assistant message whose content part is `{type:"refusal", refusal:text}`;
+ * - each of these three may also set the response's `model` name and any of its `usage` counts
+ *   (any number, negative or fractional: to play a server whose answer lies about them);
  * - `error`: that HTTP status (400–599) with `body` (default: the API error shape for the
  *   status, `message` overriding its text) and `headers` (e.g. `retry-after-ms`, `x-should-retry`).
  */
 export const FixtureEntrySchema = z.discriminatedUnion('type', [
   z.object({
+    ...answerOverrides,
     type: z.literal('function_calls'),
     calls: z
       .array(
@@ -27,8 +36,8 @@ export const FixtureEntrySchema = z.discriminatedUnion('type', [
       )
       .min(1),
   }),
-  z.object({ type: z.literal('message'), text: z.string() }),
-  z.object({ type: z.literal('refusal'), text: z.string() }),
+  z.object({ ...answerOverrides, type: z.literal('message'), text: z.string() }),
+  z.object({ ...answerOverrides, type: z.literal('refusal'), text: z.string() }),
   z.object({
     type: z.literal('error'),
     status: z.number().int().min(400).max(599),

@@ -145,7 +145,8 @@ export function createResponsesRouter(state: ModelStubState, log: Logger): Route
       output = [item, ...output];
       record.reasoning.emitted = { id: item.id, precedes: callIds };
     }
-    const response = buildResponse(body, output);
+    const built = buildResponse(body, output);
+    const response = fixture ? { ...built, model: fixture.model ?? built.model, usage: { ...built.usage, ...fixture.usage } } : built;
     record.responseId = response.id;
     reply(200, response);
   });
