@@ -35,6 +35,7 @@ import { loadTranscript } from '../domain/transcript.ts';
 import { stopWorkflow, TERMINAL_STATES } from '../domain/workflow-state.ts';
 import type { LoopTestHooks } from '../domain/test-hooks.ts';
 import { tenantCapReached, type TenantSpendCap } from '../domain/tenant-spend.ts';
+import { trustedAnswer } from '../domain/model-answer.ts';
 import {
   CallIdRefused,
   callIdRefusedStep,
@@ -422,7 +423,8 @@ type TurnRequest = { instructions: { text: string }; input: unknown; tools: Retu
 /**
  * Sends the round's request through the `openai` client, its own 429/5xx retries bounded by the
  * run's remaining working time, and records the call's latency metric on failure.
- * Returns the response, or `model_error` when the model rejected the request (a 4xx other than
+ * Returns the response, its `model` and `usage` made safe to record (`trustedAnswer`, ADR 0744),
+ * or `model_error` when the model rejected the request (a 4xx other than
  * 408 and 429): the run is then stopped `model_error`.
  * @throws DependencyUnavailable('model') when the model stayed unavailable (408, 429, 5xx,
  *   unanswered): the job is held and the wait is not working time; its message (logged) keeps the
@@ -436,8 +438,9 @@ async function askModel(
   request: TurnRequest,
   started: number,
 ): Promise<OpenAI.Responses.Response | 'model_error'> {
+  let answer: OpenAI.Responses.Response;
   try {
-    return await deps.model.responses.create(
+    answer = await deps.model.responses.create(
       {
         model: deps.modelName,
         instructions: request.instructions.text,
@@ -467,6 +470,10 @@ async function askModel(
     // The error's text is the model's answer: untrusted, and it may echo the request (ADR 0710).
     throw new DependencyUnavailable('model', `model unavailable: ${boundReason(err.message)}`);
   }
+  // The answer's model name and usage are the server's word: bounded and clamped before anything records them (ADR 0744).
+  const { response, corrected } = trustedAnswer(answer);
+  if (corrected.model || corrected.usage) deps.log.warn({ workflowId: wf.id, corrected }, 'model answer: model name or usage corrected');
+  return response;
 }
 
 /** What {@link recordRound} needs beyond the answer: the round's context when it was asked. */
