@@ -1,9 +1,10 @@
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { KeyObject } from 'node:crypto';
 import { anchorFreshnessLimitMs, readWitness, verifyAuditChain, type ChainVerification, type Db } from '@gatehouse/ledger';
 import { auditAnchorFromEnv } from '@gatehouse/platform';
 import { stateRoot } from './stack.ts';
+import { UsageError } from './commands.ts';
 
 /**
  * The anchor witness of the local stack when `AUDIT_ANCHOR_WITNESS_PATH` is unset:
@@ -19,10 +20,18 @@ export function localWitnessPath(env: Record<string, string | undefined> = proce
  * (a named witness must exist: its absence fails verification), else the local stack's default
  * when it exists.
  * Returns null when none was named and the default does not exist (verification without one).
+ * @throws UsageError when the named witness is a directory, not a file (exit 2, before the database is read).
  */
 export function witnessToRead(flag: string | undefined, env: Record<string, string | undefined> = process.env): string | null {
   const named = flag ?? env.AUDIT_ANCHOR_WITNESS_PATH;
-  if (named) return resolve(named);
+  if (named) {
+    const path = resolve(named);
+    if (statSync(path, { throwIfNoEntry: false })?.isDirectory()) {
+      const from = flag === undefined ? 'AUDIT_ANCHOR_WITNESS_PATH' : '--witness';
+      throw new UsageError(`audit verify: ${from} ${path} is a directory; it names the witness file (audit-anchors.jsonl); nothing ran`);
+    }
+    return path;
+  }
   const local = localWitnessPath(env);
   return existsSync(local) ? local : null;
 }

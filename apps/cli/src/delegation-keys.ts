@@ -1,6 +1,7 @@
-import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { existsSync, statSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { ensureDelegationKeyPair, loadDelegationSigningKey, type DelegationSigningKey } from '@gatehouse/credentials';
+import { UsageError } from './commands.ts';
 
 /** Files of the delegation key pair (docs/decisions/0170-delegated-credentials-bind-the-operation.md). */
 export interface DelegationKeyPaths {
@@ -16,6 +17,23 @@ export function delegationKeyPaths(env: Record<string, string | undefined>, dir:
     signing: env.GATEHOUSE_DELEGATION_SIGNING_KEY_PATH ?? resolve(dir, 'delegation-ed25519.pem'),
     jwks: env.GATEHOUSE_DELEGATION_JWKS_PATH ?? resolve(dir, 'delegation-jwks.json'),
   };
+}
+
+/**
+ * The folder `gatehouse delegation keys <dir>` writes the key pair into, resolved: absent (it is
+ * created) or a directory.
+ * @throws UsageError naming the path when it, or the nearest existing folder above it, is not a
+ * directory (exit 2; nothing written).
+ */
+export function delegationKeyDir(arg: string): string {
+  const dir = resolve(arg);
+  let at = dir;
+  while (!existsSync(at) && dirname(at) !== at) at = dirname(at);
+  if (!statSync(at).isDirectory()) {
+    const what = at === dir ? 'is a file' : `is under ${at}, a file`;
+    throw new UsageError(`delegation keys: ${dir} ${what}; <dir> names the directory to write the key pair into; nothing written`);
+  }
+  return dir;
 }
 
 /**

@@ -8,11 +8,11 @@ import { migrate, migrateOneDown, type Db } from '@gatehouse/ledger';
 import { withCliDb } from './cli-db.ts';
 import { tokenFor } from './api-client.ts';
 import { auditPublicKey } from './audit-key.ts';
-import { auditVerifyCommand, localWitnessPath } from './audit-verify-command.ts';
+import { auditVerifyCommand, localWitnessPath, witnessToRead } from './audit-verify-command.ts';
 import { auditReplaceLostKeyCommand, auditRotateKeyCommand } from './audit-rotate-command.ts';
 import { prepareDatabase } from './db-admin.ts';
 import { ensureDelegationKeyPair } from '@gatehouse/credentials';
-import { cliSigningKey, delegationKeyPaths } from './delegation-keys.ts';
+import { cliSigningKey, delegationKeyDir, delegationKeyPaths } from './delegation-keys.ts';
 import { runDemo, printReport } from './demo.ts';
 import {
   authorizeOperator,
@@ -79,7 +79,7 @@ async function main(argv: string[]): Promise<number> {
   const env = parseEnv({}, { ...process.env, STAGING_URL: stagingUrlOf(process.env) });
   switch (`${cmd} ${sub ?? ''}`.trim()) {
     case 'delegation keys': {
-      const paths = delegationKeyPaths({}, resolvePath(arg!));
+      const paths = delegationKeyPaths({}, delegationKeyDir(arg!));
       const kid = await ensureDelegationKeyPair(paths.signing, paths.jwks);
       out(`signing key ${paths.signing} (kid ${kid}) — the executor's only; JWKS ${paths.jwks} — the systems of record's`);
       return 0;
@@ -117,6 +117,7 @@ async function main(argv: string[]): Promise<number> {
     case 'demo':
       return demo(Boolean(values['keep-running']));
     case 'audit verify':
+      witnessToRead(values.witness); // A witness that is a directory is a usage error, before the database.
       return withCliDb(env.DATABASE_URL, 2, (db) => {
         const key = auditPublicKey();
         return auditVerifyCommand(db, { witness: values.witness, json: values.json, out, ...(key ? { trustedPublicKey: key } : {}) });
