@@ -5,6 +5,7 @@ import { errorResponseOf } from './http-errors.ts';
 import type { Logger } from './logger.ts';
 import { within } from './timeout.ts';
 import { refuseDuplicateJsonKeys } from './json-body.ts';
+import { allowedMethods } from './allowed-methods.ts';
 
 /** A readiness probe: resolves when a dependency answers, rejects otherwise. */
 export type ReadyCheck = () => Promise<void>;
@@ -102,7 +103,10 @@ export function responseDeadline(ms: number, answer?: (req: Request, res: Respon
 }
 
 /**
- * Installs the 404 handler and the one error middleware of every HTTP service: the answer comes
+ * Installs the 405/404 handler and the one error middleware of every HTTP service. A request no
+ * route answered whose path a route of another method takes is 405 `method_not_allowed` with
+ * `Allow` naming the path's methods (RFC 9110 §15.5.6, docs/decisions/0746); any other is 404
+ * `not_found`. The error middleware's answer comes
  * from {@link errorResponseOf} — a malformed request its 4xx, an error of the tree (contracts'
  * `GatehouseError`) its status by class with `{error: {reason, message}}`, an unreachable
  * dependency 503 `dependency_unavailable` with `Retry-After: 5` (seconds), each logged at warn
@@ -110,6 +114,12 @@ export function responseDeadline(ms: number, answer?: (req: Request, res: Respon
  */
 export function finishApp(app: Express, log: Logger): Express {
   app.use((req, res) => {
+    const allow = allowedMethods(app, req.path);
+    if (allow.length && !allow.includes(req.method)) {
+      res.setHeader('allow', allow.join(', '));
+      const message = `${req.path} does not take ${req.method}: it takes ${allow.join(', ')}`;
+      return void res.status(405).json({ error: { reason: 'method_not_allowed', message } });
+    }
     res.status(404).json({ error: { reason: 'not_found', message: `no route ${req.method} ${req.path}` } });
   });
   app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
