@@ -3,6 +3,7 @@ import { parseCookie } from 'cookie';
 import { InvalidTokenError, type UserClaims } from '@gatehouse/credentials';
 import { actorHash, inTransaction, recordAudit, type Db } from '@gatehouse/ledger';
 import {
+  bearerTokenOf,
   browserSession,
   Forbidden,
   isDirectoryOperator,
@@ -101,18 +102,28 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
    */
   const refusalLimited = (user: UserClaims): Promise<RateRefusal | null> =>
     cfg.signInLimiter ? cfg.signInLimiter.take({ user: user.sub, tenant: user.tenant }) : Promise.resolve(null);
-  /** The token of a request: the bearer header wins over the cookie. */
+  /**
+   * The token of a request: the bearer header wins over the cookie.
+   * @throws Unauthorized(`malformed_authorization`) when the header is there but malformed ({@link bearerTokenOf}).
+   */
   const tokenOf = (req: Request): string | undefined => {
     const header = req.header('authorization');
-    if (header !== undefined) return /^Bearer\s+(\S+)$/i.exec(header)?.[1] ?? '';
+    if (header !== undefined) return bearerTokenOf(header) ?? '';
     return parseCookie(req.header('cookie') ?? '')[OPS_COOKIE] || undefined;
   };
 
   const requireOperator = async (req: Request, res: Response, next: NextFunction): Promise<void> => {
-    const token = tokenOf(req);
+    let token: string | undefined;
     let user: UserClaims | null = null;
-    let reason = token ? 'invalid_token' : 'missing_token';
+    let reason = 'missing_token';
     let message = 'an operator bearer token is required';
+    try {
+      token = tokenOf(req);
+      if (token) reason = 'invalid_token';
+    } catch (err) {
+      if (!(err instanceof Unauthorized)) return next(err);
+      ({ reason, message } = err); // 401 naming what is wrong with the header (ADR 0747)
+    }
     if (token) {
       try {
         user = await verifyBearerToken(token, verifier);
