@@ -11,7 +11,8 @@ interface RouterLayer {
 /**
  * The methods, upper case, of every route of `app` (mounted routers included) whose path matches
  * `path` — what an `Allow` header names for it (`HEAD` with `GET`, as express answers it). Empty
- * when no route matches, or one takes every method (`app.all`): then no method is wrong.
+ * when no route matches, or one takes every method (`app.all`): then no method is wrong; empty too
+ * when the router's internals are not the shape read here (then the caller's 404 stands).
  */
 export function allowedMethods(app: Express, path: string): string[] {
   const found = new Set<string>();
@@ -29,6 +30,11 @@ export function allowedMethods(app: Express, path: string): string[] {
       }
     }
   };
-  walk((app as unknown as { router: { stack: RouterLayer[] } }).router.stack, path);
+  try {
+    walk((app as unknown as { router: { stack: RouterLayer[] } }).router.stack, path);
+  } catch {
+    // A router of another shape (an express upgrade): no method is called wrong, the 404 stands.
+    return [];
+  }
   return anyMethod ? [] : [...found].sort();
 }
