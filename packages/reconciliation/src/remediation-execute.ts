@@ -129,6 +129,8 @@ type Claim =
   | { kind: 'refused'; reason: string }
   | { kind: 'failed'; reason: string };
 
+type Claimed = Extract<Claim, { kind: 'claimed' }>;
+
 /**
  * The fenced claim of a remediation, one transaction (lock order workflows → actions →
  * operations → approvals): reserves the operation `recon_<itemId>`, consumes the approval only
@@ -209,12 +211,7 @@ async function containmentHolds(trx: Trx, item: WorklistItem, approvalId: string
  * Performs the compensation itself; ratify and adopt make no downstream call. Each token is
  * bound to its request: key, fence and target (docs/decisions/0170-delegated-credentials-bind-the-operation.md).
  */
-async function perform(
-  deps: ExecuteDeps,
-  item: WorklistItem,
-  c: Extract<Claim, { kind: 'claimed' }>,
-  epoch: number,
-): Promise<CompensationResult> {
+async function perform(deps: ExecuteDeps, item: WorklistItem, c: Claimed, epoch: number): Promise<CompensationResult> {
   const args = c.action.arguments;
   if (item.remediation === 'ratify' || item.remediation === 'adopt')
     return { status: 'succeeded', evidenceRef: `lead:${c.approver}`, data: {} };
@@ -427,6 +424,23 @@ async function settleOriginal(
  */
 export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: string): Promise<RemediationOutcome> {
   const item = await findItem(deps.db, itemIdOrPrefix);
+  const ready = await readyToClaim(deps, item);
+  if ('state' in ready) return ready;
+  const c = await inTransaction(deps.db, (trx) => claim(trx, item, ready.approvalId, deps));
+  if (c.kind !== 'claimed') return unclaimed(deps, item, ready.approvalId, c);
+  const result = await perform(deps, item, c, ready.epoch);
+  return inTransaction(deps.db, (trx) => recordRemediation(trx, deps, item, ready.approvalId, c, result));
+}
+
+/**
+ * What must hold before a remediation's claim: the item open with a remediation requested, its
+ * approval granted (pending → `awaiting_approval`; denied, expired or void → the item reopens),
+ * audit storage healthy and the credential epoch readable (fail closed: nothing claimed).
+ * Returns the outcome that ends here, or the approval and epoch the claim and token use.
+ * @throws RemediationRefused when no remediation is requested.
+ * @throws AuditUnavailable when audit storage is unhealthy.
+ */
+async function readyToClaim(deps: ExecuteDeps, item: WorklistItem): Promise<RemediationOutcome | { approvalId: string; epoch: number }> {
   if (item.status === 'resolved' || item.status === 'auto_resolved')
     return { state: 'resolved', itemId: item.id, resolution: item.resolution ?? '', resolvedBy: item.resolved_by ?? '', rows: [] };
   const approvalId = item.approval_id;
@@ -440,93 +454,115 @@ export async function executeRemediation(deps: ExecuteDeps, itemIdOrPrefix: stri
   // No effect without audit: the approval is left unused (the caller holds or reports it).
   await requireAuditHealthy(deps.db, deps.auditGate ?? DEFAULT_AUDIT_GATE);
   // No token without the revocation epoch (fail closed): nothing is claimed, the next pass retries.
-  let epoch: number;
   try {
-    epoch = await readCredentialEpoch(deps.db);
+    return { approvalId, epoch: await readCredentialEpoch(deps.db) };
   } catch (err) {
     if (err instanceof DependencyUnavailable)
       return { state: 'retry', itemId: item.id, reason: 'epoch_unavailable', waitingFor: { on: 'postgres' } };
     throw err;
   }
-  const c = await inTransaction(deps.db, (trx) => claim(trx, item, approvalId, deps));
-  if (c.kind === 'busy') return { state: 'busy', itemId: item.id, ...(c.leaseUntil ? { leaseUntil: c.leaseUntil } : {}) };
-  if (c.kind === 'held')
-    return { state: 'retry', itemId: item.id, reason: `tool_disabled:${c.tool}`, waitingFor: { on: 'containment', tool: c.tool } };
-  if (c.kind === 'refused' || c.kind === 'failed') {
-    await inTransaction(deps.db, (trx) => reopen(trx, item, approvalId, c.reason));
-    return c.kind === 'failed'
-      ? { state: 'failed', itemId: item.id, reason: c.reason, nextStep: refusedNextStep(item, c.reason) }
-      : { state: 'refused', itemId: item.id, reason: c.reason };
-  }
-  if (c.kind === 'done') {
-    const now = await findItem(deps.db, item.id);
-    return { state: 'resolved', itemId: item.id, resolution: now.resolution ?? '', resolvedBy: now.resolved_by ?? '', rows: [] };
-  }
-  const result = await perform(deps, item, c, epoch);
-  const by = { actor: c.approver, hmacKey: deps.hmacKey };
-  return inTransaction(deps.db, async (trx): Promise<RemediationOutcome> => {
-    await trx.selectFrom('workflows').select('id').where('id', '=', c.action.workflow_id).forUpdate().execute();
-    const fenced = { actionId: c.action.id, key: c.action.operation_key, fencingToken: c.fence };
-    const recorded =
-      result.status === 'retry'
-        ? await resetToPending(trx, { ...fenced, reason: result.reason })
-        : await recordOutcome(trx, {
-            ...fenced,
-            status: result.status,
-            result: result.status === 'succeeded' ? { evidenceRef: result.evidenceRef } : null,
-            evidenceRef: result.status === 'succeeded' ? result.evidenceRef : null,
-            error: result.status === 'succeeded' ? null : result.reason,
-          });
-    if (!recorded) return { state: 'busy', itemId: item.id }; // fenced out: a newer claim owns the outcome
-    const audit = {
-      service: 'reconciliation',
-      runId: c.action.workflow_id,
-      actorHash: actorHash(deps.hmacKey, c.approver),
-      tool: c.action.tool,
-      actionDigest: c.action.digest,
-      actionVersion: c.action.version,
-      approvalId,
-      operationKeyHash: operationKeyHash(c.action.operation_key),
-      revisions: { policy: c.action.policy_revision, release: c.action.release_id },
-    };
-    if (result.status === 'retry')
-      return { state: 'retry', itemId: item.id, reason: result.reason, waitingFor: { on: 'system_of_record' } };
-    const done = result.status === 'succeeded';
-    if (done)
-      await transitionWorkflow(trx, c.action.workflow_id, {
-        to: 'completed',
-        nextStep: `Remediation ${item.remediation} executed for item ${item.id}.`,
-      });
-    else
-      await stopRun(
-        trx,
-        { id: c.action.workflow_id, release_id: c.action.release_id },
-        'denied',
-        refusedNextStep(item, result.reason),
-        'reconciliation',
-      );
-    await recordAudit(trx, {
-      ...audit,
-      type: done ? 'operation.succeeded' : 'operation.failed',
-      outcome: done ? 'succeeded' : result.reason.slice(0, 120),
-      // The system of record's id of the compensation's effect (a reversal, a cancellation, a replay's refund).
-      effectRef: done && !result.evidenceRef.startsWith('lead:') ? result.evidenceRef : null,
-    });
-    if (!done) {
-      await reopen(trx, item, approvalId, result.reason);
-      return { state: 'failed', itemId: item.id, reason: result.reason, nextStep: refusedNextStep(item, result.reason) };
+}
+
+/** The outcome of a claim that did not grant the lease ({@link claim}): nothing was sent. */
+async function unclaimed(
+  deps: ExecuteDeps,
+  item: WorklistItem,
+  approvalId: string,
+  c: Exclude<Claim, Claimed>,
+): Promise<RemediationOutcome> {
+  switch (c.kind) {
+    case 'busy':
+      return { state: 'busy', itemId: item.id, ...(c.leaseUntil ? { leaseUntil: c.leaseUntil } : {}) };
+    case 'held':
+      return { state: 'retry', itemId: item.id, reason: `tool_disabled:${c.tool}`, waitingFor: { on: 'containment', tool: c.tool } };
+    case 'refused':
+    case 'failed':
+      await inTransaction(deps.db, (trx) => reopen(trx, item, approvalId, c.reason));
+      return c.kind === 'failed'
+        ? { state: 'failed', itemId: item.id, reason: c.reason, nextStep: refusedNextStep(item, c.reason) }
+        : { state: 'refused', itemId: item.id, reason: c.reason };
+    case 'done': {
+      const now = await findItem(deps.db, item.id);
+      return { state: 'resolved', itemId: item.id, resolution: now.resolution ?? '', resolvedBy: now.resolved_by ?? '', rows: [] };
     }
-    const rows = await settleOriginal(trx, item, result, by, c.action.arguments);
-    const resolution = `${item.remediation} approved by ${c.approver} (approval ${approvalId})${result.evidenceRef && !result.evidenceRef.startsWith('lead:') ? `: ${result.evidenceRef}` : ''}`;
-    await trx
-      .updateTable('reconciliation_items')
-      .set({ status: 'resolved', resolution, resolved_by: c.approver, resolved_at: new Date() })
-      .where('id', '=', item.id)
-      .where('status', 'in', ['open', 'frozen'])
-      .execute();
-    await recordAudit(trx, { ...audit, type: 'reconciliation.resolved', outcome: `${item.class}:${item.remediation}` });
-    return { state: 'resolved', itemId: item.id, resolution, resolvedBy: c.approver, rows };
+  }
+}
+
+/**
+ * Records a performed remediation's result under its fencing token, in one transaction that
+ * locks the remediation's workflow first (lock order workflows → actions → operations): a
+ * retryable result resets the operation to pending; a refusal stops the run and reopens the
+ * item; a success completes the run, settles the original step ({@link settleOriginal}) and
+ * resolves the item, audited as `reconciliation.resolved`. Fenced out → `busy`.
+ */
+async function recordRemediation(
+  trx: Trx,
+  deps: ExecuteDeps,
+  item: WorklistItem,
+  approvalId: string,
+  c: Claimed,
+  result: CompensationResult,
+): Promise<RemediationOutcome> {
+  await trx.selectFrom('workflows').select('id').where('id', '=', c.action.workflow_id).forUpdate().execute();
+  const fenced = { actionId: c.action.id, key: c.action.operation_key, fencingToken: c.fence };
+  const recorded =
+    result.status === 'retry'
+      ? await resetToPending(trx, { ...fenced, reason: result.reason })
+      : await recordOutcome(trx, {
+          ...fenced,
+          status: result.status,
+          result: result.status === 'succeeded' ? { evidenceRef: result.evidenceRef } : null,
+          evidenceRef: result.status === 'succeeded' ? result.evidenceRef : null,
+          error: result.status === 'succeeded' ? null : result.reason,
+        });
+  if (!recorded) return { state: 'busy', itemId: item.id }; // fenced out: a newer claim owns the outcome
+  if (result.status === 'retry') return { state: 'retry', itemId: item.id, reason: result.reason, waitingFor: { on: 'system_of_record' } };
+  const audit = {
+    service: 'reconciliation',
+    runId: c.action.workflow_id,
+    actorHash: actorHash(deps.hmacKey, c.approver),
+    tool: c.action.tool,
+    actionDigest: c.action.digest,
+    actionVersion: c.action.version,
+    approvalId,
+    operationKeyHash: operationKeyHash(c.action.operation_key),
+    revisions: { policy: c.action.policy_revision, release: c.action.release_id },
+  };
+  const done = result.status === 'succeeded';
+  if (done)
+    await transitionWorkflow(trx, c.action.workflow_id, {
+      to: 'completed',
+      nextStep: `Remediation ${item.remediation} executed for item ${item.id}.`,
+    });
+  else
+    await stopRun(
+      trx,
+      { id: c.action.workflow_id, release_id: c.action.release_id },
+      'denied',
+      refusedNextStep(item, result.reason),
+      'reconciliation',
+    );
+  await recordAudit(trx, {
+    ...audit,
+    type: done ? 'operation.succeeded' : 'operation.failed',
+    outcome: done ? 'succeeded' : result.reason.slice(0, 120),
+    // The system of record's id of the compensation's effect (a reversal, a cancellation, a replay's refund).
+    effectRef: done && !result.evidenceRef.startsWith('lead:') ? result.evidenceRef : null,
   });
+  if (!done) {
+    await reopen(trx, item, approvalId, result.reason);
+    return { state: 'failed', itemId: item.id, reason: result.reason, nextStep: refusedNextStep(item, result.reason) };
+  }
+  const rows = await settleOriginal(trx, item, result, { actor: c.approver, hmacKey: deps.hmacKey }, c.action.arguments);
+  const resolution = `${item.remediation} approved by ${c.approver} (approval ${approvalId})${result.evidenceRef && !result.evidenceRef.startsWith('lead:') ? `: ${result.evidenceRef}` : ''}`;
+  await trx
+    .updateTable('reconciliation_items')
+    .set({ status: 'resolved', resolution, resolved_by: c.approver, resolved_at: new Date() })
+    .where('id', '=', item.id)
+    .where('status', 'in', ['open', 'frozen'])
+    .execute();
+  await recordAudit(trx, { ...audit, type: 'reconciliation.resolved', outcome: `${item.class}:${item.remediation}` });
+  return { state: 'resolved', itemId: item.id, resolution, resolvedBy: c.approver, rows };
 }
 
 /**
