@@ -67,44 +67,69 @@ async function readProposalInputs(db: Db, job: ProposalJob) {
  * decided proposal is a no-op.
  */
 export async function processProposal(job: ProposalJob, deps: ProposalDeps): Promise<string> {
-  const { db, bundles } = deps;
-  const read = await readProposalInputs(db, job);
+  const read = await readProposalInputs(deps.db, job);
   if (!read || read.proposal.status !== 'received') return 'already_decided';
-  const { wf, proposal, callItem } = read;
-  const parsed = parseProposal(String(callItem.name ?? ''), String(callItem.arguments ?? ''));
+  const parsed = parseProposal(String(read.callItem.name ?? ''), String(read.callItem.arguments ?? ''));
+  return parsed.ok ? decideValid(job, deps, read, parsed) : rejectInvalid(job, deps, read, parsed);
+}
 
-  if (!parsed.ok) {
-    const rows = await inTransaction(db, async (trx) => {
-      const upd = await trx
-        .updateTable('proposals')
-        .set({ status: 'invalid', validation_error: JSON.stringify({ error: parsed.error, issues: parsed.issues }) })
-        .where('id', '=', proposal.id)
-        .where('status', '=', 'received')
-        .returning('id')
-        .executeTakeFirst();
-      if (!upd) return [] as OutboxRow[];
-      await recordAudit(trx, {
-        type: 'proposal.invalid',
-        service: 'policy-gateway',
-        runId: wf.id,
-        step: proposal.round,
-        actorHash: actorHash(deps.auditHmacKey, wf.user_id),
-        tool: proposal.tool,
-        callId: job.callId,
-        outcome: parsed.error,
-        revisions: { toolCatalog: wf.catalog_digest, policy: bundles[wf.pack].revision, release: wf.release_id },
-      });
-      const output = toSafeOutput(
-        proposal.tool,
-        { executed: false, status: 'validation_failed', error: parsed.error, issues: parsed.issues },
-        'gatehouse',
-      );
-      return [await enqueueInTransaction(trx, resultsQueue, { release: wf.release_id, workflowId: wf.id, callId: job.callId, output })];
+type ProposalInputs = NonNullable<Awaited<ReturnType<typeof readProposalInputs>>>;
+type Parsed = ReturnType<typeof parseProposal>;
+
+/**
+ * An invalid proposal: marked `invalid` (conditional on still `received`), audited as
+ * `proposal.invalid`, and answered to the model with a bounded validation result labelled
+ * Gatehouse's — nothing else is read or called. Returns `invalid:<error>`.
+ */
+async function rejectInvalid(
+  job: ProposalJob,
+  deps: ProposalDeps,
+  { wf, proposal }: ProposalInputs,
+  parsed: Extract<Parsed, { ok: false }>,
+): Promise<string> {
+  const rows = await inTransaction(deps.db, async (trx) => {
+    const upd = await trx
+      .updateTable('proposals')
+      .set({ status: 'invalid', validation_error: JSON.stringify({ error: parsed.error, issues: parsed.issues }) })
+      .where('id', '=', proposal.id)
+      .where('status', '=', 'received')
+      .returning('id')
+      .executeTakeFirst();
+    if (!upd) return [] as OutboxRow[];
+    await recordAudit(trx, {
+      type: 'proposal.invalid',
+      service: 'policy-gateway',
+      runId: wf.id,
+      step: proposal.round,
+      actorHash: actorHash(deps.auditHmacKey, wf.user_id),
+      tool: proposal.tool,
+      callId: job.callId,
+      outcome: parsed.error,
+      revisions: { toolCatalog: wf.catalog_digest, policy: deps.bundles[wf.pack].revision, release: wf.release_id },
     });
-    await deps.relay.publish(rows);
-    return `invalid:${parsed.error}`;
-  }
+    const output = toSafeOutput(
+      proposal.tool,
+      { executed: false, status: 'validation_failed', error: parsed.error, issues: parsed.issues },
+      'gatehouse',
+    );
+    return [await enqueueInTransaction(trx, resultsQueue, { release: wf.release_id, workflowId: wf.id, callId: job.callId, output })];
+  });
+  await deps.relay.publish(rows);
+  return `invalid:${parsed.error}`;
+}
 
+/**
+ * A valid proposal: the authoritative read and, for a refund, its limits' sums without the
+ * locks, then the decision in one transaction confirmed under the limit locks last; when the
+ * limits changed under it, decided again with the locks first (ADR 0450). Returns the outcome.
+ */
+async function decideValid(
+  job: ProposalJob,
+  deps: ProposalDeps,
+  { wf, proposal }: ProposalInputs,
+  parsed: Extract<Parsed, { ok: true }>,
+): Promise<string> {
+  const { db, bundles } = deps;
   // Read only for a known user and a tool of the workflow's pack offered in the proposal's state;
   // R2/C2 check the tenant before any rule uses it. A refund's sums are read beside the order,
   // without the limit locks: the decision is confirmed under them last (ADR 0450).
