@@ -30,7 +30,7 @@ export interface OutOfBandRequest {
  * and its round-0 proposal `valid`, keyed by `key`. Its action and pending approval follow with
  * {@link insertOutOfBandAction}. Seeds only: no transition, no event (the run starts where it waits).
  */
-export async function insertOutOfBandRequest(trx: Trx, r: OutOfBandRequest): Promise<void> {
+async function insertOutOfBandRequest(trx: Trx, r: OutOfBandRequest): Promise<void> {
   const argsSha256 = sha256Hex(canonicalJson(r.args));
   await trx
     .insertInto('workflows')
@@ -101,7 +101,7 @@ export interface OutOfBandAction {
  * and its pending approval bound to the action's digest, in the caller's transaction, after
  * {@link insertOutOfBandRequest} wrote their run. Audit events are the caller's, as they differ by kind.
  */
-export async function insertOutOfBandAction(trx: Trx, a: OutOfBandAction): Promise<void> {
+async function insertOutOfBandAction(trx: Trx, a: OutOfBandAction): Promise<void> {
   await trx
     .insertInto('actions')
     .values({
@@ -147,4 +147,35 @@ export async function insertOutOfBandAction(trx: Trx, a: OutOfBandAction): Promi
       expires_at: a.expiresAt,
     })
     .execute();
+}
+
+/**
+ * The action fields of an out-of-band run that its request does not already give (see
+ * {@link insertOutOfBandRun}); `release` and `policyRevision` default to the request's.
+ */
+export type OutOfBandRunAction = Omit<
+  OutOfBandAction,
+  'workflowId' | 'proposalId' | 'key' | 'tool' | 'args' | 'tenant' | 'requester' | 'release' | 'policyRevision'
+> &
+  Partial<Pick<OutOfBandAction, 'release' | 'policyRevision'>>;
+
+/**
+ * Writes a whole out-of-band run in the caller's transaction: {@link insertOutOfBandRequest}, then
+ * {@link insertOutOfBandAction} with the run's ids, key, tool, arguments, tenant and operator (as
+ * the requester, never its approver). Audit events are the caller's.
+ */
+export async function insertOutOfBandRun(trx: Trx, run: OutOfBandRequest, action: OutOfBandRunAction): Promise<void> {
+  await insertOutOfBandRequest(trx, run);
+  await insertOutOfBandAction(trx, {
+    release: run.release,
+    policyRevision: run.policyRevision,
+    ...action,
+    workflowId: run.workflowId,
+    proposalId: run.proposalId,
+    key: run.key,
+    tool: run.tool,
+    args: run.args,
+    tenant: run.tenant,
+    requester: run.operator,
+  });
 }

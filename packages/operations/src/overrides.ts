@@ -9,16 +9,7 @@ import {
   sha256Hex,
   type ReleaseManifest,
 } from '@gatehouse/contracts';
-import {
-  actorHash,
-  inTransaction,
-  insertOutOfBandAction,
-  insertOutOfBandRequest,
-  recordAudit,
-  transitionWorkflow,
-  type Db,
-  type Trx,
-} from '@gatehouse/ledger';
+import { actorHash, inTransaction, insertOutOfBandRun, recordAudit, transitionWorkflow, type Db, type Trx } from '@gatehouse/ledger';
 import { catalogDigest, toolsOfPack } from '@gatehouse/tools';
 
 /**
@@ -142,8 +133,7 @@ export async function requestOverride(db: Db, r: OverrideRequest): Promise<Overr
       }
     : (r.facts ?? { tool: r.release, activeRelease: active?.id ?? null });
   await inTransaction(db, async (trx) => {
-    const proposalId = await insertOverrideRun(trx, t, { args, operator: r.operator, policy: r.manifest?.policy.change ?? 'none' });
-    await insertOverrideApproval(trx, t, { proposalId, args, facts, r });
+    await insertOverrideRun(trx, t, { args, facts, r });
     const audit = { service: 'cli', runId: t.workflowId, actorHash: actorHash(r.hmacKey, r.operator), approvalId: t.approvalId };
     await recordAudit(trx, { ...audit, type: 'release.override_requested', outcome: r.summary, ...subjectFields(r.kind, r.release) });
     await recordAudit(trx, {
@@ -160,56 +150,38 @@ export async function requestOverride(db: Db, r: OverrideRequest): Promise<Overr
   return t;
 }
 
-/** The override's run and its proposal, in the caller's transaction; returns the id its action gets. */
+/** The override's run, its action and its pending approval, in the caller's transaction. */
 async function insertOverrideRun(
   trx: Trx,
   t: OverrideTicket,
-  w: { args: Record<string, unknown>; operator: string; policy: string },
-): Promise<string> {
-  const proposalId = randomUUID();
-  await insertOutOfBandRequest(trx, {
+  a: { args: Record<string, unknown>; facts: Record<string, unknown>; r: OverrideRequest },
+): Promise<void> {
+  const { args, r } = a;
+  const run = {
     workflowId: t.workflowId,
-    proposalId,
+    proposalId: randomUUID(),
     key: `override:${t.approvalId}`,
     tenant: t.tenant,
-    operator: w.operator,
+    operator: r.operator,
     pack: 'change',
     tool: RELEASE_OVERRIDE_TOOL,
-    args: w.args,
-    nextStep: `A policy owner or an operator other than ${w.operator} must approve the ${String(w.args.kind)} override of ${String(w.args.release)} (approval ${t.approvalId}, inbox or POST /v1/approvals/${t.approvalId}/decision) before ${t.expiresAt.toISOString()}.`,
+    args,
+    nextStep: `A policy owner or an operator other than ${r.operator} must approve the ${String(args.kind)} override of ${String(args.release)} (approval ${t.approvalId}, inbox or POST /v1/approvals/${t.approvalId}/decision) before ${t.expiresAt.toISOString()}.`,
     release: OVERRIDE_RUN_RELEASE,
-    policyRevision: w.policy,
+    policyRevision: r.manifest?.policy.change ?? 'none',
     catalogDigest: catalogDigest(toolsOfPack('change')),
-  });
-  return proposalId;
-}
-
-/** The override's action and its pending approval, in the caller's transaction. */
-async function insertOverrideApproval(
-  trx: Trx,
-  t: OverrideTicket,
-  a: { proposalId: string; args: Record<string, unknown>; facts: Record<string, unknown>; r: OverrideRequest },
-): Promise<void> {
-  const actionId = randomUUID();
-  const policy = a.r.manifest ? `${a.r.manifest.policy.support},${a.r.manifest.policy.change}` : 'none';
-  await insertOutOfBandAction(trx, {
-    workflowId: t.workflowId,
-    proposalId: a.proposalId,
-    actionId,
+  } as const;
+  await insertOutOfBandRun(trx, run, {
+    actionId: randomUUID(),
     approvalId: t.approvalId,
-    key: `override:${t.approvalId}`,
-    tool: RELEASE_OVERRIDE_TOOL,
-    target: a.r.release,
-    args: a.args,
+    target: r.release,
     digest: t.actionDigest,
     ruleId: RELEASE_OVERRIDE_RULE_ID,
-    policyRevision: policy,
-    release: a.r.release,
+    policyRevision: r.manifest ? `${r.manifest.policy.support},${r.manifest.policy.change}` : 'none',
+    release: r.release,
     facts: a.facts,
-    tenant: t.tenant,
     region: null,
     amountCents: null,
-    requester: a.r.operator,
     approverRole: RELEASE_APPROVER_ROLE,
     sameRegion: false,
     expiresAt: t.expiresAt,

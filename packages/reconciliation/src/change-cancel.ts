@@ -4,8 +4,7 @@ import { sql } from 'kysely';
 import { isUuid, REMEDIATION_RULE_ID, testFaults } from '@gatehouse/contracts';
 import { mintDelegatedToken } from '@gatehouse/credentials';
 import {
-  insertOutOfBandAction,
-  insertOutOfBandRequest,
+  insertOutOfBandRun,
   actorHash,
   consumeApproval as consumeBoundApproval,
   grantLease,
@@ -262,8 +261,7 @@ async function insertCancelRequest(
   });
   const [workflowId, proposalId, actionId, approvalId] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
   const expiresAt = new Date(Date.now() + bundle.approval.ttlSeconds * 1000);
-  const nextStep = `A ${bundle.approval.approverRole} must approve cancelling ${change.operationKey} before its window starts.`;
-  await insertOutOfBandRequest(trx, {
+  const run = {
     workflowId,
     proposalId,
     key: cancelKey,
@@ -272,29 +270,20 @@ async function insertCancelRequest(
     pack: 'change',
     tool: CANCEL_CHANGE_TOOL,
     args,
-    nextStep,
+    nextStep: `A ${bundle.approval.approverRole} must approve cancelling ${change.operationKey} before its window starts.`,
     release: deps.release,
     policyRevision: bundle.revision,
     catalogDigest: catalogDigest(toolsOfPack('change')),
-  });
-  await insertOutOfBandAction(trx, {
-    workflowId,
-    proposalId,
+  } as const;
+  await insertOutOfBandRun(trx, run, {
     actionId,
     approvalId,
-    key: cancelKey,
-    tool: CANCEL_CHANGE_TOOL,
     target: change.operationKey,
-    args,
     digest,
     ruleId: REMEDIATION_RULE_ID,
-    policyRevision: bundle.revision,
-    release: deps.release,
     facts: { cancel: { operationKey: change.operationKey, scheduledIn: change.workflowId, rollback: 'cancel-before-start' } },
-    tenant: change.tenant,
     region: null,
     amountCents: null,
-    requester: operator,
     approverRole: bundle.approval.approverRole,
     sameRegion: false,
     expiresAt,

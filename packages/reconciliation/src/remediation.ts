@@ -2,8 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { isUuid, loadWorld, REMEDIATION_RULE_ID, Refused } from '@gatehouse/contracts';
 import { fetchOrder, MalformedRecord, RecordRefused } from '@gatehouse/policy';
 import {
-  insertOutOfBandAction,
-  insertOutOfBandRequest,
+  insertOutOfBandRun,
   actorHash,
   DependencyUnavailable,
   inTransaction,
@@ -414,7 +413,8 @@ async function insertRemediationRequest(
   const operationKey = await nextRemediationKey(trx, tenant, item.id);
   const [workflowId, proposalId, actionId, approvalId] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
   const digest = digestOf({ tool, target, arguments: args, actor: req.operator, tenant, policyRevision: bundle.revision, version: 1 });
-  await insertOutOfBandRequest(trx, {
+  const region = bundle.approval.sameRegion ? (order?.region ?? null) : null;
+  const run = {
     workflowId,
     proposalId,
     key: operationKey,
@@ -427,29 +427,19 @@ async function insertRemediationRequest(
     release: deps.release,
     policyRevision: bundle.revision,
     catalogDigest: catalogDigest(toolsOfPack(pack)),
-  });
-  const region = bundle.approval.sameRegion ? (order?.region ?? null) : null;
-  await insertOutOfBandAction(trx, {
-    workflowId,
-    proposalId,
+  } as const;
+  await insertOutOfBandRun(trx, run, {
     actionId,
     approvalId,
-    key: operationKey,
-    tool,
     target,
-    args,
     digest,
     ruleId: REMEDIATION_RULE_ID,
-    policyRevision: bundle.revision,
-    release: deps.release,
     facts: {
       reconciliation: { itemId: item.id, class: item.class, owner: item.owner, subject: item.subject, detail: item.detail },
       ...(order ? { order: { id: item.order_id, tenant: order.tenant, region: order.region, paidCents: order.paid } } : {}),
     },
-    tenant,
     region,
     amountCents,
-    requester: req.operator,
     approverRole: bundle.approval.approverRole,
     sameRegion: bundle.approval.sameRegion,
     expiresAt,
