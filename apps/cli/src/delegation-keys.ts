@@ -1,4 +1,4 @@
-import { existsSync, statSync } from 'node:fs';
+import { closeSync, existsSync, openSync, statSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { ensureDelegationKeyPair, loadDelegationSigningKey, type DelegationSigningKey } from '@gatehouse/credentials';
 import { UsageError } from './commands.ts';
@@ -21,9 +21,9 @@ export function delegationKeyPaths(env: Record<string, string | undefined>, dir:
 
 /**
  * The folder `gatehouse delegation keys <dir>` writes the key pair into, resolved: absent (it is
- * created) or a directory.
+ * created) or a directory whose key files ({@link delegationKeyPaths}) are absent or readable files.
  * @throws UsageError naming the path when it, or the nearest existing folder above it, is not a
- * directory (exit 2; nothing written).
+ * directory, or when a key file in it is not a readable file (exit 2; nothing written).
  */
 export function delegationKeyDir(arg: string): string {
   const dir = resolve(arg);
@@ -33,7 +33,25 @@ export function delegationKeyDir(arg: string): string {
     const what = at === dir ? 'is a file' : `is under ${at}, a file`;
     throw new UsageError(`delegation keys: ${dir} ${what}; <dir> names the directory to write the key pair into; nothing written`);
   }
+  for (const path of Object.values(delegationKeyPaths({}, dir))) {
+    const what = unusableKeyFile(path);
+    if (what) throw new UsageError(`delegation keys: ${path} ${what}; it holds a file of the key pair; nothing written`);
+  }
   return dir;
+}
+
+/** What keeps the key file at `path` from being read, or null when it is absent or a readable file. */
+function unusableKeyFile(path: string): string | null {
+  try {
+    const stat = statSync(path, { throwIfNoEntry: false });
+    if (!stat) return null;
+    if (stat.isDirectory()) return 'is a directory';
+    if (!stat.isFile()) return 'is not a regular file';
+    closeSync(openSync(path, 'r'));
+    return null;
+  } catch (err) {
+    return `cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})`;
+  }
 }
 
 /**
