@@ -1,5 +1,5 @@
 import { Router, type Request, type Response } from 'express';
-import type { Logger } from '@gatehouse/platform';
+import { bearerTokenOf, Unauthorized, type Logger } from '@gatehouse/platform';
 import { apiError, apiErrorForStatus } from '../domain/api-error.ts';
 import type { FixtureEntry } from '../domain/fixture-store.ts';
 import { normalizeInput } from '../domain/input-items.ts';
@@ -41,9 +41,19 @@ function recordOf(req: Request, body: Record<string, unknown>, requestId: string
   };
 }
 
-/** `Authorization: Bearer <non-empty>`; the key itself is never checked or logged. */
-function hasBearer(req: Request): boolean {
-  return /^Bearer\s+\S+/i.test(req.get('authorization') ?? '');
+/**
+ * Why the request's `Authorization` header carries no key — absent, or not `Bearer <key>` by the
+ * platform's one parser ({@link bearerTokenOf}, whose message names what is wrong) — or null when
+ * it carries one. The key itself is never checked, logged or repeated
+ * (docs/decisions/0752-staging-and-the-model-stub-read-authorization-with-the-one-parser.md).
+ */
+function authorizationProblem(req: Request): string | null {
+  try {
+    return bearerTokenOf(req.get('authorization')) ? null : 'the Authorization header must be "Bearer <key>"';
+  } catch (err) {
+    if (err instanceof Unauthorized) return err.message;
+    throw err;
+  }
 }
 
 function fixtureOutput(entry: Exclude<FixtureEntry, { type: 'error' }>): OutputItem[] {
@@ -80,8 +90,9 @@ export function createResponsesRouter(state: ModelStubState, log: Logger): Route
       res.status(status).json(payload);
     };
 
-    if (!hasBearer(req)) {
-      reply(401, apiError('Incorrect API key provided: the Authorization header must be "Bearer <key>".', { code: 'invalid_api_key' }));
+    const authProblem = authorizationProblem(req);
+    if (authProblem) {
+      reply(401, apiError(`Incorrect API key provided: ${authProblem}.`, { code: 'invalid_api_key' }));
       return;
     }
     const parsed = parseResponsesBody(req.body);

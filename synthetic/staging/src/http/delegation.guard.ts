@@ -1,5 +1,5 @@
 import type { Request } from 'express';
-import { Forbidden, Unauthorized, UserError } from '@gatehouse/platform';
+import { bearerTokenOf, Forbidden, Unauthorized, UserError } from '@gatehouse/platform';
 import { verifyDelegatedToken, type DelegatedClaims } from '@gatehouse/credentials';
 import { readRevocationEpoch } from '../db/revocation-epoch.ts';
 import type { DelegationVerifier } from './token-binding.ts';
@@ -15,7 +15,9 @@ export { withEpochFence } from '../db/revocation-epoch.ts';
  * once the body is parsed ({@link bindDelegation}); the epoch is checked again, locked, where the
  * effect commits (`withEpochFence`, ADR 0685): a bump committing after this read still refuses it.
  * @returns the token's claims (sub = user, act.sub = agent, tenant, ceiling in cents, op, fence, …).
- * @throws Unauthorized(`missing_token`, 401) when there is no bearer token.
+ * @throws Unauthorized(`missing_token`, 401) when there is no Authorization header;
+ *   Unauthorized(`malformed_authorization`, 401) when it is not `Bearer <token>` ({@link bearerTokenOf},
+ *   docs/decisions/0747-a-malformed-authorization-header-has-its-own-reason.md).
  * @throws SystemError(`epoch_unavailable`, 503) when the epoch cannot be read.
  * @throws DelegationRejected (`invalid_token…` → 401; `wrong_audience`, `wrong_scope`,
  *   `revoked_epoch` → 403; mapped by the effect route).
@@ -25,10 +27,10 @@ export async function requireDelegation(
   verifier: DelegationVerifier,
   opts: { audience: string; scope: string },
 ): Promise<DelegatedClaims> {
-  const match = /^Bearer\s+(\S+)\s*$/i.exec(req.get('authorization') ?? '');
-  if (!match) throw new Unauthorized('missing_token', 'a delegated bearer token is required');
+  const token = bearerTokenOf(req.get('authorization'));
+  if (!token) throw new Unauthorized('missing_token', 'a delegated bearer token is required');
   const minEpoch = await readRevocationEpoch(verifier.epochDb);
-  return verifyDelegatedToken(match[1]!, { keys: verifier.keys, audience: opts.audience, scope: opts.scope, minEpoch });
+  return verifyDelegatedToken(token, { keys: verifier.keys, audience: opts.audience, scope: opts.scope, minEpoch });
 }
 
 /**
