@@ -331,7 +331,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;
@@ -383,7 +383,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;
@@ -448,7 +448,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;

@@ -393,7 +393,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;
@@ -490,7 +490,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;
@@ -602,7 +602,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;
@@ -678,7 +678,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;

@@ -544,7 +544,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;
@@ -619,7 +619,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;
@@ -714,7 +714,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;
@@ -785,7 +785,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;
@@ -847,7 +847,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;
@@ -927,7 +927,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;
@@ -989,7 +989,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;
@@ -1049,7 +1049,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;
@@ -1109,7 +1109,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;
@@ -1169,7 +1169,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;
@@ -1227,7 +1227,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description missing or invalid token */
+      /** @description missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked */
       401: {
         headers: {
           [name: string]: unknown;

@@ -36,6 +36,17 @@ export const errorResponse = (description: string): ZodOpenApiResponseObject => 
   content: { 'application/json': { schema: ErrorBodySchema } },
 });
 
+/**
+ * The 401 answer of every operation that needs a bearer token: the reasons the token check gives —
+ * no header, a header not of the form `Bearer <token>`
+ * (docs/decisions/0747-a-malformed-authorization-header-has-its-own-reason.md), a token that does
+ * not verify, or one an operator revoked.
+ */
+export const unauthorizedResponse = (): ZodOpenApiResponseObject =>
+  errorResponse(
+    'missing or invalid token: missing_token, malformed_authorization (the Authorization header is not "Bearer <token>"), invalid_token or token_revoked',
+  );
+
 /** A JSON response of `description` whose body is `schema`. */
 export const jsonResponse = (description: string, schema: z.ZodType): ZodOpenApiResponseObject => ({
   description,

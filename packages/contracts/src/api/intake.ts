@@ -7,6 +7,7 @@ import {
   withSharedErrors,
   type OpenApiDocument,
   errorResponse,
+  unauthorizedResponse,
   jsonResponse,
   UuidPathSchema,
 } from './common.ts';
@@ -151,7 +152,7 @@ const intakePaths: ZodOpenApiObject['paths'] = {
       responses: {
         '202': jsonResponse('accepted: the workflow of this ticket', TicketAcceptedSchema),
         '400': errorResponse('body failed its schema'),
-        '401': errorResponse('missing or invalid token'),
+        '401': unauthorizedResponse(),
         '403': errorResponse(
           "not_a_requester: the directory does not know the caller as a representative or an engineer; pack_not_allowed: the pack is not the one the caller's role opens (a representative: support; an engineer: change)",
         ),
@@ -167,7 +168,7 @@ const intakePaths: ZodOpenApiObject['paths'] = {
       requestParams: { path: UuidPathSchema },
       responses: {
         '200': jsonResponse('the workflow', WorkflowViewSchema),
-        '401': errorResponse('missing or invalid token'),
+        '401': unauthorizedResponse(),
         '404': errorResponse("no such workflow in the caller's tenant"),
       },
     },
@@ -191,7 +192,7 @@ const intakePaths: ZodOpenApiObject['paths'] = {
         },
         '204': { description: 'the workflow ended and nothing is newer than Last-Event-ID: stop reconnecting' },
         '400': errorResponse('bad_last_event_id'),
-        '401': errorResponse('missing or invalid token'),
+        '401': unauthorizedResponse(),
         '404': errorResponse("no such workflow in the caller's tenant"),
         '429': errorResponse(
           'too_many_streams_user or too_many_streams_tenant: open streams past the per-user or per-tenant limit of this server; Retry-After in seconds',
@@ -213,7 +214,7 @@ const intakePaths: ZodOpenApiObject['paths'] = {
       responses: {
         '202': jsonResponse('accepted', WorkflowMessageAcceptedSchema),
         '400': errorResponse('invalid_body or invalid_idempotency_key'),
-        '401': errorResponse('missing or invalid token'),
+        '401': unauthorizedResponse(),
         '403': errorResponse('not_the_requester'),
         '404': errorResponse("no such workflow in the caller's tenant"),
         '409': errorResponse('workflow_not_running, or idempotency_key_reused (the key came with another text)'),

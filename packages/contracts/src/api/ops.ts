@@ -1,6 +1,15 @@
 import { z } from 'zod';
 import { createDocument, type ZodOpenApiObject } from 'zod-openapi';
-import { bearerSecurity, commonPaths, type OpenApiDocument, errorResponse, jsonResponse, queryLimit, withSharedErrors } from './common.ts';
+import {
+  bearerSecurity,
+  commonPaths,
+  type OpenApiDocument,
+  errorResponse,
+  jsonResponse,
+  unauthorizedResponse,
+  queryLimit,
+  withSharedErrors,
+} from './common.ts';
 import { WorkflowStateSchema } from './intake.ts';
 import { personText, storableString } from '../text.ts';
 import {
@@ -188,7 +197,7 @@ const opsGet = (operationId: string, summary: string, schema: z.ZodType, query: 
             ),
           }
         : {}),
-      '401': errorResponse('missing or invalid token'),
+      '401': unauthorizedResponse(),
       '403': errorResponse('not_an_operator (audited)'),
     },
   },
@@ -200,7 +209,7 @@ export const WebhookEndpointsSchema = z.object({ webhooks: z.array(WebhookEndpoi
 export const WebhookDeliveriesSchema = z.object({ deliveries: z.array(WebhookDeliveryViewSchema) }).meta({ id: 'WebhookDeliveries' });
 
 const refused = {
-  '401': errorResponse('missing or invalid token'),
+  '401': unauthorizedResponse(),
   '403': errorResponse('not_an_operator (audited), or a change sent with the dashboard cookie instead of a bearer token'),
 };
 
