@@ -3,10 +3,11 @@ import { sql } from 'kysely';
 import { loadReleaseManifest, modelSpendMicroUsd } from '@gatehouse/contracts';
 import { fc, fixtures, settled, startHuntStack, submit, waitFor, type HuntStack } from './helpers.ts';
 
-// A model server's answer names its own `model` and reports its own `usage`: both are its word,
-// untrusted like any model output (docs/product/invariants.md#untrusted-output, ADR 0744). A
+// A model server's answer names its own `id` and `model` and reports its own `usage`: all are its
+// word, untrusted like any model output (docs/product/invariants.md#untrusted-output, ADR 0744). A
 // model name holding a secret, or 10 KB long, reaches no audit event whole; a negative token
-// count never lowers the run's recorded spend.
+// count never lowers the run's recorded spend; a response id holding a secret, 5000 characters
+// long, is kept in `model_turns.response_id` redacted and bounded.
 
 const price = loadReleaseManifest('rel-1').model;
 let s: HuntStack;
@@ -56,6 +57,35 @@ describe('hunt: a model answer that lies about its model name and usage', () => 
     const kept = await sql<{ n: string }>`
       select (select count(*) from audit_log where event::text like '%CANARY%')
            + (select count(*) from audit_outbox where event::text like '%CANARY%') as n`.execute(db);
+    expect(Number(kept.rows[0]!.n)).toBe(0);
+  });
+
+  it('a canary in a 5000-character response id is redacted and bounded in model_turns and reaches no audit event', async () => {
+    const id = `resp_CANARY_SECRET_respid3-${'r'.repeat(5000)}`;
+    await fixtures(s, 'ANS-id', [
+      { type: 'function_calls', calls: [{ name: 'lookup_order', arguments: { orderId: 'O-1001' } }], id },
+      { type: 'message', text: 'Done.', id },
+    ]);
+    const { token, workflowId } = await submit(s, 'rep-ana', 'ANS-id', 'What is the status of order O-1001?', 'investigate');
+    const end = await waitFor(s, token, workflowId, settled, 60_000);
+    expect(end.state).toBe('completed');
+
+    const db = s.db.db;
+    const turns = await db
+      .selectFrom('model_turns')
+      .select(['response_id'])
+      .where('workflow_id', '=', workflowId)
+      .orderBy('round')
+      .execute();
+    expect(turns).toHaveLength(2);
+    for (const t of turns) {
+      expect(t.response_id).not.toContain('CANARY');
+      expect(t.response_id.length).toBeLessThanOrEqual(200);
+    }
+    const kept = await sql<{ n: string }>`
+      select (select count(*) from audit_log where event::text like '%CANARY%')
+           + (select count(*) from audit_outbox where event::text like '%CANARY%')
+           + (select count(*) from discarded_model_answers where response_id like '%CANARY%') as n`.execute(db);
     expect(Number(kept.rows[0]!.n)).toBe(0);
   });
 });

@@ -11,8 +11,12 @@ export type HuntStack = E2EStack;
 /** The shared process stack (packages/test-harness/src/stack.ts) with env overrides. */
 export const startHuntStack = startE2EStack;
 
-/** What a scripted answer may say of itself: its `model` name and `usage` counts, true or not. */
-export type AnswerFields = { model?: string; usage?: { input_tokens?: number; output_tokens?: number; total_tokens?: number } };
+/** What a scripted answer may say of itself: its response `id`, `model` name and `usage` counts, true or not. */
+export type AnswerFields = {
+  id?: string;
+  model?: string;
+  usage?: { input_tokens?: number; output_tokens?: number; total_tokens?: number };
+};
 
 export type Entry =
   | ({

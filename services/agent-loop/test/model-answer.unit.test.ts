@@ -4,8 +4,8 @@ import { MAX_REASON_CHARS, TRUNCATION_MARKER } from '@gatehouse/tools';
 import { MAX_ANSWER_TOKENS, tokenCount, trustedAnswer } from '../src/domain/model-answer.ts';
 
 /** A model answer with only the fields trustedAnswer reads. */
-const answer = (model: unknown, usage?: Partial<OpenAI.Responses.ResponseUsage>): OpenAI.Responses.Response =>
-  ({ id: 'resp_1', model, output: [], usage }) as unknown as OpenAI.Responses.Response;
+const answer = (model: unknown, usage?: Partial<OpenAI.Responses.ResponseUsage>, id: unknown = 'resp_1'): OpenAI.Responses.Response =>
+  ({ id, model, output: [], usage }) as unknown as OpenAI.Responses.Response;
 
 describe('tokenCount (a reported count made safe to charge, ADR 0744)', () => {
   it('keeps a whole count, rounds a fraction up, and never goes below 0 or above the ceiling', () => {
@@ -23,7 +23,8 @@ describe('trustedAnswer (the model server’s own fields, ADR 0744)', () => {
     const { response, corrected } = trustedAnswer(answer('gatehouse-stub-1', usage));
     expect(response.model).toBe('gatehouse-stub-1');
     expect(response.usage).toMatchObject(usage);
-    expect(corrected).toEqual({ model: false, usage: false });
+    expect(response.id).toBe('resp_1');
+    expect(corrected).toEqual({ id: false, model: false, usage: false });
   });
 
   it('a model name holding a secret is redacted; a long one is cut and marked', () => {
@@ -33,6 +34,15 @@ describe('trustedAnswer (the model server’s own fields, ADR 0744)', () => {
     expect(response.model.endsWith(TRUNCATION_MARKER)).toBe(true);
     expect(corrected.model).toBe(true);
     expect(trustedAnswer(answer(undefined)).response.model).toBe('');
+  });
+
+  it('a response id holding a secret is redacted; a long one is cut and marked', () => {
+    const { response, corrected } = trustedAnswer(answer('m', undefined, `resp_CANARY_SECRET_id9 ${'r'.repeat(5000)}`));
+    expect(response.id).not.toContain('CANARY');
+    expect(response.id.length).toBeLessThanOrEqual(MAX_REASON_CHARS + TRUNCATION_MARKER.length);
+    expect(response.id.endsWith(TRUNCATION_MARKER)).toBe(true);
+    expect(corrected).toEqual({ id: true, model: false, usage: false });
+    expect(trustedAnswer(answer('m', undefined, 42)).response.id).toBe('');
   });
 
   it('negative counts are charged as 0, and the total is never below input plus output', () => {

@@ -20,21 +20,24 @@ export function tokenCount(v: unknown, max = MAX_ANSWER_TOKENS): number {
   return Math.min(max, Math.ceil(v));
 }
 
-/** Whether the model server's answer needed {@link trustedAnswer} to change its `model` or `usage`. */
-export type AnswerCorrections = { model: boolean; usage: boolean };
+/** Whether the model server's answer needed {@link trustedAnswer} to change its `id`, `model` or `usage`. */
+export type AnswerCorrections = { id: boolean; model: boolean; usage: boolean };
 
 /**
  * The fields of a model server's answer that Gatehouse records, made safe to record
  * (docs/product/invariants.md#untrusted-output): the answer's `model` name is untrusted text that
- * goes into `model_turns`, `discarded_model_answers` and the `model.response` audit event, so it is
- * redacted and bounded like a downstream reason (`boundReason`: 120 characters, marker where cut);
- * its `usage` counts are clamped ({@link tokenCount}), the total never below input plus output.
+ * goes into `model_turns`, `discarded_model_answers` and the `model.response` audit event, and its
+ * `id` (the Responses API response id) goes into the `response_id` of both tables, so each is
+ * redacted and bounded like a downstream reason (`boundReason`: 120 characters, marker where cut;
+ * a non-string is the empty string); its `usage` counts are clamped ({@link tokenCount}), the
+ * total never below input plus output.
  * Returns a copy of `response` with those fields replaced, and which of them changed. Never throws.
  */
 export function trustedAnswer(response: OpenAI.Responses.Response): {
   response: OpenAI.Responses.Response;
   corrected: AnswerCorrections;
 } {
+  const id = boundReason(typeof response.id === 'string' ? response.id : '');
   const model = boundReason(typeof response.model === 'string' ? response.model : '');
   const u = response.usage;
   const usage = u === undefined || u === null ? u : clampUsage(u);
@@ -42,7 +45,10 @@ export function trustedAnswer(response: OpenAI.Responses.Response): {
     !!u &&
     !!usage &&
     (u.input_tokens !== usage.input_tokens || u.output_tokens !== usage.output_tokens || u.total_tokens !== usage.total_tokens);
-  return { response: { ...response, model, usage }, corrected: { model: model !== response.model, usage: usageChanged } };
+  return {
+    response: { ...response, id, model, usage },
+    corrected: { id: id !== response.id, model: model !== response.model, usage: usageChanged },
+  };
 }
 
 /** `usage` with its three counts clamped by {@link tokenCount}; the total is at least input plus output. */

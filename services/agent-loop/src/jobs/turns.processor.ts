@@ -423,7 +423,7 @@ type TurnRequest = { instructions: { text: string }; input: unknown; tools: Retu
 /**
  * Sends the round's request through the `openai` client, its own 429/5xx retries bounded by the
  * run's remaining working time, and records the call's latency metric on failure.
- * Returns the response, its `model` and `usage` made safe to record (`trustedAnswer`, ADR 0744),
+ * Returns the response, its `id`, `model` and `usage` made safe to record (`trustedAnswer`, ADR 0744),
  * or `model_error` when the model rejected the request (a 4xx other than
  * 408 and 429): the run is then stopped `model_error`.
  * @throws DependencyUnavailable('model') when the model stayed unavailable (408, 429, 5xx,
@@ -470,9 +470,10 @@ async function askModel(
     // The error's text is the model's answer: untrusted, and it may echo the request (ADR 0710).
     throw new DependencyUnavailable('model', `model unavailable: ${boundReason(err.message)}`);
   }
-  // The answer's model name and usage are the server's word: bounded and clamped before anything records them (ADR 0744).
+  // The answer's id, model name and usage are the server's word: bounded and clamped before anything records them (ADR 0744).
   const { response, corrected } = trustedAnswer(answer);
-  if (corrected.model || corrected.usage) deps.log.warn({ workflowId: wf.id, corrected }, 'model answer: model name or usage corrected');
+  if (corrected.id || corrected.model || corrected.usage)
+    deps.log.warn({ workflowId: wf.id, corrected }, 'model answer: id, model name or usage corrected');
   return response;
 }
 

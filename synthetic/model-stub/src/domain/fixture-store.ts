@@ -4,6 +4,7 @@ const headerValue = z.union([z.string(), z.number()]).transform((v) => String(v)
 
 /** Overrides of the answer's own fields, for the non-error entries (see {@link FixtureEntrySchema}). */
 const answerOverrides = {
+  id: z.string().optional(),
   model: z.string().optional(),
   usage: z.object({ input_tokens: z.number(), output_tokens: z.number(), total_tokens: z.number() }).partial().optional(),
 };
@@ -15,8 +16,8 @@ const answerOverrides = {
  *   `arguments` is the raw string sent verbatim, malformed or not (an object is JSON-encoded for you);
  * - `message`: an assistant message with one `output_text` part;
  * - `refusal`: an assistant message whose content part is `{type:"refusal", refusal:text}`;
- * - each of these three may also set the response's `model` name and any of its `usage` counts
- *   (any number, negative or fractional: to play a server whose answer lies about them);
+ * - each of these three may also set the response's `id`, its `model` name and any of its `usage`
+ *   counts (any number, negative or fractional: to play a server whose answer lies about them);
  * - `error`: that HTTP status (400–599) with `body` (default: the API error shape for the
  *   status, `message` overriding its text) and `headers` (e.g. `retry-after-ms`, `x-should-retry`).
  */

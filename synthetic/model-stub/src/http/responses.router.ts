@@ -157,7 +157,9 @@ export function createResponsesRouter(state: ModelStubState, log: Logger): Route
       record.reasoning.emitted = { id: item.id, precedes: callIds };
     }
     const built = buildResponse(body, output);
-    const response = fixture ? { ...built, model: fixture.model ?? built.model, usage: { ...built.usage, ...fixture.usage } } : built;
+    const response = fixture
+      ? { ...built, id: fixture.id ?? built.id, model: fixture.model ?? built.model, usage: { ...built.usage, ...fixture.usage } }
+      : built;
     record.responseId = response.id;
     reply(200, response);
   });
