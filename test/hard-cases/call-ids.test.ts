@@ -56,8 +56,9 @@ async function ledger(workflowId: string): Promise<{ proposals: number[]; turns:
 }
 
 describe('hunt: a model answer whose call_ids repeat', () => {
-  it('two calls of one answer share a call_id: the run stops model_error, nothing dispatched, the model asked once, the answer charged once', async () => {
-    await fixtures(s, 'CID-same', [lookups(['O-1001', 'call_0'], ['O-1002', 'call_0']), msg()]);
+  it('two calls of one answer share a call_id: the run stops model_error, nothing dispatched, the model asked once, the answer charged once, the call_id not logged', async () => {
+    const dup = 'call_dup_5e1c';
+    await fixtures(s, 'CID-same', [lookups(['O-1001', dup], ['O-1002', dup]), msg()]);
     const { token, workflowId } = await submit(s, 'rep-ana', 'CID-same', 'What is the status of orders O-1001 and O-1002?', 'investigate');
     const end = await waitFor(s, token, workflowId, settled, 60_000);
     expect([end.state, end.stopReason]).toEqual(['stopped', 'model_error']);
@@ -66,6 +67,10 @@ describe('hunt: a model answer whose call_ids repeat', () => {
     await sleep(3000); // a retried job would ask the model again meanwhile
     expect((await modelRequests(s, 'CID-same')).requests).toHaveLength(1);
     expect(await ledger(workflowId)).toEqual({ proposals: [], turns: 1, spendOk: true, calls: 0 });
+    // The warning is logged with the count of calls, never the model's call_ids.
+    const log = readFileSync(resolve(s.dir, 'agent-loop.log'), 'utf8');
+    expect(log).toContain('model answer repeats a call_id');
+    expect(log).not.toContain(dup);
   });
 
   it('a later answer reuses a call_id of an earlier round: the run stops model_error, the later calls are not dispatched, the model asked once per round', async () => {

@@ -314,7 +314,7 @@ async function recordAnswer(trx: Trx, deps: TurnDeps, a: RecordedAnswer, outcome
  * `call_id_holds_secret`, `call_id_too_long`) with none of its calls, so none is dispatched nor
  * left unanswered in the transcript, and stops the run `model_error` with a next step naming the
  * cause. An answer whose run ended or whose round was recorded meanwhile is charged as discarded
- * instead. A refused call_id is never logged (ADR 0733, 0734). Returns the outbox rows to publish: none.
+ * instead. No call_id, reused or refused, is logged (ADR 0733, 0734). Returns the outbox rows to publish: none.
  */
 async function stopForCallIds(
   deps: TurnDeps,
@@ -323,8 +323,9 @@ async function stopForCallIds(
   err: CallIdReused | CallIdRefused,
 ): Promise<OutboxRow[]> {
   const refused = err instanceof CallIdRefused;
+  // The call_ids are the model's text: only their count is logged, reused or refused alike.
   deps.log.warn(
-    { workflowId: a.wf.id, round: a.round, ...(refused ? { calls: calls.length } : { callIds: calls.map((c) => c.call_id) }) },
+    { workflowId: a.wf.id, round: a.round, calls: calls.length },
     refused
       ? `model answer names a call_id that cannot be kept (${err.reason}): run stopped`
       : 'model answer repeats a call_id: run stopped',
