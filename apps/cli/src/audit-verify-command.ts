@@ -38,7 +38,8 @@ export function witnessToRead(flag: string | undefined, env: Record<string, stri
 
 /**
  * `gatehouse audit verify`: walks the chain and its anchors against the pinned key, checks every
- * anchor of the witness (`--witness <file>`, `AUDIT_ANCHOR_WITNESS_PATH`, or the local stack's) and
+ * anchor of the witness `opts.witness` (the path {@link witnessToRead} resolved from `--witness
+ * <file>`, `AUDIT_ANCHOR_WITNESS_PATH` or the local stack's; null: none) and
  * that no event has waited longer than the anchoring interval plus slack
  * (`AUDIT_ANCHOR_INTERVAL_MS` + `AUDIT_ANCHOR_SLACK_MS`) for an anchor
  * (docs/decisions/0570-audit-anchors-witnessed-outside-the-ledger.md). Prints one line, or the
@@ -48,11 +49,11 @@ export function witnessToRead(flag: string | undefined, env: Record<string, stri
  */
 export async function auditVerifyCommand(
   db: Db,
-  opts: { witness?: string; json?: boolean; trustedPublicKey?: KeyObject; out: (line: string) => void },
+  opts: { witness: string | null; json?: boolean; trustedPublicKey?: KeyObject; out: (line: string) => void },
   env: Record<string, string | undefined> = process.env,
 ): Promise<number> {
   const settings = auditAnchorFromEnv(env);
-  const path = witnessToRead(opts.witness, env);
+  const path = opts.witness;
   // Lines a crash cut short while the audit service appended them: skipped, and named (ADR 0662).
   const torn: number[] = [];
   const r = await verifyAuditChain(db, {

@@ -116,12 +116,13 @@ async function main(argv: string[]): Promise<number> {
     }
     case 'demo':
       return demo(Boolean(values['keep-running']));
-    case 'audit verify':
-      witnessToRead(values.witness); // A witness that is a directory is a usage error, before the database.
+    case 'audit verify': {
+      const witness = witnessToRead(values.witness); // A witness that is a directory is a usage error, before the database.
       return withCliDb(env.DATABASE_URL, 2, (db) => {
         const key = auditPublicKey();
-        return auditVerifyCommand(db, { witness: values.witness, json: values.json, out, ...(key ? { trustedPublicKey: key } : {}) });
+        return auditVerifyCommand(db, { witness, json: values.json, out, ...(key ? { trustedPublicKey: key } : {}) });
       });
+    }
     case 'audit replace-lost-key':
       checkArgumentCount(spec, positionals, 0);
       return opsCommand(env, values.token, 'audit replace-lost-key', (db, op) =>

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { sql } from 'kysely';
 import { appendWitness, chainHash, GENESIS_HASH, type Db } from '@gatehouse/ledger';
 import { asAuditOwner, createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
-import { auditVerifyCommand } from '../src/audit-verify-command.ts';
+import { auditVerifyCommand, witnessToRead } from '../src/audit-verify-command.ts';
 
 // `gatehouse audit verify` with the anchor witness and the freshness limit
 // (docs/decisions/0570-audit-anchors-witnessed-outside-the-ledger.md): exit 1 and the reason.
@@ -61,7 +61,7 @@ async function anchor(seq: number, hash: string, witness: string): Promise<void>
 
 async function run(witness: string | undefined, env: Record<string, string | undefined>): Promise<{ code: number; lines: string[] }> {
   const lines: string[] = [];
-  const code = await auditVerifyCommand(db, { trustedPublicKey, out: (l) => lines.push(l), ...(witness ? { witness } : {}) }, env);
+  const code = await auditVerifyCommand(db, { trustedPublicKey, out: (l) => lines.push(l), witness: witnessToRead(witness, env) }, env);
   return { code, lines };
 }
 
