@@ -91,25 +91,7 @@ export async function recordFinding(db: Db, w: PassWriter, f: Finding): Promise<
       .where('status', 'in', ['open', 'frozen'])
       .forUpdate()
       .executeTakeFirst();
-    if (live) {
-      const rows = live.status === 'open' ? await resume(trx, w, f) : null;
-      await trx
-        .updateTable('reconciliation_items')
-        .set(
-          rows
-            ? {
-                status: 'auto_resolved',
-                resolution: `resumed from ${f.resume?.evidenceRef}`,
-                resolved_by: 'reconciliation',
-                resolved_at: new Date(),
-              }
-            : { last_seen_run_id: w.runId, last_seen_at: new Date() },
-        )
-        .where('id', '=', live.id)
-        .execute();
-      if (rows) await audit(trx, w, f, 'reconciliation.resolved', `${f.class}:resumed`);
-      return { disposed: { finding: f, disposition: rows ? 'resumed' : 'seen', itemId: live.id }, rows: rows ?? [] };
-    }
+    if (live) return seenAgain(trx, w, f, live);
     const resolved = await trx
       .selectFrom('reconciliation_items')
       .select('id')
@@ -118,52 +100,86 @@ export async function recordFinding(db: Db, w: PassWriter, f: Finding): Promise<
       .where('status', '=', 'resolved')
       .executeTakeFirst();
     if (resolved) return { disposed: { finding: f, disposition: 'explained', itemId: resolved.id }, rows: [] };
-
-    const rows = await resume(trx, w, f);
-    // The repair found the step moved on since the snapshot (another pass or the executor settled
-    // or re-claimed it): nothing is left to record; the next pass judges it afresh.
-    if (!rows && f.class === 'in_flight_ledger_has_it' && f.operation && !f.operation.frozen)
-      return { disposed: { finding: f, disposition: 'seen' as const, itemId: null }, rows: [] };
-    const id = randomUUID();
-    const frozen = f.class === 'amount_mismatch';
-    const inserted = await trx
-      .insertInto('reconciliation_items')
-      .values({
-        id,
-        run_id: w.runId,
-        class: f.class,
-        owner: ownerOf(f.class, f.tool),
-        status: rows ? 'auto_resolved' : frozen ? 'frozen' : 'open',
-        subject: f.subject,
-        operation_key: f.operationKey,
-        workflow_id: f.workflowId,
-        tenant: f.tenant,
-        tool: f.tool,
-        order_id: f.orderId,
-        amount_cents: f.amountCents,
-        ledger_ref: f.ledgerRef,
-        detail: JSON.stringify(f.detail),
-        last_seen_run_id: w.runId,
-        // The pass's clock, as a later sighting's update and closeVanished's cut-off use (not the database's).
-        last_seen_at: new Date(),
-        ...(rows ? { resolution: `resumed from ${f.resume?.evidenceRef}`, resolved_by: 'reconciliation', resolved_at: new Date() } : {}),
-      })
-      .onConflict((oc) => oc.columns(['class', 'subject']).where('status', 'in', ['open', 'frozen']).doNothing())
-      .returning('id')
-      .executeTakeFirst();
-    if (!inserted) return { disposed: { finding: f, disposition: 'seen' as const, itemId: null }, rows: rows ?? [] }; // a concurrent pass opened it
-    if (frozen && f.operationKey) {
-      await trx
-        .updateTable('operations')
-        .set({ frozen_at: new Date(), updated_at: new Date() })
-        .where('key', '=', f.operationKey)
-        .where('frozen_at', 'is', null)
-        .execute();
-    }
-    await audit(trx, w, f, 'reconciliation.classified', frozen ? `${f.class}:frozen` : f.class);
-    if (rows) await audit(trx, w, f, 'reconciliation.resolved', `${f.class}:resumed`);
-    return { disposed: { finding: f, disposition: rows ? 'resumed' : 'new', itemId: id }, rows: rows ?? [] };
+    return openItem(trx, w, f);
   });
+}
+
+type Recorded = { disposed: Disposed; rows: OutboxRow[] };
+
+/**
+ * A finding whose live item (locked by the caller) already names it: an open item is resumed
+ * when the ledger has the effect (then `auto_resolved`, audited), else only marked seen by this pass.
+ */
+async function seenAgain(trx: Trx, w: PassWriter, f: Finding, live: { id: string; status: string }): Promise<Recorded> {
+  const rows = live.status === 'open' ? await resume(trx, w, f) : null;
+  await trx
+    .updateTable('reconciliation_items')
+    .set(
+      rows
+        ? {
+            status: 'auto_resolved',
+            resolution: `resumed from ${f.resume?.evidenceRef}`,
+            resolved_by: 'reconciliation',
+            resolved_at: new Date(),
+          }
+        : { last_seen_run_id: w.runId, last_seen_at: new Date() },
+    )
+    .where('id', '=', live.id)
+    .execute();
+  if (rows) await audit(trx, w, f, 'reconciliation.resolved', `${f.class}:resumed`);
+  return { disposed: { finding: f, disposition: rows ? 'resumed' : 'seen', itemId: live.id }, rows: rows ?? [] };
+}
+
+/**
+ * A new difference: repaired at once when the ledger has the effect (`auto_resolved`), else an
+ * item opened (`frozen`, with its operation frozen, for `amount_mismatch`), audited
+ * `reconciliation.classified`. A concurrent pass that opened it first wins (`seen`).
+ */
+async function openItem(trx: Trx, w: PassWriter, f: Finding): Promise<Recorded> {
+  const rows = await resume(trx, w, f);
+  // The repair found the step moved on since the snapshot (another pass or the executor settled
+  // or re-claimed it): nothing is left to record; the next pass judges it afresh.
+  if (!rows && f.class === 'in_flight_ledger_has_it' && f.operation && !f.operation.frozen)
+    return { disposed: { finding: f, disposition: 'seen' as const, itemId: null }, rows: [] };
+  const id = randomUUID();
+  const frozen = f.class === 'amount_mismatch';
+  const inserted = await trx
+    .insertInto('reconciliation_items')
+    .values({
+      id,
+      run_id: w.runId,
+      class: f.class,
+      owner: ownerOf(f.class, f.tool),
+      status: rows ? 'auto_resolved' : frozen ? 'frozen' : 'open',
+      subject: f.subject,
+      operation_key: f.operationKey,
+      workflow_id: f.workflowId,
+      tenant: f.tenant,
+      tool: f.tool,
+      order_id: f.orderId,
+      amount_cents: f.amountCents,
+      ledger_ref: f.ledgerRef,
+      detail: JSON.stringify(f.detail),
+      last_seen_run_id: w.runId,
+      // The pass's clock, as a later sighting's update and closeVanished's cut-off use (not the database's).
+      last_seen_at: new Date(),
+      ...(rows ? { resolution: `resumed from ${f.resume?.evidenceRef}`, resolved_by: 'reconciliation', resolved_at: new Date() } : {}),
+    })
+    .onConflict((oc) => oc.columns(['class', 'subject']).where('status', 'in', ['open', 'frozen']).doNothing())
+    .returning('id')
+    .executeTakeFirst();
+  if (!inserted) return { disposed: { finding: f, disposition: 'seen' as const, itemId: null }, rows: rows ?? [] }; // a concurrent pass opened it
+  if (frozen && f.operationKey) {
+    await trx
+      .updateTable('operations')
+      .set({ frozen_at: new Date(), updated_at: new Date() })
+      .where('key', '=', f.operationKey)
+      .where('frozen_at', 'is', null)
+      .execute();
+  }
+  await audit(trx, w, f, 'reconciliation.classified', frozen ? `${f.class}:frozen` : f.class);
+  if (rows) await audit(trx, w, f, 'reconciliation.resolved', `${f.class}:resumed`);
+  return { disposed: { finding: f, disposition: rows ? 'resumed' : 'new', itemId: id }, rows: rows ?? [] };
 }
 
 /**
