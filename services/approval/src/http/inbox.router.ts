@@ -1,4 +1,4 @@
-import { Router } from 'express';
+import { Router, type RequestHandler, type Response } from 'express';
 import { z } from 'zod';
 import { storableString } from '@gatehouse/contracts';
 import {
@@ -139,7 +139,28 @@ export function inboxRouter(cfg: InboxConfig): Router {
     );
   });
 
-  router.post('/inbox/approvals/:id/decision', session.form, async (req, res) => {
+  router.post('/inbox/approvals/:id/decision', session.form, decisionHandler(cfg, session));
+  return router;
+}
+
+type InboxSession = ReturnType<typeof browserSession>;
+
+/** Answers a decision form that was not recorded: `status` with a page saying why (`whyHtml` is markup: the caller escapes what it did not write). */
+function notRecorded(res: Response, status: number, whyHtml: string): void {
+  res
+    .status(status)
+    .type('html')
+    .send(page('Not recorded', `<p>The decision was not recorded: ${whyHtml}.</p><p><a href="/inbox/approvals">Back to the inbox</a></p>`));
+}
+
+/**
+ * `POST /inbox/approvals/:id/decision`: the session (401 page when it ended), the form's CSRF
+ * token (403 when this inbox did not issue it), the form's fields (400 naming which cannot be
+ * taken), then {@link decideApproval}; a refusal of the error tree is shown with its reason and
+ * status, and the decision is not recorded. Recorded → 303 to the inbox with a confirmation.
+ */
+function decisionHandler(cfg: InboxConfig, session: InboxSession): RequestHandler {
+  return async (req, res) => {
     setPageHeaders(res);
     const s = await session.read(req);
     if (!s) {
@@ -156,15 +177,11 @@ export function inboxRouter(cfg: InboxConfig): Router {
     const parsed = FormDecision.safeParse(body);
     if (!parsed.success) {
       const fields = [...new Set(parsed.error.issues.map((i) => String(i.path[0] ?? 'form')))].join(', ');
-      res
-        .status(400)
-        .type('html')
-        .send(
-          page(
-            'Not recorded',
-            `<p>The decision was not recorded: the form's ${escapeHtml(fields)} cannot be taken (a reason is at most 500 characters, with no NUL or unpaired surrogate).</p><p><a href="/inbox/approvals">Back to the inbox</a></p>`,
-          ),
-        );
+      notRecorded(
+        res,
+        400,
+        `the form's ${escapeHtml(fields)} cannot be taken (a reason is at most 500 characters, with no NUL or unpaired surrogate)`,
+      );
       return;
     }
     const { csrf: _csrf, ...decision } = parsed.data;
@@ -174,16 +191,7 @@ export function inboxRouter(cfg: InboxConfig): Router {
       res.redirect(303, `/inbox/approvals?done=${outcome.status}&version=${decision.actionVersion}`);
     } catch (err) {
       if (!(err instanceof GatehouseError)) throw err;
-      res
-        .status(httpStatusOf(err))
-        .type('html')
-        .send(
-          page(
-            'Not recorded',
-            `<p>The decision was not recorded: ${escapeHtml(err.reason)}.</p><p><a href="/inbox/approvals">Back to the inbox</a></p>`,
-          ),
-        );
+      notRecorded(res, httpStatusOf(err), escapeHtml(err.reason));
     }
-  });
-  return router;
+  };
 }
