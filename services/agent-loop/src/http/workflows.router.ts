@@ -86,32 +86,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
   router.get('/v1/workflows/:id', async (req, res) => {
     const { user } = req as unknown as AuthedRequest;
     const wf = await ownWorkflow(cfg.db, String(req.params.id), user.tenant);
-    const { actions, pendingApprovals } = await readActionsView(cfg.db, wf.id);
-    const last = await cfg.db
-      .selectFrom('conversation_items')
-      .select('item')
-      .where('workflow_id', '=', wf.id)
-      .where('kind', '=', 'assistant_message')
-      .orderBy('id', 'desc')
-      .limit(1)
-      .executeTakeFirst();
-    const view: WorkflowView = {
-      workflowId: wf.id,
-      ticketId: wf.ticket_id,
-      mode: wf.mode,
-      pack: wf.pack,
-      state: wf.state,
-      stopReason: wf.stop_reason,
-      // A live run of a draining release is held: say so (the release's mark, not the run, holds it).
-      nextStep: shownNextStep(wf, LIVE_STATES.includes(wf.state) && (await releaseDraining(cfg.db, wf.release_id))),
-      finalMessage: typeof last?.item.content === 'string' ? last.item.content : null,
-      release: wf.release_id,
-      policyRevision: wf.policy_revision,
-      round: wf.round,
-      actions,
-      pendingApprovals,
-    };
-    res.json(view);
+    res.json(await workflowView(cfg.db, wf));
   });
 
   router.post('/v1/workflows/:id/messages', async (req, res) => {
@@ -125,46 +100,88 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
       throw new Forbidden('not_the_requester', 'only the user who submitted this ticket can add a follow-up to it');
     }
     const key = idempotencyKeyOf(req.get('idempotency-key'));
-    const superseded: WorkflowMessageAccepted['superseded'] = [];
-    let replayed = false;
-    const rows = await inTransaction(cfg.db, async (trx) => {
-      superseded.length = 0; // a retried transaction starts over
-      const wf = await trx.selectFrom('workflows').selectAll().where('id', '=', wf0.id).forUpdate().executeTakeFirstOrThrow();
-      // Under the run's lock: a retry of an accepted follow-up is answered what the first was, even
-      // once the run has ended.
-      const earlier = key === null ? null : await alreadyAdded(trx, wf.id, key, body.text);
-      replayed = earlier !== null;
-      if (earlier) {
-        superseded.push(...earlier);
-        return [] as OutboxRow[];
-      }
-      if (!['received', 'investigating', 'awaiting_approval', 'executing', 'paused'].includes(wf.state)) {
-        throw new ConflictError('workflow_not_running', `workflow is ${wf.state}; submit a new ticket`);
-      }
-      // The waits on people this ends (pending approvals, a pause) are not working time (ADR 0676).
-      await creditWaitsEndedByFollowUp(trx, wf.id);
-      superseded.push(...(await supersedeUnclaimed(trx, wf)));
-      await trx
-        .insertInto('conversation_items')
-        .values({
-          workflow_id: wf.id,
-          round: wf.round,
-          kind: 'user_message',
-          call_id: null,
-          item: JSON.stringify({ role: 'user', content: body.text }),
-          idempotency_key: key,
-          // The answer this follow-up gets, kept with its key for a retry (ADR 0510).
-          follow_up_superseded: key === null ? null : JSON.stringify(superseded),
-        })
-        .execute();
-      return nextRoundAfterFollowUp(trx, wf, superseded);
-    });
-    await cfg.relay.publish(rows);
+    const added = await inTransaction(cfg.db, (trx) => addFollowUp(trx, wf0.id, key, body.text));
+    await cfg.relay.publish(added.rows);
     // The rep sees what the follow-up voided: each needs a new proposal and a new approval.
-    const accepted: WorkflowMessageAccepted = { workflowId: wf0.id, superseded, ...(replayed ? { replayed } : {}) };
+    const accepted: WorkflowMessageAccepted = {
+      workflowId: wf0.id,
+      superseded: added.superseded,
+      ...(added.replayed ? { replayed: true } : {}),
+    };
     res.status(202).json(accepted);
   });
   return router;
+}
+
+/**
+ * `GET /v1/workflows/:id`'s body for the run `wf` (`WorkflowViewSchema`): its state, actions,
+ * pending approvals, last assistant message and the next step shown (a live run of a draining
+ * release says it is held).
+ */
+async function workflowView(db: Db, wf: Selectable<WorkflowsTable>): Promise<WorkflowView> {
+  const { actions, pendingApprovals } = await readActionsView(db, wf.id);
+  const last = await db
+    .selectFrom('conversation_items')
+    .select('item')
+    .where('workflow_id', '=', wf.id)
+    .where('kind', '=', 'assistant_message')
+    .orderBy('id', 'desc')
+    .limit(1)
+    .executeTakeFirst();
+  return {
+    workflowId: wf.id,
+    ticketId: wf.ticket_id,
+    mode: wf.mode,
+    pack: wf.pack,
+    state: wf.state,
+    stopReason: wf.stop_reason,
+    // A live run of a draining release is held: say so (the release's mark, not the run, holds it).
+    nextStep: shownNextStep(wf, LIVE_STATES.includes(wf.state) && (await releaseDraining(db, wf.release_id))),
+    finalMessage: typeof last?.item.content === 'string' ? last.item.content : null,
+    release: wf.release_id,
+    policyRevision: wf.policy_revision,
+    round: wf.round,
+    actions,
+    pendingApprovals,
+  };
+}
+
+/**
+ * Adds the requester's follow-up `text` to the run `workflowId` in `trx`, under the run's row
+ * lock: a retry under the same `key` is answered what the first was (`replayed`, nothing added,
+ * even once the run ended); otherwise the run must be live, the waits it ends are credited
+ * (ADR 0676), its unclaimed actions are superseded, the message is recorded with its key and the
+ * answer it gets (ADR 0510), and the next round starts. Returns the outbox rows to publish.
+ * @throws ConflictError 409 `workflow_not_running` for an ended run; `idempotency_key_reused`
+ *   when `key` came with another text.
+ */
+async function addFollowUp(
+  trx: Trx,
+  workflowId: string,
+  key: string | null,
+  text: string,
+): Promise<{ rows: OutboxRow[]; superseded: WorkflowMessageAccepted['superseded']; replayed: boolean }> {
+  const wf = await trx.selectFrom('workflows').selectAll().where('id', '=', workflowId).forUpdate().executeTakeFirstOrThrow();
+  const earlier = key === null ? null : await alreadyAdded(trx, wf.id, key, text);
+  if (earlier) return { rows: [], superseded: earlier, replayed: true };
+  if (!['received', 'investigating', 'awaiting_approval', 'executing', 'paused'].includes(wf.state)) {
+    throw new ConflictError('workflow_not_running', `workflow is ${wf.state}; submit a new ticket`);
+  }
+  await creditWaitsEndedByFollowUp(trx, wf.id);
+  const superseded = await supersedeUnclaimed(trx, wf);
+  await trx
+    .insertInto('conversation_items')
+    .values({
+      workflow_id: wf.id,
+      round: wf.round,
+      kind: 'user_message',
+      call_id: null,
+      item: JSON.stringify({ role: 'user', content: text }),
+      idempotency_key: key,
+      follow_up_superseded: key === null ? null : JSON.stringify(superseded),
+    })
+    .execute();
+  return { rows: await nextRoundAfterFollowUp(trx, wf, superseded), superseded, replayed: false };
 }
 
 /** A run's row as the follow-up reads it under the run's lock. */
