@@ -18,7 +18,7 @@ export async function delegationPublicJwk(key: KeyObject): Promise<JWK> {
  */
 export async function loadDelegationSigningKey(path: string): Promise<DelegationSigningKey> {
   if (!existsSync(path)) throw new Error(`no delegation signing key at ${path} (GATEHOUSE_DELEGATION_SIGNING_KEY_PATH)`);
-  const key = createPrivateKey(readFileSync(path));
+  const key = readKeyFile(path, 'the delegation signing key', 'a PEM private key', createPrivateKey);
   if (key.asymmetricKeyType !== 'ed25519') throw new Error(`the delegation signing key at ${path} is not an Ed25519 key`);
   const jwk = await delegationPublicJwk(key);
   return { key, kid: jwk.kid! };
@@ -33,13 +33,33 @@ export async function loadDelegationSigningKey(path: string): Promise<Delegation
  */
 export function loadDelegationJwks(path: string): JWTVerifyGetKey {
   if (!existsSync(path)) throw new Error(`no delegation JWKS at ${path} (GATEHOUSE_DELEGATION_JWKS_PATH)`);
-  const doc = JSON.parse(readFileSync(path, 'utf8')) as JSONWebKeySet;
+  const doc = readKeyFile(path, 'the delegation JWKS', 'JSON', parseJwks);
   if (!Array.isArray(doc.keys) || doc.keys.length === 0) throw new Error(`the delegation JWKS at ${path} lists no key`);
   for (const k of doc.keys) {
     if (k.kty !== 'OKP' || k.crv !== 'Ed25519' || !k.kid || 'd' in k)
       throw new Error(`the delegation JWKS at ${path} may hold only Ed25519 public keys with a kid`);
   }
   return createLocalJWKSet(doc);
+}
+
+/** A JWKS document's text parsed as JSON (its shape is checked by the caller). */
+function parseJwks(bytes: Buffer): JSONWebKeySet {
+  return JSON.parse(bytes.toString('utf8')) as JSONWebKeySet;
+}
+
+/**
+ * Reads the key file at `path` and parses it with `parse`, naming the file when either fails —
+ * a process or `gatehouse delegation keys` then says which file is wrong rather than the parser's
+ * bare message (a key's bytes are never repeated: only the parser's reason is).
+ * @throws Error "`what` at `path` cannot be read as `as`: <reason>".
+ */
+function readKeyFile<T>(path: string, what: string, as: string, parse: (bytes: Buffer) => T): T {
+  try {
+    return parse(readFileSync(path));
+  } catch (err) {
+    const reason = err instanceof SyntaxError ? 'not valid JSON' : ((err as NodeJS.ErrnoException).code ?? (err as Error).message);
+    throw new Error(`${what} at ${path} cannot be read as ${as}: ${reason}`, { cause: err });
+  }
 }
 
 /** Writes `text` to `path` atomically (temporary file, then rename), creating its folder. */
@@ -56,14 +76,17 @@ function writeAtomically(path: string, text: string, mode: number): void {
  * lists its public key (creating the file, or adding the key to the keys already listed — the
  * first step of a rotation). Production supplies both files from its secret store instead.
  * @returns the signing key's `kid`.
+ * @throws Error naming the file when an existing key file is not a PEM private key, not JSON, or
+ *   a JWKS without a `keys` list (nothing is written then).
  */
 export async function ensureDelegationKeyPair(privatePath: string, jwksPath: string): Promise<string> {
   if (!existsSync(privatePath)) {
     const { privateKey } = generateKeyPairSync('ed25519');
     writeAtomically(privatePath, privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(), 0o600);
   }
-  const jwk = await delegationPublicJwk(createPrivateKey(readFileSync(privatePath)));
-  const doc: JSONWebKeySet = existsSync(jwksPath) ? (JSON.parse(readFileSync(jwksPath, 'utf8')) as JSONWebKeySet) : { keys: [] };
+  const jwk = await delegationPublicJwk(readKeyFile(privatePath, 'the delegation signing key', 'a PEM private key', createPrivateKey));
+  const doc = existsSync(jwksPath) ? readKeyFile(jwksPath, 'the delegation JWKS', 'JSON', parseJwks) : { keys: [] };
+  if (!Array.isArray(doc.keys)) throw new Error(`the delegation JWKS at ${jwksPath} has no "keys" list`);
   if (!doc.keys.some((k) => k.kid === jwk.kid))
     writeAtomically(jwksPath, `${JSON.stringify({ keys: [...doc.keys, jwk] }, null, 2)}\n`, 0o644);
   return jwk.kid!;

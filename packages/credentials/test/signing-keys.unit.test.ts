@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -48,6 +48,35 @@ describe('delegation keys (docs/decisions/0170-delegated-credentials-bind-the-op
       const doc = JSON.parse(readFileSync(jwks, 'utf8')) as { keys: Array<{ kid: string }> };
       writeFileSync(jwks, JSON.stringify({ keys: doc.keys.filter((k) => k.kid === newKid) }));
       await expect(verify(fromOld, jwks)).rejects.toEqual(new DelegationRejected('invalid_token:ERR_JWKS_NO_MATCHING_KEY'));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a key file that cannot be parsed is named in the error, its bytes never repeated, and nothing is written', async () => {
+    const dir = mkdtempSync(resolve(tmpdir(), 'gh-keys-'));
+    try {
+      const pem = resolve(dir, 'bad.pem');
+      const jwks = resolve(dir, 'jwks.json');
+      writeFileSync(pem, 'garbage-KEY-BYTES');
+      await expect(loadDelegationSigningKey(pem)).rejects.toThrow(
+        `the delegation signing key at ${pem} cannot be read as a PEM private key`,
+      );
+      await expect(ensureDelegationKeyPair(pem, jwks)).rejects.toThrow(`at ${pem} cannot be read as a PEM private key`);
+      await expect(ensureDelegationKeyPair(pem, jwks)).rejects.not.toThrow('garbage-KEY-BYTES');
+      expect(existsSync(jwks)).toBe(false);
+
+      writeFileSync(jwks, '{"keys": [garbage-JWKS');
+      expect(() => loadDelegationJwks(jwks)).toThrow(`the delegation JWKS at ${jwks} cannot be read as JSON: not valid JSON`);
+      expect(() => loadDelegationJwks(jwks)).not.toThrow('garbage-JWKS');
+      await expect(ensureDelegationKeyPair(resolve(dir, 'new.pem'), jwks)).rejects.toThrow(
+        `the delegation JWKS at ${jwks} cannot be read as JSON`,
+      );
+      writeFileSync(jwks, '{}');
+      await expect(ensureDelegationKeyPair(resolve(dir, 'new.pem'), jwks)).rejects.toThrow(
+        `the delegation JWKS at ${jwks} has no "keys" list`,
+      );
+      expect(readFileSync(jwks, 'utf8')).toBe('{}');
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
