@@ -43,8 +43,9 @@ async function heldBeforeRetry(call: AdapterCall): Promise<string | null> {
 /**
  * One idempotent write (`POST url` with `body`) under the downstream's retry policy: the same
  * `Idempotency-Key` (the operation key) and fencing token on every attempt; 200/201 succeed
- * (`evidence` picks the downstream id); 429 waits for Retry-After (or ends at once,
- * `rate_limited_past_deadline`, when the wait would end past the deadline), 408, 5xx and lost
+ * (`evidence` picks the downstream id); a 429 gets one retry after its Retry-After (it ends at
+ * once, `rate_limited_past_deadline`, when the wait would end past the deadline; a second 429 ends
+ * it `rate_limited` — docs/product/hard-cases.md#rate-limits-and-5xx-storms), 408, 5xx and lost
  * responses are retried up to `maxAttempts` within the deadline; other 4xx are final. After an unanswered
  * attempt (it may have landed), running out of attempts or a final 4xx is `unknown`, never
  * `failed` (docs/product/hard-cases.md#timeout-with-unknown-outcome: an unknown write outcome is failed_unknown, never retried automatically).
@@ -73,6 +74,7 @@ export async function idempotentWrite(
   let attempts = 0;
   let sawNoAnswer = false;
   let lastRefused = false;
+  let rateLimited = 0;
   const policy = idempotentWritePolicy(req.downstream, req.maxAttempts, call.deadlineMs);
   try {
     return await policy.execute(async (): Promise<AdapterResult> => {
@@ -115,9 +117,12 @@ export async function idempotentWrite(
         // A wait that would end past the deadline is not waited for: the worker is not held
         // for a retry that cannot be made (still a failure for the breaker).
         const pastDeadline = ms !== undefined && Date.now() + ms >= call.deadlineMs;
+        // A 429 gets one retry: a second one ends the write (still a failure for the breaker).
+        const rateLimitedAgain = ++rateLimited > 1;
         throw new RetryableDownstreamError(pastDeadline ? 'rate_limited_past_deadline' : 'rate_limited', {
           retryAfterMs: ms,
           pastDeadline,
+          rateLimitedAgain,
         });
       }
       // 408 and 5xx: not processed (`isOutageStatus`, 429 above), sent again under the same key.

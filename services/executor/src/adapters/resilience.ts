@@ -18,12 +18,26 @@ export class RetryableDownstreamError extends SystemError {
    * attempt counts as a failure towards the breaker, but it is not retried.
    */
   readonly pastDeadline: boolean;
-  constructor(reason: string, opts: { retryAfterMs?: number; ambiguous?: boolean; refused?: boolean; pastDeadline?: boolean } = {}) {
+  /**
+   * True for a 429 after the one retry a 429 gets (docs/product/hard-cases.md#rate-limits-and-5xx-storms):
+   * it counts as a failure towards the breaker, and it is not retried.
+   */
+  readonly rateLimitedAgain: boolean;
+  constructor(
+    reason: string,
+    opts: { retryAfterMs?: number; ambiguous?: boolean; refused?: boolean; pastDeadline?: boolean; rateLimitedAgain?: boolean } = {},
+  ) {
     super(reason);
     this.retryAfterMs = opts.retryAfterMs;
     this.ambiguous = opts.ambiguous ?? false;
     this.refused = opts.refused ?? false;
     this.pastDeadline = opts.pastDeadline ?? false;
+    this.rateLimitedAgain = opts.rateLimitedAgain ?? false;
+  }
+
+  /** Whether the retry policy sends the call again: not past the deadline, not a 429 after its one retry. */
+  get retried(): boolean {
+    return !this.pastDeadline && !this.rateLimitedAgain;
   }
 }
 
@@ -59,8 +73,9 @@ export function breakerFor(downstream: string): ReturnType<typeof circuitBreaker
  * Retry policy for an idempotent write (cockatiel): at most `maxAttempts` attempts, waiting the
  * server's Retry-After when given, else full-jitter exponential backoff capped at
  * {@link BACKOFF_CAP_MS}; every wait is clamped to the time left before `deadlineMs` (epoch ms).
- * Only {@link RetryableDownstreamError}s are retried (not one whose wait ends past the deadline),
- * through the downstream's circuit breaker.
+ * Only {@link RetryableDownstreamError}s are retried (not one whose wait ends past the deadline,
+ * nor a 429 after the one retry a 429 gets: {@link RetryableDownstreamError.retried}), through the
+ * downstream's circuit breaker.
  */
 export function idempotentWritePolicy(downstream: string, maxAttempts: number, deadlineMs: number) {
   const backoff = new DelegateBackoff<IRetryBackoffContext<unknown>>((ctx) => {
@@ -73,7 +88,7 @@ export function idempotentWritePolicy(downstream: string, maxAttempts: number, d
   });
   return wrap(
     retry(
-      handleWhen((e) => e instanceof RetryableDownstreamError && !e.pastDeadline),
+      handleWhen((e) => e instanceof RetryableDownstreamError && e.retried),
       { maxAttempts: maxAttempts - 1, backoff },
     ),
     breakerFor(downstream),

@@ -1,0 +1,76 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Db } from '@gatehouse/ledger';
+import type { AdapterCall } from '../src/adapters/adapter.ts';
+import { idempotentWrite } from '../src/adapters/idempotent-write.ts';
+
+// A 429 with Retry-After gets one bounded retry under the same key
+// (docs/product/hard-cases.md#rate-limits-and-5xx-storms): a second 429 ends the write, however
+// many attempts the downstream's policy allows for 5xx and lost responses.
+
+let server: Server;
+let url: string;
+/** What the endpoint answers, in order; the last repeats. */
+let script: number[] = [];
+let seen: Array<{ status: number; key: string }> = [];
+
+beforeAll(async () => {
+  server = createServer((req, res) => {
+    const status = script[Math.min(seen.length, script.length - 1)]!;
+    seen.push({ status, key: String(req.headers['idempotency-key']) });
+    const headers = { 'content-type': 'application/json', ...(status === 429 ? { 'retry-after-ms': '20' } : {}) };
+    res.writeHead(status, headers);
+    res.end(JSON.stringify(status === 201 ? { refundId: 're_1' } : { error: { reason: status === 429 ? 'rate_limited' : 'unavailable' } }));
+  });
+  await new Promise<void>((ok) => server.listen(0, '127.0.0.1', ok));
+  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/ledger/refunds`;
+});
+
+afterAll(() => new Promise<void>((ok) => server.close(() => ok())));
+
+/** One idempotent write of 30.00 allowing 4 attempts, through a breaker of its own (`downstream`). */
+function write(downstream: string) {
+  const call: AdapterCall = {
+    stagingUrl: url,
+    ledger: undefined as unknown as Db,
+    workflow: { id: 'wf-1', tenant: 'quillfeather' },
+    args: { orderId: 'O-1001', amountCents: 3000, reason: 'damaged' },
+    operationKey: 'wf-1:action:1',
+    fencingToken: 1,
+    token: () => Promise.resolve('token'),
+    deadlineMs: Date.now() + 10_000,
+    baseline: null,
+    heldByContainment: () => Promise.resolve(false),
+    heldByAudit: () => Promise.resolve(false),
+  };
+  return idempotentWrite(call, {
+    downstream,
+    url,
+    body: { orderId: 'O-1001', amountCents: 3000 },
+    target: { target: 'O-1001', amountCents: 3000 },
+    maxAttempts: 4,
+    evidence: (b) => String(b.refundId),
+  });
+}
+
+describe('a 429 gets one retry', () => {
+  it('429 then 201: retried once under the same key, paid', async () => {
+    [script, seen] = [[429, 201], []];
+    expect(await write('payments-429-once')).toMatchObject({ status: 'succeeded', evidenceRef: 're_1', attempts: 2 });
+    expect(seen.map((s) => s.status)).toEqual([429, 201]);
+    expect(new Set(seen.map((s) => s.key))).toEqual(new Set(['wf-1:action:1']));
+  });
+
+  it('429 twice: the write ends rate_limited after one retry, not at the attempt limit', async () => {
+    [script, seen] = [[429], []];
+    expect(await write('payments-429-twice')).toEqual({ status: 'failed', reason: 'rate_limited', retryable: true, attempts: 2 });
+    expect(seen.map((s) => s.status)).toEqual([429, 429]);
+  });
+
+  it('a 5xx between is retried as a 5xx; the second 429 still ends the write', async () => {
+    [script, seen] = [[429, 503, 429, 201], []];
+    expect(await write('payments-429-5xx')).toMatchObject({ status: 'failed', reason: 'rate_limited', attempts: 3 });
+    expect(seen.map((s) => s.status)).toEqual([429, 503, 429]);
+  });
+});
