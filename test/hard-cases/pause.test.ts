@@ -12,6 +12,7 @@ import {
   shipments,
   approve,
   cli,
+  call,
   sleep,
   type HuntStack,
 } from './helpers.ts';
@@ -109,5 +110,42 @@ describe('hunt: pauses and waits', () => {
     expect(end.state).toBe('completed');
     expect(await refunds(s, 'O-1002')).toHaveLength(1);
     expect(await refunds(s, 'O-1004')).toHaveLength(1);
+  });
+
+  // docs/decisions/0750-the-wait-for-an-approval-starts-at-its-action.md: the run waits on the
+  // approval from its action's decision, also while the approval service is down and has not
+  // opened the approval yet. Each case keeps that service down longer than the 8 s budget.
+  async function waitForApprovalToOpen(ticketId: string, text: string): Promise<{ token: string; workflowId: string }> {
+    await s.stack.kill('approval', 'SIGKILL', { keepDown: true });
+    try {
+      const run = await submit(s, 'rep-ana', ticketId, text);
+      await waitFor(s, run.token, run.workflowId, (x) => x.actions.some((a) => a.status === 'pending_approval'));
+      await sleep(12_000);
+      return run;
+    } finally {
+      await s.stack.restart('approval');
+    }
+  }
+
+  it('the approval opens late (approval service down past the budget), then a lead approves: the refund runs, not budget_exhausted', async () => {
+    await fixtures(s, 'P-late-open', [fc(['issue_refund', { orderId: 'O-1007', amount: '120.00', reason: 'cracked' }]), msg()]);
+    const { token, workflowId } = await waitForApprovalToOpen('P-late-open', 'refund 120 on O-1007');
+    const open = await waitFor(s, token, workflowId, (x) => x.pendingApprovals.some((p) => p.status === 'pending'));
+    expect((await approve(s, 'lead-eli', open.pendingApprovals[0]!.approvalId)).status).toBe(200);
+    const end = await waitFor(s, token, workflowId, settled);
+    expect(end.stopReason ?? null).toBeNull();
+    expect(end.state).toBe('completed');
+    expect(await refunds(s, 'O-1007')).toHaveLength(1);
+  });
+
+  it('a follow-up while the approval has not opened yet (approval service down past the budget): the model takes its turn, not budget_exhausted', async () => {
+    await fixtures(s, 'P-late-follow', [fc(['issue_refund', { orderId: 'O-1008', amount: '120.00', reason: 'cracked' }]), msg()]);
+    const { token, workflowId } = await waitForApprovalToOpen('P-late-follow', 'refund 120 on O-1008');
+    const r = await call('POST', `${s.url('agent-loop')}/v1/workflows/${workflowId}/messages`, token, { text: 'never mind' });
+    expect(r.status).toBe(202);
+    const end = await waitFor(s, token, workflowId, settled);
+    expect(end.stopReason ?? null).toBeNull();
+    expect(end.state).toBe('completed');
+    expect(await refunds(s, 'O-1008')).toHaveLength(0);
   });
 });

@@ -310,6 +310,11 @@ interface RecordedDecision {
   /** The approver who decided (the caller's subject). */
   approver: string;
   lockedFrom: { lockedFrom?: ActionStatus };
+  /**
+   * Since when the run has waited on this decision: when its action was recorded as needing
+   * approval (read under the action's lock), or the approval's opening when the action is gone.
+   */
+  waitingSince: Date;
 }
 
 /**
@@ -325,8 +330,16 @@ async function recordDecision(
   caller: Decider,
   body: DecisionRequest,
 ): Promise<RecordedDecision | { replayed: DecisionOutcome }> {
-  const held = await trx.selectFrom('actions').select('status').where('id', '=', approval.action_id).forUpdate().executeTakeFirst();
+  const held = await trx
+    .selectFrom('actions')
+    .select(['status', 'created_at'])
+    .where('id', '=', approval.action_id)
+    .forUpdate()
+    .executeTakeFirst();
   const lockedFrom = held ? { lockedFrom: held.status } : {};
+  // The run waits from its action's decision, not from the approval's opening: an approval service
+  // that was down or behind opened it late, and that wait is no more working time (ADR 0750).
+  const waitingSince = new Date(held?.created_at ?? approval.created_at);
   const status = body.decision === 'approve' ? 'approved' : 'denied';
   const decided = await trx
     .updateTable('approvals')
@@ -336,7 +349,7 @@ async function recordDecision(
     .where('expires_at', '>', new Date())
     .returning('id')
     .executeTakeFirst();
-  if (decided) return { status, approver: caller.sub, lockedFrom };
+  if (decided) return { status, approver: caller.sub, lockedFrom, waitingSince };
   // Changed after it was read, while this decision waited for the action's lock: by an identical
   // decision of the same approver (answered as that one was, ADR 0726), or by another writer.
   const replay = await recordedDecision(trx, await approvalNow(trx, approval.id), caller, body);
@@ -354,12 +367,13 @@ async function followDecision(
   trx: Trx,
   approval: ApprovalRow,
   release: string,
-  { status, approver, lockedFrom }: RecordedDecision,
+  { status, approver, lockedFrom, waitingSince }: RecordedDecision,
   auditHmacKey: string,
 ): Promise<DecisionOutcome> {
-  // Waiting for a person is not the run's working time: move its deadline by the wait — the
-  // part not already credited, so two approvals waited on at once count the span once.
-  await creditWait(trx, approval.workflow_id, new Date(approval.created_at));
+  // Waiting for a person is not the run's working time: move its deadline by the wait — since the
+  // action awaited approval (ADR 0750), the part not already credited, so two approvals waited on
+  // at once count the span once.
+  await creditWait(trx, approval.workflow_id, waitingSince);
   await recordAudit(trx, {
     type: 'approval.decided',
     service: 'approval',
