@@ -14,6 +14,8 @@ import {
   cli,
   call,
   sleep,
+  waitUntil,
+  auditHeartbeatOlderThan,
   type HuntStack,
 } from './helpers.ts';
 
@@ -147,5 +149,26 @@ describe('hunt: pauses and waits', () => {
     expect(end.stopReason ?? null).toBeNull();
     expect(end.state).toBe('completed');
     expect(await refunds(s, 'O-1008')).toHaveLength(0);
+  });
+
+  // docs/decisions/0751-a-follow-up-ends-the-wait-on-a-held-step.md: a step held by the audit gate
+  // has its outage credited only by its claim; a follow-up that supersedes it credits that wait.
+  it('a follow-up while an allowed refund is held by the audit gate past the budget: the model takes its turn, not budget_exhausted', async () => {
+    await fixtures(s, 'P-audit-follow', [fc(['issue_refund', { orderId: 'O-1006', amount: '10.00', reason: 'cracked' }]), msg()]);
+    await s.stack.kill('audit', 'SIGKILL', { keepDown: true });
+    try {
+      await waitUntil(() => auditHeartbeatOlderThan(s.db.db, 12), 'a stale audit heartbeat', 60_000);
+      const { token, workflowId } = await submit(s, 'rep-ana', 'P-audit-follow', 'refund 10 on O-1006');
+      await waitFor(s, token, workflowId, (x) => String(x.nextStep ?? '').includes('audit'));
+      await sleep(12_000);
+      const r = await call('POST', `${s.url('agent-loop')}/v1/workflows/${workflowId}/messages`, token, { text: 'never mind' });
+      expect(r.status).toBe(202);
+      const end = await waitFor(s, token, workflowId, settled);
+      expect(end.stopReason ?? null).toBeNull();
+      expect(end.state).toBe('completed');
+      expect(await refunds(s, 'O-1006')).toHaveLength(0);
+    } finally {
+      await s.stack.restart('audit');
+    }
   });
 });

@@ -41,19 +41,9 @@ export async function endUnclaimedActions(
   service: string,
   only?: { actionId: string },
 ): Promise<EndedAction[]> {
-  let q = trx
-    .selectFrom('actions as a')
-    .select(['a.id', 'a.tool', 'a.version', 'a.digest', 'a.call_id', 'a.status'])
-    .where('a.workflow_id', '=', wf.id)
-    .where('a.status', 'in', ['approved', 'pending_approval']);
+  let q = unclaimedActionsOf(trx, wf.id).select(['a.id', 'a.tool', 'a.version', 'a.digest', 'a.call_id', 'a.status']);
   if (only) q = q.where('a.id', '=', only.actionId);
-  const unclaimed = await q
-    .where(({ not, exists, selectFrom }) =>
-      not(exists(selectFrom('operations as o').select('o.key').whereRef('o.action_id', '=', 'a.id').where('o.status', '<>', 'pending'))),
-    )
-    .orderBy('a.version')
-    .forUpdate()
-    .execute();
+  const unclaimed = await q.orderBy('a.version').forUpdate().execute();
   const ended: EndedAction[] = [];
   for (const a of unclaimed) {
     await transitionAction(trx, a.id, { to: 'superseded', lockedFrom: a.status });
@@ -61,6 +51,22 @@ export async function endUnclaimedActions(
     ended.push({ id: a.id, tool: a.tool, version: a.version, callId: a.call_id, voidedApprovals });
   }
   return ended;
+}
+
+/**
+ * The unclaimed actions of run `workflowId` (alias `a`), the one definition: `approved` or
+ * `pending_approval`, with no operation past `pending` — what a stop, a park or a follow-up ends
+ * ({@link endUnclaimedActions}), and what a follow-up stops the run waiting on
+ * (`creditWaitsEndedByFollowUp`, ADR 0751). The caller selects its columns.
+ */
+export function unclaimedActionsOf(trx: Trx, workflowId: string) {
+  return trx
+    .selectFrom('actions as a')
+    .where('a.workflow_id', '=', workflowId)
+    .where('a.status', 'in', ['approved', 'pending_approval'])
+    .where(({ not, exists, selectFrom }) =>
+      not(exists(selectFrom('operations as o').select('o.key').whereRef('o.action_id', '=', 'a.id').where('o.status', '<>', 'pending'))),
+    );
 }
 
 /**

@@ -3,6 +3,7 @@ import { SystemError, type OutageMark, type Dependency, testFaults } from '@gate
 import { inTransaction, type Db, type Trx } from './db.ts';
 import { TERMINAL_STATES } from './schema.ts';
 import { LIVE_STATES } from './transitions.ts';
+import { unclaimedActionsOf } from './unclaimed-actions.ts';
 
 /**
  * The run's working time (docs/decisions/0015-working-time.md, 0110-outage-time.md): the
@@ -66,20 +67,20 @@ export async function creditWait(trx: Trx, workflowId: string, since: Date): Pro
  * Credits the waits on people that a follow-up message ends (docs/product/public-contract.md#follow-up-messages,
  * docs/decisions/0676-a-follow-up-ends-the-wait-on-people.md): the follow-up supersedes every
  * unclaimed action, so the run no longer waits for a decision on its pending approvals (each
- * voided, never decided, so no decision credits it: the wait since the oldest action awaiting
- * approval was recorded is credited here, its approval opened or not — ADR 0750) nor for on-call to release a held step (the pause since `budgets.paused_at` is credited
- * and the mark cleared, so a later pause starts afresh). Without it the model's turn on the
+ * voided, never decided, so no decision credits it), nor for an approved step held by a switch,
+ * the audit gate or an outage (credited only by its claim, which now never comes): the wait since
+ * the oldest unclaimed action was recorded is credited here, its approval opened or not
+ * (docs/decisions/0750-the-wait-for-an-approval-starts-at-its-action.md,
+ * 0751-a-follow-up-ends-the-wait-on-a-held-step.md). A pause since `budgets.paused_at` is credited
+ * too and the mark cleared, so a later pause starts afresh. Without it the model's turn on the
  * follow-up found the deadline passed by the wait and stopped the run `budget_exhausted`. Call
  * in the follow-up's transaction, under the workflow row lock and before the approvals are voided.
  */
 export async function creditWaitsEndedByFollowUp(trx: Trx, workflowId: string): Promise<void> {
-  // Since the oldest action still awaiting approval was recorded, whether or not its approval has
-  // opened yet (an approval service down or behind opens it late; ADR 0750).
-  const pending = await trx
-    .selectFrom('actions')
-    .select((eb) => eb.fn.min('created_at').as('since'))
-    .where('workflow_id', '=', workflowId)
-    .where('status', '=', 'pending_approval')
+  // Since the oldest unclaimed action was recorded: awaiting its approval (opened or not, ADR
+  // 0750), or approved and held — by a switch, the audit gate, an outage (ADR 0751).
+  const pending = await unclaimedActionsOf(trx, workflowId)
+    .select((eb) => eb.fn.min('a.created_at').as('since'))
     .executeTakeFirst();
   if (pending?.since) await creditWait(trx, workflowId, new Date(pending.since as unknown as string));
   const budget = await trx.selectFrom('budgets').select('paused_at').where('workflow_id', '=', workflowId).forUpdate().executeTakeFirst();
