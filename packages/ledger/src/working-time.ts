@@ -78,16 +78,22 @@ export async function creditWait(trx: Trx, workflowId: string, since: Date): Pro
  */
 export async function creditWaitsEndedByFollowUp(trx: Trx, workflowId: string): Promise<void> {
   // Since the oldest unclaimed action was recorded: awaiting its approval (opened or not, ADR
-  // 0750), or approved and held — by a switch, the audit gate, an outage (ADR 0751).
-  const pending = await unclaimedActionsOf(trx, workflowId)
+  // 0750), or approved and held — by a switch, the audit gate, an outage (ADR 0751) — or since
+  // its pending approval opened or the run paused, whichever began first: one credit from the
+  // earliest, so a later start never masks an earlier one.
+  const unclaimed = await unclaimedActionsOf(trx, workflowId)
     .select((eb) => eb.fn.min('a.created_at').as('since'))
     .executeTakeFirst();
-  if (pending?.since) await creditWait(trx, workflowId, new Date(pending.since as unknown as string));
+  const opened = await trx
+    .selectFrom('approvals')
+    .select((eb) => eb.fn.min('created_at').as('since'))
+    .where('workflow_id', '=', workflowId)
+    .where('status', '=', 'pending')
+    .executeTakeFirst();
   const budget = await trx.selectFrom('budgets').select('paused_at').where('workflow_id', '=', workflowId).forUpdate().executeTakeFirst();
-  if (budget?.paused_at) {
-    await creditWait(trx, workflowId, new Date(budget.paused_at));
-    await trx.updateTable('budgets').set({ paused_at: null }).where('workflow_id', '=', workflowId).execute();
-  }
+  const starts = [unclaimed?.since, opened?.since, budget?.paused_at].filter((d) => d != null).map((d) => new Date(d as Date | string));
+  if (starts.length) await creditWait(trx, workflowId, new Date(Math.min(...starts.map((d) => d.getTime()))));
+  if (budget?.paused_at) await trx.updateTable('budgets').set({ paused_at: null }).where('workflow_id', '=', workflowId).execute();
 }
 
 /**

@@ -312,7 +312,8 @@ interface RecordedDecision {
   lockedFrom: { lockedFrom?: ActionStatus };
   /**
    * Since when the run has waited on this decision: when its action was recorded as needing
-   * approval (read under the action's lock), or the approval's opening when the action is gone.
+   * approval (read under the action's lock), or the approval's opening if that was earlier or the
+   * action is gone.
    */
   waitingSince: Date;
 }
@@ -339,7 +340,8 @@ async function recordDecision(
   const lockedFrom = held ? { lockedFrom: held.status } : {};
   // The run waits from its action's decision, not from the approval's opening: an approval service
   // that was down or behind opened it late, and that wait is no more working time (ADR 0750).
-  const waitingSince = new Date(held?.created_at ?? approval.created_at);
+  const opened = new Date(approval.created_at);
+  const waitingSince = held && new Date(held.created_at) < opened ? new Date(held.created_at) : opened;
   const status = body.decision === 'approve' ? 'approved' : 'denied';
   const decided = await trx
     .updateTable('approvals')
