@@ -154,11 +154,11 @@ describe('hunt: pauses and waits', () => {
   // docs/decisions/0751-a-follow-up-ends-the-wait-on-a-held-step.md: a step held by the audit gate
   // has its outage credited only by its claim; a follow-up that supersedes it credits that wait.
   it('a follow-up while an allowed refund is held by the audit gate past the budget: the model takes its turn, not budget_exhausted', async () => {
-    await fixtures(s, 'P-audit-follow', [fc(['issue_refund', { orderId: 'O-1006', amount: '10.00', reason: 'cracked' }]), msg()]);
+    await fixtures(s, 'P-audit-follow', [fc(['issue_refund', { orderId: 'O-1001', amount: '10.00', reason: 'cracked' }]), msg()]);
     await s.stack.kill('audit', 'SIGKILL', { keepDown: true });
     try {
       await waitUntil(() => auditHeartbeatOlderThan(s.db.db, 12), 'a stale audit heartbeat', 60_000);
-      const { token, workflowId } = await submit(s, 'rep-ana', 'P-audit-follow', 'refund 10 on O-1006');
+      const { token, workflowId } = await submit(s, 'rep-ana', 'P-audit-follow', 'refund 10 on O-1001');
       await waitFor(s, token, workflowId, (x) => String(x.nextStep ?? '').includes('audit'));
       await sleep(12_000);
       const r = await call('POST', `${s.url('agent-loop')}/v1/workflows/${workflowId}/messages`, token, { text: 'never mind' });
@@ -166,7 +166,7 @@ describe('hunt: pauses and waits', () => {
       const end = await waitFor(s, token, workflowId, settled);
       expect(end.stopReason ?? null).toBeNull();
       expect(end.state).toBe('completed');
-      expect(await refunds(s, 'O-1006')).toHaveLength(0);
+      expect(await refunds(s, 'O-1001')).toHaveLength(0);
     } finally {
       await s.stack.restart('audit');
     }
