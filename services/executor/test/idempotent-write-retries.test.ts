@@ -2,12 +2,16 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Db } from '@gatehouse/ledger';
-import type { AdapterCall } from '../src/adapters/adapter.ts';
+import { HELD_CHECK_UNREADABLE, type AdapterCall } from '../src/adapters/adapter.ts';
 import { idempotentWrite } from '../src/adapters/idempotent-write.ts';
 
-// A 429 with Retry-After gets one bounded retry under the same key
-// (docs/product/hard-cases.md#rate-limits-and-5xx-storms): a second 429 ends the write, however
-// many attempts the downstream's policy allows for 5xx and lost responses.
+// Retries of one idempotent write against a scripted payments endpoint:
+// - a 429 with Retry-After gets one bounded retry under the same key
+//   (docs/product/hard-cases.md#rate-limits-and-5xx-storms): a second 429 ends the write, however
+//   many attempts the downstream's policy allows for 5xx and lost responses;
+// - a retry after a 429 asks the tool's containment and audit health first (ADRs 0700, 0706). When
+//   that check cannot be read (the ledger unreachable during the wait), nothing is sent and the step
+//   is safe to repeat: the first attempt was answered without effect. It must not end `failed`.
 
 let server: Server;
 let url: string;
@@ -29,8 +33,11 @@ beforeAll(async () => {
 
 afterAll(() => new Promise<void>((ok) => server.close(() => ok())));
 
-/** One idempotent write of 30.00 allowing 4 attempts, through a breaker of its own (`downstream`). */
-function write(downstream: string) {
+/**
+ * One idempotent write of 30.00 allowing 4 attempts, through a breaker of its own (`downstream`);
+ * containment and audit health clear unless `checks` says otherwise.
+ */
+function write(downstream: string, checks: Pick<AdapterCall, 'heldByContainment' | 'heldByAudit'> = {}) {
   const call: AdapterCall = {
     stagingUrl: url,
     ledger: undefined as unknown as Db,
@@ -43,6 +50,7 @@ function write(downstream: string) {
     baseline: null,
     heldByContainment: () => Promise.resolve(false),
     heldByAudit: () => Promise.resolve(false),
+    ...checks,
   };
   return idempotentWrite(call, {
     downstream,
@@ -72,5 +80,31 @@ describe('a 429 gets one retry', () => {
     [script, seen] = [[429, 503, 429, 201], []];
     expect(await write('payments-429-5xx')).toMatchObject({ status: 'failed', reason: 'rate_limited', attempts: 3 });
     expect(seen.map((s) => s.status)).toEqual([429, 503, 429]);
+  });
+});
+
+describe('a retry whose held check cannot be read', () => {
+  it('is not sent, and the step is safe to repeat (never failed)', async () => {
+    [script, seen] = [[429, 201], []];
+    const unreadable = () => Promise.reject(new Error('Connection terminated unexpectedly'));
+    const out = await write('payments-unreadable-switch', { heldByContainment: unreadable });
+    expect(out).toMatchObject({ status: 'retry_safe', reason: HELD_CHECK_UNREADABLE, attempts: 1 });
+    expect(seen).toHaveLength(1);
+  });
+
+  it('the audit check alike', async () => {
+    [script, seen] = [[429, 201], []];
+    const unreadable = () => Promise.reject(new Error('Connection terminated unexpectedly'));
+    const out = await write('payments-unreadable-audit', { heldByContainment: () => Promise.resolve(false), heldByAudit: unreadable });
+    expect(out).toMatchObject({ status: 'retry_safe', reason: HELD_CHECK_UNREADABLE, attempts: 1 });
+    expect(seen).toHaveLength(1);
+  });
+
+  it('with both checks readable and clear, the retry is sent under the same key and pays once', async () => {
+    [script, seen] = [[429, 201], []];
+    const clear = () => Promise.resolve(false);
+    const out = await write('payments-clear', { heldByContainment: clear, heldByAudit: clear });
+    expect(out).toMatchObject({ status: 'succeeded', evidenceRef: 're_1', attempts: 2 });
+    expect(seen).toHaveLength(2);
   });
 });
