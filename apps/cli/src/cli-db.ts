@@ -34,7 +34,10 @@ const CLOSE_WAIT_MS = 1000;
  * a migration's statement may take as long as it takes.
  * @throws Error naming an invalid setting.
  */
-export function cliPostgresTimeouts(opts: { migration?: boolean } = {}, source = process.env): Required<PoolTimeouts> {
+export function cliPostgresTimeouts(
+  opts: { migration?: boolean } = {},
+  source = process.env,
+): Required<Omit<PoolTimeouts, 'idleInTransactionTimeoutMs'>> {
   const t = cliPostgresFromEnv(source);
   const statementTimeoutMs = opts.migration ? 0 : t.queryTimeoutMs;
   return {

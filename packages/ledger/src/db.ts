@@ -34,6 +34,7 @@ export function createPool(databaseUrl: string, max: number, onClientError?: (er
     ...(timeouts.statementTimeoutMs
       ? { statement_timeout: timeouts.statementTimeoutMs, idle_in_transaction_session_timeout: timeouts.statementTimeoutMs }
       : {}),
+    ...(timeouts.idleInTransactionTimeoutMs ? { idle_in_transaction_session_timeout: timeouts.idleInTransactionTimeoutMs } : {}),
   });
   if (!pgErrorHandlingDisabled()) {
     const report = (err: Error): void => onClientError?.(err);
@@ -59,6 +60,13 @@ export interface PoolTimeouts {
   connectTimeoutMs?: number;
   queryTimeoutMs?: number;
   statementTimeoutMs?: number;
+  /**
+   * Server side, the session's `idle_in_transaction_session_timeout` alone (overrides the one
+   * `statementTimeoutMs` sets): a session idle inside a transaction this long is ended by Postgres
+   * (25P03, a connection fault), its transaction rolled back and its locks released — the bound
+   * on how long a stopped process holds other processes' locks.
+   */
+  idleInTransactionTimeoutMs?: number;
 }
 
 /**

@@ -64,6 +64,14 @@ export const baseEnvShape = {
   LOG_LEVEL: z.string().default('info'),
   /** How long an API request may go unanswered before 503 `dependency_unavailable`, ms (`responseDeadline`). */
   HTTP_RESPONSE_DEADLINE_MS: z.coerce.number().int().positive().default(10_000),
+  /**
+   * How long a service's Postgres session may sit idle inside a transaction before Postgres ends
+   * it and rolls the transaction back, ms (0: no bound): a replica that stops or hangs mid-transaction
+   * (SIGSTOP, a frozen VM) releases its row and advisory locks — the audit chain lock among them —
+   * after this long instead of holding every other replica off for as long as it is stopped
+   * (docs/decisions/0748-a-stopped-replica-releases-its-locks.md).
+   */
+  POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT_MS: z.coerce.number().int().min(0).default(30_000),
   /** How long reading one request (head and body) may take before 408 `request_timeout`, ms (`listen`). */
   ...requestReadTimeoutEnv,
   /** Window of the abuse limits, seconds (docs/decisions/0181-abuse-limits.md). */

@@ -54,11 +54,17 @@ export function createServiceContext<S extends ZodRawShape>(
   const telemetry = startTelemetry(name, env.GATEHOUSE_RELEASE);
   const log = createLogger(name);
   // A client that loses its connection fails its statement; the process goes on (see createDb).
-  const db = createDb(env.DATABASE_URL, 10, (err) => {
-    log.warn({ err: err.message }, 'postgres client lost its connection');
-    recordDependencyError('postgres', 'connection_lost');
-    gate.noteClientFault();
-  });
+  // A session idle inside a transaction is ended by Postgres: a stopped replica releases its locks (ADR 0748).
+  const db = createDb(
+    env.DATABASE_URL,
+    10,
+    (err) => {
+      log.warn({ err: err.message }, 'postgres client lost its connection');
+      recordDependencyError('postgres', 'connection_lost');
+      gate.noteClientFault();
+    },
+    { idleInTransactionTimeoutMs: env.POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT_MS },
+  );
   const gate = new PostgresGate(db, log);
   const drain = new DrainGate(db, env.GATEHOUSE_RELEASE, log, { postgres: gate });
   void drain.start();
