@@ -230,6 +230,9 @@ describe('reconciliation', () => {
     expect(reconciled.map((e) => e.effectRef)).toEqual([refundIds.has]);
     const wf = await db.selectFrom('workflows').select(['state']).where('id', '=', seeded.has!.workflowId).executeTakeFirstOrThrow();
     expect(wf.state).toBe('completed');
+    // Its completion is audited, as a model turn's is.
+    const completed = (await auditEvents('run.completed')).filter((e) => e.runId === seeded.has!.workflowId);
+    expect(completed.map((e) => [e.service, e.outcome])).toEqual([['reconciliation', 'reconciled']]);
     // Nothing else the agent recorded was touched.
     const lacks = await db.selectFrom('operations').select('status').where('key', '=', seeded.lacks!.key).executeTakeFirstOrThrow();
     expect(lacks.status).toBe('running');

@@ -44,7 +44,8 @@ export function reconciledOutput(tool: string, outcome: 'succeeded' | 'failed', 
  * status and fencing token that were read, raising the token so a stale lease holder's later
  * write is refused (docs/product/design.md#leases-with-fencing). Then returns the result to the workflow:
  * an unanswered call gets its `results` job (the workflow continues), and a workflow parked in
- * `needs_reconciliation` completes once none of its operations is unknown. Lock order:
+ * `needs_reconciliation` completes once none of its operations is unknown (audited `run.completed`,
+ * outcome `reconciled`). Lock order:
  * workflows → actions → operations. A frozen operation is left alone unless `frozenToo` (a
  * lead's remediation). Returns the outbox rows to publish, or null when the operation moved on
  * meanwhile.
@@ -120,10 +121,18 @@ export async function settleOperation(
     .where('status', 'in', ['failed_unknown', 'running'])
     .execute();
   if (!unknown.length) {
+    // The run ends here, not in a model turn: its completion is audited here too.
     await transitionWorkflow(trx, op.workflowId, {
       to: 'completed',
       nextStep: `Reconciled: ${op.tool} ${outcome.status} (${outcome.note}).`,
       onlyFrom: ['needs_reconciliation'],
+      audit: {
+        type: 'run.completed',
+        service: 'reconciliation',
+        actorHash: actorHash(by.hmacKey, by.actor),
+        outcome: 'reconciled',
+        revisions: { release: wf.release_id },
+      },
     });
   }
   return [];
