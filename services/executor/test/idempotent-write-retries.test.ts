@@ -7,7 +7,7 @@ import { idempotentWrite } from '../src/adapters/idempotent-write.ts';
 
 // Retries of one idempotent write against a scripted payments endpoint:
 // - a 429 with Retry-After gets one bounded retry under the same key
-//   (docs/product/hard-cases.md#rate-limits-and-5xx-storms): a second 429 ends the write, however
+//   (docs/decisions/0753-a-429-gets-one-retry.md): a second 429 ends the write, however
 //   many attempts the downstream's policy allows for 5xx and lost responses;
 // - a retry after a 429 asks the tool's containment and audit health first (ADRs 0700, 0706). When
 //   that check cannot be read (the ledger unreachable during the wait), nothing is sent and the step

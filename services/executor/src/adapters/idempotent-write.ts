@@ -45,7 +45,7 @@ async function heldBeforeRetry(call: AdapterCall): Promise<string | null> {
  * `Idempotency-Key` (the operation key) and fencing token on every attempt; 200/201 succeed
  * (`evidence` picks the downstream id); a 429 gets one retry after its Retry-After (it ends at
  * once, `rate_limited_past_deadline`, when the wait would end past the deadline; a second 429 ends
- * it `rate_limited` — docs/product/hard-cases.md#rate-limits-and-5xx-storms), 408, 5xx and lost
+ * it `rate_limited` — docs/decisions/0753-a-429-gets-one-retry.md), 408, 5xx and lost
  * responses are retried up to `maxAttempts` within the deadline; other 4xx are final. After an unanswered
  * attempt (it may have landed), running out of attempts or a final 4xx is `unknown`, never
  * `failed` (docs/product/hard-cases.md#timeout-with-unknown-outcome: an unknown write outcome is failed_unknown, never retried automatically).

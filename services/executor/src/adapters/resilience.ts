@@ -19,7 +19,7 @@ export class RetryableDownstreamError extends SystemError {
    */
   readonly pastDeadline: boolean;
   /**
-   * True for a 429 after the one retry a 429 gets (docs/product/hard-cases.md#rate-limits-and-5xx-storms):
+   * True for a 429 after the one retry a 429 gets (docs/decisions/0753-a-429-gets-one-retry.md):
    * it counts as a failure towards the breaker, and it is not retried.
    */
   readonly rateLimitedAgain: boolean;
