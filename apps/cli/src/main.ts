@@ -38,6 +38,7 @@ import {
   checkArgumentCount,
   checkOptions,
   checkRequired,
+  type CommandSpec,
   commandHelp,
   exitCodeFor,
   findCommand,
@@ -50,6 +51,26 @@ import {
 const out = (line: string): void => {
   process.stdout.write(`${line}\n`);
 };
+
+/** The parsed flags of the command line ({@link OPTIONS}). */
+type CliValues = ReturnType<typeof parseCommandLine>['values'];
+
+/**
+ * One command as its handler gets it: the flags and positionals of the command line (`sub` and
+ * `arg` are its second and third words), its catalog entry (already checked: flags, required
+ * values) and the environment with the stack's staging URL.
+ */
+interface Invocation {
+  values: CliValues;
+  positionals: string[];
+  sub: string | undefined;
+  arg: string | undefined;
+  spec: CommandSpec;
+  env: BaseEnv;
+}
+
+/** A command group's handler: the command (`"<cmd> <sub>"`, trimmed) → its exit code. */
+type GroupHandler = (command: string, inv: Invocation) => Promise<number>;
 
 async function main(argv: string[]): Promise<number> {
   const { values, positionals } = parseCommandLine(argv);
@@ -64,11 +85,11 @@ async function main(argv: string[]): Promise<number> {
     return values.help ? EXIT.ok : EXIT.usage;
   }
   if (!cmd || (values.help && !spec)) {
-    if (cmd && !spec) throw new UsageError(`unknown command: ${positionals.join(' ')} (see: gatehouse --help)`);
+    if (cmd && !spec) throw unknownCommand(positionals);
     out(usage());
     return values.help ? EXIT.ok : EXIT.usage;
   }
-  if (!spec) throw new UsageError(`unknown command: ${positionals.join(' ')} (see: gatehouse --help)`);
+  if (!spec) throw unknownCommand(positionals);
   if (values.help) {
     out(commandHelp(spec));
     return EXIT.ok;
@@ -77,7 +98,22 @@ async function main(argv: string[]): Promise<number> {
   checkRequired(spec, values, positionals);
   // The staging URL as the stack's services have it (STAGING_PORT alone moves it too).
   const env = parseEnv({}, { ...process.env, STAGING_URL: stagingUrlOf(process.env) });
-  switch (`${cmd} ${sub ?? ''}`.trim()) {
+  const handler = GROUPS.get(cmd);
+  if (!handler) throw unknownCommand(positionals);
+  return handler(`${cmd} ${sub ?? ''}`.trim(), { values, positionals, sub, arg, spec, env });
+}
+
+/** The usage error (exit 2) of a command line that names no command. */
+function unknownCommand(positionals: readonly string[]): UsageError {
+  return new UsageError(`unknown command: ${positionals.join(' ')} (see: gatehouse --help)`);
+}
+
+/**
+ * `delegation keys`, `token` and `demo`: local set-up, no operator token.
+ * @throws UsageError for a command of no group here.
+ */
+async function setupCommand(command: string, { values, positionals, arg, env }: Invocation): Promise<number> {
+  switch (command) {
     case 'delegation keys': {
       const paths = delegationKeyPaths({}, delegationKeyDir(arg!));
       const kid = await ensureDelegationKeyPair(paths.signing, paths.jwks);
@@ -88,6 +124,20 @@ async function main(argv: string[]): Promise<number> {
       out(await tokenFor(values.user!, env.GATEHOUSE_AUTH_SECRET));
       return 0;
     }
+    case 'demo':
+      return demo(Boolean(values['keep-running']));
+    default:
+      throw unknownCommand(positionals);
+  }
+}
+
+/**
+ * `stack up|status|down`: the local stack, supervised in the background (state in `stateDir('stack')`).
+ * Exit 0, or 1 from `stack status` when the stack is not up.
+ * @throws UsageError for a bad `--only` (before anything stops or starts) or an unknown command.
+ */
+async function stackCommand(command: string, { values, positionals, env }: Invocation): Promise<number> {
+  switch (command) {
     case 'stack up': {
       // Checked before anything stops or starts: a typo would stop the running stack and start nothing.
       const only = parseOnly(values.only);
@@ -114,8 +164,18 @@ async function main(argv: string[]): Promise<number> {
       out(stopped.length ? `stopped ${stopped.join(', ')}` : 'nothing was running');
       return 0;
     }
-    case 'demo':
-      return demo(Boolean(values['keep-running']));
+    default:
+      throw unknownCommand(positionals);
+  }
+}
+
+/**
+ * `audit verify` (no token: a read of the chain) and the operator's `audit replace-lost-key` /
+ * `audit rotate-key` (through {@link opsCommand}).
+ * @throws UsageError for a witness that is a directory or extra arguments (before the database), or an unknown command.
+ */
+async function auditCommand(command: string, { values, positionals, spec, env }: Invocation): Promise<number> {
+  switch (command) {
     case 'audit verify': {
       const witness = witnessToRead(values.witness); // A witness that is a directory is a usage error, before the database.
       return withCliDb(env.DATABASE_URL, 2, (db) => {
@@ -146,6 +206,18 @@ async function main(argv: string[]): Promise<number> {
           out,
         }),
       );
+    default:
+      throw unknownCommand(positionals);
+  }
+}
+
+/**
+ * Containment, all ledger writes by an operator ({@link opsCommand}): `switch on|off <tool>`,
+ * `epoch bump`, `tokens revoke`. Exit 0 once written.
+ * @throws UsageError for extra arguments or an unknown tool (before the token check), or an unknown command.
+ */
+async function containmentCommand(command: string, { values, positionals, sub, arg, spec, env }: Invocation): Promise<number> {
+  switch (command) {
     case 'switch on':
     case 'switch off': {
       const tool = arg!;
@@ -175,6 +247,18 @@ async function main(argv: string[]): Promise<number> {
         else for (const line of revocationLines(r)) out(line);
         return 0;
       });
+    default:
+      throw unknownCommand(positionals);
+  }
+}
+
+/**
+ * `policy check <revision|file.json>`: runs the bundle's boundary cases. Exit 0 when every case
+ * passes, 1 when one fails (the bundle is refused).
+ * @throws UsageError when the bundle file does not exist, or for an unknown command.
+ */
+async function policyCommand(command: string, { values, positionals, arg }: Invocation): Promise<number> {
+  switch (command) {
     case 'policy check': {
       const ref = arg!;
       const file = ref.endsWith('.json') ? resolvePath(ref) : resolvePath(repoRoot, 'policy', `${ref}.json`);
@@ -193,6 +277,18 @@ async function main(argv: string[]): Promise<number> {
       );
       return failures.length ? 1 : 0;
     }
+    default:
+      throw unknownCommand(positionals);
+  }
+}
+
+/**
+ * `reconcile`, `reconcile resolve <id>` and `change cancel <id>`: an operator's remediation of
+ * actions whose outcome at the system of record is open ({@link opsCommand}).
+ * @throws UsageError for two remediation flags or a bad `--outcome` (before the token check), or an unknown command.
+ */
+async function remediationCommand(command: string, { values, positionals, sub, arg, env }: Invocation): Promise<number> {
+  switch (command) {
     case 'reconcile':
     case 'reconcile resolve': {
       const flags = Object.keys(REMEDIATION_FLAGS).filter((f) => (values as Record<string, unknown>)[f]);
@@ -238,6 +334,19 @@ async function main(argv: string[]): Promise<number> {
         };
         return changeCancelCommand(ctx, arg!, values.reason);
       });
+    default:
+      throw unknownCommand(positionals);
+  }
+}
+
+/**
+ * The rollout commands, handed to their modules with {@link opsCommand}: `release *` and
+ * `queues *` ({@link releaseCommand}), `reenable *` ({@link reenableCommand}).
+ * @throws UsageError for extra arguments to `reenable`, or an unknown command.
+ */
+async function rolloutCommand(command: string, { values, positionals, arg, spec, env }: Invocation): Promise<number> {
+  const ops = (name: string, fn: (db: Db, op: Operator) => Promise<number>) => opsCommand(env, values.token, name, fn);
+  switch (command) {
     case 'release digests':
     case 'release verify':
     case 'release activate':
@@ -250,12 +359,24 @@ async function main(argv: string[]): Promise<number> {
     case 'queues resume':
     case 'queues quarantine':
     case 'queues requeue':
-      return releaseCommand(`${cmd} ${sub}`, arg, values, env, (command, fn) => opsCommand(env, values.token, command, fn), out);
+      return releaseCommand(command, arg, values, env, ops, out);
     case 'reenable status':
     case 'reenable advance':
     case 'reenable override':
       checkArgumentCount(spec, positionals, 1);
-      return reenableCommand(`${cmd} ${sub}`, arg, values, env, (command, fn) => opsCommand(env, values.token, command, fn), out);
+      return reenableCommand(command, arg, values, env, ops, out);
+    default:
+      throw unknownCommand(positionals);
+  }
+}
+
+/**
+ * `migrate [up]` (prepares the database, no token) and `migrate down [--all --confirm <db>]`: an
+ * operator's command, audited before it runs ({@link opsCommand}).
+ * @throws UsageError for `--all` without `--confirm <the database's name>` (before the token check), or an unknown command.
+ */
+async function migrateCommand(command: string, { values, positionals, sub, env }: Invocation): Promise<number> {
+  switch (command) {
     case 'migrate':
     case 'migrate up':
     case 'migrate down': {
@@ -280,9 +401,28 @@ async function main(argv: string[]): Promise<number> {
       });
     }
     default:
-      throw new UsageError(`unknown command: ${positionals.join(' ')} (see: gatehouse --help)`);
+      throw unknownCommand(positionals);
   }
 }
+
+/** Each command group's handler, by the command's first word. */
+const GROUPS: ReadonlyMap<string, GroupHandler> = new Map([
+  ['delegation', setupCommand],
+  ['token', setupCommand],
+  ['demo', setupCommand],
+  ['stack', stackCommand],
+  ['audit', auditCommand],
+  ['switch', containmentCommand],
+  ['epoch', containmentCommand],
+  ['tokens', containmentCommand],
+  ['policy', policyCommand],
+  ['reconcile', remediationCommand],
+  ['change', remediationCommand],
+  ['release', rolloutCommand],
+  ['queues', rolloutCommand],
+  ['reenable', rolloutCommand],
+  ['migrate', migrateCommand],
+]);
 
 /**
  * What `gatehouse tokens revoke` says it did (docs/decisions/0715). A subject's revocation is of
