@@ -1,7 +1,7 @@
 import { loadReleaseManifest, loadWorld } from '@gatehouse/contracts';
 import { type Db } from '@gatehouse/ledger';
 import { withCliDb } from './cli-db.ts';
-import { type BaseEnv } from '@gatehouse/platform';
+import { type BaseEnv, type QueueRegistry } from '@gatehouse/platform';
 import {
   drainRelease,
   resumeRelease,
@@ -82,6 +82,30 @@ export function parseCohort(text: string): { tenants: string[]; users: string[] 
   return cohort;
 }
 
+/** The flags `gatehouse release …` and `gatehouse queues …` read (main.ts's parsed command line). */
+interface ReleaseValues {
+  cohort?: string;
+  force?: boolean;
+  to?: string;
+  from?: string;
+  release?: string;
+  reason?: string;
+  baseline?: string;
+  json?: boolean;
+  for?: string;
+}
+
+/** One release or queues command as its steps get it: the release argument, flags, environment, printer. */
+interface ReleaseRun {
+  /** The command's argument (the release id), for the commands that take one. */
+  release: string;
+  values: ReleaseValues;
+  env: BaseEnv;
+  out: (line: string) => void;
+  /** The operator and audit key the operations package records an action with. */
+  actor: (op: Operator) => { operator: string; hmacKey: string };
+}
+
 /**
  * `gatehouse release …` and `gatehouse queues …` (docs/product/releases.md,
  * docs/product/public-contract.md#ops-cli). Everything but `release verify`
@@ -92,167 +116,182 @@ export function parseCohort(text: string): { tenants: string[]; users: string[] 
 export async function releaseCommand(
   command: string,
   arg: string | undefined,
-  values: {
-    cohort?: string;
-    force?: boolean;
-    to?: string;
-    from?: string;
-    release?: string;
-    reason?: string;
-    baseline?: string;
-    json?: boolean;
-    for?: string;
-  },
+  values: ReleaseValues,
   env: BaseEnv,
   asOperator: AsOperator,
   out: (line: string) => void,
 ): Promise<number> {
   const actor = (op: Operator) => ({ operator: op.id, hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY });
   // Present for the commands that take it: checked before the token by checkRequired (commands.ts).
-  const release = arg!;
+  const run: ReleaseRun = { release: arg!, values, env, out, actor };
+  const withQueuesAs = (fn: (db: Db, queues: QueueRegistry, op: Operator) => Promise<number>) =>
+    asOperator(command, (db, op) => withQueues(env, (queues) => fn(db, queues, op)));
   switch (command) {
     case 'release digests':
       out(JSON.stringify(currentDigests(), null, 2));
       return 0;
-    case 'release verify': {
-      return withCliDb(env.DATABASE_URL, 1, async (db) => {
-        const problems = await verifyManifest(db, loadReleaseManifest(release));
-        if (values.json) {
-          out(JSON.stringify({ release: arg, matches: problems.length === 0, problems }, null, 2));
-          return problems.length ? 1 : 0;
-        }
-        for (const p of problems) out(`  ${p}`);
-        out(problems.length ? `${arg}: ${problems.length} problem(s)` : `${arg}: every digest matches this code; schema applied`);
-        return problems.length ? 1 : 0;
-      });
-    }
+    case 'release verify':
+      return verifyRelease(run);
     case 'release activate':
-      return asOperator(command, async (db, op) => {
-        const a = await activateReleaseWithQueues(db, env, release, {
-          cohort: values.cohort ? parseCohort(values.cohort) : undefined,
-          force: values.force,
-          ...actor(op),
-        });
-        for (const b of a.bypassed) out(`  FORCED past ${b}`);
-        out(
-          a.status === 'candidate'
-            ? `${a.id} is a candidate for ${values.cohort}; consequential writes stay disabled until: gatehouse release enable-writes ${a.id}`
-            : `${a.id} is the active release${a.forced ? ' (FORCED past its boundary-case gate; audited)' : ''}`,
-        );
-        if (!a.queuesNotResumed) return EXIT.ok;
-        out(`  its queues could not be resumed in Redis (${a.queuesNotResumed}): run gatehouse queues resume --release ${a.id}`);
-        return EXIT.unavailable;
-      });
+      return asOperator(command, (db, op) => activate(run, db, op));
     case 'release enable-writes':
-      return asOperator(command, async (db, op) => {
-        const w = await enableWrites(db, release, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
-        for (const f of w.forcedPast) out(`  FORCED past ${f} (at activation; audited)`);
-        out(
-          `${w.id}: safety cases pass (${w.boundaryCases} boundary cases, closed parsing, strict schemas)` +
-            `${w.canary === 'not_a_candidate' ? '' : w.canary === 'pass' ? '; canary analysis passes' : '; canary analysis OVERRIDDEN by a second person (audited)'}` +
-            '; consequential writes enabled',
-        );
-        return 0;
-      });
+      return asOperator(command, (db, op) => enableWritesOf(run, db, op));
     case 'release analyze':
-      return asOperator(command, async (db, op) => {
-        const a = await analyzeCanary(db, release, { baseline: values.baseline });
-        await auditAnalysis(db, a, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
-        if (values.json) out(JSON.stringify(a, null, 2));
-        else for (const line of formatAnalysis(a)) out(line);
-        return a.verdict === 'pass' ? 0 : 1;
-      });
+      return asOperator(command, (db, op) => analyze(run, db, op));
     case 'release override':
-      return asOperator(command, async (db, op) => {
-        const ask = { ...actor(op), reason: values.reason! };
-        const kind = values.for ?? 'canary';
-        let t: OverrideTicket;
-        if (kind === 'canary') t = await requestCanaryOverride(db, release, ask);
-        else if (kind === 'force' || kind === 'raise-limits') {
-          const wanted = kind === 'force' ? 'force_gate' : 'raise_limits';
-          const found = (await activationNeeds(db, release, { force: true })).find((n) => n.kind === wanted);
-          t = await requestActivationOverride(db, release, found ?? { kind: wanted, items: [] }, ask);
-        } else throw new UsageError(`--for ${kind}: one of canary, force, raise-limits`);
-        out(`override requested for ${release} (${kind}): approval ${t.approvalId}, digest ${t.actionDigest}`);
-        out(
-          `  a policy owner or an operator of ${t.tenant} other than you decides it before ${t.expiresAt.toISOString()} — approval inbox, or POST /v1/approvals/${t.approvalId}/decision; the next ${kind === 'canary' ? 'enable-writes or promotion' : 'activation'} of ${release} uses it once`,
-        );
-        return 0;
-      });
+      return asOperator(command, (db, op) => requestOverride(run, db, op));
     case 'release rollback':
-      try {
-        checkRollbackReason(values.reason); // a missing or malformed reason is a usage error: nothing runs
-      } catch (err) {
-        throw new UsageError((err as Error).message);
-      }
-      return asOperator(command, (db, op) =>
-        withQueues(env, async (queues) => {
-          const r = await rollbackRelease(db, queues, { to: values.to!, reason: values.reason!, onStep: out, ...actor(op) });
-          out(`rolled back ${r.rolledBack.join(', ')} to ${r.to}`);
-          for (const f of r.safety) out(`  SAFETY ${f}`);
-          if (r.queuedJobs) {
-            out(`  ${r.queuedJobs} job(s) still queued on ${r.rolledBack.join(', ')}: choose for each release —`);
-            for (const c of r.rolledBack)
-              out(`    gatehouse queues requeue --from ${c} --to ${r.to}   or   gatehouse queues quarantine --release ${c}`);
-          }
-          out(
-            r.safety.length
-              ? `  consequential writes stay OFF: ${r.to} fails its safety cases (docs/runbooks/rollback.md)`
-              : `  next: gatehouse release enable-writes ${r.to}   (consequential writes are off until then; docs/runbooks/rollback.md)`,
-          );
-          return r.safety.length ? 1 : 0;
-        }),
-      );
+      usableReason(values.reason, command); // a missing or malformed reason is a usage error: nothing runs
+      return withQueuesAs((db, queues, op) => rollback(run, db, queues, op));
     case 'release retire':
-      try {
-        checkRollbackReason(values.reason, command); // a malformed reason is a usage error: nothing runs
-      } catch (err) {
-        throw new UsageError((err as Error).message);
-      }
-      return asOperator(command, (db, op) =>
-        withQueues(env, async (queues) =>
-          printRetirement(await retireCandidate(db, queues, release, { reason: values.reason!, ...actor(op) }), out),
-        ),
+      usableReason(values.reason, command); // a malformed reason is a usage error: nothing runs
+      return withQueuesAs(async (db, queues, op) =>
+        printRetirement(await retireCandidate(db, queues, run.release, { reason: values.reason!, ...actor(op) }), out),
       );
     case 'queues drain':
-      return asOperator(command, (db, op) =>
-        withQueues(env, async (queues) => {
-          const names = await drainRelease(db, queues, values.release!, actor(op));
-          out(`draining ${values.release}: ${names.join(', ')} paused; in-flight jobs finish or their leases expire`);
-          return 0;
-        }),
-      );
+      return withQueuesAs(async (db, queues, op) => {
+        const names = await drainRelease(db, queues, values.release!, actor(op));
+        out(`draining ${values.release}: ${names.join(', ')} paused; in-flight jobs finish or their leases expire`);
+        return 0;
+      });
     case 'queues resume':
-      return asOperator(command, (db, op) =>
-        withQueues(env, async (queues) => {
-          const names = await resumeRelease(db, queues, values.release!, actor(op));
-          out(`resumed ${values.release}: ${names.join(', ')}; its workers take jobs again within a few seconds`);
-          return 0;
-        }),
-      );
+      return withQueuesAs(async (db, queues, op) => {
+        const names = await resumeRelease(db, queues, values.release!, actor(op));
+        out(`resumed ${values.release}: ${names.join(', ')}; its workers take jobs again within a few seconds`);
+        return 0;
+      });
     case 'queues quarantine':
-      return asOperator(command, (db, op) =>
-        withQueues(env, async (queues) => {
-          const q = await quarantineRelease(db, queues, values.release!, actor(op));
-          out(
-            `quarantined ${q.jobs} job(s) of ${values.release} into the ledger (quarantined_jobs); ${q.runs} live run(s) stopped(quarantined)`,
-          );
-          return 0;
-        }),
-      );
+      return withQueuesAs(async (db, queues, op) => {
+        const q = await quarantineRelease(db, queues, values.release!, actor(op));
+        out(
+          `quarantined ${q.jobs} job(s) of ${values.release} into the ledger (quarantined_jobs); ${q.runs} live run(s) stopped(quarantined)`,
+        );
+        return 0;
+      });
     case 'queues requeue':
       // A usage error (exit 2) before the token is checked: nothing runs.
       if (values.from !== undefined && values.to !== undefined) requireDistinctReleases(values.from, values.to);
-      return asOperator(command, (db, op) =>
-        withQueues(env, async (queues) => {
-          const r = await requeueRelease(db, queues, values.from!, values.to!, actor(op));
-          out(
-            `requeued ${r.moved} job(s) from ${values.from} to ${values.to}${r.refused ? `; ${r.refused} refused (quarantine them)` : ''}`,
-          );
-          return r.refused ? 1 : 0;
-        }),
-      );
+      return withQueuesAs(async (db, queues, op) => {
+        const r = await requeueRelease(db, queues, values.from!, values.to!, actor(op));
+        out(`requeued ${r.moved} job(s) from ${values.from} to ${values.to}${r.refused ? `; ${r.refused} refused (quarantine them)` : ''}`);
+        return r.refused ? 1 : 0;
+      });
     default:
       throw new UsageError(`unknown command ${command}`);
   }
+}
+
+/**
+ * Checks the `--reason` of `release rollback` / `release retire` ({@link checkRollbackReason}).
+ * @throws UsageError with its message when the reason is missing, too long or has control characters.
+ */
+function usableReason(reason: string | undefined, command: string): void {
+  try {
+    checkRollbackReason(reason, command);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
+
+/**
+ * `release verify <id>`: compares the release's manifest with this code and the applied schema
+ * (no token: a read). Returns 0 when every digest matches, 1 with the problems otherwise.
+ */
+function verifyRelease({ release, values, env, out }: ReleaseRun): Promise<number> {
+  return withCliDb(env.DATABASE_URL, 1, async (db) => {
+    const problems = await verifyManifest(db, loadReleaseManifest(release));
+    if (values.json) {
+      out(JSON.stringify({ release, matches: problems.length === 0, problems }, null, 2));
+      return problems.length ? 1 : 0;
+    }
+    for (const p of problems) out(`  ${p}`);
+    out(problems.length ? `${release}: ${problems.length} problem(s)` : `${release}: every digest matches this code; schema applied`);
+    return problems.length ? 1 : 0;
+  });
+}
+
+/**
+ * `release activate <id> [--cohort …] [--force]` as operator `op`: 0 once active or a candidate,
+ * 4 when its queues could not be resumed in Redis (the activation stands).
+ * @throws UsageError for a malformed `--cohort` ({@link parseCohort}).
+ */
+async function activate({ release, values, env, out, actor }: ReleaseRun, db: Db, op: Operator): Promise<number> {
+  const a = await activateReleaseWithQueues(db, env, release, {
+    cohort: values.cohort ? parseCohort(values.cohort) : undefined,
+    force: values.force,
+    ...actor(op),
+  });
+  for (const b of a.bypassed) out(`  FORCED past ${b}`);
+  out(
+    a.status === 'candidate'
+      ? `${a.id} is a candidate for ${values.cohort}; consequential writes stay disabled until: gatehouse release enable-writes ${a.id}`
+      : `${a.id} is the active release${a.forced ? ' (FORCED past its boundary-case gate; audited)' : ''}`,
+  );
+  if (!a.queuesNotResumed) return EXIT.ok;
+  out(`  its queues could not be resumed in Redis (${a.queuesNotResumed}): run gatehouse queues resume --release ${a.id}`);
+  return EXIT.unavailable;
+}
+
+/** `release enable-writes <id>` as operator `op`: prints what passed and returns 0 (a refusal throws). */
+async function enableWritesOf({ release, env, out }: ReleaseRun, db: Db, op: Operator): Promise<number> {
+  const w = await enableWrites(db, release, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
+  for (const f of w.forcedPast) out(`  FORCED past ${f} (at activation; audited)`);
+  out(
+    `${w.id}: safety cases pass (${w.boundaryCases} boundary cases, closed parsing, strict schemas)` +
+      `${w.canary === 'not_a_candidate' ? '' : w.canary === 'pass' ? '; canary analysis passes' : '; canary analysis OVERRIDDEN by a second person (audited)'}` +
+      '; consequential writes enabled',
+  );
+  return 0;
+}
+
+/** `release analyze <id> [--baseline …]` as operator `op`, audited: 0 when the canary passes, 1 otherwise. */
+async function analyze({ release, values, env, out }: ReleaseRun, db: Db, op: Operator): Promise<number> {
+  const a = await analyzeCanary(db, release, { baseline: values.baseline });
+  await auditAnalysis(db, a, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY);
+  if (values.json) out(JSON.stringify(a, null, 2));
+  else for (const line of formatAnalysis(a)) out(line);
+  return a.verdict === 'pass' ? 0 : 1;
+}
+
+/**
+ * `release override <id> --for canary|force|raise-limits --reason …` as operator `op`: asks a
+ * second person's approval of the override and returns 0.
+ * @throws UsageError for another `--for` (after the token check).
+ */
+async function requestOverride({ release, values, out, actor }: ReleaseRun, db: Db, op: Operator): Promise<number> {
+  const ask = { ...actor(op), reason: values.reason! };
+  const kind = values.for ?? 'canary';
+  let t: OverrideTicket;
+  if (kind === 'canary') t = await requestCanaryOverride(db, release, ask);
+  else if (kind === 'force' || kind === 'raise-limits') {
+    const wanted = kind === 'force' ? 'force_gate' : 'raise_limits';
+    const found = (await activationNeeds(db, release, { force: true })).find((n) => n.kind === wanted);
+    t = await requestActivationOverride(db, release, found ?? { kind: wanted, items: [] }, ask);
+  } else throw new UsageError(`--for ${kind}: one of canary, force, raise-limits`);
+  out(`override requested for ${release} (${kind}): approval ${t.approvalId}, digest ${t.actionDigest}`);
+  out(
+    `  a policy owner or an operator of ${t.tenant} other than you decides it before ${t.expiresAt.toISOString()} — approval inbox, or POST /v1/approvals/${t.approvalId}/decision; the next ${kind === 'canary' ? 'enable-writes or promotion' : 'activation'} of ${release} uses it once`,
+  );
+  return 0;
+}
+
+/**
+ * `release rollback --to <id> --reason …` as operator `op`: 0 when rolled back to a release that
+ * passes its safety cases, 1 when it does not (its consequential writes stay off).
+ */
+async function rollback({ values, out, actor }: ReleaseRun, db: Db, queues: QueueRegistry, op: Operator): Promise<number> {
+  const r = await rollbackRelease(db, queues, { to: values.to!, reason: values.reason!, onStep: out, ...actor(op) });
+  out(`rolled back ${r.rolledBack.join(', ')} to ${r.to}`);
+  for (const f of r.safety) out(`  SAFETY ${f}`);
+  if (r.queuedJobs) {
+    out(`  ${r.queuedJobs} job(s) still queued on ${r.rolledBack.join(', ')}: choose for each release —`);
+    for (const c of r.rolledBack)
+      out(`    gatehouse queues requeue --from ${c} --to ${r.to}   or   gatehouse queues quarantine --release ${c}`);
+  }
+  out(
+    r.safety.length
+      ? `  consequential writes stay OFF: ${r.to} fails its safety cases (docs/runbooks/rollback.md)`
+      : `  next: gatehouse release enable-writes ${r.to}   (consequential writes are off until then; docs/runbooks/rollback.md)`,
+  );
+  return r.safety.length ? 1 : 0;
 }
