@@ -418,6 +418,27 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
     await stop(2000);
     throw err;
   }
+  const { kill, restart, ready } = stackControls(service, start, envs, ports);
+  return { processes, ports, stop, restart, kill, hold: (name) => service(name).hold(), restarts: (name) => service(name).restarts, ready };
+}
+
+/**
+ * The controls of a started stack: `kill` (a signal to a service's current process, resolving once
+ * it exited with its exit code and signal; `keepDown` holds it down instead of restarting it),
+ * `restart` (kill, merge `env` into the service's environment, start it again and wait until it is
+ * ready) and `ready` (polls its `/readyz` every 150 ms).
+ * @param service the stack's service by name; throws for a name the stack does not have.
+ * @param start starts a service and waits until it is ready (its own deadline).
+ * @param envs each service's environment, read at each spawn (`restart` changes it).
+ * @param ports each service's port.
+ * @throws Error from `ready` when the service does not answer ready within `timeoutMs`.
+ */
+function stackControls(
+  service: (name: string) => SupervisedService,
+  start: (name: string) => Promise<void>,
+  envs: Map<string, Record<string, string | undefined>>,
+  ports: Record<string, number>,
+): Pick<RunningStack, 'kill' | 'restart' | 'ready'> {
   const kill: RunningStack['kill'] = async (name, signal = 'SIGKILL', killOpts = {}) => {
     const svc = service(name);
     if (killOpts.keepDown) svc.hold();
@@ -441,7 +462,7 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
       await new Promise((r) => setTimeout(r, 150));
     }
   };
-  return { processes, ports, stop, restart, kill, hold: (name) => service(name).hold(), restarts: (name) => service(name).restarts, ready };
+  return { kill, restart, ready };
 }
 
 /** Variables naming delegation material; {@link serviceSecrets} hands each to one service at most. */
