@@ -2,7 +2,7 @@ import { Queue, QueueEvents } from 'bullmq';
 import { Redis } from 'ioredis';
 import { executionsQueue, loadWorld, queueName } from '@gatehouse/contracts';
 import { existsSync } from 'node:fs';
-import { isTerminal, readWitness, verifyAuditChain, type ChainVerification } from '@gatehouse/ledger';
+import { isTerminal, readWitness, verifyAuditChain, type ChainVerification, type Db } from '@gatehouse/ledger';
 import { createIntakeClient } from '@gatehouse/client';
 import { auditPublicKey } from './audit-key.ts';
 import { withCliDb } from './cli-db.ts';
@@ -87,26 +87,8 @@ export async function runDemo(t: DemoTarget, log: (line: string) => void = () =>
   const refund = workflow.actions.find((a) => a.tool === 'issue_refund');
   let redelivery = 'not attempted';
   if (refund) {
-    const approval = await withCliDb(t.databaseUrl, 2, (db) =>
-      db.selectFrom('approvals').select('id').where('action_id', '=', refund.actionId).executeTakeFirst(),
-    );
-    const connection = new Redis(t.redisUrl, { maxRetriesPerRequest: null });
-    const name = queueName(executionsQueue.base, t.release);
-    const queue = new Queue(name, { connection, prefix: t.queuePrefix });
-    const events = new QueueEvents(name, { connection: new Redis(t.redisUrl, { maxRetriesPerRequest: null }), prefix: t.queuePrefix });
-    await events.waitUntilReady();
-    const job = await queue.add(
-      executionsQueue.jobName,
-      { release: t.release, workflowId, actionId: refund.actionId, actionVersion: refund.version, approvalId: approval?.id ?? null },
-      {
-        jobId: `${executionsQueue.jobId({ release: t.release, workflowId, actionId: refund.actionId, actionVersion: refund.version, approvalId: null })}_redelivery`,
-      },
-    );
-    redelivery = String(await job.waitUntilFinished(events, 30_000));
+    redelivery = await redeliverRefund(t, workflowId, refund);
     log(`redelivered the refund execution job → executor answered "${redelivery}"`);
-    await queue.close();
-    await events.close();
-    connection.disconnect();
   } else failures.push('no refund action was proposed');
 
   const refunds = ((await call('GET', `${t.stagingUrl}/ledger/refunds?orderId=O-1002`, null)).body.refunds ?? []) as DemoReport['refunds'];
@@ -116,47 +98,97 @@ export async function runDemo(t: DemoTarget, log: (line: string) => void = () =>
   if (shipments !== 1) failures.push(`order system holds ${shipments} shipments for O-1002, expected 1`);
 
   return withCliDb(t.databaseUrl, 2, async (db) => {
-    // Wait (at most 60 s: a loaded machine lags) for the audit service to chain everything this run wrote.
-    const chainDeadline = Date.now() + 60_000;
-    while (Date.now() < chainDeadline) {
-      const left = await db
-        .selectFrom('audit_outbox')
-        .select((eb) => eb.fn.countAll<string>().as('n'))
-        .executeTakeFirstOrThrow();
-      if (Number(left.n) === 0) break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    // …and to anchor the head it reached, so verification covers an anchor too.
-    const anchorDeadline = Date.now() + 60_000;
-    while (Date.now() < anchorDeadline) {
-      const head = await db.selectFrom('audit_log').select('seq').orderBy('seq', 'desc').limit(1).executeTakeFirst();
-      const anchored = await db.selectFrom('audit_anchors').select('seq').orderBy('id', 'desc').limit(1).executeTakeFirst();
-      if (head && anchored?.seq === head.seq && witnessed(t.witnessPath, Number(head.seq))) break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    await waitForAnchoredChain(db, t.witnessPath);
     const witness = t.witnessPath && existsSync(t.witnessPath) ? readWitness(t.witnessPath) : undefined;
     const audit = await verifyAuditChain(db, { trustedPublicKey: auditPublicKey(t.auditKeyPath), ...(witness ? { witness } : {}) });
     if (!audit.intact) failures.push(`audit chain broken at ${audit.firstBadSeq}: ${audit.reason}`);
     if (!audit.anchorsChecked || !audit.anchorsTrusted)
       failures.push('the chain head was not anchored and verified against the pinned key');
     if (t.witnessPath && !audit.witnessChecked) failures.push(`no anchor was witnessed in ${t.witnessPath}`);
-    const events = await db.selectFrom('audit_log').select(['seq', 'event']).orderBy('seq').execute();
-    const timeline = events
-      .filter((e) => e.event.runId === workflowId || e.event.runId === null)
-      .map((e) => {
-        const ev = e.event as Record<string, unknown>;
-        const parts = [String(ev.type).padEnd(20), String(ev.tool ?? '').padEnd(16)];
-        if (ev.decision) parts.push(`decision=${String(ev.decision)}`);
-        if (ev.ruleId) parts.push(`rule=${String(ev.ruleId)}`);
-        if (ev.actionVersion) parts.push(`v${String(ev.actionVersion)}`);
-        if (ev.approvalId) parts.push(`approval=${String(ev.approvalId).slice(0, 8)}`);
-        if (ev.operationKeyHash) parts.push(`opkey#=${String(ev.operationKeyHash).slice(0, 10)}`);
-        if (ev.outcome) parts.push(`outcome=${String(ev.outcome)}`);
-        return `#${String(e.seq).padStart(3)} ${parts.join(' ')}`;
-      });
+    const timeline = await auditTimeline(db, workflowId);
     const report: DemoReport = { ok: failures.length === 0, failures, workflow, timeline, refunds, shipments, redelivery, audit };
     return report;
   });
+}
+
+/** One action of a workflow as the intake API shows it. */
+type WorkflowAction = WorkflowView['actions'][number];
+
+/**
+ * Delivers the refund's execution job a second time, as a queue redelivery would (its own job id,
+ * the approval the ledger holds for it), and waits (30 s at most) for the executor's answer.
+ * Returns that answer (the job's return value, as a string).
+ * @throws Error when the job fails or does not finish in time, or Postgres/Redis does not answer.
+ */
+async function redeliverRefund(t: DemoTarget, workflowId: string, refund: WorkflowAction): Promise<string> {
+  const approval = await withCliDb(t.databaseUrl, 2, (db) =>
+    db.selectFrom('approvals').select('id').where('action_id', '=', refund.actionId).executeTakeFirst(),
+  );
+  const connection = new Redis(t.redisUrl, { maxRetriesPerRequest: null });
+  const name = queueName(executionsQueue.base, t.release);
+  const queue = new Queue(name, { connection, prefix: t.queuePrefix });
+  const events = new QueueEvents(name, { connection: new Redis(t.redisUrl, { maxRetriesPerRequest: null }), prefix: t.queuePrefix });
+  await events.waitUntilReady();
+  const job = await queue.add(
+    executionsQueue.jobName,
+    { release: t.release, workflowId, actionId: refund.actionId, actionVersion: refund.version, approvalId: approval?.id ?? null },
+    {
+      jobId: `${executionsQueue.jobId({ release: t.release, workflowId, actionId: refund.actionId, actionVersion: refund.version, approvalId: null })}_redelivery`,
+    },
+  );
+  const answer = String(await job.waitUntilFinished(events, 30_000));
+  await queue.close();
+  await events.close();
+  connection.disconnect();
+  return answer;
+}
+
+/**
+ * Waits (at most 60 s each: a loaded machine lags) for the audit service to chain everything the
+ * run wrote (an empty audit outbox), then to anchor the head it reached (and, with `witnessPath`,
+ * to witness that anchor), so verification covers an anchor too. Returns when both held or the
+ * time ran out (the verification that follows then reports what is missing).
+ */
+async function waitForAnchoredChain(db: Db, witnessPath: string | undefined): Promise<void> {
+  // The audit service chains everything this run wrote…
+  const chainDeadline = Date.now() + 60_000;
+  while (Date.now() < chainDeadline) {
+    const left = await db
+      .selectFrom('audit_outbox')
+      .select((eb) => eb.fn.countAll<string>().as('n'))
+      .executeTakeFirstOrThrow();
+    if (Number(left.n) === 0) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  // …and to anchor the head it reached, so verification covers an anchor too.
+  const anchorDeadline = Date.now() + 60_000;
+  while (Date.now() < anchorDeadline) {
+    const head = await db.selectFrom('audit_log').select('seq').orderBy('seq', 'desc').limit(1).executeTakeFirst();
+    const anchored = await db.selectFrom('audit_anchors').select('seq').orderBy('id', 'desc').limit(1).executeTakeFirst();
+    if (head && anchored?.seq === head.seq && witnessed(witnessPath, Number(head.seq))) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/**
+ * The audit chain's events of workflow `workflowId` (and those of no run), in order, one line each:
+ * `#seq type tool` and the decision, rule, version, approval, operation-key hash and outcome they carry.
+ */
+async function auditTimeline(db: Db, workflowId: string): Promise<string[]> {
+  const events = await db.selectFrom('audit_log').select(['seq', 'event']).orderBy('seq').execute();
+  return events
+    .filter((e) => e.event.runId === workflowId || e.event.runId === null)
+    .map((e) => {
+      const ev = e.event as Record<string, unknown>;
+      const parts = [String(ev.type).padEnd(20), String(ev.tool ?? '').padEnd(16)];
+      if (ev.decision) parts.push(`decision=${String(ev.decision)}`);
+      if (ev.ruleId) parts.push(`rule=${String(ev.ruleId)}`);
+      if (ev.actionVersion) parts.push(`v${String(ev.actionVersion)}`);
+      if (ev.approvalId) parts.push(`approval=${String(ev.approvalId).slice(0, 8)}`);
+      if (ev.operationKeyHash) parts.push(`opkey#=${String(ev.operationKeyHash).slice(0, 10)}`);
+      if (ev.outcome) parts.push(`outcome=${String(ev.outcome)}`);
+      return `#${String(e.seq).padStart(3)} ${parts.join(' ')}`;
+    });
 }
 
 /** Prints a demo report for a person. */
