@@ -82,85 +82,7 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
     signInLimiter: cfg.signInLimiter,
   });
   const users = () => session.chooserUsers()?.map((u) => ({ id: u.id, role: u.role })) ?? null;
-  const refuse = async (user: UserClaims, where: string): Promise<void> => {
-    cfg.log.warn({ user: user.sub, where }, 'ops dashboard refused a non-operator');
-    await inTransaction(cfg.db, (trx) =>
-      recordAudit(trx, {
-        type: 'ops.refused',
-        service: 'ops',
-        runId: null,
-        actorHash: actorHash(cfg.auditHmacKey, user.sub),
-        outcome: 'dashboard:not_an_operator',
-      }),
-    );
-  };
-  /**
-   * Whether a refused caller is past the sign-in limits (per user and per tenant, shared by the
-   * replicas through Redis): each refusal writes an audit event, so without a bound any valid
-   * token could write the audit chain at the rate it sends requests (docs/decisions/0725-refusals-of-the-ops-dashboard-are-rate-limited.md).
-   * Resolves null when the refusal may be answered and audited (or no limiter is configured).
-   */
-  const refusalLimited = (user: UserClaims): Promise<RateRefusal | null> =>
-    cfg.signInLimiter ? cfg.signInLimiter.take({ user: user.sub, tenant: user.tenant }) : Promise.resolve(null);
-  /**
-   * The token of a request: the bearer header wins over the cookie.
-   * @throws Unauthorized(`malformed_authorization`) when the header is there but malformed ({@link bearerTokenOf}).
-   */
-  const tokenOf = (req: Request): string | undefined => {
-    const header = req.header('authorization');
-    if (header !== undefined) return bearerTokenOf(header) ?? '';
-    return parseCookie(req.header('cookie') ?? '')[OPS_COOKIE] || undefined;
-  };
-
-  const requireOperator = async (req: Request, res: Response, next: NextFunction): Promise<void> => {
-    let token: string | undefined;
-    let user: UserClaims | null = null;
-    let reason = 'missing_token';
-    let message = 'an operator bearer token is required';
-    try {
-      token = tokenOf(req);
-      if (token) reason = 'invalid_token';
-    } catch (err) {
-      if (!(err instanceof Unauthorized)) return next(err);
-      ({ reason, message } = err); // 401 naming what is wrong with the header (ADR 0747)
-    }
-    if (token) {
-      try {
-        user = await verifyBearerToken(token, verifier);
-      } catch (err) {
-        if (!(err instanceof InvalidTokenError)) return next(err);
-        if (err.reason === 'token_revoked') ({ reason, message } = err); // 401 naming the revocation (ADR 0695)
-      }
-    }
-    if (!user) {
-      if (wantsJson(req)) {
-        next(new Unauthorized(reason, message));
-      } else {
-        securePage(res);
-        res
-          .status(401)
-          .type('html')
-          .send(signInPage(users(), reason !== 'missing_token' ? 'Your session is no longer valid; sign in again.' : undefined));
-      }
-      return;
-    }
-    if (!isDirectoryOperator(user)) {
-      // A known caller's refusals count against the sign-in limits: past them 429, not audited (ADR 0725).
-      const limited = await refusalLimited(user).catch((err: unknown) => err as Error);
-      if (limited instanceof Error) return next(limited);
-      if (limited) return sendRateRefusal(res, limited, cfg.signInLimiter!.settings);
-      reason = 'not_an_operator';
-      await refuse(user, req.originalUrl.slice(0, 200));
-      if (wantsJson(req)) next(new Forbidden(reason, 'the ops dashboard is for operators only'));
-      else {
-        securePage(res);
-        res.status(403).type('html').send(refusedPage(user.sub));
-      }
-      return;
-    }
-    res.locals.operator = user;
-    next();
-  };
+  const requireOperator = operatorCheck(cfg, verifier, users);
 
   router.get('/', (_req, res) => res.redirect(303, '/ops'));
 
@@ -178,7 +100,7 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
       return;
     }
     if (!isDirectoryOperator(outcome.user)) {
-      await refuse(outcome.user, '/session');
+      await auditRefusal(cfg, outcome.user, '/session');
       res.status(403).type('html').send(refusedPage(outcome.user.sub));
       return;
     }
@@ -193,4 +115,123 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
   });
 
   return { router, requireOperator };
+}
+
+/** The sign-in chooser's users (local mode), null when sign-in takes a pasted token. */
+type ChooserUsers = () => Array<{ id: string; role: string }> | null;
+
+/**
+ * Logs and audits a known caller the dashboard refused (`ops.refused`, outcome
+ * `dashboard:not_an_operator`, the caller's id hashed with the audit key); `where` is the path.
+ * @throws what the ledger throws when the audit event cannot be written.
+ */
+async function auditRefusal(cfg: OperatorAuthConfig, user: UserClaims, where: string): Promise<void> {
+  cfg.log.warn({ user: user.sub, where }, 'ops dashboard refused a non-operator');
+  await inTransaction(cfg.db, (trx) =>
+    recordAudit(trx, {
+      type: 'ops.refused',
+      service: 'ops',
+      runId: null,
+      actorHash: actorHash(cfg.auditHmacKey, user.sub),
+      outcome: 'dashboard:not_an_operator',
+    }),
+  );
+}
+
+/**
+ * Whether a refused caller is past the sign-in limits (per user and per tenant, shared by the
+ * replicas through Redis): each refusal writes an audit event, so without a bound any valid
+ * token could write the audit chain at the rate it sends requests (docs/decisions/0725-refusals-of-the-ops-dashboard-are-rate-limited.md).
+ * Resolves null when the refusal may be answered and audited (or no limiter is configured).
+ */
+function refusalLimited(cfg: OperatorAuthConfig, user: UserClaims): Promise<RateRefusal | null> {
+  return cfg.signInLimiter ? cfg.signInLimiter.take({ user: user.sub, tenant: user.tenant }) : Promise.resolve(null);
+}
+
+/**
+ * The token of a request: the bearer header wins over the cookie.
+ * @throws Unauthorized(`malformed_authorization`) when the header is there but malformed ({@link bearerTokenOf}).
+ */
+function tokenOf(req: Request): string | undefined {
+  const header = req.header('authorization');
+  if (header !== undefined) return bearerTokenOf(header) ?? '';
+  return parseCookie(req.header('cookie') ?? '')[OPS_COOKIE] || undefined;
+}
+
+/**
+ * Who sent a request: the verified user of its token, or null with the reason and message of the
+ * 401 (`missing_token`, `invalid_token`, the malformed header's reason (ADR 0747) or `token_revoked`
+ * (ADR 0695)).
+ * @throws any error but a malformed header's Unauthorized or an invalid token's InvalidTokenError
+ *   (the verifier's outage, say).
+ */
+async function callerOf(req: Request, verifier: BearerVerifier): Promise<{ user: UserClaims | null; reason: string; message: string }> {
+  let token: string | undefined;
+  let reason = 'missing_token';
+  let message = 'an operator bearer token is required';
+  try {
+    token = tokenOf(req);
+    if (token) reason = 'invalid_token';
+  } catch (err) {
+    if (!(err instanceof Unauthorized)) throw err;
+    ({ reason, message } = err); // 401 naming what is wrong with the header (ADR 0747)
+  }
+  if (token) {
+    try {
+      return { user: await verifyBearerToken(token, verifier), reason, message };
+    } catch (err) {
+      if (!(err instanceof InvalidTokenError)) throw err;
+      if (err.reason === 'token_revoked') ({ reason, message } = err); // 401 naming the revocation (ADR 0695)
+    }
+  }
+  return { user: null, reason, message };
+}
+
+/**
+ * The middleware letting only the directory's operators through (`res.locals.operator` set): no
+ * or an invalid token is 401 (JSON for API callers, the sign-in page for browsers), a known
+ * non-operator 403 and audited, or 429 past the sign-in limits and not audited (ADR 0725).
+ * Errors it did not answer (an outage) go to `next`.
+ */
+function operatorCheck(
+  cfg: OperatorAuthConfig,
+  verifier: BearerVerifier,
+  users: ChooserUsers,
+): (req: Request, res: Response, next: NextFunction) => Promise<void> {
+  return async (req, res, next) => {
+    let caller: Awaited<ReturnType<typeof callerOf>>;
+    try {
+      caller = await callerOf(req, verifier);
+    } catch (err) {
+      return next(err);
+    }
+    const { user, reason, message } = caller;
+    if (!user) {
+      if (wantsJson(req)) {
+        next(new Unauthorized(reason, message));
+      } else {
+        securePage(res);
+        res
+          .status(401)
+          .type('html')
+          .send(signInPage(users(), reason !== 'missing_token' ? 'Your session is no longer valid; sign in again.' : undefined));
+      }
+      return;
+    }
+    if (!isDirectoryOperator(user)) {
+      // A known caller's refusals count against the sign-in limits: past them 429, not audited (ADR 0725).
+      const limited = await refusalLimited(cfg, user).catch((err: unknown) => err as Error);
+      if (limited instanceof Error) return next(limited);
+      if (limited) return sendRateRefusal(res, limited, cfg.signInLimiter!.settings);
+      await auditRefusal(cfg, user, req.originalUrl.slice(0, 200));
+      if (wantsJson(req)) next(new Forbidden('not_an_operator', 'the ops dashboard is for operators only'));
+      else {
+        securePage(res);
+        res.status(403).type('html').send(refusedPage(user.sub));
+      }
+      return;
+    }
+    res.locals.operator = user;
+    next();
+  };
 }
