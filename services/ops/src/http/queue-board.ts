@@ -94,64 +94,9 @@ export function createQueueBoard(opts: {
     }
     return a;
   };
-  const board = createBullBoard({
-    queues: [],
-    serverAdapter,
-    options: {
-      uiConfig: {
-        boardTitle: 'Gatehouse queues',
-        miscLinks: [
-          { text: 'Ops overview', url: '/ops' },
-          { text: 'Sign out', url: '/signout' },
-        ],
-        hideDocsLink: true,
-      },
-    },
-  });
-  // Commands that outlived their bound and are still unanswered: while any is, Redis is not asked
-  // again (a Redis that accepts connections but answers nothing would pile them up).
-  let unanswered = 0;
-  const stillUnanswered = (settles: Promise<unknown>): void => {
-    unanswered++;
-    void settles.then(
-      () => unanswered--,
-      () => unanswered--,
-    );
-  };
-  /** Why Redis is not to be asked now (its connection is not ready, or earlier commands are still unanswered), or null when it may be. */
-  const hold = (): string | null => {
-    if (opts.redis.status !== 'ready') return `redis connection is ${opts.redis.status}`;
-    if (unanswered > 0) return 'redis has not answered earlier commands';
-    return null;
-  };
-  const router = serverAdapter.getRouter() as RequestHandler;
-  const handler: RequestHandler = (req: Request, res: Response, next: NextFunction) => {
-    if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.status(405).json({ error: { reason: 'read_only', message: 'the queue board is read-only; use the gatehouse queues commands' } });
-      return;
-    }
-    // Bull-board's UI needs its own scripts; it must still never be framed.
-    res.setHeader('x-frame-options', 'DENY');
-    res.setHeader('content-security-policy', "frame-ancestors 'none'");
-    res.setHeader('x-content-type-options', 'nosniff');
-    res.setHeader('referrer-policy', 'no-referrer');
-    // The board's own API reads Redis; its UI (HTML, scripts) does not.
-    if (req.path === '/api' || req.path.startsWith('/api/')) {
-      const tooLarge = pageTooLarge(req.query.jobsPerPage);
-      if (tooLarge) return void res.status(400).json({ error: { reason: 'invalid_query', message: tooLarge } });
-      const why = hold();
-      if (why) return void unavailable(res, why);
-      const timer = setTimeout(() => {
-        if (res.headersSent) return;
-        unavailable(res, `redis gave no answer within ${BOARD_API_DEADLINE_MS} ms`);
-        // The board's own commands cannot be watched; a PING behind them answers when Redis does.
-        stillUnanswered(opts.redis.ping());
-      }, BOARD_API_DEADLINE_MS);
-      res.on('close', () => clearTimeout(timer));
-      res.on('finish', () => clearTimeout(timer));
-    }
-    return router(req, res, next);
-  };
+  const board = bullBoard(serverAdapter);
+  const gate = redisGate(opts.redis);
+  const handler = boardHandler(serverAdapter.getRouter() as RequestHandler, opts.redis, gate);
   return {
     handler,
     entries: () => current,
@@ -168,7 +113,7 @@ export function createQueueBoard(opts: {
       return current;
     },
     counts: async (name) => {
-      if (hold()) return null;
+      if (gate.hold()) return null;
       let settled = false;
       const asked = opts.queues.get(name).getJobCounts(...COUNTED);
       void asked.then(
@@ -179,10 +124,96 @@ export function createQueueBoard(opts: {
         const { prioritized = 0, ...counts } = await within(asked, COUNTS_TIMEOUT_MS);
         return { ...counts, waiting: (counts.waiting ?? 0) + prioritized };
       } catch {
-        if (!settled) stillUnanswered(asked);
+        if (!settled) gate.stillUnanswered(asked);
         return null;
       }
     },
+  };
+}
+
+/** The bull-board instance on `serverAdapter`: no queues yet, titled, linking back to the overview and sign-out. */
+function bullBoard(serverAdapter: ExpressAdapter): ReturnType<typeof createBullBoard> {
+  return createBullBoard({
+    queues: [],
+    serverAdapter,
+    options: {
+      uiConfig: {
+        boardTitle: 'Gatehouse queues',
+        miscLinks: [
+          { text: 'Ops overview', url: '/ops' },
+          { text: 'Sign out', url: '/signout' },
+        ],
+        hideDocsLink: true,
+      },
+    },
+  });
+}
+
+/** Whether Redis may be asked now, shared by the board's API and the overview's counts. */
+interface RedisGate {
+  /** Why Redis is not to be asked now (its connection is not ready, or earlier commands are still unanswered), or null when it may be. */
+  hold: () => string | null;
+  /** Counts `settles` as a command that outlived its bound until it settles (either way). */
+  stillUnanswered: (settles: Promise<unknown>) => void;
+}
+
+/**
+ * The gate of `redis`: commands that outlived their bound and are still unanswered hold it shut —
+ * while any is, Redis is not asked again (a Redis that accepts connections but answers nothing
+ * would pile them up) — as does a connection that is not `ready`.
+ */
+function redisGate(redis: Redis): RedisGate {
+  let unanswered = 0;
+  return {
+    hold: () => {
+      if (redis.status !== 'ready') return `redis connection is ${redis.status}`;
+      if (unanswered > 0) return 'redis has not answered earlier commands';
+      return null;
+    },
+    stillUnanswered: (settles) => {
+      unanswered++;
+      void settles.then(
+        () => unanswered--,
+        () => unanswered--,
+      );
+    },
+  };
+}
+
+/**
+ * The board's Express handler in front of bull-board's `router`: any non-GET/HEAD request is 405
+ * `read_only`; every answer carries the no-framing headers. A request of the board's API
+ * (`/api`, `/api/*`) asking for more than {@link BOARD_MAX_JOBS_PER_PAGE} jobs per state is 400
+ * `invalid_query`; while `gate` holds Redis it is 503 at once, and one still unanswered after
+ * {@link BOARD_API_DEADLINE_MS} gets the 503 and a PING the gate waits for.
+ */
+function boardHandler(router: RequestHandler, redis: Redis, gate: RedisGate): RequestHandler {
+  return (req: Request, res: Response, next: NextFunction) => {
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.status(405).json({ error: { reason: 'read_only', message: 'the queue board is read-only; use the gatehouse queues commands' } });
+      return;
+    }
+    // Bull-board's UI needs its own scripts; it must still never be framed.
+    res.setHeader('x-frame-options', 'DENY');
+    res.setHeader('content-security-policy', "frame-ancestors 'none'");
+    res.setHeader('x-content-type-options', 'nosniff');
+    res.setHeader('referrer-policy', 'no-referrer');
+    // The board's own API reads Redis; its UI (HTML, scripts) does not.
+    if (req.path === '/api' || req.path.startsWith('/api/')) {
+      const tooLarge = pageTooLarge(req.query.jobsPerPage);
+      if (tooLarge) return void res.status(400).json({ error: { reason: 'invalid_query', message: tooLarge } });
+      const why = gate.hold();
+      if (why) return void unavailable(res, why);
+      const timer = setTimeout(() => {
+        if (res.headersSent) return;
+        unavailable(res, `redis gave no answer within ${BOARD_API_DEADLINE_MS} ms`);
+        // The board's own commands cannot be watched; a PING behind them answers when Redis does.
+        gate.stillUnanswered(redis.ping());
+      }, BOARD_API_DEADLINE_MS);
+      res.on('close', () => clearTimeout(timer));
+      res.on('finish', () => clearTimeout(timer));
+    }
+    return router(req, res, next);
   };
 }
 
