@@ -40,111 +40,143 @@ const endpointsLockKey = (tenant: string): string => `webhook-endpoints:${tenant
  * transaction that makes it. `GATEHOUSE_TEST_DISABLE_WEBHOOK_CAP_LOCK=1` counts without the
  * tenant's lock (the control-removed test only).
  */
-export function webhooksRouter(cfg: {
+export function webhooksRouter(cfg: WebhooksConfig): Router {
+  const router = Router();
+  router.post('/api/webhooks', (req, res) => registerWebhook(cfg, req, res));
+  router.delete('/api/webhooks/:id', (req, res) => disableWebhook(cfg, req, res));
+  router.get('/api/webhooks', async (_req, res) => {
+    const rows = await cfg.db.selectFrom('webhook_endpoints').selectAll().orderBy('created_at').execute();
+    res.json({ webhooks: rows.map(endpointView) });
+  });
+  router.get('/api/webhooks/deliveries', (req, res) => listDeliveries(cfg.db, req, res));
+  return router;
+}
+
+/** Settings of {@link webhooksRouter}. */
+export interface WebhooksConfig {
   db: Db;
   auditHmacKey: string;
   production: boolean;
   maxPerTenant: number;
   /** Seals the signing secret before it is stored (ADR 0550). */
   secretKey: WebhookSecretKey;
-}): Router {
-  const router = Router();
-  const audit = (trx: Trx, res: Response, outcome: string) =>
-    recordAudit(trx, {
-      type: 'ops.command',
-      service: 'ops',
-      runId: null,
-      actorHash: actorHash(cfg.auditHmacKey, operatorOf(res).sub),
-      outcome,
-    });
+}
 
-  router.post('/api/webhooks', async (req, res) => {
-    requireBearer(req);
-    const body = parseBody(WebhookRegistrationSchema, req.body);
-    if (!loadWorld().tenants.some((t) => t.id === body.tenant)) throw new UserError('unknown_tenant', `no tenant ${body.tenant}`);
-    const problem = webhookUrlProblem(body.url, cfg.production);
-    if (problem) throw new UserError('invalid_webhook_url', problem);
-    const url = normalizedWebhookUrl(body.url);
-    const secret = `whsec_${randomBytes(32).toString('base64')}`;
-    const row = await inTransaction(cfg.db, async (trx) => {
-      // Registrations of one tenant wait on each other here, so two at the limit cannot both pass the count.
-      if (!testFaults().disableWebhookCapLock) await takeAdvisoryLocks(trx, [endpointsLockKey(body.tenant)]);
-      await refuseSameUrl(trx, body.tenant, url);
-      const { active } = await trx
-        .selectFrom('webhook_endpoints')
-        .select((eb) => eb.fn.countAll<string>().as('active'))
-        .where('tenant', '=', body.tenant)
-        .where('disabled_at', 'is', null)
-        .executeTakeFirstOrThrow();
-      if (Number(active) >= cfg.maxPerTenant)
-        throw new ConflictError(
-          'too_many_webhooks',
-          `tenant ${body.tenant} already has ${active} active webhook endpoints (limit ${cfg.maxPerTenant}); disable one first (DELETE /api/webhooks/:id)`,
-        );
-      const created = await trx
-        .insertInto('webhook_endpoints')
-        .values({
-          tenant: body.tenant,
-          url,
-          secret: sealWebhookSecret(secret, cfg.secretKey, { tenant: body.tenant, url }),
-          created_by: operatorOf(res).sub,
-        })
-        .returningAll()
-        .executeTakeFirstOrThrow();
-      await audit(trx, res, `webhook.registered:${created.id}:${created.tenant}`);
-      return created;
-    });
-    res.status(201).json({ ...endpointView(row), secret });
+/** Records the operator's change `outcome` (`ops.command`, the operator's id hashed) in `trx`. */
+function auditChange(trx: Trx, cfg: WebhooksConfig, res: Response, outcome: string) {
+  return recordAudit(trx, {
+    type: 'ops.command',
+    service: 'ops',
+    runId: null,
+    actorHash: actorHash(cfg.auditHmacKey, operatorOf(res).sub),
+    outcome,
   });
+}
 
-  router.delete('/api/webhooks/:id', async (req, res) => {
-    requireBearer(req);
-    const id = String(req.params.id);
-    if (!isUuid(id)) throw new NotFound('not_found', 'no such webhook');
-    const row = await inTransaction(cfg.db, async (trx) => {
-      const disabled = await trx
-        .updateTable('webhook_endpoints')
-        .set({ disabled_at: new Date() })
-        .where('id', '=', id)
-        .where('disabled_at', 'is', null)
-        .returningAll()
-        .executeTakeFirst();
-      if (disabled) await audit(trx, res, `webhook.disabled:${disabled.id}:${disabled.tenant}`);
-      return disabled;
-    });
-    if (!row) throw new NotFound('not_found', 'no such active webhook');
-    res.json(endpointView(row));
+/**
+ * `POST /api/webhooks` `{tenant, url}`: registers the normalised URL under the tenant's lock and
+ * answers 201 with the endpoint and its signing secret (shown once; stored sealed).
+ * @throws Forbidden without a bearer header; UserError for a bad body, an unknown tenant or a URL
+ *   webhookUrlProblem refuses; ConflictError for a URL already registered or a tenant at its cap.
+ */
+async function registerWebhook(cfg: WebhooksConfig, req: Request, res: Response): Promise<void> {
+  requireBearer(req);
+  const body = parseBody(WebhookRegistrationSchema, req.body);
+  if (!loadWorld().tenants.some((t) => t.id === body.tenant)) throw new UserError('unknown_tenant', `no tenant ${body.tenant}`);
+  const problem = webhookUrlProblem(body.url, cfg.production);
+  if (problem) throw new UserError('invalid_webhook_url', problem);
+  const url = normalizedWebhookUrl(body.url);
+  const secret = `whsec_${randomBytes(32).toString('base64')}`;
+  const row = await inTransaction(cfg.db, async (trx) => {
+    // Registrations of one tenant wait on each other here, so two at the limit cannot both pass the count.
+    if (!testFaults().disableWebhookCapLock) await takeAdvisoryLocks(trx, [endpointsLockKey(body.tenant)]);
+    await refuseSameUrl(trx, body.tenant, url);
+    await refuseOverCap(trx, body.tenant, cfg.maxPerTenant);
+    const created = await trx
+      .insertInto('webhook_endpoints')
+      .values({
+        tenant: body.tenant,
+        url,
+        secret: sealWebhookSecret(secret, cfg.secretKey, { tenant: body.tenant, url }),
+        created_by: operatorOf(res).sub,
+      })
+      .returningAll()
+      .executeTakeFirstOrThrow();
+    await auditChange(trx, cfg, res, `webhook.registered:${created.id}:${created.tenant}`);
+    return created;
   });
+  res.status(201).json({ ...endpointView(row), secret });
+}
 
-  router.get('/api/webhooks', async (_req, res) => {
-    const rows = await cfg.db.selectFrom('webhook_endpoints').selectAll().orderBy('created_at').execute();
-    res.json({ webhooks: rows.map(endpointView) });
-  });
+/**
+ * 409 `too_many_webhooks` when `tenant` already has `maxPerTenant` active endpoints.
+ * @throws ConflictError naming the count and the limit.
+ */
+async function refuseOverCap(trx: Trx, tenant: string, maxPerTenant: number): Promise<void> {
+  const { active } = await trx
+    .selectFrom('webhook_endpoints')
+    .select((eb) => eb.fn.countAll<string>().as('active'))
+    .where('tenant', '=', tenant)
+    .where('disabled_at', 'is', null)
+    .executeTakeFirstOrThrow();
+  if (Number(active) >= maxPerTenant)
+    throw new ConflictError(
+      'too_many_webhooks',
+      `tenant ${tenant} already has ${active} active webhook endpoints (limit ${maxPerTenant}); disable one first (DELETE /api/webhooks/:id)`,
+    );
+}
 
-  router.get('/api/webhooks/deliveries', async (req, res) => {
-    const q = WebhookDeliveryQuerySchema.safeParse(req.query);
-    if (!q.success) throw new UserError('invalid_query', 'status must be pending, delivered or failed; limit 1..500');
-    let sel = cfg.db.selectFrom('webhook_deliveries').selectAll().orderBy('created_at', 'desc').limit(q.data.limit);
-    if (q.data.status) sel = sel.where('status', '=', q.data.status);
-    if (q.data.tenant) sel = sel.where('tenant', '=', q.data.tenant);
-    const rows = await sel.execute();
-    res.json({
-      deliveries: rows.map((d) => ({
-        deliveryId: d.id,
-        endpointId: d.endpoint_id,
-        tenant: d.tenant,
-        workflowId: d.workflow_id,
-        seq: d.event_seq,
-        status: d.status,
-        attempts: d.attempts,
-        lastError: d.last_error,
-        nextAttemptAt: iso(d.next_attempt_at),
-        createdAt: iso(d.created_at),
-        finishedAt: iso(d.finished_at),
-      })),
-    });
+/**
+ * `DELETE /api/webhooks/:id`: disables an active endpoint (no new deliveries), audited, and
+ * answers it.
+ * @throws Forbidden without a bearer header; NotFound for an id that is no UUID or no active endpoint.
+ */
+async function disableWebhook(cfg: WebhooksConfig, req: Request, res: Response): Promise<void> {
+  requireBearer(req);
+  const id = String(req.params.id);
+  if (!isUuid(id)) throw new NotFound('not_found', 'no such webhook');
+  const row = await inTransaction(cfg.db, async (trx) => {
+    const disabled = await trx
+      .updateTable('webhook_endpoints')
+      .set({ disabled_at: new Date() })
+      .where('id', '=', id)
+      .where('disabled_at', 'is', null)
+      .returningAll()
+      .executeTakeFirst();
+    if (disabled) await auditChange(trx, cfg, res, `webhook.disabled:${disabled.id}:${disabled.tenant}`);
+    return disabled;
   });
-  return router;
+  if (!row) throw new NotFound('not_found', 'no such active webhook');
+  res.json(endpointView(row));
+}
+
+/**
+ * `GET /api/webhooks/deliveries?status=&tenant=&limit=`: the newest deliveries first, `failed`
+ * ones with their last error.
+ * @throws UserError(`invalid_query`) for a status or limit the query schema refuses.
+ */
+async function listDeliveries(db: Db, req: Request, res: Response): Promise<void> {
+  const q = WebhookDeliveryQuerySchema.safeParse(req.query);
+  if (!q.success) throw new UserError('invalid_query', 'status must be pending, delivered or failed; limit 1..500');
+  let sel = db.selectFrom('webhook_deliveries').selectAll().orderBy('created_at', 'desc').limit(q.data.limit);
+  if (q.data.status) sel = sel.where('status', '=', q.data.status);
+  if (q.data.tenant) sel = sel.where('tenant', '=', q.data.tenant);
+  const rows = await sel.execute();
+  res.json({
+    deliveries: rows.map((d) => ({
+      deliveryId: d.id,
+      endpointId: d.endpoint_id,
+      tenant: d.tenant,
+      workflowId: d.workflow_id,
+      seq: d.event_seq,
+      status: d.status,
+      attempts: d.attempts,
+      lastError: d.last_error,
+      nextAttemptAt: iso(d.next_attempt_at),
+      createdAt: iso(d.created_at),
+      finishedAt: iso(d.finished_at),
+    })),
+  });
 }
 
 /**
