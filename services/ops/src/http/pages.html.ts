@@ -94,19 +94,48 @@ export interface OverviewView {
  * model-written text is read for this page.
  */
 export function overviewPage(v: OverviewView): string {
-  const counts = `<table class="counts"><tr>${Object.keys(v.workflows.counts)
-    .map((s) => `<th>${escapeHtml(s)}</th>`)
-    .join('')}</tr><tr>${Object.entries(v.workflows.counts)
-    .map(([s, n]) => `<td class="n"><a href="/ops?state=${encodeURIComponent(s)}">${escapeHtml(n)}</a></td>`)
-    .join('')}</tr></table>`;
+  const counts = countsTable(v.workflows.counts);
   const recent = table(
     ['workflow', 'tenant', 'ticket', 'pack', 'state', 'stop reason', 'next step', 'release', 'updated'],
     v.workflows.recent.map((w) => [w.id, w.tenant, w.ticketId, w.pack, w.state, w.stopReason, w.nextStep, w.release, w.updatedAt]),
     'No workflows.',
   );
-  const stuck = table(
+  const stuck = stuckTable(v.stuck);
+  const unknown = table(
+    ['operation key', 'tool', 'workflow', 'workflow state', 'release', 'attempts', 'error', 'since'],
+    v.unknown.map((o) => [o.key, o.tool, o.workflowId, o.workflowState, o.release, o.attempts, o.error, o.since]),
+    'No failed_unknown operations.',
+    [5],
+  );
+  const worklist = worklistTable(v.worklist);
+  const queues = queuesTable(v.queues);
+  const filter = v.stateFilter ? ` in state ${escapeHtml(v.stateFilter)} (<a href="/ops">all</a>)` : '';
+  return page(
+    'Gatehouse operations',
+    `<h1>Gatehouse operations</h1>
+<nav><a href="/ops">Overview</a><a href="/queues">Queues (bull-board)</a><a href="/api/overview">JSON</a><a href="/signout">Sign out</a> <span class="empty">signed in as ${escapeHtml(v.operator)}</span></nav>
+<section id="workflows"><h2>Workflows by state</h2>${counts}<h3>Recent workflows${filter}</h3>${recent}</section>
+<section id="stuck"><h2>Stuck runs (${escapeHtml(v.stuck.length)})</h2><p>Live runs with no progress past their state's bound; the executor's watchdog re-drives the jobs they wait for.</p>${stuck}</section>
+<section id="failed-unknown"><h2>failed_unknown operations (${escapeHtml(v.unknown.length)})</h2><p>Effects whose outcome is unknown: never retried automatically; resolve with <code>gatehouse reconcile</code>.</p>${unknown}</section>
+<section id="worklist"><h2>Reconciliation worklist (${escapeHtml(v.worklist.items.length)} open)</h2>${worklist}</section>
+<section id="queues"><h2>Queues of every release</h2>${queues}</section>`,
+  );
+}
+
+/** The workflow counts by state: one row of headers, one of counts, each a link filtering the overview by that state. */
+function countsTable(counts: WorkflowOverview['counts']): string {
+  return `<table class="counts"><tr>${Object.keys(counts)
+    .map((s) => `<th>${escapeHtml(s)}</th>`)
+    .join('')}</tr><tr>${Object.entries(counts)
+    .map(([s, n]) => `<td class="n"><a href="/ops?state=${encodeURIComponent(s)}">${escapeHtml(n)}</a></td>`)
+    .join('')}</tr></table>`;
+}
+
+/** The stuck runs' table: age and bound in seconds, what each waits for and the watchdog's last re-drive. */
+function stuckTable(stuck: StuckRun[]): string {
+  return table(
     ['workflow', 'state', 'age s', 'bound s', 'waiting for', 'watchdog'],
-    v.stuck.map((r) => [
+    stuck.map((r) => [
       r.workflowId,
       r.state,
       Math.round(r.ageMs / 1000),
@@ -117,13 +146,11 @@ export function overviewPage(v: OverviewView): string {
     'No stuck runs: every live run progressed within its bound or waits on a person.',
     [2, 3],
   );
-  const unknown = table(
-    ['operation key', 'tool', 'workflow', 'workflow state', 'release', 'attempts', 'error', 'since'],
-    v.unknown.map((o) => [o.key, o.tool, o.workflowId, o.workflowState, o.release, o.attempts, o.error, o.since]),
-    'No failed_unknown operations.',
-    [5],
-  );
-  const worklist = v.worklist.available
+}
+
+/** The open reconciliation worklist's table, or the reason it could not be read (a note). */
+function worklistTable(worklist: Worklist): string {
+  return worklist.available
     ? table(
         [
           'class',
@@ -143,7 +170,7 @@ export function overviewPage(v: OverviewView): string {
           'last seen',
           'item',
         ],
-        v.worklist.items.map((i) => [
+        worklist.items.map((i) => [
           i.class,
           i.owner,
           i.status,
@@ -164,8 +191,12 @@ export function overviewPage(v: OverviewView): string {
         'The worklist is empty: no unresolved differences.',
         [9],
       )
-    : `<p class="note">${escapeHtml(v.worklist.reason)}</p>`;
-  const queueRows = v.queues.map((q) => [
+    : `<p class="note">${escapeHtml(worklist.reason)}</p>`;
+}
+
+/** The queues of every release with their job counts (— where Redis did not answer), each linked to its bull-board page. */
+function queuesTable(queues: OverviewView['queues']): string {
+  const queueRows = queues.map((q) => [
     q.name,
     q.release,
     q.sources.join(', '),
@@ -175,26 +206,15 @@ export function overviewPage(v: OverviewView): string {
     q.counts?.failed,
     q.counts?.completed,
   ]);
-  const queues = v.queues.length
+  return queues.length
     ? `<table><tr>${['queue', 'release', 'known from', 'waiting', 'active', 'delayed', 'failed', 'completed'].map((h) => `<th>${h}</th>`).join('')}</tr>${queueRows
         .map(
           (r, i) =>
-            `<tr><td><a href="/queues/queue/${encodeURIComponent(v.queues[i]!.name)}">${escapeHtml(r[0])}</a></td>${r
+            `<tr><td><a href="/queues/queue/${encodeURIComponent(queues[i]!.name)}">${escapeHtml(r[0])}</a></td>${r
               .slice(1)
               .map((c, j) => `<td${j >= 2 ? ' class="n"' : ''}>${c === undefined || c === null ? '—' : escapeHtml(c)}</td>`)
               .join('')}</tr>`,
         )
         .join('')}</table>`
     : '<p class="empty">No queues known.</p>';
-  const filter = v.stateFilter ? ` in state ${escapeHtml(v.stateFilter)} (<a href="/ops">all</a>)` : '';
-  return page(
-    'Gatehouse operations',
-    `<h1>Gatehouse operations</h1>
-<nav><a href="/ops">Overview</a><a href="/queues">Queues (bull-board)</a><a href="/api/overview">JSON</a><a href="/signout">Sign out</a> <span class="empty">signed in as ${escapeHtml(v.operator)}</span></nav>
-<section id="workflows"><h2>Workflows by state</h2>${counts}<h3>Recent workflows${filter}</h3>${recent}</section>
-<section id="stuck"><h2>Stuck runs (${escapeHtml(v.stuck.length)})</h2><p>Live runs with no progress past their state's bound; the executor's watchdog re-drives the jobs they wait for.</p>${stuck}</section>
-<section id="failed-unknown"><h2>failed_unknown operations (${escapeHtml(v.unknown.length)})</h2><p>Effects whose outcome is unknown: never retried automatically; resolve with <code>gatehouse reconcile</code>.</p>${unknown}</section>
-<section id="worklist"><h2>Reconciliation worklist (${escapeHtml(v.worklist.items.length)} open)</h2>${worklist}</section>
-<section id="queues"><h2>Queues of every release</h2>${queues}</section>`,
-  );
 }
