@@ -114,26 +114,39 @@ export async function settleOperation(
       }),
     ];
   }
+  await completeParkedRun(trx, op, outcome, by, wf.release_id);
+  return [];
+}
+
+/**
+ * Completes the run of `op` when it is parked in `needs_reconciliation` and none of its operations
+ * is unknown any more (`failed_unknown` or `running`), audited `run.completed` with outcome
+ * `reconciled` — the run ends here, not in a model turn. Otherwise nothing changes.
+ */
+async function completeParkedRun(
+  trx: Trx,
+  op: { workflowId: string; tool: string },
+  outcome: { status: 'succeeded' | 'failed'; note: string },
+  by: Attribution,
+  release: string,
+): Promise<void> {
   const unknown = await trx
     .selectFrom('operations')
     .select('key')
     .where('workflow_id', '=', op.workflowId)
     .where('status', 'in', ['failed_unknown', 'running'])
     .execute();
-  if (!unknown.length) {
-    // The run ends here, not in a model turn: its completion is audited here too.
-    await transitionWorkflow(trx, op.workflowId, {
-      to: 'completed',
-      nextStep: `Reconciled: ${op.tool} ${outcome.status} (${outcome.note}).`,
-      onlyFrom: ['needs_reconciliation'],
-      audit: {
-        type: 'run.completed',
-        service: 'reconciliation',
-        actorHash: actorHash(by.hmacKey, by.actor),
-        outcome: 'reconciled',
-        revisions: { release: wf.release_id },
-      },
-    });
-  }
-  return [];
+  if (unknown.length) return;
+  await transitionWorkflow(trx, op.workflowId, {
+    to: 'completed',
+    nextStep: `Reconciled: ${op.tool} ${outcome.status} (${outcome.note}).`,
+    onlyFrom: ['needs_reconciliation'],
+    audit: {
+      type: 'run.completed',
+      service: 'reconciliation',
+      actorHash: actorHash(by.hmacKey, by.actor),
+      outcome: 'reconciled',
+      revisions: { release },
+    },
+  });
 }

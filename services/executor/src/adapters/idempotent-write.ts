@@ -24,6 +24,22 @@ export function retryAfterMs(headers: Headers, nowMs = Date.now()): number | und
 }
 
 /**
+ * The error of the `nth` 429 of one write: retried after its Retry-After — once (ADR 0753): a
+ * second 429 is not retried — and never when the wait would end past `deadlineMs` (epoch ms:
+ * `rate_limited_past_deadline`, the worker is not held for a retry that cannot be made). Either
+ * way it counts as a failure towards the downstream's breaker.
+ */
+function rateLimitedError(headers: Headers, deadlineMs: number, nth: number): RetryableDownstreamError {
+  const ms = retryAfterMs(headers);
+  const pastDeadline = ms !== undefined && Date.now() + ms >= deadlineMs;
+  return new RetryableDownstreamError(pastDeadline ? 'rate_limited_past_deadline' : 'rate_limited', {
+    retryAfterMs: ms,
+    pastDeadline,
+    rateLimitedAgain: nth > 1,
+  });
+}
+
+/**
  * Why a retry that would be a new effect is not sent, or null when it may be: the tool's
  * containment (ADR 0700), then audit health (ADR 0706). A check that cannot be read (the ledger
  * unreachable) holds the retry as well ({@link HELD_CHECK_UNREADABLE}): every attempt so far was
@@ -112,19 +128,7 @@ export async function idempotentWrite(
       if (res.status === 200 || res.status === 201) {
         return { status: 'succeeded', data: res.body, evidenceRef: req.evidence(res.body), attempts };
       }
-      if (res.status === 429) {
-        const ms = retryAfterMs(res.headers);
-        // A wait that would end past the deadline is not waited for: the worker is not held
-        // for a retry that cannot be made (still a failure for the breaker).
-        const pastDeadline = ms !== undefined && Date.now() + ms >= call.deadlineMs;
-        // A 429 gets one retry: a second one ends the write (still a failure for the breaker).
-        const rateLimitedAgain = ++rateLimited > 1;
-        throw new RetryableDownstreamError(pastDeadline ? 'rate_limited_past_deadline' : 'rate_limited', {
-          retryAfterMs: ms,
-          pastDeadline,
-          rateLimitedAgain,
-        });
-      }
+      if (res.status === 429) throw rateLimitedError(res.headers, call.deadlineMs, ++rateLimited);
       // 408 and 5xx: not processed (`isOutageStatus`, 429 above), sent again under the same key.
       if (isOutageStatus(res.status)) throw new RetryableDownstreamError(`${res.status}:${reasonOf(res.body)}`);
       // A refusal proves nothing about an earlier unanswered attempt with the same key: it may
