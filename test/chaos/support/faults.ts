@@ -17,6 +17,12 @@ export interface Fault {
    * rest of the load arrives during it.
    */
   startAtInFlight?: number;
+  /**
+   * The fault kills the executor: an effect it was sending may be left unknown (dispatch mark
+   * written, outcome not), which reconciliation then owns by design; such items of this fault's
+   * runs are reported in the notes, not as failures (`checkReconciliation`).
+   */
+  killsExecutor?: boolean;
   /** Runs before the load starts (e.g. stop audit so that executions are held from the first). */
   prepare?: (s: ChaosStack) => Promise<void>;
   /**
@@ -162,6 +168,7 @@ export function killService(service: string, runs: number): Fault {
   return {
     name: `kill -9 ${service}`,
     runs,
+    killsExecutor: service === 'executor',
     inject: async (s, { atFault }) => {
       await atFault();
       const t0 = Date.now();

@@ -195,14 +195,46 @@ export async function checkAuditChain(s: ChaosStack, deadlineMs: number): Promis
 
 /** What one reconciliation pass left open. */
 export interface ReconCheck {
-  /** Differences neither repaired nor explained (the live worklist). Zero is clean. */
+  /** Differences neither repaired nor explained (the live worklist), less items judged a kill's designed outcome. Zero is clean. */
   unexplained: number;
   /** Findings per non-matched class, e.g. `{in_flight_ledger_has_it: 1}`. */
   classes: Record<string, number>;
+  /** Worklist items left open, as `class subject` (at most 5), for the report. */
+  open: string[];
+  /**
+   * Items that are the designed outcome of a process killed between an effect's write-ahead
+   * dispatch mark and its record: the downstream shows nothing, the reclaim after the lease
+   * recorded `failed_unknown lease_expired_after_dispatch` rather than send again
+   * (services/executor/src/jobs/steps/dispatch.step.ts), so a person owns it. Counted only when
+   * the check is given `killedRuns` (the workflows of a case that killed the executor).
+   */
+  killedInDispatch: number;
 }
 
-/** Runs one reconciliation pass (`packages/reconciliation`) over the ledger and the staging read-backs. */
-export async function checkReconciliation(s: ChaosStack): Promise<ReconCheck> {
+/** The workflows whose operation the reclaim ended `failed_unknown` with `lease_expired_after_dispatch`. */
+async function unknownAfterDispatch(s: ChaosStack, workflowIds: readonly string[]): Promise<Set<string>> {
+  if (workflowIds.length === 0) return new Set();
+  const ops = await s.db
+    .selectFrom('operations')
+    .select('key')
+    .where('workflow_id', 'in', workflowIds)
+    .where('status', '=', 'failed_unknown')
+    .where('error', '=', 'lease_expired_after_dispatch')
+    .execute();
+  return new Set(ops.map((o) => o.key));
+}
+
+/** Per stack, worklist items already judged a kill's designed outcome (they stay open for a person; later cases on the stack skip them). */
+const judgedKilled = new WeakMap<ChaosStack, Set<string>>();
+
+/**
+ * Runs one reconciliation pass (`packages/reconciliation`) over the ledger and the staging
+ * read-backs. `killedRuns`: workflows of a case that killed the executor, whose
+ * `in_flight_ledger_lacks_it` items on an operation left unknown after its dispatch are the
+ * product working as designed ({@link ReconCheck.killedInDispatch}), not unexplained — in this
+ * check and in later checks on the same stack.
+ */
+export async function checkReconciliation(s: ChaosStack, killedRuns: readonly string[] = []): Promise<ReconCheck> {
   const r = await runReconciliation({
     db: s.db,
     stagingUrl: s.url('staging'),
@@ -210,5 +242,14 @@ export async function checkReconciliation(s: ChaosStack): Promise<ReconCheck> {
     actor: 'chaos-suite',
   });
   const classes = Object.fromEntries(Object.entries(r.counts).filter(([c, n]) => c !== 'matched' && n > 0));
-  return { unexplained: r.unexplained, classes };
+  const unknown = await unknownAfterDispatch(s, killedRuns);
+  const judged = judgedKilled.get(s) ?? new Set<string>();
+  judgedKilled.set(s, judged);
+  const killed = r.worklist.filter(
+    (i) => i.class === 'in_flight_ledger_lacks_it' && i.operation_key !== null && unknown.has(i.operation_key),
+  );
+  for (const i of killed) judged.add(i.id);
+  const left = r.worklist.filter((i) => !judged.has(i.id));
+  const open = left.slice(0, 5).map((i) => `${i.class} ${i.subject}`);
+  return { unexplained: left.length, classes, open, killedInDispatch: killed.length };
 }

@@ -98,11 +98,17 @@ export interface Approver {
 }
 
 /**
- * Starts a lead (lead-eli) who lists pending approvals every `intervalMs` and approves each with
- * the version and digest read from the approval API, as the inbox does. Errors (a service down
- * mid-fault) are retried on the next round.
+ * Starts a lead (lead-eli) who lists pending approvals every `intervalMs` and approves each of
+ * `runs` with the version and digest read from the approval API, as the inbox does. Errors (a
+ * service down mid-fault) are retried on the next round.
+ *
+ * Only approvals of `runs` are decided. The kill cases share one stack, and a run of an earlier
+ * case may be left parked on its pending approval (settled, so that case's checks passed): a lead
+ * approving everything would start its execution during a later case, which does not wait for it.
+ * Killed in its dispatch window (the `kill -9 executor` case), that execution's lease expired
+ * after the case's checks and its `failed_unknown` was blamed on the next cases.
  */
-export function startApprover(s: ChaosStack, intervalMs = 500): Approver {
+export function startApprover(s: ChaosStack, runs: readonly Run[], intervalMs = 500): Approver {
   let running = true;
   let approved = 0;
   const decided = new Set<string>();
@@ -110,8 +116,11 @@ export function startApprover(s: ChaosStack, intervalMs = 500): Approver {
     const token = await tokenFor(LEAD, AUTH_SECRET);
     while (running) {
       try {
-        const r = await call('GET', `${s.url('approval')}/v1/approvals?status=pending`, token);
-        const pending = ((r.body.approvals ?? []) as Array<{ approvalId: string }>).filter((a) => !decided.has(a.approvalId));
+        const r = await call('GET', `${s.url('approval')}/v1/approvals?status=pending&limit=100`, token);
+        const ours = new Set(runs.map((run) => run.workflowId));
+        const pending = ((r.body.approvals ?? []) as Array<{ approvalId: string; workflowId: string }>).filter(
+          (a) => ours.has(a.workflowId) && !decided.has(a.approvalId),
+        );
         for (const a of pending) {
           const d = await approveAsLead(s.url('approval'), token, a.approvalId);
           if (d.status === 200) {

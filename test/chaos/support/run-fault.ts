@@ -79,7 +79,7 @@ function endings(states: RunState[]): Record<string, number> {
 export async function runFault(s: ChaosStack, fault: Fault, opts: FaultRunOptions): Promise<FaultResult> {
   const runs = await planRuns(s, opts.tag, fault.runs);
   const crashesBefore = s.crashes.length;
-  const approver = startApprover(s);
+  const approver = startApprover(s, runs);
   const failures: string[] = [];
   let inFlightAtFault = 0;
   try {
@@ -106,7 +106,10 @@ export async function runFault(s: ChaosStack, fault: Fault, opts: FaultRunOption
     const stuck = await settleForChecks(s, runs, [approver], recoveredAt + opts.recoveryBoundMs);
     const crashed = s.crashes.slice(crashesBefore).map((c) => `${c.service}(${c.signal ?? `exit ${c.code}`})`);
     const effects = await checkEffects(s, runs);
-    const recon = await checkReconciliation(s);
+    const killedRuns = fault.killsExecutor ? runs.flatMap((r) => (r.workflowId ? [r.workflowId] : [])) : [];
+    const recon = await checkReconciliation(s, killedRuns);
+    if (recon.killedInDispatch)
+      notes.push(`${recon.killedInDispatch} effect(s) killed in their dispatch window: failed_unknown, for reconciliation (by design)`);
     const chain = await checkAuditChain(s, Date.now() + 30_000);
     const ended = await runStates(s, runs);
     // The dead letter of a step (ADR 0070) is the backstop for a poison input or a bug; the load
@@ -129,7 +132,8 @@ export async function runFault(s: ChaosStack, fault: Fault, opts: FaultRunOption
       );
     if (effects.duplicates.length) failures.push(`duplicate effects: ${effects.duplicates.slice(0, 5).join('; ')}`);
     if (effects.mismatches.length) failures.push(`effects ≠ succeeded actions: ${effects.mismatches.slice(0, 5).join('; ')}`);
-    if (recon.unexplained) failures.push(`reconciliation: ${recon.unexplained} unexplained ${JSON.stringify(recon.classes)}`);
+    if (recon.unexplained)
+      failures.push(`reconciliation: ${recon.unexplained} unexplained ${JSON.stringify(recon.classes)}: ${recon.open.join('; ')}`);
     if (!chain.intact) failures.push(`audit chain broken: ${chain.reason}`);
     if (chain.backlog) failures.push(`audit outbox still holds ${chain.backlog} event(s)`);
     return {
