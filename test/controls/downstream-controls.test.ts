@@ -1,3 +1,4 @@
+import { createServer, type Server } from 'node:http';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { mintDelegatedToken } from '../../packages/credentials/src/index.ts';
 import { createAction } from '@gatehouse/testing';
@@ -150,7 +151,7 @@ describe('coded path: an expired delegated token is refused downstream', () => {
 
 describe('coded path: the payments circuit breaker under a 5xx storm', () => {
   it('opens after consecutive 5xx, sheds calls while open (no request sent), half-opens after its delay and closes on a success', async () => {
-    const breaker = breakerFor('payments');
+    const breaker = breakerFor('payments', 'quillfeather');
     expect(breaker.state).toBe(CircuitState.Closed);
     const changes: CircuitState[] = [];
     const sub = breaker.onStateChange((s) => changes.push(s));
@@ -197,6 +198,62 @@ describe('coded path: the payments circuit breaker under a 5xx storm', () => {
   });
 });
 
+/**
+ * A payments ledger stand-in: 503 for `O-STORM`, 201 with a refund id for any other order; counts
+ * the requests per order. Stands in for a downstream failing one tenant's calls only (a shard of
+ * its own, say), which the synthetic ledger's fault board cannot target.
+ */
+async function stormForOneOrder(): Promise<{ url: string; seen: Map<string, number>; server: Server }> {
+  const seen = new Map<string, number>();
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c: Buffer) => (body += c.toString()));
+    req.on('end', () => {
+      const orderId = String((JSON.parse(body) as { orderId: string }).orderId);
+      seen.set(orderId, (seen.get(orderId) ?? 0) + 1);
+      const [status, answer] = orderId === 'O-STORM' ? [503, { error: { reason: 'storm' } }] : [201, { refundId: `rf-${orderId}` }];
+      res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(answer));
+    });
+  });
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+  const { port } = server.address() as { port: number };
+  return { url: `http://127.0.0.1:${port}`, seen, server };
+}
+
+describe('control: the circuit breaker is per tenant (ADR 0763)', () => {
+  it("one tenant's 5xx storm opens its own breaker and sheds its calls; another tenant's refund to the same downstream is still sent and paid", async () => {
+    const ledger = await stormForOneOrder();
+    const refund = (tenant: string, orderId: string, n: number) =>
+      issueRefund({
+        stagingUrl: ledger.url,
+        ledger: h.db,
+        workflow: { id: `wf-storm-${tenant}`, tenant },
+        args: { orderId, amountCents: 1000, reason: 'storm' },
+        operationKey: `wf-storm-${tenant}:action:${n}`,
+        fencingToken: 1,
+        token: async () => 'unused',
+        deadlineMs: Date.now() + 20_000,
+        baseline: null,
+      });
+    try {
+      // northwind: 4 capped attempts, then 1 more — five consecutive 503s open its breaker.
+      expect((await refund('northwind', 'O-STORM', 1)).status).toBe('failed');
+      expect((await refund('northwind', 'O-STORM', 2)).status).toBe('failed');
+      expect(ledger.seen.get('O-STORM')).toBe(BREAKER_CONSECUTIVE_FAILURES);
+      expect(breakerFor('payments', 'northwind').state).toBe(CircuitState.Open);
+      // Open: northwind's next call is shed, nothing sent (not even for an order that would be paid).
+      expect(await refund('northwind', 'O-NW-CALM', 3)).toMatchObject({ status: 'failed', reason: 'circuit_open' });
+      expect(ledger.seen.get('O-NW-CALM')).toBeUndefined();
+      // quillfeather's refund meanwhile is sent once and paid: one breaker per downstream would shed it.
+      expect(await refund('quillfeather', 'O-QF-CALM', 1)).toMatchObject({ status: 'succeeded', evidenceRef: 'rf-O-QF-CALM' });
+      expect(ledger.seen.get('O-QF-CALM')).toBe(1);
+      expect(breakerFor('payments', 'quillfeather').state).toBe(CircuitState.Closed);
+    } finally {
+      ledger.server.close();
+    }
+  });
+});
+
 describe('coded path: a refused connection sent nothing — safe to repeat, not failed_unknown', () => {
   it('the payments adapter against a closed port: retry_safe after its capped attempts', async () => {
     const closed = `http://127.0.0.1:${await freePort()}`;
@@ -232,7 +289,7 @@ describe('coded path: a refused connection sent nothing — safe to repeat, not 
       outcomes.push(`${r.status} ${r.attempts}`);
     }
     expect(outcomes).toEqual(['retry_safe 4', 'retry_safe 4', 'retry_safe 4']);
-    expect(breakerFor('payments').state).toBe(CircuitState.Closed);
+    expect(breakerFor('payments', 'quillfeather').state).toBe(CircuitState.Closed);
   });
 
   /**

@@ -27,7 +27,7 @@ export function retryAfterMs(headers: Headers, nowMs = Date.now()): number | und
  * The error of the `nth` 429 of one write: retried after its Retry-After — once (ADR 0753): a
  * second 429 is not retried — and never when the wait would end past `deadlineMs` (epoch ms:
  * `rate_limited_past_deadline`, the worker is not held for a retry that cannot be made). Either
- * way it counts as a failure towards the downstream's breaker.
+ * way it counts as a failure towards the breaker of the tenant's calls to that downstream.
  */
 function rateLimitedError(headers: Headers, deadlineMs: number, nth: number): RetryableDownstreamError {
   const ms = retryAfterMs(headers);
@@ -91,7 +91,7 @@ export async function idempotentWrite(
   let sawNoAnswer = false;
   let lastRefused = false;
   let rateLimited = 0;
-  const policy = idempotentWritePolicy(req.downstream, req.maxAttempts, call.deadlineMs);
+  const policy = idempotentWritePolicy(req.downstream, call.workflow.tenant, req.maxAttempts, call.deadlineMs);
   try {
     return await policy.execute(async (): Promise<AdapterResult> => {
       const remaining = call.deadlineMs - Date.now();

@@ -8,8 +8,8 @@ export const PAYMENTS_MAX_ATTEMPTS = 4;
  * `issue_refund` through the payments ledger (idempotent write). Every attempt carries the same
  * `Idempotency-Key` and fencing token, so a retry after a lost response replays the stored
  * refund instead of paying twice. 429 (Retry-After honoured within the deadline), 5xx and lost
- * responses are retried (cockatiel: capped exponential backoff, full jitter, per-downstream
- * circuit breaker); any other 4xx is final — the payments ledger refused (e.g. its own ceiling).
+ * responses are retried (cockatiel: capped exponential backoff, full jitter, a circuit breaker
+ * per downstream and tenant); any other 4xx is final — the payments ledger refused (e.g. its own ceiling).
  * When attempts run out after an unanswered attempt, the outcome is `unknown`.
  */
 export function issueRefund(call: AdapterCall): Promise<AdapterResult> {

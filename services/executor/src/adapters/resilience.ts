@@ -45,26 +45,31 @@ export class RetryableDownstreamError extends SystemError {
 export const BACKOFF_CAP_MS = 2000;
 const BACKOFF_BASE_MS = 100;
 
-/** Consecutive retryable failures of one downstream that open its circuit breaker. */
+/** Consecutive retryable failures of one tenant's calls to one downstream that open their circuit breaker. */
 export const BREAKER_CONSECUTIVE_FAILURES = 5;
 /** How long an open breaker sheds calls before it lets one probe through (half-open), ms. */
 export const BREAKER_HALF_OPEN_AFTER_MS = 10_000;
 
+/** Breakers by downstream and tenant (`<downstream> <tenant>`); one per pair the process has called. */
 const breakers = new Map<string, ReturnType<typeof circuitBreaker>>();
 
 /**
- * The per-downstream circuit breaker (cockatiel): opens after {@link BREAKER_CONSECUTIVE_FAILURES}
- * consecutive retryable failures (a refused connection is not one), half-opens after {@link BREAKER_HALF_OPEN_AFTER_MS}. Shared by
- * every execution in the process.
+ * The circuit breaker of one tenant's calls to one downstream (cockatiel): opens after
+ * {@link BREAKER_CONSECUTIVE_FAILURES} consecutive retryable failures (a refused connection is
+ * not one), half-opens after {@link BREAKER_HALF_OPEN_AFTER_MS}. Shared by every execution of
+ * that tenant in the process. Keyed per tenant so that one tenant's 5xx storm sheds only that
+ * tenant's calls (docs/decisions/0763-a-circuit-breaker-per-downstream-and-tenant.md); a
+ * downstream down for everyone opens every calling tenant's breaker after its own five failures.
  */
-export function breakerFor(downstream: string): ReturnType<typeof circuitBreaker> {
-  let b = breakers.get(downstream);
+export function breakerFor(downstream: string, tenant: string): ReturnType<typeof circuitBreaker> {
+  const key = `${downstream} ${tenant}`;
+  let b = breakers.get(key);
   if (!b) {
     b = circuitBreaker(
       handleWhen((e) => e instanceof RetryableDownstreamError && !e.refused),
       { halfOpenAfter: BREAKER_HALF_OPEN_AFTER_MS, breaker: new ConsecutiveBreaker(BREAKER_CONSECUTIVE_FAILURES) },
     );
-    breakers.set(downstream, b);
+    breakers.set(key, b);
   }
   return b;
 }
@@ -75,9 +80,9 @@ export function breakerFor(downstream: string): ReturnType<typeof circuitBreaker
  * {@link BACKOFF_CAP_MS}; every wait is clamped to the time left before `deadlineMs` (epoch ms).
  * Only {@link RetryableDownstreamError}s are retried (not one whose wait ends past the deadline,
  * nor a 429 after the one retry a 429 gets: {@link RetryableDownstreamError.retried}), through the
- * downstream's circuit breaker.
+ * circuit breaker of `tenant`'s calls to `downstream` ({@link breakerFor}).
  */
-export function idempotentWritePolicy(downstream: string, maxAttempts: number, deadlineMs: number) {
+export function idempotentWritePolicy(downstream: string, tenant: string, maxAttempts: number, deadlineMs: number) {
   const backoff = new DelegateBackoff<IRetryBackoffContext<unknown>>((ctx) => {
     const err = 'error' in ctx.result ? ctx.result.error : undefined;
     const wanted =
@@ -91,7 +96,7 @@ export function idempotentWritePolicy(downstream: string, maxAttempts: number, d
       handleWhen((e) => e instanceof RetryableDownstreamError && e.retried),
       { maxAttempts: maxAttempts - 1, backoff },
     ),
-    breakerFor(downstream),
+    breakerFor(downstream, tenant),
   );
 }
 
