@@ -224,6 +224,20 @@ async function unknownAfterDispatch(s: ChaosStack, workflowIds: readonly string[
   return new Set(ops.map((o) => o.key));
 }
 
+/** The approvals of `runs` counted by status, e.g. `approved 1, used 3` (for the report: who decided what). */
+export async function approvalsOf(s: ChaosStack, runs: readonly Run[]): Promise<string> {
+  const ids = runs.flatMap((r) => (r.workflowId ? [r.workflowId] : []));
+  if (ids.length === 0) return 'none';
+  const rows = await s.db
+    .selectFrom('approvals')
+    .select(['status', (eb) => eb.fn.countAll<string>().as('n')])
+    .where('workflow_id', 'in', ids)
+    .groupBy('status')
+    .orderBy('status')
+    .execute();
+  return rows.map((r) => `${r.status} ${r.n}`).join(', ') || 'none';
+}
+
 /** Per stack, worklist items already judged a kill's designed outcome (they stay open for a person; later cases on the stack skip them). */
 const judgedKilled = new WeakMap<ChaosStack, Set<string>>();
 

@@ -1,7 +1,15 @@
 import { isTerminal } from '@gatehouse/ledger';
 import type { ChaosStack } from './chaos-stack.ts';
 import type { Fault } from './faults.ts';
-import { checkAuditChain, checkEffects, checkReconciliation, runStates, settleForChecks, type RunState } from './invariants.ts';
+import {
+  approvalsOf,
+  checkAuditChain,
+  checkEffects,
+  checkReconciliation,
+  runStates,
+  settleForChecks,
+  type RunState,
+} from './invariants.ts';
 import { planRuns, startApprover, submitRuns, type Run } from './load.ts';
 
 /** Outcome of one fault: the report's row and the reasons it failed. */
@@ -148,7 +156,7 @@ export async function runFault(s: ChaosStack, fault: Fault, opts: FaultRunOption
       reconUnexplained: recon.unexplained,
       endings: endings(ended),
       recoveryBoundMs: opts.recoveryBoundMs,
-      notes: [...notes, `lead approved ${approver.approved()}`],
+      notes: [...notes, `lead approved ${approver.approved()}`, `approvals: ${await approvalsOf(s, runs)}`],
       failures,
     };
   } finally {
