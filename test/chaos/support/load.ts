@@ -107,36 +107,49 @@ export interface Approver {
  * approving everything would start its execution during a later case, which does not wait for it.
  * Killed in its dispatch window (the `kill -9 executor` case), that execution's lease expired
  * after the case's checks and its `failed_unknown` was blamed on the next cases.
+ *
+ * `stop` first waits (at most `drainMs`) for a round that read the list (200) and found nothing of
+ * `runs` left to decide, so a case does not end with its runs parked on approvals the lead never
+ * saw — as when the approval service was the one killed and came back after the runs settled.
  */
-export function startApprover(s: ChaosStack, runs: readonly Run[], intervalMs = 500): Approver {
+export function startApprover(s: ChaosStack, runs: readonly Run[], intervalMs = 500, drainMs = 60_000): Approver {
   let running = true;
   let approved = 0;
+  let idleRounds = 0;
   const decided = new Set<string>();
+  const round = async (token: string): Promise<void> => {
+    const r = await call('GET', `${s.url('approval')}/v1/approvals?status=pending&limit=100`, token);
+    const ours = new Set(runs.map((run) => run.workflowId));
+    const pending = ((r.body.approvals ?? []) as Array<{ approvalId: string; workflowId: string }>).filter(
+      (a) => ours.has(a.workflowId) && !decided.has(a.approvalId),
+    );
+    if (r.status === 200 && pending.length === 0) idleRounds++;
+    for (const a of pending) {
+      const d = await approveAsLead(s.url('approval'), token, a.approvalId);
+      if (d.status === 200) {
+        approved++;
+        decided.add(a.approvalId);
+      }
+    }
+  };
   const loop = (async () => {
     const token = await tokenFor(LEAD, AUTH_SECRET);
     while (running) {
-      try {
-        const r = await call('GET', `${s.url('approval')}/v1/approvals?status=pending&limit=100`, token);
-        const ours = new Set(runs.map((run) => run.workflowId));
-        const pending = ((r.body.approvals ?? []) as Array<{ approvalId: string; workflowId: string }>).filter(
-          (a) => ours.has(a.workflowId) && !decided.has(a.approvalId),
-        );
-        for (const a of pending) {
-          const d = await approveAsLead(s.url('approval'), token, a.approvalId);
-          if (d.status === 200) {
-            approved++;
-            decided.add(a.approvalId);
-          }
-        }
-      } catch {
-        // the approval service or the ledger is down: try again next round
-      }
+      // the approval service or the ledger is down: try again next round
+      await round(token).catch(() => undefined);
       await new Promise((done) => setTimeout(done, intervalMs));
     }
   })();
+  // Two idle rounds from now: the second began after this call, so it listed every approval open now.
+  const drained = async (): Promise<void> => {
+    const before = idleRounds;
+    for (const until = Date.now() + drainMs; idleRounds < before + 2 && Date.now() < until;)
+      await new Promise((done) => setTimeout(done, intervalMs));
+  };
   return {
     approved: () => approved,
     stop: async () => {
+      await drained();
       running = false;
       await loop;
     },
