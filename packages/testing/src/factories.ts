@@ -126,33 +126,76 @@ export async function createAction(db: Db, seed: ActionSeed): Promise<SeededActi
         facts: JSON.stringify({}),
       })
       .execute();
-    if (approvalId) {
-      await trx
-        .insertInto('approvals')
-        .values({
-          id: approvalId,
-          workflow_id: workflowId,
-          action_id: actionId,
-          action_version: version,
-          action_digest: digest,
-          policy_revision: policy,
-          tool,
-          tenant,
-          region: 'US',
-          amount_cents: tool === 'issue_refund' ? (seed.amountCents ?? 3000) : null,
-          requester: userId,
-          rule_id: ruleId,
-          status: pending ? 'pending' : 'approved',
-          approver: pending ? null : 'lead-eli',
-          release_id: release,
-          expires_at: new Date(now.getTime() + (pending?.expiresInMs ?? 15 * 60_000)),
-          decided_at: pending ? null : now,
-        })
-        .execute();
-    }
+    if (approvalId)
+      await insertSeededApproval(trx, {
+        id: approvalId,
+        workflowId,
+        actionId,
+        version,
+        digest,
+        policy,
+        tool,
+        tenant,
+        amountCents: tool === 'issue_refund' ? (seed.amountCents ?? 3000) : null,
+        userId,
+        ruleId,
+        release,
+        pending,
+        now,
+      });
   });
   const job: ExecutionJob = { release, workflowId, actionId, actionVersion: version, approvalId };
   return { workflowId, actionId, version, callId, digest, operationKey, approvalId, job, jobId: `exec_${actionId}_v${version}` };
+}
+
+/**
+ * The approval row of a seeded action: `approved` by lead-eli at `now` and expiring 15 minutes
+ * later, or — with `pending` — still pending and expiring `pending.expiresInMs` (default 15 min)
+ * after `now`. It names exactly the action (id, version, digest, tool, policy revision); region US.
+ */
+async function insertSeededApproval(
+  trx: Trx,
+  a: {
+    id: string;
+    workflowId: string;
+    actionId: string;
+    version: number;
+    digest: string;
+    policy: string;
+    tool: string;
+    tenant: string;
+    /** Integer cents; null for a tool without an amount. */
+    amountCents: number | null;
+    userId: string;
+    ruleId: string;
+    release: string;
+    pending: ActionSeed['pendingApproval'];
+    now: Date;
+  },
+): Promise<void> {
+  const { pending, now } = a;
+  await trx
+    .insertInto('approvals')
+    .values({
+      id: a.id,
+      workflow_id: a.workflowId,
+      action_id: a.actionId,
+      action_version: a.version,
+      action_digest: a.digest,
+      policy_revision: a.policy,
+      tool: a.tool,
+      tenant: a.tenant,
+      region: 'US',
+      amount_cents: a.amountCents,
+      requester: a.userId,
+      rule_id: a.ruleId,
+      status: pending ? 'pending' : 'approved',
+      approver: pending ? null : 'lead-eli',
+      release_id: a.release,
+      expires_at: new Date(now.getTime() + (pending?.expiresInMs ?? 15 * 60_000)),
+      decided_at: pending ? null : now,
+    })
+    .execute();
 }
 
 /** The run a seeded call belongs to (see {@link insertRun}). */
