@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { loadDelegationSigningKey } from '../../packages/credentials/src/index.ts';
-import { executeChangeCancel, type ExecuteDeps } from '../../packages/reconciliation/src/index.ts';
+import { cancelTicketId, executeChangeCancel, type ExecuteDeps } from '../../packages/reconciliation/src/index.ts';
 import { execFile } from 'node:child_process';
 import { resolve as resolvePath } from 'node:path';
 import { repoRoot, resetTestFaultsForTests } from '@gatehouse/contracts';
@@ -194,7 +194,7 @@ describe('gatehouse change cancel', () => {
     const cancelWf = await s.db.db
       .selectFrom('workflows')
       .select(['state', 'stop_reason', 'next_step'])
-      .where('ticket_id', '=', `cancel:${operationKey}`)
+      .where('ticket_id', '=', cancelTicketId(`cancel:${operationKey}`))
       .executeTakeFirstOrThrow();
     expect(cancelWf).toMatchObject({ state: 'stopped', stop_reason: 'denied' });
     expect(cancelWf.next_step).toMatch(/roll it back under the change's own plan/);

@@ -6,8 +6,15 @@ import type { WorkflowsTable } from './schema.ts';
 export interface OutOfBandRequest {
   workflowId: string;
   proposalId: string;
-  /** The request's key: the run's ticket id and its call id (`recon_<item>`, a change cancel's key, `override:<approval>`). */
+  /** The request's key: the run's call id, and its ticket id unless `ticketId` is given (`recon_<item>`, a change cancel's key, `override:<approval>`). */
   key: string;
+  /**
+   * The run's ticket id when it is not `key`: one outside the intake's ticket-id alphabet
+   * (`A-Za-z0-9._:-`), so no requester's ticket of the tenant can already hold it and refuse the
+   * request's insert — a change cancel's key is predictable from the scheduled run
+   * (docs/decisions/0757-an-out-of-band-ticket-id-is-no-intake-ticket-id.md).
+   */
+  ticketId?: string;
   tenant: string;
   /** The operator who asked: the run's user. */
   operator: string;
@@ -27,7 +34,7 @@ export interface OutOfBandRequest {
  * Writes the run of an out-of-band request — a reconciliation remediation, a change cancel, a
  * release override (docs/decisions/0230 and 0280) — in the caller's transaction: a workflow
  * `awaiting_approval` (mode `act`, the operator as its user, `nextStep` saying who must approve)
- * and its round-0 proposal `valid`, keyed by `key`. Its action and pending approval follow with
+ * and its round-0 proposal `valid`, keyed by `key` (its ticket id `ticketId` when given). Its action and pending approval follow with
  * {@link insertOutOfBandAction}. Seeds only: no transition, no event (the run starts where it waits).
  */
 async function insertOutOfBandRequest(trx: Trx, r: OutOfBandRequest): Promise<void> {
@@ -37,7 +44,7 @@ async function insertOutOfBandRequest(trx: Trx, r: OutOfBandRequest): Promise<vo
     .values({
       id: r.workflowId,
       tenant: r.tenant,
-      ticket_id: r.key,
+      ticket_id: r.ticketId ?? r.key,
       user_id: r.operator,
       pack: r.pack,
       mode: 'act',

@@ -231,6 +231,17 @@ export async function requestChangeCancel(
   return inTransaction(deps.db, (trx) => insertCancelRequest(trx, deps, change, reason, req.operator));
 }
 
+/**
+ * The ticket id of a cancel's run: `gatehouse/<cancelKey>`. The cancel key (`cancel:<operationKey>`)
+ * is made of the intake's ticket-id characters and is predictable from the scheduled run, so a
+ * requester of the tenant could hold it as a ticket id and make every cancel request of that
+ * change fail on the tenant's unique ticket id; `/` is outside that alphabet
+ * (docs/decisions/0757-an-out-of-band-ticket-id-is-no-intake-ticket-id.md).
+ */
+export function cancelTicketId(cancelKey: string): string {
+  return `gatehouse/${cancelKey}`;
+}
+
 /** The rows of a cancel request (see {@link requestChangeCancel}), in the caller's transaction. */
 async function insertCancelRequest(
   trx: Trx,
@@ -265,6 +276,8 @@ async function insertCancelRequest(
     workflowId,
     proposalId,
     key: cancelKey,
+    // Not the key itself: a requester of the tenant could submit that ticket id first (ADR 0757).
+    ticketId: cancelTicketId(cancelKey),
     tenant: change.tenant,
     operator,
     pack: 'change',

@@ -1,0 +1,71 @@
+import { describe, expect, it } from 'vitest';
+import { signUserToken } from '@gatehouse/credentials';
+import type { Db } from '@gatehouse/ledger';
+import { createAction } from '@gatehouse/testing';
+import { cancelTicketId, requestChangeCancel } from '@gatehouse/reconciliation';
+import { intakeFixture, SECRET } from '../../services/agent-loop/test/support/intake-app.ts';
+
+// A change cancel's key (`cancel:<operationKey>`) is made of the intake's ticket-id characters and
+// is predictable from the scheduled run, which every user of the tenant may read. The cancel's run
+// took it as its ticket id, so a requester who submitted a ticket of that id first made every
+// cancel request of the change fail on the tenant's unique ticket id: the change would run at its
+// window whatever on-call asked (docs/decisions/0757-an-out-of-band-ticket-id-is-no-intake-ticket-id.md).
+
+const app = intakeFixture('cancel-ticket-id-test');
+
+/** A `schedule_change` step of quillfeather that reached the change service: its operation key. */
+async function scheduledChange(db: Db): Promise<string> {
+  const a = await createAction(db, { orderId: 'O-1001', tool: 'reship_order', decision: 'ALLOW', approved: false, userId: 'rep-ana' });
+  await db.updateTable('workflows').set({ pack: 'change', state: 'completed' }).where('id', '=', a.workflowId).execute();
+  await db.updateTable('actions').set({ tool: 'schedule_change', status: 'succeeded' }).where('id', '=', a.actionId).execute();
+  await db
+    .insertInto('operations')
+    .values({
+      key: a.operationKey,
+      workflow_id: a.workflowId,
+      action_id: a.actionId,
+      action_digest: a.digest,
+      tool: 'schedule_change',
+      status: 'succeeded',
+      fencing_token: 1,
+      release_id: 'rel-1',
+    })
+    .execute();
+  return a.operationKey;
+}
+
+describe('a requester holds the cancel key as a ticket id', () => {
+  it('the cancel is still requested, under a ticket id the intake cannot take; the requester keeps their ticket', async () => {
+    const db = app.db();
+    const operationKey = await scheduledChange(db);
+    const token = await signUserToken({ sub: 'eng-lou', tenant: 'quillfeather', roles: ['engineer'] }, SECRET);
+    const submitted = await fetch(`${app.url()}/v1/tickets`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ ticketId: `cancel:${operationKey}`, text: 'What is the status of change CHG-101?', pack: 'change' }),
+    });
+    expect(submitted.status).toBe(202);
+    const { workflowId: theirs } = (await submitted.json()) as { workflowId: string };
+
+    const ticket = await requestChangeCancel(
+      { db, stagingUrl: 'http://127.0.0.1:9', hmacKey: 'local-audit-hmac-key-change-me', release: 'rel-1' },
+      { ref: operationKey, reason: 'customer asked to postpone', operator: 'ops-gus' },
+    );
+    expect(ticket).toMatchObject({ cancelKey: `cancel:${operationKey}`, tenant: 'quillfeather', existing: false });
+    const run = await db
+      .selectFrom('workflows')
+      .select(['ticket_id', 'state'])
+      .where('id', '=', ticket.workflowId)
+      .executeTakeFirstOrThrow();
+    expect(run).toEqual({ ticket_id: cancelTicketId(`cancel:${operationKey}`), state: 'awaiting_approval' });
+    const approval = await db
+      .selectFrom('approvals')
+      .select(['status', 'approver_role'])
+      .where('id', '=', ticket.approvalId)
+      .executeTakeFirstOrThrow();
+    expect(approval).toEqual({ status: 'pending', approver_role: 'change_owner' });
+    // The requester's own run is untouched, and its ticket id still names it.
+    const mine = await db.selectFrom('workflows').select(['id', 'user_id']).where('ticket_id', '=', `cancel:${operationKey}`).execute();
+    expect(mine).toEqual([{ id: theirs, user_id: 'eng-lou' }]);
+  });
+});
