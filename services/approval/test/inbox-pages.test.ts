@@ -6,6 +6,7 @@ import { createAction } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { SECRET, testApprovalApp } from './support/app.ts';
 import { INBOX_PAGE_SIZE } from '../src/http/inbox.router.ts';
+import { encodeCursor } from '../src/domain/approval-view.ts';
 
 // The approver's inbox lists the tenant's pending approvals a page at a time (ADR 0723): it read
 // and rendered every one of them in one request, so a tenant with thousands waiting made one
@@ -16,6 +17,7 @@ let t: TestDatabase;
 let app: Express;
 let lead: string;
 const created: string[] = [];
+let northwind = '';
 
 beforeAll(async () => {
   t = await createTestDatabase();
@@ -23,6 +25,10 @@ beforeAll(async () => {
   lead = await signUserToken({ sub: 'lead-eli', tenant: 'quillfeather', roles: ['lead'] }, SECRET);
   for (let i = 0; i < PENDING; i++)
     created.push((await createAction(t.db, { orderId: 'O-1002', amountCents: 6000, pendingApproval: {} })).approvalId!);
+  // Another tenant's approval, opened after every one of quillfeather's.
+  northwind = (
+    await createAction(t.db, { orderId: 'N-2001', amountCents: 6000, userId: 'rep-ivy', tenant: 'northwind', pendingApproval: {} })
+  ).approvalId!;
 }, 120_000);
 afterAll(async () => {
   await t?.drop();
@@ -56,5 +62,14 @@ describe('the inbox, a page at a time', () => {
     const res = await agent.get('/inbox/approvals?after=not-a-cursor');
     expect(res.status).toBe(200);
     expect(cardsOf(res.text)).toEqual(created.slice(0, INBOX_PAGE_SIZE));
+  });
+
+  it("a cursor naming another tenant's approval shows the first page, not the page after that approval (ADR 0758)", async () => {
+    const agent = request.agent(app);
+    await agent.post('/inbox/session').type('form').send({ token: lead });
+    const res = await agent.get(`/inbox/approvals?after=${encodeCursor(northwind)}`);
+    expect(res.status).toBe(200);
+    expect(cardsOf(res.text)).toEqual(created.slice(0, INBOX_PAGE_SIZE));
+    expect(res.text).not.toContain(northwind);
   });
 });

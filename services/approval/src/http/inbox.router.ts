@@ -21,18 +21,33 @@ export const INBOX_PAGE_SIZE = 50;
 
 /**
  * One inbox page of `tenant`'s pending approvals: at most {@link INBOX_PAGE_SIZE}, oldest first,
- * after the approval the `after` cursor names (the first page when it is absent or not a cursor
- * {@link encodeCursor} made), and the cursor of the next page (null on the last). Every pending
- * approval is shown, decidable or not (a card says why not), so a page's size bounds the query.
+ * after the approval the `after` cursor names (the first page when it is absent, not a cursor
+ * {@link encodeCursor} made, or names no approval of `tenant` — {@link cursorOfTenant}), and the
+ * cursor of the next page (null on the last). Every pending approval is shown, decidable or not
+ * (a card says why not), so a page's size bounds the query.
  */
 async function inboxApprovals(db: Db, tenant: string, after: unknown) {
-  const from = typeof after === 'string' ? (decodeCursor(after) ?? null) : null;
+  const from = await cursorOfTenant(db, tenant, after);
   const rows = await approvalsAfter(db, tenant, 'pending', from)
     .limit(INBOX_PAGE_SIZE + 1)
     .execute();
   const more = rows.length > INBOX_PAGE_SIZE;
   const page = rows.slice(0, INBOX_PAGE_SIZE);
   return { rows: page, next: more ? encodeCursor(page.at(-1)!.id) : null };
+}
+
+/**
+ * The approval id an inbox `after` cursor resumes after, when it names an approval of `tenant`;
+ * null otherwise (no cursor, one {@link encodeCursor} did not make, or another tenant's approval).
+ * Another tenant's id would place the page by that approval's creation time: the page would tell
+ * whether it exists and when it was opened, and hide the viewer's own older approvals — the API
+ * refuses such a cursor (`invalid_cursor`, ADR 0182), the inbox shows its first page (ADR 0758).
+ */
+async function cursorOfTenant(db: Db, tenant: string, after: unknown): Promise<string | null> {
+  const id = typeof after === 'string' ? (decodeCursor(after) ?? null) : null;
+  if (!id) return null;
+  const own = await db.selectFrom('approvals').select('id').where('id', '=', id).where('tenant', '=', tenant).executeTakeFirst();
+  return own ? id : null;
 }
 
 /** Name of the inbox's session cookie (path `/inbox`). */
