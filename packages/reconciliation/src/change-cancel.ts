@@ -137,7 +137,8 @@ async function unscheduledRefusal(db: Db | Trx, ref: string): Promise<Remediatio
 }
 
 /**
- * The `not_scheduled` refusal of a `schedule_change` step that is not scheduled, with the
+ * The refusal of a `schedule_change` step that is not known to be scheduled: `outcome_unknown`
+ * for one that may be ({@link outcomeUnknownRefusal}), else `not_scheduled`, with the
  * operator's next step: while the step awaits its own approval, nothing has reached the change
  * service and there is nothing to cancel — the way to stop the change is to deny that approval
  * (its id, role, version and digest are named; docs/decisions/0703).
@@ -146,6 +147,8 @@ async function notScheduledRefusal(
   db: Db | Trx,
   step: { actionId: string; actionStatus: string; operationKey: string },
 ): Promise<RemediationRefused> {
+  const unknown = outcomeUnknownRefusal(step);
+  if (unknown) return unknown;
   const head = `the schedule_change step of ${step.operationKey} is ${step.actionStatus}, not scheduled`;
   const ap = await db
     .selectFrom('approvals')
@@ -160,6 +163,32 @@ async function notScheduledRefusal(
     `${head}: it awaits its own approval ${ap.id} and nothing reached the change service. Next step: to stop the change, ` +
       `a ${ap.approver_role} of ${ap.tenant} denies approval ${ap.id} before ${new Date(ap.expires_at).toISOString()} — approval inbox, or ` +
       `POST /v1/approvals/${ap.id}/decision {"decision":"deny","actionVersion":${ap.action_version},"actionDigest":"${ap.action_digest}"}`,
+  );
+}
+
+/** Statuses of a `schedule_change` step that may have reached the change service without its outcome being known. */
+const OUTCOME_UNKNOWN_STATUSES = ['running', 'failed_unknown'];
+
+/**
+ * The refusal of a cancel of a `schedule_change` step whose outcome is not known — `running` (its
+ * claim sent it, or is sending it) or `failed_unknown` — or null for any other step
+ * (docs/decisions/0759-a-cancel-of-a-schedule-of-unknown-outcome-says-so.md). Such a change may be
+ * scheduled at the change service and run at its window, so it is not refused as `not_scheduled`:
+ * `outcome_unknown`, naming the way to learn the outcome — `gatehouse reconcile` reads the change
+ * service back and settles the step (scheduled: `succeeded`, and the cancel can be asked; absent:
+ * ratified as not carried out) — and to ask again. Nothing is requested.
+ */
+function outcomeUnknownRefusal(step: { actionStatus: string; operationKey: string }): RemediationRefused | null {
+  if (!OUTCOME_UNKNOWN_STATUSES.includes(step.actionStatus)) return null;
+  const now =
+    step.actionStatus === 'running'
+      ? 'is being sent to the change service (claimed, outcome not recorded yet)'
+      : 'has an unknown outcome (failed_unknown)';
+  return new RemediationRefused(
+    'outcome_unknown',
+    `the schedule_change step of ${step.operationKey} ${now}: the change may be scheduled and run at its window. Nothing was requested. ` +
+      `Next step: gatehouse reconcile — it reads the change service back: a schedule it holds is settled as scheduled, one it lacks is listed to ratify — then ` +
+      `gatehouse change cancel ${step.operationKey} --reason <why> again while the window has not started`,
   );
 }
 
@@ -198,7 +227,9 @@ export function assertCancelReason(reason: string | undefined): string {
  * Audited (`approval.requested`, `compensation.requested` with outcome `change_cancel`). Asking
  * again while one is pending returns it.
  * @throws RemediationRefused `unknown_change`, `not_scheduled` (the step did not succeed or was
- *   compensated already), `cancel_approved` (an approved cancel awaits execution), `invalid_reason`.
+ *   compensated already), `outcome_unknown` (the step is `running` or `failed_unknown`: it may be
+ *   scheduled; the refusal names `gatehouse reconcile`, ADR 0759), `cancel_approved` (an approved
+ *   cancel awaits execution), `invalid_reason`.
  */
 export async function requestChangeCancel(
   deps: RemediationDeps,
