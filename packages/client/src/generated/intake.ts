@@ -687,7 +687,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
-      /** @description not_the_requester */
+      /** @description not_the_requester: the caller did not submit this ticket; not_a_requester: the run is one an operator command made (a change cancel, a remediation, a release override) and takes no follow-up */
       403: {
         headers: {
           [name: string]: unknown;

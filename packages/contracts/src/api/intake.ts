@@ -215,7 +215,9 @@ const intakePaths: ZodOpenApiObject['paths'] = {
         '202': jsonResponse('accepted', WorkflowMessageAcceptedSchema),
         '400': errorResponse('invalid_body or invalid_idempotency_key'),
         '401': unauthorizedResponse(),
-        '403': errorResponse('not_the_requester'),
+        '403': errorResponse(
+          'not_the_requester: the caller did not submit this ticket; not_a_requester: the run is one an operator command made (a change cancel, a remediation, a release override) and takes no follow-up',
+        ),
         '404': errorResponse("no such workflow in the caller's tenant"),
         '409': errorResponse('workflow_not_running, or idempotency_key_reused (the key came with another text)'),
         '429': rateLimited,

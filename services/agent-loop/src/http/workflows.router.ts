@@ -20,7 +20,7 @@ import {
   type Trx,
   type WorkflowsTable,
 } from '@gatehouse/ledger';
-import { ConflictError, Forbidden, NotFound, type OutboxRelay, parseBody, UserError } from '@gatehouse/platform';
+import { ConflictError, Forbidden, NotFound, type OutboxRelay, parseBody, requesterPack, UserError } from '@gatehouse/platform';
 import type { AuthedRequest } from '@gatehouse/platform';
 import { startNextRound, unscheduledPlan } from '../domain/next-turn.ts';
 import { unansweredCalls } from '../domain/transcript.ts';
@@ -31,6 +31,23 @@ export async function ownWorkflow(db: Db, id: string, tenant: string) {
   const wf = await db.selectFrom('workflows').selectAll().where('id', '=', id).where('tenant', '=', tenant).executeTakeFirst();
   if (!wf) throw new NotFound('not_found', 'no such workflow');
   return wf;
+}
+
+/**
+ * A follow-up comes from a requester — a representative or an engineer, the roles the intake takes
+ * a ticket from (ADR 0675). The only runs whose user is another role are the out-of-band runs an
+ * operator's command writes (a change cancel, a remediation, a release override): they wait on an
+ * approval and have no model conversation, so a follow-up there would void the request's approval
+ * and start a model round under an operator's identity
+ * (docs/decisions/0757-an-out-of-band-ticket-id-is-no-intake-ticket-id.md).
+ * @throws Forbidden 403 `not_a_requester`, before anything changes.
+ */
+function refuseOutOfBandFollowUp(user: AuthedRequest['user']): void {
+  if (requesterPack(user) !== undefined) return;
+  throw new Forbidden(
+    'not_a_requester',
+    'only a representative or an engineer adds a follow-up to their ticket; a request an operator command made (a change cancel, a remediation, a release override) is decided in the approval inbox and run again with its command',
+  );
 }
 
 /**
@@ -99,6 +116,7 @@ export function workflowsRouter(cfg: { db: Db; relay: OutboxRelay }): Router {
     if (wf0.user_id !== user.sub) {
       throw new Forbidden('not_the_requester', 'only the user who submitted this ticket can add a follow-up to it');
     }
+    refuseOutOfBandFollowUp(user);
     const key = idempotencyKeyOf(req.get('idempotency-key'));
     const added = await inTransaction(cfg.db, (trx) => addFollowUp(trx, wf0.id, key, body.text));
     await cfg.relay.publish(added.rows);
