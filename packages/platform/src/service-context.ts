@@ -2,6 +2,7 @@ import type { Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { z, ZodObject, ZodRawShape } from 'zod';
 import { createDb, type Db } from '@gatehouse/ledger';
+import { loadWorld } from '@gatehouse/contracts';
 import { parseEnv, type BaseEnv } from './env.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { createRedis, QueueRegistry, readQueueDepth } from './queues.ts';
@@ -43,6 +44,7 @@ export interface ServiceContext<E> {
  * consume and the errors of its dependencies — and the log correlation).
  * @param productionChecks this service's own reasons to refuse production, added to the base ones.
  * @throws Error listing every invalid environment variable (in production, every problem).
+ * @throws Error when the directory (`GATEHOUSE_WORLD`, else the shipped world) is missing or invalid (`loadWorld`).
  */
 export function createServiceContext<S extends ZodRawShape>(
   name: string,
@@ -51,6 +53,9 @@ export function createServiceContext<S extends ZodRawShape>(
   productionChecks?: (env: BaseEnv & z.output<ZodObject<S>>) => string[],
 ): ServiceContext<BaseEnv & z.output<ZodObject<S>>> {
   const env = parseEnv(extra, source, productionChecks);
+  // The directory is read and checked before anything starts: one that cannot load (a user id in
+  // two tenants, ADR 0766) stops the service here rather than failing its requests later.
+  loadWorld(source.GATEHOUSE_WORLD);
   const telemetry = startTelemetry(name, env.GATEHOUSE_RELEASE);
   const log = createLogger(name);
   // A client that loses its connection fails its statement; the process goes on (see createDb).
