@@ -180,6 +180,22 @@ export async function probeReady(port: number, name: string): Promise<{ state: '
   }
 }
 
+/**
+ * The liveness probe of a ready service (ADR 0760): whether the process on `port` answers
+ * `GET /healthz` as service `name` within {@link READY_PROBE_TIMEOUT_MS} (3 s, the Kubernetes
+ * livenessProbe's timeoutSeconds). `/healthz` checks no dependency, so only a process whose event
+ * loop does not run (stopped, blocked) fails it. Never rejects.
+ */
+export async function answersHealthz(port: number, name: string): Promise<boolean> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}/healthz`, { signal: AbortSignal.timeout(READY_PROBE_TIMEOUT_MS) });
+    const body = (await res.json().catch(() => ({}))) as { service?: string };
+    return res.ok && body.service === name;
+  } catch {
+    return false;
+  }
+}
+
 /** Whether the process on `port` answers `GET /readyz` as service `name`, ready, within {@link READY_PROBE_TIMEOUT_MS} ({@link probeReady}). */
 export async function isReady(port: number, name: string): Promise<boolean> {
   return (await probeReady(port, name)).state === 'ready';
@@ -352,7 +368,8 @@ function supervisorLog(file: string): Logger {
  * 0729). Then supervises them: a service
  * that exits is restarted with capped exponential backoff (see {@link RestartPolicy}) and left
  * running while it answers, however long it waits, killed only when it answers nothing for the
- * liveness window ({@link LivenessPolicy}, ADR 0739), each
+ * liveness window ({@link LivenessPolicy}, ADR 0739) — or, once ready, fails `/healthz` three
+ * times in a row, 10 s apart (ADR 0760) — each
  * exit and restart logged to `<dir>/supervisor.log` and reported to `onEvent`; `supervise: false`
  * leaves a dead service dead. The processes die with this one (stopped on SIGINT/SIGTERM/SIGHUP
  * with `stopOnSignals`); pid files go to `<dir>`. Refuses to start when a port already answers.
@@ -391,10 +408,9 @@ export async function startStack(opts: StackOptions): Promise<RunningStack> {
       waitReady(ports[spec.name]!, Date.now() + readyTimeoutMs, child, spec.name, logFile, notReady);
     const probe = (child: ChildProcess, ping: boolean): Promise<StartProbe> =>
       probeStart(ports[spec.name]!, spec.name, child, logFile, spawnedAt.get(child) ?? 0, ping);
-    services.set(
-      spec.name,
-      new SupervisedService(spec.name, policy, opts.supervise ?? true, { spawn: spawnIt, waitReady: ready, probe, log, emit }, liveness),
-    );
+    const healthy = (): Promise<boolean> => answersHealthz(ports[spec.name]!, spec.name);
+    const hooks = { spawn: spawnIt, waitReady: ready, probe, healthy, log, emit };
+    services.set(spec.name, new SupervisedService(spec.name, policy, opts.supervise ?? true, hooks, liveness));
   }
   const service = (name: string): SupervisedService => {
     const svc = services.get(name);

@@ -30,13 +30,29 @@ export interface LivenessPolicy {
   startupMs: number;
   windowMs: number;
   periodMs: number;
+  /**
+   * Once ready (ADR 0760): `/healthz` is probed every `healthPeriodMs` (a probe waits up to
+   * `READY_PROBE_TIMEOUT_MS`, 3 s); `healthFailures` failed probes in a row make the process hung,
+   * and it is killed (SIGKILL) and restarted — at most `healthFailures × healthPeriodMs` + 3 s after
+   * it stopped answering. The same numbers as the Kubernetes manifests' livenessProbe.
+   */
+  healthPeriodMs: number;
+  healthFailures: number;
 }
 
 /**
  * Two minutes to a first answer (the stack's default ready timeout); then hung after 30 s without
- * one (Kubernetes' default liveness probe: 3 failures 10 s apart); probed every second.
+ * one (Kubernetes' default liveness probe: 3 failures 10 s apart); probed every second. Once ready,
+ * `/healthz` every 10 s, hung after 3 failures in a row (deploy/k8s livenessProbe: periodSeconds
+ * 10, timeoutSeconds 3, failureThreshold 3), so killed within 33 s of its last answer.
  */
-export const DEFAULT_LIVENESS: LivenessPolicy = { startupMs: 120_000, windowMs: 30_000, periodMs: 1_000 };
+export const DEFAULT_LIVENESS: LivenessPolicy = {
+  startupMs: 120_000,
+  windowMs: 30_000,
+  periodMs: 1_000,
+  healthPeriodMs: 10_000,
+  healthFailures: 3,
+};
 
 /**
  * What one probe of a process that is not ready yet found: `ready`; `not-ready` (its `/readyz`
@@ -78,6 +94,11 @@ export interface SupervisionHooks {
    * over IPC when `/readyz` does not answer (only before it ever answered it). Never rejects.
    */
   probe: (child: ChildProcess, ping: boolean) => Promise<StartProbe>;
+  /**
+   * The liveness probe of a ready process (ADR 0760): whether `child` answers `GET /healthz` as
+   * the service within the probe timeout. Never rejects.
+   */
+  healthy: (child: ChildProcess) => Promise<boolean>;
   log: Logger;
   emit: (event: StackEvent) => void;
 }
@@ -159,6 +180,7 @@ export class SupervisedService {
     this.#supervised.add(child);
     this.#hooks.emit({ type: 'ready', service: this.name, restarts: this.restarts });
     if (this.restarts > 0) this.#hooks.log.info({ supervised: this.name, restarts: this.restarts }, `${this.name} is ready again`);
+    void this.#watchLive(child);
   }
 
   #exited(child: ChildProcess, code: number | null, signal: NodeJS.Signals | null): void {
@@ -245,6 +267,30 @@ export class SupervisedService {
     }
   }
 
+  /**
+   * Probes a ready process's `/healthz` every `healthPeriodMs` (from one probe's start to the next)
+   * until it is gone; `healthFailures` failures in a row kill it (ADR 0760). A held service is
+   * probed but never killed (its holder keeps it as it is), nor is any with supervision off. What `/readyz` says does not count: a
+   * process waiting for a dependency answers `/healthz`; only one whose event loop does not run
+   * (stopped, blocked) fails it.
+   */
+  async #watchLive(child: ChildProcess): Promise<void> {
+    const { healthPeriodMs, healthFailures } = this.#liveness;
+    if (!this.#enabled) return; // nothing would restart it
+    let failures = 0;
+    let lastAnswer = Date.now();
+    for (;;) {
+      const startedAt = Date.now();
+      if (this.#gone(child)) return;
+      const healthy = await this.#hooks.healthy(child);
+      if (this.#gone(child)) return;
+      failures = healthy ? 0 : failures + 1;
+      if (healthy) lastAnswer = Date.now();
+      if (failures >= healthFailures && !this.#held) return this.#killHung(child, Date.now() - lastAnswer, failures);
+      await new Promise((r) => setTimeout(r, Math.max(0, healthPeriodMs - (Date.now() - startedAt))));
+    }
+  }
+
   #waiting(failing: Record<string, string>, needsOperator: string[]): void {
     const what = Object.entries(failing).map(([check, why]) => `${check}: ${why}`);
     this.#hooks.log.info(
@@ -263,10 +309,16 @@ export class SupervisedService {
     this.#hooks.emit({ type: 'needs-operator', service: this.name, restarts: this.restarts, failing, needsOperator });
   }
 
-  #killHung(child: ChildProcess, silentMs: number): void {
+  /** Logs why and SIGKILLs `child` (its exit restarts it); `failures` the failed `/healthz` probes in a row of a ready process. */
+  #killHung(child: ChildProcess, silentMs: number, failures?: number): void {
+    const { windowMs, healthPeriodMs } = this.#liveness;
+    const why =
+      failures === undefined
+        ? `did not answer for ${silentMs} ms (hung)`
+        : `was ready but did not answer /healthz ${failures} times in a row, ${healthPeriodMs} ms apart (no answer for ${silentMs} ms: hung)`;
     this.#hooks.log.warn(
-      { supervised: this.name, silentMs, windowMs: this.#liveness.windowMs },
-      `${this.name} did not answer for ${silentMs} ms (hung); killing it`,
+      { supervised: this.name, silentMs, ...(failures === undefined ? { windowMs } : { failures, healthPeriodMs }) },
+      `${this.name} ${why}; killing it`,
     );
     child.kill('SIGKILL');
   }
