@@ -186,7 +186,7 @@ export async function probeReady(port: number, name: string): Promise<{ state: '
  * livenessProbe's timeoutSeconds). `/healthz` checks no dependency, so only a process whose event
  * loop does not run (stopped, blocked) fails it. Never rejects.
  */
-export async function answersHealthz(port: number, name: string): Promise<boolean> {
+async function answersHealthz(port: number, name: string): Promise<boolean> {
   try {
     const res = await fetch(`http://127.0.0.1:${port}/healthz`, { signal: AbortSignal.timeout(READY_PROBE_TIMEOUT_MS) });
     const body = (await res.json().catch(() => ({}))) as { service?: string };
