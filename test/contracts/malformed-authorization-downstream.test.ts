@@ -1,7 +1,7 @@
 import type { Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeServer, createLogger, listen } from '@gatehouse/platform';
-import { jwksVerifier, newDelegationKeyPair } from '@gatehouse/credentials';
+import { newDelegationKeyPair } from '@gatehouse/credentials';
 import { createStagingApp, ensureStagingSchema, openStagingDatabase } from '@gatehouse/staging';
 import { createModelStubApp } from '@gatehouse/model-stub';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
@@ -34,7 +34,7 @@ beforeAll(async () => {
   const log = createLogger('malformed-authorization-test');
   log.level = 'silent';
   const keys = await newDelegationKeyPair();
-  const s = await listen(createStagingApp({ db, delegationKeys: jwksVerifier(keys.jwks), log }).app, 0);
+  const s = await listen(createStagingApp({ db, delegationJwks: keys.jwks, log }).app, 0);
   staging = { server: s.server, url: `http://127.0.0.1:${s.port}`, close: () => db.destroy() };
   const m = await listen(createModelStubApp({ log }).app, 0);
   stub = { server: m.server, url: `http://127.0.0.1:${m.port}` };

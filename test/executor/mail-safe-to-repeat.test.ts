@@ -5,7 +5,6 @@ import { processExecution } from '@gatehouse/executor';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { createStagingApp, type StagingDb } from '@gatehouse/staging';
 import { closeServer, createLogger, listen } from '../../packages/platform/src/index.ts';
-import { jwksVerifier } from '../../packages/credentials/src/index.ts';
 import { startHarness, type Harness } from './support/harness.ts';
 
 // docs/decisions/0698-epoch-unavailable-wrote-nothing.md: a system of record answers
@@ -27,7 +26,7 @@ beforeAll(async () => {
   epochless = await createTestDatabase({ migrate: false });
   const { app } = createStagingApp({
     db: h.staging,
-    delegationKeys: jwksVerifier(h.delegationKeys.jwks),
+    delegationJwks: h.delegationKeys.jwks,
     epochDb: epochless.db as unknown as StagingDb,
     log: createLogger('staging-epochless'),
   });

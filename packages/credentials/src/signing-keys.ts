@@ -4,6 +4,13 @@ import { dirname } from 'node:path';
 import { calculateJwkThumbprint, createLocalJWKSet, exportJWK, type JSONWebKeySet, type JWK, type JWTVerifyGetKey } from 'jose';
 import { DELEGATION_ALG, type DelegationSigningKey } from './delegated-token.ts';
 
+/**
+ * Where a verifier of delegated tokens (the systems of record) publishes the JWKS it trusts, as a
+ * path under its base URL (RFC 8615 well-known path); the minting side checks its key is listed
+ * there (docs/decisions/0761).
+ */
+export const PUBLISHED_JWKS_PATH = '/.well-known/jwks.json';
+
 /** The public JWK of an Ed25519 key, with `kid` (its RFC 7638 thumbprint), `alg` and `use`. */
 export async function delegationPublicJwk(key: KeyObject): Promise<JWK> {
   const jwk = await exportJWK(createPublicKey(key));
@@ -32,6 +39,15 @@ export async function loadDelegationSigningKey(path: string): Promise<Delegation
  * @throws Error when the file is missing, not JSON, empty, or holds another kind of key.
  */
 export function loadDelegationJwks(path: string): JWTVerifyGetKey {
+  return createLocalJWKSet(readDelegationJwks(path));
+}
+
+/**
+ * The JWKS document at `path`, checked as {@link loadDelegationJwks} requires: what a verifier
+ * trusts, and publishes so the minting side can check its key is among them (ADR 0761).
+ * @throws Error when the file is missing, not JSON, empty, or holds another kind of key.
+ */
+export function readDelegationJwks(path: string): JSONWebKeySet {
   if (!existsSync(path)) throw new Error(`no delegation JWKS at ${path} (GATEHOUSE_DELEGATION_JWKS_PATH)`);
   const doc = readKeyFile(path, 'the delegation JWKS', 'JSON', parseJwks);
   if (!Array.isArray(doc.keys) || doc.keys.length === 0) throw new Error(`the delegation JWKS at ${path} lists no key`);
@@ -39,7 +55,7 @@ export function loadDelegationJwks(path: string): JWTVerifyGetKey {
     if (k.kty !== 'OKP' || k.crv !== 'Ed25519' || !k.kid || 'd' in k)
       throw new Error(`the delegation JWKS at ${path} may hold only Ed25519 public keys with a kid`);
   }
-  return createLocalJWKSet(doc);
+  return doc;
 }
 
 /** A JWKS document's text parsed as JSON (its shape is checked by the caller). */

@@ -1,5 +1,5 @@
 import { bootStep, closeServer, createLogger, installShutdown, listen } from '@gatehouse/platform';
-import { loadDelegationJwks } from '@gatehouse/credentials';
+import { readDelegationJwks } from '@gatehouse/credentials';
 import { startTelemetry } from '@gatehouse/telemetry';
 import { createStagingApp } from './app.ts';
 import { readTokenBindingSwitch } from './http/token-binding.ts';
@@ -29,13 +29,13 @@ async function main(): Promise<void> {
     await db.destroy();
     throw err;
   }
-  const delegationKeys = loadDelegationJwks(env.GATEHOUSE_DELEGATION_JWKS_PATH);
+  const delegationJwks = readDelegationJwks(env.GATEHOUSE_DELEGATION_JWKS_PATH);
   const tokenBindingDisabled = readTokenBindingSwitch(process.env);
   // The revocation epoch lives in the ledger's database; a separate pool when staging has its own.
   const epoch = env.GATEHOUSE_EPOCH_DATABASE_URL
     ? openStagingDatabase(env.GATEHOUSE_EPOCH_DATABASE_URL, { maxConnections: 4 }).db
     : undefined;
-  const { app } = createStagingApp({ db, delegationKeys, epochDb: epoch, tokenBindingDisabled, log });
+  const { app } = createStagingApp({ db, delegationJwks, epochDb: epoch, tokenBindingDisabled, log });
   const { server, port } = await listen(app, env.STAGING_PORT);
   // Closers run last first: telemetry flushes after the server and pools are closed.
   installShutdown(log, [() => telemetry.shutdown(), () => db.destroy(), async () => epoch?.destroy(), () => closeServer(server)]);

@@ -23,12 +23,7 @@ import {
   type RecordedRequest,
   type StagingDb,
 } from '@gatehouse/staging';
-import {
-  jwksVerifier,
-  newDelegationKeyPair,
-  type DelegationSigningKey,
-  type JSONWebKeySet,
-} from '../../../packages/credentials/src/index.ts';
+import { newDelegationKeyPair, type DelegationSigningKey, type JSONWebKeySet } from '../../../packages/credentials/src/index.ts';
 import { readTestHooks, type ExecutionDeps } from '@gatehouse/executor';
 import { loadActiveBundles, type PolicyBundles, type SupportBundle } from '../../../packages/policy/src/index.ts';
 
@@ -87,7 +82,7 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
   const delegationKeys = await newDelegationKeyPair();
   const delegationKeyPath = resolve(mkdtempSync(resolve(tmpdir(), 'gh-delegation-')), 'delegation-ed25519.pem');
   writeFileSync(delegationKeyPath, delegationKeys.signing.key.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
-  const { app } = createStagingApp({ db: staging, delegationKeys: jwksVerifier(delegationKeys.jwks), log });
+  const { app } = createStagingApp({ db: staging, delegationJwks: delegationKeys.jwks, log });
   const { server, port } = await listen(app, 0);
   const stagingUrl = `http://127.0.0.1:${port}`;
   const prefix = testQueuePrefix();

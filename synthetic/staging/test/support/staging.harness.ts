@@ -3,13 +3,7 @@ import type { Server } from 'node:http';
 import pg from 'pg';
 import { sql } from 'kysely';
 import { closeServer, createLogger, listen } from '@gatehouse/platform';
-import {
-  jwksVerifier,
-  mintDelegatedToken,
-  newDelegationKeyPair,
-  type DelegationGrant,
-  type DelegationSigningKey,
-} from '@gatehouse/credentials';
+import { mintDelegatedToken, newDelegationKeyPair, type DelegationGrant, type DelegationSigningKey } from '@gatehouse/credentials';
 import { createStagingApp } from '../../src/app.ts';
 import { openStagingDatabase, type StagingDb } from '../../src/db/staging.database.ts';
 import type { FaultBoard } from '../../src/faults/fault-board.service.ts';
@@ -71,7 +65,7 @@ export async function startStaging(opts: { tokenBinding?: boolean; epochDatabase
   log.level = 'silent';
   const { app, faults } = createStagingApp({
     db,
-    delegationKeys: jwksVerifier(KEYS.jwks),
+    delegationJwks: KEYS.jwks,
     epochDb,
     tokenBindingDisabled: opts.tokenBinding === false,
     log,
