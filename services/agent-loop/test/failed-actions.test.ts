@@ -2,7 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
-import { failedActions } from '../src/jobs/turns.processor.ts';
+import { failedActions, notCarriedOut } from '../src/jobs/turns.processor.ts';
 
 // The next step of a completed run names the actions not carried out — but never one a later
 // action on the same target may have carried out since (the model proposed it again and it ran):
@@ -42,7 +42,7 @@ async function failedThen(orderId: string, second: { tool: string; target: strin
 
 describe('failedActions', () => {
   it('names a failed action nothing came after', async () => {
-    expect(await failedThen('O-1001', null)).toEqual([{ tool: 'issue_refund', target: 'O-1001' }]);
+    expect(await failedThen('O-1001', null)).toEqual([{ tool: 'issue_refund', target: 'O-1001', credentialRefused: false }]);
   });
 
   it('leaves it out once a later action of the same tool on the same target succeeded or may still run', async () => {
@@ -52,17 +52,72 @@ describe('failedActions', () => {
 
   it('still names it when the later action failed or was denied too, or was on another target or tool', async () => {
     expect(await failedThen('O-1003', { tool: 'issue_refund', target: 'O-1003', status: 'denied' })).toEqual([
-      { tool: 'issue_refund', target: 'O-1003' },
+      { tool: 'issue_refund', target: 'O-1003', credentialRefused: false },
     ]);
     expect(await failedThen('O-1004', { tool: 'issue_refund', target: 'O-1005', status: 'succeeded' })).toEqual([
-      { tool: 'issue_refund', target: 'O-1004' },
+      { tool: 'issue_refund', target: 'O-1004', credentialRefused: false },
     ]);
     expect(await failedThen('O-1006', { tool: 'reship_order', target: 'O-1006', status: 'succeeded' })).toEqual([
-      { tool: 'issue_refund', target: 'O-1006' },
+      { tool: 'issue_refund', target: 'O-1006', credentialRefused: false },
     ]);
     expect(await failedThen('O-1007', { tool: 'issue_refund', target: 'O-1007', status: 'failed' })).toEqual([
-      { tool: 'issue_refund', target: 'O-1007' },
-      { tool: 'issue_refund', target: 'O-1007' },
+      { tool: 'issue_refund', target: 'O-1007', credentialRefused: false },
+      { tool: 'issue_refund', target: 'O-1007', credentialRefused: false },
     ]);
+  });
+});
+
+// A 401 from a system of record refuses our own credential (ADR 0600): the executor's delegation
+// key is not one it trusts. The rep was told "the system of record kept failing" — a resubmission
+// meets the same refusal; on-call must fix the key (ADR 0761).
+describe('a failed action whose system of record refused our own credential', () => {
+  /** A run whose refund on `orderId` failed with the operation error `error`. */
+  async function failedWith(orderId: string, error: string) {
+    const a = await createAction(t.db, { orderId, amountCents: 2000 });
+    const row = await t.db
+      .selectFrom('actions')
+      .select(['digest', 'tool', 'release_id'])
+      .where('id', '=', a.actionId)
+      .executeTakeFirstOrThrow();
+    await t.db.updateTable('actions').set({ status: 'failed' }).where('id', '=', a.actionId).execute();
+    await t.db
+      .insertInto('operations')
+      .values({
+        key: a.operationKey,
+        workflow_id: a.workflowId,
+        action_id: a.actionId,
+        action_digest: row.digest,
+        tool: row.tool,
+        status: 'failed',
+        fencing_token: 1,
+        release_id: row.release_id,
+        error,
+      })
+      .execute();
+    return failedActions(t.db, a.workflowId);
+  }
+
+  it('is marked credentialRefused for a 401 or a wrong scope, not for a 5xx or a refusal on the system’s own authority', async () => {
+    expect(await failedWith('O-1011', '401:invalid_token:ERR_JWKS_NO_MATCHING_KEY')).toEqual([
+      { tool: 'issue_refund', target: 'O-1011', credentialRefused: true },
+    ]);
+    expect(await failedWith('O-1012', '403:wrong_scope')).toEqual([{ tool: 'issue_refund', target: 'O-1012', credentialRefused: true }]);
+    expect(await failedWith('O-1013', '503:server_error')).toEqual([{ tool: 'issue_refund', target: 'O-1013', credentialRefused: false }]);
+    expect(await failedWith('O-1014', '403:revoked_epoch')).toEqual([{ tool: 'issue_refund', target: 'O-1014', credentialRefused: false }]);
+  });
+
+  it('the next step names the refused credential and on-call’s fix, not "kept failing"', () => {
+    const refused = notCarriedOut([{ tool: 'issue_refund', target: 'O-1011', credentialRefused: true }]);
+    expect(refused).toMatch(/^Done, but not carried out: issue_refund on O-1011 \(the system of record refused Gatehouse’s own credential/);
+    expect(refused).toContain('delegation signing key');
+    expect(refused).toContain('on-call');
+    expect(refused).not.toContain('kept failing');
+    const both = notCarriedOut([
+      { tool: 'issue_refund', target: 'O-1013', credentialRefused: false },
+      { tool: 'notify_customer', target: 'O-1011', credentialRefused: true },
+    ]);
+    expect(both).toMatch(
+      /issue_refund on O-1013 \(the system of record kept failing; .*notify_customer on O-1011 \(the system of record refused/,
+    );
   });
 });

@@ -1,7 +1,7 @@
 import OpenAI from 'openai';
 import type { TurnJob } from '@gatehouse/contracts';
-import { ConflictError } from '@gatehouse/contracts';
-import type { Selectable } from 'kysely';
+import { ConflictError, OWN_CREDENTIAL_REFUSED } from '@gatehouse/contracts';
+import { sql, type Selectable } from 'kysely';
 import {
   checkWorkflowTransition,
   checkWorkingTime,
@@ -67,21 +67,51 @@ export function finalAnswer(response: Pick<OpenAI.Responses.Response, 'output_te
  * The next step of a run the model finished: why it declined, or that the agent could not act
  * because consequential writes are off for its release (a rollback; `writesOff`, act mode only:
  * its changing tools were not offered), or that some of its actions were not carried out
- * (`failed`: the system of record refused or kept failing, nothing was written — the model was
- * told, and the rep must not read "done" as "done as approved"), or plainly done.
+ * (`failed`: nothing was written — the model was told, and the rep must not read "done" as "done
+ * as approved"; {@link notCarriedOut} says why), or plainly done.
  */
-function completedStep(
-  kind: 'message' | 'refusal',
-  wf: { release_id: string; writesOff: boolean },
-  failed: Array<{ tool: string; target: string }>,
-): string {
+function completedStep(kind: 'message' | 'refusal', wf: { release_id: string; writesOff: boolean }, failed: FailedAction[]): string {
   if (kind === 'refusal')
     return 'The agent declined this ticket: read why (finalMessage); handle it yourself, or resubmit it with more detail.';
   if (wf.writesOff)
     return `Consequential writes are off for release ${wf.release_id} (an on-call rollback), so the agent could only look things up: read its final message, and submit the ticket again once writes are back on.`;
-  if (failed.length)
-    return `Done, but not carried out: ${[...new Set(failed.map((a) => `${a.tool} on ${a.target}`))].join(', ')} (the system of record kept failing; Gatehouse wrote nothing for it). Read the agent’s final message and check the order in its system before you submit the ticket again or act yourself.`;
+  if (failed.length) return notCarriedOut(failed);
   return 'Done: read the agent’s final message (finalMessage).';
+}
+
+/**
+ * The next step of a run some of whose actions failed, naming each `tool on target` once. Those
+ * the system of record failed on (errors, timeouts: `credentialRefused` false) and those where it
+ * refused Gatehouse's own delegated credential (ADR 0600, 0761: the executor's signing key is not
+ * one it trusts — a configuration fault only on-call can fix, which no resubmission clears until
+ * then) are told apart: the second names on-call's fix, never "kept failing".
+ */
+export function notCarriedOut(failed: FailedAction[]): string {
+  const names = (which: FailedAction[]): string => [...new Set(which.map((a) => `${a.tool} on ${a.target}`))].join(', ');
+  const refused = failed.filter((a) => a.credentialRefused);
+  const failing = failed.filter((a) => !a.credentialRefused);
+  const parts = [
+    ...(failing.length ? [`${names(failing)} (the system of record kept failing; Gatehouse wrote nothing for it)`] : []),
+    ...(refused.length
+      ? [
+          `${names(refused)} (the system of record refused Gatehouse’s own credential: the executor’s delegation signing key is not one it trusts — a configuration fault for on-call, not a decision on this ticket; Gatehouse wrote nothing for it)`,
+        ]
+      : []),
+  ];
+  const onCall = refused.length
+    ? ' Ask on-call to fix the executor’s delegation key first (its /readyz and `gatehouse stack status` name the key ids; the delegation_rejected monitor fires): until then every such write is refused again.'
+    : '';
+  return `Done, but not carried out: ${parts.join('; ')}.${onCall} Read the agent’s final message and check the order in its system before you submit the ticket again or act yourself.`;
+}
+
+/**
+ * A run's action not carried out: its tool and target, and whether the system of record refused
+ * our own delegated credential (`OWN_CREDENTIAL_REFUSED` over its operation's error).
+ */
+export interface FailedAction {
+  tool: string;
+  target: string;
+  credentialRefused: boolean;
 }
 
 /** Statuses of a later action on the same target that may carry out what a failed one did not. */
@@ -91,12 +121,14 @@ const MAY_HAVE_DONE_IT = ['pending_approval', 'approved', 'running', 'succeeded'
  * The run's actions that ended `failed` (not carried out) and that no later action of the same
  * tool on the same target may have carried out since (the model may propose the write again after
  * a failure: a succeeded or still-live retry means "not carried out" would tell the rep to do it
- * twice), in version order. Shape: `{tool, target}` each.
+ * twice), in version order, each with whether its operation's error is a refusal of our own
+ * credential ({@link FailedAction}).
  */
-export async function failedActions(db: Db | Trx, workflowId: string): Promise<Array<{ tool: string; target: string }>> {
+export async function failedActions(db: Db | Trx, workflowId: string): Promise<FailedAction[]> {
   return db
     .selectFrom('actions as a')
-    .select(['a.tool', 'a.target'])
+    .leftJoin('operations as o', 'o.key', 'a.operation_key')
+    .select(['a.tool', 'a.target', sql<boolean>`coalesce(o.error ~ ${OWN_CREDENTIAL_REFUSED}, false)`.as('credentialRefused')])
     .where('a.workflow_id', '=', workflowId)
     .where('a.status', '=', 'failed')
     .where(({ not, exists, selectFrom }) =>
