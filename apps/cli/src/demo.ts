@@ -124,23 +124,50 @@ async function redeliverRefund(t: DemoTarget, workflowId: string, refund: Workfl
   const approval = await withCliDb(t.databaseUrl, 2, (db) =>
     db.selectFrom('approvals').select('id').where('action_id', '=', refund.actionId).executeTakeFirst(),
   );
-  const connection = new Redis(t.redisUrl, { maxRetriesPerRequest: null });
-  const name = queueName(executionsQueue.base, t.release);
-  const queue = new Queue(name, { connection, prefix: t.queuePrefix });
-  const events = new QueueEvents(name, { connection: new Redis(t.redisUrl, { maxRetriesPerRequest: null }), prefix: t.queuePrefix });
-  await events.waitUntilReady();
-  const job = await queue.add(
-    executionsQueue.jobName,
-    { release: t.release, workflowId, actionId: refund.actionId, actionVersion: refund.version, approvalId: approval?.id ?? null },
-    {
-      jobId: `${executionsQueue.jobId({ release: t.release, workflowId, actionId: refund.actionId, actionVersion: refund.version, approvalId: null })}_redelivery`,
-    },
-  );
-  const answer = String(await job.waitUntilFinished(events, 30_000));
-  await queue.close();
-  await events.close();
-  connection.disconnect();
-  return answer;
+  const data = {
+    release: t.release,
+    workflowId,
+    actionId: refund.actionId,
+    actionVersion: refund.version,
+    approvalId: approval?.id ?? null,
+  };
+  const jobId = `${executionsQueue.jobId({ ...data, approvalId: null })}_redelivery`;
+  const queue = { redisUrl: t.redisUrl, queuePrefix: t.queuePrefix, name: queueName(executionsQueue.base, t.release) };
+  return String(await addAndAwaitJob(queue, { name: executionsQueue.jobName, data, jobId }, 30_000));
+}
+
+/** Where {@link addAndAwaitJob} adds its job: the Redis URL, the key prefix and the queue's full name. */
+export interface DemoQueue {
+  redisUrl: string;
+  queuePrefix: string;
+  name: string;
+}
+
+/**
+ * Adds one job (`name`, `data`, id `jobId`) to `queue` and waits at most `timeoutMs` ms for a
+ * worker to finish it, on two Redis connections of its own (the queue's, the queue events') that
+ * are closed however it ends — answered, failed, timed out or Redis gone — so a failed redelivery
+ * leaves no connection behind. Resolves the job's return value.
+ * @throws Error when the job fails or does not finish within `timeoutMs`, or Redis does not answer.
+ */
+export async function addAndAwaitJob(
+  queue: DemoQueue,
+  job: { name: string; data: Record<string, unknown>; jobId: string },
+  timeoutMs: number,
+): Promise<unknown> {
+  const connection = new Redis(queue.redisUrl, { maxRetriesPerRequest: null });
+  const eventsConnection = new Redis(queue.redisUrl, { maxRetriesPerRequest: null });
+  const q = new Queue(queue.name, { connection, prefix: queue.queuePrefix });
+  const events = new QueueEvents(queue.name, { connection: eventsConnection, prefix: queue.queuePrefix });
+  try {
+    await events.waitUntilReady();
+    const added = await q.add(job.name, job.data, { jobId: job.jobId });
+    return await added.waitUntilFinished(events, timeoutMs);
+  } finally {
+    await Promise.allSettled([q.close(), events.close()]);
+    connection.disconnect();
+    eventsConnection.disconnect();
+  }
 }
 
 /**
