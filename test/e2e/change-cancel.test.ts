@@ -5,6 +5,7 @@ import { cancelTicketId, executeChangeCancel, type ExecuteDeps } from '../../pac
 import { execFile } from 'node:child_process';
 import { resolve as resolvePath } from 'node:path';
 import { repoRoot, resetTestFaultsForTests } from '@gatehouse/contracts';
+import { actorHash } from '@gatehouse/ledger';
 import {
   startHuntStack,
   submit,
@@ -152,6 +153,19 @@ describe('gatehouse change cancel', () => {
         .where('id', '=', approvalId)
         .executeTakeFirstOrThrow();
       expect(approval).toEqual({ status: 'used', approver: 'own-kim' });
+      // The cancel's own run completed, and said so like every run that completes (ADR 0755): once.
+      const run = await s.db.db
+        .selectFrom('approvals as p')
+        .innerJoin('workflows as w', 'w.id', 'p.workflow_id')
+        .select(['w.id', 'w.state'])
+        .where('p.id', '=', approvalId)
+        .executeTakeFirstOrThrow();
+      expect(run.state).toBe('completed');
+      const completed = await sql<{ service: string; outcome: string; actor: string }>`select event->>'service' as service,
+        event->>'outcome' as outcome, event->>'actorHash' as actor from
+        (select event from audit_log union all select event from audit_outbox) e
+      where event->>'type' = 'run.completed' and event->>'runId' = ${run.id}`.execute(s.db.db);
+      expect(completed.rows).toEqual([{ service: 'reconciliation', outcome: 'reconciled', actor: actorHash(deps.hmacKey, 'own-kim') }]);
       // Sent again by its approver (a lost answer): replayed, nothing recorded (ADR 0726); the other decision is refused.
       expect(await decide(s, 'own-kim', approvalId, body)).toMatchObject({ status: 200, body: { status: 'approved', replayed: true } });
       expect((await decide(s, 'own-kim', approvalId, { ...body, decision: 'deny' })).status).toBe(410);

@@ -2,8 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { executeRemediation, requestRemediation, type RemediationOutcome } from '@gatehouse/reconciliation';
 import { refundSums } from '@gatehouse/policy';
-import type { Remediation } from '@gatehouse/ledger';
-import { startHarness, type Harness } from '../executor/support/harness.ts';
+import { actorHash, type Remediation } from '@gatehouse/ledger';
+import { AUDIT_HMAC_KEY, startHarness, type Harness } from '../executor/support/harness.ts';
 import { seedRefund, seedShipment, seedStep } from './seed.ts';
 import { reconOps } from './recon-ops.ts';
 
@@ -42,6 +42,17 @@ describe('a remediation settles the step it repairs', () => {
     expect([item.class, item.operation_key, item.detail]).toMatchObject(['ledger_entry_without_step', step.key, { stepStatus: 'failed' }]);
 
     expect((await remediate(`refund:${refundId}`, 'adopt')).state).toBe('resolved');
+    // The remediation's own run completed, and said so like every run that completes (ADR 0755).
+    const run = await h.db
+      .selectFrom('workflows')
+      .select(['id', 'state'])
+      .where('ticket_id', '=', `recon_${item.id}`)
+      .executeTakeFirstOrThrow();
+    expect(run.state).toBe('completed');
+    const completed = await sql<{ service: string; outcome: string; actor: string | null }>`select event->>'service' as service,
+      event->>'outcome' as outcome, event->>'actorHash' as actor from audit_outbox
+      where event->>'type' = 'run.completed' and event->>'runId' = ${run.id}`.execute(h.db);
+    expect(completed.rows).toEqual([{ service: 'reconciliation', outcome: 'reconciled', actor: actorHash(AUDIT_HMAC_KEY, 'lead-eli') }]);
     expect(await op(step.key)).toMatchObject({ status: 'succeeded', evidence_ref: refundId, error: null });
     expect(await actionStatus(step.actionId)).toBe('succeeded');
     const reconciled = await sql<{ n: string }>`select count(*) as n from audit_outbox

@@ -198,7 +198,7 @@ async function latestCancel(db: Db | Trx, operationKey: string) {
     .selectFrom('actions as a')
     .innerJoin('approvals as p', 'p.action_id', 'a.id')
     .leftJoin('operations as o', 'o.key', 'a.operation_key')
-    .select(['a.id as action_id', 'a.workflow_id', 'a.operation_key', 'a.version', 'a.digest', 'a.status as action_status'])
+    .select(['a.id as action_id', 'a.workflow_id', 'a.operation_key', 'a.version', 'a.digest', 'a.status as action_status', 'a.release_id'])
     .select(['p.id as approval_id', 'p.status as approval_status', 'p.approver_role', 'p.expires_at', 'p.tenant'])
     .select(['o.status as op_status', 'p.approver'])
     .where('a.tool', '=', CANCEL_CHANGE_TOOL)
@@ -462,11 +462,32 @@ async function sendCancel(deps: ExecuteDeps, c: Cancel, claim: Extract<CancelCla
 }
 
 /**
+ * Completes the cancel's own run once the change service confirmed the cancel, audited
+ * `run.completed` like every run that completes (service `reconciliation`, outcome `reconciled`,
+ * the approving change owner's id hashed as the actor: the conventions of a parked run
+ * reconciliation settles, docs/decisions/0755-out-of-band-runs-audit-their-completion.md).
+ */
+async function completeCancelRun(trx: Trx, c: Cancel, nextStep: string, approverHash: string): Promise<void> {
+  await transitionWorkflow(trx, c.workflow_id, {
+    to: 'completed',
+    nextStep,
+    audit: {
+      type: 'run.completed',
+      service: 'reconciliation',
+      actorHash: approverHash,
+      outcome: 'reconciled',
+      revisions: { release: c.release_id },
+    },
+  });
+}
+
+/**
  * Records the change service's answer under the fencing token, one transaction: `succeeded` →
  * the cancel's action succeeded, its workflow completed, the original `schedule_change` step
  * `compensated`; a refusal → failed, the workflow stopped with a next step for on-call (a
  * started window: roll back under the change's own plan); no answer → back to `approved`, the
- * same key is sent again next time. Audited (`operation.succeeded|failed`).
+ * same key is sent again next time. Audited (`operation.succeeded|failed`, and `run.completed` when
+ * the cancel's run completes).
  */
 async function recordCancel(
   deps: ExecuteDeps,
@@ -495,7 +516,7 @@ async function recordCancel(
     const nextStep = done
       ? `Cancelled ${change.operationKey} before its window (approved by ${claim.approver}).`
       : cancelNextStep(change.operationKey, result.reason);
-    if (done) await transitionWorkflow(trx, c.workflow_id, { to: 'completed', nextStep });
+    if (done) await completeCancelRun(trx, c, nextStep, actorHash(deps.hmacKey, claim.approver));
     else await stopRun(trx, { id: c.workflow_id }, 'denied', nextStep, 'reconciliation');
     if (done) await transitionAction(trx, change.actionId, { to: 'compensated' });
     await recordAudit(trx, {

@@ -489,10 +489,35 @@ async function unclaimed(
 }
 
 /**
+ * Completes the run of a remediation that succeeded, audited `run.completed` like every run that
+ * completes — service `reconciliation`, outcome `reconciled`, the approver's id hashed as the
+ * actor: the conventions of a parked run reconciliation settles
+ * (docs/decisions/0755-out-of-band-runs-audit-their-completion.md). The caller holds the run's lock.
+ */
+async function completeRemediationRun(
+  trx: Trx,
+  item: WorklistItem,
+  action: { workflow_id: string; release_id: string },
+  approverHash: string,
+): Promise<void> {
+  await transitionWorkflow(trx, action.workflow_id, {
+    to: 'completed',
+    nextStep: `Remediation ${item.remediation} executed for item ${item.id}.`,
+    audit: {
+      type: 'run.completed',
+      service: 'reconciliation',
+      actorHash: approverHash,
+      outcome: 'reconciled',
+      revisions: { release: action.release_id },
+    },
+  });
+}
+
+/**
  * Records a performed remediation's result under its fencing token, in one transaction that
  * locks the remediation's workflow first (lock order workflows → actions → operations): a
  * retryable result resets the operation to pending; a refusal stops the run and reopens the
- * item; a success completes the run, settles the original step ({@link settleOriginal}) and
+ * item; a success completes the run (audited `run.completed`), settles the original step ({@link settleOriginal}) and
  * resolves the item, audited as `reconciliation.resolved`. Fenced out → `busy`.
  */
 async function recordRemediation(
@@ -529,11 +554,7 @@ async function recordRemediation(
     revisions: { policy: c.action.policy_revision, release: c.action.release_id },
   };
   const done = result.status === 'succeeded';
-  if (done)
-    await transitionWorkflow(trx, c.action.workflow_id, {
-      to: 'completed',
-      nextStep: `Remediation ${item.remediation} executed for item ${item.id}.`,
-    });
+  if (done) await completeRemediationRun(trx, item, c.action, audit.actorHash);
   else
     await stopRun(
       trx,
