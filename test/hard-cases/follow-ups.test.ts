@@ -385,6 +385,10 @@ describe('hunt: a follow-up ends a wait on a person, which is not working time (
     await sql`update budgets set deadline_at = deadline_at - make_interval(secs => ${seconds}), paused_at = paused_at - make_interval(secs => ${seconds}) where workflow_id = ${workflowId}`.execute(
       s.db.db,
     );
+    // Every record of the wait ages alike: an action is never recorded after its approval opened.
+    await sql`update actions set created_at = created_at - make_interval(secs => ${seconds}) where workflow_id = ${workflowId}`.execute(
+      s.db.db,
+    );
     await sql`update approvals set created_at = created_at - make_interval(secs => ${seconds}) where workflow_id = ${workflowId}`.execute(
       s.db.db,
     );

@@ -79,19 +79,14 @@ export async function creditWait(trx: Trx, workflowId: string, since: Date): Pro
 export async function creditWaitsEndedByFollowUp(trx: Trx, workflowId: string): Promise<void> {
   // Since the oldest unclaimed action was recorded: awaiting its approval (opened or not, ADR
   // 0750), or approved and held — by a switch, the audit gate, an outage (ADR 0751) — or since
-  // its pending approval opened or the run paused, whichever began first: one credit from the
-  // earliest, so a later start never masks an earlier one.
+  // the run paused, whichever began first: one credit from the earliest, so a later start never
+  // masks an earlier one. A pending approval's action is `pending_approval` (unclaimed), recorded
+  // before the approval opened (the approval's foreign key), so no approval starts a wait earlier.
   const unclaimed = await unclaimedActionsOf(trx, workflowId)
     .select((eb) => eb.fn.min('a.created_at').as('since'))
     .executeTakeFirst();
-  const opened = await trx
-    .selectFrom('approvals')
-    .select((eb) => eb.fn.min('created_at').as('since'))
-    .where('workflow_id', '=', workflowId)
-    .where('status', '=', 'pending')
-    .executeTakeFirst();
   const budget = await trx.selectFrom('budgets').select('paused_at').where('workflow_id', '=', workflowId).forUpdate().executeTakeFirst();
-  const starts = [unclaimed?.since, opened?.since, budget?.paused_at].filter((d) => d != null).map((d) => new Date(d as Date | string));
+  const starts = [unclaimed?.since, budget?.paused_at].filter((d) => d != null).map((d) => new Date(d as Date | string));
   if (starts.length) await creditWait(trx, workflowId, new Date(Math.min(...starts.map((d) => d.getTime()))));
   if (budget?.paused_at) await trx.updateTable('budgets').set({ paused_at: null }).where('workflow_id', '=', workflowId).execute();
 }

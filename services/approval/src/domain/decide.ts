@@ -309,11 +309,10 @@ interface RecordedDecision {
   status: 'approved' | 'denied';
   /** The approver who decided (the caller's subject). */
   approver: string;
-  lockedFrom: { lockedFrom?: ActionStatus };
+  lockedFrom: { lockedFrom: ActionStatus };
   /**
    * Since when the run has waited on this decision: when its action was recorded as needing
-   * approval (read under the action's lock), or the approval's opening if that was earlier or the
-   * action is gone.
+   * approval (read under the action's lock; never after the approval's opening, ADR 0750).
    */
   waitingSince: Date;
 }
@@ -331,17 +330,17 @@ async function recordDecision(
   caller: Decider,
   body: DecisionRequest,
 ): Promise<RecordedDecision | { replayed: DecisionOutcome }> {
+  // The approval's action always exists (its foreign key) and was recorded before it opened.
   const held = await trx
     .selectFrom('actions')
     .select(['status', 'created_at'])
     .where('id', '=', approval.action_id)
     .forUpdate()
-    .executeTakeFirst();
-  const lockedFrom = held ? { lockedFrom: held.status } : {};
+    .executeTakeFirstOrThrow();
+  const lockedFrom = { lockedFrom: held.status };
   // The run waits from its action's decision, not from the approval's opening: an approval service
   // that was down or behind opened it late, and that wait is no more working time (ADR 0750).
-  const opened = new Date(approval.created_at);
-  const waitingSince = held && new Date(held.created_at) < opened ? new Date(held.created_at) : opened;
+  const waitingSince = new Date(held.created_at);
   const status = body.decision === 'approve' ? 'approved' : 'denied';
   const decided = await trx
     .updateTable('approvals')
