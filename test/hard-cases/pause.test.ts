@@ -48,7 +48,10 @@ async function remainingMs(workflowId: string): Promise<number> {
 }
 
 describe('hunt: pauses and waits', () => {
-  it('two tools switched off: switching one on runs its step, the run stays paused naming the other; both on, it completes (audited)', async () => {
+  // Paused past the 8 s budget before the first switch-on: the released step's claim must not be
+  // charged on-call's wait while the run stays paused for the other tool (ADR 0756). Without the
+  // wait, a switch-on CLI slow on a loaded machine charged the same seconds, now and then.
+  it('two tools switched off past the budget: switching one on runs its step, the run stays paused naming the other; both on, it completes (audited)', async () => {
     await cli(s, ['switch', 'off', 'issue_refund']);
     await cli(s, ['switch', 'off', 'reship_order']);
     try {
@@ -58,6 +61,7 @@ describe('hunt: pauses and waits', () => {
       ]);
       const { token, workflowId } = await submit(s, 'rep-ana', 'P-two-off', 'refund 10 on O-1006 and reship O-1007');
       await waitFor(s, token, workflowId, (x) => x.state === 'paused' && x.actions.length === 2);
+      await sleep(12_000);
       await cli(s, ['switch', 'on', 'issue_refund']);
       const v = await waitFor(s, token, workflowId, (x) => x.actions.find((a) => a.tool === 'issue_refund')?.status === 'succeeded');
       expect(await refunds(s, 'O-1006')).toHaveLength(1);

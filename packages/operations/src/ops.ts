@@ -211,7 +211,8 @@ export async function releaseHeld(trx: Trx, tool: string): Promise<OutboxRow[]> 
  * (`executing`, audited `run.resumed`), and the time it was paused is credited to its deadline —
  * on-call's pause is not the run's working time (docs/product/invariants.md#bounds), counted once with approval waits
  * (`wait_credited_until`). A run with a step of another tool still held stays `paused`,
- * its next step naming those tools (docs/product/states.md).
+ * its next step naming those tools (docs/product/states.md), and its pause so far is credited too,
+ * so the released step's claim is not charged on-call's wait (ADR 0756).
  */
 async function resumeIfNothingHeld(trx: Trx, workflowId: string, tool: string): Promise<void> {
   const wf = await trx
@@ -239,6 +240,10 @@ async function resumeIfNothingHeld(trx: Trx, workflowId: string, tool: string): 
       .set({ next_step: `Tool ${tools} is switched off; the workflow resumes when on-call switches it on.`, updated_at: new Date() })
       .where('id', '=', workflowId)
       .execute();
+    // Still paused, but a released step is claimed now: the pause so far is credited first, or that
+    // claim finds the deadline passed by on-call's wait (ADR 0756). The mark stays: the resume
+    // credits the rest, each instant once.
+    await creditPauseSoFar(trx, workflowId, { clear: false });
     return;
   }
   await transitionWorkflow(trx, workflowId, {
@@ -246,11 +251,19 @@ async function resumeIfNothingHeld(trx: Trx, workflowId: string, tool: string): 
     nextStep: null,
     audit: { type: 'run.resumed', service: 'cli', tool, outcome: 'tool_enabled', revisions: { release: wf.release_id } },
   });
+  await creditPauseSoFar(trx, workflowId, { clear: true });
+}
+
+/**
+ * Credits run `workflowId`'s pause (since `budgets.paused_at`, the part not already credited) to
+ * its deadline, and with `clear` ends the pause's mark (the run resumed). Nothing without a mark.
+ * The caller holds the run's row lock (lock order workflows → budgets).
+ */
+async function creditPauseSoFar(trx: Trx, workflowId: string, { clear }: { clear: boolean }): Promise<void> {
   const budget = await trx.selectFrom('budgets').select('paused_at').where('workflow_id', '=', workflowId).forUpdate().executeTakeFirst();
-  if (budget?.paused_at) {
-    await creditWait(trx, workflowId, new Date(budget.paused_at));
-    await trx.updateTable('budgets').set({ paused_at: null }).where('workflow_id', '=', workflowId).execute();
-  }
+  if (!budget?.paused_at) return;
+  await creditWait(trx, workflowId, new Date(budget.paused_at));
+  if (clear) await trx.updateTable('budgets').set({ paused_at: null }).where('workflow_id', '=', workflowId).execute();
 }
 
 /**
