@@ -32,17 +32,25 @@ const paymentPosts = async (s: HuntStack, orderId: string) =>
 const RETRY_AFTER_MS = 20_000;
 /** The executor's deadline and lease, so that the 20 s wait is waited for (default 15 s, 30 s). */
 const LONG_DEADLINE = { EXECUTION_DEADLINE_MS: '40000', LEASE_MS: '60000' };
+/**
+ * The control-removed case's Retry-After, ms, and the executor's deadline and lease that wait it
+ * out: its switch-off CLI once took 22 s under a load of 10+, past the 20 s wait.
+ */
+const CONTROL_RETRY_AFTER_MS = 40_000;
+const CONTROL_LONG_DEADLINE = { EXECUTION_DEADLINE_MS: '60000', LEASE_MS: '80000' };
 
 /**
- * Submits a refund whose first payments attempt is refused 429 with a 20 s Retry-After (approved
- * by lead-eli first when `needsApproval`), switches issue_refund off inside that wait, then waits
- * past the Retry-After. Returns what the payments ledger saw.
+ * Submits a refund whose first payments attempt is refused 429 with a Retry-After of
+ * `retryAfterMs` (20 s unless given; approved by lead-eli first when `needsApproval`), switches
+ * issue_refund off inside that wait (asserted: committed at least 1 s before the retry is due),
+ * then waits past the Retry-After. Returns what the payments ledger saw.
  */
 async function switchOffDuringRetryWait(
   s: HuntStack,
   c: { ticketId: string; orderId: string; amount: string; needsApproval: boolean },
+  retryAfterMs = RETRY_AFTER_MS,
 ): Promise<{ token: string; workflowId: string; posts: number; refunds: number }> {
-  await fault(s, { target: 'payments', mode: 'rate_limit', times: 1, retryAfterMs: RETRY_AFTER_MS });
+  await fault(s, { target: 'payments', mode: 'rate_limit', times: 1, retryAfterMs });
   await fixtures(s, c.ticketId, [fc(['issue_refund', { orderId: c.orderId, amount: c.amount, reason: 'late' }]), msg()]);
   const { token, workflowId } = await submit(s, 'rep-ana', c.ticketId, `refund ${c.amount} on ${c.orderId}`);
   if (c.needsApproval) {
@@ -54,9 +62,9 @@ async function switchOffDuringRetryWait(
   const limitedAt = new Date(String((await paymentPosts(s, c.orderId))[0]!.at)).getTime();
   await cli(s, ['switch', 'off', 'issue_refund']);
   // The CLI takes seconds on a loaded machine: the switch-off must have committed inside the wait.
-  expect(Date.now() - limitedAt, 'switch-off committed inside the Retry-After wait').toBeLessThan(RETRY_AFTER_MS - 1000);
+  expect(Date.now() - limitedAt, 'switch-off committed inside the Retry-After wait').toBeLessThan(retryAfterMs - 1000);
   // Past the Retry-After: whatever the executor does with the wait has happened.
-  await sleep(Math.max(0, limitedAt + RETRY_AFTER_MS + 4000 - Date.now()));
+  await sleep(Math.max(0, limitedAt + retryAfterMs + 4000 - Date.now()));
   return { token, workflowId, posts: (await paymentPosts(s, c.orderId)).length, refunds: (await refunds(s, c.orderId)).length };
 }
 
@@ -139,7 +147,7 @@ describe('hunt: a held step whose used approval aged past its maximum age (ADR 0
 describe('control removed: the switch is not asked again before a retry (GATEHOUSE_TEST_SWITCH_NOT_RECHECKED_BEFORE_RETRY)', () => {
   let s: HuntStack;
   beforeAll(async () => {
-    s = await startHuntStack({ ...LONG_DEADLINE, GATEHOUSE_TEST_SWITCH_NOT_RECHECKED_BEFORE_RETRY: '1' });
+    s = await startHuntStack({ ...CONTROL_LONG_DEADLINE, GATEHOUSE_TEST_SWITCH_NOT_RECHECKED_BEFORE_RETRY: '1' });
   });
   afterAll(async () => {
     await cli(s, ['switch', 'on', 'issue_refund']).catch(() => '');
@@ -148,12 +156,11 @@ describe('control removed: the switch is not asked again before a retry (GATEHOU
 
   it('the retry after the 429 is sent after the switch-off: the refund is paid while issue_refund is off', async () => {
     try {
-      const seen = await switchOffDuringRetryWait(s, {
-        ticketId: 'H-429-off-ctl',
-        orderId: 'O-1007',
-        amount: '20.00',
-        needsApproval: false,
-      });
+      const seen = await switchOffDuringRetryWait(
+        s,
+        { ticketId: 'H-429-off-ctl', orderId: 'O-1007', amount: '20.00', needsApproval: false },
+        CONTROL_RETRY_AFTER_MS,
+      );
       console.log('control removed', JSON.stringify({ ...seen, token: undefined }));
       expect(seen).toMatchObject({ posts: 2, refunds: 1 });
       expect((await waitFor(s, seen.token, seen.workflowId, (x) => x.state === 'completed')).actions[0]!.status).toBe('succeeded');
