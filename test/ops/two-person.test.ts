@@ -146,6 +146,12 @@ describe('activating a looser bundle', () => {
     expect(await activateRelease(t.db, 'rel-long', gus)).toMatchObject({ status: 'active' });
     expect(await approval(id)).toMatchObject({ status: 'used', approver: 'pol-hal' });
     expect(await runOf(id)).toMatchObject({ state: 'completed' });
+    // Its completion is audited like every run's (ADR 0755): once, by the command that used it.
+    const runId = (await approval(id)).workflow_id;
+    const completions = (await t.db.selectFrom('audit_outbox').select('event').execute())
+      .map((e) => e.event as { type?: string; runId?: string; service?: string; outcome?: string })
+      .filter((e) => e.type === 'run.completed' && e.runId === runId);
+    expect(completions).toEqual([expect.objectContaining({ service: 'cli', outcome: 'override_used' })]);
 
     // Single use: back to rel-1 (tighter: nobody else needed), then the same loosening again is refused.
     expect(await activateRelease(t.db, 'rel-1', gus)).toMatchObject({ status: 'active' });

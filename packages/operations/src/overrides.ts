@@ -192,7 +192,7 @@ async function insertOverrideRun(
  * Consumes, in `trx`, one approved and unexpired override approval of `kind` for `release` bound
  * to `digest` — one conditional UPDATE `approved → used` of the oldest such row, locked
  * (`SKIP LOCKED`) so two commands cannot both use it, never one its requester decided — then
- * completes its run and audits it (`approval.consumed`, `release.override_used`).
+ * completes its run and audits it (`run.completed`, `approval.consumed`, `release.override_used`).
  * @returns its approval id, or null when there is none (the caller refuses; see {@link overrideRefusal}).
  */
 export async function consumeOverride(trx: Trx, r: Omit<OverrideRequest, 'reason' | 'items' | 'manifest'>): Promise<string | null> {
@@ -222,6 +222,8 @@ export async function consumeOverride(trx: Trx, r: Omit<OverrideRequest, 'reason
     to: 'completed',
     nextStep: `Used once by ${r.operator} for ${r.release} (${r.kind}), approved by ${used.approver ?? 'nobody'}.`,
     onlyFrom: ['awaiting_approval'],
+    // Every run that completes is audited so (ADR 0755); the override's is completed by its use.
+    audit: { type: 'run.completed', service: 'cli', actorHash: actorHash(r.hmacKey, r.operator), outcome: 'override_used' },
   });
   const audit = { service: 'cli', runId: used.workflow_id, actorHash: actorHash(r.hmacKey, r.operator), approvalId: used.id };
   await recordAudit(trx, {
