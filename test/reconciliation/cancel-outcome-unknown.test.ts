@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Db } from '@gatehouse/ledger';
-import { createAction } from '@gatehouse/testing';
+import { seedScheduleStep } from './seed.ts';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { RemediationRefused, requestChangeCancel } from '@gatehouse/reconciliation';
 
@@ -19,33 +18,12 @@ afterAll(async () => {
   await t?.drop();
 });
 
-/** A `schedule_change` step of quillfeather whose action and operation are `status`: its operation key. */
-async function scheduleStep(db: Db, status: 'running' | 'failed_unknown'): Promise<string> {
-  const a = await createAction(db, { orderId: 'O-1001', tool: 'reship_order', decision: 'ALLOW', approved: false });
-  await db.updateTable('workflows').set({ pack: 'change', state: 'needs_reconciliation' }).where('id', '=', a.workflowId).execute();
-  await db.updateTable('actions').set({ tool: 'schedule_change', status }).where('id', '=', a.actionId).execute();
-  await db
-    .insertInto('operations')
-    .values({
-      key: a.operationKey,
-      workflow_id: a.workflowId,
-      action_id: a.actionId,
-      action_digest: a.digest,
-      tool: 'schedule_change',
-      status,
-      fencing_token: 1,
-      release_id: 'rel-1',
-    })
-    .execute();
-  return a.operationKey;
-}
-
 const deps = () => ({ db: t.db, stagingUrl: 'http://127.0.0.1:9', hmacKey: 'local-audit-hmac-key-change-me', release: 'rel-1' });
 
 describe('a cancel of a schedule whose outcome is unknown', () => {
   for (const status of ['failed_unknown', 'running'] as const) {
     it(`${status}: refused outcome_unknown naming gatehouse reconcile, not "not scheduled"; nothing requested`, async () => {
-      const key = await scheduleStep(t.db, status);
+      const key = await seedScheduleStep(t.db, status, 'needs_reconciliation');
       const refused = await requestChangeCancel(deps(), { ref: key, reason: 'postpone', operator: 'ops-gus' }).catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(RemediationRefused);
       const r = refused as RemediationRefused;

@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { signUserToken } from '@gatehouse/credentials';
-import type { Db } from '@gatehouse/ledger';
-import { createAction } from '@gatehouse/testing';
+import { seedScheduleStep } from './seed.ts';
 import { cancelTicketId, requestChangeCancel } from '@gatehouse/reconciliation';
 import { intakeFixture, SECRET } from '../../services/agent-loop/test/support/intake-app.ts';
 
@@ -13,31 +12,10 @@ import { intakeFixture, SECRET } from '../../services/agent-loop/test/support/in
 
 const app = intakeFixture('cancel-ticket-id-test');
 
-/** A `schedule_change` step of quillfeather that reached the change service: its operation key. */
-async function scheduledChange(db: Db): Promise<string> {
-  const a = await createAction(db, { orderId: 'O-1001', tool: 'reship_order', decision: 'ALLOW', approved: false, userId: 'rep-ana' });
-  await db.updateTable('workflows').set({ pack: 'change', state: 'completed' }).where('id', '=', a.workflowId).execute();
-  await db.updateTable('actions').set({ tool: 'schedule_change', status: 'succeeded' }).where('id', '=', a.actionId).execute();
-  await db
-    .insertInto('operations')
-    .values({
-      key: a.operationKey,
-      workflow_id: a.workflowId,
-      action_id: a.actionId,
-      action_digest: a.digest,
-      tool: 'schedule_change',
-      status: 'succeeded',
-      fencing_token: 1,
-      release_id: 'rel-1',
-    })
-    .execute();
-  return a.operationKey;
-}
-
 describe('a requester holds the cancel key as a ticket id', () => {
   it('the cancel is still requested, under a ticket id the intake cannot take; the requester keeps their ticket', async () => {
     const db = app.db();
-    const operationKey = await scheduledChange(db);
+    const operationKey = await seedScheduleStep(db, 'succeeded', 'completed');
     const token = await signUserToken({ sub: 'eng-lou', tenant: 'quillfeather', roles: ['engineer'] }, SECRET);
     const submitted = await fetch(`${app.url()}/v1/tickets`, {
       method: 'POST',
@@ -71,7 +49,7 @@ describe('a requester holds the cancel key as a ticket id', () => {
 
   it("the operator who asked cannot turn the cancel's run into a conversation: a follow-up is 403 not_a_requester, nothing changes", async () => {
     const db = app.db();
-    const operationKey = await scheduledChange(db);
+    const operationKey = await seedScheduleStep(db, 'succeeded', 'completed');
     const ticket = await requestChangeCancel(
       { db, stagingUrl: 'http://127.0.0.1:9', hmacKey: 'local-audit-hmac-key-change-me', release: 'rel-1' },
       { ref: operationKey, reason: 'customer asked to postpone', operator: 'ops-gus' },

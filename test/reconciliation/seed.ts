@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Db, OperationStatus } from '@gatehouse/ledger';
+import { createAction } from '@gatehouse/testing';
 
 /** One seeded agent step: its workflow, action and operation (and approval's id when `approval`). */
 export interface SeededStep {
@@ -191,4 +192,33 @@ export async function seedShipment(
   await sql`INSERT INTO staging.shipments (shipment_id, order_id, tenant, requester, actor, created_at)
     VALUES (${shipmentId}, ${orderId}, ${opts.tenant ?? 'quillfeather'}, 'rep-ana', 'support-agent', ${createdAt})`.execute(db);
   return shipmentId;
+}
+
+/**
+ * A `schedule_change` step of quillfeather (a change-pack run of rep-ana) whose action and
+ * operation are both `status`, its run in `workflowState`: what `gatehouse change cancel` reads.
+ * Returns its operation key.
+ */
+export async function seedScheduleStep(
+  db: Db,
+  status: 'succeeded' | 'running' | 'failed_unknown',
+  workflowState: 'completed' | 'needs_reconciliation',
+): Promise<string> {
+  const a = await createAction(db, { orderId: 'O-1001', tool: 'reship_order', decision: 'ALLOW', approved: false, userId: 'rep-ana' });
+  await db.updateTable('workflows').set({ pack: 'change', state: workflowState }).where('id', '=', a.workflowId).execute();
+  await db.updateTable('actions').set({ tool: 'schedule_change', status }).where('id', '=', a.actionId).execute();
+  await db
+    .insertInto('operations')
+    .values({
+      key: a.operationKey,
+      workflow_id: a.workflowId,
+      action_id: a.actionId,
+      action_digest: a.digest,
+      tool: 'schedule_change',
+      status,
+      fencing_token: 1,
+      release_id: 'rel-1',
+    })
+    .execute();
+  return a.operationKey;
 }
