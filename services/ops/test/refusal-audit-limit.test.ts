@@ -1,5 +1,5 @@
-import { describe, expect, it } from 'vitest';
-import { AbuseLimiter } from '@gatehouse/platform';
+import { describe, expect, it, vi } from 'vitest';
+import { AbuseLimiter, createLogger } from '@gatehouse/platform';
 import { tokenFor } from '@gatehouse/cli';
 import { opsAppFixture, SECRET } from './support/ops-app.ts';
 
@@ -10,7 +10,12 @@ import { opsAppFixture, SECRET } from './support/ops-app.ts';
 
 const PER_USER = 3;
 
+const log = createLogger('ops-refusal-limit-test');
+log.level = 'silent';
+const warned = vi.spyOn(log, 'warn');
+
 const app = opsAppFixture('ops-refusal-limit-test', ({ redis, prefix }) => ({
+  log,
   signInLimiter: new AbuseLimiter(redis, prefix, { surface: 'signin', perUser: PER_USER, perTenant: 100, windowSeconds: 60 }),
 }));
 
@@ -32,6 +37,12 @@ describe('refusals of non-operators', () => {
     expect(statuses).toEqual([...Array(PER_USER).fill(403), ...Array(10 - PER_USER).fill(429)]);
     expect(Number(retryAfter)).toBeGreaterThan(0);
     expect(await refusalsAudited()).toBe(PER_USER);
+    // Every refusal is logged, the limited ones too, saying whether it was audited (ADR 0725).
+    const refusals = warned.mock.calls.filter(([, msg]) => msg === 'ops dashboard refused a non-operator').map(([o]) => o);
+    expect(refusals).toEqual([
+      ...Array(PER_USER).fill({ user: 'rep-ana', where: '/api/webhooks', audited: true }),
+      ...Array(10 - PER_USER).fill({ user: 'rep-ana', where: '/api/webhooks', audited: false }),
+    ]);
     // An operator is not counted: the dashboard still answers ops-gus.
     const ops = await tokenFor('ops-gus', SECRET);
     expect((await fetch(`${app.url()}/api/webhooks`, { headers: { authorization: `Bearer ${ops}` } })).status).toBe(200);

@@ -121,12 +121,20 @@ export function operatorAuth(cfg: OperatorAuthConfig): {
 type ChooserUsers = () => Array<{ id: string; role: string }> | null;
 
 /**
+ * The warn line of a known caller the dashboard refused, written for every refusal — `audited`
+ * false for one past the sign-in limits, answered 429 and not audited (ADR 0725); `where` is the path.
+ */
+function logRefusal(cfg: OperatorAuthConfig, user: UserClaims, where: string, audited: boolean): void {
+  cfg.log.warn({ user: user.sub, where, audited }, 'ops dashboard refused a non-operator');
+}
+
+/**
  * Logs and audits a known caller the dashboard refused (`ops.refused`, outcome
  * `dashboard:not_an_operator`, the caller's id hashed with the audit key); `where` is the path.
  * @throws what the ledger throws when the audit event cannot be written.
  */
 async function auditRefusal(cfg: OperatorAuthConfig, user: UserClaims, where: string): Promise<void> {
-  cfg.log.warn({ user: user.sub, where }, 'ops dashboard refused a non-operator');
+  logRefusal(cfg, user, where, true);
   await inTransaction(cfg.db, (trx) =>
     recordAudit(trx, {
       type: 'ops.refused',
@@ -222,8 +230,12 @@ function operatorCheck(
       // A known caller's refusals count against the sign-in limits: past them 429, not audited (ADR 0725).
       const limited = await refusalLimited(cfg, user).catch((err: unknown) => err as Error);
       if (limited instanceof Error) return next(limited);
-      if (limited) return sendRateRefusal(res, limited, cfg.signInLimiter!.settings);
-      await auditRefusal(cfg, user, req.originalUrl.slice(0, 200));
+      const where = req.originalUrl.slice(0, 200);
+      if (limited) {
+        logRefusal(cfg, user, where, false);
+        return sendRateRefusal(res, limited, cfg.signInLimiter!.settings);
+      }
+      await auditRefusal(cfg, user, where);
       if (wantsJson(req)) next(new Forbidden('not_an_operator', 'the ops dashboard is for operators only'));
       else {
         securePage(res);
