@@ -4,12 +4,9 @@ import type { ChaosStack } from './chaos-stack.ts';
 
 /** Local HS256 secret of user tokens (the stack's default). */
 const AUTH_SECRET = 'local-auth-secret-change-me';
-/**
- * Reps who submit (US region, so one US lead may decide every approval). Three, so that the kinds
- * of the cycle spread over them: with two, one rep got every approval refund ($160 a case) and
- * by the seventh kill case on the shared stack their $1,000 24 h limit (R5) denied them.
- */
-const REPS = ['rep-ana', 'rep-ben', 'rep-cy'] as const;
+/** Reps who submit (US region, so one US lead may decide every approval; both may refund). */
+const REPS = ['rep-ana', 'rep-ben'] as const;
+
 /** The lead who approves every pending approval. */
 const LEAD = 'lead-eli';
 
@@ -28,6 +25,14 @@ export const KINDS: Record<RunKind, { text: (orderId: string) => string; paidCen
   notify: { text: (o) => `Please email the customer of order ${o} about the late parcel.`, paidCents: 20_000 },
 };
 export const KIND_CYCLE: readonly RunKind[] = ['refund_auto', 'refund_approval', 'notify', 'reship_approval'];
+
+/**
+ * The rep of the `i`th run: the reps take the kind cycle in turns, a whole cycle each, so both
+ * submit every kind. Alternating run by run gave one rep every approval refund ($160 of each
+ * six-run case), and by the seventh kill case on the shared stack their $1,000 24 h limit (R5)
+ * denied them.
+ */
+const repOf = (i: number): string => REPS[Math.floor(i / KIND_CYCLE.length) % REPS.length]!;
 
 /** One ticket of the load, on an order of its own (so its effects are exactly its own). */
 export interface Run {
@@ -55,7 +60,7 @@ export async function planRuns(s: ChaosStack, tag: string, n: number): Promise<R
     const kind = KIND_CYCLE[i % KIND_CYCLE.length]!;
     await sql`insert into staging.orders (id, tenant, region, customer, paid_cents, status)
       values (${orderId}, 'quillfeather', 'US', 'cust-2', ${KINDS[kind].paidCents}, 'shipped')`.execute(s.staging.db);
-    runs.push({ ticketId: `CH-${tag}-${i}`, user: REPS[i % REPS.length]!, kind, orderId, workflowId: null, lastError: null });
+    runs.push({ ticketId: `CH-${tag}-${i}`, user: repOf(i), kind, orderId, workflowId: null, lastError: null });
   }
   return runs;
 }
