@@ -54,36 +54,37 @@ async function holdEpoch(trx: StagingDb, tokenEpoch: number): Promise<void> {
  * Runs one effect so that it commits only while the token's epoch is in force: no effect of an
  * old-epoch token commits after an epoch bump committed (ADR 0685). The epoch row is locked
  * `FOR SHARE` and the token's epoch checked before `effect` runs, and the lock is held until the
- * effect's transaction has committed; a bump (`UPDATE … SET epoch`) waits for it.
- * - Same database (`epochDb` is `db`): one transaction, the lock as its first statement, then the
- *   effect (no second connection of the pool).
- * - Separate epoch database: a transaction there holds the lock around the effect's transaction
- *   in `db`, and the lock is read again just before the effect commits (its session is still
- *   there, so its lock is); the effect commits, then the epoch transaction ends. If only that end
- *   fails, the effect committed under the lock and its result is returned.
+ * effect's transaction has committed; a bump (`UPDATE … SET epoch`) waits for it. `spend` (the
+ * token's spend, `bindDelegation`) runs first and is kept even when the effect fails:
+ * - Same database (`epochDb` is `db`): one transaction — the spend, a savepoint, the lock, then
+ *   the effect; when the effect (or the lock) fails, the transaction returns to the savepoint and
+ *   commits the spend alone (docs/decisions/0764-the-token-spend-and-the-effect-commit-once.md).
+ * - Separate epoch database: the spend commits in its own transaction first; then a transaction
+ *   there holds the lock around the effect's transaction in `db`, and the lock is read again just
+ *   before the effect commits (its session is still there, so its lock is); the effect commits,
+ *   then the epoch transaction ends. If only that end fails, the effect committed under the lock
+ *   and its result is returned.
  * @param deps.db the staging database; @param deps.delegation.epochDb the epoch's database.
  * @param claims.epoch the token's epoch claim.
+ * @throws whatever `spend` throws (`token_replayed`, `stale_fencing_token`): nothing is written.
  * @throws DelegationRejected(`revoked_epoch`, 403) when a bump committed since the token was
  *   verified — nothing of `effect` is written.
  * @throws SystemError(`epoch_unavailable`, 503) when the epoch cannot be read or locked, its
  *   transaction cannot begin, or its connection ends before the effect commits (the rollback's
  *   connection error never replaces the reason, {@link transact}): the effect is rolled back, so
  *   this answer always means nothing was written ({@link EPOCH_UNAVAILABLE}, ADR 0698).
- * @throws whatever `effect` throws (its transaction rolls back).
+ * @throws whatever `effect` throws (its writes roll back).
  */
 export async function withEpochFence<T>(
   deps: { db: StagingDb; delegation: { epochDb: StagingDb } },
   claims: { epoch: number },
   effect: (trx: FencedTrx) => Promise<T>,
+  spend: ((trx: StagingDb) => Promise<void>) | null = null,
 ): Promise<T> {
   const { db } = deps;
   const epochDb = deps.delegation.epochDb;
-  if (epochDb === db) {
-    return transact(db, async (trx) => {
-      await holdEpoch(trx, claims.epoch);
-      return effect(trx as unknown as FencedTrx);
-    });
-  }
+  if (epochDb === db) return spendThenFence(db, claims, spend, effect);
+  if (spend) await transact(db, spend);
   let began = false;
   let done: { value: T } | undefined;
   try {
@@ -103,4 +104,42 @@ export async function withEpochFence<T>(
     throw err;
   }
   return done!.value;
+}
+
+/**
+ * The same-database fence of {@link withEpochFence}: one transaction holding the spend, then
+ * (after a savepoint) the epoch's lock and the effect. A failed effect returns to the savepoint
+ * and the spend commits alone; its error is thrown after the commit, and a connection error of
+ * the return or the commit never replaces it (nothing of the effect was committed either way).
+ */
+async function spendThenFence<T>(
+  db: StagingDb,
+  claims: { epoch: number },
+  spend: ((trx: StagingDb) => Promise<void>) | null,
+  effect: (trx: FencedTrx) => Promise<T>,
+): Promise<T> {
+  let failed: { err: unknown } | undefined;
+  let value: T | undefined;
+  try {
+    value = await transact(db, async (trx) => {
+      if (!spend) {
+        await holdEpoch(trx, claims.epoch);
+        return effect(trx as unknown as FencedTrx);
+      }
+      await spend(trx);
+      await sql`SAVEPOINT effect`.execute(trx);
+      try {
+        await holdEpoch(trx, claims.epoch);
+        return await effect(trx as unknown as FencedTrx);
+      } catch (err) {
+        failed = { err };
+        await sql`ROLLBACK TO SAVEPOINT effect`.execute(trx);
+        return undefined;
+      }
+    });
+  } catch (err) {
+    throw failed ? failed.err : err;
+  }
+  if (failed) throw failed.err;
+  return value as T;
 }

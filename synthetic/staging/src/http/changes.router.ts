@@ -75,26 +75,31 @@ export function changesRouter(
       const operationKey = requireIdempotencyKey(req);
       const headerFence = readFencingToken(req);
       const body = parseBody(ScheduleBodySchema, req.body);
-      const fencingToken = await bindDelegation(deps.db, deps.delegation, claims, {
+      const binding = bindDelegation(deps.delegation, claims, {
         idempotencyKey: operationKey,
         target: { planId: body.planId, changeId: body.changeId, window: body.window, note: body.note },
         headerFence,
       });
-      const change = await deps.changes.findChange(body.changeId);
-      if (!change) throw new NotFound('change_not_found', `no change ${body.changeId}`);
-      assertSameTenant(claims, change.tenant);
-      const { operation, replayed } = await withEpochFence(deps, claims, (trx) =>
-        deps.changes.schedule(trx, {
-          operationKey,
-          planId: body.planId,
-          changeId: change.id,
-          window: body.window,
-          note: body.note,
-          tenant: change.tenant,
-          requester: claims.sub,
-          actor: claims.act.sub,
-          fencingToken,
-        }),
+      const { operation, replayed } = await withEpochFence(
+        deps,
+        claims,
+        async (trx) => {
+          const change = await deps.changes.findChange(body.changeId);
+          if (!change) throw new NotFound('change_not_found', `no change ${body.changeId}`);
+          assertSameTenant(claims, change.tenant);
+          return deps.changes.schedule(trx, {
+            operationKey,
+            planId: body.planId,
+            changeId: change.id,
+            window: body.window,
+            note: body.note,
+            tenant: change.tenant,
+            requester: claims.sub,
+            actor: claims.act.sub,
+            fencingToken: binding.fencingToken,
+          });
+        },
+        binding.spend,
       );
       return replayed
         ? { status: 200, body: operation, headers: { 'Idempotent-Replayed': 'true' }, reason: 'idempotent_replay' }
@@ -110,20 +115,24 @@ export function changesRouter(
       const headerFence = readFencingToken(req);
       const body = parseBody(CancelBodySchema, req.body);
       const operationKey = String(req.params.operationKey);
-      const fencingToken = await bindDelegation(deps.db, deps.delegation, claims, {
+      const binding = bindDelegation(deps.delegation, claims, {
         idempotencyKey: cancelKey,
         target: { operationKey },
         headerFence,
       });
-      const { operation, replayed } = await withEpochFence(deps, claims, (trx) =>
-        deps.changes.cancel(trx, {
-          operationKey,
-          cancelKey,
-          reason: body.reason,
-          tenant: claims.tenant,
-          by: claims.sub,
-          fencingToken,
-        }),
+      const { operation, replayed } = await withEpochFence(
+        deps,
+        claims,
+        (trx) =>
+          deps.changes.cancel(trx, {
+            operationKey,
+            cancelKey,
+            reason: body.reason,
+            tenant: claims.tenant,
+            by: claims.sub,
+            fencingToken: binding.fencingToken,
+          }),
+        binding.spend,
       );
       return replayed
         ? { status: 200, body: operation, headers: { 'Idempotent-Replayed': 'true' }, reason: 'idempotent_replay' }

@@ -56,25 +56,30 @@ export function mailRouter(
     effectRoute(deps, 'mail', async (req) => {
       const claims = await requireDelegation(req, deps.delegation, { audience: MAIL_AUDIENCE, scope: MAIL_SCOPE });
       const body = parseBody(MailBodySchema, req.body);
-      await bindDelegation(deps.db, deps.delegation, claims, {
+      const binding = bindDelegation(deps.delegation, claims, {
         idempotencyKey: null,
         target: { orderId: body.orderId, template: body.template },
         headerFence: readFencingToken(req),
       });
-      const order = await deps.orders.find(body.orderId);
-      if (!order) throw new NotFound('order_not_found', `no order ${body.orderId}`);
-      assertSameTenant(claims, order.tenant);
-      const recipient = await deps.orders.customerEmail(order.customer);
-      if (!recipient) throw new SystemError('recipient_unknown', `order ${order.id} has no customer address on record`);
-      const message = await withEpochFence(deps, claims, (trx) =>
-        deps.messages.create(trx, {
-          orderId: order.id,
-          tenant: order.tenant,
-          template: body.template,
-          recipient,
-          requester: claims.sub,
-          actor: claims.act.sub,
-        }),
+      const message = await withEpochFence(
+        deps,
+        claims,
+        async (trx) => {
+          const order = await deps.orders.find(body.orderId);
+          if (!order) throw new NotFound('order_not_found', `no order ${body.orderId}`);
+          assertSameTenant(claims, order.tenant);
+          const recipient = await deps.orders.customerEmail(order.customer);
+          if (!recipient) throw new SystemError('recipient_unknown', `order ${order.id} has no customer address on record`);
+          return deps.messages.create(trx, {
+            orderId: order.id,
+            tenant: order.tenant,
+            template: body.template,
+            recipient,
+            requester: claims.sub,
+            actor: claims.act.sub,
+          });
+        },
+        binding.spend,
       );
       return { status: 201, body: message };
     }),

@@ -65,24 +65,29 @@ export function ordersRouter(
     effectRoute(deps, 'orders', async (req) => {
       const claims = await requireDelegation(req, deps.delegation, { audience: ORDERS_AUDIENCE, scope: RESHIP_SCOPE });
       const id = String(req.params.id);
-      await bindDelegation(deps.db, deps.delegation, claims, {
+      const binding = bindDelegation(deps.delegation, claims, {
         idempotencyKey: null,
         target: { orderId: id },
         headerFence: readFencingToken(req),
       });
-      const order = await deps.orders.find(id);
-      if (!order) throw new NotFound('order_not_found', `no order ${id}`);
-      assertSameTenant(claims, order.tenant);
-      if (order.status !== 'shipped') {
-        throw new ConflictError('order_not_shipped', `order ${order.id} is ${order.status}, not shipped`);
-      }
-      const shipment = await withEpochFence(deps, claims, (trx) =>
-        deps.shipments.create(trx, {
-          orderId: order.id,
-          tenant: order.tenant,
-          requester: claims.sub,
-          actor: claims.act.sub,
-        }),
+      const shipment = await withEpochFence(
+        deps,
+        claims,
+        async (trx) => {
+          const order = await deps.orders.find(id);
+          if (!order) throw new NotFound('order_not_found', `no order ${id}`);
+          assertSameTenant(claims, order.tenant);
+          if (order.status !== 'shipped') {
+            throw new ConflictError('order_not_shipped', `order ${order.id} is ${order.status}, not shipped`);
+          }
+          return deps.shipments.create(trx, {
+            orderId: order.id,
+            tenant: order.tenant,
+            requester: claims.sub,
+            actor: claims.act.sub,
+          });
+        },
+        binding.spend,
       );
       return { status: 201, body: shipment };
     }),
@@ -94,21 +99,26 @@ export function ordersRouter(
       const claims = await requireDelegation(req, deps.delegation, { audience: ORDERS_AUDIENCE, scope: CANCEL_SHIPMENT_SCOPE });
       const idempotencyKey = requireIdempotencyKey(req);
       const id = String(req.params.id);
-      const fencingToken = await bindDelegation(deps.db, deps.delegation, claims, {
+      const binding = bindDelegation(deps.delegation, claims, {
         idempotencyKey,
         target: { orderId: id, shipmentId: String(req.params.shipmentId) },
         headerFence: readFencingToken(req),
       });
-      const order = await deps.orders.find(id);
-      if (!order) throw new NotFound('order_not_found', `no order ${id}`);
-      assertSameTenant(claims, order.tenant);
-      const { shipment, replayed } = await withEpochFence(deps, claims, (trx) =>
-        deps.shipments.cancel(trx, {
-          orderId: order.id,
-          shipmentId: String(req.params.shipmentId),
-          idempotencyKey,
-          fencingToken,
-        }),
+      const { shipment, replayed } = await withEpochFence(
+        deps,
+        claims,
+        async (trx) => {
+          const order = await deps.orders.find(id);
+          if (!order) throw new NotFound('order_not_found', `no order ${id}`);
+          assertSameTenant(claims, order.tenant);
+          return deps.shipments.cancel(trx, {
+            orderId: order.id,
+            shipmentId: String(req.params.shipmentId),
+            idempotencyKey,
+            fencingToken: binding.fencingToken,
+          });
+        },
+        binding.spend,
       );
       return replayed
         ? { status: 200, body: shipment, headers: { 'Idempotent-Replayed': 'true' }, reason: 'idempotent_replay' }

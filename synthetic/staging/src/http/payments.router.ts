@@ -98,30 +98,35 @@ export function paymentsRouter(
       const idempotencyKey = requireIdempotencyKey(req);
       const headerFence = readFencingToken(req);
       const body = parseBody(RefundBodySchema, req.body);
-      const fencingToken = await bindDelegation(deps.db, deps.delegation, claims, {
+      const binding = bindDelegation(deps.delegation, claims, {
         idempotencyKey,
         target: { orderId: body.orderId, amountCents: body.amountCents },
         headerFence,
       });
-      const order = await deps.orders.find(body.orderId);
-      if (!order) throw new NotFound('order_not_found', `no order ${body.orderId}`);
-      assertSameTenant(claims, order.tenant);
-      // The ledger bounds the refund by the user's delegation itself, so a wrong policy upstream
-      // is still bounded (docs/product/policy-rules.md#delegated-credentials, invariants.md#authority).
-      if (body.amountCents > claims.ceiling && !ceilingCheckRemoved()) {
-        throw new Forbidden('ceiling_exceeded', `amount ${body.amountCents} exceeds the delegated ceiling ${claims.ceiling} (cents)`);
-      }
-      const { refund, replayed } = await withEpochFence(deps, claims, (trx) =>
-        deps.refunds.create(trx, {
-          idempotencyKey,
-          orderId: order.id,
-          tenant: order.tenant,
-          amountCents: body.amountCents,
-          reason: body.reason,
-          requester: claims.sub,
-          actor: claims.act.sub,
-          fencingToken,
-        }),
+      const { refund, replayed } = await withEpochFence(
+        deps,
+        claims,
+        async (trx) => {
+          const order = await deps.orders.find(body.orderId);
+          if (!order) throw new NotFound('order_not_found', `no order ${body.orderId}`);
+          assertSameTenant(claims, order.tenant);
+          // The ledger bounds the refund by the user's delegation itself, so a wrong policy upstream
+          // is still bounded (docs/product/policy-rules.md#delegated-credentials, invariants.md#authority).
+          if (body.amountCents > claims.ceiling && !ceilingCheckRemoved()) {
+            throw new Forbidden('ceiling_exceeded', `amount ${body.amountCents} exceeds the delegated ceiling ${claims.ceiling} (cents)`);
+          }
+          return deps.refunds.create(trx, {
+            idempotencyKey,
+            orderId: order.id,
+            tenant: order.tenant,
+            amountCents: body.amountCents,
+            reason: body.reason,
+            requester: claims.sub,
+            actor: claims.act.sub,
+            fencingToken: binding.fencingToken,
+          });
+        },
+        binding.spend,
       );
       const result = {
         refundId: refund.refundId,
@@ -151,23 +156,28 @@ export function paymentsRouter(
       const idempotencyKey = requireIdempotencyKey(req);
       const headerFence = readFencingToken(req);
       const body = parseBody(ReversalBodySchema, req.body);
-      const fencingToken = await bindDelegation(deps.db, deps.delegation, claims, {
+      const binding = bindDelegation(deps.delegation, claims, {
         idempotencyKey,
         target: { refundId: String(req.params.refundId) },
         headerFence,
       });
-      const refund = await deps.refunds.find(String(req.params.refundId));
-      if (!refund) throw new NotFound('refund_not_found', `no refund ${String(req.params.refundId)}`);
-      assertSameTenant(claims, refund.tenant);
-      const { reversal, replayed } = await withEpochFence(deps, claims, (trx) =>
-        deps.reversals.reverse(trx, {
-          refundId: refund.refundId,
-          idempotencyKey,
-          reason: body.reason,
-          requester: claims.sub,
-          actor: claims.act.sub,
-          fencingToken,
-        }),
+      const { reversal, replayed } = await withEpochFence(
+        deps,
+        claims,
+        async (trx) => {
+          const refund = await deps.refunds.find(String(req.params.refundId));
+          if (!refund) throw new NotFound('refund_not_found', `no refund ${String(req.params.refundId)}`);
+          assertSameTenant(claims, refund.tenant);
+          return deps.reversals.reverse(trx, {
+            refundId: refund.refundId,
+            idempotencyKey,
+            reason: body.reason,
+            requester: claims.sub,
+            actor: claims.act.sub,
+            fencingToken: binding.fencingToken,
+          });
+        },
+        binding.spend,
       );
       const result = {
         reversalId: reversal.reversalId,

@@ -40,43 +40,58 @@ const TOKEN_FENCE_TARGET = 'delegation';
 /**
  * Records the token's `jti` as used, once: a second request carrying it is refused. Rows are
  * kept until a minute past the token's expiry (an expired token is refused anyway) and pruned
- * a few at a time on the way.
+ * a few at a time by the same statement.
  * @throws DelegationRejected(`token_replayed`) when the jti was used before.
  */
 async function consumeJti(db: StagingDb, claims: DelegatedClaims): Promise<void> {
   const inserted = await sql<{ jti: string }>`
+    WITH pruned AS (
+      DELETE FROM staging.delegation_jtis WHERE jti IN (
+        SELECT jti FROM staging.delegation_jtis WHERE expires_at < now() - interval '1 minute' LIMIT 100))
     INSERT INTO staging.delegation_jtis (jti, op, expires_at) VALUES (${claims.jti}, ${claims.op}, to_timestamp(${claims.exp}))
     ON CONFLICT (jti) DO NOTHING RETURNING jti`.execute(db);
   if (inserted.rows.length === 0) throw new DelegationRejected('token_replayed');
-  await sql`DELETE FROM staging.delegation_jtis WHERE jti IN (
-    SELECT jti FROM staging.delegation_jtis WHERE expires_at < now() - interval '1 minute' LIMIT 100)`.execute(db);
+}
+
+/**
+ * A request's token binding, checked: the fencing token its effect records, and the token's
+ * spend — the writes that record its `fence` for the `op` and its `jti` as used — which
+ * `withEpochFence` runs first in the effect's transaction and keeps even when the effect then
+ * fails (docs/decisions/0764-the-token-spend-and-the-effect-commit-once.md). `spend` is null when
+ * the binding is switched off by the test hook (nothing is recorded).
+ */
+export interface Binding {
+  fencingToken: number | null;
+  spend: ((trx: StagingDb) => Promise<void>) | null;
 }
 
 /**
  * Checks that a verified token was minted for exactly this request
- * (docs/decisions/0170-delegated-credentials-bind-the-operation.md), then spends its `jti`:
+ * (docs/decisions/0170-delegated-credentials-bind-the-operation.md), before anything is written:
  * - the `Idempotency-Key` (when the downstream takes one) equals the token's `op`;
  * - {@link bindingDigest} of the request's `scope` and `target` equals the token's `dig`;
- * - an `X-Fencing-Token` header, when sent, equals the token's `fence`, and that fence is not
- *   below the highest seen for the `op` (fencing at the system of record);
- * - the `jti` was never used.
- * A repeat of a request with the same key and a fresh token is the idempotent replay path.
- * @returns the fencing token the effect records: the token's `fence` (the header's when the
- *   binding is switched off by the test hook).
- * @throws DelegationRejected `op_mismatch`, `target_mismatch`, `fence_mismatch` (403),
- *   `token_replayed` (403); ConflictError `stale_fencing_token` (409).
+ * - an `X-Fencing-Token` header, when sent, equals the token's `fence`.
+ * Its {@link Binding.spend} then checks, in the effect's transaction, that the `fence` is not
+ * below the highest seen for the `op` (fencing at the system of record) and that the `jti` was
+ * never used, recording both. A repeat of a request with the same key and a fresh token is the
+ * idempotent replay path.
+ * @returns the fencing token the effect records (the token's `fence`; the header's when the
+ *   binding is switched off by the test hook) and the spend.
+ * @throws DelegationRejected `op_mismatch`, `target_mismatch`, `fence_mismatch` (403); its spend
+ *   throws DelegationRejected `token_replayed` (403) and ConflictError `stale_fencing_token` (409).
  */
-export async function bindDelegation(
-  db: StagingDb,
+export function bindDelegation(
   verifier: DelegationVerifier,
   claims: DelegatedClaims,
   request: { idempotencyKey: string | null; target: BindingTarget; headerFence: number | null },
-): Promise<number | null> {
-  if (verifier.bindingDisabled) return request.headerFence;
+): Binding {
+  if (verifier.bindingDisabled) return { fencingToken: request.headerFence, spend: null };
   if (request.idempotencyKey !== null && request.idempotencyKey !== claims.op) throw new DelegationRejected('op_mismatch');
   if (bindingDigest(claims.scope, request.target) !== claims.dig) throw new DelegationRejected('target_mismatch');
   if (request.headerFence !== null && request.headerFence !== claims.fence) throw new DelegationRejected('fence_mismatch');
-  await observeFencingToken(db, `${TOKEN_FENCE_TARGET}:${claims.aud}`, claims.op, claims.fence);
-  await consumeJti(db, claims);
-  return claims.fence;
+  const spend = async (trx: StagingDb): Promise<void> => {
+    await observeFencingToken(trx, `${TOKEN_FENCE_TARGET}:${claims.aud}`, claims.op, claims.fence);
+    await consumeJti(trx, claims);
+  };
+  return { fencingToken: claims.fence, spend };
 }
