@@ -60,14 +60,18 @@ describe('gatehouse stack up / down', () => {
     // kill -9 A's model-stub: A's supervisor (not this test) starts it again.
     const killed = pidOf(a.root, 'model-stub')!;
     process.kill(killed, 'SIGKILL');
+    // Until the supervisor itself saw it ready (its status follows its own probe, up to a second
+    // after the port answers; the status is recorded before this line is logged).
+    const supervisorLog = () => readFileSync(resolve(a.root, 'stack', 'supervisor.log'), 'utf8');
     await vi.waitFor(
       async () => {
         expect(pidOf(a.root, 'model-stub')).not.toBe(killed);
         expect(await ready(a.port)).toBe(true);
+        expect(supervisorLog()).toContain('model-stub is ready again');
       },
       { timeout: 60_000, interval: 200 },
     );
-    const log = readFileSync(resolve(a.root, 'stack', 'supervisor.log'), 'utf8');
+    const log = supervisorLog();
     expect(log).toContain('model-stub exited (signal SIGKILL); restart 1 in 500 ms');
     expect(await gatehouse(['stack', 'status'], a)).toMatch(/model-stub +ready +restarts 1, last exit signal SIGKILL at /);
 
