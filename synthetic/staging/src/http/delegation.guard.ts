@@ -1,8 +1,9 @@
 import type { Request } from 'express';
-import { bearerTokenOf, Forbidden, Unauthorized, UserError } from '@gatehouse/platform';
+import { bearerTokenOf, Forbidden, NotFound, Unauthorized, UserError } from '@gatehouse/platform';
 import { verifyDelegatedToken, type DelegatedClaims } from '@gatehouse/credentials';
 import { readRevocationEpoch } from '../db/revocation-epoch.ts';
 import type { DelegationVerifier } from './token-binding.ts';
+import type { OrdersRepository } from '../repositories/orders.repository.ts';
 
 export { bindDelegation, type DelegationVerifier } from './token-binding.ts';
 export { withEpochFence } from '../db/revocation-epoch.ts';
@@ -41,6 +42,21 @@ export function assertSameTenant(claims: DelegatedClaims, recordTenant: string):
   if (claims.tenant !== recordTenant) {
     throw new Forbidden('tenant_mismatch', 'the record is outside the tenant of the delegation');
   }
+}
+
+/**
+ * The order `id` a delegated effect acts on: it must exist and be in the delegation's tenant.
+ * @throws NotFound(`order_not_found`, 404); Forbidden(`tenant_mismatch`, 403) ({@link assertSameTenant}).
+ */
+export async function orderOfTenant(
+  orders: Pick<OrdersRepository, 'find'>,
+  claims: DelegatedClaims,
+  id: string,
+): Promise<NonNullable<Awaited<ReturnType<OrdersRepository['find']>>>> {
+  const order = await orders.find(id);
+  if (!order) throw new NotFound('order_not_found', `no order ${id}`);
+  assertSameTenant(claims, order.tenant);
+  return order;
 }
 
 /**

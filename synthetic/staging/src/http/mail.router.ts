@@ -1,11 +1,11 @@
 import { Router } from 'express';
 import { z } from 'zod';
-import { NotFound, parseBody, SystemError } from '@gatehouse/platform';
+import { parseBody, SystemError } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
 import { MAIL_TEMPLATES, type MessagesRepository } from '../repositories/messages.repository.ts';
 import type { OrdersRepository } from '../repositories/orders.repository.ts';
 import {
-  assertSameTenant,
+  orderOfTenant,
   bindDelegation,
   readFencingToken,
   requireDelegation,
@@ -65,9 +65,7 @@ export function mailRouter(
         deps,
         claims,
         async (trx) => {
-          const order = await deps.orders.find(body.orderId);
-          if (!order) throw new NotFound('order_not_found', `no order ${body.orderId}`);
-          assertSameTenant(claims, order.tenant);
+          const order = await orderOfTenant(deps.orders, claims, body.orderId);
           const recipient = await deps.orders.customerEmail(order.customer);
           if (!recipient) throw new SystemError('recipient_unknown', `order ${order.id} has no customer address on record`);
           return deps.messages.create(trx, {

@@ -4,7 +4,7 @@ import type { StagingDb } from '../db/staging.database.ts';
 import type { OrdersRepository } from '../repositories/orders.repository.ts';
 import type { ShipmentsRepository } from '../repositories/shipments.repository.ts';
 import {
-  assertSameTenant,
+  orderOfTenant,
   bindDelegation,
   readFencingToken,
   requireDelegation,
@@ -74,9 +74,7 @@ export function ordersRouter(
         deps,
         claims,
         async (trx) => {
-          const order = await deps.orders.find(id);
-          if (!order) throw new NotFound('order_not_found', `no order ${id}`);
-          assertSameTenant(claims, order.tenant);
+          const order = await orderOfTenant(deps.orders, claims, id);
           if (order.status !== 'shipped') {
             throw new ConflictError('order_not_shipped', `order ${order.id} is ${order.status}, not shipped`);
           }
@@ -108,9 +106,7 @@ export function ordersRouter(
         deps,
         claims,
         async (trx) => {
-          const order = await deps.orders.find(id);
-          if (!order) throw new NotFound('order_not_found', `no order ${id}`);
-          assertSameTenant(claims, order.tenant);
+          const order = await orderOfTenant(deps.orders, claims, id);
           return deps.shipments.cancel(trx, {
             orderId: order.id,
             shipmentId: String(req.params.shipmentId),

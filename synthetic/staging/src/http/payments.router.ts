@@ -8,6 +8,7 @@ import type { RefundsRepository } from '../repositories/refunds.repository.ts';
 import type { ReversalsRepository } from '../repositories/reversals.repository.ts';
 import {
   assertSameTenant,
+  orderOfTenant,
   bindDelegation,
   readFencingToken,
   requireDelegation,
@@ -107,9 +108,7 @@ export function paymentsRouter(
         deps,
         claims,
         async (trx) => {
-          const order = await deps.orders.find(body.orderId);
-          if (!order) throw new NotFound('order_not_found', `no order ${body.orderId}`);
-          assertSameTenant(claims, order.tenant);
+          const order = await orderOfTenant(deps.orders, claims, body.orderId);
           // The ledger bounds the refund by the user's delegation itself, so a wrong policy upstream
           // is still bounded (docs/product/policy-rules.md#delegated-credentials, invariants.md#authority).
           if (body.amountCents > claims.ceiling && !ceilingCheckRemoved()) {
