@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Db, OperationStatus } from '@gatehouse/ledger';
-import { createAction } from '@gatehouse/testing';
+import { createAction, recordEffect } from '@gatehouse/testing';
 
 /** One seeded agent step: its workflow, action and operation (and approval's id when `approval`). */
 export interface SeededStep {
@@ -206,19 +206,7 @@ export async function seedScheduleStep(
 ): Promise<string> {
   const a = await createAction(db, { orderId: 'O-1001', tool: 'reship_order', decision: 'ALLOW', approved: false, userId: 'rep-ana' });
   await db.updateTable('workflows').set({ pack: 'change', state: workflowState }).where('id', '=', a.workflowId).execute();
-  await db.updateTable('actions').set({ tool: 'schedule_change', status }).where('id', '=', a.actionId).execute();
-  await db
-    .insertInto('operations')
-    .values({
-      key: a.operationKey,
-      workflow_id: a.workflowId,
-      action_id: a.actionId,
-      action_digest: a.digest,
-      tool: 'schedule_change',
-      status,
-      fencing_token: 1,
-      release_id: 'rel-1',
-    })
-    .execute();
+  await db.updateTable('actions').set({ tool: 'schedule_change' }).where('id', '=', a.actionId).execute();
+  await recordEffect(db, a, { status });
   return a.operationKey;
 }

@@ -39,7 +39,7 @@ export async function loadDelegationSigningKey(path: string): Promise<Delegation
  * @throws Error when the file is missing, not JSON, empty, or holds another kind of key.
  */
 export function loadDelegationJwks(path: string): JWTVerifyGetKey {
-  return createLocalJWKSet(readDelegationJwks(path));
+  return jwksVerifier(readDelegationJwks(path));
 }
 
 /**

@@ -318,14 +318,15 @@ export async function createProposal(db: Db, seed: ProposalSeed): Promise<Seeded
 
 /**
  * Records the effect of a seeded action as the executor would leave it, without running it: its
- * operation row `status` (fencing token 1, the action's digest, tool and release) and the action in
- * the same status; with `approvalUsed` (default true) its approval, if any, is `used`. For the
- * standing queries (invariant monitors, metrics) that judge effects by their records.
+ * operation row `status` (fencing token 1, the action's digest, tool and release; `error` as the
+ * executor records a failure's, e.g. `401:invalid_token:…`) and the action in the same status; with
+ * `approvalUsed` (default true) its approval, if any, is `used`. For the standing queries (invariant
+ * monitors, metrics, a run's failed actions) that judge effects by their records.
  */
 export async function recordEffect(
   db: Db,
   a: SeededAction,
-  opts: { status?: 'succeeded' | 'failed_unknown' | 'running'; approvalUsed?: boolean } = {},
+  opts: { status?: 'succeeded' | 'failed' | 'failed_unknown' | 'running'; error?: string; approvalUsed?: boolean } = {},
 ): Promise<void> {
   const status = opts.status ?? 'succeeded';
   const row = await db
@@ -344,6 +345,7 @@ export async function recordEffect(
       status,
       fencing_token: 1,
       release_id: row.release_id,
+      error: opts.error ?? null,
     })
     .execute();
   await db.updateTable('actions').set({ status }).where('id', '=', a.actionId).execute();

@@ -1,6 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createAction } from '@gatehouse/testing';
+import { createAction, recordEffect } from '@gatehouse/testing';
 import { createTestDatabase, type TestDatabase } from '@gatehouse/test-harness';
 import { failedActions, notCarriedOut } from '../src/jobs/turns.processor.ts';
 
@@ -74,26 +74,7 @@ describe('a failed action whose system of record refused our own credential', ()
   /** A run whose refund on `orderId` failed with the operation error `error`. */
   async function failedWith(orderId: string, error: string) {
     const a = await createAction(t.db, { orderId, amountCents: 2000 });
-    const row = await t.db
-      .selectFrom('actions')
-      .select(['digest', 'tool', 'release_id'])
-      .where('id', '=', a.actionId)
-      .executeTakeFirstOrThrow();
-    await t.db.updateTable('actions').set({ status: 'failed' }).where('id', '=', a.actionId).execute();
-    await t.db
-      .insertInto('operations')
-      .values({
-        key: a.operationKey,
-        workflow_id: a.workflowId,
-        action_id: a.actionId,
-        action_digest: row.digest,
-        tool: row.tool,
-        status: 'failed',
-        fencing_token: 1,
-        release_id: row.release_id,
-        error,
-      })
-      .execute();
+    await recordEffect(t.db, a, { status: 'failed', error });
     return failedActions(t.db, a.workflowId);
   }
 

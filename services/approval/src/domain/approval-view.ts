@@ -106,6 +106,16 @@ export function approvalsAfter(db: Db, tenant: string, status: ApprovalView['sta
   return query.orderBy('p.created_at').orderBy('p.id');
 }
 
+/**
+ * Whether `id` names an approval of `tenant`: the check every page cursor passes before it places
+ * a page (the API refuses another tenant's cursor, ADR 0182; the inbox shows its first page, ADR 0758).
+ * Another tenant's id would place the page by that approval's creation time and tell whether it exists.
+ */
+export async function isApprovalOfTenant(db: Db, id: string, tenant: string): Promise<boolean> {
+  const row = await db.selectFrom('approvals').select('id').where('id', '=', id).where('tenant', '=', tenant).executeTakeFirst();
+  return row !== undefined;
+}
+
 /** Rows one query of a page reads, whatever the page's limit (the largest page, so one query fills any page of a status shown whole). */
 const SCAN_BATCH = 100;
 
@@ -129,11 +139,7 @@ export async function listApprovalPage(
   viewer: { sub: string; tenant: string },
   q: { status: ApprovalView['status']; limit: number; after: string | null; scanBound?: number },
 ): Promise<ApprovalPage | null> {
-  if (
-    q.after &&
-    !(await db.selectFrom('approvals').select('id').where('id', '=', q.after).where('tenant', '=', viewer.tenant).executeTakeFirst())
-  )
-    return null;
+  if (q.after && !(await isApprovalOfTenant(db, q.after, viewer.tenant))) return null;
   const batch = (after: string | null) => approvalsAfter(db, viewer.tenant, q.status, after).limit(SCAN_BATCH).execute();
   const bound = q.scanBound ?? DEFAULT_SCAN_BOUND;
   const approvals: ApprovalView[] = [];

@@ -13,7 +13,7 @@ import {
 } from '@gatehouse/platform';
 import type { Db } from '@gatehouse/ledger';
 import { decideApproval } from '../domain/decide.ts';
-import { approvalsAfter, decodeCursor, encodeCursor, toView } from '../domain/approval-view.ts';
+import { approvalsAfter, decodeCursor, encodeCursor, isApprovalOfTenant, toView } from '../domain/approval-view.ts';
 import { inboxPage, page, signInPage } from './inbox.html.ts';
 
 /** Pending approvals one inbox page shows, oldest first; the page links to the next (ADR 0723). */
@@ -38,16 +38,12 @@ async function inboxApprovals(db: Db, tenant: string, after: unknown) {
 
 /**
  * The approval id an inbox `after` cursor resumes after, when it names an approval of `tenant`;
- * null otherwise (no cursor, one {@link encodeCursor} did not make, or another tenant's approval).
- * Another tenant's id would place the page by that approval's creation time: the page would tell
- * whether it exists and when it was opened, and hide the viewer's own older approvals — the API
- * refuses such a cursor (`invalid_cursor`, ADR 0182), the inbox shows its first page (ADR 0758).
+ * null otherwise (no cursor, one {@link encodeCursor} did not make, or another tenant's approval,
+ * {@link isApprovalOfTenant}): the inbox shows its first page for another tenant's (ADR 0758).
  */
 async function cursorOfTenant(db: Db, tenant: string, after: unknown): Promise<string | null> {
   const id = typeof after === 'string' ? (decodeCursor(after) ?? null) : null;
-  if (!id) return null;
-  const own = await db.selectFrom('approvals').select('id').where('id', '=', id).where('tenant', '=', tenant).executeTakeFirst();
-  return own ? id : null;
+  return id && (await isApprovalOfTenant(db, id, tenant)) ? id : null;
 }
 
 /** Name of the inbox's session cookie (path `/inbox`). */
