@@ -114,6 +114,8 @@ export interface TestFaults {
   ignoreSwitch: boolean;
   /** `SWITCH_NOT_RECHECKED_BEFORE_RETRY`: an idempotent write's retry is sent without asking the tool's switch again (ADR 0700). */
   switchNotRecheckedBeforeRetry: boolean;
+  /** `DISABLE_DELEGATION_TRUST_HOLD`: an executor whose delegation key the systems of record do not list still takes jobs (ADR 0767). */
+  disableDelegationTrustHold: boolean;
   /** `AUDIT_NOT_RECHECKED_BEFORE_RETRY`: an idempotent write's retry is sent without asking audit health again (ADR 0706). */
   auditNotRecheckedBeforeRetry: boolean;
   // audit
@@ -183,6 +185,7 @@ const SWITCHES: { [K in keyof TestFaults]: [name: string, kind: Kind] } = {
   disableReenableCohort: ['DISABLE_REENABLE_COHORT', 'flag'],
   ignoreSwitch: ['DISABLE_SWITCH', 'flag'],
   switchNotRecheckedBeforeRetry: ['SWITCH_NOT_RECHECKED_BEFORE_RETRY', 'flag'],
+  disableDelegationTrustHold: ['DISABLE_DELEGATION_TRUST_HOLD', 'flag'],
   auditNotRecheckedBeforeRetry: ['AUDIT_NOT_RECHECKED_BEFORE_RETRY', 'flag'],
   disableMonitors: ['DISABLE_MONITORS', 'text'],
   everyReplicaMonitors: ['EVERY_REPLICA_MONITORS', 'flag'],

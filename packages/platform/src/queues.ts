@@ -143,6 +143,25 @@ export interface WorkerOptions {
    * (the context's; docs/decisions/0480-drain-held-by-the-ledger.md). Every service passes it.
    */
   drain?: DrainGate;
+  /**
+   * A service's own reasons to hand a job back unattempted, asked after the Postgres and drain
+   * gates, in order (the executor's untrusted delegation key, ADR 0767).
+   */
+  holds?: readonly JobHold[];
+}
+
+/**
+ * A reason a worker hands a job back before its handler runs, without consuming an attempt (the
+ * way the {@link DrainGate} holds a draining release's jobs).
+ */
+export interface JobHold {
+  /** Whether a job fetched now must go back. Must not reject. */
+  holds(): Promise<boolean>;
+  /**
+   * Puts `job` back as delayed, without consuming an attempt.
+   * @throws DelayedError always — the processor lets it propagate (BullMQ's protocol).
+   */
+  hold(job: Job, token: string | undefined): Promise<never>;
 }
 
 /**
@@ -173,8 +192,8 @@ function refuseIllegal(base: string, queue: string, job: Job, err: IllegalTransi
  * `safeParse`d: an invalid payload or one carrying another release fails with
  * `UnrecoverableError` (never retried; it stays in the failed set as quarantined). While
  * `opts.gate` finds Postgres down the worker is paused, and a job that meets the outage (before
- * its handler, or as a connection fault out of it) goes back delayed without consuming an attempt.
- * A handler that throws `IllegalTransition` completes refused (see {@link refuseIllegal}). Each
+ * its handler, or as a connection fault out of it) goes back delayed without consuming an attempt,
+ * as does one the drain gate or one of `opts.holds` holds. A handler that throws `IllegalTransition` completes refused (see {@link refuseIllegal}). Each
  * job it starts advances its queue's fair clock ({@link attachFairClock}).
  */
 export function createWorker<T extends { release: string; traceparent?: string }>(
@@ -191,6 +210,7 @@ export function createWorker<T extends { release: string; traceparent?: string }
       const startedMs = Date.now();
       if (!(await opts.gate.answers())) return opts.gate.defer(job, token, 'postgres down before the job started');
       if (opts.drain && (await opts.drain.holds())) return opts.drain.hold(job, token);
+      for (const gate of opts.holds ?? []) if (await gate.holds()) return gate.hold(job, token);
       const parsed = contract.schema.safeParse(job.data);
       if (!parsed.success) {
         recordJob(contract.base, 'rejected', 0);

@@ -23,7 +23,7 @@ import { processExecution } from './jobs/executions.processor.ts';
 import { startReconcileJob } from './jobs/reconcile.processor.ts';
 import { startWatchdog } from './jobs/watchdog.ts';
 import { readTestHooks } from './domain/test-hooks.ts';
-import { delegationTrustCheck } from './domain/delegation-trust.ts';
+import { DelegationTrust } from './domain/delegation-trust.ts';
 import { loadServiceBundles } from '@gatehouse/policy';
 
 /** What a lease must hold beyond the adapter's deadline, ms: the claim's commit, the write-ahead mark and the record fall outside that deadline. */
@@ -88,8 +88,10 @@ const agentId = loadWorld().agent.id;
 // Only the minting side holds the private key; the systems of record verify with its JWKS.
 const signingKey = await loadDelegationSigningKey(env.GATEHOUSE_DELEGATION_SIGNING_KEY_PATH);
 const auditGate = auditGateOf(env);
-// Not ready while the systems of record do not list that key: they would refuse every token (ADR 0761).
-ctx.readyChecks.delegationKey = await delegationTrustCheck(env.STAGING_URL, signingKey, log);
+// Not ready, and holding its execution jobs, while the systems of record do not list that key:
+// they would refuse every token it mints (ADR 0761, 0767).
+const delegationTrust = await DelegationTrust.of(env.STAGING_URL, signingKey, log);
+ctx.readyChecks.delegationKey = delegationTrust.readyCheck;
 
 const worker = createWorker(
   executionsQueue,
@@ -122,6 +124,7 @@ const worker = createWorker(
     log,
     gate: ctx.gate,
     drain: ctx.drain,
+    holds: [delegationTrust],
     concurrency: env.EXECUTOR_CONCURRENCY,
     lockDurationMs: env.EXECUTOR_LOCK_MS,
     stalledIntervalMs: env.EXECUTOR_STALLED_INTERVAL_MS,

@@ -1,5 +1,7 @@
 import { delegationPublicJwk, PUBLISHED_JWKS_PATH, type DelegationSigningKey } from '@gatehouse/credentials';
-import { needsOperator, type Logger, type ReadyCheck } from '@gatehouse/platform';
+import { DelayedError, type Job } from 'bullmq';
+import { testFaults } from '@gatehouse/contracts';
+import { needsOperator, type JobHold, type Logger, type ReadyCheck } from '@gatehouse/platform';
 
 /** How long `/readyz` reuses one answer of the published JWKS, ms (probes come every few seconds). */
 const TRUST_CACHE_MS = 5_000;
@@ -43,37 +45,94 @@ function untrustedKeyReason(stagingUrl: string, kid: string, kids: string[]): st
   );
 }
 
+/** How far a job fetched while the key is untrusted is delayed, ms: another executor, or this one fixed, takes it then. */
+const HOLD_DEFER_MS = 5_000;
+
 /**
- * The executor's `delegationKey` readiness check (ADR 0761): fails, marked {@link needsOperator}
- * (no dependency coming back clears it; `stack up` stops at once and names it, ADR 0729), while
- * the JWKS the systems of record at `stagingUrl` publish does not list `signing`'s key. The JWKS
- * is read at most every {@link TRUST_CACHE_MS}. A read that gives no answer (the systems of record
- * down, or not publishing) keeps the last answer, and passes before any: their availability is
- * not this check's business — a write then meets it as a dependency fault. Each change of answer
- * is logged, an untrusted key at error level with both key ids.
+ * What the systems of record at `stagingUrl` say of this executor's delegation signing key, read
+ * from the JWKS they publish (ADR 0761) at most every {@link TRUST_CACHE_MS}, one read at a time.
+ * A read that gives no answer (the systems of record down, or not publishing) keeps the last
+ * answer, and counts as trusted before any: their availability is not this check's business — a
+ * write meets it as a dependency fault. Each change of answer is logged, an untrusted key at error
+ * level with both key ids. Two uses: {@link readyCheck} (`/readyz`'s `delegationKey`) and, as a
+ * {@link JobHold}, the executions worker's hold (ADR 0767).
  */
-export async function delegationTrustCheck(stagingUrl: string, signing: DelegationSigningKey, log: Logger): Promise<ReadyCheck> {
-  const jwk = await delegationPublicJwk(signing.key);
-  const own = { kid: signing.kid, x: String(jwk.x) };
-  let known: Exclude<TrustAnswer, { state: 'unknown' }> | undefined;
-  let readAt = 0;
-  let reading: Promise<void> | undefined;
-  const refresh = async (): Promise<void> => {
-    const answer = await readTrust(stagingUrl, own);
-    readAt = Date.now();
-    if (answer.state === 'unknown') return log.debug({ why: answer.why }, 'published delegation JWKS not read; keeping the last answer');
-    if (answer.state !== known?.state) {
-      if (answer.state === 'untrusted')
-        log.error({ kid: own.kid, trusted: answer.kids }, untrustedKeyReason(stagingUrl, own.kid, answer.kids));
-      else log.info({ kid: own.kid }, 'the systems of record trust this executor’s delegation signing key');
-    }
-    known = answer;
-  };
-  return needsOperator(async () => {
-    if (Date.now() - readAt >= TRUST_CACHE_MS)
-      await (reading ??= refresh().finally(() => {
-        reading = undefined;
-      }));
-    if (known?.state === 'untrusted') throw new Error(untrustedKeyReason(stagingUrl, own.kid, known.kids));
+export class DelegationTrust implements JobHold {
+  readonly #stagingUrl: string;
+  readonly #own: { kid: string; x: string };
+  readonly #log: Logger;
+  #known: Exclude<TrustAnswer, { state: 'unknown' }> | undefined;
+  #readAt = 0;
+  #reading: Promise<void> | undefined;
+  /** The test-only switch: the worker takes jobs whatever the answer (`GATEHOUSE_TEST_DISABLE_DELEGATION_TRUST_HOLD`). */
+  readonly #holdDisabled = testFaults().disableDelegationTrustHold;
+
+  private constructor(stagingUrl: string, own: { kid: string; x: string }, log: Logger) {
+    this.#stagingUrl = stagingUrl;
+    this.#own = own;
+    this.#log = log;
+  }
+
+  /**
+   * The trust of `signing`'s key (its `kid` and public key `x`) at the systems of record at `stagingUrl`.
+   * @throws Error when the test-only switch is set outside `GATEHOUSE_ENV=test`.
+   */
+  static async of(stagingUrl: string, signing: DelegationSigningKey, log: Logger): Promise<DelegationTrust> {
+    const jwk = await delegationPublicJwk(signing.key);
+    return new DelegationTrust(stagingUrl, { kid: signing.kid, x: String(jwk.x) }, log);
+  }
+
+  /**
+   * The `delegationKey` readiness check, marked {@link needsOperator} (no dependency coming back
+   * clears it; `stack up` stops at once and names it, ADR 0729).
+   * @throws Error naming both key ids and the fix while the published JWKS does not list the key.
+   */
+  readonly readyCheck: ReadyCheck = needsOperator(async () => {
+    const untrusted = await this.#answer();
+    if (untrusted) throw new Error(untrustedKeyReason(this.#stagingUrl, this.#own.kid, untrusted.kids));
   });
+
+  /** Whether a job fetched now goes back: the systems of record do not list the key (their last answer). */
+  async holds(): Promise<boolean> {
+    return !this.#holdDisabled && (await this.#answer()) !== null;
+  }
+
+  /**
+   * Puts `job` back as delayed by {@link HOLD_DEFER_MS} without consuming an attempt: a token it
+   * minted would be refused with 401 before any effect, and the run would end "not carried out".
+   * @throws DelayedError always (BullMQ's protocol).
+   */
+  async hold(job: Job, token: string | undefined): Promise<never> {
+    this.#log.info(
+      { queue: job.queueName, jobId: job.id, kid: this.#own.kid },
+      'job held: the systems of record do not trust this delegation key',
+    );
+    await job.moveToDelayed(Date.now() + HOLD_DEFER_MS, token);
+    throw new DelayedError(`held: the systems of record do not trust delegation key ${this.#own.kid}`);
+  }
+
+  /** The last definite answer when it is "not listed", else null; reads again when it is stale. */
+  async #answer(): Promise<{ kids: string[] } | null> {
+    if (Date.now() - this.#readAt >= TRUST_CACHE_MS)
+      await (this.#reading ??= this.#refresh().finally(() => {
+        this.#reading = undefined;
+      }));
+    return this.#known?.state === 'untrusted' ? this.#known : null;
+  }
+
+  async #refresh(): Promise<void> {
+    const answer = await readTrust(this.#stagingUrl, this.#own);
+    this.#readAt = Date.now();
+    if (answer.state === 'unknown')
+      return this.#log.debug({ why: answer.why }, 'published delegation JWKS not read; keeping the last answer');
+    if (answer.state !== this.#known?.state) {
+      if (answer.state === 'untrusted')
+        this.#log.error(
+          { kid: this.#own.kid, trusted: answer.kids },
+          `${untrustedKeyReason(this.#stagingUrl, this.#own.kid, answer.kids)}; its execution jobs are held`,
+        );
+      else this.#log.info({ kid: this.#own.kid }, 'the systems of record trust this executor’s delegation signing key');
+    }
+    this.#known = answer;
+  }
 }
