@@ -17,4 +17,5 @@ export {
   BACKOFF_CAP_MS,
 } from './adapters/resilience.ts';
 export { readTestHooks, type TestHooks, type CrashPoint } from './domain/test-hooks.ts';
+export { processReconcile, type ReconcileDeps } from './jobs/reconcile.processor.ts';
 export { watchdogPass, type WatchdogDeps, type WatchdogReport } from './jobs/watchdog.ts';

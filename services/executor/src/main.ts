@@ -143,6 +143,7 @@ const { worker: reconciler, scheduled } = startReconcileJob(
     changeRevision: bundles.change.revision,
     policyDir: env.POLICY_DIR,
     auditGate,
+    delegationTrust,
   },
   {
     queues: ctx.queues,

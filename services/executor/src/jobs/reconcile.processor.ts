@@ -2,7 +2,15 @@ import type { Worker } from 'bullmq';
 import { queueName, reconcileQueue, type ReconcileJob } from '@gatehouse/contracts';
 import type { DelegationSigningKey } from '@gatehouse/credentials';
 import type { AuditGate, Db } from '@gatehouse/ledger';
-import { createWorker, type DrainGate, type Logger, type OutboxRelay, type PostgresGate, type QueueRegistry } from '@gatehouse/platform';
+import {
+  createWorker,
+  type DrainGate,
+  type JobHold,
+  type Logger,
+  type OutboxRelay,
+  type PostgresGate,
+  type QueueRegistry,
+} from '@gatehouse/platform';
 import { executeApprovedRemediations, runReconciliation } from '@gatehouse/reconciliation';
 
 /** Who the job's passes are attributed to in the audit chain (hashed). */
@@ -24,11 +32,17 @@ export interface ReconcileDeps {
   policyDir?: string;
   /** The audit-health gate a remediation checks before its claim (the executor's). */
   auditGate?: AuditGate;
+  /**
+   * Whether the systems of record refuse this executor's delegated tokens (its `DelegationTrust`,
+   * ADR 0767): while it holds, approved remediations are left approved for a pass of an executor
+   * whose key they trust — each would otherwise end refused with 401 and need a new approval.
+   */
+  delegationTrust?: Pick<JobHold, 'holds'>;
 }
 
 /**
  * One `reconcile` job (docs/product/reconciliation.md): first executes the remediations leads approved since
- * the last pass (each exactly once, under `recon_<itemId>`), then runs a reconciliation pass and
+ * the last pass (each exactly once, under `recon_<itemId>`; none while `deps.delegationTrust` holds), then runs a reconciliation pass and
  * publishes the results of the calls it resumed. Logs a `reconciliation_worklist` alert line
  * while differences stay unexplained. Returns a one-line summary (stored with the job).
  * @throws ReadBackUnavailable when a system of record cannot be read (the next pass retries).
@@ -42,16 +56,16 @@ export async function processReconcile(job: ReconcileJob, deps: ReconcileDeps): 
     changeRevision: deps.changeRevision,
     policyDir: deps.policyDir,
   };
-  const remediated = await executeApprovedRemediations({
-    ...common,
-    release: deps.release,
-    signingKey: deps.signingKey,
-    auditGate: deps.auditGate,
-  });
+  const held = (await deps.delegationTrust?.holds()) === true;
+  if (held)
+    deps.log.warn({ alert: 'remediations_held' }, 'approved remediations held: the systems of record do not trust this delegation key');
+  const remediated = held
+    ? []
+    : await executeApprovedRemediations({ ...common, release: deps.release, signingKey: deps.signingKey, auditGate: deps.auditGate });
   for (const r of remediated) if (r.state === 'resolved') await deps.relay.publish(r.rows);
   const report = await runReconciliation({ ...common, actor: RECONCILIATION_JOB_ACTOR });
   await deps.relay.publish(report.rows);
-  const summary = `run ${report.runId} (${job.trigger}): ${report.findings.length} compared, ${report.counts.matched} matched, ${report.resumed} resumed, ${report.explained} explained, ${report.unexplained} unexplained; ${remediated.filter((r) => r.state === 'resolved').length} remediation(s) executed`;
+  const summary = `run ${report.runId} (${job.trigger}): ${report.findings.length} compared, ${report.counts.matched} matched, ${report.resumed} resumed, ${report.explained} explained, ${report.unexplained} unexplained; ${held ? 'remediations held (delegation key untrusted)' : `${remediated.filter((r) => r.state === 'resolved').length} remediation(s) executed`}`;
   if (report.unexplained > 0) {
     deps.log.warn(
       { alert: 'reconciliation_worklist', unexplained: report.unexplained, runId: report.runId },
