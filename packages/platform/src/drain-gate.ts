@@ -1,8 +1,9 @@
-import { DelayedError, type Job, type Worker } from 'bullmq';
+import type { Job, Worker } from 'bullmq';
 import { testFaults } from '@gatehouse/contracts';
 import type { Db } from '@gatehouse/ledger';
 import type { Logger } from './logger.ts';
 import type { PostgresGate } from './postgres-gate.ts';
+import { handBack } from './hand-back.ts';
 
 /** Options of {@link DrainGate}; durations in milliseconds. */
 export interface DrainGateOptions {
@@ -103,8 +104,7 @@ export class DrainGate {
    */
   async hold(job: Job, token: string | undefined): Promise<never> {
     this.#log.info({ queue: job.queueName, jobId: job.id, release: this.#release }, 'job held: release draining');
-    await job.moveToDelayed(Date.now() + this.#opts.deferMs, token);
-    throw new DelayedError(`held: release ${this.#release} is draining`);
+    return handBack(job, token, this.#opts.deferMs, `held: release ${this.#release} is draining`);
   }
 
   /** Stops polling (the workers are closed by their owner). */

@@ -13,6 +13,7 @@ export * from './service-context.ts';
 export * from './auth.ts';
 export * from './timeout.ts';
 export * from './outage-hold.ts';
+export * from './hand-back.ts';
 export * from './boot-step.ts';
 export * from './postgres-gate.ts';
 export * from './drain-gate.ts';

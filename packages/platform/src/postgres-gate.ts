@@ -1,7 +1,8 @@
-import { DelayedError, type Job, type Worker } from 'bullmq';
+import type { Job, Worker } from 'bullmq';
 import { isConnectionFault, type Db } from '@gatehouse/ledger';
 import type { Logger } from './logger.ts';
 import { markOutage } from './outage-hold.ts';
+import { handBack } from './hand-back.ts';
 import { within } from './timeout.ts';
 import { testFaults } from '@gatehouse/contracts';
 
@@ -146,8 +147,7 @@ export class PostgresGate {
     this.#log.warn({ queue: job.queueName, jobId: job.id, why }, 'job handed back unattempted: postgres unavailable');
     // The wait is not the run's working time: the job carries the outage (ADR 0110).
     await markOutage(job, 'postgres', this.#state.up ? Date.now() : this.#state.since);
-    await job.moveToDelayed(Date.now() + this.#opts.deferMs, token);
-    throw new DelayedError(`deferred: ${why}`);
+    return handBack(job, token, this.#opts.deferMs, `deferred: ${why}`);
   }
 
   /** Stops polling (the workers are closed by their owner). */

@@ -1,7 +1,6 @@
 import { delegationPublicJwk, PUBLISHED_JWKS_PATH, type DelegationSigningKey } from '@gatehouse/credentials';
-import { DelayedError, type Job } from 'bullmq';
 import { testFaults } from '@gatehouse/contracts';
-import { needsOperator, type JobHold, type Logger, type ReadyCheck } from '@gatehouse/platform';
+import { handBack, needsOperator, type JobHold, type Logger, type QueueJob, type ReadyCheck } from '@gatehouse/platform';
 
 /** How long `/readyz` reuses one answer of the published JWKS, ms (probes come every few seconds). */
 const TRUST_CACHE_MS = 5_000;
@@ -102,13 +101,12 @@ export class DelegationTrust implements JobHold {
    * minted would be refused with 401 before any effect, and the run would end "not carried out".
    * @throws DelayedError always (BullMQ's protocol).
    */
-  async hold(job: Job, token: string | undefined): Promise<never> {
+  async hold(job: QueueJob, token: string | undefined): Promise<never> {
     this.#log.info(
       { queue: job.queueName, jobId: job.id, kid: this.#own.kid },
       'job held: the systems of record do not trust this delegation key',
     );
-    await job.moveToDelayed(Date.now() + HOLD_DEFER_MS, token);
-    throw new DelayedError(`held: the systems of record do not trust delegation key ${this.#own.kid}`);
+    return handBack(job, token, HOLD_DEFER_MS, `held: the systems of record do not trust delegation key ${this.#own.kid}`);
   }
 
   /** The last definite answer when it is "not listed", else null; reads again when it is stale. */
