@@ -26,11 +26,9 @@ const policyDir = mkdtempSync(resolve(tmpdir(), 'gh-2p-policy-'));
 const gus = { operator: 'ops-gus', hmacKey: HMAC };
 const REASON = 'longer approval window for the EU night shift';
 
-function writeBundle(revision: string, change: (b: { revision: string; approval: { ttlSeconds: number } }) => void): void {
-  const b = JSON.parse(readFileSync(resolve(repoRoot, 'policy/support-p1.json'), 'utf8')) as {
-    revision: string;
-    approval: { ttlSeconds: number };
-  };
+type BundleJson = { revision: string; approval: { ttlSeconds: number; sameRegion: boolean } };
+function writeBundle(revision: string, change: (b: BundleJson) => void): void {
+  const b = JSON.parse(readFileSync(resolve(repoRoot, 'policy/support-p1.json'), 'utf8')) as BundleJson;
   b.revision = revision;
   change(b);
   writeFileSync(resolve(policyDir, `${revision}.json`), JSON.stringify(b));
@@ -76,6 +74,8 @@ beforeAll(async () => {
   );
   // Approvals that live 20 minutes instead of 15: passes every boundary case, but is looser.
   writeBundle('support-long-approvals', (b) => (b.approval.ttlSeconds = 1200));
+  // A lead of any region may approve: passes every boundary case (they judge the action, not who approves it), but is looser.
+  writeBundle('support-any-region', (b) => (b.approval.sameRegion = false));
   writeRelease('rel-1', 'support-p1');
   writeRelease('rel-long', 'support-long-approvals');
   writeRelease('rel-p2', 'support-p2');
@@ -101,6 +101,12 @@ describe('which bundle changes loosen a limit', () => {
     expect(raisedLimits(m('support-p1'), m('support-p2'))).toEqual([]); // R10 adds a cap
     expect(raisedLimits(m('support-p1'), m('support-long-approvals'))).toEqual(['support.approval.ttlSeconds: 900 → 1200']);
     expect(raisedLimits(null, m('support-units-mistake'))).toEqual([]);
+  });
+
+  it("dropping the approver's same-region requirement loosens who may approve; adding it does not", () => {
+    const m = (support: string) => ({ ...loadReleaseManifest('rel-1'), policy: { support, change: 'change-c1' } });
+    expect(raisedLimits(m('support-p1'), m('support-any-region'))).toEqual(['support.approval.sameRegion: true → false']);
+    expect(raisedLimits(m('support-any-region'), m('support-p1'))).toEqual([]);
   });
 });
 
@@ -213,6 +219,8 @@ describe('activating a looser bundle', () => {
       expect(await approval(id)).toMatchObject({ status: 'approved' });
     } finally {
       writeBundle('support-long-approvals', (b) => (b.approval.ttlSeconds = 1200));
+      // A lead of any region may approve: passes every boundary case (they judge the action, not who approves it), but is looser.
+      writeBundle('support-any-region', (b) => (b.approval.sameRegion = false));
     }
     // What it was approved for is what activates.
     expect(await activateRelease(t.db, 'rel-long', gus)).toMatchObject({ status: 'active' });

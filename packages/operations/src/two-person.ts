@@ -8,8 +8,9 @@ const PACKS = ['support', 'change'] as const;
 /**
  * The limits of `next` that are looser than those of `active` (docs/decisions/0230-two-person-release-changes.md),
  * as `<pack>.<limit>: <old> → <new>` lines: a numeric limit that grew or disappeared (every
- * bundle limit is a ceiling: larger is looser), an approval lifetime that grew, a list of
- * allowed environments that gained one, a rule dropped from the rule order. A limit the active
+ * bundle limit is a ceiling: larger is looser), an approval lifetime that grew, an approver no
+ * longer required to be in the requester's region, a list of allowed environments that gained
+ * one, a rule dropped from the rule order. A limit the active
  * bundle did not have is a new restriction, not a raise. Empty when nothing is looser, or when
  * there is no active release.
  */
@@ -34,6 +35,8 @@ function looser(pack: string, a: PolicyBundle, b: PolicyBundle): string[] {
   }
   if (b.approval.ttlSeconds > a.approval.ttlSeconds)
     out.push(`${pack}.approval.ttlSeconds: ${a.approval.ttlSeconds} → ${b.approval.ttlSeconds}`);
+  // An approver of any region: more people may approve (docs/product/policy-rules.md#approvals).
+  if (a.approval.sameRegion && !b.approval.sameRegion) out.push(`${pack}.approval.sameRegion: true → false`);
   for (const rule of a.ruleOrder) if (!(b.ruleOrder as readonly string[]).includes(rule)) out.push(`${pack}.ruleOrder: ${rule} dropped`);
   return out;
 }
