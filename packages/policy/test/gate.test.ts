@@ -111,6 +111,30 @@ describe('boundary-case gate', () => {
     expect(failures.every((f) => f.got.ruleId === 'C5')).toBe(true);
   });
 
+  // A support approval rule (R7 refunds, R9 reships) decides the action when it runs first: run
+  // ahead of a deny rule that applies to the same tool, it sends for a lead's approval what that
+  // rule denies (a refund over the user's day, a reship of another region's or an unshipped
+  // order). Every such move must fail the gate, in support-p1 and support-p2.
+  it('rejects a support bundle that runs an approval rule before a deny rule of the same tool', () => {
+    const mustFollow: Record<string, string[]> = {
+      R7: ['R0', 'R1', 'R2', 'R3', 'R4', 'R5', 'R6', 'R10'],
+      R9: ['R0', 'R1', 'R2', 'R8'],
+    };
+    const passing: string[] = [];
+    for (const base of [loadBundle('support-p1'), loadBundle('support-p2')]) {
+      const order = base.ruleOrder as readonly string[];
+      for (const [approval, denies] of Object.entries(mustFollow)) {
+        for (const deny of denies.filter((d) => order.includes(d))) {
+          const moved = order.filter((r) => r !== approval);
+          moved.splice(moved.indexOf(deny), 0, approval);
+          const bundle = { ...base, ruleOrder: moved } as typeof base;
+          if (!runBoundaryGate(bundle, loadGateCases(base)).length) passing.push(`${base.revision}: ${approval} before ${deny}`);
+        }
+      }
+    }
+    expect(passing).toEqual([]);
+  });
+
   it('a support bundle whose approver is not a lead, or whose approvals last over a day, does not load', () => {
     const b = JSON.parse(readFileSync(resolve(repoRoot, 'policy/support-p1.json'), 'utf8')) as Record<string, unknown>;
     const dir = mkdtempSync(resolve(tmpdir(), 'gh-policy-'));
