@@ -33,7 +33,23 @@ describe('a run completed with its writes withheld', () => {
   it('an act run of a release whose writes are off is marked, and told so', async () => {
     const w = await completed({ mode: 'act', release: 'rel-2' });
     expect(w).toMatchObject({ state: 'completed', writes_withheld: true });
-    expect(w.next_step).toMatch(/^Consequential writes are off for release rel-2/);
+    expect(w.next_step).toMatch(/^Consequential writes are not enabled yet for release rel-2/);
+  });
+
+  it('a canary candidate is named as one, never as a rollback; a release a rollback restored with writes off is', async () => {
+    const canary = await completed({ mode: 'act', release: 'rel-2' });
+    expect(canary.next_step).toContain('canary');
+    expect(canary.next_step).toContain('gatehouse release enable-writes rel-2');
+    expect(canary.next_step).not.toContain('rollback');
+    await t.db.updateTable('releases').set({ writes_enabled: false }).where('id', '=', 'rel-1').execute();
+    try {
+      const restored = await completed({ mode: 'act', release: 'rel-1' });
+      expect(restored).toMatchObject({ writes_withheld: true });
+      expect(restored.next_step).toContain('rollback');
+      expect(restored.next_step).not.toContain('canary');
+    } finally {
+      await t.db.updateTable('releases').set({ writes_enabled: true }).where('id', '=', 'rel-1').execute();
+    }
   });
 
   it('an investigate run of the same release is not (it needed no write)', async () => {

@@ -65,18 +65,34 @@ export function finalAnswer(response: Pick<OpenAI.Responses.Response, 'output_te
 
 /**
  * The next step of a run the model finished: why it declined, or that the agent could not act
- * because consequential writes are off for its release (a rollback; `writesOff`, act mode only:
- * its changing tools were not offered), or that some of its actions were not carried out
- * (`failed`: nothing was written — the model was told, and the rep must not read "done" as "done
- * as approved"; {@link notCarriedOut} says why), or plainly done.
+ * because consequential writes are off for its release (`writesOff`, act mode only: its changing
+ * tools were not offered; {@link writesOffStep} says why), or that some of its actions were not
+ * carried out (`failed`: nothing was written — the model was told, and the rep must not read
+ * "done" as "done as approved"; {@link notCarriedOut} says why), or plainly done.
  */
-function completedStep(kind: 'message' | 'refusal', wf: { release_id: string; writesOff: boolean }, failed: FailedAction[]): string {
+function completedStep(
+  kind: 'message' | 'refusal',
+  wf: { release_id: string; writesOff: boolean; releaseStatus?: string },
+  failed: FailedAction[],
+): string {
   if (kind === 'refusal')
     return 'The agent declined this ticket: read why (finalMessage); handle it yourself, or resubmit it with more detail.';
-  if (wf.writesOff)
-    return `Consequential writes are off for release ${wf.release_id} (an on-call rollback), so the agent could only look things up: read its final message, and submit the ticket again once writes are back on.`;
+  if (wf.writesOff) return writesOffStep(wf.release_id, wf.releaseStatus);
   if (failed.length) return notCarriedOut(failed);
   return 'Done: read the agent’s final message (finalMessage).';
+}
+
+/**
+ * Why an act run of release `release` (of status `status`, `releases.status`) could only look
+ * things up: a `candidate` is a canary whose writes start disabled until on-call enables them
+ * (docs/product/releases.md#canary); any other release had them turned off by a rollback
+ * (docs/product/releases.md#rollback). Never names a rollback that did not happen.
+ */
+function writesOffStep(release: string, status: string | undefined): string {
+  const lookOnly = 'so the agent could only look things up: read its final message, and submit the ticket again';
+  if (status === 'candidate')
+    return `Consequential writes are not enabled yet for release ${release} (a canary: on-call enables them with gatehouse release enable-writes ${release} once its analysis passes), ${lookOnly} once they are.`;
+  return `Consequential writes are off for release ${release} (an on-call rollback), ${lookOnly} once writes are back on.`;
 }
 
 /**
@@ -148,6 +164,13 @@ export async function failedActions(db: Db | Trx, workflowId: string): Promise<F
     .execute();
 }
 
+/** The `releases.status` of a run's release when its writes were off (the only case its next step names it), else undefined. */
+async function releaseStatusOf(trx: Trx, wf: { release_id: string; writesOff: boolean }): Promise<string | undefined> {
+  if (!wf.writesOff) return undefined;
+  const r = await trx.selectFrom('releases').select('status').where('id', '=', wf.release_id).executeTakeFirst();
+  return r?.status;
+}
+
 /**
  * Ends a run whose turn has no function calls. A message completes it with the text as its final
  * message; a refusal completes it with the model's reason, so the rep sees why it declined; an
@@ -189,7 +212,7 @@ async function finishWithMessage(
     to: 'completed',
     lockedFrom: wf.state,
     round,
-    nextStep: completedStep(answer.kind, wf, await failedActions(trx, wf.id)),
+    nextStep: completedStep(answer.kind, { ...wf, releaseStatus: await releaseStatusOf(trx, wf) }, await failedActions(trx, wf.id)),
     audit: {
       type: 'run.completed',
       service: 'agent-loop',
