@@ -45,9 +45,9 @@ function printRetirement(r: RetireReport, out: (line: string) => void): number {
     return EXIT.unavailable;
   }
   out(`  queues paused: ${r.paused.join(', ')}`);
-  if (r.queuedJobs)
+  if (r.queuedJobs || r.liveRuns)
     out(
-      `  ${r.queuedJobs} job(s) still queued on ${r.release}: gatehouse queues requeue --from ${r.release} --to ${back}   or   gatehouse queues quarantine --release ${r.release}`,
+      `  ${r.liveRuns} live run(s) and ${r.queuedJobs} job(s) still on ${r.release}: gatehouse queues requeue --from ${r.release} --to ${back}   or   gatehouse queues quarantine --release ${r.release}`,
     );
   return EXIT.ok;
 }
@@ -283,8 +283,9 @@ async function rollback({ values, out, actor }: ReleaseRun, db: Db, queues: Queu
   const r = await rollbackRelease(db, queues, { to: values.to!, reason: values.reason!, onStep: out, ...actor(op) });
   out(`rolled back ${r.rolledBack.join(', ')} to ${r.to}`);
   for (const f of r.safety) out(`  SAFETY ${f}`);
-  if (r.queuedJobs) {
-    out(`  ${r.queuedJobs} job(s) still queued on ${r.rolledBack.join(', ')}: choose for each release —`);
+  // From the ledger too: a run waiting on its approval has no job queued, and waits there all the same.
+  if (r.queuedJobs || r.liveRuns) {
+    out(`  ${r.liveRuns} live run(s) and ${r.queuedJobs} job(s) still on ${r.rolledBack.join(', ')}: choose for each release —`);
     for (const c of r.rolledBack)
       out(`    gatehouse queues requeue --from ${c} --to ${r.to}   or   gatehouse queues quarantine --release ${c}`);
   }

@@ -355,6 +355,23 @@ async function liveRunsOn(trx: Trx, release: string): Promise<string[]> {
 }
 
 /**
+ * How many runs the ledger holds live on `releases` (every state of `LIVE_STATES`, paused
+ * included): after a rollback or a retirement drained them, each waits there — with or without a
+ * job in Redis (a run waiting on its approval has none) — until `queues requeue` moves it or
+ * `queues quarantine` stops it, the same runs those commands choose (ADR 0673, 0711).
+ */
+export async function liveRunCount(db: Db | Trx, releases: readonly string[]): Promise<number> {
+  if (!releases.length) return 0;
+  const row = await db
+    .selectFrom('workflows')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('release_id', 'in', [...releases])
+    .where('state', 'in', LIVE_STATES)
+    .executeTakeFirstOrThrow();
+  return Number(row.n);
+}
+
+/**
  * The one check that a requeue names two releases.
  * @throws OpsUsageError (`same_release`) when `from` and `to` are the same release.
  */

@@ -30,7 +30,7 @@ import {
   type Pack,
 } from '@gatehouse/tools';
 import { within, type BaseEnv, type QueueRegistry } from '@gatehouse/platform';
-import { drainRelease, queuedJobs, resumeReleaseQueues, withQueues } from './queue-ops.ts';
+import { drainRelease, liveRunCount, queuedJobs, resumeReleaseQueues, withQueues } from './queue-ops.ts';
 import { requireCanary } from './canary.ts';
 import { formatCohort, type CohortLists } from './cohort.ts';
 import { raisedLimits, requireSecondPerson, type TwoPersonNeed } from './two-person.ts';
@@ -497,6 +497,8 @@ export interface RollbackReport {
   operations: Partial<Record<OperationStatus, number>>;
   /** Jobs still queued on the rolled-back releases: each needs `queues requeue` or `queues quarantine`. */
   queuedJobs: number;
+  /** Runs still live on the rolled-back releases, from the ledger (a run waiting on its approval has no job queued): the same choice. */
+  liveRuns: number;
   /** The restored release's failing safety cases (empty: they pass and writes may be enabled by command). */
   safety: string[];
 }
@@ -630,6 +632,7 @@ export async function rollbackRelease(db: Db, queues: QueueRegistry, opts: Rollb
   step(`5/6 ${opts.to} restored as the active release (its queues resumed), consequential writes OFF`);
   let queued = 0;
   for (const id of others) queued += (await queuedJobs(queues, id)).length;
+  const liveRuns = await liveRunCount(db, others);
   const safety = safetySubset(former);
   const failing = [...safety.gate, ...safety.checks];
   step(
@@ -637,7 +640,7 @@ export async function rollbackRelease(db: Db, queues: QueueRegistry, opts: Rollb
       ? `6/6 safety cases of ${opts.to}: ${failing.length} FAIL — writes stay off`
       : `6/6 safety cases of ${opts.to}: pass (${boundaryCaseCount(former)} boundary cases, closed parsing, strict schemas)`,
   );
-  return { to: opts.to, rolledBack: others, ...report, queuedJobs: queued, safety: failing };
+  return { to: opts.to, rolledBack: others, ...report, queuedJobs: queued, liveRuns, safety: failing };
 }
 
 /**

@@ -3,7 +3,7 @@ import { actorHash, inTransaction, lockReleases, recordAudit, type Db, type Trx 
 import { within, type QueueRegistry } from '@gatehouse/platform';
 import { sql } from 'kysely';
 import { formatCohort, type CohortLists } from './cohort.ts';
-import { pauseReleaseQueues, queuedJobs } from './queue-ops.ts';
+import { liveRunCount, pauseReleaseQueues, queuedJobs } from './queue-ops.ts';
 import { checkRollbackReason, QUEUE_RESUME_TIMEOUT_MS, retireReleases, type RollbackReport } from './releases.ts';
 
 /**
@@ -42,6 +42,8 @@ export interface RetireReport {
   queuesNotPaused: string | null;
   /** Jobs still queued on it: each needs `queues requeue` or `queues quarantine` (null when Redis could not be read). */
   queuedJobs: number | null;
+  /** Runs still live on it, from the ledger (a run waiting on its approval has no job queued): the same choice. */
+  liveRuns: number;
 }
 
 /**
@@ -52,7 +54,8 @@ export interface RetireReport {
  * status (running and failed_unknown are left for reconciliation, never retried), the release
  * retired with no cohort — so its cohort's new tickets route to the active release, whose writes
  * and status are not touched — and `release.retired` audited with the reason. Then its queues are
- * paused in Redis and its queued jobs counted (never moved: on-call requeues or quarantines them);
+ * paused in Redis, its queued jobs and (from the ledger) its live runs counted (never moved:
+ * on-call requeues or quarantines them);
  * a Redis failure there is reported, not thrown, since the retirement stands.
  * @throws Error when the reason is missing or malformed (nothing changes).
  * @throws RetireRefused when `release` is not an open candidate, also when it stopped being one
@@ -91,7 +94,8 @@ export async function retireCandidate(db: Db, queues: QueueRegistry, release: st
     (r) => ({ ...r, error: null }),
     (err: unknown) => ({ paused: [], queued: null, error: err instanceof Error ? err.message : String(err) }),
   );
-  return { release, ...ledger, paused: redis.paused, queuesNotPaused: redis.error, queuedJobs: redis.queued };
+  const liveRuns = await liveRunCount(db, [release]);
+  return { release, ...ledger, paused: redis.paused, queuesNotPaused: redis.error, queuedJobs: redis.queued, liveRuns };
 }
 
 /**

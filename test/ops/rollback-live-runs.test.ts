@@ -1,0 +1,54 @@
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createAction } from '@gatehouse/testing';
+import { tokenFor } from '@gatehouse/cli';
+import { activateRelease, retireCandidate, rollbackRelease } from '@gatehouse/operations';
+import { TEST_REDIS_URL } from '@gatehouse/test-harness';
+import { RELEASE_OPERATOR as op, threeReleases, useReleaseSuite } from '../support/release-suite.ts';
+import { runCli } from '../support/cli-process.ts';
+
+// A rollback (or a retirement) drains the candidate and moves nothing: its live runs wait there
+// until on-call requeues or quarantines them (docs/runbooks/rollback.md step 2). The command told
+// on-call so only when jobs were queued in Redis at that moment — but a run waiting on its
+// approval has none: the expiry the rollback causes is answered later, onto the drained queue.
+// Such a run was stranded with "next: enable-writes" as the only next step printed. The live runs
+// are counted from the ledger (as quarantine and requeue choose them: ADR 0673, 0711).
+
+const SECRET = 'local-auth-secret-change-me';
+const t = useReleaseSuite();
+
+beforeAll(() => threeReleases(t, { rel2: 'candidate for rep-ana', rel9: 'candidate for rep-ben' }));
+
+const cliEnv = async () => ({
+  DATABASE_URL: t.url,
+  REDIS_URL: TEST_REDIS_URL,
+  QUEUE_PREFIX: t.prefix,
+  GATEHOUSE_AUDIT_HMAC_KEY: op.hmacKey,
+  STAGING_URL: 'http://127.0.0.1:9',
+  GATEHOUSE_TOKEN: await tokenFor('ops-gus', SECRET),
+  RELEASES_DIR: t.dirs.releasesDir,
+  POLICY_DIR: t.dirs.policyDir,
+});
+
+describe('live runs left on a drained release', () => {
+  it('a rollback counts them from the ledger and names requeue or quarantine, with no job queued', { timeout: 120_000 }, async () => {
+    await activateRelease(t.db, 'rel-2', { ...op, cohort: { tenants: [], users: ['rep-ana'] } });
+    // Waiting on a lead: no job of it is queued anywhere.
+    await createAction(t.db, { orderId: 'O-1002', amountCents: 9000, release: 'rel-2', pendingApproval: {} });
+    const done = await runCli(['release', 'rollback', '--to', 'rel-1', '--reason', 'canary denials doubled'], await cliEnv());
+    expect(done.code, done.out).toBe(0);
+    expect(done.out).toContain('1 live run(s) and 0 job(s) still on rel-2');
+    expect(done.out).toContain('gatehouse queues requeue --from rel-2 --to rel-1');
+    expect(done.out).toContain('gatehouse queues quarantine --release rel-2');
+  });
+
+  it('the library reports them: a rollback and a retirement', async () => {
+    await activateRelease(t.db, 'rel-9', { ...op, cohort: { tenants: [], users: ['rep-ben'] } });
+    await createAction(t.db, { orderId: 'O-1002', amountCents: 9000, release: 'rel-9', pendingApproval: {} });
+    const retired = await retireCandidate(t.db, t.queues, 'rel-9', { ...op, reason: 'abandon this canary' });
+    expect(retired).toMatchObject({ queuedJobs: 0, liveRuns: 1 });
+    await activateRelease(t.db, 'rel-9', { ...op, cohort: { tenants: [], users: ['rep-ben'] } });
+    const rolled = await rollbackRelease(t.db, t.queues, { to: 'rel-1', reason: 'again', ...op });
+    // rel-9's run is still there (nothing moved it); no job is queued for it.
+    expect(rolled).toMatchObject({ rolledBack: ['rel-9'], queuedJobs: 0, liveRuns: 1 });
+  });
+});
