@@ -1,7 +1,11 @@
 import { beforeAll, describe, expect, it } from 'vitest';
+import { copyFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { repoRoot } from '@gatehouse/contracts';
+import { loadBundle, loadGateCases } from '@gatehouse/policy';
 import { createAction } from '@gatehouse/testing';
 import { tokenFor } from '@gatehouse/cli';
-import { activateRelease, retireCandidate, rollbackRelease } from '@gatehouse/operations';
+import { activateRelease, enableWrites, retireCandidate, rollbackRelease } from '@gatehouse/operations';
 import { TEST_REDIS_URL } from '@gatehouse/test-harness';
 import { RELEASE_OPERATOR as op, threeReleases, useReleaseSuite } from '../support/release-suite.ts';
 import { runCli } from '../support/cli-process.ts';
@@ -50,5 +54,15 @@ describe('live runs left on a drained release', () => {
     const rolled = await rollbackRelease(t.db, t.queues, { to: 'rel-1', reason: 'again', ...op });
     // rel-9's run is still there (nothing moved it); no job is queued for it.
     expect(rolled).toMatchObject({ rolledBack: ['rel-9'], queuedJobs: 0, liveRuns: 1 });
+  });
+});
+
+describe('the safety cases a release command reports', () => {
+  it("count every case its gate ran: a revision's own table (support-p2's R10 cases) included", async () => {
+    copyFileSync(resolve(repoRoot, 'policy/support-p2.json'), resolve(t.dirs.policyDir, 'support-p2.json'));
+    t.dirs.writeRelease('rel-p2', (m) => ((m.policy as Record<string, string>).support = 'support-p2'));
+    await activateRelease(t.db, 'rel-p2', op);
+    const gated = loadGateCases(loadBundle('support-p2')).length + loadGateCases(loadBundle('change-c1')).length;
+    expect(await enableWrites(t.db, 'rel-p2', op.operator, op.hmacKey)).toMatchObject({ boundaryCases: gated });
   });
 });

@@ -19,7 +19,7 @@ import {
   type OperationStatus,
 } from '@gatehouse/ledger';
 import { sql, type RawBuilder } from 'kysely';
-import { loadBoundaryCases, loadBundle, runBoundaryGate } from '@gatehouse/policy';
+import { loadBundle, loadGateCases, runBoundaryGate } from '@gatehouse/policy';
 import {
   allTools,
   codeDigests,
@@ -482,9 +482,9 @@ export async function enableWrites(db: Db, id: string, operator: string, hmacKey
   });
 }
 
-/** How many boundary cases the bundles of `m` are gated on (both packs). */
+/** How many boundary cases the bundles of `m` are gated on (both packs; a revision's own table, e.g. support-p2's R10 cases, included: what `runBoundaryGate` runs). */
 function boundaryCaseCount(m: ReleaseManifest): number {
-  return PACKS.reduce((n, pack) => n + loadBoundaryCases(loadBundle(m.policy[pack], process.env.POLICY_DIR).pack).length, 0);
+  return PACKS.reduce((n, pack) => n + loadGateCases(loadBundle(m.policy[pack], process.env.POLICY_DIR)).length, 0);
 }
 
 /** What {@link rollbackRelease} did and what is left for an explicit choice. */
