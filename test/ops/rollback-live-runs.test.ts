@@ -1,9 +1,9 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { copyFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { repoRoot } from '@gatehouse/contracts';
+import { DEFAULT_CANARY_THRESHOLDS, repoRoot } from '@gatehouse/contracts';
 import { loadBundle, loadGateCases } from '@gatehouse/policy';
-import { createAction } from '@gatehouse/testing';
+import { createAction, seedFinishedRun } from '@gatehouse/testing';
 import { tokenFor } from '@gatehouse/cli';
 import { activateRelease, enableWrites, retireCandidate, rollbackRelease } from '@gatehouse/operations';
 import { TEST_REDIS_URL } from '@gatehouse/test-harness';
@@ -16,6 +16,8 @@ import { runCli } from '../support/cli-process.ts';
 // approval has none: the expiry the rollback causes is answered later, onto the drained queue.
 // Such a run was stranded with "next: enable-writes" as the only next step printed. The live runs
 // are counted from the ledger (as quarantine and requeue choose them: ADR 0673, 0711).
+// A promotion retires the former active release the same way as far as its live runs go: they
+// stay on it, and stopping its services would strand them; the command names them too.
 
 const SECRET = 'local-auth-secret-change-me';
 const t = useReleaseSuite();
@@ -54,6 +56,24 @@ describe('live runs left on a drained release', () => {
     const rolled = await rollbackRelease(t.db, t.queues, { to: 'rel-1', reason: 'again', ...op });
     // rel-9's run is still there (nothing moved it); no job is queued for it.
     expect(rolled).toMatchObject({ rolledBack: ['rel-9'], queuedJobs: 0, liveRuns: 1 });
+  });
+});
+
+describe('a promotion', () => {
+  it('names the live runs that stay on the release it retired, and how to keep or move them', { timeout: 120_000 }, async () => {
+    t.dirs.writeRelease('rel-10');
+    await activateRelease(t.db, 'rel-10', { ...op, cohort: { tenants: [], users: ['rep-ana'] } });
+    for (let i = 0; i < DEFAULT_CANARY_THRESHOLDS.minRuns; i++) {
+      await seedFinishedRun(t.db, { release: 'rel-1' });
+      await seedFinishedRun(t.db, { release: 'rel-10' });
+    }
+    // rep-ben's refund on rel-1 waits on a lead: it finishes on rel-1, whatever becomes active.
+    await createAction(t.db, { orderId: 'O-1002', amountCents: 9000, release: 'rel-1', pendingApproval: {} });
+    const done = await runCli(['release', 'activate', 'rel-10'], await cliEnv());
+    expect(done.code, done.out).toBe(0);
+    expect(done.out).toContain('rel-10 is the active release');
+    expect(done.out).toContain("1 live run(s) stay on rel-1, the release each started on: keep rel-1's services running");
+    expect(done.out).toContain('gatehouse queues requeue --from rel-1 --to rel-10');
   });
 });
 

@@ -227,6 +227,11 @@ async function activate({ release, values, env, out, actor }: ReleaseRun, db: Db
       ? `${a.id} is a candidate for ${values.cohort}; consequential writes stay disabled until: gatehouse release enable-writes ${a.id}`
       : `${a.id} is the active release${a.forced ? ' (FORCED past its boundary-case gate; audited)' : ''}`,
   );
+  // Each run stays on the release it started on: stopping that release's services strands them.
+  if (a.former?.liveRuns)
+    out(
+      `  ${a.former.liveRuns} live run(s) stay on ${a.former.id}, the release each started on: keep ${a.former.id}'s services running until they end, or move them: gatehouse queues drain --release ${a.former.id}, then gatehouse queues requeue --from ${a.former.id} --to ${a.id}`,
+    );
   if (!a.queuesNotResumed) return EXIT.ok;
   out(`  its queues could not be resumed in Redis (${a.queuesNotResumed}): run gatehouse queues resume --release ${a.id}`);
   return EXIT.unavailable;

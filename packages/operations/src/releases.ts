@@ -107,6 +107,13 @@ export interface Activation {
   forced: boolean;
   /** Gate failures bypassed with `--force` (audited), empty otherwise. */
   bypassed: string[];
+  /**
+   * The release this activation for everyone retired, and how many runs the ledger still holds
+   * live on it: each stays on the release it started on (docs/product/releases.md#canary), so
+   * that release's services must keep running until they end — or on-call drains and requeues
+   * them. Null for a candidate, or when no release was active.
+   */
+  former: { id: string; liveRuns: number } | null;
 }
 
 /** Thrown when a release may not be activated; `problems` lists why. */
@@ -145,7 +152,7 @@ export async function activateRelease(
   if (problems.length) throw new ActivationRefused(id, problems);
   const status = opts.cohort ? 'candidate' : 'active';
   const needs = await activationNeeds(db, id, { force: opts.force, manifest: m, gate: safety.gate });
-  await inTransaction(db, async (trx) => {
+  const retired = await inTransaction(db, async (trx) => {
     await lockReleases(trx);
     // Again under the lock: a rollback or an activation may have made it active meanwhile.
     if (opts.cohort) await refuseCanaryOpening(trx, id);
@@ -154,14 +161,16 @@ export async function activateRelease(
     if (needs.length) await requireSecondPerson(trx, id, needs, { ...opts, manifest: m });
     // Promoting a candidate to everyone needs its canary analysis to pass (or a two-person override).
     if (status === 'active') await requireCanary(trx, id, opts.operator, opts.hmacKey);
-    if (status === 'active') {
-      await trx
-        .updateTable('releases')
-        .set({ status: 'retired', cohort: null })
-        .where('status', '=', 'active')
-        .where('id', '!=', id)
-        .execute();
-    }
+    const former =
+      status === 'active'
+        ? await trx
+            .updateTable('releases')
+            .set({ status: 'retired', cohort: null })
+            .where('status', '=', 'active')
+            .where('id', '!=', id)
+            .returning('id')
+            .execute()
+        : [];
     const cohort = opts.cohort ? JSON.stringify(opts.cohort) : null;
     // An activation ends a drain of this release: its held runs' wait is credited first (ADR 0699).
     await creditDrainWait(trx, id);
@@ -200,8 +209,10 @@ export async function activateRelease(
       outcome: `${status}${safety.gate.length ? `:forced_past_${safety.gate.length}_gate_failures` : ''}`,
       revisions: { policy: `${m.policy.support},${m.policy.change}`, toolCatalog: m.toolCatalog.support, release: id },
     });
+    return former[0]?.id;
   });
-  return { id, status, forced: safety.gate.length > 0, bypassed: safety.gate };
+  const former = retired ? { id: retired, liveRuns: await liveRunCount(db, [retired]) } : null;
+  return { id, status, forced: safety.gate.length > 0, bypassed: safety.gate, former };
 }
 
 /**
