@@ -210,17 +210,39 @@ export function loadActiveBundles(
   return { support: loadActiveSupportBundle(revisions.support, dir, gate), change: loadActiveChangeBundle(revisions.change, dir, gate) };
 }
 
+/** The settings {@link policyRevisions} reads. */
+interface RevisionEnv {
+  GATEHOUSE_RELEASE: string;
+  GATEHOUSE_ENV?: string;
+  POLICY_REVISION?: string;
+  CHANGE_POLICY_REVISION?: string;
+}
+
 /**
  * The policy revisions a service of release `GATEHOUSE_RELEASE` runs: the release manifest's
- * (`releases/<id>.json` `policy`), unless `POLICY_REVISION` / `CHANGE_POLICY_REVISION` override.
- * @throws Error when the release manifest is missing or invalid.
+ * (`releases/<id>.json` `policy`). `POLICY_REVISION` / `CHANGE_POLICY_REVISION` may name another
+ * only under `GATEHOUSE_ENV=test`: elsewhere a service would run a bundle its release never named —
+ * past the two-person rule for a looser one, unaudited, with `release verify` still matching —
+ * so another revision is another release (docs/decisions/0774-a-service-runs-its-release-policy-revisions.md).
+ * @throws Error when the release manifest is missing or invalid, or an override names another
+ *   revision outside tests.
  */
-export function policyRevisions(env: { GATEHOUSE_RELEASE: string; POLICY_REVISION?: string; CHANGE_POLICY_REVISION?: string }): {
-  support: string;
-  change: string;
-} {
+export function policyRevisions(env: RevisionEnv): { support: string; change: string } {
   const m = loadReleaseManifest(env.GATEHOUSE_RELEASE);
-  return { support: env.POLICY_REVISION ?? m.policy.support, change: env.CHANGE_POLICY_REVISION ?? m.policy.change };
+  const revisions = { support: env.POLICY_REVISION ?? m.policy.support, change: env.CHANGE_POLICY_REVISION ?? m.policy.change };
+  if (env.GATEHOUSE_ENV === 'test') return revisions;
+  const refused = (['support', 'change'] as const)
+    .filter((pack) => revisions[pack] !== m.policy[pack])
+    .map(
+      (pack) =>
+        `${pack === 'support' ? 'POLICY_REVISION' : 'CHANGE_POLICY_REVISION'}=${revisions[pack]}: release ${m.id} runs ${m.policy[pack]}`,
+    );
+  if (refused.length)
+    throw new Error(
+      `${refused.join('; ')} (releases/${m.id}.json). A service runs its release's policy revisions: ` +
+        `put another bundle in a release and activate it (gatehouse release activate <id> --cohort …); the override is for tests only (ADR 0774)`,
+    );
+  return revisions;
 }
 
 /**
@@ -232,7 +254,7 @@ export function policyRevisions(env: { GATEHOUSE_RELEASE: string; POLICY_REVISIO
  */
 export async function loadServiceBundles(
   db: Db,
-  env: Parameters<typeof policyRevisions>[0] & { POLICY_DIR?: string },
+  env: RevisionEnv & { POLICY_DIR?: string },
   log: { error: (fields: object, msg: string) => void },
 ): Promise<PolicyBundles> {
   return loadActiveBundles(policyRevisions(env), env.POLICY_DIR, {

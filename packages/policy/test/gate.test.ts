@@ -11,6 +11,7 @@ import {
   loadBundleFile,
   loadGateCases,
   loadSupportBundleFile,
+  policyRevisions,
   runBoundaryGate,
   type BoundaryCase,
 } from '../src/index.ts';
@@ -84,6 +85,8 @@ describe('boundary-case gate', () => {
         ...process.env,
         POLICY_DIR: fixtures,
         POLICY_REVISION: 'support-units-mistake',
+        // The override of the release's revision is a test's only (ADR 0774).
+        GATEHOUSE_ENV: 'test',
         POLICY_GATEWAY_PORT: '0',
         QUEUE_PREFIX: 'gh-gate-test',
         LOG_LEVEL: 'error',
@@ -91,6 +94,30 @@ describe('boundary-case gate', () => {
     });
     expect(boot.status).not.toBe(0);
     expect(boot.stderr).toContain('fails its boundary-case gate');
+  });
+
+  // A service of rel-1 started with POLICY_REVISION set to another bundle ran it: one that passes
+  // the gate but is looser (any region's lead approves) booted with no second person, no audit,
+  // and `release verify rel-1` still matching. Outside tests a service runs its release's revisions.
+  it("a service runs its release manifest's policy revisions: an override naming another is refused outside tests", () => {
+    const base = { GATEHOUSE_RELEASE: 'rel-1' };
+    for (const GATEHOUSE_ENV of ['production', 'local'] as const) {
+      expect(() => policyRevisions({ ...base, GATEHOUSE_ENV, POLICY_REVISION: 'support-any-region' })).toThrow(
+        /POLICY_REVISION=support-any-region: release rel-1 runs support-p1/,
+      );
+      expect(() => policyRevisions({ ...base, GATEHOUSE_ENV, CHANGE_POLICY_REVISION: 'change-c2' })).toThrow(
+        /CHANGE_POLICY_REVISION=change-c2: release rel-1 runs change-c1/,
+      );
+      // Naming the manifest's own revision changes nothing.
+      expect(policyRevisions({ ...base, GATEHOUSE_ENV, POLICY_REVISION: 'support-p1' })).toEqual({
+        support: 'support-p1',
+        change: 'change-c1',
+      });
+    }
+    expect(policyRevisions({ ...base, GATEHOUSE_ENV: 'test', POLICY_REVISION: 'support-units-mistake' })).toEqual({
+      support: 'support-units-mistake',
+      change: 'change-c1',
+    });
   });
 
   it('the change pack: every tool gated at, before and after its allowed states; change-c1 passes', () => {
