@@ -56,6 +56,27 @@ export interface ActionSeed {
 }
 
 /**
+ * The decision and rule of a seeded action: `seed.decision` / `seed.ruleId`, else what the policy
+ * re-evaluation at execution finds (approval for a pending approval, a reship, or a refund above
+ * 5000 cents: R7 or R9; else ALLOW by `ALL`).
+ * @throws Error when `pendingApproval` is asked of an action that does not require approval.
+ */
+function seededDecision(seed: ActionSeed, tool: string): { decision: NonNullable<ActionSeed['decision']>; ruleId: string } {
+  const decision =
+    seed.decision ?? (seed.pendingApproval || tool === 'reship_order' || (seed.amountCents ?? 3000) > 5000 ? 'REQUIRE_APPROVAL' : 'ALLOW');
+  if (seed.pendingApproval && decision !== 'REQUIRE_APPROVAL') throw new Error('pendingApproval seeds an action that requires approval');
+  return { decision, ruleId: seed.ruleId ?? (decision === 'ALLOW' ? 'ALL' : tool === 'issue_refund' ? 'R7' : 'R9') };
+}
+
+/** The arguments of a seeded action of `tool`: a refund's amount (default 3000 cents) and reason, a notice's template, else the order. */
+function seededArguments(seed: ActionSeed, tool: string): Record<string, unknown> {
+  if (tool === 'issue_refund')
+    return { orderId: seed.orderId, amountCents: seed.amountCents ?? 3000, reason: seed.reason ?? 'damaged item' };
+  if (tool === 'notify_customer') return { orderId: seed.orderId, template: seed.template ?? 'refund_issued' };
+  return { orderId: seed.orderId };
+}
+
+/**
  * Writes a workflow (state `executing`, mode `act`), its budget, one valid proposal and one action
  * version in status `approved` (operation key `<workflowId>:action:1`, a random 64-hex digest),
  * plus — when the action requires approval — an approval row `approved` by lead-eli that names
@@ -65,10 +86,7 @@ export interface ActionSeed {
  */
 export async function createAction(db: Db, seed: ActionSeed): Promise<SeededAction> {
   const tool = seed.tool ?? 'issue_refund';
-  const decision =
-    seed.decision ?? (seed.pendingApproval || tool === 'reship_order' || (seed.amountCents ?? 3000) > 5000 ? 'REQUIRE_APPROVAL' : 'ALLOW');
-  if (seed.pendingApproval && decision !== 'REQUIRE_APPROVAL') throw new Error('pendingApproval seeds an action that requires approval');
-  const ruleId = seed.ruleId ?? (decision === 'ALLOW' ? 'ALL' : tool === 'issue_refund' ? 'R7' : 'R9');
+  const { decision, ruleId } = seededDecision(seed, tool);
   const pending = seed.pendingApproval;
   const approved = pending !== undefined || (seed.approved ?? decision === 'REQUIRE_APPROVAL');
   const userId = seed.userId ?? 'rep-ana';
@@ -83,12 +101,7 @@ export async function createAction(db: Db, seed: ActionSeed): Promise<SeededActi
   const callId = `call_${randomBytes(8).toString('hex')}`;
   const digest = randomBytes(32).toString('hex');
   const operationKey = `${workflowId}:action:${version}`;
-  const args: Record<string, unknown> =
-    tool === 'issue_refund'
-      ? { orderId: seed.orderId, amountCents: seed.amountCents ?? 3000, reason: seed.reason ?? 'damaged item' }
-      : tool === 'notify_customer'
-        ? { orderId: seed.orderId, template: seed.template ?? 'refund_issued' }
-        : { orderId: seed.orderId };
+  const args = seededArguments(seed, tool);
   const now = new Date();
   await inTransaction(db, async (trx) => {
     await insertRun(
