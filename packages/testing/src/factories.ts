@@ -20,8 +20,8 @@ export interface SeededAction {
 
 /** Options of {@link createAction}. */
 export interface ActionSeed {
-  /** The tool (`reverse_refund`: a reconciliation remediation, with `ruleId: 'RECON'`). */
-  tool?: 'issue_refund' | 'reship_order' | 'reverse_refund' | 'replay_refund' | 'notify_customer';
+  /** The tool (`reverse_refund`: a reconciliation remediation, with `ruleId: 'RECON'`; `lookup_order`: a read, seed it `decision: 'ALLOW'`). */
+  tool?: 'issue_refund' | 'reship_order' | 'reverse_refund' | 'replay_refund' | 'notify_customer' | 'lookup_order';
   /** notify_customer only: the mail template (default `refund_issued`). */
   template?: 'refund_issued' | 'reship_created' | 'apology';
   orderId: string;

@@ -1,10 +1,13 @@
 import { baselineReadAt, overlappingDispatches } from '@gatehouse/ledger';
-import { attempt, reasonOf } from './http-call.ts';
+import { attempt, reasonOf, type AttemptOutcome } from './http-call.ts';
 import type { AdapterCall, AdapterResult } from './adapter.ts';
 
 /**
  * Reads an order and its shipments and refunds for `lookup_order` (bounded read: 3 attempts).
- * Returns only the fields the next decision needs.
+ * Returns only the fields the next decision needs. All three records must answer in full
+ * ({@link orderReadOf}); a partial answer is tried again and, if it stays partial, fails
+ * `order_system_unavailable` — never read as "no shipments" or "nothing refunded"
+ * (docs/decisions/0771-a-partial-order-read-is-no-read.md).
  */
 export async function lookupOrder(call: AdapterCall): Promise<AdapterResult> {
   const id = encodeURIComponent(String(call.args.orderId));
@@ -17,26 +20,43 @@ export async function lookupOrder(call: AdapterCall): Promise<AdapterResult> {
     ]);
     if (order.kind === 'response' && order.status === 404)
       return { status: 'failed', reason: 'order_not_found', retryable: false, attempts: n };
-    if (order.kind === 'response' && order.status === 200 && shipments.kind === 'response' && refunds.kind === 'response') {
-      const o = order.body;
-      const refundList = (refunds.body.refunds ?? []) as Array<{ amountCents: number }>;
-      return {
-        status: 'succeeded',
-        attempts: n,
-        evidenceRef: null,
-        data: {
-          orderId: o.id,
-          status: o.status,
-          region: o.region,
-          paid: (Number(o.paid) / 100).toFixed(2),
-          refunded: (refundList.reduce((s, r) => s + r.amountCents, 0) / 100).toFixed(2),
-          shipments: ((shipments.body.shipments ?? []) as unknown[]).length,
-        },
-      };
-    }
+    const data = orderReadOf(order, shipments, refunds);
+    if (data) return { status: 'succeeded', attempts: n, evidenceRef: null, data };
     await new Promise((r) => setTimeout(r, 100 * n));
   }
   return { status: 'failed', reason: 'order_system_unavailable', retryable: true, attempts: 3 };
+}
+
+/** The body of a 200 answer, or null for no answer or another status. */
+function okBody(res: AttemptOutcome): Record<string, unknown> | null {
+  return res.kind === 'response' && res.status === 200 ? res.body : null;
+}
+
+/**
+ * What `lookup_order` reports, from the three answers, or null when any of them is not a whole
+ * answer: the order a 200 with an integer `paid` (cents), the shipments a 200 with a
+ * `shipments` list, the refunds a 200 with a `refunds` list whose every `amountCents` is an
+ * integer. A listing that failed or came without its list says nothing about the order's
+ * shipments or refunds (what a system of record sends is untrusted, ADR 0640), so it is never
+ * read as an empty one (ADR 0771).
+ */
+function orderReadOf(order: AttemptOutcome, shipments: AttemptOutcome, refunds: AttemptOutcome): Record<string, unknown> | null {
+  const o = okBody(order);
+  const shipmentList = okBody(shipments)?.shipments;
+  const refundList = okBody(refunds)?.refunds;
+  if (!o || !Number.isSafeInteger(o.paid) || !Array.isArray(shipmentList) || !Array.isArray(refundList)) return null;
+  const amounts = refundList.map((r: unknown) =>
+    typeof r === 'object' && r !== null ? (r as { amountCents?: unknown }).amountCents : undefined,
+  );
+  if (!amounts.every((c) => Number.isSafeInteger(c))) return null;
+  return {
+    orderId: o.id,
+    status: o.status,
+    region: o.region,
+    paid: ((o.paid as number) / 100).toFixed(2),
+    refunded: ((amounts as number[]).reduce((s, c) => s + c, 0) / 100).toFixed(2),
+    shipments: shipmentList.length,
+  };
 }
 
 /** A listed shipment as read-back sees it: its id and when the order system created it (ms since the epoch, NaN when unreadable). */

@@ -1,0 +1,96 @@
+import { createServer, request, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createAction } from '@gatehouse/testing';
+import { closeServer } from '@gatehouse/platform';
+import { processExecution, type ExecutionDeps } from '../src/jobs/executions.processor.ts';
+import { startHarness, type Harness } from '../../../test/executor/support/harness.ts';
+
+// `lookup_order` reads three records: the order, its shipments and its refunds. When the order
+// answers but one of the other two does not (a 5xx, or a 200 without its list), the read is
+// partial: reporting it as "0 shipments" or "refunded 0.00" tells the model and the rep something
+// the systems of record never said. A partial read is no read: it is tried again and, if the
+// listing stays down, fails `order_system_unavailable` (docs/decisions/0771-a-partial-order-read-is-no-read.md).
+// Real ledger and staging, behind a proxy that fails the chosen listing.
+
+let h: Harness;
+let deps: ExecutionDeps;
+let proxy: Server;
+/** Which listing the proxy fails, and how: a 503, or a 200 body without its list. */
+let failing: { path: RegExp; mode: '503' | 'empty' } | null = null;
+
+beforeAll(async () => {
+  h = await startHarness();
+  const upstream = new URL(h.stagingUrl);
+  proxy = createServer((req, res) => {
+    if (req.method === 'GET' && failing && failing.path.test(req.url ?? '')) {
+      res.writeHead(failing.mode === '503' ? 503 : 200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(failing.mode === '503' ? { error: { reason: 'server_error', message: 'test proxy' } } : {}));
+      return;
+    }
+    const up = request({ host: upstream.hostname, port: upstream.port, path: req.url, method: req.method, headers: req.headers }, (r) => {
+      res.writeHead(r.statusCode ?? 502, r.headers);
+      r.pipe(res);
+    });
+    up.on('error', () => req.socket.destroy());
+    req.pipe(up);
+  });
+  await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+  deps = h.deps({ stagingUrl: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}` });
+});
+afterAll(async () => {
+  proxy?.closeAllConnections();
+  if (proxy) await closeServer(proxy);
+  await h?.close();
+});
+
+/** A shipped order with one refund of 30.00 and one shipment already recorded by the systems of record. */
+async function orderWithHistory(): Promise<string> {
+  const orderId = await h.newOrder();
+  const refund = await createAction(h.db, { orderId, amountCents: 3000 });
+  expect(await processExecution(refund.job, h.deps())).toBe('succeeded');
+  const reship = await createAction(h.db, { tool: 'reship_order', orderId });
+  expect(await processExecution(reship.job, h.deps())).toBe('succeeded');
+  return orderId;
+}
+
+async function lookup(orderId: string) {
+  const a = await createAction(h.db, { tool: 'lookup_order', orderId, decision: 'ALLOW' });
+  const outcome = await processExecution(a.job, deps);
+  const op = await h.db
+    .selectFrom('operations')
+    .select(['status', 'result', 'error'])
+    .where('key', '=', a.operationKey)
+    .executeTakeFirstOrThrow();
+  return { outcome, op };
+}
+
+describe('lookup_order when the systems of record answer only in part', () => {
+  it('reads back the order, its shipments and refunds when all answer', async () => {
+    failing = null;
+    const { outcome, op } = await lookup(await orderWithHistory());
+    expect(outcome).toBe('succeeded');
+    expect(op.result).toMatchObject({ refunded: '30.00', shipments: 1 });
+  });
+
+  for (const [what, path] of [
+    ['the payments ledger', /^\/ledger\/refunds\?/],
+    ['the shipments listing', /^\/orders\/[^/]+\/shipments$/],
+  ] as const) {
+    for (const mode of ['503', 'empty'] as const) {
+      it(`${what} answering ${mode === '503' ? '503' : 'a 200 without its list'}: never "none", the read fails`, async () => {
+        const orderId = await orderWithHistory();
+        failing = { path, mode };
+        try {
+          const { outcome, op } = await lookup(orderId);
+          expect(op.result ?? {}).not.toMatchObject({ refunded: '0.00' });
+          expect(op.result ?? {}).not.toMatchObject({ shipments: 0 });
+          expect(outcome).toBe('failed');
+          expect(String(op.error ?? JSON.stringify(op.result))).toMatch(/order_system_unavailable/);
+        } finally {
+          failing = null;
+        }
+      });
+    }
+  }
+});
