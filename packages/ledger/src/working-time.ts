@@ -124,7 +124,8 @@ export async function creditDrainWait(trx: Trx, release: string, except: Readonl
 
 /** What {@link checkWorkingTime} found. */
 export type WorkingTimeVerdict =
-  | { kind: 'ok' }
+  /** Time is left: `deadlineAtMs` is the run's deadline the verdict judged (epoch ms, after any credit; null without a budget row). */
+  | { kind: 'ok'; deadlineAtMs: number | null }
   | { kind: 'budget_exhausted' }
   /** The outage outlasted the ceiling; `nextStep` is the rep's and on-call's next step. */
   | { kind: 'dependency_unavailable'; dependency: Dependency; nextStep: string };
@@ -190,7 +191,7 @@ export async function checkWorkingTime(
   // resume, ADR 0620) is not in it. A passed one is read again, now under the lock, before it
   // stops the run; a deadline still ahead needs no second read.
   if (deadline === known && passed(deadline)) deadline = await readDeadline(trx, workflowId);
-  return passed(deadline) ? { kind: 'budget_exhausted' } : { kind: 'ok' };
+  return passed(deadline) ? { kind: 'budget_exhausted' } : { kind: 'ok', deadlineAtMs: deadline.deadlineAtMs };
 }
 
 /** Whether a run's wall-time deadline has passed (none without a budget row). */

@@ -37,7 +37,7 @@ afterAll(() => new Promise<void>((ok) => server.close(() => ok())));
  * One idempotent write of 30.00 allowing 4 attempts, through a breaker of its own (`downstream`);
  * containment and audit health clear unless `checks` says otherwise.
  */
-function write(downstream: string, checks: Pick<AdapterCall, 'heldByContainment' | 'heldByAudit'> = {}) {
+function write(downstream: string, checks: Pick<AdapterCall, 'heldByContainment' | 'heldByAudit' | 'runDeadlineMs'> = {}) {
   const call: AdapterCall = {
     stagingUrl: url,
     ledger: undefined as unknown as Db,
@@ -80,6 +80,31 @@ describe('a 429 gets one retry', () => {
     [script, seen] = [[429, 503, 429, 201], []];
     expect(await write('payments-429-5xx')).toMatchObject({ status: 'failed', reason: 'rate_limited', attempts: 3 });
     expect(seen.map((s) => s.status)).toEqual([429, 503, 429]);
+  });
+});
+
+describe("the run's deadline bounds the retries (ADR 0772)", () => {
+  it('a 5xx storm whose run deadline has just passed: the admitted attempt only, no retry sent', async () => {
+    [script, seen] = [[503], []];
+    const out = await write('payments-run-deadline-5xx', { runDeadlineMs: Date.now() });
+    expect(out).toEqual({ status: 'failed', reason: 'deadline', retryable: true, attempts: 1 });
+    expect(seen.map((s) => s.status)).toEqual([503]);
+  });
+
+  it('a 429 whose wait ends past the run deadline, well within the execution bound: not waited for', async () => {
+    [script, seen] = [[429, 201], []];
+    const out = await write('payments-run-deadline-429', { runDeadlineMs: Date.now() + 10 });
+    expect(out).toEqual({ status: 'failed', reason: 'rate_limited_past_deadline', retryable: true, attempts: 1 });
+    expect(seen.map((s) => s.status)).toEqual([429]);
+  });
+
+  it('a run deadline after the wait: the 429 gets its one retry', async () => {
+    [script, seen] = [[429, 201], []];
+    expect(await write('payments-run-deadline-ahead', { runDeadlineMs: Date.now() + 60_000 })).toMatchObject({
+      status: 'succeeded',
+      attempts: 2,
+    });
+    expect(seen.map((s) => s.status)).toEqual([429, 201]);
   });
 });
 

@@ -37,8 +37,15 @@ export interface AdapterCall {
    * request sends when it is not the operation key (only the control-removed test's fresh keys).
    */
   token: (target: BindingTarget, op?: string) => Promise<string>;
-  /** Absolute deadline, epoch ms. */
+  /** Absolute deadline of this execution, epoch ms: every attempt's timeout ends by it. */
   deadlineMs: number;
+  /**
+   * The run's working-time deadline, epoch ms (null or absent: none). The claim admitted the first
+   * attempt within it; a retry is neither waited for nor sent past it — a 429 whose Retry-After
+   * ends past it is `rate_limited_past_deadline`, a 5xx storm's backoff stops at it
+   * (docs/product/hard-cases.md#rate-limits-and-5xx-storms, docs/decisions/0772-a-write-keeps-within-its-runs-deadline.md).
+   */
+  runDeadlineMs?: number | null;
   /** Read-back baseline captured (and committed) before dispatch, for tools without keys. */
   baseline: Record<string, unknown> | null;
   /**

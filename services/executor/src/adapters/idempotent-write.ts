@@ -40,6 +40,14 @@ function rateLimitedError(headers: Headers, deadlineMs: number, nth: number): Re
 }
 
 /**
+ * The instant past which no retry of one write is waited for or sent, epoch ms: the earlier of the
+ * execution's deadline and the run's working-time deadline (the run's budget can end first; ADR 0772).
+ */
+function retryDeadline(call: Pick<AdapterCall, 'deadlineMs' | 'runDeadlineMs'>): number {
+  return call.runDeadlineMs == null ? call.deadlineMs : Math.min(call.deadlineMs, call.runDeadlineMs);
+}
+
+/**
  * Why a retry that would be a new effect is not sent, or null when it may be: the tool's
  * containment (ADR 0700), then audit health (ADR 0706). A check that cannot be read (the ledger
  * unreachable) holds the retry as well ({@link HELD_CHECK_UNREADABLE}): every attempt so far was
@@ -60,7 +68,8 @@ async function heldBeforeRetry(call: AdapterCall): Promise<string | null> {
  * One idempotent write (`POST url` with `body`) under the downstream's retry policy: the same
  * `Idempotency-Key` (the operation key) and fencing token on every attempt; 200/201 succeed
  * (`evidence` picks the downstream id); a 429 gets one retry after its Retry-After (it ends at
- * once, `rate_limited_past_deadline`, when the wait would end past the deadline; a second 429 ends
+ * once, `rate_limited_past_deadline`, when the wait would end past the deadline — the execution's
+ * or the run's, whichever is earlier ({@link retryDeadline}); a second 429 ends
  * it `rate_limited` — docs/decisions/0753-a-429-gets-one-retry.md), 408, 5xx and lost
  * responses are retried up to `maxAttempts` within the deadline; other 4xx are final. After an unanswered
  * attempt (it may have landed), running out of attempts or a final 4xx is `unknown`, never
@@ -91,11 +100,12 @@ export async function idempotentWrite(
   let sawNoAnswer = false;
   let lastRefused = false;
   let rateLimited = 0;
-  const policy = idempotentWritePolicy(req.downstream, call.workflow.tenant, req.maxAttempts, call.deadlineMs);
+  const retryDeadlineMs = retryDeadline(call);
+  const policy = idempotentWritePolicy(req.downstream, call.workflow.tenant, req.maxAttempts, retryDeadlineMs);
   try {
     return await policy.execute(async (): Promise<AdapterResult> => {
       const remaining = call.deadlineMs - Date.now();
-      if (remaining <= 0) throw new Error('deadline');
+      if (remaining <= 0 || (attempts > 0 && Date.now() >= retryDeadlineMs)) throw new Error('deadline');
       // Nothing came of the attempts so far: the next one is a new effect, held by a switch-off
       // (ADR 0700) and by audit storage that cannot be written (ADR 0706).
       if (attempts > 0 && !sawNoAnswer) {
@@ -128,7 +138,7 @@ export async function idempotentWrite(
       if (res.status === 200 || res.status === 201) {
         return { status: 'succeeded', data: res.body, evidenceRef: req.evidence(res.body), attempts };
       }
-      if (res.status === 429) throw rateLimitedError(res.headers, call.deadlineMs, ++rateLimited);
+      if (res.status === 429) throw rateLimitedError(res.headers, retryDeadlineMs, ++rateLimited);
       // 408 and 5xx: not processed (`isOutageStatus`, 429 above), sent again under the same key.
       if (isOutageStatus(res.status)) throw new RetryableDownstreamError(`${res.status}:${reasonOf(res.body)}`);
       // A refusal proves nothing about an earlier unanswered attempt with the same key: it may

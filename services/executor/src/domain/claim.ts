@@ -44,6 +44,13 @@ export type ClaimOutcome =
       previouslyDispatched: boolean;
       baseline: Record<string, unknown> | null;
       /**
+       * The run's working-time deadline (epoch ms; null without a budget): as the first claim's
+       * check judged it (after crediting an outage the job waited through), on a reclaim as read
+       * with the run's lock. An idempotent write waits for or sends no retry past it
+       * (docs/decisions/0772-a-write-keeps-within-its-runs-deadline.md).
+       */
+      runDeadlineMs: number | null;
+      /**
        * The correlation fields the claim's audit events carried, reused by the record's event: the
        * same action, and the approval the job names (the one this claim consumed, or on a reclaim
        * the one consumed before), else the approval used for the action (ADR 0146, ADR 0350).
@@ -182,9 +189,11 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
   if (leaseIsLive(op) && opts.honourLease !== false) return { kind: 'busy' };
   const first = op.status === 'pending';
   const reevaluateLast = opts.reevaluate !== 'first';
+  let runDeadlineMs = wf?.deadlineAtMs ?? null;
   if (first) {
-    const stop = await firstClaimChecks(trx, job, action, op, wf ?? null, opts);
-    if (stop) return stop;
+    const checked = await firstClaimChecks(trx, job, action, op, wf ?? null, opts);
+    if ('stop' in checked) return checked.stop;
+    runDeadlineMs = checked.deadlineAtMs;
     if (!reevaluateLast) {
       const changed = await reevaluateBeforeGrant(trx, action, op, wf ?? null, opts.reevaluation);
       if (changed) return changed;
@@ -226,6 +235,7 @@ export async function claimOperation(trx: Trx, job: ExecutionJob, opts: ClaimOpt
     reclaimed: op.status === 'running',
     previouslyDispatched: op.dispatched_at !== null,
     baseline: (granted.baseline as Record<string, unknown> | null) ?? null,
+    runDeadlineMs,
     audit,
   };
 }
@@ -235,7 +245,8 @@ export const CLAIMABLE: readonly ActionStatus[] = ['approved', 'running', 'succe
 
 /**
  * The checks of a first claim (nothing was sent yet, so the run's state and deadline may still
- * stop it). On a stop the reservation just made is removed (no orphan pending rows).
+ * stop it). On a stop the reservation just made is removed (no orphan pending rows). Otherwise
+ * the run's deadline the check judged (epoch ms, after any outage credit; null without a budget).
  */
 async function firstClaimChecks(
   trx: Trx,
@@ -244,19 +255,19 @@ async function firstClaimChecks(
   op: Operation,
   run: DecisionContext | null,
   opts: ClaimOptions,
-): Promise<ClaimOutcome | null> {
+): Promise<{ stop: ClaimOutcome } | { deadlineAtMs: number | null }> {
   const state = run?.state ?? null;
   // Only a run that may move to `executing` starts an effect (terminal states and `received` may not).
   if (!state || !isLegalWorkflowTransition(state, 'executing')) {
     await unreserve(trx, op);
-    return { kind: 'skip', reason: `workflow_${state}` };
+    return { stop: { kind: 'skip', reason: `workflow_${state}` } };
   }
   const time = await checkWorkingTime(trx, action.workflow_id, job.outage, opts.outagePolicy, run ?? undefined);
   if (time.kind !== 'ok') {
     await unreserve(trx, op);
-    return { kind: time.kind === 'budget_exhausted' ? 'deadline' : 'outage', action };
+    return { stop: { kind: time.kind === 'budget_exhausted' ? 'deadline' : 'outage', action } };
   }
-  return null;
+  return { deadlineAtMs: time.deadlineAtMs };
 }
 
 /** Removes a reservation this claim just made and did not use. */

@@ -177,6 +177,8 @@ export async function dispatchEffect(
     freshKeyPerAttempt: hooks.disableIdempotencyKey,
     fencingToken,
     deadlineMs: started + deps.deadlineMs,
+    // No retry past the run's own deadline (ADR 0772); the first attempt was admitted by the claim.
+    runDeadlineMs: c.runDeadlineMs,
     baseline: c.baseline,
     // A retry after a switch-off is held, not sent (ADR 0700).
     heldByContainment: () => containmentHoldsNow(deps.db, ctx, hooks),
