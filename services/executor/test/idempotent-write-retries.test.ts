@@ -15,7 +15,7 @@ import { idempotentWrite } from '../src/adapters/idempotent-write.ts';
 
 let server: Server;
 let url: string;
-/** What the endpoint answers, in order; the last repeats. */
+/** What the endpoint answers, in order; the last repeats (0: the connection is dropped unanswered). */
 let script: number[] = [];
 let seen: Array<{ status: number; key: string }> = [];
 
@@ -23,6 +23,7 @@ beforeAll(async () => {
   server = createServer((req, res) => {
     const status = script[Math.min(seen.length, script.length - 1)]!;
     seen.push({ status, key: String(req.headers['idempotency-key']) });
+    if (status === 0) return void req.socket.destroy();
     const headers = { 'content-type': 'application/json', ...(status === 429 ? { 'retry-after-ms': '20' } : {}) };
     res.writeHead(status, headers);
     res.end(JSON.stringify(status === 201 ? { refundId: 're_1' } : { error: { reason: status === 429 ? 'rate_limited' : 'unavailable' } }));
@@ -96,6 +97,14 @@ describe("the run's deadline bounds the retries (ADR 0772)", () => {
     const out = await write('payments-run-deadline-429', { runDeadlineMs: Date.now() + 10 });
     expect(out).toEqual({ status: 'failed', reason: 'rate_limited_past_deadline', retryable: true, attempts: 1 });
     expect(seen.map((s) => s.status)).toEqual([429]);
+  });
+
+  it('a lost answer past the run deadline is still settled under the same key: it asks about an effect, it makes none anew', async () => {
+    [script, seen] = [[0, 201], []];
+    const out = await write('payments-run-deadline-lost', { runDeadlineMs: Date.now() });
+    expect(out).toMatchObject({ status: 'succeeded', evidenceRef: 're_1', attempts: 2 });
+    expect(seen.map((s) => s.status)).toEqual([0, 201]);
+    expect(new Set(seen.map((s) => s.key))).toEqual(new Set(['wf-1:action:1']));
   });
 
   it('a run deadline after the wait: the 429 gets its one retry', async () => {

@@ -40,11 +40,15 @@ function rateLimitedError(headers: Headers, deadlineMs: number, nth: number): Re
 }
 
 /**
- * The instant past which no retry of one write is waited for or sent, epoch ms: the earlier of the
- * execution's deadline and the run's working-time deadline (the run's budget can end first; ADR 0772).
+ * The instant past which no retry of one write is waited for or sent, epoch ms. A retry after
+ * attempts that were all answered without effect (or refused) is a new send: it keeps within the
+ * earlier of the execution's deadline and the run's working-time deadline (the run's budget can
+ * end first, ADR 0772). A retry after an unanswered attempt asks, under the same key, about an
+ * effect that may already exist — it is how a lost answer is settled without reconciliation — so
+ * it keeps the execution's deadline only.
  */
-function retryDeadline(call: Pick<AdapterCall, 'deadlineMs' | 'runDeadlineMs'>): number {
-  return call.runDeadlineMs == null ? call.deadlineMs : Math.min(call.deadlineMs, call.runDeadlineMs);
+function retryDeadline(call: Pick<AdapterCall, 'deadlineMs' | 'runDeadlineMs'>, sawNoAnswer: boolean): number {
+  return call.runDeadlineMs == null || sawNoAnswer ? call.deadlineMs : Math.min(call.deadlineMs, call.runDeadlineMs);
 }
 
 /**
@@ -100,12 +104,11 @@ export async function idempotentWrite(
   let sawNoAnswer = false;
   let lastRefused = false;
   let rateLimited = 0;
-  const retryDeadlineMs = retryDeadline(call);
-  const policy = idempotentWritePolicy(req.downstream, call.workflow.tenant, req.maxAttempts, retryDeadlineMs);
+  const policy = idempotentWritePolicy(req.downstream, call.workflow.tenant, req.maxAttempts, () => retryDeadline(call, sawNoAnswer));
   try {
     return await policy.execute(async (): Promise<AdapterResult> => {
       const remaining = call.deadlineMs - Date.now();
-      if (remaining <= 0 || (attempts > 0 && Date.now() >= retryDeadlineMs)) throw new Error('deadline');
+      if (remaining <= 0 || (attempts > 0 && Date.now() >= retryDeadline(call, sawNoAnswer))) throw new Error('deadline');
       // Nothing came of the attempts so far: the next one is a new effect, held by a switch-off
       // (ADR 0700) and by audit storage that cannot be written (ADR 0706).
       if (attempts > 0 && !sawNoAnswer) {
@@ -138,7 +141,7 @@ export async function idempotentWrite(
       if (res.status === 200 || res.status === 201) {
         return { status: 'succeeded', data: res.body, evidenceRef: req.evidence(res.body), attempts };
       }
-      if (res.status === 429) throw rateLimitedError(res.headers, retryDeadlineMs, ++rateLimited);
+      if (res.status === 429) throw rateLimitedError(res.headers, retryDeadline(call, sawNoAnswer), ++rateLimited);
       // 408 and 5xx: not processed (`isOutageStatus`, 429 above), sent again under the same key.
       if (isOutageStatus(res.status)) throw new RetryableDownstreamError(`${res.status}:${reasonOf(res.body)}`);
       // A refusal proves nothing about an earlier unanswered attempt with the same key: it may

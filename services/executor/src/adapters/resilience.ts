@@ -77,19 +77,21 @@ export function breakerFor(downstream: string, tenant: string): ReturnType<typeo
 /**
  * Retry policy for an idempotent write (cockatiel): at most `maxAttempts` attempts, waiting the
  * server's Retry-After when given, else full-jitter exponential backoff capped at
- * {@link BACKOFF_CAP_MS}; every wait is clamped to the time left before `deadlineMs` (epoch ms).
+ * {@link BACKOFF_CAP_MS}; every wait is clamped to the time left before `deadlineMs` (epoch ms, or a
+ * function giving it at each wait: the bound of the next retry can change with what came back).
  * Only {@link RetryableDownstreamError}s are retried (not one whose wait ends past the deadline,
  * nor a 429 after the one retry a 429 gets: {@link RetryableDownstreamError.retried}), through the
  * circuit breaker of `tenant`'s calls to `downstream` ({@link breakerFor}).
  */
-export function idempotentWritePolicy(downstream: string, tenant: string, maxAttempts: number, deadlineMs: number) {
+export function idempotentWritePolicy(downstream: string, tenant: string, maxAttempts: number, deadlineMs: number | (() => number)) {
+  const deadline = typeof deadlineMs === 'number' ? () => deadlineMs : deadlineMs;
   const backoff = new DelegateBackoff<IRetryBackoffContext<unknown>>((ctx) => {
     const err = 'error' in ctx.result ? ctx.result.error : undefined;
     const wanted =
       err instanceof RetryableDownstreamError && err.retryAfterMs !== undefined
         ? err.retryAfterMs
         : Math.random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** ctx.attempt);
-    return Math.max(0, Math.min(wanted, deadlineMs - Date.now()));
+    return Math.max(0, Math.min(wanted, deadline() - Date.now()));
   });
   return wrap(
     retry(
