@@ -73,7 +73,33 @@ describe('lookup_order when the systems of record answer only in part', () => {
     expect(op.result).toMatchObject({ refunded: '30.00', shipments: 1 });
   });
 
+  it('a refund the payments ledger reversed is not reported as refunded (the ledger nets it out, as policy does)', async () => {
+    failing = null;
+    const orderId = await orderWithHistory();
+    const second = await createAction(h.db, { orderId, amountCents: 2000, reason: 'second' });
+    expect(await processExecution(second.job, h.deps())).toBe('succeeded');
+    const [first] = await h.refunds(orderId);
+    await h.staging
+      .insertInto('staging.refund_reversals')
+      .values({
+        reversal_id: `rv_test_${orderId}`,
+        refund_id: first!.refundId,
+        idempotency_key: `reverse:${first!.refundId}`,
+        order_id: orderId,
+        tenant: 'quillfeather',
+        amount_cents: first!.amountCents,
+        reason: 'duplicate',
+        requester: 'lead-eli',
+        actor: 'reconciliation',
+      })
+      .execute();
+    const { outcome, op } = await lookup(orderId);
+    expect(outcome).toBe('succeeded');
+    expect(op.result).toMatchObject({ refunded: '20.00' });
+  });
+
   for (const [what, path] of [
+    ['the reversals listing', /^\/ledger\/reversals\?/],
     ['the payments ledger', /^\/ledger\/refunds\?/],
     ['the shipments listing', /^\/orders\/[^/]+\/shipments$/],
   ] as const) {

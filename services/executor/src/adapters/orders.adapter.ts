@@ -3,24 +3,25 @@ import { attempt, reasonOf, type AttemptOutcome } from './http-call.ts';
 import type { AdapterCall, AdapterResult } from './adapter.ts';
 
 /**
- * Reads an order and its shipments and refunds for `lookup_order` (bounded read: 3 attempts).
- * Returns only the fields the next decision needs. All three records must answer in full
- * ({@link orderReadOf}); a partial answer is tried again and, if it stays partial, fails
- * `order_system_unavailable` — never read as "no shipments" or "nothing refunded"
- * (docs/decisions/0771-a-partial-order-read-is-no-read.md).
+ * Reads an order, its shipments, and its refunds net of the ones the payments ledger reversed, for
+ * `lookup_order` (bounded read: 3 attempts). Returns only the fields the next decision needs. All
+ * four records must answer in full ({@link orderReadOf}); a partial answer is tried again and, if
+ * it stays partial, fails `order_system_unavailable` — never read as "no shipments", "nothing
+ * refunded" or "nothing reversed" (docs/decisions/0771-a-partial-order-read-is-no-read.md).
  */
 export async function lookupOrder(call: AdapterCall): Promise<AdapterResult> {
   const id = encodeURIComponent(String(call.args.orderId));
   for (let n = 1; n <= 3; n++) {
     const timeout = Math.max(1, Math.min(call.deadlineMs - Date.now(), 5000));
-    const [order, shipments, refunds] = await Promise.all([
+    const [order, shipments, refunds, reversals] = await Promise.all([
       attempt(`${call.stagingUrl}/orders/${id}`, {}, timeout),
       attempt(`${call.stagingUrl}/orders/${id}/shipments`, {}, timeout),
       attempt(`${call.stagingUrl}/ledger/refunds?orderId=${id}`, {}, timeout),
+      attempt(`${call.stagingUrl}/ledger/reversals?orderId=${id}`, {}, timeout),
     ]);
     if (order.kind === 'response' && order.status === 404)
       return { status: 'failed', reason: 'order_not_found', retryable: false, attempts: n };
-    const data = orderReadOf(order, shipments, refunds);
+    const data = orderReadOf({ order, shipments, refunds, reversals });
     if (data) return { status: 'succeeded', attempts: n, evidenceRef: null, data };
     await new Promise((r) => setTimeout(r, 100 * n));
   }
@@ -32,29 +33,48 @@ function okBody(res: AttemptOutcome): Record<string, unknown> | null {
   return res.kind === 'response' && res.status === 200 ? res.body : null;
 }
 
+/** The items of a 200 answer's `key` list as objects, or null when the answer is not a whole list. */
+function listed(res: AttemptOutcome, key: string): Array<Record<string, unknown>> | null {
+  const list = okBody(res)?.[key];
+  if (!Array.isArray(list)) return null;
+  const rows = list.map((x: unknown) => (typeof x === 'object' && x !== null ? (x as Record<string, unknown>) : null));
+  return rows.every((r) => r !== null) ? (rows as Array<Record<string, unknown>>) : null;
+}
+
 /**
- * What `lookup_order` reports, from the three answers, or null when any of them is not a whole
- * answer: the order a 200 with an integer `paid` (cents), the shipments a 200 with a
- * `shipments` list, the refunds a 200 with a `refunds` list whose every `amountCents` is an
- * integer. A listing that failed or came without its list says nothing about the order's
- * shipments or refunds (what a system of record sends is untrusted, ADR 0640), so it is never
- * read as an empty one (ADR 0771).
+ * Cents refunded on an order and not reversed: the sum of the listed refunds' `amountCents`,
+ * leaving out each refund a listed reversal names (`refundId`; a reversal undoes its whole
+ * refund). Null when a refund's amount is not an integer or a refund or reversal has no id.
  */
-function orderReadOf(order: AttemptOutcome, shipments: AttemptOutcome, refunds: AttemptOutcome): Record<string, unknown> | null {
-  const o = okBody(order);
-  const shipmentList = okBody(shipments)?.shipments;
-  const refundList = okBody(refunds)?.refunds;
-  if (!o || !Number.isSafeInteger(o.paid) || !Array.isArray(shipmentList) || !Array.isArray(refundList)) return null;
-  const amounts = refundList.map((r: unknown) =>
-    typeof r === 'object' && r !== null ? (r as { amountCents?: unknown }).amountCents : undefined,
-  );
-  if (!amounts.every((c) => Number.isSafeInteger(c))) return null;
+function netRefundedCents(refunds: Array<Record<string, unknown>>, reversals: Array<Record<string, unknown>>): number | null {
+  if (!reversals.every((v) => typeof v.refundId === 'string')) return null;
+  if (!refunds.every((r) => typeof r.refundId === 'string' && Number.isSafeInteger(r.amountCents))) return null;
+  const reversed = new Set(reversals.map((v) => v.refundId as string));
+  return refunds.filter((r) => !reversed.has(r.refundId as string)).reduce((sum, r) => sum + (r.amountCents as number), 0);
+}
+
+/**
+ * What `lookup_order` reports, from the four answers, or null when any of them is not a whole
+ * answer: the order a 200 with an integer `paid` (cents), the shipments a 200 with a `shipments`
+ * list, the refunds and reversals 200s with their lists ({@link netRefundedCents}). A listing that
+ * failed or came without its list says nothing about the order's shipments, refunds or reversals
+ * (what a system of record sends is untrusted, ADR 0640), so it is never read as an empty one;
+ * `refunded` is net of reversals, as the refund limits count it (ADR 0771).
+ */
+function orderReadOf(a: Record<'order' | 'shipments' | 'refunds' | 'reversals', AttemptOutcome>): Record<string, unknown> | null {
+  const o = okBody(a.order);
+  const shipmentList = okBody(a.shipments)?.shipments;
+  const refunds = listed(a.refunds, 'refunds');
+  const reversals = listed(a.reversals, 'reversals');
+  if (!o || !Number.isSafeInteger(o.paid) || !Array.isArray(shipmentList) || !refunds || !reversals) return null;
+  const refunded = netRefundedCents(refunds, reversals);
+  if (refunded === null) return null;
   return {
     orderId: o.id,
     status: o.status,
     region: o.region,
     paid: ((o.paid as number) / 100).toFixed(2),
-    refunded: ((amounts as number[]).reduce((s, c) => s + c, 0) / 100).toFixed(2),
+    refunded: (refunded / 100).toFixed(2),
     shipments: shipmentList.length,
   };
 }
