@@ -144,6 +144,39 @@ async function readAll<T>(url: string, list: string, timeoutMs: number): Promise
 
 const ms = (iso: string): number => new Date(iso).getTime();
 
+/**
+ * Reads one listing that does not page (`url` → `{<list>: [...]}`) and keeps each entry `entry`
+ * reads, so nothing is classified on half the data (docs/decisions/0773-a-partial-read-back-stops-the-pass.md).
+ * @throws ReadBackUnavailable when the read fails ({@link readJson}), the answer has no `list`
+ *   array, or an entry is not one `entry` can read (it returns null).
+ */
+async function readList<T>(url: string, list: string, timeoutMs: number, entry: (row: Record<string, unknown>) => T | null): Promise<T[]> {
+  const got: unknown = (await readJson<Record<string, unknown>>(url, timeoutMs))[list];
+  const path = new URL(url).pathname;
+  if (!Array.isArray(got)) throw new ReadBackUnavailable(`read-back ${path} answered no ${list} list`);
+  return got.map((row: unknown) => {
+    const read = typeof row === 'object' && row !== null ? entry(row as Record<string, unknown>) : null;
+    if (read === null) throw new ReadBackUnavailable(`read-back ${path} answered an unreadable entry of ${list}`);
+    return read;
+  });
+}
+
+/**
+ * A listed shipment, or null without a shipment id. A creation time that cannot be read is kept as
+ * NaN: classification judges such a shipment as one whose time is unreadable (ADR 0678).
+ */
+function shipmentOf(row: Record<string, unknown>): LedgerShipment | null {
+  if (typeof row.shipmentId !== 'string' || row.shipmentId === '') return null;
+  const createdAtMs = typeof row.createdAt === 'string' ? ms(row.createdAt) : NaN;
+  return { shipmentId: row.shipmentId, createdAtMs, cancelled: Boolean(row.cancelledAt) };
+}
+
+/** A listed mail message, or null without a message id or a template. */
+function messageOf(row: Record<string, unknown>): LedgerMessage | null {
+  if (typeof row.messageId !== 'string' || row.messageId === '' || typeof row.template !== 'string') return null;
+  return { messageId: row.messageId, template: row.template };
+}
+
 /** The agent's operations of the reconciled tools, with action, workflow and approval facts. */
 export async function readAgentOperations(db: Db): Promise<AgentOperation[]> {
   const rows = await db
@@ -208,7 +241,8 @@ export async function readAgentOperations(db: Db): Promise<AgentOperation[]> {
  * reversal (page by page), the shipments of every known order, every change operation, and the mail of orders
  * with a mail operation in flight. Records written after the operations were read show up as
  * `ledger_entry_without_step` at worst for one pass, then match.
- * @throws ReadBackUnavailable when any read-back fails (nothing is classified on half the data).
+ * @throws ReadBackUnavailable when any read-back fails or answers in part — a listing without its
+ *   list, or an entry without its id (nothing is classified on half the data, ADR 0773).
  */
 export async function readSnapshot(
   db: Db,
@@ -234,25 +268,12 @@ export async function readSnapshot(
   const orders = new Map(loadWorld().orders.map((o) => [o.id, { tenant: o.tenant, region: o.region, paidCents: o.paid }]));
   const orderIds = new Set([...orders.keys(), ...operations.filter((o) => o.tool === 'reship_order').map((o) => o.target)]);
   const shipments = new Map<string, LedgerShipment[]>();
-  for (const id of orderIds) {
-    const body = await readJson<{ shipments: Array<{ shipmentId: string; createdAt: string; cancelledAt?: string | null }> }>(
-      `${stagingUrl}/orders/${encodeURIComponent(id)}/shipments`,
-      timeoutMs,
-    );
-    shipments.set(
-      id,
-      body.shipments.map((s) => ({ shipmentId: s.shipmentId, createdAtMs: ms(s.createdAt), cancelled: Boolean(s.cancelledAt) })),
-    );
-  }
+  for (const id of orderIds)
+    shipments.set(id, await readList(`${stagingUrl}/orders/${encodeURIComponent(id)}/shipments`, 'shipments', timeoutMs, shipmentOf));
   const messages = new Map<string, LedgerMessage[]>();
   const mailOrders = new Set(operations.filter((o) => o.tool === 'notify_customer' && o.status !== 'succeeded').map((o) => o.target));
-  for (const id of mailOrders) {
-    const body = await readJson<{ messages: LedgerMessage[] }>(`${stagingUrl}/mail/messages?orderId=${encodeURIComponent(id)}`, timeoutMs);
-    messages.set(
-      id,
-      body.messages.map((m) => ({ messageId: m.messageId, template: m.template })),
-    );
-  }
+  for (const id of mailOrders)
+    messages.set(id, await readList(`${stagingUrl}/mail/messages?orderId=${encodeURIComponent(id)}`, 'messages', timeoutMs, messageOf));
   return {
     operations,
     refunds: refunds.map((r) => ({

@@ -1,0 +1,76 @@
+import { createServer, request, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { closeServer } from '@gatehouse/platform';
+import { readSnapshot, ReadBackUnavailable } from '@gatehouse/reconciliation';
+import { startHarness, type Harness } from '../executor/support/harness.ts';
+import { seedStep } from './seed.ts';
+
+// A reconciliation pass classifies nothing on half the data: a read-back that fails is
+// `ReadBackUnavailable` (the CLI's exit 4 naming the systems of record, the next pass retries).
+// The paged ledger listings were checked for a whole list; the per-order shipments and mail
+// listings were not: a 200 without its list, or with an entry that names no shipment, crashed the
+// pass with a TypeError (exit 1, "failed") or read an entry with no id and no time as a shipment.
+// Real ledger and staging, behind a proxy that answers the chosen listing in part
+// (docs/decisions/0773-a-partial-read-back-stops-the-pass.md).
+
+let h: Harness;
+let proxy: Server;
+let proxyUrl: string;
+/** The listing the proxy answers in part (a path pattern) and the 200 body it answers instead. */
+let partial: { path: RegExp; body: unknown } | null = null;
+
+beforeAll(async () => {
+  h = await startHarness();
+  const upstream = new URL(h.stagingUrl);
+  proxy = createServer((req, res) => {
+    if (req.method === 'GET' && partial && partial.path.test(req.url ?? '')) {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(partial.body));
+      return;
+    }
+    const up = request({ host: upstream.hostname, port: upstream.port, path: req.url, method: req.method, headers: req.headers }, (r) => {
+      res.writeHead(r.statusCode ?? 502, r.headers);
+      r.pipe(res);
+    });
+    up.on('error', () => req.socket.destroy());
+    req.pipe(up);
+  });
+  await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+  proxyUrl = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+});
+afterAll(async () => {
+  proxy?.closeAllConnections();
+  if (proxy) await closeServer(proxy);
+  await h?.close();
+});
+
+const snapshot = () => readSnapshot(h.db, proxyUrl, { autoApproveLimitCents: 5000, timeoutMs: 5000 });
+
+describe('a reconciliation snapshot whose read-back answers only in part', () => {
+  it('reads whole listings', async () => {
+    partial = null;
+    const s = await snapshot();
+    expect(s.shipments.get('O-1002')).toEqual(expect.any(Array));
+  });
+
+  const cases: Array<[string, RegExp, unknown]> = [
+    ['a shipments listing without its list', /^\/orders\/O-1002\/shipments$/, {}],
+    ['a shipments listing whose entry is null', /^\/orders\/O-1002\/shipments$/, { shipments: [null] }],
+    ['a shipment with no id and no time', /^\/orders\/O-1002\/shipments$/, { shipments: [{}] }],
+    ['a mail listing without its list', /^\/mail\/messages\?/, { error: 'partial' }],
+  ];
+  for (const [what, path, body] of cases) {
+    it(`${what}: ReadBackUnavailable, nothing classified`, async () => {
+      // A mail step of unknown outcome makes the pass read that order's mail.
+      if (path.source.includes('mail'))
+        await seedStep(h.db, { tool: 'notify_customer', orderId: await h.newOrder(), opStatus: 'failed_unknown' });
+      partial = { path, body };
+      try {
+        await expect(snapshot()).rejects.toBeInstanceOf(ReadBackUnavailable);
+      } finally {
+        partial = null;
+      }
+    });
+  }
+});
