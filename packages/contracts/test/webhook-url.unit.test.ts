@@ -37,6 +37,13 @@ describe('webhook URLs', () => {
     expect(webhookUrlProblem('https://[2606:4700::1111]/hook', true)).toBeNull();
   });
 
+  // Port 0 is no port a receiver listens on: every attempt would fail, so registration refuses it
+  // with a reason rather than accept an endpoint that can never be delivered to.
+  it.each(['https://hooks.example.com:0/hook', 'http://127.0.0.1:0/hook'])('refuses port 0 in %s, in any environment', (url) => {
+    expect(webhookUrlProblem(url, true)).toMatch(/port 0/);
+    expect(webhookUrlProblem(url.replace('https:', 'http:'), false)).toMatch(/port 0/);
+  });
+
   it('nonPublicAddress reads IP literals only; a name is left to the resolver', () => {
     expect(nonPublicAddress('10.0.0.1')).toBe(true);
     expect(nonPublicAddress('[::1]')).toBe(true);

@@ -190,7 +190,7 @@ export function nonPublicAddress(address: string): boolean {
 
 /**
  * Why a webhook URL is refused, or null when it is acceptable: an absolute `http:` or `https:`
- * URL without credentials (user:password) or fragment; in production (`GATEHOUSE_ENV=production`)
+ * URL without credentials (user:password), fragment or port 0 (no receiver listens there); in production (`GATEHOUSE_ENV=production`)
  * `https:` only, and never to `localhost` or a non-public IP literal ({@link nonPublicAddress}:
  * a tenant's webhook must not reach the services' own network). The one owner of this rule: the
  * ops API checks it at registration and the delivery worker again before every attempt, whose
@@ -204,6 +204,7 @@ export function webhookUrlProblem(url: string, production: boolean): string | nu
     return 'not an absolute URL';
   }
   if (u.protocol !== 'https:' && u.protocol !== 'http:') return `scheme ${u.protocol} is not http or https`;
+  if (u.port === '0') return 'port 0 is not a port a receiver can listen on';
   if (production && u.protocol !== 'https:') return 'production delivers to https URLs only';
   const host = u.hostname.replace(/\.$/, ''); // `localhost.` is `localhost`
   if (production && (host === 'localhost' || host.endsWith('.localhost') || nonPublicAddress(host)))
