@@ -44,6 +44,11 @@ const RAW: Array<[string, () => string]> = [
   ['an unknown HTTP version', () => `GET /v1/approvals HTTP/9.9\r\nHost: x\r\n\r\n`],
   ['a TLS ClientHello on the plain port', () => '\u0016\u0003\u0001\u0002\u0000\u0001\u0000\u0001\u00fc\u0003\u0003\r\n\r\n'],
   ['a request line of garbage', () => `}{%%% ][ HTTP/1.1\r\nHost: x\r\n\r\n`],
+  ['an HTTP/1.1 request without Host', () => `GET /v1/approvals HTTP/1.1\r\nAuthorization: Bearer ${token()}\r\n\r\n`],
+  [
+    'an Expect other than 100-continue',
+    () => `POST /v1/tickets HTTP/1.1\r\nHost: x\r\nExpect: bogus\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`,
+  ],
   ['a header block over 16 KiB', () => `GET /v1/approvals HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`],
   [
     'a percent-encoded NUL and slash in a param',

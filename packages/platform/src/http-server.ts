@@ -1,4 +1,4 @@
-import { createServer, STATUS_CODES, type Server, type ServerResponse } from 'node:http';
+import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Express } from 'express';
 import { z } from 'zod';
@@ -113,6 +113,46 @@ function writeClientError(err: Error & { code?: string }, socket: Socket): void 
   );
 }
 
+/**
+ * Answers `status` with the `{error: {reason, message}}` body every 4xx has and closes the
+ * connection (the request's body, if any, is left unread). A HEAD answer has no body (Node drops it).
+ */
+function refuseBeforeApp(res: ServerResponse, status: number, reason: string, message: string): void {
+  const body = JSON.stringify({ error: { reason, message } });
+  res.shouldKeepAlive = false;
+  res.writeHead(status, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(body),
+    connection: 'close',
+  });
+  res.end(body);
+}
+
+/**
+ * The request listener {@link listen} gives Node: `app`, except for an HTTP/1.1 request without a
+ * Host header, which RFC 9112 §3.2 has a server answer 400 — here `missing_host` in JSON, where
+ * Node's own check (`requireHostHeader`, turned off for this) answers with an empty body. An
+ * HTTP/1.0 request may leave Host out.
+ */
+function hostChecked(app: Express): (req: IncomingMessage, res: ServerResponse) => void {
+  return (req, res) => {
+    if (req.httpVersion !== '1.0' && req.headers.host === undefined) {
+      refuseBeforeApp(res, 400, 'missing_host', 'an HTTP/1.1 request must carry a Host header; send one');
+      return;
+    }
+    app(req, res);
+  };
+}
+
+/**
+ * Answers a request whose `Expect` is not `100-continue` (Node's `checkExpectation`): 417
+ * `expectation_failed` in JSON, the connection closed, the app never called — Node's default is
+ * the status alone with an empty body.
+ */
+function refuseExpectation(_req: IncomingMessage, res: ServerResponse): void {
+  refuseBeforeApp(res, 417, 'expectation_failed', 'the only Expect this server meets is 100-continue; send the request without it');
+}
+
 /** Settings of {@link listen}. */
 export interface ListenOptions {
   /**
@@ -135,7 +175,9 @@ export function readCheckIntervalMs(readTimeoutMs: number): number {
  * containers set `0.0.0.0`); resolves with the server and its bound port. A request must be read
  * whole — head and body — within the read bound (`opts.requestReadTimeoutMs`; Node's
  * `requestTimeout` and `headersTimeout`, checked every {@link readCheckIntervalMs}); a request the
- * HTTP parser refuses, or one past the bound, is answered by {@link answerClientError}. Once a
+ * HTTP parser refuses, or one past the bound, is answered by {@link answerClientError}, an HTTP/1.1
+ * request without Host by {@link hostChecked} and an unmet `Expect` by {@link refuseExpectation},
+ * each with a JSON reason. Once a
  * request is read, the bound no longer applies (a slow handler or an event stream is not cut).
  * @throws Error (rejects) when the port cannot be bound, or the environment's read bound is invalid.
  */
@@ -148,10 +190,16 @@ export async function listen(
   const readMs =
     opts.requestReadTimeoutMs ?? requestReadTimeoutEnv.HTTP_REQUEST_READ_TIMEOUT_MS.parse(process.env.HTTP_REQUEST_READ_TIMEOUT_MS);
   const server = createServer(
-    { requestTimeout: readMs, headersTimeout: readMs, connectionsCheckingInterval: readCheckIntervalMs(readMs) },
-    app,
+    {
+      requestTimeout: readMs,
+      headersTimeout: readMs,
+      connectionsCheckingInterval: readCheckIntervalMs(readMs),
+      requireHostHeader: false, // hostChecked answers it in JSON
+    },
+    hostChecked(app),
   );
   server.on('clientError', answerClientError);
+  server.on('checkExpectation', refuseExpectation);
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {

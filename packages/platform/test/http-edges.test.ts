@@ -129,3 +129,40 @@ describe('a request not read whole within the read bound', () => {
     expect(r.body).toContain('{"got":{"ok":1}}');
   });
 });
+
+// Two refusals Node writes itself, before the app, with an empty body unless the server answers
+// them: an HTTP/1.1 request without Host (RFC 9112 §3.2) and an Expect other than 100-continue.
+// Each is a 4xx with the JSON reason every other 4xx has (ADR 0690).
+describe('requests Node refuses before the app', () => {
+  it('an HTTP/1.1 request without Host: 400 missing_host with a reason, and the connection closed', async () => {
+    const r = await rawExchange(port, ['GET /healthz HTTP/1.1\r\n\r\n'], { waitMs: 5000 });
+    expect(r.status).toBe(400);
+    expect(r.headers['content-type']).toMatch(/^application\/json/);
+    expect(JSON.parse(r.body)).toMatchObject({ error: { reason: 'missing_host', message: expect.stringContaining('Host') } });
+    expect(r.closedByServer).toBe(true);
+  });
+
+  it('an HTTP/1.0 request without Host is served (Host is required from HTTP/1.1 on)', async () => {
+    const r = await rawExchange(port, ['POST /echo HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}'], {
+      waitMs: 5000,
+    });
+    expect(r.status).toBe(200);
+    expect(r.body).toContain('{"got":{}}');
+  });
+
+  it('an Expect other than 100-continue: 417 expectation_failed with a reason; the handler never runs', async () => {
+    const body = '{"a":1}';
+    const r = await rawExchange(
+      port,
+      [
+        `POST /echo HTTP/1.1\r\nHost: x\r\nExpect: bogus\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      ],
+      { waitMs: 5000 },
+    );
+    expect(r.status).toBe(417);
+    expect(r.headers['content-type']).toMatch(/^application\/json/);
+    expect(JSON.parse(r.body)).toMatchObject({ error: { reason: 'expectation_failed', message: expect.stringContaining('100-continue') } });
+    expect(r.body).not.toContain('got');
+    expect(r.closedByServer).toBe(true);
+  });
+});
