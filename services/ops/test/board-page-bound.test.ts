@@ -35,9 +35,9 @@ async function seedJobs(n: number): Promise<void> {
 }
 
 /** GET the board's queue list for turns.rel-1's waiting jobs, `jobsPerPage` of them (a raw query value). */
-async function boardPage(jobsPerPage: string, status = 'waiting') {
+async function boardPage(jobsPerPage: string, status = 'waiting', api = '/queues/api') {
   const ops = await tokenFor('ops-gus', SECRET);
-  const url = `${app.url()}/queues/api/queues?activeQueue=turns.rel-1&status=${status}&page=1&jobsPerPage=${jobsPerPage}`;
+  const url = `${app.url()}${api}/queues?activeQueue=turns.rel-1&status=${status}&page=1&jobsPerPage=${jobsPerPage}`;
   const res = await fetch(url, { headers: { authorization: `Bearer ${ops}` }, signal: AbortSignal.timeout(20_000) });
   return {
     status: res.status,
@@ -70,6 +70,19 @@ describe('the queue board reads a bounded page of jobs', () => {
       expect(refused.body.queues, value).toBeUndefined();
       expect(refused.body.error).toMatchObject({ reason: 'invalid_query' });
       expect(refused.body.error!.message).toContain(`at most ${BOARD_MAX_JOBS_PER_PAGE}`);
+    }
+  });
+
+  // Express (and so bull-board's router) matches paths case-insensitively: `/queues/API/queues`
+  // is the board's API, and read 10,000 jobs past the bound (found by h120's on-call pass).
+  it('refuses a page past the bound however the API path is cased', async () => {
+    await seedJobs(BOARD_MAX_JOBS_PER_PAGE + 20);
+    await board!.refresh();
+    for (const api of ['/queues/API', '/queues/Api', '/QUEUES/API']) {
+      const refused = await boardPage('10000', 'waiting', api);
+      expect(refused.status, api).toBe(400);
+      expect(refused.body.queues, api).toBeUndefined();
+      expect(refused.body.error, api).toMatchObject({ reason: 'invalid_query' });
     }
   });
 

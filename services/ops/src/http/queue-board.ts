@@ -198,8 +198,9 @@ function boardHandler(router: RequestHandler, redis: Redis, gate: RedisGate): Re
     res.setHeader('content-security-policy', "frame-ancestors 'none'");
     res.setHeader('x-content-type-options', 'nosniff');
     res.setHeader('referrer-policy', 'no-referrer');
-    // The board's own API reads Redis; its UI (HTML, scripts) does not.
-    if (req.path === '/api' || req.path.startsWith('/api/')) {
+    // The board's own API reads Redis; its UI (HTML, scripts) does not. Matched as bull-board's
+    // express router matches it, case-insensitively: `/API/queues` is the API too.
+    if (/^\/api(\/|$)/i.test(req.path)) {
       const tooLarge = pageTooLarge(req.query.jobsPerPage);
       if (tooLarge) return void res.status(400).json({ error: { reason: 'invalid_query', message: tooLarge } });
       const why = gate.hold();
