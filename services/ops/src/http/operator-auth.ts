@@ -50,10 +50,21 @@ export const securePage = setPageHeaders;
 /**
  * API callers (and bull-board's own API: `/api/…`, `/queues/api/…`) get JSON errors; every other
  * path is a page and browsers get pages — the one rule of the dashboard's error answers (sign-in
- * refusals here, outages in app.ts).
+ * refusals here, outages in app.ts). The path is read as the router matches it: case-insensitive,
+ * and the path of an absolute-form target (`GET http://host/api/overview`), so a refusal of a
+ * request the API would answer is JSON too.
  */
 export function wantsJson(req: Request): boolean {
-  return /^\/(queues\/)?api(\/|$)/.test(req.originalUrl);
+  return /^\/(queues\/)?api(\/|$)/i.test(requestPath(req.originalUrl));
+}
+
+/** The path of a request target: origin-form (`/api/x?q`) or absolute-form (`http://h/api/x`), without its query. */
+function requestPath(target: string): string {
+  try {
+    return new URL(target, 'http://request.invalid').pathname;
+  } catch {
+    return target;
+  }
 }
 
 /**
