@@ -16,13 +16,16 @@ const METHODS = ['get', 'put', 'post', 'delete', 'patch'] as const;
 
 type Operation = { security?: unknown[]; parameters?: { in?: string; name?: string }[] };
 
-/** `/v1/workflows/{id}/events` → a RegExp matching one path segment per `{…}`. */
+/**
+ * `/v1/workflows/{id}/events` → a RegExp matching one path segment per `{…}`, as express's
+ * router matches a route by default: case-insensitively, with or without a trailing slash.
+ */
 function pathMatcher(template: string): RegExp {
   const source = template
     .split(/(\{[^}]+\})/)
     .map((part) => (part.startsWith('{') ? '[^/]+' : part.replace(/[.*+?^$()|[\]\\]/g, '\\$&')))
     .join('');
-  return new RegExp(`^${source}$`);
+  return new RegExp(`^${source}/?$`, 'i');
 }
 
 /** Every operation of `doc` that needs a caller (operations with `security: []`, e.g. `/healthz`, are left out). */
