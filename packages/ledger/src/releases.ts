@@ -92,24 +92,45 @@ export async function releaseForced(db: Db | Trx, id: string): Promise<boolean> 
 }
 
 /**
- * The next step shown for a run (API and ops dashboard): its own, or — while on-call drains its
- * release (`releaseDraining`) and the run is still live — that it is held and what lets it go on
+ * What holds a release's live runs, for {@link shownNextStep}: `draining` while on-call drains it
+ * (`gatehouse queues drain`, or a rollback's step 2), `retired` when it is drained because its
+ * canary was ended (`release retire`, or a rollback retiring open candidates: ADR 0728) — no
+ * service of it runs any more, so only moving its work lets its runs go on — else null.
+ */
+export type ReleaseHold = 'draining' | 'retired' | null;
+
+/** The {@link ReleaseHold} of a `releases` row (`draining`, `status`); null for no row. */
+export function releaseHoldOf(release: { draining: boolean; status: string } | undefined): ReleaseHold {
+  if (!release?.draining) return null;
+  return release.status === 'retired' ? 'retired' : 'draining';
+}
+
+/**
+ * The next step shown for a run (API and ops dashboard): its own, or — while its release holds
+ * it ({@link ReleaseHold}) and the run is still live — that it is held and what lets it go on
  * (docs/decisions/0480-drain-held-by-the-ledger.md: the drain gate holds its jobs; the run itself
- * is not rewritten), before its own next step if it has one.
+ * is not rewritten), before its own next step if it has one. A drained release goes on when
+ * on-call resumes it or moves its work; a retired one only when its work is moved (requeue to the
+ * serving release, or quarantine), as `release retire` prints. `true` is read as `draining`.
  */
 export function shownNextStep(
   wf: { state: WorkflowState; next_step: string | null; release_id: string },
-  releaseDraining: boolean,
+  hold: ReleaseHold | boolean,
 ): string | null {
-  if (!releaseDraining || !LIVE_STATES.includes(wf.state)) return wf.next_step;
+  const by: ReleaseHold = hold === true ? 'draining' : hold === false ? null : hold;
+  if (!by || !LIVE_STATES.includes(wf.state)) return wf.next_step;
+  const r = wf.release_id;
   const held =
-    `Held: on-call is draining release ${wf.release_id}; this run goes on when they resume it ` +
-    `(gatehouse queues resume --release ${wf.release_id}) or move its work (queues requeue / quarantine).`;
+    by === 'retired'
+      ? `Held: release ${r} was retired (its canary ended) and no service of it runs; this run goes on when on-call moves ` +
+        `its work to the serving release (gatehouse queues requeue --from ${r} --to <active release>) or sets it aside ` +
+        `(gatehouse queues quarantine --release ${r}).`
+      : `Held: on-call is draining release ${r}; this run goes on when they resume it ` +
+        `(gatehouse queues resume --release ${r}) or move its work (queues requeue / quarantine).`;
   return wf.next_step ? `${held} Then: ${wf.next_step}` : held;
 }
 
-/** Whether release `id` is marked draining (`gatehouse queues drain`); false for an unknown id. */
-export async function releaseDraining(db: Db | Trx, id: string): Promise<boolean> {
-  const r = await db.selectFrom('releases').select('draining').where('id', '=', id).executeTakeFirst();
-  return r?.draining ?? false;
+/** The {@link ReleaseHold} of release `id` (null for an unknown id). */
+export async function releaseHold(db: Db | Trx, id: string): Promise<ReleaseHold> {
+  return releaseHoldOf(await db.selectFrom('releases').select(['draining', 'status']).where('id', '=', id).executeTakeFirst());
 }

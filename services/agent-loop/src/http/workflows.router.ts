@@ -13,7 +13,7 @@ import {
   inTransaction,
   LIVE_STATES,
   readActionsView,
-  releaseDraining,
+  releaseHold,
   shownNextStep,
   type Db,
   type OutboxRow,
@@ -154,7 +154,7 @@ async function workflowView(db: Db, wf: Selectable<WorkflowsTable>): Promise<Wor
     state: wf.state,
     stopReason: wf.stop_reason,
     // A live run of a draining release is held: say so (the release's mark, not the run, holds it).
-    nextStep: shownNextStep(wf, LIVE_STATES.includes(wf.state) && (await releaseDraining(db, wf.release_id))),
+    nextStep: shownNextStep(wf, LIVE_STATES.includes(wf.state) ? await releaseHold(db, wf.release_id) : null),
     finalMessage: typeof last?.item.content === 'string' ? last.item.content : null,
     release: wf.release_id,
     policyRevision: wf.policy_revision,

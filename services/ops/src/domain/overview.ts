@@ -1,5 +1,5 @@
 import type { UnknownOperationRow, WorkflowOverview, Worklist } from '@gatehouse/contracts';
-import { shownNextStep, type Db, type WorkflowState } from '@gatehouse/ledger';
+import { releaseHoldOf, shownNextStep, type Db, type WorkflowState } from '@gatehouse/ledger';
 
 /**
  * Every workflow state (docs/product/states.md#workflow), in the order the dashboard shows them.
@@ -19,7 +19,7 @@ export const WORKFLOW_STATES: readonly WorkflowState[] = [
 /**
  * Counts workflows per state across every tenant (operators are platform-wide, like the ops
  * commands) and lists the `limit` most recently updated, optionally only those in `state`; a
- * live run of a draining release shows that it is held ({@link shownNextStep}).
+ * live run of a draining or retired release shows that it is held ({@link shownNextStep}).
  */
 export async function workflowOverview(db: Db, opts: { state?: WorkflowState; limit: number }): Promise<WorkflowOverview> {
   const grouped = await db
@@ -34,6 +34,7 @@ export async function workflowOverview(db: Db, opts: { state?: WorkflowState; li
     .leftJoin('releases as r', 'r.id', 'w.release_id')
     .select(['w.id', 'w.tenant', 'w.ticket_id', 'w.pack', 'w.state', 'w.stop_reason', 'w.next_step', 'w.release_id', 'w.updated_at'])
     .select((eb) => eb.fn.coalesce('r.draining', eb.val(false)).as('draining'))
+    .select('r.status as release_status')
     .orderBy('w.updated_at', 'desc')
     .orderBy('w.id')
     .limit(opts.limit);
@@ -48,7 +49,7 @@ export async function workflowOverview(db: Db, opts: { state?: WorkflowState; li
       pack: r.pack,
       state: r.state,
       stopReason: r.stop_reason,
-      nextStep: shownNextStep(r, r.draining),
+      nextStep: shownNextStep(r, releaseHoldOf({ draining: r.draining, status: r.release_status ?? '' })),
       release: r.release_id,
       updatedAt: r.updated_at.toISOString(),
     })),
