@@ -111,13 +111,9 @@ export function releaseHoldOf(release: { draining: boolean; status: string } | u
  * (docs/decisions/0480-drain-held-by-the-ledger.md: the drain gate holds its jobs; the run itself
  * is not rewritten), before its own next step if it has one. A drained release goes on when
  * on-call resumes it or moves its work; a retired one only when its work is moved (requeue to the
- * serving release, or quarantine), as `release retire` prints. `true` is read as `draining`.
+ * serving release, or quarantine), as `release retire` prints.
  */
-export function shownNextStep(
-  wf: { state: WorkflowState; next_step: string | null; release_id: string },
-  hold: ReleaseHold | boolean,
-): string | null {
-  const by: ReleaseHold = hold === true ? 'draining' : hold === false ? null : hold;
+export function shownNextStep(wf: { state: WorkflowState; next_step: string | null; release_id: string }, by: ReleaseHold): string | null {
   if (!by || !LIVE_STATES.includes(wf.state)) return wf.next_step;
   const r = wf.release_id;
   const held =
