@@ -106,15 +106,29 @@ export function releaseHoldOf(release: { draining: boolean; status: string } | u
 }
 
 /**
- * The next step shown for a run (API and ops dashboard): its own, or — while its release holds
- * it ({@link ReleaseHold}) and the run is still live — that it is held and what lets it go on
+ * What a `received` run with no next step of its own shows: the agent loop of its release has not
+ * taken it yet. Usually for a moment; a run that stays here is one no agent loop of that release
+ * takes (a canary whose services are not running), and the rep and on-call are told where to look
+ * (docs/decisions/0768-a-received-run-says-what-it-waits-for.md).
+ */
+function notStartedStep(release: string): string {
+  return (
+    `Received: the agent loop of release ${release} starts on it when it takes the run, usually within seconds. ` +
+    `If it stays here, on-call checks that release ${release}'s services are running (gatehouse stack status; the ops dashboard's stuck runs).`
+  );
+}
+
+/**
+ * The next step shown for a run (API and ops dashboard): its own (a `received` run without one:
+ * {@link notStartedStep}), or — while its release holds it ({@link ReleaseHold}) and the run is
+ * still live — that it is held and what lets it go on
  * (docs/decisions/0480-drain-held-by-the-ledger.md: the drain gate holds its jobs; the run itself
  * is not rewritten), before its own next step if it has one. A drained release goes on when
  * on-call resumes it or moves its work; a retired one only when its work is moved (requeue to the
  * serving release, or quarantine), as `release retire` prints.
  */
 export function shownNextStep(wf: { state: WorkflowState; next_step: string | null; release_id: string }, by: ReleaseHold): string | null {
-  if (!by || !LIVE_STATES.includes(wf.state)) return wf.next_step;
+  if (!by || !LIVE_STATES.includes(wf.state)) return wf.next_step ?? (wf.state === 'received' ? notStartedStep(wf.release_id) : null);
   const r = wf.release_id;
   const held =
     by === 'retired'

@@ -37,4 +37,11 @@ describe('shownNextStep', () => {
     expect(shownNextStep(run('x'), null)).toBe('x');
     expect(shownNextStep({ ...run('done'), state: 'completed' }, 'retired')).toBe('done');
   });
+
+  it('a received run without a next step of its own says what it waits for (ADR 0768); any other state shows null', () => {
+    const shown = shownNextStep(run(), null)!;
+    expect(shown).toMatch(/^Received: the agent loop of release rel-2 starts on it/);
+    expect(shown).toContain('gatehouse stack status');
+    expect(shownNextStep({ ...run(), state: 'investigating' }, null)).toBeNull();
+  });
 });
