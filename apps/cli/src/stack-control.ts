@@ -1,5 +1,5 @@
 import { execFileSync, spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readFileSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { repoRoot } from '@gatehouse/contracts';
 import { probeReady, SERVICES, type StackEvent } from './stack.ts';
@@ -108,8 +108,61 @@ export interface ServiceStatus {
   /** The last exit: `signal SIGKILL` or `code 1`, and when (ISO 8601). */
   lastExit?: string;
   lastExitAt?: string;
+  /** The last error its log held at that exit ({@link lastErrorIn}), e.g. `Error: listen EADDRINUSE …`. */
+  lastError?: string;
   /** When the supervisor last reported a crash loop (ISO 8601); kept after the service is up again. */
   crashLoopAt?: string;
+}
+
+/** How much of the end of a service's log {@link lastErrorIn} reads, bytes. */
+const LOG_TAIL_BYTES = 64 * 1024;
+/** Longest error {@link lastErrorIn} returns, characters (cut with an ellipsis). */
+const LAST_ERROR_CHARS = 240;
+
+/** The message of one log line when it reports an error: a JSON (pino) line at error or fatal level, or Node's own uncaught-error line. */
+function errorOfLine(line: string): string | undefined {
+  if (line.startsWith('{')) {
+    try {
+      const j = JSON.parse(line) as { level?: number; msg?: unknown; err?: unknown };
+      if ((j.level ?? 0) < 50) return undefined;
+      const err = typeof j.err === 'string' ? j.err : (j.err as { message?: unknown } | undefined)?.message;
+      return [j.msg, err].filter((x) => typeof x === 'string' && x).join(': ') || undefined;
+    } catch {
+      return undefined;
+    }
+  }
+  // What Node prints for an uncaught error: `Error: listen EADDRINUSE …`, `TypeError [ERR_…]: …`.
+  return /^[A-Za-z]*Error( \[[A-Z_]+\])?: /.test(line) ? line : undefined;
+}
+
+/**
+ * The last error a service's log (`file`) holds — why it exited, as `gatehouse stack status` shows
+ * beside the exit code: the last line, in the final {@link LOG_TAIL_BYTES} of the file, that is a
+ * JSON log line at error or fatal level (its `msg`, and `err`'s message) or an uncaught error
+ * Node printed; cut to {@link LAST_ERROR_CHARS}. Undefined when there is none or the file cannot be read.
+ */
+export function lastErrorIn(file: string): string | undefined {
+  let text: string;
+  try {
+    const fd = openSync(file, 'r');
+    try {
+      const size = fstatSync(fd).size;
+      const length = Math.min(size, LOG_TAIL_BYTES);
+      const buf = Buffer.alloc(length);
+      readSync(fd, buf, 0, length, size - length);
+      text = buf.toString('utf8');
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    return undefined;
+  }
+  const lines = text.split('\n');
+  for (let i = lines.length - 1; i >= 0; i--) {
+    const found = errorOfLine(lines[i]!.trim());
+    if (found) return found.length > LAST_ERROR_CHARS ? `${found.slice(0, LAST_ERROR_CHARS - 1)}…` : found;
+  }
+  return undefined;
 }
 
 /**
@@ -127,12 +180,16 @@ export function statusRecorder(dir: string, ports: Record<string, number> = {}):
     }
     if (e.type === 'not-ready' || e.type === 'needs-operator')
       Object.assign(next, { state: e.needsOperator.length ? 'needs-operator' : 'not-ready', failing: e.failing });
-    if (e.type === 'exited')
+    if (e.type === 'exited') {
+      const lastError = lastErrorIn(resolve(dir, `${e.service}.log`));
       Object.assign(next, {
         state: 'exited',
         lastExit: e.signal ? `signal ${e.signal}` : `code ${e.code}`,
         lastExitAt: new Date().toISOString(),
       });
+      if (lastError) next.lastError = lastError;
+      else delete next.lastError;
+    }
     if (e.type === 'crash-loop') Object.assign(next, { state: 'crash-looping', crashLoopAt: new Date().toISOString() });
     // A crash loop stays reported until the service has been ready again.
     if (prev.state === 'crash-looping' && e.type !== 'ready') next.state = 'crash-looping';
@@ -223,7 +280,7 @@ export function formatStackStatus(r: StackStatusReport): string[] {
     `supervisor pid ${r.supervisorPid} (${dir})`,
     ...Object.entries(r.services).map(
       ([name, s]) =>
-        `  ${name.padEnd(15)} ${s.state.padEnd(13)} restarts ${s.restarts}${s.lastExit ? `, last exit ${s.lastExit} at ${s.lastExitAt}` : ''}${s.crashLoopAt ? `, crash loop reported at ${s.crashLoopAt}` : ''}${
+        `  ${name.padEnd(15)} ${s.state.padEnd(13)} restarts ${s.restarts}${s.lastExit ? `, last exit ${s.lastExit} at ${s.lastExitAt}` : ''}${s.lastError ? ` (${s.lastError})` : ''}${s.crashLoopAt ? `, crash loop reported at ${s.crashLoopAt}` : ''}${
           s.failing && Object.keys(s.failing).length
             ? `, ${s.state === 'needs-operator' ? 'needs an operator for' : 'waiting for'} ${Object.entries(s.failing)
                 .map(([check, why]) => `${check} (${why})`)
