@@ -563,6 +563,15 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
+      429: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
@@ -665,6 +674,15 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
+      429: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
@@ -742,6 +760,15 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
+      429: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
@@ -804,6 +831,15 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
+      429: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
@@ -884,6 +920,15 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
+      429: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
@@ -946,6 +991,15 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
+      429: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
@@ -1008,6 +1062,15 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
+      429: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
@@ -1068,6 +1131,15 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
+      429: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
@@ -1128,6 +1200,15 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
+      429: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
@@ -1188,6 +1269,15 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
+      429: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
@@ -1246,6 +1336,15 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
+      429: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorBody'];
+        };
+      };
       431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {

@@ -182,7 +182,20 @@ export const TokenRevocationResultSchema = z
   .meta({ id: 'TokenRevocationResult' });
 export type TokenRevocationResult = z.infer<typeof TokenRevocationResultSchema>;
 
-/** One read-only JSON route of the dashboard: 200 `schema`, 400 on a bad query, 401/403 for anyone but an operator. */
+/**
+ * The refusals of every operation, all behind the operator check: 401 without a valid token, 403
+ * for a caller who is not an operator (audited) or a change sent with the cookie alone, and 429
+ * once such a caller is past the sign-in limits (not audited; docs/decisions/0725).
+ */
+const refused = {
+  '401': unauthorizedResponse(),
+  '403': errorResponse('not_an_operator (audited), or a change sent with the dashboard cookie instead of a bearer token'),
+  '429': errorResponse(
+    'rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725)',
+  ),
+};
+
+/** One read-only JSON route of the dashboard: 200 `schema`, 400 on a bad query, 401/403/429 for anyone but an operator ({@link refused}). */
 const opsGet = (operationId: string, summary: string, schema: z.ZodType, query: 'state' | 'limit' | false = 'state') => ({
   get: {
     operationId,
@@ -197,8 +210,9 @@ const opsGet = (operationId: string, summary: string, schema: z.ZodType, query: 
             ),
           }
         : {}),
-      '401': unauthorizedResponse(),
+      '401': refused['401'],
       '403': errorResponse('not_an_operator (audited)'),
+      '429': refused['429'],
     },
   },
 });
@@ -207,11 +221,6 @@ const opsGet = (operationId: string, summary: string, schema: z.ZodType, query: 
 export const WebhookEndpointsSchema = z.object({ webhooks: z.array(WebhookEndpointViewSchema) }).meta({ id: 'WebhookEndpoints' });
 /** `GET /api/webhooks/deliveries`. */
 export const WebhookDeliveriesSchema = z.object({ deliveries: z.array(WebhookDeliveryViewSchema) }).meta({ id: 'WebhookDeliveries' });
-
-const refused = {
-  '401': unauthorizedResponse(),
-  '403': errorResponse('not_an_operator (audited), or a change sent with the dashboard cookie instead of a bearer token'),
-};
 
 /** The webhook routes (docs/decisions/0250-pushed-workflow-events.md): changes need an operator's bearer token and are audited. */
 const webhookPaths: ZodOpenApiObject['paths'] = {
