@@ -34,7 +34,7 @@ const endpointsLockKey = (tenant: string): string => `webhook-endpoints:${tenant
  * ({@link normalizedWebhookUrl}: an internationalized host in ASCII) and answers the signing secret once
  * (201; the row keeps it sealed, ADR 0550), or 409 `webhook_already_registered` when the tenant already has an active
  * endpoint of that URL, or 409 `too_many_webhooks` when it already has `maxPerTenant` active endpoints
- * (nothing written either way); `DELETE /api/webhooks/:id` disables (no new deliveries); `GET /api/webhooks`
+ * (nothing written either way); `DELETE /api/webhooks/:id` disables (no new deliveries; the pending ones end `failed`); `GET /api/webhooks`
  * lists (without secrets). Every answer shows a URL without its query ({@link shownWebhookUrl}, ADR 0727); `GET /api/webhooks/deliveries?status=&tenant=&limit=` lists
  * deliveries, `failed` ones with their last error. Each change is audited (`ops.command`) in the
  * transaction that makes it. `GATEHOUSE_TEST_DISABLE_WEBHOOK_CAP_LOCK=1` counts without the
@@ -126,9 +126,26 @@ async function refuseOverCap(trx: Trx, tenant: string, maxPerTenant: number): Pr
     );
 }
 
+/** The error a delivery of a disabled endpoint ends with (the delivery worker writes the same for one it claims). */
+const ENDPOINT_DISABLED = 'endpoint disabled';
+
 /**
- * `DELETE /api/webhooks/:id`: disables an active endpoint (no new deliveries), audited, and
- * answers it.
+ * Marks every pending delivery of the endpoint `endpointId` `failed` (`endpoint disabled`) in
+ * `trx`, as its disabling does (docs/product/public-contract.md#webhooks). An attempt already in
+ * flight still records its own outcome: a 2xx marks the delivery delivered.
+ */
+async function failPendingDeliveries(trx: Trx, endpointId: string): Promise<void> {
+  await trx
+    .updateTable('webhook_deliveries')
+    .set({ status: 'failed', finished_at: new Date(), last_error: ENDPOINT_DISABLED })
+    .where('endpoint_id', '=', endpointId)
+    .where('status', '=', 'pending')
+    .execute();
+}
+
+/**
+ * `DELETE /api/webhooks/:id`: disables an active endpoint (no new deliveries) and marks its
+ * pending deliveries `failed` in the same transaction, audited, and answers it.
  * @throws Forbidden without a bearer header; NotFound for an id that is no UUID or no active endpoint.
  */
 async function disableWebhook(cfg: WebhooksConfig, req: Request, res: Response): Promise<void> {
@@ -143,7 +160,9 @@ async function disableWebhook(cfg: WebhooksConfig, req: Request, res: Response):
       .where('disabled_at', 'is', null)
       .returningAll()
       .executeTakeFirst();
-    if (disabled) await auditChange(trx, cfg, res, `webhook.disabled:${disabled.id}:${disabled.tenant}`);
+    if (!disabled) return undefined;
+    await failPendingDeliveries(trx, disabled.id);
+    await auditChange(trx, cfg, res, `webhook.disabled:${disabled.id}:${disabled.tenant}`);
     return disabled;
   });
   if (!row) throw new NotFound('not_found', 'no such active webhook');
