@@ -188,7 +188,7 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** Server-Sent Events of a workflow of the caller's tenant: each `workflow.updated` event's id is its seq; `Last-Event-ID` (or `?lastEventId=`) replays the later ones; the stream ends after the terminal event, or at the bearer token's `exp` with a last `stream.closed` event whose data is `{"reason":"token_expired"}` (reconnect with a fresh token) */
+    /** Server-Sent Events of a workflow of the caller's tenant: each `workflow.updated` event's id is its seq; `Last-Event-ID` (or `?lastEventId=`) replays the later ones; the stream ends after the terminal event, or at the bearer token's `exp` with a last `stream.closed` event whose data is `{"reason":"token_expired"}` (reconnect with a fresh token), or once the token is revoked with `{"reason":"token_revoked"}` (a new token is needed) */
     get: operations['streamWorkflowEvents'];
     put?: never;
     post?: never;
@@ -322,6 +322,43 @@ export interface components {
       ruleId: string;
       /** Format: date-time */
       expiresAt: string;
+    };
+    WorkflowEvent: {
+      /** @constant */
+      type: 'workflow.updated';
+      workflowId: string;
+      ticketId: string;
+      seq: number;
+      /** @enum {string} */
+      state: 'received' | 'investigating' | 'awaiting_approval' | 'executing' | 'completed' | 'stopped' | 'paused' | 'needs_reconciliation';
+      previousState: string | null;
+      terminal: boolean;
+      stopReason: string | null;
+      nextStep: string | null;
+      actions: {
+        actionId: string;
+        tool: string;
+        target: string;
+        version: number;
+        /** @enum {string} */
+        decision: 'ALLOW' | 'DENY' | 'REQUIRE_APPROVAL';
+        ruleId: string;
+        status: string;
+      }[];
+      pendingApprovals: {
+        approvalId: string;
+        actionId: string;
+        actionVersion: number;
+        /** @enum {string} */
+        status: 'pending' | 'approved';
+        ruleId: string;
+        expiresAt: string;
+      }[];
+      at: string;
+    };
+    StreamClosed: {
+      /** @enum {string} */
+      reason: 'token_expired' | 'token_revoked';
     };
     WorkflowMessageAccepted: {
       /** Format: uuid */
@@ -537,53 +574,13 @@ export interface operations {
     };
     requestBody?: never;
     responses: {
-      /** @description text/event-stream; the data of each event is one WorkflowEvent */
+      /** @description text/event-stream; the data of a `workflow.updated` event is one WorkflowEvent, of the last `stream.closed` event (no id) one StreamClosed */
       200: {
         headers: {
           [name: string]: unknown;
         };
         content: {
-          'text/event-stream': {
-            /** @constant */
-            type: 'workflow.updated';
-            workflowId: string;
-            ticketId: string;
-            seq: number;
-            /** @enum {string} */
-            state:
-              | 'received'
-              | 'investigating'
-              | 'awaiting_approval'
-              | 'executing'
-              | 'completed'
-              | 'stopped'
-              | 'paused'
-              | 'needs_reconciliation';
-            previousState: string | null;
-            terminal: boolean;
-            stopReason: string | null;
-            nextStep: string | null;
-            actions: {
-              actionId: string;
-              tool: string;
-              target: string;
-              version: number;
-              /** @enum {string} */
-              decision: 'ALLOW' | 'DENY' | 'REQUIRE_APPROVAL';
-              ruleId: string;
-              status: string;
-            }[];
-            pendingApprovals: {
-              approvalId: string;
-              actionId: string;
-              actionVersion: number;
-              /** @enum {string} */
-              status: 'pending' | 'approved';
-              ruleId: string;
-              expiresAt: string;
-            }[];
-            at: string;
-          };
+          'text/event-stream': components['schemas']['WorkflowEvent'] | components['schemas']['StreamClosed'];
         };
       };
       /** @description the workflow ended and nothing is newer than Last-Event-ID: stop reconnecting */

@@ -11,7 +11,7 @@ import {
   jsonResponse,
   UuidPathSchema,
 } from './common.ts';
-import { WorkflowEventSchema } from './events.ts';
+import { StreamClosedSchema, WorkflowEventSchema } from './events.ts';
 
 /** `POST /v1/tickets` body (docs/product/public-contract.md#intake). Tenant and user come from the bearer token only. */
 export const TicketRequestSchema = z
@@ -139,6 +139,13 @@ export const WorkflowViewSchema = z
   .meta({ id: 'WorkflowView' });
 export type WorkflowView = z.infer<typeof WorkflowViewSchema>;
 
+/**
+ * The `data:` of an event of `GET /v1/workflows/:id/events`: a `workflow.updated` event's is a
+ * `WorkflowEvent`; the `stream.closed` event that ends a stream before the workflow's terminal
+ * event (its token expired or was revoked) carries a `StreamClosed` (docs/product/public-contract.md#pushed-updates).
+ */
+const StreamEventDataSchema = z.union([WorkflowEventSchema.meta({ id: 'WorkflowEvent' }), StreamClosedSchema]);
+
 const rateLimited = errorResponse('past the per-user or per-tenant limit (`Retry-After` header, seconds)');
 
 /** The intake API's paths (agent-loop, port 7101), as zod-openapi path items. */
@@ -179,7 +186,8 @@ const intakePaths: ZodOpenApiObject['paths'] = {
       summary:
         "Server-Sent Events of a workflow of the caller's tenant: each `workflow.updated` event's id is its seq; " +
         '`Last-Event-ID` (or `?lastEventId=`) replays the later ones; the stream ends after the terminal event, or at the ' +
-        'bearer token\'s `exp` with a last `stream.closed` event whose data is `{"reason":"token_expired"}` (reconnect with a fresh token)',
+        'bearer token\'s `exp` with a last `stream.closed` event whose data is `{"reason":"token_expired"}` (reconnect with a fresh token), ' +
+        'or once the token is revoked with `{"reason":"token_revoked"}` (a new token is needed)',
       requestParams: {
         path: UuidPathSchema,
         query: z.object({ lastEventId: z.string().optional() }),
@@ -187,8 +195,9 @@ const intakePaths: ZodOpenApiObject['paths'] = {
       },
       responses: {
         '200': {
-          description: 'text/event-stream; the data of each event is one WorkflowEvent',
-          content: { 'text/event-stream': { schema: WorkflowEventSchema } },
+          description:
+            'text/event-stream; the data of a `workflow.updated` event is one WorkflowEvent, of the last `stream.closed` event (no id) one StreamClosed',
+          content: { 'text/event-stream': { schema: StreamEventDataSchema } },
         },
         '204': { description: 'the workflow ended and nothing is newer than Last-Event-ID: stop reconnecting' },
         '400': errorResponse('bad_last_event_id'),
