@@ -138,6 +138,13 @@ export const WebhookDeliveryQuerySchema = z.strictObject({
   limit: queryLimit(500, 100),
 });
 
+/**
+ * The `last_error` of a webhook delivery that ended `failed` because its endpoint was disabled:
+ * written by the disabling itself for the pending ones (ops) and by the delivery worker for one it
+ * claims afterwards (agent loop), as the public contract says (docs/product/public-contract.md#webhooks).
+ */
+export const WEBHOOK_ENDPOINT_DISABLED = 'endpoint disabled';
+
 /** Standard Webhooks header names (the Standard Webhooks naming): id, timestamp (unix seconds), `v1,<base64 HMAC-SHA256>`. */
 export const WEBHOOK_HEADERS = { id: 'webhook-id', timestamp: 'webhook-timestamp', signature: 'webhook-signature' } as const;
 

@@ -4,7 +4,7 @@ import { lookup } from 'node:dns/promises';
 import type { LookupAddress } from 'node:dns';
 import { isIPv6, type LookupFunction } from 'node:net';
 import { Agent, fetch as undiciFetch } from 'undici';
-import { nonPublicAddress, WEBHOOK_HEADERS, webhookUrlProblem, testFaults } from '@gatehouse/contracts';
+import { nonPublicAddress, WEBHOOK_ENDPOINT_DISABLED, WEBHOOK_HEADERS, webhookUrlProblem, testFaults } from '@gatehouse/contracts';
 import { inTransaction, type Db } from '@gatehouse/ledger';
 import { localWebhookSecretKey, openWebhookSecret, type Logger, type WebhookSecretKey } from '@gatehouse/platform';
 
@@ -197,7 +197,7 @@ export class WebhookDeliveryWorker {
   }
 
   async #attempt(d: Claimed): Promise<void> {
-    const error = d.disabled_at ? 'endpoint disabled' : await this.#post(d);
+    const error = d.disabled_at ? WEBHOOK_ENDPOINT_DISABLED : await this.#post(d);
     const db = this.#cfg.db;
     if (!error) {
       await db

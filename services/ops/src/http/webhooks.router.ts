@@ -7,6 +7,7 @@ import {
   shownWebhookUrl,
   testFaults,
   webhookUrlProblem,
+  WEBHOOK_ENDPOINT_DISABLED,
   WebhookDeliveryQuerySchema,
   WebhookRegistrationSchema,
 } from '@gatehouse/contracts';
@@ -126,9 +127,6 @@ async function refuseOverCap(trx: Trx, tenant: string, maxPerTenant: number): Pr
     );
 }
 
-/** The error a delivery of a disabled endpoint ends with (the delivery worker writes the same for one it claims). */
-const ENDPOINT_DISABLED = 'endpoint disabled';
-
 /**
  * Marks every pending delivery of the endpoint `endpointId` `failed` (`endpoint disabled`) in
  * `trx`, as its disabling does (docs/product/public-contract.md#webhooks). An attempt already in
@@ -137,7 +135,7 @@ const ENDPOINT_DISABLED = 'endpoint disabled';
 async function failPendingDeliveries(trx: Trx, endpointId: string): Promise<void> {
   await trx
     .updateTable('webhook_deliveries')
-    .set({ status: 'failed', finished_at: new Date(), last_error: ENDPOINT_DISABLED })
+    .set({ status: 'failed', finished_at: new Date(), last_error: WEBHOOK_ENDPOINT_DISABLED })
     .where('endpoint_id', '=', endpointId)
     .where('status', '=', 'pending')
     .execute();
