@@ -84,7 +84,15 @@ export async function readActionsView(
 }
 
 /** The workflow columns an event is built from, as {@link recordWorkflowEvent} and the transition writer return them. */
-export const EVENT_SOURCE_COLUMNS = ['id', 'tenant', 'ticket_id', 'state', 'stop_reason', 'next_step', 'event_seq'] as const;
+export const EVENT_SOURCE_COLUMNS = ['id', 'tenant', 'ticket_id', 'state', 'stop_reason', 'next_step', 'event_seq', 'release_id'] as const;
+
+/**
+ * `workflows.release_id` of a release override's run (packages/operations, ADR 0230): no
+ * deployment serves it, so no watchdog drives it and no canary analysis counts it. Such a run is
+ * the platform's, not its requesting operator's tenant's: its events are stored, but no tenant's
+ * webhook is sent them (docs/decisions/0769-a-platform-run-is-no-tenant-s-webhook-event.md).
+ */
+export const OVERRIDE_RUN_RELEASE = 'release-override';
 
 /** A CTE of the same statement that moves actions, returning `id` and the new `status` of each. */
 export interface RidingActionMove {
@@ -122,7 +130,7 @@ function eventPayloadSql(previousState: WorkflowState | null, moved?: RidingActi
  * (docs/decisions/0250-pushed-workflow-events.md, ADR 0540): `workflow_event` inserts the event
  * (built in SQL, {@link eventPayloadSql}; returns `seq`), `event_deliveries` one pending webhook
  * delivery per active endpoint of the tenant, with the exact body every attempt will sign (the
- * stored event's text). The insert notifies {@link WORKFLOW_EVENTS_CHANNEL} at commit. Nothing
+ * stored event's text) — none for a release override's run ({@link OVERRIDE_RUN_RELEASE}). The insert notifies {@link WORKFLOW_EVENTS_CHANNEL} at commit. Nothing
  * is written when `source` returns no row. `moved` names an action move riding on the same
  * statement, so that the event shows that action's new status.
  */
@@ -134,7 +142,9 @@ export function workflowEventCtes(source: string, previousState: WorkflowState |
       returning workflow_id, seq, tenant, payload)`,
     deliveries: sql<Record<string, never>>`(insert into webhook_deliveries (endpoint_id, tenant, workflow_id, event_seq, body)
       select e.id, e.tenant, ev.workflow_id, ev.seq, ev.payload::text
-      from workflow_event ev join webhook_endpoints e on e.tenant = ev.tenant and e.disabled_at is null)`,
+      from workflow_event ev join ${sql.table(source)} w on w.id = ev.workflow_id
+      join webhook_endpoints e on e.tenant = ev.tenant and e.disabled_at is null
+      where w.release_id <> ${OVERRIDE_RUN_RELEASE})`,
   };
 }
 

@@ -9,7 +9,16 @@ import {
   sha256Hex,
   type ReleaseManifest,
 } from '@gatehouse/contracts';
-import { actorHash, inTransaction, insertOutOfBandRun, recordAudit, transitionWorkflow, type Db, type Trx } from '@gatehouse/ledger';
+import {
+  actorHash,
+  inTransaction,
+  insertOutOfBandRun,
+  OVERRIDE_RUN_RELEASE,
+  recordAudit,
+  transitionWorkflow,
+  type Db,
+  type Trx,
+} from '@gatehouse/ledger';
 import { catalogDigest, toolsOfPack } from '@gatehouse/tools';
 
 /**
@@ -38,11 +47,6 @@ function releaseField(kind: OverrideKind, subject: string): { revisions: { relea
 /** How long an override stays usable after it is asked for (ms): like an action approval, 15 minutes. */
 export const OVERRIDE_TTL_MS = 15 * 60_000;
 
-/**
- * `workflows.release_id` of an override's run: no deployment serves it, so no watchdog drives it
- * and no canary analysis counts it (the approval itself names the release it overrides).
- */
-export const OVERRIDE_RUN_RELEASE = 'release-override';
 
 /**
  * sha256 over the kind, the release, the sha256 of its manifest and what is overridden (sorted):
