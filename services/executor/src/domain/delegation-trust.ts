@@ -49,7 +49,8 @@ const HOLD_DEFER_MS = 5_000;
 
 /**
  * What the systems of record at `stagingUrl` say of this executor's delegation signing key, read
- * from the JWKS they publish (ADR 0761) at most every {@link TRUST_CACHE_MS}, one read at a time.
+ * from the JWKS they publish (ADR 0761) at most every {@link TRUST_CACHE_MS}, one read at a time
+ * (after the first, in the background: callers get the last answer meanwhile).
  * A read that gives no answer (the systems of record down, or not publishing) keeps the last
  * answer, and counts as trusted before any: their availability is not this check's business — a
  * write meets it as a dependency fault. Each change of answer is logged, an untrusted key at error
@@ -109,12 +110,18 @@ export class DelegationTrust implements JobHold {
     return handBack(job, token, HOLD_DEFER_MS, `held: the systems of record do not trust delegation key ${this.#own.kid}`);
   }
 
-  /** The last definite answer when it is "not listed", else null; reads again when it is stale. */
+  /**
+   * The last definite answer when it is "not listed", else null. The first call waits for the first
+   * read; later, a stale answer is read again in the background while this call gets the last one,
+   * so a job never waits on the JWKS after that.
+   */
   async #answer(): Promise<{ kids: string[] } | null> {
-    if (Date.now() - this.#readAt >= TRUST_CACHE_MS)
-      await (this.#reading ??= this.#refresh().finally(() => {
+    if (Date.now() - this.#readAt >= TRUST_CACHE_MS) {
+      const reading = (this.#reading ??= this.#refresh().finally(() => {
         this.#reading = undefined;
       }));
+      if (this.#readAt === 0) await reading;
+    }
     return this.#known?.state === 'untrusted' ? this.#known : null;
   }
 
