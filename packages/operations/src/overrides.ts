@@ -47,7 +47,6 @@ function releaseField(kind: OverrideKind, subject: string): { revisions: { relea
 /** How long an override stays usable after it is asked for (ms): like an action approval, 15 minutes. */
 export const OVERRIDE_TTL_MS = 15 * 60_000;
 
-
 /**
  * sha256 over the kind, the release, the sha256 of its manifest and what is overridden (sorted):
  * what an override's approval is bound to (its action digest). Any change to the manifest or to
