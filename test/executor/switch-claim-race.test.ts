@@ -144,11 +144,17 @@ describe('containment: a switch-off between the switch check and the claim', () 
       await setSwitch(h.db, 'issue_refund', false, 'ops-gus', AUDIT_HMAC_KEY);
       let release!: () => void;
       const released = new Promise<void>((r) => (release = r));
+      let locked!: () => void;
+      const holding = new Promise<void>((r) => (locked = r));
       // The switch-on locks the run (to resume it, were it paused) and then waits on the outbox.
       const blocker = h.db.transaction().execute(async (trx) => {
         await sql`lock table outbox in exclusive mode`.execute(trx);
+        locked();
         await released;
       });
+      // The outbox is locked before the switch-on starts: on a loaded machine the switch-on could
+      // otherwise write its rows first and commit, and nothing would ever wait on the outbox.
+      await holding;
       const on = setSwitch(h.db, 'issue_refund', true, 'ops-gus', AUDIT_HMAC_KEY);
       await waitFor('switch-on waits on the outbox', async () => (await lockWaiters()) >= 1, 20_000);
       const held = processExecution(a.job, deps); // read the switch off before the switch-on commits
