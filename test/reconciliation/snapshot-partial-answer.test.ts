@@ -1,7 +1,5 @@
-import { createServer, request, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { closeServer } from '@gatehouse/platform';
+import { answerJson, startInterceptingProxy, type InterceptingProxy } from '@gatehouse/test-harness';
 import { readSnapshot, ReadBackUnavailable } from '@gatehouse/reconciliation';
 import { startHarness, type Harness } from '../executor/support/harness.ts';
 import { seedStep } from './seed.ts';
@@ -15,37 +13,22 @@ import { seedStep } from './seed.ts';
 // (docs/decisions/0773-a-partial-read-back-stops-the-pass.md).
 
 let h: Harness;
-let proxy: Server;
-let proxyUrl: string;
+let proxy: InterceptingProxy;
 /** The listing the proxy answers in part (a path pattern) and the 200 body it answers instead. */
 let partial: { path: RegExp; body: unknown } | null = null;
 
 beforeAll(async () => {
   h = await startHarness();
-  const upstream = new URL(h.stagingUrl);
-  proxy = createServer((req, res) => {
-    if (req.method === 'GET' && partial && partial.path.test(req.url ?? '')) {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(partial.body));
-      return;
-    }
-    const up = request({ host: upstream.hostname, port: upstream.port, path: req.url, method: req.method, headers: req.headers }, (r) => {
-      res.writeHead(r.statusCode ?? 502, r.headers);
-      r.pipe(res);
-    });
-    up.on('error', () => req.socket.destroy());
-    req.pipe(up);
-  });
-  await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
-  proxyUrl = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+  proxy = await startInterceptingProxy(h.stagingUrl, (req, res) =>
+    req.method === 'GET' && partial !== null && partial.path.test(req.url ?? '') ? answerJson(res, 200, partial.body) : false,
+  );
 });
 afterAll(async () => {
-  proxy?.closeAllConnections();
-  if (proxy) await closeServer(proxy);
+  await proxy?.close();
   await h?.close();
 });
 
-const snapshot = () => readSnapshot(h.db, proxyUrl, { autoApproveLimitCents: 5000, timeoutMs: 5000 });
+const snapshot = () => readSnapshot(h.db, proxy.url, { autoApproveLimitCents: 5000, timeoutMs: 5000 });
 
 describe('a reconciliation snapshot whose read-back answers only in part', () => {
   it('reads whole listings', async () => {

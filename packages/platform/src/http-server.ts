@@ -88,6 +88,11 @@ function answerUnreadBody(err: Error & { code?: string }, res: ServerResponse, s
     return;
   }
   const { status, body } = refusalOf(err);
+  answerAndClose(res, status, body);
+}
+
+/** Writes `status` with the JSON text `body` on `res`, the connection closed after it. */
+function answerAndClose(res: ServerResponse, status: number, body: string): void {
   res.shouldKeepAlive = false;
   res.writeHead(status, {
     'content-type': 'application/json; charset=utf-8',
@@ -118,14 +123,7 @@ function writeClientError(err: Error & { code?: string }, socket: Socket): void 
  * connection (the request's body, if any, is left unread). A HEAD answer has no body (Node drops it).
  */
 function refuseBeforeApp(res: ServerResponse, status: number, reason: string, message: string): void {
-  const body = JSON.stringify({ error: { reason, message } });
-  res.shouldKeepAlive = false;
-  res.writeHead(status, {
-    'content-type': 'application/json; charset=utf-8',
-    'content-length': Buffer.byteLength(body),
-    connection: 'close',
-  });
-  res.end(body);
+  answerAndClose(res, status, JSON.stringify({ error: { reason, message } }));
 }
 
 /**

@@ -14,3 +14,4 @@ export * from './audit-tamper.ts';
 export * from './lock-wait.ts';
 export * from './timed-get.ts';
 export * from './raw-http.ts';
+export * from './http-proxy.ts';

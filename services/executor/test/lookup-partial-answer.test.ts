@@ -1,8 +1,6 @@
-import { createServer, request, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction } from '@gatehouse/testing';
-import { closeServer } from '@gatehouse/platform';
+import { answerJson, startInterceptingProxy, type InterceptingProxy } from '@gatehouse/test-harness';
 import { processExecution, type ExecutionDeps } from '../src/jobs/executions.processor.ts';
 import { startHarness, type Harness } from '../../../test/executor/support/harness.ts';
 
@@ -15,32 +13,25 @@ import { startHarness, type Harness } from '../../../test/executor/support/harne
 
 let h: Harness;
 let deps: ExecutionDeps;
-let proxy: Server;
+let proxy: InterceptingProxy;
 /** Which listing the proxy fails, and how: a 503, or a 200 body without its list. */
 let failing: { path: RegExp; mode: '503' | 'empty' } | null = null;
 
 beforeAll(async () => {
   h = await startHarness();
-  const upstream = new URL(h.stagingUrl);
-  proxy = createServer((req, res) => {
-    if (req.method === 'GET' && failing && failing.path.test(req.url ?? '')) {
-      res.writeHead(failing.mode === '503' ? 503 : 200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(failing.mode === '503' ? { error: { reason: 'server_error', message: 'test proxy' } } : {}));
-      return;
-    }
-    const up = request({ host: upstream.hostname, port: upstream.port, path: req.url, method: req.method, headers: req.headers }, (r) => {
-      res.writeHead(r.statusCode ?? 502, r.headers);
-      r.pipe(res);
-    });
-    up.on('error', () => req.socket.destroy());
-    req.pipe(up);
-  });
-  await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
-  deps = h.deps({ stagingUrl: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}` });
+  proxy = await startInterceptingProxy(h.stagingUrl, (req, res) =>
+    req.method === 'GET' && failing !== null && failing.path.test(req.url ?? '')
+      ? answerJson(
+          res,
+          failing.mode === '503' ? 503 : 200,
+          failing.mode === '503' ? { error: { reason: 'server_error', message: 'test proxy' } } : {},
+        )
+      : false,
+  );
+  deps = h.deps({ stagingUrl: proxy.url });
 });
 afterAll(async () => {
-  proxy?.closeAllConnections();
-  if (proxy) await closeServer(proxy);
+  await proxy?.close();
   await h?.close();
 });
 

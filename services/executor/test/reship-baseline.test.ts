@@ -1,8 +1,6 @@
-import { createServer, request, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAction } from '@gatehouse/testing';
-import { closeServer } from '@gatehouse/platform';
+import { answerJson, startInterceptingProxy, type InterceptingProxy } from '@gatehouse/test-harness';
 import { processExecution, type ExecutionDeps } from '../src/jobs/executions.processor.ts';
 import { startHarness, type Harness } from '../../../test/executor/support/harness.ts';
 
@@ -15,7 +13,7 @@ import { startHarness, type Harness } from '../../../test/executor/support/harne
 
 let h: Harness;
 let deps: ExecutionDeps;
-let proxy: Server;
+let proxy: InterceptingProxy;
 /** How many `GET /orders/:id/shipments` the proxy still answers 503 (the rest is passed through). */
 let failListings = 0;
 /** Bodies the proxy answers 200 to the next `GET /orders/:id/shipments`, one each, before passing through. */
@@ -23,37 +21,19 @@ const listingBodies: unknown[] = [];
 
 beforeAll(async () => {
   h = await startHarness();
-  const upstream = new URL(h.stagingUrl);
-  proxy = createServer((req, res) => {
+  // A system of record that loses an answer resets the connection: so does the proxy.
+  proxy = await startInterceptingProxy(h.stagingUrl, (req, res) => {
     const listing = req.method === 'GET' && /^\/orders\/[^/]+\/shipments$/.test(req.url ?? '');
     if (listing && failListings > 0) {
       failListings--;
-      res.writeHead(503, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ error: { reason: 'server_error', message: 'listing unavailable (test proxy)' } }));
-      return;
+      return answerJson(res, 503, { error: { reason: 'server_error', message: 'listing unavailable (test proxy)' } });
     }
-    if (listing && listingBodies.length) {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(listingBodies.shift()));
-      return;
-    }
-    const up = request(
-      { host: upstream.hostname, port: upstream.port, path: req.url, method: req.method, headers: req.headers },
-      (upRes) => {
-        res.writeHead(upRes.statusCode ?? 502, upRes.headers);
-        upRes.pipe(res);
-      },
-    );
-    // The system of record lost the answer: so does the proxy (the executor sees a reset).
-    up.on('error', () => req.socket.destroy());
-    req.pipe(up);
+    return listing && listingBodies.length > 0 ? answerJson(res, 200, listingBodies.shift()) : false;
   });
-  await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
-  deps = h.deps({ stagingUrl: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}` });
+  deps = h.deps({ stagingUrl: proxy.url });
 });
 afterAll(async () => {
-  proxy?.closeAllConnections();
-  if (proxy) await closeServer(proxy);
+  await proxy?.close();
   await h?.close();
 });
 
