@@ -2,10 +2,9 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { inTransaction, lockReleases, routeRelease } from '@gatehouse/ledger';
 import { DEFAULT_CANARY_THRESHOLDS, queueContracts, queueName } from '@gatehouse/contracts';
 import { createAction, recordEffect, seedFinishedRun } from '@gatehouse/testing';
-import { tokenFor } from '@gatehouse/cli';
 import { activateRelease, ActivationRefused, retireCandidate, RetireRefused } from '@gatehouse/operations';
-import { lockWaiters, TEST_REDIS_URL } from '@gatehouse/test-harness';
-import { releaseRows, RELEASE_OPERATOR as op, threeReleases, useReleaseSuite } from '../support/release-suite.ts';
+import { lockWaiters } from '@gatehouse/test-harness';
+import { releaseCliEnv, releaseRows, RELEASE_OPERATOR as op, threeReleases, useReleaseSuite } from '../support/release-suite.ts';
 import { runCli } from '../support/cli-process.ts';
 import { openSecondCanary } from '../support/second-canary.ts';
 
@@ -16,7 +15,6 @@ import { openSecondCanary } from '../support/second-canary.ts';
 // one canary alone: writes off, drain, its approvals expired, its operations inventoried, its
 // cohort back on the active release — whose status and writes are not touched (ADR 0728).
 
-const SECRET = 'local-auth-secret-change-me';
 const ana = { tenants: [], users: ['rep-ana'] };
 const ben = { tenants: [], users: ['rep-ben'] };
 const t = useReleaseSuite();
@@ -178,16 +176,7 @@ describe('release retire <candidate> (ADR 0728)', () => {
     async () => {
       t.dirs.writeRelease('rel-10');
       await activateRelease(t.db, 'rel-10', { ...op, cohort: ana });
-      const env = {
-        DATABASE_URL: t.url,
-        REDIS_URL: TEST_REDIS_URL,
-        QUEUE_PREFIX: t.prefix,
-        GATEHOUSE_AUDIT_HMAC_KEY: op.hmacKey,
-        STAGING_URL: 'http://127.0.0.1:9',
-        GATEHOUSE_TOKEN: await tokenFor('ops-gus', SECRET),
-        RELEASES_DIR: t.dirs.releasesDir,
-        POLICY_DIR: t.dirs.policyDir,
-      };
+      const env = await releaseCliEnv(t);
       const usage = await runCli(['release', 'retire', 'rel-10'], env);
       expect(usage.code, usage.out).toBe(2);
       expect(usage.out).toContain('release retire needs --reason <why>');

@@ -4,10 +4,8 @@ import { resolve } from 'node:path';
 import { DEFAULT_CANARY_THRESHOLDS, repoRoot } from '@gatehouse/contracts';
 import { loadBundle, loadGateCases } from '@gatehouse/policy';
 import { createAction, seedFinishedRun } from '@gatehouse/testing';
-import { tokenFor } from '@gatehouse/cli';
 import { activateRelease, enableWrites, retireCandidate, rollbackRelease } from '@gatehouse/operations';
-import { TEST_REDIS_URL } from '@gatehouse/test-harness';
-import { RELEASE_OPERATOR as op, threeReleases, useReleaseSuite } from '../support/release-suite.ts';
+import { RELEASE_OPERATOR as op, releaseCliEnv, threeReleases, useReleaseSuite } from '../support/release-suite.ts';
 import { runCli } from '../support/cli-process.ts';
 
 // A rollback (or a retirement) drains the candidate and moves nothing: its live runs wait there
@@ -19,21 +17,11 @@ import { runCli } from '../support/cli-process.ts';
 // A promotion retires the former active release the same way as far as its live runs go: they
 // stay on it, and stopping its services would strand them; the command names them too.
 
-const SECRET = 'local-auth-secret-change-me';
 const t = useReleaseSuite();
 
 beforeAll(() => threeReleases(t, { rel2: 'candidate for rep-ana', rel9: 'candidate for rep-ben' }));
 
-const cliEnv = async () => ({
-  DATABASE_URL: t.url,
-  REDIS_URL: TEST_REDIS_URL,
-  QUEUE_PREFIX: t.prefix,
-  GATEHOUSE_AUDIT_HMAC_KEY: op.hmacKey,
-  STAGING_URL: 'http://127.0.0.1:9',
-  GATEHOUSE_TOKEN: await tokenFor('ops-gus', SECRET),
-  RELEASES_DIR: t.dirs.releasesDir,
-  POLICY_DIR: t.dirs.policyDir,
-});
+const cliEnv = () => releaseCliEnv(t);
 
 describe('live runs left on a drained release', () => {
   it('a rollback counts them from the ledger and names requeue or quarantine, with no job queued', { timeout: 120_000 }, async () => {

@@ -4,6 +4,7 @@ import type { Db } from '@gatehouse/ledger';
 import { activateRelease } from '@gatehouse/operations';
 import { QueueRegistry } from '@gatehouse/platform';
 import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
+import { tokenFor } from '@gatehouse/cli';
 import { useReleaseDirs, type ReleaseDirs } from './release-dirs.ts';
 
 /** What a release operations test file works on, see {@link useReleaseSuite}. Set in its `beforeAll`. */
@@ -53,6 +54,27 @@ export function useReleaseSuite(): ReleaseSuite {
 
 /** The operator the release suites act as, with the audit HMAC key their commands take. */
 export const RELEASE_OPERATOR = { operator: 'ops-gus', hmacKey: 'test-audit-hmac-key-0123456789' };
+
+/** The local HS256 secret the suites' operator tokens are signed with (the CLI's local mode). */
+const LOCAL_AUTH_SECRET = 'local-auth-secret-change-me';
+
+/**
+ * The environment of the `gatehouse` CLI run as a process over the suite: its database, queue
+ * prefix, releases and policy folders, the operator's audit key and token ({@link RELEASE_OPERATOR}),
+ * and no reachable systems of record (release commands read none).
+ */
+export async function releaseCliEnv(t: ReleaseSuite): Promise<Record<string, string>> {
+  return {
+    DATABASE_URL: t.url,
+    REDIS_URL: TEST_REDIS_URL,
+    QUEUE_PREFIX: t.prefix,
+    GATEHOUSE_AUDIT_HMAC_KEY: RELEASE_OPERATOR.hmacKey,
+    STAGING_URL: 'http://127.0.0.1:9',
+    GATEHOUSE_TOKEN: await tokenFor(RELEASE_OPERATOR.operator, LOCAL_AUTH_SECRET),
+    RELEASES_DIR: t.dirs.releasesDir,
+    POLICY_DIR: t.dirs.policyDir,
+  };
+}
 
 /**
  * The three releases the canary suites play with, written to the suite's folders: rel-1 activated
