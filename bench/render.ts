@@ -146,6 +146,15 @@ export function renderReport(r: BenchReport): string {
     parts.push(
       `Slowdown (p50 behind the backlog / alone): ${iso.slowdown ?? '–'}×. The backlog drained in ${iso.backlogDrainMs} ms; ${iso.backlogLeft} of its calls were still unanswered when the quiet run ended.`,
     );
+    if (iso.backlogLost.count > 0)
+      parts.push(
+        `**${iso.backlogLost.count} of the backlog's reads got no result.** The ledger showed: ${iso.backlogLost.runs
+          .map(
+            (l) =>
+              `${l.workflowId} ${l.state ?? 'no run'}${l.stopReason ? ` (${l.stopReason})` : ''}, proposal ${l.proposalStatus ?? 'none'}`,
+          )
+          .join('; ')}.`,
+      );
   }
 
   if (rp) {

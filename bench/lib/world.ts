@@ -10,13 +10,13 @@ import { SERVICES, startStack, type RunningStack } from '@gatehouse/cli';
 import { createDb, LIVE_STATES, migrate, type Db } from '@gatehouse/ledger';
 import { dropQueuePrefix, freePort } from '@gatehouse/test-harness';
 import { QueueRegistry } from '@gatehouse/platform';
-import { queueName, type ResultJob } from '@gatehouse/contracts';
+import { jobOptionsFor, queueName, type ResultJob } from '@gatehouse/contracts';
 import { COUNT_HOOK, readCounts, type CountSnapshot } from './counters.ts';
 import { peakRssMb } from './proc.ts';
 import { Waiters } from './driver.ts';
 import { nowMs } from './stats.ts';
 import { writeBenchWorld, type BenchActor } from './tenants.ts';
-import { endSeededRuns } from './seed.ts';
+import { endSeededRuns, type SeededProposal } from './seed.ts';
 
 /** Postgres server of the benchmarks (same variable as the tests). */
 export const PG_SERVER = process.env.TEST_PG_SERVER ?? 'postgres://postgres@127.0.0.1:5432';
@@ -258,6 +258,20 @@ export class BenchWorld {
     this.#closing = this.#closing
       .then(() => endSeededRuns(db, due))
       .catch((err: unknown) => console.error(`bench: could not end ${due.length} settled runs: ${(err as Error).message}`));
+  }
+
+  /**
+   * Puts seeded proposal `c` on `proposals.rel-1` as the agent loop's outbox relay does (with its
+   * tenant's fair priority when `fairKey` is given, plain FIFO without) and resolves with its
+   * result as the stand-in consumer took it. The wait starts after the add: a result that comes
+   * first is kept for it, and a failed add leaves no timer behind.
+   * @throws what the add throws (Redis unavailable), or after `timeoutMs` without a result.
+   */
+  async propose(c: SeededProposal, timeoutMs: number, fairKey?: string): Promise<ReceivedResult> {
+    const name = queueName('proposals', RELEASE);
+    const payload = { release: RELEASE, workflowId: c.workflowId, proposalId: c.proposalId, callId: c.callId };
+    await this.queues.add(name, 'proposal', payload, { ...jobOptionsFor(name), jobId: `proposal_${c.proposalId}` }, fairKey);
+    return this.results.wait(`${c.workflowId}/${c.callId}`, timeoutMs);
   }
 
   /**

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { jobOptionsFor, queueName } from '@gatehouse/contracts';
+import { queueName } from '@gatehouse/contracts';
 import { tokenFor } from '@gatehouse/cli';
 import type { BenchSizes } from '../config.ts';
 import { closedLoop, sleep, type LoadResult } from '../lib/driver.ts';
@@ -113,26 +113,20 @@ export async function runGoverned(
 ): Promise<GovernedReport> {
   const n1 = kind === 'read' ? sizes.read1 : kind === 'refund' ? sizes.refund1 : sizes.approved1;
   const n50 = kind === 'read' ? sizes.read50 : kind === 'refund' ? sizes.refund50 : sizes.approved50;
-  const proposals = w.queues.get(queueName('proposals', RELEASE));
   const lead = await tokenFor(LEAD, AUTH_SECRET);
   const fire = async (c: Call): Promise<void> => {
-    const done = w.results.wait(`${c.workflowId}/${c.callId}`, 60_000);
     if (c.proposalId) {
-      await proposals.add(
-        'proposal',
-        { release: RELEASE, workflowId: c.workflowId, proposalId: c.proposalId, callId: c.callId },
-        { ...jobOptionsFor(proposals.name), jobId: `proposal_${c.proposalId}` },
-      );
-    } else {
-      c.sentAtMs = Date.now();
-      const res = await fetch(`${w.url('approval')}/v1/approvals/${c.approvalId}/decision`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${lead}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ decision: 'approve', actionVersion: 1, actionDigest: c.digest }),
-      });
-      if (!res.ok) throw new Error(`approval decision → ${res.status} ${await res.text()}`);
+      await w.propose({ ...c, proposalId: c.proposalId }, 60_000);
+      return;
     }
-    await done;
+    c.sentAtMs = Date.now();
+    const res = await fetch(`${w.url('approval')}/v1/approvals/${c.approvalId}/decision`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${lead}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ decision: 'approve', actionVersion: 1, actionDigest: c.digest }),
+    });
+    if (!res.ok) throw new Error(`approval decision → ${res.status} ${await res.text()}`);
+    await w.results.wait(`${c.workflowId}/${c.callId}`, 60_000);
   };
   // Each set is seeded just before its loop: seeded runs are live, and the executor's watchdog
   // looks at every live run past its grace on each pass, so runs seeded for c=50 would be swept

@@ -1,6 +1,6 @@
 import type { BenchSizes } from '../config.ts';
 import { closedLoop, type LoadResult } from '../lib/driver.ts';
-import { jobOptionsFor, queueName } from '@gatehouse/contracts';
+import { queueName } from '@gatehouse/contracts';
 import { cpuBetween, cpuSnapshot, type CpuUse } from '../lib/proc.ts';
 import { sampleWaits, type WaitProfile } from '../lib/pg-waits.ts';
 import { endSeededRuns, seedProposals } from '../lib/seed.ts';
@@ -42,7 +42,6 @@ export interface TenantOrders {
  */
 export async function runScaling(w: BenchWorld, sizes: BenchSizes, tenants: TenantOrders[]): Promise<ScalingPoint[]> {
   const points: ScalingPoint[] = [];
-  const proposals = w.queues.get(queueName('proposals', RELEASE));
   for (const executors of sizes.scalingExecutors) {
     await w.setExecutors(executors);
     const calls = await seedProposals(
@@ -64,14 +63,7 @@ export async function runScaling(w: BenchWorld, sizes: BenchSizes, tenants: Tena
       calls.length,
       50,
       async (i) => {
-        const c = calls[i]!;
-        const done = w.results.wait(`${c.workflowId}/${c.callId}`, 120_000);
-        await proposals.add(
-          'proposal',
-          { release: RELEASE, workflowId: c.workflowId, proposalId: c.proposalId, callId: c.callId },
-          { ...jobOptionsFor(proposals.name), jobId: `proposal_${c.proposalId}` },
-        );
-        await done;
+        await w.propose(calls[i]!, 120_000);
       },
       { maxMs: sizes.loadMaxMs },
     );

@@ -1,11 +1,10 @@
 import { createServer, type Server } from 'node:http';
-import { jobOptionsFor, queueName } from '@gatehouse/contracts';
 import type { BenchSizes } from '../config.ts';
 import { closedLoop, type LoadResult } from '../lib/driver.ts';
 import { cpuSeconds } from '../lib/proc.ts';
 import { ageRefunds, endSeededRuns, seedProposals } from '../lib/seed.ts';
 import { ratio, round } from '../lib/stats.ts';
-import { RELEASE, type BenchWorld } from '../lib/world.ts';
+import type { BenchWorld } from '../lib/world.ts';
 
 /** One phase of the telemetry section: the same governed call, telemetry off or on. */
 export interface TelemetryPhase {
@@ -98,16 +97,8 @@ async function measure(
       mode: 'act' as const,
     })),
   );
-  const proposals = w.queues.get(queueName('proposals', RELEASE));
   const fire = async (i: number): Promise<void> => {
-    const c = calls[i]!;
-    const done = w.results.wait(`${c.workflowId}/${c.callId}`, 60_000);
-    await proposals.add(
-      'proposal',
-      { release: RELEASE, workflowId: c.workflowId, proposalId: c.proposalId, callId: c.callId },
-      { ...jobOptionsFor(proposals.name), jobId: `proposal_${c.proposalId}` },
-    );
-    await done;
+    await w.propose(calls[i]!, 60_000);
   };
   const warm = await closedLoop(nw, 1, (i) => fire(i), { maxMs: sizes.telemetryWarmUpMs });
   const cpuBefore = servicesCpuS(w);
