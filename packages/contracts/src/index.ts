@@ -14,3 +14,4 @@ export * from './api/events.ts';
 export * from './test-faults.ts';
 export * from './credential-refusal.ts';
 export * from './downstream-status.ts';
+export * from './listing.ts';

@@ -8,12 +8,13 @@ import {
   LIVE_STATES,
   recordAudit,
   stopRun,
+  type DB,
   type Db,
   type OutboxRow,
   type Trx,
 } from '@gatehouse/ledger';
 import { Redis } from 'ioredis';
-import { sql } from 'kysely';
+import { sql, type ExpressionBuilder } from 'kysely';
 import { dependencyCheckHint, hostOf, OutboxRelay, QueueRegistry, within, type BaseEnv, type Logger } from '@gatehouse/platform';
 import { OpsUsageError } from './ops.ts';
 
@@ -347,11 +348,19 @@ async function liveRunsOn(trx: Trx, release: string): Promise<string[]> {
   const rows = await trx
     .selectFrom('workflows')
     .select('id')
-    .where('release_id', '=', release)
-    .where('state', 'in', LIVE_STATES)
+    .where((eb) => liveOn(eb, [release]))
     .orderBy('id')
     .execute();
   return rows.map((r) => r.id);
+}
+
+/**
+ * The one filter of "a live run on one of `releases`" (every state of `LIVE_STATES`, paused
+ * included), for the statements that list, count and move such runs: a quarantine stops, a
+ * requeue moves and the commands' live-run counts name the same runs.
+ */
+function liveOn(eb: ExpressionBuilder<DB, 'workflows'>, releases: readonly string[]) {
+  return eb.and([eb('release_id', 'in', [...releases]), eb('state', 'in', LIVE_STATES)]);
 }
 
 /**
@@ -365,8 +374,7 @@ export async function liveRunCount(db: Db | Trx, releases: readonly string[]): P
   const row = await db
     .selectFrom('workflows')
     .select((eb) => eb.fn.countAll<string>().as('n'))
-    .where('release_id', 'in', [...releases])
-    .where('state', 'in', LIVE_STATES)
+    .where((eb) => liveOn(eb, releases))
     .executeTakeFirstOrThrow();
   return Number(row.n);
 }
@@ -438,8 +446,7 @@ async function moveLiveRuns(
   let q = trx
     .updateTable('workflows')
     .set({ release_id: to, updated_at: new Date() })
-    .where('release_id', '=', from)
-    .where('state', 'in', LIVE_STATES);
+    .where((eb) => liveOn(eb, [from]));
   if (keep.size) q = q.where('id', 'not in', [...keep]);
   const moved = await q.returning(['id', 'tenant', 'state']).execute();
   return { tenants: new Map(moved.map((w) => [w.id, w.tenant])), paused: moved.filter((w) => w.state === 'paused').length };

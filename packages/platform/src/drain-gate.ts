@@ -4,6 +4,7 @@ import type { Db } from '@gatehouse/ledger';
 import type { Logger } from './logger.ts';
 import type { PostgresGate } from './postgres-gate.ts';
 import { handBack } from './hand-back.ts';
+import type { JobHold } from './queues.ts';
 
 /** Options of {@link DrainGate}; durations in milliseconds. */
 export interface DrainGateOptions {
@@ -24,7 +25,7 @@ export interface DrainGateOptions {
  * again (`queues resume`, `release activate`, a rollback to it) the workers resume within a poll.
  * A failed read keeps the last answer (the Postgres gate handles the outage itself).
  */
-export class DrainGate {
+export class DrainGate implements JobHold {
   readonly #db: Db;
   readonly #release: string;
   readonly #log: Logger;

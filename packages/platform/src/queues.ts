@@ -204,13 +204,14 @@ export function createWorker<T extends { release: string; traceparent?: string }
   const name = queueName(contract.base, opts.release);
   consumedQueues.set(name, contract.base);
   const connection = createRedis(opts.redisUrl, opts.log);
+  // The drain gate is asked first: a draining release holds every job whatever else would.
+  const holds: readonly JobHold[] = [...(opts.drain ? [opts.drain] : []), ...(opts.holds ?? [])];
   const worker = new Worker(
     name,
     async (job: Job, token?: string) => {
       const startedMs = Date.now();
       if (!(await opts.gate.answers())) return opts.gate.defer(job, token, 'postgres down before the job started');
-      if (opts.drain && (await opts.drain.holds())) return opts.drain.hold(job, token);
-      for (const gate of opts.holds ?? []) if (await gate.holds()) return gate.hold(job, token);
+      for (const gate of holds) if (await gate.holds()) return gate.hold(job, token);
       const parsed = contract.schema.safeParse(job.data);
       if (!parsed.success) {
         recordJob(contract.base, 'rejected', 0);

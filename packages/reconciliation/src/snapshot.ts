@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { loadWorld, fetchCapped, SystemError } from '@gatehouse/contracts';
+import { listedShipment, loadWorld, fetchCapped, SystemError, wholeList, type ListedShipment } from '@gatehouse/contracts';
 import type { Db, OperationStatus } from '@gatehouse/ledger';
 import { RECONCILED_TOOLS } from './classes.ts';
 
@@ -50,13 +50,6 @@ export interface LedgerReversal {
   createdAtMs: number;
 }
 
-/** A shipment of an order (the order system has no keys). */
-export interface LedgerShipment {
-  shipmentId: string;
-  createdAtMs: number;
-  cancelled: boolean;
-}
-
 /** A scheduled change operation (the change service, keyed by operation key). */
 export interface LedgerChangeOperation {
   operationKey: string;
@@ -78,8 +71,8 @@ export interface Snapshot {
   operations: AgentOperation[];
   refunds: LedgerRefund[];
   reversals: LedgerReversal[];
-  /** Shipments per order id. */
-  shipments: Map<string, LedgerShipment[]>;
+  /** Shipments per order id (the order system has no idempotency keys: read-back matches by count and time). */
+  shipments: Map<string, ListedShipment[]>;
   /** Messages per order id (only orders with a mail operation in flight). */
   messages: Map<string, LedgerMessage[]>;
   changeOperations: LedgerChangeOperation[];
@@ -151,24 +144,9 @@ const ms = (iso: string): number => new Date(iso).getTime();
  *   array, or an entry is not one `entry` can read (it returns null).
  */
 async function readList<T>(url: string, list: string, timeoutMs: number, entry: (row: Record<string, unknown>) => T | null): Promise<T[]> {
-  const got: unknown = (await readJson<Record<string, unknown>>(url, timeoutMs))[list];
-  const path = new URL(url).pathname;
-  if (!Array.isArray(got)) throw new ReadBackUnavailable(`read-back ${path} answered no ${list} list`);
-  return got.map((row: unknown) => {
-    const read = typeof row === 'object' && row !== null ? entry(row as Record<string, unknown>) : null;
-    if (read === null) throw new ReadBackUnavailable(`read-back ${path} answered an unreadable entry of ${list}`);
-    return read;
-  });
-}
-
-/**
- * A listed shipment, or null without a shipment id. A creation time that cannot be read is kept as
- * NaN: classification judges such a shipment as one whose time is unreadable (ADR 0678).
- */
-function shipmentOf(row: Record<string, unknown>): LedgerShipment | null {
-  if (typeof row.shipmentId !== 'string' || row.shipmentId === '') return null;
-  const createdAtMs = typeof row.createdAt === 'string' ? ms(row.createdAt) : NaN;
-  return { shipmentId: row.shipmentId, createdAtMs, cancelled: Boolean(row.cancelledAt) };
+  const got = wholeList(await readJson<Record<string, unknown>>(url, timeoutMs), list, entry);
+  if (got === null) throw new ReadBackUnavailable(`read-back ${new URL(url).pathname} answered no whole ${list} list`);
+  return got;
 }
 
 /** A listed mail message, or null without a message id or a template. */
@@ -267,9 +245,9 @@ export async function readSnapshot(
   ]);
   const orders = new Map(loadWorld().orders.map((o) => [o.id, { tenant: o.tenant, region: o.region, paidCents: o.paid }]));
   const orderIds = new Set([...orders.keys(), ...operations.filter((o) => o.tool === 'reship_order').map((o) => o.target)]);
-  const shipments = new Map<string, LedgerShipment[]>();
+  const shipments = new Map<string, ListedShipment[]>();
   for (const id of orderIds)
-    shipments.set(id, await readList(`${stagingUrl}/orders/${encodeURIComponent(id)}/shipments`, 'shipments', timeoutMs, shipmentOf));
+    shipments.set(id, await readList(`${stagingUrl}/orders/${encodeURIComponent(id)}/shipments`, 'shipments', timeoutMs, listedShipment));
   const messages = new Map<string, LedgerMessage[]>();
   const mailOrders = new Set(operations.filter((o) => o.tool === 'notify_customer' && o.status !== 'succeeded').map((o) => o.target));
   for (const id of mailOrders)

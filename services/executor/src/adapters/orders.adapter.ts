@@ -1,3 +1,4 @@
+import { listedShipment, wholeList, type ListedShipment } from '@gatehouse/contracts';
 import { baselineReadAt, overlappingDispatches } from '@gatehouse/ledger';
 import { attempt, reasonOf, type AttemptOutcome } from './http-call.ts';
 import type { AdapterCall, AdapterResult } from './adapter.ts';
@@ -33,12 +34,9 @@ function okBody(res: AttemptOutcome): Record<string, unknown> | null {
   return res.kind === 'response' && res.status === 200 ? res.body : null;
 }
 
-/** The items of a 200 answer's `key` list as objects, or null when the answer is not a whole list. */
+/** The items of a 200 answer's `key` list as objects, or null when the answer is not a whole list ({@link wholeList}). */
 function listed(res: AttemptOutcome, key: string): Array<Record<string, unknown>> | null {
-  const list = okBody(res)?.[key];
-  if (!Array.isArray(list)) return null;
-  const rows = list.map((x: unknown) => (typeof x === 'object' && x !== null ? (x as Record<string, unknown>) : null));
-  return rows.every((r) => r !== null) ? (rows as Array<Record<string, unknown>>) : null;
+  return wholeList(okBody(res), key, (row) => row);
 }
 
 /**
@@ -79,12 +77,6 @@ function orderReadOf(a: Record<'order' | 'shipments' | 'refunds' | 'reversals', 
   };
 }
 
-/** A listed shipment as read-back sees it: its id and when the order system created it (ms since the epoch, NaN when unreadable). */
-interface ListedShipment {
-  id: string;
-  createdAtMs: number;
-}
-
 /**
  * Shipments of an order, oldest first (the order system's listing order), or null when read-back
  * cannot tell: no answer, another status, or a body that is not a list of shipments each with an id
@@ -93,12 +85,7 @@ interface ListedShipment {
  */
 async function listShipments(stagingUrl: string, orderId: string): Promise<ListedShipment[] | null> {
   const res = await attempt(`${stagingUrl}/orders/${encodeURIComponent(orderId)}/shipments`, {}, 5000);
-  if (res.kind !== 'response' || res.status !== 200) return null;
-  const list: unknown = res.body.shipments;
-  if (!Array.isArray(list)) return null;
-  const rows = list.map((x: unknown) => (typeof x === 'object' && x !== null ? (x as { shipmentId?: unknown; createdAt?: unknown }) : {}));
-  if (!rows.every((r) => typeof r.shipmentId === 'string' && r.shipmentId !== '')) return null;
-  return rows.map((r) => ({ id: r.shipmentId as string, createdAtMs: typeof r.createdAt === 'string' ? Date.parse(r.createdAt) : NaN }));
+  return wholeList(okBody(res), 'shipments', listedShipment);
 }
 
 /** Shipment count of an order, or null when read-back cannot tell. */
@@ -178,7 +165,12 @@ export async function resolveByReadBack(
   const newest = listed.at(-1)!;
   const notOurs = await notOurShipment(call, newest);
   if (notOurs) return { status: 'unknown', reason: `read_back_ambiguous:${notOurs}`, attempts: 1 };
-  return { status: 'succeeded', data: { orderId, shipmentId: newest.id, resolvedBy: 'read_back' }, evidenceRef: newest.id, attempts: 1 };
+  return {
+    status: 'succeeded',
+    data: { orderId, shipmentId: newest.shipmentId, resolvedBy: 'read_back' },
+    evidenceRef: newest.shipmentId,
+    attempts: 1,
+  };
 }
 
 /**

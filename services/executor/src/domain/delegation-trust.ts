@@ -46,6 +46,8 @@ function untrustedKeyReason(stagingUrl: string, kid: string, kids: string[]): st
 
 /** How far a job fetched while the key is untrusted is delayed, ms: another executor, or this one fixed, takes it then. */
 const HOLD_DEFER_MS = 5_000;
+/** How often held jobs are logged, at most, ms: each held job comes back every {@link HOLD_DEFER_MS}. */
+const HELD_LOG_EVERY_MS = 60_000;
 
 /**
  * What the systems of record at `stagingUrl` say of this executor's delegation signing key, read
@@ -64,6 +66,8 @@ export class DelegationTrust implements JobHold {
   #known: Exclude<TrustAnswer, { state: 'unknown' }> | undefined;
   #readAt = 0;
   #reading: Promise<void> | undefined;
+  /** Jobs held since the last log line about them, and when that line was written (epoch ms). */
+  #held = { count: 0, loggedAt: 0 };
   /** The test-only switch: the worker takes jobs whatever the answer (`GATEHOUSE_TEST_DISABLE_DELEGATION_TRUST_HOLD`). */
   readonly #holdDisabled = testFaults().disableDelegationTrustHold;
 
@@ -100,13 +104,20 @@ export class DelegationTrust implements JobHold {
   /**
    * Puts `job` back as delayed by {@link HOLD_DEFER_MS} without consuming an attempt: a token it
    * minted would be refused with 401 before any effect, and the run would end "not carried out".
+   * Logged at most every {@link HELD_LOG_EVERY_MS} with the count held since the last line (the
+   * first held job at once): a held job comes back every few seconds, and the key's change of
+   * answer is already logged at error level.
    * @throws DelayedError always (BullMQ's protocol).
    */
   async hold(job: QueueJob, token: string | undefined): Promise<never> {
-    this.#log.info(
-      { queue: job.queueName, jobId: job.id, kid: this.#own.kid },
-      'job held: the systems of record do not trust this delegation key',
-    );
+    this.#held.count++;
+    if (Date.now() - this.#held.loggedAt >= HELD_LOG_EVERY_MS) {
+      this.#log.warn(
+        { queue: job.queueName, jobId: job.id, kid: this.#own.kid, held: this.#held.count },
+        'job held: the systems of record do not trust this delegation key',
+      );
+      this.#held = { count: 0, loggedAt: Date.now() };
+    }
     return handBack(job, token, HOLD_DEFER_MS, `held: the systems of record do not trust delegation key ${this.#own.kid}`);
   }
 
