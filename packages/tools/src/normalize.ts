@@ -15,7 +15,8 @@ export class NormalizationError extends UserError {
   }
 }
 
-const DECIMAL = /^-?\d{1,9}(\.\d{1,2})?$/;
+/** A decimal of at most two significant decimals; zeros written past the second are allowed (ADR 0784). */
+const DECIMAL = /^-?\d{1,9}(\.\d{1,2}0*)?$/;
 
 /**
  * The largest amount the system holds, integer cents: 2,147,483,647 (21,474,836.47 in currency
@@ -30,10 +31,11 @@ export const MAX_AMOUNT_CENTS = 2_147_483_647;
 const MAX_AMOUNT_TEXT = `${Math.floor(MAX_AMOUNT_CENTS / 100)}.${String(MAX_AMOUNT_CENTS % 100).padStart(2, '0')}`;
 
 /**
- * Converts a decimal amount in currency units (string `"30.00"`, `"30"` or number `30`, `30.0`)
- * to integer cents. Accepts at most two decimals, at most 9 integer digits, and a size of at
- * most {@link MAX_AMOUNT_CENTS} (21474836.47).
- * @throws NormalizationError for more than two decimals, exponents, `NaN`/`Infinity`,
+ * Converts a decimal amount in currency units (string `"30.00"`, `"30"`, `"30.000"` or number
+ * `30`, `30.0`) to integer cents. Accepts at most two decimals that are not zero (zeros written
+ * past the second change nothing, as in a JSON number: ADR 0784), at most 9 integer digits, and
+ * a size of at most {@link MAX_AMOUNT_CENTS} (21474836.47).
+ * @throws NormalizationError for a non-zero third decimal, exponents, `NaN`/`Infinity`,
  *   negative zero, non-numeric strings, or an amount larger than {@link MAX_AMOUNT_CENTS}.
  */
 export function toCents(value: string | number, field = 'amount'): number {
@@ -50,7 +52,7 @@ export function toCents(value: string | number, field = 'amount'): number {
   }
   const negative = text.startsWith('-');
   const [whole = '0', frac = ''] = text.replace('-', '').split('.');
-  const cents = Number(whole) * 100 + Number(frac.padEnd(2, '0'));
+  const cents = Number(whole) * 100 + Number(frac.slice(0, 2).padEnd(2, '0'));
   if (negative && cents === 0) throw new NormalizationError(field, 'negative zero is not an amount');
   if (cents > MAX_AMOUNT_CENTS) {
     throw new NormalizationError(

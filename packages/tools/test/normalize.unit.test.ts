@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { canonicalOrderId, MAX_AMOUNT_CENTS, NormalizationError, toCents } from '../src/index.ts';
 
 describe('toCents', () => {
-  it.each<[string | number]>([['30.00'], [30], [30.0], ['30'], ['30.0'], [' 30.00 ']])('%j is 3000 cents', (v) => {
+  it.each<[string | number]>([['30.00'], [30], [30.0], ['30'], ['30.0'], [' 30.00 '], ['30.000'], ['30.0000000']])('%j is 3000 cents', (v) => {
     expect(toCents(v)).toBe(3000);
   });
 
@@ -13,6 +13,10 @@ describe('toCents', () => {
     [120, 12000],
     ['49.00', 4900],
     ['-5', -500],
+    // Zeros past the second decimal change nothing, as in a JSON number (ADR 0784).
+    ['30.100', 3010],
+    ['0.010', 1],
+    ['-0.500', -50],
     // The largest amount (MAX_AMOUNT_CENTS, ADR 0689), as text and as a number, and its negative.
     ['21474836.47', 2_147_483_647],
     [21474836.47, 2_147_483_647],
@@ -24,6 +28,9 @@ describe('toCents', () => {
   it.each<[string | number]>([
     ['30.001'],
     [30.001],
+    ['30.0001'],
+    ['30.0010'],
+    ['-0.000'],
     ['1e3'],
     [1e21],
     [1e-7],
