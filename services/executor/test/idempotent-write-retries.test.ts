@@ -17,14 +17,20 @@ let server: Server;
 let url: string;
 /** What the endpoint answers, in order; the last repeats (0: the connection is dropped unanswered). */
 let script: number[] = [];
-let seen: Array<{ status: number; key: string }> = [];
+let seen: Array<{ status: number; key: string; atMs: number }> = [];
+/** The `Retry-After` a 503 carries (seconds), none when undefined. */
+let retryAfter503: string | undefined;
 
 beforeAll(async () => {
   server = createServer((req, res) => {
     const status = script[Math.min(seen.length, script.length - 1)]!;
-    seen.push({ status, key: String(req.headers['idempotency-key']) });
+    seen.push({ status, key: String(req.headers['idempotency-key']), atMs: Date.now() });
     if (status === 0) return void req.socket.destroy();
-    const headers = { 'content-type': 'application/json', ...(status === 429 ? { 'retry-after-ms': '20' } : {}) };
+    const headers = {
+      'content-type': 'application/json',
+      ...(status === 429 ? { 'retry-after-ms': '20' } : {}),
+      ...(status === 503 && retryAfter503 !== undefined ? { 'retry-after': retryAfter503 } : {}),
+    };
     res.writeHead(status, headers);
     res.end(JSON.stringify(status === 201 ? { refundId: 're_1' } : { error: { reason: status === 429 ? 'rate_limited' : 'unavailable' } }));
   });
@@ -114,6 +120,33 @@ describe("the run's deadline bounds the retries (ADR 0772)", () => {
       attempts: 2,
     });
     expect(seen.map((s) => s.status)).toEqual([429, 201]);
+  });
+});
+
+describe('a 503 with Retry-After (ADR 0785)', () => {
+  afterAll(() => {
+    retryAfter503 = undefined;
+  });
+
+  it('is sent again after the wait it asks for, under the same key, and pays once', async () => {
+    [script, seen, retryAfter503] = [[503, 201], [], '1'];
+    expect(await write('payments-503-retry-after')).toMatchObject({ status: 'succeeded', evidenceRef: 're_1', attempts: 2 });
+    expect(seen.map((s) => s.status)).toEqual([503, 201]);
+    expect(seen[1]!.atMs - seen[0]!.atMs).toBeGreaterThanOrEqual(950);
+    expect(new Set(seen.map((s) => s.key))).toEqual(new Set(['wf-1:action:1']));
+  });
+
+  it('whose wait ends past the deadline: not waited for, nothing sent again', async () => {
+    [script, seen, retryAfter503] = [[503, 201], [], '60'];
+    const t0 = Date.now();
+    expect(await write('payments-503-past-deadline')).toEqual({
+      status: 'failed',
+      reason: '503:unavailable',
+      retryable: true,
+      attempts: 1,
+    });
+    expect(Date.now() - t0).toBeLessThan(5000);
+    expect(seen.map((s) => s.status)).toEqual([503]);
   });
 });
 

@@ -8,19 +8,35 @@ import { idempotentWritePolicy, RetryableDownstreamError } from './resilience.ts
 /** The connection error code of a port nobody listens on: the request was never sent. */
 const CONNECTION_REFUSED = 'ECONNREFUSED';
 
+/** An HTTP-date in the preferred format (IMF-fixdate, RFC 9110 §5.6.7), e.g. `Sun, 06 Nov 1994 08:49:37 GMT`. */
+const IMF_FIXDATE = /[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT/g;
+
 /**
- * The wait a 429 asks for, ms: `retry-after-ms`, else `Retry-After` as seconds or as an HTTP-date
- * (RFC 9110 §10.2.3), never negative; undefined when neither is given or readable (the policy's
- * own backoff then applies).
+ * The wait a 429 or a 503 asks for, ms: `retry-after-ms`, else `Retry-After` as seconds or as an
+ * HTTP-date (RFC 9110 §10.2.3), never negative; undefined when neither is given or readable (the
+ * policy's own backoff then applies). A field sent twice reaches us joined with ", " (RFC 9110
+ * §5.3): repeated seconds, or repeated IMF-fixdates, are read as the longest wait they name.
  */
 export function retryAfterMs(headers: Headers, nowMs = Date.now()): number | undefined {
   const ms = headers.get('retry-after-ms')?.trim();
   if (ms && Number.isFinite(Number(ms))) return Math.max(0, Number(ms));
   const value = headers.get('retry-after')?.trim();
   if (!value) return undefined;
-  if (/^\d+$/.test(value)) return Number(value) * 1000;
+  if (/^\d+(\s*,\s*\d+)*$/.test(value)) return Math.max(...value.split(',').map(Number)) * 1000;
+  const dates = value.match(IMF_FIXDATE);
+  if (dates && dates.join(', ') === value) return Math.max(0, ...dates.map((d) => Date.parse(d) - nowMs));
   const at = /[a-z]/i.test(value) ? Date.parse(value) : Number.NaN; // an HTTP-date names its day
   return Number.isNaN(at) ? undefined : Math.max(0, at - nowMs);
+}
+
+/**
+ * The wait a downstream asked for ({@link retryAfterMs}, ms, undefined when none) and whether it
+ * ends at or past `deadlineMs` (epoch ms): such a retry is not waited for, so the worker is not
+ * held for a send that cannot be made.
+ */
+function askedWait(headers: Headers, deadlineMs: number): { retryAfterMs: number | undefined; pastDeadline: boolean } {
+  const ms = retryAfterMs(headers);
+  return { retryAfterMs: ms, pastDeadline: ms !== undefined && Date.now() + ms >= deadlineMs };
 }
 
 /**
@@ -30,13 +46,24 @@ export function retryAfterMs(headers: Headers, nowMs = Date.now()): number | und
  * way it counts as a failure towards the breaker of the tenant's calls to that downstream.
  */
 function rateLimitedError(headers: Headers, deadlineMs: number, nth: number): RetryableDownstreamError {
-  const ms = retryAfterMs(headers);
-  const pastDeadline = ms !== undefined && Date.now() + ms >= deadlineMs;
-  return new RetryableDownstreamError(pastDeadline ? 'rate_limited_past_deadline' : 'rate_limited', {
-    retryAfterMs: ms,
-    pastDeadline,
+  const wait = askedWait(headers, deadlineMs);
+  return new RetryableDownstreamError(wait.pastDeadline ? 'rate_limited_past_deadline' : 'rate_limited', {
+    ...wait,
     rateLimitedAgain: nth > 1,
   });
+}
+
+/**
+ * The error of a 408 or a 5xx (not processed, `isOutageStatus`): sent again under the same key
+ * after the policy's backoff, or after the wait its `Retry-After` asks for (a 503 says how long
+ * the service expects to be unavailable, RFC 9110 §15.6.4) — not retried when that wait ends past
+ * `deadlineMs` (ADR 0785).
+ */
+function outageError(
+  res: { status: number; headers: Headers; body: Record<string, unknown> },
+  deadlineMs: number,
+): RetryableDownstreamError {
+  return new RetryableDownstreamError(`${res.status}:${reasonOf(res.body)}`, askedWait(res.headers, deadlineMs));
 }
 
 /**
@@ -75,7 +102,8 @@ async function heldBeforeRetry(call: AdapterCall): Promise<string | null> {
  * once, `rate_limited_past_deadline`, when the wait would end past the deadline — the execution's
  * or the run's, whichever is earlier ({@link retryDeadline}); a second 429 ends
  * it `rate_limited` — docs/decisions/0753-a-429-gets-one-retry.md), 408, 5xx and lost
- * responses are retried up to `maxAttempts` within the deadline; other 4xx are final. After an unanswered
+ * responses are retried up to `maxAttempts` within the deadline (a 5xx's Retry-After is waited
+ * for, or ends the write when it ends past the deadline: ADR 0785); other 4xx are final. After an unanswered
  * attempt (it may have landed), running out of attempts or a final 4xx is `unknown`, never
  * `failed` (docs/product/hard-cases.md#timeout-with-unknown-outcome: an unknown write outcome is failed_unknown, never retried automatically).
  * A refused connection (`ECONNREFUSED`) sent nothing, so it is not an unanswered attempt: when
@@ -143,7 +171,7 @@ export async function idempotentWrite(
       }
       if (res.status === 429) throw rateLimitedError(res.headers, retryDeadline(call, sawNoAnswer), ++rateLimited);
       // 408 and 5xx: not processed (`isOutageStatus`, 429 above), sent again under the same key.
-      if (isOutageStatus(res.status)) throw new RetryableDownstreamError(`${res.status}:${reasonOf(res.body)}`);
+      if (isOutageStatus(res.status)) throw outageError(res, retryDeadline(call, sawNoAnswer));
       // A refusal proves nothing about an earlier unanswered attempt with the same key: it may
       // have landed (a revoked credential, say, is refused before the key is looked up).
       if (sawNoAnswer) return { status: 'unknown', reason: `${res.status}:${reasonOf(res.body)} after an unanswered attempt`, attempts };
