@@ -84,7 +84,7 @@ export function changesRouter(
         deps,
         claims,
         async (trx) => {
-          const change = await deps.changes.findChange(body.changeId);
+          const change = await deps.changes.findChange(body.changeId, trx);
           if (!change) throw new NotFound('change_not_found', `no change ${body.changeId}`);
           assertSameTenant(claims, change.tenant);
           return deps.changes.schedule(trx, {

@@ -4,6 +4,7 @@ import { verifyDelegatedToken, type DelegatedClaims } from '@gatehouse/credentia
 import { readRevocationEpoch } from '../db/revocation-epoch.ts';
 import type { DelegationVerifier } from './token-binding.ts';
 import type { OrdersRepository } from '../repositories/orders.repository.ts';
+import type { StagingDb } from '../db/staging.database.ts';
 
 export { bindDelegation, type DelegationVerifier } from './token-binding.ts';
 export { withEpochFence } from '../db/revocation-epoch.ts';
@@ -46,14 +47,18 @@ export function assertSameTenant(claims: DelegatedClaims, recordTenant: string):
 
 /**
  * The order `id` a delegated effect acts on: it must exist and be in the delegation's tenant.
+ * Read through `trx`, the effect's transaction: a read through the pool while that transaction
+ * holds a connection needs a second one, and as many concurrent effects as the pool has
+ * connections would each wait for one that never frees (ADR 0786).
  * @throws NotFound(`order_not_found`, 404); Forbidden(`tenant_mismatch`, 403) ({@link assertSameTenant}).
  */
 export async function orderOfTenant(
   orders: Pick<OrdersRepository, 'find'>,
   claims: DelegatedClaims,
   id: string,
+  trx: StagingDb,
 ): Promise<NonNullable<Awaited<ReturnType<OrdersRepository['find']>>>> {
-  const order = await orders.find(id);
+  const order = await orders.find(id, trx);
   if (!order) throw new NotFound('order_not_found', `no order ${id}`);
   assertSameTenant(claims, order.tenant);
   return order;

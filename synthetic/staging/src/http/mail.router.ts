@@ -65,8 +65,8 @@ export function mailRouter(
         deps,
         claims,
         async (trx) => {
-          const order = await orderOfTenant(deps.orders, claims, body.orderId);
-          const recipient = await deps.orders.customerEmail(order.customer);
+          const order = await orderOfTenant(deps.orders, claims, body.orderId, trx);
+          const recipient = await deps.orders.customerEmail(order.customer, trx);
           if (!recipient) throw new SystemError('recipient_unknown', `order ${order.id} has no customer address on record`);
           return deps.messages.create(trx, {
             orderId: order.id,

@@ -74,7 +74,7 @@ export function ordersRouter(
         deps,
         claims,
         async (trx) => {
-          const order = await orderOfTenant(deps.orders, claims, id);
+          const order = await orderOfTenant(deps.orders, claims, id, trx);
           if (order.status !== 'shipped') {
             throw new ConflictError('order_not_shipped', `order ${order.id} is ${order.status}, not shipped`);
           }
@@ -106,7 +106,7 @@ export function ordersRouter(
         deps,
         claims,
         async (trx) => {
-          const order = await orderOfTenant(deps.orders, claims, id);
+          const order = await orderOfTenant(deps.orders, claims, id, trx);
           return deps.shipments.cancel(trx, {
             orderId: order.id,
             shipmentId: String(req.params.shipmentId),

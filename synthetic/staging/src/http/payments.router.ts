@@ -108,7 +108,7 @@ export function paymentsRouter(
         deps,
         claims,
         async (trx) => {
-          const order = await orderOfTenant(deps.orders, claims, body.orderId);
+          const order = await orderOfTenant(deps.orders, claims, body.orderId, trx);
           // The ledger bounds the refund by the user's delegation itself, so a wrong policy upstream
           // is still bounded (docs/product/policy-rules.md#delegated-credentials, invariants.md#authority).
           if (body.amountCents > claims.ceiling && !ceilingCheckRemoved()) {
@@ -164,7 +164,7 @@ export function paymentsRouter(
         deps,
         claims,
         async (trx) => {
-          const refund = await deps.refunds.find(String(req.params.refundId));
+          const refund = await deps.refunds.find(String(req.params.refundId), trx);
           if (!refund) throw new NotFound('refund_not_found', `no refund ${String(req.params.refundId)}`);
           assertSameTenant(claims, refund.tenant);
           return deps.reversals.reverse(trx, {

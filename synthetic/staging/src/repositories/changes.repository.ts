@@ -120,9 +120,9 @@ export class ChangesRepository {
     this.db = db;
   }
 
-  /** The change record with this id, or undefined. */
-  async findChange(id: string): Promise<ChangeRecord | undefined> {
-    return this.db.selectFrom('staging.changes').selectAll().where('id', '=', id).executeTakeFirst();
+  /** The change record with this id, or undefined; read through `db` (an effect's transaction: ADR 0786; default the pool). */
+  async findChange(id: string, db: StagingDb = this.db): Promise<ChangeRecord | undefined> {
+    return db.selectFrom('staging.changes').selectAll().where('id', '=', id).executeTakeFirst();
   }
 
   /** The operation stored under this key, or undefined. */

@@ -110,9 +110,9 @@ export class RefundsRepository {
     return { refund: toRefund(existing), replayed: true };
   }
 
-  /** The refund with this id, with its tenant (for the delegation's tenant check), or undefined. */
-  async find(refundId: string): Promise<(Refund & { tenant: string }) | undefined> {
-    const row = await this.db.selectFrom('staging.refunds').selectAll().where('refund_id', '=', refundId).executeTakeFirst();
+  /** The refund with this id, with its tenant (for the delegation's tenant check), or undefined; read through `db` (an effect's transaction: ADR 0786; default the pool). */
+  async find(refundId: string, db: StagingDb = this.db): Promise<(Refund & { tenant: string }) | undefined> {
+    const row = await db.selectFrom('staging.refunds').selectAll().where('refund_id', '=', refundId).executeTakeFirst();
     return row ? { ...toRefund(row), tenant: row.tenant } : undefined;
   }
 

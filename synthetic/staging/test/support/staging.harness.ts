@@ -50,15 +50,17 @@ async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
  * single-use jti) for files testing the systems' own semantics with reusable tokens; the binding
  * itself is tested in `test/credentials/delegated-tokens.test.ts`. `epochDatabase: 'separate'`
  * keeps the epoch in a second database, as `GATEHOUSE_EPOCH_DATABASE_URL` does (default: the
- * staging database).
+ * staging database). `maxConnections` sizes the staging database's pool (default 30).
  */
-export async function startStaging(opts: { tokenBinding?: boolean; epochDatabase?: 'same' | 'separate' } = {}): Promise<StagingHarness> {
+export async function startStaging(
+  opts: { tokenBinding?: boolean; epochDatabase?: 'same' | 'separate'; maxConnections?: number } = {},
+): Promise<StagingHarness> {
   const name = `staging_test_${randomBytes(6).toString('hex')}`;
   const epochName = opts.epochDatabase === 'separate' ? `${name}_epoch` : name;
   await admin((c) => c.query(`CREATE DATABASE ${name}`));
   if (epochName !== name) await admin((c) => c.query(`CREATE DATABASE ${epochName}`));
   const urlOf = (db: string): string => Object.assign(new URL(ADMIN_URL), { pathname: `/${db}` }).toString();
-  const { db } = openStagingDatabase(urlOf(name), { maxConnections: 30 });
+  const { db } = openStagingDatabase(urlOf(name), { maxConnections: opts.maxConnections ?? 30 });
   const epochDb = epochName === name ? db : openStagingDatabase(urlOf(epochName), { maxConnections: 8 }).db;
   await ensureStagingSchema(db);
   const log = createLogger('staging-test');
