@@ -2,9 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { canonicalOrderId, MAX_AMOUNT_CENTS, NormalizationError, toCents } from '../src/index.ts';
 
 describe('toCents', () => {
-  it.each<[string | number]>([['30.00'], [30], [30.0], ['30'], ['30.0'], [' 30.00 '], ['30.000'], ['30.0000000']])('%j is 3000 cents', (v) => {
-    expect(toCents(v)).toBe(3000);
-  });
+  it.each<[string | number]>([['30.00'], [30], [30.0], ['30'], ['30.0'], [' 30.00 '], ['30.000'], ['30.0000000']])(
+    '%j is 3000 cents',
+    (v) => {
+      expect(toCents(v)).toBe(3000);
+    },
+  );
 
   it.each<[string | number, number]>([
     ['0.01', 1],
