@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { canonicalChangeId, canonicalOrderId, noteOrNull, PLAN_ID, toCents } from './normalize.ts';
+import { canonicalChangeId, canonicalOrderId, canonicalText, MAX_FREE_TEXT_CHARS, noteOrNull, PLAN_ID, toCents } from './normalize.ts';
 
 /** How a tool touches the world (docs/product/users-and-tools.md#effect-classes). */
 export type EffectClass = 'sensitive_read' | 'remote_write_money' | 'remote_write' | 'external_send' | 'local_draft';
@@ -91,12 +91,12 @@ export const supportTools: readonly ToolDefinition[] = [
     args: z.strictObject({
       orderId,
       amount: z.union([z.string(), z.number()]).describe('Amount in currency units, at most two decimals'),
-      reason: z.string().max(240).describe('Short reason for the refund'),
+      reason: z.string().max(MAX_FREE_TEXT_CHARS).describe('Short reason for the refund'),
     }),
     normalize: (a) => ({
       orderId: canonicalOrderId(a.orderId as string),
       amountCents: toCents(a.amount as string | number),
-      reason: (a.reason as string).trim(),
+      reason: canonicalText(a.reason as string, 'reason'),
     }),
     target: (a) => String(a.orderId),
     output: z.object({ refundId: z.string(), orderId: z.string(), amountCents: z.number().int() }),
@@ -134,7 +134,7 @@ export const supportTools: readonly ToolDefinition[] = [
 
 const changeId = z.string().describe('Change id, e.g. CHG-101');
 const changeWindow = z.enum(['next-maintenance-window', 'manual-window']).describe('When the change may run');
-const changeNote = z.string().max(240).nullable().describe('Short note for the change owner, or null');
+const changeNote = z.string().max(MAX_FREE_TEXT_CHARS).nullable().describe('Short note for the change owner, or null');
 
 /**
  * The change pack (docs/product/users-and-tools.md#change-pack): look a change up, prepare a local draft plan, then schedule the plan

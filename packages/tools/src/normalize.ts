@@ -63,6 +63,30 @@ export function toCents(value: string | number, field = 'amount'): number {
   return negative ? -cents : cents;
 }
 
+/** Longest free text of a tool argument (a refund's reason, a change's note), characters, as the contract says. */
+export const MAX_FREE_TEXT_CHARS = 240;
+
+/** Invisible format characters (zero-width space and joiners, soft hyphen, word joiner, BOM…). */
+const FORMAT_CHARS = /\p{Cf}/gu;
+
+/**
+ * One canonical form of a free-text argument (a refund's reason, a change's note), so the same
+ * text written two ways is one argument for the proposal dedupe, the action digest, the
+ * idempotency key and the approver alike (docs/decisions/0778-free-text-in-one-form.md):
+ * compatibility forms folded and accents composed (NFKC: `cafe\u0301` and full-width `ｃａｆé` are
+ * `café`), invisible format characters dropped, every run of white space (tabs, line breaks,
+ * no-break spaces) one space, and the ends trimmed. Letter case is kept: it is the writer's.
+ * @throws NormalizationError when the canonical text is longer than {@link MAX_FREE_TEXT_CHARS}
+ *   (NFKC can unfold one character into several).
+ */
+export function canonicalText(value: string, field: string): string {
+  const text = value.normalize('NFKC').replace(FORMAT_CHARS, '').replace(/\s+/gu, ' ').trim();
+  if (text.length > MAX_FREE_TEXT_CHARS) {
+    throw new NormalizationError(field, `${field} must be at most ${MAX_FREE_TEXT_CHARS} characters once normalized`);
+  }
+  return text;
+}
+
 /** Order ids are canonical upper case: `o-1002` means `O-1002` (docs/decisions/0004). */
 export const ORDER_ID = /^[A-Z]-\d{4}$/;
 
@@ -93,12 +117,13 @@ export function canonicalChangeId(value: string, field = 'changeId'): string {
 export const PLAN_ID = /^plan_[a-z0-9]{16}$/;
 
 /**
- * A free-text note (≤ 240 chars) or `null`; blank becomes `null`, so "no note" has one form.
- * @throws NormalizationError for anything else.
+ * A free-text note (≤ 240 chars) in its {@link canonicalText} form, or `null`; blank becomes
+ * `null`, so "no note" has one form.
+ * @throws NormalizationError for anything else, or a note longer than 240 chars once normalized.
  */
 export function noteOrNull(value: unknown, field = 'note'): string | null {
   if (value === null || value === undefined) return null;
   if (typeof value !== 'string') throw new NormalizationError(field, 'note must be a string or null');
-  const t = value.trim();
+  const t = canonicalText(value, field);
   return t === '' ? null : t;
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { canonicalOrderId, MAX_AMOUNT_CENTS, NormalizationError, toCents } from '../src/index.ts';
+import { canonicalOrderId, MAX_AMOUNT_CENTS, NormalizationError, noteOrNull, toCents } from '../src/index.ts';
 
 describe('toCents', () => {
   it.each<[string | number]>([['30.00'], [30], [30.0], ['30'], ['30.0'], [' 30.00 '], ['30.000'], ['30.0000000']])(
@@ -89,5 +89,20 @@ describe('canonicalOrderId', () => {
 
   it.each([['O1002'], ['O-100'], ['O-10022'], [''], ['OO-1002'], ['O-1002; DROP']])('%j is rejected', (v) => {
     expect(() => canonicalOrderId(v)).toThrow(NormalizationError);
+  });
+});
+
+describe('noteOrNull (ADR 0778)', () => {
+  it('one note written in two forms is one note: a plan scheduled with its note re-spaced is the prepared plan (C4)', () => {
+    expect(noteOrNull('  after  the\u00a0backup,\nplease ')).toBe('after the backup, please');
+    expect(noteOrNull('after the backup, please')).toBe('after the backup, please');
+  });
+
+  it('blank, format characters only, or null: null', () => {
+    expect([noteOrNull(' \n\t'), noteOrNull('\u200b'), noteOrNull(null)]).toEqual([null, null, null]);
+  });
+
+  it('longer than 240 characters once normalized: refused', () => {
+    expect(() => noteOrNull('\ufdfa'.repeat(20))).toThrow(NormalizationError);
   });
 });

@@ -92,6 +92,20 @@ describe('parseProposal rejects before any adapter call', () => {
     expect([cents('30'), cents('30.0'), cents('30.00'), cents('1.10'), cents('4900')]).toEqual([3000, 3000, 3000, 110, 490000]);
   });
 
+  it('one reason written in two forms is one argument (ADR 0778): spacing, line breaks, Unicode forms', () => {
+    const reason = (text: string) => {
+      const r = parseProposal('issue_refund', refund({ reason: text }));
+      return r.ok ? r.args.reason : r.issues;
+    };
+    const forms = ['lid cracked, café', 'lid  cracked,\tcafe\u0301', ' lid\u00a0cracked,\r\ncafé ', 'lid cracked,\u2003ｃａｆé'];
+    expect(forms.map(reason)).toEqual(forms.map(() => 'lid cracked, café'));
+  });
+
+  it('a reason longer than 240 chars once its compatibility forms are unfolded is refused, bounded', () => {
+    // U+FDFA is one character that NFKC unfolds into 18.
+    expectBoundedFailure(parseProposal('issue_refund', refund({ reason: '\ufdfa'.repeat(20) })), 'invalid_arguments');
+  });
+
   it('a reason of exactly 240 chars is accepted', () => {
     expect(parseProposal('issue_refund', refund({ reason: 'x'.repeat(240) })).ok).toBe(true);
   });
@@ -169,7 +183,14 @@ function checkAccepted(raw: string, r: Extract<Result, { ok: true }>): void {
   const cents = r.args.amountCents as number;
   expect(Number.isSafeInteger(cents)).toBe(true);
   expect(cents).toBe(Math.round(Number(String(v.amount).trim()) * 100));
-  expect(r.args.reason).toBe((v.reason as string).trim());
+  // One form of the text (ADR 0778): compatibility forms folded, format characters dropped, white space one space.
+  const oneForm = (v.reason as string)
+    .normalize('NFKC')
+    .replace(/\p{Cf}/gu, '')
+    .split(/\s+/u)
+    .filter(Boolean)
+    .join(' ');
+  expect(r.args.reason).toBe(oneForm);
 }
 
 const orderIdArb = fc.oneof(
