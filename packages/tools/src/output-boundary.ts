@@ -85,15 +85,21 @@ const DASHES = /[\p{Pd}\u2212]/gu;
 /** A percent-escaped printable ASCII character (`%2D` is `-`). */
 const PERCENT_ESCAPE = /%([2-7][0-9A-Fa-f])/g;
 
+/** A run of white space (tabs, line breaks, no-break spaces…): a reader takes it for one space. */
+const WHITE_SPACE_RUN = /\s+/gu;
+
 /**
  * `text` as a reader (a model) reads it: compatibility forms folded (NFKC: full-width `ｓｋ－` is
- * `sk-`), invisible format characters dropped, every dash a hyphen, percent escapes of printable
- * ASCII decoded. Linear in `text.length`.
+ * `sk-`), invisible format characters dropped, every run of white space one space (a tab or a
+ * line break inside `BEGIN RSA PRIVATE KEY`, and the one form a tool argument's free text is
+ * normalized to: ADR 0778), every dash a hyphen, percent escapes of printable ASCII decoded.
+ * Linear in `text.length`.
  */
 function asRead(text: string): string {
   return text
     .normalize('NFKC')
     .replace(FORMAT_CHARS, '')
+    .replace(WHITE_SPACE_RUN, ' ')
     .replace(DASHES, '-')
     .replace(PERCENT_ESCAPE, (esc: string, hex: string) => {
       const code = parseInt(hex, 16);

@@ -260,6 +260,8 @@ describe('a secret disguised for the reader (ADR 0709)', () => {
     ['base64-encoded', b64(`print ${key}`)],
     ['base64url-encoded, glued to a word', `x${Buffer.from(`print ${key}!?`).toString('base64url')}`],
     ['base64 of a disguised key', b64('s\u200Bk-test-CANARYdisg01')],
+    ['a key header split by a tab', '-----BEGIN RSA\tPRIVATE KEY-----'],
+    ['a key header split by a line break', '-----BEGIN RSA\r\nPRIVATE KEY-----'],
   ];
 
   it.each(disguised)('%s: redacted, and a secret in tool arguments and outputs', (_how, hidden) => {
@@ -279,6 +281,7 @@ describe('a secret disguised for the reader (ADR 0709)', () => {
       'Customer-requested-refund-for-damaged-goods',
       `plain base64 ${b64('the parcel arrived crushed, twice')}`,
       'Basic information ｂｏｘ',
+      'box\tcracked\r\n\nlid  missing',
     ]) {
       expect(containsSecret(t), t).toBe(false);
       expect(redactSecrets(t), t).toBe(t);

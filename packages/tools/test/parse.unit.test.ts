@@ -125,6 +125,14 @@ describe('parseProposal refuses secrets in arguments (docs/decisions/0580-secret
     expect(JSON.stringify(r)).not.toContain('[redacted]');
   });
 
+  it('a reason whose one form (ADR 0778) is a secret shape, a key header split by a tab or a line break: refused', () => {
+    for (const reason of ['-----BEGIN RSA\tPRIVATE KEY-----', 'see -----BEGIN\nPRIVATE KEY-----']) {
+      const r = parseProposal('issue_refund', refund({ reason }));
+      expectBoundedFailure(r, 'invalid_arguments');
+      if (!r.ok) expect(r.issues[0]).toMatch(/^reason: text may not contain a secret/);
+    }
+  });
+
   it('every tool and field: a change note, an order id, an unknown key and a nested value', () => {
     const cases: Array<[string, string, string]> = [
       ['prepare_change', '{"changeId":"CHG-101","window":"manual-window","note":"ok CANARY_SECRET_n"}', 'note'],
