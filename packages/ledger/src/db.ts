@@ -20,8 +20,9 @@ export type Trx = Transaction<DB>;
  * statement that was running, or the next one, with an error {@link isConnectionFault}
  * recognises; the pool discards it on release and opens a new one for the next checkout.
  * `onClientError` (optional) is told about each such error. Every pool of the runtime opens here.
- * `timeouts` (optional, see {@link PoolTimeouts}) bounds the waits on a Postgres that hangs; without
- * it (the services) a connection and a statement wait as long as Postgres takes.
+ * `timeouts` (optional, see {@link PoolTimeouts}) bounds the waits on a Postgres that hangs and on
+ * a full pool; the services bound only the wait for a connection (docs/decisions/0787), so a
+ * statement waits as long as Postgres takes.
  * @throws Error when the test-only switch `GATEHOUSE_TEST_DISABLE_PG_ERROR_HANDLING` is set
  *   outside `GATEHOUSE_ENV=test`.
  */
@@ -94,8 +95,11 @@ const SOCKET_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOST
 /** SQLSTATE of a connection refused for want of a slot ("sorry, too many clients already", a role's or database's limit). */
 const TOO_MANY_CONNECTIONS = '53300';
 
+/** node-postgres's message for a pool checkout that waited past `connectionTimeoutMillis`. */
+const POOL_ACQUIRE_TIMEOUT = 'timeout exceeded when trying to connect';
+
 /** node-postgres's own messages for a lost connection, a dead client and a pool wait timeout. */
-const LOST_CONNECTION = /Connection terminated|not queryable|timeout exceeded when trying to connect/;
+const LOST_CONNECTION = new RegExp(`Connection terminated|not queryable|${POOL_ACQUIRE_TIMEOUT}`);
 
 /**
  * True for an error that says a dependency (Postgres, Redis) cannot be reached or is shutting
@@ -114,6 +118,17 @@ export function isConnectionFault(err: unknown): boolean {
   if (Array.isArray(e.errors) && e.errors.some(isConnectionFault)) return true;
   const message = typeof e.message === 'string' ? e.message : '';
   return LOST_CONNECTION.test(message);
+}
+
+/**
+ * True for the error of a pool checkout that waited past its bound ({@link PoolTimeouts}
+ * `connectTimeoutMs`) for one of the pool's connections to free (docs/decisions/0787): the pool
+ * was full, whether Postgres hangs or this process holds every connection (a transaction waiting
+ * for a second one). No statement of the waiting caller ran on a connection it did not get; one
+ * of {@link isConnectionFault}'s errors.
+ */
+export function isPoolAcquireTimeout(err: unknown): boolean {
+  return err instanceof Error && err.message === POOL_ACQUIRE_TIMEOUT;
 }
 
 /** Closes the pool. */

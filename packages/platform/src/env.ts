@@ -72,6 +72,15 @@ export const baseEnvShape = {
    * (docs/decisions/0748-a-stopped-replica-releases-its-locks.md).
    */
   POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT_MS: z.coerce.number().int().min(0).default(30_000),
+  /**
+   * How long a service waits for a connection of its pool (10 connections), or for a new
+   * connection to answer, ms (0: no bound). Past it the wait fails with node-postgres's "timeout
+   * exceeded when trying to connect", a connection fault: a job goes back unattempted
+   * (`PostgresGate.shouldDefer`), a request answers 503. Without it, code that waits for a second
+   * connection while its transaction holds one hangs the service for good once as many such waits
+   * run as the pool has connections (docs/decisions/0787-a-bounded-wait-for-a-pool-connection.md).
+   */
+  POSTGRES_POOL_ACQUIRE_TIMEOUT_MS: z.coerce.number().int().min(0).default(15_000),
   /** How long reading one request (head and body) may take before 408 `request_timeout`, ms (`listen`). */
   ...requestReadTimeoutEnv,
   /** Window of the abuse limits, seconds (docs/decisions/0181-abuse-limits.md). */

@@ -1,5 +1,5 @@
 import type { Job, Worker } from 'bullmq';
-import { isConnectionFault, type Db } from '@gatehouse/ledger';
+import { isConnectionFault, isPoolAcquireTimeout, type Db } from '@gatehouse/ledger';
 import type { Logger } from './logger.ts';
 import { markOutage } from './outage-hold.ts';
 import { handBack } from './hand-back.ts';
@@ -129,13 +129,16 @@ export class PostgresGate {
   }
 
   /**
-   * Whether a job that failed with a connection fault goes back unattempted: Postgres does not
-   * answer now, or a pooled client lost its connection since the job started (`startedMs`,
-   * epoch ms) — a restart that is already over, or a terminated backend.
+   * Whether a job that failed with the connection fault `err` goes back unattempted: `err` is a
+   * pool checkout that waited past its bound (`isPoolAcquireTimeout`: the pool was full, a wait on
+   * this process, not the job's fault: ADR 0787), Postgres does not answer now, or a pooled client
+   * lost its connection since the job started (`startedMs`, epoch ms) — a restart that is already
+   * over, or a terminated backend. Never past `maxDeferrals` hand-backs of one job.
    */
-  async shouldDefer(job: Job, startedMs: number): Promise<boolean> {
+  async shouldDefer(job: Job, startedMs: number, err?: unknown): Promise<boolean> {
     if (this.#disabled) return false;
     if (job.attemptsStarted - job.attemptsMade > this.#opts.maxDeferrals) return false;
+    if (isPoolAcquireTimeout(err)) return true;
     return !(await this.answers({ fresh: true })) || this.#lastClientFaultMs >= startedMs;
   }
 

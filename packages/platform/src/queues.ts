@@ -235,7 +235,7 @@ export function createWorker<T extends { release: string; traceparent?: string }
           return result;
         } catch (err) {
           if (isConnectionFault(err)) recordDependencyError('postgres', 'connection');
-          if (isConnectionFault(err) && (await opts.gate.shouldDefer(job, startedMs))) {
+          if (isConnectionFault(err) && (await opts.gate.shouldDefer(job, startedMs, err))) {
             return opts.gate.defer(job, token, (err as Error).message);
           }
           if (err instanceof IllegalTransition) return refuseIllegal(contract.base, name, job, err, opts.log);

@@ -60,6 +60,7 @@ export function createServiceContext<S extends ZodRawShape>(
   const log = createLogger(name);
   // A client that loses its connection fails its statement; the process goes on (see createDb).
   // A session idle inside a transaction is ended by Postgres: a stopped replica releases its locks (ADR 0748).
+  // A wait for a pool connection is bounded: a starved pool fails a checkout, never hangs (ADR 0787).
   const db = createDb(
     env.DATABASE_URL,
     10,
@@ -68,7 +69,7 @@ export function createServiceContext<S extends ZodRawShape>(
       recordDependencyError('postgres', 'connection_lost');
       gate.noteClientFault();
     },
-    { idleInTransactionTimeoutMs: env.POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT_MS },
+    { idleInTransactionTimeoutMs: env.POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT_MS, connectTimeoutMs: env.POSTGRES_POOL_ACQUIRE_TIMEOUT_MS },
   );
   const gate = new PostgresGate(db, log);
   const drain = new DrainGate(db, env.GATEHOUSE_RELEASE, log, { postgres: gate });
