@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { zstdCompressSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenFor } from '@gatehouse/cli';
 import { SECRET, startFuzzApps, type FuzzApps, type Surface } from './support/apps.ts';
@@ -66,6 +67,38 @@ describe('a body that does not decode with its content-encoding is 400 invalid_b
     expect(JSON.parse(res.text)).toEqual({
       error: { reason: 'invalid_body', message: 'the body does not decode with its content-encoding' },
     });
+  });
+});
+
+// body-parser inflates zstd too wherever zlib has it (Node >= 22.15): the contract lists four codings,
+// and a bad zstd body was answered 400 bad_request with zstd's own words (ADR 0781).
+describe('a body in a coding the contract does not list is 415 unsupported_encoding, nothing recorded', () => {
+  const ticket = { ticketId: 'T-zstd', text: 'What is the status of order O-1001?' };
+  it.each([
+    ['zstd', zstdCompressSync(Buffer.from(JSON.stringify(ticket)))],
+    ['zstd', Buffer.from('not zstd at all')],
+    ['ZSTD', Buffer.from(JSON.stringify(ticket))],
+  ])('content-encoding %s', async (encoding, body) => {
+    const res = await send(f.apps['agent-loop'].url, {
+      method: 'POST',
+      path: '/v1/tickets',
+      headers: { ...json(tokens.rep!), 'content-encoding': encoding },
+      body,
+    });
+    expect(res.status).toBe(415);
+    expect(JSON.parse(res.text)).toEqual({
+      error: { reason: 'unsupported_encoding', message: 'content-encoding must be identity, gzip, deflate or br' },
+    });
+  });
+
+  it('left no ticket behind: the same ticket id with other text is still free', async () => {
+    const res = await send(f.apps['agent-loop'].url, {
+      method: 'POST',
+      path: '/v1/tickets',
+      headers: json(tokens.rep!),
+      body: JSON.stringify({ ...ticket, text: 'Where is order O-1002?' }),
+    });
+    expect(res.status).toBe(202);
   });
 });
 

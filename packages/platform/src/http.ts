@@ -4,7 +4,7 @@ import { UserError } from './errors.ts';
 import { errorResponseOf } from './http-errors.ts';
 import type { Logger } from './logger.ts';
 import { within } from './timeout.ts';
-import { refuseDuplicateJsonKeys } from './json-body.ts';
+import { refuseDuplicateJsonKeys, refuseUnlistedContentEncoding } from './json-body.ts';
 import { allowedMethods } from './allowed-methods.ts';
 
 /** A readiness probe: resolves when a dependency answers, rejects otherwise. */
@@ -33,7 +33,8 @@ export const READY_CHECK_TIMEOUT_MS = 2000;
 
 /**
  * Creates an express app with JSON parsing (1 MiB; an object naming a key twice is 400
- * `invalid_body`, docs/decisions/0687), `GET /healthz` (process alive) and
+ * `invalid_body`, docs/decisions/0687; a body in a coding other than identity, gzip, deflate or br
+ * is 415 `unsupported_encoding`, docs/decisions/0781), `GET /healthz` (process alive) and
  * `GET /readyz` (every check passes within {@link READY_CHECK_TIMEOUT_MS}: 200 `{ready:true}`,
  * else 503 with the failing checks, check → message, and, when any, `needsOperator`: those of
  * them marked {@link needsOperator} — a dependency that hangs fails, it never holds the probe).
@@ -42,6 +43,7 @@ export const READY_CHECK_TIMEOUT_MS = 2000;
 export function createHttpApp(service: string, checks: Record<string, ReadyCheck> = {}): Express {
   const app = express();
   app.disable('x-powered-by');
+  app.use(refuseUnlistedContentEncoding);
   app.use(express.json({ limit: '1mb', verify: refuseDuplicateJsonKeys }));
   app.get('/healthz', (_req, res) => {
     res.json({ ok: true, service });

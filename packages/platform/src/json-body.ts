@@ -38,3 +38,35 @@ export function refuseDuplicateJsonKeys(_req: unknown, _res: unknown, buf: Buffe
     throw Object.assign(new Error('a JSON object of the body names a key twice'), { status: 400, type: DUPLICATE_KEY_TYPE });
   }
 }
+
+/**
+ * The content-codings a request body may come in (RFC 9110 §8.4.1), as the public contract lists
+ * them: body-parser also inflates `zstd` wherever the platform's zlib has it (Node ≥ 22.15), which
+ * would make the accepted set depend on the Node version and answer a bad zstd body with the
+ * library's words (docs/decisions/0781-request-bodies-come-in-four-codings.md).
+ */
+export const REQUEST_BODY_CODINGS: readonly string[] = ['identity', 'gzip', 'deflate', 'br'];
+
+/**
+ * Middleware before the body parsers: a request with a body (RFC 9110 §6.4.1: `content-length`
+ * or `transfer-encoding` present) whose `content-encoding` is not one of
+ * {@link REQUEST_BODY_CODINGS} (case-insensitive, as body-parser compares) is passed on as a
+ * body-parser `encoding.unsupported` error — answered 415 `unsupported_encoding` in http-errors.ts —
+ * before any byte of it is read or inflated.
+ */
+export function refuseUnlistedContentEncoding(
+  req: { headers: Record<string, string | string[] | undefined> },
+  _res: unknown,
+  next: (err?: unknown) => void,
+): void {
+  const coding = req.headers['content-encoding'];
+  const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined;
+  if (typeof coding !== 'string' || !hasBody || REQUEST_BODY_CODINGS.includes(coding.toLowerCase())) return next();
+  next(
+    Object.assign(new Error(`unsupported content encoding "${coding}"`), {
+      status: 415,
+      expose: true,
+      type: 'encoding.unsupported',
+    }),
+  );
+}
