@@ -1,4 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
+import { AS_A_NEW_TICKET } from '@gatehouse/contracts';
 import { loadActiveBundles } from '@gatehouse/policy';
 import { drainRelease, quarantineRelease, resumeRelease } from '@gatehouse/operations';
 import { routeRelease } from '@gatehouse/ledger';
@@ -40,6 +41,9 @@ describe('queues quarantine stops every live run of the release, not only the ru
 
     expect(await run(waiting.workflowId)).toEqual({ state: 'stopped', stop_reason: 'quarantined' });
     expect(await run(lost.workflowId)).toEqual({ state: 'stopped', stop_reason: 'quarantined' });
+    // The same ticket id gives back this run: the next step says to ask again under a new one (ADR 0782).
+    const shown = await t.db.selectFrom('workflows').select('next_step').where('id', '=', waiting.workflowId).executeTakeFirstOrThrow();
+    expect(shown.next_step).toContain(AS_A_NEW_TICKET);
     expect(report).toEqual({ jobs: 0, runs: 2 });
     // The lead's decision comes too late: nothing is queued for the quarantined release.
     expect((await approvalApi(t.db).decide('lead-eli', approval.id)).status).not.toBe(200);

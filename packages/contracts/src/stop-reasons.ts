@@ -22,3 +22,11 @@ export const STOP_REASONS = [...RESULT_STOP_REASONS, 'model_error', 'step_failed
 
 /** One of {@link STOP_REASONS}. */
 export type StopReason = (typeof STOP_REASONS)[number];
+
+/**
+ * How a next step tells the requester to ask again after a run stopped: a tenant's `ticketId`
+ * maps to one workflow (docs/product/public-contract.md#intake), so sending the same ticket again
+ * gives back the stopped run, and other text under its id is `409 ticket_conflict`. Every next
+ * step that says "resubmit" carries this phrase (docs/decisions/0782-resubmit-names-a-new-ticket-id.md).
+ */
+export const AS_A_NEW_TICKET = 'as a new ticket (a new ticketId: sending this one again gives back this run)';

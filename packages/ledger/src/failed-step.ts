@@ -1,3 +1,4 @@
+import { AS_A_NEW_TICKET } from '@gatehouse/contracts';
 import { inTransaction, type Db, type Trx } from './db.ts';
 import { isTerminal, type WorkflowState } from './schema.ts';
 import { transitionWorkflow, type WorkflowTransitionInput } from './transitions.ts';
@@ -66,7 +67,7 @@ export async function stopRunOnFailedStep(db: Db, workflowId: string, queue: str
       .forUpdate()
       .executeTakeFirst();
     if (!wf || isTerminal(wf.state)) return false;
-    const nextStep = `A step of this run failed every retry (${queue}); on-call should check the ${service} logs. See the actions for what already ran, then resubmit the rest.`;
+    const nextStep = `A step of this run failed every retry (${queue}); on-call should check the ${service} logs. See the actions for what already ran, then resubmit the rest ${AS_A_NEW_TICKET}.`;
     await stopRun(trx, wf, STEP_FAILED, nextStep, service);
     return true;
   });

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { SystemError, type OutageMark, type Dependency, testFaults } from '@gatehouse/contracts';
+import { AS_A_NEW_TICKET, SystemError, type OutageMark, type Dependency, testFaults } from '@gatehouse/contracts';
 import { inTransaction, type Db, type Trx } from './db.ts';
 import { TERMINAL_STATES } from './schema.ts';
 import { LIVE_STATES } from './transitions.ts';
@@ -144,7 +144,7 @@ export function outageNextStep(dependency: Dependency, ceilingMs: number): strin
   const who = DEPENDENCY_LABEL[dependency];
   return (
     `${who.charAt(0).toUpperCase()}${who.slice(1)} was unavailable for more than ${span}, so the run stopped waiting. ` +
-    'On-call should restore it; then see the actions for what already ran and resubmit the rest as a new ticket.'
+    `On-call should restore it; then see the actions for what already ran and resubmit the rest ${AS_A_NEW_TICKET}.`
   );
 }
 

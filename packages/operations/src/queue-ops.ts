@@ -1,5 +1,5 @@
 import type { Job } from 'bullmq';
-import { ConflictError, loadReleaseManifest, queueContracts, queueName, redisGlobEscape } from '@gatehouse/contracts';
+import { AS_A_NEW_TICKET, ConflictError, loadReleaseManifest, queueContracts, queueName, redisGlobEscape } from '@gatehouse/contracts';
 import {
   actorHash,
   creditDrainWait,
@@ -324,7 +324,7 @@ export async function quarantineRelease(db: Db, queues: QueueRegistry, release: 
     let stopped = 0;
     // In id order: every writer locks workflows in id order, so two quarantines never deadlock.
     for (const id of await liveRunsOn(trx, release)) {
-      const nextStep = `On-call quarantined the queued work of release ${release} (gatehouse queues quarantine); resubmit the ticket.`;
+      const nextStep = `On-call quarantined the queued work of release ${release} (gatehouse queues quarantine); resubmit it ${AS_A_NEW_TICKET}.`;
       if (await stopRun(trx, { id }, 'quarantined', nextStep, 'ops', { onlyFrom: LIVE_STATES })) stopped++;
     }
     await recordQueueOps(trx, 'queues.quarantined', actor, `jobs:${jobs.length};workflows:${stopped}`, release);

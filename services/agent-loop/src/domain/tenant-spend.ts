@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { modelSpendMicroUsd, type ReleaseManifest, testFaults } from '@gatehouse/contracts';
+import { AS_A_NEW_TICKET, modelSpendMicroUsd, type ReleaseManifest, testFaults } from '@gatehouse/contracts';
 import type { Db, Trx } from '@gatehouse/ledger';
 
 /** The per-tenant daily model-spend cap: micro-USD per UTC day (docs/decisions/0183-tenant-model-spend-cap.md). */
@@ -56,5 +56,5 @@ export async function tenantCapReached(
   if (cap.disabled) return null;
   const spent = await tenantSpendToday(db, tenant, price);
   if (spent < cap.dailyMicroUsd) return null;
-  return `Your organisation reached its daily model-spend cap (${(cap.dailyMicroUsd / 1e6).toFixed(2)} USD, resets 00:00 UTC); resubmit the ticket after the reset or ask an operator to raise TENANT_DAILY_SPEND_MICRO_USD.`;
+  return `Your organisation reached its daily model-spend cap (${(cap.dailyMicroUsd / 1e6).toFixed(2)} USD, resets 00:00 UTC); resubmit it ${AS_A_NEW_TICKET} after the reset or ask an operator to raise TENANT_DAILY_SPEND_MICRO_USD.`;
 }

@@ -1,6 +1,6 @@
 import OpenAI from 'openai';
 import type { TurnJob } from '@gatehouse/contracts';
-import { ConflictError, OWN_CREDENTIAL_REFUSED } from '@gatehouse/contracts';
+import { AS_A_NEW_TICKET, ConflictError, OWN_CREDENTIAL_REFUSED } from '@gatehouse/contracts';
 import { sql, type Selectable } from 'kysely';
 import {
   checkWorkflowTransition,
@@ -76,7 +76,7 @@ function completedStep(
   failed: FailedAction[],
 ): string {
   if (kind === 'refusal')
-    return 'The agent declined this ticket: read why (finalMessage); handle it yourself, or resubmit it with more detail.';
+    return `The agent declined this ticket: read why (finalMessage); handle it yourself, or resubmit it with more detail ${AS_A_NEW_TICKET}.`;
   if (wf.writesOff) return writesOffStep(wf.release_id, wf.releaseStatus);
   if (failed.length) return notCarriedOut(failed);
   return 'Done: read the agent’s final message (finalMessage).';
@@ -191,7 +191,7 @@ async function finishWithMessage(
       trx,
       wf,
       'model_error',
-      'The model answered with no text and no tool call; resubmit the ticket, and on-call should check the model service if it repeats.',
+      `The model answered with no text and no tool call; resubmit it ${AS_A_NEW_TICKET}, and on-call should check the model service if it repeats.`,
     );
     return;
   }

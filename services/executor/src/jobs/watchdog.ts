@@ -1,5 +1,13 @@
 import { sql, type RawBuilder } from 'kysely';
-import { approvalRequestsQueue, executionsQueue, proposalsQueue, queueName, turnsQueue, type QueueContract } from '@gatehouse/contracts';
+import {
+  AS_A_NEW_TICKET,
+  approvalRequestsQueue,
+  executionsQueue,
+  proposalsQueue,
+  queueName,
+  turnsQueue,
+  type QueueContract,
+} from '@gatehouse/contracts';
 import {
   enqueueInTransaction,
   inTransaction,
@@ -183,7 +191,7 @@ async function checkRun(deps: WatchdogDeps, trx: Trx, wf: RunRow, nowMs: number,
   const pastBound = nowMs - new Date(wf.updated_at).getTime() > boundMs;
   const waitsOnPerson = needs.humanWait !== null && needs.humanWait.untilMs + boundMs > nowMs;
   if (pastBound && !needs.jobs.length && !waitsOnPerson) {
-    const next = `No job and no pending decision can move this run (state ${wf.state}); on-call should check the service logs, then resubmit the rest.`;
+    const next = `No job and no pending decision can move this run (state ${wf.state}); on-call should check the service logs, then resubmit the rest ${AS_A_NEW_TICKET}.`;
     return stopStuck(trx, wf, next, plan);
   }
   const todo: Array<{ ref: AwaitedJobRef; source: SourceRow | undefined; reason: RedriveReason }> = [];
@@ -199,7 +207,7 @@ async function checkRun(deps: WatchdogDeps, trx: Trx, wf: RunRow, nowMs: number,
     // past the limit such a run stays listed as stuck for on-call.
     if (todo.some((t) => t.ref.kind === 'execution')) return;
     const jobs = todo.map((t) => t.ref.jobId).join(', ');
-    const next = `The watchdog re-drove this run ${done} times and it still cannot progress (${jobs}); on-call should check the service logs, then resubmit the rest.`;
+    const next = `The watchdog re-drove this run ${done} times and it still cannot progress (${jobs}); on-call should check the service logs, then resubmit the rest ${AS_A_NEW_TICKET}.`;
     return stopStuck(trx, wf, next, plan);
   }
   for (const t of todo) {
