@@ -417,15 +417,26 @@ export function checkRequired(spec: CommandSpec, given: Record<string, unknown>,
 }
 
 /**
- * Checks that `positionals` name nothing past `spec`'s words and its `max` arguments: a containment
- * command acts on one tool, so `switch off A B` must not contain A alone and exit 0.
+ * How many positional arguments `spec` takes after its command words: one when it names one
+ * ({@link CommandSpec.argument}, or an optional `[<tool>]` leading its synopsis), else none.
+ */
+export function positionalLimit(spec: CommandSpec): number {
+  return spec.argument || /^\[<[^>]+>\]/.test(spec.synopsis) ? 1 : 0;
+}
+
+/**
+ * Checks that `positionals` name nothing past `spec`'s words and the arguments it takes
+ * ({@link positionalLimit}), for every command: `switch off A B` must not contain A alone and
+ * exit 0, and `audit verify witness.jsonl` (a forgotten `--witness`) must not verify the default
+ * witness and exit 0 (docs/decisions/0783-every-command-refuses-an-extra-argument.md).
  * @throws UsageError naming the unexpected arguments (exit 2, before anything runs).
  */
-export function checkArgumentCount(spec: CommandSpec, positionals: readonly string[], max: number): void {
+export function checkArgumentCount(spec: CommandSpec, positionals: readonly string[]): void {
+  const max = positionalLimit(spec);
   const extra = positionals.slice(spec.name.split(' ').length + max);
   if (extra.length)
     throw new UsageError(
-      `gatehouse ${spec.name} takes ${max ? `one ${spec.synopsis.match(/<[^>]+>/)?.[0] ?? 'argument'}` : 'no argument'}: unexpected argument ${extra.join(' ')} (one command per tool)`,
+      `gatehouse ${spec.name} takes ${max ? `one ${spec.synopsis.match(/<[^>]+>/)?.[0] ?? 'argument'}` : 'no argument'}: unexpected argument ${extra.join(' ')} (see: gatehouse ${spec.name} --help); nothing ran`,
     );
 }
 

@@ -96,6 +96,7 @@ async function main(argv: string[]): Promise<number> {
   }
   checkOptions(spec, values);
   checkRequired(spec, values, positionals);
+  checkArgumentCount(spec, positionals);
   // The staging URL as the stack's services have it (STAGING_PORT alone moves it too).
   const env = parseEnv({}, { ...process.env, STAGING_URL: stagingUrlOf(process.env) });
   const handler = GROUPS.get(cmd);
@@ -172,9 +173,9 @@ async function stackCommand(command: string, { values, positionals, env }: Invoc
 /**
  * `audit verify` (no token: a read of the chain) and the operator's `audit replace-lost-key` /
  * `audit rotate-key` (through {@link opsCommand}).
- * @throws UsageError for a witness that is a directory or extra arguments (before the database), or an unknown command.
+ * @throws UsageError for a witness that is a directory (before the database), or an unknown command.
  */
-async function auditCommand(command: string, { values, positionals, spec, env }: Invocation): Promise<number> {
+async function auditCommand(command: string, { values, positionals, env }: Invocation): Promise<number> {
   switch (command) {
     case 'audit verify': {
       const witness = witnessToRead(values.witness); // A witness that is a directory is a usage error, before the database.
@@ -184,7 +185,6 @@ async function auditCommand(command: string, { values, positionals, spec, env }:
       });
     }
     case 'audit replace-lost-key':
-      checkArgumentCount(spec, positionals, 0);
       return opsCommand(env, values.token, 'audit replace-lost-key', (db, op) =>
         auditReplaceLostKeyCommand(db, {
           newKey: values['new-key'],
@@ -195,7 +195,6 @@ async function auditCommand(command: string, { values, positionals, spec, env }:
         }),
       );
     case 'audit rotate-key':
-      checkArgumentCount(spec, positionals, 0);
       return opsCommand(env, values.token, 'audit rotate-key', (db, op) =>
         auditRotateKeyCommand(db, {
           oldKey: values['old-key']!,
@@ -214,14 +213,13 @@ async function auditCommand(command: string, { values, positionals, spec, env }:
 /**
  * Containment, all ledger writes by an operator ({@link opsCommand}): `switch on|off <tool>`,
  * `epoch bump`, `tokens revoke`. Exit 0 once written.
- * @throws UsageError for extra arguments or an unknown tool (before the token check), or an unknown command.
+ * @throws UsageError for an unknown tool (before the token check), or an unknown command.
  */
-async function containmentCommand(command: string, { values, positionals, sub, arg, spec, env }: Invocation): Promise<number> {
+async function containmentCommand(command: string, { values, positionals, sub, arg, env }: Invocation): Promise<number> {
   switch (command) {
     case 'switch on':
     case 'switch off': {
       const tool = arg!;
-      checkArgumentCount(spec, positionals, 1);
       requireKnownTool(tool); // a typo is a usage error (exit 2): nothing ran, not even the token check
       // A ledger write: containment works while Redis is down (ADR 0650).
       return opsCommand(env, values.token, `switch ${sub}`, async (db, op) => {
@@ -233,13 +231,11 @@ async function containmentCommand(command: string, { values, positionals, sub, a
       });
     }
     case 'epoch bump':
-      checkArgumentCount(spec, positionals, 0);
       return opsCommand(env, values.token, 'epoch bump', async (db, op) => {
         out(`revocation epoch is now ${await bumpEpoch(db, op.id, env.GATEHOUSE_AUDIT_HMAC_KEY)}`);
         return 0;
       });
     case 'tokens revoke':
-      checkArgumentCount(spec, positionals, 0);
       return opsCommand(env, values.token, 'tokens revoke', async (db, op) => {
         const input = { subject: values.user!, reason: values.reason!, ...(values.jti === undefined ? {} : { jti: values.jti }) };
         const r = await revokeUserTokens(db, input, { operator: op.id, service: 'cli' }, env.GATEHOUSE_AUDIT_HMAC_KEY);
@@ -342,9 +338,9 @@ async function remediationCommand(command: string, { values, positionals, sub, a
 /**
  * The rollout commands, handed to their modules with {@link opsCommand}: `release *` and
  * `queues *` ({@link releaseCommand}), `reenable *` ({@link reenableCommand}).
- * @throws UsageError for extra arguments to `reenable`, or an unknown command.
+ * @throws UsageError for an unknown command.
  */
-async function rolloutCommand(command: string, { values, positionals, arg, spec, env }: Invocation): Promise<number> {
+async function rolloutCommand(command: string, { values, positionals, arg, env }: Invocation): Promise<number> {
   const ops = (name: string, fn: (db: Db, op: Operator) => Promise<number>) => opsCommand(env, values.token, name, fn);
   switch (command) {
     case 'release digests':
@@ -363,7 +359,6 @@ async function rolloutCommand(command: string, { values, positionals, arg, spec,
     case 'reenable status':
     case 'reenable advance':
     case 'reenable override':
-      checkArgumentCount(spec, positionals, 1);
       return reenableCommand(command, arg, values, env, ops, out);
     default:
       throw unknownCommand(positionals);

@@ -106,6 +106,32 @@ describe('exit codes', () => {
     });
   });
 
+  it('2 for an argument past those a command takes: a forgotten --witness does not verify the default witness (ADR 0783)', async () => {
+    const cases = [
+      ['audit', 'verify', 'witness.jsonl'],
+      ['stack', 'status', 'extra'],
+      ['release', 'digests', 'rel-1'],
+      ['release', 'verify', 'rel-1', 'rel-2'],
+      ['queues', 'drain', 'rel-1', '--release', 'rel-1'],
+      ['reenable', 'status', 'issue_refund', 'reship_order'],
+      ['policy', 'check', 'support-p1', 'support-p2'],
+    ];
+    const results = await Promise.all(cases.map((args) => gatehouse(args)));
+    results.forEach((r, i) => {
+      expect(r.code, `${cases[i]!.join(' ')}: ${r.stderr}`).toBe(EXIT.usage);
+      expect(r.stderr).toMatch(/^gatehouse: gatehouse \S+ \S+ takes (one <[^>]+>|no argument): unexpected argument .*nothing ran/);
+    });
+  });
+
+  it('an argument a command takes is still fine', async () => {
+    const cases = [
+      ['policy', 'check', 'support-p1'],
+      ['release', 'digests'],
+    ];
+    const results = await Promise.all(cases.map((args) => gatehouse(args)));
+    results.forEach((r, i) => expect(r.code, `${cases[i]!.join(' ')}: ${r.stderr}`).toBe(EXIT.ok));
+  });
+
   it('2 for stack up --only naming no service of the stack: the running stack is not stopped, nothing starts', async () => {
     // A running stack's supervisor, as the pid file names it (its command line names the daemon).
     const dir = resolve(stateDir, 'stack');
