@@ -39,10 +39,22 @@ const burst = (tenant: string, n: number) => Promise.all(Array.from({ length: n 
 describe('webhook input the ledger cannot store, or no receiver could be at', () => {
   it('a NUL in the delivery filter, a NUL, a space or a control character in a URL: 400 with a reason, nothing written', async () => {
     const auth = { authorization: `Bearer ${ops}` };
-    for (const q of ['tenant=%00', 'tenant=a%00b', 'limit=1e1', 'limit=0x10']) {
+    for (const [q, field] of [
+      ['tenant=%00', 'tenant'],
+      ['tenant=a%00b', 'tenant'],
+      ['limit=1e1', 'limit'],
+      ['limit=0x10', 'limit'],
+    ] as const) {
       const r = await fetch(`${app.url()}/api/webhooks/deliveries?${q}`, { headers: auth });
       expect(r.status, q).toBe(400);
-      expect(((await r.json()) as { error: { reason: string } }).error.reason).toBe('invalid_query');
+      // The refusal names the field it refused, so the caller knows which to fix.
+      const { error } = (await r.json()) as { error: { reason: string; message: string; details?: Array<{ path: string }> } };
+      expect(error.reason).toBe('invalid_query');
+      expect(error.message, q).toContain(field);
+      expect(
+        error.details?.map((d) => d.path),
+        q,
+      ).toEqual([field]);
     }
     for (const bad of ['http://127.0.0.1:9/x\u0000', 'http://127.0.0.1:9/a b', 'http://127.0.0.1:9/\u0001', 'http://127.0.0.1:9/\ud800']) {
       const r = await fetch(`${app.url()}/api/webhooks`, {

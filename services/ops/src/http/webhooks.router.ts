@@ -170,11 +170,14 @@ async function disableWebhook(cfg: WebhooksConfig, req: Request, res: Response):
 /**
  * `GET /api/webhooks/deliveries?status=&tenant=&limit=`: the newest deliveries first, `failed`
  * ones with their last error.
- * @throws UserError(`invalid_query`) for a status or limit the query schema refuses.
+ * @throws UserError(`invalid_query`) for a status, tenant or limit the query schema refuses, each named in `details`.
  */
 async function listDeliveries(db: Db, req: Request, res: Response): Promise<void> {
   const q = WebhookDeliveryQuerySchema.safeParse(req.query);
-  if (!q.success) throw new UserError('invalid_query', 'status must be pending, delivered or failed; limit 1..500');
+  if (!q.success)
+    throw new UserError('invalid_query', 'status must be pending, delivered or failed; tenant 1..64 storable characters; limit 1..500', {
+      details: q.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message })),
+    });
   let sel = db.selectFrom('webhook_deliveries').selectAll().orderBy('created_at', 'desc').limit(q.data.limit);
   if (q.data.status) sel = sel.where('status', '=', q.data.status);
   if (q.data.tenant) sel = sel.where('tenant', '=', q.data.tenant);
