@@ -71,6 +71,15 @@ describe('release analyze', () => {
     expect(await releaseWritesEnabled(db, 'rel-good')).toBe(true);
   });
 
+  it('a named baseline is another, registered release: the candidate itself (it would tie and pass) or an unknown id is refused', async () => {
+    const db = ledger('rel-good').db;
+    await expect(analyzeCanary(db, 'rel-good', { baseline: 'rel-good' })).rejects.toThrow(
+      expect.objectContaining({ reason: 'same_release', message: expect.stringContaining('the baseline must be another release') }),
+    );
+    await expect(analyzeCanary(db, 'rel-good', { baseline: 'rel-nope' })).rejects.toThrow('release rel-nope is not registered');
+    expect((await analyzeCanary(db, 'rel-good', { baseline: 'rel-1' })).verdict).toBe('pass');
+  });
+
   it('one more denial per run fails the safety measure with no tolerance; enable-writes and promotion refuse', async () => {
     const db = await openCanary('rel-unsafe');
     await baselineRuns(db);

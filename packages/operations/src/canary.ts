@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { DEFAULT_CANARY_THRESHOLDS, loadReleaseManifest, PolicyDenied, STOP_REASONS, type CanaryThresholds } from '@gatehouse/contracts';
 import { actorHash, inTransaction, recordAudit, TERMINAL_STATES, type Db, type Trx } from '@gatehouse/ledger';
 import { consumeOverride, overrideDigest, requestOverride, type OverrideTicket } from './overrides.ts';
+import { OpsUsageError } from './ops.ts';
 
 /** Stop reasons that count as errors of the runtime, not outcomes of policy (docs/product/states.md#stop-reasons). */
 export const ERROR_STOP_REASONS: readonly (typeof STOP_REASONS)[number][] = [
@@ -190,6 +191,24 @@ function compare(b: ReleaseMeasures, c: ReleaseMeasures, t: CanaryThresholds): C
 
 const failing = (a: Pick<CanaryAnalysis, 'rows'>): string[] => a.rows.filter((r) => !r.ok).map((r) => r.measure);
 
+/** The release a candidate is compared with by default: the active one other than itself, if any. */
+async function defaultBaseline(db: Db | Trx, candidate: string): Promise<string | undefined> {
+  return (await db.selectFrom('releases').select('id').where('status', '=', 'active').where('id', '!=', candidate).executeTakeFirst())?.id;
+}
+
+/**
+ * Checks a baseline the operator named: another release than the candidate — compared with
+ * itself every measure ties and a canary with enough runs "passes" — and a registered one, whose
+ * runs the ledger has (an unknown id measured no runs and read as a failing canary).
+ * @throws OpsUsageError (`same_release`) when `baseline` is the candidate; Error when it is not registered.
+ */
+async function checkNamedBaseline(db: Db | Trx, candidate: string, baseline: string): Promise<void> {
+  if (baseline === candidate)
+    throw new OpsUsageError('same_release', `release analyze ${candidate} --baseline ${baseline}: the baseline must be another release`);
+  const known = await db.selectFrom('releases').select('id').where('id', '=', baseline).executeTakeFirst();
+  if (!known) throw new Error(`release ${baseline} is not registered (the --baseline of release analyze ${candidate})`);
+}
+
 /**
  * `gatehouse release analyze <candidate>` (docs/decisions/0210-canary-analysis.md): compares
  * the candidate's cohort with the baseline release (default: the active one) over the same
@@ -197,7 +216,8 @@ const failing = (a: Pick<CanaryAnalysis, 'rows'>): string[] => a.rows.filter((r)
  * proposals, p95 time to a terminal state, errors, failed_unknown and model cost per run, with
  * the thresholds of the candidate's manifest. Fewer than `minRuns` terminal runs on either side
  * is `insufficient`.
- * @throws Error when the candidate is not registered, or there is no baseline.
+ * @throws Error when the candidate or a named baseline is not registered, or there is no baseline;
+ *   OpsUsageError (`same_release`) when the named baseline is the candidate.
  */
 export async function analyzeCanary(
   db: Db | Trx,
@@ -206,10 +226,9 @@ export async function analyzeCanary(
 ): Promise<CanaryAnalysis> {
   const rel = await db.selectFrom('releases').select(['status', 'activated_at']).where('id', '=', candidate).executeTakeFirst();
   if (!rel) throw new Error(`release ${candidate} is not registered`);
-  const baseline =
-    opts.baseline ??
-    (await db.selectFrom('releases').select('id').where('status', '=', 'active').where('id', '!=', candidate).executeTakeFirst())?.id;
+  const baseline = opts.baseline ?? (await defaultBaseline(db, candidate));
   if (!baseline) throw new Error(`release analyze ${candidate}: no baseline (no other active release; name one with --baseline)`);
+  if (opts.baseline !== undefined) await checkNamedBaseline(db, candidate, opts.baseline);
   const manifest = loadReleaseManifest(candidate);
   const thresholds = manifest.canary ?? DEFAULT_CANARY_THRESHOLDS;
   const untilMs = opts.nowMs ?? Date.now();
