@@ -1,6 +1,6 @@
 import type OpenAI from 'openai';
 import { randomUUID } from 'node:crypto';
-import { ConflictError, escapeUnstorable, proposalsQueue, sha256Hex } from '@gatehouse/contracts';
+import { AS_A_NEW_TICKET, ConflictError, escapeUnstorable, proposalsQueue, sha256Hex } from '@gatehouse/contracts';
 import { enqueueInTransaction, recordAudit, type OutboxRow, type Trx } from '@gatehouse/ledger';
 import { containsSecret, findTool } from '@gatehouse/tools';
 
@@ -65,7 +65,7 @@ export function callIdRefusedStep(reason: string): string {
     reason === 'call_id_too_long'
       ? `a call_id longer than ${MAX_CALL_ID_CHARS} characters`
       : 'a call_id that holds a secret or a token (an API key, a bearer token, a JWT or a planted canary)';
-  return `The model gave a function call ${cause}, so Gatehouse recorded and carried out none of that answer’s calls: a call_id names the call in the audit trail, which keeps short names and never a secret. Resubmit the ticket; if it happens again, on-call should check the model server and the ticket text for an injected instruction.`;
+  return `The model gave a function call ${cause}, so Gatehouse recorded and carried out none of that answer’s calls: a call_id names the call in the audit trail, which keeps short names and never a secret. Resubmit the ticket ${AS_A_NEW_TICKET}; if it happens again, on-call should check the model server and the ticket text for an injected instruction.`;
 }
 
 /**
@@ -78,7 +78,7 @@ export function callIdReusedStep(calls: ReadonlyArray<{ call_id: string }>): str
     new Set(ids).size < ids.length
       ? 'gave two of its function calls the same call_id twice in one answer'
       : 'gave a function call a call_id an earlier answer of this run already used';
-  return `The model ${cause}, so Gatehouse could not tell the calls apart and carried out none of that answer’s calls. Resubmit the ticket; if it happens again, on-call should check the model server: each function call of a run needs a call_id of its own (servers that number the calls call_0, call_1… in every answer do not).`;
+  return `The model ${cause}, so Gatehouse could not tell the calls apart and carried out none of that answer’s calls. Resubmit the ticket ${AS_A_NEW_TICKET}; if it happens again, on-call should check the model server: each function call of a run needs a call_id of its own (servers that number the calls call_0, call_1… in every answer do not).`;
 }
 
 /** A reasoning item as kept in the transcript and resent as input (ADR 0145). */
