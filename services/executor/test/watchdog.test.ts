@@ -209,6 +209,36 @@ describe('watchdog', () => {
     );
   });
 
+  it('re-drives a job that finished without its effect (the ledger lost it) with the wait marked as a ledger outage', async () => {
+    // An unclean promote: the consumer completed the job, the promoted ledger never saw its effect.
+    const a = await publishedThenLost({ agoMs: 3 * 60_000 });
+    const q = queues.get(queueName('executions', 'rel-1'));
+    await q.add('execution', a.job, { jobId: a.jobId });
+    const connection = createRedis(TEST_REDIS_URL);
+    const worker = new Worker(queueName('executions', 'rel-1'), async () => 'succeeded', { connection, prefix });
+    try {
+      const until = Date.now() + 20_000;
+      while ((await q.getJobState(a.jobId)) !== 'completed') {
+        if (Date.now() > until) throw new Error('the job never completed');
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    } finally {
+      await worker.close();
+      connection.disconnect();
+    }
+    const r = await ran();
+    expect(r.redriven).toContainEqual({ workflowId: a.workflowId, jobId: a.jobId, reason: 'stale' });
+    const published = await db
+      .selectFrom('outbox')
+      .select('published_at')
+      .where('job_id', '=', a.jobId)
+      .orderBy('id')
+      .limit(1)
+      .executeTakeFirstOrThrow();
+    // The wait since it was published is the ledger's loss, not the run's working time: the consumer credits it.
+    expect((await q.getJob(a.jobId))?.data.outage).toEqual({ dependency: 'postgres', sinceMs: published.published_at!.getTime() });
+  });
+
   it('re-drives a dead-lettered job (failed during an outage): removed and re-added under the same id', async () => {
     const a = await publishedThenLost();
     const q = queues.get(queueName('executions', 'rel-1'));

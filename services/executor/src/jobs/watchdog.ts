@@ -6,6 +6,7 @@ import {
   proposalsQueue,
   queueName,
   turnsQueue,
+  type Dependency,
   type QueueContract,
 } from '@gatehouse/contracts';
 import {
@@ -110,11 +111,21 @@ async function sourceRow(trx: Trx, ref: AwaitedJobRef, release: string): Promise
 }
 
 /**
+ * The dependency whose loss a re-drive of each reason stands for, whose wait is not the run's
+ * working time: Redis lost a `missing` job; the ledger lost the effect of a `stale` one (the job
+ * completed, the run never moved). A `failed` job was dead-lettered by its consumer, whose own
+ * hold already marked any outage.
+ */
+const LOST_FROM: Record<RedriveReason, Dependency | null> = { missing: 'redis', stale: 'postgres', failed: null };
+
+/**
  * Writes the re-drive: a copy of the job's outbox row (same deterministic id and payload) or, with
  * none, one rebuilt from the ledger. A job that Redis lost (`missing` after it was published) was
  * waiting on the queue store since it was published: the copy carries that as an outage of
  * `redis` (unless it names one already), so the consumer credits the wait to the run's deadline
- * (docs/decisions/0110-outage-time.md).
+ * (docs/decisions/0110-outage-time.md). A job that finished without its effect (`stale`: a
+ * promote that lost the ledger's last commits) waited on the ledger since then: an outage of
+ * `postgres` (docs/decisions/0776-a-stale-re-drive-is-ledger-outage-time.md).
  */
 async function writeRedrive(
   trx: Trx,
@@ -123,8 +134,9 @@ async function writeRedrive(
 ): Promise<OutboxRow | null> {
   const { ref, source } = t;
   if (source) {
-    const lostAt = t.reason === 'missing' && source.published_at && !source.payload.outage ? source.published_at : null;
-    const payload = lostAt ? { ...source.payload, outage: { dependency: 'redis', sinceMs: lostAt.getTime() } } : source.payload;
+    const lostFrom = LOST_FROM[t.reason];
+    const lostAt = lostFrom && source.published_at && !source.payload.outage ? source.published_at : null;
+    const payload = lostAt ? { ...source.payload, outage: { dependency: lostFrom, sinceMs: lostAt.getTime() } } : source.payload;
     const row = await trx
       .insertInto('outbox')
       .values({
