@@ -1,6 +1,5 @@
 import { execFile } from 'node:child_process';
 import { appendFileSync, mkdtempSync, writeFileSync, appendFileSync as log } from 'node:fs';
-import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { sql } from 'kysely';
@@ -20,41 +19,6 @@ const say = (m: string): void => log(OUT, `${new Date().toISOString()} ${m}\n`);
 const sleep = (ms: number): Promise<void> => new Promise((d) => setTimeout(d, ms));
 const AUTH = 'local-auth-secret-change-me';
 const REPLICATED = ['audit', 'policy-gateway', 'approval', 'executor', 'agent-loop', 'ops'];
-
-class SwitchProxy {
-  target: number;
-  readonly sockets = new Set<Socket>();
-  server: Server | undefined;
-  readonly port: number;
-  constructor(port: number, target: number) {
-    this.port = port;
-    this.target = target;
-  }
-  async open(): Promise<void> {
-    const server = createServer((client) => {
-      const upstream = connect(this.target, '127.0.0.1');
-      for (const s of [client, upstream]) {
-        this.sockets.add(s);
-        s.on('close', () => this.sockets.delete(s));
-        s.on('error', () => {
-          client.destroy();
-          upstream.destroy();
-        });
-      }
-      client.pipe(upstream).pipe(client);
-    });
-    await new Promise<void>((res, rej) => {
-      server.once('error', rej);
-      server.listen(this.port, '127.0.0.1', () => res());
-    });
-    this.server = server;
-  }
-  retarget(port: number): void {
-    this.target = port;
-    for (const s of this.sockets) s.destroy();
-    this.sockets.clear();
-  }
-}
 
 const PG_BIN = '/usr/lib/postgresql/15/bin';
 const pgAs = (tool: string, args: string[]): Promise<string> =>
@@ -76,7 +40,7 @@ describe.runIf(process.env.GH_DRILL === '1')('on-call failover drill', () => {
     writeFileSync(OUT, '');
     const primary = await startPrivatePostgres();
     const redis = await startPrivateRedis();
-    const proxy = new SwitchProxy(await freePort(), primary.port);
+    const proxy = new TcpCut(await freePort(), { host: '127.0.0.1', port: primary.port });
     await proxy.open();
     const server = `postgres://postgres@127.0.0.1:${proxy.port}`;
     const ledger = await createTestDatabase({ server });
@@ -348,7 +312,7 @@ describe.runIf(process.env.GH_DRILL === '1')('on-call failover drill', () => {
         say('primary stopped immediate');
         await sleep(2000);
         await pgAs('pg_ctl', ['-D', standbyDir, '-w', 'promote']);
-        proxy.retarget(standbyPort);
+        proxy.retarget({ host: '127.0.0.1', port: standbyPort });
         say(`standby promoted, proxy -> ${standbyPort}`);
         curPrimaryDir = standbyDir;
         curPrimaryPort = standbyPort;
@@ -371,7 +335,7 @@ describe.runIf(process.env.GH_DRILL === '1')('on-call failover drill', () => {
           await sleep(lagMs);
           await pgAs('pg_ctl', ['-D', curPrimaryDir, '-m', 'immediate', 'stop']);
           await pgAs('pg_ctl', ['-D', s2dir, '-w', 'promote']);
-          proxy.retarget(s2port);
+          proxy.retarget({ host: '127.0.0.1', port: s2port });
           say(`standby2 promoted (lagging), proxy -> ${s2port}`);
           curPrimaryDir = s2dir;
           standbyDir = s2dir;

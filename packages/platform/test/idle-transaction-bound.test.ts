@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
-import { createTestDatabase, dropQueuePrefix, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/test-harness';
-import { createServiceContext, type ServiceContext } from '../src/service-context.ts';
+import type { TestDatabase } from '@gatehouse/test-harness';
+import type { ServiceContext } from '../src/service-context.ts';
+import { probeContext, type ProbeContext } from './support/probe-context.ts';
 
 // A replica stopped inside a transaction (SIGSTOP, a frozen VM) kept its locks for as long as it
 // was stopped: an on-call helper SIGSTOPped one audit replica of two while it held the chain lock,
@@ -13,29 +14,15 @@ import { createServiceContext, type ServiceContext } from '../src/service-contex
 // same thing as a SIGSTOPped process.
 
 const LOCK = 748_748;
+let probe: ProbeContext;
 let t: TestDatabase;
 let ctx: ServiceContext<unknown>;
-const prefix = testQueuePrefix();
 
 beforeAll(async () => {
-  t = await createTestDatabase({ migrate: false });
-  ctx = createServiceContext(
-    'idle-probe',
-    {},
-    {
-      GATEHOUSE_ENV: 'test',
-      DATABASE_URL: t.url,
-      REDIS_URL: TEST_REDIS_URL,
-      QUEUE_PREFIX: prefix,
-      POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT_MS: '1000',
-    },
-  );
+  probe = await probeContext('idle-probe', { env: { POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT_MS: '1000' } });
+  ({ t, ctx } = probe);
 });
-afterAll(async () => {
-  await ctx?.close();
-  await dropQueuePrefix(TEST_REDIS_URL, prefix);
-  await t?.drop();
-});
+afterAll(() => probe?.close());
 
 describe('a service stopped inside a transaction', () => {
   it('releases its advisory lock to another replica within the bound, and its own pool goes on', async () => {

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { isConnectionFault } from '@gatehouse/ledger';
-import { createTestDatabase, dropQueuePrefix, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/test-harness';
-import { createServiceContext, type ServiceContext } from '../src/service-context.ts';
+import type { ServiceContext } from '../src/service-context.ts';
+import { probeContext, type ProbeContext } from './support/probe-context.ts';
 
 // A transaction that, while it holds one of the pool's connections, waits for a second one from
 // the same pool (a read through the pool instead of the transaction: ADR 0786) deadlocks once as
@@ -16,30 +16,15 @@ const POOL = 10; // createServiceContext's pool size
 const BOUND_MS = 1000;
 /** Longer than this and the nested checkouts hang: the bound is 1 s. */
 const HANG_MS = 8000;
-let t: TestDatabase;
+let probe: ProbeContext;
 let ctx: ServiceContext<unknown>;
-const prefix = testQueuePrefix();
 
 beforeAll(async () => {
-  t = await createTestDatabase({ migrate: false });
-  ctx = createServiceContext(
-    'pool-acquire-probe',
-    {},
-    {
-      GATEHOUSE_ENV: 'test',
-      DATABASE_URL: t.url,
-      REDIS_URL: TEST_REDIS_URL,
-      QUEUE_PREFIX: prefix,
-      POSTGRES_POOL_ACQUIRE_TIMEOUT_MS: String(BOUND_MS),
-    },
-  );
+  probe = await probeContext('pool-acquire-probe', { env: { POSTGRES_POOL_ACQUIRE_TIMEOUT_MS: String(BOUND_MS) } });
+  ctx = probe.ctx;
 });
-afterAll(async () => {
-  // Bounded: without the bound the hung transactions never release their connections.
-  await Promise.race([ctx?.close(), new Promise((done) => setTimeout(done, 5000).unref())]);
-  await dropQueuePrefix(TEST_REDIS_URL, prefix);
-  await t?.drop();
-});
+// Bounded: without the bound the hung transactions never release their connections.
+afterAll(() => probe?.close(5000));
 
 describe('transactions that each wait for a second connection of a full pool', () => {
   it('fail with a connection fault within the bound, roll back, and the pool serves again', async () => {

@@ -1,37 +1,25 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { knownMigrations, migrate, migrateOneDown } from '@gatehouse/ledger';
-import { createTestDatabase, dropQueuePrefix, TEST_REDIS_URL, testQueuePrefix, type TestDatabase } from '@gatehouse/test-harness';
+import type { TestDatabase } from '@gatehouse/test-harness';
 import { createHttpApp, finishApp } from '../src/http.ts';
 import { closeServer, listen } from '../src/http-server.ts';
 import { SCHEMA_CHECK_TTL_MS } from '../src/release-check.ts';
-import { createServiceContext, type ServiceContext } from '../src/service-context.ts';
+import type { ServiceContext } from '../src/service-context.ts';
+import { probeContext, type ProbeContext } from './support/probe-context.ts';
 
 // A service boots only on a database holding every migration of its code (release-check.ts);
 // `/readyz` keeps saying so while it runs: after a `gatehouse migrate down` under a running
 // service it answers 503 naming the migration and `gatehouse migrate up`, and ready again after.
 
+let probe: ProbeContext;
 let t: TestDatabase;
 let ctx: ServiceContext<unknown>;
-const prefix = testQueuePrefix();
 
 beforeAll(async () => {
-  t = await createTestDatabase();
-  ctx = createServiceContext(
-    'schema-probe',
-    {},
-    {
-      GATEHOUSE_ENV: 'test',
-      DATABASE_URL: t.url,
-      REDIS_URL: TEST_REDIS_URL,
-      QUEUE_PREFIX: prefix,
-    },
-  );
+  probe = await probeContext('schema-probe', { migrate: true });
+  ({ t, ctx } = probe);
 });
-afterAll(async () => {
-  await ctx?.close();
-  await dropQueuePrefix(TEST_REDIS_URL, prefix);
-  await t?.drop();
-});
+afterAll(() => probe?.close());
 
 type Readiness = { status: number; body: { ready: boolean; failing?: Record<string, string> } };
 

@@ -3,11 +3,11 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 /**
  * A TCP proxy on a local port in front of `target` that a test can cut (every connection
  * destroyed, new ones refused) and restore — an outage of the server behind it without touching
- * the shared server itself.
+ * the shared server itself — or point at another server (a failover to a promoted standby).
  */
 export class TcpCut {
   readonly port: number;
-  readonly #target: { host: string; port: number };
+  #target: { host: string; port: number };
   readonly #sockets = new Set<Socket>();
   #server: Server | undefined;
 
@@ -35,6 +35,17 @@ export class TcpCut {
       server.listen(this.port, '127.0.0.1', () => resolve());
     });
     this.#server = server;
+  }
+
+  /**
+   * Points the proxy at `target` (a promoted standby, say): every forwarded connection is
+   * destroyed, as a failover drops them, and new connections reach the new server. The listening
+   * port is kept, so clients reconnect to the same address.
+   */
+  retarget(target: { host: string; port: number }): void {
+    this.#target = target;
+    for (const s of this.#sockets) s.destroy();
+    this.#sockets.clear();
   }
 
   /** Cuts: destroys every forwarded connection and stops listening (new connections are refused). */
