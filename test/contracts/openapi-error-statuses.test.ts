@@ -19,8 +19,10 @@ import { SECRET, startFuzzApps, type FuzzApps } from '../fuzz/support/apps.ts';
  * OpenAPI documents, each with the ErrorBody schema (docs/decisions/0240-api-contracts-and-client.md):
  * 503 `dependency_unavailable` when the ledger is unreachable, 413 and 415 for a body too large or
  * in an unsupported charset, 400 `bad_path` for a path id whose percent-encoding does not decode;
- * and on every operation, the public ones included, the HTTP server's own 431 `headers_too_large`
- * and 408 `request_timeout` (docs/decisions/0690), shared components of each document.
+ * and on every operation, the public ones included, the HTTP server's own 431 `headers_too_large`,
+ * 408 `request_timeout` (docs/decisions/0690), 417 `expectation_failed` and 400 `malformed_request`
+ * and `missing_host`,
+ * shared components of each document (the 400 among the operation's own 400 reasons).
  */
 
 /** The dead apps' read bound (HTTP_REQUEST_READ_TIMEOUT_MS), ms: short, so the 408s come quickly. */
@@ -173,22 +175,29 @@ for (const api of APIS) {
       expect(validate(answer.body) ? [] : validate.errors).toEqual([]);
     };
 
-    it('every operation, the public ones too, documents and answers 431 headers_too_large and 408 request_timeout (ADR 0690)', async () => {
+    it('every operation, the public ones too, documents and answers 431 headers_too_large, 408 request_timeout (ADR 0690), 417 expectation_failed, 400 malformed_request and missing_host', async () => {
       const port = Number(new URL(dead[api]!.url).port);
       const ops = everyOperation(doc);
       const answers = await Promise.all(
         ops.map(async (op) => {
-          const line = `${op.method} ${op.path.replace('{id}', randomUUID())} HTTP/1.1\r\nHost: x\r\n`;
+          const requestLine = `${op.method} ${op.path.replace('{id}', randomUUID())} HTTP/1.1\r\n`;
+          const line = `${requestLine}Host: x\r\n`;
           const big = await rawExchange(port, [`${line}X-Big: ${'a'.repeat(20_000)}\r\n\r\n`]);
           // A head that never ends: the server's read bound, before any route or the ledger.
           const stalled = await rawExchange(port, [line], { waitMs: READ_MS + 15_000 });
-          return { op, big, stalled };
+          const expecting = await rawExchange(port, [`${line}Expect: 200-ok\r\n\r\n`]);
+          const hostless = await rawExchange(port, [`${requestLine}\r\n`]);
+          const malformed = await rawExchange(port, [`${line}No colon here\r\n\r\n`]);
+          return { op, big, stalled, expecting, hostless, malformed };
         }),
       );
-      for (const { op, big, stalled } of answers) {
+      for (const { op, big, stalled, expecting, hostless, malformed } of answers) {
         for (const [status, reason, got] of [
           [431, 'headers_too_large', big],
           [408, 'request_timeout', stalled],
+          [417, 'expectation_failed', expecting],
+          [400, 'missing_host', hostless],
+          [400, 'malformed_request', malformed],
         ] as const) {
           const name = `${op.method} ${op.path} answers ${status} ${reason}`;
           expect([got.status, (JSON.parse(got.body || '{}') as { error?: { reason?: string } }).error?.reason], name).toEqual([
@@ -196,7 +205,7 @@ for (const api of APIS) {
             reason,
           ]);
           const documented = documentedAnswer(doc, op.responses, String(status));
-          expect(documented?.description, name).toMatch(new RegExp(`^${reason}:`));
+          expect(documented?.description, name).toMatch(new RegExp(`(^|; )${reason}:`));
           expect(documented?.content?.['application/json']?.schema, name).toEqual({ $ref: '#/components/schemas/ErrorBody' });
           expect(validate(JSON.parse(got.body)) ? [] : validate.errors, name).toEqual([]);
         }

@@ -30,7 +30,17 @@ export interface paths {
             };
           };
         };
+        /** @description malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            'application/json': components['schemas']['ErrorBody'];
+          };
+        };
         408: components['responses']['RequestTimeout'];
+        417: components['responses']['ExpectationFailed'];
         431: components['responses']['HeadersTooLarge'];
       };
     };
@@ -77,7 +87,17 @@ export interface paths {
             };
           };
         };
+        /** @description malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            'application/json': components['schemas']['ErrorBody'];
+          };
+        };
         408: components['responses']['RequestTimeout'];
+        417: components['responses']['ExpectationFailed'];
         431: components['responses']['HeadersTooLarge'];
         /** @description a dependency is down */
         503: {
@@ -135,7 +155,17 @@ export interface paths {
             };
           };
         };
+        /** @description malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            'application/json': components['schemas']['ErrorBody'];
+          };
+        };
         408: components['responses']['RequestTimeout'];
+        417: components['responses']['ExpectationFailed'];
         431: components['responses']['HeadersTooLarge'];
       };
     };
@@ -282,6 +312,15 @@ export interface components {
         'application/json': components['schemas']['ErrorBody'];
       };
     };
+    /** @description expectation_failed: the request carried an Expect header other than 100-continue; nothing was processed and the connection is closed — send the request without it */
+    ExpectationFailed: {
+      headers: {
+        [name: string]: unknown;
+      };
+      content: {
+        'application/json': components['schemas']['ErrorBody'];
+      };
+    };
     /** @description headers_too_large: the request head (request line and headers) is larger than the server reads (16 KiB); nothing was processed and the connection is closed — send fewer or shorter headers */
     HeadersTooLarge: {
       headers: {
@@ -322,7 +361,7 @@ export interface operations {
           'application/json': components['schemas']['ApprovalPage'];
         };
       };
-      /** @description invalid query (status, limit or cursor); unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description invalid query (status, limit or cursor); unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -341,6 +380,7 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      417: components['responses']['ExpectationFailed'];
       431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
@@ -374,7 +414,7 @@ export interface operations {
           'application/json': components['schemas']['ApprovalView'];
         };
       };
-      /** @description bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -402,6 +442,7 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      417: components['responses']['ExpectationFailed'];
       431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
@@ -439,7 +480,7 @@ export interface operations {
           'application/json': components['schemas']['DecisionResult'];
         };
       };
-      /** @description body failed its schema; bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description body failed its schema; bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -512,6 +553,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      417: components['responses']['ExpectationFailed'];
       431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {

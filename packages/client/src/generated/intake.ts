@@ -30,7 +30,17 @@ export interface paths {
             };
           };
         };
+        /** @description malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            'application/json': components['schemas']['ErrorBody'];
+          };
+        };
         408: components['responses']['RequestTimeout'];
+        417: components['responses']['ExpectationFailed'];
         431: components['responses']['HeadersTooLarge'];
       };
     };
@@ -77,7 +87,17 @@ export interface paths {
             };
           };
         };
+        /** @description malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            'application/json': components['schemas']['ErrorBody'];
+          };
+        };
         408: components['responses']['RequestTimeout'];
+        417: components['responses']['ExpectationFailed'];
         431: components['responses']['HeadersTooLarge'];
         /** @description a dependency is down */
         503: {
@@ -135,7 +155,17 @@ export interface paths {
             };
           };
         };
+        /** @description malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            'application/json': components['schemas']['ErrorBody'];
+          };
+        };
         408: components['responses']['RequestTimeout'];
+        417: components['responses']['ExpectationFailed'];
         431: components['responses']['HeadersTooLarge'];
       };
     };
@@ -382,6 +412,15 @@ export interface components {
         'application/json': components['schemas']['ErrorBody'];
       };
     };
+    /** @description expectation_failed: the request carried an Expect header other than 100-continue; nothing was processed and the connection is closed — send the request without it */
+    ExpectationFailed: {
+      headers: {
+        [name: string]: unknown;
+      };
+      content: {
+        'application/json': components['schemas']['ErrorBody'];
+      };
+    };
     /** @description headers_too_large: the request head (request line and headers) is larger than the server reads (16 KiB); nothing was processed and the connection is closed — send fewer or shorter headers */
     HeadersTooLarge: {
       headers: {
@@ -421,7 +460,7 @@ export interface operations {
           'application/json': components['schemas']['TicketAccepted'];
         };
       };
-      /** @description body failed its schema; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description body failed its schema; unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -476,6 +515,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      417: components['responses']['ExpectationFailed'];
       /** @description past the per-user or per-tenant limit (`Retry-After` header, seconds) */
       429: {
         headers: {
@@ -518,7 +558,7 @@ export interface operations {
           'application/json': components['schemas']['WorkflowView'];
         };
       };
-      /** @description bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -546,6 +586,7 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      417: components['responses']['ExpectationFailed'];
       431: components['responses']['HeadersTooLarge'];
       /** @description dependency_unavailable: the ledger or the queue is unreachable or did not answer in time; Retry-After in seconds (the request may still complete) */
       503: {
@@ -590,7 +631,7 @@ export interface operations {
         };
         content?: never;
       };
-      /** @description bad_last_event_id; bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description bad_last_event_id; bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -618,6 +659,7 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      417: components['responses']['ExpectationFailed'];
       /** @description too_many_streams_user or too_many_streams_tenant: open streams past the per-user or per-tenant limit of this server; Retry-After in seconds */
       429: {
         headers: {
@@ -666,7 +708,7 @@ export interface operations {
           'application/json': components['schemas']['WorkflowMessageAccepted'];
         };
       };
-      /** @description invalid_body or invalid_idempotency_key; bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description invalid_body or invalid_idempotency_key; bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -730,6 +772,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      417: components['responses']['ExpectationFailed'];
       /** @description past the per-user or per-tenant limit (`Retry-After` header, seconds) */
       429: {
         headers: {

@@ -99,7 +99,17 @@ export interface paths {
             };
           };
         };
+        /** @description malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            'application/json': components['schemas']['ErrorBody'];
+          };
+        };
         408: components['responses']['RequestTimeout'];
+        417: components['responses']['ExpectationFailed'];
         431: components['responses']['HeadersTooLarge'];
       };
     };
@@ -146,7 +156,17 @@ export interface paths {
             };
           };
         };
+        /** @description malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            'application/json': components['schemas']['ErrorBody'];
+          };
+        };
         408: components['responses']['RequestTimeout'];
+        417: components['responses']['ExpectationFailed'];
         431: components['responses']['HeadersTooLarge'];
         /** @description a dependency is down */
         503: {
@@ -204,7 +224,17 @@ export interface paths {
             };
           };
         };
+        /** @description malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            'application/json': components['schemas']['ErrorBody'];
+          };
+        };
         408: components['responses']['RequestTimeout'];
+        417: components['responses']['ExpectationFailed'];
         431: components['responses']['HeadersTooLarge'];
       };
     };
@@ -500,6 +530,15 @@ export interface components {
         'application/json': components['schemas']['ErrorBody'];
       };
     };
+    /** @description expectation_failed: the request carried an Expect header other than 100-continue; nothing was processed and the connection is closed — send the request without it */
+    ExpectationFailed: {
+      headers: {
+        [name: string]: unknown;
+      };
+      content: {
+        'application/json': components['schemas']['ErrorBody'];
+      };
+    };
     /** @description headers_too_large: the request head (request line and headers) is larger than the server reads (16 KiB); nothing was processed and the connection is closed — send fewer or shorter headers */
     HeadersTooLarge: {
       headers: {
@@ -535,7 +574,7 @@ export interface operations {
           'application/json': components['schemas']['WebhookEndpoints'];
         };
       };
-      /** @description unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -563,6 +602,7 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      417: components['responses']['ExpectationFailed'];
       /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
       429: {
         headers: {
@@ -619,7 +659,7 @@ export interface operations {
           };
         };
       };
-      /** @description invalid_body, unknown_tenant or invalid_webhook_url; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description invalid_body, unknown_tenant or invalid_webhook_url; unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -674,6 +714,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      417: components['responses']['ExpectationFailed'];
       /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
       429: {
         headers: {
@@ -723,7 +764,7 @@ export interface operations {
           };
         };
       };
-      /** @description bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description bad_path: the id's percent-encoding does not decode; unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -760,6 +801,7 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      417: components['responses']['ExpectationFailed'];
       /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
       429: {
         headers: {
@@ -803,7 +845,7 @@ export interface operations {
           'application/json': components['schemas']['WebhookDeliveries'];
         };
       };
-      /** @description invalid_query; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description invalid_query; unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -831,6 +873,7 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      417: components['responses']['ExpectationFailed'];
       /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
       429: {
         headers: {
@@ -874,7 +917,7 @@ export interface operations {
           'application/json': components['schemas']['TokenRevocationResult'];
         };
       };
-      /** @description invalid_revocation or unknown_user: nothing was revoked; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description invalid_revocation or unknown_user: nothing was revoked; unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -920,6 +963,7 @@ export interface operations {
           'application/json': components['schemas']['ErrorBody'];
         };
       };
+      417: components['responses']['ExpectationFailed'];
       /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
       429: {
         headers: {
@@ -963,7 +1007,7 @@ export interface operations {
           'application/json': components['schemas']['OpsOverview'];
         };
       };
-      /** @description invalid_query: state must be a workflow state and limit 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description invalid_query: state must be a workflow state and limit 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -991,6 +1035,7 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      417: components['responses']['ExpectationFailed'];
       /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
       429: {
         headers: {
@@ -1034,7 +1079,7 @@ export interface operations {
           'application/json': components['schemas']['WorkflowOverview'];
         };
       };
-      /** @description invalid_query: state must be a workflow state and limit 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description invalid_query: state must be a workflow state and limit 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -1062,6 +1107,7 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      417: components['responses']['ExpectationFailed'];
       /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
       429: {
         headers: {
@@ -1103,7 +1149,7 @@ export interface operations {
           'application/json': components['schemas']['StuckRuns'];
         };
       };
-      /** @description invalid_query: limit must be 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description invalid_query: limit must be 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -1131,6 +1177,7 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      417: components['responses']['ExpectationFailed'];
       /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
       429: {
         headers: {
@@ -1172,7 +1219,7 @@ export interface operations {
           'application/json': components['schemas']['UnknownOperations'];
         };
       };
-      /** @description invalid_query: limit must be 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description invalid_query: limit must be 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -1200,6 +1247,7 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      417: components['responses']['ExpectationFailed'];
       /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
       429: {
         headers: {
@@ -1241,7 +1289,7 @@ export interface operations {
           'application/json': components['schemas']['Worklist'];
         };
       };
-      /** @description invalid_query: limit must be 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description invalid_query: limit must be 1..500; unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -1269,6 +1317,7 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      417: components['responses']['ExpectationFailed'];
       /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
       429: {
         headers: {
@@ -1308,7 +1357,7 @@ export interface operations {
           'application/json': components['schemas']['OpsQueues'];
         };
       };
-      /** @description unknown_query_parameter: a query parameter this operation does not take (named in the message) */
+      /** @description unknown_query_parameter: a query parameter this operation does not take (named in the message); malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed; missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header */
       400: {
         headers: {
           [name: string]: unknown;
@@ -1336,6 +1385,7 @@ export interface operations {
         };
       };
       408: components['responses']['RequestTimeout'];
+      417: components['responses']['ExpectationFailed'];
       /** @description rate_limited_user or rate_limited_tenant: a caller who is not an operator, past the sign-in limits (SIGNIN_RATE_PER_USER, SIGNIN_RATE_PER_TENANT); the refusal is not audited; Retry-After in seconds (ADR 0725) */
       429: {
         headers: {

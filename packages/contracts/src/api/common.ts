@@ -100,16 +100,32 @@ const UNKNOWN_QUERY = 'unknown_query_parameter: a query parameter this operation
 const BAD_PATH = "bad_path: the id's percent-encoding does not decode";
 
 /**
+ * The 400s the HTTP server of every service answers before any route (packages/platform `listen`,
+ * `answerClientError`): a request its parser refuses, and an HTTP/1.1 request without a Host
+ * header (RFC 9112 §3.2).
+ */
+const EDGE_400 = [
+  'malformed_request: the request is not valid HTTP/1.1 (a malformed request line or header, bytes past its Content-Length); nothing was processed and the connection is closed',
+  'missing_host: an HTTP/1.1 request without a Host header (RFC 9112 §3.2); nothing was processed and the connection is closed — send a Host header',
+].join('; ');
+
+/**
  * The answers the HTTP server of every service gives on any route, before the route runs
  * (packages/platform `listen`/`answerClientError`, docs/decisions/0690): one shared component each
  * (`components.responses`), referenced by every operation.
  */
-const EDGE_RESPONSES: Record<'408' | '431', ZodOpenApiResponseObject> = {
+const EDGE_RESPONSES: Record<'408' | '417' | '431', ZodOpenApiResponseObject> = {
   '408': {
     ...errorResponse(
       'request_timeout: the request (head and body) was not read whole within the server’s read bound (HTTP_REQUEST_READ_TIMEOUT_MS, default 5 s); nothing was processed and the connection is closed — send the whole request at once, then retry',
     ),
     id: 'RequestTimeout',
+  },
+  '417': {
+    ...errorResponse(
+      'expectation_failed: the request carried an Expect header other than 100-continue; nothing was processed and the connection is closed — send the request without it',
+    ),
+    id: 'ExpectationFailed',
   },
   '431': {
     ...errorResponse(
@@ -128,9 +144,10 @@ const EDGE_RESPONSES: Record<'408' | '431', ZodOpenApiResponseObject> = {
  * `bad_path` (percent-encoding that does not decode), and 400 `unknown_query_parameter` (a query
  * parameter the operation does not document: packages/platform `refuseUnknownQuery`,
  * docs/decisions/0688-every-bearer-token-expires.md). Every operation, those without security
- * (`/healthz`, `/readyz`, `/openapi.json`) included, also gets 408 `request_timeout` and 431
- * `headers_too_large` (the HTTP server's own answers, before any route: {@link EDGE_RESPONSES});
- * the operations without security get nothing else.
+ * (`/healthz`, `/readyz`, `/openapi.json`) included, also gets 408 `request_timeout`, 417
+ * `expectation_failed` and 431 `headers_too_large` (the HTTP server's own answers, before any
+ * route: {@link EDGE_RESPONSES}) and 400 `malformed_request` and `missing_host`; the operations
+ * without security get nothing else.
  */
 export function withSharedErrors(paths: ZodOpenApiPathsObject = {}): ZodOpenApiPathsObject {
   const out: ZodOpenApiPathsObject = {};
@@ -140,13 +157,13 @@ export function withSharedErrors(paths: ZodOpenApiPathsObject = {}): ZodOpenApiP
       const op = item[method];
       if (!op) continue;
       const responses = { ...op.responses } as Record<string, ZodOpenApiResponseObject>;
-      responses['408'] ??= EDGE_RESPONSES['408'];
-      responses['431'] ??= EDGE_RESPONSES['431'];
+      for (const edge of ['408', '417', '431'] as const) responses[edge] ??= EDGE_RESPONSES[edge];
       if (Array.isArray(op.security) && op.security.length === 0) {
+        responses['400'] = errorResponse([responses['400']?.description, EDGE_400].filter((d) => d).join('; '));
         next[method] = { ...op, responses };
         continue;
       }
-      const bad400 = [responses['400']?.description, path.includes('{id}') ? BAD_PATH : null, UNKNOWN_QUERY];
+      const bad400 = [responses['400']?.description, path.includes('{id}') ? BAD_PATH : null, UNKNOWN_QUERY, EDGE_400];
       responses['400'] = errorResponse(bad400.filter((d) => d).join('; '));
       if (op.requestBody) {
         responses['413'] ??= errorResponse('body_too_large: the body is larger than 1 MiB');
