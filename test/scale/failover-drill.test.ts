@@ -1,11 +1,19 @@
 import { execFile } from 'node:child_process';
-import { appendFileSync, mkdtempSync, writeFileSync, appendFileSync as log } from 'node:fs';
+import { mkdtempSync, writeFileSync, appendFileSync as log } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { resolve } from 'node:path';
+import { basename, resolve } from 'node:path';
 import { sql } from 'kysely';
 import { describe, it } from 'vitest';
 import { SERVICES, approveAsLead, call, startStack, tokenFor, type RunningStack } from '@gatehouse/cli';
-import { createTestDatabase, delegationKeyEnv, freePort, startPrivatePostgres, startPrivateRedis, TcpCut } from '@gatehouse/test-harness';
+import {
+  createTestDatabase,
+  delegationKeyEnv,
+  freePort,
+  startPrivatePostgres,
+  startPrivateRedis,
+  startPrivateStandby,
+  TcpCut,
+} from '@gatehouse/test-harness';
 import { checkAuditChain, checkEffects, checkReconciliation, runStates, isSettled } from '../chaos/support/invariants.ts';
 import type { ChaosStack } from '../chaos/support/chaos-stack.ts';
 import { KINDS, KIND_CYCLE, type Run } from '../chaos/support/load.ts';
@@ -50,24 +58,9 @@ describe.runIf(process.env.GH_DRILL === '1')('on-call failover drill', () => {
     await repl.open();
     const sdir = resolve(primary.dir, 'standby');
     const sport = await freePort();
+    // Each standby's folder is inside the primary's (its data stays where the drill's stops look).
     const makeStandby = async (fromPort: number, dir: string, port: number): Promise<void> => {
-      await pgAs('pg_basebackup', [
-        '-h',
-        '127.0.0.1',
-        '-p',
-        String(fromPort),
-        '-U',
-        'postgres',
-        '-D',
-        dir,
-        '-R',
-        '-X',
-        'stream',
-        '-c',
-        'fast',
-      ]);
-      appendFileSync(resolve(dir, 'postgresql.conf'), `port = ${port}\nunix_socket_directories = '${primary.dir}'\n`);
-      await pgAs('pg_ctl', ['-D', dir, '-l', resolve(primary.dir, `standby-${port}.log`), '-w', 'start']);
+      await startPrivateStandby(primary, { fromPort, dataDir: dir, port, name: basename(dir) });
     };
     await makeStandby(repl.port, sdir, sport);
     say(`primary ${primary.port} standby ${sport} proxy ${proxy.port} redis ${redis.port}`);

@@ -349,6 +349,20 @@ export const COMMANDS: CommandSpec[] = [
     required: { from: '<id>', to: '<id>' },
     ops: true,
   },
+  {
+    name: 'ledger replication',
+    synopsis: '[--json]',
+    summary: "the ledger's standbys and whether a promote can lose acknowledged commits (exit 1 unless synchronous or none)",
+    details: [
+      'A standby must be synchronous (synchronous_standby_names naming it, synchronous_commit on or remote_apply):',
+      'promoting one that may lag loses runs whose effects already reached the systems of record.',
+      'Exit 0 when synchronous or when no standby streams; 1 when asynchronous, when commits wait for a missing',
+      "synchronous standby, on a standby's URL, or when this role may not see the standbys (grant pg_monitor).",
+      'docs/decisions/0775-an-unclean-ledger-promote-is-data-loss.md.',
+    ],
+    options: [],
+    json: true,
+  },
   { name: 'migrate', synopsis: '[up]', summary: 'apply every pending migration', options: [] },
   { name: 'migrate up', synopsis: '', summary: 'apply every pending migration', options: [] },
   {

@@ -10,6 +10,7 @@ import { tokenFor } from './api-client.ts';
 import { auditPublicKey } from './audit-key.ts';
 import { auditVerifyCommand, localWitnessPath, witnessToRead } from './audit-verify-command.ts';
 import { auditReplaceLostKeyCommand, auditRotateKeyCommand } from './audit-rotate-command.ts';
+import { ledgerReplicationCommand } from './replication-command.ts';
 import { prepareDatabase } from './db-admin.ts';
 import { ensureDelegationKeyPair } from '@gatehouse/credentials';
 import { cliSigningKey, delegationKeyDir, delegationKeyPaths } from './delegation-keys.ts';
@@ -400,6 +401,20 @@ async function migrateCommand(command: string, { values, positionals, sub, env }
   }
 }
 
+/**
+ * `ledger replication` (no token: a read of Postgres's settings and standbys, docs/decisions/0775).
+ * Exit 0 when the standby is synchronous or none streams, else 1.
+ * @throws UsageError for an unknown command.
+ */
+async function ledgerCommand(command: string, { values, positionals, env }: Invocation): Promise<number> {
+  switch (command) {
+    case 'ledger replication':
+      return withCliDb(env.DATABASE_URL, 1, (db) => ledgerReplicationCommand(db, { json: values.json, out }));
+    default:
+      throw unknownCommand(positionals);
+  }
+}
+
 /** Each command group's handler, by the command's first word. */
 const GROUPS: ReadonlyMap<string, GroupHandler> = new Map([
   ['delegation', setupCommand],
@@ -417,6 +432,7 @@ const GROUPS: ReadonlyMap<string, GroupHandler> = new Map([
   ['queues', rolloutCommand],
   ['reenable', rolloutCommand],
   ['migrate', migrateCommand],
+  ['ledger', ledgerCommand],
 ]);
 
 /**

@@ -24,3 +24,4 @@ export * from './containment.ts';
 export * from './out-of-band-request.ts';
 export * from './audit-health.ts';
 export * from './user-token-revocations.ts';
+export * from './replication.ts';

@@ -69,6 +69,22 @@ async function pgTool(tool: string, args: string[]): Promise<void> {
   if (code !== 0) throw new Error(`${tool} ${args.join(' ')} exited ${code}: ${stderr.trim()}`);
 }
 
+/** `pg_ctl stop -m immediate` of the cluster in `data`, synchronously (a process's `exit` handler); nothing when it is down. */
+function stopImmediatelySync(data: string): void {
+  try {
+    execFileSync(userInfo().uid === 0 ? RUNUSER : resolve(PG_BIN, 'pg_ctl'), [
+      ...(userInfo().uid === 0 ? ['-u', 'postgres', '--', resolve(PG_BIN, 'pg_ctl')] : []),
+      '-D',
+      data,
+      '-m',
+      'immediate',
+      'stop',
+    ]);
+  } catch {
+    // already stopped
+  }
+}
+
 /**
  * Creates and starts a private Postgres cluster (initdb, trust auth for `postgres`, loopback on a
  * free port, fsync off) in a temp folder, for tests that restart, stop or kill the database
@@ -99,20 +115,7 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
   );
   const ctl = (args: string[]): Promise<void> => pgTool('pg_ctl', ['-D', data, '-l', log, '-w', '-t', '60', ...args]);
   const url = `postgres://postgres@127.0.0.1:${port}`;
-  const stopAtExit = (): void => {
-    try {
-      execFileSync(userInfo().uid === 0 ? RUNUSER : resolve(PG_BIN, 'pg_ctl'), [
-        ...(userInfo().uid === 0 ? ['-u', 'postgres', '--', resolve(PG_BIN, 'pg_ctl')] : []),
-        '-D',
-        data,
-        '-m',
-        'immediate',
-        'stop',
-      ]);
-    } catch {
-      // already stopped
-    }
-  };
+  const stopAtExit = (): void => stopImmediatelySync(data);
   process.once('exit', stopAtExit);
   await ctl(['start']);
   return {
@@ -141,5 +144,56 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
       stopAtExit();
       rmSync(dir, { recursive: true, force: true });
     },
+  };
+}
+
+/** A streaming standby of a {@link PrivatePostgres}, made by {@link startPrivateStandby}. */
+export interface PrivateStandby {
+  /** Server URL without a database, as {@link PrivatePostgres.url}. */
+  url: string;
+  port: number;
+  /** Its data directory (inside the primary's folder, removed with it). */
+  dataDir: string;
+  /** `pg_ctl promote`, waiting until it accepts writes. */
+  promote: () => Promise<void>;
+  /** `pg_ctl stop -m <mode>` (default `fast`), waiting until it is down. */
+  stop: (opts?: { mode?: PgStopMode }) => Promise<void>;
+  /** `pg_ctl start`, waiting until it accepts connections. */
+  start: () => Promise<void>;
+}
+
+/**
+ * Makes and starts a streaming standby of `primary` (`pg_basebackup -R -X stream`, so it streams
+ * asynchronously until the primary's `synchronous_standby_names` names it). `fromPort` is where
+ * it reaches the primary (default `primary.port`; a proxy's, to cut its stream), `name` its
+ * `cluster_name` and so the `application_name` it streams as (default `standby`), `port` and
+ * `dataDir` default to a free port and `<primary.dir>/<name>`. Stopped (immediate) when this
+ * process exits, if still up; stop it before `primary.destroy()`, which removes its folder.
+ * @throws Error when `pg_basebackup` or `pg_ctl` fail (their stderr in the message).
+ */
+export async function startPrivateStandby(
+  primary: PrivatePostgres,
+  opts: { fromPort?: number; name?: string; port?: number; dataDir?: string } = {},
+): Promise<PrivateStandby> {
+  const name = opts.name ?? 'standby';
+  const port = opts.port ?? (await freePort());
+  const data = opts.dataDir ?? resolve(primary.dir, name);
+  const log = resolve(primary.dir, `${name}-${port}.log`);
+  const from = String(opts.fromPort ?? primary.port);
+  await pgTool('pg_basebackup', ['-h', '127.0.0.1', '-p', from, '-U', 'postgres', '-D', data, '-R', '-X', 'stream', '-c', 'fast']);
+  appendFileSync(
+    resolve(data, 'postgresql.conf'),
+    [`port = ${port}`, `unix_socket_directories = '${primary.dir}'`, `cluster_name = '${name}'`, ''].join('\n'),
+  );
+  const ctl = (args: string[]): Promise<void> => pgTool('pg_ctl', ['-D', data, '-l', log, '-w', '-t', '60', ...args]);
+  process.once('exit', () => stopImmediatelySync(data));
+  await ctl(['start']);
+  return {
+    url: `postgres://postgres@127.0.0.1:${port}`,
+    port,
+    dataDir: data,
+    promote: () => ctl(['promote']),
+    stop: (o = {}) => ctl(['-m', o.mode ?? 'fast', 'stop']),
+    start: () => ctl(['start']),
   };
 }
