@@ -3,6 +3,7 @@ import request from 'supertest';
 import { loadWorld } from '@gatehouse/contracts';
 import { runDemo, pollWorkflow, tokenFor } from '@gatehouse/cli';
 import { demoTarget, startE2EStack, type E2EStack } from '@gatehouse/test-harness';
+import { ticketOperationKey } from '@gatehouse/ledger';
 
 const SECRET = 'local-auth-secret-change-me';
 let s: E2EStack;
@@ -28,7 +29,10 @@ describe('a real ticket through every service (processes, Postgres, Redis)', () 
       arguments: { amountCents: 12000, orderId: 'O-1002' },
     });
     expect(byTool.reship_order).toMatchObject({ decision: 'REQUIRE_APPROVAL', ruleId: 'R9', status: 'succeeded' });
-    expect(byTool.issue_refund!.operationKey).toBe(`${report.workflow.workflowId}:action:${byTool.issue_refund!.version}`);
+    // From the tenant and the ticket (ADR 0789), not the run's random id.
+    expect(byTool.issue_refund!.operationKey).toBe(
+      ticketOperationKey({ tenant: 'quillfeather', ticket_id: 'T-1' }, byTool.issue_refund!.version),
+    );
 
     // Ask the systems of record directly, not the demo's report.
     const refunds = (await request(s.url('staging')).get('/ledger/refunds?orderId=O-1002')).body.refunds;

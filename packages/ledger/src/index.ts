@@ -10,6 +10,7 @@ export * from './audit-keys.ts';
 export * from './releases.ts';
 export * from './operations/operation-protocol.ts';
 export * from './operations/overlapping-dispatches.ts';
+export * from './operations/operation-key.ts';
 export * from './failed-step.ts';
 export * from './unclaimed-actions.ts';
 export * from './working-time.ts';

@@ -9,6 +9,7 @@ import {
   recordAudit,
   transitionAction,
   transitionWorkflow,
+  ticketOperationKey,
   approvalAwaitedStep,
   voidOpenApprovals,
   withAuditEvent,
@@ -161,7 +162,9 @@ export async function decideAndRecord(trx: Trx, input: DecideInput): Promise<Dec
     input.reevaluates ?? sameTarget.find((a) => a.status === 'superseded' && !sameTarget.some((b) => b.supersedes_version === a.version));
   const version = (versions[0]?.version ?? 0) + 1;
   const actionId = randomUUID();
-  const operationKey = `${wf.id}:action:${version}`;
+  // From the ticket, not the run's random id: the same ticket run again after the ledger lost
+  // its first run presents the same keys at the systems of record (ADR 0789).
+  const operationKey = ticketOperationKey(wf, version);
   const base: NewAction = {
     id: actionId,
     workflow_id: wf.id,

@@ -22,7 +22,11 @@ export interface AdapterCall {
   /** The workflow the action belongs to (identity from its authenticated record). */
   workflow: { id: string; tenant: string };
   args: Record<string, string | number | null>;
-  /** Idempotency key `<workflowId>:action:<version>`, stable across every attempt. */
+  /**
+   * Idempotency key, stable across every attempt: `tk1-<sha256>:action:<version>` from the run's
+   * tenant and ticket id (`ticketOperationKey`, ADR 0789), or a former release's
+   * `<workflowId>:action:<version>`, or an out-of-band request's key. Opaque: sent, never parsed.
+   */
   operationKey: string;
   /**
    * Test-only (`GATEHOUSE_TEST_DISABLE_IDEMPOTENCY_KEY`): send `<operationKey>:attempt:<n>` as the
