@@ -340,6 +340,7 @@ export interface components {
         | 'suppressed'
         | 'superseded'
         | 'compensated';
+      /** @description the action's idempotency key at the systems of record, opaque (compare, never parse): tk1-<sha256 of tenant and ticket id>:action:<version>, the same when the ticket is run again after the ledger lost its run; a run of a former release shows <workflowId>:action:<version> (docs/decisions/0789-operation-keys-from-the-ticket.md) */
       operationKey: string;
     };
     WorkflowApproval: {

@@ -99,7 +99,13 @@ export const WorkflowActionSchema = z
     ruleId: z.string(),
     policyRevision: z.string(),
     status: ActionStatusSchema.describe('docs/product/states.md#action'),
-    operationKey: z.string(),
+    operationKey: z
+      .string()
+      .describe(
+        "the action's idempotency key at the systems of record, opaque (compare, never parse): " +
+          'tk1-<sha256 of tenant and ticket id>:action:<version>, the same when the ticket is run again after the ledger lost its run; ' +
+          'a run of a former release shows <workflowId>:action:<version> (docs/decisions/0789-operation-keys-from-the-ticket.md)',
+      ),
   })
   .meta({ id: 'WorkflowAction' });
 
