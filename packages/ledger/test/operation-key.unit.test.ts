@@ -49,4 +49,9 @@ describe('operation keys derived from the ticket (ADR 0789)', () => {
   it('refuses a version that is not a positive integer', () => {
     for (const v of [0, -1, 1.5, Number.NaN]) expect(() => ticketOperationKey(run('t', 'T-1'), v)).toThrow(RangeError);
   });
+
+  it('refuses a run read without its tenant or ticket id (their keys would all be one)', () => {
+    expect(() => ticketOperationKey({ tenant: 'quillfeather' } as never, 1)).toThrow(TypeError);
+    expect(() => ticketOperationKey({ ticket_id: 'T-1' } as never, 1)).toThrow(TypeError);
+  });
 });

@@ -28,10 +28,16 @@ export function ticketKeyStem(tenant: string, ticketId: string): string {
  * the same ticket after the ledger lost the first (a promote that lost commits, ADR 0775) presents
  * the first run's keys, so the payments ledger replays what it already did instead of doing it
  * twice (ADR 0789). Keys already stored keep their form: only new action versions get this one.
+ * @param run the run's row, or the part of it with `tenant` and `ticket_id`.
  * @param version the action version, a positive integer (the run's last version + 1).
  * @throws RangeError when `version` is not a positive safe integer.
+ * @throws TypeError when `run` lacks its tenant or ticket id (a row read without them): keys of
+ *   every such run would be the same, and one run would replay another's effects.
  */
 export function ticketOperationKey(run: { tenant: string; ticket_id: string }, version: number): string {
   if (!Number.isSafeInteger(version) || version < 1) throw new RangeError(`an action version is a positive integer, not ${version}`);
+  if (typeof run.tenant !== 'string' || typeof run.ticket_id !== 'string') {
+    throw new TypeError("an operation key needs the run's tenant and ticket id");
+  }
   return `${ticketKeyStem(run.tenant, run.ticket_id)}:action:${version}`;
 }
