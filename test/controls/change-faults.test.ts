@@ -28,9 +28,12 @@ afterAll(async () => {
   await s?.close();
 });
 
-/** Operations the change service holds for `workflowId` (its idempotency keys start with it). */
+/** Operations the change service holds for `workflowId`: under the operation keys of its actions. */
 async function changeOperations(workflowId: string): Promise<unknown[]> {
-  const r = await sql`select * from staging.change_operations where operation_key like ${`${workflowId}:%`}`.execute(s.db.db);
+  const r =
+    await sql`select * from staging.change_operations where operation_key in (select operation_key from actions where workflow_id = ${workflowId})`.execute(
+      s.db.db,
+    );
   return r.rows;
 }
 
@@ -66,8 +69,9 @@ async function scheduleUnder(ticketId: string, spec: Record<string, unknown> | n
     90_000,
   );
   const schedule = done.actions.find((a) => a.tool === 'schedule_change')!;
+  const runKeys = new Set(done.actions.map((a) => a.operationKey));
   const posts = (await stagingRequests(s, '?target=changes')).filter(
-    (r) => r.method === 'POST' && String(r.idempotencyKey ?? '').startsWith(`${workflowId}:`),
+    (r) => r.method === 'POST' && runKeys.has(String(r.idempotencyKey ?? '')),
   );
   if (process.env.TEST_LOG_LEVEL) console.info(ticketId, JSON.stringify(summary(done)), posts);
   return { workflowId, state: done.state, status: schedule.status, posts, keys: new Set(posts.map((r) => r.idempotencyKey)) };

@@ -59,7 +59,7 @@ async function scheduled(ticket: string, text: string): Promise<{ operationKey: 
   const done = await waitFor(s, token, workflowId, settled);
   expect(done.state).toBe('completed');
   const op = await sql<{ operation_key: string }>`select operation_key from staging.change_operations
-    where operation_key like ${`${workflowId}:%`}`.execute(s.db.db);
+    where operation_key in (select operation_key from actions where workflow_id = ${workflowId})`.execute(s.db.db);
   expect(op.rows).toHaveLength(1);
   // The write-ahead mark recorded the epoch its token carried (the containment monitor reads it).
   const epochs = await sql<{ token_epoch: number | null; current: number }>`select o.token_epoch,

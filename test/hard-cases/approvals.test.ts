@@ -245,7 +245,9 @@ describe('hunt: terminal states', () => {
     await sleep(3000);
     const end = await view2(token, workflowId);
     console.log('stop-other end', JSON.stringify(summary(end)));
-    const led = [...(await refunds(s, 'O-1007')), ...(await refunds(s, 'O-1008'))].filter((x) => x.idempotencyKey.startsWith(workflowId));
+    // Under the keys of this run's actions (a key names the ticket, not the run: ADR 0789).
+    const runKeys = new Set(end.actions.map((a) => a.operationKey));
+    const led = [...(await refunds(s, 'O-1007')), ...(await refunds(s, 'O-1008'))].filter((x) => runKeys.has(x.idempotencyKey));
     expect.soft(r.status, 'decision on a stopped workflow').not.toBe(200);
     expect(led, 'effects of a stopped workflow').toHaveLength(0);
   });

@@ -27,11 +27,13 @@ afterAll(async () => {
   await s?.close();
 });
 
-/** Operations the staging change service holds for `workflowId` (its idempotency keys start with it). */
+/** Operations the staging change service holds for `workflowId`: under the operation keys of its actions. */
 async function changeOperations(workflowId: string): Promise<Array<Record<string, unknown>>> {
   const r = await sql<
     Record<string, unknown>
-  >`select * from staging.change_operations where operation_key like ${`${workflowId}:%`}`.execute(s.db.db);
+  >`select * from staging.change_operations where operation_key in (select operation_key from actions where workflow_id = ${workflowId})`.execute(
+    s.db.db,
+  );
   return r.rows;
 }
 

@@ -137,8 +137,9 @@ async function supersede(
  *   order are four refunds); after a follow-up message superseded an earlier one, it records
  *   that version in `supersedes_version` (the amendment);
  * - facts are loaded, policy decides, and the action version is written with its digest
- *   (RFC 8785 JCS over tool, target, arguments, actor, tenant, policy revision, version), the
- *   decision log, the audit event and the next job: execution (ALLOW), approval request
+ *   (RFC 8785 JCS over tool, target, arguments, actor, tenant, policy revision, version), its
+ *   operation key from the run's tenant, ticket id and version (`ticketOperationKey`, ADR 0789),
+ *   the decision log, the audit event and the next job: execution (ALLOW), approval request
  *   (REQUIRE_APPROVAL) or the bounded denial for the model (DENY);
  * - a refund's limits are read under their locks: with `unlockedSums`, the same check runs again
  *   last, under the locks, and must agree (ADR 0450); otherwise the locks come before the sums.

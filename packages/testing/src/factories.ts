@@ -78,7 +78,8 @@ function seededArguments(seed: ActionSeed, tool: string): Record<string, unknown
 
 /**
  * Writes a workflow (state `executing`, mode `act`), its budget, one valid proposal and one action
- * version in status `approved` (operation key `<workflowId>:action:1`, a random 64-hex digest),
+ * version in status `approved` (operation key `<workflowId>:action:1` — the form a former release
+ * stored, which every reader takes as written (ADR 0789) — and a random 64-hex digest),
  * plus — when the action requires approval — an approval row `approved` by lead-eli that names
  * exactly that action (tool, version, digest, policy revision) and expires in 15 minutes (or, with
  * `pendingApproval`, the run waiting on that approval, still pending). One
