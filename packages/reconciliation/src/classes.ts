@@ -18,10 +18,12 @@ export const RECONCILED_TOOLS = ['issue_refund', 'reship_order', 'notify_custome
 /**
  * Repair owner of a difference (docs/product/reconciliation.md#owners: each non-empty class has a repair owner): money goes
  * to the payments lead, what the support policy should have stopped to the support lead, change
- * operations to the change owner, and unknown outcomes to on-call.
+ * operations to the change owner, and unknown outcomes to on-call. A message no step explains
+ * moves no money: like a shipment no step explains, it is the support lead's (ADR 0791).
  */
 export function ownerOf(cls: ReconciliationClass, tool: string | null): string {
   if (tool === 'schedule_change' && cls !== 'in_flight_ledger_has_it' && cls !== 'in_flight_ledger_lacks_it') return 'change-owner';
+  if (tool === 'notify_customer' && cls === 'ledger_entry_without_step') return 'support-lead';
   switch (cls) {
     case 'matched':
       return 'none';

@@ -245,7 +245,7 @@ function classifyShipments(s: Snapshot, ops: AgentOperation[]): Finding[] {
         : `order:${orderId}:surplus${surplus > 0 ? '+' : ''}${surplus}`,
       operationKey: null,
       workflowId: null,
-      tenant: s.orders.get(orderId)?.tenant ?? mine[0]?.tenant ?? null,
+      tenant: s.orders.get(orderId)?.tenant ?? mine[0]?.tenant ?? s.recordTenants.get(orderId) ?? null,
       tool: 'reship_order',
       orderId,
       amountCents: null,
@@ -290,6 +290,49 @@ function classifyMail(s: Snapshot, ops: AgentOperation[]): Finding[] {
           })
         : fromOp(op, 'in_flight_ledger_lacks_it'),
     );
+  }
+  return out;
+}
+
+/**
+ * Messages no step explains (ADR 0791): of each read order's messages, per template, those that no
+ * send names as its effect and no in-flight send was found to have made (`claimed`), less one for
+ * each succeeded send that names no listed message (those are assumed to have sent the oldest, as
+ * {@link classifyMail} assumes): the rest, newest, are `ledger_entry_without_step`, one per
+ * message. An order with a send the executor still owns (live lease, `pending`) is left to the
+ * next pass, and so is a message sent after the snapshot began (its step may be younger than the
+ * operations read).
+ */
+function messagesWithoutStep(s: Snapshot, ops: AgentOperation[], claimed: Set<string>): Finding[] {
+  const out: Finding[] = [];
+  for (const [orderId, listed] of s.messages) {
+    const mine = ops.filter((o) => o.target === orderId);
+    if (mine.some((o) => phaseOf(o, s.nowMs) === 'in_progress')) continue;
+    const named = new Set(mine.map((o) => o.evidenceRef).filter((r): r is string => r !== null));
+    for (const template of new Set(listed.map((m) => m.template))) {
+      const unnamed = listed.filter(
+        (m) => m.template === template && !named.has(m.messageId) && !claimed.has(m.messageId) && !(m.createdAtMs >= s.nowMs),
+      );
+      const stepsNamingNone = mine.filter(
+        (o) =>
+          o.status === 'succeeded' &&
+          String(o.args.template) === template &&
+          !(o.evidenceRef !== null && listed.some((m) => m.messageId === o.evidenceRef)),
+      ).length;
+      for (const m of unnamed.slice(stepsNamingNone))
+        out.push({
+          class: 'ledger_entry_without_step',
+          subject: `message:${m.messageId}`,
+          operationKey: null,
+          workflowId: null,
+          tenant: s.orders.get(orderId)?.tenant ?? s.recordTenants.get(orderId) ?? null,
+          tool: 'notify_customer',
+          orderId,
+          amountCents: null,
+          ledgerRef: m.messageId,
+          detail: { template, sentAt: Number.isNaN(m.createdAtMs) ? null : new Date(m.createdAtMs).toISOString() },
+        });
+    }
   }
   return out;
 }
@@ -343,19 +386,23 @@ function classifyChanges(s: Snapshot, ops: AgentOperation[], opKeys: Set<string>
  * Classifies every comparison of one snapshot into the classes of docs/product/reconciliation.md, from the records only
  * (the agent's own status is one input, the system of record the other; neither is trusted to
  * explain the other). Joins by idempotency key (refunds, change operations), by count against
- * the committed baseline (shipments) and by template (mail). Pure and deterministic: the same
+ * the committed baseline (shipments) and by template (mail); a message no send explains is
+ * `ledger_entry_without_step` (ADR 0791). Pure and deterministic: the same
  * snapshot gives the same findings in the same order. `matched` findings are included.
  */
 export function classify(s: Snapshot): Finding[] {
   const opsByKey = new Map(s.operations.map((o) => [o.key, o]));
   const opKeys = new Set(opsByKey.keys());
   const of = (tool: string) => s.operations.filter((o) => o.tool === tool);
+  const mail = classifyMail(s, of('notify_customer'));
+  const claimed = new Set(mail.filter((f) => f.class === 'in_flight_ledger_has_it').map((f) => f.ledgerRef!));
   return [
     ...classifyRefunds(s, of('issue_refund')),
     ...refundsWithoutStep(s, opKeys),
     ...refundsOverLimit(s, opsByKey),
     ...classifyShipments(s, of('reship_order')),
-    ...classifyMail(s, of('notify_customer')),
+    ...mail,
+    ...messagesWithoutStep(s, of('notify_customer'), claimed),
     ...classifyChanges(s, of('schedule_change'), opKeys),
   ];
 }

@@ -25,6 +25,11 @@ export interface PassDeps {
   policyDir?: string;
   /** Read-back timeout per request, ms (default 5000). */
   timeoutMs?: number;
+  /**
+   * How far back shipments and messages of any order are read, ms (default
+   * `READ_BACK_WINDOW_MS`, 24 h; ADR 0791).
+   */
+  windowMs?: number;
 }
 
 /** What one pass found and did. */
@@ -61,7 +66,11 @@ export interface ReconciliationReport {
 export async function runReconciliation(deps: PassDeps): Promise<ReconciliationReport> {
   const bundle = referenceSupportBundle(deps.supportRevision, deps.policyDir);
   const autoApproveLimitCents = bundle.limits.autoApproveLimitCents;
-  const snapshot = await readSnapshot(deps.db, deps.stagingUrl, { autoApproveLimitCents, timeoutMs: deps.timeoutMs });
+  const snapshot = await readSnapshot(deps.db, deps.stagingUrl, {
+    autoApproveLimitCents,
+    timeoutMs: deps.timeoutMs,
+    windowMs: deps.windowMs,
+  });
   const findings = classify(snapshot);
   const writer = { runId: randomUUID(), actor: deps.actor, hmacKey: deps.hmacKey };
   const disposed: Disposed[] = [];

@@ -60,11 +60,19 @@ export interface LedgerChangeOperation {
   status: string;
 }
 
-/** A mail message (no dedupe, no key). */
+/** A mail message (no dedupe, no key); `createdAtMs` epoch ms, NaN when its time cannot be read. */
 export interface LedgerMessage {
   messageId: string;
   template: string;
+  createdAtMs: number;
 }
+
+/**
+ * How far back a pass reads the order system's shipments and the mail service's messages of any
+ * order (`GET /shipments?since=`, `GET /mail/messages?since=`), ms: 24 hours. An order found there
+ * that no step, world order or live item names has its whole listing read and judged (ADR 0791).
+ */
+export const READ_BACK_WINDOW_MS = 24 * 3_600_000;
 
 /** Everything one pass compares, read once; classification is a pure function of it. */
 export interface Snapshot {
@@ -73,8 +81,13 @@ export interface Snapshot {
   reversals: LedgerReversal[];
   /** Shipments per order id (the order system has no idempotency keys: read-back matches by count and time). */
   shipments: Map<string, ListedShipment[]>;
-  /** Messages per order id (only orders with a mail operation in flight). */
+  /**
+   * Messages per order id: orders with a mail operation in flight, with a message in the read-back
+   * window that no step names as its effect, or with a live mail item (ADR 0791).
+   */
   messages: Map<string, LedgerMessage[]>;
+  /** Tenant of each order as the time-windowed listings gave it (orders world.json may not know). */
+  recordTenants: Map<string, string>;
   changeOperations: LedgerChangeOperation[];
   /** Tenant and region of every known order (the order system's records). */
   orders: Map<string, { tenant: string; region: string; paidCents: number }>;
@@ -117,13 +130,14 @@ const PAGE_ROWS = 500;
 /**
  * Reads every row of a paged read-back listing (`?limit=…&after=<cursor>` → `{<list>, next}`),
  * page after page until `next` is null: a long ledger never has to fit in one capped answer. A
- * listing that does not page (no `next`) answered everything at once.
+ * listing that does not page (no `next`) answered everything at once. `query` (`name=value&`…)
+ * comes before the paging parameters.
  * @throws ReadBackUnavailable when a page fails, or the answer is not a list with a usable cursor.
  */
-async function readAll<T>(url: string, list: string, timeoutMs: number): Promise<T[]> {
+async function readAll<T>(url: string, list: string, timeoutMs: number, query = ''): Promise<T[]> {
   const rows: T[] = [];
   for (let after: string | null = null; ;) {
-    const page: string = `${url}?limit=${PAGE_ROWS}${after === null ? '' : `&after=${encodeURIComponent(after)}`}`;
+    const page: string = `${url}?${query}limit=${PAGE_ROWS}${after === null ? '' : `&after=${encodeURIComponent(after)}`}`;
     const body: Record<string, unknown> = await readJson<Record<string, unknown>>(page, timeoutMs);
     const got = body[list];
     const next: unknown = body.next;
@@ -152,7 +166,75 @@ async function readList<T>(url: string, list: string, timeoutMs: number, entry: 
 /** A listed mail message, or null without a message id or a template. */
 function messageOf(row: Record<string, unknown>): LedgerMessage | null {
   if (typeof row.messageId !== 'string' || row.messageId === '' || typeof row.template !== 'string') return null;
-  return { messageId: row.messageId, template: row.template };
+  return {
+    messageId: row.messageId,
+    template: row.template,
+    createdAtMs: typeof row.createdAt === 'string' ? Date.parse(row.createdAt) : NaN,
+  };
+}
+
+/** One entry of a time-windowed listing: the effect's id, its order and that order's tenant. */
+interface WindowEntry {
+  id: string;
+  orderId: string;
+  tenant: string | null;
+}
+
+/**
+ * Reads a time-windowed listing of the order system or the mail service (`url?since=…`, page by
+ * page): every entry must name its effect (`idKey`) and its order, so nothing is judged on half
+ * the data (ADR 0773).
+ * @throws ReadBackUnavailable when a page fails or an entry lacks its id or order.
+ */
+async function readWindow(url: string, list: string, idKey: string, sinceMs: number, timeoutMs: number): Promise<WindowEntry[]> {
+  const rows = await readAll<unknown>(url, list, timeoutMs, `since=${encodeURIComponent(new Date(sinceMs).toISOString())}&`);
+  return rows.map((r) => {
+    const row = (typeof r === 'object' && r !== null ? r : {}) as Record<string, unknown>;
+    const id = row[idKey];
+    if (typeof id !== 'string' || id === '' || typeof row.orderId !== 'string' || row.orderId === '')
+      throw new ReadBackUnavailable(`read-back ${new URL(url).pathname} listed an entry without its ${idKey} or order`);
+    return { id, orderId: row.orderId, tenant: typeof row.tenant === 'string' && row.tenant !== '' ? row.tenant : null };
+  });
+}
+
+/** Orders of live (`open` | `frozen`) worklist items of `tool`: read on every pass until resolved, wherever their window is. */
+async function liveItemOrders(db: Db, tool: string): Promise<string[]> {
+  const rows = await db
+    .selectFrom('reconciliation_items')
+    .select('order_id')
+    .distinct()
+    .where('status', 'in', ['open', 'frozen'])
+    .where('tool', '=', tool)
+    .where('order_id', 'is not', null)
+    .execute();
+  return rows.map((r) => r.order_id!);
+}
+
+/**
+ * The orders a pass reads beyond those it knows (ADR 0791): of the shipments and messages created
+ * in the window, those of orders `known` does not list and, for mail, those no step names as its
+ * effect; plus the orders of live items, so an open difference stays judged after its window.
+ * Returns the extra order ids per system and the tenants the window listings gave.
+ * @throws ReadBackUnavailable when a window listing fails or answers in part.
+ */
+async function windowOrders(
+  db: Db,
+  stagingUrl: string,
+  known: { shipments: Set<string>; mail: Set<string>; evidence: Set<string> },
+  o: { sinceMs: number; timeoutMs: number },
+): Promise<{ shipments: Set<string>; mail: Set<string>; tenants: Map<string, string> }> {
+  const [shipped, mailed, shipItems, mailItems] = await Promise.all([
+    readWindow(`${stagingUrl}/shipments`, 'shipments', 'shipmentId', o.sinceMs, o.timeoutMs),
+    readWindow(`${stagingUrl}/mail/messages`, 'messages', 'messageId', o.sinceMs, o.timeoutMs),
+    liveItemOrders(db, 'reship_order'),
+    liveItemOrders(db, 'notify_customer'),
+  ]);
+  const tenants = new Map<string, string>();
+  for (const e of [...shipped, ...mailed]) if (e.tenant !== null) tenants.set(e.orderId, e.tenant);
+  const shipments = new Set([...shipped.map((e) => e.orderId), ...shipItems].filter((id) => !known.shipments.has(id)));
+  const unnamed = mailed.filter((e) => !known.evidence.has(e.id)).map((e) => e.orderId);
+  const mail = new Set([...unnamed, ...mailItems].filter((id) => !known.mail.has(id)));
+  return { shipments, mail, tenants };
 }
 
 /** The agent's operations of the reconciled tools, with action, workflow and approval facts. */
@@ -217,7 +299,10 @@ export async function readAgentOperations(db: Db): Promise<AgentOperation[]> {
  * Reads one consistent-enough picture for a pass: the ledger's operations first, then the
  * systems of record through their read-back endpoints (docs/product/public-contract.md#staging-read-back): every refund and
  * reversal (page by page), the shipments of every known order, every change operation, and the mail of orders
- * with a mail operation in flight. Records written after the operations were read show up as
+ * with a mail operation in flight; and, by time window (`opts.windowMs`, default
+ * {@link READ_BACK_WINDOW_MS}), the shipments and messages of any order, whose orders no step or
+ * world order names (and orders of live items) get their whole listings read too (ADR 0791).
+ * Records written after the operations were read show up as
  * `ledger_entry_without_step` at worst for one pass, then match.
  * @throws ReadBackUnavailable when any read-back fails or answers in part — a listing without its
  *   list, or an entry without its id (nothing is classified on half the data, ADR 0773).
@@ -225,7 +310,7 @@ export async function readAgentOperations(db: Db): Promise<AgentOperation[]> {
 export async function readSnapshot(
   db: Db,
   stagingUrl: string,
-  opts: { autoApproveLimitCents: number; timeoutMs?: number },
+  opts: { autoApproveLimitCents: number; timeoutMs?: number; windowMs?: number },
 ): Promise<Snapshot> {
   const timeoutMs = opts.timeoutMs ?? 5000;
   const nowMs = Date.now();
@@ -245,12 +330,19 @@ export async function readSnapshot(
   ]);
   const orders = new Map(loadWorld().orders.map((o) => [o.id, { tenant: o.tenant, region: o.region, paidCents: o.paid }]));
   const orderIds = new Set([...orders.keys(), ...operations.filter((o) => o.tool === 'reship_order').map((o) => o.target)]);
+  const mailOrders = new Set(operations.filter((o) => o.tool === 'notify_customer' && o.status !== 'succeeded').map((o) => o.target));
+  const evidence = new Set(operations.filter((o) => o.tool === 'notify_customer' && o.evidenceRef !== null).map((o) => o.evidenceRef!));
+  const more = await windowOrders(
+    db,
+    stagingUrl,
+    { shipments: orderIds, mail: mailOrders, evidence },
+    { sinceMs: nowMs - (opts.windowMs ?? READ_BACK_WINDOW_MS), timeoutMs },
+  );
   const shipments = new Map<string, ListedShipment[]>();
-  for (const id of orderIds)
+  for (const id of [...orderIds, ...more.shipments])
     shipments.set(id, await readList(`${stagingUrl}/orders/${encodeURIComponent(id)}/shipments`, 'shipments', timeoutMs, listedShipment));
   const messages = new Map<string, LedgerMessage[]>();
-  const mailOrders = new Set(operations.filter((o) => o.tool === 'notify_customer' && o.status !== 'succeeded').map((o) => o.target));
-  for (const id of mailOrders)
+  for (const id of [...mailOrders, ...more.mail])
     messages.set(id, await readList(`${stagingUrl}/mail/messages?orderId=${encodeURIComponent(id)}`, 'messages', timeoutMs, messageOf));
   return {
     operations,
@@ -269,6 +361,7 @@ export async function readSnapshot(
     })),
     shipments,
     messages,
+    recordTenants: more.tenants,
     changeOperations,
     orders,
     autoApproveLimitCents: opts.autoApproveLimitCents,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { classify, type AgentOperation, type Finding, type Snapshot } from '../src/index.ts';
+import { classify, ownerOf, remediationsOf, type AgentOperation, type Finding, type Snapshot } from '../src/index.ts';
 
 // The classifier is a pure function of one snapshot (docs/product/reconciliation.md): these cases pin each class and
 // the rules that are easy to get wrong — the cumulative basis of the over-limit class, a live
@@ -39,6 +39,7 @@ function snapshot(over: Partial<Snapshot>): Snapshot {
     reversals: [],
     shipments: new Map(),
     messages: new Map(),
+    recordTenants: new Map(),
     changeOperations: [],
     orders: new Map([
       ['O-1001', { tenant: 'quillfeather', region: 'US', paidCents: 12000 }],
@@ -263,8 +264,8 @@ describe('classify: shipments by count, mail by template, changes by key', () =>
       [
         'O-1001',
         [
-          { messageId: 'msg_1', template: 'apology' },
-          { messageId: 'msg_2', template: 'apology' },
+          { messageId: 'msg_1', template: 'apology', createdAtMs: NOW - 3000 },
+          { messageId: 'msg_2', template: 'apology', createdAtMs: NOW - 2000 },
         ],
       ],
     ]);
@@ -272,6 +273,58 @@ describe('classify: shipments by count, mail by template, changes by key', () =>
       'in_flight_ledger_has_it op:m2',
       'in_flight_ledger_lacks_it op:m3',
     ]);
+  });
+});
+
+describe('effects no step explains, found by time window (ADR 0791)', () => {
+  const mail = (template: string, over: Partial<AgentOperation> & Pick<AgentOperation, 'key'>) =>
+    op({ tool: 'notify_customer', target: 'W-1001', args: { orderId: 'W-1001', template }, ...over });
+  const listed = (id: string, template: string, ago = 5000) => ({ messageId: id, template, createdAtMs: NOW - ago });
+
+  it('lists a message no send names as ledger_entry_without_step for the support lead', () => {
+    const ops = [mail('apology', { key: 'm1', evidenceRef: 'msg_a' })];
+    const messages = new Map([['W-1001', [listed('msg_a', 'apology'), listed('msg_b', 'apology'), listed('msg_c', 'reship_created')]]]);
+    const found = classify(snapshot({ operations: ops, messages, recordTenants: new Map([['W-1001', 'quillfeather']]) }));
+    const orphans = found.filter((f) => f.class === 'ledger_entry_without_step');
+    expect(orphans.map((f) => [f.subject, f.tool, f.orderId, f.tenant, f.ledgerRef])).toEqual([
+      ['message:msg_b', 'notify_customer', 'W-1001', 'quillfeather', 'msg_b'],
+      ['message:msg_c', 'notify_customer', 'W-1001', 'quillfeather', 'msg_c'],
+    ]);
+    expect(ownerOf('ledger_entry_without_step', 'notify_customer')).toBe('support-lead');
+    expect(remediationsOf('ledger_entry_without_step', 'notify_customer')).toEqual(['adopt']);
+  });
+
+  it('lists nothing when every message is a send’s: named, taken by a send that names none, or claimed in flight', () => {
+    const ops = [
+      mail('apology', { key: 'm1', evidenceRef: 'msg_a' }),
+      mail('apology', { key: 'm2' }), // succeeded, names no message: it sent the oldest unnamed one
+      mail('apology', { key: 'm3', status: 'failed_unknown' }),
+    ];
+    const messages = new Map([
+      ['W-1001', [listed('msg_old', 'apology', 9000), listed('msg_a', 'apology'), listed('msg_new', 'apology', 1000)]],
+    ]);
+    const found = classify(snapshot({ operations: ops, messages }));
+    expect(found.filter((f) => f.class === 'ledger_entry_without_step')).toEqual([]);
+    expect(found.find((f) => f.operationKey === 'm3')?.class).toBe('in_flight_ledger_has_it');
+  });
+
+  it('leaves an order whose send the executor owns, and a message sent after the snapshot began, to the next pass', () => {
+    const messages = new Map([['W-1001', [listed('msg_a', 'apology')]]]);
+    const live = [mail('apology', { key: 'm1', status: 'pending' })];
+    expect(classify(snapshot({ operations: live, messages })).filter((f) => f.class === 'ledger_entry_without_step')).toEqual([]);
+    const late = new Map([['W-1001', [listed('msg_late', 'apology', -10)]]]);
+    expect(classify(snapshot({ messages: late })).filter((f) => f.class === 'ledger_entry_without_step')).toEqual([]);
+  });
+
+  it('names the tenant the window listing gave for a shipment of an order the world does not know', () => {
+    const shipments = new Map([['X-1001', [{ shipmentId: 'shp_x', createdAtMs: NOW - 5000, cancelled: false }]]]);
+    const [f] = classify(snapshot({ shipments, recordTenants: new Map([['X-1001', 'quillfeather']]) }));
+    expect(f).toMatchObject({
+      class: 'shipment_count_mismatch',
+      subject: 'order:X-1001:surplus+1',
+      tenant: 'quillfeather',
+      ledgerRef: 'shp_x',
+    });
   });
 });
 

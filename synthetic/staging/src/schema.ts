@@ -69,6 +69,8 @@ export async function ensureStagingSchema(db: StagingDb, world: World = loadWorl
       created_at timestamptz NOT NULL DEFAULT now()
     )`.execute(trx);
     await sql`CREATE INDEX IF NOT EXISTS shipments_order_idx ON staging.shipments (order_id, created_at)`.execute(trx);
+    // The time-windowed read-back (ADR 0791) of shipments and messages of any order.
+    await sql`CREATE INDEX IF NOT EXISTS shipments_created_idx ON staging.shipments (created_at)`.execute(trx);
     // Compensation (docs/product/invariants.md#containment): a shipment cancelled once, idempotent by its key.
     await sql`ALTER TABLE staging.shipments ADD COLUMN IF NOT EXISTS cancelled_at timestamptz`.execute(trx);
     await sql`ALTER TABLE staging.shipments ADD COLUMN IF NOT EXISTS cancel_key text`.execute(trx);
@@ -98,6 +100,7 @@ export async function ensureStagingSchema(db: StagingDb, world: World = loadWorl
       created_at timestamptz NOT NULL DEFAULT now()
     )`.execute(trx);
     await sql`CREATE INDEX IF NOT EXISTS messages_order_idx ON staging.messages (order_id, created_at)`.execute(trx);
+    await sql`CREATE INDEX IF NOT EXISTS messages_created_idx ON staging.messages (created_at)`.execute(trx);
     await sql`CREATE TABLE IF NOT EXISTS staging.change_operations (
       operation_key text PRIMARY KEY,
       plan_id text NOT NULL,

@@ -13,7 +13,7 @@ import {
   withEpochFence,
 } from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
-import { parseQuery } from './query.parser.ts';
+import { listingBody, PageQuery, pageOf, parseQuery, SinceQuery } from './query.parser.ts';
 
 /** Delegation audience of the mail service (docs/product/policy-rules.md#delegated-credentials). */
 export const MAIL_AUDIENCE = 'mail';
@@ -26,7 +26,10 @@ export const MAIL_SCOPE = 'mail:send';
  */
 export const MailBodySchema = z.object({ orderId: z.string().min(1).max(64), template: z.enum(MAIL_TEMPLATES) }).strict();
 
-const ListQuerySchema = z.object({ orderId: z.string().min(1).max(64) });
+/** `GET /mail/messages`: one order's messages, or (without `orderId`) a time window's, optionally a page. */
+const ListQuerySchema = z
+  .object({ orderId: z.string().min(1).max(64).optional(), since: SinceQuery.optional(), ...PageQuery })
+  .refine((q) => (q.orderId === undefined) !== (q.since === undefined), 'exactly one of orderId and since');
 
 /**
  * The mail service (no dedupe):
@@ -35,6 +38,11 @@ const ListQuerySchema = z.object({ orderId: z.string().min(1).max(64) });
  *   400 invalid body; 401 no or invalid token; 403 wrong audience/scope/epoch or
  *   `tenant_mismatch`; 404 `order_not_found`; 503 `recipient_unknown`.
  * - `GET /mail/messages?orderId=…` → `{messages: [...]}` (read-back).
+ * - `GET /mail/messages?since=<ISO 8601>` → `{messages: [{messageId, orderId, tenant, template, to,
+ *   createdAt}]}`: every message sent at or after `since`, about any order (read-back by time
+ *   window, ADR 0791); one page by message id with `?limit=1..1000[&after=<messageId>]` →
+ *   `{messages, next}`. 400 `invalid_query` with neither or both of `orderId` and `since`, or an
+ *   unreadable `since`.
  * Every effect POST verifies its delegated token and its binding to the request first
  * (docs/decisions/0170-delegated-credentials-bind-the-operation.md): 403 `op_mismatch`,
  * `target_mismatch`, `fence_mismatch`, `token_replayed`; 409 `stale_fencing_token`; 503
@@ -84,8 +92,11 @@ export function mailRouter(
   );
 
   router.get('/mail/messages', async (req, res) => {
-    const { orderId } = parseQuery(ListQuerySchema, req.query);
-    res.json({ messages: await deps.messages.listByOrder(orderId) });
+    const q = parseQuery(ListQuerySchema, req.query);
+    if (q.orderId !== undefined) return void res.json({ messages: await deps.messages.listByOrder(q.orderId) });
+    const page = pageOf(q);
+    const rows = await deps.messages.listSince(new Date(q.since!), page);
+    res.json(listingBody('messages', rows, page, (r) => r.messageId));
   });
 
   return router;

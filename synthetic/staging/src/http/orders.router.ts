@@ -1,4 +1,5 @@
 import { Router } from 'express';
+import { z } from 'zod';
 import { ConflictError, NotFound } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
 import type { OrdersRepository } from '../repositories/orders.repository.ts';
@@ -13,6 +14,10 @@ import {
   withEpochFence,
 } from './delegation.guard.ts';
 import { effectRoute, type EffectRouteDeps } from './effect.route.ts';
+import { listingBody, PageQuery, pageOf, parseQuery, SinceQuery } from './query.parser.ts';
+
+/** `GET /shipments`: the window's start, and optionally a page. */
+const WindowQuerySchema = z.object({ since: SinceQuery, ...PageQuery });
 
 /** Delegation audience of the order system (docs/product/policy-rules.md#delegated-credentials). */
 export const ORDERS_AUDIENCE = 'orders';
@@ -26,6 +31,10 @@ export const CANCEL_SHIPMENT_SCOPE = 'shipment:cancel';
  * - `GET /orders/:id` → `{id, tenant, region, customer, paid (cents), status}`; 404 `order_not_found`.
  * - `GET /orders/:id/shipments` → `{shipments: [{shipmentId, orderId, createdAt, cancelledAt}]}`
  *   (read-back; cancelled shipments stay listed with `cancelledAt` set).
+ * - `GET /shipments?since=<ISO 8601>` → `{shipments: [{shipmentId, orderId, tenant, createdAt,
+ *   cancelledAt}]}`: every shipment created at or after `since`, of any order (read-back by time
+ *   window, ADR 0791); one page by shipment id with `?limit=1..1000[&after=<shipmentId>]` →
+ *   `{shipments, next}`; 400 `invalid_query` without a readable `since`.
  * - `POST /orders/:id/shipments` (Bearer token) → 201 `{shipmentId, orderId, createdAt}`, a new
  *   shipment on every call; 401 no or invalid token; 403 wrong audience/scope/epoch or
  *   `tenant_mismatch`; 404 `order_not_found`; 409 `order_not_shipped`.
@@ -58,6 +67,13 @@ export function ordersRouter(
 
   router.get('/orders/:id/shipments', async (req, res) => {
     res.json({ shipments: await deps.shipments.listByOrder(req.params.id) });
+  });
+
+  router.get('/shipments', async (req, res) => {
+    const q = parseQuery(WindowQuerySchema, req.query);
+    const page = pageOf(q);
+    const rows = await deps.shipments.listSince(new Date(q.since), page);
+    res.json(listingBody('shipments', rows, page, (r) => r.shipmentId));
   });
 
   router.post(

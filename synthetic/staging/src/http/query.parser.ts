@@ -21,6 +21,16 @@ export const PageQuery = {
   limit: z.coerce.number().int().min(1).max(1000).optional(),
 };
 
+/**
+ * The start of a read-back window: `?since=<ISO 8601 time>` (inclusive), e.g.
+ * `2026-12-08T00:00:00.000Z`; anything `Date.parse` cannot read is refused (400 `invalid_query`).
+ */
+export const SinceQuery = z
+  .string()
+  .min(1)
+  .max(64)
+  .refine((v) => !Number.isNaN(Date.parse(v)), 'an ISO 8601 time');
+
 /** The page asked for, or undefined for the whole listing; `next` names the last id of a full page (null: the last page). */
 export function pageOf(q: { after?: string; limit?: number }): { after?: string; limit: number } | undefined {
   return q.limit === undefined ? undefined : { ...(q.after !== undefined ? { after: q.after } : {}), limit: q.limit };

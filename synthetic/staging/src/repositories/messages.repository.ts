@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { StagingDb } from '../db/staging.database.ts';
 import type { FencedTrx } from '../db/revocation-epoch.ts';
+import type { ListPage } from './list-page.ts';
 
 /** Templates the mail service sends (docs/product/users-and-tools.md#support-pack, `notify_customer`). */
 export const MAIL_TEMPLATES = ['refund_issued', 'reship_created', 'apology'] as const;
@@ -14,6 +15,11 @@ export interface MailMessage {
   template: string;
   to: string;
   createdAt: string;
+}
+
+/** A message of a read-back window, with the tenant of its order. */
+export interface WindowMessage extends MailMessage {
+  tenant: string;
 }
 
 /** `staging.messages`: the mail service, with no dedupe (every send is a new message). */
@@ -69,6 +75,31 @@ export class MessagesRepository {
     return rows.map((r) => ({
       messageId: r.message_id,
       orderId: r.order_id,
+      template: r.template,
+      to: r.recipient,
+      createdAt: r.created_at.toISOString(),
+    }));
+  }
+
+  /**
+   * Messages sent at or after `since`, about any order: the time-windowed read-back that finds a
+   * message no step names (docs/decisions/0791-reconciliation-reads-shipments-and-mail-by-time-window.md).
+   * With `page`: by message id after the cursor, at most `page.limit` rows; without, the whole
+   * window, oldest first.
+   */
+  async listSince(since: Date, page?: ListPage): Promise<WindowMessage[]> {
+    let q = this.db
+      .selectFrom('staging.messages')
+      .select(['message_id', 'order_id', 'tenant', 'template', 'recipient', 'created_at'])
+      .where('created_at', '>=', since);
+    if (page) {
+      if (page.after !== undefined) q = q.where('message_id', '>', page.after);
+      q = q.orderBy('message_id', 'asc').limit(page.limit);
+    } else q = q.orderBy('created_at', 'asc').orderBy('message_id', 'asc');
+    return (await q.execute()).map((r) => ({
+      messageId: r.message_id,
+      orderId: r.order_id,
+      tenant: r.tenant,
       template: r.template,
       to: r.recipient,
       createdAt: r.created_at.toISOString(),

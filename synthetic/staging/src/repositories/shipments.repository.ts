@@ -3,6 +3,7 @@ import { ConflictError, NotFound } from '@gatehouse/platform';
 import type { StagingDb } from '../db/staging.database.ts';
 import type { FencedTrx } from '../db/revocation-epoch.ts';
 import { observeFencingToken } from './fencing.repository.ts';
+import type { ListPage } from './list-page.ts';
 
 /** A shipment of an order; `createdAt` ISO 8601. */
 export interface Shipment {
@@ -14,6 +15,11 @@ export interface Shipment {
 /** A listed shipment: `cancelledAt` (ISO 8601) once a `cancel_shipment` compensation ran, else null. */
 export interface ListedShipment extends Shipment {
   cancelledAt: string | null;
+}
+
+/** A shipment of a read-back window, with the tenant of its order as the order system recorded it. */
+export interface WindowShipment extends ListedShipment {
+  tenant: string;
 }
 
 /** Fencing namespace of cancellations in `staging.fencing_tokens`. */
@@ -58,6 +64,31 @@ export class ShipmentsRepository {
     return rows.map((r) => ({
       shipmentId: r.shipment_id,
       orderId: r.order_id,
+      createdAt: r.created_at.toISOString(),
+      cancelledAt: r.cancelled_at ? r.cancelled_at.toISOString() : null,
+    }));
+  }
+
+  /**
+   * Shipments created at or after `since`, of any order (known to the order system or not),
+   * cancelled ones included: the time-windowed read-back that finds a shipment no order list
+   * names (docs/decisions/0791-reconciliation-reads-shipments-and-mail-by-time-window.md). With
+   * `page`: by shipment id after the cursor, at most `page.limit` rows; without, the whole window,
+   * oldest first.
+   */
+  async listSince(since: Date, page?: ListPage): Promise<WindowShipment[]> {
+    let q = this.db
+      .selectFrom('staging.shipments')
+      .select(['shipment_id', 'order_id', 'tenant', 'created_at', 'cancelled_at'])
+      .where('created_at', '>=', since);
+    if (page) {
+      if (page.after !== undefined) q = q.where('shipment_id', '>', page.after);
+      q = q.orderBy('shipment_id', 'asc').limit(page.limit);
+    } else q = q.orderBy('created_at', 'asc').orderBy('shipment_id', 'asc');
+    return (await q.execute()).map((r) => ({
+      shipmentId: r.shipment_id,
+      orderId: r.order_id,
+      tenant: r.tenant,
       createdAt: r.created_at.toISOString(),
       cancelledAt: r.cancelled_at ? r.cancelled_at.toISOString() : null,
     }));
