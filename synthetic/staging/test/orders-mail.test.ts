@@ -97,3 +97,69 @@ describe('mail', () => {
     expect(list.body.messages).toHaveLength(2);
   });
 });
+
+describe('read-back by time window (ADR 0791)', () => {
+  it('lists the shipments and messages of any order since a time, page by page, with their tenant', async () => {
+    const since = new Date(Date.now() - 1000).toISOString();
+    const ship = await request(h.baseUrl)
+      .post('/orders/O-1004/shipments')
+      .set('Authorization', `Bearer ${await reshipToken()}`)
+      .send({});
+    const sent = await request(h.baseUrl)
+      .post('/mail/messages')
+      .set('Authorization', `Bearer ${await mailToken()}`)
+      .send({ orderId: 'O-1004', template: 'reship_created' });
+    expect([ship.status, sent.status]).toEqual([201, 201]);
+    // A shipment of an order the order system does not know (made outside it): listed all the same.
+    await h.db
+      .insertInto('staging.shipments')
+      .values({ shipment_id: 'shp_window_stray', order_id: 'X-0001', tenant: 'quillfeather', requester: 'x', actor: 'x' })
+      .execute();
+
+    const all = await request(h.baseUrl).get('/shipments').query({ since }).expect(200);
+    expect(all.body.next).toBeUndefined();
+    expect(all.body.shipments).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ shipmentId: ship.body.shipmentId, orderId: 'O-1004', tenant: 'quillfeather', cancelledAt: null }),
+        expect.objectContaining({ shipmentId: 'shp_window_stray', orderId: 'X-0001' }),
+      ]),
+    );
+    const ids: string[] = [];
+    for (let after: string | undefined, n = 0; n < 10; n++) {
+      const page = await request(h.baseUrl)
+        .get('/shipments')
+        .query({ since, limit: 1, ...(after ? { after } : {}) })
+        .expect(200);
+      ids.push(...page.body.shipments.map((s: { shipmentId: string }) => s.shipmentId));
+      if (page.body.next === null) break;
+      after = page.body.next;
+    }
+    expect(ids.sort()).toEqual(all.body.shipments.map((s: { shipmentId: string }) => s.shipmentId).sort());
+
+    const later = await request(h.baseUrl)
+      .get('/shipments')
+      .query({ since: new Date(Date.now() + 60_000).toISOString() })
+      .expect(200);
+    expect(later.body.shipments).toEqual([]);
+
+    const mail = await request(h.baseUrl).get('/mail/messages').query({ since, limit: 1000 }).expect(200);
+    expect(mail.body).toEqual({
+      messages: expect.arrayContaining([
+        expect.objectContaining({ messageId: sent.body.messageId, orderId: 'O-1004', tenant: 'quillfeather', template: 'reship_created' }),
+      ]),
+      next: null,
+    });
+  });
+
+  it('refuses a window it cannot read, and a mail listing naming both or neither of an order and a time (400)', async () => {
+    for (const q of [{}, { since: 'yesterday' }]) {
+      const res = await request(h.baseUrl).get('/shipments').query(q);
+      expect(res.status).toBe(400);
+      expect(res.body.error.reason).toBe('invalid_query');
+    }
+    for (const q of [{}, { since: 'soon' }, { orderId: 'O-1004', since: new Date().toISOString() }]) {
+      const res = await request(h.baseUrl).get('/mail/messages').query(q);
+      expect(res.status).toBe(400);
+    }
+  });
+});
