@@ -42,6 +42,9 @@ describe('a reconciliation snapshot whose read-back answers only in part', () =>
     ['a shipments listing whose entry is null', /^\/orders\/O-1002\/shipments$/, { shipments: [null] }],
     ['a shipment with no id and no time', /^\/orders\/O-1002\/shipments$/, { shipments: [{}] }],
     ['a mail listing without its list', /^\/mail\/messages\?/, { error: 'partial' }],
+    // The time-windowed listings (ADR 0791): an entry that names no order cannot be judged.
+    ['a shipments window listing whose entry names no order', /^\/shipments\?/, { shipments: [{ shipmentId: 'shp_x' }], next: null }],
+    ['a mail window listing whose entry names no order', /^\/mail\/messages\?since=/, { messages: [{ messageId: 'msg_x' }], next: null }],
   ];
   for (const [what, path, body] of cases) {
     it(`${what}: ReadBackUnavailable, nothing classified`, async () => {
