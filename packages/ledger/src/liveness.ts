@@ -103,8 +103,31 @@ async function needsOfCall(db: Db | Trx, wf: Wf, callId: string, nowMs: number):
     const untilMs = new Date(approval.expires_at).getTime();
     return { jobs: [], humanWait: { reason: `approval ${approval.id} pending`, untilMs: Math.max(untilMs, nowMs) } };
   }
-  // approved, running (or normalized awaiting its execution): the execution must exist.
-  return { jobs: [exec(wf, action, approval?.status === 'approved' || approval?.status === 'used' ? approval.id : null)], humanWait: null };
+  // approved, running (or normalized awaiting its execution): the execution must exist — unless it
+  // already answered the call without finishing the action (a refusal): then its result must.
+  const execution = exec(wf, action, approval?.status === 'approved' || approval?.status === 'used' ? approval.id : null);
+  if (await answeredByExecution(db, execution.jobId, result(wf, callId).jobId)) return { jobs: [result(wf, callId)], humanWait: null };
+  return { jobs: [execution], humanWait: null };
+}
+
+/**
+ * Whether the call's result job (`resultJobId`) was written to the outbox after the newest row of
+ * the action version's execution job (`execJobId`, or an on-call resume `<execJobId>_resume<n>`):
+ * the execution answered the call and left the action unfinished — a refusal for the run's
+ * deadline, an outage past its ceiling or an expired approval, whose stop its result carries. The
+ * run then waits for that result, not for the execution: re-driving the execution again would only
+ * write the same refusal under the same result id, which a queue still holding a completed job of
+ * that id (a ledger promote that lost commits) drops every time
+ * (docs/decisions/0793-a-result-the-execution-answered-is-awaited.md). Outbox ids grow with each
+ * commit of one ledger timeline, so their order is the order of the writes. Reads the ledger only.
+ */
+async function answeredByExecution(db: Db | Trx, execJobId: string, resultJobId: string): Promise<boolean> {
+  const r = await sql<{ answered: boolean }>`
+    SELECT coalesce((SELECT max(id) FROM outbox WHERE job_id = ${resultJobId}), 0)
+         > coalesce((SELECT max(id) FROM outbox WHERE job_id = ${execJobId} OR job_id LIKE ${`${execJobId}\\_resume%`}), 0) AS answered`.execute(
+    db,
+  );
+  return r.rows[0]?.answered === true;
 }
 
 /**

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { UnrecoverableError, Worker } from 'bullmq';
 import { executionsQueue, queueName, resultsQueue, turnsQueue } from '@gatehouse/contracts';
-import { enqueueInTransaction, inTransaction, type Db } from '@gatehouse/ledger';
+import { enqueueInTransaction, inTransaction, runNeeds, type Db } from '@gatehouse/ledger';
 import { createLogger, createRedis, OutboxRelay, QueueRegistry } from '@gatehouse/platform';
 // @gatehouse/testing is not a dependency of this service; imported by path (the same module).
 import { createAction, type SeededAction } from '@gatehouse/testing';
@@ -237,6 +237,53 @@ describe('watchdog', () => {
       .executeTakeFirstOrThrow();
     // The wait since it was published is the ledger's loss, not the run's working time: the consumer credits it.
     expect((await q.getJob(a.jobId))?.data.outage).toEqual({ dependency: 'postgres', sinceMs: published.published_at!.getTime() });
+  });
+
+  it('an execution that answered its call without finishing the action: the run waits for that result, re-driven when it completed without its effect', async () => {
+    // A refusal (the run's deadline, an outage past its ceiling) leaves the action approved and
+    // answers the call; a promote that lost commits left a completed job of that result id in Redis.
+    const a = await publishedThenLost({ agoMs: 3 * 60_000 });
+    const resultId = `result_${a.workflowId}_${a.callId}`;
+    const output = { source: 'issue_refund', trust: 'gatehouse', executed: false, reason: 'dependency_unavailable' };
+    const payload = { release: 'rel-1', workflowId: a.workflowId, callId: a.callId, output, stop: 'dependency_unavailable' as const };
+    await inTransaction(db, async (trx) => {
+      await enqueueInTransaction(trx, resultsQueue, payload);
+      await trx.updateTable('outbox').set({ published_at: new Date() }).where('job_id', '=', resultId).execute();
+    });
+    const q = queues.get(queueName('results', 'rel-1'));
+    await q.add('result', payload, { jobId: resultId });
+    const connection = createRedis(TEST_REDIS_URL);
+    const worker = new Worker(queueName('results', 'rel-1'), async () => 'answered', { connection, prefix });
+    try {
+      const until = Date.now() + 20_000;
+      while ((await q.getJobState(resultId)) !== 'completed') {
+        if (Date.now() > until) throw new Error('the job never completed');
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    } finally {
+      await worker.close();
+      connection.disconnect();
+    }
+    const wf = { id: a.workflowId, state: 'executing' as const, round: 1, release_id: 'rel-1' };
+    expect((await runNeeds(db, wf)).jobs.map((j) => j.jobId)).toEqual([resultId]);
+    const r = await ran();
+    expect(r.redriven.filter((x) => x.workflowId === a.workflowId)).toEqual([
+      { workflowId: a.workflowId, jobId: resultId, reason: 'stale' },
+    ]);
+    expect(await q.getJobState(resultId)).not.toBe('completed');
+    expect((await q.getJob(resultId))?.data).toMatchObject({ callId: a.callId, output, stop: 'dependency_unavailable' });
+    // An execution on-call resumed after that result is awaited again.
+    await db
+      .insertInto('outbox')
+      .values({
+        queue: 'executions.rel-1',
+        job_name: 'execution',
+        job_id: `${a.jobId}_resume1`,
+        payload: JSON.stringify(a.job),
+        release_id: 'rel-1',
+      })
+      .execute();
+    expect((await runNeeds(db, wf)).jobs.map((j) => j.jobId)).toEqual([a.jobId]);
   });
 
   it('re-drives a dead-lettered job (failed during an outage): removed and re-added under the same id', async () => {
