@@ -8,7 +8,8 @@ import { createAction, type SeededAction } from '@gatehouse/testing';
 import { TEST_REDIS_URL } from '@gatehouse/test-harness';
 import { processExecution, watchdogPass, type WatchdogDeps } from '@gatehouse/executor';
 import { processResult } from '@gatehouse/agent-loop';
-import { auditEvents, EXECUTIONS_QUEUE, RESULTS_QUEUE, startHarness, waitFor, type Harness } from './support/harness.ts';
+import { runReconciliation } from '@gatehouse/reconciliation';
+import { AUDIT_HMAC_KEY, auditEvents, EXECUTIONS_QUEUE, RESULTS_QUEUE, startHarness, waitFor, type Harness } from './support/harness.ts';
 
 // A ledger promote that lost its last commits (docs/decisions/0775-an-unclean-ledger-promote-is-data-loss.md)
 // leaves Redis holding completed jobs of the lost timeline under the deterministic ids the ledger
@@ -265,5 +266,9 @@ describe('a reship approved again after the ledger lost its approval and its exe
     expect(await h.shipments(order)).toHaveLength(2);
     const ops = await h.db.selectFrom('operations').select(['status', 'baseline']).where('workflow_id', '=', a.workflowId).execute();
     expect(ops).toMatchObject([{ status: 'succeeded', baseline: { shipments: 1 } }]);
+    // Reconciliation reads the shipments of an order the ledger knows: it lists the surplus (cancel_shipment or ratify).
+    const recon = await runReconciliation({ db: h.db, stagingUrl: h.stagingUrl, hmacKey: AUDIT_HMAC_KEY, actor: 'ops-gus' });
+    const found = recon.findings.filter((f) => f.finding.orderId === order).map((f) => f.finding);
+    expect(found).toMatchObject([{ class: 'shipment_count_mismatch', detail: { expected: 1, standing: 2, surplus: 1 } }]);
   });
 });
