@@ -118,8 +118,9 @@ async function needsOfCall(db: Db | Trx, wf: Wf, callId: string, nowMs: number):
  * run then waits for that result, not for the execution: re-driving the execution again would only
  * write the same refusal under the same result id, which a queue still holding a completed job of
  * that id (a ledger promote that lost commits) drops every time
- * (docs/decisions/0793-a-result-the-execution-answered-is-awaited.md). Outbox ids grow with each
- * commit of one ledger timeline, so their order is the order of the writes. Reads the ledger only.
+ * (docs/decisions/0793-a-result-the-execution-answered-is-awaited.md). Outbox ids come from one
+ * sequence and a call's result row is written by an execution that ran after its job's row, so the
+ * ids' order is the order of the writes (on the ledger's current timeline). Reads the ledger only.
  */
 async function answeredByExecution(db: Db | Trx, execJobId: string, resultJobId: string): Promise<boolean> {
   const r = await sql<{ answered: boolean }>`
