@@ -27,6 +27,7 @@ import * as refundsOutsideStepsByWindow from './20261206000697-RefundsOutsideSte
 import * as releaseDrainingSince from './20261206000699-ReleaseDrainingSince.ts';
 import * as refundSumsReadCandidatesOnce from './20261206000702-RefundSumsReadCandidatesOnce.ts';
 import * as workflowWritesWithheld from './20261207000724-WorkflowWritesWithheld.ts';
+import * as auditLossHold from './20261208000795-AuditLossHold.ts';
 import * as userTokenRevocations from './20261206000695-UserTokenRevocations.ts';
 
 /** Every migration, keyed by its file name (sorted order is apply order). */
@@ -60,4 +61,5 @@ export const migrations: Record<string, Migration> = {
   '20261206000699-ReleaseDrainingSince': releaseDrainingSince,
   '20261206000702-RefundSumsReadCandidatesOnce': refundSumsReadCandidatesOnce,
   '20261207000724-WorkflowWritesWithheld': workflowWritesWithheld,
+  '20261208000795-AuditLossHold': auditLossHold,
 };

@@ -66,6 +66,7 @@ const STATUS: Record<string, number> = {
   WebhookSecretUnreadable: 503,
   MalformedRecord: 503,
   RecordRefused: 422,
+  NoAuditLossHeld: 422,
 };
 
 /** Every `.ts` file under `dir`, repository-relative. */

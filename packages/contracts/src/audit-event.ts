@@ -68,6 +68,16 @@ export const AuditEventType = z.enum([
    * `from:<spki>;to:<spki>;old_sig:<b64>;new_sig:<b64>;reason:<why>`, both keys signing the handover; ADR 0717).
    */
   'audit.key_rotated',
+  /**
+   * The audit monitor found the chain shorter than its witness and holds consequential steps
+   * (outcome `witnessed:<seq>;head:<seq>`; ADR 0795).
+   */
+  'audit.loss_held',
+  /**
+   * `gatehouse audit acknowledge-loss`: an operator accepted the lost audit tail and released the
+   * held steps (outcome `witnessed:<seq>;released:<n>;reason:<why>`; ADR 0795).
+   */
+  'audit.loss_acknowledged',
 ]);
 
 /** A lone UTF-16 surrogate: a high one not followed by a low one, or a low one not preceded by a high one. */

@@ -248,6 +248,18 @@ function checkAnchors(anchors: Anchor[], walk: Walk, keys: ReadonlySet<string>):
   return null;
 }
 
+/** The reason's prefix of a witnessed anchor beyond the head ({@link checkWitness}). */
+const TRUNCATED = 'truncated: ';
+
+/**
+ * Whether `v` failed because a witnessed anchor lies beyond the chain's head (the tail was cut:
+ * audit rows already witnessed outside the ledger are gone, as after a lossy promote); then
+ * `v.firstBadSeq` is that anchor's seq and `v.events` the head (ADR 0795).
+ */
+export function isTruncation(v: Pick<ChainVerification, 'intact' | 'reason' | 'firstBadSeq'>): boolean {
+  return !v.intact && v.firstBadSeq !== null && (v.reason ?? '').startsWith(TRUNCATED);
+}
+
 /**
  * The first witnessed anchor the chain or `audit_anchors` contradicts: beyond the head (the tail
  * was cut), a different hash at its seq (the chain was rewritten), or no anchor row with its seq,
@@ -257,7 +269,7 @@ function checkWitness(witness: readonly WitnessedAnchor[], anchors: Anchor[], wa
   const stored = new Set(anchors.map((a) => `${a.seq}:${a.hash}:${a.signature}`));
   for (const w of witness) {
     if (w.seq > walk.events)
-      return { seq: w.seq, reason: `truncated: the witnessed anchor at seq ${w.seq} is beyond the head (seq ${walk.events})` };
+      return { seq: w.seq, reason: `${TRUNCATED}the witnessed anchor at seq ${w.seq} is beyond the head (seq ${walk.events})` };
     if (walk.hashAt.get(w.seq) !== w.hash)
       return { seq: w.seq, reason: `rewritten: the chain differs from the witnessed anchor at seq ${w.seq}` };
     if (!stored.has(`${w.seq}:${w.hash}:${w.signature}`))

@@ -24,5 +24,6 @@ export * from './decision-context.ts';
 export * from './containment.ts';
 export * from './out-of-band-request.ts';
 export * from './audit-health.ts';
+export * from './audit-loss-hold.ts';
 export * from './user-token-revocations.ts';
 export * from './replication.ts';

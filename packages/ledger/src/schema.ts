@@ -464,6 +464,26 @@ export interface MonitorPassesTable {
   replica: string | null;
 }
 
+/**
+ * Whether consequential steps are held for a lost audit tail (one row, id 1; ADR 0795): raised by
+ * the audit monitor, cleared by an operator's acknowledgement. Sequence numbers as bigint text.
+ */
+export interface AuditLossHoldTable {
+  id: number;
+  /** Since when steps are held; null: not held. */
+  held_since: Timestamp | null;
+  /** The witnessed anchor's seq beyond the head when raised. */
+  witnessed_seq: string | number | null;
+  /** The chain's head when raised. */
+  head_seq: string | number | null;
+  /** The monitor's reason (`truncated: …`). */
+  reason: string | null;
+  /** The highest witnessed seq acknowledged as lost (0: none). */
+  acknowledged_seq: Generated<string | number>;
+  acknowledged_by: string | null;
+  acknowledged_at: Timestamp | null;
+}
+
 /** The ledger's tables as Kysely sees them. */
 /** One pushed update of a workflow (docs/decisions/0250-pushed-workflow-events.md). */
 export interface WorkflowEventsTable {
@@ -530,6 +550,7 @@ export interface DB {
   audit_anchors: AuditAnchorsTable;
   audit_heartbeat: AuditHeartbeatTable;
   monitor_passes: MonitorPassesTable;
+  audit_loss_hold: AuditLossHoldTable;
   change_plans: ChangePlansTable;
   reconciliation_items: ReconciliationItemsTable;
   quarantined_jobs: QuarantinedJobsTable;

@@ -3,6 +3,7 @@ import { sql, type RawBuilder } from 'kysely';
 import type { Db, Trx } from './db.ts';
 import type { ActionStatus } from './schema.ts';
 import { heldByContainment } from './containment.ts';
+import { auditLossHoldColumn } from './audit-loss-hold.ts';
 
 /**
  * The guards of workflow transitions (docs/product/states.md#transition-table): each is one
@@ -134,7 +135,9 @@ const actionIn = (db: Q, workflowId: string, statuses: ActionStatus[]) =>
  * - `nothing_outstanding`: every call answered and no operation running or `failed_unknown`;
  * - `reconciled`: no operation of the run is running or `failed_unknown`;
  * - `stop_reason_known`: the stop reason is one of `STOP_REASONS` (docs/product/states.md#stop-reasons);
- * - `tool_switched_off`: an approved or running action of the run has its tool switched off;
+ * - `tool_switched_off`: an approved or running action of the run has its tool switched off, or
+ *   the audit-loss hold is raised and an action of the run is approved or running (the executor
+ *   pauses only for a consequential step; docs/decisions/0795);
  * - `outcome_unknown`: an operation of the run is `failed_unknown`.
  */
 export function workflowGuardSql(db: Q, guard: WorkflowGuard, input: WorkflowGuardInput): RawBuilder<boolean> {
@@ -155,7 +158,9 @@ export function workflowGuardSql(db: Q, guard: WorkflowGuard, input: WorkflowGua
     case 'stop_reason_known':
       return sql<boolean>`${sql.lit((STOP_REASONS as readonly string[]).includes(input.stopReason ?? ''))}`;
     case 'tool_switched_off':
-      return exists(heldBySwitch(db, id, ['approved', 'running'], false));
+      // Or held for a lost audit tail (ADR 0795): the hold is raised and a step of the run waits.
+      return sql<boolean>`(${exists(heldBySwitch(db, id, ['approved', 'running'], false))}
+        or (${auditLossHoldColumn} is not null and ${exists(actionIn(db, id, ['approved', 'running']))}))`;
     case 'outcome_unknown':
       return exists(operationIn(db, id, ['failed_unknown']));
   }

@@ -54,6 +54,7 @@ const TABLES_OF: Record<string, string[]> = {
   '20261206000699-ReleaseDrainingSince': [],
   '20261206000702-RefundSumsReadCandidatesOnce': [],
   '20261207000724-WorkflowWritesWithheld': [],
+  '20261208000795-AuditLossHold': ['audit_loss_hold'],
 };
 const tablesUpTo = (names: string[]): string[] => names.flatMap((n) => TABLES_OF[n] ?? []).sort();
 const ALL_TABLES = tablesUpTo(Object.keys(migrations));

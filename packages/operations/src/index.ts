@@ -17,3 +17,4 @@ export * from './reenable.ts';
 export * from './cohort.ts';
 export * from './user-tokens.ts';
 export * from './audit-key.ts';
+export * from './audit-loss.ts';

@@ -176,20 +176,39 @@ export async function writeSwitch(
  * its own earlier consumption. Returns the rows to publish.
  */
 export async function releaseHeld(trx: Trx, tool: string): Promise<OutboxRow[]> {
-  const held = await trx
+  return releaseUnheld(trx, { tool }, { tool, outcome: 'tool_enabled' });
+}
+
+/** Which held steps {@link releaseUnheld} looks at: a tool's, or those of paused runs. */
+type ReleaseScope = { tool: string } | { pausedRuns: true };
+
+/** The `run.resumed` event of a run {@link releaseUnheld} resumes: the tool released (or null) and why. */
+export interface ResumeReason {
+  tool: string | null;
+  outcome: string;
+}
+
+/**
+ * The steps in `scope` that containment does not hold, re-enqueued in `trx` as {@link releaseHeld}
+ * describes (their runs resumed when nothing else holds them, audited `run.resumed` with
+ * `resumed`). Also the release of `gatehouse audit acknowledge-loss` (`pausedRuns`: the approved,
+ * unclaimed steps of every paused run; ADR 0795). Returns the rows to publish.
+ */
+export async function releaseUnheld(trx: Trx, scope: ReleaseScope, resumed: ResumeReason): Promise<OutboxRow[]> {
+  const unheld = trx
     .selectFrom('actions as a')
     .innerJoin('workflows as w', 'w.id', 'a.workflow_id')
     .leftJoin('approvals as p', (j) => j.onRef('p.action_id', '=', 'a.id').on('p.status', 'in', ['approved', 'used']))
     .select(['a.id', 'a.version', 'a.workflow_id', 'w.release_id', 'p.id as approval_id'])
-    .leftJoin('operations as o', 'o.action_id', 'a.id')
-    .where('a.tool', '=', tool)
+    .leftJoin('operations as o', 'o.action_id', 'a.id');
+  const held = await ('tool' in scope ? unheld.where('a.tool', '=', scope.tool) : unheld.where('w.state', '=', 'paused'))
     .where('a.status', '=', 'approved')
     .where('w.state', 'not in', TERMINAL_STATES)
     .where((eb) => eb.or([eb('o.key', 'is', null), eb('o.status', '=', 'pending')]))
     .where((eb) => eb.not(heldByContainment(sql.ref('a.tool'), sql.ref('w.tenant'), sql.ref('w.user_id'))))
     .execute();
   const rows: OutboxRow[] = [];
-  for (const workflowId of new Set(held.map((a) => a.workflow_id))) await resumeIfNothingHeld(trx, workflowId, tool);
+  for (const workflowId of new Set(held.map((a) => a.workflow_id))) await resumeIfNothingHeld(trx, workflowId, resumed);
   for (const a of held) {
     rows.push(
       await enqueueInTransaction(trx, executionsQueue, {
@@ -206,7 +225,7 @@ export async function releaseHeld(trx: Trx, tool: string): Promise<OutboxRow[]> 
 }
 
 /**
- * After `tool` is released: a paused run whose held steps are all of tools now on (or admitted by
+ * After steps are released (`resumed`: `tool` switched on, or a lost audit tail acknowledged): a paused run whose held steps are all of tools now on (or admitted by
  * a cohort stage) resumes
  * (`executing`, audited `run.resumed`), and the time it was paused is credited to its deadline —
  * on-call's pause is not the run's working time (docs/product/invariants.md#bounds), counted once with approval waits
@@ -214,7 +233,7 @@ export async function releaseHeld(trx: Trx, tool: string): Promise<OutboxRow[]> 
  * its next step naming those tools (docs/product/states.md), and its pause so far is credited too,
  * so the released step's claim is not charged on-call's wait (ADR 0756).
  */
-async function resumeIfNothingHeld(trx: Trx, workflowId: string, tool: string): Promise<void> {
+async function resumeIfNothingHeld(trx: Trx, workflowId: string, resumed: ResumeReason): Promise<void> {
   const wf = await trx
     .selectFrom('workflows')
     .select(['id', 'state', 'release_id'])
@@ -249,7 +268,7 @@ async function resumeIfNothingHeld(trx: Trx, workflowId: string, tool: string): 
   await transitionWorkflow(trx, workflowId, {
     to: 'executing',
     nextStep: null,
-    audit: { type: 'run.resumed', service: 'cli', tool, outcome: 'tool_enabled', revisions: { release: wf.release_id } },
+    audit: { type: 'run.resumed', service: 'cli', tool: resumed.tool, outcome: resumed.outcome, revisions: { release: wf.release_id } },
   });
   await creditPauseSoFar(trx, workflowId, { clear: true });
 }
