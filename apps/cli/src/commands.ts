@@ -126,6 +126,20 @@ export const COMMANDS: CommandSpec[] = [
     ops: true,
   },
   {
+    name: 'audit acknowledge-loss',
+    synopsis: '--reason <why>',
+    summary: 'accept a lost audit tail (a witnessed anchor beyond the head) and release the steps it holds',
+    details: [
+      'While the audit chain is shorter than its witness (a lossy ledger promote), the audit monitor holds every',
+      'consequential step: its run pauses, reads go on. Read the systems of record for the lost window first',
+      '(ADR 0775); this clears the hold, re-enqueues the held steps and resumes their runs. Exit 1 when nothing',
+      'is held. docs/decisions/0795-a-lost-audit-tail-holds-effects-until-acknowledged.md.',
+    ],
+    options: ['reason'],
+    required: { reason: '<why>' },
+    ops: true,
+  },
+  {
     name: 'switch on',
     argument: '<tool>',
     synopsis: '<tool>',

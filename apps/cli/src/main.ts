@@ -16,6 +16,7 @@ import { ensureDelegationKeyPair } from '@gatehouse/credentials';
 import { cliSigningKey, delegationKeyDir, delegationKeyPaths } from './delegation-keys.ts';
 import { runDemo, printReport } from './demo.ts';
 import {
+  acknowledgeAuditLoss,
   authorizeOperator,
   bumpEpoch,
   revokeUserTokens,
@@ -172,8 +173,9 @@ async function stackCommand(command: string, { values, positionals, env }: Invoc
 }
 
 /**
- * `audit verify` (no token: a read of the chain) and the operator's `audit replace-lost-key` /
- * `audit rotate-key` (through {@link opsCommand}).
+ * `audit verify` (no token: a read of the chain) and the operator's `audit replace-lost-key`,
+ * `audit rotate-key` and `audit acknowledge-loss` (through {@link opsCommand}; the last exits 1
+ * when nothing is held, ADR 0795).
  * @throws UsageError for a witness that is a directory (before the database), or an unknown command.
  */
 async function auditCommand(command: string, { values, positionals, env }: Invocation): Promise<number> {
@@ -195,6 +197,15 @@ async function auditCommand(command: string, { values, positionals, env }: Invoc
           out,
         }),
       );
+    case 'audit acknowledge-loss':
+      // A ledger write, then the re-enqueued steps published (left in the outbox while Redis is down).
+      return opsCommand(env, values.token, 'audit acknowledge-loss', async (db, op) => {
+        const ack = await acknowledgeAuditLoss(db, { operator: op.id, reason: values.reason!, hmacKey: env.GATEHOUSE_AUDIT_HMAC_KEY });
+        const published = await publishFromCli(env, db, ack.rows, createLogger('cli'));
+        out(`audit loss at witnessed seq ${ack.witnessedSeq} acknowledged (${ack.reason}); ${ack.rows.length} held action(s) re-enqueued`);
+        if (published === 'left_in_outbox') out(LEFT_IN_OUTBOX);
+        return 0;
+      });
     case 'audit rotate-key':
       return opsCommand(env, values.token, 'audit rotate-key', (db, op) =>
         auditRotateKeyCommand(db, {

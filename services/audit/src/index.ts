@@ -5,3 +5,4 @@
 export { evaluateMonitors, type Alert, type MonitorConfig } from './domain/monitors.ts';
 export { chainPending } from './jobs/chain.writer.ts';
 export { anchorHead } from './domain/anchor.ts';
+export { auditLossReadyCheck } from './domain/audit-loss-ready.ts';

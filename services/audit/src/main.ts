@@ -15,6 +15,7 @@ import { observeAuditBacklog } from '@gatehouse/telemetry';
 import { chainPending, readAuditBacklog } from './jobs/chain.writer.ts';
 import { anchorHead, anchorKeyRefusal, HandoverCache, loadSigningKey, type AnchorKeyRefusal } from './domain/anchor.ts';
 import { anchorFreshnessLimitMs, defaultWitnessPath } from '@gatehouse/ledger';
+import { auditLossReadyCheck } from './domain/audit-loss-ready.ts';
 import { auditEnvShape, auditProductionProblems } from './settings.ts';
 import { claimMonitorPass } from './domain/monitor-pass.ts';
 import { evaluateMonitors, raiseAlerts } from './domain/monitors.ts';
@@ -52,6 +53,8 @@ ctx.readyChecks.anchorKey = needsOperator(async () => {
   await judgedAtBoot;
   if (keyRefusal) throw new Error(keyRefusal.message);
 });
+// A lost audit tail holds consequential steps until an operator acknowledges it (ADR 0795).
+ctx.readyChecks.auditLoss = auditLossReadyCheck(db);
 const anchor = (): void => {
   anchorHead(db, key, witness, { handovers, onRefused }).catch((err: unknown) => {
     const message = (err as Error).message;

@@ -5,6 +5,7 @@ import { existsSync } from 'node:fs';
 import {
   effectsAfterSwitchOff,
   effectsWithRevokedEpoch,
+  raiseAuditLossHold,
   readWitness,
   verifyAuditChain,
   type Db,
@@ -96,6 +97,8 @@ const ids = (rows: Row[]) => rows.slice(0, 10).map((r) => r.id);
  *   a broken deployment for on-call, never a business denial;
  * - `audit_gap`: the chain no longer verifies (an edited, deleted or reordered event; with the
  *   witness, a rewritten or cut chain or deleted anchors; past the freshness limit, stale anchors);
+ *   a cut chain (a witnessed anchor beyond the head) also raises the audit-loss hold, which holds
+ *   consequential steps until an operator acknowledges the loss (ADR 0795);
  * - `audit_anchor_key`: the replica running the pass may not anchor with its key (a replica
  *   started with a key of its own; `cfg.anchorKeyRefused` says which and how to fix it).
  * Returns the alerts that fire (empty when all hold).
@@ -177,7 +180,8 @@ export async function evaluateMonitors(db: Db, cfg: MonitorConfig): Promise<Aler
  * Why the chain does not verify (`seq N: reason`), or null: against the pinned key (none while
  * this replica's key is refused), this
  * replica's anchor witness when it exists (an unreadable one is itself the gap: `witness: …`)
- * and the freshness limit when set.
+ * and the freshness limit when set. A truncation against the witness raises the audit-loss hold
+ * (`raiseAuditLossHold`, ADR 0795).
  */
 async function auditGap(db: Db, cfg: MonitorConfig): Promise<string | null> {
   let witness: WitnessedAnchor[] | undefined;
@@ -191,6 +195,7 @@ async function auditGap(db: Db, cfg: MonitorConfig): Promise<string | null> {
     ...(witness ? { witness } : {}),
     ...(cfg.maxUnanchoredAgeMs !== undefined ? { maxUnanchoredAgeMs: cfg.maxUnanchoredAgeMs } : {}),
   });
+  if (witness) await raiseAuditLossHold(db, chain);
   return chain.intact ? null : `seq ${chain.firstBadSeq}: ${chain.reason}`;
 }
 

@@ -10,8 +10,11 @@ export type ExecutionOutcome =
   | { kind: 'executed'; status: 'succeeded' | 'failed' | 'failed_unknown' }
   /** A finished operation delivered again: its stored outcome was answered. */
   | { kind: 'replayed'; status: string }
-  /** The step is held by on-call's containment (the tool switched off): the run paused. */
-  | { kind: 'held'; reason: 'tool_disabled' }
+  /**
+   * The step is held, the run paused: by on-call's containment (`tool_disabled`: the tool switched
+   * off), or by a lost audit tail until an operator acknowledges it (`audit_loss`, ADR 0795).
+   */
+  | { kind: 'held'; reason: 'tool_disabled' | 'audit_loss' }
   /** The call was answered `{executed: false, reason}`; `deadline` for the run's wall time. */
   | { kind: 'refused'; reason: string }
   /** Nothing to do for this job (stale version, action not claimable, run not executable, frozen). */

@@ -4,7 +4,7 @@ import { AUDIT_HELD_BEFORE_RETRY, HELD_BEFORE_RETRY } from '../adapters/index.ts
 import { toJobResult, type ExecutionOutcome } from '../domain/execution-outcome.ts';
 import type { ExecutionDeps } from './execution-deps.ts';
 import { answerUnclaimed } from './steps/answer.step.ts';
-import { gateOnAuditHealth } from './steps/audit-gate.step.ts';
+import { gateOnAuditHealth, holdOnAuditLoss } from './steps/audit-gate.step.ts';
 import { holdAfterClaimCheck, holdIfSwitchedOff, loadExecutionContext } from './steps/containment.step.ts';
 import { claim, dispatchEffect, readClaimInputs } from './steps/dispatch.step.ts';
 import { recordResult } from './steps/record.step.ts';
@@ -32,7 +32,7 @@ export class SafeToRepeat extends DependencyUnavailable {
 
 /**
  * The steps of one execution, each returning an {@link ExecutionOutcome} or handing over:
- * containment (switch → pause), the audit gate, a redelivery answered from the ledger
+ * containment (switch → pause), a lost audit tail (→ pause until acknowledged, ADR 0795), the audit gate, a redelivery answered from the ledger
  * (ADR 0350), the reads before the claim, the fenced claim
  * (with approval consumption and the re-evaluation), the effect (write-ahead mark, token, adapter
  * or read-back) and the fenced record (docs/decisions/0270-one-operation-protocol.md); a retry
@@ -41,7 +41,8 @@ export class SafeToRepeat extends DependencyUnavailable {
  */
 export async function executeSteps(job: ExecutionJob, deps: ExecutionDeps): Promise<ExecutionOutcome> {
   const ctx = await loadExecutionContext(deps.db, job);
-  const held = (await holdIfSwitchedOff(deps.db, ctx, deps.hooks)) ?? (await gateOnAuditHealth(deps, ctx));
+  const held =
+    (await holdIfSwitchedOff(deps.db, ctx, deps.hooks)) ?? (await holdOnAuditLoss(deps, ctx)) ?? (await gateOnAuditHealth(deps, ctx));
   if (held) return held;
   const redelivered = await answerRedelivery(deps, ctx);
   if (redelivered) return redelivered;

@@ -1,9 +1,17 @@
 import type { ExecutionOutcome } from '../../domain/execution-outcome.ts';
-import { auditHealthProblem, auditHealthColumns, AuditUnavailable, type AuditHealthReading } from '@gatehouse/ledger';
+import {
+  AUDIT_LOSS_RELEASE,
+  auditHealthProblem,
+  auditHealthColumns,
+  AuditUnavailable,
+  inTransaction,
+  lockAuditLossHold,
+  type AuditHealthReading,
+} from '@gatehouse/ledger';
 import type { TestHooks } from '../../domain/test-hooks.ts';
 import type { ExecutionDeps } from '../execution-deps.ts';
 import { stopPastCeilingOrHold } from './answer.step.ts';
-import type { ExecutionContext } from './containment.step.ts';
+import { pauseHeldRun, type ExecutionContext } from './containment.step.ts';
 
 /**
  * Why the audit gate holds `ctx`'s step on `reading`, or null when it may go on: only a
@@ -50,4 +58,25 @@ export async function auditHoldsNow(
   if (hooks.auditNotRecheckedBeforeRetry || !ctx.tool.consequential) return false;
   const reading = await deps.db.selectNoFrom([...auditHealthColumns]).executeTakeFirstOrThrow();
   return auditHolds(deps, ctx, reading) !== null;
+}
+
+/**
+ * A lost audit tail holds consequential steps (docs/decisions/0795-a-lost-audit-tail-holds-effects-until-acknowledged.md):
+ * while the audit-loss hold is raised (read with the action, no statement of its own) a
+ * consequential step pauses its run — checked again under the hold's row lock, so an
+ * acknowledgement commits before the check (the step runs) or after the pause (it releases the
+ * run) — with a next step naming the command that releases it, audited `run.paused`
+ * (`audit_loss`). Nothing is claimed or consumed; reads go on. Returns `held`, or null when the
+ * step may go on.
+ */
+export async function holdOnAuditLoss(deps: Pick<ExecutionDeps, 'db'>, ctx: ExecutionContext): Promise<ExecutionOutcome | null> {
+  if (!ctx.auditLossHold || !ctx.tool.consequential) return null;
+  const held = await inTransaction(deps.db, async (trx) => {
+    const hold = await lockAuditLossHold(trx, 'share');
+    if (!hold) return false;
+    const nextStep = `The audit chain lost events already witnessed outside the ledger (${hold.reason}); consequential steps are held until an operator acknowledges the loss (${AUDIT_LOSS_RELEASE}), then the workflow resumes.`;
+    await pauseHeldRun(trx, ctx, nextStep, 'audit_loss');
+    return true;
+  });
+  return held ? { kind: 'held', reason: 'audit_loss' } : null;
 }

@@ -16,6 +16,7 @@ import {
   type Trx,
   type WorkflowsTable,
   auditHealthColumns,
+  auditLossHoldColumn,
   type AuditHealthReading,
 } from '@gatehouse/ledger';
 import { findTool, type ToolDefinition } from '@gatehouse/tools';
@@ -41,6 +42,8 @@ export interface ExecutionContext {
   reenable: { stage: ReenableStage | null; cohortAdmits: boolean };
   /** The audit-health readings, taken with the action. */
   auditHealth: AuditHealthReading;
+  /** Why a lost audit tail holds consequential steps (`auditLossHoldColumn`, ADR 0795), read with the action; null: not held. */
+  auditLossHold: string | null;
   /**
    * The action's operation as read with it (not locked; null: not reserved yet): what a
    * redelivery is answered from without a claim (docs/decisions/0350-redelivery-without-a-claim.md).
@@ -63,7 +66,7 @@ export type OperationPreview = Pick<
 
 /**
  * Reads what the steps need before the claim, in one statement, unlocked: the action with its
- * workflow row, its tool's switch and staged re-enable, the audit-health readings, its operation
+ * workflow row, its tool's switch and staged re-enable, the audit-health readings and the audit-loss hold, its operation
  * the basis of its audit events and the revocation epoch (null when it cannot be read; docs/decisions/0270-one-operation-protocol.md,
  * 0420-audit-events-ride-on-their-statement.md).
  * @throws Error when the action or its workflow is missing, the read fails without the epoch too,
@@ -88,6 +91,7 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
     switch_changed_at,
     beatAgeMs,
     backlogAgeMs,
+    audit_loss_hold,
     cohort_admits,
     reenable_stage,
     credential_epoch,
@@ -126,6 +130,7 @@ export async function loadExecutionContext(db: Db, job: ExecutionJob): Promise<E
     toolSwitch,
     reenable,
     auditHealth,
+    auditLossHold: audit_loss_hold ?? null,
     operation,
     auditBasis,
     credentialEpoch: credential_epoch ?? null,
@@ -145,7 +150,7 @@ function readExecutionRow(db: Db, job: ExecutionJob, withEpoch: boolean) {
     .selectAll('a')
     .select(sql<unknown>`to_jsonb(w)`.as('wf_row'))
     .select(auditBasisColumns(sql.ref('a.proposal_id'), sql.ref('a.id')))
-    .select([...auditHealthColumns, ...containmentColumns(sql.ref('a.tool'))])
+    .select([...auditHealthColumns, auditLossHoldColumn.as('audit_loss_hold'), ...containmentColumns(sql.ref('a.tool'))])
     .select([
       'o.status as op_status',
       'o.lease_expires_at as op_lease_expires_at',
@@ -196,36 +201,50 @@ export async function holdIfSwitchedOff(
   ctx: ExecutionContext,
   hooks: Pick<TestHooks, 'switchAtAdmissionOnly' | 'disableReenableCohort' | 'ignoreSwitch'>,
 ): Promise<ExecutionOutcome | null> {
-  const { wf, preview } = ctx;
   if (!containmentHolds(ctx, hooks)) return null;
   const held = await inTransaction(db, async (trx) => {
     // Read again under the containment lock (ADR 0683): a switch-on under way commits first, and
     // its step then runs rather than pausing a run nothing holds any more.
     if (!(await containmentHoldsLocked(trx, ctx, hooks))) return false;
-    const paused = await transitionWorkflow(trx, wf.id, {
-      to: 'paused',
-      nextStep: heldNextStep(ctx),
-      onlyFrom: LIVE_STATES.filter((s) => s !== 'paused'),
-    });
-    if (!paused) return true; // already paused (another held step, a redelivery) or terminal
-    // The pause is on-call's, not the run's working time: credited back when it resumes.
-    await trx
-      .updateTable('budgets')
-      .set({ paused_at: sql`coalesce(paused_at, now())` })
-      .where('workflow_id', '=', wf.id)
-      .execute();
-    await recordAudit(trx, {
-      type: 'run.paused',
-      service: 'executor',
-      runId: wf.id,
-      tool: preview.tool,
-      actionVersion: preview.version,
-      outcome: 'tool_disabled',
-      revisions: { release: wf.release_id },
-    });
+    await pauseHeldRun(trx, ctx, heldNextStep(ctx), 'tool_disabled');
     return true;
   });
   return held ? { kind: 'held', reason: 'tool_disabled' } : null;
+}
+
+/**
+ * Pauses `ctx`'s run for a held step, in `trx` (the caller has checked the hold under its lock):
+ * `paused` with `nextStep` (once; a run already paused or terminal is left as it is), the pause's
+ * start marked so its time is credited back when it resumes (on-call's wait is not the run's
+ * working time), audited `run.paused` with `outcome`. Nothing is claimed or consumed.
+ */
+export async function pauseHeldRun(
+  trx: Trx,
+  ctx: ExecutionContext,
+  nextStep: string,
+  outcome: 'tool_disabled' | 'audit_loss',
+): Promise<void> {
+  const { wf, preview } = ctx;
+  const paused = await transitionWorkflow(trx, wf.id, {
+    to: 'paused',
+    nextStep,
+    onlyFrom: LIVE_STATES.filter((s) => s !== 'paused'),
+  });
+  if (!paused) return; // already paused (another held step, a redelivery) or terminal
+  await trx
+    .updateTable('budgets')
+    .set({ paused_at: sql`coalesce(paused_at, now())` })
+    .where('workflow_id', '=', wf.id)
+    .execute();
+  await recordAudit(trx, {
+    type: 'run.paused',
+    service: 'executor',
+    runId: wf.id,
+    tool: preview.tool,
+    actionVersion: preview.version,
+    outcome,
+    revisions: { release: wf.release_id },
+  });
 }
 
 /**
