@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
-import { UnrecoverableError, Worker } from 'bullmq';
+import { UnrecoverableError, Worker, type Processor } from 'bullmq';
 import { executionsQueue, queueName, resultsQueue, turnsQueue } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, runNeeds, type Db } from '@gatehouse/ledger';
 import { createLogger, createRedis, OutboxRelay, QueueRegistry } from '@gatehouse/platform';
@@ -76,6 +76,27 @@ const ran = async () => {
   if (r.kind !== 'ran') throw new Error('pass skipped');
   return r;
 };
+
+/**
+ * Runs a worker of `queue` (a contract queue name of this file's prefix) with `processor` until job
+ * `jobId` is `state`, then closes it: a job the consumer finished while the ledger lost its effect.
+ * @throws Error when the job is not `state` within 20 s.
+ */
+async function runUntilState(queue: string, jobId: string, processor: Processor, state: 'completed' | 'failed'): Promise<void> {
+  const q = queues.get(queue);
+  const connection = createRedis(TEST_REDIS_URL);
+  const worker = new Worker(queue, processor, { connection, prefix });
+  try {
+    const until = Date.now() + 20_000;
+    while ((await q.getJobState(jobId)) !== state) {
+      if (Date.now() > until) throw new Error(`the job never became ${state}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  } finally {
+    await worker.close();
+    connection.disconnect();
+  }
+}
 
 describe('watchdog', () => {
   it('re-drives a lost execution with the same job id and payload, audited; a second pass changes nothing', async () => {
@@ -214,18 +235,7 @@ describe('watchdog', () => {
     const a = await publishedThenLost({ agoMs: 3 * 60_000 });
     const q = queues.get(queueName('executions', 'rel-1'));
     await q.add('execution', a.job, { jobId: a.jobId });
-    const connection = createRedis(TEST_REDIS_URL);
-    const worker = new Worker(queueName('executions', 'rel-1'), async () => 'succeeded', { connection, prefix });
-    try {
-      const until = Date.now() + 20_000;
-      while ((await q.getJobState(a.jobId)) !== 'completed') {
-        if (Date.now() > until) throw new Error('the job never completed');
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    } finally {
-      await worker.close();
-      connection.disconnect();
-    }
+    await runUntilState(queueName('executions', 'rel-1'), a.jobId, async () => 'succeeded', 'completed');
     const r = await ran();
     expect(r.redriven).toContainEqual({ workflowId: a.workflowId, jobId: a.jobId, reason: 'stale' });
     const published = await db
@@ -252,18 +262,7 @@ describe('watchdog', () => {
     });
     const q = queues.get(queueName('results', 'rel-1'));
     await q.add('result', payload, { jobId: resultId });
-    const connection = createRedis(TEST_REDIS_URL);
-    const worker = new Worker(queueName('results', 'rel-1'), async () => 'answered', { connection, prefix });
-    try {
-      const until = Date.now() + 20_000;
-      while ((await q.getJobState(resultId)) !== 'completed') {
-        if (Date.now() > until) throw new Error('the job never completed');
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    } finally {
-      await worker.close();
-      connection.disconnect();
-    }
+    await runUntilState(queueName('results', 'rel-1'), resultId, async () => 'answered', 'completed');
     const wf = { id: a.workflowId, state: 'executing' as const, round: 1, release_id: 'rel-1' };
     expect((await runNeeds(db, wf)).jobs.map((j) => j.jobId)).toEqual([resultId]);
     const r = await ran();
@@ -290,24 +289,10 @@ describe('watchdog', () => {
     const a = await publishedThenLost();
     const q = queues.get(queueName('executions', 'rel-1'));
     await q.add('execution', a.job, { jobId: a.jobId, attempts: 1 });
-    const connection = createRedis(TEST_REDIS_URL);
-    const worker = new Worker(
-      queueName('executions', 'rel-1'),
-      async (job) => {
-        if (job.id === a.jobId) throw new UnrecoverableError('dependency unavailable');
-      },
-      { connection, prefix },
-    );
-    try {
-      const until = Date.now() + 20_000;
-      while ((await q.getJobState(a.jobId)) !== 'failed') {
-        if (Date.now() > until) throw new Error('the job never failed');
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    } finally {
-      await worker.close();
-      connection.disconnect();
-    }
+    const failing: Processor = async (job) => {
+      if (job.id === a.jobId) throw new UnrecoverableError('dependency unavailable');
+    };
+    await runUntilState(queueName('executions', 'rel-1'), a.jobId, failing, 'failed');
     const r = await ran();
     expect(r.redriven).toContainEqual({ workflowId: a.workflowId, jobId: a.jobId, reason: 'failed' });
     // Waiting again, with its tenant's fair priority (ADR 0500): the re-drive's outbox row names the tenant.
