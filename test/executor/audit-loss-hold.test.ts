@@ -28,13 +28,6 @@ afterAll(async () => {
 });
 
 const cfg = (witnessPath: string) => ({ autoApproveLimitCents: 5000, maxFailedUnknownPerHour: 1000, witnessPath });
-const workflow = (id: string) => h.db.selectFrom('workflows').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
-const approval = (id: string | null) =>
-  h.db
-    .selectFrom('approvals')
-    .selectAll()
-    .where('id', '=', id ?? '')
-    .executeTakeFirstOrThrow();
 
 describe('executor: the audit chain shorter than its witness holds consequential steps (ADR 0795)', () => {
   it('held with zero downstream calls while reads go on; after the acknowledgement the held refund runs exactly once', async () => {
@@ -54,10 +47,10 @@ describe('executor: the audit chain shorter than its witness holds consequential
     const deps = h.deps();
     expect(await processExecution(refund.job, deps)).toBe('held:audit_loss');
     expect(await h.requests(orderId)).toHaveLength(0);
-    const paused = await workflow(refund.workflowId);
+    const paused = await h.workflow(refund.workflowId);
     expect(paused.state).toBe('paused');
     expect(paused.next_step).toMatch(/gatehouse audit acknowledge-loss/);
-    expect((await approval(refund.approvalId)).status).toBe('approved');
+    expect((await h.approval(refund.approvalId)).status).toBe('approved');
     expect(await auditEvents(h.db, 'run.paused', refund.workflowId)).toEqual([expect.objectContaining({ outcome: 'audit_loss' })]);
     // A redelivery is held again, still without a call.
     expect(await processExecution(refund.job, deps)).toBe('held:audit_loss');
@@ -67,7 +60,7 @@ describe('executor: the audit chain shorter than its witness holds consequential
     const readOrder = await h.newOrder();
     const read = await createAction(h.db, { tool: 'lookup_order', orderId: readOrder });
     expect(await processExecution(read.job, deps)).toBe('succeeded');
-    expect((await workflow(read.workflowId)).state).not.toBe('paused');
+    expect((await h.workflow(read.workflowId)).state).not.toBe('paused');
 
     // A monitor pass again does not lift it; the operator's acknowledgement does.
     await evaluateMonitors(h.db, cfg(witness));
@@ -82,7 +75,7 @@ describe('executor: the audit chain shorter than its witness holds consequential
     ]);
     const mine = ack.rows.filter((r) => (r.payload as ExecutionJob).actionId === refund.actionId);
     expect(mine).toHaveLength(1);
-    expect((await workflow(refund.workflowId)).state).toBe('executing');
+    expect((await h.workflow(refund.workflowId)).state).toBe('executing');
     expect(await auditEvents(h.db, 'run.resumed', refund.workflowId)).toEqual([
       expect.objectContaining({ outcome: 'audit_loss_acknowledged' }),
     ]);
@@ -93,7 +86,7 @@ describe('executor: the audit chain shorter than its witness holds consequential
     expect(await processExecution(refund.job, deps)).toBe('replay:succeeded');
     expect(await h.refunds(orderId)).toHaveLength(1);
     expect((await h.requests(orderId)).filter((r) => r.method === 'POST')).toHaveLength(1);
-    expect((await approval(refund.approvalId)).status).toBe('used');
+    expect((await h.approval(refund.approvalId)).status).toBe('used');
 
     // The same loss, still witnessed, does not hold again; acknowledging with nothing held is refused.
     await evaluateMonitors(h.db, cfg(witness));

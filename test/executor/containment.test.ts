@@ -36,13 +36,6 @@ afterAll(async () => {
 
 const op = (key: string) => h.db.selectFrom('operations').selectAll().where('key', '=', key).executeTakeFirstOrThrow();
 const action = (id: string) => h.db.selectFrom('actions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
-const workflow = (id: string) => h.db.selectFrom('workflows').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
-const approval = (id: string | null) =>
-  h.db
-    .selectFrom('approvals')
-    .selectAll()
-    .where('id', '=', id ?? '')
-    .executeTakeFirstOrThrow();
 
 describe('executor: ambiguous outcomes and authority', () => {
   it('a hung order system: failed_unknown, parked for reconciliation, alert, no further POST; the reconciliation pass finds the order system lacks it and hands it to on-call', async () => {
@@ -85,7 +78,7 @@ describe('executor: ambiguous outcomes and authority', () => {
     });
     expect(report.worklist.find((i) => i.operation_key === a.operationKey)).toMatchObject({ owner: 'on-call', status: 'open' });
     expect((await op(a.operationKey)).status).toBe('failed_unknown');
-    expect((await workflow(a.workflowId)).state).toBe('needs_reconciliation');
+    expect((await h.workflow(a.workflowId)).state).toBe('needs_reconciliation');
     expect((await h.requests(orderId)).filter((r) => r.method === 'POST')).toHaveLength(1);
   });
 
@@ -150,7 +143,7 @@ describe('executor: ambiguous outcomes and authority', () => {
     expect(await h.requests(orderId)).toHaveLength(0);
     expect(await h.refunds(orderId)).toHaveLength(0);
     expect((await action(a.actionId)).status).toBe('failed');
-    expect((await approval(a.approvalId)).status).toBe('approved'); // never consumed
+    expect((await h.approval(a.approvalId)).status).toBe('approved'); // never consumed
     expect(await op(a.operationKey)).toMatchObject({ status: 'pending', fencing_token: '0' });
     expect(await auditEvents(h.db, 'operation.failed', a.workflowId)).toEqual([
       expect.objectContaining({ outcome: 'idempotency_conflict' }),
@@ -237,9 +230,9 @@ describe('executor: tool switched off at the moment of execution (containment)',
 
     expect(await processExecution(a.job, deps)).toBe('held:tool_disabled');
     expect(await h.requests(orderId)).toHaveLength(0);
-    expect((await workflow(a.workflowId)).state).toBe('paused');
+    expect((await h.workflow(a.workflowId)).state).toBe('paused');
     expect((await action(a.actionId)).status).toBe('approved');
-    expect((await approval(a.approvalId)).status).toBe('approved');
+    expect((await h.approval(a.approvalId)).status).toBe('approved');
 
     const rows = await setSwitch(h.db, 'issue_refund', true, 'ops-gus', AUDIT_HMAC_KEY);
     const mine = rows.filter((r) => (r.payload as ExecutionJob).actionId === a.actionId);
@@ -251,7 +244,7 @@ describe('executor: tool switched off at the moment of execution (containment)',
     expect(await processExecution(job!.data as ExecutionJob, deps)).toBe('succeeded');
     expect(await h.refunds(orderId)).toHaveLength(1);
     expect(await h.requests(orderId)).toHaveLength(1);
-    expect((await approval(a.approvalId)).status).toBe('used');
+    expect((await h.approval(a.approvalId)).status).toBe('used');
   });
 
   // Regression (fixed in b416513): the held delivery completed and BullMQ keeps its job id, so the
@@ -273,7 +266,7 @@ describe('executor: tool switched off at the moment of execution (containment)',
       const queue = h.queues.get(EXECUTIONS_QUEUE);
       await queue.add(executionsQueue.jobName, a.job, { ...jobOptionsFor(EXECUTIONS_QUEUE), jobId: a.jobId });
       await waitFor('held delivery', async () => (await queue.getJob(a.jobId))?.returnvalue === 'held:tool_disabled', 60_000);
-      expect((await workflow(a.workflowId)).state).toBe('paused');
+      expect((await h.workflow(a.workflowId)).state).toBe('paused');
 
       await h.relay.publish(await setSwitch(h.db, 'issue_refund', true, 'ops-gus', AUDIT_HMAC_KEY));
       const refunds = await waitFor(
@@ -285,7 +278,7 @@ describe('executor: tool switched off at the moment of execution (containment)',
         60_000,
       ).catch(() => []);
       expect(refunds).toHaveLength(1);
-      expect((await workflow(a.workflowId)).state).not.toBe('paused');
+      expect((await h.workflow(a.workflowId)).state).not.toBe('paused');
     } finally {
       await setSwitch(h.db, 'issue_refund', true, 'ops-gus', AUDIT_HMAC_KEY);
       await worker.close();

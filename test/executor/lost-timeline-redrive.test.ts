@@ -4,7 +4,7 @@ import { Worker } from 'bullmq';
 import { executionsQueue, type ExecutionJob, type ResultJob } from '@gatehouse/contracts';
 import { enqueueInTransaction, inTransaction, type Db, type OutboxRow } from '@gatehouse/ledger';
 import { createRedis } from '@gatehouse/platform';
-import { createAction, type SeededAction } from '@gatehouse/testing';
+import { createAction, writeFunctionCall, type SeededAction } from '@gatehouse/testing';
 import { TEST_REDIS_URL } from '@gatehouse/test-harness';
 import { processExecution, watchdogPass, type WatchdogDeps } from '@gatehouse/executor';
 import { processResult } from '@gatehouse/agent-loop';
@@ -92,20 +92,19 @@ async function loseCommitsSince(db: Db, workflowId: string, snap: Snapshot): Pro
   });
 }
 
+/** The `function_call_output` items of run `workflowId`'s transcript (one per answered call). */
+const answersOf = (workflowId: string) =>
+  h.db
+    .selectFrom('conversation_items')
+    .select('id')
+    .where('workflow_id', '=', workflowId)
+    .where('kind', '=', 'function_call_output')
+    .execute();
+
 /** Writes the action's call into the transcript and its execution job into the outbox (not published yet). */
 async function writeExecution(a: SeededAction): Promise<OutboxRow> {
   return inTransaction(h.db, async (trx) => {
-    await trx
-      .insertInto('conversation_items')
-      .values({
-        workflow_id: a.workflowId,
-        round: 1,
-        kind: 'function_call',
-        call_id: a.callId,
-        item: JSON.stringify({ call_id: a.callId }),
-      })
-      .onConflict((oc) => oc.doNothing())
-      .execute();
+    await writeFunctionCall(trx, a);
     return enqueueInTransaction(trx, executionsQueue, a.job);
   });
 }
@@ -151,13 +150,7 @@ async function runToAnswer(a: SeededAction, row: OutboxRow): Promise<void> {
     const result = await jobState(RESULTS_QUEUE, `result_${a.workflowId}_${a.callId}`);
     return exec === 'completed' && result === 'completed';
   });
-  const answered = await h.db
-    .selectFrom('conversation_items')
-    .select('id')
-    .where('workflow_id', '=', a.workflowId)
-    .where('kind', '=', 'function_call_output')
-    .execute();
-  expect(answered).toHaveLength(1);
+  expect(await answersOf(a.workflowId)).toHaveLength(1);
 }
 
 const SETTLED = ['completed', 'stopped', 'needs_reconciliation'];
@@ -216,13 +209,7 @@ describe('a ledger promote lost the commits of a run whose jobs Redis completed 
     // One job each: the adds deduplicated on the deterministic ids (docs/decisions/0006-job-ids-and-queue-names.md).
     expect(await jobsOf(EXECUTIONS_QUEUE, a.workflowId)).toEqual([a.jobId]);
     expect(await jobsOf(RESULTS_QUEUE, a.workflowId)).toEqual([resultId]);
-    const answers = await h.db
-      .selectFrom('conversation_items')
-      .select('id')
-      .where('workflow_id', '=', a.workflowId)
-      .where('kind', '=', 'function_call_output')
-      .execute();
-    expect(answers).toHaveLength(1);
+    expect(await answersOf(a.workflowId)).toHaveLength(1);
     const ops = await h.db.selectFrom('operations').select('status').where('workflow_id', '=', a.workflowId).execute();
     expect(ops).toEqual([{ status: 'succeeded' }]);
   });

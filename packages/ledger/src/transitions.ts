@@ -50,7 +50,8 @@ const AWAITS =
   'policy gateway: REQUIRE_APPROVAL; agent loop: a change plan prepared and not yet scheduled, or an action answered while another waits for its approval';
 const FINAL = "agent loop: the model's final message; reconciliation: a remediation executed";
 const STOP = 'any service: a stop reason (budgets, denial, expiry, outage, dead letter, quarantine, watchdog)';
-const PAUSE = "executor: the step's tool is switched off at the moment of execution";
+const PAUSE =
+  "executor: the step's tool is switched off, or a consequential step meets the audit-loss hold (ADR 0795), at the moment of execution";
 const PARK = 'agent loop: a result whose operation ended failed_unknown';
 
 /**

@@ -77,6 +77,18 @@ function seededArguments(seed: ActionSeed, tool: string): Record<string, unknown
 }
 
 /**
+ * Writes the `function_call` of action `a` into its run's transcript (round 1): the call the run
+ * waits on until its `function_call_output` is written. Nothing when it is already there.
+ */
+export async function writeFunctionCall(db: Db | Trx, a: Pick<SeededAction, 'workflowId' | 'callId'>): Promise<void> {
+  await db
+    .insertInto('conversation_items')
+    .values({ workflow_id: a.workflowId, round: 1, kind: 'function_call', call_id: a.callId, item: JSON.stringify({ call_id: a.callId }) })
+    .onConflict((oc) => oc.doNothing())
+    .execute();
+}
+
+/**
  * Writes a workflow (state `executing`, mode `act`), its budget, one valid proposal and one action
  * version in status `approved` (operation key `<workflowId>:action:1` — the form a former release
  * stored, which every reader takes as written (ADR 0789) — and a random 64-hex digest),

@@ -5,7 +5,7 @@ import { executionsQueue, queueName, resultsQueue, turnsQueue } from '@gatehouse
 import { enqueueInTransaction, inTransaction, runNeeds, type Db } from '@gatehouse/ledger';
 import { createLogger, createRedis, OutboxRelay, QueueRegistry } from '@gatehouse/platform';
 // @gatehouse/testing is not a dependency of this service; imported by path (the same module).
-import { createAction, type SeededAction } from '@gatehouse/testing';
+import { createAction, writeFunctionCall, type SeededAction } from '@gatehouse/testing';
 import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import { watchdogLock, watchdogPass, type WatchdogDeps } from '../src/jobs/watchdog.ts';
 
@@ -48,16 +48,7 @@ async function publishedThenLost(over: { state?: string; agoMs?: number } = {}):
     await enqueueInTransaction(trx, executionsQueue, a.job);
     await trx.updateTable('outbox').set({ published_at: new Date() }).where('job_id', '=', a.jobId).execute();
     // A function_call the run waits on (the transcript's view of the action's call).
-    await trx
-      .insertInto('conversation_items')
-      .values({
-        workflow_id: a.workflowId,
-        round: 1,
-        kind: 'function_call',
-        call_id: a.callId,
-        item: JSON.stringify({ call_id: a.callId }),
-      })
-      .execute();
+    await writeFunctionCall(trx, a);
   });
   await sql`UPDATE workflows SET state = ${over.state ?? 'executing'}, round = 1, updated_at = now() - make_interval(secs => ${(over.agoMs ?? 10_000) / 1000}) WHERE id = ${a.workflowId}`.execute(
     db,

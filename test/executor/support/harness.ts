@@ -3,7 +3,8 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import type { Server } from 'node:http';
-import { createDb, type Db } from '@gatehouse/ledger';
+import type { Selectable } from 'kysely';
+import { createDb, type DB, type Db } from '@gatehouse/ledger';
 import { setDeadlockTimeout } from '@gatehouse/testing';
 import { createTestDatabase, dropQueuePrefix, testQueuePrefix, TEST_REDIS_URL, type TestDatabase } from '@gatehouse/test-harness';
 import {
@@ -60,6 +61,10 @@ export interface Harness {
   shipments: (orderId: string) => Promise<unknown[]>;
   /** Highest fencing token stored with the refund of `key` in the payments ledger (null: none). */
   refundFence: (key: string) => Promise<number | null>;
+  /** The ledger's row of run `id`. @throws NoResultError when there is none. */
+  workflow: (id: string) => Promise<Selectable<DB['workflows']>>;
+  /** The ledger's row of approval `id`. @throws NoResultError when there is none (or `id` is null). */
+  approval: (id: string | null) => Promise<Selectable<DB['approvals']>>;
   close: () => Promise<void>;
 }
 
@@ -118,6 +123,13 @@ export async function startHarness(opts: { poolSize?: number; deadlockTimeoutMs?
     deps: (overrides = {}) => ({ ...base, ...overrides }),
     delegationKeys,
     delegationKeyPath,
+    workflow: (id) => db.selectFrom('workflows').selectAll().where('id', '=', id).executeTakeFirstOrThrow(),
+    approval: (id) =>
+      db
+        .selectFrom('approvals')
+        .selectAll()
+        .where('id', '=', id ?? '')
+        .executeTakeFirstOrThrow(),
     newOrder: async (paidCents = 50_000) => {
       const id = `O-${randomInt(100_000, 999_999)}${randomInt(0, 9)}`;
       await staging
